@@ -1,0 +1,250 @@
+/*
+ * nabla — TensorFlow's automatic differentiation system as a C11 library.
+ *
+ * Every op is called through a context. An eager context runs the kernel now and
+ * returns a concrete tensor. Errors are values: a failed call returns NULL (or an
+ * nb_code), the context keeps the first error ("sticky", like TF's Scope), and later
+ * op calls on it do nothing, so builder code checks once at the end.
+ *
+ *     #include <nabla.h>
+ *     #include <stdio.h>
+ *
+ *     int main(void) {
+ *       nb_ctx *c = nb_eager_new();
+ *       int64_t shape[2] = {2, 3};
+ *       float xv[6] = {1, 2, 3, 4, 5, 6};
+ *       nb_tensor *x = nb_tensor_from(c, NB_F32, 2, shape, xv);
+ *       nb_tensor *y = nb_tanh(c, nb_mul(c, x, nb_scalar(c, NB_F32, 0.5)));
+ *       int axes[1] = {1};
+ *       nb_tensor *s = nb_sum(c, y, axes, 1, false);       // shape [2]
+ *       float out[2];
+ *       if (nb_status(c) != NB_OK) { fprintf(stderr, "%s\n", nb_error(c)); return 1; }
+ *       nb_read(s, out, sizeof out);
+ *       printf("%g %g\n", out[0], out[1]);
+ *       nb_ctx_free(c);                                     // frees every tensor too
+ *       return 0;
+ *     }
+ *
+ * Ownership: a tensor handle belongs to the context (and scope) it was made in.
+ * nb_scope_begin/nb_scope_end free everything made inside the scope except the
+ * tensors listed as kept, so a loop body wrapped in a scope runs in flat memory.
+ * nb_tensor_free releases one handle early. Buffers are reference counted: views
+ * (Reshape, Identity, ExpandDims, ...) share their input's buffer.
+ *
+ * Threads: a context, and the tensors made in it, must be used by one thread at a
+ * time. Different contexts may be used from different threads at the same time;
+ * a tensor of one context may be read as an op input in another as long as nothing
+ * frees it meanwhile. The op registry is built once and is read-only afterwards.
+ * Kernels use OpenMP and OpenBLAS inside one op; nb_ctx_set_threads sets how many.
+ *
+ * The op set and its semantics are TensorFlow's (tensorflow/core/ops): type names,
+ * input order, attrs and defaults. Each op has a typed wrapper nb_<snake_case_name>
+ * taking plain C arguments, and all ops are reachable through the generic nb_op.
+ */
+#ifndef NABLA_H
+#define NABLA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#if defined(NB_BUILDING) && defined(__GNUC__)
+#pragma GCC visibility push(default) /* the library is built with hidden visibility */
+#endif
+
+#define NB_VERSION_MAJOR 0
+#define NB_VERSION_MINOR 1
+#define NB_VERSION_PATCH 0
+
+/* The largest tensor rank. */
+#define NB_MAX_RANK 8
+
+typedef enum { NB_F32, NB_F64, NB_I32, NB_I64, NB_BOOL } nb_dtype;
+typedef enum {
+  NB_OK, NB_INVALID, NB_SHAPE, NB_DTYPE, NB_NOT_FOUND, NB_NO_GRADIENT,
+  NB_NOMEM, NB_IO, NB_CORRUPT, NB_UNIMPLEMENTED, NB_INTERNAL
+} nb_code;
+
+typedef struct nb_ctx nb_ctx;
+typedef struct nb_tensor nb_tensor;
+
+/* ---- names ---------------------------------------------------------------- */
+const char *nb_code_name(nb_code code);     /* "NB_SHAPE", ... */
+const char *nb_dtype_name(nb_dtype t);      /* TF's names: "float32", "int64", "bool" */
+size_t nb_dtype_size(nb_dtype t);           /* bytes per element; bool is one byte */
+const char *nb_version(void);               /* "0.1.0" */
+
+/* ---- contexts --------------------------------------------------------------- */
+nb_ctx *nb_eager_new(void);                 /* NULL only when out of memory */
+nb_code nb_status(const nb_ctx *c);         /* first error since the last clear */
+const char *nb_error(const nb_ctx *c);      /* its message; "" when NB_OK */
+void nb_clear_error(nb_ctx *c);
+void nb_ctx_free(nb_ctx *c);                /* frees every tensor made in c */
+/* Threads used inside one op (OpenMP loops and OpenBLAS GEMM); default: all cores. */
+void nb_ctx_set_threads(nb_ctx *c, int n);
+int nb_ctx_threads(const nb_ctx *c);
+
+void nb_scope_begin(nb_ctx *c);
+/* Frees the tensors made since the matching nb_scope_begin, except keep[0..nkeep),
+   which move to the enclosing scope. keep entries may be NULL. */
+void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep);
+
+/* ---- tensors ------------------------------------------------------------------ */
+/* Copies rank/shape/data (row-major; bool is one byte per element, 0 or 1).
+   data NULL gives zeros. */
+nb_tensor *nb_tensor_from(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const void *data);
+nb_tensor *nb_scalar(nb_ctx *c, nb_dtype t, double v);
+nb_dtype nb_dtype_of(const nb_tensor *x);
+int nb_rank(const nb_tensor *x);
+const int64_t *nb_shape(const nb_tensor *x);
+int64_t nb_num_elements(const nb_tensor *x);
+/* Copies the data out; bytes must equal num_elements * dtype size. */
+nb_code nb_read(const nb_tensor *x, void *dst, size_t bytes);
+/* Read-only view of a concrete tensor's data; valid while the tensor lives. */
+const void *nb_data(const nb_tensor *x);
+/* Reads element i (row-major) converted to double; NAN if x is NULL or i is out of range. */
+double nb_item(const nb_tensor *x, int64_t i);
+void nb_tensor_free(nb_tensor *x);
+
+/* ---- op attributes (names and kinds as in TF's op registry) --------------------- */
+typedef enum {
+  NB_ATTR_INT, NB_ATTR_FLOAT, NB_ATTR_BOOL, NB_ATTR_STR, NB_ATTR_INTS, NB_ATTR_TYPE
+} nb_attr_kind;
+typedef struct nb_attr {
+  const char *name;
+  nb_attr_kind kind;
+  int n;                      /* length of v.ints */
+  union {
+    int64_t i;
+    double f;
+    bool b;
+    const char *s;
+    const int64_t *ints;      /* borrowed for the duration of the call */
+    nb_dtype type;
+  } v;
+} nb_attr;
+nb_attr nb_attr_int(const char *name, int64_t v);
+nb_attr nb_attr_float(const char *name, double v);
+nb_attr nb_attr_bool(const char *name, bool v);
+nb_attr nb_attr_str(const char *name, const char *v);
+nb_attr nb_attr_ints(const char *name, const int64_t *v, int n);
+nb_attr nb_attr_type(const char *name, nb_dtype v);
+
+/* ---- the generic op entry ------------------------------------------------------- */
+/* Runs (or, in a graph context, adds) op `type` with TF's inputs and attrs. Attrs not
+   given take TF's defaults. TF's inferred type attrs ("T", "Tidx", "Tshape", ...) may be
+   passed and are checked against the inputs. nout must equal the op's output count. */
+nb_code nb_op(nb_ctx *c, const char *type, nb_tensor *const *in, int nin,
+              const nb_attr *attrs, int nattrs, nb_tensor **out, int nout);
+
+/* ---- ops: one function per TF op ---------------------------------------------------
+   All return NULL on error (and set the context's status). Binary ops broadcast like
+   NumPy/TF. Axis arguments may be negative (counted from the end). */
+
+/* elementwise binary (f32 f64 i32 i64 unless noted) */
+nb_tensor *nb_add(nb_ctx *c, nb_tensor *a, nb_tensor *b);                  /* AddV2 */
+nb_tensor *nb_sub(nb_ctx *c, nb_tensor *a, nb_tensor *b);                  /* Sub */
+nb_tensor *nb_mul(nb_ctx *c, nb_tensor *a, nb_tensor *b);                  /* Mul */
+nb_tensor *nb_real_div(nb_ctx *c, nb_tensor *a, nb_tensor *b);             /* RealDiv; ints: error on /0 */
+nb_tensor *nb_pow(nb_ctx *c, nb_tensor *a, nb_tensor *b);                  /* Pow */
+nb_tensor *nb_squared_difference(nb_ctx *c, nb_tensor *a, nb_tensor *b);   /* SquaredDifference */
+nb_tensor *nb_maximum(nb_ctx *c, nb_tensor *a, nb_tensor *b);              /* Maximum */
+nb_tensor *nb_minimum(nb_ctx *c, nb_tensor *a, nb_tensor *b);              /* Minimum */
+/* comparisons -> bool (Equal/NotEqual also take bool) */
+nb_tensor *nb_less(nb_ctx *c, nb_tensor *a, nb_tensor *b);
+nb_tensor *nb_less_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b);
+nb_tensor *nb_greater(nb_ctx *c, nb_tensor *a, nb_tensor *b);
+nb_tensor *nb_greater_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b);
+nb_tensor *nb_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b);
+nb_tensor *nb_not_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b);
+/* logical (bool) */
+nb_tensor *nb_logical_and(nb_ctx *c, nb_tensor *a, nb_tensor *b);
+nb_tensor *nb_logical_or(nb_ctx *c, nb_tensor *a, nb_tensor *b);
+nb_tensor *nb_logical_not(nb_ctx *c, nb_tensor *x);
+/* SelectV2: cond ? t : e, broadcasting all three */
+nb_tensor *nb_select(nb_ctx *c, nb_tensor *cond, nb_tensor *t, nb_tensor *e);
+
+/* elementwise unary (f32 f64; Neg Abs Sign Square Relu also i32 i64) */
+nb_tensor *nb_neg(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_exp(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_log(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_log1p(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_sqrt(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_rsqrt(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_reciprocal(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_square(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_abs(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_sign(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_tanh(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_sigmoid(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_relu(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_elu(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_softplus(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_sin(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_cos(nb_ctx *c, nb_tensor *x);
+
+nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to);                  /* Cast: DstT */
+nb_tensor *nb_add_n(nb_ctx *c, nb_tensor *const *xs, int n);               /* AddN: same shapes */
+nb_tensor *nb_identity(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_stop_gradient(nb_ctx *c, nb_tensor *x);
+
+/* reductions (Sum Mean Max Min Prod: f32 f64 i32 i64). axes == NULL reduces every
+   axis (tf.reduce_sum(x)); axes != NULL with naxes == 0 reduces none (TF's empty
+   axis input). Repeated axes count once. Empty reductions give TF's identities:
+   Sum 0, Prod 1, Max lowest, Min highest, Mean NaN (floats). */
+nb_tensor *nb_sum(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims);
+nb_tensor *nb_mean(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims);
+nb_tensor *nb_max(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims);
+nb_tensor *nb_min(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims);
+nb_tensor *nb_prod(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims);
+/* ArgMax along axis; output_type NB_I32 or NB_I64 (TF's default); first index wins ties. */
+nb_tensor *nb_argmax(nb_ctx *c, nb_tensor *x, int axis, nb_dtype output_type);
+
+/* linear algebra (f32 f64, through OpenBLAS) */
+nb_tensor *nb_matmul(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb);
+/* BatchMatMulV2: rank >= 2, batch dims broadcast; adj_* transposes the last two dims. */
+nb_tensor *nb_batch_matmul(nb_ctx *c, nb_tensor *x, nb_tensor *y, bool adj_x, bool adj_y);
+
+/* shapes and indexing */
+nb_tensor *nb_reshape(nb_ctx *c, nb_tensor *x, const int64_t *shape, int rank);   /* one -1 allowed */
+nb_tensor *nb_transpose(nb_ctx *c, nb_tensor *x, const int *perm, int n);
+nb_tensor *nb_expand_dims(nb_ctx *c, nb_tensor *x, int axis);
+/* Squeeze: axes NULL/naxes 0 removes every size-1 dim; otherwise exactly those. */
+nb_tensor *nb_squeeze(nb_ctx *c, nb_tensor *x, const int *axes, int naxes);
+nb_tensor *nb_broadcast_to(nb_ctx *c, nb_tensor *x, const int64_t *shape, int rank);
+nb_tensor *nb_concat(nb_ctx *c, nb_tensor *const *xs, int n, int axis);          /* ConcatV2 */
+nb_tensor *nb_pack(nb_ctx *c, nb_tensor *const *xs, int n, int axis);            /* Pack (tf.stack) */
+/* Unpack (tf.unstack): num must equal x's size along axis; fills out[0..num). */
+nb_code nb_unpack(nb_ctx *c, nb_tensor *x, int axis, int num, nb_tensor **out);
+/* Slice: size -1 takes the rest of the dim. */
+nb_tensor *nb_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *size, int n);
+/* StridedSlice with TF's begin/end/ellipsis/new_axis/shrink_axis bit masks. */
+typedef struct nb_slice_masks {
+  int64_t begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask;
+} nb_slice_masks;
+nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *end,
+                            const int64_t *strides, int n, const nb_slice_masks *masks);
+nb_tensor *nb_tile(nb_ctx *c, nb_tensor *x, const int64_t *multiples, int n);
+/* Pad with zeros; paddings is n rows of (before, after), n == rank. */
+nb_tensor *nb_pad(nb_ctx *c, nb_tensor *x, const int64_t *paddings, int n);
+/* GatherV2 along axis with batch_dims; out-of-range indices are an error. */
+nb_tensor *nb_gather(nb_ctx *c, nb_tensor *params, nb_tensor *indices, int axis, int batch_dims);
+/* UnsortedSegmentSum: negative ids are dropped, ids >= num_segments are an error. */
+nb_tensor *nb_unsorted_segment_sum(nb_ctx *c, nb_tensor *data, nb_tensor *segment_ids,
+                                   int64_t num_segments);
+nb_tensor *nb_fill(nb_ctx *c, const int64_t *dims, int rank, nb_tensor *value);
+nb_tensor *nb_zeros_like(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_ones_like(nb_ctx *c, nb_tensor *x);
+/* Shape op: x's shape as a 1-D tensor of out_type (NB_I32 or NB_I64). */
+nb_tensor *nb_shape_op(nb_ctx *c, nb_tensor *x, nb_dtype out_type);
+
+#if defined(NB_BUILDING) && defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,105 @@
+/* Internal core: tensors, buffers, contexts, status, shapes. Not part of the public API. */
+#ifndef NB_CORE_H
+#define NB_CORE_H
+
+#include "nabla.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+
+#define NB_ERR_CAP 512
+#define NB_ALIGN 64
+
+/* A reference-counted data block. Header and data share one allocation. */
+typedef struct nb_buffer {
+  atomic_int refs;
+  int size_class;          /* pool class, or -1 when too large to pool */
+  size_t cap;              /* usable bytes */
+  struct nb_buffer *next;  /* free-list link while pooled */
+  void *data;
+} nb_buffer;
+
+struct nb_tensor {
+  nb_ctx *ctx;
+  uint32_t slot;           /* index in ctx->handles */
+  uint8_t kept;            /* scratch flag for nb_scope_end */
+  nb_dtype dtype;
+  int rank;
+  int64_t shape[NB_MAX_RANK];
+  int64_t size;            /* number of elements */
+  nb_buffer *buf;          /* data; NULL for a symbolic tensor */
+  nb_tensor *next_free;    /* handle free list */
+};
+
+#define NB_POOL_CLASSES 27 /* 64 B .. 4 GiB in powers of two; larger is not pooled */
+
+typedef struct nb_pool {
+  nb_buffer *free[NB_POOL_CLASSES];
+  size_t cached_bytes;
+  nb_tensor *free_handles;
+} nb_pool;
+
+struct nb_kargs;
+struct nb_meta;
+
+/* What a context does with an op once its inputs are checked and outputs inferred:
+   eager contexts run the kernel, graph contexts add a node. */
+typedef nb_code (*nb_execute_fn)(nb_ctx *c, struct nb_kargs *k, nb_tensor **out);
+
+struct nb_ctx {
+  nb_execute_fn execute;
+  nb_code status;
+  char error[NB_ERR_CAP];
+  int threads;
+  nb_tensor **handles;     /* live handles of every open scope, oldest first */
+  uint32_t nhandles, handles_cap;
+  uint32_t *scopes;        /* scope marks: handle count at nb_scope_begin */
+  int nscopes, scopes_cap;
+  nb_pool pool;
+  struct nb_meta *metas;   /* inference output scratch, grown to the widest op */
+  int metas_cap;
+};
+
+/* status */
+nb_code nb_fail(nb_ctx *c, nb_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+nb_code nb_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, va_list ap);
+
+/* buffers and handles */
+nb_buffer *nb_buffer_new(nb_ctx *c, size_t bytes);
+void nb_buffer_retain(nb_buffer *b);
+void nb_buffer_release(nb_ctx *c, nb_buffer *b);
+void nb_pool_clear(nb_pool *p);
+/* Frees every handle and pooled block of c (the end of a context). */
+void nb_ctx_release_all(nb_ctx *c);
+/* A new handle registered in c's current scope; buf is taken over (may be NULL). */
+nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
+/* Allocates a concrete tensor with uninitialized data. */
+nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape);
+static inline void *nb_tdata(const nb_tensor *x) { return x->buf ? x->buf->data : NULL; }
+
+/* shapes */
+int64_t nb_shape_size(int rank, const int64_t *shape);
+/* Writes "[2,3]" (or "[]" for a scalar) into buf; returns buf. */
+char *nb_shape_str(char *buf, size_t cap, int rank, const int64_t *shape);
+/* NumPy broadcasting of two shapes; false when incompatible. */
+bool nb_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb,
+                        int *rout, int64_t *sout);
+/* Normalizes axis in [-rank, rank) to [0, rank); false when out of range. */
+bool nb_norm_axis(int64_t axis, int rank, int *out);
+bool nb_shape_checked_size(int rank, const int64_t *shape, int64_t *size);
+
+/* An N-input broadcast iteration plan: dims collapsed where possible, each input with
+   its element stride per dim (0 where broadcast). The last dim is the inner loop. */
+#define NB_BCAST_MAX_IN 3
+typedef struct nb_bcast {
+  int nin, rank;
+  int64_t dims[NB_MAX_RANK];
+  int64_t strides[NB_BCAST_MAX_IN][NB_MAX_RANK];
+  int64_t outer;           /* product of dims[0..rank-1) */
+} nb_bcast;
+void nb_bcast_plan(nb_bcast *p, int nin, const nb_tensor *const *in, int rout, const int64_t *sout);
+/* Element offsets of each input at the start of outer row r. */
+void nb_bcast_row(const nb_bcast *p, int64_t r, int64_t *off);
+
+#endif

@@ -1,0 +1,283 @@
+/* Tensors: pooled reference-counted buffers, pooled handles, scopes. In steady state
+   (a loop that makes and frees the same sizes) no call here reaches malloc. */
+#include "core.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NB_MIN_CLASS_SHIFT 6               /* 64 bytes */
+#define NB_POOL_MAX_CACHED (256u << 20)    /* bytes kept for reuse per context */
+
+static int size_class(size_t bytes) {
+  int cls = 0;
+  size_t cap = (size_t)1 << NB_MIN_CLASS_SHIFT;
+  while (cap < bytes) {
+    cap <<= 1;
+    if (++cls >= NB_POOL_CLASSES) return -1;
+  }
+  return cls;
+}
+
+static size_t class_bytes(int cls) { return (size_t)1 << (cls + NB_MIN_CLASS_SHIFT); }
+
+static nb_buffer *buffer_alloc(size_t cap, int cls) {
+  size_t head = (sizeof(nb_buffer) + NB_ALIGN - 1) / NB_ALIGN * NB_ALIGN;
+  size_t total = (head + cap + NB_ALIGN - 1) / NB_ALIGN * NB_ALIGN;
+  if (cap > SIZE_MAX - 2 * NB_ALIGN - head) return NULL;
+  nb_buffer *b = aligned_alloc(NB_ALIGN, total);
+  if (!b) return NULL;
+  b->size_class = cls;
+  b->cap = cap;
+  b->next = NULL;
+  b->data = (char *)b + head;
+  return b;
+}
+
+nb_buffer *nb_buffer_new(nb_ctx *c, size_t bytes) {
+  int cls = size_class(bytes ? bytes : 1);
+  nb_buffer *b;
+  if (cls >= 0 && c->pool.free[cls]) {
+    b = c->pool.free[cls];
+    c->pool.free[cls] = b->next;
+    c->pool.cached_bytes -= b->cap;
+  } else {
+    b = buffer_alloc(cls >= 0 ? class_bytes(cls) : bytes, cls);
+    if (!b) return NULL;
+  }
+  atomic_init(&b->refs, 1);
+  return b;
+}
+
+void nb_buffer_retain(nb_buffer *b) { atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed); }
+
+/* The last release returns the block to the releasing context's pool (any pool may
+   cache any block: they are plain aligned allocations). */
+void nb_buffer_release(nb_ctx *c, nb_buffer *b) {
+  if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+  if (c && b->size_class >= 0 && c->pool.cached_bytes + b->cap <= NB_POOL_MAX_CACHED) {
+    b->next = c->pool.free[b->size_class];
+    c->pool.free[b->size_class] = b;
+    c->pool.cached_bytes += b->cap;
+    return;
+  }
+  free(b);
+}
+
+void nb_pool_clear(nb_pool *p) {
+  for (int i = 0; i < NB_POOL_CLASSES; i++) {
+    while (p->free[i]) {
+      nb_buffer *b = p->free[i];
+      p->free[i] = b->next;
+      free(b);
+    }
+  }
+  p->cached_bytes = 0;
+  while (p->free_handles) {
+    nb_tensor *t = p->free_handles;
+    p->free_handles = t->next_free;
+    free(t);
+  }
+}
+
+static bool grow_handles(nb_ctx *c) {
+  uint32_t cap = c->handles_cap ? c->handles_cap * 2 : 256;
+  nb_tensor **h = realloc(c->handles, cap * sizeof *h);
+  if (!h) return false;
+  c->handles = h;
+  c->handles_cap = cap;
+  return true;
+}
+
+nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
+  if (c->nhandles == c->handles_cap && !grow_handles(c)) {
+    nb_buffer_release(c, buf);
+    nb_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
+    return NULL;
+  }
+  nb_tensor *x = c->pool.free_handles;
+  if (x) {
+    c->pool.free_handles = x->next_free;
+  } else if (!(x = malloc(sizeof *x))) {
+    nb_buffer_release(c, buf);
+    nb_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
+    return NULL;
+  }
+  x->ctx = c;
+  x->kept = 0;
+  x->dtype = t;
+  x->rank = rank;
+  if (rank) memcpy(x->shape, shape, (size_t)rank * sizeof *shape);
+  x->size = nb_shape_size(rank, shape);
+  x->buf = buf;
+  x->next_free = NULL;
+  x->slot = c->nhandles;
+  c->handles[c->nhandles++] = x;
+  return x;
+}
+
+nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape) {
+  size_t bytes = (size_t)nb_shape_size(rank, shape) * nb_dtype_size(t);
+  nb_buffer *b = nb_buffer_new(c, bytes);
+  if (!b) {
+    char s[160];
+    nb_fail(c, NB_NOMEM, "out of memory allocating %zu bytes for a %s tensor of shape %s", bytes,
+            nb_dtype_name(t), nb_shape_str(s, sizeof s, rank, shape));
+    return NULL;
+  }
+  return nb_handle_new(c, t, rank, shape, b);
+}
+
+/* Returns the handle to the pool; the caller has already unlinked it from handles. */
+static void handle_release(nb_ctx *c, nb_tensor *x) {
+  nb_buffer_release(c, x->buf);
+  x->buf = NULL;
+  x->ctx = NULL;
+  x->next_free = c->pool.free_handles;
+  c->pool.free_handles = x;
+}
+
+void nb_tensor_free(nb_tensor *x) {
+  if (!x || !x->ctx) return;
+  nb_ctx *c = x->ctx;
+  c->handles[x->slot] = NULL;
+  /* Trim trailing holes so create-then-free loops without scopes stay flat. */
+  uint32_t floor = c->nscopes ? c->scopes[c->nscopes - 1] : 0;
+  while (c->nhandles > floor && !c->handles[c->nhandles - 1]) c->nhandles--;
+  handle_release(c, x);
+}
+
+void nb_scope_begin(nb_ctx *c) {
+  if (!c) return;
+  if (c->nscopes == c->scopes_cap) {
+    int cap = c->scopes_cap ? c->scopes_cap * 2 : 16;
+    uint32_t *s = realloc(c->scopes, (size_t)cap * sizeof *s);
+    if (!s) {
+      nb_fail(c, NB_NOMEM, "nb_scope_begin: out of memory");
+      return;
+    }
+    c->scopes = s;
+    c->scopes_cap = cap;
+  }
+  c->scopes[c->nscopes++] = c->nhandles;
+}
+
+void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep) {
+  if (!c) return;
+  if (c->nscopes == 0) {
+    nb_fail(c, NB_INVALID, "nb_scope_end without a matching nb_scope_begin");
+    return;
+  }
+  uint32_t mark = c->scopes[--c->nscopes];
+  for (int i = 0; i < nkeep; i++)
+    if (keep && keep[i] && keep[i]->ctx == c && keep[i]->slot >= mark) keep[i]->kept = 1;
+  uint32_t w = mark;
+  for (uint32_t i = mark; i < c->nhandles; i++) {
+    nb_tensor *x = c->handles[i];
+    if (!x) continue;
+    if (x->kept) {
+      x->kept = 0;
+      x->slot = w;
+      c->handles[w++] = x;
+    } else {
+      handle_release(c, x);
+    }
+  }
+  c->nhandles = w;
+}
+
+/* Frees every handle and pooled block: the end of a context. */
+void nb_ctx_release_all(nb_ctx *c) {
+  for (uint32_t i = 0; i < c->nhandles; i++)
+    if (c->handles[i]) handle_release(c, c->handles[i]);
+  c->nhandles = 0;
+  nb_pool_clear(&c->pool);
+  free(c->handles);
+  free(c->scopes);
+  c->handles = NULL;
+  c->scopes = NULL;
+}
+
+/* ---- public tensor API -------------------------------------------------------- */
+
+static bool valid_dtype(nb_dtype t) { return (unsigned)t <= NB_BOOL; }
+
+nb_tensor *nb_tensor_from(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const void *data) {
+  if (!c || c->status != NB_OK) return NULL;
+  int64_t n;
+  if (!valid_dtype(t)) {
+    nb_fail(c, NB_DTYPE, "nb_tensor_from: invalid dtype %d", (int)t);
+    return NULL;
+  }
+  if (rank < 0 || rank > NB_MAX_RANK || (rank > 0 && !shape)) {
+    nb_fail(c, NB_SHAPE, "nb_tensor_from: rank %d must be in [0, %d] with a shape", rank, NB_MAX_RANK);
+    return NULL;
+  }
+  if (!nb_shape_checked_size(rank, shape, &n)) {
+    char s[160];
+    nb_fail(c, NB_SHAPE, "nb_tensor_from: invalid shape %s (negative or too large)",
+            nb_shape_str(s, sizeof s, rank, shape));
+    return NULL;
+  }
+  nb_tensor *x = nb_tensor_alloc(c, t, rank, shape);
+  if (!x) return NULL;
+  size_t bytes = (size_t)n * nb_dtype_size(t);
+  if (data)
+    memcpy(nb_tdata(x), data, bytes);
+  else
+    memset(nb_tdata(x), 0, bytes);
+  return x;
+}
+
+/* Stores v as dtype t at dst[i]. */
+static void store_double(nb_dtype t, void *dst, int64_t i, double v) {
+  switch (t) {
+    case NB_F32: ((float *)dst)[i] = (float)v; break;
+    case NB_F64: ((double *)dst)[i] = v; break;
+    case NB_I32: ((int32_t *)dst)[i] = (int32_t)v; break;
+    case NB_I64: ((int64_t *)dst)[i] = (int64_t)v; break;
+    case NB_BOOL: ((uint8_t *)dst)[i] = v != 0; break;
+  }
+}
+
+nb_tensor *nb_scalar(nb_ctx *c, nb_dtype t, double v) {
+  if (!c || c->status != NB_OK) return NULL;
+  if (!valid_dtype(t)) {
+    nb_fail(c, NB_DTYPE, "nb_scalar: invalid dtype %d", (int)t);
+    return NULL;
+  }
+  if (t != NB_F32 && t != NB_F64 && !isfinite(v)) {
+    nb_fail(c, NB_INVALID, "nb_scalar: %g is not representable as %s", v, nb_dtype_name(t));
+    return NULL;
+  }
+  nb_tensor *x = nb_tensor_alloc(c, t, 0, NULL);
+  if (x) store_double(t, nb_tdata(x), 0, v);
+  return x;
+}
+
+nb_dtype nb_dtype_of(const nb_tensor *x) { return x ? x->dtype : NB_F32; }
+int nb_rank(const nb_tensor *x) { return x ? x->rank : -1; }
+const int64_t *nb_shape(const nb_tensor *x) { return x ? x->shape : NULL; }
+int64_t nb_num_elements(const nb_tensor *x) { return x ? x->size : -1; }
+const void *nb_data(const nb_tensor *x) { return x ? nb_tdata(x) : NULL; }
+
+nb_code nb_read(const nb_tensor *x, void *dst, size_t bytes) {
+  if (!x || (!dst && bytes)) return NB_INVALID;
+  if (!x->buf) return NB_INVALID; /* symbolic: run it in a session first */
+  if (bytes != (size_t)x->size * nb_dtype_size(x->dtype)) return NB_SHAPE;
+  if (bytes) memcpy(dst, nb_tdata(x), bytes);
+  return NB_OK;
+}
+
+double nb_item(const nb_tensor *x, int64_t i) {
+  if (!x || !x->buf || i < 0 || i >= x->size) return NAN;
+  const void *d = nb_tdata(x);
+  switch (x->dtype) {
+    case NB_F32: return ((const float *)d)[i];
+    case NB_F64: return ((const double *)d)[i];
+    case NB_I32: return ((const int32_t *)d)[i];
+    case NB_I64: return (double)((const int64_t *)d)[i];
+    case NB_BOOL: return ((const uint8_t *)d)[i];
+  }
+  return NAN;
+}

@@ -1,0 +1,298 @@
+/* Op dispatch shared by every context: arity and attr checks, shape/dtype inference,
+   then the context's execute (run a kernel, or add a node). Also the attr
+   constructors, the generic nb_op, and helpers for infer/kernel functions. */
+#include "op.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NB_PAR_MIN (1 << 15) /* elements below which a loop stays on one thread */
+
+/* TF's type attrs that are inferred from the inputs; nb_op accepts and checks them. */
+static const char *const inferred_type_attrs[] = {
+    "T", "Tidx", "Tshape", "Tperm", "Tpaddings", "Tmultiples", "Tparams", "Tindices",
+    "Taxis", "Tnumsegments", "index_type", "SrcT", "Tcond"};
+
+bool nb_live(nb_ctx *c) { return c && c->status == NB_OK; }
+
+void nb_attr_defaults(const nb_op_def *def, nb_attrval *vals) {
+  for (int i = 0; i < def->nattrs; i++) vals[i] = def->attrs[i].def;
+}
+
+static bool ensure_metas(nb_ctx *c, int n) {
+  if (n <= c->metas_cap) return true;
+  int cap = n < 16 ? 16 : n;
+  nb_meta *m = realloc(c->metas, (size_t)cap * sizeof *m);
+  if (!m) return false;
+  c->metas = m;
+  c->metas_cap = cap;
+  return true;
+}
+
+static nb_code check_arity(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin, int nout) {
+  if (def->variadic ? nin < def->nin + 1 : nin != def->nin)
+    return nb_fail(c, NB_INVALID, "%s: expected %s%d inputs, got %d", def->name,
+                   def->variadic ? "at least " : "", def->nin + def->variadic, nin);
+  if (nin > 0 && !in) return nb_fail(c, NB_INVALID, "%s: inputs array is NULL", def->name);
+  for (int i = 0; i < nin; i++)
+    if (!in[i]) return nb_fail(c, NB_INVALID, "%s: input %d is NULL", def->name, i);
+  if (def->nout != NB_VARIADIC && nout != def->nout)
+    return nb_fail(c, NB_INVALID, "%s: has %d outputs, caller asked for %d", def->name, def->nout, nout);
+  if (nout < 0) return nb_fail(c, NB_INVALID, "%s: negative output count %d", def->name, nout);
+  return NB_OK;
+}
+
+nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
+                    const nb_attrval *attrs, nb_tensor **out, int nout) {
+  if (!c) return NB_INVALID;
+  if (out)
+    for (int i = 0; i < nout; i++) out[i] = NULL;
+  if (c->status != NB_OK) return c->status;
+  if (!out && nout > 0) return nb_fail(c, NB_INVALID, "%s: outputs array is NULL", def->name);
+  nb_code code = check_arity(c, def, in, nin, nout);
+  if (code) return code;
+  if (!ensure_metas(c, nout)) return nb_fail(c, NB_NOMEM, "%s: out of memory", def->name);
+  nb_kargs k;
+  k.ctx = c;
+  k.def = def;
+  k.nin = nin;
+  k.nout = nout;
+  k.in = in;
+  k.out = c->metas;
+  k.res = out;
+  k.threads = c->threads;
+  if (attrs)
+    memcpy(k.attr, attrs, (size_t)def->nattrs * sizeof *attrs);
+  else
+    nb_attr_defaults(def, k.attr);
+  if (def->variadic) k.attr[0].i = nin - def->nin; /* attr "N" is first by convention */
+  code = def->infer(&k);
+  if (code) return code;
+  return c->execute(c, &k, out);
+}
+
+nb_tensor *nb_call(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
+                   const nb_attrval *attrs) {
+  nb_tensor *out = NULL;
+  nb_dispatch(c, def, in, nin, attrs, &out, 1);
+  return out;
+}
+
+/* ---- the generic entry ------------------------------------------------------------ */
+
+static int find_attr(const nb_op_def *def, const char *name) {
+  for (int i = 0; i < def->nattrs; i++)
+    if (strcmp(def->attrs[i].name, name) == 0) return i;
+  return -1;
+}
+
+static bool is_inferred_type_attr(const char *name) {
+  for (size_t i = 0; i < sizeof inferred_type_attrs / sizeof *inferred_type_attrs; i++)
+    if (strcmp(inferred_type_attrs[i], name) == 0) return true;
+  return false;
+}
+
+static void attr_store(nb_attrval *v, const nb_attr *a) {
+  switch (a->kind) {
+    case NB_ATTR_INT: v->i = a->v.i; break;
+    case NB_ATTR_FLOAT: v->f = a->v.f; break;
+    case NB_ATTR_BOOL: v->b = a->v.b; break;
+    case NB_ATTR_STR: v->s = a->v.s; break;
+    case NB_ATTR_INTS: v->ints = a->v.ints, v->n = a->n; break;
+    case NB_ATTR_TYPE: v->type = a->v.type; break;
+  }
+}
+
+/* An inferred type attr must name the dtype TF would infer: "T" is checked against the
+   op's T input; the index types vary by op and are only required to be int types. */
+static nb_code check_inferred(nb_ctx *c, const nb_op_def *def, const nb_attr *a,
+                              nb_tensor *const *in, int nin) {
+  if (a->kind != NB_ATTR_TYPE)
+    return nb_fail(c, NB_INVALID, "%s: attr '%s' must be a type", def->name, a->name);
+  if (strcmp(a->name, "T") == 0 && def->t_input < nin && in && in[def->t_input] &&
+      in[def->t_input]->dtype != a->v.type)
+    return nb_fail(c, NB_DTYPE, "%s: attr T=%s does not match input %d of dtype %s", def->name,
+                   nb_dtype_name(a->v.type), def->t_input, nb_dtype_name(in[def->t_input]->dtype));
+  return NB_OK;
+}
+
+static nb_code resolve_attrs(nb_ctx *c, const nb_op_def *def, const nb_attr *attrs, int nattrs,
+                             nb_tensor *const *in, int nin, nb_attrval *vals) {
+  bool given[NB_MAX_ATTRS] = {false};
+  nb_attr_defaults(def, vals);
+  if (nattrs > 0 && !attrs) return nb_fail(c, NB_INVALID, "%s: attrs array is NULL", def->name);
+  for (int i = 0; i < nattrs; i++) {
+    const nb_attr *a = &attrs[i];
+    if (!a->name) return nb_fail(c, NB_INVALID, "%s: attr %d has no name", def->name, i);
+    int slot = find_attr(def, a->name);
+    if (slot < 0) {
+      if (is_inferred_type_attr(a->name)) {
+        nb_code code = check_inferred(c, def, a, in, nin);
+        if (code) return code;
+        continue;
+      }
+      return nb_fail(c, NB_INVALID, "%s: unknown attr '%s'", def->name, a->name);
+    }
+    if (a->kind != def->attrs[slot].kind)
+      return nb_fail(c, NB_INVALID, "%s: attr '%s' has the wrong kind", def->name, a->name);
+    if ((a->kind == NB_ATTR_STR && !a->v.s) || (a->kind == NB_ATTR_INTS && (a->n < 0 || (a->n && !a->v.ints))))
+      return nb_fail(c, NB_INVALID, "%s: attr '%s' has a NULL value", def->name, a->name);
+    attr_store(&vals[slot], a);
+    given[slot] = true;
+  }
+  for (int i = 0; i < def->nattrs; i++)
+    if (def->attrs[i].required && !given[i] && !(def->variadic && i == 0))
+      return nb_fail(c, NB_INVALID, "%s: missing required attr '%s'", def->name, def->attrs[i].name);
+  if (def->variadic && given[0] && vals[0].i != nin - def->nin)
+    return nb_fail(c, NB_INVALID, "%s: attr N=%lld does not match %d list inputs", def->name,
+                   (long long)vals[0].i, nin - def->nin);
+  return NB_OK;
+}
+
+nb_code nb_op(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs,
+              int nattrs, nb_tensor **out, int nout) {
+  if (!c) return NB_INVALID;
+  if (out)
+    for (int i = 0; i < nout; i++) out[i] = NULL;
+  if (c->status != NB_OK) return c->status;
+  if (!type) return nb_fail(c, NB_INVALID, "nb_op: op type is NULL");
+  const nb_op_def *def = nb_op_lookup(type);
+  if (!def) return nb_fail(c, NB_NOT_FOUND, "Op type not registered '%s'", type);
+  nb_attrval vals[NB_MAX_ATTRS];
+  nb_code code = resolve_attrs(c, def, attrs, nattrs, in, nin, vals);
+  if (code) return code;
+  return nb_dispatch(c, def, in, nin, vals, out, nout);
+}
+
+/* ---- attr constructors ------------------------------------------------------------- */
+
+nb_attr nb_attr_int(const char *name, int64_t v) {
+  nb_attr a = {.name = name, .kind = NB_ATTR_INT};
+  a.v.i = v;
+  return a;
+}
+nb_attr nb_attr_float(const char *name, double v) {
+  nb_attr a = {.name = name, .kind = NB_ATTR_FLOAT};
+  a.v.f = v;
+  return a;
+}
+nb_attr nb_attr_bool(const char *name, bool v) {
+  nb_attr a = {.name = name, .kind = NB_ATTR_BOOL};
+  a.v.b = v;
+  return a;
+}
+nb_attr nb_attr_str(const char *name, const char *v) {
+  nb_attr a = {.name = name, .kind = NB_ATTR_STR};
+  a.v.s = v;
+  return a;
+}
+nb_attr nb_attr_ints(const char *name, const int64_t *v, int n) {
+  nb_attr a = {.name = name, .kind = NB_ATTR_INTS, .n = n};
+  a.v.ints = v;
+  return a;
+}
+nb_attr nb_attr_type(const char *name, nb_dtype v) {
+  nb_attr a = {.name = name, .kind = NB_ATTR_TYPE};
+  a.v.type = v;
+  return a;
+}
+
+/* ---- helpers for wrappers, infer and kernel functions ------------------------------ */
+
+nb_tensor *nb_const_ints(nb_ctx *c, nb_dtype t, const int64_t *v, int n) {
+  if (n < 0 || (n > 0 && !v)) {
+    nb_fail(c, NB_INVALID, "a list argument is NULL or has negative length %d", n);
+    return NULL;
+  }
+  int64_t shape[1] = {n};
+  nb_tensor *x = nb_tensor_alloc(c, t, 1, shape);
+  if (!x) return NULL;
+  for (int i = 0; i < n; i++) {
+    if (t == NB_I32)
+      ((int32_t *)nb_tdata(x))[i] = (int32_t)v[i];
+    else
+      ((int64_t *)nb_tdata(x))[i] = v[i];
+  }
+  return x;
+}
+
+nb_tensor *nb_const_int_list(nb_ctx *c, const int *v, int n) {
+  if (n < 0 || (n > 0 && !v)) {
+    nb_fail(c, NB_INVALID, "a list argument is NULL or has negative length %d", n);
+    return NULL;
+  }
+  int64_t shape[1] = {n};
+  nb_tensor *x = nb_tensor_alloc(c, NB_I32, 1, shape);
+  if (x && n) memcpy(nb_tdata(x), v, (size_t)n * sizeof *v);
+  return x;
+}
+
+nb_code nb_kfail(nb_kargs *k, nb_code code, const char *fmt, ...) {
+  char prefix[96];
+  snprintf(prefix, sizeof prefix, "%s: ", k->def->name);
+  va_list ap;
+  va_start(ap, fmt);
+  nb_vfail(k->ctx, code, prefix, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+static const char *mask_str(char *buf, size_t cap, unsigned mask) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int t = NB_F32; t <= NB_BOOL; t++)
+    if (mask & NB_M(t)) n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", nb_dtype_name(t));
+  return buf;
+}
+
+nb_code nb_kcheck_dtype(nb_kargs *k, int i, unsigned mask) {
+  if (mask & NB_M(k->in[i]->dtype)) return NB_OK;
+  char buf[96];
+  return nb_kfail(k, NB_DTYPE, "input %d has dtype %s; expected %s", i,
+                  nb_dtype_name(k->in[i]->dtype), mask_str(buf, sizeof buf, mask));
+}
+
+nb_code nb_kcheck_same_dtype(nb_kargs *k, int i, int j) {
+  if (k->in[i]->dtype == k->in[j]->dtype) return NB_OK;
+  return nb_kfail(k, NB_DTYPE, "inputs %d and %d must have the same dtype, got %s and %s", i, j,
+                  nb_dtype_name(k->in[i]->dtype), nb_dtype_name(k->in[j]->dtype));
+}
+
+nb_code nb_kints(nb_kargs *k, int i, int max_rank, int64_t *v, int cap, int *n) {
+  const nb_tensor *x = k->in[i];
+  nb_code code = nb_kcheck_dtype(k, i, NB_M_INT);
+  if (code) return code;
+  if (x->rank > max_rank)
+    return nb_kfail(k, NB_SHAPE, "input %d must have rank <= %d, got shape %s", i, max_rank, nb_tstr(x));
+  if (x->size > cap)
+    return nb_kfail(k, NB_SHAPE, "input %d has %lld values, at most %d allowed", i, (long long)x->size, cap);
+  if (!x->buf) return nb_kfail(k, NB_UNIMPLEMENTED, "input %d must be a constant", i);
+  for (int64_t j = 0; j < x->size; j++)
+    v[j] = x->dtype == NB_I32 ? ((const int32_t *)nb_tdata(x))[j] : ((const int64_t *)nb_tdata(x))[j];
+  *n = (int)x->size;
+  return NB_OK;
+}
+
+const char *nb_sstr(int rank, const int64_t *shape) {
+  static _Thread_local char bufs[8][160];
+  static _Thread_local unsigned next;
+  char *b = bufs[next++ % 8];
+  return nb_shape_str(b, sizeof bufs[0], rank, shape);
+}
+
+int nb_kthreads(const nb_kargs *k, int64_t n) { return n >= NB_PAR_MIN ? k->threads : 1; }
+
+void nb_parallel_range(int nt, int64_t n, nb_range_fn fn, void *arg) {
+  if (nt <= 1 || n < 2) {
+    if (n > 0) fn(arg, 0, n);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    int t = omp_get_thread_num(), m = omp_get_num_threads();
+    int64_t lo = n * t / m, hi = n * (t + 1) / m;
+    if (hi > lo) fn(arg, lo, hi);
+  }
+}

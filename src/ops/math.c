@@ -1,0 +1,660 @@
+/* Elementwise math: unary and broadcasting binary ops, comparisons, logical ops,
+   SelectV2, Cast, AddN, Identity, StopGradient. Loops run over contiguous memory with
+   broadcast strides of 0 or 1 in the innermost dimension, so the compiler vectorizes
+   them; large tensors are split across threads. Integer arithmetic goes through
+   unsigned types so overflow wraps instead of being undefined. */
+#include "op.h"
+
+#include <string.h>
+#include <tgmath.h>
+
+/* ---- element functions ----------------------------------------------------------- */
+
+#define FLOAT_FN1(name, expr)                                    \
+  static inline float name##_f32(float v) {                      \
+    typedef float T __attribute__((unused));                                             \
+    return (T)(expr);                                            \
+  }                                                              \
+  static inline double name##_f64(double v) {                    \
+    typedef double T __attribute__((unused));                                            \
+    return (T)(expr);                                            \
+  }
+#define INT_FN1(name, expr)                                      \
+  static inline int32_t name##_i32(int32_t v) {                  \
+    typedef int32_t T __attribute__((unused));                                           \
+    typedef uint32_t U __attribute__((unused));                                          \
+    return (T)(expr);                                            \
+  }                                                              \
+  static inline int64_t name##_i64(int64_t v) {                  \
+    typedef int64_t T __attribute__((unused));                                           \
+    typedef uint64_t U __attribute__((unused));                                          \
+    return (T)(expr);                                            \
+  }
+#define FLOAT_FN2(name, expr)                                    \
+  static inline float name##_f32(float x, float y) {             \
+    typedef float T __attribute__((unused));                                             \
+    return (T)(expr);                                            \
+  }                                                              \
+  static inline double name##_f64(double x, double y) {          \
+    typedef double T __attribute__((unused));                                            \
+    return (T)(expr);                                            \
+  }
+#define INT_FN2(name, expr)                                      \
+  static inline int32_t name##_i32(int32_t x, int32_t y) {       \
+    typedef int32_t T __attribute__((unused));                                           \
+    typedef uint32_t U __attribute__((unused));                                          \
+    return (T)(expr);                                            \
+  }                                                              \
+  static inline int64_t name##_i64(int64_t x, int64_t y) {       \
+    typedef int64_t T __attribute__((unused));                                           \
+    typedef uint64_t U __attribute__((unused));                                          \
+    return (T)(expr);                                            \
+  }
+
+/* unary */
+FLOAT_FN1(neg, -v)
+INT_FN1(neg, (U)0 - (U)v)
+FLOAT_FN1(exp, exp(v))
+FLOAT_FN1(log, log(v))
+FLOAT_FN1(log1p, log1p(v))
+FLOAT_FN1(sqrt, sqrt(v))
+FLOAT_FN1(rsqrt, 1 / sqrt(v))
+FLOAT_FN1(reciprocal, 1 / v)
+FLOAT_FN1(square, v *v)
+INT_FN1(square, (U)v * (U)v)
+FLOAT_FN1(abs, fabs(v))
+INT_FN1(abs, v < 0 ? (U)0 - (U)v : (U)v)
+FLOAT_FN1(sign, v > 0 ? 1 : v < 0 ? -1 : v) /* sign(NaN) = NaN, sign(-0) = -0 */
+INT_FN1(sign, (v > 0) - (v < 0))
+FLOAT_FN1(tanh, tanh(v))
+/* 1/(1+e^-x) for x >= 0 and e^x/(1+e^x) below: neither form overflows. */
+FLOAT_FN1(sigmoid, v >= 0 ? 1 / (1 + exp(-v)) : exp(v) / (1 + exp(v)))
+FLOAT_FN1(relu, v > 0 ? v : 0)
+INT_FN1(relu, v > 0 ? v : 0)
+FLOAT_FN1(elu, v > 0 ? v : expm1(v))
+/* log(1+e^x) = max(x,0) + log1p(e^-|x|), exact in both tails. */
+FLOAT_FN1(softplus, (v > 0 ? v : 0) + log1p(exp(-fabs(v))))
+FLOAT_FN1(sin, sin(v))
+FLOAT_FN1(cos, cos(v))
+static inline uint8_t logical_not_b(uint8_t v) { return !v; }
+
+/* binary */
+FLOAT_FN2(add, x + y)
+INT_FN2(add, (U)x + (U)y)
+FLOAT_FN2(sub, x - y)
+INT_FN2(sub, (U)x - (U)y)
+FLOAT_FN2(mul, x *y)
+INT_FN2(mul, (U)x * (U)y)
+FLOAT_FN2(div, x / y)
+/* y == -1 is negation (INT_MIN / -1 traps in hardware); y == 0 is rejected up front. */
+INT_FN2(div, y == -1 ? (U)0 - (U)x : (U)(x / y))
+FLOAT_FN2(pow, pow(x, y))
+FLOAT_FN2(sqdiff, (x - y) * (x - y))
+INT_FN2(sqdiff, ((U)x - (U)y) * ((U)x - (U)y))
+/* NaN propagates from either side, as in TF. */
+FLOAT_FN2(maximum, (x > y || x != x) ? x : y)
+INT_FN2(maximum, x > y ? x : y)
+FLOAT_FN2(minimum, (x < y || x != x) ? x : y)
+INT_FN2(minimum, x < y ? x : y)
+
+/* Integer power by squaring; negative exponents are rejected before the loop. */
+static inline int32_t pow_i32(int32_t x, int32_t y) {
+  uint32_t r = 1, b = (uint32_t)x;
+  for (; y > 0; y >>= 1, b *= b)
+    if (y & 1) r *= b;
+  return (int32_t)r;
+}
+static inline int64_t pow_i64(int64_t x, int64_t y) {
+  uint64_t r = 1, b = (uint64_t)x;
+  for (; y > 0; y >>= 1, b *= b)
+    if (y & 1) r *= b;
+  return (int64_t)r;
+}
+
+#define CMP_FN(name, op)                                                          \
+  static inline uint8_t name##_f32(float x, float y) { return x op y; }           \
+  static inline uint8_t name##_f64(double x, double y) { return x op y; }         \
+  static inline uint8_t name##_i32(int32_t x, int32_t y) { return x op y; }       \
+  static inline uint8_t name##_i64(int64_t x, int64_t y) { return x op y; }       \
+  static inline uint8_t name##_b(uint8_t x, uint8_t y) { return x op y; }
+CMP_FN(less, <)
+CMP_FN(less_equal, <=)
+CMP_FN(greater, >)
+CMP_FN(greater_equal, >=)
+CMP_FN(equal, ==)
+CMP_FN(not_equal, !=)
+static inline uint8_t logical_and_b(uint8_t x, uint8_t y) { return x && y; }
+static inline uint8_t logical_or_b(uint8_t x, uint8_t y) { return x || y; }
+
+/* ---- loops ------------------------------------------------------------------------ */
+
+typedef void (*unary_fn)(const void *x, void *y, int64_t n);
+typedef struct unary_impl {
+  unary_fn fn[NB_BOOL + 1]; /* by dtype; NULL: unsupported */
+} unary_impl;
+
+#define UNARY_LOOP(name, sfx, T)                                          \
+  static void name##_loop_##sfx(const void *px, void *py, int64_t n) {    \
+    const T *x = px;                                                      \
+    T *y = py;                                                            \
+    for (int64_t i = 0; i < n; i++) y[i] = name##_##sfx(x[i]);            \
+  }
+#define UNARY_FLOAT(name) UNARY_LOOP(name, f32, float) UNARY_LOOP(name, f64, double)
+#define UNARY_NUM(name) UNARY_FLOAT(name) UNARY_LOOP(name, i32, int32_t) UNARY_LOOP(name, i64, int64_t)
+#define FLOAT_TABLE(name, loop) [NB_F32] = name##_##loop##_f32, [NB_F64] = name##_##loop##_f64
+#define INT_TABLE(name, loop) [NB_I32] = name##_##loop##_i32, [NB_I64] = name##_##loop##_i64
+#define UNARY_FLOAT_IMPL(name) {{FLOAT_TABLE(name, loop)}}
+#define UNARY_NUM_IMPL(name) {{FLOAT_TABLE(name, loop), INT_TABLE(name, loop)}}
+
+UNARY_NUM(neg)
+UNARY_FLOAT(exp)
+UNARY_FLOAT(log)
+UNARY_FLOAT(log1p)
+UNARY_FLOAT(sqrt)
+UNARY_FLOAT(rsqrt)
+UNARY_FLOAT(reciprocal)
+UNARY_NUM(square)
+UNARY_NUM(abs)
+UNARY_NUM(sign)
+UNARY_FLOAT(tanh)
+UNARY_FLOAT(sigmoid)
+UNARY_NUM(relu)
+UNARY_FLOAT(elu)
+UNARY_FLOAT(softplus)
+UNARY_FLOAT(sin)
+UNARY_FLOAT(cos)
+UNARY_LOOP(logical_not, b, uint8_t)
+
+/* One inner row: a and b advance by sa/sb elements (0 or 1) per output element. */
+typedef void (*binary_fn)(int64_t n, const void *a, int64_t sa, const void *b, int64_t sb, void *o);
+typedef struct binary_impl {
+  binary_fn fn[NB_BOOL + 1];
+  bool to_bool;                       /* comparisons produce bool */
+  nb_code (*check)(nb_kargs *k);      /* rejects inputs the loop cannot take */
+} binary_impl;
+
+/* Separate loops per stride case so each one vectorizes. */
+#define BINARY_LOOP(name, sfx, T, TO)                                                          \
+  static void name##_bin_##sfx(int64_t n, const void *pa, int64_t sa, const void *pb, int64_t sb, \
+                               void *po) {                                                     \
+    const T *a = pa, *b = pb;                                                                  \
+    TO *o = po;                                                                                \
+    if (sa && sb) {                                                                            \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                         \
+    } else if (sb) {                                                                           \
+      const T x = a[0];                                                                        \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(x, b[i]);                            \
+    } else if (sa) {                                                                           \
+      const T y = b[0];                                                                        \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], y);                            \
+    } else {                                                                                   \
+      const TO v = name##_##sfx(a[0], b[0]);                                                   \
+      for (int64_t i = 0; i < n; i++) o[i] = v;                                                \
+    }                                                                                          \
+  }
+#define BINARY_FLOAT(name) BINARY_LOOP(name, f32, float, float) BINARY_LOOP(name, f64, double, double)
+#define BINARY_NUM(name) \
+  BINARY_FLOAT(name) BINARY_LOOP(name, i32, int32_t, int32_t) BINARY_LOOP(name, i64, int64_t, int64_t)
+#define BINARY_CMP(name)                                                                  \
+  BINARY_LOOP(name, f32, float, uint8_t) BINARY_LOOP(name, f64, double, uint8_t)          \
+  BINARY_LOOP(name, i32, int32_t, uint8_t) BINARY_LOOP(name, i64, int64_t, uint8_t)
+
+BINARY_NUM(add)
+BINARY_NUM(sub)
+BINARY_NUM(mul)
+BINARY_NUM(div)
+BINARY_NUM(pow)
+BINARY_NUM(sqdiff)
+BINARY_NUM(maximum)
+BINARY_NUM(minimum)
+BINARY_CMP(less)
+BINARY_CMP(less_equal)
+BINARY_CMP(greater)
+BINARY_CMP(greater_equal)
+BINARY_CMP(equal)
+BINARY_CMP(not_equal)
+BINARY_LOOP(equal, b, uint8_t, uint8_t)
+BINARY_LOOP(not_equal, b, uint8_t, uint8_t)
+BINARY_LOOP(logical_and, b, uint8_t, uint8_t)
+BINARY_LOOP(logical_or, b, uint8_t, uint8_t)
+
+/* ---- integer input checks --------------------------------------------------------- */
+
+/* True when any element of int tensor x satisfies bad(v). */
+static bool any_int(const nb_tensor *x, bool (*bad)(int64_t)) {
+  for (int64_t i = 0; i < x->size; i++) {
+    int64_t v = x->dtype == NB_I32 ? ((const int32_t *)nb_tdata(x))[i] : ((const int64_t *)nb_tdata(x))[i];
+    if (bad(v)) return true;
+  }
+  return false;
+}
+static bool is_zero(int64_t v) { return v == 0; }
+static bool is_negative(int64_t v) { return v < 0; }
+
+static nb_code check_int_div(nb_kargs *k) {
+  if (!(NB_M(k->in[1]->dtype) & NB_M_INT) || !any_int(k->in[1], is_zero)) return NB_OK;
+  return nb_kfail(k, NB_INVALID, "Integer division by zero");
+}
+
+static nb_code check_int_pow(nb_kargs *k) {
+  if (!(NB_M(k->in[1]->dtype) & NB_M_INT) || !any_int(k->in[1], is_negative)) return NB_OK;
+  return nb_kfail(k, NB_INVALID, "Integers to negative integer powers are not allowed");
+}
+
+/* ---- infer and kernels ------------------------------------------------------------ */
+
+static unsigned impl_mask(const void *const *fns) {
+  unsigned m = 0;
+  for (int t = 0; t <= NB_BOOL; t++)
+    if (fns[t]) m |= NB_M(t);
+  return m;
+}
+
+static nb_code unary_infer(nb_kargs *k) {
+  const unary_impl *u = k->def->impl;
+  nb_code code = nb_kcheck_dtype(k, 0, impl_mask((const void *const *)u->fn));
+  if (code) return code;
+  nb_meta_like(&k->out[0], k->in[0]);
+  return NB_OK;
+}
+
+typedef struct unary_job {
+  unary_fn fn;
+  const char *x;
+  char *y;
+  size_t esz;
+} unary_job;
+
+static void unary_range(void *arg, int64_t lo, int64_t hi) {
+  const unary_job *j = arg;
+  j->fn(j->x + (size_t)lo * j->esz, j->y + (size_t)lo * j->esz, hi - lo);
+}
+
+static nb_code unary_kernel(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  const unary_impl *u = k->def->impl;
+  unary_job j = {u->fn[x->dtype], nb_tdata(x), nb_tdata(k->res[0]), nb_dtype_size(x->dtype)};
+  nb_parallel_range(nb_kthreads(k, x->size), x->size, unary_range, &j);
+  return NB_OK;
+}
+
+static nb_code broadcast_out(nb_kargs *k, int nin, const int *ins, nb_dtype t) {
+  nb_meta *m = &k->out[0];
+  m->rank = k->in[ins[0]]->rank;
+  memcpy(m->shape, k->in[ins[0]]->shape, sizeof m->shape);
+  for (int i = 1; i < nin; i++) {
+    const nb_tensor *x = k->in[ins[i]];
+    int64_t s[NB_MAX_RANK];
+    int r;
+    if (!nb_broadcast_shape(m->rank, m->shape, x->rank, x->shape, &r, s))
+      return nb_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nb_sstr(m->rank, m->shape),
+                      nb_tstr(x));
+    m->rank = r;
+    memcpy(m->shape, s, sizeof s);
+  }
+  m->dtype = t;
+  return NB_OK;
+}
+
+static nb_code binary_infer(nb_kargs *k) {
+  const binary_impl *b = k->def->impl;
+  nb_code code = nb_kcheck_dtype(k, 0, impl_mask((const void *const *)b->fn));
+  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
+  if (code) return code;
+  static const int ins[2] = {0, 1};
+  return broadcast_out(k, 2, ins, b->to_bool ? NB_BOOL : k->in[0]->dtype);
+}
+
+/* Iteration over a broadcast plan: one range = rows (rank > 1) or elements (rank 1). */
+typedef struct bcast_job {
+  const nb_bcast *plan;
+  const char *in[NB_BCAST_MAX_IN];
+  size_t in_esz[NB_BCAST_MAX_IN];
+  char *out;
+  size_t out_esz;
+  binary_fn bfn;
+  void (*row)(const struct bcast_job *j, int64_t n, const char *const *in, const int64_t *st, char *out);
+} bcast_job;
+
+static void bcast_range(void *arg, int64_t lo, int64_t hi) {
+  const bcast_job *j = arg;
+  const nb_bcast *p = j->plan;
+  int last = p->rank - 1, nin = p->nin;
+  int64_t st[NB_BCAST_MAX_IN], off[NB_BCAST_MAX_IN];
+  const char *in[NB_BCAST_MAX_IN];
+  for (int i = 0; i < nin; i++) st[i] = p->strides[i][last];
+  if (p->rank == 1) {
+    for (int i = 0; i < nin; i++) in[i] = j->in[i] + (size_t)(lo * st[i]) * j->in_esz[i];
+    j->row(j, hi - lo, in, st, j->out + (size_t)lo * j->out_esz);
+    return;
+  }
+  int64_t inner = p->dims[last];
+  for (int64_t r = lo; r < hi; r++) {
+    nb_bcast_row(p, r, off);
+    for (int i = 0; i < nin; i++) in[i] = j->in[i] + (size_t)off[i] * j->in_esz[i];
+    j->row(j, inner, in, st, j->out + (size_t)(r * inner) * j->out_esz);
+  }
+}
+
+static void run_bcast(nb_kargs *k, bcast_job *j, int nin, const int *ins) {
+  nb_bcast *plan = (nb_bcast *)k->scratch;
+  const nb_tensor *xs[NB_BCAST_MAX_IN];
+  for (int i = 0; i < nin; i++) xs[i] = k->in[ins[i]];
+  nb_bcast_plan(plan, nin, xs, k->out[0].rank, k->out[0].shape);
+  j->plan = plan;
+  for (int i = 0; i < nin; i++) {
+    j->in[i] = nb_tdata(xs[i]);
+    j->in_esz[i] = nb_dtype_size(xs[i]->dtype);
+  }
+  j->out = nb_tdata(k->res[0]);
+  j->out_esz = nb_dtype_size(k->res[0]->dtype);
+  int64_t total = k->res[0]->size;
+  if (total == 0) return;
+  int64_t units = plan->rank == 1 ? total : plan->outer;
+  nb_parallel_range(nb_kthreads(k, total), units, bcast_range, j);
+}
+
+static void binary_row(const bcast_job *j, int64_t n, const char *const *in, const int64_t *st, char *out) {
+  j->bfn(n, in[0], st[0], in[1], st[1], out);
+}
+
+static nb_code binary_kernel(nb_kargs *k) {
+  const binary_impl *b = k->def->impl;
+  if (b->check) {
+    nb_code code = b->check(k);
+    if (code) return code;
+  }
+  static const int ins[2] = {0, 1};
+  bcast_job j = {.bfn = b->fn[k->in[0]->dtype], .row = binary_row};
+  run_bcast(k, &j, 2, ins);
+  return NB_OK;
+}
+
+/* SelectV2(condition, t, e): all three broadcast. */
+static nb_code select_infer(nb_kargs *k) {
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M(NB_BOOL));
+  if (!code) code = nb_kcheck_same_dtype(k, 1, 2);
+  if (code) return code;
+  static const int ins[3] = {0, 1, 2};
+  return broadcast_out(k, 3, ins, k->in[1]->dtype);
+}
+
+static void select_row(const bcast_job *j, int64_t n, const char *const *in, const int64_t *st, char *out) {
+  const uint8_t *c = (const uint8_t *)in[0];
+  size_t esz = j->out_esz;
+  for (int64_t i = 0; i < n; i++) {
+    const char *src = c[i * st[0]] ? in[1] + (size_t)(i * st[1]) * esz : in[2] + (size_t)(i * st[2]) * esz;
+    memcpy(out + (size_t)i * esz, src, esz);
+  }
+}
+
+static nb_code select_kernel(nb_kargs *k) {
+  static const int ins[3] = {0, 1, 2};
+  bcast_job j = {.row = select_row};
+  run_bcast(k, &j, 3, ins);
+  return NB_OK;
+}
+
+/* ---- Cast ------------------------------------------------------------------------- */
+
+/* Float to int saturates and maps NaN to 0 (C leaves out-of-range conversion undefined). */
+#define SAT(T, MIN, MAX)                                                   \
+  static inline T sat_##T(double v) {                                      \
+    return v != v ? 0 : v <= (double)(MIN) ? (MIN) : v >= (double)(MAX) ? (MAX) : (T)v; \
+  }
+SAT(int32_t, INT32_MIN, INT32_MAX)
+SAT(int64_t, INT64_MIN, INT64_MAX)
+
+static void cast_elems(nb_dtype from, const void *src, nb_dtype to, void *dst, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) {
+    double v = 0;
+    int64_t iv = 0;
+    bool is_int = from == NB_I32 || from == NB_I64 || from == NB_BOOL;
+    switch (from) {
+      case NB_F32: v = ((const float *)src)[i]; break;
+      case NB_F64: v = ((const double *)src)[i]; break;
+      case NB_I32: iv = ((const int32_t *)src)[i]; break;
+      case NB_I64: iv = ((const int64_t *)src)[i]; break;
+      case NB_BOOL: iv = ((const uint8_t *)src)[i]; break;
+    }
+    switch (to) {
+      case NB_F32: ((float *)dst)[i] = is_int ? (float)iv : (float)v; break;
+      case NB_F64: ((double *)dst)[i] = is_int ? (double)iv : v; break;
+      case NB_I32: ((int32_t *)dst)[i] = is_int ? (int32_t)(uint32_t)iv : sat_int32_t(v); break;
+      case NB_I64: ((int64_t *)dst)[i] = is_int ? iv : sat_int64_t(v); break;
+      case NB_BOOL: ((uint8_t *)dst)[i] = is_int ? iv != 0 : v != 0; break;
+    }
+  }
+}
+
+typedef struct cast_job {
+  nb_dtype from, to;
+  const void *src;
+  void *dst;
+} cast_job;
+
+static void cast_range(void *arg, int64_t lo, int64_t hi) {
+  const cast_job *j = arg;
+  cast_elems(j->from, j->src, j->to, j->dst, lo, hi);
+}
+
+enum { CAST_SRCT, CAST_DSTT, CAST_TRUNCATE };
+
+static nb_code cast_infer(nb_kargs *k) {
+  nb_dtype to = k->attr[CAST_DSTT].type;
+  if ((unsigned)to > NB_BOOL) return nb_kfail(k, NB_DTYPE, "invalid DstT %d", (int)to);
+  k->out[0].dtype = to;
+  k->out[0].rank = k->in[0]->rank;
+  memcpy(k->out[0].shape, k->in[0]->shape, sizeof k->out[0].shape);
+  return NB_OK;
+}
+
+static nb_code cast_kernel(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  if (x->dtype == k->res[0]->dtype) {
+    memcpy(nb_tdata(k->res[0]), nb_tdata(x), (size_t)x->size * nb_dtype_size(x->dtype));
+    return NB_OK;
+  }
+  cast_job j = {x->dtype, k->res[0]->dtype, nb_tdata(x), nb_tdata(k->res[0])};
+  nb_parallel_range(nb_kthreads(k, x->size), x->size, cast_range, &j);
+  return NB_OK;
+}
+
+/* ---- AddN, Identity ------------------------------------------------------------------ */
+
+static nb_code add_n_infer(nb_kargs *k) {
+  int n = k->nin;
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
+  for (int i = 1; i < n && !code; i++) {
+    code = nb_kcheck_same_dtype(k, 0, i);
+    if (!code && (k->in[i]->rank != k->in[0]->rank ||
+                  memcmp(k->in[i]->shape, k->in[0]->shape, (size_t)k->in[0]->rank * sizeof(int64_t))))
+      code = nb_kfail(k, NB_SHAPE, "inputs must have the same shape: input 0 is %s, input %d is %s",
+                      nb_tstr(k->in[0]), i, nb_tstr(k->in[i]));
+  }
+  if (code) return code;
+  nb_meta_like(&k->out[0], k->in[0]);
+  return NB_OK;
+}
+
+typedef struct add_n_job {
+  const nb_kargs *k;
+  binary_fn add;
+  size_t esz;
+} add_n_job;
+
+/* Sums the inputs pairwise into the output, one cache-sized block at a time. */
+static void add_n_range(void *arg, int64_t lo, int64_t hi) {
+  const add_n_job *j = arg;
+  const nb_kargs *k = j->k;
+  char *out = (char *)nb_tdata(k->res[0]);
+  for (int64_t b = lo; b < hi; b += 4096) {
+    int64_t n = hi - b < 4096 ? hi - b : 4096;
+    size_t off = (size_t)b * j->esz;
+    if (k->nin == 1) memcpy(out + off, (const char *)nb_tdata(k->in[0]) + off, (size_t)n * j->esz);
+    else j->add(n, (const char *)nb_tdata(k->in[0]) + off, 1, (const char *)nb_tdata(k->in[1]) + off, 1, out + off);
+    for (int i = 2; i < k->nin; i++) j->add(n, out + off, 1, (const char *)nb_tdata(k->in[i]) + off, 1, out + off);
+  }
+}
+
+static nb_code add_n_kernel(nb_kargs *k) {
+  static const binary_impl add = {{FLOAT_TABLE(add, bin), INT_TABLE(add, bin)}, false, NULL};
+  add_n_job j = {k, add.fn[k->in[0]->dtype], nb_dtype_size(k->in[0]->dtype)};
+  int64_t n = k->res[0]->size;
+  nb_parallel_range(nb_kthreads(k, n * k->nin), n, add_n_range, &j);
+  return NB_OK;
+}
+
+static nb_code same_infer(nb_kargs *k) {
+  nb_meta_like(&k->out[0], k->in[0]);
+  return NB_OK;
+}
+
+/* ---- the table ---------------------------------------------------------------------- */
+
+#define ALL ~0u
+#define X0 1u
+#define X1 2u
+#define Y0 1u
+
+#define UNARY(NAME, IMPL, GIN, GOUT)                                                        \
+  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, \
+   .infer = unary_infer, .kernel = unary_kernel, .impl = &(const unary_impl)IMPL}
+#define BINARY(NAME, FNS, TO_BOOL, CHECK, GIN)                                                     \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .infer = binary_infer,    \
+   .kernel = binary_kernel, .impl = &(const binary_impl){{FNS}, TO_BOOL, CHECK}}
+#define BINARY_NUM_FNS(name) FLOAT_TABLE(name, bin), INT_TABLE(name, bin)
+#define BINARY_CMP_FNS(name) BINARY_NUM_FNS(name), [NB_BOOL] = name##_bin_b
+
+enum {
+  OP_NEG, OP_EXP, OP_LOG, OP_LOG1P, OP_SQRT, OP_RSQRT, OP_RECIPROCAL, OP_SQUARE, OP_ABS,
+  OP_SIGN, OP_TANH, OP_SIGMOID, OP_RELU, OP_ELU, OP_SOFTPLUS, OP_SIN, OP_COS, OP_LOGICAL_NOT,
+  OP_ADDV2, OP_ADD, OP_SUB, OP_MUL, OP_REALDIV, OP_POW, OP_SQDIFF, OP_MAXIMUM, OP_MINIMUM,
+  OP_LESS, OP_LESS_EQUAL, OP_GREATER, OP_GREATER_EQUAL, OP_EQUAL, OP_NOT_EQUAL,
+  OP_LOGICAL_AND, OP_LOGICAL_OR, OP_SELECT, OP_CAST, OP_ADD_N, OP_IDENTITY, OP_STOP_GRADIENT,
+  OP_COUNT
+};
+
+static nb_op_def math_ops[OP_COUNT] = {
+    /* gradients of y = f(x) read x, y, or neither: TF's choices, so a tape keeps only those */
+    [OP_NEG] = UNARY("Neg", UNARY_NUM_IMPL(neg), 0, 0),
+    [OP_EXP] = UNARY("Exp", UNARY_FLOAT_IMPL(exp), 0, Y0),
+    [OP_LOG] = UNARY("Log", UNARY_FLOAT_IMPL(log), X0, 0),
+    [OP_LOG1P] = UNARY("Log1p", UNARY_FLOAT_IMPL(log1p), X0, 0),
+    [OP_SQRT] = UNARY("Sqrt", UNARY_FLOAT_IMPL(sqrt), 0, Y0),
+    [OP_RSQRT] = UNARY("Rsqrt", UNARY_FLOAT_IMPL(rsqrt), 0, Y0),
+    [OP_RECIPROCAL] = UNARY("Reciprocal", UNARY_FLOAT_IMPL(reciprocal), 0, Y0),
+    [OP_SQUARE] = UNARY("Square", UNARY_NUM_IMPL(square), X0, 0),
+    [OP_ABS] = UNARY("Abs", UNARY_NUM_IMPL(abs), X0, 0),
+    [OP_SIGN] = UNARY("Sign", UNARY_NUM_IMPL(sign), 0, 0),
+    [OP_TANH] = UNARY("Tanh", UNARY_FLOAT_IMPL(tanh), 0, Y0),
+    [OP_SIGMOID] = UNARY("Sigmoid", UNARY_FLOAT_IMPL(sigmoid), 0, Y0),
+    [OP_RELU] = UNARY("Relu", UNARY_NUM_IMPL(relu), 0, Y0),
+    [OP_ELU] = UNARY("Elu", UNARY_FLOAT_IMPL(elu), 0, Y0),
+    [OP_SOFTPLUS] = UNARY("Softplus", UNARY_FLOAT_IMPL(softplus), X0, 0),
+    [OP_SIN] = UNARY("Sin", UNARY_FLOAT_IMPL(sin), X0, 0),
+    [OP_COS] = UNARY("Cos", UNARY_FLOAT_IMPL(cos), X0, 0),
+    [OP_LOGICAL_NOT] = UNARY("LogicalNot", {{[NB_BOOL] = logical_not_loop_b}}, 0, 0),
+    /* broadcasting gradients read both input shapes, so a tape keeps the inputs */
+    [OP_ADDV2] = BINARY("AddV2", BINARY_NUM_FNS(add), false, NULL, X0 | X1),
+    [OP_ADD] = BINARY("Add", BINARY_NUM_FNS(add), false, NULL, X0 | X1),
+    [OP_SUB] = BINARY("Sub", BINARY_NUM_FNS(sub), false, NULL, X0 | X1),
+    [OP_MUL] = BINARY("Mul", BINARY_NUM_FNS(mul), false, NULL, X0 | X1),
+    [OP_REALDIV] = BINARY("RealDiv", BINARY_NUM_FNS(div), false, check_int_div, X0 | X1),
+    [OP_POW] = BINARY("Pow", BINARY_NUM_FNS(pow), false, check_int_pow, X0 | X1),
+    [OP_SQDIFF] = BINARY("SquaredDifference", BINARY_NUM_FNS(sqdiff), false, NULL, X0 | X1),
+    [OP_MAXIMUM] = BINARY("Maximum", BINARY_NUM_FNS(maximum), false, NULL, X0 | X1),
+    [OP_MINIMUM] = BINARY("Minimum", BINARY_NUM_FNS(minimum), false, NULL, X0 | X1),
+    [OP_LESS] = BINARY("Less", BINARY_NUM_FNS(less), true, NULL, 0),
+    [OP_LESS_EQUAL] = BINARY("LessEqual", BINARY_NUM_FNS(less_equal), true, NULL, 0),
+    [OP_GREATER] = BINARY("Greater", BINARY_NUM_FNS(greater), true, NULL, 0),
+    [OP_GREATER_EQUAL] = BINARY("GreaterEqual", BINARY_NUM_FNS(greater_equal), true, NULL, 0),
+    [OP_EQUAL] = BINARY("Equal", BINARY_CMP_FNS(equal), true, NULL, 0),
+    [OP_NOT_EQUAL] = BINARY("NotEqual", BINARY_CMP_FNS(not_equal), true, NULL, 0),
+    [OP_LOGICAL_AND] = BINARY("LogicalAnd", [NB_BOOL] = logical_and_bin_b, true, NULL, 0),
+    [OP_LOGICAL_OR] = BINARY("LogicalOr", [NB_BOOL] = logical_or_bin_b, true, NULL, 0),
+    [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1, .grad_inputs = 1u | 2u | 4u,
+     .infer = select_infer, .kernel = select_kernel},
+    [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3,
+     .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = NB_F32}, false},
+               {"DstT", NB_ATTR_TYPE, {.type = NB_F32}, true},
+               {"Truncate", NB_ATTR_BOOL, {.b = false}, false}},
+     .infer = cast_infer, .kernel = cast_kernel},
+    [OP_ADD_N] = {.name = "AddN", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 1,
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .infer = add_n_infer, .kernel = add_n_kernel},
+    [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .infer = same_infer},
+    [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .infer = same_infer},
+};
+
+nb_op_family nb_math_family(void) {
+  return (nb_op_family){math_ops, OP_COUNT};
+}
+
+/* ---- wrappers ----------------------------------------------------------------------- */
+
+
+#define WRAP1(fn, OP) \
+  nb_tensor *fn(nb_ctx *c, nb_tensor *x) { return nb_call(c, &math_ops[OP], &x, 1, NULL); }
+#define WRAP2(fn, OP)                                      \
+  nb_tensor *fn(nb_ctx *c, nb_tensor *a, nb_tensor *b) {   \
+    nb_tensor *in[2] = {a, b};                             \
+    return nb_call(c, &math_ops[OP], in, 2, NULL);         \
+  }
+
+WRAP1(nb_neg, OP_NEG)
+WRAP1(nb_exp, OP_EXP)
+WRAP1(nb_log, OP_LOG)
+WRAP1(nb_log1p, OP_LOG1P)
+WRAP1(nb_sqrt, OP_SQRT)
+WRAP1(nb_rsqrt, OP_RSQRT)
+WRAP1(nb_reciprocal, OP_RECIPROCAL)
+WRAP1(nb_square, OP_SQUARE)
+WRAP1(nb_abs, OP_ABS)
+WRAP1(nb_sign, OP_SIGN)
+WRAP1(nb_tanh, OP_TANH)
+WRAP1(nb_sigmoid, OP_SIGMOID)
+WRAP1(nb_relu, OP_RELU)
+WRAP1(nb_elu, OP_ELU)
+WRAP1(nb_softplus, OP_SOFTPLUS)
+WRAP1(nb_sin, OP_SIN)
+WRAP1(nb_cos, OP_COS)
+WRAP1(nb_logical_not, OP_LOGICAL_NOT)
+WRAP1(nb_identity, OP_IDENTITY)
+WRAP1(nb_stop_gradient, OP_STOP_GRADIENT)
+WRAP2(nb_add, OP_ADDV2)
+WRAP2(nb_sub, OP_SUB)
+WRAP2(nb_mul, OP_MUL)
+WRAP2(nb_real_div, OP_REALDIV)
+WRAP2(nb_pow, OP_POW)
+WRAP2(nb_squared_difference, OP_SQDIFF)
+WRAP2(nb_maximum, OP_MAXIMUM)
+WRAP2(nb_minimum, OP_MINIMUM)
+WRAP2(nb_less, OP_LESS)
+WRAP2(nb_less_equal, OP_LESS_EQUAL)
+WRAP2(nb_greater, OP_GREATER)
+WRAP2(nb_greater_equal, OP_GREATER_EQUAL)
+WRAP2(nb_equal, OP_EQUAL)
+WRAP2(nb_not_equal, OP_NOT_EQUAL)
+WRAP2(nb_logical_and, OP_LOGICAL_AND)
+WRAP2(nb_logical_or, OP_LOGICAL_OR)
+
+nb_tensor *nb_select(nb_ctx *c, nb_tensor *cond, nb_tensor *t, nb_tensor *e) {
+  nb_tensor *in[3] = {cond, t, e};
+  return nb_call(c, &math_ops[OP_SELECT], in, 3, NULL);
+}
+
+nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to) {
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&math_ops[OP_CAST], a);
+  a[CAST_DSTT].type = to;
+  if (x) a[CAST_SRCT].type = x->dtype;
+  return nb_call(c, &math_ops[OP_CAST], &x, 1, a);
+}
+
+nb_tensor *nb_add_n(nb_ctx *c, nb_tensor *const *xs, int n) {
+  if (nb_live(c) && (n < 1 || !xs)) {
+    nb_fail(c, NB_INVALID, "AddN: needs at least one input, got %d", n);
+    return NULL;
+  }
+  return nb_call(c, &math_ops[OP_ADD_N], xs, n, NULL);
+}

@@ -1,0 +1,133 @@
+/* Internal op definitions: one table entry per TF op type, shared by every mode. */
+#ifndef NB_OP_H
+#define NB_OP_H
+
+#include "../core/core.h"
+
+#define NB_MAX_ATTRS 6
+#define NB_VARIADIC (-1)
+#define NB_SCRATCH_BYTES 1280
+
+/* dtype masks for input checks */
+#define NB_M(t) (1u << (t))
+#define NB_M_FLOAT (NB_M(NB_F32) | NB_M(NB_F64))
+#define NB_M_INT (NB_M(NB_I32) | NB_M(NB_I64))
+#define NB_M_NUM (NB_M_FLOAT | NB_M_INT)
+#define NB_M_ALL (NB_M_NUM | NB_M(NB_BOOL))
+
+/* A resolved attribute value (the kind is the spec's). */
+typedef struct nb_attrval {
+  int64_t i;
+  double f;
+  bool b;
+  const char *s;
+  const int64_t *ints;
+  int n;
+  nb_dtype type;
+} nb_attrval;
+
+typedef struct nb_attr_spec {
+  const char *name;
+  nb_attr_kind kind;
+  nb_attrval def;          /* TF's default */
+  bool required;           /* no default: must be given */
+} nb_attr_spec;
+
+/* Static facts about one output, computed by inference. */
+typedef struct nb_meta {
+  nb_dtype dtype;
+  int rank;
+  int64_t shape[NB_MAX_RANK];
+} nb_meta;
+
+typedef struct nb_op_def nb_op_def;
+
+/* Everything an op's infer and kernel functions see for one call. */
+typedef struct nb_kargs {
+  nb_ctx *ctx;
+  const nb_op_def *def;
+  int nin, nout;
+  nb_tensor *const *in;
+  nb_attrval attr[NB_MAX_ATTRS];
+  nb_meta *out;            /* infer fills out[0..nout) */
+  nb_tensor **res;         /* the kernel writes res[i]'s data (allocated from out[i]) */
+  int threads;
+  /* State infer hands to the kernel (a broadcast plan, a reduction plan, ...). */
+  _Alignas(16) unsigned char scratch[NB_SCRATCH_BYTES];
+} nb_kargs;
+
+struct nb_op_def {
+  const char *name;        /* TF's op type */
+  int8_t nin;              /* fixed inputs (those after the list when variadic) */
+  bool variadic;           /* inputs begin with a list of N >= 1 tensors (attr "N") */
+  int8_t nout;             /* NB_VARIADIC: infer sets k->nout's metas from attrs */
+  int8_t alias;            /* output 0 shares the buffer of this input (a view); -1 none */
+  int8_t t_input;          /* the input whose dtype TF's attr "T" names */
+  uint32_t grad_inputs;    /* bitmask of inputs the gradient function reads */
+  uint32_t grad_outputs;   /* bitmask of outputs the gradient function reads */
+  uint8_t nattrs;
+  nb_attr_spec attrs[NB_MAX_ATTRS];
+  nb_code (*infer)(nb_kargs *k);
+  nb_code (*kernel)(nb_kargs *k);
+  const void *impl;        /* family data: per-dtype loops, a scalar function, ... */
+  int id;                  /* dense index, assigned by the registry */
+};
+
+/* A family file exports its table through one of these. */
+typedef struct nb_op_family {
+  nb_op_def *defs;
+  int n;
+} nb_op_family;
+
+/* registry */
+void nb_registry_init(void);
+const nb_op_def *nb_op_lookup(const char *type);
+int nb_op_count(void);
+const nb_op_def *nb_op_by_id(int id);
+
+/* dispatch: attrs NULL means the defaults */
+nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
+                    const nb_attrval *attrs, nb_tensor **out, int nout);
+nb_tensor *nb_call(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
+                   const nb_attrval *attrs);
+void nb_attr_defaults(const nb_op_def *def, nb_attrval *vals);
+/* Checks a wrapper's own arguments before dispatch (NULL inputs and such). */
+bool nb_live(nb_ctx *c);
+/* A temporary 1-D int tensor for a wrapper's const input; free it after the call. */
+nb_tensor *nb_const_ints(nb_ctx *c, nb_dtype t, const int64_t *v, int n);
+nb_tensor *nb_const_int_list(nb_ctx *c, const int *v, int n);
+
+/* helpers for infer and kernel functions */
+nb_code nb_kfail(nb_kargs *k, nb_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Fails unless input i's dtype is in mask. */
+nb_code nb_kcheck_dtype(nb_kargs *k, int i, unsigned mask);
+/* Fails unless inputs i and j have the same dtype. */
+nb_code nb_kcheck_same_dtype(nb_kargs *k, int i, int j);
+/* Reads the values of int input i (int32 or int64, rank <= max_rank) into v[0..*n). */
+nb_code nb_kints(nb_kargs *k, int i, int max_rank, int64_t *v, int cap, int *n);
+/* Shape string in a rotating thread-local buffer, for messages. */
+const char *nb_sstr(int rank, const int64_t *shape);
+static inline const char *nb_tstr(const nb_tensor *x) { return nb_sstr(x->rank, x->shape); }
+static inline void nb_meta_set(nb_meta *m, nb_dtype t, int rank, const int64_t *shape) {
+  m->dtype = t;
+  m->rank = rank;
+  for (int i = 0; i < rank; i++) m->shape[i] = shape[i];
+}
+static inline void nb_meta_like(nb_meta *m, const nb_tensor *x) {
+  nb_meta_set(m, x->dtype, x->rank, x->shape);
+}
+/* Runs fn(arg, lo, hi) over [0, n) split into nt contiguous ranges (nt 1: one call). */
+typedef void (*nb_range_fn)(void *arg, int64_t lo, int64_t hi);
+void nb_parallel_range(int nt, int64_t n, nb_range_fn fn, void *arg);
+/* Threads worth using for a loop over n elements (1 below the parallel threshold). */
+int nb_kthreads(const nb_kargs *k, int64_t n);
+
+/* families (one file each in src/ops) */
+nb_op_family nb_math_family(void);
+nb_op_family nb_reduce_family(void);
+nb_op_family nb_linalg_family(void);
+nb_op_family nb_array_family(void);
+nb_op_family nb_slicing_family(void);
+
+#endif

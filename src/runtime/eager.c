@@ -1,0 +1,62 @@
+/* The eager context: ops run their kernel at once and return concrete tensors. */
+#include "../ops/op.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Output i as a view of an input's buffer (Reshape, Identity, ...): no copy. */
+static nb_tensor *alias_output(nb_ctx *c, const nb_meta *m, nb_tensor *src) {
+  nb_buffer_retain(src->buf);
+  return nb_handle_new(c, m->dtype, m->rank, m->shape, src->buf);
+}
+
+static void free_outputs(nb_tensor **out, int n) {
+  for (int i = 0; i < n; i++) {
+    nb_tensor_free(out[i]);
+    out[i] = NULL;
+  }
+}
+
+static nb_code eager_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out) {
+  const nb_op_def *def = k->def;
+  for (int i = 0; i < k->nout; i++) {
+    const nb_meta *m = &k->out[i];
+    nb_tensor *src = (i == 0 && def->alias >= 0) ? k->in[def->alias] : NULL;
+    out[i] = src && src->buf ? alias_output(c, m, src) : nb_tensor_alloc(c, m->dtype, m->rank, m->shape);
+    if (!out[i]) {
+      free_outputs(out, i);
+      return c->status;
+    }
+  }
+  nb_code code = def->kernel ? def->kernel(k) : NB_OK;
+  if (code) free_outputs(out, k->nout);
+  return code;
+}
+
+nb_ctx *nb_eager_new(void) {
+  nb_registry_init();
+  nb_ctx *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->execute = eager_execute;
+  c->threads = omp_get_num_procs();
+  return c;
+}
+
+void nb_ctx_free(nb_ctx *c) {
+  if (!c) return;
+  nb_ctx_release_all(c);
+  free(c->metas);
+  free(c);
+}
+
+void nb_ctx_set_threads(nb_ctx *c, int n) {
+  if (!c) return;
+  if (n < 1) {
+    nb_fail(c, NB_INVALID, "nb_ctx_set_threads: thread count %d must be >= 1", n);
+    return;
+  }
+  c->threads = n;
+}
+
+int nb_ctx_threads(const nb_ctx *c) { return c ? c->threads : 0; }
