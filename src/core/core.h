@@ -53,6 +53,7 @@ struct nb_ctx {
   int threads;
   nb_tensor **handles;     /* live handles of every open scope, oldest first */
   uint32_t nhandles, handles_cap;
+  uint32_t holes;          /* upper bound on NULL slots left by nb_tensor_free */
   uint32_t *scopes;        /* scope marks: handle count at nb_scope_begin */
   int nscopes, scopes_cap;
   nb_pool pool;

@@ -137,13 +137,35 @@ static void handle_release(nb_ctx *c, nb_tensor *x) {
   c->pool.free_handles = x;
 }
 
+/* Squeezes out the NULL slots of every scope, moving the scope marks along. */
+static void compact_handles(nb_ctx *c) {
+  uint32_t w = 0;
+  int s = 0;
+  for (uint32_t i = 0; i < c->nhandles; i++) {
+    while (s < c->nscopes && c->scopes[s] == i) c->scopes[s++] = w;
+    nb_tensor *x = c->handles[i];
+    if (x) {
+      x->slot = w;
+      c->handles[w++] = x;
+    }
+  }
+  while (s < c->nscopes) c->scopes[s++] = w;
+  c->nhandles = w;
+  c->holes = 0;
+}
+
 void nb_tensor_free(nb_tensor *x) {
   if (!x || !x->ctx) return;
   nb_ctx *c = x->ctx;
   c->handles[x->slot] = NULL;
-  /* Trim trailing holes so create-then-free loops without scopes stay flat. */
+  /* Trim trailing holes so create-then-free loops without scopes stay flat; holes
+     further down are squeezed out once they are half the list (amortized O(1)). */
   uint32_t floor = c->nscopes ? c->scopes[c->nscopes - 1] : 0;
-  while (c->nhandles > floor && !c->handles[c->nhandles - 1]) c->nhandles--;
+  if (x->slot + 1 == c->nhandles) {
+    while (c->nhandles > floor && !c->handles[c->nhandles - 1]) c->nhandles--;
+  } else if (++c->holes > 64 && c->holes > c->nhandles / 2) {
+    compact_handles(c);
+  }
   handle_release(c, x);
 }
 

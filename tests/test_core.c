@@ -1,0 +1,216 @@
+/* Core: tensors, scopes and flat memory, sticky errors, the generic entry's checks. */
+#include "testutil.h"
+
+#include "../src/core/core.h"
+
+static void test_tensor_basics(void **state) {
+  nb_ctx *c = *state;
+  const double v[6] = {1, 2, 3, 4, 5, 6};
+  for (nb_dtype t = NB_F32; t <= NB_BOOL; t++) {
+    nb_tensor *x = tu_make(c, t, 2, TU_SHAPE(2, 3), v);
+    tu_check_shape(x, t, 2, TU_SHAPE(2, 3));
+    assert_int_equal(nb_num_elements(x), 6);
+    assert_int_equal(nb_item(x, 5), t == NB_BOOL ? 1 : 6);
+    assert_true(isnan(nb_item(x, 6)));
+  }
+  nb_tensor *z = nb_tensor_from(c, NB_I64, 1, TU_SHAPE(4), NULL); /* NULL data: zeros */
+  tu_check(z, NB_I64, 1, TU_SHAPE(4), TU_VALS(0, 0, 0, 0), 0);
+  nb_tensor *s = nb_scalar(c, NB_F64, 2.5);
+  tu_check(s, NB_F64, 0, NULL, TU_VALS(2.5), 0);
+  double out;
+  assert_int_equal(nb_read(s, &out, sizeof out), NB_OK);
+  assert_true(out == 2.5);
+  assert_int_equal(nb_read(s, &out, 4), NB_SHAPE);
+  assert_int_equal(nb_read(NULL, &out, 8), NB_INVALID);
+  assert_int_equal(nb_read(s, NULL, 8), NB_INVALID);
+  /* rank 8 is allowed, 9 is not */
+  const int64_t s8[8] = {1, 2, 1, 2, 1, 2, 1, 2};
+  tu_check_shape(nb_tensor_from(c, NB_F32, 8, s8, NULL), NB_F32, 8, s8);
+  const int64_t s9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  assert_null(nb_tensor_from(c, NB_F32, 9, s9, NULL));
+  tu_check_error(c, NB_SHAPE, "nb_tensor_from: rank 9", "[0, 8]");
+  /* empty tensors are fine */
+  nb_tensor *e = nb_tensor_from(c, NB_F32, 2, TU_SHAPE(0, 5), NULL);
+  assert_int_equal(nb_num_elements(e), 0);
+  assert_int_equal(nb_read(e, NULL, 0), NB_OK);
+  assert_string_equal(nb_dtype_name(NB_I32), "int32");
+  assert_int_equal(nb_dtype_size(NB_BOOL), 1);
+  assert_string_equal(nb_code_name(NB_NO_GRADIENT), "NB_NO_GRADIENT");
+  assert_string_equal(nb_version(), "0.1.0");
+}
+
+static void test_tensor_errors(void **state) {
+  nb_ctx *c = *state;
+  assert_null(nb_tensor_from(c, NB_F32, 2, TU_SHAPE(2, -1), NULL));
+  tu_check_error(c, NB_SHAPE, "invalid shape [2,-1]", NULL);
+  assert_null(nb_tensor_from(c, NB_F32, 3, TU_SHAPE(1LL << 40, 1LL << 40, 1 << 10), NULL));
+  tu_check_error(c, NB_SHAPE, "too large", NULL);
+  assert_null(nb_tensor_from(c, (nb_dtype)9, 0, NULL, NULL));
+  tu_check_error(c, NB_DTYPE, "invalid dtype 9", NULL);
+  assert_null(nb_tensor_from(c, NB_F32, 2, NULL, NULL));
+  tu_check_error(c, NB_SHAPE, "with a shape", NULL);
+  assert_null(nb_scalar(c, NB_I32, NAN));
+  tu_check_error(c, NB_INVALID, "not representable as int32", NULL);
+  /* NULL contexts and tensors never crash */
+  assert_null(nb_tensor_from(NULL, NB_F32, 0, NULL, NULL));
+  assert_null(nb_add(NULL, NULL, NULL));
+  assert_int_equal(nb_status(NULL), NB_INVALID);
+  assert_int_equal(nb_rank(NULL), -1);
+  assert_null(nb_shape(NULL));
+  nb_tensor_free(NULL);
+  nb_ctx_free(NULL);
+  nb_scope_begin(NULL);
+  nb_scope_end(NULL, NULL, 0);
+  nb_ctx_set_threads(c, 0);
+  tu_check_error(c, NB_INVALID, "thread count 0", NULL);
+}
+
+static void test_sticky_status(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *a = tu_make(c, NB_F32, 1, TU_SHAPE(2), TU_VALS(1, 2));
+  nb_tensor *b = tu_make(c, NB_F32, 1, TU_SHAPE(3), TU_VALS(1, 2, 3));
+  nb_tensor *bad = nb_add(c, a, b);
+  /* later calls do nothing and keep the first message */
+  nb_tensor *later = nb_mul(c, nb_exp(c, bad), a);
+  assert_null(bad);
+  assert_null(later);
+  assert_null(nb_exp(c, a));
+  assert_null(nb_tensor_from(c, NB_F32, 0, NULL, NULL));
+  tu_check_error(c, NB_SHAPE, "AddV2: Incompatible shapes: [2] vs. [3]", NULL);
+  assert_string_equal(nb_error(c), "");
+  assert_non_null(nb_exp(c, a));
+  /* a NULL input names the op and the position */
+  assert_null(nb_mul(c, a, NULL));
+  tu_check_error(c, NB_INVALID, "Mul: input 1 is NULL", NULL);
+}
+
+static void test_generic_errors(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *a = tu_make(c, NB_F32, 1, TU_SHAPE(2), TU_VALS(1, 2));
+  nb_tensor *in[3] = {a, a, a};
+  nb_tensor *out[2];
+  assert_int_equal(nb_op(c, "NoSuchOp", in, 1, NULL, 0, out, 1), NB_NOT_FOUND);
+  tu_check_error(c, NB_NOT_FOUND, "Op type not registered 'NoSuchOp'", NULL);
+  assert_int_equal(nb_op(c, NULL, in, 1, NULL, 0, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "op type is NULL", NULL);
+  assert_int_equal(nb_op(c, "AddV2", in, 3, NULL, 0, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "AddV2: expected 2 inputs, got 3", NULL);
+  assert_int_equal(nb_op(c, "Tanh", in, 1, NULL, 0, out, 2), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Tanh: has 1 outputs, caller asked for 2", NULL);
+  assert_int_equal(nb_op(c, "Tanh", in, 1, NULL, 0, NULL, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Tanh: outputs array is NULL", NULL);
+  assert_int_equal(nb_op(c, "Tanh", NULL, 1, NULL, 0, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Tanh: inputs array is NULL", NULL);
+  nb_attr bogus = nb_attr_int("bogus", 1);
+  assert_int_equal(nb_op(c, "Tanh", in, 1, &bogus, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Tanh: unknown attr 'bogus'", NULL);
+  nb_attr wrong_kind = nb_attr_int("DstT", 1);
+  assert_int_equal(nb_op(c, "Cast", in, 1, &wrong_kind, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Cast: attr 'DstT' has the wrong kind", NULL);
+  nb_attr t_int = nb_attr_int("T", 1);
+  assert_int_equal(nb_op(c, "Tanh", in, 1, &t_int, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "attr 'T' must be a type", NULL);
+  nb_attr unnamed = nb_attr_int(NULL, 1);
+  assert_int_equal(nb_op(c, "Tanh", in, 1, &unnamed, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "attr 0 has no name", NULL);
+  assert_int_equal(nb_op(c, "Tanh", in, 1, NULL, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "attrs array is NULL", NULL);
+  assert_int_equal(nb_op(NULL, "Tanh", in, 1, NULL, 0, out, 1), NB_INVALID);
+}
+
+/* Builds a few temporaries per iteration inside a scope and checks nothing grows. */
+static void test_scope_flat_memory(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *w = tu_make(c, NB_F32, 2, TU_SHAPE(4, 8), NULL);
+  nb_tensor *acc = nb_scalar(c, NB_F32, 0);
+  uint32_t handles_before = c->nhandles;
+  size_t cached = 0;
+  const void *seen[8];
+  int nseen = 0;
+  for (int it = 0; it < 20000; it++) {
+    nb_scope_begin(c);
+    nb_tensor *y = nb_tanh(c, nb_add(c, nb_mul(c, w, nb_scalar(c, NB_F32, 0.5)), w));
+    nb_tensor *next = nb_add(c, acc, nb_scalar(c, NB_F32, 1));
+    if (it == 1) cached = c->pool.cached_bytes;
+    /* buffers come back from the pool: y cycles through a few blocks, never new ones */
+    int k = 0;
+    while (k < nseen && seen[k] != nb_data(y)) k++;
+    if (k == nseen) {
+      assert_true(nseen < 4);
+      seen[nseen++] = nb_data(y);
+    }
+    nb_scope_end(c, &next, 1);
+    nb_tensor_free(acc); /* the previous accumulator: early release */
+    acc = next;
+  }
+  assert_int_equal(nb_status(c), NB_OK);
+  assert_true(c->nhandles <= handles_before + 130); /* holes are squeezed out in batches */
+  assert_true(c->handles_cap <= 512);
+  assert_true(c->pool.cached_bytes <= cached + 4096);
+  assert_true(nb_item(acc, 0) == 20000);
+}
+
+static void test_scope_nesting(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *outer = nb_scalar(c, NB_F64, 1);
+  nb_scope_begin(c);
+  nb_tensor *a = nb_scalar(c, NB_F64, 2);
+  nb_scope_begin(c);
+  nb_tensor *b = nb_add(c, a, outer);
+  nb_tensor *dropped = nb_mul(c, b, b);
+  (void)dropped;
+  nb_tensor *keep[3] = {b, NULL, outer}; /* NULL and outer-scope entries are ignored */
+  nb_scope_end(c, keep, 3);
+  nb_scope_end(c, &b, 1);
+  tu_check(b, NB_F64, 0, NULL, TU_VALS(3), 0);
+  tu_check(outer, NB_F64, 0, NULL, TU_VALS(1), 0);
+  nb_scope_end(c, NULL, 0);
+  tu_check_error(c, NB_INVALID, "nb_scope_end without a matching nb_scope_begin", NULL);
+  /* freeing early inside a scope then ending it does not double free */
+  nb_scope_begin(c);
+  nb_tensor *t = nb_scalar(c, NB_F32, 1);
+  nb_tensor *u = nb_scalar(c, NB_F32, 2);
+  nb_tensor_free(t);
+  nb_scope_end(c, &u, 1);
+  tu_check(u, NB_F32, 0, NULL, TU_VALS(2), 0);
+}
+
+/* Views keep their buffer alive after the source handle is freed. */
+static void test_views_refcount(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_I32, 1, TU_SHAPE(3), TU_VALS(7, 8, 9));
+  nb_tensor *v = nb_identity(c, x);
+  nb_tensor_free(x);
+  nb_scope_begin(c);
+  nb_tensor *tmp = nb_scalar(c, NB_I32, 0); /* may reuse pooled memory: must not be v's */
+  (void)tmp;
+  nb_scope_end(c, NULL, 0);
+  tu_check(v, NB_I32, 1, TU_SHAPE(3), TU_VALS(7, 8, 9), 0);
+}
+
+/* A tensor from one context can be an input in another. */
+static void test_cross_context(void **state) {
+  nb_ctx *c = *state;
+  nb_ctx *d = nb_eager_new();
+  nb_tensor *x = tu_make(c, NB_F32, 1, TU_SHAPE(2), TU_VALS(1, 2));
+  nb_tensor *y = nb_identity(d, x);
+  nb_tensor *z = nb_add(d, y, x);
+  nb_tensor_free(x);
+  tu_check(z, NB_F32, 1, TU_SHAPE(2), TU_VALS(2, 4), 0);
+  tu_check(y, NB_F32, 1, TU_SHAPE(2), TU_VALS(1, 2), 0);
+  nb_ctx_free(d);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_tensor_basics, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_tensor_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_sticky_status, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_generic_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_scope_flat_memory, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_scope_nesting, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_views_refcount, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_cross_context, tu_setup, tu_teardown),
+  };
+  return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}
