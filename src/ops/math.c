@@ -171,14 +171,15 @@ static inline int64_t pow_i64(int64_t x, int64_t y) {
   static inline uint8_t name##_f32(float x, float y) { return x op y; }           \
   static inline uint8_t name##_f64(double x, double y) { return x op y; }         \
   static inline uint8_t name##_i32(int32_t x, int32_t y) { return x op y; }       \
-  static inline uint8_t name##_i64(int64_t x, int64_t y) { return x op y; }       \
-  static inline uint8_t name##_b(uint8_t x, uint8_t y) { return x op y; }
+  static inline uint8_t name##_i64(int64_t x, int64_t y) { return x op y; }
 CMP_FN(less, <)
 CMP_FN(less_equal, <=)
 CMP_FN(greater, >)
 CMP_FN(greater_equal, >=)
 CMP_FN(equal, ==)
 CMP_FN(not_equal, !=)
+static inline uint8_t equal_b(uint8_t x, uint8_t y) { return x == y; }
+static inline uint8_t not_equal_b(uint8_t x, uint8_t y) { return x != y; }
 static inline uint8_t logical_and_b(uint8_t x, uint8_t y) { return x && y; }
 static inline uint8_t logical_or_b(uint8_t x, uint8_t y) { return x || y; }
 
