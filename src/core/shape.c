@@ -10,15 +10,22 @@ int64_t nb_shape_size(int rank, const int64_t *shape) {
   return n;
 }
 
-/* Size with overflow and negative-dim checks, for shapes that come from users. */
+/* Size with overflow and negative-dim checks, for shapes that come from users. The
+   product of the nonzero dims must fit too: ops that reorder or slice dims multiply
+   subsets of them even when the whole tensor is empty. */
 bool nb_shape_checked_size(int rank, const int64_t *shape, int64_t *size) {
-  int64_t n = 1;
+  int64_t nonzero = 1;
+  bool empty = false;
   for (int i = 0; i < rank; i++) {
     if (shape[i] < 0) return false;
-    if (shape[i] != 0 && n > INT64_MAX / 16 / shape[i]) return false;
-    n *= shape[i];
+    if (shape[i] == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonzero > INT64_MAX / 16 / shape[i]) return false;
+    nonzero *= shape[i];
   }
-  *size = n;
+  *size = empty ? 0 : nonzero;
   return true;
 }
 

@@ -13,7 +13,7 @@
 /* TF's type attrs that are inferred from the inputs; nb_op accepts and checks them. */
 static const char *const inferred_type_attrs[] = {
     "T", "Tidx", "Tshape", "Tperm", "Tpaddings", "Tmultiples", "Tparams", "Tindices",
-    "Taxis", "Tnumsegments", "index_type", "SrcT", "Tcond"};
+    "Taxis", "Tnumsegments", "index_type", "SrcT", "Tcond", "Index"};
 
 bool nb_live(nb_ctx *c) { return c && c->status == NB_OK; }
 
@@ -106,7 +106,8 @@ static void attr_store(nb_attrval *v, const nb_attr *a) {
 }
 
 /* An inferred type attr must name the dtype TF would infer: "T" is checked against the
-   op's T input; the index types vary by op and are only required to be int types. */
+   op's T input; the others (index types) must be types; the op's kernel reads the
+   actual dtypes from its inputs, so a wrong index type cannot mislead it. */
 static nb_code check_inferred(nb_ctx *c, const nb_op_def *def, const nb_attr *a,
                               nb_tensor *const *in, int nin) {
   if (a->kind != NB_ATTR_TYPE)
