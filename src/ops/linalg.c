@@ -1,3 +1,255 @@
-/* placeholder until the family lands */
-#include "op.h"
-nb_op_family nb_linalg_family(void) { return (nb_op_family){NULL, 0}; }
+/* Linear algebra: MatMul and BatchMatMulV2, each product one OpenBLAS GEMM on row-major
+   data (a transpose is a GEMM flag, never a copy). BatchMatMulV2's batch dims broadcast
+   through per-dim strides of 0; a batch of small products is split across threads with
+   one single-threaded GEMM each, while a large product uses OpenBLAS's own threads. */
+#include "blas.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <string.h>
+
+/* ---- GEMM ------------------------------------------------------------------------- */
+
+/* OpenBLAS's OpenMP build gives a GEMM as many threads as the calling thread's OpenMP
+   nthreads-var, which openblas_set_num_threads sets for that thread only. Comparing
+   with it (rather than with a process-wide "last set" value) stays right when
+   contexts with different thread counts run on different threads. */
+void nb_blas_set_threads(int n) {
+  if (omp_get_max_threads() != n) openblas_set_num_threads(n);
+}
+
+/* C = beta C, the whole product when k == 0. */
+static void scale_rows(nb_dtype t, int64_t m, int64_t n, double beta, void *c, int64_t ldc) {
+  size_t esz = nb_dtype_size(t);
+  for (int64_t i = 0; i < m; i++) {
+    char *row = (char *)c + (size_t)(i * ldc) * esz;
+    if (beta == 0)
+      memset(row, 0, (size_t)n * esz);
+    else if (t == NB_F32)
+      cblas_sscal((int)n, (float)beta, (float *)row, 1);
+    else
+      cblas_dscal((int)n, beta, (double *)row, 1);
+  }
+}
+
+void nb_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+             int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta != 1) scale_rows(t, m, n, beta, c, ldc);
+    return;
+  }
+  enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+  if (t == NB_F32)
+    cblas_sgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
+                (float)beta, c, (int)ldc);
+  else
+    cblas_dgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb,
+                beta, c, (int)ldc);
+}
+
+/* ---- plans ------------------------------------------------------------------------- */
+
+/* What infer hands the kernel: the product's sizes and how the batch walks the inputs. */
+typedef struct matmul_plan {
+  bool ta, tb;
+  int64_t m, n, k;
+  int brank;                  /* output batch rank */
+  int64_t batch;              /* output matrices */
+  int64_t bdims[NB_MAX_RANK]; /* output batch dims */
+  /* elements to advance x and y by per step of each batch dim; 0 where broadcast */
+  int64_t xstep[NB_MAX_RANK], ystep[NB_MAX_RANK];
+  bool y_shared;              /* every product uses the same y matrix */
+} matmul_plan;
+_Static_assert(sizeof(matmul_plan) <= NB_SCRATCH_BYTES, "matmul_plan must fit the scratch");
+
+/* Attr slots: both ops keep their transpose flags first. grad_* are TF's hints for
+   picking kernels in gradient graphs; they do not change the result. */
+enum { ATTR_TRANSPOSE_X, ATTR_TRANSPOSE_Y, ATTR_GRAD_X, ATTR_GRAD_Y };
+
+static nb_code check_dtypes(nb_kargs *k) {
+  for (int i = 0; i < 2; i++)
+    if (!(NB_M(k->in[i]->dtype) & NB_M_FLOAT))
+      return nb_kfail(k, NB_DTYPE, "input %d has dtype %s; %s supports float32 and float64 here", i,
+                      nb_dtype_name(k->in[i]->dtype), k->def->name);
+  return nb_kcheck_same_dtype(k, 0, 1);
+}
+
+/* Elements per matrix in the last two dims of x. */
+static int64_t matrix_size(const nb_tensor *x) {
+  return x->shape[x->rank - 2] * x->shape[x->rank - 1];
+}
+
+/* Sizes of the product and its output meta, once the batch part of p is filled. */
+static nb_code finish_plan(nb_kargs *k, matmul_plan *p) {
+  const nb_tensor *x = k->in[0], *y = k->in[1];
+  p->ta = k->attr[ATTR_TRANSPOSE_X].b;
+  p->tb = k->attr[ATTR_TRANSPOSE_Y].b;
+  int64_t xr = x->shape[x->rank - 2], xc = x->shape[x->rank - 1];
+  int64_t yr = y->shape[y->rank - 2], yc = y->shape[y->rank - 1];
+  p->m = p->ta ? xc : xr;
+  p->k = p->ta ? xr : xc;
+  p->n = p->tb ? yr : yc;
+  if (p->k != (p->tb ? yc : yr))
+    return nb_kfail(k, NB_SHAPE, "Matrix size-incompatible: In[0]: %s, In[1]: %s", nb_tstr(x), nb_tstr(y));
+  if (p->m && p->n && p->k &&
+      (p->m > NB_GEMM_MAX_DIM || p->n > NB_GEMM_MAX_DIM || p->k > NB_GEMM_MAX_DIM))
+    return nb_kfail(k, NB_UNIMPLEMENTED, "matrix dims of In[0]: %s, In[1]: %s exceed the BLAS limit %d",
+                    nb_tstr(x), nb_tstr(y), NB_GEMM_MAX_DIM);
+  nb_meta *o = &k->out[0];
+  o->dtype = x->dtype;
+  o->rank = p->brank + 2;
+  memcpy(o->shape, p->bdims, (size_t)p->brank * sizeof *p->bdims);
+  o->shape[p->brank] = p->m;
+  o->shape[p->brank + 1] = p->n;
+  return NB_OK;
+}
+
+/* Per output batch dim, the element step of input x (rank - 2 batch dims, aligned to the
+   right of the output's brank dims); 0 where x has no such dim or broadcasts it. */
+static void batch_steps(const nb_tensor *x, int brank, int64_t *step) {
+  int xb = x->rank - 2, lead = brank - xb;
+  int64_t stride = matrix_size(x);
+  for (int d = brank - 1; d >= 0; d--) {
+    int xd = d - lead;
+    step[d] = xd >= 0 && x->shape[xd] != 1 ? stride : 0;
+    if (xd >= 0) stride *= x->shape[xd];
+  }
+}
+
+static nb_code matmul_infer(nb_kargs *k) {
+  nb_code code = check_dtypes(k);
+  if (code) return code;
+  for (int i = 0; i < 2; i++)
+    if (k->in[i]->rank != 2)
+      return nb_kfail(k, NB_SHAPE, "In[%d] is not a matrix. Instead it has shape %s", i, nb_tstr(k->in[i]));
+  matmul_plan *p = (matmul_plan *)k->scratch;
+  p->brank = 0;
+  p->batch = 1;
+  p->y_shared = true;
+  return finish_plan(k, p);
+}
+
+static nb_code batch_matmul_infer(nb_kargs *k) {
+  nb_code code = check_dtypes(k);
+  if (code) return code;
+  const nb_tensor *x = k->in[0], *y = k->in[1];
+  for (int i = 0; i < 2; i++)
+    if (k->in[i]->rank < 2)
+      return nb_kfail(k, NB_SHAPE, "In[%d] ndims must be >= 2: %d (shape %s)", i, k->in[i]->rank,
+                      nb_tstr(k->in[i]));
+  matmul_plan *p = (matmul_plan *)k->scratch;
+  if (!nb_broadcast_shape(x->rank - 2, x->shape, y->rank - 2, y->shape, &p->brank, p->bdims))
+    return nb_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s",
+                    nb_tstr(x), nb_tstr(y));
+  p->batch = nb_shape_size(p->brank, p->bdims);
+  batch_steps(x, p->brank, p->xstep);
+  batch_steps(y, p->brank, p->ystep);
+  p->y_shared = nb_shape_size(y->rank - 2, y->shape) == 1;
+  return finish_plan(k, p);
+}
+
+/* ---- kernel ------------------------------------------------------------------------ */
+
+/* Per-GEMM multiply-adds below which OpenBLAS runs one thread anyway (its SMP threshold),
+   so a batch of such products is better split across threads by batch. */
+#define SMALL_GEMM_WORK (1 << 18)
+
+typedef struct matmul_job {
+  const matmul_plan *p;
+  nb_dtype t;
+  size_t esz;
+  const char *x, *y;
+  char *out;
+  int64_t lda, ldb;
+} matmul_job;
+
+/* Products lo..hi-1 of the output batch; an odometer over the batch dims tracks the
+   input offsets so no division happens per product. */
+static void matmul_range(void *arg, int64_t lo, int64_t hi) {
+  const matmul_job *j = arg;
+  const matmul_plan *p = j->p;
+  int64_t idx[NB_MAX_RANK], xo = 0, yo = 0, rest = lo;
+  for (int d = p->brank - 1; d >= 0; d--) {
+    idx[d] = rest % p->bdims[d];
+    rest /= p->bdims[d];
+    xo += idx[d] * p->xstep[d];
+    yo += idx[d] * p->ystep[d];
+  }
+  size_t out_size = (size_t)(p->m * p->n);
+  for (int64_t b = lo; b < hi; b++) {
+    nb_gemm(j->t, p->ta, p->tb, p->m, p->n, p->k, j->x + (size_t)xo * j->esz, j->lda,
+            j->y + (size_t)yo * j->esz, j->ldb, 0, j->out + (size_t)b * out_size * j->esz, p->n);
+    for (int d = p->brank - 1; d >= 0; d--) {
+      xo += p->xstep[d];
+      yo += p->ystep[d];
+      if (++idx[d] < p->bdims[d]) break;
+      xo -= p->xstep[d] * p->bdims[d];
+      yo -= p->ystep[d] * p->bdims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* A multiply-add count for nb_kthreads, clamped so a huge product cannot overflow. */
+static int64_t saturating_work(double w) { return w >= 0x1p62 ? INT64_MAX : (int64_t)w; }
+
+static nb_code matmul_kernel(nb_kargs *k) {
+  const matmul_plan *p = (const matmul_plan *)k->scratch;
+  if (k->res[0]->size == 0) return NB_OK;
+  const nb_tensor *x = k->in[0], *y = k->in[1];
+  matmul_job j = {p, x->dtype, nb_dtype_size(x->dtype), nb_tdata(x), nb_tdata(y), nb_tdata(k->res[0]),
+                  x->shape[x->rank - 1], y->shape[y->rank - 1]};
+  nb_blas_set_threads(k->threads);
+  /* One y for every x matrix, x not transposed: the x batch stacks into one tall GEMM. */
+  if (p->y_shared && !p->ta && p->batch * p->m <= NB_GEMM_MAX_DIM) {
+    nb_gemm(j.t, false, p->tb, p->batch * p->m, p->n, p->k, j.x, j.lda, j.y, j.ldb, 0, j.out, p->n);
+    return NB_OK;
+  }
+  double gemm_work = (double)p->m * (double)p->n * (double)p->k;
+  int nt = 1;
+  if (p->batch >= 2 && gemm_work < SMALL_GEMM_WORK)
+    nt = nb_kthreads(k, saturating_work(gemm_work * (double)p->batch));
+  nb_parallel_range(nt, p->batch, matmul_range, &j);
+  return NB_OK;
+}
+
+/* ---- the table ---------------------------------------------------------------------- */
+
+#define BOOL_ATTR(NAME) {NAME, NB_ATTR_BOOL, {.b = false}, false}
+
+enum { OP_MATMUL, OP_BATCH_MATMUL_V2, OP_COUNT };
+
+static nb_op_def linalg_ops[OP_COUNT] = {
+    /* both gradients multiply the incoming gradient by the other input */
+    [OP_MATMUL] = {.name = "MatMul", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3u, .nattrs = 4,
+                   .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
+                             BOOL_ATTR("grad_b")},
+                   .infer = matmul_infer, .kernel = matmul_kernel},
+    [OP_BATCH_MATMUL_V2] = {.name = "BatchMatMulV2", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3u,
+                            .nattrs = 4,
+                            .attrs = {BOOL_ATTR("adj_x"), BOOL_ATTR("adj_y"), BOOL_ATTR("grad_x"),
+                                      BOOL_ATTR("grad_y")},
+                            .infer = batch_matmul_infer, .kernel = matmul_kernel},
+};
+
+nb_op_family nb_linalg_family(void) { return (nb_op_family){linalg_ops, OP_COUNT}; }
+
+/* ---- wrappers ----------------------------------------------------------------------- */
+
+static nb_tensor *call_product(nb_ctx *c, int op, nb_tensor *x, nb_tensor *y, bool tx, bool ty) {
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&linalg_ops[op], a);
+  a[ATTR_TRANSPOSE_X].b = tx;
+  a[ATTR_TRANSPOSE_Y].b = ty;
+  nb_tensor *in[2] = {x, y};
+  return nb_call(c, &linalg_ops[op], in, 2, a);
+}
+
+nb_tensor *nb_matmul(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb) {
+  return call_product(c, OP_MATMUL, a, b, ta, tb);
+}
+
+nb_tensor *nb_batch_matmul(nb_ctx *c, nb_tensor *x, nb_tensor *y, bool adj_x, bool adj_y) {
+  return call_product(c, OP_BATCH_MATMUL_V2, x, y, adj_x, adj_y);
+}

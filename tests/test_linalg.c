@@ -1,0 +1,472 @@
+/* MatMul and BatchMatMulV2: hand-checked products, every transpose combination, batch
+   broadcasting, empty and K = 0 products, thread-count independence, error paths. */
+#include "testutil.h"
+
+#include <stdlib.h>
+
+static const nb_dtype float_types[2] = {NB_F32, NB_F64};
+
+/* a = [[1,2,3],[4,5,6]], b = [[7,8],[9,10],[11,12]]; a @ b = [[58,64],[139,154]]. */
+#define A_VALS TU_VALS(1, 2, 3, 4, 5, 6)
+#define AT_VALS TU_VALS(1, 4, 2, 5, 3, 6)
+#define B_VALS TU_VALS(7, 8, 9, 10, 11, 12)
+#define BT_VALS TU_VALS(7, 9, 11, 8, 10, 12)
+#define AB_VALS TU_VALS(58, 64, 139, 154)
+
+/* Deterministic values in [-1, 1) (a 64-bit LCG). */
+static void fill_random(double *v, int64_t n, uint64_t seed) {
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    v[i] = (double)(seed >> 11) / 4503599627370496.0 - 1.0;
+  }
+}
+
+/* Any-size tensor from doubles (tu_make caps the size). */
+static nb_tensor *make_big(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const double *v) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i];
+  void *buf = malloc((size_t)(n ? n : 1) * nb_dtype_size(t));
+  assert_non_null(buf);
+  for (int64_t i = 0; i < n; i++) {
+    if (t == NB_F32)
+      ((float *)buf)[i] = (float)v[i];
+    else
+      ((double *)buf)[i] = v[i];
+  }
+  nb_tensor *x = nb_tensor_from(c, t, rank, shape, buf);
+  free(buf);
+  return x;
+}
+
+/* Element of the last two dims of a [rows, cols] matrix at logical (i, j) after an
+   optional transpose. */
+static double mat_at(const double *m, int64_t cols, bool t, int64_t i, int64_t j) {
+  return t ? m[j * cols + i] : m[i * cols + j];
+}
+
+/* Reference BatchMatMulV2 in double: NumPy broadcasting of the batch dims by explicit
+   index arithmetic. Writes the output shape to oshape (rank max(xr, yr)). */
+static void ref_batch_matmul(int xr, const int64_t *xs, const double *xv, int yr, const int64_t *ys,
+                             const double *yv, bool ax, bool ay, int64_t *oshape, double *out) {
+  int br = (xr > yr ? xr : yr) - 2;
+  int64_t xrows = xs[xr - 2], xcols = xs[xr - 1], yrows = ys[yr - 2], ycols = ys[yr - 1];
+  int64_t m = ax ? xcols : xrows, k = ax ? xrows : xcols, n = ay ? yrows : ycols;
+  int64_t batch = 1;
+  for (int d = 0; d < br; d++) {
+    int xd = d - (br - (xr - 2)), yd = d - (br - (yr - 2));
+    int64_t a = xd >= 0 ? xs[xd] : 1, b = yd >= 0 ? ys[yd] : 1;
+    oshape[d] = a == 1 ? b : a;
+    batch *= oshape[d];
+  }
+  oshape[br] = m;
+  oshape[br + 1] = n;
+  if (!out) return;
+  for (int64_t bi = 0; bi < batch; bi++) {
+    int64_t rest = bi, xoff = 0, yoff = 0, xmul = 1, ymul = 1;
+    for (int d = br - 1; d >= 0; d--) {
+      int64_t idx = rest % oshape[d];
+      rest /= oshape[d];
+      int xd = d - (br - (xr - 2)), yd = d - (br - (yr - 2));
+      if (xd >= 0) {
+        xoff += (xs[xd] == 1 ? 0 : idx) * xmul;
+        xmul *= xs[xd];
+      }
+      if (yd >= 0) {
+        yoff += (ys[yd] == 1 ? 0 : idx) * ymul;
+        ymul *= ys[yd];
+      }
+    }
+    const double *xm = xv + xoff * xrows * xcols, *ym = yv + yoff * yrows * ycols;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double s = 0;
+        for (int64_t p = 0; p < k; p++) s += mat_at(xm, xcols, ax, i, p) * mat_at(ym, ycols, ay, p, j);
+        out[(bi * m + i) * n + j] = s;
+      }
+  }
+}
+
+static int64_t count(int rank, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i];
+  return n;
+}
+
+/* Random x and y of the given shapes, BatchMatMulV2 (or MatMul when use_matmul) against
+   the reference. */
+static void check_random(nb_ctx *c, nb_dtype t, bool use_matmul, int xr, const int64_t *xs, int yr,
+                         const int64_t *ys, bool ax, bool ay) {
+  int64_t nx = count(xr, xs), ny = count(yr, ys);
+  double *xv = malloc((size_t)(nx + 1) * sizeof *xv), *yv = malloc((size_t)(ny + 1) * sizeof *yv);
+  assert_non_null(xv);
+  assert_non_null(yv);
+  fill_random(xv, nx, 1);
+  fill_random(yv, ny, 2);
+  /* inputs rounded to the dtype so the reference multiplies the same numbers */
+  nb_tensor *x = make_big(c, t, xr, xs, xv), *y = make_big(c, t, yr, ys, yv);
+  for (int64_t i = 0; i < nx; i++) xv[i] = nb_item(x, i);
+  for (int64_t i = 0; i < ny; i++) yv[i] = nb_item(y, i);
+  int64_t os[NB_MAX_RANK];
+  int orank = xr > yr ? xr : yr;
+  ref_batch_matmul(xr, xs, xv, yr, ys, yv, ax, ay, os, NULL);
+  double *want = malloc((size_t)(count(orank, os) + 1) * sizeof *want);
+  assert_non_null(want);
+  ref_batch_matmul(xr, xs, xv, yr, ys, yv, ax, ay, os, want);
+  nb_tensor *z = use_matmul ? nb_matmul(c, x, y, ax, ay) : nb_batch_matmul(c, x, y, ax, ay);
+  if (!z) fail_msg("%s", nb_error(c));
+  tu_check(z, t, orank, os, want, t == NB_F32 ? 1e-4 : 1e-12);
+  free(xv);
+  free(yv);
+  free(want);
+}
+
+/* ---- MatMul ------------------------------------------------------------------------ */
+
+static void test_matmul_transposes(void **state) {
+  nb_ctx *c = *state;
+  for (int i = 0; i < 2; i++) {
+    nb_dtype t = float_types[i];
+    nb_tensor *a = tu_make(c, t, 2, TU_SHAPE(2, 3), A_VALS);
+    nb_tensor *at = tu_make(c, t, 2, TU_SHAPE(3, 2), AT_VALS);
+    nb_tensor *b = tu_make(c, t, 2, TU_SHAPE(3, 2), B_VALS);
+    nb_tensor *bt = tu_make(c, t, 2, TU_SHAPE(2, 3), BT_VALS);
+    tu_check(nb_matmul(c, a, b, false, false), t, 2, TU_SHAPE(2, 2), AB_VALS, 0);
+    tu_check(nb_matmul(c, at, b, true, false), t, 2, TU_SHAPE(2, 2), AB_VALS, 0);
+    tu_check(nb_matmul(c, a, bt, false, true), t, 2, TU_SHAPE(2, 2), AB_VALS, 0);
+    tu_check(nb_matmul(c, at, bt, true, true), t, 2, TU_SHAPE(2, 2), AB_VALS, 0);
+    /* b @ a is 3x3: [[39,54,69],[49,68,87],[59,82,105]] */
+    tu_check(nb_matmul(c, b, a, false, false), t, 2, TU_SHAPE(3, 3),
+             TU_VALS(39, 54, 69, 49, 68, 87, 59, 82, 105), 0);
+    tu_check(nb_matmul(c, bt, at, true, true), t, 2, TU_SHAPE(3, 3),
+             TU_VALS(39, 54, 69, 49, 68, 87, 59, 82, 105), 0);
+  }
+}
+
+static void test_matmul_size_one_dims(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *row = tu_make(c, NB_F64, 2, TU_SHAPE(1, 3), TU_VALS(1, 2, 3));
+  nb_tensor *col = tu_make(c, NB_F64, 2, TU_SHAPE(3, 1), TU_VALS(4, 5, 6));
+  tu_check(nb_matmul(c, row, col, false, false), NB_F64, 2, TU_SHAPE(1, 1), TU_VALS(32), 0);
+  tu_check(nb_matmul(c, col, row, false, false), NB_F64, 2, TU_SHAPE(3, 3),
+           TU_VALS(4, 8, 12, 5, 10, 15, 6, 12, 18), 0);
+  tu_check(nb_matmul(c, row, row, false, true), NB_F64, 2, TU_SHAPE(1, 1), TU_VALS(14), 0);
+  tu_check(nb_matmul(c, row, row, true, false), NB_F64, 2, TU_SHAPE(3, 3),
+           TU_VALS(1, 2, 3, 2, 4, 6, 3, 6, 9), 0);
+}
+
+static void test_matmul_large_random(void **state) {
+  nb_ctx *c = *state;
+  for (int i = 0; i < 2; i++)
+    for (int tr = 0; tr < 4; tr++) {
+      bool ta = tr & 1, tb = tr & 2;
+      const int64_t *xs = ta ? TU_SHAPE(129, 67) : TU_SHAPE(67, 129);
+      const int64_t *ys = tb ? TU_SHAPE(45, 129) : TU_SHAPE(129, 45);
+      check_random(c, float_types[i], true, 2, xs, 2, ys, ta, tb);
+    }
+}
+
+/* Zero-size dims: K == 0 is all zeros (not leftover pool memory), M or N == 0 empty. */
+static void test_matmul_empty(void **state) {
+  nb_ctx *c = *state;
+  for (int i = 0; i < 2; i++) {
+    nb_dtype t = float_types[i];
+    /* leave a freed 2x3 block of nonzero values in the pool first */
+    nb_tensor *junk = tu_make(c, t, 2, TU_SHAPE(2, 3), A_VALS);
+    nb_tensor *nine = tu_make(c, t, 2, TU_SHAPE(3, 3), TU_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9));
+    nb_tensor_free(nb_matmul(c, junk, nine, false, false));
+    nb_tensor *x = tu_make(c, t, 2, TU_SHAPE(2, 0), NULL), *y = tu_make(c, t, 2, TU_SHAPE(0, 3), NULL);
+    tu_check(nb_matmul(c, x, y, false, false), t, 2, TU_SHAPE(2, 3), TU_VALS(0, 0, 0, 0, 0, 0), 0);
+    nb_tensor *xt = tu_make(c, t, 2, TU_SHAPE(0, 2), NULL), *yt = tu_make(c, t, 2, TU_SHAPE(3, 0), NULL);
+    tu_check(nb_matmul(c, xt, yt, true, true), t, 2, TU_SHAPE(2, 3), TU_VALS(0, 0, 0, 0, 0, 0), 0);
+    nb_tensor *m0 = tu_make(c, t, 2, TU_SHAPE(0, 4), NULL), *k4 = tu_make(c, t, 2, TU_SHAPE(4, 5), NULL);
+    tu_check_shape(nb_matmul(c, m0, k4, false, false), t, 2, TU_SHAPE(0, 5));
+    nb_tensor *n0 = tu_make(c, t, 2, TU_SHAPE(4, 0), NULL), *a = tu_make(c, t, 2, TU_SHAPE(3, 4), NULL);
+    tu_check_shape(nb_matmul(c, a, n0, false, false), t, 2, TU_SHAPE(3, 0));
+    tu_check(nb_matmul(c, m0, m0, true, false), t, 2, TU_SHAPE(4, 4),
+             TU_VALS(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0);
+  }
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+/* ---- BatchMatMulV2 ------------------------------------------------------------------ */
+
+static void test_batch_matmul_equal_batches(void **state) {
+  nb_ctx *c = *state;
+  for (int i = 0; i < 2; i++) {
+    nb_dtype t = float_types[i];
+    /* batch 0: a @ b; batch 1: [[1,0,0],[0,1,0]] @ [[1,2],[3,4],[5,6]] = [[1,2],[3,4]] */
+    nb_tensor *x = tu_make(c, t, 3, TU_SHAPE(2, 2, 3), TU_VALS(1, 2, 3, 4, 5, 6, 1, 0, 0, 0, 1, 0));
+    nb_tensor *y = tu_make(c, t, 3, TU_SHAPE(2, 3, 2), TU_VALS(7, 8, 9, 10, 11, 12, 1, 2, 3, 4, 5, 6));
+    const double *want = TU_VALS(58, 64, 139, 154, 1, 2, 3, 4);
+    tu_check(nb_batch_matmul(c, x, y, false, false), t, 3, TU_SHAPE(2, 2, 2), want, 0);
+    /* the same products from transposed storage */
+    nb_tensor *xa = tu_make(c, t, 3, TU_SHAPE(2, 3, 2), TU_VALS(1, 4, 2, 5, 3, 6, 1, 0, 0, 1, 0, 0));
+    nb_tensor *ya = tu_make(c, t, 3, TU_SHAPE(2, 2, 3), TU_VALS(7, 9, 11, 8, 10, 12, 1, 3, 5, 2, 4, 6));
+    tu_check(nb_batch_matmul(c, xa, y, true, false), t, 3, TU_SHAPE(2, 2, 2), want, 0);
+    tu_check(nb_batch_matmul(c, x, ya, false, true), t, 3, TU_SHAPE(2, 2, 2), want, 0);
+    tu_check(nb_batch_matmul(c, xa, ya, true, true), t, 3, TU_SHAPE(2, 2, 2), want, 0);
+  }
+}
+
+static void test_batch_matmul_broadcast_hand(void **state) {
+  nb_ctx *c = *state;
+  /* x [2,1,1,2]: rows [1,2], [3,4]; y [3,2,1]: columns [1,0], [0,1], [1,1] */
+  nb_tensor *x = tu_make(c, NB_F32, 4, TU_SHAPE(2, 1, 1, 2), TU_VALS(1, 2, 3, 4));
+  nb_tensor *y = tu_make(c, NB_F32, 3, TU_SHAPE(3, 2, 1), TU_VALS(1, 0, 0, 1, 1, 1));
+  tu_check(nb_batch_matmul(c, x, y, false, false), NB_F32, 4, TU_SHAPE(2, 3, 1, 1),
+           TU_VALS(1, 2, 3, 3, 4, 7), 0);
+  /* one y for a batch of x (a single stacked GEMM), then the same with adj_x */
+  nb_tensor *xs = tu_make(c, NB_F64, 3, TU_SHAPE(2, 2, 2), TU_VALS(1, 2, 3, 4, 5, 6, 7, 8));
+  nb_tensor *w = tu_make(c, NB_F64, 3, TU_SHAPE(1, 2, 1), TU_VALS(1, 10));
+  tu_check(nb_batch_matmul(c, xs, w, false, false), NB_F64, 3, TU_SHAPE(2, 2, 1), TU_VALS(21, 43, 65, 87), 0);
+  tu_check(nb_batch_matmul(c, xs, w, true, false), NB_F64, 3, TU_SHAPE(2, 2, 1), TU_VALS(31, 42, 75, 86), 0);
+  /* one x for a batch of y */
+  nb_tensor *row = tu_make(c, NB_F64, 2, TU_SHAPE(1, 2), TU_VALS(1, 10));
+  tu_check(nb_batch_matmul(c, row, xs, false, false), NB_F64, 3, TU_SHAPE(2, 1, 2),
+           TU_VALS(31, 42, 75, 86), 0);
+}
+
+static void test_batch_matmul_broadcast_random(void **state) {
+  nb_ctx *c = *state;
+  for (int i = 0; i < 2; i++) {
+    nb_dtype t = float_types[i];
+    for (int tr = 0; tr < 4; tr++) {
+      bool ax = tr & 1, ay = tr & 2;
+      /* [2,1,3,4] x [5,4,2] -> [2,5,3,2] */
+      check_random(c, t, false, 4, ax ? TU_SHAPE(2, 1, 4, 3) : TU_SHAPE(2, 1, 3, 4), 3,
+                   ay ? TU_SHAPE(5, 2, 4) : TU_SHAPE(5, 4, 2), ax, ay);
+      /* y shared by the whole batch, with and without the stacked GEMM */
+      check_random(c, t, false, 3, ax ? TU_SHAPE(4, 6, 5) : TU_SHAPE(4, 5, 6), 4,
+                   ay ? TU_SHAPE(1, 1, 7, 6) : TU_SHAPE(1, 1, 6, 7), ax, ay);
+      /* x shared by the whole batch */
+      check_random(c, t, false, 2, ax ? TU_SHAPE(6, 5) : TU_SHAPE(5, 6), 3,
+                   ay ? TU_SHAPE(3, 7, 6) : TU_SHAPE(3, 6, 7), ax, ay);
+    }
+    /* rank 8: batch dims broadcast on both sides */
+    check_random(c, t, false, 8, TU_SHAPE(2, 1, 3, 1, 2, 1, 2, 3), 8, TU_SHAPE(1, 2, 3, 2, 1, 1, 3, 2),
+                 false, false);
+    /* many small products: split across threads by batch */
+    check_random(c, t, false, 3, TU_SHAPE(200, 8, 9), 3, TU_SHAPE(200, 9, 7), false, false);
+  }
+}
+
+static void test_batch_matmul_rank2_is_matmul(void **state) {
+  nb_ctx *c = *state;
+  for (int i = 0; i < 2; i++) {
+    nb_dtype t = float_types[i];
+    nb_tensor *at = tu_make(c, t, 2, TU_SHAPE(3, 2), AT_VALS);
+    nb_tensor *bt = tu_make(c, t, 2, TU_SHAPE(2, 3), BT_VALS);
+    tu_check(nb_batch_matmul(c, at, bt, true, true), t, 2, TU_SHAPE(2, 2), AB_VALS, 0);
+    check_random(c, t, false, 2, TU_SHAPE(67, 129), 2, TU_SHAPE(129, 45), false, false);
+  }
+}
+
+static void test_batch_matmul_empty(void **state) {
+  nb_ctx *c = *state;
+  for (int i = 0; i < 2; i++) {
+    nb_dtype t = float_types[i];
+    nb_tensor *x0 = tu_make(c, t, 3, TU_SHAPE(0, 2, 3), NULL), *y = tu_make(c, t, 2, TU_SHAPE(3, 4), NULL);
+    tu_check_shape(nb_batch_matmul(c, x0, y, false, false), t, 3, TU_SHAPE(0, 2, 4));
+    /* an empty batch dim broadcasts against 1 */
+    nb_tensor *y1 = tu_make(c, t, 4, TU_SHAPE(1, 1, 3, 4), NULL);
+    tu_check_shape(nb_batch_matmul(c, x0, y1, false, false), t, 4, TU_SHAPE(1, 0, 2, 4));
+    nb_tensor *xm = tu_make(c, t, 3, TU_SHAPE(2, 0, 3), NULL);
+    nb_tensor *y2 = tu_make(c, t, 3, TU_SHAPE(2, 3, 4), NULL);
+    tu_check_shape(nb_batch_matmul(c, xm, y2, false, false), t, 3, TU_SHAPE(2, 0, 4));
+    /* K == 0 after a nonzero product of the same size was freed */
+    nb_tensor *junk = tu_make(c, t, 3, TU_SHAPE(2, 2, 3), TU_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
+    nb_tensor *nine = tu_make(c, t, 2, TU_SHAPE(3, 3), TU_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9));
+    nb_tensor_free(nb_batch_matmul(c, junk, nine, false, false));
+    nb_tensor *xk = tu_make(c, t, 3, TU_SHAPE(2, 2, 0), NULL);
+    nb_tensor *yk = tu_make(c, t, 3, TU_SHAPE(2, 0, 3), NULL);
+    tu_check(nb_batch_matmul(c, xk, yk, false, false), t, 3, TU_SHAPE(2, 2, 3),
+             TU_VALS(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0);
+    nb_tensor *xka = tu_make(c, t, 3, TU_SHAPE(2, 0, 2), NULL);
+    tu_check(nb_batch_matmul(c, xka, yk, true, false), t, 3, TU_SHAPE(2, 2, 3),
+             TU_VALS(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0);
+  }
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+/* ---- threads --------------------------------------------------------------------- */
+
+/* Runs op(x, y) under 1 thread, 2 threads, and 2 threads again. A batch of small
+   products is split by batch with one single-threaded GEMM each, so its results are
+   bit-identical under any thread count. One large GEMM is threaded by OpenBLAS, whose
+   threaded and single-threaded paths may round differently (its kernels treat edge
+   blocks differently as the partition moves), so there only a rerun with the same
+   count must match bit for bit. */
+static void check_threads(nb_ctx *c, bool batched, bool exact, int xr, const int64_t *xs, int yr,
+                          const int64_t *ys) {
+  int64_t nx = count(xr, xs), ny = count(yr, ys);
+  double *xv = malloc((size_t)nx * sizeof *xv), *yv = malloc((size_t)ny * sizeof *yv);
+  assert_non_null(xv);
+  assert_non_null(yv);
+  fill_random(xv, nx, 3);
+  fill_random(yv, ny, 4);
+  static const int counts[3] = {1, 2, 2};
+  for (int i = 0; i < 2; i++) {
+    nb_dtype t = float_types[i];
+    nb_tensor *x = make_big(c, t, xr, xs, xv), *y = make_big(c, t, yr, ys, yv), *z[3];
+    for (int r = 0; r < 3; r++) {
+      nb_ctx_set_threads(c, counts[r]);
+      assert_int_equal(nb_ctx_threads(c), counts[r]);
+      z[r] = batched ? nb_batch_matmul(c, x, y, false, true) : nb_matmul(c, x, y, false, true);
+      assert_non_null(z[r]);
+    }
+    size_t bytes = (size_t)nb_num_elements(z[0]) * nb_dtype_size(t);
+    assert_memory_equal(nb_data(z[1]), nb_data(z[2]), bytes);
+    if (exact) {
+      assert_memory_equal(nb_data(z[0]), nb_data(z[1]), bytes);
+    } else {
+      double tol = t == NB_F32 ? 1e-6 : 1e-14;
+      for (int64_t e = 0; e < nb_num_elements(z[0]); e++) {
+        double a = nb_item(z[0], e), b = nb_item(z[1], e);
+        assert_true(fabs(a - b) <= tol * (1 + fabs(a)));
+      }
+    }
+  }
+  free(xv);
+  free(yv);
+}
+
+static void test_threads(void **state) {
+  nb_ctx *c = *state;
+  check_threads(c, false, false, 2, TU_SHAPE(300, 200), 2, TU_SHAPE(250, 200));
+  check_threads(c, true, true, 3, TU_SHAPE(64, 8, 8), 3, TU_SHAPE(64, 8, 8));
+  check_threads(c, true, true, 4, TU_SHAPE(3, 1, 40, 50), 3, TU_SHAPE(4, 30, 50));
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+/* ---- the generic entry and errors ------------------------------------------------- */
+
+static void test_nb_op_attrs(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *at = tu_make(c, NB_F32, 2, TU_SHAPE(3, 2), AT_VALS);
+  nb_tensor *bt = tu_make(c, NB_F32, 2, TU_SHAPE(2, 3), BT_VALS);
+  nb_tensor *in[2] = {at, bt}, *out = NULL;
+  nb_attr attrs[5] = {nb_attr_bool("transpose_a", true), nb_attr_bool("transpose_b", true),
+                      nb_attr_type("T", NB_F32), nb_attr_bool("grad_a", true), nb_attr_bool("grad_b", false)};
+  assert_int_equal(nb_op(c, "MatMul", in, 2, attrs, 5, &out, 1), NB_OK);
+  tu_check(out, NB_F32, 2, TU_SHAPE(2, 2), AB_VALS, 0);
+  /* defaults: no transposes, so [3,2] @ [2,3] is 3x3 */
+  assert_int_equal(nb_op(c, "MatMul", in, 2, NULL, 0, &out, 1), NB_OK);
+  tu_check(out, NB_F32, 2, TU_SHAPE(3, 3), TU_VALS(39, 49, 59, 54, 68, 82, 69, 87, 105), 0);
+  nb_attr adj[4] = {nb_attr_bool("adj_x", true), nb_attr_bool("adj_y", true), nb_attr_bool("grad_x", true),
+                    nb_attr_bool("grad_y", true)};
+  assert_int_equal(nb_op(c, "BatchMatMulV2", in, 2, adj, 4, &out, 1), NB_OK);
+  tu_check(out, NB_F32, 2, TU_SHAPE(2, 2), AB_VALS, 0);
+
+  nb_attr unknown[2] = {nb_attr_bool("transpose_a", true), nb_attr_bool("adjoint_a", true)};
+  assert_int_equal(nb_op(c, "MatMul", in, 2, unknown, 2, &out, 1), NB_INVALID);
+  assert_null(out);
+  tu_check_error(c, NB_INVALID, "MatMul", "unknown attr 'adjoint_a'");
+  nb_attr wrong_kind = nb_attr_int("transpose_a", 1);
+  assert_int_equal(nb_op(c, "MatMul", in, 2, &wrong_kind, 1, &out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "MatMul", "transpose_a");
+  nb_attr wrong_t = nb_attr_type("T", NB_F64);
+  assert_int_equal(nb_op(c, "BatchMatMulV2", in, 2, &wrong_t, 1, &out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "BatchMatMulV2", "float64");
+  assert_int_equal(nb_op(c, "MatMul", in, 1, NULL, 0, &out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "MatMul", "expected 2 inputs, got 1");
+  nb_tensor *three[3] = {at, bt, bt};
+  assert_int_equal(nb_op(c, "BatchMatMulV2", three, 3, NULL, 0, &out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "BatchMatMulV2", "expected 2 inputs, got 3");
+  nb_tensor *outs[2];
+  assert_int_equal(nb_op(c, "MatMul", in, 2, NULL, 0, outs, 2), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "MatMul", "1 outputs");
+}
+
+static void test_shape_errors(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *v = tu_make(c, NB_F32, 1, TU_SHAPE(3), TU_VALS(1, 2, 3));
+  nb_tensor *m = tu_make(c, NB_F32, 2, TU_SHAPE(3, 2), NULL);
+  nb_tensor *m3 = tu_make(c, NB_F32, 3, TU_SHAPE(1, 3, 2), NULL);
+  assert_null(nb_matmul(c, v, m, false, false));
+  tu_check_error(c, NB_SHAPE, "MatMul: In[0] is not a matrix", "[3]");
+  assert_null(nb_matmul(c, m, m3, false, false));
+  tu_check_error(c, NB_SHAPE, "In[1] is not a matrix", "[1,3,2]");
+  assert_null(nb_batch_matmul(c, m, v, false, false));
+  tu_check_error(c, NB_SHAPE, "BatchMatMulV2: In[1] ndims must be >= 2: 1", NULL);
+  nb_tensor *s = tu_make(c, NB_F32, 0, NULL, TU_VALS(2));
+  assert_null(nb_batch_matmul(c, s, m, false, false));
+  tu_check_error(c, NB_SHAPE, "In[0] ndims must be >= 2: 0", NULL);
+
+  nb_tensor *a = tu_make(c, NB_F32, 2, TU_SHAPE(2, 3), NULL);
+  nb_tensor *b = tu_make(c, NB_F32, 2, TU_SHAPE(4, 5), NULL);
+  assert_null(nb_matmul(c, a, b, false, false));
+  tu_check_error(c, NB_SHAPE, "MatMul: Matrix size-incompatible: In[0]: [2,3], In[1]: [4,5]", NULL);
+  assert_null(nb_matmul(c, a, a, false, false));
+  tu_check_error(c, NB_SHAPE, "Matrix size-incompatible: In[0]: [2,3], In[1]: [2,3]", NULL);
+  assert_null(nb_matmul(c, a, a, true, true));
+  tu_check_error(c, NB_SHAPE, "Matrix size-incompatible", NULL);
+  nb_tensor *x = tu_make(c, NB_F32, 3, TU_SHAPE(2, 2, 3), NULL);
+  nb_tensor *y = tu_make(c, NB_F32, 3, TU_SHAPE(2, 4, 2), NULL);
+  assert_null(nb_batch_matmul(c, x, y, false, false));
+  tu_check_error(c, NB_SHAPE, "BatchMatMulV2: Matrix size-incompatible: In[0]: [2,2,3], In[1]: [2,4,2]",
+                 NULL);
+  assert_null(nb_batch_matmul(c, x, y, true, false));
+  tu_check_error(c, NB_SHAPE, "Matrix size-incompatible", NULL);
+
+  nb_tensor *xb = tu_make(c, NB_F32, 4, TU_SHAPE(2, 3, 2, 3), NULL);
+  nb_tensor *yb = tu_make(c, NB_F32, 3, TU_SHAPE(2, 3, 2), NULL);
+  assert_null(nb_batch_matmul(c, xb, yb, false, false));
+  tu_check_error(c, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions",
+                 "[2,3,2,3] vs. [2,3,2]");
+}
+
+static void test_dtype_errors(void **state) {
+  nb_ctx *c = *state;
+  const nb_dtype bad[3] = {NB_I32, NB_I64, NB_BOOL};
+  for (int i = 0; i < 3; i++) {
+    nb_tensor *a = tu_make(c, bad[i], 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4));
+    assert_null(nb_matmul(c, a, a, false, false));
+    tu_check_error(c, NB_DTYPE, "MatMul supports float32 and float64", nb_dtype_name(bad[i]));
+    assert_null(nb_batch_matmul(c, a, a, false, false));
+    tu_check_error(c, NB_DTYPE, "BatchMatMulV2", nb_dtype_name(bad[i]));
+  }
+  nb_tensor *f = tu_make(c, NB_F32, 2, TU_SHAPE(2, 2), NULL);
+  nb_tensor *d = tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), NULL);
+  assert_null(nb_matmul(c, f, d, false, false));
+  tu_check_error(c, NB_DTYPE, "MatMul", "float32 and float64");
+  assert_null(nb_batch_matmul(c, d, f, false, false));
+  tu_check_error(c, NB_DTYPE, "same dtype", "float64 and float32");
+  nb_tensor *i32 = tu_make(c, NB_I32, 2, TU_SHAPE(2, 2), NULL);
+  assert_null(nb_matmul(c, f, i32, false, false));
+  tu_check_error(c, NB_DTYPE, "input 1 has dtype int32", NULL);
+}
+
+static void test_null_and_sticky(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *a = tu_make(c, NB_F32, 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4));
+  assert_null(nb_matmul(c, NULL, a, false, false));
+  tu_check_error(c, NB_INVALID, "MatMul", "input 0 is NULL");
+  assert_null(nb_batch_matmul(c, a, NULL, false, false));
+  tu_check_error(c, NB_INVALID, "BatchMatMulV2", "input 1 is NULL");
+  /* after an error, later calls do nothing and keep the first message */
+  nb_tensor *v = tu_make(c, NB_F32, 1, TU_SHAPE(2), NULL);
+  assert_null(nb_matmul(c, v, a, false, false));
+  assert_null(nb_matmul(c, a, a, false, false));
+  tu_check_error(c, NB_SHAPE, "In[0] is not a matrix", NULL);
+  tu_check(nb_matmul(c, a, a, false, false), NB_F32, 2, TU_SHAPE(2, 2), TU_VALS(7, 10, 15, 22), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_matmul_transposes, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_matmul_size_one_dims, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_matmul_large_random, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_matmul_empty, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_matmul_equal_batches, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_matmul_broadcast_hand, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_matmul_broadcast_random, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_matmul_rank2_is_matmul, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_matmul_empty, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_threads, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_nb_op_attrs, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_shape_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_dtype_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_null_and_sticky, tu_setup, tu_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
