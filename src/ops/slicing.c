@@ -1,3 +1,683 @@
-/* placeholder until the family lands */
+/* Slicing and indexing: Slice, StridedSlice, GatherV2, UnsortedSegmentSum.
+   Slice and StridedSlice both reduce to one strided copy: per input dim a first index,
+   a step and a count. Adjacent dims that are contiguous in the input merge, so a slice of
+   whole rows is one memcpy; the remaining strided rows copy by element size, which
+   makes them work for every dtype. Gather copies whole contiguous slices with memcpy;
+   UnsortedSegmentSum accumulates rows into a zeroed output. */
 #include "op.h"
-nb_op_family nb_slicing_family(void) { return (nb_op_family){NULL, 0}; }
+
+#include <string.h>
+
+/* TF's "Index" attr is inferred from begin's dtype; this value means "not given". */
+#define INDEX_UNSET ((nb_dtype)(NB_BOOL + 1))
+
+/* The largest begin/end/strides length: TF's masks are 32-bit. */
+#define MAX_SPARSE 31
+
+/* ---- shared helpers ------------------------------------------------------------------ */
+
+static inline int64_t int_at(const nb_tensor *x, int64_t i) {
+  return x->dtype == NB_I32 ? ((const int32_t *)nb_tdata(x))[i] : ((const int64_t *)nb_tdata(x))[i];
+}
+
+/* Fails when the inferred type attr in slot names another dtype than input i's. */
+static nb_code check_index_attr(nb_kargs *k, int slot, int i) {
+  nb_dtype t = k->attr[slot].type;
+  if (t == INDEX_UNSET || t == k->in[i]->dtype) return NB_OK;
+  return nb_kfail(k, NB_DTYPE, "attr Index=%s does not match input %d of dtype %s", nb_dtype_name(t), i,
+                  nb_dtype_name(k->in[i]->dtype));
+}
+
+/* Reads scalar int input i into *v. */
+static nb_code scalar_int(nb_kargs *k, int i, const char *what, int64_t *v) {
+  nb_code code = nb_kcheck_dtype(k, i, NB_M_INT);
+  if (code) return code;
+  if (k->in[i]->rank != 0)
+    return nb_kfail(k, NB_SHAPE, "%s must be a scalar, got shape %s", what, nb_tstr(k->in[i]));
+  int n;
+  return nb_kints(k, i, 0, v, 1, &n);
+}
+
+/* TF's element position in messages: "" for a scalar, "[i]" or "[i,j,...]" otherwise. */
+static const char *position_str(const nb_tensor *x, int64_t flat) {
+  if (x->rank == 0) return "";
+  int64_t pos[NB_MAX_RANK];
+  for (int d = x->rank - 1; d >= 0; d--) {
+    pos[d] = flat % x->shape[d];
+    flat /= x->shape[d];
+  }
+  return nb_sstr(x->rank, pos);
+}
+
+static nb_code check_out_size(nb_kargs *k) {
+  int64_t n;
+  if (nb_shape_checked_size(k->out[0].rank, k->out[0].shape, &n)) return NB_OK;
+  return nb_kfail(k, NB_SHAPE, "output shape %s is too large", nb_sstr(k->out[0].rank, k->out[0].shape));
+}
+
+/* ---- strided copy (Slice, StridedSlice) ------------------------------------------------ */
+
+/* What infer hands the kernel: per input dim the first index, the stride and the count. */
+typedef struct slice_spec {
+  int rank;
+  int64_t begin[NB_MAX_RANK], stride[NB_MAX_RANK], size[NB_MAX_RANK];
+} slice_spec;
+_Static_assert(sizeof(slice_spec) <= NB_SCRATCH_BYTES, "slice_spec must fit in the kernel scratch");
+
+/* The copy after merging dims: step is the input element step per dim (negative for
+   reversed dims); the output is contiguous in the same order. */
+typedef struct copy_plan {
+  int rank;
+  int64_t size[NB_MAX_RANK], step[NB_MAX_RANK];
+  int64_t offset; /* input element of the first output element */
+} copy_plan;
+
+/* Size-1 dims only move the offset; a dim merges into the one outside it when that one's
+   step spans exactly this dim's run. Needs a non-empty output (then no product overflows). */
+static void plan_copy(copy_plan *p, const slice_spec *s, const nb_tensor *x) {
+  int64_t in_stride[NB_MAX_RANK], st = 1;
+  for (int d = s->rank - 1; d >= 0; d--) {
+    in_stride[d] = st;
+    st *= x->shape[d];
+  }
+  p->rank = 0;
+  p->offset = 0;
+  for (int d = 0; d < s->rank; d++) {
+    p->offset += s->begin[d] * in_stride[d];
+    if (s->size[d] == 1) continue;
+    int64_t step = s->stride[d] * in_stride[d];
+    int last = p->rank - 1;
+    if (last >= 0 && p->step[last] == s->size[d] * step) {
+      p->size[last] *= s->size[d];
+      p->step[last] = step;
+    } else {
+      p->size[p->rank] = s->size[d];
+      p->step[p->rank++] = step;
+    }
+  }
+  if (p->rank == 0) {
+    p->size[0] = 1;
+    p->step[0] = 1;
+    p->rank = 1;
+  }
+}
+
+#define STRIDED_COPY(NB)                                                     \
+  for (int64_t i = 0; i < n; i++) memcpy(dst + i * (NB), src + i * step * (NB), NB)
+
+/* Copies n elements taken every step elements of src; fixed sizes let the memcpy inline. */
+static void copy_run(char *dst, const char *src, int64_t n, int64_t step, size_t esz) {
+  if (step == 1) {
+    memcpy(dst, src, (size_t)n * esz);
+    return;
+  }
+  switch (esz) {
+    case 1: STRIDED_COPY(1); break;
+    case 4: STRIDED_COPY(4); break;
+    default: STRIDED_COPY(8); break;
+  }
+}
+
+typedef struct copy_job {
+  const copy_plan *p;
+  const char *src;
+  char *dst;
+  size_t esz;
+} copy_job;
+
+/* Rank 1: a range of elements. Otherwise a range of rows (all dims but the last), walked
+   with an odometer so the loop needs no division per row. */
+static void copy_range(void *arg, int64_t lo, int64_t hi) {
+  const copy_job *j = arg;
+  const copy_plan *p = j->p;
+  int last = p->rank - 1;
+  int64_t inner = p->size[last], step = p->step[last];
+  if (p->rank == 1) {
+    copy_run(j->dst + (size_t)lo * j->esz, j->src + (size_t)(p->offset + lo * step) * j->esz, hi - lo,
+             step, j->esz);
+    return;
+  }
+  int64_t idx[NB_MAX_RANK], off = p->offset, r = lo;
+  for (int d = last - 1; d >= 0; d--) {
+    idx[d] = r % p->size[d];
+    r /= p->size[d];
+    off += idx[d] * p->step[d];
+  }
+  for (int64_t row = lo; row < hi; row++) {
+    copy_run(j->dst + (size_t)(row * inner) * j->esz, j->src + off * (int64_t)j->esz, inner, step, j->esz);
+    for (int d = last - 1; d >= 0; d--) {
+      off += p->step[d];
+      if (++idx[d] < p->size[d]) break;
+      off -= p->step[d] * p->size[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+static nb_code strided_copy_kernel(nb_kargs *k) {
+  const nb_tensor *out = k->res[0];
+  if (out->size == 0) return NB_OK;
+  copy_plan p;
+  plan_copy(&p, (const slice_spec *)k->scratch, k->in[0]);
+  copy_job j = {&p, nb_tdata(k->in[0]), nb_tdata(out), nb_dtype_size(out->dtype)};
+  int64_t units = p.rank == 1 ? out->size : out->size / p.size[p.rank - 1];
+  nb_parallel_range(nb_kthreads(k, out->size), units, copy_range, &j);
+  return NB_OK;
+}
+
+/* ---- Slice ------------------------------------------------------------------------------ */
+
+enum { SLICE_INDEX };
+
+/* Checks one dim's begin and size (size -1: the rest) as TF does and records it. */
+static nb_code slice_dim(nb_kargs *k, int i, int64_t b, int64_t s, slice_spec *spec) {
+  int64_t dim = k->in[0]->shape[i];
+  if (dim == 0) {
+    if (b != 0 || (s != 0 && s != -1))
+      return nb_kfail(k, NB_INVALID,
+                      "Expected begin[%d] == 0 (got %lld) and size[%d] == 0 (got %lld) when input.dim_size(%d) == 0",
+                      i, (long long)b, i, (long long)s, i);
+    s = 0;
+  } else {
+    if (b < 0 || b > dim)
+      return nb_kfail(k, NB_INVALID, "Expected begin[%d] in [0, %lld], but got %lld", i, (long long)dim,
+                      (long long)b);
+    if (s == -1) s = dim - b;
+    if (s < 0 || s > dim - b)
+      return nb_kfail(k, NB_INVALID, "Expected size[%d] in [0, %lld], but got %lld", i, (long long)(dim - b),
+                      (long long)s);
+  }
+  spec->begin[i] = b;
+  spec->stride[i] = 1;
+  spec->size[i] = s;
+  return NB_OK;
+}
+
+static nb_code slice_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0], *bt = k->in[1], *st = k->in[2];
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (!code) code = nb_kcheck_same_dtype(k, 1, 2);
+  if (!code) code = check_index_attr(k, SLICE_INDEX, 1);
+  if (code) return code;
+  if (bt->rank != 1 || st->rank != 1 || bt->size != x->rank || st->size != x->rank)
+    return nb_kfail(k, NB_INVALID,
+                    "Expected begin and size arguments to be 1-D tensors of size %d, "
+                    "but got shapes %s and %s instead.",
+                    x->rank, nb_tstr(bt), nb_tstr(st));
+  int64_t begin[NB_MAX_RANK], size[NB_MAX_RANK];
+  int n;
+  code = nb_kints(k, 1, 1, begin, NB_MAX_RANK, &n);
+  if (!code) code = nb_kints(k, 2, 1, size, NB_MAX_RANK, &n);
+  if (code) return code;
+  slice_spec *spec = (slice_spec *)k->scratch;
+  spec->rank = x->rank;
+  for (int i = 0; i < x->rank; i++) {
+    code = slice_dim(k, i, begin[i], size[i], spec);
+    if (code) return code;
+  }
+  nb_meta_set(&k->out[0], x->dtype, x->rank, spec->size);
+  return NB_OK;
+}
+
+/* ---- StridedSlice ------------------------------------------------------------------------ */
+
+enum { SS_INDEX, SS_BEGIN_MASK, SS_END_MASK, SS_ELLIPSIS_MASK, SS_NEW_AXIS_MASK, SS_SHRINK_AXIS_MASK };
+
+/* The spec as given: one entry per begin/end/strides element, plus an implicit trailing
+   ellipsis when none was given. */
+typedef struct sparse_spec {
+  int n;
+  int64_t begin[MAX_SPARSE], end[MAX_SPARSE], stride[MAX_SPARSE];
+  uint32_t begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_mask;
+  int new_after_ellipsis;
+} sparse_spec;
+
+#define DIM_NEW (-1)
+
+/* The spec with the ellipsis expanded: one entry per input dim, masks by input dim, and
+   per output dim the input dim it comes from (DIM_NEW for a new axis). */
+typedef struct dense_spec {
+  int64_t begin[NB_MAX_RANK], end[NB_MAX_RANK], stride[NB_MAX_RANK];
+  uint32_t begin_mask, end_mask, shrink_mask;
+  int nfinal;
+  int final_dims[MAX_SPARSE + NB_MAX_RANK + 1];
+} dense_spec;
+
+static nb_code read_mask(nb_kargs *k, int slot, uint32_t *mask) {
+  int64_t v = k->attr[slot].i;
+  if (v < INT32_MIN || v > INT32_MAX)
+    return nb_kfail(k, NB_INVALID, "attr %s = %lld is out of range for an int32", k->def->attrs[slot].name,
+                    (long long)v);
+  *mask = (uint32_t)v;
+  return NB_OK;
+}
+
+static nb_code read_sparse(nb_kargs *k, sparse_spec *s) {
+  const nb_tensor *b = k->in[1], *e = k->in[2], *st = k->in[3];
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (!code) code = nb_kcheck_same_dtype(k, 1, 2);
+  if (!code) code = nb_kcheck_same_dtype(k, 1, 3);
+  if (!code) code = check_index_attr(k, SS_INDEX, 1);
+  if (code) return code;
+  if (b->rank != 1 || e->rank != 1 || st->rank != 1 || b->size != st->size || e->size != st->size ||
+      st->size > MAX_SPARSE)
+    return nb_kfail(k, NB_INVALID,
+                    "Expected begin, end, and strides to be 1D equal size tensors of at most %d values, "
+                    "but got shapes %s, %s, and %s instead.",
+                    MAX_SPARSE, nb_tstr(b), nb_tstr(e), nb_tstr(st));
+  int n;
+  code = nb_kints(k, 1, 1, s->begin, MAX_SPARSE, &n);
+  if (!code) code = nb_kints(k, 2, 1, s->end, MAX_SPARSE, &n);
+  if (!code) code = nb_kints(k, 3, 1, s->stride, MAX_SPARSE, &n);
+  if (!code) code = read_mask(k, SS_BEGIN_MASK, &s->begin_mask);
+  if (!code) code = read_mask(k, SS_END_MASK, &s->end_mask);
+  if (!code) code = read_mask(k, SS_ELLIPSIS_MASK, &s->ellipsis_mask);
+  if (!code) code = read_mask(k, SS_NEW_AXIS_MASK, &s->new_axis_mask);
+  if (!code) code = read_mask(k, SS_SHRINK_AXIS_MASK, &s->shrink_mask);
+  if (code) return code;
+  s->n = n;
+  if (s->ellipsis_mask & (s->ellipsis_mask - 1))
+    return nb_kfail(k, NB_INVALID, "Multiple ellipses in slice spec not allowed");
+  bool seen = false;
+  s->new_after_ellipsis = 0;
+  for (int i = 0; i < n; i++) {
+    if (seen && (s->new_axis_mask >> i & 1)) s->new_after_ellipsis++;
+    if (s->ellipsis_mask >> i & 1) seen = true;
+  }
+  if (!seen) s->ellipsis_mask |= 1u << s->n++;
+  return NB_OK;
+}
+
+/* Expands the ellipsis over the input dims not named by the entries after it. */
+static void expand_ellipsis(const sparse_spec *s, int i, int rank, int *full, dense_spec *d) {
+  int next = rank - (s->n - i) + 1 + s->new_after_ellipsis;
+  if (next > rank) next = rank;
+  for (; *full < next; (*full)++) {
+    d->stride[*full] = 1;
+    d->begin_mask |= 1u << *full;
+    d->end_mask |= 1u << *full;
+    d->final_dims[d->nfinal++] = *full;
+  }
+}
+
+static nb_code build_dense(nb_kargs *k, const sparse_spec *s, int rank, dense_spec *d) {
+  memset(d, 0, sizeof *d);
+  int full = 0;
+  for (int i = 0; i < s->n; i++) {
+    if (s->ellipsis_mask >> i & 1) {
+      expand_ellipsis(s, i, rank, &full, d);
+    } else if (s->new_axis_mask >> i & 1) {
+      d->final_dims[d->nfinal++] = DIM_NEW;
+    } else {
+      if (full == rank)
+        return nb_kfail(k, NB_INVALID, "Index out of range using input dim %d; input has only %d dims", full,
+                        rank);
+      d->begin[full] = s->begin[i];
+      d->end[full] = s->end[i];
+      d->stride[full] = s->stride[i];
+      d->begin_mask |= (s->begin_mask >> i & 1u) << full;
+      d->end_mask |= (s->end_mask >> i & 1u) << full;
+      if (s->shrink_mask >> i & 1)
+        d->shrink_mask |= 1u << full;
+      else
+        d->final_dims[d->nfinal++] = full;
+      full++;
+    }
+  }
+  return NB_OK;
+}
+
+/* Negative indices count from the end; the result is clamped to [lo, hi]. */
+static int64_t clamp_index(int64_t x, int64_t dim, int64_t lo, int64_t hi) {
+  int64_t fwd = x < 0 ? dim + x : x;
+  return fwd < lo ? lo : fwd > hi ? hi : fwd;
+}
+
+/* Elements in [b, e) taken every s (s may be negative): ceil((e - b) / s), at least 0. */
+static int64_t range_count(int64_t b, int64_t e, int64_t s) {
+  int64_t len = e - b;
+  if (len == 0 || (len < 0) != (s < 0)) return 0;
+  return len / s + (len % s != 0);
+}
+
+/* Turns dense dim i into a first index, stride and count, with TF's clamping and checks. */
+static nb_code canonical_dim(nb_kargs *k, const dense_spec *d, int i, slice_spec *out) {
+  int64_t dim = k->in[0]->shape[i], s = d->stride[i];
+  if (s == 0) return nb_kfail(k, NB_INVALID, "strides[%d] must be non-zero", i);
+  out->stride[i] = s;
+  if (d->shrink_mask >> i & 1) {
+    if (s < 0) return nb_kfail(k, NB_INVALID, "only stride 1 allowed on non-range indexing.");
+    int64_t b = d->begin[i] < 0 ? dim + d->begin[i] : d->begin[i];
+    if (b < 0 || b >= dim)
+      return nb_kfail(k, NB_INVALID, "slice index %lld of dimension %d out of bounds.", (long long)d->begin[i],
+                      i);
+    out->begin[i] = b;
+    out->size[i] = 1;
+    return NB_OK;
+  }
+  /* a positive stride walks [0, dim], a negative one [-1, dim - 1] (-1: before the start) */
+  int64_t lo = s > 0 ? 0 : -1, hi = s > 0 ? dim : dim - 1;
+  int64_t b = d->begin_mask >> i & 1 ? (s > 0 ? lo : hi) : clamp_index(d->begin[i], dim, lo, hi);
+  int64_t e = d->end_mask >> i & 1 ? (s > 0 ? hi : lo) : clamp_index(d->end[i], dim, lo, hi);
+  out->begin[i] = b;
+  out->size[i] = range_count(b, e, s);
+  return NB_OK;
+}
+
+static nb_code strided_slice_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  sparse_spec sparse;
+  dense_spec dense;
+  nb_code code = read_sparse(k, &sparse);
+  if (!code) code = build_dense(k, &sparse, x->rank, &dense);
+  if (code) return code;
+  slice_spec *spec = (slice_spec *)k->scratch;
+  spec->rank = x->rank;
+  for (int i = 0; i < x->rank; i++) {
+    code = canonical_dim(k, &dense, i, spec);
+    if (code) return code;
+  }
+  if (dense.nfinal > NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "output rank %d exceeds the maximum rank %d", dense.nfinal, NB_MAX_RANK);
+  nb_meta *m = &k->out[0];
+  m->dtype = x->dtype;
+  m->rank = dense.nfinal;
+  for (int i = 0; i < dense.nfinal; i++)
+    m->shape[i] = dense.final_dims[i] == DIM_NEW ? 1 : spec->size[dense.final_dims[i]];
+  return NB_OK;
+}
+
+/* ---- GatherV2 ------------------------------------------------------------------------------ */
+
+enum { GATHER_BATCH_DIMS };
+
+/* params viewed as [batch, outer, gather, inner], indices as [batch, n], output as
+   [batch, outer, n, inner]. */
+typedef struct gather_plan {
+  int64_t batch, outer, gather, inner, n;
+} gather_plan;
+_Static_assert(sizeof(gather_plan) <= NB_SCRATCH_BYTES, "gather_plan must fit in the kernel scratch");
+
+static int64_t dims_product(const int64_t *shape, int from, int to) {
+  int64_t n = 1;
+  for (int i = from; i < to; i++) n *= shape[i];
+  return n;
+}
+
+/* TF's checks of batch_dims against the ranks, the axis and the leading dims. */
+static nb_code gather_batch_dims(nb_kargs *k, int axis, int *bd) {
+  const nb_tensor *p = k->in[0], *ix = k->in[1];
+  int64_t b = k->attr[GATHER_BATCH_DIMS].i;
+  if (b < -ix->rank || b > ix->rank)
+    return nb_kfail(k, NB_INVALID, "Expected batch_dims in the range [%d, %d], but got %lld", -ix->rank, ix->rank,
+                    (long long)b);
+  if (b < 0) b += ix->rank;
+  if (b >= p->rank)
+    return nb_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than rank(params) (%d).", (long long)b,
+                    p->rank);
+  if (axis < b)
+    return nb_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than or equal to axis (%d).", (long long)b,
+                    axis);
+  for (int i = 0; i < b; i++)
+    if (p->shape[i] != ix->shape[i])
+      return nb_kfail(k, NB_INVALID, "params.shape[%d]: %lld should be equal to indices.shape[%d]: %lld", i,
+                      (long long)p->shape[i], i, (long long)ix->shape[i]);
+  *bd = (int)b;
+  return NB_OK;
+}
+
+static nb_code gather_infer(nb_kargs *k) {
+  const nb_tensor *p = k->in[0], *ix = k->in[1];
+  int64_t axis64;
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (!code) code = scalar_int(k, 2, "axis", &axis64);
+  if (code) return code;
+  if (p->rank < 1) return nb_kfail(k, NB_INVALID, "params must be at least 1 dimensional, got shape %s", nb_tstr(p));
+  int axis, bd = 0;
+  if (!nb_norm_axis(axis64, p->rank, &axis))
+    return nb_kfail(k, NB_INVALID, "Expected axis in the range [%d, %d), but got %lld", -p->rank, p->rank,
+                    (long long)axis64);
+  code = gather_batch_dims(k, axis, &bd);
+  if (code) return code;
+  if (ix->dtype == NB_I32 && p->shape[axis] > INT32_MAX)
+    return nb_kfail(k, NB_INVALID, "params.shape[%d] too large for int32 indexing: %lld > %d", axis,
+                    (long long)p->shape[axis], INT32_MAX);
+  int rank = p->rank - 1 + ix->rank - bd;
+  if (rank > NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "output rank %d exceeds the maximum rank %d", rank, NB_MAX_RANK);
+  nb_meta *m = &k->out[0];
+  m->dtype = p->dtype;
+  m->rank = 0;
+  for (int i = 0; i < axis; i++) m->shape[m->rank++] = p->shape[i];
+  for (int i = bd; i < ix->rank; i++) m->shape[m->rank++] = ix->shape[i];
+  for (int i = axis + 1; i < p->rank; i++) m->shape[m->rank++] = p->shape[i];
+  gather_plan *g = (gather_plan *)k->scratch;
+  *g = (gather_plan){dims_product(p->shape, 0, bd), dims_product(p->shape, bd, axis), p->shape[axis],
+                     dims_product(p->shape, axis + 1, p->rank), dims_product(ix->shape, bd, ix->rank)};
+  return check_out_size(k);
+}
+
+/* Flat position of the first index outside [0, limit), or -1. */
+static int64_t first_bad_index(const nb_tensor *ix, int64_t limit) {
+  for (int64_t i = 0; i < ix->size; i++) {
+    int64_t v = int_at(ix, i);
+    if (v < 0 || v >= limit) return i;
+  }
+  return -1;
+}
+
+typedef struct gather_job {
+  const gather_plan *g;
+  const nb_tensor *ix;
+  const char *params;
+  char *out;
+  size_t row_bytes; /* inner * element size */
+} gather_job;
+
+/* Fixed sizes let one-element rows copy without a memcpy call. */
+static inline void copy_row(char *dst, const char *src, size_t bytes) {
+  switch (bytes) {
+    case 4: memcpy(dst, src, 4); break;
+    case 8: memcpy(dst, src, 8); break;
+    default: memcpy(dst, src, bytes);
+  }
+}
+
+/* Output rows [lo, hi): row r is (batch*outer block r / n, index r % n). */
+static void gather_range(void *arg, int64_t lo, int64_t hi) {
+  const gather_job *j = arg;
+  const gather_plan *g = j->g;
+  int64_t block = lo / g->n, i = lo % g->n;
+  int64_t b = block / g->outer;
+  for (int64_t r = lo; r < hi; r++) {
+    int64_t src_row = block * g->gather + int_at(j->ix, b * g->n + i);
+    copy_row(j->out + (size_t)r * j->row_bytes, j->params + (size_t)src_row * j->row_bytes, j->row_bytes);
+    if (++i == g->n) {
+      i = 0;
+      b = ++block / g->outer;
+    }
+  }
+}
+
+static nb_code gather_kernel(nb_kargs *k) {
+  const gather_plan *g = (const gather_plan *)k->scratch;
+  const nb_tensor *ix = k->in[1], *out = k->res[0];
+  if (out->size == 0) return NB_OK;
+  int64_t bad = first_bad_index(ix, g->gather);
+  if (bad >= 0)
+    return nb_kfail(k, NB_INVALID, "indices%s = %lld is not in [0, %lld)", position_str(ix, bad),
+                    (long long)int_at(ix, bad), (long long)g->gather);
+  gather_job j = {g, ix, nb_tdata(k->in[0]), nb_tdata(out), (size_t)g->inner * nb_dtype_size(out->dtype)};
+  nb_parallel_range(nb_kthreads(k, out->size), g->batch * g->outer * g->n, gather_range, &j);
+  return NB_OK;
+}
+
+/* ---- UnsortedSegmentSum --------------------------------------------------------------------- */
+
+static nb_code segment_sum_infer(nb_kargs *k) {
+  const nb_tensor *data = k->in[0], *ids = k->in[1];
+  int64_t num;
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
+  if (!code) code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (!code) code = scalar_int(k, 2, "num_segments", &num);
+  if (code) return code;
+  bool prefix = ids->rank <= data->rank;
+  for (int i = 0; prefix && i < ids->rank; i++) prefix = ids->shape[i] == data->shape[i];
+  if (!prefix)
+    return nb_kfail(k, NB_INVALID, "data.shape = %s does not start with segment_ids.shape = %s", nb_tstr(data),
+                    nb_tstr(ids));
+  if (num < 0) return nb_kfail(k, NB_INVALID, "Input num_segments == %lld must not be negative.", (long long)num);
+  int rank = 1 + data->rank - ids->rank;
+  if (rank > NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "output rank %d exceeds the maximum rank %d", rank, NB_MAX_RANK);
+  nb_meta *m = &k->out[0];
+  m->dtype = data->dtype;
+  m->rank = rank;
+  m->shape[0] = num;
+  memcpy(m->shape + 1, data->shape + ids->rank, (size_t)(rank - 1) * sizeof *m->shape);
+  return check_out_size(k);
+}
+
+#define ADD_ROW(T, EXPR)                                                           \
+  do {                                                                             \
+    T *restrict o = (T *)out;                                                      \
+    const T *restrict v = (const T *)in;                                           \
+    for (int64_t c = 0; c < n; c++) o[c] = EXPR;                                   \
+  } while (0)
+
+/* out[0..n) += in[0..n); integers wrap like TF's. */
+static void add_row(nb_dtype t, void *out, const void *in, int64_t n) {
+  switch (t) {
+    case NB_F32: ADD_ROW(float, o[c] + v[c]); break;
+    case NB_F64: ADD_ROW(double, o[c] + v[c]); break;
+    case NB_I32: ADD_ROW(int32_t, (int32_t)((uint32_t)o[c] + (uint32_t)v[c])); break;
+    default: ADD_ROW(int64_t, (int64_t)((uint64_t)o[c] + (uint64_t)v[c])); break;
+  }
+}
+
+typedef struct segment_job {
+  const nb_tensor *data, *ids;
+  char *out;
+  int64_t inner;
+} segment_job;
+
+/* Columns [lo, hi) of every row: threads own disjoint columns, so no two write one sum. */
+static void segment_range(void *arg, int64_t lo, int64_t hi) {
+  const segment_job *j = arg;
+  size_t esz = nb_dtype_size(j->data->dtype);
+  const char *data = nb_tdata(j->data);
+  for (int64_t i = 0; i < j->ids->size; i++) {
+    int64_t id = int_at(j->ids, i);
+    if (id < 0) continue;
+    add_row(j->data->dtype, j->out + (size_t)(id * j->inner + lo) * esz, data + (size_t)(i * j->inner + lo) * esz,
+            hi - lo);
+  }
+}
+
+static nb_code segment_sum_kernel(nb_kargs *k) {
+  const nb_tensor *data = k->in[0], *ids = k->in[1];
+  nb_tensor *out = k->res[0];
+  int64_t num = out->shape[0];
+  memset(nb_tdata(out), 0, (size_t)out->size * nb_dtype_size(out->dtype));
+  if (data->size == 0) return NB_OK;
+  for (int64_t i = 0; i < ids->size; i++) {
+    int64_t id = int_at(ids, i);
+    if (id >= num)
+      return nb_kfail(k, NB_INVALID, "segment_ids%s = %lld is out of range [0, %lld)", position_str(ids, i),
+                      (long long)id, (long long)num);
+  }
+  segment_job j = {data, ids, nb_tdata(out), data->size / ids->size};
+  /* split columns only when rows are wide enough to share */
+  int nt = j.inner >= 1024 ? nb_kthreads(k, data->size) : 1;
+  nb_parallel_range(nt, j.inner, segment_range, &j);
+  return NB_OK;
+}
+
+/* ---- the table ---------------------------------------------------------------------------- */
+
+enum { OP_SLICE, OP_STRIDED_SLICE, OP_GATHER_V2, OP_UNSORTED_SEGMENT_SUM, OP_COUNT };
+
+#define MASK_ATTR(NAME) {NAME, NB_ATTR_INT, {.i = 0}, false}
+
+static nb_op_def slicing_ops[OP_COUNT] = {
+    /* gradients: Slice and StridedSlice pad/scatter into the input's shape at begin */
+    [OP_SLICE] = {.name = "Slice", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 7u, .nattrs = 1,
+                  .attrs = {{"Index", NB_ATTR_TYPE, {.type = INDEX_UNSET}, false}},
+                  .infer = slice_infer, .kernel = strided_copy_kernel},
+    [OP_STRIDED_SLICE] = {.name = "StridedSlice", .nin = 4, .nout = 1, .alias = -1, .grad_inputs = 15u,
+                          .nattrs = 6,
+                          .attrs = {{"Index", NB_ATTR_TYPE, {.type = INDEX_UNSET}, false},
+                                    MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"), MASK_ATTR("ellipsis_mask"),
+                                    MASK_ATTR("new_axis_mask"), MASK_ATTR("shrink_axis_mask")},
+                          .infer = strided_slice_infer, .kernel = strided_copy_kernel},
+    /* GatherV2's gradient scatters into params' shape at the indices along axis */
+    [OP_GATHER_V2] = {.name = "GatherV2", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 7u, .nattrs = 1,
+                      .attrs = {{"batch_dims", NB_ATTR_INT, {.i = 0}, false}},
+                      .infer = gather_infer, .kernel = gather_kernel},
+    /* its gradient gathers the output gradient at segment_ids */
+    [OP_UNSORTED_SEGMENT_SUM] = {.name = "UnsortedSegmentSum", .nin = 3, .nout = 1, .alias = -1,
+                                 .grad_inputs = 2u, .infer = segment_sum_infer, .kernel = segment_sum_kernel},
+};
+
+nb_op_family nb_slicing_family(void) { return (nb_op_family){slicing_ops, OP_COUNT}; }
+
+/* ---- wrappers ----------------------------------------------------------------------------- */
+
+/* Runs a slice op on x and the temporary index vectors, freeing them after. */
+static nb_tensor *call_with_lists(nb_ctx *c, int op, nb_tensor *x, const int64_t *const *lists, int nlists,
+                                  int n, const nb_attrval *attrs) {
+  nb_tensor *in[4] = {x, NULL, NULL, NULL};
+  for (int i = 0; i < nlists; i++) in[1 + i] = nb_const_ints(c, NB_I64, lists[i], n);
+  nb_tensor *y = nb_call(c, &slicing_ops[op], in, 1 + nlists, attrs);
+  for (int i = 0; i < nlists; i++) nb_tensor_free(in[1 + i]);
+  return y;
+}
+
+nb_tensor *nb_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *size, int n) {
+  if (!nb_live(c)) return NULL;
+  if (n < 0 || (n > 0 && (!begin || !size))) {
+    nb_fail(c, NB_INVALID, "Slice: begin and size must be non-NULL arrays of n >= 0 values (n = %d)", n);
+    return NULL;
+  }
+  const int64_t *lists[2] = {begin, size};
+  return call_with_lists(c, OP_SLICE, x, lists, 2, n, NULL);
+}
+
+nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *end,
+                            const int64_t *strides, int n, const nb_slice_masks *masks) {
+  if (!nb_live(c)) return NULL;
+  if (n < 0 || (n > 0 && (!begin || !end || !strides))) {
+    nb_fail(c, NB_INVALID, "StridedSlice: begin, end and strides must be non-NULL arrays of n >= 0 values (n = %d)",
+            n);
+    return NULL;
+  }
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&slicing_ops[OP_STRIDED_SLICE], a);
+  if (masks) {
+    a[SS_BEGIN_MASK].i = masks->begin_mask;
+    a[SS_END_MASK].i = masks->end_mask;
+    a[SS_ELLIPSIS_MASK].i = masks->ellipsis_mask;
+    a[SS_NEW_AXIS_MASK].i = masks->new_axis_mask;
+    a[SS_SHRINK_AXIS_MASK].i = masks->shrink_axis_mask;
+  }
+  const int64_t *lists[3] = {begin, end, strides};
+  return call_with_lists(c, OP_STRIDED_SLICE, x, lists, 3, n, a);
+}
+
+nb_tensor *nb_gather(nb_ctx *c, nb_tensor *params, nb_tensor *indices, int axis, int batch_dims) {
+  int32_t axis_v = axis;
+  nb_tensor *in[3] = {params, indices, nb_tensor_from(c, NB_I32, 0, NULL, &axis_v)};
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&slicing_ops[OP_GATHER_V2], a);
+  a[GATHER_BATCH_DIMS].i = batch_dims;
+  nb_tensor *y = nb_call(c, &slicing_ops[OP_GATHER_V2], in, 3, a);
+  nb_tensor_free(in[2]);
+  return y;
+}
+
+nb_tensor *nb_unsorted_segment_sum(nb_ctx *c, nb_tensor *data, nb_tensor *segment_ids, int64_t num_segments) {
+  nb_tensor *in[3] = {data, segment_ids, nb_tensor_from(c, NB_I64, 0, NULL, &num_segments)};
+  nb_tensor *y = nb_call(c, &slicing_ops[OP_UNSORTED_SEGMENT_SUM], in, 3, NULL);
+  nb_tensor_free(in[2]);
+  return y;
+}
