@@ -1,3 +1,1006 @@
-/* placeholder until the family lands */
+/* Array (shape) ops: Reshape, ExpandDims and Squeeze (views of their input), Transpose,
+   BroadcastTo, ConcatV2, Pack, Unpack, Tile, Pad, Fill, ZerosLike, OnesLike, Shape.
+   These ops only move data, so one kernel serves every dtype by element size. Most of
+   them are a strided copy: a grid of dims where each step moves the input and output
+   offsets by fixed strides (an input stride of 0 repeats a value), collapsed so the
+   innermost run is as long as possible and copied with memcpy or a fill. */
 #include "op.h"
-nb_op_family nb_array_family(void) { return (nb_op_family){NULL, 0}; }
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PLAN_MAX (2 * NB_MAX_RANK) /* Tile splits each dim into (multiple, size) */
+#define TILE 32                    /* edge of the blocks of the 2-D transpose */
+
+/* Element types for moving 4- and 8-byte elements of any dtype. */
+typedef uint32_t __attribute__((may_alias)) u32a;
+typedef uint64_t __attribute__((may_alias)) u64a;
+
+/* ---- element helpers ---------------------------------------------------------------- */
+
+static void row_major_strides(int rank, const int64_t *shape, int64_t *st) {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= shape[i];
+  }
+}
+
+static bool all_zero_bytes(const char *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (v[i]) return false;
+  return true;
+}
+
+/* dst[0..n) = *val, for elements of esz bytes. */
+static void fill_elems(char *dst, const char *val, size_t esz, int64_t n) {
+  if (esz == 1 || all_zero_bytes(val, esz)) {
+    memset(dst, esz == 1 ? *val : 0, (size_t)n * esz);
+  } else if (esz == 4) {
+    u32a v, *d = (u32a *)dst;
+    memcpy(&v, val, 4);
+    for (int64_t i = 0; i < n; i++) d[i] = v;
+  } else {
+    u64a v, *d = (u64a *)dst;
+    memcpy(&v, val, 8);
+    for (int64_t i = 0; i < n; i++) d[i] = v;
+  }
+}
+
+typedef struct fill_job {
+  char *dst;
+  const char *val;
+  size_t esz;
+} fill_job;
+
+static void fill_range(void *arg, int64_t lo, int64_t hi) {
+  const fill_job *j = arg;
+  fill_elems(j->dst + (size_t)lo * j->esz, j->val, j->esz, hi - lo);
+}
+
+static void parallel_fill(const nb_kargs *k, void *dst, const void *val, size_t esz, int64_t n) {
+  fill_job j = {dst, val, esz};
+  nb_parallel_range(nb_kthreads(k, n), n, fill_range, &j);
+}
+
+/* The value 1 of dtype t, in v. */
+static void one_of(nb_dtype t, char *v) {
+  const float f = 1;
+  const double d = 1;
+  const int32_t i = 1;
+  const int64_t l = 1;
+  switch (t) {
+    case NB_F32: memcpy(v, &f, sizeof f); break;
+    case NB_F64: memcpy(v, &d, sizeof d); break;
+    case NB_I32: memcpy(v, &i, sizeof i); break;
+    case NB_I64: memcpy(v, &l, sizeof l); break;
+    case NB_BOOL: v[0] = 1; break;
+  }
+}
+
+/* ---- strided copy plans ----------------------------------------------------------- */
+
+typedef struct copy_plan {
+  int rank;
+  int64_t dims[PLAN_MAX];  /* outermost first */
+  int64_t in_st[PLAN_MAX]; /* element strides; 0 repeats the input */
+  int64_t out_st[PLAN_MAX];
+} copy_plan;
+
+static void plan_add(copy_plan *p, int64_t dim, int64_t in_st, int64_t out_st) {
+  p->dims[p->rank] = dim;
+  p->in_st[p->rank] = in_st;
+  p->out_st[p->rank] = out_st;
+  p->rank++;
+}
+
+/* Drops size-1 dims and merges a dim into the next inner one when stepping over all of
+   the inner one lands on its next index, in the input and the output alike. */
+static void plan_collapse(copy_plan *p) {
+  copy_plan c = {0}; /* built innermost first */
+  for (int i = p->rank - 1; i >= 0; i--) {
+    if (p->dims[i] == 1) continue;
+    int j = c.rank - 1;
+    if (j >= 0 && p->in_st[i] == c.in_st[j] * c.dims[j] && p->out_st[i] == c.out_st[j] * c.dims[j]) {
+      c.dims[j] *= p->dims[i];
+      continue;
+    }
+    plan_add(&c, p->dims[i], p->in_st[i], p->out_st[i]);
+  }
+  p->rank = c.rank;
+  for (int j = 0; j < c.rank; j++) {
+    p->dims[j] = c.dims[c.rank - 1 - j];
+    p->in_st[j] = c.in_st[c.rank - 1 - j];
+    p->out_st[j] = c.out_st[c.rank - 1 - j];
+  }
+}
+
+/* Makes the innermost dim a run the row copy takes: contiguous in the output and
+   contiguous or repeated in the input; otherwise rows become single elements. */
+static void plan_rows(copy_plan *p) {
+  int last = p->rank - 1;
+  if (p->rank == 0 || p->out_st[last] != 1 || (p->in_st[last] != 0 && p->in_st[last] != 1))
+    plan_add(p, 1, 1, 1);
+}
+
+/* An odometer over some dims: tracks the input and output offsets with additions only. */
+typedef struct walker {
+  int n;
+  int64_t dims[PLAN_MAX], sa[PLAN_MAX], sb[PLAN_MAX], idx[PLAN_MAX];
+  int64_t a, b;
+} walker;
+
+static void walker_add(walker *w, int64_t dim, int64_t sa, int64_t sb) {
+  w->dims[w->n] = dim;
+  w->sa[w->n] = sa;
+  w->sb[w->n] = sb;
+  w->n++;
+}
+
+static void walker_seek(walker *w, int64_t pos) {
+  w->a = w->b = 0;
+  for (int j = w->n - 1; j >= 0; j--) {
+    w->idx[j] = pos % w->dims[j];
+    pos /= w->dims[j];
+    w->a += w->idx[j] * w->sa[j];
+    w->b += w->idx[j] * w->sb[j];
+  }
+}
+
+static void walker_next(walker *w) {
+  for (int j = w->n - 1; j >= 0; j--) {
+    w->a += w->sa[j];
+    w->b += w->sb[j];
+    if (++w->idx[j] < w->dims[j]) return;
+    w->a -= w->sa[j] * w->dims[j];
+    w->b -= w->sb[j] * w->dims[j];
+    w->idx[j] = 0;
+  }
+}
+
+typedef struct copy_job {
+  const copy_plan *p;
+  const char *in;
+  char *out;
+  size_t esz;
+} copy_job;
+
+/* One run of n elements: a block copy, or a fill when the input stride is 0. */
+static void copy_run(const copy_job *j, int64_t in_off, int64_t out_off, int64_t n) {
+  const char *src = j->in + (size_t)in_off * j->esz;
+  char *dst = j->out + (size_t)out_off * j->esz;
+  if (j->p->in_st[j->p->rank - 1])
+    memcpy(dst, src, (size_t)n * j->esz);
+  else
+    fill_elems(dst, src, j->esz, n);
+}
+
+static void copy_rows(void *arg, int64_t lo, int64_t hi) {
+  const copy_job *j = arg;
+  const copy_plan *p = j->p;
+  int last = p->rank - 1;
+  walker w = {0};
+  for (int d = 0; d < last; d++) walker_add(&w, p->dims[d], p->in_st[d], p->out_st[d]);
+  walker_seek(&w, lo);
+  for (int64_t r = lo; r < hi; r++, walker_next(&w)) copy_run(j, w.a, w.b, p->dims[last]);
+}
+
+/* A plan of one row, split across threads by elements. */
+static void copy_flat(void *arg, int64_t lo, int64_t hi) {
+  const copy_job *j = arg;
+  copy_run(j, lo * j->p->in_st[0], lo, hi - lo);
+}
+
+/* Runs collapsed plan p from in to out; total is the number of output elements. */
+static void run_rows(const nb_kargs *k, copy_plan *p, const void *in, void *out, size_t esz, int64_t total) {
+  if (total == 0) return;
+  plan_rows(p);
+  copy_job j = {p, in, out, esz};
+  int last = p->rank - 1;
+  int nt = nb_kthreads(k, total);
+  if (last == 0)
+    nb_parallel_range(nt, p->dims[0], copy_flat, &j);
+  else
+    nb_parallel_range(nt, total / p->dims[last], copy_rows, &j);
+}
+
+static void run_plan(const nb_kargs *k, copy_plan *p, const void *in, void *out, size_t esz, int64_t total) {
+  plan_collapse(p);
+  run_rows(k, p, in, out, esz, total);
+}
+
+/* ---- reading const inputs -------------------------------------------------------------- */
+
+/* Reads int input i, which must be 1-D with at most cap values. */
+static nb_code read_vector(nb_kargs *k, int i, const char *what, int64_t *v, int cap, int *n) {
+  nb_code code = nb_kcheck_dtype(k, i, NB_M_INT);
+  if (code) return code;
+  if (k->in[i]->rank != 1)
+    return nb_kfail(k, NB_SHAPE, "%s must be 1-D, got shape %s", what, nb_tstr(k->in[i]));
+  return nb_kints(k, i, 1, v, cap, n);
+}
+
+/* Reads int input i, which must hold exactly one value (of any rank). */
+static nb_code read_single(nb_kargs *k, int i, const char *what, int64_t *v) {
+  nb_code code = nb_kcheck_dtype(k, i, NB_M_INT);
+  if (code) return code;
+  if (k->in[i]->size != 1)
+    return nb_kfail(k, NB_SHAPE, "%s must be a tensor with a single value, got shape %s", what,
+                    nb_tstr(k->in[i]));
+  int n;
+  return nb_kints(k, i, NB_MAX_RANK, v, 1, &n);
+}
+
+/* Sets output meta i after checking the element count fits. */
+static nb_code set_out(nb_kargs *k, int i, nb_dtype t, int rank, const int64_t *shape) {
+  int64_t size;
+  if (!nb_shape_checked_size(rank, shape, &size))
+    return nb_kfail(k, NB_SHAPE, "output shape %s is too large", nb_sstr(rank, shape));
+  nb_meta_set(&k->out[i], t, rank, shape);
+  return NB_OK;
+}
+
+/* ---- Reshape, ExpandDims, Squeeze: views ------------------------------------------------ */
+
+/* Input elements for inferring a -1: zero dims are skipped when the request has a zero
+   dim too, so the other dims can still be inferred (TF's rule). */
+static int64_t reshape_known_elements(const nb_tensor *x, bool request_has_zero) {
+  if (!request_has_zero) return x->size;
+  int64_t n = 1;
+  for (int i = 0; i < x->rank; i++)
+    if (x->shape[i] > 0) n *= x->shape[i];
+  return n;
+}
+
+static nb_code reshape_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t dims[NB_MAX_RANK], size;
+  int n, unknown = -1;
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (!code && k->in[1]->rank > 1)
+    code = nb_kfail(k, NB_SHAPE, "sizes input must be 1-D, not %s", nb_tstr(k->in[1]));
+  if (!code) code = nb_kints(k, 1, 1, dims, NB_MAX_RANK, &n);
+  if (code) return code;
+  int64_t product = 1; /* of the known nonzero sizes */
+  bool has_zero = false;
+  for (int i = 0; i < n; i++) {
+    if (dims[i] == -1) {
+      if (unknown >= 0)
+        return nb_kfail(k, NB_INVALID, "Only one input size may be -1, not both %d and %d", unknown, i);
+      unknown = i;
+    } else if (dims[i] < 0) {
+      return nb_kfail(k, NB_INVALID, "Size %d must be non-negative, not %lld", i, (long long)dims[i]);
+    } else if (dims[i] == 0) {
+      has_zero = true;
+    } else if (product > INT64_MAX / dims[i]) {
+      return nb_kfail(k, NB_SHAPE, "requested shape %s is too large", nb_sstr(n, dims));
+    } else {
+      product *= dims[i];
+    }
+  }
+  if (unknown >= 0) {
+    int64_t known = reshape_known_elements(x, has_zero);
+    if (known % product)
+      return nb_kfail(k, NB_SHAPE,
+                      "Input to reshape is a tensor with %lld values, but the requested shape requires a multiple of %lld",
+                      (long long)known, (long long)product);
+    dims[unknown] = known / product;
+  }
+  if (!nb_shape_checked_size(n, dims, &size))
+    return nb_kfail(k, NB_SHAPE, "requested shape %s is too large", nb_sstr(n, dims));
+  if (size != x->size)
+    return nb_kfail(k, NB_SHAPE, "Input to reshape is a tensor with %lld values, but the requested shape has %lld",
+                    (long long)x->size, (long long)size);
+  nb_meta_set(&k->out[0], x->dtype, n, dims);
+  return NB_OK;
+}
+
+static nb_code expand_dims_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t axis;
+  nb_code code = read_single(k, 1, "'dim'", &axis);
+  if (code) return code;
+  if (axis < -x->rank - 1 || axis > x->rank)
+    return nb_kfail(k, NB_INVALID, "Tried to expand dim index %lld for tensor with %d dimensions.",
+                    (long long)axis, x->rank);
+  if (x->rank == NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "input of shape %s already has the largest rank %d", nb_tstr(x), NB_MAX_RANK);
+  int a = (int)(axis < 0 ? axis + x->rank + 1 : axis);
+  nb_meta *m = &k->out[0];
+  m->dtype = x->dtype;
+  m->rank = x->rank + 1;
+  for (int i = 0, j = 0; i < m->rank; i++) m->shape[i] = i == a ? 1 : x->shape[j++];
+  return NB_OK;
+}
+
+enum { SQUEEZE_DIMS };
+
+static nb_code squeeze_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  const nb_attrval *dims = &k->attr[SQUEEZE_DIMS];
+  bool drop[NB_MAX_RANK] = {false};
+  for (int i = 0; i < dims->n; i++) {
+    int d;
+    if (!nb_norm_axis(dims->ints[i], x->rank, &d))
+      return nb_kfail(k, NB_INVALID, "Tried to squeeze dim index %lld for tensor with %d dimensions.",
+                      (long long)dims->ints[i], x->rank);
+    if (x->shape[d] != 1)
+      return nb_kfail(k, NB_SHAPE, "Can not squeeze dim[%d], expected a dimension of 1, got %lld", d,
+                      (long long)x->shape[d]);
+    drop[d] = true;
+  }
+  nb_meta *m = &k->out[0];
+  m->dtype = x->dtype;
+  m->rank = 0;
+  for (int i = 0; i < x->rank; i++)
+    if (!(dims->n ? drop[i] : x->shape[i] == 1)) m->shape[m->rank++] = x->shape[i];
+  return NB_OK;
+}
+
+/* ---- Transpose ------------------------------------------------------------------------- */
+
+static nb_code transpose_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t *perm = (int64_t *)k->scratch;
+  int n;
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (code) return code;
+  if (k->in[1]->rank != 1) return nb_kfail(k, NB_SHAPE, "perm must be rank 1, got shape %s", nb_tstr(k->in[1]));
+  if (k->in[1]->size != x->rank)
+    return nb_kfail(k, NB_INVALID, "transpose expects a vector of size %d. But input(1) is a vector of size %lld",
+                    x->rank, (long long)k->in[1]->size);
+  code = nb_kints(k, 1, 1, perm, NB_MAX_RANK, &n);
+  if (code) return code;
+  bool seen[NB_MAX_RANK] = {false};
+  for (int i = 0; i < n; i++) {
+    if (perm[i] < 0 || perm[i] >= n)
+      return nb_kfail(k, NB_INVALID, "%lld is out of range [0 .. %d)", (long long)perm[i], n);
+    seen[perm[i]] = true;
+  }
+  for (int i = 0; i < n; i++)
+    if (!seen[i]) return nb_kfail(k, NB_INVALID, "%d is missing from perm %s", i, nb_sstr(n, perm));
+  nb_meta *m = &k->out[0];
+  m->dtype = x->dtype;
+  m->rank = n;
+  for (int i = 0; i < n; i++) m->shape[i] = x->shape[perm[i]];
+  return NB_OK;
+}
+
+#define TRANSPOSE_BLOCK(NAME, T)                                                                 \
+  static void NAME(const char *pin, char *pout, int64_t q0, int64_t q1, int64_t l0, int64_t l1, \
+                   int64_t in_ld, int64_t out_ld) {                                              \
+    const T *in = (const T *)pin;                                                                \
+    T *out = (T *)pout;                                                                          \
+    for (int64_t q = q0; q < q1; q++)                                                            \
+      for (int64_t l = l0; l < l1; l++) out[q * out_ld + l] = in[l * in_ld + q];                 \
+  }
+TRANSPOSE_BLOCK(block_1, uint8_t)
+TRANSPOSE_BLOCK(block_4, u32a)
+TRANSPOSE_BLOCK(block_8, u64a)
+
+/* A batch of 2-D transposes: dim q is contiguous in the input, dim l in the output;
+   every other dim is walked. One unit of work is TILE indices of q for one batch. */
+typedef struct tiled_job {
+  walker batch;
+  int64_t nq, nl, in_ld, out_ld, nblk;
+  const char *in;
+  char *out;
+  size_t esz;
+} tiled_job;
+
+static void tiled_range(void *arg, int64_t lo, int64_t hi) {
+  const tiled_job *j = arg;
+  void (*block)(const char *, char *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t) =
+      j->esz == 1 ? block_1 : j->esz == 4 ? block_4 : block_8;
+  walker w = j->batch;
+  walker_seek(&w, lo / j->nblk);
+  int64_t blk = lo % j->nblk;
+  for (int64_t u = lo; u < hi; u++) {
+    int64_t q0 = blk * TILE, q1 = q0 + TILE < j->nq ? q0 + TILE : j->nq;
+    const char *in = j->in + (size_t)w.a * j->esz;
+    char *out = j->out + (size_t)w.b * j->esz;
+    for (int64_t l0 = 0; l0 < j->nl; l0 += TILE)
+      block(in, out, q0, q1, l0, l0 + TILE < j->nl ? l0 + TILE : j->nl, j->in_ld, j->out_ld);
+    if (++blk == j->nblk) {
+      blk = 0;
+      walker_next(&w);
+    }
+  }
+}
+
+/* p is collapsed and its innermost dim is strided in the input. */
+static void run_tiled(const nb_kargs *k, const copy_plan *p, const void *in, void *out, size_t esz) {
+  int last = p->rank - 1, q = 0;
+  while (p->in_st[q] != 1) q++; /* the input's innermost dim (size-1 dims are gone) */
+  tiled_job j = {.nq = p->dims[q], .nl = p->dims[last], .in_ld = p->in_st[last], .out_ld = p->out_st[q],
+                 .in = in, .out = out, .esz = esz};
+  int64_t batches = 1;
+  for (int d = 0; d < last; d++)
+    if (d != q) {
+      walker_add(&j.batch, p->dims[d], p->in_st[d], p->out_st[d]);
+      batches *= p->dims[d];
+    }
+  j.nblk = (j.nq + TILE - 1) / TILE;
+  nb_parallel_range(nb_kthreads(k, batches * j.nq * j.nl), batches * j.nblk, tiled_range, &j);
+}
+
+static nb_code transpose_kernel(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  nb_tensor *y = k->res[0];
+  const int64_t *perm = (const int64_t *)k->scratch;
+  if (y->size == 0) return NB_OK;
+  int64_t in_st[NB_MAX_RANK], out_st[NB_MAX_RANK];
+  row_major_strides(x->rank, x->shape, in_st);
+  row_major_strides(y->rank, y->shape, out_st);
+  copy_plan p = {0};
+  for (int i = 0; i < y->rank; i++) plan_add(&p, y->shape[i], in_st[perm[i]], out_st[i]);
+  plan_collapse(&p);
+  size_t esz = nb_dtype_size(x->dtype);
+  if (p.rank > 0 && p.in_st[p.rank - 1] != 1)
+    run_tiled(k, &p, nb_tdata(x), nb_tdata(y), esz);
+  else
+    run_rows(k, &p, nb_tdata(x), nb_tdata(y), esz, y->size);
+  return NB_OK;
+}
+
+/* ---- BroadcastTo, Tile, Pad -------------------------------------------------------------- */
+
+static nb_code broadcast_to_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t shape[NB_MAX_RANK];
+  int n;
+  nb_code code = read_vector(k, 1, "shape", shape, NB_MAX_RANK, &n);
+  if (code) return code;
+  for (int i = 0; i < n; i++)
+    if (shape[i] < 0) return nb_kfail(k, NB_INVALID, "Dimension %lld must be >= 0", (long long)shape[i]);
+  if (x->rank > n)
+    return nb_kfail(k, NB_SHAPE, "Rank of input (%d) must be no greater than rank of output shape (%d): %s vs. %s",
+                    x->rank, n, nb_tstr(x), nb_sstr(n, shape));
+  for (int i = 0; i < x->rank; i++) {
+    int64_t d = x->shape[i], o = shape[n - x->rank + i];
+    if (d != o && d != 1)
+      return nb_kfail(k, NB_SHAPE, "Unable to broadcast tensor of shape %s to tensor of shape %s", nb_tstr(x),
+                      nb_sstr(n, shape));
+  }
+  return set_out(k, 0, x->dtype, n, shape);
+}
+
+static nb_code broadcast_to_kernel(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  nb_tensor *y = k->res[0];
+  int64_t in_st[NB_MAX_RANK], out_st[NB_MAX_RANK];
+  row_major_strides(x->rank, x->shape, in_st);
+  row_major_strides(y->rank, y->shape, out_st);
+  copy_plan p = {0};
+  int lead = y->rank - x->rank;
+  for (int i = 0; i < y->rank; i++) {
+    bool repeat = i < lead || x->shape[i - lead] != y->shape[i];
+    plan_add(&p, y->shape[i], repeat ? 0 : in_st[i - lead], out_st[i]);
+  }
+  run_plan(k, &p, nb_tdata(x), nb_tdata(y), nb_dtype_size(x->dtype), y->size);
+  return NB_OK;
+}
+
+static nb_code tile_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t mult[NB_MAX_RANK], shape[NB_MAX_RANK];
+  int n;
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (code) return code;
+  if (k->in[1]->rank != 1)
+    return nb_kfail(k, NB_SHAPE, "Expected multiples to be 1-D, but got shape %s", nb_tstr(k->in[1]));
+  if (k->in[1]->size != x->rank)
+    return nb_kfail(k, NB_INVALID, "Expected multiples argument to be a vector of length %d but got length %lld",
+                    x->rank, (long long)k->in[1]->size);
+  code = nb_kints(k, 1, 1, mult, NB_MAX_RANK, &n);
+  if (code) return code;
+  for (int i = 0; i < n; i++) {
+    if (mult[i] < 0)
+      return nb_kfail(k, NB_INVALID, "Expected multiples[%d] >= 0, but got %lld", i, (long long)mult[i]);
+    if (x->shape[i] && mult[i] > INT64_MAX / x->shape[i])
+      return nb_kfail(k, NB_SHAPE, "tiling %s by %s is too large", nb_tstr(x), nb_sstr(n, mult));
+    shape[i] = x->shape[i] * mult[i];
+  }
+  return set_out(k, 0, x->dtype, n, shape);
+}
+
+/* Output dim i of size m*d is a (multiple, index) pair: the multiple repeats the input. */
+static nb_code tile_kernel(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  nb_tensor *y = k->res[0];
+  int64_t in_st[NB_MAX_RANK], out_st[NB_MAX_RANK];
+  row_major_strides(x->rank, x->shape, in_st);
+  row_major_strides(y->rank, y->shape, out_st);
+  if (y->size == 0) return NB_OK;
+  copy_plan p = {0};
+  for (int i = 0; i < x->rank; i++) {
+    plan_add(&p, y->shape[i] / x->shape[i], 0, x->shape[i] * out_st[i]);
+    plan_add(&p, x->shape[i], in_st[i], out_st[i]);
+  }
+  run_plan(k, &p, nb_tdata(x), nb_tdata(y), nb_dtype_size(x->dtype), y->size);
+  return NB_OK;
+}
+
+static nb_code pad_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0], *pads = k->in[1];
+  int64_t v[2 * NB_MAX_RANK], shape[NB_MAX_RANK];
+  int64_t *before = (int64_t *)k->scratch;
+  int n;
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (code) return code;
+  if (pads->rank != 2 || pads->shape[1] != 2)
+    return nb_kfail(k, NB_SHAPE, "paddings must be a matrix with 2 columns: %s", nb_tstr(pads));
+  if (pads->shape[0] != x->rank)
+    return nb_kfail(k, NB_SHAPE, "The first dimension of paddings must be the rank of inputs%s %s", nb_tstr(pads),
+                    nb_tstr(x));
+  code = nb_kints(k, 1, 2, v, 2 * NB_MAX_RANK, &n);
+  if (code) return code;
+  for (int i = 0; i < x->rank; i++) {
+    int64_t b = v[2 * i], a = v[2 * i + 1];
+    if (b < 0 || a < 0)
+      return nb_kfail(k, NB_INVALID, "Paddings must be non-negative: %lld %lld", (long long)b, (long long)a);
+    if (b > INT64_MAX / 16 - a - x->shape[i])
+      return nb_kfail(k, NB_SHAPE, "padding %s by %lld %lld is too large", nb_tstr(x), (long long)b, (long long)a);
+    before[i] = b;
+    shape[i] = b + x->shape[i] + a;
+  }
+  return set_out(k, 0, x->dtype, x->rank, shape);
+}
+
+/* Zeros everywhere, then the input copied into the interior. */
+static nb_code pad_kernel(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  nb_tensor *y = k->res[0];
+  const int64_t *before = (const int64_t *)k->scratch;
+  size_t esz = nb_dtype_size(x->dtype);
+  const char zero[8] = {0};
+  parallel_fill(k, nb_tdata(y), zero, esz, y->size);
+  int64_t in_st[NB_MAX_RANK], out_st[NB_MAX_RANK], origin = 0;
+  row_major_strides(x->rank, x->shape, in_st);
+  row_major_strides(y->rank, y->shape, out_st);
+  copy_plan p = {0};
+  for (int i = 0; i < x->rank; i++) {
+    plan_add(&p, x->shape[i], in_st[i], out_st[i]);
+    origin += before[i] * out_st[i];
+  }
+  run_plan(k, &p, nb_tdata(x), (char *)nb_tdata(y) + (size_t)origin * esz, esz, x->size);
+  return NB_OK;
+}
+
+/* ---- ConcatV2, Pack, Unpack ----------------------------------------------------------------- */
+
+/* What the concat/pack kernel needs: the output axis and, for Pack, that every input
+   fills one index of it. */
+typedef struct join_plan {
+  int axis;
+  bool pack;
+} join_plan;
+
+static nb_code check_same_dtypes(nb_kargs *k, int n) {
+  for (int i = 1; i < n; i++) {
+    nb_code code = nb_kcheck_same_dtype(k, 0, i);
+    if (code) return code;
+  }
+  return NB_OK;
+}
+
+static nb_code concat_infer(nb_kargs *k) {
+  int n = k->nin - 1;
+  const nb_tensor *x0 = k->in[0], *axis_t = k->in[n];
+  int64_t axis;
+  int r = x0->rank, cnt;
+  nb_code code = nb_kcheck_dtype(k, n, NB_M_INT);
+  if (code) return code;
+  if (axis_t->rank != 0)
+    return nb_kfail(k, NB_SHAPE, "Concat dim tensor should be a scalar integer, but got shape %s", nb_tstr(axis_t));
+  code = nb_kints(k, n, 0, &axis, 1, &cnt);
+  if (!code) code = check_same_dtypes(k, n);
+  if (code) return code;
+  if (r == 0) return nb_kfail(k, NB_SHAPE, "Can't concatenate scalars (use tf.stack instead)");
+  int a;
+  if (!nb_norm_axis(axis, r, &a))
+    return nb_kfail(k, NB_INVALID, "Expected concatenating dimensions in the range [%d, %d), but got %lld", -r, r,
+                    (long long)axis);
+  int64_t shape[NB_MAX_RANK];
+  memcpy(shape, x0->shape, sizeof shape);
+  for (int i = 1; i < n; i++) {
+    const nb_tensor *x = k->in[i];
+    if (x->rank != r)
+      return nb_kfail(k, NB_SHAPE, "Ranks of all input tensors should match: shape[0] = %s vs. shape[%d] = %s",
+                      nb_tstr(x0), i, nb_tstr(x));
+    for (int d = 0; d < r; d++)
+      if (d != a && x->shape[d] != x0->shape[d])
+        return nb_kfail(k, NB_SHAPE, "Dimensions of inputs should match: shape[0] = %s vs. shape[%d] = %s",
+                        nb_tstr(x0), i, nb_tstr(x));
+    if (shape[a] > INT64_MAX / 16 - x->shape[a])
+      return nb_kfail(k, NB_SHAPE, "concatenated dim %d is too large", a);
+    shape[a] += x->shape[a];
+  }
+  *(join_plan *)k->scratch = (join_plan){a, false};
+  return set_out(k, 0, x0->dtype, r, shape);
+}
+
+enum { PACK_N, PACK_AXIS };
+
+static nb_code pack_infer(nb_kargs *k) {
+  int n = k->nin, r = k->in[0]->rank;
+  const nb_tensor *x0 = k->in[0];
+  int64_t axis = k->attr[PACK_AXIS].i;
+  int a;
+  if (!nb_norm_axis(axis, r + 1, &a))
+    return nb_kfail(k, NB_INVALID, "axis = %lld not in [%d, %d)", (long long)axis, -(r + 1), r + 1);
+  if (r == NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "inputs of shape %s already have the largest rank %d", nb_tstr(x0), NB_MAX_RANK);
+  nb_code code = check_same_dtypes(k, n);
+  if (code) return code;
+  for (int i = 1; i < n; i++) {
+    const nb_tensor *x = k->in[i];
+    if (x->rank != r || memcmp(x->shape, x0->shape, (size_t)r * sizeof *x->shape))
+      return nb_kfail(k, NB_SHAPE, "Shapes of all inputs must match: values[0].shape = %s != values[%d].shape = %s",
+                      nb_tstr(x0), i, nb_tstr(x));
+  }
+  int64_t shape[NB_MAX_RANK];
+  for (int i = 0, j = 0; i <= r; i++) shape[i] = i == a ? n : x0->shape[j++];
+  *(join_plan *)k->scratch = (join_plan){a, true};
+  return set_out(k, 0, x0->dtype, r + 1, shape);
+}
+
+/* Each output row (the dims before the axis) is the inputs' rows side by side. */
+typedef struct join_job {
+  const nb_kargs *k;
+  bool pack;
+  int n, axis;
+  int64_t inner; /* elements per index of the axis */
+  int64_t row;   /* output elements per row */
+  size_t esz;
+} join_job;
+
+static int64_t segment(const join_job *j, int i) {
+  return j->pack ? j->inner : j->k->in[i]->shape[j->axis] * j->inner;
+}
+
+/* Moves to the next nonempty segment, wrapping to the next row. */
+static void next_segment(const join_job *j, int *i, int64_t *row, int64_t *seg) {
+  do {
+    if (++*i == j->n) {
+      *i = 0;
+      ++*row;
+    }
+    *seg = segment(j, *i);
+  } while (*seg == 0);
+}
+
+/* Copies output elements [lo, hi), one memcpy per segment. */
+static void join_range(void *arg, int64_t lo, int64_t hi) {
+  const join_job *j = arg;
+  char *out = nb_tdata(j->k->res[0]);
+  int64_t row = lo / j->row, col = lo % j->row, seg = segment(j, 0);
+  int i = 0;
+  while (col >= seg) {
+    col -= seg;
+    seg = segment(j, ++i);
+  }
+  for (int64_t pos = lo; pos < hi;) {
+    int64_t take = seg - col < hi - pos ? seg - col : hi - pos;
+    const char *src = nb_tdata(j->k->in[i]);
+    memcpy(out + (size_t)pos * j->esz, src + (size_t)(row * seg + col) * j->esz, (size_t)take * j->esz);
+    pos += take;
+    col += take;
+    if (col == seg && pos < hi) {
+      col = 0;
+      next_segment(j, &i, &row, &seg);
+    }
+  }
+}
+
+static nb_code join_kernel(nb_kargs *k) {
+  const join_plan *p = (const join_plan *)k->scratch;
+  nb_tensor *y = k->res[0];
+  if (y->size == 0) return NB_OK;
+  join_job j = {.k = k, .pack = p->pack, .n = p->pack ? k->nin : k->nin - 1,
+                .axis = p->axis, .inner = 1, .esz = nb_dtype_size(y->dtype)};
+  for (int d = p->axis + 1; d < y->rank; d++) j.inner *= y->shape[d];
+  j.row = y->shape[p->axis] * j.inner;
+  nb_parallel_range(nb_kthreads(k, y->size), y->size, join_range, &j);
+  return NB_OK;
+}
+
+enum { UNPACK_NUM, UNPACK_AXIS };
+
+static nb_code unpack_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t num = k->attr[UNPACK_NUM].i, axis = k->attr[UNPACK_AXIS].i;
+  int a;
+  if (!nb_norm_axis(axis, x->rank, &a))
+    return nb_kfail(k, NB_INVALID, "axis = %lld not in [%d, %d)", (long long)axis, -x->rank, x->rank);
+  if (num != k->nout)
+    return nb_kfail(k, NB_INVALID, "attr num = %lld does not match the %d outputs asked for", (long long)num,
+                    k->nout);
+  if (x->shape[a] != num)
+    return nb_kfail(k, NB_SHAPE, "Input shape axis %d must equal %lld, got shape %s", a, (long long)num,
+                    nb_tstr(x));
+  int64_t shape[NB_MAX_RANK];
+  for (int i = 0, j = 0; i < x->rank; i++)
+    if (i != a) shape[j++] = x->shape[i];
+  for (int i = 0; i < k->nout; i++) nb_meta_set(&k->out[i], x->dtype, x->rank - 1, shape);
+  *(int *)k->scratch = a;
+  return NB_OK;
+}
+
+/* Output o's row r is input row r's o-th slice; one unit of work is one (o, r). */
+typedef struct unpack_job {
+  const nb_kargs *k;
+  int64_t rows, inner;
+  size_t esz;
+} unpack_job;
+
+static void unpack_range(void *arg, int64_t lo, int64_t hi) {
+  const unpack_job *j = arg;
+  const char *in = nb_tdata(j->k->in[0]);
+  int num = j->k->nout;
+  size_t run = (size_t)j->inner * j->esz;
+  int o = (int)(lo / j->rows);
+  int64_t r = lo % j->rows;
+  for (int64_t u = lo; u < hi; u++) {
+    memcpy((char *)nb_tdata(j->k->res[o]) + (size_t)r * run, in + (size_t)(r * num + o) * run, run);
+    if (++r == j->rows) {
+      r = 0;
+      o++;
+    }
+  }
+}
+
+static nb_code unpack_kernel(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int a = *(const int *)k->scratch;
+  if (x->size == 0) return NB_OK;
+  unpack_job j = {k, 1, 1, nb_dtype_size(x->dtype)};
+  for (int d = 0; d < a; d++) j.rows *= x->shape[d];
+  for (int d = a + 1; d < x->rank; d++) j.inner *= x->shape[d];
+  nb_parallel_range(nb_kthreads(k, x->size), j.rows * k->nout, unpack_range, &j);
+  return NB_OK;
+}
+
+/* ---- Fill, ZerosLike, OnesLike, Shape ---------------------------------------------------------- */
+
+static nb_code fill_infer(nb_kargs *k) {
+  int64_t dims[NB_MAX_RANK];
+  int n;
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
+  if (code) return code;
+  if (k->in[0]->rank != 1) return nb_kfail(k, NB_SHAPE, "dims must be a vector, got shape %s", nb_tstr(k->in[0]));
+  if (k->in[1]->rank != 0)
+    return nb_kfail(k, NB_SHAPE, "value must be a scalar, got shape %s", nb_tstr(k->in[1]));
+  code = nb_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
+  if (code) return code;
+  for (int i = 0; i < n; i++)
+    if (dims[i] < 0) return nb_kfail(k, NB_INVALID, "Dimension %lld must be >= 0", (long long)dims[i]);
+  return set_out(k, 0, k->in[1]->dtype, n, dims);
+}
+
+static nb_code fill_kernel(nb_kargs *k) {
+  nb_tensor *y = k->res[0];
+  parallel_fill(k, nb_tdata(y), nb_tdata(k->in[1]), nb_dtype_size(y->dtype), y->size);
+  return NB_OK;
+}
+
+static nb_code like_infer(nb_kargs *k) {
+  nb_meta_like(&k->out[0], k->in[0]);
+  return NB_OK;
+}
+
+static nb_code zeros_like_kernel(nb_kargs *k) {
+  nb_tensor *y = k->res[0];
+  const char zero[8] = {0};
+  parallel_fill(k, nb_tdata(y), zero, nb_dtype_size(y->dtype), y->size);
+  return NB_OK;
+}
+
+static nb_code ones_like_kernel(nb_kargs *k) {
+  nb_tensor *y = k->res[0];
+  _Alignas(8) char one[8];
+  one_of(y->dtype, one);
+  parallel_fill(k, nb_tdata(y), one, nb_dtype_size(y->dtype), y->size);
+  return NB_OK;
+}
+
+enum { SHAPE_OUT_TYPE };
+
+static nb_code shape_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  nb_dtype t = k->attr[SHAPE_OUT_TYPE].type;
+  if (t != NB_I32 && t != NB_I64)
+    return nb_kfail(k, NB_DTYPE, "out_type must be int32 or int64, got %s",
+                    (unsigned)t <= NB_BOOL ? nb_dtype_name(t) : "an invalid dtype");
+  for (int i = 0; i < x->rank && t == NB_I32; i++)
+    if (x->shape[i] > INT32_MAX)
+      return nb_kfail(k, NB_INVALID, "Shape output type is 32-bit but dim %d is %lld", i, (long long)x->shape[i]);
+  int64_t rank = x->rank;
+  nb_meta_set(&k->out[0], t, 1, &rank);
+  return NB_OK;
+}
+
+static nb_code shape_kernel(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  void *y = nb_tdata(k->res[0]);
+  for (int i = 0; i < x->rank; i++) {
+    if (k->res[0]->dtype == NB_I32)
+      ((int32_t *)y)[i] = (int32_t)x->shape[i];
+    else
+      ((int64_t *)y)[i] = x->shape[i];
+  }
+  return NB_OK;
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+#define X0 1u
+#define X1 2u
+
+enum {
+  OP_RESHAPE, OP_EXPAND_DIMS, OP_SQUEEZE, OP_TRANSPOSE, OP_BROADCAST_TO, OP_CONCAT, OP_PACK, OP_UNPACK,
+  OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_COUNT
+};
+
+/* grad_inputs: what TF's gradient functions read (shapes of, or the const inputs). */
+static nb_op_def array_ops[OP_COUNT] = {
+    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = X0, .infer = reshape_infer},
+    [OP_EXPAND_DIMS] = {.name = "ExpandDims", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = X0,
+                        .infer = expand_dims_infer},
+    [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .grad_inputs = X0, .nattrs = 1,
+                    .attrs = {{"squeeze_dims", NB_ATTR_INTS, {.n = 0}, false}}, .infer = squeeze_infer},
+    [OP_TRANSPOSE] = {.name = "Transpose", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1,
+                      .infer = transpose_infer, .kernel = transpose_kernel},
+    [OP_BROADCAST_TO] = {.name = "BroadcastTo", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1,
+                         .infer = broadcast_to_infer, .kernel = broadcast_to_kernel},
+    [OP_CONCAT] = {.name = "ConcatV2", .nin = 1, .variadic = true, .nout = 1, .alias = -1, .grad_inputs = ~0u,
+                   .nattrs = 1, .attrs = {{"N", NB_ATTR_INT, {.i = 2}, true}}, .infer = concat_infer,
+                   .kernel = join_kernel},
+    [OP_PACK] = {.name = "Pack", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 2,
+                 .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}, {"axis", NB_ATTR_INT, {.i = 0}, false}},
+                 .infer = pack_infer, .kernel = join_kernel},
+    [OP_UNPACK] = {.name = "Unpack", .nin = 1, .nout = NB_VARIADIC, .alias = -1, .nattrs = 2,
+                   .attrs = {{"num", NB_ATTR_INT, {.i = 0}, true}, {"axis", NB_ATTR_INT, {.i = 0}, false}},
+                   .infer = unpack_infer, .kernel = unpack_kernel},
+    [OP_TILE] = {.name = "Tile", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .infer = tile_infer,
+                 .kernel = tile_kernel},
+    [OP_PAD] = {.name = "Pad", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .infer = pad_infer,
+                .kernel = pad_kernel},
+    [OP_FILL] = {.name = "Fill", .nin = 2, .nout = 1, .alias = -1, .t_input = 1, .infer = fill_infer,
+                 .kernel = fill_kernel},
+    [OP_ZEROS_LIKE] = {.name = "ZerosLike", .nin = 1, .nout = 1, .alias = -1, .infer = like_infer,
+                       .kernel = zeros_like_kernel},
+    [OP_ONES_LIKE] = {.name = "OnesLike", .nin = 1, .nout = 1, .alias = -1, .infer = like_infer,
+                      .kernel = ones_like_kernel},
+    [OP_SHAPE] = {.name = "Shape", .nin = 1, .nout = 1, .alias = -1, .nattrs = 1,
+                  .attrs = {{"out_type", NB_ATTR_TYPE, {.type = NB_I32}, false}}, .infer = shape_infer,
+                  .kernel = shape_kernel},
+};
+
+nb_op_family nb_array_family(void) { return (nb_op_family){array_ops, OP_COUNT}; }
+
+/* ---- wrappers ------------------------------------------------------------------------------- */
+
+/* Checks a wrapper's list argument; false (with the context failed) when unusable. */
+static bool list_ok(nb_ctx *c, const char *op, const char *what, const void *v, int n) {
+  if (!nb_live(c)) return false;
+  if (n < 0 || (n > 0 && !v)) {
+    nb_fail(c, NB_INVALID, "%s: %s is NULL or has negative length %d", op, what, n);
+    return false;
+  }
+  return true;
+}
+
+/* Calls op(x, const) and frees the temporary const. */
+static nb_tensor *call_with(nb_ctx *c, int op, nb_tensor *x, nb_tensor *konst) {
+  nb_tensor *in[2] = {x, konst};
+  nb_tensor *y = nb_call(c, &array_ops[op], in, 2, NULL);
+  nb_tensor_free(konst);
+  return y;
+}
+
+static nb_tensor *call_with_ints(nb_ctx *c, int op, const char *what, nb_tensor *x, const int64_t *v, int n) {
+  if (!list_ok(c, array_ops[op].name, what, v, n)) return NULL;
+  return call_with(c, op, x, nb_const_ints(c, NB_I64, v, n));
+}
+
+nb_tensor *nb_reshape(nb_ctx *c, nb_tensor *x, const int64_t *shape, int rank) {
+  return call_with_ints(c, OP_RESHAPE, "shape", x, shape, rank);
+}
+
+nb_tensor *nb_broadcast_to(nb_ctx *c, nb_tensor *x, const int64_t *shape, int rank) {
+  return call_with_ints(c, OP_BROADCAST_TO, "shape", x, shape, rank);
+}
+
+nb_tensor *nb_tile(nb_ctx *c, nb_tensor *x, const int64_t *multiples, int n) {
+  return call_with_ints(c, OP_TILE, "multiples", x, multiples, n);
+}
+
+nb_tensor *nb_transpose(nb_ctx *c, nb_tensor *x, const int *perm, int n) {
+  if (!list_ok(c, "Transpose", "perm", perm, n)) return NULL;
+  return call_with(c, OP_TRANSPOSE, x, nb_const_int_list(c, perm, n));
+}
+
+nb_tensor *nb_expand_dims(nb_ctx *c, nb_tensor *x, int axis) {
+  if (!nb_live(c)) return NULL;
+  return call_with(c, OP_EXPAND_DIMS, x, nb_scalar(c, NB_I32, axis));
+}
+
+nb_tensor *nb_pad(nb_ctx *c, nb_tensor *x, const int64_t *paddings, int n) {
+  if (!list_ok(c, "Pad", "paddings", paddings, n)) return NULL;
+  int64_t shape[2] = {n, 2};
+  return call_with(c, OP_PAD, x, nb_tensor_from(c, NB_I64, 2, shape, paddings));
+}
+
+nb_tensor *nb_fill(nb_ctx *c, const int64_t *dims, int rank, nb_tensor *value) {
+  if (!list_ok(c, "Fill", "dims", dims, rank)) return NULL;
+  nb_tensor *in[2] = {nb_const_ints(c, NB_I64, dims, rank), value};
+  nb_tensor *y = nb_call(c, &array_ops[OP_FILL], in, 2, NULL);
+  nb_tensor_free(in[0]);
+  return y;
+}
+
+nb_tensor *nb_squeeze(nb_ctx *c, nb_tensor *x, const int *axes, int naxes) {
+  if (!list_ok(c, "Squeeze", "axes", axes, naxes)) return NULL;
+  if (naxes > NB_MAX_RANK) {
+    nb_fail(c, NB_INVALID, "Squeeze: %d axes given, at most %d allowed", naxes, NB_MAX_RANK);
+    return NULL;
+  }
+  int64_t dims[NB_MAX_RANK];
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&array_ops[OP_SQUEEZE], a);
+  for (int i = 0; i < naxes; i++) dims[i] = axes[i];
+  a[SQUEEZE_DIMS].ints = dims;
+  a[SQUEEZE_DIMS].n = naxes;
+  return nb_call(c, &array_ops[OP_SQUEEZE], &x, 1, a);
+}
+
+nb_tensor *nb_concat(nb_ctx *c, nb_tensor *const *xs, int n, int axis) {
+  if (!nb_live(c)) return NULL;
+  if (n < 1 || !xs) {
+    nb_fail(c, NB_INVALID, "ConcatV2: needs at least one input, got %d", n);
+    return NULL;
+  }
+  nb_tensor **in = malloc((size_t)(n + 1) * sizeof *in);
+  if (!in) {
+    nb_fail(c, NB_NOMEM, "ConcatV2: out of memory");
+    return NULL;
+  }
+  memcpy(in, xs, (size_t)n * sizeof *in);
+  in[n] = nb_scalar(c, NB_I32, axis);
+  nb_tensor *y = nb_call(c, &array_ops[OP_CONCAT], in, n + 1, NULL);
+  nb_tensor_free(in[n]);
+  free(in);
+  return y;
+}
+
+nb_tensor *nb_pack(nb_ctx *c, nb_tensor *const *xs, int n, int axis) {
+  if (!nb_live(c)) return NULL;
+  if (n < 1 || !xs) {
+    nb_fail(c, NB_INVALID, "Pack: needs at least one input, got %d", n);
+    return NULL;
+  }
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&array_ops[OP_PACK], a);
+  a[PACK_AXIS].i = axis;
+  return nb_call(c, &array_ops[OP_PACK], xs, n, a);
+}
+
+nb_code nb_unpack(nb_ctx *c, nb_tensor *x, int axis, int num, nb_tensor **out) {
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&array_ops[OP_UNPACK], a);
+  a[UNPACK_NUM].i = num;
+  a[UNPACK_AXIS].i = axis;
+  return nb_dispatch(c, &array_ops[OP_UNPACK], &x, 1, a, out, num);
+}
+
+nb_tensor *nb_zeros_like(nb_ctx *c, nb_tensor *x) { return nb_call(c, &array_ops[OP_ZEROS_LIKE], &x, 1, NULL); }
+
+nb_tensor *nb_ones_like(nb_ctx *c, nb_tensor *x) { return nb_call(c, &array_ops[OP_ONES_LIKE], &x, 1, NULL); }
+
+nb_tensor *nb_shape_op(nb_ctx *c, nb_tensor *x, nb_dtype out_type) {
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&array_ops[OP_SHAPE], a);
+  a[SHAPE_OUT_TYPE].type = out_type;
+  return nb_call(c, &array_ops[OP_SHAPE], &x, 1, a);
+}
