@@ -13,7 +13,7 @@
 /* TF's type attrs that are inferred from the inputs; nb_op accepts and checks them. */
 static const char *const inferred_type_attrs[] = {
     "T", "Tidx", "Tshape", "Tperm", "Tpaddings", "Tmultiples", "Tparams", "Tindices",
-    "Taxis", "Tnumsegments", "index_type", "SrcT", "Tcond", "Index"};
+    "Taxis", "Tnumsegments", "index_type", "SrcT", "Tcond", "Index", "Tdim"};
 
 bool nb_live(nb_ctx *c) { return c && c->status == NB_OK; }
 
@@ -203,6 +203,7 @@ nb_attr nb_attr_type(const char *name, nb_dtype v) {
 /* ---- helpers for wrappers, infer and kernel functions ------------------------------ */
 
 nb_tensor *nb_const_ints(nb_ctx *c, nb_dtype t, const int64_t *v, int n) {
+  if (!nb_live(c)) return NULL;
   if (n < 0 || (n > 0 && !v)) {
     nb_fail(c, NB_INVALID, "a list argument is NULL or has negative length %d", n);
     return NULL;
@@ -220,6 +221,7 @@ nb_tensor *nb_const_ints(nb_ctx *c, nb_dtype t, const int64_t *v, int n) {
 }
 
 nb_tensor *nb_const_int_list(nb_ctx *c, const int *v, int n) {
+  if (!nb_live(c)) return NULL;
   if (n < 0 || (n > 0 && !v)) {
     nb_fail(c, NB_INVALID, "a list argument is NULL or has negative length %d", n);
     return NULL;
