@@ -8,7 +8,7 @@ static void print_tensor(const char *name, const nb_tensor *t) {
   printf("%s shape [", name);
   for (int i = 0; i < nb_rank(t); i++) printf(i ? ",%lld" : "%lld", (long long)nb_shape(t)[i]);
   printf("]:");
-  for (int64_t i = 0; i < nb_num_elements(t); i++) printf(" %.4f", nb_item(t, i));
+  for (int64_t i = 0; i < nb_num_elements(t); i++) printf(" %.4g", nb_item(t, i));
   printf("\n");
 }
 
