@@ -13,6 +13,9 @@
 
 #include "nabla.h"
 
+/* Converts a test value to an integer dtype's range (NaN -> 0), avoiding undefined casts. */
+static inline double tu_clamp(double v, double lo, double hi) { return v != v ? 0 : v < lo ? lo : v > hi ? hi : v; }
+
 /* Builds a tensor from a shape list and a value list given as doubles. */
 static inline nb_tensor *tu_make(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape,
                                  const double *vals) {
@@ -26,8 +29,8 @@ static inline nb_tensor *tu_make(nb_ctx *c, nb_dtype t, int rank, const int64_t 
     switch (t) {
       case NB_F32: ((float *)buf)[i] = (float)v; break;
       case NB_F64: ((double *)buf)[i] = v; break;
-      case NB_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-      case NB_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+      case NB_I32: ((int32_t *)buf)[i] = (int32_t)tu_clamp(v, INT32_MIN, INT32_MAX); break;
+      case NB_I64: ((int64_t *)buf)[i] = (int64_t)tu_clamp(v, -0x1p63, 0x1p63 - 1024); break;
       case NB_BOOL: buf[i] = v != 0; break;
     }
   }
