@@ -2,6 +2,7 @@
    traffic: inputs read + output written, 1 and 2 threads) and the per-op overhead of
    eager AddV2 and Tanh on 1x8 tensors (ns/op, 1 thread). Prints name=... lines;
    each figure is the median of RUNS runs of at least MIN_SECONDS each. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
 #include <stdio.h>
