@@ -100,6 +100,8 @@ typedef struct nb_bcast {
   int64_t outer;           /* product of dims[0..rank-1) */
 } nb_bcast;
 void nb_bcast_plan(nb_bcast *p, int nin, const nb_tensor *const *in, int rout, const int64_t *sout);
+/* The plan for inputs that all have the output's shape: one flat contiguous run. */
+void nb_bcast_flat(nb_bcast *p, int nin, int64_t n);
 /* Element offsets of each input at the start of outer row r. */
 void nb_bcast_row(const nb_bcast *p, int64_t r, int64_t *off);
 

@@ -116,3 +116,11 @@ void nb_bcast_row(const nb_bcast *p, int64_t r, int64_t *off) {
     for (int k = 0; k < p->nin; k++) off[k] += idx * p->strides[k][j];
   }
 }
+
+void nb_bcast_flat(nb_bcast *p, int nin, int64_t n) {
+  p->nin = nin;
+  p->rank = 1;
+  p->outer = 1;
+  p->dims[0] = n;
+  for (int k = 0; k < nin; k++) p->strides[k][0] = 1;
+}

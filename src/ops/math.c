@@ -407,8 +407,16 @@ static void bcast_range(void *arg, int64_t lo, int64_t hi) {
 static void run_bcast(nb_kargs *k, bcast_job *j, int nin, const int *ins) {
   nb_bcast *plan = (nb_bcast *)k->scratch;
   const nb_tensor *xs[NB_BCAST_MAX_IN];
-  for (int i = 0; i < nin; i++) xs[i] = k->in[ins[i]];
-  nb_bcast_plan(plan, nin, xs, k->out[0].rank, k->out[0].shape);
+  int64_t total = k->res[0]->size;
+  bool same_shapes = true; /* equal size and rank with the output means equal shape */
+  for (int i = 0; i < nin; i++) {
+    xs[i] = k->in[ins[i]];
+    same_shapes &= xs[i]->size == total && xs[i]->rank == k->out[0].rank;
+  }
+  if (same_shapes)
+    nb_bcast_flat(plan, nin, total);
+  else
+    nb_bcast_plan(plan, nin, xs, k->out[0].rank, k->out[0].shape);
   j->plan = plan;
   for (int i = 0; i < nin; i++) {
     j->in[i] = nb_tdata(xs[i]);
@@ -416,7 +424,6 @@ static void run_bcast(nb_kargs *k, bcast_job *j, int nin, const int *ins) {
   }
   j->out = nb_tdata(k->res[0]);
   j->out_esz = nb_dtype_size(k->res[0]->dtype);
-  int64_t total = k->res[0]->size;
   if (total == 0) return;
   int64_t units = plan->rank == 1 ? total : plan->outer;
   nb_parallel_range(nb_kthreads(k, total), units, bcast_range, j);
