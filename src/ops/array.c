@@ -1,67 +1,14 @@
 /* Array (shape) ops: Reshape, ExpandDims and Squeeze (views of their input), Transpose,
    BroadcastTo, ConcatV2, Pack, Unpack, Tile, Pad, Fill, ZerosLike, OnesLike, Shape.
    These ops only move data, so one kernel serves every dtype by element size. Most of
-   them are a strided copy: a grid of dims where each step moves the input and output
-   offsets by fixed strides (an input stride of 0 repeats a value), collapsed so the
-   innermost run is as long as possible and copied with memcpy or a fill. */
-#include "op.h"
+   them are a plan for the strided copy engine (strided.h): per output dim an input
+   stride (0 repeats a value) and an output stride. */
+#include "strided.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_MAX (2 * NB_MAX_RANK) /* Tile splits each dim into (multiple, size) */
-#define TILE 32                    /* edge of the blocks of the 2-D transpose */
-
-/* Element types for moving 4- and 8-byte elements of any dtype. */
-typedef uint32_t __attribute__((may_alias)) u32a;
-typedef uint64_t __attribute__((may_alias)) u64a;
-
-/* ---- element helpers ---------------------------------------------------------------- */
-
-static void row_major_strides(int rank, const int64_t *shape, int64_t *st) {
-  int64_t s = 1;
-  for (int i = rank - 1; i >= 0; i--) {
-    st[i] = s;
-    s *= shape[i];
-  }
-}
-
-static bool all_zero_bytes(const char *v, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (v[i]) return false;
-  return true;
-}
-
-/* dst[0..n) = *val, for elements of esz bytes. */
-static void fill_elems(char *dst, const char *val, size_t esz, int64_t n) {
-  if (esz == 1 || all_zero_bytes(val, esz)) {
-    memset(dst, esz == 1 ? *val : 0, (size_t)n * esz);
-  } else if (esz == 4) {
-    u32a v, *d = (u32a *)dst;
-    memcpy(&v, val, 4);
-    for (int64_t i = 0; i < n; i++) d[i] = v;
-  } else {
-    u64a v, *d = (u64a *)dst;
-    memcpy(&v, val, 8);
-    for (int64_t i = 0; i < n; i++) d[i] = v;
-  }
-}
-
-typedef struct fill_job {
-  char *dst;
-  const char *val;
-  size_t esz;
-} fill_job;
-
-static void fill_range(void *arg, int64_t lo, int64_t hi) {
-  const fill_job *j = arg;
-  fill_elems(j->dst + (size_t)lo * j->esz, j->val, j->esz, hi - lo);
-}
-
-static void parallel_fill(const nb_kargs *k, void *dst, const void *val, size_t esz, int64_t n) {
-  fill_job j = {dst, val, esz};
-  nb_parallel_range(nb_kthreads(k, n), n, fill_range, &j);
-}
+#define TILE 32 /* edge of the blocks of the 2-D transpose */
 
 /* The value 1 of dtype t, in v. */
 static void one_of(nb_dtype t, char *v) {
@@ -76,137 +23,6 @@ static void one_of(nb_dtype t, char *v) {
     case NB_I64: memcpy(v, &l, sizeof l); break;
     case NB_BOOL: v[0] = 1; break;
   }
-}
-
-/* ---- strided copy plans ----------------------------------------------------------- */
-
-typedef struct copy_plan {
-  int rank;
-  int64_t dims[PLAN_MAX];  /* outermost first */
-  int64_t in_st[PLAN_MAX]; /* element strides; 0 repeats the input */
-  int64_t out_st[PLAN_MAX];
-} copy_plan;
-
-static void plan_add(copy_plan *p, int64_t dim, int64_t in_st, int64_t out_st) {
-  p->dims[p->rank] = dim;
-  p->in_st[p->rank] = in_st;
-  p->out_st[p->rank] = out_st;
-  p->rank++;
-}
-
-/* Drops size-1 dims and merges a dim into the next inner one when stepping over all of
-   the inner one lands on its next index, in the input and the output alike. */
-static void plan_collapse(copy_plan *p) {
-  copy_plan c = {0}; /* built innermost first */
-  for (int i = p->rank - 1; i >= 0; i--) {
-    if (p->dims[i] == 1) continue;
-    int j = c.rank - 1;
-    if (j >= 0 && p->in_st[i] == c.in_st[j] * c.dims[j] && p->out_st[i] == c.out_st[j] * c.dims[j]) {
-      c.dims[j] *= p->dims[i];
-      continue;
-    }
-    plan_add(&c, p->dims[i], p->in_st[i], p->out_st[i]);
-  }
-  p->rank = c.rank;
-  for (int j = 0; j < c.rank; j++) {
-    p->dims[j] = c.dims[c.rank - 1 - j];
-    p->in_st[j] = c.in_st[c.rank - 1 - j];
-    p->out_st[j] = c.out_st[c.rank - 1 - j];
-  }
-}
-
-/* Makes the innermost dim a run the row copy takes: contiguous in the output and
-   contiguous or repeated in the input; otherwise rows become single elements. */
-static void plan_rows(copy_plan *p) {
-  int last = p->rank - 1;
-  if (p->rank == 0 || p->out_st[last] != 1 || (p->in_st[last] != 0 && p->in_st[last] != 1))
-    plan_add(p, 1, 1, 1);
-}
-
-/* An odometer over some dims: tracks the input and output offsets with additions only. */
-typedef struct walker {
-  int n;
-  int64_t dims[PLAN_MAX], sa[PLAN_MAX], sb[PLAN_MAX], idx[PLAN_MAX];
-  int64_t a, b;
-} walker;
-
-static void walker_add(walker *w, int64_t dim, int64_t sa, int64_t sb) {
-  w->dims[w->n] = dim;
-  w->sa[w->n] = sa;
-  w->sb[w->n] = sb;
-  w->n++;
-}
-
-static void walker_seek(walker *w, int64_t pos) {
-  w->a = w->b = 0;
-  for (int j = w->n - 1; j >= 0; j--) {
-    w->idx[j] = pos % w->dims[j];
-    pos /= w->dims[j];
-    w->a += w->idx[j] * w->sa[j];
-    w->b += w->idx[j] * w->sb[j];
-  }
-}
-
-static void walker_next(walker *w) {
-  for (int j = w->n - 1; j >= 0; j--) {
-    w->a += w->sa[j];
-    w->b += w->sb[j];
-    if (++w->idx[j] < w->dims[j]) return;
-    w->a -= w->sa[j] * w->dims[j];
-    w->b -= w->sb[j] * w->dims[j];
-    w->idx[j] = 0;
-  }
-}
-
-typedef struct copy_job {
-  const copy_plan *p;
-  const char *in;
-  char *out;
-  size_t esz;
-} copy_job;
-
-/* One run of n elements: a block copy, or a fill when the input stride is 0. */
-static void copy_run(const copy_job *j, int64_t in_off, int64_t out_off, int64_t n) {
-  const char *src = j->in + (size_t)in_off * j->esz;
-  char *dst = j->out + (size_t)out_off * j->esz;
-  if (j->p->in_st[j->p->rank - 1])
-    memcpy(dst, src, (size_t)n * j->esz);
-  else
-    fill_elems(dst, src, j->esz, n);
-}
-
-static void copy_rows(void *arg, int64_t lo, int64_t hi) {
-  const copy_job *j = arg;
-  const copy_plan *p = j->p;
-  int last = p->rank - 1;
-  walker w = {0};
-  for (int d = 0; d < last; d++) walker_add(&w, p->dims[d], p->in_st[d], p->out_st[d]);
-  walker_seek(&w, lo);
-  for (int64_t r = lo; r < hi; r++, walker_next(&w)) copy_run(j, w.a, w.b, p->dims[last]);
-}
-
-/* A plan of one row, split across threads by elements. */
-static void copy_flat(void *arg, int64_t lo, int64_t hi) {
-  const copy_job *j = arg;
-  copy_run(j, lo * j->p->in_st[0], lo, hi - lo);
-}
-
-/* Runs collapsed plan p from in to out; total is the number of output elements. */
-static void run_rows(const nb_kargs *k, copy_plan *p, const void *in, void *out, size_t esz, int64_t total) {
-  if (total == 0) return;
-  plan_rows(p);
-  copy_job j = {p, in, out, esz};
-  int last = p->rank - 1;
-  int nt = nb_kthreads(k, total);
-  if (last == 0)
-    nb_parallel_range(nt, p->dims[0], copy_flat, &j);
-  else
-    nb_parallel_range(nt, total / p->dims[last], copy_rows, &j);
-}
-
-static void run_plan(const nb_kargs *k, copy_plan *p, const void *in, void *out, size_t esz, int64_t total) {
-  plan_collapse(p);
-  run_rows(k, p, in, out, esz, total);
 }
 
 /* ---- reading const inputs -------------------------------------------------------------- */
@@ -375,13 +191,13 @@ static nb_code transpose_infer(nb_kargs *k) {
       for (int64_t l = l0; l < l1; l++) out[q * out_ld + l] = in[l * in_ld + q];                 \
   }
 TRANSPOSE_BLOCK(block_1, uint8_t)
-TRANSPOSE_BLOCK(block_4, u32a)
-TRANSPOSE_BLOCK(block_8, u64a)
+TRANSPOSE_BLOCK(block_4, nb_u32a)
+TRANSPOSE_BLOCK(block_8, nb_u64a)
 
 /* A batch of 2-D transposes: dim q is contiguous in the input, dim l in the output;
    every other dim is walked. One unit of work is TILE indices of q for one batch. */
 typedef struct tiled_job {
-  walker batch;
+  nb_strided batch;
   int64_t nq, nl, in_ld, out_ld, nblk;
   const char *in;
   char *out;
@@ -392,24 +208,24 @@ static void tiled_range(void *arg, int64_t lo, int64_t hi) {
   const tiled_job *j = arg;
   void (*block)(const char *, char *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t) =
       j->esz == 1 ? block_1 : j->esz == 4 ? block_4 : block_8;
-  walker w = j->batch;
-  walker_seek(&w, lo / j->nblk);
+  nb_odometer w;
+  nb_odometer_seek(&w, &j->batch, j->batch.rank, lo / j->nblk);
   int64_t blk = lo % j->nblk;
   for (int64_t u = lo; u < hi; u++) {
     int64_t q0 = blk * TILE, q1 = q0 + TILE < j->nq ? q0 + TILE : j->nq;
-    const char *in = j->in + (size_t)w.a * j->esz;
-    char *out = j->out + (size_t)w.b * j->esz;
+    const char *in = j->in + (size_t)w.in * j->esz;
+    char *out = j->out + (size_t)w.out * j->esz;
     for (int64_t l0 = 0; l0 < j->nl; l0 += TILE)
       block(in, out, q0, q1, l0, l0 + TILE < j->nl ? l0 + TILE : j->nl, j->in_ld, j->out_ld);
     if (++blk == j->nblk) {
       blk = 0;
-      walker_next(&w);
+      nb_odometer_next(&w);
     }
   }
 }
 
-/* p is collapsed and its innermost dim is strided in the input. */
-static void run_tiled(const nb_kargs *k, const copy_plan *p, const void *in, void *out, size_t esz) {
+/* p's innermost dim is strided in the input. */
+static void run_tiled(const nb_kargs *k, const nb_strided *p, const void *in, void *out, size_t esz) {
   int last = p->rank - 1, q = 0;
   while (p->in_st[q] != 1) q++; /* the input's innermost dim (size-1 dims are gone) */
   tiled_job j = {.nq = p->dims[q], .nl = p->dims[last], .in_ld = p->in_st[last], .out_ld = p->out_st[q],
@@ -417,7 +233,7 @@ static void run_tiled(const nb_kargs *k, const copy_plan *p, const void *in, voi
   int64_t batches = 1;
   for (int d = 0; d < last; d++)
     if (d != q) {
-      walker_add(&j.batch, p->dims[d], p->in_st[d], p->out_st[d]);
+      nb_strided_add(&j.batch, p->dims[d], p->in_st[d], p->out_st[d]);
       batches *= p->dims[d];
     }
   j.nblk = (j.nq + TILE - 1) / TILE;
@@ -430,16 +246,15 @@ static nb_code transpose_kernel(nb_kargs *k) {
   const int64_t *perm = (const int64_t *)k->scratch;
   if (y->size == 0) return NB_OK;
   int64_t in_st[NB_MAX_RANK], out_st[NB_MAX_RANK];
-  row_major_strides(x->rank, x->shape, in_st);
-  row_major_strides(y->rank, y->shape, out_st);
-  copy_plan p = {0};
-  for (int i = 0; i < y->rank; i++) plan_add(&p, y->shape[i], in_st[perm[i]], out_st[i]);
-  plan_collapse(&p);
+  nb_row_major_strides(x->rank, x->shape, in_st);
+  nb_row_major_strides(y->rank, y->shape, out_st);
+  nb_strided p = {0};
+  for (int i = 0; i < y->rank; i++) nb_strided_add(&p, y->shape[i], in_st[perm[i]], out_st[i]);
   size_t esz = nb_dtype_size(x->dtype);
   if (p.rank > 0 && p.in_st[p.rank - 1] != 1)
     run_tiled(k, &p, nb_tdata(x), nb_tdata(y), esz);
   else
-    run_rows(k, &p, nb_tdata(x), nb_tdata(y), esz, y->size);
+    nb_strided_run(k, &p, nb_tdata(x), nb_tdata(y), esz);
   return NB_OK;
 }
 
@@ -469,15 +284,15 @@ static nb_code broadcast_to_kernel(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   nb_tensor *y = k->res[0];
   int64_t in_st[NB_MAX_RANK], out_st[NB_MAX_RANK];
-  row_major_strides(x->rank, x->shape, in_st);
-  row_major_strides(y->rank, y->shape, out_st);
-  copy_plan p = {0};
+  nb_row_major_strides(x->rank, x->shape, in_st);
+  nb_row_major_strides(y->rank, y->shape, out_st);
+  nb_strided p = {0};
   int lead = y->rank - x->rank;
   for (int i = 0; i < y->rank; i++) {
     bool repeat = i < lead || x->shape[i - lead] != y->shape[i];
-    plan_add(&p, y->shape[i], repeat ? 0 : in_st[i - lead], out_st[i]);
+    nb_strided_add(&p, y->shape[i], repeat ? 0 : in_st[i - lead], out_st[i]);
   }
-  run_plan(k, &p, nb_tdata(x), nb_tdata(y), nb_dtype_size(x->dtype), y->size);
+  nb_strided_run(k, &p, nb_tdata(x), nb_tdata(y), nb_dtype_size(x->dtype));
   return NB_OK;
 }
 
@@ -509,15 +324,15 @@ static nb_code tile_kernel(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   nb_tensor *y = k->res[0];
   int64_t in_st[NB_MAX_RANK], out_st[NB_MAX_RANK];
-  row_major_strides(x->rank, x->shape, in_st);
-  row_major_strides(y->rank, y->shape, out_st);
+  nb_row_major_strides(x->rank, x->shape, in_st);
+  nb_row_major_strides(y->rank, y->shape, out_st);
   if (y->size == 0) return NB_OK;
-  copy_plan p = {0};
+  nb_strided p = {0};
   for (int i = 0; i < x->rank; i++) {
-    plan_add(&p, y->shape[i] / x->shape[i], 0, x->shape[i] * out_st[i]);
-    plan_add(&p, x->shape[i], in_st[i], out_st[i]);
+    nb_strided_add(&p, y->shape[i] / x->shape[i], 0, x->shape[i] * out_st[i]);
+    nb_strided_add(&p, x->shape[i], in_st[i], out_st[i]);
   }
-  run_plan(k, &p, nb_tdata(x), nb_tdata(y), nb_dtype_size(x->dtype), y->size);
+  nb_strided_run(k, &p, nb_tdata(x), nb_tdata(y), nb_dtype_size(x->dtype));
   return NB_OK;
 }
 
@@ -554,16 +369,16 @@ static nb_code pad_kernel(nb_kargs *k) {
   const int64_t *before = (const int64_t *)k->scratch;
   size_t esz = nb_dtype_size(x->dtype);
   const char zero[8] = {0};
-  parallel_fill(k, nb_tdata(y), zero, esz, y->size);
+  nb_strided_fill(k, nb_tdata(y), zero, esz, y->size);
   int64_t in_st[NB_MAX_RANK], out_st[NB_MAX_RANK], origin = 0;
-  row_major_strides(x->rank, x->shape, in_st);
-  row_major_strides(y->rank, y->shape, out_st);
-  copy_plan p = {0};
+  nb_row_major_strides(x->rank, x->shape, in_st);
+  nb_row_major_strides(y->rank, y->shape, out_st);
+  nb_strided p = {0};
   for (int i = 0; i < x->rank; i++) {
-    plan_add(&p, x->shape[i], in_st[i], out_st[i]);
+    nb_strided_add(&p, x->shape[i], in_st[i], out_st[i]);
     origin += before[i] * out_st[i];
   }
-  run_plan(k, &p, nb_tdata(x), (char *)nb_tdata(y) + (size_t)origin * esz, esz, x->size);
+  nb_strided_run(k, &p, nb_tdata(x), (char *)nb_tdata(y) + (size_t)origin * esz, esz);
   return NB_OK;
 }
 
@@ -780,7 +595,7 @@ static nb_code fill_infer(nb_kargs *k) {
 
 static nb_code fill_kernel(nb_kargs *k) {
   nb_tensor *y = k->res[0];
-  parallel_fill(k, nb_tdata(y), nb_tdata(k->in[1]), nb_dtype_size(y->dtype), y->size);
+  nb_strided_fill(k, nb_tdata(y), nb_tdata(k->in[1]), nb_dtype_size(y->dtype), y->size);
   return NB_OK;
 }
 
@@ -792,7 +607,7 @@ static nb_code like_infer(nb_kargs *k) {
 static nb_code zeros_like_kernel(nb_kargs *k) {
   nb_tensor *y = k->res[0];
   const char zero[8] = {0};
-  parallel_fill(k, nb_tdata(y), zero, nb_dtype_size(y->dtype), y->size);
+  nb_strided_fill(k, nb_tdata(y), zero, nb_dtype_size(y->dtype), y->size);
   return NB_OK;
 }
 
@@ -800,7 +615,7 @@ static nb_code ones_like_kernel(nb_kargs *k) {
   nb_tensor *y = k->res[0];
   _Alignas(8) char one[8];
   one_of(y->dtype, one);
-  parallel_fill(k, nb_tdata(y), one, nb_dtype_size(y->dtype), y->size);
+  nb_strided_fill(k, nb_tdata(y), one, nb_dtype_size(y->dtype), y->size);
   return NB_OK;
 }
 

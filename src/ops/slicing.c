@@ -1,10 +1,9 @@
 /* Slicing and indexing: Slice, StridedSlice, GatherV2, UnsortedSegmentSum.
-   Slice and StridedSlice both reduce to one strided copy: per input dim a first index,
-   a step and a count. Adjacent dims that are contiguous in the input merge, so a slice of
-   whole rows is one memcpy; the remaining strided rows copy by element size, which
-   makes them work for every dtype. Gather copies whole contiguous slices with memcpy;
-   UnsortedSegmentSum accumulates rows into a zeroed output. */
-#include "op.h"
+   Slice and StridedSlice both reduce to one plan for the strided copy engine
+   (strided.h): per input dim a first index, a step and a count. Gather copies whole
+   contiguous slices with memcpy; UnsortedSegmentSum accumulates rows into a zeroed
+   output. */
+#include "strided.h"
 
 #include <string.h>
 
@@ -64,104 +63,23 @@ typedef struct slice_spec {
 } slice_spec;
 _Static_assert(sizeof(slice_spec) <= NB_SCRATCH_BYTES, "slice_spec must fit in the kernel scratch");
 
-/* The copy after merging dims: step is the input element step per dim (negative for
-   reversed dims); the output is contiguous in the same order. */
-typedef struct copy_plan {
-  int rank;
-  int64_t size[NB_MAX_RANK], step[NB_MAX_RANK];
-  int64_t offset; /* input element of the first output element */
-} copy_plan;
-
-/* Size-1 dims only move the offset; a dim merges into the one outside it when that one's
-   step spans exactly this dim's run. Needs a non-empty output (then no product overflows). */
-static void plan_copy(copy_plan *p, const slice_spec *s, const nb_tensor *x) {
-  int64_t in_stride[NB_MAX_RANK], st = 1;
-  for (int d = s->rank - 1; d >= 0; d--) {
-    in_stride[d] = st;
-    st *= x->shape[d];
-  }
-  p->rank = 0;
-  p->offset = 0;
-  for (int d = 0; d < s->rank; d++) {
-    p->offset += s->begin[d] * in_stride[d];
-    if (s->size[d] == 1) continue;
-    int64_t step = s->stride[d] * in_stride[d];
-    int last = p->rank - 1;
-    if (last >= 0 && p->step[last] == s->size[d] * step) {
-      p->size[last] *= s->size[d];
-      p->step[last] = step;
-    } else {
-      p->size[p->rank] = s->size[d];
-      p->step[p->rank++] = step;
-    }
-  }
-  if (p->rank == 0) {
-    p->size[0] = 1;
-    p->step[0] = 1;
-    p->rank = 1;
-  }
-}
-
-#define STRIDED_COPY(NB)                                                     \
-  for (int64_t i = 0; i < n; i++) memcpy(dst + i * (NB), src + i * step * (NB), NB)
-
-/* Copies n elements taken every step elements of src; fixed sizes let the memcpy inline. */
-static void copy_run(char *dst, const char *src, int64_t n, int64_t step, size_t esz) {
-  if (step == 1) {
-    memcpy(dst, src, (size_t)n * esz);
-    return;
-  }
-  switch (esz) {
-    case 1: STRIDED_COPY(1); break;
-    case 4: STRIDED_COPY(4); break;
-    default: STRIDED_COPY(8); break;
-  }
-}
-
-typedef struct copy_job {
-  const copy_plan *p;
-  const char *src;
-  char *dst;
-  size_t esz;
-} copy_job;
-
-/* Rank 1: a range of elements. Otherwise a range of rows (all dims but the last), walked
-   with an odometer so the loop needs no division per row. */
-static void copy_range(void *arg, int64_t lo, int64_t hi) {
-  const copy_job *j = arg;
-  const copy_plan *p = j->p;
-  int last = p->rank - 1;
-  int64_t inner = p->size[last], step = p->step[last];
-  if (p->rank == 1) {
-    copy_run(j->dst + (size_t)lo * j->esz, j->src + (size_t)(p->offset + lo * step) * j->esz, hi - lo,
-             step, j->esz);
-    return;
-  }
-  int64_t idx[NB_MAX_RANK], off = p->offset, r = lo;
-  for (int d = last - 1; d >= 0; d--) {
-    idx[d] = r % p->size[d];
-    r /= p->size[d];
-    off += idx[d] * p->step[d];
-  }
-  for (int64_t row = lo; row < hi; row++) {
-    copy_run(j->dst + (size_t)(row * inner) * j->esz, j->src + off * (int64_t)j->esz, inner, step, j->esz);
-    for (int d = last - 1; d >= 0; d--) {
-      off += p->step[d];
-      if (++idx[d] < p->size[d]) break;
-      off -= p->step[d] * p->size[d];
-      idx[d] = 0;
-    }
-  }
-}
-
+/* Per input dim the input steps stride * (row-major stride) from begin; the output is
+   contiguous. Size-1 dims are skipped: they only move the origin, and their stride may be
+   any value, too large to multiply. */
 static nb_code strided_copy_kernel(nb_kargs *k) {
-  const nb_tensor *out = k->res[0];
+  const slice_spec *s = (const slice_spec *)k->scratch;
+  const nb_tensor *x = k->in[0], *out = k->res[0];
   if (out->size == 0) return NB_OK;
-  copy_plan p;
-  plan_copy(&p, (const slice_spec *)k->scratch, k->in[0]);
-  copy_job j = {&p, nb_tdata(k->in[0]), nb_tdata(out), nb_dtype_size(out->dtype)};
-  int64_t units = p.rank == 1 ? out->size : out->size / p.size[p.rank - 1];
-  nb_parallel_range(nb_kthreads(k, out->size), units, copy_range, &j);
+  int64_t in_st[NB_MAX_RANK], out_st[NB_MAX_RANK], origin = 0;
+  nb_row_major_strides(x->rank, x->shape, in_st);
+  nb_row_major_strides(s->rank, s->size, out_st);
+  nb_strided p = {0};
+  for (int d = 0; d < s->rank; d++) {
+    origin += s->begin[d] * in_st[d];
+    if (s->size[d] > 1) nb_strided_add(&p, s->size[d], s->stride[d] * in_st[d], out_st[d]);
+  }
+  size_t esz = nb_dtype_size(out->dtype);
+  nb_strided_run(k, &p, (const char *)nb_tdata(x) + (size_t)origin * esz, nb_tdata(out), esz);
   return NB_OK;
 }
 
