@@ -111,7 +111,8 @@ void nb_tensor_free(nb_tensor *x);
 
 /* ---- op attributes (names and kinds as in TF's op registry) --------------------- */
 typedef enum {
-  NB_ATTR_INT, NB_ATTR_FLOAT, NB_ATTR_BOOL, NB_ATTR_STR, NB_ATTR_INTS, NB_ATTR_TYPE
+  NB_ATTR_INT, NB_ATTR_FLOAT, NB_ATTR_BOOL, NB_ATTR_STR, NB_ATTR_INTS, NB_ATTR_TYPE,
+  NB_ATTR_TENSOR
 } nb_attr_kind;
 typedef struct nb_attr {
   const char *name;
@@ -124,6 +125,7 @@ typedef struct nb_attr {
     const char *s;
     const int64_t *ints;      /* borrowed for the duration of the call */
     nb_dtype type;
+    nb_tensor *tensor;        /* a concrete tensor, e.g. Const's "value" */
   } v;
 } nb_attr;
 nb_attr nb_attr_int(const char *name, int64_t v);
@@ -132,6 +134,7 @@ nb_attr nb_attr_bool(const char *name, bool v);
 nb_attr nb_attr_str(const char *name, const char *v);
 nb_attr nb_attr_ints(const char *name, const int64_t *v, int n);
 nb_attr nb_attr_type(const char *name, nb_dtype v);
+nb_attr nb_attr_tensor(const char *name, nb_tensor *v);
 
 /* ---- the generic op entry ------------------------------------------------------- */
 /* Runs (or, in a graph context, adds) op `type` with TF's inputs and attrs. Attrs not
@@ -238,6 +241,8 @@ nb_tensor *nb_unsorted_segment_sum(nb_ctx *c, nb_tensor *data, nb_tensor *segmen
 nb_tensor *nb_fill(nb_ctx *c, const int64_t *dims, int rank, nb_tensor *value);
 nb_tensor *nb_zeros_like(nb_ctx *c, nb_tensor *x);
 nb_tensor *nb_ones_like(nb_ctx *c, nb_tensor *x);
+/* Const: a copy of value (TF's attrs "value" and "dtype"); nb_tensor_from is the usual way. */
+nb_tensor *nb_const(nb_ctx *c, nb_tensor *value);
 /* Shape op: x's shape as a 1-D tensor of out_type (NB_I32 or NB_I64). */
 nb_tensor *nb_shape_op(nb_ctx *c, nb_tensor *x, nb_dtype out_type);
 

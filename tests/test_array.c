@@ -704,8 +704,33 @@ static void test_sticky(void **state) {
   assert_int_equal(nb_unpack(NULL, x, 0, 2, out), NB_INVALID);
 }
 
+/* Const: nb_const copies its value; the generic entry takes TF's value and dtype attrs. */
+static void test_const(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *v = tu_make(c, NB_I64, 2, TU_SHAPE(2, 2), TU_VALS(1, -2, 3, 4));
+  nb_tensor *k = nb_const(c, v);
+  assert_ptr_not_equal(nb_data(k), nb_data(v));
+  nb_tensor_free(v);
+  tu_check(k, NB_I64, 2, TU_SHAPE(2, 2), TU_VALS(1, -2, 3, 4), 0);
+  nb_tensor *out;
+  nb_attr attrs[2] = {nb_attr_tensor("value", k), nb_attr_type("dtype", NB_I64)};
+  assert_int_equal(nb_op(c, "Const", NULL, 0, attrs, 2, &out, 1), NB_OK);
+  tu_check(out, NB_I64, 2, TU_SHAPE(2, 2), TU_VALS(1, -2, 3, 4), 0);
+  attrs[1] = nb_attr_type("dtype", NB_F32);
+  assert_int_equal(nb_op(c, "Const", NULL, 0, attrs, 2, &out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "Const: attr dtype=float32 does not match value of dtype int64", NULL);
+  assert_int_equal(nb_op(c, "Const", NULL, 0, attrs, 1, &out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Const: missing required attr 'dtype'", NULL);
+  attrs[0] = nb_attr_tensor("value", NULL);
+  assert_int_equal(nb_op(c, "Const", NULL, 0, attrs, 1, &out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Const: attr 'value' has a NULL value", NULL);
+  assert_null(nb_const(c, NULL));
+  tu_check_error(c, NB_INVALID, "Const: attr 'value' is required", NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_const, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_reshape, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_views, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_reshape_errors, tu_setup, tu_teardown),

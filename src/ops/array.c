@@ -647,6 +647,28 @@ static nb_code shape_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* Const: attrs value (a concrete tensor) and dtype, which must agree. */
+enum { CONST_VALUE, CONST_DTYPE };
+
+static nb_code const_infer(nb_kargs *k) {
+  const nb_tensor *v = k->attr[CONST_VALUE].tensor;
+  if (!v) return nb_kfail(k, NB_INVALID, "attr 'value' is required");
+  if (!v->buf) return nb_kfail(k, NB_INVALID, "attr 'value' must be a concrete tensor");
+  if (v->dtype != k->attr[CONST_DTYPE].type)
+    return nb_kfail(k, NB_DTYPE, "attr dtype=%s does not match value of dtype %s",
+                    (unsigned)k->attr[CONST_DTYPE].type <= NB_BOOL ? nb_dtype_name(k->attr[CONST_DTYPE].type)
+                                                                   : "invalid",
+                    nb_dtype_name(v->dtype));
+  nb_meta_like(&k->out[0], v);
+  return NB_OK;
+}
+
+static nb_code const_kernel(nb_kargs *k) {
+  const nb_tensor *v = k->attr[CONST_VALUE].tensor;
+  memcpy(nb_tdata(k->res[0]), nb_tdata(v), (size_t)v->size * nb_dtype_size(v->dtype));
+  return NB_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 #define X0 1u
@@ -654,7 +676,7 @@ static nb_code shape_kernel(nb_kargs *k) {
 
 enum {
   OP_RESHAPE, OP_EXPAND_DIMS, OP_SQUEEZE, OP_TRANSPOSE, OP_BROADCAST_TO, OP_CONCAT, OP_PACK, OP_UNPACK,
-  OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_COUNT
+  OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_CONST, OP_COUNT
 };
 
 /* grad_inputs: what TF's gradient functions read (shapes of, or the const inputs). */
@@ -690,6 +712,10 @@ static nb_op_def array_ops[OP_COUNT] = {
     [OP_SHAPE] = {.name = "Shape", .nin = 1, .nout = 1, .alias = -1, .nattrs = 1,
                   .attrs = {{"out_type", NB_ATTR_TYPE, {.type = NB_I32}, false}}, .infer = shape_infer,
                   .kernel = shape_kernel},
+    [OP_CONST] = {.name = "Const", .nin = 0, .nout = 1, .alias = -1, .nattrs = 2,
+                  .attrs = {{"value", NB_ATTR_TENSOR, {.tensor = NULL}, true},
+                            {"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true}},
+                  .infer = const_infer, .kernel = const_kernel},
 };
 
 nb_op_family nb_array_family(void) { return (nb_op_family){array_ops, OP_COUNT}; }
@@ -818,4 +844,12 @@ nb_tensor *nb_shape_op(nb_ctx *c, nb_tensor *x, nb_dtype out_type) {
   nb_attr_defaults(&array_ops[OP_SHAPE], a);
   a[SHAPE_OUT_TYPE].type = out_type;
   return nb_call(c, &array_ops[OP_SHAPE], &x, 1, a);
+}
+
+nb_tensor *nb_const(nb_ctx *c, nb_tensor *value) {
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&array_ops[OP_CONST], a);
+  a[CONST_VALUE].tensor = value;
+  if (value) a[CONST_DTYPE].type = value->dtype;
+  return nb_call(c, &array_ops[OP_CONST], NULL, 0, a);
 }

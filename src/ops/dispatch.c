@@ -102,6 +102,7 @@ static void attr_store(nb_attrval *v, const nb_attr *a) {
     case NB_ATTR_STR: v->s = a->v.s; break;
     case NB_ATTR_INTS: v->ints = a->v.ints, v->n = a->n; break;
     case NB_ATTR_TYPE: v->type = a->v.type; break;
+    case NB_ATTR_TENSOR: v->tensor = a->v.tensor; break;
   }
 }
 
@@ -117,6 +118,15 @@ static nb_code check_inferred(nb_ctx *c, const nb_op_def *def, const nb_attr *a,
     return nb_fail(c, NB_DTYPE, "%s: attr T=%s does not match input %d of dtype %s", def->name,
                    nb_dtype_name(a->v.type), def->t_input, nb_dtype_name(in[def->t_input]->dtype));
   return NB_OK;
+}
+
+static bool attr_value_missing(const nb_attr *a) {
+  switch (a->kind) {
+    case NB_ATTR_STR: return !a->v.s;
+    case NB_ATTR_TENSOR: return !a->v.tensor;
+    case NB_ATTR_INTS: return a->n < 0 || (a->n > 0 && !a->v.ints);
+    default: return false;
+  }
 }
 
 static nb_code resolve_attrs(nb_ctx *c, const nb_op_def *def, const nb_attr *attrs, int nattrs,
@@ -138,7 +148,7 @@ static nb_code resolve_attrs(nb_ctx *c, const nb_op_def *def, const nb_attr *att
     }
     if (a->kind != def->attrs[slot].kind)
       return nb_fail(c, NB_INVALID, "%s: attr '%s' has the wrong kind", def->name, a->name);
-    if ((a->kind == NB_ATTR_STR && !a->v.s) || (a->kind == NB_ATTR_INTS && (a->n < 0 || (a->n && !a->v.ints))))
+    if (attr_value_missing(a))
       return nb_fail(c, NB_INVALID, "%s: attr '%s' has a NULL value", def->name, a->name);
     attr_store(&vals[slot], a);
     given[slot] = true;
@@ -197,6 +207,12 @@ nb_attr nb_attr_ints(const char *name, const int64_t *v, int n) {
 nb_attr nb_attr_type(const char *name, nb_dtype v) {
   nb_attr a = {.name = name, .kind = NB_ATTR_TYPE};
   a.v.type = v;
+  return a;
+}
+
+nb_attr nb_attr_tensor(const char *name, nb_tensor *v) {
+  nb_attr a = {.name = name, .kind = NB_ATTR_TENSOR};
+  a.v.tensor = v;
   return a;
 }
 

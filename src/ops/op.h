@@ -24,6 +24,7 @@ typedef struct nb_attrval {
   const int64_t *ints;
   int n;
   nb_dtype type;
+  nb_tensor *tensor;
 } nb_attrval;
 
 typedef struct nb_attr_spec {
