@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define RUNS 7
 #define MIN_SECONDS 0.2
@@ -102,7 +103,7 @@ static long rss_kib(void) {
   if (!f) return 0;
   if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
   fclose(f);
-  return resident * 4;
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 static void overhead(nb_ctx *c) {
@@ -111,7 +112,7 @@ static void overhead(nb_ctx *c) {
   nb_ctx_set_threads(c, 1);
   printf("name=eager_overhead op=AddV2 shape=1x8 threads=1 ns_per_op=%.1f\n", time_op(c, op_add, a, b) * 1e9);
   printf("name=eager_overhead op=Tanh shape=1x8 threads=1 ns_per_op=%.1f\n", time_op(c, op_tanh, a, b) * 1e9);
-  /* a chain without scopes per op: x = tanh(x * w + b), freeing the previous x */
+  /* a chain x = tanh(x * w + b), one scope per step keeping only the new x */
   nb_tensor *x = nb_identity(c, a);
   const long steps = 1000000;
   long rss_start = rss_kib(), rss_mid = 0;

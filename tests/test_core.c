@@ -63,6 +63,53 @@ static void test_tensor_errors(void **state) {
   nb_scope_end(NULL, NULL, 0);
   nb_ctx_set_threads(c, 0);
   tu_check_error(c, NB_INVALID, "thread count 0", NULL);
+  nb_ctx_set_threads(c, 1 << 20);
+  tu_check_error(c, NB_INVALID, "thread count 1048576 must be in [1,", NULL);
+  /* scalars must be representable in their dtype */
+  assert_null(nb_scalar(c, NB_I32, 1e10));
+  tu_check_error(c, NB_INVALID, "nb_scalar: 1e+10 is not representable as int32", NULL);
+  assert_null(nb_scalar(c, NB_I64, 2.5));
+  tu_check_error(c, NB_INVALID, "not representable as int64", NULL);
+  tu_check(nb_scalar(c, NB_I32, -2147483648.0), NB_I32, 0, NULL, TU_VALS(-2147483648.0), 0);
+  tu_check(nb_scalar(c, NB_BOOL, -3), NB_BOOL, 0, NULL, TU_VALS(1), 0);
+}
+
+/* Outputs whose element count overflows are refused before any allocation, even
+   when built from empty inputs. */
+static void test_output_too_large(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *a = nb_tensor_from(c, NB_F32, 3, TU_SHAPE(1LL << 40, 1, 0), NULL);
+  nb_tensor *b = nb_tensor_from(c, NB_F32, 3, TU_SHAPE(1, 1LL << 40, 0), NULL);
+  assert_null(nb_add(c, a, b));
+  tu_check_error(c, NB_SHAPE, "AddV2: output 0 shape [1099511627776,1099511627776,0] is too large", NULL);
+  nb_tensor *x = nb_tensor_from(c, NB_F32, 2, TU_SHAPE(1LL << 31, 0), NULL);
+  nb_tensor *y = nb_tensor_from(c, NB_F32, 2, TU_SHAPE(0, 1LL << 31), NULL);
+  assert_null(nb_matmul(c, x, y, false, false));
+  tu_check_error(c, NB_SHAPE, "MatMul", "too large");
+}
+
+/* A failed op leaves no handle behind. */
+static void test_errors_leave_no_handles(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *a = tu_make(c, NB_F32, 2, TU_SHAPE(2, 3), NULL);
+  nb_tensor *i = tu_make(c, NB_I32, 1, TU_SHAPE(2), TU_VALS(0, 9));
+  uint32_t before = c->nhandles;
+  nb_tensor *outs[3];
+  nb_add(c, a, i);
+  nb_clear_error(c);
+  nb_matmul(c, a, a, false, false);
+  nb_clear_error(c);
+  nb_gather(c, a, i, 1, 0); /* fails in the kernel, after outputs were allocated */
+  nb_clear_error(c);
+  nb_unpack(c, a, 0, 3, outs);
+  nb_clear_error(c);
+  const int64_t shape[2] = {4, 4};
+  nb_reshape(c, a, shape, 2);
+  nb_clear_error(c);
+  const int axes[1] = {5};
+  nb_sum(c, a, axes, 1, false);
+  nb_clear_error(c);
+  assert_int_equal(c->nhandles, before);
 }
 
 static void test_sticky_status(void **state) {
@@ -206,6 +253,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tensor_basics, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_tensor_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_sticky_status, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_output_too_large, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_errors_leave_no_handles, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_generic_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_scope_flat_memory, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_scope_nesting, tu_setup, tu_teardown),

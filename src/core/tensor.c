@@ -262,13 +262,22 @@ static void store_double(nb_dtype t, void *dst, int64_t i, double v) {
   }
 }
 
+/* Whether v converts to dtype t exactly enough: ints must be whole and in range. */
+static bool representable(nb_dtype t, double v) {
+  switch (t) {
+    case NB_I32: return v == floor(v) && v >= -2147483648.0 && v <= 2147483647.0;
+    case NB_I64: return v == floor(v) && v >= -0x1p63 && v < 0x1p63;
+    default: return true; /* floats take anything (NaN, inf); bool is v != 0 */
+  }
+}
+
 nb_tensor *nb_scalar(nb_ctx *c, nb_dtype t, double v) {
   if (!c || c->status != NB_OK) return NULL;
   if (!valid_dtype(t)) {
     nb_fail(c, NB_DTYPE, "nb_scalar: invalid dtype %d", (int)t);
     return NULL;
   }
-  if (t != NB_F32 && t != NB_F64 && !isfinite(v)) {
+  if (!representable(t, v)) {
     nb_fail(c, NB_INVALID, "nb_scalar: %g is not representable as %s", v, nb_dtype_name(t));
     return NULL;
   }

@@ -44,6 +44,18 @@ static nb_code check_arity(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in
   return NB_OK;
 }
 
+/* Every inferred output must have a representable element and byte count, whatever
+   the op: shapes built from empty inputs can multiply out past int64. */
+static nb_code check_output_sizes(nb_kargs *k) {
+  for (int i = 0; i < k->nout; i++) {
+    const nb_meta *m = &k->out[i];
+    int64_t n;
+    if (!nb_shape_checked_size(m->rank, m->shape, &n) || (uint64_t)n > SIZE_MAX / 8)
+      return nb_kfail(k, NB_SHAPE, "output %d shape %s is too large", i, nb_sstr(m->rank, m->shape));
+  }
+  return NB_OK;
+}
+
 nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
                     const nb_attrval *attrs, nb_tensor **out, int nout) {
   if (!c) return NB_INVALID;
@@ -69,6 +81,7 @@ nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int n
     nb_attr_defaults(def, k.attr);
   if (def->variadic) k.attr[0].i = nin - def->nin; /* attr "N" is first by convention */
   code = def->infer(&k);
+  if (!code) code = check_output_sizes(&k);
   if (code) return code;
   return c->execute(c, &k, out);
 }

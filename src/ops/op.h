@@ -71,7 +71,8 @@ struct nb_op_def {
   nb_code (*infer)(nb_kargs *k);
   nb_code (*kernel)(nb_kargs *k);
   const void *impl;        /* family data: per-dtype loops, a scalar function, ... */
-  int id;                  /* dense index, assigned by the registry */
+  int id;                  /* dense index assigned by the registry: the op's slot in
+                              per-op tables such as the gradient registry */
 };
 
 /* A family file exports its table through one of these. */
@@ -83,8 +84,6 @@ typedef struct nb_op_family {
 /* registry */
 void nb_registry_init(void);
 const nb_op_def *nb_op_lookup(const char *type);
-int nb_op_count(void);
-const nb_op_def *nb_op_by_id(int id);
 
 /* dispatch: attrs NULL means the defaults */
 nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,

@@ -52,8 +52,11 @@ void nb_ctx_free(nb_ctx *c) {
 
 void nb_ctx_set_threads(nb_ctx *c, int n) {
   if (!c) return;
-  if (n < 1) {
-    nb_fail(c, NB_INVALID, "nb_ctx_set_threads: thread count %d must be >= 1", n);
+  /* More threads than cores never pays inside one op, and asking OpenMP for
+     thousands can fail inside the runtime, which then exits the process. */
+  int cores = omp_get_num_procs();
+  if (n < 1 || n > cores) {
+    nb_fail(c, NB_INVALID, "nb_ctx_set_threads: thread count %d must be in [1, %d] (the cores here)", n, cores);
     return;
   }
   c->threads = n;
