@@ -12,10 +12,11 @@ all: build
 deps:
 	@./scripts/deps.sh
 
-$(BUILD)/CMakeCache.txt:
+# Runs after deps (its prerequisite), also under make -j. cmake is re-run every time (cheap
+# when nothing changed) so CMAKE_FLAGS and PREFIX always apply, not only at first configure;
+# values set this way stay in build/CMakeCache.txt until changed again or `make clean`.
+configure: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
-
-configure: deps $(BUILD)/CMakeCache.txt
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)

@@ -1,16 +1,27 @@
 #!/bin/sh
 # Installs what nabla needs to build and test on Debian 12, only what is missing.
-# Non-interactive and idempotent: a second run installs nothing.
+# Non-interactive and idempotent: when everything is present it prints nothing and
+# does not call apt-get.
 set -eu
-PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev zlib1g-dev clang libomp-dev"
+# clang (with libomp-dev) is the compiler of the sanitizer build (make asan).
+PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev clang libomp-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 [ -z "$missing" ] && exit 0
 SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+  else
+    echo "deps.sh: missing packages:$missing" >&2
+    echo "deps.sh: not root and sudo is not available; install them as root:" >&2
+    echo "    apt-get install$missing" >&2
+    exit 1
+  fi
+fi
 echo "deps.sh: installing$missing" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+# sudo's env_reset drops exported variables, so pass DEBIAN_FRONTEND through env.
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
