@@ -70,6 +70,8 @@ typedef enum {
 
 typedef struct nb_ctx nb_ctx;
 typedef struct nb_tensor nb_tensor;
+typedef struct nb_graph nb_graph;
+typedef struct nb_session nb_session;
 
 /* ---- names ---------------------------------------------------------------- */
 const char *nb_code_name(nb_code code);     /* "NB_SHAPE", ... */
@@ -245,6 +247,39 @@ nb_tensor *nb_ones_like(nb_ctx *c, nb_tensor *x);
 nb_tensor *nb_const(nb_ctx *c, nb_tensor *value);
 /* Shape op: x's shape as a 1-D tensor of out_type (NB_I32 or NB_I64). */
 nb_tensor *nb_shape_op(nb_ctx *c, nb_tensor *x, nb_dtype out_type);
+
+/* ---- graphs ---------------------------------------------------------------------------
+   A graph context adds a node per op call and returns symbolic tensors; shapes and dtypes
+   are inferred at build time (dims may be unknown: -1, or rank -1 for unknown rank) and
+   errors name the node. Ops whose inputs are all known constants are folded at build
+   time, so shapes computed from static shapes stay static. */
+nb_graph *nb_graph_new(void);
+void nb_graph_free(nb_graph *g);                  /* after every context and session on it */
+nb_ctx *nb_graph_ctx_new(nb_graph *g);
+int nb_graph_num_nodes(const nb_graph *g);
+/* Name scopes: nodes made while a scope is pushed are named "scope/Type" (unique: "_1", ...). */
+nb_code nb_name_scope_push(nb_graph *g, const char *name);
+void nb_name_scope_pop(nb_graph *g);
+/* A graph input; dims may be -1 (unknown). Graph contexts only. */
+nb_tensor *nb_placeholder(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const char *name);
+/* The node name of a symbolic tensor ("gradients/MatMul_grad/MatMul"), NULL for concrete ones. */
+const char *nb_tensor_node_name(const nb_tensor *x);
+int nb_tensor_output_index(const nb_tensor *x);
+bool nb_is_symbolic(const nb_tensor *x);
+/* Control dependency: x's node runs only after dep's node (both in one graph). */
+nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep);
+
+/* Sessions run a graph: nb_run prunes to what the fetches need, orders once per
+   (feeds, fetches) signature and caches it, frees each intermediate at its last use.
+   feed[i] (usually a placeholder) takes feed_values[i] (a concrete tensor). results[i]
+   belong to the caller: free them with nb_tensor_free. On error, nb_session_error says
+   which node failed and why. */
+nb_session *nb_session_new(nb_graph *g);
+void nb_session_free(nb_session *s);
+nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
+               nb_tensor *const *fetch, int nfetch, nb_tensor **results);
+const char *nb_session_error(const nb_session *s);
+void nb_session_set_threads(nb_session *s, int n);
 
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

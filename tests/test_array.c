@@ -67,6 +67,18 @@ static void test_reshape(void **state) {
   tu_check_shape(nb_reshape(c, e, TU_SHAPE(3, -1, 0), 3), F32, 3, TU_SHAPE(3, 1, 0));
   tu_check_shape(nb_reshape(c, e, TU_SHAPE(0, -1), 2), F32, 2, TU_SHAPE(0, 3));
   tu_check_shape(nb_reshape(c, e, TU_SHAPE(5, 0), 2), F32, 2, TU_SHAPE(5, 0));
+  /* zeros on both sides: no divisibility asked, -1 = (nonzero input dims) / product rounded down */
+  tu_check_shape(nb_reshape(c, e, TU_SHAPE(0, -1, 2), 3), F32, 3, TU_SHAPE(0, 1, 2));
+  tu_check_shape(nb_reshape(c, e, TU_SHAPE(0, -1, 4), 3), F32, 3, TU_SHAPE(0, 0, 4));
+  tu_check_shape(nb_reshape(c, e, TU_SHAPE(-1, 0), 2), F32, 2, TU_SHAPE(3, 0));
+  tu_check_shape(nb_reshape(c, e, TU_SHAPE(2, -1, 0), 3), F32, 3, TU_SHAPE(2, 1, 0));
+  tu_check_shape(nb_reshape(c, e, TU_SHAPE(-1, 2), 2), F32, 2, TU_SHAPE(0, 2));
+  nb_tensor *e6 = tu_make(c, I32, 3, TU_SHAPE(2, 0, 6), NULL);
+  tu_check_shape(nb_reshape(c, e6, TU_SHAPE(0, -1, 2), 3), I32, 3, TU_SHAPE(0, 6, 2));
+  tu_check_shape(nb_reshape(c, e6, TU_SHAPE(5, 0, -1), 3), I32, 3, TU_SHAPE(5, 0, 2));
+  nb_tensor *in[2] = {e, tu_make(c, I32, 1, TU_SHAPE(3), TU_VALS(0, -1, 2))}, *out[1];
+  assert_int_equal(nb_op(c, "Reshape", in, 2, NULL, 0, out, 1), NB_OK);
+  tu_check_shape(out[0], F32, 3, TU_SHAPE(0, 1, 2));
   /* rank 8 */
   nb_tensor *x8 = iota(c, I32, 1, TU_SHAPE(256));
   nb_tensor *y8 = nb_reshape(c, x8, TU_SHAPE(2, 2, 2, 2, 2, 2, 2, -1), 8);
@@ -108,6 +120,17 @@ static void test_reshape_errors(void **state) {
   tu_check_error(c, NB_INVALID, "Size 0 must be non-negative, not -2", NULL);
   assert_null(nb_reshape(c, x, TU_SHAPE(0, -1), 2)); /* [0,6] holds 0 values, not 6 */
   tu_check_error(c, NB_SHAPE, "requested shape has 0", NULL);
+  /* the input has no zero dim, so divisibility still counts with a zero in the request */
+  assert_null(nb_reshape(c, x, TU_SHAPE(0, -1, 4), 3));
+  tu_check_error(c, NB_SHAPE,
+                 "Reshape: Input to reshape is a tensor with 6 values, but the requested shape requires a multiple of 4",
+                 NULL);
+  /* messages give an empty input's real element count, 0 */
+  nb_tensor *e = tu_make(c, F32, 2, TU_SHAPE(0, 3), NULL);
+  assert_null(nb_reshape(c, e, TU_SHAPE(2, 3), 2));
+  tu_check_error(c, NB_SHAPE, "Input to reshape is a tensor with 0 values, but the requested shape has 6", NULL);
+  assert_null(nb_reshape(c, e, TU_SHAPE(-1, 0, -1), 3));
+  tu_check_error(c, NB_INVALID, "Only one input size may be -1, not both 0 and 2", NULL);
   assert_null(nb_reshape(c, x, TU_SHAPE(1, 1, 1, 1, 1, 1, 1, 2, 3), 9));
   tu_check_error(c, NB_SHAPE, "Reshape", "9 values");
   assert_null(nb_reshape(c, x, TU_SHAPE(INT64_MAX, 4), 2));

@@ -2,6 +2,7 @@
    broadcasting, empty and K = 0 products, thread-count independence, error paths. */
 #include "testutil.h"
 
+#include <omp.h>
 #include <stdlib.h>
 
 static const nb_dtype float_types[2] = {NB_F32, NB_F64};
@@ -338,6 +339,31 @@ static void test_threads(void **state) {
   assert_int_equal(nb_status(c), NB_OK);
 }
 
+/* A kernel call leaves the calling thread's OpenMP thread count as it found it, though
+   OpenBLAS's OpenMP build sets it to the context's thread count for its GEMMs. */
+static void test_threads_leave_omp_setting(void **state) {
+  nb_ctx *c = *state;
+  int orig = omp_get_max_threads();
+  omp_set_num_threads(3);
+  double xv[64 * 8 * 8];
+  fill_random(xv, 64 * 8 * 8, 7);
+  nb_tensor *a = tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4));
+  nb_tensor *x = tu_make(c, NB_F32, 3, TU_SHAPE(64, 8, 8), xv);
+  nb_tensor *y = tu_make(c, NB_F32, 2, TU_SHAPE(8, 8), xv);
+  for (int threads = 1; threads <= 2; threads++) {
+    nb_ctx_set_threads(c, threads);
+    tu_check(nb_matmul(c, a, a, false, false), NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(7, 10, 15, 22), 0);
+    assert_int_equal(omp_get_max_threads(), 3);
+    /* shared y (one tall GEMM) and a batch split across threads */
+    assert_non_null(nb_batch_matmul(c, x, y, false, false));
+    assert_int_equal(omp_get_max_threads(), 3);
+    assert_non_null(nb_batch_matmul(c, x, x, true, false));
+    assert_int_equal(omp_get_max_threads(), 3);
+  }
+  omp_set_num_threads(orig);
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
 /* ---- the generic entry and errors ------------------------------------------------- */
 
 static void test_nb_op_attrs(void **state) {
@@ -413,6 +439,16 @@ static void test_shape_errors(void **state) {
   assert_null(nb_batch_matmul(c, xb, yb, false, false));
   tu_check_error(c, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions",
                  "[2,3,2,3] vs. [2,3,2]");
+
+  /* empty matrices, but the broadcast batch count 2^40 * 2^40 does not fit in int64 */
+  nb_tensor *wide0 = tu_make(c, NB_F32, 4, TU_SHAPE(INT64_C(1) << 40, 1, 0, 0), NULL);
+  nb_tensor *wide1 = tu_make(c, NB_F32, 4, TU_SHAPE(1, INT64_C(1) << 40, 0, 0), NULL);
+  assert_null(nb_batch_matmul(c, wide0, wide1, false, false));
+  tu_check_error(c, NB_SHAPE, "BatchMatMulV2: output shape [1099511627776,1099511627776,0,0] is too large",
+                 "In[1]: [1,1099511627776,0,0]");
+  /* one such batch dim alone is fine: an empty [2^40,1,0,0] result */
+  tu_check_shape(nb_batch_matmul(c, wide0, wide0, false, false), NB_F32, 4,
+                 TU_SHAPE(INT64_C(1) << 40, 1, 0, 0));
 }
 
 static void test_dtype_errors(void **state) {
@@ -463,6 +499,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_batch_matmul_rank2_is_matmul, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_batch_matmul_empty, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_threads, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_threads_leave_omp_setting, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_nb_op_attrs, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_shape_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_dtype_errors, tu_setup, tu_teardown),

@@ -1,6 +1,8 @@
 /* Elementwise math family: values, broadcasting corner cases, dtypes, errors. */
 #include "testutil.h"
 
+#include "../src/ops/op.h"
+
 #include <float.h>
 
 #ifndef M_PI
@@ -261,6 +263,94 @@ static void test_cast(void **state) {
   tu_check_error(c, NB_DTYPE, "Cast", "invalid DstT");
 }
 
+/* An explicit SrcT must name the input's dtype; leaving it out never constrains. */
+static void test_cast_srct(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *f = tu_make(c, F32, 1, TU_SHAPE(2), TU_VALS(1.5, -2.5));
+  nb_tensor *i = tu_make(c, I32, 1, TU_SHAPE(2), TU_VALS(3, -4));
+  nb_tensor *out[1];
+  nb_attr ok[2] = {nb_attr_type("SrcT", NB_F32), nb_attr_type("DstT", NB_I64)};
+  assert_int_equal(nb_op(c, "Cast", &f, 1, ok, 2, out, 1), NB_OK);
+  tu_check(out[0], I64, 1, TU_SHAPE(2), TU_VALS(1, -2), 0);
+  nb_attr dst_only = nb_attr_type("DstT", NB_F64);
+  assert_int_equal(nb_op(c, "Cast", &i, 1, &dst_only, 1, out, 1), NB_OK);
+  tu_check(out[0], F64, 1, TU_SHAPE(2), TU_VALS(3, -4), 0);
+  assert_int_equal(nb_op(c, "Cast", &i, 1, ok, 2, out, 1), NB_DTYPE);
+  assert_null(out[0]);
+  tu_check_error(c, NB_DTYPE, "Cast: attr SrcT=float32 does not match input 0 of dtype int32", NULL);
+  nb_attr bool_src[2] = {nb_attr_type("DstT", NB_BOOL), nb_attr_type("SrcT", NB_BOOL)};
+  assert_int_equal(nb_op(c, "Cast", &f, 1, bool_src, 2, out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "SrcT=bool", "dtype float32");
+  /* the wrapper works from every source dtype */
+  tu_check(nb_cast(c, i, BOOL), BOOL, 1, TU_SHAPE(2), TU_VALS(1, 1), 0);
+  tu_check(nb_cast(c, tu_make(c, F64, 0, NULL, TU_VALS(2.75)), I32), I32, 0, NULL, TU_VALS(2), 0);
+}
+
+/* incompatible_shape_error = false: shapes that do not broadcast give a scalar, false
+   for Equal and true for NotEqual; shapes that broadcast compare as usual. */
+static void test_equality_incompatible_shapes(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *a = tu_make(c, F32, 1, TU_SHAPE(2), TU_VALS(1, 2));
+  nb_tensor *b = tu_make(c, F32, 1, TU_SHAPE(3), TU_VALS(1, 2, 3));
+  nb_tensor *ab[2] = {a, b}, *out[1];
+  nb_attr lax = nb_attr_bool("incompatible_shape_error", false);
+  assert_int_equal(nb_op(c, "Equal", ab, 2, &lax, 1, out, 1), NB_OK);
+  tu_check(out[0], BOOL, 0, NULL, TU_VALS(0), 0);
+  assert_int_equal(nb_op(c, "NotEqual", ab, 2, &lax, 1, out, 1), NB_OK);
+  tu_check(out[0], BOOL, 0, NULL, TU_VALS(1), 0);
+  /* empty against non-empty, int64 and bool inputs, different ranks */
+  nb_tensor *e[2] = {tu_make(c, I64, 2, TU_SHAPE(0, 2), NULL), tu_make(c, I64, 1, TU_SHAPE(3), TU_VALS(1, 2, 3))};
+  assert_int_equal(nb_op(c, "Equal", e, 2, &lax, 1, out, 1), NB_OK);
+  tu_check(out[0], BOOL, 0, NULL, TU_VALS(0), 0);
+  nb_tensor *bb[2] = {tu_make(c, BOOL, 2, TU_SHAPE(2, 2), TU_VALS(1, 0, 1, 0)),
+                      tu_make(c, BOOL, 1, TU_SHAPE(3), TU_VALS(1, 0, 1))};
+  assert_int_equal(nb_op(c, "NotEqual", bb, 2, &lax, 1, out, 1), NB_OK);
+  tu_check(out[0], BOOL, 0, NULL, TU_VALS(1), 0);
+  /* broadcastable shapes are unaffected by the attr */
+  nb_tensor *col = tu_make(c, F32, 2, TU_SHAPE(3, 1), TU_VALS(1, 2, 5));
+  nb_tensor *cb[2] = {col, b};
+  nb_attr attrs[2] = {nb_attr_type("T", NB_F32), lax};
+  assert_int_equal(nb_op(c, "Equal", cb, 2, attrs, 2, out, 1), NB_OK);
+  tu_check(out[0], BOOL, 2, TU_SHAPE(3, 3), TU_VALS(1, 0, 0, 0, 1, 0, 0, 0, 0), 0);
+  assert_int_equal(nb_op(c, "NotEqual", cb, 2, &lax, 1, out, 1), NB_OK);
+  tu_check(out[0], BOOL, 2, TU_SHAPE(3, 3), TU_VALS(0, 1, 1, 1, 0, 1, 1, 1, 1), 0);
+  nb_tensor *one[2] = {tu_make(c, F32, 1, TU_SHAPE(0), NULL), tu_make(c, F32, 1, TU_SHAPE(1), TU_VALS(1))};
+  assert_int_equal(nb_op(c, "Equal", one, 2, &lax, 1, out, 1), NB_OK);
+  tu_check_shape(out[0], BOOL, 1, TU_SHAPE(0));
+
+  /* the default, and true given explicitly, still reject the shapes */
+  assert_int_equal(nb_op(c, "Equal", ab, 2, NULL, 0, out, 1), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "Equal: Incompatible shapes", "[2] vs. [3]");
+  nb_attr strict = nb_attr_bool("incompatible_shape_error", true);
+  assert_int_equal(nb_op(c, "NotEqual", ab, 2, &strict, 1, out, 1), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "NotEqual: Incompatible shapes", "[2] vs. [3]");
+  assert_null(nb_equal(c, a, b));
+  tu_check_error(c, NB_SHAPE, "Equal: Incompatible shapes", NULL);
+  assert_null(nb_not_equal(c, a, b));
+  tu_check_error(c, NB_SHAPE, "NotEqual: Incompatible shapes", NULL);
+  /* dtypes are checked whatever the attr says */
+  nb_tensor *mixed[2] = {a, tu_make(c, F64, 1, TU_SHAPE(3), NULL)};
+  assert_int_equal(nb_op(c, "Equal", mixed, 2, &lax, 1, out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "Equal", "float32 and float64");
+  nb_attr wrong_kind = nb_attr_int("incompatible_shape_error", 0);
+  assert_int_equal(nb_op(c, "Equal", ab, 2, &wrong_kind, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Equal", "incompatible_shape_error");
+  assert_int_equal(nb_op(c, "NotEqual", ab, 1, &lax, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "NotEqual", "expected 2 inputs, got 1");
+}
+
+/* Which inputs and outputs each gradient reads, as in TF's gradient functions. */
+static void test_grad_reads(void **state) {
+  (void)state;
+  const nb_op_def *pow = nb_op_lookup("Pow");
+  assert_non_null(pow);
+  assert_int_equal(pow->grad_inputs, 3u);
+  assert_int_equal(pow->grad_outputs, 1u);
+  const nb_op_def *mul = nb_op_lookup("Mul");
+  assert_int_equal(mul->grad_outputs, 0u);
+  assert_int_equal(nb_op_lookup("Exp")->grad_outputs, 1u);
+}
+
 static void test_add_n_identity(void **state) {
   nb_ctx *c = *state;
   nb_tensor *xs[3] = {tu_make(c, F32, 1, TU_SHAPE(3), TU_VALS(1, 2, 3)),
@@ -317,6 +407,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_broadcast_large, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_select, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_cast, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_cast_srct, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_equality_incompatible_shapes, tu_setup, tu_teardown),
+      cmocka_unit_test(test_grad_reads),
       cmocka_unit_test_setup_teardown(test_add_n_identity, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_generic_entry, tu_setup, tu_teardown),
   };

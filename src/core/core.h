@@ -19,15 +19,23 @@ typedef struct nb_buffer {
   void *data;
 } nb_buffer;
 
+typedef enum { NB_HANDLE_LIVE, NB_HANDLE_POOLED, NB_HANDLE_DETACHED } nb_handle_state;
+
 struct nb_tensor {
-  nb_ctx *ctx;
+  nb_ctx *ctx;             /* owner; NULL when detached (owned by a graph or the caller) */
   uint32_t slot;           /* index in ctx->handles */
   uint8_t kept;            /* scratch flag for nb_scope_end */
+  uint8_t state;           /* nb_handle_state */
   nb_dtype dtype;
-  int rank;
-  int64_t shape[NB_MAX_RANK];
-  int64_t size;            /* number of elements */
+  int rank;                /* -1: unknown (symbolic only) */
+  int64_t shape[NB_MAX_RANK]; /* -1 dims: unknown (symbolic only) */
+  int64_t size;            /* number of elements; -1 when unknown */
   nb_buffer *buf;          /* data; NULL for a symbolic tensor */
+  /* symbolic tensors: output `out` of node `node` in `graph`, and its value when it is
+     known at build time (a constant or a folded op) */
+  struct nb_graph *graph;
+  int32_t node, out;
+  const nb_tensor *known;
   nb_tensor *next_free;    /* handle free list */
 };
 
@@ -48,6 +56,16 @@ typedef nb_code (*nb_execute_fn)(nb_ctx *c, struct nb_kargs *k, nb_tensor **out)
 
 struct nb_ctx {
   nb_execute_fn execute;
+  /* Graph contexts infer through this hook (constants substituted, unknown shapes
+     deferred); NULL: the op's own infer. */
+  nb_code (*infer)(nb_ctx *c, struct nb_kargs *k);
+  struct nb_graph *graph;  /* the graph a graph context builds; NULL when eager */
+  /* Graph contexts turn concrete values made by nb_tensor_from/nb_scalar into Const nodes. */
+  nb_tensor *(*constant)(nb_ctx *c, nb_tensor *value);
+  const char *next_name;   /* name for the next node (graph contexts) */
+  const char *run_node;    /* node being run by a session, named in errors */
+  nb_tensor **subst;       /* graph contexts: inputs with known values substituted */
+  int subst_cap;
   nb_code status;
   char error[NB_ERR_CAP];
   int threads;
@@ -75,6 +93,8 @@ void nb_pool_clear(nb_pool *p);
 void nb_ctx_release_all(nb_ctx *c);
 /* A new handle registered in c's current scope; buf is taken over (may be NULL). */
 nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
+/* A handle owned by no context, sharing buf (taken over). Freed with nb_tensor_free. */
+nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
 /* Allocates a concrete tensor with uninitialized data. */
 nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape);
 static inline void *nb_tdata(const nb_tensor *x) { return x->buf ? x->buf->data : NULL; }

@@ -89,6 +89,23 @@ static bool grow_handles(nb_ctx *c) {
   return true;
 }
 
+static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
+  x->ctx = NULL;
+  x->kept = 0;
+  x->state = NB_HANDLE_LIVE;
+  x->dtype = t;
+  x->rank = rank;
+  if (rank > 0) memcpy(x->shape, shape, (size_t)rank * sizeof *shape);
+  bool known = rank >= 0;
+  for (int i = 0; i < rank; i++) known &= shape[i] >= 0;
+  x->size = known ? nb_shape_size(rank, shape) : -1;
+  x->buf = buf;
+  x->graph = NULL;
+  x->node = x->out = -1;
+  x->known = NULL;
+  x->next_free = NULL;
+}
+
 nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
   if (c->nhandles == c->handles_cap && !grow_handles(c)) {
     nb_buffer_release(c, buf);
@@ -103,16 +120,21 @@ nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, 
     nb_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
     return NULL;
   }
+  handle_init(x, t, rank, shape, buf);
   x->ctx = c;
-  x->kept = 0;
-  x->dtype = t;
-  x->rank = rank;
-  if (rank) memcpy(x->shape, shape, (size_t)rank * sizeof *shape);
-  x->size = nb_shape_size(rank, shape);
-  x->buf = buf;
-  x->next_free = NULL;
   x->slot = c->nhandles;
   c->handles[c->nhandles++] = x;
+  return x;
+}
+
+nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
+  nb_tensor *x = malloc(sizeof *x);
+  if (!x) {
+    nb_buffer_release(NULL, buf);
+    return NULL;
+  }
+  handle_init(x, t, rank, shape, buf);
+  x->state = NB_HANDLE_DETACHED;
   return x;
 }
 
@@ -133,6 +155,7 @@ static void handle_release(nb_ctx *c, nb_tensor *x) {
   nb_buffer_release(c, x->buf);
   x->buf = NULL;
   x->ctx = NULL;
+  x->state = NB_HANDLE_POOLED;
   x->next_free = c->pool.free_handles;
   c->pool.free_handles = x;
 }
@@ -155,7 +178,12 @@ static void compact_handles(nb_ctx *c) {
 }
 
 void nb_tensor_free(nb_tensor *x) {
-  if (!x || !x->ctx) return;
+  if (!x || x->state == NB_HANDLE_POOLED) return; /* freeing twice is harmless */
+  if (x->state == NB_HANDLE_DETACHED) {
+    nb_buffer_release(NULL, x->buf);
+    free(x);
+    return;
+  }
   nb_ctx *c = x->ctx;
   c->handles[x->slot] = NULL;
   /* Trim trailing holes so create-then-free loops without scopes stay flat; holes
@@ -224,6 +252,14 @@ void nb_ctx_release_all(nb_ctx *c) {
 
 static bool valid_dtype(nb_dtype t) { return (unsigned)t <= NB_BOOL; }
 
+/* In a graph context a new value becomes a Const node; the concrete temporary goes. */
+static nb_tensor *as_constant(nb_ctx *c, nb_tensor *x) {
+  if (!x || !c->constant) return x;
+  nb_tensor *node = c->constant(c, x);
+  nb_tensor_free(x);
+  return node;
+}
+
 nb_tensor *nb_tensor_from(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const void *data) {
   if (!c || c->status != NB_OK) return NULL;
   int64_t n;
@@ -248,7 +284,7 @@ nb_tensor *nb_tensor_from(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape,
     memcpy(nb_tdata(x), data, bytes);
   else
     memset(nb_tdata(x), 0, bytes);
-  return x;
+  return as_constant(c, x);
 }
 
 /* Stores v as dtype t at dst[i]. */
@@ -283,7 +319,7 @@ nb_tensor *nb_scalar(nb_ctx *c, nb_dtype t, double v) {
   }
   nb_tensor *x = nb_tensor_alloc(c, t, 0, NULL);
   if (x) store_double(t, nb_tdata(x), 0, v);
-  return x;
+  return as_constant(c, x);
 }
 
 nb_dtype nb_dtype_of(const nb_tensor *x) { return x ? x->dtype : NB_F32; }

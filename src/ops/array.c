@@ -59,12 +59,18 @@ static nb_code set_out(nb_kargs *k, int i, nb_dtype t, int rank, const int64_t *
 /* ---- Reshape, ExpandDims, Squeeze: views ------------------------------------------------ */
 
 /* Input elements for inferring a -1: zero dims are skipped when the request has a zero
-   dim too, so the other dims can still be inferred (TF's rule). */
-static int64_t reshape_known_elements(const nb_tensor *x, bool request_has_zero) {
+   dim too, so the other dims can still be inferred (TF's rule); *skipped tells whether
+   the input had any. */
+static int64_t reshape_known_elements(const nb_tensor *x, bool request_has_zero, bool *skipped) {
+  *skipped = false;
   if (!request_has_zero) return x->size;
   int64_t n = 1;
-  for (int i = 0; i < x->rank; i++)
-    if (x->shape[i] > 0) n *= x->shape[i];
+  for (int i = 0; i < x->rank; i++) {
+    if (x->shape[i] > 0)
+      n *= x->shape[i];
+    else
+      *skipped = true;
+  }
   return n;
 }
 
@@ -95,11 +101,14 @@ static nb_code reshape_infer(nb_kargs *k) {
     }
   }
   if (unknown >= 0) {
-    int64_t known = reshape_known_elements(x, has_zero);
-    if (known % product)
+    bool skipped;
+    int64_t known = reshape_known_elements(x, has_zero, &skipped);
+    /* Zero dims on both sides leave the result empty whatever -1 becomes, so TF asks
+       no divisibility then and rounds down: [0,3] to [0,-1,2] gives [0,1,2]. */
+    if (!skipped && known % product)
       return nb_kfail(k, NB_SHAPE,
                       "Input to reshape is a tensor with %lld values, but the requested shape requires a multiple of %lld",
-                      (long long)known, (long long)product);
+                      (long long)x->size, (long long)product);
     dims[unknown] = known / product;
   }
   if (!nb_shape_checked_size(n, dims, &size))
@@ -669,6 +678,26 @@ static nb_code const_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* Placeholder: a graph input with attrs dtype and shape (dims -1 unknown; no shape
+   attr: unknown rank). Eager code has values, not placeholders. */
+enum { PLACEHOLDER_DTYPE, PLACEHOLDER_SHAPE };
+
+static nb_code placeholder_infer(nb_kargs *k) {
+  if (!k->ctx->graph)
+    return nb_kfail(k, NB_INVALID, "placeholders exist only in graph contexts; eager ops take values directly");
+  const nb_attrval *shape = &k->attr[PLACEHOLDER_SHAPE];
+  nb_dtype t = k->attr[PLACEHOLDER_DTYPE].type;
+  if ((unsigned)t > NB_BOOL) return nb_kfail(k, NB_DTYPE, "invalid dtype %d", (int)t);
+  if (shape->n > NB_MAX_RANK) return nb_kfail(k, NB_SHAPE, "rank %d is larger than %d", shape->n, NB_MAX_RANK);
+  for (int i = 0; i < shape->n; i++)
+    if (shape->ints[i] < -1)
+      return nb_kfail(k, NB_SHAPE, "dim %d is %lld; dims are >= 0, or -1 for unknown", i, (long long)shape->ints[i]);
+  k->out[0].dtype = t;
+  k->out[0].rank = shape->n < 0 ? -1 : shape->n;
+  for (int i = 0; i < shape->n; i++) k->out[0].shape[i] = shape->ints[i];
+  return NB_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 #define X0 1u
@@ -676,7 +705,7 @@ static nb_code const_kernel(nb_kargs *k) {
 
 enum {
   OP_RESHAPE, OP_EXPAND_DIMS, OP_SQUEEZE, OP_TRANSPOSE, OP_BROADCAST_TO, OP_CONCAT, OP_PACK, OP_UNPACK,
-  OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_CONST, OP_COUNT
+  OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_CONST, OP_PLACEHOLDER, OP_COUNT
 };
 
 /* grad_inputs: what TF's gradient functions read (shapes of, or the const inputs). */
@@ -690,6 +719,8 @@ static nb_op_def array_ops[OP_COUNT] = {
                       .infer = transpose_infer, .kernel = transpose_kernel},
     [OP_BROADCAST_TO] = {.name = "BroadcastTo", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1,
                          .infer = broadcast_to_infer, .kernel = broadcast_to_kernel},
+    /* TF's ConcatV2 requires N >= 2; N = 1 is accepted here on purpose, returning a copy
+       of the one input, as tf.concat does for a one-tensor list. */
     [OP_CONCAT] = {.name = "ConcatV2", .nin = 1, .variadic = true, .nout = 1, .alias = -1, .grad_inputs = ~0u,
                    .nattrs = 1, .attrs = {{"N", NB_ATTR_INT, {.i = 2}, true}}, .infer = concat_infer,
                    .kernel = join_kernel},
@@ -709,13 +740,19 @@ static nb_op_def array_ops[OP_COUNT] = {
                        .kernel = zeros_like_kernel},
     [OP_ONES_LIKE] = {.name = "OnesLike", .nin = 1, .nout = 1, .alias = -1, .infer = like_infer,
                       .kernel = ones_like_kernel},
-    [OP_SHAPE] = {.name = "Shape", .nin = 1, .nout = 1, .alias = -1, .nattrs = 1,
+    [OP_SHAPE] = {.name = "Shape", .nin = 1, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + SHAPE_OUT_TYPE,
+                  .shape_only = true,
                   .attrs = {{"out_type", NB_ATTR_TYPE, {.type = NB_I32}, false}}, .infer = shape_infer,
                   .kernel = shape_kernel},
     [OP_CONST] = {.name = "Const", .nin = 0, .nout = 1, .alias = -1, .nattrs = 2,
                   .attrs = {{"value", NB_ATTR_TENSOR, {.tensor = NULL}, true},
                             {"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true}},
                   .infer = const_infer, .kernel = const_kernel},
+    [OP_PLACEHOLDER] = {.name = "Placeholder", .nin = 0, .nout = 1, .alias = -1, .nattrs = 2,
+                        .dtype_attr = 1 + PLACEHOLDER_DTYPE,
+                        .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true},
+                                  {"shape", NB_ATTR_INTS, {.n = -1}, false}},
+                        .infer = placeholder_infer},
 };
 
 nb_op_family nb_array_family(void) { return (nb_op_family){array_ops, OP_COUNT}; }
@@ -852,4 +889,19 @@ nb_tensor *nb_const(nb_ctx *c, nb_tensor *value) {
   a[CONST_VALUE].tensor = value;
   if (value) a[CONST_DTYPE].type = value->dtype;
   return nb_call(c, &array_ops[OP_CONST], NULL, 0, a);
+}
+
+nb_tensor *nb_placeholder(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const char *name) {
+  if (!nb_live(c)) return NULL;
+  if (rank < 0 || rank > NB_MAX_RANK || (rank > 0 && !shape)) {
+    nb_fail(c, NB_SHAPE, "Placeholder: rank %d must be in [0, %d] with a shape", rank, NB_MAX_RANK);
+    return NULL;
+  }
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&array_ops[OP_PLACEHOLDER], a);
+  a[PLACEHOLDER_DTYPE].type = t;
+  a[PLACEHOLDER_SHAPE].ints = shape;
+  a[PLACEHOLDER_SHAPE].n = rank;
+  c->next_name = name;
+  return nb_call(c, &array_ops[OP_PLACEHOLDER], NULL, 0, a);
 }

@@ -50,6 +50,9 @@ static nb_code check_output_sizes(nb_kargs *k) {
   for (int i = 0; i < k->nout; i++) {
     const nb_meta *m = &k->out[i];
     int64_t n;
+    bool unknown = m->rank < 0;
+    for (int d = 0; d < m->rank; d++) unknown |= m->shape[d] == -1;
+    if (unknown) continue; /* graph outputs with dims known only at run time */
     if (!nb_shape_checked_size(m->rank, m->shape, &n) || (uint64_t)n > SIZE_MAX / 8)
       return nb_kfail(k, NB_SHAPE, "output %d shape %s is too large", i, nb_sstr(m->rank, m->shape));
   }
@@ -72,6 +75,8 @@ nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int n
   k.nin = nin;
   k.nout = nout;
   k.in = in;
+  k.orig_in = in;
+  k.deferred = false;
   k.out = c->metas;
   k.res = out;
   k.threads = c->threads;
@@ -80,8 +85,8 @@ nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int n
   else
     nb_attr_defaults(def, k.attr);
   if (def->variadic) k.attr[0].i = nin - def->nin; /* attr "N" is first by convention */
-  code = def->infer(&k);
-  if (!code) code = check_output_sizes(&k);
+  code = c->infer ? c->infer(c, &k) : def->infer(&k);
+  if (!code && !k.deferred) code = check_output_sizes(&k);
   if (code) return code;
   return c->execute(c, &k, out);
 }
@@ -262,8 +267,12 @@ nb_tensor *nb_const_int_list(nb_ctx *c, const int *v, int n) {
 }
 
 nb_code nb_kfail(nb_kargs *k, nb_code code, const char *fmt, ...) {
-  char prefix[96];
-  snprintf(prefix, sizeof prefix, "%s: ", k->def->name);
+  char prefix[320];
+  const char *node = k->ctx->run_node;
+  if (node)
+    snprintf(prefix, sizeof prefix, "%s (node '%s'): ", k->def->name, node);
+  else
+    snprintf(prefix, sizeof prefix, "%s: ", k->def->name);
   va_list ap;
   va_start(ap, fmt);
   nb_vfail(k->ctx, code, prefix, fmt, ap);
@@ -300,7 +309,7 @@ nb_code nb_kints(nb_kargs *k, int i, int max_rank, int64_t *v, int cap, int *n) 
     return nb_kfail(k, NB_SHAPE, "input %d must have rank <= %d, got shape %s", i, max_rank, nb_tstr(x));
   if (x->size > cap)
     return nb_kfail(k, NB_SHAPE, "input %d has %lld values, at most %d allowed", i, (long long)x->size, cap);
-  if (!x->buf) return nb_kfail(k, NB_UNIMPLEMENTED, "input %d must be a constant", i);
+  if (!x->buf) return NB_DEFER; /* a graph value not known until run time */
   for (int64_t j = 0; j < x->size; j++)
     v[j] = x->dtype == NB_I32 ? ((const int32_t *)nb_tdata(x))[j] : ((const int64_t *)nb_tdata(x))[j];
   *n = (int)x->size;

@@ -18,6 +18,12 @@ void nb_blas_set_threads(int n) {
   if (omp_get_max_threads() != n) openblas_set_num_threads(n);
 }
 
+/* Gives back the caller's OpenMP nthreads-var saved before nb_blas_set_threads, so a
+   kernel leaves no lasting change to the calling thread's OpenMP settings. */
+static void restore_blas_threads(int prev) {
+  if (omp_get_max_threads() != prev) openblas_set_num_threads(prev);
+}
+
 /* C = beta C, the whole product when k == 0. */
 static void scale_rows(nb_dtype t, int64_t m, int64_t n, double beta, void *c, int64_t ldc) {
   size_t esz = nb_dtype_size(t);
@@ -142,11 +148,17 @@ static nb_code batch_matmul_infer(nb_kargs *k) {
   if (!nb_broadcast_shape(x->rank - 2, x->shape, y->rank - 2, y->shape, &p->brank, p->bdims))
     return nb_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s",
                     nb_tstr(x), nb_tstr(y));
-  p->batch = nb_shape_size(p->brank, p->bdims);
+  code = finish_plan(k, p);
+  if (code) return code;
+  /* Broadcasting can multiply dims that each fit into a count that does not, even
+     with empty matrices, e.g. batch dims [2^40,1] and [1,2^40]. */
+  if (!nb_shape_checked_size(p->brank, p->bdims, &p->batch))
+    return nb_kfail(k, NB_SHAPE, "output shape %s is too large (In[0]: %s, In[1]: %s)",
+                    nb_sstr(k->out[0].rank, k->out[0].shape), nb_tstr(x), nb_tstr(y));
   batch_steps(x, p->brank, p->xstep);
   batch_steps(y, p->brank, p->ystep);
   p->y_shared = nb_shape_size(y->rank - 2, y->shape) == 1;
-  return finish_plan(k, p);
+  return NB_OK;
 }
 
 /* ---- kernel ------------------------------------------------------------------------ */
@@ -200,17 +212,19 @@ static nb_code matmul_kernel(nb_kargs *k) {
   const nb_tensor *x = k->in[0], *y = k->in[1];
   matmul_job j = {p, x->dtype, nb_dtype_size(x->dtype), nb_tdata(x), nb_tdata(y), nb_tdata(k->res[0]),
                   x->shape[x->rank - 1], y->shape[y->rank - 1]};
+  int prev_threads = omp_get_max_threads();
   nb_blas_set_threads(k->threads);
   /* One y for every x matrix, x not transposed: the x batch stacks into one tall GEMM. */
   if (p->y_shared && !p->ta && p->batch * p->m <= NB_GEMM_MAX_DIM) {
     nb_gemm(j.t, false, p->tb, p->batch * p->m, p->n, p->k, j.x, j.lda, j.y, j.ldb, 0, j.out, p->n);
-    return NB_OK;
+  } else {
+    double gemm_work = (double)p->m * (double)p->n * (double)p->k;
+    int nt = 1;
+    if (p->batch >= 2 && gemm_work < SMALL_GEMM_WORK)
+      nt = nb_kthreads(k, saturating_work(gemm_work * (double)p->batch));
+    nb_parallel_range(nt, p->batch, matmul_range, &j);
   }
-  double gemm_work = (double)p->m * (double)p->n * (double)p->k;
-  int nt = 1;
-  if (p->batch >= 2 && gemm_work < SMALL_GEMM_WORK)
-    nt = nb_kthreads(k, saturating_work(gemm_work * (double)p->batch));
-  nb_parallel_range(nt, p->batch, matmul_range, &j);
+  restore_blas_threads(prev_threads);
   return NB_OK;
 }
 

@@ -239,6 +239,7 @@ typedef struct binary_impl {
   binary_fn fn[NB_BOOL + 1];
   bool to_bool;                       /* comparisons produce bool */
   nb_code (*check)(nb_kargs *k);      /* rejects inputs the loop cannot take */
+  bool mismatch_value;                /* Equal/NotEqual: the result for shapes that do not broadcast */
 } binary_impl;
 
 /* Separate loops per stride case so each one vectorizes. */
@@ -364,10 +365,15 @@ static nb_code broadcast_out(nb_kargs *k, int nin, const int *ins, nb_dtype t) {
   return NB_OK;
 }
 
-static nb_code binary_infer(nb_kargs *k) {
+static nb_code binary_check_dtypes(nb_kargs *k) {
   const binary_impl *b = k->def->impl;
   nb_code code = nb_kcheck_dtype(k, 0, impl_mask((const void *const *)b->fn));
-  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
+  return code ? code : nb_kcheck_same_dtype(k, 0, 1);
+}
+
+static nb_code binary_infer(nb_kargs *k) {
+  const binary_impl *b = k->def->impl;
+  nb_code code = binary_check_dtypes(k);
   if (code) return code;
   static const int ins[2] = {0, 1};
   return broadcast_out(k, 2, ins, b->to_bool ? NB_BOOL : k->in[0]->dtype);
@@ -445,6 +451,32 @@ static nb_code binary_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* Equal and NotEqual take TF's attr incompatible_shape_error: when it is false, inputs
+   whose shapes do not broadcast compare as a whole, giving a scalar (false for Equal,
+   true for NotEqual). infer leaves in scratch whether that happened. */
+enum { ATTR_INCOMPATIBLE_SHAPE_ERROR };
+
+static nb_code equality_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0], *y = k->in[1];
+  int rank;
+  int64_t shape[NB_MAX_RANK];
+  bool *mismatch = (bool *)k->scratch;
+  *mismatch = !k->attr[ATTR_INCOMPATIBLE_SHAPE_ERROR].b &&
+              !nb_broadcast_shape(x->rank, x->shape, y->rank, y->shape, &rank, shape);
+  if (!*mismatch) return binary_infer(k);
+  nb_code code = binary_check_dtypes(k);
+  if (code) return code;
+  nb_meta_set(&k->out[0], NB_BOOL, 0, NULL);
+  return NB_OK;
+}
+
+static nb_code equality_kernel(nb_kargs *k) {
+  if (!*(const bool *)k->scratch) return binary_kernel(k);
+  const binary_impl *b = k->def->impl;
+  *(uint8_t *)nb_tdata(k->res[0]) = b->mismatch_value;
+  return NB_OK;
+}
+
 /* SelectV2(condition, t, e): all three broadcast. */
 static nb_code select_infer(nb_kargs *k) {
   nb_code code = nb_kcheck_dtype(k, 0, NB_M(NB_BOOL));
@@ -515,8 +547,14 @@ static void cast_range(void *arg, int64_t lo, int64_t hi) {
 
 enum { CAST_SRCT, CAST_DSTT, CAST_TRUNCATE };
 
+/* SrcT's default: "not given", so only an explicit SrcT must match the input. */
+#define SRCT_UNSET ((nb_dtype)(NB_BOOL + 1))
+
 static nb_code cast_infer(nb_kargs *k) {
-  nb_dtype to = k->attr[CAST_DSTT].type;
+  nb_dtype from = k->attr[CAST_SRCT].type, to = k->attr[CAST_DSTT].type;
+  if (from != SRCT_UNSET && from != k->in[0]->dtype)
+    return nb_kfail(k, NB_DTYPE, "attr SrcT=%s does not match input 0 of dtype %s", nb_dtype_name(from),
+                    nb_dtype_name(k->in[0]->dtype));
   if ((unsigned)to > NB_BOOL) return nb_kfail(k, NB_DTYPE, "invalid DstT %d", (int)to);
   k->out[0].dtype = to;
   k->out[0].rank = k->in[0]->rank;
@@ -573,7 +611,7 @@ static void add_n_range(void *arg, int64_t lo, int64_t hi) {
 }
 
 static nb_code add_n_kernel(nb_kargs *k) {
-  static const binary_impl add = {{FLOAT_TABLE(add, bin), INT_TABLE(add, bin)}, false, NULL};
+  static const binary_impl add = {.fn = {FLOAT_TABLE(add, bin), INT_TABLE(add, bin)}};
   add_n_job j = {k, add.fn[k->in[0]->dtype], nb_dtype_size(k->in[0]->dtype)};
   int64_t n = k->res[0]->size;
   nb_parallel_range(nb_kthreads(k, n * k->nin), n, add_n_range, &j);
@@ -596,10 +634,16 @@ static nb_code same_infer(nb_kargs *k) {
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, \
    .infer = unary_infer, .kernel = unary_kernel, .impl = &(const unary_impl)IMPL}
 #define BINARY(NAME, FNS, TO_BOOL, CHECK, GIN)                                                     \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .infer = binary_infer,    \
-   .kernel = binary_kernel, .impl = &(const binary_impl){{FNS}, TO_BOOL, CHECK}}
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .bool_out = TO_BOOL,      \
+   .infer = binary_infer, .kernel = binary_kernel,                                               \
+   .impl = &(const binary_impl){.fn = {FNS}, .to_bool = TO_BOOL, .check = CHECK}}
 #define BINARY_NUM_FNS(name) FLOAT_TABLE(name, bin), INT_TABLE(name, bin)
 #define BINARY_CMP_FNS(name) BINARY_NUM_FNS(name), [NB_BOOL] = name##_bin_b
+#define EQUALITY(NAME, FNS, MISMATCH)                                                              \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true,                  \
+   .attrs = {{"incompatible_shape_error", NB_ATTR_BOOL, {.b = true}, false}},                     \
+   .infer = equality_infer, .kernel = equality_kernel,                                             \
+   .impl = &(const binary_impl){.fn = {FNS}, .to_bool = true, .mismatch_value = MISMATCH}}
 
 enum {
   OP_NEG, OP_EXP, OP_LOG, OP_LOG1P, OP_SQRT, OP_RSQRT, OP_RECIPROCAL, OP_SQUARE, OP_ABS,
@@ -629,14 +673,17 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_SOFTPLUS] = UNARY("Softplus", UNARY_FLOAT_IMPL(softplus), X0, 0),
     [OP_SIN] = UNARY("Sin", UNARY_FLOAT_IMPL(sin), X0, 0),
     [OP_COS] = UNARY("Cos", UNARY_FLOAT_IMPL(cos), X0, 0),
-    [OP_LOGICAL_NOT] = UNARY("LogicalNot", {{[NB_BOOL] = logical_not_loop_b}}, 0, 0),
+    [OP_LOGICAL_NOT] = UNARY("LogicalNot", {{[NB_BOOL] = logical_not_loop_b}}, 0, 0),  /* bool in, bool out */
     /* broadcasting gradients read both input shapes, so a tape keeps the inputs */
     [OP_ADDV2] = BINARY("AddV2", BINARY_NUM_FNS(add), false, NULL, X0 | X1),
     [OP_ADD] = BINARY("Add", BINARY_NUM_FNS(add), false, NULL, X0 | X1),
     [OP_SUB] = BINARY("Sub", BINARY_NUM_FNS(sub), false, NULL, X0 | X1),
     [OP_MUL] = BINARY("Mul", BINARY_NUM_FNS(mul), false, NULL, X0 | X1),
     [OP_REALDIV] = BINARY("RealDiv", BINARY_NUM_FNS(div), false, check_int_div, X0 | X1),
-    [OP_POW] = BINARY("Pow", BINARY_NUM_FNS(pow), false, check_int_pow, X0 | X1),
+    /* TF's Pow gradient reads the output z too: dz/dy = z ln x */
+    [OP_POW] = {.name = "Pow", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = Y0,
+                .infer = binary_infer, .kernel = binary_kernel,
+                .impl = &(const binary_impl){.fn = {BINARY_NUM_FNS(pow)}, .check = check_int_pow}},
     [OP_SQDIFF] = BINARY("SquaredDifference", BINARY_NUM_FNS(sqdiff), false, NULL, X0 | X1),
     [OP_MAXIMUM] = BINARY("Maximum", BINARY_NUM_FNS(maximum), false, NULL, X0 | X1),
     [OP_MINIMUM] = BINARY("Minimum", BINARY_NUM_FNS(minimum), false, NULL, X0 | X1),
@@ -644,14 +691,14 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_LESS_EQUAL] = BINARY("LessEqual", BINARY_NUM_FNS(less_equal), true, NULL, 0),
     [OP_GREATER] = BINARY("Greater", BINARY_NUM_FNS(greater), true, NULL, 0),
     [OP_GREATER_EQUAL] = BINARY("GreaterEqual", BINARY_NUM_FNS(greater_equal), true, NULL, 0),
-    [OP_EQUAL] = BINARY("Equal", BINARY_CMP_FNS(equal), true, NULL, 0),
-    [OP_NOT_EQUAL] = BINARY("NotEqual", BINARY_CMP_FNS(not_equal), true, NULL, 0),
+    [OP_EQUAL] = EQUALITY("Equal", BINARY_CMP_FNS(equal), false),
+    [OP_NOT_EQUAL] = EQUALITY("NotEqual", BINARY_CMP_FNS(not_equal), true),
     [OP_LOGICAL_AND] = BINARY("LogicalAnd", [NB_BOOL] = logical_and_bin_b, true, NULL, 0),
     [OP_LOGICAL_OR] = BINARY("LogicalOr", [NB_BOOL] = logical_or_bin_b, true, NULL, 0),
     [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1, .grad_inputs = 1u | 2u | 4u,
      .infer = select_infer, .kernel = select_kernel},
-    [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3,
-     .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = NB_F32}, false},
+    [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3, .dtype_attr = 1 + CAST_DSTT,
+     .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = SRCT_UNSET}, false},
                {"DstT", NB_ATTR_TYPE, {.type = NB_F32}, true},
                {"Truncate", NB_ATTR_BOOL, {.b = false}, false}},
      .infer = cast_infer, .kernel = cast_kernel},
@@ -722,7 +769,6 @@ nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to) {
   nb_attrval a[NB_MAX_ATTRS];
   nb_attr_defaults(&math_ops[OP_CAST], a);
   a[CAST_DSTT].type = to;
-  if (x) a[CAST_SRCT].type = x->dtype;
   return nb_call(c, &math_ops[OP_CAST], &x, 1, a);
 }
 

@@ -7,6 +7,9 @@
 #define NB_MAX_ATTRS 6
 #define NB_VARIADIC (-1)
 #define NB_SCRATCH_BYTES 1280
+/* Internal status from infer: a needed input value is not known at graph build time, so
+   the output shapes are left to run time. Never reaches users. */
+#define NB_DEFER ((nb_code)100)
 
 /* dtype masks for input checks */
 #define NB_M(t) (1u << (t))
@@ -48,7 +51,10 @@ typedef struct nb_kargs {
   nb_ctx *ctx;
   const nb_op_def *def;
   int nin, nout;
-  nb_tensor *const *in;
+  nb_tensor *const *in;     /* what infer and kernel read (graphs: known values substituted) */
+  nb_tensor *const *orig_in; /* the caller's inputs */
+  bool deferred;             /* graphs: output shapes unknown until run time */
+  const char *node_name;     /* graphs: the name of the node being built */
   nb_attrval attr[NB_MAX_ATTRS];
   nb_meta *out;            /* infer fills out[0..nout) */
   nb_tensor **res;         /* the kernel writes res[i]'s data (allocated from out[i]) */
@@ -63,7 +69,11 @@ struct nb_op_def {
   bool variadic;           /* inputs begin with a list of N >= 1 tensors (attr "N") */
   int8_t nout;             /* NB_VARIADIC: infer sets k->nout's metas from attrs */
   int8_t alias;            /* output 0 shares the buffer of this input (a view); -1 none */
-  int8_t t_input;          /* the input whose dtype TF's attr "T" names */
+  int8_t t_input;          /* the input whose dtype TF's attr "T" names, and by default
+                              the output dtype */
+  int8_t dtype_attr;       /* 1 + slot of the type attr that gives the output dtype; 0 none */
+  bool bool_out;           /* outputs are bool (comparisons, logical ops) */
+  bool shape_only;         /* reads only its inputs' shapes (Shape): foldable when they are known */
   uint32_t grad_inputs;    /* bitmask of inputs the gradient function reads */
   uint32_t grad_outputs;   /* bitmask of outputs the gradient function reads */
   uint8_t nattrs;

@@ -625,7 +625,7 @@ static nb_op_def reduce_ops[OP_COUNT] = {
     [OP_MAX] = REDUCTION("Max", max_impl, Y0),
     [OP_MIN] = REDUCTION("Min", min_impl, Y0),
     [OP_PROD] = REDUCTION("Prod", prod_impl, 0),
-    [OP_ARGMAX] = {.name = "ArgMax", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1,
+    [OP_ARGMAX] = {.name = "ArgMax", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + ATTR_OUTPUT_TYPE,
                    .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}},
                    .infer = argmax_infer, .kernel = argmax_kernel},
 };

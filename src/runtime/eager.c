@@ -47,6 +47,7 @@ void nb_ctx_free(nb_ctx *c) {
   if (!c) return;
   nb_ctx_release_all(c);
   free(c->metas);
+  free(c->subst);
   free(c);
 }
 

@@ -1,0 +1,444 @@
+/* Graph IR and the graph context. Nodes, edges and outputs live in three growable
+   arrays; names, attr strings and lists in an arena, so adding a node allocates nothing
+   in steady state. The graph context builds nodes through the same dispatch as eager
+   ops: inference runs at build time with known constants substituted, ops whose inputs
+   are all known are folded, and shapes that depend on unknown dims are deferred. */
+#include "graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NB_ARENA_BLOCK (64 * 1024)
+#define NB_FOLD_MAX_ELEMS (1 << 16) /* larger constant results are computed at run time */
+
+/* ---- arena --------------------------------------------------------------------------- */
+
+struct nb_arena_block {
+  nb_arena_block *next;
+  size_t used, cap;
+  _Alignas(16) char data[];
+};
+
+void *nb_arena_alloc(nb_graph *g, size_t bytes) {
+  bytes = (bytes + 15) & ~(size_t)15;
+  nb_arena_block *b = g->arena;
+  if (!b || b->cap - b->used < bytes) {
+    size_t cap = bytes > NB_ARENA_BLOCK ? bytes : NB_ARENA_BLOCK;
+    nb_arena_block *nb = malloc(sizeof *nb + cap);
+    if (!nb) return NULL;
+    nb->next = b;
+    nb->used = 0;
+    nb->cap = cap;
+    g->arena = b = nb;
+  }
+  void *p = b->data + b->used;
+  b->used += bytes;
+  return p;
+}
+
+char *nb_arena_strdup(nb_graph *g, const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = nb_arena_alloc(g, n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+/* ---- string map (open addressing; keys live in the arena) --------------------------- */
+
+static uint32_t str_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  while (*s) h = (h ^ (uint8_t)*s++) * 16777619u;
+  return h;
+}
+
+static int32_t *strmap_find(nb_strmap *m, const char *key) {
+  if (!m->cap) return NULL;
+  for (uint32_t i = str_hash(key) & (m->cap - 1); m->keys[i]; i = (i + 1) & (m->cap - 1))
+    if (strcmp(m->keys[i], key) == 0) return &m->vals[i];
+  return NULL;
+}
+
+static bool strmap_grow(nb_strmap *m) {
+  uint32_t cap = m->cap ? m->cap * 2 : 1024;
+  const char **keys = calloc(cap, sizeof *keys);
+  int32_t *vals = malloc(cap * sizeof *vals);
+  if (!keys || !vals) {
+    free(keys);
+    free(vals);
+    return false;
+  }
+  for (uint32_t i = 0; i < m->cap; i++) {
+    if (!m->keys[i]) continue;
+    uint32_t j = str_hash(m->keys[i]) & (cap - 1);
+    while (keys[j]) j = (j + 1) & (cap - 1);
+    keys[j] = m->keys[i];
+    vals[j] = m->vals[i];
+  }
+  free(m->keys);
+  free(m->vals);
+  m->keys = keys;
+  m->vals = vals;
+  m->cap = cap;
+  return true;
+}
+
+/* Inserts key (already in the arena) with val; false when out of memory. */
+static bool strmap_put(nb_strmap *m, const char *key, int32_t val) {
+  if ((m->n + 1) * 2 > m->cap && !strmap_grow(m)) return false;
+  uint32_t i = str_hash(key) & (m->cap - 1);
+  while (m->keys[i]) i = (i + 1) & (m->cap - 1);
+  m->keys[i] = key;
+  m->vals[i] = val;
+  m->n++;
+  return true;
+}
+
+/* ---- graphs ------------------------------------------------------------------------------ */
+
+nb_graph *nb_graph_new(void) {
+  nb_registry_init();
+  nb_graph *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->fold = nb_eager_new();
+  if (!g->fold) {
+    free(g);
+    return NULL;
+  }
+  nb_ctx_set_threads(g->fold, 1);
+  return g;
+}
+
+void nb_graph_free(nb_graph *g) {
+  if (!g) return;
+  for (int32_t i = 0; i < g->nouts; i++) nb_tensor_free(g->outs[i].value);
+  for (int32_t i = 0; i < g->nnodes; i++)
+    for (int a = 0; a < g->nodes[i].def->nattrs; a++)
+      if (g->nodes[i].def->attrs[a].kind == NB_ATTR_TENSOR) nb_tensor_free(g->nodes[i].attr[a].tensor);
+  while (g->arena) {
+    nb_arena_block *b = g->arena;
+    g->arena = b->next;
+    free(b);
+  }
+  free(g->names.keys);
+  free(g->names.vals);
+  free(g->nodes);
+  free(g->edges);
+  free(g->outs);
+  free(g->overrides);
+  nb_ctx_free(g->fold);
+  free(g);
+}
+
+int nb_graph_num_nodes(const nb_graph *g) { return g ? g->nnodes : 0; }
+
+uint32_t nb_graph_next_gen(nb_graph *g) {
+  if (++g->gen == 0) { /* wrapped: clear every stamp once */
+    for (int32_t i = 0; i < g->nnodes; i++) g->nodes[i].stamp = g->nodes[i].stamp2 = 0;
+    g->gen = 1;
+  }
+  return g->gen;
+}
+
+/* Grows *arr (of elem-sized items) to hold need items. */
+static bool grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
+  if (need <= *cap) return true;
+  int32_t n = *cap ? *cap : 256;
+  while (n < need) n *= 2;
+  void *p = realloc(*arr, (size_t)n * elem);
+  if (!p) return false;
+  *arr = p;
+  *cap = n;
+  return true;
+}
+
+const char *nb_graph_unique_name(nb_graph *g, const char *base) {
+  char buf[NB_SCOPE_CAP + 256];
+  int n = snprintf(buf, sizeof buf, "%s%s", g->scope, base);
+  if (n < 0 || (size_t)n >= sizeof buf - 24) return NULL;
+  int32_t *next = strmap_find(&g->names, buf);
+  if (next) { /* taken: try base_N from the base's counter on */
+    int32_t k = *next;
+    do snprintf(buf + n, sizeof buf - (size_t)n, "_%d", k++);
+    while (strmap_find(&g->names, buf));
+    *next = k;
+  }
+  char *name = nb_arena_strdup(g, buf);
+  if (!name || !strmap_put(&g->names, name, 1)) return NULL;
+  return name;
+}
+
+nb_code nb_name_scope_push(nb_graph *g, const char *name) {
+  if (!g || !name || !*name || strchr(name, '/')) return NB_INVALID;
+  if (g->nscopes == NB_SCOPE_DEPTH) return NB_INVALID;
+  size_t n = strlen(name);
+  if ((size_t)g->scope_len + n + 2 > NB_SCOPE_CAP) return NB_INVALID;
+  g->scope_marks[g->nscopes++] = g->scope_len;
+  memcpy(g->scope + g->scope_len, name, n);
+  g->scope_len += (int)n;
+  g->scope[g->scope_len++] = '/';
+  g->scope[g->scope_len] = '\0';
+  return NB_OK;
+}
+
+void nb_name_scope_pop(nb_graph *g) {
+  if (!g || g->nscopes == 0) return;
+  g->scope_len = g->scope_marks[--g->nscopes];
+  g->scope[g->scope_len] = '\0';
+}
+
+/* ---- handles --------------------------------------------------------------------------- */
+
+nb_tensor *nb_graph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out) {
+  const nb_out *o = &g->outs[g->nodes[id].out0 + out];
+  nb_tensor *x = nb_handle_new(c, o->meta.dtype, o->meta.rank, o->meta.shape, NULL);
+  if (!x) return NULL;
+  x->graph = g;
+  x->node = id;
+  x->out = out;
+  x->known = o->value;
+  return x;
+}
+
+nb_tensor *nb_detached_share(const nb_tensor *x) {
+  nb_buffer_retain(x->buf);
+  return nb_detached_new(x->dtype, x->rank, x->shape, x->buf);
+}
+
+const char *nb_tensor_node_name(const nb_tensor *x) {
+  return x && x->graph ? x->graph->nodes[x->node].name : NULL;
+}
+int nb_tensor_output_index(const nb_tensor *x) { return x && x->graph ? x->out : -1; }
+bool nb_is_symbolic(const nb_tensor *x) { return x && x->graph; }
+
+/* ---- the graph context ---------------------------------------------------------------- */
+
+nb_ctx *nb_graph_ctx_new(nb_graph *g) {
+  if (!g) return NULL;
+  nb_ctx *c = nb_eager_new();
+  if (!c) return NULL;
+  c->graph = g;
+  c->infer = nb_graph_infer;
+  c->execute = nb_graph_execute;
+  c->constant = nb_const;
+  return c;
+}
+
+static bool ensure_subst(nb_ctx *c, int n) {
+  if (n <= c->subst_cap) return true;
+  int cap = n < 16 ? 16 : n;
+  nb_tensor **s = realloc(c->subst, (size_t)cap * sizeof *s);
+  if (!s) return false;
+  c->subst = s;
+  c->subst_cap = cap;
+  return true;
+}
+
+/* The output dtype an op has whatever the shapes: the rule its def states. */
+static nb_dtype deferred_dtype(const nb_kargs *k) {
+  const nb_op_def *def = k->def;
+  if (def->bool_out) return NB_BOOL;
+  if (def->dtype_attr) return k->attr[def->dtype_attr - 1].type;
+  return k->in[def->t_input]->dtype;
+}
+
+static bool shape_known(const nb_tensor *x) {
+  if (x->rank < 0) return false;
+  for (int i = 0; i < x->rank; i++)
+    if (x->shape[i] < 0) return false;
+  return true;
+}
+
+/* Build-time inference: inputs with known values are replaced by those values, so the
+   op's infer (and folding) sees concrete tensors; an input of unknown shape, or a
+   needed value that is not known, defers the outputs' shapes to run time. */
+static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
+  bool unknown = false;
+  for (int i = 0; i < k->nin; i++) {
+    nb_tensor *x = k->in[i];
+    if (x->graph && x->graph != c->graph)
+      return nb_kfail(k, NB_INVALID, "input %d belongs to another graph", i);
+    c->subst[i] = x->known ? (nb_tensor *)x->known : x;
+    unknown |= !shape_known(x);
+  }
+  k->in = c->subst;
+  if (!unknown) {
+    nb_code code = k->def->infer(k);
+    if (code != NB_DEFER) return code;
+  }
+  k->deferred = true;
+  nb_dtype t = deferred_dtype(k);
+  for (int i = 0; i < k->nout; i++) {
+    k->out[i].dtype = t;
+    k->out[i].rank = -1;
+  }
+  return NB_OK;
+}
+
+nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k) {
+  const char *hint = c->next_name;
+  c->next_name = NULL;
+  k->node_name = nb_graph_unique_name(c->graph, hint ? hint : k->def->name);
+  if (!k->node_name) return nb_kfail(k, NB_INVALID, "cannot name the node (name too long or out of memory)");
+  if (!ensure_subst(c, k->nin)) return nb_kfail(k, NB_NOMEM, "out of memory");
+  c->run_node = k->node_name; /* build errors name the node */
+  nb_code code = infer_inputs(c, k);
+  c->run_node = NULL;
+  return code;
+}
+
+static nb_code copy_attrs(nb_graph *g, const nb_kargs *k, nb_node *n) {
+  for (int a = 0; a < k->def->nattrs; a++) {
+    nb_attrval v = k->attr[a];
+    switch (k->def->attrs[a].kind) {
+      case NB_ATTR_STR:
+        if (v.s && !(v.s = nb_arena_strdup(g, v.s))) return NB_NOMEM;
+        break;
+      case NB_ATTR_INTS:
+        if (v.n > 0) {
+          int64_t *ints = nb_arena_alloc(g, (size_t)v.n * sizeof *ints);
+          if (!ints) return NB_NOMEM;
+          memcpy(ints, v.ints, (size_t)v.n * sizeof *ints);
+          v.ints = ints;
+        }
+        break;
+      case NB_ATTR_TENSOR:
+        if (v.tensor && !(v.tensor = nb_detached_share(v.tensor))) return NB_NOMEM;
+        break;
+      default: break;
+    }
+    n->attr[a] = v;
+  }
+  return NB_OK;
+}
+
+/* Evaluates an op whose inputs are all known, at build time, into detached values. */
+static nb_code fold(nb_graph *g, const nb_kargs *k, nb_out *outs) {
+  nb_tensor *tmp[16];
+  if (k->nout > 16) return NB_OK;
+  nb_code code = nb_dispatch(g->fold, k->def, k->in, k->nin, k->attr, tmp, k->nout);
+  if (code) { /* report as a build error of this node, without the op-name prefix */
+    const char *msg = nb_error(g->fold);
+    size_t n = strlen(k->def->name);
+    if (strncmp(msg, k->def->name, n) == 0 && strncmp(msg + n, ": ", 2) == 0) msg += n + 2;
+    nb_kfail((nb_kargs *)k, code, "%s", msg);
+    nb_clear_error(g->fold);
+    return code;
+  }
+  for (int i = 0; i < k->nout; i++) {
+    outs[i].value = nb_detached_share(tmp[i]);
+    nb_tensor_free(tmp[i]);
+  }
+  return NB_OK;
+}
+
+static bool foldable(const nb_kargs *k) {
+  if (k->deferred || k->nin == 0 || !k->def->kernel) return false; /* Const: see add_node */
+  int64_t elems = 0;
+  for (int i = 0; i < k->nin; i++)
+    if (!k->in[i]->buf && !k->def->shape_only) return false;
+  for (int i = 0; i < k->nout; i++) elems += nb_shape_size(k->out[i].rank, k->out[i].shape);
+  return elems <= NB_FOLD_MAX_ELEMS;
+}
+
+/* A concrete input (an eager tensor passed to a graph op) becomes a Const node. */
+static nb_code symbolic_input(nb_ctx *c, nb_tensor *x, int32_t *src, int32_t *out) {
+  if (x->graph) {
+    *src = x->node;
+    *out = x->out;
+    return NB_OK;
+  }
+  nb_tensor *k = nb_const(c, x);
+  if (!k) return c->status;
+  *src = k->node;
+  *out = k->out;
+  nb_tensor_free(k);
+  return NB_OK;
+}
+
+static const char *override_for(const nb_graph *g, const char *op_type) {
+  for (int i = g->noverrides - 1; i >= 0; i--)
+    if (strcmp(g->overrides[i].op_type, op_type) == 0) return g->overrides[i].grad_name;
+  return NULL;
+}
+
+static nb_code add_edges(nb_ctx *c, nb_graph *g, nb_tensor *const *orig, int nin, int32_t id) {
+  for (int i = 0; i < nin; i++) {
+    int32_t src = -1, out = -1;
+    nb_code code = symbolic_input(c, orig[i], &src, &out);
+    if (code) return code;
+    nb_edge *e = &g->edges[g->nodes[id].in0 + i];
+    e->src = src;
+    e->out = out;
+    e->consumer = id;
+    e->next_use = g->nodes[src].first_use;
+    e->next_ctrl = -1;
+    g->nodes[src].first_use = (int32_t)(e - g->edges);
+  }
+  return NB_OK;
+}
+
+static nb_code reserve_node(nb_graph *g, int nin, int nout) {
+  if (!grow((void **)&g->nodes, &g->nodes_cap, g->nnodes + 1, sizeof *g->nodes) ||
+      !grow((void **)&g->edges, &g->edges_cap, g->nedges + nin, sizeof *g->edges) ||
+      !grow((void **)&g->outs, &g->outs_cap, g->nouts + nout, sizeof *g->outs))
+    return NB_NOMEM;
+  return NB_OK;
+}
+
+static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out);
+
+nb_code nb_graph_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out) {
+  nb_graph *g = c->graph;
+  if (reserve_node(g, k->nin, k->nout)) return nb_kfail(k, NB_NOMEM, "out of memory adding a node");
+  c->run_node = k->node_name;
+  nb_code code = add_node(c, g, k, out);
+  c->run_node = NULL;
+  return code;
+}
+
+static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out) {
+  int32_t id = g->nnodes;
+  nb_node *n = &g->nodes[id];
+  memset(n, 0, sizeof *n);
+  n->def = k->def;
+  n->name = k->node_name;
+  n->in0 = g->nedges;
+  n->nin = k->nin;
+  n->out0 = g->nouts;
+  n->nout = k->nout;
+  n->first_use = n->ctrl = -1;
+  n->grad_name = override_for(g, k->def->name);
+  nb_out *outs = &g->outs[g->nouts];
+  for (int i = 0; i < k->nout; i++) outs[i] = (nb_out){k->out[i], NULL};
+  nb_code code = copy_attrs(g, k, n);
+  /* a constant (no inputs, its value the first attr) is known as it is */
+  if (!code && k->nin == 0 && k->def->nattrs && k->def->attrs[0].kind == NB_ATTR_TENSOR)
+    outs[0].value = nb_detached_share(n->attr[0].tensor);
+  else if (!code && foldable(k))
+    code = fold(g, k, outs);
+  if (code) {
+    for (int i = 0; i < k->nout; i++) nb_tensor_free(outs[i].value);
+    return code == NB_NOMEM ? nb_kfail(k, code, "out of memory adding a node") : code;
+  }
+  /* committed: the node exists from here on (inputs may add Const nodes first) */
+  g->nnodes++;
+  g->nedges += k->nin;
+  g->nouts += k->nout;
+  code = add_edges(c, g, k->orig_in, k->nin, id);
+  for (int i = 0; i < k->nout && !code; i++)
+    if (!(out[i] = nb_graph_handle(c, g, id, i))) code = c->status;
+  return code;
+}
+
+nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep) {
+  if (!x || !dep || !x->graph || x->graph != dep->graph) return NB_INVALID;
+  nb_graph *g = x->graph;
+  if (!grow((void **)&g->edges, &g->edges_cap, g->nedges + 1, sizeof *g->edges)) return NB_NOMEM;
+  int32_t id = g->nedges++;
+  nb_edge *e = &g->edges[id];
+  *e = (nb_edge){dep->node, -1, x->node, g->nodes[dep->node].first_use, g->nodes[x->node].ctrl};
+  g->nodes[dep->node].first_use = id;
+  g->nodes[x->node].ctrl = id;
+  return NB_OK;
+}

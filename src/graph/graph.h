@@ -1,0 +1,91 @@
+/* Internal graph IR: nodes in arrays addressed by id, edges with consumer links, outputs
+   with static facts and build-time constant values. */
+#ifndef NB_GRAPH_H
+#define NB_GRAPH_H
+
+#include "../ops/op.h"
+
+/* An input edge of `consumer`, linked into the consumer list of its source node.
+   out < 0 marks a control edge (run src first; no data). */
+typedef struct nb_edge {
+  int32_t src, out;
+  int32_t consumer;
+  int32_t next_use;        /* next edge in src's consumer list, -1 at the end */
+  int32_t next_ctrl;       /* control edges: next in the consumer's control list */
+} nb_edge;
+
+/* One output: its static dtype/shape (dims -1 or rank -1 when unknown) and, when it is
+   known at build time (Const, or folded), its value as a detached concrete tensor. */
+typedef struct nb_out {
+  nb_meta meta;
+  nb_tensor *value;
+} nb_out;
+
+typedef struct nb_node {
+  const nb_op_def *def;
+  const char *name;
+  int32_t in0, nin;        /* data inputs: edges[in0 .. in0+nin) */
+  int32_t ctrl;            /* head of this node's control edges (a list through next_use), -1 */
+  int32_t out0, nout;      /* outs[out0 .. out0+nout) */
+  int32_t first_use;       /* head of the list of edges consuming this node, -1 */
+  nb_attrval attr[NB_MAX_ATTRS];
+  const char *grad_name;   /* gradient override recorded at creation, or NULL */
+  /* traversal scratch, valid while stamp == the graph's current generation */
+  uint32_t stamp, stamp2;
+  int32_t pending, slot;
+} nb_node;
+
+typedef struct nb_arena_block nb_arena_block;
+typedef struct nb_strmap {
+  const char **keys;
+  int32_t *vals;
+  uint32_t cap, n;
+} nb_strmap;
+
+typedef struct nb_override {
+  const char *op_type, *grad_name;
+} nb_override;
+
+#define NB_SCOPE_CAP 1024
+#define NB_SCOPE_DEPTH 64
+
+struct nb_graph {
+  nb_node *nodes;
+  int32_t nnodes, nodes_cap;
+  nb_edge *edges;
+  int32_t nedges, edges_cap;
+  nb_out *outs;
+  int32_t nouts, outs_cap;
+  nb_arena_block *arena;
+  nb_strmap names;         /* node names and scope names in use -> next free suffix */
+  char scope[NB_SCOPE_CAP];
+  int scope_len, nscopes;
+  int scope_marks[NB_SCOPE_DEPTH];
+  nb_override *overrides;
+  int noverrides, overrides_cap;
+  uint32_t gen;            /* traversal generation for node stamps */
+  nb_ctx *fold;            /* eager context that folds constants */
+};
+
+/* Starts a traversal: nodes with stamp != the returned generation are unvisited. */
+uint32_t nb_graph_next_gen(nb_graph *g);
+char *nb_arena_strdup(nb_graph *g, const char *s);
+void *nb_arena_alloc(nb_graph *g, size_t bytes);
+/* A unique name "<scope><base>", or with "_N" appended; reserved in the name map. */
+const char *nb_graph_unique_name(nb_graph *g, const char *base);
+/* A symbolic handle in c for output `out` of node `id`. */
+nb_tensor *nb_graph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out);
+/* The graph context's hooks (dispatch calls them). */
+nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k);
+nb_code nb_graph_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out);
+/* Detached tensors: concrete, owned by no context (graph constants, session results). */
+nb_tensor *nb_detached_share(const nb_tensor *x);
+
+static inline bool nb_meta_known(const nb_meta *m) {
+  if (m->rank < 0) return false;
+  for (int i = 0; i < m->rank; i++)
+    if (m->shape[i] < 0) return false;
+  return true;
+}
+
+#endif

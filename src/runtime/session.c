@@ -1,0 +1,407 @@
+/* Sessions: run the part of a graph that the fetches need. A plan (pruned node order,
+   where each input comes from, when each value is last used) is built once per
+   (feeds, fetches) signature and cached; running it dispatches each node's op on an
+   eager context and frees every intermediate right after its last use. */
+#include "../graph/graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct nb_plan {
+  uint64_t hash;
+  int nfeed, nfetch;
+  int64_t *keys;           /* feed keys then fetch keys: node << 32 | output */
+  int32_t nsteps, nvals;
+  int32_t *steps;          /* node ids in run order */
+  int32_t *in_off;         /* step i reads vals in_vals[in_off[i] .. in_off[i+1]) */
+  int32_t *in_vals;
+  int32_t *out0;           /* step i writes vals out0[i] .. out0[i] + nout */
+  int32_t *free_off;       /* after step i, free free_vals[free_off[i] .. free_off[i+1]) */
+  int32_t *free_vals;
+  int32_t *feed_vals, *fetch_vals;
+} nb_plan;
+
+struct nb_session {
+  nb_graph *g;
+  nb_ctx *ctx;
+  nb_plan **plans;
+  int nplans;
+  nb_tensor **vals;
+  int32_t vals_cap;
+  char error[NB_ERR_CAP];
+};
+
+nb_session *nb_session_new(nb_graph *g) {
+  if (!g) return NULL;
+  nb_session *s = calloc(1, sizeof *s);
+  if (!s || !(s->ctx = nb_eager_new())) {
+    free(s);
+    return NULL;
+  }
+  s->g = g;
+  return s;
+}
+
+static void plan_free(nb_plan *p) {
+  if (!p) return;
+  free(p->keys);
+  free(p->steps);
+  free(p->in_off);
+  free(p->in_vals);
+  free(p->out0);
+  free(p->free_off);
+  free(p->free_vals);
+  free(p->feed_vals);
+  free(p->fetch_vals);
+  free(p);
+}
+
+void nb_session_free(nb_session *s) {
+  if (!s) return;
+  for (int i = 0; i < s->nplans; i++) plan_free(s->plans[i]);
+  free(s->plans);
+  free(s->vals);
+  nb_ctx_free(s->ctx);
+  free(s);
+}
+
+const char *nb_session_error(const nb_session *s) { return s ? s->error : "NULL session"; }
+
+void nb_session_set_threads(nb_session *s, int n) {
+  if (s) nb_ctx_set_threads(s->ctx, n);
+}
+
+static nb_code session_fail(nb_session *s, nb_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static nb_code session_fail(nb_session *s, nb_code code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->error, sizeof s->error, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+static int64_t key_of(const nb_tensor *x) { return (int64_t)x->node << 32 | (uint32_t)x->out; }
+static int32_t key_node(int64_t key) { return (int32_t)(key >> 32); }
+
+static uint64_t keys_hash(const int64_t *keys, int n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < n; i++) h = (h ^ (uint64_t)keys[i]) * 1099511628211ull;
+  return h;
+}
+
+/* ---- planning ------------------------------------------------------------------------ */
+
+typedef struct planner {
+  nb_session *s;
+  nb_graph *g;
+  nb_plan *p;
+  uint32_t gen;
+  int32_t *needed, nneeded;  /* nodes to run, in discovery order */
+} planner;
+
+/* Index of the feed that replaces (src, out), or -1. */
+static int fed_index(const nb_plan *p, int32_t src, int32_t out) {
+  int64_t key = (int64_t)src << 32 | (uint32_t)out;
+  for (int i = 0; i < p->nfeed; i++)
+    if (p->keys[i] == key) return i;
+  return -1;
+}
+
+static bool edge_live(const nb_plan *p, const nb_edge *e) { return e->out < 0 || fed_index(p, e->src, e->out) < 0; }
+
+/* Marks (stamp == gen) every node the fetches need, stopping at fed tensors. */
+static nb_code collect_needed(planner *pl) {
+  nb_graph *g = pl->g;
+  int32_t *stack = malloc((size_t)(g->nnodes + 1) * sizeof *stack);
+  pl->needed = malloc((size_t)(g->nnodes + 1) * sizeof *pl->needed);
+  if (!stack || !pl->needed) {
+    free(stack);
+    return NB_NOMEM;
+  }
+  int top = 0;
+  for (int i = 0; i < pl->p->nfetch; i++) {
+    int64_t key = pl->p->keys[pl->p->nfeed + i];
+    if (fed_index(pl->p, key_node(key), (int32_t)(uint32_t)key) < 0) stack[top++] = key_node(key);
+  }
+  while (top > 0) {
+    int32_t id = stack[--top];
+    nb_node *n = &g->nodes[id];
+    if (n->stamp == pl->gen) continue;
+    n->stamp = pl->gen;
+    pl->needed[pl->nneeded++] = id;
+    for (int32_t i = 0; i < n->nin; i++) {
+      const nb_edge *e = &g->edges[n->in0 + i];
+      if (edge_live(pl->p, e) && g->nodes[e->src].stamp != pl->gen) stack[top++] = e->src;
+    }
+    for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl)
+      if (g->nodes[g->edges[e].src].stamp != pl->gen) stack[top++] = g->edges[e].src;
+  }
+  free(stack);
+  return NB_OK;
+}
+
+static nb_code check_placeholders(planner *pl) {
+  for (int32_t i = 0; i < pl->nneeded; i++) {
+    const nb_node *n = &pl->g->nodes[pl->needed[i]];
+    if (strcmp(n->def->name, "Placeholder") != 0) continue;
+    const nb_meta *m = &pl->g->outs[n->out0].meta;
+    return session_fail(pl->s, NB_INVALID,
+                        "You must feed a value for placeholder tensor '%s' with dtype %s and shape %s", n->name,
+                        nb_dtype_name(m->dtype), m->rank < 0 ? "<unknown>" : nb_sstr(m->rank, m->shape));
+  }
+  return NB_OK;
+}
+
+/* Kahn's algorithm over the needed nodes: node->pending counts live input edges. */
+static nb_code order_steps(planner *pl) {
+  nb_graph *g = pl->g;
+  nb_plan *p = pl->p;
+  p->steps = malloc((size_t)(pl->nneeded + 1) * sizeof *p->steps);
+  if (!p->steps) return NB_NOMEM;
+  int32_t head = 0;
+  for (int32_t i = 0; i < pl->nneeded; i++) {
+    nb_node *n = &g->nodes[pl->needed[i]];
+    n->pending = 0;
+    for (int32_t j = 0; j < n->nin; j++) n->pending += edge_live(p, &g->edges[n->in0 + j]);
+    for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl) n->pending++;
+    if (n->pending == 0) p->steps[p->nsteps++] = pl->needed[i];
+  }
+  while (head < p->nsteps) {
+    const nb_node *n = &g->nodes[p->steps[head++]];
+    for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
+      nb_node *u = &g->nodes[g->edges[e].consumer];
+      if (u->stamp == pl->gen && edge_live(p, &g->edges[e]) && --u->pending == 0)
+        p->steps[p->nsteps++] = g->edges[e].consumer;
+    }
+  }
+  if (p->nsteps == pl->nneeded) return NB_OK;
+  for (int32_t i = 0; i < pl->nneeded; i++) {
+    const nb_node *n = &g->nodes[pl->needed[i]];
+    if (n->pending > 0)
+      return session_fail(pl->s, NB_INVALID, "Graph has a cycle through node '%s' (op %s)", n->name, n->def->name);
+  }
+  return NB_INTERNAL;
+}
+
+/* Value indices: feeds first, then each step's outputs; inputs resolved per step. */
+static nb_code assign_values(planner *pl) {
+  nb_graph *g = pl->g;
+  nb_plan *p = pl->p;
+  int32_t nin = 0, v = p->nfeed;
+  p->out0 = malloc((size_t)(p->nsteps + 1) * sizeof *p->out0);
+  p->in_off = malloc((size_t)(p->nsteps + 1) * sizeof *p->in_off);
+  p->feed_vals = malloc((size_t)(p->nfeed + 1) * sizeof *p->feed_vals);
+  p->fetch_vals = malloc((size_t)(p->nfetch + 1) * sizeof *p->fetch_vals);
+  if (!p->out0 || !p->in_off || !p->feed_vals || !p->fetch_vals) return NB_NOMEM;
+  for (int i = 0; i < p->nfeed; i++) p->feed_vals[i] = i;
+  for (int32_t i = 0; i < p->nsteps; i++) {
+    nb_node *n = &g->nodes[p->steps[i]];
+    n->slot = v;
+    p->out0[i] = v;
+    v += n->nout;
+    nin += n->nin;
+  }
+  p->nvals = v;
+  p->in_vals = malloc((size_t)(nin + 1) * sizeof *p->in_vals);
+  if (!p->in_vals) return NB_NOMEM;
+  nin = 0;
+  for (int32_t i = 0; i < p->nsteps; i++) {
+    const nb_node *n = &g->nodes[p->steps[i]];
+    p->in_off[i] = nin;
+    for (int32_t j = 0; j < n->nin; j++) {
+      const nb_edge *e = &g->edges[n->in0 + j];
+      int f = fed_index(p, e->src, e->out);
+      p->in_vals[nin++] = f >= 0 ? f : g->nodes[e->src].slot + e->out;
+    }
+  }
+  p->in_off[p->nsteps] = nin;
+  for (int i = 0; i < p->nfetch; i++) {
+    int64_t key = p->keys[p->nfeed + i];
+    int f = fed_index(p, key_node(key), (int32_t)(uint32_t)key);
+    p->fetch_vals[i] = f >= 0 ? f : g->nodes[key_node(key)].slot + (int32_t)(uint32_t)key;
+  }
+  return NB_OK;
+}
+
+/* Each value is freed after the last step that reads it; fetched values never are. */
+static nb_code plan_frees(nb_plan *p) {
+  int32_t *last = malloc((size_t)(p->nvals + 1) * sizeof *last);
+  p->free_off = calloc((size_t)p->nsteps + 2, sizeof *p->free_off);
+  p->free_vals = malloc((size_t)(p->nvals + 1) * sizeof *p->free_vals);
+  if (!last || !p->free_off || !p->free_vals) {
+    free(last);
+    return NB_NOMEM;
+  }
+  for (int32_t v = 0; v < p->nvals; v++) last[v] = -1;
+  for (int32_t i = 0; i < p->nsteps; i++) {
+    for (int32_t j = p->in_off[i]; j < p->in_off[i + 1]; j++) last[p->in_vals[j]] = i;
+    for (int32_t v = p->out0[i]; v < (i + 1 < p->nsteps ? p->out0[i + 1] : p->nvals); v++)
+      if (last[v] < i) last[v] = i; /* unused outputs go right away */
+  }
+  for (int i = 0; i < p->nfetch; i++) last[p->fetch_vals[i]] = -2;
+  for (int32_t v = 0; v < p->nvals; v++)
+    if (last[v] >= 0) p->free_off[last[v] + 1]++;
+  for (int32_t i = 0; i < p->nsteps; i++) p->free_off[i + 1] += p->free_off[i];
+  int32_t *fill = calloc((size_t)p->nsteps + 1, sizeof *fill);
+  if (!fill) {
+    free(last);
+    return NB_NOMEM;
+  }
+  for (int32_t v = 0; v < p->nvals; v++)
+    if (last[v] >= 0) p->free_vals[p->free_off[last[v]] + fill[last[v]]++] = v;
+  free(fill);
+  free(last);
+  return NB_OK;
+}
+
+static nb_code build_plan(nb_session *s, nb_plan *p) {
+  planner pl = {s, s->g, p, nb_graph_next_gen(s->g), NULL, 0};
+  nb_code code = collect_needed(&pl);
+  if (!code) code = check_placeholders(&pl);
+  if (!code) code = order_steps(&pl);
+  if (!code) code = assign_values(&pl);
+  if (!code) code = plan_frees(p);
+  free(pl.needed);
+  if (code == NB_NOMEM) session_fail(s, code, "out of memory planning the run");
+  return code;
+}
+
+static nb_plan *find_plan(nb_session *s, const int64_t *keys, int nfeed, int nfetch, uint64_t h) {
+  for (int i = 0; i < s->nplans; i++) {
+    nb_plan *p = s->plans[i];
+    if (p->hash == h && p->nfeed == nfeed && p->nfetch == nfetch &&
+        memcmp(p->keys, keys, (size_t)(nfeed + nfetch) * sizeof *keys) == 0)
+      return p;
+  }
+  return NULL;
+}
+
+static nb_code get_plan(nb_session *s, int64_t *keys, int nfeed, int nfetch, nb_plan **out) {
+  uint64_t h = keys_hash(keys, nfeed + nfetch);
+  if ((*out = find_plan(s, keys, nfeed, nfetch, h))) {
+    free(keys);
+    return NB_OK;
+  }
+  nb_plan *p = calloc(1, sizeof *p);
+  nb_plan **plans = realloc(s->plans, (size_t)(s->nplans + 1) * sizeof *plans);
+  if (plans) s->plans = plans;
+  if (!p || !plans) {
+    free(p);
+    free(keys);
+    return session_fail(s, NB_NOMEM, "out of memory planning the run");
+  }
+  *p = (nb_plan){.hash = h, .nfeed = nfeed, .nfetch = nfetch, .keys = keys};
+  nb_code code = build_plan(s, p);
+  if (code) {
+    plan_free(p);
+    return code;
+  }
+  s->plans[s->nplans++] = *out = p;
+  return NB_OK;
+}
+
+/* ---- running ------------------------------------------------------------------------- */
+
+static nb_code check_args(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
+                          nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
+  if (nfeed < 0 || nfetch < 0 || (nfeed && (!feed || !feed_values)) || (nfetch && (!fetch || !results)))
+    return session_fail(s, NB_INVALID, "nb_run: NULL arrays or negative counts");
+  for (int i = 0; i < nfetch; i++)
+    if (!fetch[i] || fetch[i]->graph != s->g)
+      return session_fail(s, NB_INVALID, "nb_run: fetch %d is not a tensor of this session's graph", i);
+  for (int i = 0; i < nfeed; i++) {
+    if (!feed[i] || feed[i]->graph != s->g)
+      return session_fail(s, NB_INVALID, "nb_run: feed %d is not a tensor of this session's graph", i);
+    if (!feed_values[i] || !feed_values[i]->buf)
+      return session_fail(s, NB_INVALID, "nb_run: the value for feed %d ('%s') must be a concrete tensor", i,
+                          nb_tensor_node_name(feed[i]));
+  }
+  return NB_OK;
+}
+
+/* A fed value must match the tensor's static dtype and (where known) shape. */
+static nb_code check_feed(nb_session *s, const nb_tensor *t, const nb_tensor *v) {
+  const nb_meta *m = &s->g->outs[s->g->nodes[t->node].out0 + t->out].meta;
+  const char *name = s->g->nodes[t->node].name;
+  if (v->dtype != m->dtype)
+    return session_fail(s, NB_DTYPE, "Cannot feed value of dtype %s for Tensor '%s:%d', which has dtype %s",
+                        nb_dtype_name(v->dtype), name, t->out, nb_dtype_name(m->dtype));
+  bool ok = m->rank < 0 || m->rank == v->rank;
+  for (int i = 0; ok && m->rank >= 0 && i < m->rank; i++) ok = m->shape[i] < 0 || m->shape[i] == v->shape[i];
+  if (!ok)
+    return session_fail(s, NB_SHAPE, "Cannot feed value of shape %s for Tensor '%s:%d', which has shape %s",
+                        nb_tstr(v), name, t->out, m->rank < 0 ? "<unknown>" : nb_sstr(m->rank, m->shape));
+  return NB_OK;
+}
+
+static nb_code run_step(nb_session *s, const nb_plan *p, int32_t i, nb_tensor **ins) {
+  const nb_node *n = &s->g->nodes[p->steps[i]];
+  nb_tensor **outs = s->vals + p->out0[i];
+  const nb_out *o = &s->g->outs[n->out0];
+  if (o->value) { /* known at build time */
+    for (int32_t j = 0; j < n->nout; j++) outs[j] = nb_identity(s->ctx, (nb_tensor *)o[j].value);
+    return nb_status(s->ctx);
+  }
+  for (int32_t j = p->in_off[i]; j < p->in_off[i + 1]; j++) ins[j - p->in_off[i]] = s->vals[p->in_vals[j]];
+  s->ctx->run_node = n->name;
+  nb_code code = nb_dispatch(s->ctx, n->def, ins, n->nin, n->attr, outs, n->nout);
+  s->ctx->run_node = NULL;
+  return code;
+}
+
+static nb_code execute(nb_session *s, const nb_plan *p, nb_tensor *const *feed_values, nb_tensor **results) {
+  nb_tensor *ins_small[64], **ins = ins_small;
+  int32_t max_in = 0;
+  for (int32_t i = 0; i < p->nsteps; i++)
+    if (p->in_off[i + 1] - p->in_off[i] > max_in) max_in = p->in_off[i + 1] - p->in_off[i];
+  if (max_in > 64 && !(ins = malloc((size_t)max_in * sizeof *ins))) return NB_NOMEM;
+  for (int i = 0; i < p->nfeed; i++) s->vals[i] = nb_identity(s->ctx, feed_values[i]);
+  nb_code code = nb_status(s->ctx);
+  for (int32_t i = 0; i < p->nsteps && !code; i++) {
+    code = run_step(s, p, i, ins);
+    for (int32_t j = p->free_off[i]; j < p->free_off[i + 1]; j++) {
+      nb_tensor_free(s->vals[p->free_vals[j]]);
+      s->vals[p->free_vals[j]] = NULL;
+    }
+  }
+  for (int i = 0; i < p->nfetch && !code; i++)
+    if (!(results[i] = nb_detached_share(s->vals[p->fetch_vals[i]]))) code = NB_NOMEM;
+  if (ins != ins_small) free(ins);
+  return code;
+}
+
+nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
+               nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
+  if (!s) return NB_INVALID;
+  s->error[0] = '\0';
+  for (int i = 0; results && i < nfetch; i++) results[i] = NULL;
+  nb_code code = check_args(s, feed, feed_values, nfeed, fetch, nfetch, results);
+  for (int i = 0; i < nfeed && !code; i++) code = check_feed(s, feed[i], feed_values[i]);
+  if (code) return code;
+  int64_t *keys = malloc((size_t)(nfeed + nfetch + 1) * sizeof *keys);
+  if (!keys) return session_fail(s, NB_NOMEM, "out of memory");
+  for (int i = 0; i < nfeed; i++) keys[i] = key_of(feed[i]);
+  for (int i = 0; i < nfetch; i++) keys[nfeed + i] = key_of(fetch[i]);
+  nb_plan *p;
+  if ((code = get_plan(s, keys, nfeed, nfetch, &p))) return code;
+  if (p->nvals > s->vals_cap) {
+    nb_tensor **v = realloc(s->vals, (size_t)p->nvals * sizeof *v);
+    if (!v) return session_fail(s, NB_NOMEM, "out of memory");
+    s->vals = v;
+    s->vals_cap = p->nvals;
+  }
+  nb_scope_begin(s->ctx);
+  code = execute(s, p, feed_values, results);
+  if (code) {
+    session_fail(s, code, "%s", nb_status(s->ctx) ? nb_error(s->ctx) : "out of memory");
+    for (int i = 0; i < nfetch; i++) {
+      nb_tensor_free(results[i]);
+      results[i] = NULL;
+    }
+  }
+  nb_clear_error(s->ctx);
+  nb_scope_end(s->ctx, NULL, 0);
+  return code;
+}

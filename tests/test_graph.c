@@ -1,0 +1,241 @@
+/* Graph IR, the graph context and sessions. */
+#include "testutil.h"
+
+#include <stdlib.h>
+
+#ifndef M_E
+#define M_E 2.71828182845904523536
+#endif
+
+typedef struct fixture {
+  nb_graph *g;
+  nb_ctx *c;
+  nb_session *s;
+  nb_ctx *e; /* eager context for feed values */
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  f->g = nb_graph_new();
+  f->c = nb_graph_ctx_new(f->g);
+  f->s = nb_session_new(f->g);
+  f->e = nb_eager_new();
+  *state = f;
+  return f->g && f->c && f->s && f->e ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  nb_session_free(f->s);
+  nb_ctx_free(f->c);
+  nb_ctx_free(f->e);
+  nb_graph_free(f->g);
+  free(f);
+  return 0;
+}
+
+/* Runs one fetch with one feed; returns the caller-owned result. */
+static nb_tensor *run1(fixture *f, nb_tensor *feed, nb_tensor *value, nb_tensor *fetch) {
+  nb_tensor *out = NULL;
+  nb_code code = nb_run(f->s, &feed, &value, feed ? 1 : 0, &fetch, 1, &out);
+  if (code) fail_msg("nb_run: %s", nb_session_error(f->s));
+  return out;
+}
+
+static void test_build_and_run(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(2, 3), "x");
+  nb_tensor *y = nb_tanh(f->c, nb_add(f->c, nb_mul(f->c, x, nb_scalar(f->c, NB_F32, 2)), nb_scalar(f->c, NB_F32, 1)));
+  const int axes[1] = {1};
+  nb_tensor *s = nb_sum(f->c, y, axes, 1, false);
+  assert_int_equal(nb_status(f->c), NB_OK);
+  assert_true(nb_is_symbolic(s));
+  tu_check_shape(s, NB_F32, 1, TU_SHAPE(2));
+  assert_string_equal(nb_tensor_node_name(x), "x");
+  assert_string_equal(nb_tensor_node_name(y), "Tanh");
+  nb_tensor *xv = tu_make(f->e, NB_F32, 2, TU_SHAPE(2, 3), TU_VALS(0, 1, -1, 0.5, 2, -0.5));
+  for (int rep = 0; rep < 3; rep++) { /* the cached plan runs the same */
+    nb_tensor *r = run1(f, x, xv, s);
+    double want0 = tanh(1) + tanh(3) + tanh(-1), want1 = tanh(2) + tanh(5) + tanh(0);
+    tu_check(r, NB_F32, 1, TU_SHAPE(2), TU_VALS(want0, want1), 1e-6);
+    nb_tensor_free(r);
+  }
+}
+
+static void test_names_and_scopes(void **state) {
+  fixture *f = *state;
+  nb_tensor *a = nb_scalar(f->c, NB_F64, 1);
+  nb_tensor *m1 = nb_mul(f->c, a, a);
+  nb_tensor *m2 = nb_mul(f->c, a, a);
+  assert_string_equal(nb_tensor_node_name(m1), "Mul");
+  assert_string_equal(nb_tensor_node_name(m2), "Mul_1");
+  assert_int_equal(nb_name_scope_push(f->g, "layer"), NB_OK);
+  nb_tensor *m3 = nb_mul(f->c, a, a);
+  assert_int_equal(nb_name_scope_push(f->g, "inner"), NB_OK);
+  nb_tensor *m4 = nb_mul(f->c, a, a);
+  nb_name_scope_pop(f->g);
+  nb_name_scope_pop(f->g);
+  nb_tensor *m5 = nb_mul(f->c, a, a);
+  assert_string_equal(nb_tensor_node_name(m3), "layer/Mul");
+  assert_string_equal(nb_tensor_node_name(m4), "layer/inner/Mul");
+  assert_string_equal(nb_tensor_node_name(m5), "Mul_2");
+  assert_int_equal(nb_name_scope_push(f->g, "a/b"), NB_INVALID);
+  assert_int_equal(nb_name_scope_push(f->g, ""), NB_INVALID);
+}
+
+static void test_build_errors_name_the_node(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(2, 3), "x");
+  nb_tensor *w = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(4, 5), "w");
+  assert_int_equal(nb_name_scope_push(f->g, "dense"), NB_OK);
+  assert_null(nb_matmul(f->c, x, w, false, false));
+  nb_name_scope_pop(f->g);
+  tu_check_error(f->c, NB_SHAPE, "MatMul (node 'dense/MatMul')", "Matrix size-incompatible: In[0]: [2,3], In[1]: [4,5]");
+  assert_null(nb_add(f->c, x, nb_scalar(f->c, NB_F64, 1)));
+  tu_check_error(f->c, NB_DTYPE, "AddV2 (node 'AddV2')", "float32 and float64");
+  /* placeholders are graph-only */
+  assert_null(nb_placeholder(f->e, NB_F32, 0, NULL, "p"));
+  tu_check_error(f->e, NB_INVALID, "Placeholder", "only in graph contexts");
+  /* a tensor of another graph */
+  nb_graph *g2 = nb_graph_new();
+  nb_ctx *c2 = nb_graph_ctx_new(g2);
+  nb_tensor *other = nb_placeholder(c2, NB_F32, 2, TU_SHAPE(2, 3), "other");
+  assert_null(nb_add(f->c, x, other));
+  tu_check_error(f->c, NB_INVALID, "input 1 belongs to another graph", NULL);
+  nb_ctx_free(c2);
+  nb_graph_free(g2);
+}
+
+static void test_session_errors(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(2, -1), "x");
+  nb_tensor *u = nb_placeholder(f->c, NB_I32, 0, NULL, "unused");
+  nb_tensor *y = nb_exp(f->c, x);
+  nb_tensor *out[1];
+  /* unfed placeholder */
+  assert_int_equal(nb_run(f->s, NULL, NULL, 0, &y, 1, out), NB_INVALID);
+  assert_non_null(strstr(nb_session_error(f->s), "You must feed a value for placeholder tensor 'x' with dtype float32 and shape [2,-1]"));
+  /* wrong feed shape and dtype */
+  nb_tensor *bad = tu_make(f->e, NB_F32, 2, TU_SHAPE(3, 3), NULL);
+  assert_int_equal(nb_run(f->s, &x, &bad, 1, &y, 1, out), NB_SHAPE);
+  assert_non_null(strstr(nb_session_error(f->s), "Cannot feed value of shape [3,3] for Tensor 'x:0', which has shape [2,-1]"));
+  nb_tensor *badt = tu_make(f->e, NB_F64, 2, TU_SHAPE(2, 3), NULL);
+  assert_int_equal(nb_run(f->s, &x, &badt, 1, &y, 1, out), NB_DTYPE);
+  assert_non_null(strstr(nb_session_error(f->s), "Cannot feed value of dtype float64 for Tensor 'x:0'"));
+  /* the unused placeholder need not be fed; unknown dims take the fed size */
+  nb_tensor *good = tu_make(f->e, NB_F32, 2, TU_SHAPE(2, 4), TU_VALS(0, 0, 0, 0, 1, 1, 1, 1));
+  nb_tensor *r = run1(f, x, good, y);
+  tu_check(r, NB_F32, 2, TU_SHAPE(2, 4), TU_VALS(1, 1, 1, 1, M_E, M_E, M_E, M_E), 1e-6);
+  nb_tensor_free(r);
+  (void)u;
+  /* a fetch from nowhere, NULL arrays */
+  nb_tensor *eager = nb_scalar(f->e, NB_F32, 1);
+  assert_int_equal(nb_run(f->s, NULL, NULL, 0, &eager, 1, out), NB_INVALID);
+  assert_int_equal(nb_run(f->s, NULL, NULL, 0, &y, 1, NULL), NB_INVALID);
+  assert_int_equal(nb_run(NULL, NULL, NULL, 0, &y, 1, out), NB_INVALID);
+}
+
+/* A run-time kernel error names the node and leaves the session usable. */
+static void test_runtime_error(void **state) {
+  fixture *f = *state;
+  nb_tensor *p = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(3), "params");
+  nb_tensor *i = nb_placeholder(f->c, NB_I32, 1, TU_SHAPE(2), "idx");
+  assert_int_equal(nb_name_scope_push(f->g, "lookup"), NB_OK);
+  nb_tensor *gth = nb_gather(f->c, p, i, 0, 0);
+  nb_name_scope_pop(f->g);
+  nb_tensor *feeds[2] = {p, i};
+  nb_tensor *vals[2] = {tu_make(f->e, NB_F32, 1, TU_SHAPE(3), TU_VALS(1, 2, 3)),
+                        tu_make(f->e, NB_I32, 1, TU_SHAPE(2), TU_VALS(0, 7))};
+  nb_tensor *out[1];
+  assert_int_equal(nb_run(f->s, feeds, vals, 2, &gth, 1, out), NB_INVALID);
+  assert_null(out[0]);
+  assert_non_null(strstr(nb_session_error(f->s), "GatherV2 (node 'lookup/GatherV2')"));
+  assert_non_null(strstr(nb_session_error(f->s), "indices[1] = 7 is not in [0, 3)"));
+  vals[1] = tu_make(f->e, NB_I32, 1, TU_SHAPE(2), TU_VALS(2, 0));
+  assert_int_equal(nb_run(f->s, feeds, vals, 2, &gth, 1, out), NB_OK);
+  tu_check(out[0], NB_F32, 1, TU_SHAPE(2), TU_VALS(3, 1), 0);
+  nb_tensor_free(out[0]);
+}
+
+static void test_cycle(void **state) {
+  fixture *f = *state;
+  nb_tensor *a = nb_scalar(f->c, NB_F32, 1);
+  nb_tensor *b = nb_neg(f->c, a);
+  nb_tensor *c = nb_exp(f->c, b);
+  assert_int_equal(nb_add_control_input(b, c), NB_OK); /* b waits for c, which needs b */
+  nb_tensor *out[1];
+  assert_int_equal(nb_run(f->s, NULL, NULL, 0, &c, 1, out), NB_INVALID);
+  assert_non_null(strstr(nb_session_error(f->s), "Graph has a cycle through node"));
+  assert_int_equal(nb_add_control_input(b, NULL), NB_INVALID);
+}
+
+/* Control inputs order side effects: fetching c also runs d's node first. */
+static void test_control_input_runs(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 0, NULL, "x");
+  nb_tensor *d = nb_sqrt(f->c, x);
+  nb_tensor *c = nb_neg(f->c, x);
+  assert_int_equal(nb_add_control_input(c, d), NB_OK);
+  nb_tensor *r = run1(f, x, nb_scalar(f->e, NB_F32, 4), c);
+  tu_check(r, NB_F32, 0, NULL, TU_VALS(-4), 0);
+  nb_tensor_free(r);
+}
+
+/* Constants fold: shapes computed from static shapes are static, and results from a
+   session outlive it. */
+static void test_folding_and_ownership(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(4, 6), "x");
+  nb_tensor *shape = nb_shape_op(f->c, x, NB_I64);
+  nb_tensor *half = nb_real_div(f->c, shape, nb_scalar(f->c, NB_I64, 2)); /* folded: [2,3] */
+  nb_tensor *y;
+  nb_tensor *ins[2] = {x, half};
+  assert_int_equal(nb_op(f->c, "Tile", ins, 2, NULL, 0, &y, 1), NB_OK);
+  tu_check_shape(y, NB_F64, 2, TU_SHAPE(8, 18)); /* static thanks to folding */
+  double v[24];
+  for (int i = 0; i < 24; i++) v[i] = i;
+  nb_tensor *xv = nb_tensor_from(f->e, NB_F64, 2, TU_SHAPE(4, 6), v);
+  nb_tensor *r = run1(f, x, xv, half);
+  nb_session_free(f->s);
+  f->s = nb_session_new(f->g);
+  tu_check(r, NB_I64, 1, TU_SHAPE(2), TU_VALS(2, 3), 0);
+  nb_tensor_free(r);
+  nb_tensor *t = run1(f, x, xv, y);
+  assert_true(nb_item(t, 18 * 5 + 7) == v[6 + 1]); /* row 5 -> 1, col 7 -> 1 */
+  nb_tensor_free(t);
+}
+
+/* Unknown dims defer shapes to run time; errors then come from the run. */
+static void test_unknown_dims(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(-1, 3), "x");
+  nb_tensor *w = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(3, 2), "w");
+  nb_tensor *y = nb_relu(f->c, nb_matmul(f->c, x, w, false, false));
+  assert_int_equal(nb_status(f->c), NB_OK);
+  assert_int_equal(nb_rank(y), -1);
+  assert_int_equal(nb_dtype_of(y), NB_F32);
+  assert_int_equal(nb_dtype_of(nb_less(f->c, y, y)), NB_BOOL);
+  assert_int_equal(nb_dtype_of(nb_cast(f->c, y, NB_I64)), NB_I64);
+  nb_tensor *feeds[2] = {x, w};
+  nb_tensor *vals[2] = {tu_make(f->e, NB_F32, 2, TU_SHAPE(1, 3), TU_VALS(1, 2, 3)),
+                        tu_make(f->e, NB_F32, 2, TU_SHAPE(3, 2), TU_VALS(1, -1, 1, -1, 1, -1))};
+  nb_tensor *out[1];
+  assert_int_equal(nb_run(f->s, feeds, vals, 2, &y, 1, out), NB_OK);
+  tu_check(out[0], NB_F32, 2, TU_SHAPE(1, 2), TU_VALS(6, 0), 0);
+  nb_tensor_free(out[0]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_build_and_run, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_names_and_scopes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_build_errors_name_the_node, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_session_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_runtime_error, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cycle, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_control_input_runs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_folding_and_ownership, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_dims, setup, teardown),
+  };
+  return cmocka_run_group_tests_name("graph", tests, NULL, NULL);
+}
