@@ -72,6 +72,7 @@ typedef struct nb_ctx nb_ctx;
 typedef struct nb_tensor nb_tensor;
 typedef struct nb_graph nb_graph;
 typedef struct nb_session nb_session;
+typedef struct nb_fwd_op nb_fwd_op;
 
 /* ---- names ---------------------------------------------------------------- */
 const char *nb_code_name(nb_code code);     /* "NB_SHAPE", ... */
@@ -83,6 +84,12 @@ const char *nb_version(void);               /* "0.1.0" */
 nb_ctx *nb_eager_new(void);                 /* NULL only when out of memory */
 nb_code nb_status(const nb_ctx *c);         /* first error since the last clear */
 const char *nb_error(const nb_ctx *c);      /* its message; "" when NB_OK */
+/* Records an error on c (first one wins), e.g. from a gradient function; returns code. */
+nb_code nb_set_error(nb_ctx *c, nb_code code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 void nb_clear_error(nb_ctx *c);
 void nb_ctx_free(nb_ctx *c);                /* frees every tensor made in c */
 /* Threads used inside one op (OpenMP loops and OpenBLAS GEMM); default: all cores. */
@@ -191,6 +198,21 @@ nb_tensor *nb_softplus(nb_ctx *c, nb_tensor *x);
 nb_tensor *nb_sin(nb_ctx *c, nb_tensor *x);
 nb_tensor *nb_cos(nb_ctx *c, nb_tensor *x);
 
+/* TF's fused gradient ops (f32 f64; ReluGrad also i32 i64). Both inputs must have the
+   same shape and dtype (no broadcasting); inputs in TF's order. y is the forward output,
+   dy the incoming gradient: */
+nb_tensor *nb_tanh_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);        /* TanhGrad: dy (1 - y^2) */
+nb_tensor *nb_sigmoid_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);     /* SigmoidGrad: dy y (1 - y) */
+nb_tensor *nb_rsqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);       /* RsqrtGrad: -dy y^3 / 2 */
+nb_tensor *nb_sqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);        /* SqrtGrad: dy / (2 y) */
+nb_tensor *nb_reciprocal_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);  /* ReciprocalGrad: -dy y^2 */
+/* ReluGrad: gradients * (features > 0) */
+nb_tensor *nb_relu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features);
+/* EluGrad: outputs < 0 ? gradients * (outputs + 1) : gradients */
+nb_tensor *nb_elu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *outputs);
+/* SoftplusGrad: gradients * sigmoid(features) */
+nb_tensor *nb_softplus_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features);
+
 nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to);                  /* Cast: DstT */
 nb_tensor *nb_add_n(nb_ctx *c, nb_tensor *const *xs, int n);               /* AddN: same shapes */
 nb_tensor *nb_identity(nb_ctx *c, nb_tensor *x);
@@ -247,6 +269,9 @@ nb_tensor *nb_ones_like(nb_ctx *c, nb_tensor *x);
 nb_tensor *nb_const(nb_ctx *c, nb_tensor *value);
 /* Shape op: x's shape as a 1-D tensor of out_type (NB_I32 or NB_I64). */
 nb_tensor *nb_shape_op(nb_ctx *c, nb_tensor *x, nb_dtype out_type);
+/* BroadcastGradientArgs: s0, s1 are 1-D int32/int64 shapes; r0, r1 (same dtype) are the
+   axes of their broadcast along which each side's gradient must be summed. */
+nb_code nb_broadcast_gradient_args(nb_ctx *c, nb_tensor *s0, nb_tensor *s1, nb_tensor **r0, nb_tensor **r1);
 
 /* ---- graphs ---------------------------------------------------------------------------
    A graph context adds a node per op call and returns symbolic tensors; shapes and dtypes
@@ -266,8 +291,13 @@ nb_tensor *nb_placeholder(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape,
 const char *nb_tensor_node_name(const nb_tensor *x);
 int nb_tensor_output_index(const nb_tensor *x);
 bool nb_is_symbolic(const nb_tensor *x);
+/* x's value when it is known without running anything: x itself when concrete, the value
+   of a Const or of a node folded at build time, else NULL (TF's constant_value). */
+const nb_tensor *nb_constant_value(const nb_tensor *x);
 /* Control dependency: x's node runs only after dep's node (both in one graph). */
 nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep);
+/* Graphviz DOT of the graph, nodes grouped by name scope (clusters); NB_IO if the file can't be written. */
+nb_code nb_graph_to_dot(const nb_graph *g, const char *path);
 
 /* Sessions run a graph: nb_run prunes to what the fetches need, orders once per
    (feeds, fetches) signature and caches it, frees each intermediate at its last use.
@@ -280,6 +310,66 @@ nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_val
                nb_tensor *const *fetch, int nfetch, nb_tensor **results);
 const char *nb_session_error(const nb_session *s);
 void nb_session_set_threads(nb_session *s, int n);
+
+/* ---- symbolic gradients: tf.gradients ----------------------------------------------------- */
+enum { NB_AGG_ADD_N = 0, NB_AGG_TREE = 1 };
+typedef struct nb_grad_opts {
+  nb_tensor *const *grad_ys;          /* NULL: ones */
+  nb_tensor *const *stop; int nstop;  /* stop_gradients */
+  int unconnected_zero;               /* 0: NULL for unconnected xs; 1: zeros */
+  int aggregation;                    /* NB_AGG_ADD_N (default), NB_AGG_TREE */
+  const char *name;                   /* scope, default "gradients" */
+} nb_grad_opts;
+/* dxs[i] = sum over ys of d ys / d xs[i] (with grad_ys weights), as graph tensors in c's
+   graph, under the scope "gradients/<op name>_grad/". c must be a graph context. */
+nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+                     const nb_grad_opts *o, nb_tensor **dxs);
+
+/* Gradient functions see the forward op through nb_fwd_op (TF's ForwardOperation): its
+   type, inputs, outputs and attrs, the same in every mode. dys[i] may be NULL (no gradient
+   for output i); the function sets dxs[i] for each input (NULL: none). */
+typedef nb_code (*nb_grad_fn)(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
+/* Registers f under an op type or a free name (for overrides). Duplicates: NB_INVALID.
+   Registration is not synchronized with gradient computation on other threads: register
+   at start-up. */
+nb_code nb_register_gradient(const char *name, nb_grad_fn f);
+nb_code nb_register_no_gradient(const char *op_type);
+/* While pushed, nodes of op_type made in g use the gradient registered as grad_name
+   (TF's gradient_override_map). Unknown grad_name: NB_NOT_FOUND. */
+nb_code nb_gradient_override_push(nb_graph *g, const char *op_type, const char *grad_name);
+void nb_gradient_override_pop(nb_graph *g);
+/* Whether op_type has a gradient function (a registered no-gradient counts as none). */
+bool nb_has_gradient(const char *op_type);
+/* The registered op types, for tools and registry-wide tests. */
+int nb_num_op_types(void);
+const char *nb_op_type_name(int i);
+
+/* Whether input i needs a gradient (it lies on a path to the xs); a function may skip
+   computing the others (TF's skip_input_indices). */
+bool nb_fwd_input_needs_grad(const nb_fwd_op *op, int i);
+const char *nb_fwd_type(const nb_fwd_op *op);
+const char *nb_fwd_name(const nb_fwd_op *op);
+int nb_fwd_num_inputs(const nb_fwd_op *op);
+int nb_fwd_num_outputs(const nb_fwd_op *op);
+nb_tensor *nb_fwd_input(const nb_fwd_op *op, int i);
+nb_tensor *nb_fwd_output(const nb_fwd_op *op, int i);
+/* Attr values by TF name; an unknown name gives 0 / NULL. */
+int64_t nb_fwd_attr_int(const nb_fwd_op *op, const char *name);
+double nb_fwd_attr_float(const nb_fwd_op *op, const char *name);
+bool nb_fwd_attr_bool(const nb_fwd_op *op, const char *name);
+nb_dtype nb_fwd_attr_type(const nb_fwd_op *op, const char *name);
+const int64_t *nb_fwd_attr_ints(const nb_fwd_op *op, const char *name, int *n);
+const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name);
+
+/* ---- checking -------------------------------------------------------------------------- */
+/* Numeric Jacobian of y with respect to xs (float64 central differences at x_values, fed
+   to xs) against the symbolic one; *max_error is the largest absolute difference. */
+nb_code nb_gradcheck(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx,
+                     nb_tensor *const *x_values, double *max_error);
+/* Writes into report every op on a path from xs to ys that has no gradient, with its name,
+   type and a path; returns NB_OK (report "" when there is none). */
+nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx,
+                                   nb_tensor *const *ys, int ny, char *report, size_t cap);
 
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

@@ -53,3 +53,12 @@ nb_code nb_fail(nb_ctx *c, nb_code code, const char *fmt, ...) {
   va_end(ap);
   return code;
 }
+
+nb_code nb_set_error(nb_ctx *c, nb_code code, const char *fmt, ...) {
+  if (!c || !fmt) return code;
+  va_list ap;
+  va_start(ap, fmt);
+  nb_vfail(c, code, NULL, fmt, ap);
+  va_end(ap);
+  return code;
+}

@@ -46,10 +46,16 @@ char *nb_arena_strdup(nb_graph *g, const char *s) {
 
 /* ---- string map (open addressing; keys live in the arena) --------------------------- */
 
+/* FNV-1a, then a murmur3 finalizer: FNV's low bits (the ones the mask keeps) mix
+   poorly for names that differ only in trailing digits ("Mul_1", "Mul_2", ...). */
 static uint32_t str_hash(const char *s) {
   uint32_t h = 2166136261u;
   while (*s) h = (h ^ (uint8_t)*s++) * 16777619u;
-  return h;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  return h ^ (h >> 16);
 }
 
 static int32_t *strmap_find(nb_strmap *m, const char *key) {
@@ -210,6 +216,7 @@ const char *nb_tensor_node_name(const nb_tensor *x) {
 }
 int nb_tensor_output_index(const nb_tensor *x) { return x && x->graph ? x->out : -1; }
 bool nb_is_symbolic(const nb_tensor *x) { return x && x->graph; }
+const nb_tensor *nb_constant_value(const nb_tensor *x) { return !x ? NULL : x->buf ? x : x->known; }
 
 /* ---- the graph context ---------------------------------------------------------------- */
 
@@ -288,6 +295,8 @@ nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k) {
 }
 
 static nb_code copy_attrs(nb_graph *g, const nb_kargs *k, nb_node *n) {
+  if (k->def->nattrs == 0) return NB_OK;
+  if (!(n->attr = nb_arena_alloc(g, (size_t)k->def->nattrs * sizeof *n->attr))) return NB_NOMEM;
   for (int a = 0; a < k->def->nattrs; a++) {
     nb_attrval v = k->attr[a];
     switch (k->def->attrs[a].kind) {

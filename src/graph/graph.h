@@ -25,10 +25,10 @@ typedef struct nb_node {
   const nb_op_def *def;
   const char *name;
   int32_t in0, nin;        /* data inputs: edges[in0 .. in0+nin) */
-  int32_t ctrl;            /* head of this node's control edges (a list through next_use), -1 */
+  int32_t ctrl;            /* head of this node's control edges (a list through next_ctrl), -1 */
   int32_t out0, nout;      /* outs[out0 .. out0+nout) */
   int32_t first_use;       /* head of the list of edges consuming this node, -1 */
-  nb_attrval attr[NB_MAX_ATTRS];
+  nb_attrval *attr;        /* def->nattrs values in the arena; NULL when the op has none */
   const char *grad_name;   /* gradient override recorded at creation, or NULL */
   /* traversal scratch, valid while stamp == the graph's current generation */
   uint32_t stamp, stamp2;

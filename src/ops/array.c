@@ -1,5 +1,6 @@
 /* Array (shape) ops: Reshape, ExpandDims and Squeeze (views of their input), Transpose,
-   BroadcastTo, ConcatV2, Pack, Unpack, Tile, Pad, Fill, ZerosLike, OnesLike, Shape.
+   BroadcastTo, ConcatV2, Pack, Unpack, Tile, Pad, Fill, ZerosLike, OnesLike, Shape, and
+   BroadcastGradientArgs (which computes on shape vectors).
    These ops only move data, so one kernel serves every dtype by element size. Most of
    them are a plan for the strided copy engine (strided.h): per output dim an input
    stride (0 repeats a value) and an output stride. */
@@ -656,6 +657,68 @@ static nb_code shape_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* ---- BroadcastGradientArgs ------------------------------------------------------------------ */
+
+/* The axes of the broadcast output that each input's gradient is summed over. */
+typedef struct bgrad_plan {
+  int n[2];
+  int64_t axes[2][NB_MAX_RANK];
+} bgrad_plan;
+
+/* TF's rule (BCast): equal shapes reduce nothing; otherwise, aligning the shapes at the
+   right, an output axis is reduced for each input whose dim there is 1 (or missing), so
+   an axis where both dims are 1 is reduced for both. */
+static nb_code bgrad_reduction_axes(nb_kargs *k, const int64_t *const s[2], const int n[2], bgrad_plan *p) {
+  p->n[0] = p->n[1] = 0;
+  if (n[0] == n[1] && !memcmp(s[0], s[1], (size_t)n[0] * sizeof(int64_t))) return NB_OK;
+  int rank = n[0] > n[1] ? n[0] : n[1];
+  for (int j = 0; j < rank; j++) {
+    int64_t d[2];
+    for (int i = 0; i < 2; i++) d[i] = j < rank - n[i] ? 1 : s[i][j - (rank - n[i])];
+    if (d[0] != 1 && d[1] != 1 && d[0] != d[1])
+      return nb_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nb_sstr(n[0], s[0]), nb_sstr(n[1], s[1]));
+    for (int i = 0; i < 2; i++)
+      if (d[i] == 1) p->axes[i][p->n[i]++] = j;
+  }
+  return NB_OK;
+}
+
+static nb_code bgrad_infer(nb_kargs *k) {
+  static const char *const names[2] = {"s0", "s1"};
+  int64_t v[2][NB_MAX_RANK];
+  int n[2];
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
+  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
+  for (int i = 0; i < 2 && !code; i++)
+    if (k->in[i]->rank != 1)
+      code = nb_kfail(k, NB_SHAPE, "%s must be a vector, got shape %s", names[i], nb_tstr(k->in[i]));
+  for (int i = 0; i < 2 && !code; i++) code = nb_kints(k, i, 1, v[i], NB_MAX_RANK, &n[i]);
+  if (code) return code;
+  bgrad_plan *p = (bgrad_plan *)k->scratch;
+  const int64_t *const s[2] = {v[0], v[1]};
+  code = bgrad_reduction_axes(k, s, n, p);
+  if (code) return code;
+  for (int i = 0; i < 2; i++) {
+    int64_t len = p->n[i];
+    nb_meta_set(&k->out[i], k->in[0]->dtype, 1, &len);
+  }
+  return NB_OK;
+}
+
+static nb_code bgrad_kernel(nb_kargs *k) {
+  const bgrad_plan *p = (const bgrad_plan *)k->scratch;
+  for (int i = 0; i < 2; i++) {
+    void *r = nb_tdata(k->res[i]);
+    for (int j = 0; j < p->n[i]; j++) {
+      if (k->res[i]->dtype == NB_I32)
+        ((int32_t *)r)[j] = (int32_t)p->axes[i][j];
+      else
+        ((int64_t *)r)[j] = p->axes[i][j];
+    }
+  }
+  return NB_OK;
+}
+
 /* Const: attrs value (a concrete tensor) and dtype, which must agree. */
 enum { CONST_VALUE, CONST_DTYPE };
 
@@ -705,7 +768,8 @@ static nb_code placeholder_infer(nb_kargs *k) {
 
 enum {
   OP_RESHAPE, OP_EXPAND_DIMS, OP_SQUEEZE, OP_TRANSPOSE, OP_BROADCAST_TO, OP_CONCAT, OP_PACK, OP_UNPACK,
-  OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_CONST, OP_PLACEHOLDER, OP_COUNT
+  OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_CONST, OP_PLACEHOLDER,
+  OP_BROADCAST_GRADIENT_ARGS, OP_COUNT
 };
 
 /* grad_inputs: what TF's gradient functions read (shapes of, or the const inputs). */
@@ -753,6 +817,10 @@ static nb_op_def array_ops[OP_COUNT] = {
                         .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true},
                                   {"shape", NB_ATTR_INTS, {.n = -1}, false}},
                         .infer = placeholder_infer},
+    /* reads its inputs' values, not just their shapes; has no gradient */
+    [OP_BROADCAST_GRADIENT_ARGS] = {.name = "BroadcastGradientArgs", .nin = 2, .nout = 2, .alias = -1,
+                                    .shape_only = false, .grad_inputs = 0, .infer = bgrad_infer,
+                                    .kernel = bgrad_kernel},
 };
 
 nb_op_family nb_array_family(void) { return (nb_op_family){array_ops, OP_COUNT}; }
@@ -904,4 +972,13 @@ nb_tensor *nb_placeholder(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape,
   a[PLACEHOLDER_SHAPE].n = rank;
   c->next_name = name;
   return nb_call(c, &array_ops[OP_PLACEHOLDER], NULL, 0, a);
+}
+
+nb_code nb_broadcast_gradient_args(nb_ctx *c, nb_tensor *s0, nb_tensor *s1, nb_tensor **r0, nb_tensor **r1) {
+  if (nb_live(c) && (!r0 || !r1)) return nb_fail(c, NB_INVALID, "BroadcastGradientArgs: r0 and r1 must not be NULL");
+  nb_tensor *in[2] = {s0, s1}, *out[2] = {NULL, NULL};
+  nb_code code = nb_dispatch(c, &array_ops[OP_BROADCAST_GRADIENT_ARGS], in, 2, NULL, out, 2);
+  if (r0) *r0 = out[0];
+  if (r1) *r1 = out[1];
+  return code;
 }

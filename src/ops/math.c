@@ -1,5 +1,6 @@
 /* Elementwise math: unary and broadcasting binary ops, comparisons, logical ops,
-   SelectV2, Cast, AddN, Identity, StopGradient. Loops run over contiguous memory with
+   SelectV2, Cast, AddN, Identity, StopGradient, and TF's fused gradient ops (TanhGrad,
+   SigmoidGrad, RsqrtGrad, SqrtGrad, ReciprocalGrad, ReluGrad, EluGrad, SoftplusGrad). Loops run over contiguous memory with
    broadcast strides of 0 or 1 in the innermost dimension, so the compiler vectorizes
    them; large tensors are split across threads. Integer arithmetic goes through
    unsigned types so overflow wraps instead of being undefined. */
@@ -183,6 +184,42 @@ static inline uint8_t not_equal_b(uint8_t x, uint8_t y) { return x != y; }
 static inline uint8_t logical_and_b(uint8_t x, uint8_t y) { return x && y; }
 static inline uint8_t logical_or_b(uint8_t x, uint8_t y) { return x || y; }
 
+/* fused gradients: parameters in TF's input order */
+#define FLOAT_GRAD_FN(name, a, b, expr)                                   \
+  static inline float name##_f32(float a, float b) {                      \
+    typedef float T __attribute__((unused));                              \
+    return (T)(expr);                                                     \
+  }                                                                       \
+  static inline double name##_f64(double a, double b) {                   \
+    typedef double T __attribute__((unused));                             \
+    return (T)(expr);                                                     \
+  }
+#define INT_GRAD_FN(name, a, b, expr)                                     \
+  static inline int32_t name##_i32(int32_t a, int32_t b) {                \
+    typedef int32_t T __attribute__((unused));                            \
+    return (T)(expr);                                                     \
+  }                                                                       \
+  static inline int64_t name##_i64(int64_t a, int64_t b) {                \
+    typedef int64_t T __attribute__((unused));                            \
+    return (T)(expr);                                                     \
+  }
+
+/* y is the forward output, dy the incoming gradient. As in TF, Sqrt/Rsqrt/Reciprocal
+   gradients are 0 where dy is 0, even where y is 0 or inf (which would give NaN). */
+FLOAT_GRAD_FN(tanh_grad, y, dy, dy * (1 - y * y))
+FLOAT_GRAD_FN(sigmoid_grad, y, dy, dy * y * (1 - y))
+FLOAT_GRAD_FN(rsqrt_grad, y, dy, dy == 0 ? 0 : (T)-0.5 * (dy * y) * (y * y))
+FLOAT_GRAD_FN(sqrt_grad, y, dy, dy == 0 ? 0 : (T)0.5 * dy / y)
+FLOAT_GRAD_FN(reciprocal_grad, y, dy, dy == 0 ? 0 : -y * y * dy)
+/* g is the incoming gradient. ReluGrad multiplies (so a NaN g stays NaN, as in TF);
+   EluGrad reads the forward output o: d elu/dx = o + 1 where o < 0. */
+FLOAT_GRAD_FN(relu_grad, g, f, g * (T)(f > 0))
+INT_GRAD_FN(relu_grad, g, f, g * (T)(f > 0))
+FLOAT_GRAD_FN(elu_grad, g, o, o < 0 ? g * (o + 1) : g)
+/* d softplus/dx = sigmoid(x) */
+static inline float softplus_grad_f32(float g, float f) { return g * sigmoid_f32(f); }
+static inline double softplus_grad_f64(double g, double f) { return g * sigmoid_f64(f); }
+
 /* ---- loops ------------------------------------------------------------------------ */
 
 typedef void (*unary_fn)(const void *x, void *y, int64_t n);
@@ -286,6 +323,32 @@ BINARY_LOOP(equal, b, uint8_t, uint8_t)
 BINARY_LOOP(not_equal, b, uint8_t, uint8_t)
 BINARY_LOOP(logical_and, b, uint8_t, uint8_t)
 BINARY_LOOP(logical_or, b, uint8_t, uint8_t)
+
+/* Fused gradient loops: both inputs have the output's shape, so one flat loop. */
+typedef void (*pair_fn)(const void *a, const void *b, void *o, int64_t n);
+typedef struct pair_impl {
+  pair_fn fn[NB_BOOL + 1];
+  const char *names[2]; /* TF's input names, for messages */
+} pair_impl;
+
+#define PAIR_LOOP(name, sfx, T)                                                          \
+  NB_SIMD_CLONES static void name##_pair_##sfx(const void *pa, const void *pb, void *po, int64_t n) { \
+    const T *a = pa, *b = pb;                                                            \
+    T *o = po;                                                                           \
+    for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                     \
+  }
+#define PAIR_FLOAT(name) PAIR_LOOP(name, f32, float) PAIR_LOOP(name, f64, double)
+
+PAIR_FLOAT(tanh_grad)
+PAIR_FLOAT(sigmoid_grad)
+PAIR_FLOAT(rsqrt_grad)
+PAIR_FLOAT(sqrt_grad)
+PAIR_FLOAT(reciprocal_grad)
+PAIR_FLOAT(relu_grad)
+PAIR_LOOP(relu_grad, i32, int32_t)
+PAIR_LOOP(relu_grad, i64, int64_t)
+PAIR_FLOAT(elu_grad)
+PAIR_FLOAT(softplus_grad)
 
 /* ---- integer input checks --------------------------------------------------------- */
 
@@ -502,6 +565,43 @@ static nb_code select_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* ---- fused gradient ops ------------------------------------------------------------ */
+
+/* TF requires both inputs to have one shape and dtype: no broadcasting. */
+static nb_code pair_infer(nb_kargs *k) {
+  const pair_impl *p = k->def->impl;
+  const nb_tensor *a = k->in[0], *b = k->in[1];
+  nb_code code = nb_kcheck_dtype(k, 0, impl_mask((const void *const *)p->fn));
+  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
+  if (code) return code;
+  if (a->rank != b->rank || memcmp(a->shape, b->shape, (size_t)a->rank * sizeof(int64_t)))
+    return nb_kfail(k, NB_SHAPE, "%s and %s must have the same shape, got %s and %s", p->names[0],
+                    p->names[1], nb_tstr(a), nb_tstr(b));
+  nb_meta_like(&k->out[0], a);
+  return NB_OK;
+}
+
+typedef struct pair_job {
+  pair_fn fn;
+  const char *a, *b;
+  char *o;
+  size_t esz;
+} pair_job;
+
+static void pair_range(void *arg, int64_t lo, int64_t hi) {
+  const pair_job *j = arg;
+  size_t off = (size_t)lo * j->esz;
+  j->fn(j->a + off, j->b + off, j->o + off, hi - lo);
+}
+
+static nb_code pair_kernel(nb_kargs *k) {
+  const pair_impl *p = k->def->impl;
+  const nb_tensor *a = k->in[0];
+  pair_job j = {p->fn[a->dtype], nb_tdata(a), nb_tdata(k->in[1]), nb_tdata(k->res[0]), nb_dtype_size(a->dtype)};
+  nb_parallel_range(nb_kthreads(k, a->size), a->size, pair_range, &j);
+  return NB_OK;
+}
+
 /* ---- Cast ------------------------------------------------------------------------- */
 
 /* Float to int saturates and maps NaN to 0 (C leaves out-of-range conversion undefined). */
@@ -639,6 +739,11 @@ static nb_code same_infer(nb_kargs *k) {
    .impl = &(const binary_impl){.fn = {FNS}, .to_bool = TO_BOOL, .check = CHECK}}
 #define BINARY_NUM_FNS(name) FLOAT_TABLE(name, bin), INT_TABLE(name, bin)
 #define BINARY_CMP_FNS(name) BINARY_NUM_FNS(name), [NB_BOOL] = name##_bin_b
+/* The gradients of the fused gradient ops read both inputs. */
+#define PAIR(NAME, FNS, IN0, IN1)                                                                  \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .infer = pair_infer,  \
+   .kernel = pair_kernel, .impl = &(const pair_impl){.fn = {FNS}, .names = {IN0, IN1}}}
+#define PAIR_NUM_FNS(name) FLOAT_TABLE(name, pair), INT_TABLE(name, pair)
 #define EQUALITY(NAME, FNS, MISMATCH)                                                              \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true,                  \
    .attrs = {{"incompatible_shape_error", NB_ATTR_BOOL, {.b = true}, false}},                     \
@@ -651,7 +756,8 @@ enum {
   OP_ADDV2, OP_ADD, OP_SUB, OP_MUL, OP_REALDIV, OP_POW, OP_SQDIFF, OP_MAXIMUM, OP_MINIMUM,
   OP_LESS, OP_LESS_EQUAL, OP_GREATER, OP_GREATER_EQUAL, OP_EQUAL, OP_NOT_EQUAL,
   OP_LOGICAL_AND, OP_LOGICAL_OR, OP_SELECT, OP_CAST, OP_ADD_N, OP_IDENTITY, OP_STOP_GRADIENT,
-  OP_COUNT
+  OP_TANH_GRAD, OP_SIGMOID_GRAD, OP_RSQRT_GRAD, OP_SQRT_GRAD, OP_RECIPROCAL_GRAD, OP_RELU_GRAD,
+  OP_ELU_GRAD, OP_SOFTPLUS_GRAD, OP_COUNT
 };
 
 static nb_op_def math_ops[OP_COUNT] = {
@@ -706,6 +812,14 @@ static nb_op_def math_ops[OP_COUNT] = {
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .infer = add_n_infer, .kernel = add_n_kernel},
     [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .infer = same_infer},
     [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .infer = same_infer},
+    [OP_TANH_GRAD] = PAIR("TanhGrad", FLOAT_TABLE(tanh_grad, pair), "y", "dy"),
+    [OP_SIGMOID_GRAD] = PAIR("SigmoidGrad", FLOAT_TABLE(sigmoid_grad, pair), "y", "dy"),
+    [OP_RSQRT_GRAD] = PAIR("RsqrtGrad", FLOAT_TABLE(rsqrt_grad, pair), "y", "dy"),
+    [OP_SQRT_GRAD] = PAIR("SqrtGrad", FLOAT_TABLE(sqrt_grad, pair), "y", "dy"),
+    [OP_RECIPROCAL_GRAD] = PAIR("ReciprocalGrad", FLOAT_TABLE(reciprocal_grad, pair), "y", "dy"),
+    [OP_RELU_GRAD] = PAIR("ReluGrad", PAIR_NUM_FNS(relu_grad), "gradients", "features"),
+    [OP_ELU_GRAD] = PAIR("EluGrad", FLOAT_TABLE(elu_grad, pair), "gradients", "outputs"),
+    [OP_SOFTPLUS_GRAD] = PAIR("SoftplusGrad", FLOAT_TABLE(softplus_grad, pair), "gradients", "features"),
 };
 
 nb_op_family nb_math_family(void) {
@@ -759,6 +873,14 @@ WRAP2(nb_equal, OP_EQUAL)
 WRAP2(nb_not_equal, OP_NOT_EQUAL)
 WRAP2(nb_logical_and, OP_LOGICAL_AND)
 WRAP2(nb_logical_or, OP_LOGICAL_OR)
+WRAP2(nb_tanh_grad, OP_TANH_GRAD)
+WRAP2(nb_sigmoid_grad, OP_SIGMOID_GRAD)
+WRAP2(nb_rsqrt_grad, OP_RSQRT_GRAD)
+WRAP2(nb_sqrt_grad, OP_SQRT_GRAD)
+WRAP2(nb_reciprocal_grad, OP_RECIPROCAL_GRAD)
+WRAP2(nb_relu_grad, OP_RELU_GRAD)
+WRAP2(nb_elu_grad, OP_ELU_GRAD)
+WRAP2(nb_softplus_grad, OP_SOFTPLUS_GRAD)
 
 nb_tensor *nb_select(nb_ctx *c, nb_tensor *cond, nb_tensor *t, nb_tensor *e) {
   nb_tensor *in[3] = {cond, t, e};

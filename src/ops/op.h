@@ -94,6 +94,8 @@ typedef struct nb_op_family {
 /* registry */
 void nb_registry_init(void);
 const nb_op_def *nb_op_lookup(const char *type);
+int nb_op_count(void);
+const nb_op_def *nb_op_by_id(int id);
 
 /* dispatch: attrs NULL means the defaults */
 nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,

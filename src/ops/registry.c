@@ -8,6 +8,7 @@
 #define NB_MAX_OPS 512
 #define NB_HASH_SLOTS 1024 /* power of two, at least twice NB_MAX_OPS */
 
+static const nb_op_def *ops_by_id[NB_MAX_OPS];
 static int nops;
 static const nb_op_def *hash_slots[NB_HASH_SLOTS];
 static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
@@ -25,7 +26,8 @@ static void intern(nb_op_def *def) {
   uint32_t i = name_hash(def->name) & (NB_HASH_SLOTS - 1);
   for (; hash_slots[i]; i = (i + 1) & (NB_HASH_SLOTS - 1)) assert(strcmp(hash_slots[i]->name, def->name) != 0);
   hash_slots[i] = def;
-  def->id = nops++;
+  def->id = nops;
+  ops_by_id[nops++] = def;
 }
 
 static void registry_build(void) {
@@ -45,4 +47,14 @@ const nb_op_def *nb_op_lookup(const char *type) {
   for (; hash_slots[i]; i = (i + 1) & (NB_HASH_SLOTS - 1))
     if (strcmp(hash_slots[i]->name, type) == 0) return hash_slots[i];
   return NULL;
+}
+
+int nb_op_count(void) {
+  nb_registry_init();
+  return nops;
+}
+
+const nb_op_def *nb_op_by_id(int id) {
+  nb_registry_init();
+  return id >= 0 && id < nops ? ops_by_id[id] : NULL;
 }

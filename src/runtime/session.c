@@ -111,6 +111,21 @@ static int fed_index(const nb_plan *p, int32_t src, int32_t out) {
 
 static bool edge_live(const nb_plan *p, const nb_edge *e) { return e->out < 0 || fed_index(p, e->src, e->out) < 0; }
 
+/* A node whose outputs were all computed at build time needs none of its inputs. */
+static bool node_known(const nb_graph *g, const nb_node *n) {
+  for (int32_t o = 0; o < n->nout; o++)
+    if (!g->outs[n->out0 + o].value) return false;
+  return n->nout > 0;
+}
+
+static void push_needed(planner *pl, int32_t *stack, int *top, int32_t id) {
+  nb_node *n = &pl->g->nodes[id];
+  if (n->stamp == pl->gen) return;
+  n->stamp = pl->gen;
+  pl->needed[pl->nneeded++] = id;
+  stack[(*top)++] = id;
+}
+
 /* Marks (stamp == gen) every node the fetches need, stopping at fed tensors. */
 static nb_code collect_needed(planner *pl) {
   nb_graph *g = pl->g;
@@ -120,23 +135,20 @@ static nb_code collect_needed(planner *pl) {
     free(stack);
     return NB_NOMEM;
   }
+  /* nodes are stamped when pushed, so each enters the stack at most once */
   int top = 0;
   for (int i = 0; i < pl->p->nfetch; i++) {
     int64_t key = pl->p->keys[pl->p->nfeed + i];
-    if (fed_index(pl->p, key_node(key), (int32_t)(uint32_t)key) < 0) stack[top++] = key_node(key);
+    if (fed_index(pl->p, key_node(key), (int32_t)(uint32_t)key) < 0) push_needed(pl, stack, &top, key_node(key));
   }
   while (top > 0) {
-    int32_t id = stack[--top];
-    nb_node *n = &g->nodes[id];
-    if (n->stamp == pl->gen) continue;
-    n->stamp = pl->gen;
-    pl->needed[pl->nneeded++] = id;
+    const nb_node *n = &g->nodes[stack[--top]];
+    if (node_known(g, n)) continue;
     for (int32_t i = 0; i < n->nin; i++) {
       const nb_edge *e = &g->edges[n->in0 + i];
-      if (edge_live(pl->p, e) && g->nodes[e->src].stamp != pl->gen) stack[top++] = e->src;
+      if (edge_live(pl->p, e)) push_needed(pl, stack, &top, e->src);
     }
-    for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl)
-      if (g->nodes[g->edges[e].src].stamp != pl->gen) stack[top++] = g->edges[e].src;
+    for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl) push_needed(pl, stack, &top, g->edges[e].src);
   }
   free(stack);
   return NB_OK;
@@ -164,15 +176,17 @@ static nb_code order_steps(planner *pl) {
   for (int32_t i = 0; i < pl->nneeded; i++) {
     nb_node *n = &g->nodes[pl->needed[i]];
     n->pending = 0;
-    for (int32_t j = 0; j < n->nin; j++) n->pending += edge_live(p, &g->edges[n->in0 + j]);
-    for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl) n->pending++;
+    if (!node_known(g, n)) {
+      for (int32_t j = 0; j < n->nin; j++) n->pending += edge_live(p, &g->edges[n->in0 + j]);
+      for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl) n->pending++;
+    }
     if (n->pending == 0) p->steps[p->nsteps++] = pl->needed[i];
   }
   while (head < p->nsteps) {
     const nb_node *n = &g->nodes[p->steps[head++]];
     for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
       nb_node *u = &g->nodes[g->edges[e].consumer];
-      if (u->stamp == pl->gen && edge_live(p, &g->edges[e]) && --u->pending == 0)
+      if (u->stamp == pl->gen && !node_known(g, u) && edge_live(p, &g->edges[e]) && --u->pending == 0)
         p->steps[p->nsteps++] = g->edges[e].consumer;
     }
   }
@@ -201,7 +215,7 @@ static nb_code assign_values(planner *pl) {
     n->slot = v;
     p->out0[i] = v;
     v += n->nout;
-    nin += n->nin;
+    nin += node_known(g, n) ? 0 : n->nin;
   }
   p->nvals = v;
   p->in_vals = malloc((size_t)(nin + 1) * sizeof *p->in_vals);
@@ -210,7 +224,7 @@ static nb_code assign_values(planner *pl) {
   for (int32_t i = 0; i < p->nsteps; i++) {
     const nb_node *n = &g->nodes[p->steps[i]];
     p->in_off[i] = nin;
-    for (int32_t j = 0; j < n->nin; j++) {
+    for (int32_t j = 0; j < n->nin && !node_known(g, n); j++) {
       const nb_edge *e = &g->edges[n->in0 + j];
       int f = fed_index(p, e->src, e->out);
       p->in_vals[nin++] = f >= 0 ? f : g->nodes[e->src].slot + e->out;

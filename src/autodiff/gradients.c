@@ -1,0 +1,462 @@
+/* The symbolic gradient pass (tf.gradients). It visits only the nodes between xs and ys,
+   marked with generation stamps so nothing is cleared or allocated per graph node; keeps
+   pending counts and a ready queue in reverse topological order; and stores incoming
+   gradients as (node, output) keys, so handles exist only while one node's gradient
+   function runs and memory follows the frontier, not the graph. */
+#include "autodiff.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct grad_entry {
+  int64_t key;             /* node << 32 | output of the gradient tensor */
+  int32_t next;
+} grad_entry;
+
+typedef struct pass {
+  nb_ctx *c;
+  nb_graph *g;
+  const nb_grad_opts *o;
+  uint32_t gen;
+  int32_t *between, nbetween;  /* node ids; node->slot indexes outs_head via out_base */
+  int32_t *out_base;
+  int32_t *heads;              /* per (between node, output): first grad_entry, -1 */
+  grad_entry *entries;
+  int32_t nentries, entries_cap;
+  int32_t *queue;
+  int32_t qhead, qtail;
+  bool *needs;                 /* per input of the node being differentiated */
+  char scope[NB_SCOPE_CAP];    /* "gradients/" (made unique) */
+} pass;
+
+static int64_t key_of(const nb_tensor *x) { return (int64_t)x->node << 32 | (uint32_t)x->out; }
+static nb_tensor *handle_of(pass *p, int64_t key) {
+  return nb_graph_handle(p->c, p->g, (int32_t)(key >> 32), (int32_t)(uint32_t)key);
+}
+
+static bool is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
+
+static nb_code fail(pass *p, nb_code code, const char *fmt, const char *a, const char *b) {
+  return nb_fail(p->c, code, fmt, a, b);
+}
+
+/* ---- marking ------------------------------------------------------------------------- */
+
+/* Grows a node-id stack to hold one more entry. */
+static bool push_id(int32_t **a, int32_t *n, int32_t *cap, int32_t id) {
+  if (*n == *cap) {
+    int32_t c = *cap ? *cap * 2 : 1024;
+    int32_t *p = realloc(*a, (size_t)c * sizeof *p);
+    if (!p) return false;
+    *a = p;
+    *cap = c;
+  }
+  (*a)[(*n)++] = id;
+  return true;
+}
+
+/* The ancestors of ys (stamp == gen) in topological order, by an iterative post-order
+   walk over input edges: nothing outside them is ever touched. */
+static nb_code ancestors_in_order(pass *p, nb_tensor *const *ys, int ny, int32_t **order, int32_t *norder) {
+  nb_graph *g = p->g;
+  int32_t *stack = NULL, *next = NULL, top = 0, cap = 0, ncap = 0, order_cap = 0;
+  nb_code code = NB_OK;
+  for (int i = 0; i < ny && !code; i++) {
+    if (g->nodes[ys[i]->node].stamp == p->gen) continue;
+    g->nodes[ys[i]->node].stamp = p->gen;
+    int32_t dummy = top;
+    if (!push_id(&stack, &top, &cap, ys[i]->node) || !push_id(&next, &dummy, &ncap, 0)) code = NB_NOMEM;
+    while (!code && top > 0) {
+      const nb_node *n = &g->nodes[stack[top - 1]];
+      int32_t *k = &next[top - 1];
+      if (*k == n->nin) { /* all inputs done: emit */
+        if (!push_id(order, norder, &order_cap, stack[--top])) code = NB_NOMEM;
+        continue;
+      }
+      int32_t src = g->edges[n->in0 + (*k)++].src;
+      if (g->nodes[src].stamp == p->gen) continue;
+      g->nodes[src].stamp = p->gen;
+      dummy = top;
+      if (!push_id(&stack, &top, &cap, src) || !push_id(&next, &dummy, &ncap, 0)) code = NB_NOMEM;
+    }
+  }
+  free(stack);
+  free(next);
+  return code;
+}
+
+/* The between set (stamp2 == gen): ancestors of ys that are xs or descend from one,
+   found in one topological sweep over the ancestors' input edges. */
+static nb_code mark_between(pass *p, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx) {
+  nb_graph *g = p->g;
+  int32_t *order = NULL, norder = 0;
+  nb_code code = ancestors_in_order(p, ys, ny, &order, &norder);
+  if (code) {
+    free(order);
+    return code;
+  }
+  for (int i = 0; i < nx; i++)
+    if (g->nodes[xs[i]->node].stamp == p->gen) g->nodes[xs[i]->node].stamp2 = p->gen;
+  for (int32_t i = 0; i < norder; i++) {
+    nb_node *n = &g->nodes[order[i]];
+    for (int32_t j = 0; j < n->nin && n->stamp2 != p->gen; j++)
+      if (g->nodes[g->edges[n->in0 + j].src].stamp2 == p->gen) n->stamp2 = p->gen;
+    if (n->stamp2 == p->gen) order[p->nbetween++] = order[i];
+  }
+  p->between = order;
+  return NB_OK;
+}
+
+static bool in_between(const pass *p, int32_t id) { return p->g->nodes[id].stamp2 == p->gen; }
+
+/* Slots, per-output gradient lists and pending counts (between consumers per node). */
+static nb_code prepare(pass *p) {
+  nb_graph *g = p->g;
+  int32_t nouts = 0;
+  p->out_base = malloc((size_t)(p->nbetween + 1) * sizeof *p->out_base);
+  p->queue = malloc((size_t)(p->nbetween + 1) * sizeof *p->queue);
+  if (!p->out_base || !p->queue) return NB_NOMEM;
+  for (int32_t i = 0; i < p->nbetween; i++) {
+    nb_node *n = &g->nodes[p->between[i]];
+    n->slot = i;
+    n->pending = 0;
+    p->out_base[i] = nouts;
+    nouts += n->nout;
+  }
+  p->heads = malloc((size_t)(nouts + 1) * sizeof *p->heads);
+  if (!p->heads) return NB_NOMEM;
+  for (int32_t i = 0; i < nouts; i++) p->heads[i] = -1;
+  for (int32_t i = 0; i < p->nbetween; i++) {
+    const nb_node *n = &g->nodes[p->between[i]];
+    for (int32_t j = 0; j < n->nin; j++) {
+      int32_t src = g->edges[n->in0 + j].src;
+      if (in_between(p, src)) g->nodes[src].pending++;
+    }
+  }
+  return NB_OK;
+}
+
+/* Records gradient `dx` (a tensor of the graph) for output `out` of between node `id`;
+   integer and bool outputs never take gradients. */
+static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
+  const nb_node *n = &p->g->nodes[id];
+  if (!is_float(p->g->outs[n->out0 + out].meta.dtype)) return NB_OK;
+  if (p->nentries == p->entries_cap) {
+    int32_t cap = p->entries_cap ? p->entries_cap * 2 : 256;
+    grad_entry *e = realloc(p->entries, (size_t)cap * sizeof *e);
+    if (!e) return NB_NOMEM;
+    p->entries = e;
+    p->entries_cap = cap;
+  }
+  int32_t *head = &p->heads[p->out_base[n->slot] + out];
+  p->entries[p->nentries] = (grad_entry){key_of(dx), *head};
+  *head = p->nentries++;
+  return NB_OK;
+}
+
+/* ---- aggregation and one node's gradient ----------------------------------------------- */
+
+/* Sums the gradients listed for one output: AddN, or a pairwise tree. NULL when none. */
+static nb_tensor *aggregate(pass *p, int32_t head) {
+  if (head < 0) return NULL;
+  int n = 0;
+  for (int32_t e = head; e >= 0; e = p->entries[e].next) n++;
+  if (n == 1) return handle_of(p, p->entries[head].key);
+  nb_tensor **terms = malloc((size_t)n * sizeof *terms);
+  if (!terms) {
+    nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
+    return NULL;
+  }
+  int i = n;
+  for (int32_t e = head; e >= 0; e = p->entries[e].next) terms[--i] = handle_of(p, p->entries[e].key);
+  nb_tensor *sum;
+  if (p->o->aggregation == NB_AGG_TREE) { /* pairwise rounds: depth log2(n) */
+    while (n > 1) {
+      int m = 0;
+      for (int j = 0; j + 1 < n; j += 2) terms[m++] = nb_add(p->c, terms[j], terms[j + 1]);
+      if (n % 2) terms[m++] = terms[n - 1];
+      n = m;
+    }
+    sum = terms[0];
+  } else {
+    sum = nb_add_n(p->c, terms, n);
+  }
+  free(terms);
+  return sum;
+}
+
+static bool is_stopped(const pass *p, int32_t id) {
+  for (int i = 0; i < p->o->nstop; i++)
+    if (p->o->stop[i] && p->o->stop[i]->graph == p->g && p->o->stop[i]->node == id) return true;
+  return false;
+}
+
+static bool feeds_between(const pass *p, const nb_node *n) {
+  for (int32_t i = 0; i < n->nin; i++)
+    if (in_between(p, p->g->edges[n->in0 + i].src)) return true;
+  return false;
+}
+
+/* Output gradients of node n: aggregated, with zeros for float outputs that got none
+   while a sibling did. false when no output has a gradient. */
+static bool output_grads(pass *p, const nb_node *n, nb_tensor **outs, nb_tensor **dys) {
+  bool any = false;
+  for (int32_t o = 0; o < n->nout; o++) {
+    dys[o] = aggregate(p, p->heads[p->out_base[n->slot] + o]);
+    any |= dys[o] != NULL;
+  }
+  for (int32_t o = 0; any && o < n->nout; o++)
+    if (!dys[o] && is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(p->c, outs[o]);
+  return any;
+}
+
+/* Sets the graph's name scope to "<gradients scope><node name>_grad/" (just the
+   gradients scope if that would be too long). */
+static void enter_node_scope(pass *p, const nb_node *n) {
+  int len = snprintf(p->g->scope, NB_SCOPE_CAP, "%s%s_grad/", p->scope, n->name);
+  if (len < 0 || len >= NB_SCOPE_CAP - 32) len = snprintf(p->g->scope, NB_SCOPE_CAP, "%s", p->scope);
+  p->g->scope_len = len;
+}
+
+static nb_code call_grad_fn(pass *p, const nb_node *n, nb_grad_fn fn, nb_tensor **ins, nb_tensor **outs,
+                            nb_tensor **dys, nb_tensor **dxs) {
+  nb_tensor *guard = (nb_tensor *)&guard; /* detects a function writing past its inputs */
+  for (int32_t i = 0; i < n->nin; i++) p->needs[i] = in_between(p, p->g->edges[n->in0 + i].src);
+  nb_fwd_op op = {n->def, n->name, n->nin, n->nout, ins, outs, n->attr, p->needs};
+  for (int32_t i = 0; i < n->nin; i++) dxs[i] = NULL;
+  dxs[n->nin] = guard;
+  nb_code code = fn(p->c, &op, dys, dxs);
+  if (!code && dxs[n->nin] != guard) {
+    char msg[320];
+    snprintf(msg, sizeof msg, "Num gradients %d generated for op %s do not match num inputs %d", n->nin + 1,
+             n->name, n->nin);
+    return nb_fail(p->c, NB_INTERNAL, "%s", msg);
+  }
+  if (code && nb_status(p->c) == NB_OK)
+    nb_fail(p->c, code, "the gradient function of '%s' (op type: %s) failed", n->name, n->def->name);
+  return code ? code : nb_status(p->c);
+}
+
+/* Distributes the input gradients and releases the inputs' pending counts. */
+static nb_code propagate(pass *p, const nb_node *n, nb_tensor *const *dxs) {
+  for (int32_t i = 0; i < n->nin; i++) {
+    const nb_edge *e = &p->g->edges[n->in0 + i];
+    if (!in_between(p, e->src)) continue;
+    if (dxs && dxs[i]) {
+      if (dxs[i]->graph != p->g)
+        return fail(p, NB_INVALID, "the gradient function of '%s' (op type: %s) returned a tensor outside the graph",
+                    n->name, n->def->name);
+      if (add_grad(p, e->src, e->out, dxs[i])) return nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
+    }
+    if (--p->g->nodes[e->src].pending == 0) p->queue[p->qtail++] = e->src;
+  }
+  return NB_OK;
+}
+
+static nb_code node_gradient(pass *p, int32_t id, nb_tensor **buf) {
+  nb_graph *g = p->g;
+  /* a copy: building gradient ops grows (and may move) the node array */
+  const nb_node node = g->nodes[id], *n = &node;
+  nb_tensor **ins = buf, **outs = ins + n->nin, **dys = outs + n->nout, **dxs = dys + n->nout;
+  for (int32_t i = 0; i < n->nin; i++) {
+    const nb_edge *e = &g->edges[n->in0 + i];
+    ins[i] = nb_graph_handle(p->c, g, e->src, e->out);
+  }
+  for (int32_t o = 0; o < n->nout; o++) outs[o] = nb_graph_handle(p->c, g, id, o);
+  enter_node_scope(p, n);
+  if (nb_status(p->c) || !output_grads(p, n, outs, dys) || is_stopped(p, id) || !feeds_between(p, n))
+    return nb_status(p->c) ? nb_status(p->c) : propagate(p, n, NULL);
+  nb_grad_fn fn;
+  nb_grad_kind kind = nb_grad_lookup(n->def, n->grad_name, &fn);
+  if (kind == NB_GRAD_STOP) return propagate(p, n, NULL);
+  if (kind == NB_GRAD_NONE)
+    return fail(p, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", n->name, n->def->name);
+  nb_code code = call_grad_fn(p, n, fn, ins, outs, dys, dxs);
+  return code ? code : propagate(p, n, dxs);
+}
+
+/* Runs the queue; each node's handles live in a scope of their own. */
+static nb_code run_queue(pass *p) {
+  nb_tensor *small[64], **buf = small;
+  int32_t width = 0;
+  for (int32_t i = 0; i < p->nbetween; i++) {
+    const nb_node *n = &p->g->nodes[p->between[i]];
+    if (n->nin + 2 * n->nout + 1 > width) width = n->nin + 2 * n->nout + 1;
+    if (n->pending == 0) p->queue[p->qtail++] = p->between[i];
+  }
+  if (width > 64 && !(buf = malloc((size_t)width * sizeof *buf))) return NB_NOMEM;
+  if (!(p->needs = malloc((size_t)width * sizeof *p->needs))) {
+    if (buf != small) free(buf);
+    return NB_NOMEM;
+  }
+  nb_code code = NB_OK;
+  while (!code && p->qhead < p->qtail) {
+    nb_scope_begin(p->c);
+    code = node_gradient(p, p->queue[p->qhead++], buf);
+    nb_scope_end(p->c, NULL, 0);
+  }
+  if (buf != small) free(buf);
+  return code;
+}
+
+/* ---- the entry ------------------------------------------------------------------------ */
+
+static nb_code check_tensors(nb_ctx *c, const char *what, nb_tensor *const *ts, int n) {
+  if (n < 0 || (n > 0 && !ts)) return nb_fail(c, NB_INVALID, "nb_gradients: %s is NULL or has negative length", what);
+  for (int i = 0; i < n; i++)
+    if (!ts[i] || ts[i]->graph != c->graph)
+      return nb_fail(c, NB_INVALID, "nb_gradients: %s[%d] is not a tensor of this context's graph", what, i);
+  return NB_OK;
+}
+
+static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+                          const nb_grad_opts *o, nb_tensor **dxs) {
+  if (!c->graph) return nb_fail(c, NB_INVALID, "nb_gradients needs a graph context; eager code uses a tape");
+  if (nx > 0 && !dxs) return nb_fail(c, NB_INVALID, "nb_gradients: dxs is NULL");
+  nb_code code = check_tensors(c, "ys", ys, ny);
+  if (!code) code = check_tensors(c, "xs", xs, nx);
+  if (!code && o->grad_ys) code = check_tensors(c, "grad_ys", o->grad_ys, ny);
+  for (int i = 0; !code && o->grad_ys && i < ny; i++)
+    if (o->grad_ys[i]->dtype != ys[i]->dtype)
+      code = nb_fail(c, NB_DTYPE, "nb_gradients: grad_ys[%d] has dtype %s, ys[%d] has %s", i,
+                     nb_dtype_name(o->grad_ys[i]->dtype), i, nb_dtype_name(ys[i]->dtype));
+  if (!code && (o->nstop < 0 || (o->nstop > 0 && !o->stop)))
+    code = nb_fail(c, NB_INVALID, "nb_gradients: stop is NULL or has negative length");
+  if (!code && o->aggregation != NB_AGG_ADD_N && o->aggregation != NB_AGG_TREE)
+    code = nb_fail(c, NB_INVALID, "nb_gradients: unknown aggregation %d", o->aggregation);
+  return code;
+}
+
+/* The unique scope "gradients/" (or "gradients_1/", ... or opts.name) under the current one. */
+static nb_code open_scope(pass *p) {
+  const char *name = nb_graph_unique_name(p->g, p->o->name ? p->o->name : "gradients");
+  if (!name || strlen(name) + 2 > NB_SCOPE_CAP) return nb_fail(p->c, NB_INVALID, "nb_gradients: bad scope name");
+  snprintf(p->scope, sizeof p->scope, "%s/", name);
+  return NB_OK;
+}
+
+/* ones_like(y), or grad_ys[i], as the incoming gradient of each y. */
+static nb_code seed(pass *p, nb_tensor *const *ys, int ny) {
+  snprintf(p->g->scope, NB_SCOPE_CAP, "%s", p->scope);
+  p->g->scope_len = (int)strlen(p->g->scope);
+  for (int i = 0; i < ny; i++) {
+    if (!in_between(p, ys[i]->node) || !is_float(ys[i]->dtype)) continue;
+    nb_tensor *g = p->o->grad_ys ? p->o->grad_ys[i] : nb_ones_like(p->c, ys[i]);
+    if (!g) return nb_status(p->c);
+    if (add_grad(p, ys[i]->node, ys[i]->out, g)) return nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
+    if (!p->o->grad_ys) nb_tensor_free(g);
+  }
+  return NB_OK;
+}
+
+/* The gradient of each x: its aggregated list, or NULL/zeros when unconnected. */
+static nb_code results(pass *p, nb_tensor *const *xs, int nx, nb_tensor **dxs) {
+  snprintf(p->g->scope, NB_SCOPE_CAP, "%s", p->scope);
+  p->g->scope_len = (int)strlen(p->g->scope);
+  for (int i = 0; i < nx; i++) {
+    const nb_node *n = &p->g->nodes[xs[i]->node];
+    int32_t head = in_between(p, xs[i]->node) ? p->heads[p->out_base[n->slot] + xs[i]->out] : -1;
+    dxs[i] = aggregate(p, head);
+    if (!dxs[i] && p->o->unconnected_zero && is_float(xs[i]->dtype)) dxs[i] = nb_zeros_like(p->c, xs[i]);
+  }
+  return nb_status(p->c);
+}
+
+static void pass_free(pass *p) {
+  free(p->between);
+  free(p->out_base);
+  free(p->heads);
+  free(p->entries);
+  free(p->queue);
+  free(p->needs);
+}
+
+nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+                     const nb_grad_opts *o, nb_tensor **dxs) {
+  if (!c) return NB_INVALID;
+  for (int i = 0; dxs && i < nx; i++) dxs[i] = NULL;
+  if (c->status) return c->status;
+  nb_grad_opts defaults = {0};
+  if (!o) o = &defaults;
+  nb_code code = check_args(c, ys, ny, xs, nx, o, dxs);
+  if (code) return code;
+  nb_grad_builtins_init();
+  nb_graph *g = c->graph;
+  pass p = {.c = c, .g = g, .o = o, .gen = nb_graph_next_gen(g)};
+  char saved_scope[NB_SCOPE_CAP];
+  memcpy(saved_scope, g->scope, sizeof saved_scope);
+  int saved_len = g->scope_len;
+  code = open_scope(&p);
+  if (!code && (mark_between(&p, ys, ny, xs, nx) || prepare(&p))) code = nb_fail(c, NB_NOMEM, "gradients: out of memory");
+  if (!code) code = seed(&p, ys, ny);
+  if (!code) code = run_queue(&p);
+  if (!code) code = results(&p, xs, nx, dxs);
+  memcpy(g->scope, saved_scope, sizeof saved_scope);
+  g->scope_len = saved_len;
+  pass_free(&p);
+  if (code)
+    for (int i = 0; i < nx; i++) {
+      nb_tensor_free(dxs[i]);
+      dxs[i] = NULL;
+    }
+  return code;
+}
+
+/* ---- nb_find_non_differentiable -------------------------------------------------------- */
+
+/* Writes "a -> b -> ..." for the path from an x to node id (backwards through between
+   inputs) and on to a y (forwards through between consumers). */
+static size_t path_str(const pass *p, int32_t id, char *out, size_t cap) {
+  const nb_graph *g = p->g;
+  int32_t chain[64];
+  int len = 0;
+  for (int32_t cur = id; cur >= 0 && len < 64;) {
+    chain[len++] = cur;
+    int32_t next = -1;
+    const nb_node *n = &g->nodes[cur];
+    for (int32_t i = 0; i < n->nin && next < 0; i++)
+      if (in_between(p, g->edges[n->in0 + i].src)) next = g->edges[n->in0 + i].src;
+    cur = next;
+  }
+  size_t w = 0;
+  for (int i = len - 1; i >= 0 && w < cap; i--)
+    w += (size_t)snprintf(out + w, cap - w, "%s%s", g->nodes[chain[i]].name, i ? " -> " : "");
+  int32_t cur = id;
+  for (int steps = 0; steps < 64 && w < cap; steps++) {
+    int32_t next = -1;
+    for (int32_t e = g->nodes[cur].first_use; e >= 0 && next < 0; e = g->edges[e].next_use)
+      if (g->edges[e].out >= 0 && in_between(p, g->edges[e].consumer)) next = g->edges[e].consumer;
+    if (next < 0) break;
+    w += (size_t)snprintf(out + w, cap - w, " -> %s", g->nodes[next].name);
+    cur = next;
+  }
+  return w;
+}
+
+nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx, nb_tensor *const *ys, int ny,
+                                   char *report, size_t cap) {
+  if (!g || !report || cap == 0 || nx < 0 || ny < 0 || (nx && !xs) || (ny && !ys)) return NB_INVALID;
+  for (int i = 0; i < nx; i++)
+    if (!xs[i] || xs[i]->graph != g) return NB_INVALID;
+  for (int i = 0; i < ny; i++)
+    if (!ys[i] || ys[i]->graph != g) return NB_INVALID;
+  nb_grad_builtins_init();
+  pass p = {.g = g, .gen = nb_graph_next_gen(g)};
+  report[0] = '\0';
+  if (mark_between(&p, ys, ny, xs, nx)) return NB_NOMEM;
+  size_t w = 0;
+  char path[1024];
+  for (int32_t i = 0; i < p.nbetween && w < cap; i++) {
+    const nb_node *n = &g->nodes[p.between[i]];
+    nb_grad_fn fn;
+    nb_grad_kind kind = nb_grad_lookup(n->def, n->grad_name, &fn);
+    if (kind == NB_GRAD_FN || !feeds_between(&p, n)) continue;
+    path_str(&p, p.between[i], path, sizeof path);
+    w += (size_t)snprintf(report + w, cap - w, "%s '%s' (op type: %s): %s\n",
+                          kind == NB_GRAD_STOP ? "Not differentiable:" : "No gradient defined for operation",
+                          n->name, n->def->name, path);
+  }
+  free(p.between);
+  return NB_OK;
+}

@@ -1,0 +1,188 @@
+/* The gradient registry: a slot per op type (by the op's dense id) plus free names for
+   gradient_override_map. Built-in gradients register once, before any user call, so a
+   user registration for an op that already has one is reported as a duplicate. */
+#include "autodiff.h"
+
+#include "../grad/grad.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NB_MAX_OP_SLOTS 512
+
+typedef struct named_grad {
+  char *name;
+  nb_grad_fn fn;
+} named_grad;
+
+static nb_grad_fn op_fns[NB_MAX_OP_SLOTS];
+static bool op_stops[NB_MAX_OP_SLOTS];
+static named_grad *named;
+static int nnamed, named_cap;
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
+
+static void register_builtins(void) { nb_register_builtin_gradients(); }
+
+void nb_grad_builtins_init(void) {
+  nb_registry_init();
+  pthread_once(&builtins_once, register_builtins);
+}
+
+static named_grad *find_named(const char *name) {
+  for (int i = 0; i < nnamed; i++)
+    if (strcmp(named[i].name, name) == 0) return &named[i];
+  return NULL;
+}
+
+static nb_code add_named(const char *name, nb_grad_fn f) {
+  if (find_named(name)) return NB_INVALID;
+  if (nnamed == named_cap) {
+    int cap = named_cap ? named_cap * 2 : 16;
+    named_grad *n = realloc(named, (size_t)cap * sizeof *n);
+    if (!n) return NB_NOMEM;
+    named = n;
+    named_cap = cap;
+  }
+  size_t len = strlen(name) + 1;
+  char *copy = malloc(len);
+  if (!copy) return NB_NOMEM;
+  memcpy(copy, name, len);
+  named[nnamed++] = (named_grad){copy, f};
+  return NB_OK;
+}
+
+/* f NULL registers "no gradient" for an op type. */
+static nb_code register_grad(const char *name, nb_grad_fn f) {
+  if (!name || !*name) return NB_INVALID;
+  const nb_op_def *def = nb_op_lookup(name);
+  pthread_mutex_lock(&registry_lock);
+  nb_code code = NB_OK;
+  if (def) {
+    if (op_fns[def->id] || op_stops[def->id])
+      code = NB_INVALID;
+    else if (f)
+      op_fns[def->id] = f;
+    else
+      op_stops[def->id] = true;
+  } else {
+    code = f ? add_named(name, f) : NB_NOT_FOUND;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return code;
+}
+
+nb_code nb_register_gradient(const char *name, nb_grad_fn f) {
+  nb_grad_builtins_init();
+  return f ? register_grad(name, f) : NB_INVALID;
+}
+
+nb_code nb_register_no_gradient(const char *op_type) {
+  nb_grad_builtins_init();
+  return register_grad(op_type, NULL);
+}
+
+/* Registration used by the built-in gradient files (inside the once-block). */
+nb_code nb_register_builtin(const char *name, nb_grad_fn f) { return register_grad(name, f); }
+
+nb_grad_kind nb_grad_lookup(const nb_op_def *def, const char *override_name, nb_grad_fn *fn) {
+  *fn = NULL;
+  if (override_name) {
+    const nb_op_def *target = nb_op_lookup(override_name);
+    if (target) return nb_grad_lookup(target, NULL, fn);
+    const named_grad *n = find_named(override_name);
+    if (!n) return NB_GRAD_NONE;
+    *fn = n->fn;
+    return NB_GRAD_FN;
+  }
+  if (op_stops[def->id]) return NB_GRAD_STOP;
+  *fn = op_fns[def->id];
+  return *fn ? NB_GRAD_FN : NB_GRAD_NONE;
+}
+
+bool nb_has_gradient(const char *op_type) {
+  nb_grad_builtins_init();
+  const nb_op_def *def = op_type ? nb_op_lookup(op_type) : NULL;
+  return def && op_fns[def->id];
+}
+
+int nb_num_op_types(void) {
+  nb_registry_init();
+  return nb_op_count();
+}
+
+const char *nb_op_type_name(int i) {
+  const nb_op_def *def = nb_op_by_id(i);
+  return def ? def->name : NULL;
+}
+
+/* ---- gradient_override_map ------------------------------------------------------------- */
+
+nb_code nb_gradient_override_push(nb_graph *g, const char *op_type, const char *grad_name) {
+  if (!g || !op_type || !grad_name) return NB_INVALID;
+  nb_grad_builtins_init();
+  const nb_op_def *def = nb_op_lookup(grad_name);
+  if (!(def && (op_fns[def->id] || op_stops[def->id])) && !find_named(grad_name)) return NB_NOT_FOUND;
+  if (g->noverrides == g->overrides_cap) {
+    int cap = g->overrides_cap ? g->overrides_cap * 2 : 8;
+    nb_override *o = realloc(g->overrides, (size_t)cap * sizeof *o);
+    if (!o) return NB_NOMEM;
+    g->overrides = o;
+    g->overrides_cap = cap;
+  }
+  const char *t = nb_arena_strdup(g, op_type), *n = nb_arena_strdup(g, grad_name);
+  if (!t || !n) return NB_NOMEM;
+  g->overrides[g->noverrides++] = (nb_override){t, n};
+  return NB_OK;
+}
+
+void nb_gradient_override_pop(nb_graph *g) {
+  if (g && g->noverrides > 0) g->noverrides--;
+}
+
+/* ---- the forward-op view ----------------------------------------------------------------- */
+
+bool nb_fwd_input_needs_grad(const nb_fwd_op *op, int i) {
+  return op && i >= 0 && i < op->nin && (!op->needs_grad || op->needs_grad[i]);
+}
+
+const char *nb_fwd_type(const nb_fwd_op *op) { return op ? op->def->name : NULL; }
+const char *nb_fwd_name(const nb_fwd_op *op) { return op ? op->name : NULL; }
+int nb_fwd_num_inputs(const nb_fwd_op *op) { return op ? op->nin : 0; }
+int nb_fwd_num_outputs(const nb_fwd_op *op) { return op ? op->nout : 0; }
+nb_tensor *nb_fwd_input(const nb_fwd_op *op, int i) { return op && i >= 0 && i < op->nin ? op->in[i] : NULL; }
+nb_tensor *nb_fwd_output(const nb_fwd_op *op, int i) { return op && i >= 0 && i < op->nout ? op->out[i] : NULL; }
+
+static const nb_attrval *attr_named(const nb_fwd_op *op, const char *name) {
+  if (!op || !name) return NULL;
+  for (int i = 0; i < op->def->nattrs; i++)
+    if (strcmp(op->def->attrs[i].name, name) == 0) return &op->attr[i];
+  return NULL;
+}
+
+int64_t nb_fwd_attr_int(const nb_fwd_op *op, const char *name) {
+  const nb_attrval *a = attr_named(op, name);
+  return a ? a->i : 0;
+}
+double nb_fwd_attr_float(const nb_fwd_op *op, const char *name) {
+  const nb_attrval *a = attr_named(op, name);
+  return a ? a->f : 0;
+}
+bool nb_fwd_attr_bool(const nb_fwd_op *op, const char *name) {
+  const nb_attrval *a = attr_named(op, name);
+  return a ? a->b : false;
+}
+nb_dtype nb_fwd_attr_type(const nb_fwd_op *op, const char *name) {
+  const nb_attrval *a = attr_named(op, name);
+  return a ? a->type : NB_F32;
+}
+const int64_t *nb_fwd_attr_ints(const nb_fwd_op *op, const char *name, int *n) {
+  const nb_attrval *a = attr_named(op, name);
+  if (n) *n = a ? a->n : 0;
+  return a ? a->ints : NULL;
+}
+const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name) {
+  const nb_attrval *a = attr_named(op, name);
+  return a ? a->s : NULL;
+}

@@ -1,0 +1,56 @@
+/* Built-in gradient registration and helpers shared by the gradient files. */
+#include "grad.h"
+
+#include <string.h>
+
+void nb_register_builtin_gradients(void) {
+  nb_register_math_grads();
+  nb_register_reduce_grads();
+  nb_register_linalg_grads();
+  nb_register_array_grads();
+  nb_register_slicing_grads();
+}
+
+nb_tensor *nbg_scalar_like(nb_ctx *c, nb_tensor *x, double v) { return nb_scalar(c, nb_dtype_of(x), v); }
+
+bool nbg_static(const nb_tensor *x) {
+  if (nb_rank(x) < 0) return false;
+  for (int i = 0; i < nb_rank(x); i++)
+    if (nb_shape(x)[i] < 0) return false;
+  return true;
+}
+
+bool nbg_same_shape(const nb_tensor *x, const nb_tensor *y) {
+  return nbg_static(x) && nbg_static(y) && nb_rank(x) == nb_rank(y) &&
+         memcmp(nb_shape(x), nb_shape(y), (size_t)nb_rank(x) * sizeof(int64_t)) == 0;
+}
+
+/* The axes of dy (rank r) along which x (rank rx <= r) was broadcast: the leading r - rx
+   axes, and those where x has 1 and dy does not. */
+static int broadcast_axes(const nb_tensor *dy, const nb_tensor *x, int *axes) {
+  int r = nb_rank(dy), lead = r - nb_rank(x), n = 0;
+  for (int i = 0; i < r; i++)
+    if (i < lead || (nb_shape(x)[i - lead] == 1 && nb_shape(dy)[i] != 1)) axes[n++] = i;
+  return n;
+}
+
+static nb_tensor *reduce_dynamic(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {
+  nb_tensor *sx = nb_shape_op(c, x, NB_I32), *sy = nb_shape_op(c, dy, NB_I32);
+  nb_tensor *in[2] = {sx, sy}, *r[2] = {NULL, NULL};
+  nb_op(c, "BroadcastGradientArgs", in, 2, NULL, 0, r, 2);
+  nb_tensor *sum_in[2] = {dy, r[0]}, *summed = NULL;
+  nb_op(c, "Sum", sum_in, 2, NULL, 0, &summed, 1);
+  nb_tensor *reshape_in[2] = {summed, sx}, *out = NULL;
+  nb_op(c, "Reshape", reshape_in, 2, NULL, 0, &out, 1);
+  return out;
+}
+
+nb_tensor *nbg_reduce_to(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {
+  if (!dy || !x) return NULL;
+  if (nbg_same_shape(dy, x)) return dy;
+  if (!nbg_static(dy) || !nbg_static(x)) return reduce_dynamic(c, dy, x);
+  int axes[NB_MAX_RANK];
+  int n = broadcast_axes(dy, x, axes);
+  nb_tensor *s = n ? nb_sum(c, dy, axes, n, false) : dy;
+  return nb_rank(s) == nb_rank(x) && nbg_same_shape(s, x) ? s : nb_reshape(c, s, nb_shape(x), nb_rank(x));
+}

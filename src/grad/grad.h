@@ -1,0 +1,29 @@
+/* Shared by the built-in gradient files. Gradient functions are ordinary users of the
+   public API (nabla.h only), which is what lets one function serve graphs, tapes and
+   higher orders. */
+#ifndef NB_GRAD_H
+#define NB_GRAD_H
+
+#include "nabla.h"
+
+/* Registration of the built-in gradients (called once by the registry). */
+void nb_register_builtin_gradients(void);
+nb_code nb_register_builtin(const char *name, nb_grad_fn f);
+void nb_register_math_grads(void);
+void nb_register_reduce_grads(void);
+void nb_register_linalg_grads(void);
+void nb_register_array_grads(void);
+void nb_register_slicing_grads(void);
+
+/* A scalar of x's dtype. */
+nb_tensor *nbg_scalar_like(nb_ctx *c, nb_tensor *x, double v);
+/* dy summed down to x's shape: the gradient of a broadcast. Static shapes give at most a
+   Sum and a Reshape (nothing when the shapes are equal); unknown shapes use Shape and
+   BroadcastGradientArgs at run time. */
+nb_tensor *nbg_reduce_to(nb_ctx *c, nb_tensor *dy, nb_tensor *x);
+/* Whether every dim of x is known. */
+bool nbg_static(const nb_tensor *x);
+/* Whether x and y have the same known shape. */
+bool nbg_same_shape(const nb_tensor *x, const nb_tensor *y);
+
+#endif

@@ -1,0 +1,324 @@
+/* Gradients of the math family, after TF's math_grad.py and nn_grad.py. Every rule is
+   written with public op calls only, so it builds graph nodes, runs on a tape and can be
+   differentiated again (the fused gradient ops have gradients of their own below). */
+#include "grad.h"
+
+/* Every math op has one output: a rule gets its incoming gradient dy directly, and an
+   output without a gradient gives its inputs none. */
+#define GRAD(name)                                                                              \
+  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs);   \
+  static nb_code name(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) { \
+    return dys[0] ? name##_rule(c, op, dys[0], dxs) : NB_OK;                                    \
+  }                                                                                             \
+  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs)
+
+static nb_tensor *in0(const nb_fwd_op *op) { return nb_fwd_input(op, 0); }
+static nb_tensor *in1(const nb_fwd_op *op) { return nb_fwd_input(op, 1); }
+static nb_tensor *out0(const nb_fwd_op *op) { return nb_fwd_output(op, 0); }
+static nb_tensor *scalar(nb_ctx *c, nb_tensor *like, double v) { return nbg_scalar_like(c, like, v); }
+static bool is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
+
+/* The gradients gx, gy of a broadcasting binary op, each summed down to its input's shape. */
+/* Whether the pass wants input i's gradient: the others need no ops at all. */
+#define NEED(i) nb_fwd_input_needs_grad(op, i)
+
+static nb_code reduced_pair(nb_ctx *c, const nb_fwd_op *op, nb_tensor **dxs, nb_tensor *gx, nb_tensor *gy) {
+  dxs[0] = NEED(0) ? nbg_reduce_to(c, gx, in0(op)) : NULL;
+  dxs[1] = NEED(1) ? nbg_reduce_to(c, gy, in1(op)) : NULL;
+  return nb_status(c);
+}
+
+/* ---- unary ----------------------------------------------------------------------------- */
+
+/* y = -x: dx = -dy */
+GRAD(neg_grad) {
+  (void)op;
+  dxs[0] = nb_neg(c, dy);
+  return nb_status(c);
+}
+
+/* y = e^x: dy/dx = y */
+GRAD(exp_grad) {
+  dxs[0] = nb_mul(c, dy, out0(op));
+  return nb_status(c);
+}
+
+/* y = ln x: dy/dx = 1/x */
+GRAD(log_grad) {
+  dxs[0] = nb_mul(c, dy, nb_reciprocal(c, in0(op)));
+  return nb_status(c);
+}
+
+/* y = ln(1 + x): dy/dx = 1/(1 + x) */
+GRAD(log1p_grad) {
+  nb_tensor *x = in0(op);
+  dxs[0] = nb_mul(c, dy, nb_reciprocal(c, nb_add(c, scalar(c, x, 1), x)));
+  return nb_status(c);
+}
+
+/* y = sqrt(x): dy/dx = 1/(2y), so dx = SqrtGrad(y, dy) */
+GRAD(sqrt_grad) {
+  dxs[0] = nb_sqrt_grad(c, out0(op), dy);
+  return nb_status(c);
+}
+
+/* y = x^(-1/2): dy/dx = -y^3/2, so dx = RsqrtGrad(y, dy) */
+GRAD(rsqrt_grad) {
+  dxs[0] = nb_rsqrt_grad(c, out0(op), dy);
+  return nb_status(c);
+}
+
+/* y = 1/x: dy/dx = -y^2, so dx = ReciprocalGrad(y, dy) */
+GRAD(reciprocal_grad) {
+  dxs[0] = nb_reciprocal_grad(c, out0(op), dy);
+  return nb_status(c);
+}
+
+/* y = x^2: dy/dx = 2x */
+GRAD(square_grad) {
+  nb_tensor *x = in0(op);
+  dxs[0] = nb_mul(c, dy, nb_mul(c, x, scalar(c, x, 2)));
+  return nb_status(c);
+}
+
+/* y = |x|: dy/dx = sign(x) (0 at x = 0) */
+GRAD(abs_grad) {
+  dxs[0] = nb_mul(c, dy, nb_sign(c, in0(op)));
+  return nb_status(c);
+}
+
+/* y = sign(x) is piecewise constant: TF gives zeros, not "no gradient" */
+GRAD(sign_grad) {
+  (void)dy;
+  dxs[0] = nb_zeros_like(c, in0(op));
+  return nb_status(c);
+}
+
+/* y = tanh x: dy/dx = 1 - y^2, so dx = TanhGrad(y, dy) */
+GRAD(tanh_grad) {
+  dxs[0] = nb_tanh_grad(c, out0(op), dy);
+  return nb_status(c);
+}
+
+/* y = sigmoid(x): dy/dx = y (1 - y), so dx = SigmoidGrad(y, dy) */
+GRAD(sigmoid_grad) {
+  dxs[0] = nb_sigmoid_grad(c, out0(op), dy);
+  return nb_status(c);
+}
+
+/* y = max(x, 0): dy/dx = [y > 0] (TF reads the output), so dx = ReluGrad(dy, y) */
+GRAD(relu_grad) {
+  dxs[0] = nb_relu_grad(c, dy, out0(op));
+  return nb_status(c);
+}
+
+/* y = elu(x): dy/dx = y + 1 where y < 0, else 1, so dx = EluGrad(dy, y) */
+GRAD(elu_grad) {
+  dxs[0] = nb_elu_grad(c, dy, out0(op));
+  return nb_status(c);
+}
+
+/* y = ln(1 + e^x): dy/dx = sigmoid(x), so dx = SoftplusGrad(dy, x) */
+GRAD(softplus_grad) {
+  dxs[0] = nb_softplus_grad(c, dy, in0(op));
+  return nb_status(c);
+}
+
+/* y = sin x: dy/dx = cos x */
+GRAD(sin_grad) {
+  dxs[0] = nb_mul(c, dy, nb_cos(c, in0(op)));
+  return nb_status(c);
+}
+
+/* y = cos x: dy/dx = -sin x */
+GRAD(cos_grad) {
+  dxs[0] = nb_mul(c, nb_neg(c, dy), nb_sin(c, in0(op)));
+  return nb_status(c);
+}
+
+/* ---- binary (broadcasting) ---------------------------------------------------------------- */
+
+/* z = x + y (AddV2 and Add): dz/dx = dz/dy = 1 */
+GRAD(add_grad) { return reduced_pair(c, op, dxs, dy, dy); }
+
+/* z = x - y: dz/dx = 1, dz/dy = -1 */
+GRAD(sub_grad) { return reduced_pair(c, op, dxs, dy, NEED(1) ? nb_neg(c, dy) : NULL); }
+
+/* z = x y: dz/dx = y, dz/dy = x */
+GRAD(mul_grad) {
+  nb_tensor *x = in0(op), *y = in1(op);
+  return reduced_pair(c, op, dxs, NEED(0) ? nb_mul(c, dy, y) : NULL, NEED(1) ? nb_mul(c, x, dy) : NULL);
+}
+
+/* z = x / y: dz/dx = 1/y, dz/dy = -x/y^2 (as (-x/y)/y, TF's order, which cannot overflow y^2) */
+GRAD(real_div_grad) {
+  nb_tensor *x = in0(op), *y = in1(op);
+  nb_tensor *gy = NEED(1) ? nb_mul(c, dy, nb_real_div(c, nb_real_div(c, nb_neg(c, x), y), y)) : NULL;
+  return reduced_pair(c, op, dxs, NEED(0) ? nb_real_div(c, dy, y) : NULL, gy);
+}
+
+/* TF's ln x for the exponent's gradient: 0 where x <= 0 (no real logarithm there), computed
+   on a safe input so the unused branch holds no NaN that a second derivative would spread. */
+static nb_tensor *log_where_positive(nb_ctx *c, nb_tensor *x) {
+  nb_tensor *positive = nb_greater(c, x, scalar(c, x, 0));
+  nb_tensor *safe_x = nb_select(c, positive, x, nb_ones_like(c, x));
+  return nb_select(c, positive, nb_log(c, safe_x), nb_zeros_like(c, x));
+}
+
+/* z = x^y: dz/dx = y x^(y-1), dz/dy = z ln x (taken as 0 where x <= 0) */
+GRAD(pow_grad) {
+  nb_tensor *x = in0(op), *y = in1(op);
+  nb_tensor *gx = nb_mul(c, nb_mul(c, dy, y), nb_pow(c, x, nb_sub(c, y, scalar(c, y, 1))));
+  nb_tensor *gy = nb_mul(c, nb_mul(c, dy, out0(op)), log_where_positive(c, x));
+  return reduced_pair(c, op, dxs, gx, gy);
+}
+
+/* z = (x - y)^2: dz/dx = 2 (x - y) = -dz/dy */
+GRAD(squared_difference_grad) {
+  nb_tensor *x = in0(op), *y = in1(op);
+  nb_tensor *gx = nb_mul(c, nb_mul(c, scalar(c, dy, 2), dy), nb_sub(c, x, y));
+  return reduced_pair(c, op, dxs, gx, nb_neg(c, gx));
+}
+
+/* z = x where x_wins else y: dz goes to the selected input; ties go to x as in TF. */
+static nb_code select_between(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs, nb_tensor *x_wins) {
+  nb_tensor *zero = scalar(c, dy, 0);
+  return reduced_pair(c, op, dxs, nb_select(c, x_wins, dy, zero), nb_select(c, x_wins, zero, dy));
+}
+
+/* z = max(x, y): x is selected where x >= y */
+GRAD(maximum_grad) { return select_between(c, op, dy, dxs, nb_greater_equal(c, in0(op), in1(op))); }
+
+/* z = min(x, y): x is selected where x <= y */
+GRAD(minimum_grad) { return select_between(c, op, dy, dxs, nb_less_equal(c, in0(op), in1(op))); }
+
+/* ---- selection, casts, sums, identity ---------------------------------------------------------- */
+
+/* z = cond ? t : e (all broadcasting): dz goes to the branch taken, none to the bool cond */
+GRAD(select_grad) {
+  nb_tensor *cond = in0(op), *zero = scalar(c, dy, 0);
+  dxs[0] = NULL;
+  dxs[1] = nbg_reduce_to(c, nb_select(c, cond, dy, zero), nb_fwd_input(op, 1));
+  dxs[2] = nbg_reduce_to(c, nb_select(c, cond, zero, dy), nb_fwd_input(op, 2));
+  return nb_status(c);
+}
+
+/* y = cast(x): the gradient casts back, only between float types (none to or from ints/bool) */
+GRAD(cast_grad) {
+  nb_dtype src = nb_dtype_of(in0(op));
+  dxs[0] = is_float(src) && is_float(nb_dtype_of(dy)) ? nb_cast(c, dy, src) : NULL;
+  return nb_status(c);
+}
+
+/* y = x_1 + ... + x_n: each input gets dy */
+GRAD(add_n_grad) {
+  (void)c;
+  for (int i = 0; i < nb_fwd_num_inputs(op); i++) dxs[i] = dy;
+  return NB_OK;
+}
+
+/* y = x: dx = dy */
+GRAD(identity_grad) {
+  (void)c;
+  (void)op;
+  dxs[0] = dy;
+  return NB_OK;
+}
+
+/* ---- the fused gradient ops (second order) ---------------------------------------------------------
+   Each is g(y, dy) (or g(dy, x)) written d below; its gradient takes the incoming ddx. */
+
+/* d = dy (1 - y^2): dd/dy = -2 y dy, dd/d(dy) = 1 - y^2, i.e. TanhGrad(y, ddx) */
+GRAD(tanh_grad_grad) {
+  nb_tensor *y = in0(op), *g = in1(op);
+  dxs[0] = nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y);
+  dxs[1] = nb_tanh_grad(c, y, dy);
+  return nb_status(c);
+}
+
+/* d = dy y (1 - y): dd/dy = dy (1 - 2y), dd/d(dy) = y (1 - y), i.e. SigmoidGrad(y, ddx) */
+GRAD(sigmoid_grad_grad) {
+  nb_tensor *y = in0(op), *gb = nb_mul(c, dy, in1(op));
+  dxs[0] = nb_sub(c, gb, nb_mul(c, nb_mul(c, scalar(c, gb, 2), gb), y));
+  dxs[1] = nb_sigmoid_grad(c, y, dy);
+  return nb_status(c);
+}
+
+/* d = -dy y^3 / 2: dd/dy = -3/2 dy y^2, dd/d(dy) = -y^3 / 2, i.e. RsqrtGrad(y, ddx) */
+GRAD(rsqrt_grad_grad) {
+  nb_tensor *y = in0(op), *g = in1(op);
+  dxs[0] = nb_mul(c, nb_mul(c, nb_mul(c, scalar(c, dy, -1.5), dy), g), nb_square(c, y));
+  dxs[1] = nb_rsqrt_grad(c, y, dy);
+  return nb_status(c);
+}
+
+/* d = dy / (2y): dd/dy = -d / y, dd/d(dy) = 1 / (2y) */
+GRAD(sqrt_grad_grad) {
+  nb_tensor *ga = nb_real_div(c, dy, in0(op));
+  dxs[0] = nb_mul(c, nb_neg(c, ga), out0(op));
+  dxs[1] = nb_mul(c, scalar(c, ga, 0.5), ga);
+  return nb_status(c);
+}
+
+/* d = -dy y^2: dd/dy = -2 y dy, dd/d(dy) = -y^2, i.e. ReciprocalGrad(y, ddx) */
+GRAD(reciprocal_grad_grad) {
+  nb_tensor *y = in0(op), *g = in1(op);
+  dxs[0] = nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y);
+  dxs[1] = nb_reciprocal_grad(c, y, dy);
+  return nb_status(c);
+}
+
+/* d = gradients [features > 0]: linear in gradients (ReluGrad(ddx, features)), piecewise
+   constant in features (zeros) */
+GRAD(relu_grad_grad) {
+  nb_tensor *features = in1(op);
+  dxs[0] = nb_relu_grad(c, dy, features);
+  dxs[1] = nb_zeros_like(c, features);
+  return nb_status(c);
+}
+
+/* d = gradients (outputs + 1) where outputs < 0, else gradients: linear in gradients
+   (EluGrad(ddx, outputs)); dd/d(outputs) = gradients where outputs < 0, else 0 */
+GRAD(elu_grad_grad) {
+  nb_tensor *g = in0(op), *outputs = in1(op);
+  nb_tensor *negative = nb_less(c, outputs, scalar(c, outputs, 0));
+  dxs[0] = nb_elu_grad(c, dy, outputs);
+  dxs[1] = nb_select(c, negative, nb_mul(c, dy, g), nb_zeros_like(c, outputs));
+  return nb_status(c);
+}
+
+/* d = gradients sigmoid(x): linear in gradients (SoftplusGrad(ddx, x)); dd/dx =
+   gradients sigmoid'(x) = gradients / (e^-x + 2 + e^x) */
+GRAD(softplus_grad_grad) {
+  nb_tensor *g = in0(op), *x = in1(op);
+  nb_tensor *denom = nb_add(c, nb_add(c, nb_exp(c, nb_neg(c, x)), scalar(c, x, 2)), nb_exp(c, x));
+  dxs[0] = nb_softplus_grad(c, dy, x);
+  dxs[1] = nb_real_div(c, nb_mul(c, dy, g), denom);
+  return nb_status(c);
+}
+
+void nb_register_math_grads(void) {
+  static const struct {
+    const char *op;
+    nb_grad_fn fn;
+  } table[] = {
+      {"Neg", neg_grad}, {"Exp", exp_grad}, {"Log", log_grad}, {"Log1p", log1p_grad},
+      {"Sqrt", sqrt_grad}, {"Rsqrt", rsqrt_grad}, {"Reciprocal", reciprocal_grad},
+      {"Square", square_grad}, {"Abs", abs_grad}, {"Sign", sign_grad}, {"Tanh", tanh_grad},
+      {"Sigmoid", sigmoid_grad}, {"Relu", relu_grad}, {"Elu", elu_grad},
+      {"Softplus", softplus_grad}, {"Sin", sin_grad}, {"Cos", cos_grad},
+      {"AddV2", add_grad}, {"Add", add_grad}, {"Sub", sub_grad}, {"Mul", mul_grad},
+      {"RealDiv", real_div_grad}, {"Pow", pow_grad}, {"SquaredDifference", squared_difference_grad},
+      {"Maximum", maximum_grad}, {"Minimum", minimum_grad}, {"SelectV2", select_grad},
+      {"Cast", cast_grad}, {"AddN", add_n_grad}, {"Identity", identity_grad},
+      {"TanhGrad", tanh_grad_grad}, {"SigmoidGrad", sigmoid_grad_grad},
+      {"RsqrtGrad", rsqrt_grad_grad}, {"SqrtGrad", sqrt_grad_grad},
+      {"ReciprocalGrad", reciprocal_grad_grad}, {"ReluGrad", relu_grad_grad},
+      {"EluGrad", elu_grad_grad}, {"SoftplusGrad", softplus_grad_grad},
+      /* TF's NotDifferentiable math ops: bool results, and StopGradient by definition */
+      {"Less", NULL}, {"LessEqual", NULL}, {"Greater", NULL}, {"GreaterEqual", NULL},
+      {"Equal", NULL}, {"NotEqual", NULL}, {"LogicalAnd", NULL}, {"LogicalOr", NULL},
+      {"LogicalNot", NULL}, {"StopGradient", NULL},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) nb_register_builtin(table[i].op, table[i].fn);
+}

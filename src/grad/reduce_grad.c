@@ -1,0 +1,169 @@
+/* Gradients of the reductions (TF's math_grad.py: _SumGrad, _MeanGrad, _MinOrMaxGrad,
+   _ProdGrad). Every reduction takes (input, axis) and keep_dims; the axis input never gets
+   a gradient.
+
+   The reduced axes are not readable in C (in a graph the axis is a symbolic tensor), and
+   the input and output shapes alone are ambiguous (reducing [2,2] to [2] may have used
+   either axis). So the shape with the reduced dims kept as 1 is computed with ops that
+   take the axis tensor itself as an input (TF's reduced_shape): when the input's shape
+   and the axis are known at build time these ops fold to constants, so the tensors made
+   from them keep static shapes and cost nothing at run time; otherwise they run. */
+#include "grad.h"
+
+/* The forward reduction's kept-dims shape, an int tensor of the axis dtype: the input's
+   shape with 1 at every reduced axis (negative and repeated axes allowed). The reduced
+   axes are marked by a segment sum of ones at the axes (nabla has no DynamicStitch). */
+static nb_tensor *kept_dims_shape(nb_ctx *c, const nb_fwd_op *op) {
+  nb_tensor *x = nb_fwd_input(op, 0), *axes = nb_fwd_input(op, 1);
+  nb_dtype t = nb_dtype_of(axes);
+  /* Sum of the shape's shape is the rank as a scalar (a Reshape would not fold: views
+     carry no build-time value) */
+  const int first[1] = {0};
+  nb_tensor *shape = nb_shape_op(c, x, t), *rank = nb_sum(c, nb_shape_op(c, shape, t), first, 1, false);
+  nb_tensor *zero = nb_scalar(c, t, 0);
+  /* axes + rank where axes < 0; a scalar axis stays a scalar, a segment id of its own */
+  nb_tensor *axes_pos = nb_add(c, axes, nb_mul(c, nb_cast(c, nb_less(c, axes, zero), t), rank));
+  nb_tensor *seg_in[3] = {nb_ones_like(c, axes_pos), axes_pos, rank}, *hits = NULL;
+  nb_op(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0, &hits, 1);
+  return nb_select(c, nb_greater(c, hits, zero), nb_ones_like(c, shape), shape);
+}
+
+/* t (an output-shaped tensor: dy or y) reshaped to the kept-dims shape. */
+static nb_tensor *kept(nb_ctx *c, const nb_fwd_op *op, nb_tensor *t) {
+  if (nb_fwd_attr_bool(op, "keep_dims")) return t;
+  nb_tensor *in[2] = {t, kept_dims_shape(c, op)}, *out = NULL;
+  nb_op(c, "Reshape", in, 2, NULL, 0, &out, 1);
+  return out;
+}
+
+/* t broadcast to x's shape (statically when x's shape is known). */
+static nb_tensor *broadcast_like(nb_ctx *c, nb_tensor *t, nb_tensor *x) {
+  if (nbg_same_shape(t, x)) return t;
+  if (nbg_static(x)) return nb_broadcast_to(c, t, nb_shape(x), nb_rank(x));
+  nb_tensor *in[2] = {t, nb_shape_op(c, x, NB_I32)}, *out = NULL;
+  nb_op(c, "BroadcastTo", in, 2, NULL, 0, &out, 1);
+  return out;
+}
+
+/* y = sum(x, axes): every x feeds its y once, so dx = dy broadcast back over the axes. */
+static nb_code sum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  if (!dys[0]) return NB_OK;
+  nb_tensor *x = nb_fwd_input(op, 0);
+  dxs[0] = broadcast_like(c, kept(c, op, dys[0]), x);
+  return nb_status(c);
+}
+
+/* The number of input elements per output element, as a scalar of x's dtype: a constant
+   when both shapes are known, else Prod(Shape(x)) / max(Prod(Shape(y)), 1) at run time. */
+static nb_tensor *mean_count(nb_ctx *c, nb_tensor *x, nb_tensor *y) {
+  if (nbg_static(x) && nbg_static(y)) {
+    int64_t nx = nb_num_elements(x), ny = nb_num_elements(y);
+    return nbg_scalar_like(c, x, (double)(nx / (ny > 0 ? ny : 1)));
+  }
+  nb_dtype t = nb_dtype_of(x);
+  const int first[1] = {0}; /* a shape is 1-D: its only axis (the rank may be unknown here) */
+  nb_tensor *nx = nb_prod(c, nb_shape_op(c, x, NB_I64), first, 1, false);
+  nb_tensor *ny = nb_prod(c, nb_shape_op(c, y, NB_I64), first, 1, false);
+  ny = nb_maximum(c, ny, nb_scalar(c, NB_I64, 1));
+  return nb_real_div(c, nb_cast(c, nx, t), nb_cast(c, ny, t));
+}
+
+/* y = sum(x, axes) / n: dx = dy broadcast back, divided by n. */
+static nb_code mean_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  if (!dys[0]) return NB_OK;
+  nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_output(op, 0);
+  nb_tensor *dx = broadcast_like(c, kept(c, op, dys[0]), x);
+  dxs[0] = nb_real_div(c, dx, mean_count(c, x, y));
+  return nb_status(c);
+}
+
+/* y = max (or min) of x over the axes: the gradient goes to the elements equal to y, split
+   equally among ties (TF's choice): dx = [x == y] / count(x == y) * dy, broadcast. */
+static nb_code min_or_max_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  if (!dys[0]) return NB_OK;
+  nb_tensor *x = nb_fwd_input(op, 0), *axis = nb_fwd_input(op, 1);
+  nb_tensor *y = kept(c, op, nb_fwd_output(op, 0)), *dy = kept(c, op, dys[0]);
+  nb_tensor *hit = nb_cast(c, nb_equal(c, x, y), nb_dtype_of(x));
+  nb_tensor *sum_in[2] = {hit, axis}, *ties = NULL;
+  nb_attr keep = nb_attr_bool("keep_dims", true);
+  nb_op(c, "Sum", sum_in, 2, &keep, 1, &ties, 1);
+  dxs[0] = nb_mul(c, nb_real_div(c, hit, ties), dy);
+  return nb_status(c);
+}
+
+/* ---- Prod ---------------------------------------------------------------------------------- */
+
+/* p shifted by d rows along axis 0 of its [n, m] shape, the vacated rows filled with ones:
+   down (rows 0..d are ones) for prefixes, up for suffixes. */
+static nb_tensor *shift_rows(nb_ctx *c, nb_tensor *p, int64_t n, int64_t m, int64_t d, bool down) {
+  const int64_t ones_shape[2] = {d < n ? d : n, m};
+  nb_tensor *ones = nb_fill(c, ones_shape, 2, nbg_scalar_like(c, p, 1));
+  if (d >= n) return ones;
+  const int64_t begin[2] = {down ? 0 : d, 0}, size[2] = {n - d, m};
+  nb_tensor *kept_rows = nb_slice(c, p, begin, size, 2);
+  nb_tensor *parts[2] = {down ? ones : kept_rows, down ? kept_rows : ones};
+  return nb_concat(c, parts, 2, 0);
+}
+
+/* Exclusive cumulative product along axis 0 of x [n, m] (from the top when down, from the
+   bottom otherwise): a Hillis-Steele scan, log2(n) rounds of p *= shift(p, 2^k), then a
+   shift by one. Multiplications only, so zeros stay exact. */
+static nb_tensor *exclusive_cumprod(nb_ctx *c, nb_tensor *x, int64_t n, int64_t m, bool down) {
+  nb_tensor *p = x;
+  for (int64_t d = 1; d < n; d *= 2) p = nb_mul(c, p, shift_rows(c, p, n, m, d, down));
+  return shift_rows(c, p, n, m, 1, down);
+}
+
+/* y = prod(x, axes) (TF's _ProdGrad): dy/dx_i is the product of all OTHER reduced
+   elements, computed without dividing by x_i so zeros in x are handled: the reduced axes
+   are moved to the front and flattened to one dim of size n (x becomes [n, m]), and the
+   product of the others is (exclusive cumprod from the top) * (exclusive cumprod from the
+   bottom). nabla has no Cumprod, so the cumprods are scans built from Slice, ConcatV2 and
+   Mul; this needs the reduced layout at build time, i.e. x's shape and the axis known. */
+static nb_code prod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  if (!dys[0]) return NB_OK;
+  nb_tensor *x = nb_fwd_input(op, 0), *dy = kept(c, op, dys[0]);
+  if (!dy) return nb_status(c);
+  if (!nbg_static(x) || !nbg_static(dy)) return NB_UNIMPLEMENTED;
+  int r = nb_rank(x), perm[NB_MAX_RANK], inverse[NB_MAX_RANK], nred = 0;
+  int64_t n = 1, m = 1, permuted[NB_MAX_RANK];
+  /* reduced axes first: those whose kept dim differs (reducing a dim of 1 changes nothing) */
+  for (int pass = 0, k = 0; pass < 2; pass++)
+    for (int i = 0; i < r; i++) {
+      bool reduced = nb_shape(x)[i] != nb_shape(dy)[i];
+      if (reduced != (pass == 0)) continue;
+      perm[k++] = i;
+      if (reduced) {
+        nred++;
+        n *= nb_shape(x)[i];
+      } else {
+        m *= nb_shape(x)[i];
+      }
+    }
+  if (nred == 0 || n * m == 0) { /* nothing multiplied together, or an empty x */
+    dxs[0] = nred == 0 ? nb_reshape(c, dy, nb_shape(x), r) : nb_zeros_like(c, x);
+    return nb_status(c);
+  }
+  bool moved = false;
+  for (int i = 0; i < r; i++) {
+    permuted[i] = nb_shape(x)[perm[i]];
+    inverse[perm[i]] = i;
+    moved |= perm[i] != i;
+  }
+  const int64_t matrix[2] = {n, m};
+  nb_tensor *xm = nb_reshape(c, moved ? nb_transpose(c, x, perm, r) : x, matrix, 2);
+  nb_tensor *others = nb_mul(c, exclusive_cumprod(c, xm, n, m, true), exclusive_cumprod(c, xm, n, m, false));
+  nb_tensor *others_x = nb_reshape(c, others, permuted, r);
+  if (moved) others_x = nb_transpose(c, others_x, inverse, r);
+  dxs[0] = nb_mul(c, others_x, dy);
+  return nb_status(c);
+}
+
+void nb_register_reduce_grads(void) {
+  nb_register_builtin("Sum", sum_grad);
+  nb_register_builtin("Mean", mean_grad);
+  nb_register_builtin("Max", min_or_max_grad);
+  nb_register_builtin("Min", min_or_max_grad);
+  nb_register_builtin("Prod", prod_grad);
+  nb_register_builtin("ArgMax", NULL);
+}

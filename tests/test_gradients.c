@@ -1,0 +1,300 @@
+/* nb_gradients (tf.gradients): TF's behaviours, the registry, overrides, errors,
+   gradcheck and the non-differentiable finder. */
+#include "testutil.h"
+
+#include <stdlib.h>
+
+#ifndef M_E
+#define M_E 2.71828182845904523536
+#endif
+
+typedef struct fixture {
+  nb_graph *g;
+  nb_ctx *c, *e;
+  nb_session *s;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  f->g = nb_graph_new();
+  f->c = nb_graph_ctx_new(f->g);
+  f->e = nb_eager_new();
+  f->s = nb_session_new(f->g);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  nb_session_free(f->s);
+  nb_ctx_free(f->c);
+  nb_ctx_free(f->e);
+  nb_graph_free(f->g);
+  free(f);
+  return 0;
+}
+
+/* Runs fetches with one optional feed and checks each against want (flattened). */
+static void expect(fixture *f, nb_tensor *feed, nb_tensor *value, nb_tensor *fetch, const double *want) {
+  nb_tensor *out = NULL;
+  if (nb_run(f->s, &feed, &value, feed ? 1 : 0, &fetch, 1, &out)) fail_msg("run: %s", nb_session_error(f->s));
+  tu_check_vals(out, want, 1e-9);
+  nb_tensor_free(out);
+}
+
+static nb_tensor *grad1(fixture *f, nb_tensor *y, nb_tensor *x, const nb_grad_opts *o) {
+  nb_tensor *dx = NULL;
+  if (nb_gradients(f->c, &y, 1, &x, 1, o, &dx)) fail_msg("nb_gradients: %s", nb_error(f->c));
+  return dx;
+}
+
+/* TF's docstring example: partial derivatives with stop_gradients. */
+static void test_stop_gradients(void **state) {
+  fixture *f = *state;
+  nb_tensor *a = nb_scalar(f->c, NB_F64, 0);
+  nb_tensor *b = nb_mul(f->c, nb_scalar(f->c, NB_F64, 2), a);
+  nb_tensor *y = nb_add(f->c, a, b);
+  nb_tensor *xs[2] = {a, b}, *dxs[2];
+  assert_int_equal(nb_gradients(f->c, &y, 1, xs, 2, NULL, dxs), NB_OK);
+  expect(f, NULL, NULL, dxs[0], TU_VALS(3));
+  expect(f, NULL, NULL, dxs[1], TU_VALS(1));
+  nb_grad_opts o = {.stop = xs, .nstop = 2};
+  assert_int_equal(nb_gradients(f->c, &y, 1, xs, 2, &o, dxs), NB_OK);
+  expect(f, NULL, NULL, dxs[0], TU_VALS(1));
+  expect(f, NULL, NULL, dxs[1], TU_VALS(1));
+  /* the StopGradient op cuts the path the same way */
+  nb_tensor *y2 = nb_add(f->c, a, nb_stop_gradient(f->c, b));
+  expect(f, NULL, NULL, grad1(f, y2, a, NULL), TU_VALS(1));
+}
+
+static void test_grad_ys_and_several_ys(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x");
+  nb_tensor *y1 = nb_square(f->c, x);                 /* dy1/dx = 2x */
+  nb_tensor *y2 = nb_mul(f->c, x, nb_scalar(f->c, NB_F64, 3)); /* dy2/dx = 3 */
+  nb_tensor *xv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, -2));
+  expect(f, x, xv, grad1(f, y1, x, NULL), TU_VALS(2, -4)); /* grad_ys default: ones */
+  nb_tensor *w = nb_tensor_from(f->c, NB_F64, 1, TU_SHAPE(2), (const double[]){10, 100});
+  nb_grad_opts o = {.grad_ys = &w};
+  expect(f, x, xv, grad1(f, y1, x, &o), TU_VALS(20, -400));
+  nb_tensor *ys[2] = {y1, y2}, *dx;
+  assert_int_equal(nb_gradients(f->c, ys, 2, &x, 1, NULL, &dx), NB_OK); /* summed over ys */
+  expect(f, x, xv, dx, TU_VALS(5, -1));
+  /* grad_ys must match the ys' dtype */
+  nb_tensor *bad = nb_scalar(f->c, NB_F32, 1);
+  o.grad_ys = &bad;
+  assert_int_equal(nb_gradients(f->c, &y1, 1, &x, 1, &o, &dx), NB_DTYPE);
+  tu_check_error(f->c, NB_DTYPE, "grad_ys[0] has dtype float32", NULL);
+}
+
+static void test_unconnected_and_integer_paths(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x");
+  nb_tensor *u = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "unrelated");
+  nb_tensor *y = nb_sum(f->c, nb_exp(f->c, x), NULL, 0, false);
+  assert_null(grad1(f, y, u, NULL));
+  nb_grad_opts zero = {.unconnected_zero = 1};
+  nb_tensor *uv = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(5, 6, 7));
+  expect(f, u, uv, grad1(f, y, u, &zero), TU_VALS(0, 0, 0));
+  /* a path through an integer cast carries no gradient */
+  nb_tensor *yi = nb_sum(f->c, nb_cast(f->c, nb_cast(f->c, x, NB_I32), NB_F64), NULL, 0, false);
+  assert_null(grad1(f, yi, x, NULL));
+}
+
+/* Gradient nodes are named gradients/<op name>_grad/...; a second call uses gradients_1. */
+static void test_gradient_scopes(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "x");
+  nb_tensor *y = nb_tanh(f->c, x);
+  nb_tensor *dx = grad1(f, y, x, NULL);
+  assert_string_equal(nb_tensor_node_name(dx), "gradients/Tanh_grad/TanhGrad");
+  dx = grad1(f, y, x, NULL);
+  assert_string_equal(nb_tensor_node_name(dx), "gradients_1/Tanh_grad/TanhGrad");
+  nb_grad_opts o = {.name = "backward"};
+  dx = grad1(f, y, x, &o);
+  assert_string_equal(nb_tensor_node_name(dx), "backward/Tanh_grad/TanhGrad");
+}
+
+/* Several paths into x: AddN by default, a tree of AddV2 with NB_AGG_TREE. */
+static void test_aggregation(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x");
+  nb_tensor *y = nb_add_n(f->c, (nb_tensor *[]){nb_sin(f->c, x), nb_cos(f->c, x), nb_exp(f->c, x)}, 3);
+  nb_tensor *xv = nb_scalar(f->e, NB_F64, 0.3);
+  double want = cos(0.3) - sin(0.3) + exp(0.3);
+  nb_tensor *dx = grad1(f, y, x, NULL);
+  assert_non_null(strstr(nb_tensor_node_name(dx), "AddN"));
+  expect(f, x, xv, dx, (const double[]){want});
+  nb_grad_opts tree = {.aggregation = NB_AGG_TREE};
+  dx = grad1(f, y, x, &tree);
+  assert_non_null(strstr(nb_tensor_node_name(dx), "AddV2"));
+  expect(f, x, xv, dx, (const double[]){want});
+  tree.aggregation = 7;
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, &tree, &dx), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "unknown aggregation 7", NULL);
+}
+
+/* An op with several outputs where only some get gradients: float siblings get zeros. */
+static void test_partial_output_gradients(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 2), "x");
+  nb_tensor *parts[3];
+  assert_int_equal(nb_unpack(f->c, x, 0, 3, parts), NB_OK);
+  nb_tensor *y = nb_sum(f->c, nb_mul(f->c, parts[1], parts[1]), NULL, 0, false);
+  nb_tensor *xv = tu_make(f->e, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(1, 2, 3, 4, 5, 6));
+  expect(f, x, xv, grad1(f, y, x, NULL), TU_VALS(0, 0, 6, 8, 0, 0));
+}
+
+/* Gradient of a gradient: d2/dx2 tanh(x) = -2 tanh(x) (1 - tanh(x)^2). */
+static void test_second_order(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x");
+  nb_tensor *dx = grad1(f, nb_tanh(f->c, x), x, NULL);
+  nb_tensor *ddx = grad1(f, dx, x, NULL);
+  double t0 = tanh(0.5), t1 = tanh(-1.5);
+  expect(f, x, tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(0.5, -1.5)), ddx,
+         TU_VALS(-2 * t0 * (1 - t0 * t0), -2 * t1 * (1 - t1 * t1)));
+  /* Hessian-vector product of f(x) = sum(x^3): H v = 6 x v */
+  nb_tensor *v = nb_tensor_from(f->c, NB_F64, 1, TU_SHAPE(2), (const double[]){1, -2});
+  nb_tensor *g = grad1(f, nb_sum(f->c, nb_pow(f->c, x, nb_scalar(f->c, NB_F64, 3)), NULL, 0, false), x, NULL);
+  nb_tensor *hv = grad1(f, nb_sum(f->c, nb_mul(f->c, g, v), NULL, 0, false), x, NULL);
+  expect(f, x, tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(2, 3)), hv, TU_VALS(12, -36));
+}
+
+/* Cost follows the subgraph between xs and ys, not the graph: a large unrelated part
+   adds no gradient nodes. */
+static void test_visits_only_between(void **state) {
+  fixture *f = *state;
+  nb_tensor *z = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "bulk");
+  for (int i = 0; i < 2000; i++) z = nb_tanh(f->c, z);
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "x");
+  nb_tensor *y = nb_exp(f->c, nb_tanh(f->c, x));
+  nb_tensor *mixed = nb_add(f->c, y, z); /* consumes x's path too, but is not a y */
+  (void)mixed;
+  int before = nb_graph_num_nodes(f->g);
+  grad1(f, y, x, NULL);
+  int added = nb_graph_num_nodes(f->g) - before;
+  assert_true(added > 0 && added <= 6);
+}
+
+static nb_code too_many_grads(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  for (int i = 0; i <= nb_fwd_num_inputs(op); i++) dxs[i] = dys[0]; /* one too many */
+  (void)c;
+  return NB_OK;
+}
+
+static int override_calls;
+static nb_code doubled_exp_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  override_calls++;
+  assert_string_equal(nb_fwd_type(op), "Exp");
+  dxs[0] = nb_mul(c, nb_scalar(c, NB_F64, 2), nb_mul(c, dys[0], nb_fwd_output(op, 0)));
+  return nb_status(c);
+}
+
+static void test_registry_and_overrides(void **state) {
+  fixture *f = *state;
+  assert_true(nb_has_gradient("Tanh"));
+  assert_false(nb_has_gradient("Less"));
+  assert_false(nb_has_gradient("NoSuchOp"));
+  assert_int_equal(nb_register_gradient("Tanh", doubled_exp_grad), NB_INVALID); /* duplicate */
+  assert_int_equal(nb_register_no_gradient("Less"), NB_INVALID);
+  assert_int_equal(nb_register_gradient("TestDoubledExp", doubled_exp_grad), NB_OK);
+  assert_int_equal(nb_register_gradient("TestDoubledExp", doubled_exp_grad), NB_INVALID);
+  assert_int_equal(nb_register_gradient("TestTooMany", too_many_grads), NB_OK);
+  assert_int_equal(nb_register_gradient(NULL, too_many_grads), NB_INVALID);
+  assert_int_equal(nb_register_gradient("X", NULL), NB_INVALID);
+  assert_int_equal(nb_gradient_override_push(f->g, "Exp", "NoSuchGradient"), NB_NOT_FOUND);
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x");
+  nb_tensor *plain = nb_exp(f->c, x);
+  assert_int_equal(nb_gradient_override_push(f->g, "Exp", "TestDoubledExp"), NB_OK);
+  nb_tensor *overridden = nb_exp(f->c, x);
+  nb_gradient_override_pop(f->g);
+  nb_tensor *xv = nb_scalar(f->e, NB_F64, 1);
+  expect(f, x, xv, grad1(f, plain, x, NULL), (const double[]){M_E});
+  expect(f, x, xv, grad1(f, overridden, x, NULL), (const double[]){2 * M_E});
+  assert_int_equal(override_calls, 1);
+  /* a gradient function returning one gradient too many */
+  assert_int_equal(nb_gradient_override_push(f->g, "Sin", "TestTooMany"), NB_OK);
+  nb_tensor *s = nb_sin(f->c, x);
+  nb_gradient_override_pop(f->g);
+  nb_tensor *dx;
+  assert_int_equal(nb_gradients(f->c, &s, 1, &x, 1, NULL, &dx), NB_INTERNAL);
+  tu_check_error(f->c, NB_INTERNAL, "Num gradients 2 generated for op Sin do not match num inputs 1", NULL);
+  assert_null(dx);
+}
+
+static void test_argument_errors(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *dx;
+  nb_tensor *y = nb_exp(f->c, x);
+  assert_int_equal(nb_gradients(f->e, &y, 1, &x, 1, NULL, &dx), NB_INVALID);
+  tu_check_error(f->e, NB_INVALID, "needs a graph context", NULL);
+  nb_tensor *eager = nb_scalar(f->e, NB_F64, 1);
+  assert_int_equal(nb_gradients(f->c, &eager, 1, &x, 1, NULL, &dx), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "ys[0] is not a tensor of this context's graph", NULL);
+  assert_int_equal(nb_gradients(f->c, &y, 1, NULL, 1, NULL, &dx), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "xs is NULL", NULL);
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, NULL), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "dxs is NULL", NULL);
+  assert_int_equal(nb_gradients(NULL, &y, 1, &x, 1, NULL, &dx), NB_INVALID);
+}
+
+static void test_gradcheck(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "x");
+  nb_tensor *w = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 2), "w");
+  nb_tensor *y = nb_tanh(f->c, nb_matmul(f->c, x, w, false, false));
+  nb_tensor *xs[2] = {x, w};
+  nb_tensor *vals[2] = {tu_make(f->e, NB_F64, 2, TU_SHAPE(2, 3), TU_VALS(0.1, -0.2, 0.3, 0.5, 0.4, -0.6)),
+                        tu_make(f->e, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(1, -1, 0.5, 0.25, -0.3, 0.7))};
+  double err = -1;
+  assert_int_equal(nb_gradcheck(f->c, y, xs, 2, vals, &err), NB_OK);
+  assert_true(err >= 0 && err < 1e-8);
+  /* a wrong gradient is caught: Exp's overridden to twice the truth */
+  assert_int_equal(nb_gradient_override_push(f->g, "Exp", "TestDoubledExp"), NB_OK);
+  nb_tensor *bad = nb_exp(f->c, x);
+  nb_gradient_override_pop(f->g);
+  assert_int_equal(nb_gradcheck(f->c, bad, xs, 1, vals, &err), NB_OK);
+  assert_true(err > 0.5);
+  nb_tensor *y32 = nb_cast(f->c, y, NB_F32);
+  assert_int_equal(nb_gradcheck(f->c, y32, xs, 2, vals, &err), NB_DTYPE);
+  tu_check_error(f->c, NB_DTYPE, "y must be float64", NULL);
+  assert_int_equal(nb_gradcheck(f->e, y, xs, 2, vals, &err), NB_INVALID);
+  tu_check_error(f->e, NB_INVALID, "needs a graph context", NULL);
+}
+
+static void test_find_non_differentiable(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x");
+  nb_tensor *idx = nb_argmax(f->c, x, 0, NB_I64);
+  nb_name_scope_push(f->g, "head");
+  nb_tensor *y = nb_add(f->c, nb_cast(f->c, idx, NB_F64), nb_sum(f->c, x, NULL, 0, false));
+  nb_name_scope_pop(f->g);
+  char report[1024];
+  assert_int_equal(nb_find_non_differentiable(f->g, &x, 1, &y, 1, report, sizeof report), NB_OK);
+  assert_non_null(strstr(report, "'ArgMax' (op type: ArgMax): x -> ArgMax -> head/Cast -> head/AddV2"));
+  assert_null(strstr(report, "Sum")); /* differentiable ops are not listed */
+  nb_tensor *ok = nb_sum(f->c, x, NULL, 0, false);
+  assert_int_equal(nb_find_non_differentiable(f->g, &x, 1, &ok, 1, report, sizeof report), NB_OK);
+  assert_string_equal(report, "");
+  assert_int_equal(nb_find_non_differentiable(NULL, &x, 1, &y, 1, report, sizeof report), NB_INVALID);
+  assert_int_equal(nb_find_non_differentiable(f->g, &x, 1, &y, 1, NULL, 0), NB_INVALID);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_stop_gradients, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_grad_ys_and_several_ys, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unconnected_and_integer_paths, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_gradient_scopes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_aggregation, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_partial_output_gradients, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_second_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_visits_only_between, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_registry_and_overrides, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_argument_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_gradcheck, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_find_non_differentiable, setup, teardown),
+  };
+  return cmocka_run_group_tests_name("gradients", tests, NULL, NULL);
+}
