@@ -193,7 +193,7 @@ static void check_grad_fails(const gcase *k, nb_code code, const char *op_type) 
   assert_int_equal(nb_status(v.c), NB_OK);
   assert_int_equal(nb_gradients(v.c, &y, 1, &x, 1, NULL, &dx), code);
   assert_null(dx);
-  tu_check_error(v.c, code, op_type, "gradient function");
+  tu_check_error(v.c, code, op_type, NULL);
   env_close(&v);
 }
 
@@ -514,11 +514,11 @@ static nb_tensor *build_concat_unknown(env *v, nb_tensor *x, const void *arg) {
 static void test_unknown_rank_unimplemented(void **state) {
   (void)state;
   check_grad_fails(&(gcase){2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_transpose_unknown, NULL, NULL},
-                   NB_UNIMPLEMENTED, "op type: Transpose");
+                   NB_UNIMPLEMENTED, "Transpose gradient: the permutation's length must be known");
   check_grad_fails(&(gcase){2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_tile_unknown, NULL, NULL}, NB_UNIMPLEMENTED,
-                   "op type: Tile");
+                   "Tile gradient: with unknown shapes the rank must be known");
   check_grad_fails(&(gcase){2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_concat_unknown, NULL, NULL},
-                   NB_UNIMPLEMENTED, "op type: ConcatV2");
+                   NB_UNIMPLEMENTED, "ConcatV2 gradient: the inputs' rank must be known");
 }
 
 int main(void) {

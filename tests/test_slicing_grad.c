@@ -193,7 +193,7 @@ static void check_grad_fails(const gcase *k, nb_code code, const char *op_type) 
   assert_int_equal(nb_status(v.c), NB_OK);
   assert_int_equal(nb_gradients(v.c, &y, 1, &x, 1, NULL, &dx), code);
   assert_null(dx);
-  tu_check_error(v.c, code, op_type, "gradient function");
+  tu_check_error(v.c, code, op_type, NULL);
   env_close(&v);
 }
 
@@ -421,11 +421,11 @@ static void test_unimplemented(void **state) {
   /* StridedSlice needs x's static shape to number its elements */
   const slice_arg s = {1, {1}, {2}, {1}, {0}};
   check_grad_fails(&(gcase){2, TU_SHAPE(-1, 3), TU_SHAPE(2, 3), build_strided, &s, NULL}, NB_UNIMPLEMENTED,
-                   "op type: StridedSlice");
+                   "StridedSlice gradient: the input's shape must be known");
   /* GatherV2 with batch_dims != 0 */
   const gather_arg b = {1, 1, NB_I32, 2, {2, 1}, {0, 1}};
   check_grad_fails(&(gcase){2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_gather, &b, NULL}, NB_UNIMPLEMENTED,
-                   "op type: GatherV2");
+                   "GatherV2 gradient: batch_dims != 0 is not supported");
 }
 
 int main(void) {

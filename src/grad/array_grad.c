@@ -48,7 +48,8 @@ static nb_code reshape_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dy
 static nb_code transpose_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *x = nb_fwd_input(op, 0), *perm = nb_fwd_input(op, 1);
   int n = nb_rank(perm) == 1 && nb_shape(perm)[0] >= 0 ? (int)nb_shape(perm)[0] : nb_rank(x);
-  if (n < 0 || n > NB_MAX_RANK) return NB_UNIMPLEMENTED; /* unknown rank: no static [0..n) */
+  if (n < 0 || n > NB_MAX_RANK) /* unknown rank: no static [0..n) */
+    return nb_set_error(c, NB_UNIMPLEMENTED, "Transpose gradient: the permutation's length must be known");
   nb_tensor *inverse = nb_unsorted_segment_sum(c, iota(c, n), perm, n);
   nb_tensor *in[2] = {dys[0], inverse};
   dxs[0] = call(c, "Transpose", in, 2, NULL, 0);
@@ -77,7 +78,8 @@ static nb_tensor *axis_mask(nb_ctx *c, nb_tensor *axis, int r) {
 static nb_code concat_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   int n = nb_fwd_num_inputs(op) - 1, r = nb_rank(dys[0]);
   for (int i = 0; i < n && r < 0; i++) r = nb_rank(nb_fwd_input(op, i));
-  if (r < 1 || r > NB_MAX_RANK) return NB_UNIMPLEMENTED; /* unknown rank: no static [0..r) */
+  if (r < 1 || r > NB_MAX_RANK) /* unknown rank: no static [0..r) */
+    return nb_set_error(c, NB_UNIMPLEMENTED, "ConcatV2 gradient: the inputs' rank must be known");
   nb_tensor *mask = axis_mask(c, nb_fwd_input(op, n), r);
   nb_tensor *offset = nb_tensor_from(c, NB_I64, 1, (const int64_t[]){r}, NULL);
   for (int i = 0; i < n; i++) {
@@ -145,7 +147,8 @@ static nb_code tile_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
   }
   int r = nb_rank(multiples) == 1 ? (int)nb_shape(multiples)[0] : -1;
   /* the split view has rank 2r; an unknown rank leaves no static list of axes to sum */
-  if (r < 0 || 2 * r > NB_MAX_RANK) return NB_UNIMPLEMENTED;
+  if (r < 0 || 2 * r > NB_MAX_RANK)
+    return nb_set_error(c, NB_UNIMPLEMENTED, "Tile gradient: with unknown shapes the rank must be known and <= %d", NB_MAX_RANK / 2);
   dxs[0] = untile_dynamic(c, dy, x, multiples, r);
   return nb_status(c);
 }

@@ -124,7 +124,8 @@ static nb_code prod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
   if (!dys[0]) return NB_OK;
   nb_tensor *x = nb_fwd_input(op, 0), *dy = kept(c, op, dys[0]);
   if (!dy) return nb_status(c);
-  if (!nbg_static(x) || !nbg_static(dy)) return NB_UNIMPLEMENTED;
+  if (!nbg_static(x) || !nbg_static(dy))
+    return nb_set_error(c, NB_UNIMPLEMENTED, "Prod gradient: the input's shape and the axes must be known when the graph is built");
   int r = nb_rank(x), perm[NB_MAX_RANK], inverse[NB_MAX_RANK], nred = 0;
   int64_t n = 1, m = 1, permuted[NB_MAX_RANK];
   /* reduced axes first: those whose kept dim differs (reducing a dim of 1 changes nothing) */

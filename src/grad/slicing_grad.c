@@ -59,7 +59,8 @@ static nb_tensor *positions(nb_ctx *c, nb_tensor *x) {
    positions are a constant, so x's shape must be static. */
 static nb_code strided_slice_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *x = nb_fwd_input(op, 0);
-  if (!nbg_static(x)) return NB_UNIMPLEMENTED; /* no Range op to number x's elements at run time */
+  if (!nbg_static(x)) /* no Range op to number x's elements at run time */
+    return nb_set_error(c, NB_UNIMPLEMENTED, "StridedSlice gradient: the input's shape must be known when the graph is built");
   nb_tensor *pos = positions(c, x);
   if (!pos) return nb_status(c) ? nb_status(c) : NB_NOMEM;
   static const char *const masks[5] = {"begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
@@ -122,7 +123,7 @@ static nb_code gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys
   nb_tensor *params = nb_fwd_input(op, 0), *indices = nb_fwd_input(op, 1);
   int64_t batch_dims = nb_fwd_attr_int(op, "batch_dims");
   if (batch_dims < 0 && nb_rank(indices) >= 0) batch_dims += nb_rank(indices);
-  if (batch_dims != 0) return NB_UNIMPLEMENTED;
+  if (batch_dims != 0) return nb_set_error(c, NB_UNIMPLEMENTED, "GatherV2 gradient: batch_dims != 0 is not supported");
   int known = static_gather_axis(params, indices, nb_fwd_output(op, 0));
   nb_tensor *pshape = nb_shape_op(c, params, NB_I64), *a = gather_axis(c, op, known, pshape);
   nb_tensor *zero = nb_scalar(c, NB_I64, 0), *one = nb_scalar(c, NB_I64, 1);

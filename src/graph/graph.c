@@ -341,8 +341,10 @@ static nb_code fold(nb_graph *g, const nb_kargs *k, nb_out *outs) {
   return NB_OK;
 }
 
+/* Ops with a kernel, or views (a view of a known value is known too), whose inputs are
+   all known and whose results are small. */
 static bool foldable(const nb_kargs *k) {
-  if (k->deferred || k->nin == 0 || !k->def->kernel) return false; /* Const: see add_node */
+  if (k->deferred || k->nin == 0 || (!k->def->kernel && k->def->alias < 0)) return false; /* Const: see add_node */
   int64_t elems = 0;
   for (int i = 0; i < k->nin; i++)
     if (!k->in[i]->buf && !k->def->shape_only) return false;

@@ -639,6 +639,10 @@ static nb_tensor *reduce_call(nb_ctx *c, int op, nb_tensor *x, const int *axes, 
   const nb_op_def *def = &reduce_ops[op];
   if (!nb_live(c)) return NULL;
   int all[NB_MAX_RANK];
+  if (!axes && x && x->rank < 0) {
+    nb_fail(c, NB_INVALID, "%s: reducing every axis needs a known rank; pass the axes", def->name);
+    return NULL;
+  }
   if (!axes) {
     naxes = x ? x->rank : 0;
     for (int i = 0; i < naxes; i++) all[i] = i;
