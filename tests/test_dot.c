@@ -146,26 +146,41 @@ static void test_sibling_scopes(void **state) {
   char *text = dot_text(f);
   assert_string_equal(text, "digraph nabla {\n}\n");
   free(text);
-  const char *names[] = {"ab/z", "a/c/y", "a", "a/b/x", "a/b/w"};
-  for (int i = 0; i < 5; i++) nb_placeholder(f->c, NB_I64, 0, NULL, names[i]);
+  /* paths come from scopes; a node named like a scope becomes unique ("a_1") */
+  const char *paths[][3] = {{"ab", "z", NULL}, {"a", "c", "y"}, {"a", NULL, NULL}, {"a", "b", "x"}, {"a", "b", "w"}};
+  for (int i = 0; i < 5; i++) {
+    int depth = 0;
+    while (depth < 2 && paths[i][depth + 1]) assert_int_equal(nb_name_scope_push(f->g, paths[i][depth++]), NB_OK);
+    nb_placeholder(f->c, NB_I64, 0, NULL, paths[i][depth]);
+    while (depth-- > 0) nb_name_scope_pop(f->g);
+  }
   assert_int_equal(nb_status(f->c), NB_OK);
   text = dot_text(f);
   const char *want =
       "digraph nabla {\n"
-      "  \"a\" [label=\"a\\nPlaceholder\\ni64[]\"];\n"
       "  subgraph cluster_0 {\n"
       "    label=\"a\";\n"
       "    subgraph cluster_1 {\n"
-      "      label=\"b\";\n"
-      "      \"a/b/w\" [label=\"a/b/w\\nPlaceholder\\ni64[]\"];\n"
-      "      \"a/b/x\" [label=\"a/b/x\\nPlaceholder\\ni64[]\"];\n"
-      "    }\n"
-      "    subgraph cluster_2 {\n"
       "      label=\"c\";\n"
       "      \"a/c/y\" [label=\"a/c/y\\nPlaceholder\\ni64[]\"];\n"
       "    }\n"
       "  }\n"
-      "  subgraph cluster_3 {\n"
+      "  \"a_1\" [label=\"a_1\\nPlaceholder\\ni64[]\"];\n"
+      "  subgraph cluster_2 {\n"
+      "    label=\"a_2\";\n"
+      "    subgraph cluster_3 {\n"
+      "      label=\"b\";\n"
+      "      \"a_2/b/x\" [label=\"a_2/b/x\\nPlaceholder\\ni64[]\"];\n"
+      "    }\n"
+      "  }\n"
+      "  subgraph cluster_4 {\n"
+      "    label=\"a_3\";\n"
+      "    subgraph cluster_5 {\n"
+      "      label=\"b\";\n"
+      "      \"a_3/b/w\" [label=\"a_3/b/w\\nPlaceholder\\ni64[]\"];\n"
+      "    }\n"
+      "  }\n"
+      "  subgraph cluster_6 {\n"
       "    label=\"ab\";\n"
       "    \"ab/z\" [label=\"ab/z\\nPlaceholder\\ni64[]\"];\n"
       "  }\n"
@@ -177,15 +192,13 @@ static void test_sibling_scopes(void **state) {
 /* Deep scopes nest without recursion; each level is one labelled cluster. */
 static void test_deep_scopes(void **state) {
   fixture *f = *state;
-  enum { DEPTH = 300 };
-  char name[2 * DEPTH + 8];
-  for (int i = 0; i < DEPTH; i++) memcpy(name + 2 * i, "s/", 2);
-  memcpy(name + 2 * DEPTH, "leaf", 5);
-  nb_tensor *p = nb_placeholder(f->c, NB_BOOL, 1, TU_SHAPE(4), name);
-  memcpy(name + 2 * DEPTH, "next", 5);
+  enum { DEPTH = 60 };
+  for (int i = 0; i < DEPTH; i++) assert_int_equal(nb_name_scope_push(f->g, "s"), NB_OK);
+  nb_tensor *p = nb_placeholder(f->c, NB_BOOL, 1, TU_SHAPE(4), "leaf");
   nb_tensor *ins[1] = {p};
   nb_tensor *out[1];
-  nb_tensor *q = nb_placeholder(f->c, NB_BOOL, 1, TU_SHAPE(4), name);
+  nb_tensor *q = nb_placeholder(f->c, NB_BOOL, 1, TU_SHAPE(4), "next");
+  for (int i = 0; i < DEPTH; i++) nb_name_scope_pop(f->g);
   assert_int_equal(nb_op(f->c, "LogicalNot", ins, 1, NULL, 0, out, 1), NB_OK);
   assert_int_equal(nb_add_control_input(out[0], q), NB_OK);
   char *text = dot_text(f);

@@ -81,6 +81,14 @@ static void test_names_and_scopes(void **state) {
   assert_string_equal(nb_tensor_node_name(m5), "Mul_2");
   assert_int_equal(nb_name_scope_push(f->g, "a/b"), NB_INVALID);
   assert_int_equal(nb_name_scope_push(f->g, ""), NB_INVALID);
+  /* scope names are unique like node names (TF's name_scope) */
+  assert_int_equal(nb_name_scope_push(f->g, "layer"), NB_OK);
+  nb_tensor *m6 = nb_mul(f->c, a, a);
+  nb_name_scope_pop(f->g);
+  assert_string_equal(nb_tensor_node_name(m6), "layer_1/Mul");
+  /* explicit names are leaves */
+  assert_null(nb_placeholder(f->c, NB_F32, 0, NULL, "a/b"));
+  tu_check_error(f->c, NB_INVALID, "node name 'a/b' must be non-empty without '/'", NULL);
 }
 
 static void test_build_errors_name_the_node(void **state) {

@@ -214,9 +214,9 @@ static bool output_grads(pass *p, const nb_node *n, nb_tensor **outs, nb_tensor 
 /* Sets the graph's name scope to "<gradients scope><node name>_grad/" (just the
    gradients scope if that would be too long). */
 static void enter_node_scope(pass *p, const nb_node *n) {
-  int len = snprintf(p->g->scope, NB_SCOPE_CAP, "%s%s_grad/", p->scope, n->name);
-  if (len < 0 || len >= NB_SCOPE_CAP - 32) len = snprintf(p->g->scope, NB_SCOPE_CAP, "%s", p->scope);
-  p->g->scope_len = len;
+  char scope[NB_SCOPE_CAP];
+  int len = snprintf(scope, sizeof scope, "%s%s_grad/", p->scope, n->name);
+  nb_graph_set_scope(p->g, len < 0 || len >= NB_SCOPE_CAP - 32 ? p->scope : scope, true);
 }
 
 static nb_code call_grad_fn(pass *p, const nb_node *n, nb_grad_fn fn, nb_tensor **ins, nb_tensor **outs,
@@ -338,8 +338,7 @@ static nb_code open_scope(pass *p) {
 
 /* ones_like(y), or grad_ys[i], as the incoming gradient of each y. */
 static nb_code seed(pass *p, nb_tensor *const *ys, int ny) {
-  snprintf(p->g->scope, NB_SCOPE_CAP, "%s", p->scope);
-  p->g->scope_len = (int)strlen(p->g->scope);
+  nb_graph_set_scope(p->g, p->scope, false);
   for (int i = 0; i < ny; i++) {
     if (!in_between(p, ys[i]->node) || !is_float(ys[i]->dtype)) continue;
     nb_tensor *g = p->o->grad_ys ? p->o->grad_ys[i] : nb_ones_like(p->c, ys[i]);
@@ -352,8 +351,7 @@ static nb_code seed(pass *p, nb_tensor *const *ys, int ny) {
 
 /* The gradient of each x: its aggregated list, or NULL/zeros when unconnected. */
 static nb_code results(pass *p, nb_tensor *const *xs, int nx, nb_tensor **dxs) {
-  snprintf(p->g->scope, NB_SCOPE_CAP, "%s", p->scope);
-  p->g->scope_len = (int)strlen(p->g->scope);
+  nb_graph_set_scope(p->g, p->scope, false);
   for (int i = 0; i < nx; i++) {
     const nb_node *n = &p->g->nodes[xs[i]->node];
     int32_t head = in_between(p, xs[i]->node) ? p->heads[p->out_base[n->slot] + xs[i]->out] : -1;
@@ -386,14 +384,12 @@ nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *
   pass p = {.c = c, .g = g, .o = o, .gen = nb_graph_next_gen(g)};
   char saved_scope[NB_SCOPE_CAP];
   memcpy(saved_scope, g->scope, sizeof saved_scope);
-  int saved_len = g->scope_len;
   code = open_scope(&p);
   if (!code && (mark_between(&p, ys, ny, xs, nx) || prepare(&p))) code = nb_fail(c, NB_NOMEM, "gradients: out of memory");
   if (!code) code = seed(&p, ys, ny);
   if (!code) code = run_queue(&p);
   if (!code) code = results(&p, xs, nx, dxs);
-  memcpy(g->scope, saved_scope, sizeof saved_scope);
-  g->scope_len = saved_len;
+  nb_graph_set_scope(g, saved_scope, false);
   pass_free(&p);
   if (code)
     for (int i = 0; i < nx; i++) {

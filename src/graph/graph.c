@@ -58,44 +58,43 @@ static uint32_t str_hash(const char *s) {
   return h ^ (h >> 16);
 }
 
+/* The slot holding key, or the empty slot where it would go. Hashes are kept beside the
+   keys, so a probe only compares strings when the hashes agree. */
+static nb_strmap_slot *strmap_slot(nb_strmap *m, const char *key, uint32_t h) {
+  for (uint32_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    nb_strmap_slot *s = &m->slots[i];
+    if (!s->key || (s->hash == h && strcmp(s->key, key) == 0)) return s;
+  }
+}
+
 static int32_t *strmap_find(nb_strmap *m, const char *key) {
   if (!m->cap) return NULL;
-  for (uint32_t i = str_hash(key) & (m->cap - 1); m->keys[i]; i = (i + 1) & (m->cap - 1))
-    if (strcmp(m->keys[i], key) == 0) return &m->vals[i];
-  return NULL;
+  nb_strmap_slot *s = strmap_slot(m, key, str_hash(key));
+  return s->key ? &s->val : NULL;
 }
 
 static bool strmap_grow(nb_strmap *m) {
   uint32_t cap = m->cap ? m->cap * 2 : 1024;
-  const char **keys = calloc(cap, sizeof *keys);
-  int32_t *vals = malloc(cap * sizeof *vals);
-  if (!keys || !vals) {
-    free(keys);
-    free(vals);
-    return false;
-  }
+  nb_strmap_slot *slots = calloc(cap, sizeof *slots);
+  if (!slots) return false;
   for (uint32_t i = 0; i < m->cap; i++) {
-    if (!m->keys[i]) continue;
-    uint32_t j = str_hash(m->keys[i]) & (cap - 1);
-    while (keys[j]) j = (j + 1) & (cap - 1);
-    keys[j] = m->keys[i];
-    vals[j] = m->vals[i];
+    const nb_strmap_slot *old = &m->slots[i];
+    if (!old->key) continue;
+    uint32_t j = old->hash & (cap - 1);
+    while (slots[j].key) j = (j + 1) & (cap - 1);
+    slots[j] = *old;
   }
-  free(m->keys);
-  free(m->vals);
-  m->keys = keys;
-  m->vals = vals;
+  free(m->slots);
+  m->slots = slots;
   m->cap = cap;
   return true;
 }
 
-/* Inserts key (already in the arena) with val; false when out of memory. */
+/* Inserts key (already in the arena, not yet present) with val; false when out of memory. */
 static bool strmap_put(nb_strmap *m, const char *key, int32_t val) {
   if ((m->n + 1) * 2 > m->cap && !strmap_grow(m)) return false;
-  uint32_t i = str_hash(key) & (m->cap - 1);
-  while (m->keys[i]) i = (i + 1) & (m->cap - 1);
-  m->keys[i] = key;
-  m->vals[i] = val;
+  uint32_t h = str_hash(key);
+  *strmap_slot(m, key, h) = (nb_strmap_slot){key, h, val};
   m->n++;
   return true;
 }
@@ -126,8 +125,8 @@ void nb_graph_free(nb_graph *g) {
     g->arena = b->next;
     free(b);
   }
-  free(g->names.keys);
-  free(g->names.vals);
+  free(g->names.slots);
+  free(g->fresh_names);
   free(g->nodes);
   free(g->edges);
   free(g->outs);
@@ -158,7 +157,31 @@ static bool grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
   return true;
 }
 
+static bool fresh_taken(const nb_graph *g, const char *leaf) {
+  for (int32_t i = 0; i < g->nfresh; i++)
+    if (strcmp(g->fresh_names[i], leaf) == 0) return true;
+  return false;
+}
+
+/* In a fresh scope: base, base_1, ... checked against the scope's own names only. */
+static const char *fresh_unique_name(nb_graph *g, const char *base) {
+  if (g->nfresh == g->fresh_cap && !grow((void **)&g->fresh_names, &g->fresh_cap, g->nfresh + 1, sizeof *g->fresh_names))
+    return NULL;
+  char leaf[288];
+  int n = snprintf(leaf, sizeof leaf, "%s", base);
+  if (n < 0 || (size_t)n >= sizeof leaf - 24) return NULL;
+  for (int k = 1; fresh_taken(g, leaf); k++) snprintf(leaf + n, sizeof leaf - (size_t)n, "_%d", k);
+  size_t scope = (size_t)g->scope_len, len = strlen(leaf) + 1;
+  char *name = nb_arena_alloc(g, scope + len);
+  if (!name) return NULL;
+  memcpy(name, g->scope, scope);
+  memcpy(name + scope, leaf, len);
+  g->fresh_names[g->nfresh++] = name + scope;
+  return name;
+}
+
 const char *nb_graph_unique_name(nb_graph *g, const char *base) {
+  if (g->fresh) return fresh_unique_name(g, base);
   char buf[NB_SCOPE_CAP + 256];
   int n = snprintf(buf, sizeof buf, "%s%s", g->scope, base);
   if (n < 0 || (size_t)n >= sizeof buf - 24) return NULL;
@@ -174,11 +197,24 @@ const char *nb_graph_unique_name(nb_graph *g, const char *base) {
   return name;
 }
 
+void nb_graph_set_scope(nb_graph *g, const char *scope, bool fresh) {
+  int len = snprintf(g->scope, NB_SCOPE_CAP, "%s", scope);
+  g->scope_len = len < 0 ? 0 : len >= NB_SCOPE_CAP ? NB_SCOPE_CAP - 1 : len;
+  g->fresh = fresh;
+  g->nfresh = 0;
+}
+
+/* Like TF's name_scope: the scope's name is made unique ("layer", then "layer_1"), so two
+   scopes never share names and nothing can be named inside a scope from outside it. */
 nb_code nb_name_scope_push(nb_graph *g, const char *name) {
   if (!g || !name || !*name || strchr(name, '/')) return NB_INVALID;
   if (g->nscopes == NB_SCOPE_DEPTH) return NB_INVALID;
   size_t n = strlen(name);
-  if ((size_t)g->scope_len + n + 2 > NB_SCOPE_CAP) return NB_INVALID;
+  if ((size_t)g->scope_len + n + 32 > NB_SCOPE_CAP) return NB_INVALID;
+  const char *unique = nb_graph_unique_name(g, name);
+  if (!unique) return NB_NOMEM;
+  name = unique + g->scope_len;
+  n = strlen(name);
   g->scope_marks[g->nscopes++] = g->scope_len;
   memcpy(g->scope + g->scope_len, name, n);
   g->scope_len += (int)n;
@@ -285,6 +321,8 @@ static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
 nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k) {
   const char *hint = c->next_name;
   c->next_name = NULL;
+  if (hint && (!*hint || strchr(hint, '/')))
+    return nb_kfail(k, NB_INVALID, "node name '%s' must be non-empty without '/' (scopes make paths)", hint);
   k->node_name = nb_graph_unique_name(c->graph, hint ? hint : k->def->name);
   if (!k->node_name) return nb_kfail(k, NB_INVALID, "cannot name the node (name too long or out of memory)");
   if (!ensure_subst(c, k->nin)) return nb_kfail(k, NB_NOMEM, "out of memory");

@@ -36,9 +36,14 @@ typedef struct nb_node {
 } nb_node;
 
 typedef struct nb_arena_block nb_arena_block;
+typedef struct nb_strmap_slot {
+  const char *key;         /* NULL: empty */
+  uint32_t hash;
+  int32_t val;
+} nb_strmap_slot;
+
 typedef struct nb_strmap {
-  const char **keys;
-  int32_t *vals;
+  nb_strmap_slot *slots;
   uint32_t cap, n;
 } nb_strmap;
 
@@ -63,6 +68,12 @@ struct nb_graph {
   int scope_marks[NB_SCOPE_DEPTH];
   nb_override *overrides;
   int noverrides, overrides_cap;
+  /* A fresh scope (opened by the gradient pass under its reserved scope name, so no other
+     name can lie inside it) keeps its names in this small list instead of the name map:
+     gradient ops then cost no map lookups. */
+  bool fresh;
+  const char **fresh_names;
+  int32_t nfresh, fresh_cap;
   uint32_t gen;            /* traversal generation for node stamps */
   nb_ctx *fold;            /* eager context that folds constants */
 };
@@ -73,6 +84,8 @@ char *nb_arena_strdup(nb_graph *g, const char *s);
 void *nb_arena_alloc(nb_graph *g, size_t bytes);
 /* A unique name "<scope><base>", or with "_N" appended; reserved in the name map. */
 const char *nb_graph_unique_name(nb_graph *g, const char *base);
+/* Sets the current scope string; fresh: see nb_graph.fresh. */
+void nb_graph_set_scope(nb_graph *g, const char *scope, bool fresh);
 /* A symbolic handle in c for output `out` of node `id`. */
 nb_tensor *nb_graph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out);
 /* The graph context's hooks (dispatch calls them). */
