@@ -39,6 +39,7 @@ install: build
 
 bench: build
 	./$(BUILD)/bench/eager_ops
+	./$(BUILD)/bench/grad_build 10000 100000
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
