@@ -5,6 +5,8 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
+#include "benchutil.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -12,17 +14,6 @@
 
 #define RUNS 7
 #define MIN_SECONDS 0.2
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 typedef nb_tensor *(*op_fn)(nb_ctx *c, nb_tensor *a, nb_tensor *b);
 
@@ -38,27 +29,26 @@ static double time_op(nb_ctx *c, op_fn op, nb_tensor *a, nb_tensor *b) {
   double per_call[RUNS];
   long reps = 1;
   for (;;) { /* calibrate */
-    double t0 = now();
+    double t0 = bench_now();
     for (long i = 0; i < reps; i++) {
       nb_scope_begin(c);
       op(c, a, b);
       nb_scope_end(c, NULL, 0);
     }
-    if (now() - t0 >= MIN_SECONDS / 4) break;
+    if (bench_now() - t0 >= MIN_SECONDS / 4) break;
     reps *= 2;
   }
   reps *= 4;
   for (int r = 0; r < RUNS; r++) {
-    double t0 = now();
+    double t0 = bench_now();
     for (long i = 0; i < reps; i++) {
       nb_scope_begin(c);
       op(c, a, b);
       nb_scope_end(c, NULL, 0);
     }
-    per_call[r] = (now() - t0) / (double)reps;
+    per_call[r] = (bench_now() - t0) / (double)reps;
   }
-  qsort(per_call, RUNS, sizeof *per_call, cmp_double);
-  return per_call[RUNS / 2];
+  return bench_median(per_call, RUNS);
 }
 
 static nb_tensor *random_tensor(nb_ctx *c, int rank, const int64_t *shape) {
@@ -116,7 +106,7 @@ static void overhead(nb_ctx *c) {
   nb_tensor *x = nb_identity(c, a);
   const long steps = 1000000;
   long rss_start = rss_kib(), rss_mid = 0;
-  double t0 = now();
+  double t0 = bench_now();
   for (long i = 0; i < steps; i++) {
     nb_scope_begin(c);
     nb_tensor *y = nb_tanh(c, nb_add(c, nb_mul(c, x, a), b));
@@ -125,7 +115,7 @@ static void overhead(nb_ctx *c) {
     x = y;
     if (i == steps / 100) rss_mid = rss_kib();
   }
-  double per_op = (now() - t0) / (double)steps / 3.0;
+  double per_op = (bench_now() - t0) / (double)steps / 3.0;
   printf("name=eager_chain shape=1x8 steps=%ld threads=1 ns_per_op=%.1f rss_kib_start=%ld "
          "rss_kib_at_1pct=%ld rss_kib_end=%ld\n",
          steps, per_op * 1e9, rss_start, rss_mid, rss_kib());

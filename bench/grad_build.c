@@ -10,23 +10,14 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
+#include "benchutil.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #define RUNS 3
 #define WINDOW 16
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static nb_tensor *placeholder(nb_ctx *c, const char *name) {
   const int64_t shape[2] = {1, 8};
@@ -72,11 +63,11 @@ static double time_gradients(builder build, long n, double *build_s) {
   for (int r = 0; r < RUNS; r++) {
     nb_graph *g = nb_graph_new();
     nb_ctx *c = nb_graph_ctx_new(g);
-    double t0 = now();
+    double t0 = bench_now();
     nb_tensor *x = placeholder(c, "x"), *loss = build(c, x, n), *dx;
-    double t1 = now();
+    double t1 = bench_now();
     nb_code code = nb_gradients(c, &loss, 1, &x, 1, NULL, &dx);
-    double t2 = now();
+    double t2 = bench_now();
     if (code || !dx) {
       fprintf(stderr, "grad_build: %s\n", nb_error(c));
       exit(1);
@@ -86,8 +77,7 @@ static double time_gradients(builder build, long n, double *build_s) {
     nb_ctx_free(c);
     nb_graph_free(g);
   }
-  qsort(per_op, RUNS, sizeof *per_op, cmp_double);
-  return per_op[RUNS / 2];
+  return bench_median(per_op, RUNS);
 }
 
 static double small_in_big(long n, long piece) {
@@ -97,9 +87,9 @@ static double small_in_big(long n, long piece) {
     nb_ctx *c = nb_graph_ctx_new(g);
     nb_tensor *bulk = chain(c, placeholder(c, "z"), n);
     nb_tensor *x = placeholder(c, "x"), *loss = chain(c, x, piece), *dx;
-    double t0 = now();
+    double t0 = bench_now();
     nb_code code = nb_gradients(c, &loss, 1, &x, 1, NULL, &dx);
-    per_op[r] = (now() - t0) * 1e9 / (double)piece;
+    per_op[r] = (bench_now() - t0) * 1e9 / (double)piece;
     if (code || !dx || !bulk) {
       fprintf(stderr, "grad_build: %s\n", nb_error(c));
       exit(1);
@@ -107,8 +97,7 @@ static double small_in_big(long n, long piece) {
     nb_ctx_free(c);
     nb_graph_free(g);
   }
-  qsort(per_op, RUNS, sizeof *per_op, cmp_double);
-  return per_op[RUNS / 2];
+  return bench_median(per_op, RUNS);
 }
 
 int main(int argc, char **argv) {
