@@ -295,6 +295,58 @@ static bool shape_known(const nb_tensor *x) {
 /* Build-time inference: inputs with known values are replaced by those values, so the
    op's infer (and folding) sees concrete tensors; an input of unknown shape, or a
    needed value that is not known, defers the outputs' shapes to run time. */
+/* Unknown dims are inferred through by probing: the op's infer runs twice with every
+   unknown dim set to one of two primes. Output dims that come out the same both times
+   are known; those that differ (they follow an unknown dim: P, 3P, ...) stay unknown.
+   A probe that fails (or needs an unknown value) leaves the outputs' rank unknown. */
+#define NB_PROBE_A 1009
+#define NB_PROBE_B 1013
+
+static bool probe_infer(nb_ctx *c, nb_kargs *k, nb_tensor *const *real, nb_tensor *copies, int64_t probe) {
+  for (int i = 0; i < k->nin; i++) {
+    copies[i] = *real[i];
+    for (int d = 0; d < copies[i].rank; d++)
+      if (copies[i].shape[d] < 0) copies[i].shape[d] = probe;
+    copies[i].size = nb_shape_size(copies[i].rank, copies[i].shape);
+    c->subst[i] = &copies[i];
+  }
+  nb_code code = k->def->infer(k);
+  if (code) nb_clear_error(c); /* a failed probe proves nothing */
+  return code == NB_OK;
+}
+
+static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
+  nb_tensor *const *real = k->in;
+  nb_tensor **saved = malloc((size_t)k->nin * sizeof *saved);
+  nb_tensor *copies = malloc((size_t)k->nin * sizeof *copies);
+  nb_meta *first = malloc((size_t)k->nout * sizeof *first);
+  bool ranks_known = saved && copies && first;
+  for (int i = 0; ranks_known && i < k->nin; i++) {
+    saved[i] = real[i];
+    ranks_known = real[i]->rank >= 0;
+  }
+  bool ok = ranks_known && probe_infer(c, k, saved, copies, NB_PROBE_A);
+  if (ok) memcpy(first, k->out, (size_t)k->nout * sizeof *first);
+  ok = ok && probe_infer(c, k, saved, copies, NB_PROBE_B);
+  nb_dtype t = deferred_dtype(k);
+  for (int i = 0; i < k->nout; i++) {
+    nb_meta *m = &k->out[i];
+    if (!ok || m->rank != first[i].rank) {
+      m->rank = -1;
+    } else {
+      for (int d = 0; d < m->rank; d++)
+        if (m->shape[d] != first[i].shape[d]) m->shape[d] = -1;
+    }
+    m->dtype = t;
+  }
+  for (int i = 0; saved && i < k->nin; i++) c->subst[i] = saved[i];
+  k->deferred = true;
+  free(saved);
+  free(copies);
+  free(first);
+  return NB_OK;
+}
+
 static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
   bool unknown = false;
   for (int i = 0; i < k->nin; i++) {
@@ -309,13 +361,7 @@ static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
     nb_code code = k->def->infer(k);
     if (code != NB_DEFER) return code;
   }
-  k->deferred = true;
-  nb_dtype t = deferred_dtype(k);
-  for (int i = 0; i < k->nout; i++) {
-    k->out[i].dtype = t;
-    k->out[i].rank = -1;
-  }
-  return NB_OK;
+  return infer_deferred(c, k);
 }
 
 nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k) {
