@@ -71,7 +71,10 @@ static nb_code row_error(checker *k, int64_t j, const nb_tensor *y0, nb_tensor *
       nb_tensor *r;
       x[e] = keep + NB_GRADCHECK_STEP;
       code = run(k, k->xs, k->vals, k->nx, &k->y, 1, &r);
-      if (code) break;
+      if (code) {
+        x[e] = keep;
+        break;
+      }
       plus = nb_item(r, j);
       nb_tensor_free(r);
       x[e] = keep - NB_GRADCHECK_STEP;
