@@ -1,38 +1,10 @@
 /* Gradients of composite functions against TensorFlow's (tests/golden/grad_golden.h,
    made by tests/golden/make_grad_golden.py). */
-#include "testutil.h"
-
-#include <stdlib.h>
+#include "graphutil.h"
 
 #include "golden/grad_golden.h"
 
 #define N(a) ((int64_t)(sizeof(a) / sizeof *(a)))
-
-typedef struct fixture {
-  nb_graph *g;
-  nb_ctx *c, *e;
-  nb_session *s;
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  f->g = nb_graph_new();
-  f->c = nb_graph_ctx_new(f->g);
-  f->e = nb_eager_new();
-  f->s = nb_session_new(f->g);
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  nb_session_free(f->s);
-  nb_ctx_free(f->c);
-  nb_ctx_free(f->e);
-  nb_graph_free(f->g);
-  free(f);
-  return 0;
-}
 
 typedef struct input {
   int rank;
@@ -42,7 +14,7 @@ typedef struct input {
 } input;
 
 /* Builds y = fn(xs) from placeholders, then checks y and every gradient against TF. */
-static void check(fixture *f, nb_tensor *(*fn)(nb_ctx *, nb_tensor *const *), const input *in, int n,
+static void check(gu_fixture *f, nb_tensor *(*fn)(nb_ctx *, nb_tensor *const *), const input *in, int n,
                   double want_y) {
   nb_tensor *xs[4], *vals[4], *dxs[4], *fetch[5], *out[5];
   for (int i = 0; i < n; i++) {
@@ -122,7 +94,7 @@ static void test_gather_concat_slice(void **state) {
 
 /* Hessian-vector product of f1 with respect to w, against TF's nested tapes. */
 static void test_hvp(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   const int64_t sx[2] = {3, 4}, sw[2] = {4, 2}, sb[1] = {2};
   nb_tensor *xs[3] = {nb_placeholder(f->c, NB_F64, 2, sx, "x"), nb_placeholder(f->c, NB_F64, 2, sw, "w"),
                       nb_placeholder(f->c, NB_F64, 1, sb, "b")};
@@ -133,20 +105,19 @@ static void test_hvp(void **state) {
   nb_tensor *v = nb_tensor_from(f->c, NB_F64, 2, sw, f1_hvp_v);
   nb_tensor *gv = nb_sum(f->c, nb_mul(f->c, g, v), NULL, 0, false);
   assert_int_equal(nb_gradients(f->c, &gv, 1, &xs[1], 1, NULL, &hv), NB_OK);
-  nb_tensor *out;
-  if (nb_run(f->s, xs, vals, 3, &hv, 1, &out)) fail_msg("nb_run: %s", nb_session_error(f->s));
+  nb_tensor *out = gu_run(f, xs, vals, 3, hv);
   tu_check_vals(out, f1_hvp_w, 1e-10);
   nb_tensor_free(out);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_dense_tanh, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_broadcast_mix, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_reductions_with_zero, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_batch_matmul_broadcast, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_gather_concat_slice, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_hvp, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dense_tanh, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_broadcast_mix, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_reductions_with_zero, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_matmul_broadcast, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_gather_concat_slice, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_hvp, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("golden_grad", tests, NULL, NULL);
 }

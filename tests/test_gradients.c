@@ -1,48 +1,19 @@
 /* nb_gradients (tf.gradients): TF's behaviours, the registry, overrides, errors,
    gradcheck and the non-differentiable finder. */
-#include "testutil.h"
-
-#include <stdlib.h>
+#include "graphutil.h"
 
 #ifndef M_E
 #define M_E 2.71828182845904523536
 #endif
 
-typedef struct fixture {
-  nb_graph *g;
-  nb_ctx *c, *e;
-  nb_session *s;
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  f->g = nb_graph_new();
-  f->c = nb_graph_ctx_new(f->g);
-  f->e = nb_eager_new();
-  f->s = nb_session_new(f->g);
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  nb_session_free(f->s);
-  nb_ctx_free(f->c);
-  nb_ctx_free(f->e);
-  nb_graph_free(f->g);
-  free(f);
-  return 0;
-}
-
 /* Runs fetches with one optional feed and checks each against want (flattened). */
-static void expect(fixture *f, nb_tensor *feed, nb_tensor *value, nb_tensor *fetch, const double *want) {
-  nb_tensor *out = NULL;
-  if (nb_run(f->s, &feed, &value, feed ? 1 : 0, &fetch, 1, &out)) fail_msg("run: %s", nb_session_error(f->s));
+static void expect(gu_fixture *f, nb_tensor *feed, nb_tensor *value, nb_tensor *fetch, const double *want) {
+  nb_tensor *out = gu_run1(f, feed, value, fetch);
   tu_check_vals(out, want, 1e-9);
   nb_tensor_free(out);
 }
 
-static nb_tensor *grad1(fixture *f, nb_tensor *y, nb_tensor *x, const nb_grad_opts *o) {
+static nb_tensor *grad1(gu_fixture *f, nb_tensor *y, nb_tensor *x, const nb_grad_opts *o) {
   nb_tensor *dx = NULL;
   if (nb_gradients(f->c, &y, 1, &x, 1, o, &dx)) fail_msg("nb_gradients: %s", nb_error(f->c));
   return dx;
@@ -50,7 +21,7 @@ static nb_tensor *grad1(fixture *f, nb_tensor *y, nb_tensor *x, const nb_grad_op
 
 /* TF's docstring example: partial derivatives with stop_gradients. */
 static void test_stop_gradients(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *a = nb_scalar(f->c, NB_F64, 0);
   nb_tensor *b = nb_mul(f->c, nb_scalar(f->c, NB_F64, 2), a);
   nb_tensor *y = nb_add(f->c, a, b);
@@ -68,7 +39,7 @@ static void test_stop_gradients(void **state) {
 }
 
 static void test_grad_ys_and_several_ys(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x");
   nb_tensor *y1 = nb_square(f->c, x);                 /* dy1/dx = 2x */
   nb_tensor *y2 = nb_mul(f->c, x, nb_scalar(f->c, NB_F64, 3)); /* dy2/dx = 3 */
@@ -88,7 +59,7 @@ static void test_grad_ys_and_several_ys(void **state) {
 }
 
 static void test_unconnected_and_integer_paths(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x");
   nb_tensor *u = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "unrelated");
   nb_tensor *y = nb_sum(f->c, nb_exp(f->c, x), NULL, 0, false);
@@ -103,7 +74,7 @@ static void test_unconnected_and_integer_paths(void **state) {
 
 /* Gradient nodes are named gradients/<op name>_grad/...; a second call uses gradients_1. */
 static void test_gradient_scopes(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "x");
   nb_tensor *y = nb_tanh(f->c, x);
   nb_tensor *dx = grad1(f, y, x, NULL);
@@ -117,7 +88,7 @@ static void test_gradient_scopes(void **state) {
 
 /* Several paths into x: AddN by default, a tree of AddV2 with NB_AGG_TREE. */
 static void test_aggregation(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x");
   nb_tensor *y = nb_add_n(f->c, (nb_tensor *[]){nb_sin(f->c, x), nb_cos(f->c, x), nb_exp(f->c, x)}, 3);
   nb_tensor *xv = nb_scalar(f->e, NB_F64, 0.3);
@@ -136,7 +107,7 @@ static void test_aggregation(void **state) {
 
 /* An op with several outputs where only some get gradients: float siblings get zeros. */
 static void test_partial_output_gradients(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 2), "x");
   nb_tensor *parts[3];
   assert_int_equal(nb_unpack(f->c, x, 0, 3, parts), NB_OK);
@@ -147,7 +118,7 @@ static void test_partial_output_gradients(void **state) {
 
 /* Gradient of a gradient: d2/dx2 tanh(x) = -2 tanh(x) (1 - tanh(x)^2). */
 static void test_second_order(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x");
   nb_tensor *dx = grad1(f, nb_tanh(f->c, x), x, NULL);
   nb_tensor *ddx = grad1(f, dx, x, NULL);
@@ -164,7 +135,7 @@ static void test_second_order(void **state) {
 /* Cost follows the subgraph between xs and ys, not the graph: a large unrelated part
    adds no gradient nodes. */
 static void test_visits_only_between(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *z = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "bulk");
   for (int i = 0; i < 2000; i++) z = nb_tanh(f->c, z);
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "x");
@@ -192,7 +163,7 @@ static nb_code doubled_exp_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const
 }
 
 static void test_registry_and_overrides(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   assert_true(nb_has_gradient("Tanh"));
   assert_false(nb_has_gradient("Less"));
   assert_false(nb_has_gradient("NoSuchOp"));
@@ -224,7 +195,7 @@ static void test_registry_and_overrides(void **state) {
 }
 
 static void test_argument_errors(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *dx;
   nb_tensor *y = nb_exp(f->c, x);
   assert_int_equal(nb_gradients(f->e, &y, 1, &x, 1, NULL, &dx), NB_INVALID);
@@ -240,7 +211,7 @@ static void test_argument_errors(void **state) {
 }
 
 static void test_gradcheck(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "x");
   nb_tensor *w = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 2), "w");
   nb_tensor *y = nb_tanh(f->c, nb_matmul(f->c, x, w, false, false));
@@ -264,7 +235,7 @@ static void test_gradcheck(void **state) {
 }
 
 static void test_find_non_differentiable(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x");
   nb_tensor *idx = nb_argmax(f->c, x, 0, NB_I64);
   nb_name_scope_push(f->g, "head");
@@ -283,18 +254,18 @@ static void test_find_non_differentiable(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_stop_gradients, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_grad_ys_and_several_ys, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unconnected_and_integer_paths, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_gradient_scopes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_aggregation, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_partial_output_gradients, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_second_order, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_visits_only_between, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_registry_and_overrides, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_argument_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_gradcheck, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_find_non_differentiable, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stop_gradients, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_ys_and_several_ys, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_unconnected_and_integer_paths, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_gradient_scopes, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_aggregation, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_partial_output_gradients, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_second_order, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_visits_only_between, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_registry_and_overrides, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_argument_errors, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_gradcheck, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_find_non_differentiable, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("gradients", tests, NULL, NULL);
 }

@@ -1,49 +1,12 @@
 /* Graph IR, the graph context and sessions. */
-#include "testutil.h"
-
-#include <stdlib.h>
+#include "graphutil.h"
 
 #ifndef M_E
 #define M_E 2.71828182845904523536
 #endif
 
-typedef struct fixture {
-  nb_graph *g;
-  nb_ctx *c;
-  nb_session *s;
-  nb_ctx *e; /* eager context for feed values */
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  f->g = nb_graph_new();
-  f->c = nb_graph_ctx_new(f->g);
-  f->s = nb_session_new(f->g);
-  f->e = nb_eager_new();
-  *state = f;
-  return f->g && f->c && f->s && f->e ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  nb_session_free(f->s);
-  nb_ctx_free(f->c);
-  nb_ctx_free(f->e);
-  nb_graph_free(f->g);
-  free(f);
-  return 0;
-}
-
-/* Runs one fetch with one feed; returns the caller-owned result. */
-static nb_tensor *run1(fixture *f, nb_tensor *feed, nb_tensor *value, nb_tensor *fetch) {
-  nb_tensor *out = NULL;
-  nb_code code = nb_run(f->s, &feed, &value, feed ? 1 : 0, &fetch, 1, &out);
-  if (code) fail_msg("nb_run: %s", nb_session_error(f->s));
-  return out;
-}
-
 static void test_build_and_run(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(2, 3), "x");
   nb_tensor *y = nb_tanh(f->c, nb_add(f->c, nb_mul(f->c, x, nb_scalar(f->c, NB_F32, 2)), nb_scalar(f->c, NB_F32, 1)));
   const int axes[1] = {1};
@@ -55,7 +18,7 @@ static void test_build_and_run(void **state) {
   assert_string_equal(nb_tensor_node_name(y), "Tanh");
   nb_tensor *xv = tu_make(f->e, NB_F32, 2, TU_SHAPE(2, 3), TU_VALS(0, 1, -1, 0.5, 2, -0.5));
   for (int rep = 0; rep < 3; rep++) { /* the cached plan runs the same */
-    nb_tensor *r = run1(f, x, xv, s);
+    nb_tensor *r = gu_run1(f, x, xv, s);
     double want0 = tanh(1) + tanh(3) + tanh(-1), want1 = tanh(2) + tanh(5) + tanh(0);
     tu_check(r, NB_F32, 1, TU_SHAPE(2), TU_VALS(want0, want1), 1e-6);
     nb_tensor_free(r);
@@ -63,7 +26,7 @@ static void test_build_and_run(void **state) {
 }
 
 static void test_names_and_scopes(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *a = nb_scalar(f->c, NB_F64, 1);
   nb_tensor *m1 = nb_mul(f->c, a, a);
   nb_tensor *m2 = nb_mul(f->c, a, a);
@@ -92,7 +55,7 @@ static void test_names_and_scopes(void **state) {
 }
 
 static void test_build_errors_name_the_node(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(2, 3), "x");
   nb_tensor *w = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(4, 5), "w");
   assert_int_equal(nb_name_scope_push(f->g, "dense"), NB_OK);
@@ -115,7 +78,7 @@ static void test_build_errors_name_the_node(void **state) {
 }
 
 static void test_session_errors(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(2, -1), "x");
   nb_tensor *u = nb_placeholder(f->c, NB_I32, 0, NULL, "unused");
   nb_tensor *y = nb_exp(f->c, x);
@@ -132,7 +95,7 @@ static void test_session_errors(void **state) {
   assert_non_null(strstr(nb_session_error(f->s), "Cannot feed value of dtype float64 for Tensor 'x:0'"));
   /* the unused placeholder need not be fed; unknown dims take the fed size */
   nb_tensor *good = tu_make(f->e, NB_F32, 2, TU_SHAPE(2, 4), TU_VALS(0, 0, 0, 0, 1, 1, 1, 1));
-  nb_tensor *r = run1(f, x, good, y);
+  nb_tensor *r = gu_run1(f, x, good, y);
   tu_check(r, NB_F32, 2, TU_SHAPE(2, 4), TU_VALS(1, 1, 1, 1, M_E, M_E, M_E, M_E), 1e-6);
   nb_tensor_free(r);
   (void)u;
@@ -145,7 +108,7 @@ static void test_session_errors(void **state) {
 
 /* A run-time kernel error names the node and leaves the session usable. */
 static void test_runtime_error(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *p = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(3), "params");
   nb_tensor *i = nb_placeholder(f->c, NB_I32, 1, TU_SHAPE(2), "idx");
   assert_int_equal(nb_name_scope_push(f->g, "lookup"), NB_OK);
@@ -166,7 +129,7 @@ static void test_runtime_error(void **state) {
 }
 
 static void test_cycle(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *a = nb_placeholder(f->c, NB_F32, 0, NULL, "a"); /* not foldable */
   nb_tensor *b = nb_neg(f->c, a);
   nb_tensor *c = nb_exp(f->c, b);
@@ -179,23 +142,23 @@ static void test_cycle(void **state) {
 
 /* Control inputs order side effects: fetching c also runs d's node first. */
 static void test_control_input_runs(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 0, NULL, "x");
   nb_tensor *d = nb_sqrt(f->c, x);
   nb_tensor *c = nb_neg(f->c, x);
   assert_int_equal(nb_add_control_input(c, d), NB_OK);
-  nb_tensor *r = run1(f, x, nb_scalar(f->e, NB_F32, 4), c);
+  nb_tensor *r = gu_run1(f, x, nb_scalar(f->e, NB_F32, 4), c);
   tu_check(r, NB_F32, 0, NULL, TU_VALS(-4), 0);
   nb_tensor_free(r);
 }
 
 /* A placeholder whose only consumer was folded at build time need not be fed. */
 static void test_folded_needs_no_feed(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(3, 5), "x");
   nb_tensor *shape = nb_shape_op(f->c, x, NB_I32);
   assert_non_null(nb_constant_value(shape));
-  nb_tensor *r = run1(f, NULL, NULL, shape);
+  nb_tensor *r = gu_run1(f, NULL, NULL, shape);
   tu_check(r, NB_I32, 1, TU_SHAPE(2), TU_VALS(3, 5), 0);
   nb_tensor_free(r);
 }
@@ -203,7 +166,7 @@ static void test_folded_needs_no_feed(void **state) {
 /* Constants fold: shapes computed from static shapes are static, and results from a
    session outlive it. */
 static void test_folding_and_ownership(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(4, 6), "x");
   nb_tensor *shape = nb_shape_op(f->c, x, NB_I64);
   nb_tensor *half = nb_real_div(f->c, shape, nb_scalar(f->c, NB_I64, 2)); /* folded: [2,3] */
@@ -214,19 +177,19 @@ static void test_folding_and_ownership(void **state) {
   double v[24];
   for (int i = 0; i < 24; i++) v[i] = i;
   nb_tensor *xv = nb_tensor_from(f->e, NB_F64, 2, TU_SHAPE(4, 6), v);
-  nb_tensor *r = run1(f, x, xv, half);
+  nb_tensor *r = gu_run1(f, x, xv, half);
   nb_session_free(f->s);
   f->s = nb_session_new(f->g);
   tu_check(r, NB_I64, 1, TU_SHAPE(2), TU_VALS(2, 3), 0);
   nb_tensor_free(r);
-  nb_tensor *t = run1(f, x, xv, y);
+  nb_tensor *t = gu_run1(f, x, xv, y);
   assert_true(nb_item(t, 18 * 5 + 7) == v[6 + 1]); /* row 5 -> 1, col 7 -> 1 */
   nb_tensor_free(t);
 }
 
 /* Unknown dims defer shapes to run time; errors then come from the run. */
 static void test_unknown_dims(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(-1, 3), "x");
   nb_tensor *w = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(3, 2), "w");
   nb_tensor *y = nb_relu(f->c, nb_matmul(f->c, x, w, false, false));
@@ -254,16 +217,16 @@ static void test_unknown_dims(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_build_and_run, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_names_and_scopes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_build_errors_name_the_node, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_session_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_runtime_error, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_cycle, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_control_input_runs, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_folding_and_ownership, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_folded_needs_no_feed, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unknown_dims, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_build_and_run, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_names_and_scopes, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_build_errors_name_the_node, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_session_errors, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_runtime_error, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_cycle, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_control_input_runs, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_folding_and_ownership, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_folded_needs_no_feed, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_dims, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("graph", tests, NULL, NULL);
 }

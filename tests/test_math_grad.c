@@ -1,65 +1,24 @@
 /* Gradients of the math family (src/grad/math_grad.c): hand-computed values for TF's special
    cases, and every rule against float64 central differences, first and second order, with
    broadcasting (scalars, size-1 dims, rank mismatch) and unknown dims. */
-#include "testutil.h"
-
-#include <stdlib.h>
+#include "graphutil.h"
 
 #ifndef M_E
 #define M_E 2.71828182845904523536
 #endif
 
-#define MAXIN 3
-#define FD_STEP 1e-6
-#define FD_TOL 1e-6
-
-/* ---- graph fixture for the hand-computed tests ---------------------------------------------- */
-
-typedef struct fixture {
-  nb_graph *g;
-  nb_ctx *c;
-  nb_session *s;
-  nb_ctx *e; /* eager context for feed values */
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  f->g = nb_graph_new();
-  f->c = nb_graph_ctx_new(f->g);
-  f->s = nb_session_new(f->g);
-  f->e = nb_eager_new();
-  *state = f;
-  return f->g && f->c && f->s && f->e ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  nb_session_free(f->s);
-  nb_ctx_free(f->c);
-  nb_ctx_free(f->e);
-  nb_graph_free(f->g);
-  free(f);
-  return 0;
-}
-
-/* Runs fetch with the given feeds; the result belongs to the caller. */
-static nb_tensor *run_feeds(nb_session *s, nb_tensor *const *feed, nb_tensor *const *val, int n, nb_tensor *fetch) {
-  nb_tensor *out = NULL;
-  if (nb_run(s, feed, val, n, &fetch, 1, &out)) fail_msg("nb_run: %s", nb_session_error(s));
-  return out;
-}
+/* ---- helpers for the hand-computed tests ------------------------------------------------------ */
 
 /* d y / d xs[0..n) with grad_ys = ones, as graph tensors. */
-static void grads(fixture *f, nb_tensor *y, nb_tensor *const *xs, int n, nb_tensor **dxs) {
+static void grads(gu_fixture *f, nb_tensor *y, nb_tensor *const *xs, int n, nb_tensor **dxs) {
   if (nb_gradients(f->c, &y, 1, xs, n, NULL, dxs)) fail_msg("nb_gradients: %s", nb_error(f->c));
 }
 
 /* Runs the symbolic gradient dx with one feed and checks it. */
-static void check_grad(fixture *f, nb_tensor *dx, nb_tensor *feed, nb_tensor *val, nb_dtype t, int rank,
+static void check_grad(gu_fixture *f, nb_tensor *dx, nb_tensor *feed, nb_tensor *val, nb_dtype t, int rank,
                        const int64_t *shape, const double *want, double tol) {
   assert_non_null(dx);
-  nb_tensor *r = run_feeds(f->s, &feed, &val, 1, dx);
+  nb_tensor *r = gu_run1(f, feed, val, dx);
   tu_check(r, t, rank, shape, want, tol);
   nb_tensor_free(r);
 }
@@ -109,7 +68,7 @@ static const struct {
 /* Each unary rule in float32 and float64 against its closed-form derivative; signed inputs
    cover the negative branches of Abs, Relu and Elu. */
 static void test_unary_values(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   static const double positive[4] = {0.25, 0.5, 2, 3}, is_signed[4] = {-1.5, -0.25, 0.5, 2};
   const nb_dtype types[2] = {NB_F32, NB_F64};
   for (int t = 0; t < 2; t++)
@@ -128,7 +87,7 @@ static void test_unary_values(void **state) {
 
 /* Sign's gradient is zeros (TF's choice), not a missing gradient: x * sign(x) = |x| gets sign(x). */
 static void test_sign_is_zero_not_missing(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *dx = NULL;
   grads(f, nb_mul(f->c, x, nb_sign(f->c, x)), &x, 1, &dx);
   nb_tensor *val = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(-2, 0, 3));
@@ -137,7 +96,7 @@ static void test_sign_is_zero_not_missing(void **state) {
 
 /* Pow: dx = y x^(y-1) everywhere; dy = z ln x only where x > 0 and 0 elsewhere (no NaN at x <= 0). */
 static void test_pow_nonpositive_base(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(4), "x");
   nb_tensor *y = nb_tensor_from(f->c, NB_F64, 1, TU_SHAPE(4), (const double[]){2, 3, 0.5, 2});
   nb_tensor *xs[2] = {x, y}, *d[2];
@@ -149,7 +108,7 @@ static void test_pow_nonpositive_base(void **state) {
 
 /* Maximum/Minimum: ties go to the first input (x >= y, x <= y), also against a broadcast scalar. */
 static void test_maximum_minimum_ties(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "x");
   nb_tensor *y = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "y");
   nb_tensor *s = nb_placeholder(f->c, NB_F32, 0, NULL, "s");
@@ -178,7 +137,7 @@ static void test_maximum_minimum_ties(void **state) {
 /* Broadcasting binary rules summed to each input's shape: Sub negates for y, RealDiv's dy is
    -dz x / y^2, Mul's dy the other factor, SquaredDifference 2 (x - y) and its negation. */
 static void test_binary_broadcast_values(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(2, 2), "x");
   nb_tensor *y = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(2), "y");
   nb_tensor *xy[2] = {x, y}, *dsub[2], *ddiv[2], *dmul[2], *dsq[2];
@@ -205,7 +164,7 @@ static void test_binary_broadcast_values(void **state) {
 /* SelectV2 routes dz to the branch taken (zeros elsewhere), sums broadcasts, and the
    condition gets no gradient; a comparison on the path is cut without an error. */
 static void test_select_routes(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "x");
   nb_tensor *e = nb_placeholder(f->c, NB_F64, 0, NULL, "e");
   nb_tensor *cond = nb_greater(f->c, x, nb_scalar(f->c, NB_F64, 0));
@@ -225,7 +184,7 @@ static void test_select_routes(void **state) {
 
 /* Cast casts the gradient back between float types; through an integer there is none. */
 static void test_cast(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(2), "x");
   nb_tensor *w = nb_tensor_from(f->c, NB_F64, 1, TU_SHAPE(2), (const double[]){0.25, -3});
   nb_tensor *dx, *dnone, *dpart;
@@ -246,7 +205,7 @@ static void test_cast(void **state) {
 /* AddN passes dy to every input (a repeated input sums), Identity passes it through,
    StopGradient cuts its path, and Add (the legacy op) matches AddV2. */
 static void test_add_n_identity_stop_add(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x"), *dx, *dadd[2];
   nb_tensor *terms[3] = {x, nb_square(f->c, x), nb_identity(f->c, x)};
   nb_tensor *y = nb_add(f->c, nb_add_n(f->c, terms, 3), nb_mul(f->c, x, nb_stop_gradient(f->c, nb_exp(f->c, x))));
@@ -266,7 +225,7 @@ static void test_add_n_identity_stop_add(void **state) {
 
 /* The fused gradient ops' own gradients at one point, by hand. */
 static void test_fused_grad_values(void **state) {
-  fixture *f = *state;
+  gu_fixture *f = *state;
   nb_tensor *a = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "a");
   nb_tensor *b = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "b");
   nb_tensor *ab[2] = {a, b}, *dt[2], *dr[2], *de[2];
@@ -307,12 +266,12 @@ static void test_registrations(void **state) {
 
 /* ---- central differences, first and second order ----------------------------------------------------- */
 
-typedef nb_tensor *(*build_fn)(nb_ctx *c, nb_tensor *const *x);
 enum { D_ANY, D_POS, D_AWAY, D_BOOL }; /* value domains of the inputs */
+enum { MAXIN = 3 };
 
 typedef struct gcase {
   const char *name;
-  build_fn build;
+  gu_build_fn build;
   int n;
   struct {
     int rank;
@@ -333,143 +292,28 @@ static double test_value(int64_t k, int seed, int domain) {
     default: return g;
   }
 }
-static double weight(int64_t k, int seed) { return 0.5 + 0.25 * (double)((k * 3 + seed) % 5); }
 
-typedef struct harness {
-  const gcase *k;
-  nb_graph *g;
-  nb_ctx *c, *e;
-  nb_session *s;
-  nb_tensor *feed[MAXIN + 2], *val[MAXIN + 2];
-  int nfeed;
-  double *x[MAXIN];
-  int64_t nx[MAXIN];
-} harness;
-
-static nb_tensor *h_run(harness *h, nb_tensor *fetch) { return run_feeds(h->s, h->feed, h->val, h->nfeed, fetch); }
-
-/* sum(fetch * w) at the current feeds. */
-static double weighted(harness *h, nb_tensor *fetch, const double *w) {
-  nb_tensor *r = h_run(h, fetch);
-  double s = 0;
-  for (int64_t i = 0; i < nb_num_elements(r); i++) s += nb_item(r, i) * w[i];
-  nb_tensor_free(r);
-  return s;
-}
-
-static nb_tensor *input_value(harness *h, int i) {
-  return tu_make(h->e, nb_dtype_of(h->feed[i]), h->k->in[i].rank, h->k->in[i].shape, h->x[i]);
-}
-
-/* Central difference of sum(fetch * w) in element j of input i. */
-static double central_diff(harness *h, nb_tensor *fetch, const double *w, int i, int64_t j) {
-  double saved = h->x[i][j], f[2];
-  for (int side = 0; side < 2; side++) {
-    h->x[i][j] = saved + (side ? -FD_STEP : FD_STEP);
-    nb_tensor *old = h->val[i];
-    h->val[i] = input_value(h, i);
-    f[side] = weighted(h, fetch, w);
-    nb_tensor_free(h->val[i]);
-    h->val[i] = old;
-  }
-  h->x[i][j] = saved;
-  return (f[0] - f[1]) / (2 * FD_STEP);
-}
-
-/* The symbolic gradient sym (w.r.t. input i, of sum(fetch * w)) against central differences. */
-static void compare(harness *h, nb_tensor *sym, nb_tensor *fetch, const double *w, int i, const char *what) {
-  if (!sym) fail_msg("%s: no gradient for input %d (%s)", h->k->name, i, what);
-  nb_tensor *r = h_run(h, sym);
-  if (nb_num_elements(r) != h->nx[i] || nb_rank(r) != h->k->in[i].rank)
-    fail_msg("%s: %s gradient of input %d has %lld elements, rank %d", h->k->name, what, i,
-             (long long)nb_num_elements(r), nb_rank(r));
-  for (int64_t j = 0; j < h->nx[i]; j++) {
-    double got = nb_item(r, j), want = central_diff(h, fetch, w, i, j);
-    if (!(fabs(got - want) <= FD_TOL * (1 + fabs(want))))
-      fail_msg("%s: %s gradient of input %d, element %lld: symbolic %.12g, numeric %.12g", h->k->name, what, i,
-               (long long)j, got, want);
-  }
-  nb_tensor_free(r);
-}
-
-/* A placeholder shaped like t (unknown dims in a dynamic case) with weight values. */
-static nb_tensor *weights_for(harness *h, int rank, const int64_t *shape, int64_t n, int seed, double *w,
-                              nb_tensor **value, const char *name) {
-  int64_t dims[NB_MAX_RANK];
-  for (int d = 0; d < rank; d++) dims[d] = h->k->dynamic ? -1 : shape[d];
-  for (int64_t j = 0; j < n; j++) w[j] = weight(j, seed);
-  *value = tu_make(h->e, NB_F64, rank, shape, w);
-  return nb_placeholder(h->c, NB_F64, rank, dims, name);
-}
-
-static void h_open(harness *h, const gcase *k) {
-  *h = (harness){.k = k, .g = nb_graph_new()};
-  h->c = nb_graph_ctx_new(h->g);
-  h->e = nb_eager_new();
-  for (int i = 0; i < k->n; i++) {
-    int64_t dims[NB_MAX_RANK], n = 1;
-    for (int d = 0; d < k->in[i].rank; d++) {
-      dims[d] = k->dynamic ? -1 : k->in[i].shape[d];
-      n *= k->in[i].shape[d];
-    }
-    h->nx[i] = n;
-    h->x[i] = malloc((size_t)(n + 1) * sizeof(double));
-    for (int64_t j = 0; j < n; j++) h->x[i][j] = test_value(j, i, k->in[i].domain);
-    nb_dtype t = k->in[i].domain == D_BOOL ? NB_BOOL : NB_F64;
-    h->feed[i] = nb_placeholder(h->c, t, k->in[i].rank, dims, NULL);
-    h->val[i] = input_value(h, i);
-  }
-  h->nfeed = k->n;
-}
-
-static void h_close(harness *h) {
-  nb_session_free(h->s);
-  nb_ctx_free(h->c);
-  nb_ctx_free(h->e);
-  nb_graph_free(h->g);
-  for (int i = 0; i < h->k->n; i++) free(h->x[i]);
-}
-
-/* d sum(y * v) / dx_i against differences of sum(y * v); then, for each first gradient g_i,
-   d sum(g_i * w) / dx_j against differences of sum(g_i * w). */
+/* The case's inputs (boolean ones fed, not differentiated) against central differences,
+   first and second order. */
 static void check_case(const gcase *k) {
-  harness h;
-  h_open(&h, k);
-  nb_tensor *y = k->build(h.c, h.feed);
-  if (!y) fail_msg("%s: %s", k->name, nb_error(h.c));
-  h.s = nb_session_new(h.g);
-  nb_tensor *y0 = h_run(&h, y);
-  double *v = malloc((size_t)(nb_num_elements(y0) + 1) * sizeof *v), w[64];
-  h.feed[k->n] = weights_for(&h, nb_rank(y0), nb_shape(y0), nb_num_elements(y0), 1, v, &h.val[k->n], "v");
-  h.nfeed = k->n + 1;
-  nb_tensor_free(y0);
-
-  nb_tensor *xs[MAXIN], *first[MAXIN], *second[MAXIN];
-  int idx[MAXIN], nd = 0;
-  for (int i = 0; i < k->n; i++)
-    if (k->in[i].domain != D_BOOL) idx[nd] = i, xs[nd++] = h.feed[i];
-  nb_grad_opts o = {.grad_ys = &h.feed[k->n], .unconnected_zero = 1};
-  if (nb_gradients(h.c, &y, 1, xs, nd, &o, first)) fail_msg("%s: %s", k->name, nb_error(h.c));
-  for (int a = 0; a < nd; a++) compare(&h, first[a], y, v, idx[a], "first-order");
-
-  for (int a = 0; a < nd; a++) {
-    int i = idx[a];
-    assert_true(h.nx[i] <= 64);
-    h.feed[k->n + 1] = weights_for(&h, k->in[i].rank, k->in[i].shape, h.nx[i], 2 + a, w, &h.val[k->n + 1], NULL);
-    h.nfeed = k->n + 2;
-    o.grad_ys = &h.feed[k->n + 1];
-    if (nb_gradients(h.c, &first[a], 1, xs, nd, &o, second)) fail_msg("%s (second order): %s", k->name, nb_error(h.c));
-    for (int b = 0; b < nd; b++) compare(&h, second[b], first[a], w, idx[b], "second-order");
-    nb_tensor_free(h.val[k->n + 1]);
+  gu_grad_case g = {.name = k->name, .build = k->build, .n = k->n, .dynamic = k->dynamic};
+  double x[MAXIN][32];
+  for (int i = 0; i < k->n; i++) {
+    int64_t n = gu_count(k->in[i].rank, k->in[i].shape);
+    assert_true(n <= 32);
+    for (int64_t j = 0; j < n; j++) x[i][j] = test_value(j, i, k->in[i].domain);
+    bool fed = k->in[i].domain == D_BOOL;
+    g.in[i] = (gu_input){k->in[i].rank, k->in[i].shape, NULL, x[i], fed, fed ? NB_BOOL : NB_F64};
   }
-  free(v);
-  h_close(&h);
+  gu_check_grad(&g);
 }
 
 #define UN(NAME, FN)                                                                       \
-  static nb_tensor *b_##NAME(nb_ctx *c, nb_tensor *const *x) { return FN(c, x[0]); }
+  static nb_tensor *b_##NAME(gu_fixture *f, nb_tensor *const *x, const void *arg) { return (void)arg, FN(f->c, x[0]); }
 #define BIN(NAME, FN)                                                                      \
-  static nb_tensor *b_##NAME(nb_ctx *c, nb_tensor *const *x) { return FN(c, x[0], x[1]); }
+  static nb_tensor *b_##NAME(gu_fixture *f, nb_tensor *const *x, const void *arg) {         \
+    return (void)arg, FN(f->c, x[0], x[1]);                                                \
+  }
 UN(neg, nb_neg)
 UN(exp, nb_exp)
 UN(log, nb_log)
@@ -506,17 +350,21 @@ BIN(elu_grad, nb_elu_grad)
 BIN(softplus_grad, nb_softplus_grad)
 
 /* The linear ops get nonlinear neighbours so their second order is not trivially zero. */
-static nb_tensor *b_cast(nb_ctx *c, nb_tensor *const *x) { return nb_square(c, nb_cast(c, x[0], NB_F64)); }
-static nb_tensor *b_select(nb_ctx *c, nb_tensor *const *x) {
-  return nb_select(c, x[0], nb_sin(c, x[1]), nb_square(c, x[2]));
+static nb_tensor *b_cast(gu_fixture *f, nb_tensor *const *x, const void *arg) {
+  return (void)arg, nb_square(f->c, nb_cast(f->c, x[0], NB_F64));
 }
-static nb_tensor *b_add_n(nb_ctx *c, nb_tensor *const *x) {
-  nb_tensor *terms[3] = {nb_sin(c, x[0]), nb_mul(c, x[0], x[1]), x[2]};
-  return nb_add_n(c, terms, 3);
+static nb_tensor *b_select(gu_fixture *f, nb_tensor *const *x, const void *arg) {
+  return (void)arg, nb_select(f->c, x[0], nb_sin(f->c, x[1]), nb_square(f->c, x[2]));
 }
-static nb_tensor *b_add_legacy(nb_ctx *c, nb_tensor *const *x) {
+static nb_tensor *b_add_n(gu_fixture *f, nb_tensor *const *x, const void *arg) {
+  (void)arg;
+  nb_tensor *terms[3] = {nb_sin(f->c, x[0]), nb_mul(f->c, x[0], x[1]), x[2]};
+  return nb_add_n(f->c, terms, 3);
+}
+static nb_tensor *b_add_legacy(gu_fixture *f, nb_tensor *const *x, const void *arg) {
+  (void)arg;
   nb_tensor *out = NULL;
-  nb_op(c, "Add", x, 2, NULL, 0, &out, 1);
+  nb_op(f->c, "Add", x, 2, NULL, 0, &out, 1);
   return out;
 }
 
@@ -547,7 +395,7 @@ static const gcase fused_cases[] = {
    both sides, a scalar, and unknown dims (run-time BroadcastGradientArgs). */
 static const struct {
   const char *name;
-  build_fn build;
+  gu_build_fn build;
   int d0, d1;
 } binary_ops[] = {
     {"AddV2", b_add, D_ANY, D_ANY}, {"Add", b_add_legacy, D_ANY, D_ANY}, {"Sub", b_sub, D_ANY, D_ANY},
@@ -610,15 +458,15 @@ static void test_select_add_n_numeric(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_unary_values, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_sign_is_zero_not_missing, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_pow_nonpositive_base, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_maximum_minimum_ties, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_binary_broadcast_values, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_select_routes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_cast, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_add_n_identity_stop_add, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fused_grad_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unary_values, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_sign_is_zero_not_missing, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_pow_nonpositive_base, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_maximum_minimum_ties, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_binary_broadcast_values, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_select_routes, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_cast, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_add_n_identity_stop_add, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_fused_grad_values, gu_setup, gu_teardown),
       cmocka_unit_test(test_registrations),
       cmocka_unit_test(test_unary_numeric),
       cmocka_unit_test(test_binary_numeric),
