@@ -254,6 +254,10 @@ typedef struct nb_slice_masks {
 } nb_slice_masks;
 nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *end,
                             const int64_t *strides, int n, const nb_slice_masks *masks);
+/* TF's StridedSliceGrad: zeros of the 1-D int tensor `shape` (the forward input's shape)
+   with dy written where StridedSlice(x, begin, end, strides, masks) reads. */
+nb_tensor *nb_strided_slice_grad(nb_ctx *c, nb_tensor *shape, const int64_t *begin, const int64_t *end,
+                                 const int64_t *strides, int n, nb_tensor *dy, const nb_slice_masks *masks);
 nb_tensor *nb_tile(nb_ctx *c, nb_tensor *x, const int64_t *multiples, int n);
 /* Pad with zeros; paddings is n rows of (before, after), n == rank. */
 nb_tensor *nb_pad(nb_ctx *c, nb_tensor *x, const int64_t *paddings, int n);

@@ -1,4 +1,4 @@
-/* Slice, StridedSlice, GatherV2, UnsortedSegmentSum against hand-checked values and
+/* Slice, StridedSlice, StridedSliceGrad, GatherV2, UnsortedSegmentSum against hand-checked values and
    every error path. */
 #include "testutil.h"
 
@@ -355,6 +355,157 @@ static void test_strided_nb_op(void **state) {
   tu_check_error(c, NB_INVALID, "StridedSlice: expected 4 inputs, got 3", NULL);
 }
 
+/* ---- StridedSliceGrad ------------------------------------------------------------------------ */
+
+static nb_tensor *ssg(nb_ctx *c, int rank, const int64_t *shape, int n, const int64_t *b, const int64_t *e,
+                      const int64_t *s, nb_tensor *dy, nb_slice_masks m) {
+  nb_tensor *st = nb_tensor_from(c, NB_I64, 1, TU_SHAPE(rank), rank ? shape : TU_SHAPE(0));
+  return nb_strided_slice_grad(c, st, b, e, s, n, dy, &m);
+}
+
+static void test_strided_grad_1d_all_dtypes(void **state) {
+  nb_ctx *c = *state;
+  for (size_t t = 0; t < sizeof all_dtypes / sizeof *all_dtypes; t++) {
+    nb_dtype dt = all_dtypes[t];
+    /* x[1:4:2] of [5] */
+    nb_tensor *dy = tu_make(c, dt, 1, TU_SHAPE(2), TU_VALS(7, 9));
+    tu_check(ssg(c, 1, TU_SHAPE(5), 1, TU_SHAPE(1), TU_SHAPE(4), TU_SHAPE(2), dy, MASKS(0)), dt, 1, TU_SHAPE(5),
+             as_dtype(dt, TU_VALS(0, 7, 0, 9, 0), 5), 0);
+    /* x[::-1] (begin and end masks) */
+    dy = tu_make(c, dt, 1, TU_SHAPE(3), TU_VALS(1, 0, 3));
+    tu_check(ssg(c, 1, TU_SHAPE(3), 1, TU_SHAPE(0), TU_SHAPE(0), TU_SHAPE(-1), dy, MASKS(.begin_mask = 1, .end_mask = 1)),
+             dt, 1, TU_SHAPE(3), as_dtype(dt, TU_VALS(3, 0, 1), 3), 0);
+  }
+}
+
+static void test_strided_grad_2d_negative_strides(void **state) {
+  nb_ctx *c = *state;
+  /* x[1::2, -1:0:-2] of [4, 5]: dy[a][b] goes to dx[1 + 2a][4 - 2b] */
+  nb_tensor *dy = tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4));
+  tu_check(ssg(c, 2, TU_SHAPE(4, 5), 2, TU_SHAPE(1, -1), TU_SHAPE(4, 0), TU_SHAPE(2, -2), dy, MASKS(0)), NB_F64, 2,
+           TU_SHAPE(4, 5), TU_VALS(0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 4, 0, 3), 0);
+  /* x[3::-2, 1:] (end_mask on dim 0): rows 3 and 1, columns 1..2 of [4, 3] */
+  dy = tu_make(c, NB_I32, 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4));
+  tu_check(ssg(c, 2, TU_SHAPE(4, 3), 2, TU_SHAPE(3, 1), TU_SHAPE(0, 3), TU_SHAPE(-2, 1), dy, MASKS(.end_mask = 1)),
+           NB_I32, 2, TU_SHAPE(4, 3), TU_VALS(0, 0, 0, 0, 3, 4, 0, 0, 0, 0, 1, 2), 0);
+}
+
+static void test_strided_grad_shrink_new_axis(void **state) {
+  nb_ctx *c = *state;
+  /* x[1] (shrink) of [3, 2]: dy is a row */
+  nb_tensor *dy = tu_make(c, NB_F32, 1, TU_SHAPE(2), TU_VALS(5, 6));
+  tu_check(ssg(c, 2, TU_SHAPE(3, 2), 1, TU_SHAPE(-2), TU_SHAPE(0), TU_SHAPE(1), dy, MASKS(.shrink_axis_mask = 1)),
+           NB_F32, 2, TU_SHAPE(3, 2), TU_VALS(0, 0, 5, 6, 0, 0), 0);
+  /* x[..., newaxis, 1:3] of [2, 1, 3]: dy [2, 1, 1, 2] */
+  dy = tu_make(c, NB_I64, 4, TU_SHAPE(2, 1, 1, 2), TU_VALS(1, 2, 3, 4));
+  tu_check(ssg(c, 3, TU_SHAPE(2, 1, 3), 3, TU_SHAPE(0, 0, 1), TU_SHAPE(0, 0, 3), TU_SHAPE(1, 1, 1), dy,
+               MASKS(.ellipsis_mask = 1, .new_axis_mask = 2)),
+           NB_I64, 3, TU_SHAPE(2, 1, 3), TU_VALS(0, 1, 2, 0, 3, 4), 0);
+  /* x[newaxis, 1, ::2] of [2, 3]: dy [1, 2] */
+  dy = tu_make(c, NB_F64, 2, TU_SHAPE(1, 2), TU_VALS(8, 9));
+  tu_check(ssg(c, 2, TU_SHAPE(2, 3), 3, TU_SHAPE(0, 1, 0), TU_SHAPE(0, 2, 0), TU_SHAPE(1, 1, 2), dy,
+               MASKS(.new_axis_mask = 1, .shrink_axis_mask = 2, .end_mask = 4)),
+           NB_F64, 2, TU_SHAPE(2, 3), TU_VALS(0, 0, 0, 8, 0, 9), 0);
+}
+
+static void test_strided_grad_rank0_empty_rank8(void **state) {
+  nb_ctx *c = *state;
+  /* a scalar x: dx = dy */
+  tu_check(ssg(c, 0, NULL, 0, NULL, NULL, NULL, nb_scalar(c, NB_F32, 4), MASKS(0)), NB_F32, 0, NULL, TU_VALS(4), 0);
+  /* an empty selection: zeros */
+  nb_tensor *none = tu_make(c, NB_F32, 1, TU_SHAPE(0), TU_VALS(0));
+  tu_check(ssg(c, 1, TU_SHAPE(3), 1, TU_SHAPE(2), TU_SHAPE(1), TU_SHAPE(1), none, MASKS(0)), NB_F32, 1, TU_SHAPE(3),
+           TU_VALS(0, 0, 0), 0);
+  /* an empty x */
+  tu_check(ssg(c, 2, TU_SHAPE(0, 2), 1, TU_SHAPE(0), TU_SHAPE(1), TU_SHAPE(1), tu_make(c, NB_I32, 2, TU_SHAPE(0, 2), NULL),
+               MASKS(0)),
+           NB_I32, 2, TU_SHAPE(0, 2), NULL, 0);
+  /* rank 8, x[..., 1] of [2, 1, 1, 1, 1, 1, 1, 2] */
+  nb_tensor *dy = tu_make(c, NB_BOOL, 7, TU_SHAPE(2, 1, 1, 1, 1, 1, 1), TU_VALS(1, 1));
+  tu_check(ssg(c, 8, TU_SHAPE(2, 1, 1, 1, 1, 1, 1, 2), 2, TU_SHAPE(0, 1), TU_SHAPE(0, 2), TU_SHAPE(1, 1), dy,
+               MASKS(.ellipsis_mask = 1, .shrink_axis_mask = 2)),
+           NB_BOOL, 8, TU_SHAPE(2, 1, 1, 1, 1, 1, 1, 2), TU_VALS(0, 1, 0, 1), 0);
+}
+
+static void test_strided_grad_large_threads(void **state) {
+  nb_ctx *c = *state;
+  /* x[1::2, ::-1] of [1000, 300]: every other row, reversed */
+  enum { R = 1000, C = 300 };
+  float *v = malloc(sizeof(float) * (R / 2) * C);
+  assert_non_null(v);
+  for (int i = 0; i < R / 2 * C; i++) v[i] = (float)i;
+  nb_tensor *dy = nb_tensor_from(c, NB_F32, 2, TU_SHAPE(R / 2, C), v);
+  free(v);
+  nb_tensor *dx = ssg(c, 2, TU_SHAPE(R, C), 2, TU_SHAPE(1, 0), TU_SHAPE(0, 0), TU_SHAPE(2, -1), dy,
+                      MASKS(.end_mask = 3, .begin_mask = 2));
+  assert_non_null(dx);
+  const float *d = nb_data(dx);
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < C; j++) {
+      float want = r % 2 ? (float)((r / 2) * C + (C - 1 - j)) : 0.0f;
+      if (d[r * C + j] != want) fail_msg("dx[%d][%d] = %g, want %g", r, j, d[r * C + j], want);
+    }
+}
+
+static void test_strided_grad_errors(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *dy3 = tu_make(c, NB_F32, 1, TU_SHAPE(3), TU_VALS(1, 2, 3));
+  assert_null(ssg(c, 1, TU_SHAPE(5), 1, TU_SHAPE(1), TU_SHAPE(4), TU_SHAPE(2), dy3, MASKS(0)));
+  tu_check_error(c, NB_INVALID, "StridedSliceGrad: shape of dy was [3] instead of [2]", NULL);
+  assert_null(ssg(c, 2, TU_SHAPE(3, 4), 1, TU_SHAPE(1), TU_SHAPE(2), TU_SHAPE(1), dy3, MASKS(.shrink_axis_mask = 1)));
+  tu_check_error(c, NB_INVALID, "shape of dy was [3] instead of [4]", NULL);
+  assert_null(ssg(c, 1, TU_SHAPE(5), 1, TU_SHAPE(0), TU_SHAPE(3), TU_SHAPE(0), dy3, MASKS(0)));
+  tu_check_error(c, NB_INVALID, "StridedSliceGrad: strides[0] must be non-zero", NULL);
+  assert_null(ssg(c, 1, TU_SHAPE(2), 1, TU_SHAPE(5), TU_SHAPE(6), TU_SHAPE(1), nb_scalar(c, NB_F32, 1),
+                  MASKS(.shrink_axis_mask = 1)));
+  tu_check_error(c, NB_INVALID, "slice index 5 of dimension 0 out of bounds.", NULL);
+  assert_null(ssg(c, 1, TU_SHAPE(-3), 1, TU_SHAPE(0), TU_SHAPE(3), TU_SHAPE(1), dy3, MASKS(0)));
+  tu_check_error(c, NB_INVALID, "StridedSliceGrad: shape [-3] has a negative dim", NULL);
+  nb_tensor *st = ints(c, NB_I64, 1, TU_VALS(3));
+  assert_null(nb_strided_slice_grad(c, st, TU_SHAPE(0), TU_SHAPE(1), NULL, 1, dy3, NULL));
+  tu_check_error(c, NB_INVALID, "StridedSliceGrad: begin, end and strides must be non-NULL", NULL);
+
+  nb_tensor *out = NULL, *i1 = ints(c, NB_I64, 1, TU_VALS(0)), *s1 = ints(c, NB_I64, 1, TU_VALS(1));
+  nb_tensor *scalar_shape[5] = {nb_scalar(c, NB_I64, 3), i1, i1, s1, dy3};
+  assert_int_equal(nb_op(c, "StridedSliceGrad", scalar_shape, 5, NULL, 0, &out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "StridedSliceGrad: shape must be 1-D, got shape.shape = []", NULL);
+  nb_tensor *float_shape[5] = {tu_make(c, NB_F32, 1, TU_SHAPE(1), TU_VALS(3)), i1, i1, s1, dy3};
+  assert_int_equal(nb_op(c, "StridedSliceGrad", float_shape, 5, NULL, 0, &out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "StridedSliceGrad: input 0 has dtype float32", NULL);
+  nb_tensor *mixed[5] = {ints(c, NB_I32, 1, TU_VALS(3)), i1, ints(c, NB_I64, 1, TU_VALS(3)), s1, dy3};
+  assert_int_equal(nb_op(c, "StridedSliceGrad", mixed, 5, NULL, 0, &out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "inputs 0 and 1 must have the same dtype", NULL);
+  assert_int_equal(nb_op(c, "StridedSliceGrad", mixed, 4, NULL, 0, &out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "StridedSliceGrad: expected 5 inputs, got 4", NULL);
+  nb_tensor *nine = tu_make(c, NB_I64, 1, TU_SHAPE(9), TU_VALS(1, 1, 1, 1, 1, 1, 1, 1, 1));
+  nb_tensor *too_deep[5] = {nine, i1, i1, s1, dy3};
+  assert_int_equal(nb_op(c, "StridedSliceGrad", too_deep, 5, NULL, 0, &out, 1), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "shape has 9 dims, more than the maximum rank 8", NULL);
+}
+
+static void test_strided_grad_nb_op(void **state) {
+  nb_ctx *c = *state;
+  /* x[::-1, 1] of [3, 2] through TF's attr names, int32 indices */
+  nb_tensor *in[5] = {ints(c, NB_I32, 2, TU_VALS(3, 2)), ints(c, NB_I32, 2, TU_VALS(0, 1)),
+                      ints(c, NB_I32, 2, TU_VALS(0, 2)), ints(c, NB_I32, 2, TU_VALS(-1, 1)),
+                      tu_make(c, NB_F64, 1, TU_SHAPE(3), TU_VALS(1, 2, 3))};
+  nb_attr attrs[6] = {nb_attr_int("begin_mask", 1), nb_attr_int("end_mask", 1), nb_attr_int("shrink_axis_mask", 2),
+                      nb_attr_type("T", NB_F64), nb_attr_type("Index", NB_I32), nb_attr_int("ellipsis_mask", 0)};
+  nb_tensor *out = NULL;
+  assert_int_equal(nb_op(c, "StridedSliceGrad", in, 5, attrs, 6, &out, 1), NB_OK);
+  tu_check(out, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(0, 3, 0, 2, 0, 1), 0);
+  nb_attr idx[1] = {nb_attr_type("Index", NB_I64)};
+  assert_int_equal(nb_op(c, "StridedSliceGrad", in, 5, idx, 1, &out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "attr Index=int64 does not match input 1 of dtype int32", NULL);
+  nb_attr t[1] = {nb_attr_type("T", NB_F32)};
+  assert_int_equal(nb_op(c, "StridedSliceGrad", in, 5, t, 1, &out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "StridedSliceGrad", NULL);
+  /* the wrapper takes begin/end/strides in shape's dtype */
+  tu_check(nb_strided_slice_grad(c, in[0], TU_SHAPE(1, 0), TU_SHAPE(2, 2), TU_SHAPE(1, 1), 2,
+                                 tu_make(c, NB_F32, 2, TU_SHAPE(1, 2), TU_VALS(4, 5)), NULL),
+           NB_F32, 2, TU_SHAPE(3, 2), TU_VALS(0, 0, 4, 5, 0, 0), 0);
+}
+
 /* ---- GatherV2 ------------------------------------------------------------------------------ */
 
 static void test_gather_axes(void **state) {
@@ -632,6 +783,13 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_strided_large_threads, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_strided_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_strided_nb_op, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_strided_grad_1d_all_dtypes, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_strided_grad_2d_negative_strides, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_strided_grad_shrink_new_axis, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_strided_grad_rank0_empty_rank8, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_strided_grad_large_threads, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_strided_grad_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_strided_grad_nb_op, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_gather_axes, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_gather_index_shapes, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_gather_batch_dims, tu_setup, tu_teardown),

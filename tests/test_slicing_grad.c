@@ -82,6 +82,13 @@ static nb_tensor *build_gather_fed_axis(gu_fixture *v, nb_tensor *const *xs, con
   return y;
 }
 
+/* GatherV2 with indices fed at run time through a placeholder of unknown shape */
+static nb_tensor *build_gather_fed_indices(gu_fixture *v, nb_tensor *const *xs, const void *arg) {
+  const gather_arg *a = arg;
+  nb_tensor *ix = gu_feed(v, nb_placeholder(v->c, a->t, a->rank, TU_SHAPE(-1, -1, -1), "indices"), gather_indices(v, a));
+  return nb_gather(v->c, xs[0], ix, a->axis, a->batch_dims);
+}
+
 typedef struct segment_arg {
   nb_dtype t;
   int rank;
@@ -195,6 +202,75 @@ static void test_gather_ambiguous_axis(void **state) {
   gu_check_grad1(2, TU_SHAPE(3, 3), TU_SHAPE(3, 3), build_gather, &rows, TU_VALS(4, 5, 6, 0, 0, 0, 8, 10, 12));
 }
 
+/* The strided cases again with every dim unknown (x's shape taken at run time), and with
+   static shapes checking that dx keeps x's static shape. */
+static void test_strided_slice_unknown_shapes(void **state) {
+  (void)state;
+  const slice_arg steps = {2, {1, -1}, {4, 0}, {2, -2}, {0}};
+  const slice_arg row = {1, {1}, {2}, {1}, {.shrink_axis_mask = 1}};
+  const slice_arg ell = {3, {0, 0, 1}, {0, 0, 3}, {1, 1, 1}, {.ellipsis_mask = 1, .new_axis_mask = 2}};
+  const slice_arg rev = {2, {0, 2}, {0, 0}, {-1, -1}, {.begin_mask = 1, .end_mask = 3}};
+  const struct {
+    const slice_arg *a;
+    int rank;
+    const int64_t *shape;
+  } cases[] = {{&steps, 2, TU_SHAPE(4, 5)}, {&row, 2, TU_SHAPE(3, 4)}, {&ell, 3, TU_SHAPE(2, 3, 4)},
+               {&rev, 2, TU_SHAPE(2, 3)}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    for (int dynamic = 0; dynamic < 2; dynamic++) {
+      gu_grad_case k = gu_case1(cases[i].rank, NULL, cases[i].shape, build_strided, cases[i].a, NULL);
+      k.dynamic = dynamic;
+      k.static_dx = !dynamic;
+      gu_check_grad(&k);
+    }
+  /* x[::-1, 2::-1] of [2, 3] (every element, both dims reversed) by hand */
+  gu_check_grad1(2, TU_SHAPE(-1, -1), TU_SHAPE(2, 3), build_strided, &rev, TU_VALS(6, 5, 4, 3, 2, 1));
+}
+
+/* StridedSliceGrad's own gradient: dx = StridedSliceGrad(shape, b, e, s, dy) with dy the
+   differentiated input; d<dx, W>/d(dy) = StridedSlice(W). */
+static nb_tensor *build_strided_grad(gu_fixture *v, nb_tensor *const *xs, const void *arg) {
+  const slice_arg *a = arg;
+  return nb_strided_slice_grad(v->c, i64_const(v, 1, TU_SHAPE(2), (const int64_t[]){3, 4}), a->begin, a->end,
+                               a->strides, a->n, xs[0], &a->masks);
+}
+
+static void test_strided_slice_grad_grad(void **state) {
+  (void)state;
+  /* dy [2, 2] scattered to x[::2, 3:0:-2] of [3, 4]; W = 1..12 read back at those places */
+  const slice_arg a = {2, {0, 3}, {0, 0}, {2, -2}, {.end_mask = 1}};
+  gu_check_grad1(2, TU_SHAPE(2, 2), TU_SHAPE(2, 2), build_strided_grad, &a, TU_VALS(4, 2, 12, 10));
+  gu_check_grad1(2, TU_SHAPE(-1, -1), TU_SHAPE(2, 2), build_strided_grad, &a, TU_VALS(4, 2, 12, 10));
+}
+
+/* GatherV2 with batch_dims: each batch element gathers (and scatters back) in its own slice. */
+static void test_gather_batch_dims(void **state) {
+  (void)state;
+  /* axis 1 of [2, 3], indices [[0, 2], [1, 1]]: dx[0] = (1, 0, 2), dx[1] = (0, 3 + 4, 0) */
+  const gather_arg b1 = {1, 1, NB_I32, 2, {2, 2}, {0, 2, 1, 1}};
+  const double want_b1[6] = {1, 0, 2, 0, 7, 0};
+  gu_check_grad1(2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_gather, &b1, want_b1);
+  gu_check_grad1(2, TU_SHAPE(-1, -1), TU_SHAPE(2, 3), build_gather, &b1, want_b1);
+  const gather_arg neg = {-1, -1, NB_I64, 2, {2, 2}, {0, 2, 1, 1}};
+  gu_check_grad1(2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_gather, &neg, want_b1);
+  /* axis 2 of [2, 2, 3] (a dim between batch and axis): dx[b][m] gets y[b][m] */
+  const gather_arg mid = {2, 1, NB_I32, 2, {2, 2}, {0, 2, 1, 1}};
+  const double want_mid[12] = {1, 0, 2, 3, 0, 4, 0, 11, 0, 0, 15, 0};
+  gu_check_grad1(3, TU_SHAPE(2, 2, 3), TU_SHAPE(2, 2, 3), build_gather, &mid, want_mid);
+  gu_check_grad1(3, TU_SHAPE(-1, 2, -1), TU_SHAPE(2, 2, 3), build_gather, &mid, want_mid);
+  /* axis 1 of [2, 3, 2] with an inner dim, indices [[2], [0]] */
+  const gather_arg inner = {1, 1, NB_I64, 2, {2, 1}, {2, 0}};
+  gu_check_grad1(3, TU_SHAPE(2, 3, 2), TU_SHAPE(2, 3, 2), build_gather, &inner,
+                 TU_VALS(0, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0));
+  /* batch_dims 2, axis 2 of [2, 2, 3], indices [2, 2, 1] */
+  const gather_arg b2 = {2, 2, NB_I32, 3, {2, 2, 1}, {2, 0, 1, 1}};
+  gu_check_grad1(3, TU_SHAPE(2, 2, 3), TU_SHAPE(2, 2, 3), build_gather, &b2,
+                 TU_VALS(0, 0, 1, 2, 0, 0, 0, 3, 0, 0, 4, 0));
+  /* empty indices: dx = 0 */
+  const gather_arg none = {1, 1, NB_I32, 2, {2, 0}, {0}};
+  gu_check_grad1(2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_gather, &none, TU_VALS(0, 0, 0, 0, 0, 0));
+}
+
 static void test_segment_sum(void **state) {
   (void)state;
   /* data [4, 2], ids [0, -1, 2, 0]: ddata[i] = W[ids[i]], 0 for the dropped row */
@@ -214,7 +290,7 @@ static void test_segment_sum(void **state) {
 
 static void test_registered(void **state) {
   (void)state;
-  const char *ops[] = {"Slice", "StridedSlice", "GatherV2", "UnsortedSegmentSum"};
+  const char *ops[] = {"Slice", "StridedSlice", "StridedSliceGrad", "GatherV2", "UnsortedSegmentSum"};
   for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) assert_true(nb_has_gradient(ops[i]));
 }
 
@@ -222,14 +298,10 @@ static void test_registered(void **state) {
 
 static void test_unimplemented(void **state) {
   (void)state;
-  /* StridedSlice needs x's static shape to number its elements */
-  const slice_arg s = {1, {1}, {2}, {1}, {0}};
-  gu_check_grad_fails(gu_case1(2, TU_SHAPE(-1, 3), TU_SHAPE(2, 3), build_strided, &s, NULL), NB_UNIMPLEMENTED,
-                      "StridedSlice gradient: the input's shape must be known");
-  /* GatherV2 with batch_dims != 0 */
+  /* GatherV2 with batch_dims != 0 numbers the batch elements with a constant */
   const gather_arg b = {1, 1, NB_I32, 2, {2, 1}, {0, 1}};
-  gu_check_grad_fails(gu_case1(2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_gather, &b, NULL), NB_UNIMPLEMENTED,
-                      "GatherV2 gradient: batch_dims != 0 is not supported");
+  gu_check_grad_fails(gu_case1(2, TU_SHAPE(-1, 3), TU_SHAPE(2, 3), build_gather_fed_indices, &b, NULL),
+                      NB_UNIMPLEMENTED, "GatherV2 gradient: with batch_dims = 1 the batch dims must be known");
 }
 
 int main(void) {
@@ -239,6 +311,9 @@ int main(void) {
       cmocka_unit_test(test_gather_axis0),
       cmocka_unit_test(test_gather_other_axes),
       cmocka_unit_test(test_gather_ambiguous_axis),
+      cmocka_unit_test(test_strided_slice_unknown_shapes),
+      cmocka_unit_test(test_strided_slice_grad_grad),
+      cmocka_unit_test(test_gather_batch_dims),
       cmocka_unit_test(test_segment_sum),
       cmocka_unit_test(test_registered),
       cmocka_unit_test(test_unimplemented),

@@ -34,44 +34,35 @@ static nb_code slice_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys,
   return nb_status(c);
 }
 
-/* x's flat positions 0..n-1 laid out in x's (static) shape; int32 when they fit. */
-static nb_tensor *positions(nb_ctx *c, nb_tensor *x) {
-  int64_t n = nb_num_elements(x);
-  bool narrow = n <= INT32_MAX;
-  size_t esz = narrow ? sizeof(int32_t) : sizeof(int64_t);
-  void *v = malloc((size_t)(n > 0 ? n : 1) * esz);
-  if (!v) return NULL;
-  for (int64_t i = 0; i < n; i++) {
-    if (narrow)
-      ((int32_t *)v)[i] = (int32_t)i;
-    else
-      ((int64_t *)v)[i] = i;
-  }
-  nb_tensor *t = nb_tensor_from(c, narrow ? NB_I32 : NB_I64, nb_rank(x), nb_shape(x), v);
-  free(v);
-  return t;
+static const char *const mask_names[5] = {"begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                                          "shrink_axis_mask"};
+
+/* op's five mask attrs, for a StridedSlice or StridedSliceGrad with the same selection. */
+static void copy_masks(const nb_fwd_op *op, nb_attr *attrs) {
+  for (int i = 0; i < 5; i++) attrs[i] = nb_attr_int(mask_names[i], nb_fwd_attr_int(op, mask_names[i]));
 }
 
-/* y = strided_slice(x, begin, end, strides) picks distinct elements of x, so dx scatters dy
-   back onto them (TF's StridedSliceGrad op, which nabla lacks). Which elements: the same
-   StridedSlice (same begin/end/strides inputs and masks) applied to x's flat positions;
-   then dx = reshape(UnsortedSegmentSum(flat(dy), flat(picked), size(x)), shape(x)). The
-   positions are a constant, so x's shape must be static. */
+/* y = strided_slice(x, begin, end, strides) picks distinct elements of x, so dx is zeros
+   with dy written back at them: StridedSliceGrad(shape(x), begin, end, strides, dy) with
+   the same masks (TF's _StridedSliceGrad); x's shape is taken at run time when unknown. */
 static nb_code strided_slice_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
-  nb_tensor *x = nb_fwd_input(op, 0);
-  if (!nbg_static(x)) /* no Range op to number x's elements at run time */
-    return nb_set_error(c, NB_UNIMPLEMENTED, "StridedSlice gradient: the input's shape must be known when the graph is built");
-  nb_tensor *pos = positions(c, x);
-  if (!pos) return nb_status(c) ? nb_status(c) : NB_NOMEM;
-  static const char *const masks[5] = {"begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
-                                       "shrink_axis_mask"};
+  nb_tensor *begin = nb_fwd_input(op, 1);
   nb_attr attrs[5];
-  for (int i = 0; i < 5; i++) attrs[i] = nb_attr_int(masks[i], nb_fwd_attr_int(op, masks[i]));
-  nb_tensor *in[4] = {pos, nb_fwd_input(op, 1), nb_fwd_input(op, 2), nb_fwd_input(op, 3)};
-  nb_tensor *picked = call(c, "StridedSlice", in, 4, attrs, 5);
-  nb_tensor_free(pos);
-  nb_tensor *scattered = nb_unsorted_segment_sum(c, flatten(c, dys[0]), flatten(c, picked), nb_num_elements(x));
-  dxs[0] = nb_reshape(c, scattered, nb_shape(x), nb_rank(x));
+  copy_masks(op, attrs);
+  nb_tensor *in[5] = {nb_shape_op(c, nb_fwd_input(op, 0), nb_dtype_of(begin)), begin, nb_fwd_input(op, 2),
+                      nb_fwd_input(op, 3), dys[0]};
+  dxs[0] = call(c, "StridedSliceGrad", in, 5, attrs, 5);
+  return nb_status(c);
+}
+
+/* dx = StridedSliceGrad(shape, b, e, s, dy) is linear in dy and reads dy's values at the
+   slice's positions of dx, so d(dy) = StridedSlice(d(dx), b, e, s) (TF's
+   _StridedSliceGradGrad); shape, begin, end and strides get none. */
+static nb_code strided_slice_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_attr attrs[5];
+  copy_masks(op, attrs);
+  nb_tensor *in[4] = {dys[0], nb_fwd_input(op, 1), nb_fwd_input(op, 2), nb_fwd_input(op, 3)};
+  dxs[4] = call(c, "StridedSlice", in, 4, attrs, 5);
   return nb_status(c);
 }
 
@@ -118,12 +109,9 @@ static nb_tensor *gather_axis(nb_ctx *c, const nb_fwd_op *op, int known, nb_tens
    UnsortedSegmentSum over the flat indices into p.shape[a] rows, move the rows back and
    reshape to p's shape. The views are rank 3 whatever p's rank, so only the axis value is
    needed, computed with ops from the axis input; the transposes are skipped when the
-   static shapes prove a == 0. batch_dims != 0 is not supported. */
-static nb_code gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+   static shapes prove a == 0. */
+static nb_code plain_gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *params = nb_fwd_input(op, 0), *indices = nb_fwd_input(op, 1);
-  int64_t batch_dims = nb_fwd_attr_int(op, "batch_dims");
-  if (batch_dims < 0 && nb_rank(indices) >= 0) batch_dims += nb_rank(indices);
-  if (batch_dims != 0) return nb_set_error(c, NB_UNIMPLEMENTED, "GatherV2 gradient: batch_dims != 0 is not supported");
   int known = static_gather_axis(params, indices, nb_fwd_output(op, 0));
   nb_tensor *pshape = nb_shape_op(c, params, NB_I64), *a = gather_axis(c, op, known, pshape);
   nb_tensor *zero = nb_scalar(c, NB_I64, 0), *one = nb_scalar(c, NB_I64, 1);
@@ -146,6 +134,76 @@ static nb_code gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys
   nb_tensor *back_in[2] = {summed, pshape};
   dxs[0] = call(c, "Reshape", back_in, 2, NULL, 0);
   return nb_status(c);
+}
+
+/* The number of batch elements, prod(params.shape[:b]), from the static dims of params or
+   indices (they are equal); -1 when some dim is unknown in both. */
+static int64_t static_batch_size(nb_tensor *params, nb_tensor *indices, int b) {
+  if (nb_rank(params) < b || nb_rank(indices) < b) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < b; i++) {
+    int64_t d = nb_shape(params)[i] >= 0 ? nb_shape(params)[i] : nb_shape(indices)[i];
+    if (d < 0) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+/* The [n, 1] int64 column 0, 1, ..., n - 1 (the batch numbers). */
+static nb_tensor *batch_numbers(nb_ctx *c, int64_t n) {
+  int64_t *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+  if (!v) {
+    nb_set_error(c, NB_NOMEM, "GatherV2 gradient: out of memory");
+    return NULL;
+  }
+  for (int64_t i = 0; i < n; i++) v[i] = i;
+  nb_tensor *t = nb_tensor_from(c, NB_I64, 2, (const int64_t[]){n, 1}, v);
+  free(v);
+  return t;
+}
+
+/* y = gather(p, indices, axis, batch_dims b): batch element i gathers from its own slice of
+   p (TF's _BatchGatherGrad). With p viewed as [B, M, G, N] (B the batch dims, M those up
+   to the axis, G = p.shape[axis]) and dy as [B, M, I, N] (I: indices' non-batch dims),
+   move I before M, number the rows of the (B, G) space as i * G + index, take
+   UnsortedSegmentSum into B * G rows, split them back to [B, G, M, N], move G after M and
+   reshape to p's shape. B must be known when the graph is built (there is no Range op). */
+static nb_code batch_gather_grad(nb_ctx *c, const nb_fwd_op *op, int b, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *params = nb_fwd_input(op, 0), *indices = nb_fwd_input(op, 1);
+  int64_t batch = static_batch_size(params, indices, b);
+  if (batch < 0)
+    return nb_set_error(c, NB_UNIMPLEMENTED,
+                        "GatherV2 gradient: with batch_dims = %d the batch dims must be known when the graph is built", b);
+  static const int swap[4] = {0, 2, 1, 3};
+  nb_tensor *pshape = nb_shape_op(c, params, NB_I64), *a = gather_axis(c, op, -1, pshape);
+  nb_tensor *nbatch = nb_scalar(c, NB_I64, batch), *bv = vec1(c, nb_scalar(c, NB_I64, b)), *one = nb_scalar(c, NB_I64, 1);
+  nb_tensor *m = dims_product(c, pshape, bv, vec1(c, nb_sub(c, a, nb_scalar(c, NB_I64, b))));
+  nb_tensor *n = dims_product(c, nb_shape_op(c, indices, NB_I64), bv, vec1(c, nb_scalar(c, NB_I64, -1)));
+  nb_tensor *inner = dims_product(c, pshape, vec1(c, nb_add(c, a, one)), vec1(c, nb_scalar(c, NB_I64, -1)));
+  nb_tensor *rows_in[3] = {pshape, a, nb_scalar(c, NB_I64, 0)};
+  nb_tensor *rows = call(c, "GatherV2", rows_in, 3, NULL, 0);
+  nb_tensor *view[4] = {nbatch, m, n, inner}, *data_dims[3] = {nb_mul(c, nbatch, n), m, inner};
+  nb_tensor *dy_in[2] = {dys[0], nb_pack(c, view, 4, 0)};
+  nb_tensor *by_index = nb_transpose(c, call(c, "Reshape", dy_in, 2, NULL, 0), swap, 4);
+  nb_tensor *data_in[2] = {by_index, nb_pack(c, data_dims, 3, 0)};
+  nb_tensor *ids_in[2] = {as_i64(c, indices), nb_pack(c, (nb_tensor *[]){nbatch, n}, 2, 0)};
+  nb_tensor *ids = nb_add(c, call(c, "Reshape", ids_in, 2, NULL, 0), nb_mul(c, batch_numbers(c, batch), rows));
+  nb_tensor *seg_in[3] = {call(c, "Reshape", data_in, 2, NULL, 0), flatten(c, ids), nb_mul(c, nbatch, rows)};
+  nb_tensor *split[4] = {nbatch, rows, m, inner};
+  nb_tensor *split_in[2] = {call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0), nb_pack(c, split, 4, 0)};
+  nb_tensor *back_in[2] = {nb_transpose(c, call(c, "Reshape", split_in, 2, NULL, 0), swap, 4), pshape};
+  dxs[0] = call(c, "Reshape", back_in, 2, NULL, 0);
+  return nb_status(c);
+}
+
+static nb_code gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *indices = nb_fwd_input(op, 1);
+  int64_t batch_dims = nb_fwd_attr_int(op, "batch_dims");
+  if (batch_dims < 0 && nb_rank(indices) >= 0) batch_dims += nb_rank(indices);
+  if (batch_dims == 0) return plain_gather_grad(c, op, dys, dxs);
+  if (batch_dims < 0)
+    return nb_set_error(c, NB_UNIMPLEMENTED, "GatherV2 gradient: batch_dims < 0 needs the indices' rank when the graph is built");
+  return batch_gather_grad(c, op, (int)batch_dims, dys, dxs);
 }
 
 /* The shape that aligns a mask over ids with data: ids' shape followed by one 1 per dim
@@ -187,6 +245,7 @@ static nb_code segment_sum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const
 void nb_register_slicing_grads(void) {
   nb_register_builtin("Slice", slice_grad);
   nb_register_builtin("StridedSlice", strided_slice_grad);
+  nb_register_builtin("StridedSliceGrad", strided_slice_grad_grad);
   nb_register_builtin("GatherV2", gather_grad);
   nb_register_builtin("UnsortedSegmentSum", segment_sum_grad);
 }

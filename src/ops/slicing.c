@@ -1,6 +1,7 @@
-/* Slicing and indexing: Slice, StridedSlice, GatherV2, UnsortedSegmentSum.
-   Slice and StridedSlice both reduce to one plan for the strided copy engine
-   (strided.h): per input dim a first index, a step and a count. Gather copies whole
+/* Slicing and indexing: Slice, StridedSlice, StridedSliceGrad, GatherV2,
+   UnsortedSegmentSum. Slice and StridedSlice both reduce to one plan for the strided copy
+   engine (strided.h): per input dim a first index, a step and a count; StridedSliceGrad
+   runs StridedSlice's plan backwards, scattering into zeros. Gather copies whole
    contiguous slices with memcpy; UnsortedSegmentSum accumulates rows into a zeroed
    output. */
 #include "strided.h"
@@ -258,9 +259,10 @@ static int64_t range_count(int64_t b, int64_t e, int64_t s) {
   return len / s + (len % s != 0);
 }
 
-/* Turns dense dim i into a first index, stride and count, with TF's clamping and checks. */
-static nb_code canonical_dim(nb_kargs *k, const dense_spec *d, int i, slice_spec *out) {
-  int64_t dim = k->in[0]->shape[i], s = d->stride[i];
+/* Turns dense dim i of an input dim of size dim into a first index, stride and count,
+   with TF's clamping and checks. */
+static nb_code canonical_dim(nb_kargs *k, const dense_spec *d, int i, int64_t dim, slice_spec *out) {
+  int64_t s = d->stride[i];
   if (s == 0) return nb_kfail(k, NB_INVALID, "strides[%d] must be non-zero", i);
   out->stride[i] = s;
   if (d->shrink_mask >> i & 1) {
@@ -282,26 +284,90 @@ static nb_code canonical_dim(nb_kargs *k, const dense_spec *d, int i, slice_spec
   return NB_OK;
 }
 
-static nb_code strided_slice_infer(nb_kargs *k) {
-  const nb_tensor *x = k->in[0];
+/* TF's ValidateStridedSliceOp for an input of the given shape, begin/end/strides in inputs
+   1..3 and the mask attrs: fills spec (per input dim) and m's rank and shape (the slice's). */
+static nb_code strided_slice_spec(nb_kargs *k, int rank, const int64_t *shape, slice_spec *spec, nb_meta *m) {
   sparse_spec sparse;
   dense_spec dense;
   nb_code code = read_sparse(k, &sparse);
-  if (!code) code = build_dense(k, &sparse, x->rank, &dense);
+  if (!code) code = build_dense(k, &sparse, rank, &dense);
   if (code) return code;
-  slice_spec *spec = (slice_spec *)k->scratch;
-  spec->rank = x->rank;
-  for (int i = 0; i < x->rank; i++) {
-    code = canonical_dim(k, &dense, i, spec);
+  spec->rank = rank;
+  for (int i = 0; i < rank; i++) {
+    code = canonical_dim(k, &dense, i, shape[i], spec);
     if (code) return code;
   }
   if (dense.nfinal > NB_MAX_RANK)
     return nb_kfail(k, NB_SHAPE, "output rank %d exceeds the maximum rank %d", dense.nfinal, NB_MAX_RANK);
-  nb_meta *m = &k->out[0];
-  m->dtype = x->dtype;
   m->rank = dense.nfinal;
   for (int i = 0; i < dense.nfinal; i++)
     m->shape[i] = dense.final_dims[i] == DIM_NEW ? 1 : spec->size[dense.final_dims[i]];
+  return NB_OK;
+}
+
+static nb_code strided_slice_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  k->out[0].dtype = x->dtype;
+  return strided_slice_spec(k, x->rank, x->shape, (slice_spec *)k->scratch, &k->out[0]);
+}
+
+/* ---- StridedSliceGrad -------------------------------------------------------------------- */
+
+/* Reads the forward input's shape from input 0 (1-D, begin's dtype, dims >= 0). */
+static nb_code grad_input_shape(nb_kargs *k, int *rank, int64_t *shape) {
+  const nb_tensor *s = k->in[0];
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
+  if (code) return code;
+  if (s->rank != 1) return nb_kfail(k, NB_INVALID, "shape must be 1-D, got shape.shape = %s", nb_tstr(s));
+  if (s->size > NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "shape has %lld dims, more than the maximum rank %d", (long long)s->size,
+                    NB_MAX_RANK);
+  code = nb_kints(k, 0, 1, shape, NB_MAX_RANK, rank);
+  if (code) return code;
+  for (int i = 0; i < *rank; i++)
+    if (shape[i] < 0)
+      return nb_kfail(k, NB_INVALID, "shape %s has a negative dim", nb_sstr(*rank, shape));
+  return NB_OK;
+}
+
+/* dx has the forward input's shape; dy must have the slice's. */
+static nb_code strided_slice_grad_infer(nb_kargs *k) {
+  const nb_tensor *dy = k->in[4];
+  int rank;
+  int64_t shape[NB_MAX_RANK];
+  nb_meta slice;
+  nb_code code = grad_input_shape(k, &rank, shape);
+  if (!code) code = strided_slice_spec(k, rank, shape, (slice_spec *)k->scratch, &slice);
+  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
+  if (code) return code;
+  bool same = slice.rank == dy->rank;
+  for (int i = 0; same && i < dy->rank; i++) same = slice.shape[i] == dy->shape[i];
+  if (!same)
+    return nb_kfail(k, NB_INVALID, "shape of dy was %s instead of %s", nb_tstr(dy),
+                    nb_sstr(slice.rank, slice.shape));
+  nb_meta_set(&k->out[0], dy->dtype, rank, shape);
+  return check_out_size(k);
+}
+
+/* The strided copy with the roles swapped: dy is read contiguously and written at the
+   slice's positions of the zeroed dx (the positions are distinct, so nothing adds up). */
+static nb_code strided_scatter_kernel(nb_kargs *k) {
+  const slice_spec *s = (const slice_spec *)k->scratch;
+  const nb_tensor *dy = k->in[4];
+  nb_tensor *out = k->res[0];
+  size_t esz = nb_dtype_size(out->dtype);
+  const uint64_t zero = 0;
+  nb_strided_fill(k, nb_tdata(out), &zero, esz, out->size);
+  if (dy->size == 0) return NB_OK;
+  int64_t out_st[NB_MAX_RANK], in_st[NB_MAX_RANK], origin = 0;
+  nb_row_major_strides(out->rank, out->shape, out_st);
+  nb_row_major_strides(s->rank, s->size, in_st);
+  nb_strided p = {0};
+  for (int d = 0; d < s->rank; d++) {
+    origin += s->begin[d] * out_st[d];
+    if (s->size[d] > 1) nb_strided_add(&p, s->size[d], in_st[d], s->stride[d] * out_st[d]);
+  }
+  nb_strided_run(k, &p, nb_tdata(dy), (char *)nb_tdata(out) + (size_t)origin * esz, esz);
   return NB_OK;
 }
 
@@ -513,7 +579,7 @@ static nb_code segment_sum_kernel(nb_kargs *k) {
 
 /* ---- the table ---------------------------------------------------------------------------- */
 
-enum { OP_SLICE, OP_STRIDED_SLICE, OP_GATHER_V2, OP_UNSORTED_SEGMENT_SUM, OP_COUNT };
+enum { OP_SLICE, OP_STRIDED_SLICE, OP_STRIDED_SLICE_GRAD, OP_GATHER_V2, OP_UNSORTED_SEGMENT_SUM, OP_COUNT };
 
 #define MASK_ATTR(NAME) {NAME, NB_ATTR_INT, {.i = 0}, false}
 
@@ -528,6 +594,14 @@ static nb_op_def slicing_ops[OP_COUNT] = {
                                     MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"), MASK_ATTR("ellipsis_mask"),
                                     MASK_ATTR("new_axis_mask"), MASK_ATTR("shrink_axis_mask")},
                           .infer = strided_slice_infer, .kernel = strided_copy_kernel},
+    /* its gradient slices the incoming gradient the same way; begin/end/strides are read */
+    [OP_STRIDED_SLICE_GRAD] = {.name = "StridedSliceGrad", .nin = 5, .nout = 1, .alias = -1, .t_input = 4,
+                               .grad_inputs = 14u, .nattrs = 6,
+                               .attrs = {{"Index", NB_ATTR_TYPE, {.type = INDEX_UNSET}, false},
+                                         MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"),
+                                         MASK_ATTR("ellipsis_mask"), MASK_ATTR("new_axis_mask"),
+                                         MASK_ATTR("shrink_axis_mask")},
+                               .infer = strided_slice_grad_infer, .kernel = strided_scatter_kernel},
     /* GatherV2's gradient scatters into params' shape at the indices along axis */
     [OP_GATHER_V2] = {.name = "GatherV2", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 7u, .nattrs = 1,
                       .attrs = {{"batch_dims", NB_ATTR_INT, {.i = 0}, false}},
@@ -561,25 +635,45 @@ nb_tensor *nb_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t
   return call_with_lists(c, OP_SLICE, x, lists, 2, n, NULL);
 }
 
+/* The StridedSlice attrs (same slots in StridedSliceGrad) with the given masks. */
+static void slice_mask_attrs(int op, const nb_slice_masks *masks, nb_attrval *a) {
+  nb_attr_defaults(&slicing_ops[op], a);
+  if (!masks) return;
+  a[SS_BEGIN_MASK].i = masks->begin_mask;
+  a[SS_END_MASK].i = masks->end_mask;
+  a[SS_ELLIPSIS_MASK].i = masks->ellipsis_mask;
+  a[SS_NEW_AXIS_MASK].i = masks->new_axis_mask;
+  a[SS_SHRINK_AXIS_MASK].i = masks->shrink_axis_mask;
+}
+
+static bool check_slice_lists(nb_ctx *c, const char *op, const int64_t *begin, const int64_t *end,
+                              const int64_t *strides, int n) {
+  if (n >= 0 && (n == 0 || (begin && end && strides))) return true;
+  nb_fail(c, NB_INVALID, "%s: begin, end and strides must be non-NULL arrays of n >= 0 values (n = %d)", op, n);
+  return false;
+}
+
 nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *end,
                             const int64_t *strides, int n, const nb_slice_masks *masks) {
-  if (!nb_live(c)) return NULL;
-  if (n < 0 || (n > 0 && (!begin || !end || !strides))) {
-    nb_fail(c, NB_INVALID, "StridedSlice: begin, end and strides must be non-NULL arrays of n >= 0 values (n = %d)",
-            n);
-    return NULL;
-  }
+  if (!nb_live(c) || !check_slice_lists(c, "StridedSlice", begin, end, strides, n)) return NULL;
   nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&slicing_ops[OP_STRIDED_SLICE], a);
-  if (masks) {
-    a[SS_BEGIN_MASK].i = masks->begin_mask;
-    a[SS_END_MASK].i = masks->end_mask;
-    a[SS_ELLIPSIS_MASK].i = masks->ellipsis_mask;
-    a[SS_NEW_AXIS_MASK].i = masks->new_axis_mask;
-    a[SS_SHRINK_AXIS_MASK].i = masks->shrink_axis_mask;
-  }
+  slice_mask_attrs(OP_STRIDED_SLICE, masks, a);
   const int64_t *lists[3] = {begin, end, strides};
   return call_with_lists(c, OP_STRIDED_SLICE, x, lists, 3, n, a);
+}
+
+nb_tensor *nb_strided_slice_grad(nb_ctx *c, nb_tensor *shape, const int64_t *begin, const int64_t *end,
+                                 const int64_t *strides, int n, nb_tensor *dy, const nb_slice_masks *masks) {
+  if (!nb_live(c) || !check_slice_lists(c, "StridedSliceGrad", begin, end, strides, n)) return NULL;
+  nb_attrval a[NB_MAX_ATTRS];
+  slice_mask_attrs(OP_STRIDED_SLICE_GRAD, masks, a);
+  /* begin/end/strides take shape's dtype, as TF's Index attr requires */
+  nb_dtype t = shape && nb_dtype_of(shape) == NB_I32 ? NB_I32 : NB_I64;
+  nb_tensor *in[5] = {shape, nb_const_ints(c, t, begin, n), nb_const_ints(c, t, end, n),
+                      nb_const_ints(c, t, strides, n), dy};
+  nb_tensor *dx = nb_call(c, &slicing_ops[OP_STRIDED_SLICE_GRAD], in, 5, a);
+  for (int i = 1; i < 4; i++) nb_tensor_free(in[i]);
+  return dx;
 }
 
 nb_tensor *nb_gather(nb_ctx *c, nb_tensor *params, nb_tensor *indices, int axis, int batch_dims) {
