@@ -7,19 +7,6 @@
 
 #include <stdlib.h>
 
-/* The one output of the op `type` on in[0..nin). */
-static nb_tensor *call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs,
-                       int nattrs) {
-  nb_tensor *out = NULL;
-  nb_op(c, type, in, nin, attrs, nattrs, &out, 1);
-  return out;
-}
-
-/* x as int64 (index inputs may be int32). */
-static nb_tensor *as_i64(nb_ctx *c, nb_tensor *x) {
-  return x && nb_dtype_of(x) != NB_I64 ? nb_cast(c, x, NB_I64) : x;
-}
-
 /* The int64 vector [0, 1, ..., n-1], n <= NB_MAX_RANK. */
 static nb_tensor *iota(nb_ctx *c, int n) {
   int64_t v[NB_MAX_RANK], len = n;
@@ -31,7 +18,7 @@ static nb_tensor *iota(nb_ctx *c, int n) {
 static nb_tensor *reshape_like(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {
   if (nbg_static(x)) return nb_reshape(c, dy, nb_shape(x), nb_rank(x));
   nb_tensor *in[2] = {dy, nb_shape_op(c, x, NB_I64)};
-  return call(c, "Reshape", in, 2, NULL, 0);
+  return nbg_call(c, "Reshape", in, 2, NULL, 0);
 }
 
 /* Reshape, ExpandDims and Squeeze only relabel x's elements, so dx = reshape(dy, shape(x));
@@ -52,7 +39,7 @@ static nb_code transpose_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *
     return nb_set_error(c, NB_UNIMPLEMENTED, "Transpose gradient: the permutation's length must be known");
   nb_tensor *inverse = nb_unsorted_segment_sum(c, iota(c, n), perm, n);
   nb_tensor *in[2] = {dys[0], inverse};
-  dxs[0] = call(c, "Transpose", in, 2, NULL, 0);
+  dxs[0] = nbg_call(c, "Transpose", in, 2, NULL, 0);
   return nb_status(c);
 }
 
@@ -65,7 +52,7 @@ static nb_code broadcast_to_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
 /* The 0/1 int64 mask of `axis` (a scalar tensor, possibly negative) among r axes:
    position i is 1 where i == axis or i - r == axis. */
 static nb_tensor *axis_mask(nb_ctx *c, nb_tensor *axis, int r) {
-  nb_tensor *pos = iota(c, r), *a = as_i64(c, axis);
+  nb_tensor *pos = iota(c, r), *a = nbg_as_i64(c, axis);
   nb_tensor *neg = nb_sub(c, pos, nb_scalar(c, NB_I64, r));
   nb_tensor *hit = nb_logical_or(c, nb_equal(c, pos, a), nb_equal(c, neg, a));
   return nb_cast(c, hit, NB_I64);
@@ -85,7 +72,7 @@ static nb_code concat_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys
   for (int i = 0; i < n; i++) {
     nb_tensor *size = nb_shape_op(c, nb_fwd_input(op, i), NB_I64);
     nb_tensor *in[3] = {dys[0], nb_mul(c, offset, mask), size};
-    dxs[i] = call(c, "Slice", in, 3, NULL, 0);
+    dxs[i] = nbg_call(c, "Slice", in, 3, NULL, 0);
     offset = nb_add(c, offset, size);
   }
   return nb_status(c);
@@ -131,11 +118,11 @@ static nb_tensor *untile_static(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {
 /* Tile with unknown shapes (TF's _TileGrad): reshape dy to [m0, d0, m1, d1, ...] from
    stack([multiples, shape(x)], axis 1) and sum over the even axes. */
 static nb_tensor *untile_dynamic(nb_ctx *c, nb_tensor *dy, nb_tensor *x, nb_tensor *multiples, int r) {
-  nb_tensor *pair[2] = {as_i64(c, multiples), nb_shape_op(c, x, NB_I64)};
+  nb_tensor *pair[2] = {nbg_as_i64(c, multiples), nb_shape_op(c, x, NB_I64)};
   nb_tensor *in[2] = {dy, nb_reshape(c, nb_pack(c, pair, 2, 1), (const int64_t[]){-1}, 1)};
   int axes[NB_MAX_RANK];
   for (int i = 0; i < r; i++) axes[i] = 2 * i;
-  return nb_sum(c, call(c, "Reshape", in, 2, NULL, 0), axes, r, false);
+  return nb_sum(c, nbg_call(c, "Reshape", in, 2, NULL, 0), axes, r, false);
 }
 
 /* y = tile(x, m): each element of x appears in m0*m1*... places, dx sums them. */
@@ -158,9 +145,9 @@ static nb_code tile_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
 static nb_code pad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *x = nb_fwd_input(op, 0), *paddings = nb_fwd_input(op, 1);
   nb_tensor *before = nb_slice(c, paddings, (const int64_t[]){0, 0}, (const int64_t[]){-1, 1}, 2);
-  nb_tensor *begin = as_i64(c, nb_reshape(c, before, (const int64_t[]){-1}, 1));
+  nb_tensor *begin = nbg_as_i64(c, nb_reshape(c, before, (const int64_t[]){-1}, 1));
   nb_tensor *in[3] = {dys[0], begin, nb_shape_op(c, x, NB_I64)};
-  dxs[0] = call(c, "Slice", in, 3, NULL, 0);
+  dxs[0] = nbg_call(c, "Slice", in, 3, NULL, 0);
   return nb_status(c);
 }
 

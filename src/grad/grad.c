@@ -11,6 +11,16 @@ void nb_register_builtin_gradients(void) {
   nb_register_slicing_grads();
 }
 
+nb_tensor *nbg_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs) {
+  nb_tensor *out = NULL;
+  nb_op(c, type, in, nin, attrs, nattrs, &out, 1);
+  return out;
+}
+
+nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x) {
+  return x && nb_dtype_of(x) != NB_I64 ? nb_cast(c, x, NB_I64) : x;
+}
+
 nb_tensor *nbg_scalar_like(nb_ctx *c, nb_tensor *x, double v) { return nb_scalar(c, nb_dtype_of(x), v); }
 
 bool nbg_static(const nb_tensor *x) {
@@ -35,14 +45,10 @@ static int broadcast_axes(const nb_tensor *dy, const nb_tensor *x, int *axes) {
 }
 
 static nb_tensor *reduce_dynamic(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {
-  nb_tensor *sx = nb_shape_op(c, x, NB_I32), *sy = nb_shape_op(c, dy, NB_I32);
-  nb_tensor *in[2] = {sx, sy}, *r[2] = {NULL, NULL};
-  nb_op(c, "BroadcastGradientArgs", in, 2, NULL, 0, r, 2);
-  nb_tensor *sum_in[2] = {dy, r[0]}, *summed = NULL;
-  nb_op(c, "Sum", sum_in, 2, NULL, 0, &summed, 1);
-  nb_tensor *reshape_in[2] = {summed, sx}, *out = NULL;
-  nb_op(c, "Reshape", reshape_in, 2, NULL, 0, &out, 1);
-  return out;
+  nb_tensor *sx = nb_shape_op(c, x, NB_I32), *r[2] = {NULL, NULL};
+  nb_broadcast_gradient_args(c, sx, nb_shape_op(c, dy, NB_I32), &r[0], &r[1]);
+  nb_tensor *sum_in[2] = {dy, r[0]}, *reshape_in[2] = {nbg_call(c, "Sum", sum_in, 2, NULL, 0), sx};
+  return nbg_call(c, "Reshape", reshape_in, 2, NULL, 0);
 }
 
 nb_tensor *nbg_reduce_to(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {

@@ -15,6 +15,10 @@ void nb_register_linalg_grads(void);
 void nb_register_array_grads(void);
 void nb_register_slicing_grads(void);
 
+/* The one output of op `type` on in[0..nin) (nb_op for ops without a plain wrapper). */
+nb_tensor *nbg_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs);
+/* x as int64 (index inputs may be int32). */
+nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x);
 /* A scalar of x's dtype. */
 nb_tensor *nbg_scalar_like(nb_ctx *c, nb_tensor *x, double v);
 /* dy summed down to x's shape: the gradient of a broadcast. Static shapes give at most a

@@ -7,30 +7,17 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* The one output of the op `type` on in[0..nin). */
-static nb_tensor *call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs,
-                       int nattrs) {
-  nb_tensor *out = NULL;
-  nb_op(c, type, in, nin, attrs, nattrs, &out, 1);
-  return out;
-}
-
-/* x as int64 (index inputs may be int32). */
-static nb_tensor *as_i64(nb_ctx *c, nb_tensor *x) {
-  return x && nb_dtype_of(x) != NB_I64 ? nb_cast(c, x, NB_I64) : x;
-}
-
 static nb_tensor *flatten(nb_ctx *c, nb_tensor *x) { return nb_reshape(c, x, (const int64_t[]){-1}, 1); }
 
 /* y = slice(x, b, s) is x's window at b, so dx = pad(dy, [[b, shape(x) - b - shape(y)]])
    (TF's _SliceGrad); begin and size get none. */
 static nb_code slice_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_output(op, 0);
-  nb_tensor *before = as_i64(c, nb_fwd_input(op, 1));
+  nb_tensor *before = nbg_as_i64(c, nb_fwd_input(op, 1));
   nb_tensor *rest = nb_sub(c, nb_shape_op(c, x, NB_I64), before);
   nb_tensor *sides[2] = {before, nb_sub(c, rest, nb_shape_op(c, y, NB_I64))};
   nb_tensor *in[2] = {dys[0], nb_pack(c, sides, 2, 1)};
-  dxs[0] = call(c, "Pad", in, 2, NULL, 0);
+  dxs[0] = nbg_call(c, "Pad", in, 2, NULL, 0);
   return nb_status(c);
 }
 
@@ -51,7 +38,7 @@ static nb_code strided_slice_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *con
   copy_masks(op, attrs);
   nb_tensor *in[5] = {nb_shape_op(c, nb_fwd_input(op, 0), nb_dtype_of(begin)), begin, nb_fwd_input(op, 2),
                       nb_fwd_input(op, 3), dys[0]};
-  dxs[0] = call(c, "StridedSliceGrad", in, 5, attrs, 5);
+  dxs[0] = nbg_call(c, "StridedSliceGrad", in, 5, attrs, 5);
   return nb_status(c);
 }
 
@@ -62,7 +49,7 @@ static nb_code strided_slice_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor
   nb_attr attrs[5];
   copy_masks(op, attrs);
   nb_tensor *in[4] = {dys[0], nb_fwd_input(op, 1), nb_fwd_input(op, 2), nb_fwd_input(op, 3)};
-  dxs[4] = call(c, "StridedSlice", in, 4, attrs, 5);
+  dxs[4] = nbg_call(c, "StridedSlice", in, 4, attrs, 5);
   return nb_status(c);
 }
 
@@ -88,7 +75,7 @@ static int static_gather_axis(nb_tensor *params, nb_tensor *indices, nb_tensor *
    the end), begin and size as 1-element int64 vectors. */
 static nb_tensor *dims_product(nb_ctx *c, nb_tensor *s, nb_tensor *begin, nb_tensor *size) {
   nb_tensor *in[3] = {s, begin, size};
-  return nb_prod(c, call(c, "Slice", in, 3, NULL, 0), (const int[]){0}, 1, false);
+  return nb_prod(c, nbg_call(c, "Slice", in, 3, NULL, 0), (const int[]){0}, 1, false);
 }
 
 static nb_tensor *vec1(nb_ctx *c, nb_tensor *scalar) { return nb_reshape(c, scalar, (const int64_t[]){1}, 1); }
@@ -97,7 +84,7 @@ static nb_tensor *vec1(nb_ctx *c, nb_tensor *scalar) { return nb_reshape(c, scal
    the axis input plus the rank when negative, computed at run time. */
 static nb_tensor *gather_axis(nb_ctx *c, const nb_fwd_op *op, int known, nb_tensor *pshape) {
   if (known >= 0) return nb_scalar(c, NB_I64, known);
-  nb_tensor *raw = as_i64(c, nb_fwd_input(op, 2));
+  nb_tensor *raw = nbg_as_i64(c, nb_fwd_input(op, 2));
   nb_tensor *rank = nb_reshape(c, nb_shape_op(c, pshape, NB_I64), NULL, 0);
   nb_tensor *negative = nb_cast(c, nb_less(c, raw, nb_scalar(c, NB_I64, 0)), NB_I64);
   return nb_add(c, raw, nb_mul(c, negative, rank));
@@ -118,21 +105,21 @@ static nb_code plain_gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
   nb_tensor *n = nb_prod(c, nb_shape_op(c, indices, NB_I64), (const int[]){0}, 1, false);
   nb_tensor *inner = dims_product(c, pshape, vec1(c, nb_add(c, a, one)), vec1(c, nb_scalar(c, NB_I64, -1)));
   nb_tensor *rows_in[3] = {pshape, a, zero};
-  nb_tensor *rows = call(c, "GatherV2", rows_in, 3, NULL, 0), *ids = flatten(c, indices), *summed;
+  nb_tensor *rows = nbg_call(c, "GatherV2", rows_in, 3, NULL, 0), *ids = flatten(c, indices), *summed;
   if (known == 0) {
     nb_tensor *dims[2] = {n, inner};
     nb_tensor *rs_in[2] = {dys[0], nb_pack(c, dims, 2, 0)};
-    nb_tensor *seg_in[3] = {call(c, "Reshape", rs_in, 2, NULL, 0), ids, rows};
-    summed = call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0);
+    nb_tensor *seg_in[3] = {nbg_call(c, "Reshape", rs_in, 2, NULL, 0), ids, rows};
+    summed = nbg_call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0);
   } else {
     static const int swap[3] = {1, 0, 2};
     nb_tensor *dims[3] = {dims_product(c, pshape, vec1(c, zero), vec1(c, a)), n, inner};
     nb_tensor *rs_in[2] = {dys[0], nb_pack(c, dims, 3, 0)};
-    nb_tensor *seg_in[3] = {nb_transpose(c, call(c, "Reshape", rs_in, 2, NULL, 0), swap, 3), ids, rows};
-    summed = nb_transpose(c, call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0), swap, 3);
+    nb_tensor *seg_in[3] = {nb_transpose(c, nbg_call(c, "Reshape", rs_in, 2, NULL, 0), swap, 3), ids, rows};
+    summed = nb_transpose(c, nbg_call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0), swap, 3);
   }
   nb_tensor *back_in[2] = {summed, pshape};
-  dxs[0] = call(c, "Reshape", back_in, 2, NULL, 0);
+  dxs[0] = nbg_call(c, "Reshape", back_in, 2, NULL, 0);
   return nb_status(c);
 }
 
@@ -181,18 +168,18 @@ static nb_code batch_gather_grad(nb_ctx *c, const nb_fwd_op *op, int b, nb_tenso
   nb_tensor *n = dims_product(c, nb_shape_op(c, indices, NB_I64), bv, vec1(c, nb_scalar(c, NB_I64, -1)));
   nb_tensor *inner = dims_product(c, pshape, vec1(c, nb_add(c, a, one)), vec1(c, nb_scalar(c, NB_I64, -1)));
   nb_tensor *rows_in[3] = {pshape, a, nb_scalar(c, NB_I64, 0)};
-  nb_tensor *rows = call(c, "GatherV2", rows_in, 3, NULL, 0);
+  nb_tensor *rows = nbg_call(c, "GatherV2", rows_in, 3, NULL, 0);
   nb_tensor *view[4] = {nbatch, m, n, inner}, *data_dims[3] = {nb_mul(c, nbatch, n), m, inner};
   nb_tensor *dy_in[2] = {dys[0], nb_pack(c, view, 4, 0)};
-  nb_tensor *by_index = nb_transpose(c, call(c, "Reshape", dy_in, 2, NULL, 0), swap, 4);
+  nb_tensor *by_index = nb_transpose(c, nbg_call(c, "Reshape", dy_in, 2, NULL, 0), swap, 4);
   nb_tensor *data_in[2] = {by_index, nb_pack(c, data_dims, 3, 0)};
-  nb_tensor *ids_in[2] = {as_i64(c, indices), nb_pack(c, (nb_tensor *[]){nbatch, n}, 2, 0)};
-  nb_tensor *ids = nb_add(c, call(c, "Reshape", ids_in, 2, NULL, 0), nb_mul(c, batch_numbers(c, batch), rows));
-  nb_tensor *seg_in[3] = {call(c, "Reshape", data_in, 2, NULL, 0), flatten(c, ids), nb_mul(c, nbatch, rows)};
+  nb_tensor *ids_in[2] = {nbg_as_i64(c, indices), nb_pack(c, (nb_tensor *[]){nbatch, n}, 2, 0)};
+  nb_tensor *ids = nb_add(c, nbg_call(c, "Reshape", ids_in, 2, NULL, 0), nb_mul(c, batch_numbers(c, batch), rows));
+  nb_tensor *seg_in[3] = {nbg_call(c, "Reshape", data_in, 2, NULL, 0), flatten(c, ids), nb_mul(c, nbatch, rows)};
   nb_tensor *split[4] = {nbatch, rows, m, inner};
-  nb_tensor *split_in[2] = {call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0), nb_pack(c, split, 4, 0)};
-  nb_tensor *back_in[2] = {nb_transpose(c, call(c, "Reshape", split_in, 2, NULL, 0), swap, 4), pshape};
-  dxs[0] = call(c, "Reshape", back_in, 2, NULL, 0);
+  nb_tensor *split_in[2] = {nbg_call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0), nb_pack(c, split, 4, 0)};
+  nb_tensor *back_in[2] = {nb_transpose(c, nbg_call(c, "Reshape", split_in, 2, NULL, 0), swap, 4), pshape};
+  dxs[0] = nbg_call(c, "Reshape", back_in, 2, NULL, 0);
   return nb_status(c);
 }
 
@@ -218,7 +205,7 @@ static nb_tensor *mask_shape(nb_ctx *c, nb_tensor *data, nb_tensor *ids, int inn
     nb_tensor *rank_data = nb_shape_op(c, nb_shape_op(c, data, NB_I64), NB_I64);
     nb_tensor *in[2] = {nb_sub(c, rank_data, nb_shape_op(c, nb_shape_op(c, ids, NB_I64), NB_I64)),
                         nb_scalar(c, NB_I64, 1)};
-    ones = call(c, "Fill", in, 2, NULL, 0);
+    ones = nbg_call(c, "Fill", in, 2, NULL, 0);
   }
   nb_tensor *parts[2] = {nb_shape_op(c, ids, NB_I64), ones};
   return nb_concat(c, parts, 2, 0);
@@ -236,7 +223,7 @@ static nb_code segment_sum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const
   nb_tensor *keep = nb_greater_equal(c, ids, zero);
   if (inner != 0) { /* align the mask with data's leading (ids) dims */
     nb_tensor *in[2] = {keep, mask_shape(c, data, ids, inner)};
-    keep = call(c, "Reshape", in, 2, NULL, 0);
+    keep = nbg_call(c, "Reshape", in, 2, NULL, 0);
   }
   dxs[0] = nb_select(c, keep, gathered, nb_scalar(c, nb_dtype_of(dy), 0));
   return nb_status(c);
