@@ -200,6 +200,12 @@ static void test_unknown_dims(void **state) {
   assert_int_equal(nb_shape(nb_reshape(f->c, x, flat, 1))[0], -1); /* 3 * unknown */
   const int axis0[1] = {0};
   tu_check_shape(nb_sum(f->c, x, axis0, 1, false), NB_F32, 1, TU_SHAPE(3));
+  /* dims that could clamp or vanish with the unknown size stay unknown */
+  nb_tensor *p = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(-1), "p");
+  nb_tensor *head = nb_strided_slice(f->c, p, (const int64_t[]){0}, (const int64_t[]){5}, (const int64_t[]){1}, 1, NULL);
+  tu_check_shape(head, NB_F32, 1, TU_SHAPE(-1));
+  nb_tensor *q = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(-1, 1), "q");
+  assert_int_equal(nb_rank(nb_squeeze(f->c, q, NULL, 0)), -1);
   /* a mismatch that only the unknown dim could hide is left to run time */
   nb_tensor *v = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "v");
   assert_int_equal(nb_rank(nb_add(f->c, x, v)), -1);
@@ -215,6 +221,32 @@ static void test_unknown_dims(void **state) {
   nb_tensor_free(out[0]);
 }
 
+/* Feeding a tensor overrides the build-time values computed from it. */
+static void test_feed_overrides_folding(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *k = nb_scalar(f->c, NB_F64, 2);
+  nb_tensor *k3 = nb_mul(f->c, k, nb_scalar(f->c, NB_F64, 3)); /* folded: 6 */
+  assert_non_null(nb_constant_value(k3));
+  nb_tensor *r = gu_run1(f, k, nb_scalar(f->e, NB_F64, 5), k3);
+  tu_check(r, NB_F64, 0, NULL, TU_VALS(15), 0);
+  nb_tensor_free(r);
+  r = gu_run1(f, NULL, NULL, k3); /* unfed: the folded value */
+  tu_check(r, NB_F64, 0, NULL, TU_VALS(6), 0);
+  nb_tensor_free(r);
+}
+
+/* A control edge added after a run is honoured by the next run of the same signature. */
+static void test_control_edge_after_run(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 0, NULL, "x");
+  nb_tensor *a = nb_neg(f->c, x), *b = nb_exp(f->c, a), *out[1], *xv = nb_scalar(f->e, NB_F32, 1);
+  assert_int_equal(nb_run(f->s, &x, &xv, 1, &b, 1, out), NB_OK);
+  nb_tensor_free(out[0]);
+  assert_int_equal(nb_add_control_input(a, b), NB_OK);
+  assert_int_equal(nb_run(f->s, &x, &xv, 1, &b, 1, out), NB_INVALID);
+  assert_non_null(strstr(nb_session_error(f->s), "Graph has a cycle"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_build_and_run, gu_setup, gu_teardown),
@@ -225,6 +257,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cycle, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_control_input_runs, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_folding_and_ownership, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_feed_overrides_folding, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_control_edge_after_run, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_folded_needs_no_feed, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_unknown_dims, gu_setup, gu_teardown),
   };

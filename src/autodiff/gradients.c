@@ -216,7 +216,10 @@ static bool output_grads(pass *p, const nb_node *n, nb_tensor **outs, nb_tensor 
 static void enter_node_scope(pass *p, const nb_node *n) {
   char scope[NB_SCOPE_CAP];
   int len = snprintf(scope, sizeof scope, "%s%s_grad/", p->scope, n->name);
-  nb_graph_set_scope(p->g, len < 0 || len >= NB_SCOPE_CAP - 32 ? p->scope : scope, true);
+  if (len < 0 || len >= NB_SCOPE_CAP - 32) /* too long: shared scope, names through the map */
+    nb_graph_set_scope(p->g, p->scope, false);
+  else
+    nb_graph_set_scope(p->g, scope, true);
 }
 
 static nb_code call_grad_fn(pass *p, const nb_node *n, nb_grad_fn fn, nb_tensor **ins, nb_tensor **outs,

@@ -295,12 +295,13 @@ static bool shape_known(const nb_tensor *x) {
 /* Build-time inference: inputs with known values are replaced by those values, so the
    op's infer (and folding) sees concrete tensors; an input of unknown shape, or a
    needed value that is not known, defers the outputs' shapes to run time. */
-/* Unknown dims are inferred through by probing: the op's infer runs twice with every
-   unknown dim set to one of two primes. Output dims that come out the same both times
-   are known; those that differ (they follow an unknown dim: P, 3P, ...) stay unknown.
-   A probe that fails (or needs an unknown value) leaves the outputs' rank unknown. */
-#define NB_PROBE_A 61
-#define NB_PROBE_B 67
+/* Unknown dims are inferred through by probing: the op's infer runs with every unknown
+   dim set to 1, then to two primes. Output dims that come out the same every time are
+   known; those that differ (they follow an unknown dim: P, 3P, min(P, 5), ...) stay
+   unknown, and a rank that differs (Squeeze of a size-1 probe) stays unknown too. A
+   probe that fails, or needs an unknown value, leaves the outputs' rank unknown. */
+static const int64_t probes[3] = {1, 61, 67};
+#define NB_PROBE_SMALL 16 /* inputs/outputs handled without allocating */
 
 static bool probe_infer(nb_ctx *c, nb_kargs *k, nb_tensor *const *real, nb_tensor *copies, int64_t probe) {
   for (int i = 0; i < k->nin; i++) {
@@ -315,35 +316,50 @@ static bool probe_infer(nb_ctx *c, nb_kargs *k, nb_tensor *const *real, nb_tenso
   return code == NB_OK;
 }
 
-static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
-  nb_tensor *const *real = k->in;
-  nb_tensor **saved = malloc((size_t)k->nin * sizeof *saved);
-  nb_tensor *copies = malloc((size_t)k->nin * sizeof *copies);
-  nb_meta *first = malloc((size_t)k->nout * sizeof *first);
-  bool ranks_known = saved && copies && first;
-  for (int i = 0; ranks_known && i < k->nin; i++) {
-    saved[i] = real[i];
-    ranks_known = real[i]->rank >= 0;
-  }
-  bool ok = ranks_known && probe_infer(c, k, saved, copies, NB_PROBE_A);
-  if (ok) memcpy(first, k->out, (size_t)k->nout * sizeof *first);
-  ok = ok && probe_infer(c, k, saved, copies, NB_PROBE_B);
-  nb_dtype t = deferred_dtype(k);
+/* Folds this probe's outputs into agreed (first probe: copies them). */
+static void agree(nb_kargs *k, nb_meta *agreed, bool first) {
   for (int i = 0; i < k->nout; i++) {
-    nb_meta *m = &k->out[i];
-    if (!ok || m->rank != first[i].rank) {
-      m->rank = -1;
+    const nb_meta *m = &k->out[i];
+    if (first) {
+      agreed[i] = *m;
+    } else if (agreed[i].rank != m->rank) {
+      agreed[i].rank = -1;
     } else {
       for (int d = 0; d < m->rank; d++)
-        if (m->shape[d] != first[i].shape[d]) m->shape[d] = -1;
+        if (agreed[i].shape[d] != m->shape[d]) agreed[i].shape[d] = -1;
     }
-    m->dtype = t;
+  }
+}
+
+static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
+  nb_tensor *saved_small[NB_PROBE_SMALL], copies_small[NB_PROBE_SMALL];
+  nb_meta agreed_small[NB_PROBE_SMALL];
+  bool big_in = k->nin > NB_PROBE_SMALL, big_out = k->nout > NB_PROBE_SMALL;
+  nb_tensor **saved = big_in ? malloc((size_t)k->nin * sizeof *saved) : saved_small;
+  nb_tensor *copies = big_in ? malloc((size_t)k->nin * sizeof *copies) : copies_small;
+  nb_meta *agreed = big_out ? malloc((size_t)k->nout * sizeof *agreed) : agreed_small;
+  bool ok = saved && copies && agreed;
+  for (int i = 0; ok && i < k->nin; i++) {
+    saved[i] = k->in[i];
+    ok = saved[i]->rank >= 0;
+  }
+  for (int p = 0; ok && p < 3; p++) {
+    ok = probe_infer(c, k, saved, copies, probes[p]);
+    if (ok) agree(k, agreed, p == 0);
+  }
+  nb_dtype t = deferred_dtype(k);
+  for (int i = 0; i < k->nout; i++) {
+    if (ok) k->out[i] = agreed[i];
+    else k->out[i].rank = -1;
+    k->out[i].dtype = t;
   }
   for (int i = 0; saved && i < k->nin; i++) c->subst[i] = saved[i];
   k->deferred = true;
-  free(saved);
-  free(copies);
-  free(first);
+  if (big_in) {
+    free(saved);
+    free(copies);
+  }
+  if (big_out) free(agreed);
   return NB_OK;
 }
 
@@ -535,5 +551,6 @@ nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep) {
   *e = (nb_edge){dep->node, -1, x->node, g->nodes[dep->node].first_use, g->nodes[x->node].ctrl};
   g->nodes[dep->node].first_use = id;
   g->nodes[x->node].ctrl = id;
+  g->version++;
   return NB_OK;
 }

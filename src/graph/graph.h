@@ -75,6 +75,7 @@ struct nb_graph {
   const char **fresh_names;
   int32_t nfresh, fresh_cap;
   uint32_t gen;            /* traversal generation for node stamps */
+  uint32_t version;        /* bumped when edges are added to existing nodes (control inputs) */
   nb_ctx *fold;            /* eager context that folds constants */
 };
 

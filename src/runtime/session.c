@@ -10,6 +10,7 @@
 
 typedef struct nb_plan {
   uint64_t hash;
+  uint32_t version;        /* the graph's control-edge version it was planned for */
   int nfeed, nfetch;
   int64_t *keys;           /* feed keys then fetch keys: node << 32 | output */
   int32_t nsteps, nvals;
@@ -20,6 +21,7 @@ typedef struct nb_plan {
   int32_t *free_off;       /* after step i, free free_vals[free_off[i] .. free_off[i+1]) */
   int32_t *free_vals;
   int32_t *feed_vals, *fetch_vals;
+  bool *from_value;        /* step i takes its node's build-time value instead of running */
 } nb_plan;
 
 struct nb_session {
@@ -54,6 +56,7 @@ static void plan_free(nb_plan *p) {
   free(p->free_vals);
   free(p->feed_vals);
   free(p->fetch_vals);
+  free(p->from_value);
   free(p);
 }
 
@@ -101,6 +104,22 @@ typedef struct planner {
   int32_t *needed, nneeded;  /* nodes to run, in discovery order */
 } planner;
 
+static bool push_stale(int32_t **stack, int32_t *top, int32_t *cap, int32_t id) {
+  if (*top == *cap) {
+    int32_t c = *cap ? *cap * 2 : 256;
+    int32_t *s = realloc(*stack, (size_t)c * sizeof *s);
+    if (!s) {
+      free(*stack);
+      *stack = NULL;
+      return false;
+    }
+    *stack = s;
+    *cap = c;
+  }
+  (*stack)[(*top)++] = id;
+  return true;
+}
+
 /* Index of the feed that replaces (src, out), or -1. */
 static int fed_index(const nb_plan *p, int32_t src, int32_t out) {
   int64_t key = (int64_t)src << 32 | (uint32_t)out;
@@ -111,11 +130,44 @@ static int fed_index(const nb_plan *p, int32_t src, int32_t out) {
 
 static bool edge_live(const nb_plan *p, const nb_edge *e) { return e->out < 0 || fed_index(p, e->src, e->out) < 0; }
 
-/* A node whose outputs were all computed at build time needs none of its inputs. */
-static bool node_known(const nb_graph *g, const nb_node *n) {
+static bool values_known(const nb_graph *g, const nb_node *n) {
   for (int32_t o = 0; o < n->nout; o++)
     if (!g->outs[n->out0 + o].value) return false;
   return n->nout > 0;
+}
+
+/* A node whose outputs were all computed at build time needs none of its inputs, unless
+   a feed replaces something those values came from (marked stale: stamp2 == gen). */
+static bool node_known(const planner *pl, const nb_node *n) {
+  return n->stamp2 != pl->gen && values_known(pl->g, n);
+}
+
+/* Marks the build-time values downstream of fed tensors as stale. Only nodes with known
+   values can be stale (a node that runs has no build-time value), so the walk stays in
+   the folded part of the graph. */
+static nb_code mark_stale(planner *pl) {
+  nb_graph *g = pl->g;
+  int32_t *stack = NULL, top = 0, cap = 0;
+  for (int i = 0; i < pl->p->nfeed; i++) {
+    int32_t id = key_node(pl->p->keys[i]);
+    if (g->nodes[id].stamp2 == pl->gen) continue;
+    g->nodes[id].stamp2 = pl->gen;
+    if (!push_stale(&stack, &top, &cap, id)) return NB_NOMEM;
+    while (top > 0) {
+      const nb_node *n = &g->nodes[stack[--top]];
+      for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
+        nb_node *u = &g->nodes[g->edges[e].consumer];
+        if (g->edges[e].out < 0 || u->stamp2 == pl->gen || !values_known(g, u)) continue;
+        u->stamp2 = pl->gen;
+        if (!push_stale(&stack, &top, &cap, g->edges[e].consumer)) {
+          free(stack);
+          return NB_NOMEM;
+        }
+      }
+    }
+  }
+  free(stack);
+  return NB_OK;
 }
 
 static void push_needed(planner *pl, int32_t *stack, int *top, int32_t id) {
@@ -143,7 +195,7 @@ static nb_code collect_needed(planner *pl) {
   }
   while (top > 0) {
     const nb_node *n = &g->nodes[stack[--top]];
-    if (node_known(g, n)) continue;
+    if (node_known(pl, n)) continue;
     for (int32_t i = 0; i < n->nin; i++) {
       const nb_edge *e = &g->edges[n->in0 + i];
       if (edge_live(pl->p, e)) push_needed(pl, stack, &top, e->src);
@@ -176,7 +228,7 @@ static nb_code order_steps(planner *pl) {
   for (int32_t i = 0; i < pl->nneeded; i++) {
     nb_node *n = &g->nodes[pl->needed[i]];
     n->pending = 0;
-    if (!node_known(g, n)) {
+    if (!node_known(pl, n)) {
       for (int32_t j = 0; j < n->nin; j++) n->pending += edge_live(p, &g->edges[n->in0 + j]);
       for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl) n->pending++;
     }
@@ -186,7 +238,7 @@ static nb_code order_steps(planner *pl) {
     const nb_node *n = &g->nodes[p->steps[head++]];
     for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
       nb_node *u = &g->nodes[g->edges[e].consumer];
-      if (u->stamp == pl->gen && !node_known(g, u) && edge_live(p, &g->edges[e]) && --u->pending == 0)
+      if (u->stamp == pl->gen && !node_known(pl, u) && edge_live(p, &g->edges[e]) && --u->pending == 0)
         p->steps[p->nsteps++] = g->edges[e].consumer;
     }
   }
@@ -208,14 +260,16 @@ static nb_code assign_values(planner *pl) {
   p->in_off = malloc((size_t)(p->nsteps + 1) * sizeof *p->in_off);
   p->feed_vals = malloc((size_t)(p->nfeed + 1) * sizeof *p->feed_vals);
   p->fetch_vals = malloc((size_t)(p->nfetch + 1) * sizeof *p->fetch_vals);
-  if (!p->out0 || !p->in_off || !p->feed_vals || !p->fetch_vals) return NB_NOMEM;
+  p->from_value = malloc((size_t)(p->nsteps + 1) * sizeof *p->from_value);
+  if (!p->out0 || !p->in_off || !p->feed_vals || !p->fetch_vals || !p->from_value) return NB_NOMEM;
   for (int i = 0; i < p->nfeed; i++) p->feed_vals[i] = i;
   for (int32_t i = 0; i < p->nsteps; i++) {
     nb_node *n = &g->nodes[p->steps[i]];
     n->slot = v;
     p->out0[i] = v;
     v += n->nout;
-    nin += node_known(g, n) ? 0 : n->nin;
+    p->from_value[i] = node_known(pl, n);
+    nin += p->from_value[i] ? 0 : n->nin;
   }
   p->nvals = v;
   p->in_vals = malloc((size_t)(nin + 1) * sizeof *p->in_vals);
@@ -224,7 +278,7 @@ static nb_code assign_values(planner *pl) {
   for (int32_t i = 0; i < p->nsteps; i++) {
     const nb_node *n = &g->nodes[p->steps[i]];
     p->in_off[i] = nin;
-    for (int32_t j = 0; j < n->nin && !node_known(g, n); j++) {
+    for (int32_t j = 0; j < n->nin && !p->from_value[i]; j++) {
       const nb_edge *e = &g->edges[n->in0 + j];
       int f = fed_index(p, e->src, e->out);
       p->in_vals[nin++] = f >= 0 ? f : g->nodes[e->src].slot + e->out;
@@ -272,7 +326,8 @@ static nb_code plan_frees(nb_plan *p) {
 
 static nb_code build_plan(nb_session *s, nb_plan *p) {
   planner pl = {s, s->g, p, nb_graph_next_gen(s->g), NULL, 0};
-  nb_code code = collect_needed(&pl);
+  nb_code code = mark_stale(&pl);
+  if (!code) code = collect_needed(&pl);
   if (!code) code = check_placeholders(&pl);
   if (!code) code = order_steps(&pl);
   if (!code) code = assign_values(&pl);
@@ -292,8 +347,16 @@ static nb_plan *find_plan(nb_session *s, const int64_t *keys, int nfeed, int nfe
   return NULL;
 }
 
+/* Plans made before a control edge was added may miss it: drop them all. */
+static void drop_stale_plans(nb_session *s) {
+  if (s->nplans == 0 || s->plans[0]->version == s->g->version) return;
+  for (int i = 0; i < s->nplans; i++) plan_free(s->plans[i]);
+  s->nplans = 0;
+}
+
 static nb_code get_plan(nb_session *s, int64_t *keys, int nfeed, int nfetch, nb_plan **out) {
   uint64_t h = keys_hash(keys, nfeed + nfetch);
+  drop_stale_plans(s);
   if ((*out = find_plan(s, keys, nfeed, nfetch, h))) {
     free(keys);
     return NB_OK;
@@ -306,7 +369,7 @@ static nb_code get_plan(nb_session *s, int64_t *keys, int nfeed, int nfetch, nb_
     free(keys);
     return session_fail(s, NB_NOMEM, "out of memory planning the run");
   }
-  *p = (nb_plan){.hash = h, .nfeed = nfeed, .nfetch = nfetch, .keys = keys};
+  *p = (nb_plan){.hash = h, .version = s->g->version, .nfeed = nfeed, .nfetch = nfetch, .keys = keys};
   nb_code code = build_plan(s, p);
   if (code) {
     plan_free(p);
@@ -354,7 +417,7 @@ static nb_code run_step(nb_session *s, const nb_plan *p, int32_t i, nb_tensor **
   const nb_node *n = &s->g->nodes[p->steps[i]];
   nb_tensor **outs = s->vals + p->out0[i];
   const nb_out *o = &s->g->outs[n->out0];
-  if (o->value) { /* known at build time */
+  if (p->from_value[i]) { /* known at build time */
     for (int32_t j = 0; j < n->nout; j++) outs[j] = nb_identity(s->ctx, (nb_tensor *)o[j].value);
     return nb_status(s->ctx);
   }
