@@ -51,6 +51,10 @@ static void test_grad_ys_and_several_ys(void **state) {
   nb_tensor *ys[2] = {y1, y2}, *dx;
   assert_int_equal(nb_gradients(f->c, ys, 2, &x, 1, NULL, &dx), NB_OK); /* summed over ys */
   expect(f, x, xv, dx, TU_VALS(5, -1));
+  nb_tensor *partial[2] = {w, NULL}; /* a NULL grad_ys entry means ones, as TF's None */
+  nb_grad_opts po = {.grad_ys = partial};
+  assert_int_equal(nb_gradients(f->c, ys, 2, &x, 1, &po, &dx), NB_OK);
+  expect(f, x, xv, dx, TU_VALS(23, -397));
   /* grad_ys must match the ys' dtype */
   nb_tensor *bad = nb_scalar(f->c, NB_F32, 1);
   o.grad_ys = &bad;
@@ -67,6 +71,9 @@ static void test_unconnected_and_integer_paths(void **state) {
   nb_grad_opts zero = {.unconnected_zero = 1};
   nb_tensor *uv = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(5, 6, 7));
   expect(f, u, uv, grad1(f, y, u, &zero), TU_VALS(0, 0, 0));
+  nb_tensor *n = nb_placeholder(f->c, NB_I32, 1, TU_SHAPE(2), "ints"), *dn = NULL; /* zeros for any dtype */
+  assert_int_equal(nb_gradients(f->c, &y, 1, &n, 1, &zero, &dn), NB_OK);
+  tu_check_shape(dn, NB_I32, 1, TU_SHAPE(2));
   /* a path through an integer cast carries no gradient */
   nb_tensor *yi = nb_sum(f->c, nb_cast(f->c, nb_cast(f->c, x, NB_I32), NB_F64), NULL, 0, false);
   assert_null(grad1(f, yi, x, NULL));
@@ -84,6 +91,9 @@ static void test_gradient_scopes(void **state) {
   nb_grad_opts o = {.name = "backward"};
   dx = grad1(f, y, x, &o);
   assert_string_equal(nb_tensor_node_name(dx), "backward/Tanh_grad/TanhGrad");
+  o.name = "a/b";
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, &o, &dx), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "scope name 'a/b' must be non-empty without '/'", NULL);
 }
 
 /* Several paths into x: AddN by default, a tree of AddV2 with NB_AGG_TREE. */
@@ -93,9 +103,13 @@ static void test_aggregation(void **state) {
   nb_tensor *y = nb_add_n(f->c, (nb_tensor *[]){nb_sin(f->c, x), nb_cos(f->c, x), nb_exp(f->c, x)}, 3);
   nb_tensor *xv = nb_scalar(f->e, NB_F64, 0.3);
   double want = cos(0.3) - sin(0.3) + exp(0.3);
+  int before = nb_graph_num_nodes(f->g);
   nb_tensor *dx = grad1(f, y, x, NULL);
   assert_non_null(strstr(nb_tensor_node_name(dx), "AddN"));
   expect(f, x, xv, dx, (const double[]){want});
+  /* x's gradient is summed once: OnesLike; Cos, Mul (Sin's); Sin, Neg, Mul (Cos's); Mul
+     (Exp's); one AddN (AddN's own gradient passes dy through) */
+  assert_int_equal(nb_graph_num_nodes(f->g) - before, 8);
   nb_grad_opts tree = {.aggregation = NB_AGG_TREE};
   dx = grad1(f, y, x, &tree);
   assert_non_null(strstr(nb_tensor_node_name(dx), "AddV2"));

@@ -5,9 +5,12 @@
    function runs and memory follows the frontier, not the graph. */
 #include "autodiff.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define NB_GRAD_GUARDS 8 /* dxs slots past a node's inputs */
 
 typedef struct grad_entry {
   int64_t key;             /* node << 32 | output of the gradient tensor */
@@ -43,72 +46,89 @@ static nb_code fail(pass *p, nb_code code, const char *fmt, const char *a, const
 
 /* ---- marking ------------------------------------------------------------------------- */
 
-/* Grows a node-id stack to hold one more entry. */
-static bool push_id(int32_t **a, int32_t *n, int32_t *cap, int32_t id) {
-  if (*n == *cap) {
-    int32_t c = *cap ? *cap * 2 : 1024;
-    int32_t *p = realloc(*a, (size_t)c * sizeof *p);
-    if (!p) return false;
-    *a = p;
-    *cap = c;
+/* A growable stack of node ids. */
+typedef struct id_stack {
+  int32_t *v, n, cap;
+} id_stack;
+
+static bool push_id(id_stack *s, int32_t id) {
+  if (s->n == s->cap) {
+    int32_t c = s->cap ? s->cap * 2 : 1024;
+    int32_t *v = realloc(s->v, (size_t)c * sizeof *v);
+    if (!v) return false;
+    s->v = v;
+    s->cap = c;
   }
-  (*a)[(*n)++] = id;
+  s->v[s->n++] = id;
   return true;
 }
 
-/* The ancestors of ys (stamp == gen) in topological order, by an iterative post-order
-   walk over input edges: nothing outside them is ever touched. */
-static nb_code ancestors_in_order(pass *p, nb_tensor *const *ys, int ny, int32_t **order, int32_t *norder) {
-  nb_graph *g = p->g;
-  int32_t *stack = NULL, *next = NULL, top = 0, cap = 0, ncap = 0, order_cap = 0;
-  nb_code code = NB_OK;
-  for (int i = 0; i < ny && !code; i++) {
-    if (g->nodes[ys[i]->node].stamp == p->gen) continue;
-    g->nodes[ys[i]->node].stamp = p->gen;
-    int32_t dummy = top;
-    if (!push_id(&stack, &top, &cap, ys[i]->node) || !push_id(&next, &dummy, &ncap, 0)) code = NB_NOMEM;
-    while (!code && top > 0) {
-      const nb_node *n = &g->nodes[stack[top - 1]];
-      int32_t *k = &next[top - 1];
-      if (*k == n->nin) { /* all inputs done: emit */
-        if (!push_id(order, norder, &order_cap, stack[--top])) code = NB_NOMEM;
-        continue;
+/* Pushes node id when its stamp field (at offset `field`) is not yet gen, stamping it. */
+static bool visit(pass *p, id_stack *s, int32_t id, size_t field) {
+  uint32_t *stamp = (uint32_t *)((char *)&p->g->nodes[id] + field);
+  if (*stamp == p->gen) return true;
+  *stamp = p->gen;
+  return push_id(s, id);
+}
+
+/* One step backwards: the inputs of the next ancestor of ys (stamp). */
+static bool step_back(pass *p, id_stack *s) {
+  const nb_node *n = &p->g->nodes[s->v[--s->n]];
+  for (int32_t i = 0; i < n->nin; i++)
+    if (!visit(p, s, p->g->edges[n->in0 + i].src, offsetof(nb_node, stamp))) return false;
+  return true;
+}
+
+/* One step forwards: the consumers of the next descendant of xs (stamp2). */
+static bool step_fwd(pass *p, id_stack *s) {
+  const nb_node *n = &p->g->nodes[s->v[--s->n]];
+  for (int32_t e = n->first_use; e >= 0; e = p->g->edges[e].next_use)
+    if (p->g->edges[e].out >= 0 && !visit(p, s, p->g->edges[e].consumer, offsetof(nb_node, stamp2))) return false;
+  return true;
+}
+
+/* The between set (stamp3): nodes that descend from an x and lead to a y. The ancestors
+   of ys (stamp) and the descendants of xs (stamp2) grow one node at a time, in turn,
+   until one side is complete; the between set is then walked inside that side. So the
+   cost is about twice the smaller side, never the rest of the graph. */
+static nb_code mark_between(pass *p, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx) {
+  id_stack back = {0}, fwd = {0}, out = {0};
+  bool ok = true;
+  for (int i = 0; ok && i < ny; i++) ok = visit(p, &back, ys[i]->node, offsetof(nb_node, stamp));
+  for (int i = 0; ok && i < nx; i++) ok = visit(p, &fwd, xs[i]->node, offsetof(nb_node, stamp2));
+  while (ok && back.n && fwd.n) ok = step_back(p, &back) && step_fwd(p, &fwd);
+  bool in_descendants = fwd.n == 0; /* that side is complete */
+  back.n = 0;
+  nb_tensor *const *seeds = in_descendants ? ys : xs;
+  for (int i = 0; ok && i < (in_descendants ? ny : nx); i++) {
+    const nb_node *n = &p->g->nodes[seeds[i]->node];
+    if (in_descendants ? n->stamp2 == p->gen : n->stamp == p->gen)
+      ok = visit(p, &back, seeds[i]->node, offsetof(nb_node, stamp3));
+  }
+  while (ok && back.n) {
+    int32_t id = back.v[--back.n];
+    const nb_node *n = &p->g->nodes[id];
+    ok = push_id(&out, id);
+    if (in_descendants) { /* backwards from ys through descendants of xs */
+      for (int32_t i = 0; ok && i < n->nin; i++) {
+        int32_t src = p->g->edges[n->in0 + i].src;
+        if (p->g->nodes[src].stamp2 == p->gen) ok = visit(p, &back, src, offsetof(nb_node, stamp3));
       }
-      int32_t src = g->edges[n->in0 + (*k)++].src;
-      if (g->nodes[src].stamp == p->gen) continue;
-      g->nodes[src].stamp = p->gen;
-      dummy = top;
-      if (!push_id(&stack, &top, &cap, src) || !push_id(&next, &dummy, &ncap, 0)) code = NB_NOMEM;
+    } else { /* forwards from xs through ancestors of ys */
+      for (int32_t e = n->first_use; ok && e >= 0; e = p->g->edges[e].next_use) {
+        int32_t u = p->g->edges[e].consumer;
+        if (p->g->edges[e].out >= 0 && p->g->nodes[u].stamp == p->gen) ok = visit(p, &back, u, offsetof(nb_node, stamp3));
+      }
     }
   }
-  free(stack);
-  free(next);
-  return code;
+  free(back.v);
+  free(fwd.v);
+  p->between = out.v;
+  p->nbetween = out.n;
+  return ok ? NB_OK : NB_NOMEM;
 }
 
-/* The between set (stamp2 == gen): ancestors of ys that are xs or descend from one,
-   found in one topological sweep over the ancestors' input edges. */
-static nb_code mark_between(pass *p, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx) {
-  nb_graph *g = p->g;
-  int32_t *order = NULL, norder = 0;
-  nb_code code = ancestors_in_order(p, ys, ny, &order, &norder);
-  if (code) {
-    free(order);
-    return code;
-  }
-  for (int i = 0; i < nx; i++)
-    if (g->nodes[xs[i]->node].stamp == p->gen) g->nodes[xs[i]->node].stamp2 = p->gen;
-  for (int32_t i = 0; i < norder; i++) {
-    nb_node *n = &g->nodes[order[i]];
-    for (int32_t j = 0; j < n->nin && n->stamp2 != p->gen; j++)
-      if (g->nodes[g->edges[n->in0 + j].src].stamp2 == p->gen) n->stamp2 = p->gen;
-    if (n->stamp2 == p->gen) order[p->nbetween++] = order[i];
-  }
-  p->between = order;
-  return NB_OK;
-}
-
-static bool in_between(const pass *p, int32_t id) { return p->g->nodes[id].stamp2 == p->gen; }
+static bool in_between(const pass *p, int32_t id) { return p->g->nodes[id].stamp3 == p->gen; }
 
 /* Slots, per-output gradient lists and pending counts (between consumers per node). */
 static nb_code prepare(pass *p) {
@@ -157,8 +177,10 @@ static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
 
 /* ---- aggregation and one node's gradient ----------------------------------------------- */
 
-/* Sums the gradients listed for one output: AddN, or a pairwise tree. NULL when none. */
-static nb_tensor *aggregate(pass *p, int32_t head) {
+/* Sums the gradients listed for one output: AddN, or a pairwise tree; the list then
+   holds just the sum, so asking again (for an x) builds nothing. NULL when none. */
+static nb_tensor *aggregate(pass *p, int32_t *headp) {
+  int32_t head = *headp;
   if (head < 0) return NULL;
   int n = 0;
   for (int32_t e = head; e >= 0; e = p->entries[e].next) n++;
@@ -183,6 +205,7 @@ static nb_tensor *aggregate(pass *p, int32_t head) {
     sum = nb_add_n(p->c, terms, n);
   }
   free(terms);
+  if (sum) p->entries[head] = (grad_entry){key_of(sum), -1}; /* the sum replaces the list */
   return sum;
 }
 
@@ -198,17 +221,12 @@ static bool feeds_between(const pass *p, const nb_node *n) {
   return false;
 }
 
-/* Output gradients of node n: aggregated, with zeros for float outputs that got none
-   while a sibling did. false when no output has a gradient. */
-static bool output_grads(pass *p, const nb_node *n, nb_tensor **outs, nb_tensor **dys) {
-  bool any = false;
-  for (int32_t o = 0; o < n->nout; o++) {
-    dys[o] = aggregate(p, p->heads[p->out_base[n->slot] + o]);
-    any |= dys[o] != NULL;
-  }
-  for (int32_t o = 0; any && o < n->nout; o++)
+/* Output gradients of node n (which has some): aggregated, with zeros for float outputs
+   that got none while a sibling did. */
+static void output_grads(pass *p, const nb_node *n, nb_tensor **outs, nb_tensor **dys) {
+  for (int32_t o = 0; o < n->nout; o++) dys[o] = aggregate(p, &p->heads[p->out_base[n->slot] + o]);
+  for (int32_t o = 0; o < n->nout; o++)
     if (!dys[o] && is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(p->c, outs[o]);
-  return any;
 }
 
 /* Sets the graph's name scope to "<gradients scope><node name>_grad/" (just the
@@ -224,18 +242,17 @@ static void enter_node_scope(pass *p, const nb_node *n) {
 
 static nb_code call_grad_fn(pass *p, const nb_node *n, nb_grad_fn fn, nb_tensor **ins, nb_tensor **outs,
                             nb_tensor **dys, nb_tensor **dxs) {
-  nb_tensor *guard = (nb_tensor *)&guard; /* detects a function writing past its inputs */
+  nb_tensor *guard = (nb_tensor *)&guard; /* slots past the inputs catch extra gradients */
   for (int32_t i = 0; i < n->nin; i++) p->needs[i] = in_between(p, p->g->edges[n->in0 + i].src);
   nb_fwd_op op = {n->def, n->name, n->nin, n->nout, ins, outs, n->attr, p->needs};
   for (int32_t i = 0; i < n->nin; i++) dxs[i] = NULL;
-  dxs[n->nin] = guard;
+  for (int i = 0; i < NB_GRAD_GUARDS; i++) dxs[n->nin + i] = guard;
   nb_code code = fn(p->c, &op, dys, dxs);
-  if (!code && dxs[n->nin] != guard) {
-    char msg[320];
-    snprintf(msg, sizeof msg, "Num gradients %d generated for op %s do not match num inputs %d", n->nin + 1,
-             n->name, n->nin);
-    return nb_fail(p->c, NB_INTERNAL, "%s", msg);
-  }
+  int extra = 0;
+  while (extra < NB_GRAD_GUARDS && dxs[n->nin + extra] != guard) extra++;
+  if (!code && extra)
+    return nb_fail(p->c, NB_INTERNAL, "Num gradients %s%d generated for op %s do not match num inputs %d",
+                   extra == NB_GRAD_GUARDS ? "at least " : "", n->nin + extra, n->name, n->nin);
   if (code && nb_status(p->c) == NB_OK)
     nb_fail(p->c, code, "the gradient function of '%s' (op type: %s) failed", n->name, n->def->name);
   return code ? code : nb_status(p->c);
@@ -257,10 +274,22 @@ static nb_code propagate(pass *p, const nb_node *n, nb_tensor *const *dxs) {
   return NB_OK;
 }
 
+static bool has_grads(const pass *p, const nb_node *n) {
+  for (int32_t o = 0; o < n->nout; o++)
+    if (p->heads[p->out_base[n->slot] + o] >= 0) return true;
+  return false;
+}
+
 static nb_code node_gradient(pass *p, int32_t id, nb_tensor **buf) {
   nb_graph *g = p->g;
   /* a copy: building gradient ops grows (and may move) the node array */
   const nb_node node = g->nodes[id], *n = &node;
+  if (!has_grads(p, n) || is_stopped(p, id) || !feeds_between(p, n)) return propagate(p, n, NULL);
+  nb_grad_fn fn;
+  nb_grad_kind kind = nb_grad_lookup(n->def, n->grad_name, &fn);
+  if (kind == NB_GRAD_STOP) return propagate(p, n, NULL);
+  if (kind == NB_GRAD_NONE)
+    return fail(p, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", n->name, n->def->name);
   nb_tensor **ins = buf, **outs = ins + n->nin, **dys = outs + n->nout, **dxs = dys + n->nout;
   for (int32_t i = 0; i < n->nin; i++) {
     const nb_edge *e = &g->edges[n->in0 + i];
@@ -268,14 +297,9 @@ static nb_code node_gradient(pass *p, int32_t id, nb_tensor **buf) {
   }
   for (int32_t o = 0; o < n->nout; o++) outs[o] = nb_graph_handle(p->c, g, id, o);
   enter_node_scope(p, n);
-  if (nb_status(p->c) || !output_grads(p, n, outs, dys) || is_stopped(p, id) || !feeds_between(p, n))
-    return nb_status(p->c) ? nb_status(p->c) : propagate(p, n, NULL);
-  nb_grad_fn fn;
-  nb_grad_kind kind = nb_grad_lookup(n->def, n->grad_name, &fn);
-  if (kind == NB_GRAD_STOP) return propagate(p, n, NULL);
-  if (kind == NB_GRAD_NONE)
-    return fail(p, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", n->name, n->def->name);
-  nb_code code = call_grad_fn(p, n, fn, ins, outs, dys, dxs);
+  output_grads(p, n, outs, dys);
+  nb_code code = nb_status(p->c);
+  if (!code) code = call_grad_fn(p, n, fn, ins, outs, dys, dxs);
   return code ? code : propagate(p, n, dxs);
 }
 
@@ -285,7 +309,7 @@ static nb_code run_queue(pass *p) {
   int32_t width = 0;
   for (int32_t i = 0; i < p->nbetween; i++) {
     const nb_node *n = &p->g->nodes[p->between[i]];
-    if (n->nin + 2 * n->nout + 1 > width) width = n->nin + 2 * n->nout + 1;
+    if (n->nin + 2 * n->nout + NB_GRAD_GUARDS > width) width = n->nin + 2 * n->nout + NB_GRAD_GUARDS;
     if (n->pending == 0) p->queue[p->qtail++] = p->between[i];
   }
   if (width > 64 && !(buf = malloc((size_t)width * sizeof *buf))) return NB_NOMEM;
@@ -319,13 +343,17 @@ static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *co
   if (nx > 0 && !dxs) return nb_fail(c, NB_INVALID, "nb_gradients: dxs is NULL");
   nb_code code = check_tensors(c, "ys", ys, ny);
   if (!code) code = check_tensors(c, "xs", xs, nx);
-  if (!code && o->grad_ys) code = check_tensors(c, "grad_ys", o->grad_ys, ny);
+  for (int i = 0; !code && o->grad_ys && i < ny; i++) /* NULL entries mean ones */
+    if (o->grad_ys[i] && o->grad_ys[i]->graph != c->graph)
+      code = nb_fail(c, NB_INVALID, "nb_gradients: grad_ys[%d] is not a tensor of this context's graph", i);
   for (int i = 0; !code && o->grad_ys && i < ny; i++)
-    if (o->grad_ys[i]->dtype != ys[i]->dtype)
+    if (o->grad_ys[i] && o->grad_ys[i]->dtype != ys[i]->dtype)
       code = nb_fail(c, NB_DTYPE, "nb_gradients: grad_ys[%d] has dtype %s, ys[%d] has %s", i,
                      nb_dtype_name(o->grad_ys[i]->dtype), i, nb_dtype_name(ys[i]->dtype));
   if (!code && (o->nstop < 0 || (o->nstop > 0 && !o->stop)))
     code = nb_fail(c, NB_INVALID, "nb_gradients: stop is NULL or has negative length");
+  if (!code && o->name && (!*o->name || strchr(o->name, '/')))
+    code = nb_fail(c, NB_INVALID, "nb_gradients: scope name '%s' must be non-empty without '/'", o->name);
   if (!code && o->aggregation != NB_AGG_ADD_N && o->aggregation != NB_AGG_TREE)
     code = nb_fail(c, NB_INVALID, "nb_gradients: unknown aggregation %d", o->aggregation);
   return code;
@@ -344,10 +372,11 @@ static nb_code seed(pass *p, nb_tensor *const *ys, int ny) {
   nb_graph_set_scope(p->g, p->scope, false);
   for (int i = 0; i < ny; i++) {
     if (!in_between(p, ys[i]->node) || !is_float(ys[i]->dtype)) continue;
-    nb_tensor *g = p->o->grad_ys ? p->o->grad_ys[i] : nb_ones_like(p->c, ys[i]);
+    nb_tensor *given = p->o->grad_ys ? p->o->grad_ys[i] : NULL;
+    nb_tensor *g = given ? given : nb_ones_like(p->c, ys[i]);
     if (!g) return nb_status(p->c);
     if (add_grad(p, ys[i]->node, ys[i]->out, g)) return nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
-    if (!p->o->grad_ys) nb_tensor_free(g);
+    if (!given) nb_tensor_free(g);
   }
   return NB_OK;
 }
@@ -357,9 +386,9 @@ static nb_code results(pass *p, nb_tensor *const *xs, int nx, nb_tensor **dxs) {
   nb_graph_set_scope(p->g, p->scope, false);
   for (int i = 0; i < nx; i++) {
     const nb_node *n = &p->g->nodes[xs[i]->node];
-    int32_t head = in_between(p, xs[i]->node) ? p->heads[p->out_base[n->slot] + xs[i]->out] : -1;
+    int32_t none = -1, *head = in_between(p, xs[i]->node) ? &p->heads[p->out_base[n->slot] + xs[i]->out] : &none;
     dxs[i] = aggregate(p, head);
-    if (!dxs[i] && p->o->unconnected_zero && is_float(xs[i]->dtype)) dxs[i] = nb_zeros_like(p->c, xs[i]);
+    if (!dxs[i] && p->o->unconnected_zero) dxs[i] = nb_zeros_like(p->c, xs[i]); /* any dtype, as TF */
   }
   return nb_status(p->c);
 }
@@ -385,14 +414,14 @@ nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *
   nb_grad_builtins_init();
   nb_graph *g = c->graph;
   pass p = {.c = c, .g = g, .o = o, .gen = nb_graph_next_gen(g)};
-  char saved_scope[NB_SCOPE_CAP];
-  memcpy(saved_scope, g->scope, sizeof saved_scope);
+  nb_scope_state saved;
+  if (nb_graph_scope_save(g, &saved)) return nb_fail(c, NB_NOMEM, "gradients: out of memory");
   code = open_scope(&p);
   if (!code && (mark_between(&p, ys, ny, xs, nx) || prepare(&p))) code = nb_fail(c, NB_NOMEM, "gradients: out of memory");
   if (!code) code = seed(&p, ys, ny);
   if (!code) code = run_queue(&p);
   if (!code) code = results(&p, xs, nx, dxs);
-  nb_graph_set_scope(g, saved_scope, false);
+  nb_graph_scope_restore(g, &saved);
   pass_free(&p);
   if (code)
     for (int i = 0; i < nx; i++) {

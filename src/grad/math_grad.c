@@ -18,10 +18,10 @@ static nb_tensor *out0(const nb_fwd_op *op) { return nb_fwd_output(op, 0); }
 static nb_tensor *scalar(nb_ctx *c, nb_tensor *like, double v) { return nbg_scalar_like(c, like, v); }
 static bool is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
 
-/* The gradients gx, gy of a broadcasting binary op, each summed down to its input's shape. */
 /* Whether the pass wants input i's gradient: the others need no ops at all. */
 #define NEED(i) nb_fwd_input_needs_grad(op, i)
 
+/* The gradients gx, gy of a broadcasting binary op, each summed down to its input's shape. */
 static nb_code reduced_pair(nb_ctx *c, const nb_fwd_op *op, nb_tensor **dxs, nb_tensor *gx, nb_tensor *gy) {
   dxs[0] = NEED(0) ? nbg_reduce_to(c, gx, in0(op)) : NULL;
   dxs[1] = NEED(1) ? nbg_reduce_to(c, gy, in1(op)) : NULL;
@@ -168,8 +168,8 @@ static nb_tensor *log_where_positive(nb_ctx *c, nb_tensor *x) {
 /* z = x^y: dz/dx = y x^(y-1), dz/dy = z ln x (taken as 0 where x <= 0) */
 GRAD(pow_grad) {
   nb_tensor *x = in0(op), *y = in1(op);
-  nb_tensor *gx = nb_mul(c, nb_mul(c, dy, y), nb_pow(c, x, nb_sub(c, y, scalar(c, y, 1))));
-  nb_tensor *gy = nb_mul(c, nb_mul(c, dy, out0(op)), log_where_positive(c, x));
+  nb_tensor *gx = NEED(0) ? nb_mul(c, nb_mul(c, dy, y), nb_pow(c, x, nb_sub(c, y, scalar(c, y, 1)))) : NULL;
+  nb_tensor *gy = NEED(1) ? nb_mul(c, nb_mul(c, dy, out0(op)), log_where_positive(c, x)) : NULL;
   return reduced_pair(c, op, dxs, gx, gy);
 }
 
@@ -177,13 +177,14 @@ GRAD(pow_grad) {
 GRAD(squared_difference_grad) {
   nb_tensor *x = in0(op), *y = in1(op);
   nb_tensor *gx = nb_mul(c, nb_mul(c, scalar(c, dy, 2), dy), nb_sub(c, x, y));
-  return reduced_pair(c, op, dxs, gx, nb_neg(c, gx));
+  return reduced_pair(c, op, dxs, gx, NEED(1) ? nb_neg(c, gx) : NULL);
 }
 
 /* z = x where x_wins else y: dz goes to the selected input; ties go to x as in TF. */
 static nb_code select_between(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs, nb_tensor *x_wins) {
   nb_tensor *zero = scalar(c, dy, 0);
-  return reduced_pair(c, op, dxs, nb_select(c, x_wins, dy, zero), nb_select(c, x_wins, zero, dy));
+  return reduced_pair(c, op, dxs, NEED(0) ? nb_select(c, x_wins, dy, zero) : NULL,
+                      NEED(1) ? nb_select(c, x_wins, zero, dy) : NULL);
 }
 
 /* z = max(x, y): x is selected where x >= y */
@@ -198,8 +199,8 @@ GRAD(minimum_grad) { return select_between(c, op, dy, dxs, nb_less_equal(c, in0(
 GRAD(select_grad) {
   nb_tensor *cond = in0(op), *zero = scalar(c, dy, 0);
   dxs[0] = NULL;
-  dxs[1] = nbg_reduce_to(c, nb_select(c, cond, dy, zero), nb_fwd_input(op, 1));
-  dxs[2] = nbg_reduce_to(c, nb_select(c, cond, zero, dy), nb_fwd_input(op, 2));
+  dxs[1] = NEED(1) ? nbg_reduce_to(c, nb_select(c, cond, dy, zero), nb_fwd_input(op, 1)) : NULL;
+  dxs[2] = NEED(2) ? nbg_reduce_to(c, nb_select(c, cond, zero, dy), nb_fwd_input(op, 2)) : NULL;
   return nb_status(c);
 }
 
@@ -231,40 +232,40 @@ GRAD(identity_grad) {
 /* d = dy (1 - y^2): dd/dy = -2 y dy, dd/d(dy) = 1 - y^2, i.e. TanhGrad(y, ddx) */
 GRAD(tanh_grad_grad) {
   nb_tensor *y = in0(op), *g = in1(op);
-  dxs[0] = nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y);
-  dxs[1] = nb_tanh_grad(c, y, dy);
+  dxs[0] = NEED(0) ? nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y) : NULL;
+  dxs[1] = NEED(1) ? nb_tanh_grad(c, y, dy) : NULL;
   return nb_status(c);
 }
 
 /* d = dy y (1 - y): dd/dy = dy (1 - 2y), dd/d(dy) = y (1 - y), i.e. SigmoidGrad(y, ddx) */
 GRAD(sigmoid_grad_grad) {
-  nb_tensor *y = in0(op), *gb = nb_mul(c, dy, in1(op));
-  dxs[0] = nb_sub(c, gb, nb_mul(c, nb_mul(c, scalar(c, gb, 2), gb), y));
-  dxs[1] = nb_sigmoid_grad(c, y, dy);
+  nb_tensor *y = in0(op), *gb = NEED(0) ? nb_mul(c, dy, in1(op)) : NULL;
+  dxs[0] = NEED(0) ? nb_sub(c, gb, nb_mul(c, nb_mul(c, scalar(c, gb, 2), gb), y)) : NULL;
+  dxs[1] = NEED(1) ? nb_sigmoid_grad(c, y, dy) : NULL;
   return nb_status(c);
 }
 
 /* d = -dy y^3 / 2: dd/dy = -3/2 dy y^2, dd/d(dy) = -y^3 / 2, i.e. RsqrtGrad(y, ddx) */
 GRAD(rsqrt_grad_grad) {
   nb_tensor *y = in0(op), *g = in1(op);
-  dxs[0] = nb_mul(c, nb_mul(c, nb_mul(c, scalar(c, dy, -1.5), dy), g), nb_square(c, y));
-  dxs[1] = nb_rsqrt_grad(c, y, dy);
+  dxs[0] = NEED(0) ? nb_mul(c, nb_mul(c, nb_mul(c, scalar(c, dy, -1.5), dy), g), nb_square(c, y)) : NULL;
+  dxs[1] = NEED(1) ? nb_rsqrt_grad(c, y, dy) : NULL;
   return nb_status(c);
 }
 
 /* d = dy / (2y): dd/dy = -d / y, dd/d(dy) = 1 / (2y) */
 GRAD(sqrt_grad_grad) {
   nb_tensor *ga = nb_real_div(c, dy, in0(op));
-  dxs[0] = nb_mul(c, nb_neg(c, ga), out0(op));
-  dxs[1] = nb_mul(c, scalar(c, ga, 0.5), ga);
+  dxs[0] = NEED(0) ? nb_mul(c, nb_neg(c, ga), out0(op)) : NULL;
+  dxs[1] = NEED(1) ? nb_mul(c, scalar(c, ga, 0.5), ga) : NULL;
   return nb_status(c);
 }
 
 /* d = -dy y^2: dd/dy = -2 y dy, dd/d(dy) = -y^2, i.e. ReciprocalGrad(y, ddx) */
 GRAD(reciprocal_grad_grad) {
   nb_tensor *y = in0(op), *g = in1(op);
-  dxs[0] = nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y);
-  dxs[1] = nb_reciprocal_grad(c, y, dy);
+  dxs[0] = NEED(0) ? nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y) : NULL;
+  dxs[1] = NEED(1) ? nb_reciprocal_grad(c, y, dy) : NULL;
   return nb_status(c);
 }
 
@@ -272,8 +273,8 @@ GRAD(reciprocal_grad_grad) {
    constant in features (zeros) */
 GRAD(relu_grad_grad) {
   nb_tensor *features = in1(op);
-  dxs[0] = nb_relu_grad(c, dy, features);
-  dxs[1] = nb_zeros_like(c, features);
+  dxs[0] = NEED(0) ? nb_relu_grad(c, dy, features) : NULL;
+  dxs[1] = NEED(1) ? nb_zeros_like(c, features) : NULL;
   return nb_status(c);
 }
 
@@ -281,9 +282,11 @@ GRAD(relu_grad_grad) {
    (EluGrad(ddx, outputs)); dd/d(outputs) = gradients where outputs < 0, else 0 */
 GRAD(elu_grad_grad) {
   nb_tensor *g = in0(op), *outputs = in1(op);
-  nb_tensor *negative = nb_less(c, outputs, scalar(c, outputs, 0));
-  dxs[0] = nb_elu_grad(c, dy, outputs);
-  dxs[1] = nb_select(c, negative, nb_mul(c, dy, g), nb_zeros_like(c, outputs));
+  dxs[0] = NEED(0) ? nb_elu_grad(c, dy, outputs) : NULL;
+  if (NEED(1)) {
+    nb_tensor *negative = nb_less(c, outputs, scalar(c, outputs, 0));
+    dxs[1] = nb_select(c, negative, nb_mul(c, dy, g), nb_zeros_like(c, outputs));
+  }
   return nb_status(c);
 }
 
@@ -291,9 +294,11 @@ GRAD(elu_grad_grad) {
    gradients sigmoid'(x) = gradients / (e^-x + 2 + e^x) */
 GRAD(softplus_grad_grad) {
   nb_tensor *g = in0(op), *x = in1(op);
-  nb_tensor *denom = nb_add(c, nb_add(c, nb_exp(c, nb_neg(c, x)), scalar(c, x, 2)), nb_exp(c, x));
-  dxs[0] = nb_softplus_grad(c, dy, x);
-  dxs[1] = nb_real_div(c, nb_mul(c, dy, g), denom);
+  dxs[0] = NEED(0) ? nb_softplus_grad(c, dy, x) : NULL;
+  if (NEED(1)) {
+    nb_tensor *denom = nb_add(c, nb_add(c, nb_exp(c, nb_neg(c, x)), scalar(c, x, 2)), nb_exp(c, x));
+    dxs[1] = nb_real_div(c, nb_mul(c, dy, g), denom);
+  }
   return nb_status(c);
 }
 

@@ -139,7 +139,7 @@ int nb_graph_num_nodes(const nb_graph *g) { return g ? g->nnodes : 0; }
 
 uint32_t nb_graph_next_gen(nb_graph *g) {
   if (++g->gen == 0) { /* wrapped: clear every stamp once */
-    for (int32_t i = 0; i < g->nnodes; i++) g->nodes[i].stamp = g->nodes[i].stamp2 = 0;
+    for (int32_t i = 0; i < g->nnodes; i++) g->nodes[i].stamp = g->nodes[i].stamp2 = g->nodes[i].stamp3 = 0;
     g->gen = 1;
   }
   return g->gen;
@@ -227,6 +227,34 @@ void nb_name_scope_pop(nb_graph *g) {
   if (!g || g->nscopes == 0) return;
   g->scope_len = g->scope_marks[--g->nscopes];
   g->scope[g->scope_len] = '\0';
+}
+
+nb_code nb_graph_scope_save(const nb_graph *g, nb_scope_state *st) {
+  memcpy(st->scope, g->scope, sizeof st->scope);
+  st->scope_len = g->scope_len;
+  st->nscopes = g->nscopes;
+  memcpy(st->scope_marks, g->scope_marks, sizeof st->scope_marks);
+  st->fresh = g->fresh;
+  st->nfresh = g->nfresh;
+  st->fresh_names = NULL;
+  if (g->nfresh && !(st->fresh_names = malloc((size_t)g->nfresh * sizeof *st->fresh_names))) return NB_NOMEM;
+  if (g->nfresh) memcpy(st->fresh_names, g->fresh_names, (size_t)g->nfresh * sizeof *st->fresh_names);
+  return NB_OK;
+}
+
+void nb_graph_scope_restore(nb_graph *g, nb_scope_state *st) {
+  memcpy(g->scope, st->scope, sizeof g->scope);
+  g->scope_len = st->scope_len;
+  g->nscopes = st->nscopes;
+  memcpy(g->scope_marks, st->scope_marks, sizeof g->scope_marks);
+  g->fresh = st->fresh;
+  g->nfresh = 0;
+  if (st->nfresh && grow((void **)&g->fresh_names, &g->fresh_cap, st->nfresh, sizeof *g->fresh_names)) {
+    memcpy(g->fresh_names, st->fresh_names, (size_t)st->nfresh * sizeof *g->fresh_names);
+    g->nfresh = st->nfresh;
+  }
+  free(st->fresh_names);
+  st->fresh_names = NULL;
 }
 
 /* ---- handles --------------------------------------------------------------------------- */

@@ -31,7 +31,7 @@ typedef struct nb_node {
   nb_attrval *attr;        /* def->nattrs values in the arena; NULL when the op has none */
   const char *grad_name;   /* gradient override recorded at creation, or NULL */
   /* traversal scratch, valid while stamp == the graph's current generation */
-  uint32_t stamp, stamp2;
+  uint32_t stamp, stamp2, stamp3;
   int32_t pending, slot;
 } nb_node;
 
@@ -87,6 +87,17 @@ void *nb_arena_alloc(nb_graph *g, size_t bytes);
 const char *nb_graph_unique_name(nb_graph *g, const char *base);
 /* Sets the current scope string; fresh: see nb_graph.fresh. */
 void nb_graph_set_scope(nb_graph *g, const char *scope, bool fresh);
+/* The whole name-scope state, saved around work that changes it (the gradient pass). */
+typedef struct nb_scope_state {
+  char scope[NB_SCOPE_CAP];
+  int scope_len, nscopes;
+  int scope_marks[NB_SCOPE_DEPTH];
+  bool fresh;
+  const char **fresh_names;
+  int32_t nfresh;
+} nb_scope_state;
+nb_code nb_graph_scope_save(const nb_graph *g, nb_scope_state *st);
+void nb_graph_scope_restore(nb_graph *g, nb_scope_state *st);
 /* A symbolic handle in c for output `out` of node `id`. */
 nb_tensor *nb_graph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out);
 /* The graph context's hooks (dispatch calls them). */
