@@ -12,41 +12,38 @@
    prod(c, u, v, tu, tv) is the (batch) matrix product of op(u) and op(v). */
 typedef nb_tensor *(*product_fn)(nb_ctx *c, nb_tensor *u, nb_tensor *v, bool tu, bool tv);
 
-static void product_grads(nb_ctx *c, product_fn prod, nb_tensor *a, nb_tensor *b, bool ta, bool tb,
-                          nb_tensor *dy, nb_tensor **da, nb_tensor **db) {
-  if (!ta && !tb) {
-    *da = prod(c, dy, b, false, true);
-    *db = prod(c, a, dy, true, false);
-  } else if (!ta && tb) {
-    *da = prod(c, dy, b, false, false);
-    *db = prod(c, dy, a, true, false);
-  } else if (ta && !tb) {
-    *da = prod(c, b, dy, false, true);
-    *db = prod(c, a, dy, false, false);
-  } else {
-    *da = prod(c, b, dy, true, true);
-    *db = prod(c, dy, a, true, true);
-  }
+/* dA from the table: dy op(B) when A is not transposed, else op(B) dy^T. */
+static nb_tensor *grad_a(nb_ctx *c, product_fn prod, nb_tensor *b, bool ta, bool tb, nb_tensor *dy) {
+  return ta ? prod(c, b, dy, tb, true) : prod(c, dy, b, false, !tb);
 }
 
-/* y = op(a) op(b) for matrices: the four cases above with MatMul. */
+/* dB from the table: op(A) dy when B is not transposed, else dy^T op(A). */
+static nb_tensor *grad_b(nb_ctx *c, product_fn prod, nb_tensor *a, bool ta, bool tb, nb_tensor *dy) {
+  return tb ? prod(c, dy, a, true, ta) : prod(c, a, dy, !ta, false);
+}
+
+/* y = op(a) op(b) for matrices: the table above with MatMul; an input whose gradient the
+   pass does not need gets no ops. */
 static nb_code matmul_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   if (!dys[0]) return NB_OK;
-  product_grads(c, nb_matmul, nb_fwd_input(op, 0), nb_fwd_input(op, 1), nb_fwd_attr_bool(op, "transpose_a"),
-                nb_fwd_attr_bool(op, "transpose_b"), dys[0], &dxs[0], &dxs[1]);
+  nb_tensor *a = nb_fwd_input(op, 0), *b = nb_fwd_input(op, 1);
+  bool ta = nb_fwd_attr_bool(op, "transpose_a"), tb = nb_fwd_attr_bool(op, "transpose_b");
+  if (nb_fwd_input_needs_grad(op, 0)) dxs[0] = grad_a(c, nb_matmul, b, ta, tb, dys[0]);
+  if (nb_fwd_input_needs_grad(op, 1)) dxs[1] = grad_b(c, nb_matmul, a, ta, tb, dys[0]);
   return nb_status(c);
 }
 
-/* y = adj(x) adj(y) batched, batch dims broadcast: the four cases with BatchMatMulV2, each
+/* y = adj(x) adj(y) batched, batch dims broadcast: the table with BatchMatMulV2, each
    gradient then summed over the batch dims its input was broadcast along and reshaped to
    the input's shape (the last two dims already match). */
 static nb_code batch_matmul_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   if (!dys[0]) return NB_OK;
-  nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_input(op, 1), *dx = NULL, *dy = NULL;
-  product_grads(c, nb_batch_matmul, x, y, nb_fwd_attr_bool(op, "adj_x"), nb_fwd_attr_bool(op, "adj_y"), dys[0],
-                &dx, &dy);
-  dxs[0] = nbg_reduce_to(c, dx, x);
-  dxs[1] = nbg_reduce_to(c, dy, y);
+  nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_input(op, 1);
+  bool adj_x = nb_fwd_attr_bool(op, "adj_x"), adj_y = nb_fwd_attr_bool(op, "adj_y");
+  if (nb_fwd_input_needs_grad(op, 0))
+    dxs[0] = nbg_reduce_to(c, grad_a(c, nb_batch_matmul, y, adj_x, adj_y, dys[0]), x);
+  if (nb_fwd_input_needs_grad(op, 1))
+    dxs[1] = nbg_reduce_to(c, grad_b(c, nb_batch_matmul, x, adj_x, adj_y, dys[0]), y);
   return nb_status(c);
 }
 
