@@ -64,6 +64,12 @@ static void test_build_errors_name_the_node(void **state) {
   tu_check_error(f->c, NB_SHAPE, "MatMul (node 'dense/MatMul')", "Matrix size-incompatible: In[0]: [2,3], In[1]: [4,5]");
   assert_null(nb_add(f->c, x, nb_scalar(f->c, NB_F64, 1)));
   tu_check_error(f->c, NB_DTYPE, "AddV2 (node 'AddV2')", "float32 and float64");
+  /* graph tensors are no eager values */
+  assert_null(nb_add(f->e, x, nb_tensor_from(f->e, NB_F32, 2, TU_SHAPE(2, 3), NULL)));
+  tu_check_error(f->e, NB_INVALID, "AddV2: input 0 is a graph tensor ('x')", NULL);
+  nb_tensor *unknown = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(-1), "u");
+  assert_null(nb_zeros_like(f->e, unknown));
+  tu_check_error(f->e, NB_INVALID, "ZerosLike: input 0 is a graph tensor ('u')", NULL);
   /* placeholders are graph-only */
   assert_null(nb_placeholder(f->e, NB_F32, 0, NULL, "p"));
   tu_check_error(f->e, NB_INVALID, "Placeholder", "only in graph contexts");

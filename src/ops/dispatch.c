@@ -38,6 +38,10 @@ static nb_code check_arity(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in
   if (nin > 0 && !in) return nb_fail(c, NB_INVALID, "%s: inputs array is NULL", def->name);
   for (int i = 0; i < nin; i++)
     if (!in[i]) return nb_fail(c, NB_INVALID, "%s: input %d is NULL", def->name, i);
+  for (int i = 0; i < nin && !c->graph; i++)
+    if (!in[i]->buf && (!def->shape_only || in[i]->size < 0))
+      return nb_fail(c, NB_INVALID, "%s: input %d is a graph tensor ('%s'); eager ops need values (run it in a session)",
+                     def->name, i, in[i]->graph ? nb_tensor_node_name(in[i]) : "?");
   if (def->nout != NB_VARIADIC && nout != def->nout)
     return nb_fail(c, NB_INVALID, "%s: has %d outputs, caller asked for %d", def->name, def->nout, nout);
   if (nout < 0) return nb_fail(c, NB_INVALID, "%s: negative output count %d", def->name, nout);
