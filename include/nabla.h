@@ -73,6 +73,7 @@ typedef struct nb_tensor nb_tensor;
 typedef struct nb_graph nb_graph;
 typedef struct nb_session nb_session;
 typedef struct nb_fwd_op nb_fwd_op;
+typedef struct nb_tape nb_tape;
 
 /* ---- names ---------------------------------------------------------------- */
 const char *nb_code_name(nb_code code);     /* "NB_SHAPE", ... */
@@ -364,6 +365,27 @@ bool nb_fwd_attr_bool(const nb_fwd_op *op, const char *name);
 nb_dtype nb_fwd_attr_type(const nb_fwd_op *op, const char *name);
 const int64_t *nb_fwd_attr_ints(const nb_fwd_op *op, const char *name, int *n);
 const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name);
+
+/* ---- eager tape: tf.GradientTape ----------------------------------------------------------
+   While a tape is active on an eager context it records every op that reads a watched
+   tensor or a recorded op's output, keeping only the tensors the op's gradient reads.
+   nb_tape_gradient runs the same gradient functions as nb_gradients, eagerly; other
+   active tapes record that computation, so nesting tapes gives higher orders. A tape that
+   is not persistent frees its records after one gradient (a second call: NB_INVALID).
+   Gradients of int/bool sources are NULL; unconnected sources give NULL, or zeros after
+   nb_tape_set_unconnected_zero. Results belong to the context's current scope. */
+nb_tape *nb_tape_begin(nb_ctx *c, int persistent);
+void nb_tape_watch(nb_tape *t, nb_tensor *x);
+void nb_tape_stop_recording(nb_tape *t);   /* ops run until resume are not recorded */
+void nb_tape_resume_recording(nb_tape *t);
+void nb_tape_set_unconnected_zero(nb_tape *t, bool zero);
+/* out[i] = d(sum of targets)/d sources[i]; output_grads (NULL, or entries NULL) weight
+   the targets like TF's output_gradients, ones by default. */
+nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
+                         nb_tensor *const *output_grads, nb_tensor **out);
+/* The Jacobian d target / d source, of shape target.shape + source.shape. */
+nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
+void nb_tape_end(nb_tape *t);               /* also frees everything it recorded */
 
 /* ---- checking -------------------------------------------------------------------------- */
 /* Numeric Jacobian of y with respect to xs (float64 central differences at x_values, fed

@@ -36,6 +36,7 @@ struct nb_tensor {
   struct nb_graph *graph;
   int32_t node, out;
   const nb_tensor *known;
+  uint64_t id;             /* unique in the process: how tapes recognise a tensor */
   nb_tensor *next_free;    /* handle free list */
 };
 
@@ -54,8 +55,16 @@ struct nb_meta;
    eager contexts run the kernel, graph contexts add a node. */
 typedef nb_code (*nb_execute_fn)(nb_ctx *c, struct nb_kargs *k, nb_tensor **out);
 
+struct nb_tape;
+
 struct nb_ctx {
   nb_execute_fn execute;
+  /* Eager contexts with active tapes: called after each op ran, to record it. */
+  void (*record)(nb_ctx *c, struct nb_kargs *k, nb_tensor *const *out);
+  struct nb_tape **tapes;  /* active tapes, innermost last */
+  int ntapes, tapes_cap;
+  struct nb_tape *spare_tapes; /* ended tapes kept for reuse (no allocation per step) */
+  void (*release_tapes)(nb_ctx *c); /* frees the tapes when the context goes */
   /* Graph contexts infer through this hook (constants substituted, unknown shapes
      deferred); NULL: the op's own infer. */
   nb_code (*infer)(nb_ctx *c, struct nb_kargs *k);
@@ -93,6 +102,8 @@ void nb_pool_clear(nb_pool *p);
 void nb_ctx_release_all(nb_ctx *c);
 /* A new handle registered in c's current scope; buf is taken over (may be NULL). */
 nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
+/* A fresh process-unique tensor id (never 0). */
+uint64_t nb_next_tensor_id(void);
 /* A handle owned by no context, sharing buf (taken over). Freed with nb_tensor_free. */
 nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
 /* Allocates a concrete tensor with uninitialized data. */

@@ -103,7 +103,13 @@ static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape
   x->graph = NULL;
   x->node = x->out = -1;
   x->known = NULL;
+  x->id = nb_next_tensor_id();
   x->next_free = NULL;
+}
+
+uint64_t nb_next_tensor_id(void) {
+  static _Atomic uint64_t next = 1;
+  return atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
 }
 
 nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {

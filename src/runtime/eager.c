@@ -30,7 +30,10 @@ static nb_code eager_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out) {
     }
   }
   nb_code code = def->kernel ? def->kernel(k) : NB_OK;
-  if (code) free_outputs(out, k->nout);
+  if (code)
+    free_outputs(out, k->nout);
+  else if (c->record)
+    c->record(c, k, out);
   return code;
 }
 
@@ -45,6 +48,7 @@ nb_ctx *nb_eager_new(void) {
 
 void nb_ctx_free(nb_ctx *c) {
   if (!c) return;
+  if (c->release_tapes) c->release_tapes(c);
   nb_ctx_release_all(c);
   free(c->metas);
   free(c->subst);

@@ -1,0 +1,494 @@
+/* The eager gradient tape (tf.GradientTape). While a tape is active its context calls
+   record() after every op; an op that reads a tensor the tape tracks (watched, or made by
+   a recorded op) is appended with the tensors its gradient function reads (the op table
+   says which), the rest as shapes only. nb_tape_gradient walks the entries backwards
+   calling the same gradient functions the graph pass uses, now on the eager context, so
+   ops they run are recorded by any outer tape: nested tapes give higher orders. Saved
+   tensors come back with their original ids, which is how an outer tape recognises them.
+   Ended tapes are kept for reuse, so a training loop allocates nothing per step. */
+#include "autodiff.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NB_TAPE_BLOCK 16384
+#define NB_GRAD_GUARDS 8
+
+typedef struct tape_slot {
+  uint64_t id;
+  nb_meta meta;
+  nb_buffer *buf;          /* kept data, or NULL when the gradient reads only the shape */
+} tape_slot;
+
+typedef struct tape_entry {
+  const nb_op_def *def;
+  nb_attrval *attr;        /* in the tape's arena; NULL without attrs */
+  int32_t slot0, nin, nout;
+} tape_entry;
+
+/* Open-addressing maps keyed by tensor id (0 marks an empty slot). */
+typedef struct id_map {
+  uint64_t *keys;
+  nb_tensor **vals;        /* NULL for a plain set */
+  uint32_t cap, n;
+} id_map;
+
+typedef struct tape_block {
+  struct tape_block *next;
+  size_t used, cap;
+  _Alignas(16) char data[];
+} tape_block;
+
+struct nb_tape {
+  nb_ctx *c;
+  bool persistent, recording, used, unconnected_zero;
+  id_map tracked;          /* watched ids and outputs of recorded ops */
+  id_map grads;            /* during a backward pass: id -> accumulated gradient */
+  tape_entry *entries;
+  int32_t nentries, entries_cap;
+  tape_slot *slots;
+  int32_t nslots, slots_cap;
+  tape_block *arena;
+  nb_tape *next_spare;
+};
+
+/* ---- id maps ------------------------------------------------------------------------- */
+
+static uint32_t id_hash(uint64_t id) { return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32); }
+
+static uint32_t map_slot(const id_map *m, uint64_t id) {
+  uint32_t i = id_hash(id) & (m->cap - 1);
+  while (m->keys[i] && m->keys[i] != id) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+static bool map_grow(id_map *m, bool with_vals) {
+  uint32_t cap = m->cap ? m->cap * 2 : 256;
+  uint64_t *keys = calloc(cap, sizeof *keys);
+  nb_tensor **vals = with_vals ? malloc(cap * sizeof *vals) : NULL;
+  if (!keys || (with_vals && !vals)) {
+    free(keys);
+    free(vals);
+    return false;
+  }
+  id_map grown = {keys, vals, cap, m->n};
+  for (uint32_t i = 0; i < m->cap; i++) {
+    if (!m->keys[i]) continue;
+    uint32_t j = map_slot(&grown, m->keys[i]);
+    keys[j] = m->keys[i];
+    if (with_vals) vals[j] = m->vals[i];
+  }
+  free(m->keys);
+  free(m->vals);
+  *m = grown;
+  return true;
+}
+
+static bool map_has(const id_map *m, uint64_t id) { return m->cap && m->keys[map_slot(m, id)] == id; }
+
+static nb_tensor *map_get(const id_map *m, uint64_t id) {
+  if (!m->cap) return NULL;
+  uint32_t i = map_slot(m, id);
+  return m->keys[i] == id ? m->vals[i] : NULL;
+}
+
+/* Inserts id (with val for value maps); false when out of memory. */
+static bool map_put(id_map *m, uint64_t id, nb_tensor *val, bool with_vals) {
+  if ((m->n + 1) * 2 > m->cap && !map_grow(m, with_vals)) return false;
+  uint32_t i = map_slot(m, id);
+  if (!m->keys[i]) m->n++;
+  m->keys[i] = id;
+  if (with_vals) m->vals[i] = val;
+  return true;
+}
+
+static void map_clear(id_map *m) {
+  if (m->cap) memset(m->keys, 0, m->cap * sizeof *m->keys);
+  m->n = 0;
+}
+
+static void map_free(id_map *m) {
+  free(m->keys);
+  free(m->vals);
+  *m = (id_map){0};
+}
+
+/* ---- arena and storage ------------------------------------------------------------------ */
+
+static void *arena_alloc(nb_tape *t, size_t bytes) {
+  bytes = (bytes + 15) & ~(size_t)15;
+  for (tape_block *b = t->arena; b; b = b->next)
+    if (b->cap - b->used >= bytes) {
+      void *p = b->data + b->used;
+      b->used += bytes;
+      return p;
+    }
+  size_t cap = bytes > NB_TAPE_BLOCK ? bytes : NB_TAPE_BLOCK;
+  tape_block *b = malloc(sizeof *b + cap);
+  if (!b) return NULL;
+  *b = (tape_block){t->arena, bytes, cap};
+  t->arena = b;
+  return b->data;
+}
+
+static bool grow_array(void **a, int32_t *cap, int32_t need, size_t elem) {
+  if (need <= *cap) return true;
+  int32_t n = *cap ? *cap : 64;
+  while (n < need) n *= 2;
+  void *p = realloc(*a, (size_t)n * elem);
+  if (!p) return false;
+  *a = p;
+  *cap = n;
+  return true;
+}
+
+/* Drops every entry (releasing kept data) but keeps the memory for the next use. */
+static void tape_reset(nb_tape *t) {
+  for (int32_t i = 0; i < t->nslots; i++) nb_buffer_release(t->c, t->slots[i].buf);
+  t->nslots = t->nentries = 0;
+  map_clear(&t->tracked);
+  for (tape_block *b = t->arena; b; b = b->next) b->used = 0;
+}
+
+static void tape_destroy(nb_tape *t) {
+  tape_reset(t);
+  map_free(&t->tracked);
+  map_free(&t->grads);
+  free(t->entries);
+  free(t->slots);
+  while (t->arena) {
+    tape_block *b = t->arena;
+    t->arena = b->next;
+    free(b);
+  }
+  free(t);
+}
+
+/* ---- recording ------------------------------------------------------------------------ */
+
+/* Whether the gradient of def reads tensor i of a list (inputs or outputs) under mask. */
+static bool reads(uint32_t mask, int i) { return i < 32 ? (mask >> i) & 1u : mask == ~0u; }
+
+static bool copy_attrs(nb_tape *t, const nb_kargs *k, tape_entry *e) {
+  e->attr = NULL;
+  int n = k->def->nattrs;
+  if (!n) return true;
+  if (!(e->attr = arena_alloc(t, (size_t)n * sizeof *e->attr))) return false;
+  for (int a = 0; a < n; a++) {
+    nb_attrval v = k->attr[a];
+    if (k->def->attrs[a].kind == NB_ATTR_INTS && v.n > 0) {
+      int64_t *ints = arena_alloc(t, (size_t)v.n * sizeof *ints);
+      if (!ints) return false;
+      memcpy(ints, v.ints, (size_t)v.n * sizeof *ints);
+      v.ints = ints;
+    } else if (k->def->attrs[a].kind == NB_ATTR_STR && v.s) {
+      size_t len = strlen(v.s) + 1;
+      char *s = arena_alloc(t, len);
+      if (!s) return false;
+      v.s = memcpy(s, v.s, len);
+    }
+    e->attr[a] = v;
+  }
+  return true;
+}
+
+static void save_slot(nb_tape *t, const nb_tensor *x, bool keep) {
+  tape_slot *s = &t->slots[t->nslots++];
+  s->id = x->id;
+  nb_meta_like(&s->meta, x);
+  s->buf = keep ? x->buf : NULL;
+  if (s->buf) nb_buffer_retain(s->buf);
+}
+
+static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
+  if (!grow_array((void **)&t->entries, &t->entries_cap, t->nentries + 1, sizeof *t->entries) ||
+      !grow_array((void **)&t->slots, &t->slots_cap, t->nslots + k->nin + k->nout, sizeof *t->slots))
+    return false;
+  tape_entry *e = &t->entries[t->nentries];
+  *e = (tape_entry){k->def, NULL, t->nslots, k->nin, k->nout};
+  if (!copy_attrs(t, k, e)) return false;
+  for (int i = 0; i < k->nin; i++) save_slot(t, k->in[i], reads(k->def->grad_inputs, i));
+  for (int i = 0; i < k->nout; i++) {
+    save_slot(t, out[i], reads(k->def->grad_outputs, i));
+    if (!map_put(&t->tracked, out[i]->id, NULL, false)) return false;
+  }
+  t->nentries++;
+  return true;
+}
+
+static bool depends(const nb_tape *t, const nb_kargs *k) {
+  for (int i = 0; i < k->nin; i++)
+    if (map_has(&t->tracked, k->in[i]->id)) return true;
+  return false;
+}
+
+static void record(nb_ctx *c, nb_kargs *k, nb_tensor *const *out) {
+  for (int i = 0; i < c->ntapes; i++) {
+    nb_tape *t = c->tapes[i];
+    if (t->recording && depends(t, k) && !record_entry(t, k, out))
+      nb_fail(c, NB_NOMEM, "%s: out of memory recording the op on a tape", k->def->name);
+  }
+}
+
+static void release_tapes(nb_ctx *c) {
+  for (int i = 0; i < c->ntapes; i++) tape_destroy(c->tapes[i]);
+  while (c->spare_tapes) {
+    nb_tape *t = c->spare_tapes;
+    c->spare_tapes = t->next_spare;
+    tape_destroy(t);
+  }
+  free(c->tapes);
+  c->tapes = NULL;
+  c->ntapes = c->tapes_cap = 0;
+}
+
+/* ---- the public tape --------------------------------------------------------------------- */
+
+nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
+  if (!nb_live(c)) return NULL;
+  if (c->graph) {
+    nb_fail(c, NB_INVALID, "nb_tape_begin: tapes record eager ops; graph contexts use nb_gradients");
+    return NULL;
+  }
+  if (!grow_array((void **)&c->tapes, &c->tapes_cap, c->ntapes + 1, sizeof *c->tapes)) {
+    nb_fail(c, NB_NOMEM, "nb_tape_begin: out of memory");
+    return NULL;
+  }
+  nb_tape *t = c->spare_tapes;
+  if (t)
+    c->spare_tapes = t->next_spare;
+  else if (!(t = calloc(1, sizeof *t))) {
+    nb_fail(c, NB_NOMEM, "nb_tape_begin: out of memory");
+    return NULL;
+  }
+  t->c = c;
+  t->persistent = persistent != 0;
+  t->recording = true;
+  t->used = t->unconnected_zero = false;
+  t->next_spare = NULL;
+  c->tapes[c->ntapes++] = t;
+  c->record = record;
+  c->release_tapes = release_tapes;
+  return t;
+}
+
+void nb_tape_watch(nb_tape *t, nb_tensor *x) {
+  if (!t || !x || !nb_live(t->c)) return;
+  if (!x->buf) {
+    nb_fail(t->c, NB_INVALID, "nb_tape_watch: only concrete (eager) tensors can be watched");
+    return;
+  }
+  if (!map_put(&t->tracked, x->id, NULL, false)) nb_fail(t->c, NB_NOMEM, "nb_tape_watch: out of memory");
+}
+
+void nb_tape_stop_recording(nb_tape *t) {
+  if (t) t->recording = false;
+}
+
+void nb_tape_resume_recording(nb_tape *t) {
+  if (t) t->recording = true;
+}
+
+void nb_tape_set_unconnected_zero(nb_tape *t, bool zero) {
+  if (t) t->unconnected_zero = zero;
+}
+
+void nb_tape_end(nb_tape *t) {
+  if (!t) return;
+  nb_ctx *c = t->c;
+  int i = 0;
+  while (i < c->ntapes && c->tapes[i] != t) i++;
+  if (i == c->ntapes) return; /* not active: ended already */
+  memmove(&c->tapes[i], &c->tapes[i + 1], (size_t)(c->ntapes - i - 1) * sizeof *c->tapes);
+  if (--c->ntapes == 0) c->record = NULL;
+  tape_reset(t);
+  map_clear(&t->grads);
+  t->next_spare = c->spare_tapes;
+  c->spare_tapes = t;
+}
+
+/* ---- the backward pass ------------------------------------------------------------------ */
+
+static bool is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
+
+/* A handle for a recorded tensor: its kept data (or none), under its original id. */
+static nb_tensor *slot_handle(nb_tape *t, const tape_slot *s) {
+  if (s->buf) nb_buffer_retain(s->buf);
+  nb_tensor *x = nb_handle_new(t->c, s->meta.dtype, s->meta.rank, s->meta.shape, s->buf);
+  if (x) x->id = s->id;
+  return x;
+}
+
+/* grads[id] += g */
+static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g) {
+  nb_tensor *have = map_get(&t->grads, id);
+  if (have) g = nb_add(t->c, have, g);
+  if (!g) return nb_status(t->c);
+  return map_put(&t->grads, id, g, true) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+}
+
+/* The gradients arriving at entry e's outputs; false when none did. Float outputs
+   without one get zeros when a sibling has one, as in the graph pass. */
+static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **outs, nb_tensor **dys) {
+  bool any = false;
+  for (int32_t o = 0; o < e->nout; o++) any |= (dys[o] = map_get(&t->grads, t->slots[e->slot0 + e->nin + o].id)) != NULL;
+  for (int32_t o = 0; any && o < e->nout; o++)
+    if (!dys[o] && is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(t->c, outs[o]);
+  return any;
+}
+
+static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
+  nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
+  const tape_slot *s = &t->slots[e->slot0];
+  for (int32_t i = 0; i < e->nin + e->nout; i++)
+    if (!(ins[i] = slot_handle(t, &s[i]))) return nb_status(t->c);
+  if (!entry_dys(t, e, outs, dys)) return NB_OK;
+  for (int32_t i = 0; i < e->nin; i++) {
+    needs[i] = is_float(s[i].meta.dtype) && map_has(&t->tracked, s[i].id);
+    dxs[i] = NULL;
+  }
+  nb_tensor *guard = (nb_tensor *)&guard;
+  for (int i = 0; i < NB_GRAD_GUARDS; i++) dxs[e->nin + i] = guard;
+  nb_fwd_op op = {e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
+  nb_code code = fn(t->c, &op, dys, dxs);
+  if (!code && dxs[e->nin] != guard)
+    return nb_fail(t->c, NB_INTERNAL, "Num gradients %d generated for op %s do not match num inputs %d",
+                   e->nin + 1, e->def->name, e->nin);
+  if (code && !nb_status(t->c)) nb_fail(t->c, code, "the gradient function of %s failed", e->def->name);
+  for (int32_t i = 0; i < e->nin && !code; i++)
+    if (dxs[i] && needs[i]) code = accumulate(t, s[i].id, dxs[i]);
+  return code ? code : nb_status(t->c);
+}
+
+/* Width of the handle buffer one entry needs. */
+static int32_t widest(const nb_tape *t) {
+  int32_t w = 0;
+  for (int32_t i = 0; i < t->nentries; i++)
+    if (t->entries[i].nin + 2 * t->entries[i].nout + NB_GRAD_GUARDS > w)
+      w = t->entries[i].nin + 2 * t->entries[i].nout + NB_GRAD_GUARDS;
+  return w;
+}
+
+static nb_code run_backward(nb_tape *t) {
+  int32_t w = widest(t);
+  nb_tensor **buf = malloc((size_t)(w + 1) * sizeof *buf);
+  bool *needs = malloc((size_t)(w + 1) * sizeof *needs);
+  nb_code code = buf && needs ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  for (int32_t i = t->nentries - 1; i >= 0 && !code; i--) {
+    const tape_entry *e = &t->entries[i];
+    bool has = false;
+    for (int32_t o = 0; o < e->nout && !has; o++) has = map_has(&t->grads, t->slots[e->slot0 + e->nin + o].id);
+    if (!has) continue;
+    nb_grad_fn fn;
+    nb_grad_kind kind = nb_grad_lookup(e->def, NULL, &fn);
+    if (kind == NB_GRAD_STOP) continue;
+    if (kind == NB_GRAD_NONE)
+      code = nb_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
+                     e->def->name);
+    else
+      code = call_fn(t, e, fn, buf, needs);
+  }
+  free(buf);
+  free(needs);
+  return code;
+}
+
+static nb_code check_list(nb_tape *t, const char *what, nb_tensor *const *xs, int n, bool allow_null) {
+  if (n < 0 || (n > 0 && !xs)) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: %s is NULL or has negative length", what);
+  for (int i = 0; i < n; i++)
+    if (xs[i] ? !xs[i]->buf : !allow_null)
+      return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: %s[%d] is not a concrete tensor", what, i);
+  return NB_OK;
+}
+
+/* One backward pass: out[i] = d(sum of targets, weighted by output_grads)/d sources[i]. */
+static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
+                        nb_tensor *const *output_grads, nb_tensor **out) {
+  nb_code code = check_list(t, "targets", targets, nt, false);
+  if (!code) code = check_list(t, "sources", sources, ns, false);
+  if (!code && output_grads) code = check_list(t, "output_grads", output_grads, nt, true);
+  if (code) return code;
+  bool was_recording = t->recording;
+  t->recording = false; /* a tape does not record its own backward pass; outer tapes do */
+  map_clear(&t->grads);
+  nb_grad_builtins_init();
+  nb_scope_begin(t->c);
+  for (int i = 0; i < nt && !code; i++) {
+    if (!is_float(targets[i]->dtype) || !map_has(&t->tracked, targets[i]->id)) continue;
+    nb_tensor *seed = output_grads && output_grads[i] ? output_grads[i] : nb_ones_like(t->c, targets[i]);
+    code = seed ? accumulate(t, targets[i]->id, seed) : nb_status(t->c);
+  }
+  if (!code) code = run_backward(t);
+  for (int i = 0; i < ns; i++) {
+    out[i] = code || !is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
+    if (!code && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
+  }
+  nb_scope_end(t->c, out, ns);
+  if (code)
+    for (int i = 0; i < ns; i++) nb_tensor_free(out[i]), out[i] = NULL;
+  map_clear(&t->grads);
+  t->recording = was_recording;
+  return code;
+}
+
+nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
+                         nb_tensor *const *output_grads, nb_tensor **out) {
+  if (!t) return NB_INVALID;
+  for (int i = 0; out && i < ns; i++) out[i] = NULL;
+  if (!nb_live(t->c)) return nb_status(t->c);
+  if (ns > 0 && !out) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: out is NULL");
+  if (t->used && !t->persistent)
+    return nb_fail(t->c, NB_INVALID,
+                   "nb_tape_gradient: a non-persistent tape can be used for one gradient computation only; "
+                   "begin it with persistent = 1 to call it again");
+  nb_code code = gradient(t, targets, nt, sources, ns, output_grads, out);
+  if (!t->persistent) {
+    t->used = true;
+    tape_reset(t); /* its entries are spent: free them now */
+  }
+  return code;
+}
+
+/* The Jacobian by rows: one backward pass per element of target, seeded one-hot. */
+nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
+  if (!t || !out) return NB_INVALID;
+  *out = NULL;
+  if (!nb_live(t->c)) return nb_status(t->c);
+  if (!target || !source || !target->buf || !source->buf || !is_float(target->dtype))
+    return nb_fail(t->c, NB_INVALID, "nb_tape_jacobian: target and source must be concrete, target float");
+  if (t->used && !t->persistent) return nb_fail(t->c, NB_INVALID, "nb_tape_jacobian: the tape was used already");
+  if (target->rank + source->rank > NB_MAX_RANK)
+    return nb_fail(t->c, NB_SHAPE, "nb_tape_jacobian: the Jacobian's rank %d exceeds %d", target->rank + source->rank,
+                   NB_MAX_RANK);
+  int64_t m = target->size;
+  nb_tensor **rows = malloc((size_t)(m + 1) * sizeof *rows);
+  if (!rows) return nb_fail(t->c, NB_NOMEM, "nb_tape_jacobian: out of memory");
+  bool was_recording = t->recording;
+  t->recording = false; /* the seeds and the stacking are not part of the taped function */
+  nb_scope_begin(t->c);
+  nb_code code = NB_OK;
+  for (int64_t j = 0; j < m && !code; j++) {
+    nb_tensor *seed = nb_zeros_like(t->c, target);
+    if (!seed) break;
+    if (target->dtype == NB_F32) ((float *)nb_tdata(seed))[j] = 1;
+    else ((double *)nb_tdata(seed))[j] = 1;
+    code = gradient(t, &target, 1, &source, 1, &seed, &rows[j]);
+    if (!code && !rows[j]) rows[j] = nb_zeros_like(t->c, source);
+  }
+  code = code ? code : nb_status(t->c);
+  int64_t shape[NB_MAX_RANK];
+  memcpy(shape, target->shape, (size_t)target->rank * sizeof *shape);
+  memcpy(shape + target->rank, source->shape, (size_t)source->rank * sizeof *shape);
+  if (!code) {
+    nb_tensor *stacked = m ? nb_pack(t->c, rows, (int)m, 0) : nb_zeros_like(t->c, source);
+    *out = nb_reshape(t->c, stacked, shape, target->rank + source->rank);
+  }
+  nb_scope_end(t->c, out, 1);
+  t->recording = was_recording;
+  free(rows);
+  if (!t->persistent) {
+    t->used = true;
+    tape_reset(t);
+  }
+  return code ? code : nb_status(t->c);
+}
