@@ -387,6 +387,18 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
 void nb_tape_end(nb_tape *t);               /* also frees everything it recorded */
 
+/* ---- custom gradients: tf.custom_gradient ---------------------------------------------------
+   fwd computes out[0..nout) from in[0..nin) with ordinary op calls; grad receives the
+   same inputs, the outputs and their incoming gradients dys (NULL: none) and sets dxs for
+   the inputs. The pair acts as one op: the eager tape records it as one entry, a graph
+   gets a node whose gradient is grad; either way nothing differentiates fwd's own ops.
+   user is passed through and must outlive every gradient computation. */
+typedef nb_code (*nb_custom_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user);
+typedef nb_code (*nb_custom_grad_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                                     nb_tensor *const *dys, nb_tensor **dxs, void *user);
+nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user,
+                           nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+
 /* ---- checking -------------------------------------------------------------------------- */
 /* Numeric Jacobian of y with respect to xs (float64 central differences at x_values, fed
    to xs) against the symbolic one; *max_error is the largest absolute difference. */

@@ -266,8 +266,20 @@ static void test_find_non_differentiable(void **state) {
   assert_int_equal(nb_find_non_differentiable(f->g, &x, 1, &y, 1, NULL, 0), NB_INVALID);
 }
 
+/* An op wider than the pass's stack buffer (AddN of 70 inputs) takes the heap path. */
+static void test_wide_op(void **state) {
+  gu_fixture *f = *state;
+  enum { N = 70 };
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x"), *terms[N];
+  for (int i = 0; i < N; i++) terms[i] = nb_mul(f->c, x, nb_scalar(f->c, NB_F64, i));
+  nb_tensor *y = nb_sum(f->c, nb_add_n(f->c, terms, N), NULL, 0, false);
+  expect(f, x, tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 2)), grad1(f, y, x, NULL),
+         TU_VALS(N * (N - 1) / 2, N * (N - 1) / 2));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_wide_op, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_stop_gradients, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_ys_and_several_ys, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_unconnected_and_integer_paths, gu_setup, gu_teardown),

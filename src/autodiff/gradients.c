@@ -309,7 +309,7 @@ static nb_code run_queue(pass *p) {
   int32_t width = 0;
   for (int32_t i = 0; i < p->nbetween; i++) {
     const nb_node *n = &p->g->nodes[p->between[i]];
-    if (n->nin + 2 * n->nout + NB_GRAD_GUARDS > width) width = n->nin + 2 * n->nout + NB_GRAD_GUARDS;
+    if (2 * (n->nin + n->nout) + NB_GRAD_GUARDS > width) width = 2 * (n->nin + n->nout) + NB_GRAD_GUARDS; /* ins, outs, dys, dxs */
     if (n->pending == 0) p->queue[p->qtail++] = p->between[i];
   }
   if (width > 64 && !(buf = malloc((size_t)width * sizeof *buf))) return NB_NOMEM;

@@ -360,12 +360,13 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   return code ? code : nb_status(t->c);
 }
 
-/* Width of the handle buffer one entry needs. */
+/* Width of the handle buffer one entry needs: its inputs, outputs, dys and dxs (+ guards). */
 static int32_t widest(const nb_tape *t) {
   int32_t w = 0;
-  for (int32_t i = 0; i < t->nentries; i++)
-    if (t->entries[i].nin + 2 * t->entries[i].nout + NB_GRAD_GUARDS > w)
-      w = t->entries[i].nin + 2 * t->entries[i].nout + NB_GRAD_GUARDS;
+  for (int32_t i = 0; i < t->nentries; i++) {
+    int32_t need = 2 * (t->entries[i].nin + t->entries[i].nout) + NB_GRAD_GUARDS;
+    if (need > w) w = need;
+  }
   return w;
 }
 

@@ -191,7 +191,7 @@ nb_code nb_op(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const 
     for (int i = 0; i < nout; i++) out[i] = NULL;
   if (c->status != NB_OK) return c->status;
   if (!type) return nb_fail(c, NB_INVALID, "nb_op: op type is NULL");
-  const nb_op_def *def = nb_op_lookup(type);
+  const nb_op_def *def = type[0] == '_' ? NULL : nb_op_lookup(type); /* '_' types are internal */
   if (!def) return nb_fail(c, NB_NOT_FOUND, "Op type not registered '%s'", type);
   nb_attrval vals[NB_MAX_ATTRS];
   nb_code code = resolve_attrs(c, def, attrs, nattrs, in, nin, vals);

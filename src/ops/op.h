@@ -141,5 +141,8 @@ nb_op_family nb_reduce_family(void);
 nb_op_family nb_linalg_family(void);
 nb_op_family nb_array_family(void);
 nb_op_family nb_slicing_family(void);
+nb_op_family nb_custom_family(void);
+/* The internal op behind nb_custom_gradient. */
+const nb_op_def *nb_custom_gradient_def(void);
 
 #endif

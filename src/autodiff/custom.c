@@ -1,0 +1,52 @@
+/* nb_custom_gradient: runs the user's forward function (unrecorded by tapes), then wraps
+   its outputs in a _CustomGradient op whose inputs are those outputs and the function's
+   inputs, and whose gradient is the user's function (src/grad/custom_grad.c). */
+#include "autodiff.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t bits_of(const void *p, size_t n) {
+  int64_t bits = 0;
+  memcpy(&bits, p, n);
+  return bits;
+}
+
+/* Runs fwd with every tape of c paused: its ops are not what gets differentiated. */
+static nb_code run_forward(nb_ctx *c, nb_custom_fn fwd, void *user, nb_tensor *const *in, int nin, nb_tensor **tmp,
+                           int nout) {
+  void (*record)(nb_ctx *, nb_kargs *, nb_tensor *const *) = c->record;
+  c->record = NULL;
+  nb_code code = fwd(c, in, nin, tmp, nout, user);
+  c->record = record;
+  if (!code) code = nb_status(c);
+  for (int i = 0; i < nout && !code; i++)
+    if (!tmp[i]) code = nb_fail(c, NB_INVALID, "nb_custom_gradient: the forward function left output %d NULL", i);
+  return code;
+}
+
+nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user, nb_tensor *const *in,
+                           int nin, nb_tensor **out, int nout) {
+  if (!c) return NB_INVALID;
+  for (int i = 0; out && i < nout; i++) out[i] = NULL;
+  if (c->status) return c->status;
+  if (!fwd || !grad || !out || nout < 1 || nin < 0 || (nin > 0 && !in))
+    return nb_fail(c, NB_INVALID, "nb_custom_gradient: NULL function, arrays, or counts out of range");
+  nb_grad_builtins_init();
+  nb_tensor **args = calloc((size_t)(nout + nin), sizeof *args);
+  if (!args) return nb_fail(c, NB_NOMEM, "nb_custom_gradient: out of memory");
+  nb_code code = run_forward(c, fwd, user, in, nin, args, nout);
+  if (!code) {
+    memcpy(args + nout, in, (size_t)nin * sizeof *in);
+    const nb_op_def *def = nb_custom_gradient_def();
+    nb_attrval a[NB_MAX_ATTRS];
+    nb_attr_defaults(def, a);
+    a[1].i = nout;
+    a[2].i = bits_of(&grad, sizeof grad);
+    a[3].i = bits_of(&user, sizeof user);
+    code = nb_dispatch(c, def, args, nout + nin, a, out, nout);
+  }
+  for (int i = 0; i < nout; i++) nb_tensor_free(args[i]);
+  free(args);
+  return code;
+}

@@ -1,0 +1,40 @@
+/* _CustomGradient: the node that carries a user's gradient function (tf.custom_gradient).
+   Its inputs are the forward function's outputs followed by the function's inputs; its
+   outputs pass the first num_outputs inputs through. Its gradient (src/grad/custom_grad.c)
+   calls the user's function, which the attrs _grad_fn and _user hold, and hands the
+   results to the function's inputs, so nothing flows into the forward's own ops. The
+   leading underscore keeps it internal: nb_op refuses such types. */
+#include "op.h"
+
+#include <string.h>
+
+enum { ATTR_N, ATTR_NUM_OUTPUTS, ATTR_GRAD_FN, ATTR_USER };
+
+static nb_code custom_infer(nb_kargs *k) {
+  int64_t n = k->attr[ATTR_NUM_OUTPUTS].i;
+  if (n < 1 || n > k->nin || n != k->nout)
+    return nb_kfail(k, NB_INVALID, "num_outputs %lld must be in [1, %d] and match the %d outputs", (long long)n,
+                    k->nin, k->nout);
+  for (int i = 0; i < k->nout; i++) nb_meta_like(&k->out[i], k->in[i]);
+  return NB_OK;
+}
+
+static nb_code custom_kernel(nb_kargs *k) {
+  for (int i = 0; i < k->nout; i++)
+    memcpy(nb_tdata(k->res[i]), nb_tdata(k->in[i]), (size_t)k->in[i]->size * nb_dtype_size(k->in[i]->dtype));
+  return NB_OK;
+}
+
+static nb_op_def custom_ops[] = {
+    {.name = "_CustomGradient", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .nattrs = 4,
+     .grad_inputs = ~0u, .grad_outputs = ~0u, /* the user's gradient may read anything */
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
+               {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
+               {"_grad_fn", NB_ATTR_INT, {.i = 0}, true},
+               {"_user", NB_ATTR_INT, {.i = 0}, false}},
+     .infer = custom_infer, .kernel = custom_kernel},
+};
+
+nb_op_family nb_custom_family(void) { return (nb_op_family){custom_ops, 1}; }
+
+const nb_op_def *nb_custom_gradient_def(void) { return &custom_ops[0]; }

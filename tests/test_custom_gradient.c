@@ -1,0 +1,122 @@
+/* nb_custom_gradient (tf.custom_gradient): one op to the tape and to the graph pass. */
+#include "graphutil.h"
+
+static int grad_calls;
+
+/* f(x) = log(1 + e^x), whose naive gradient e^x / (1 + e^x) is NaN at large x; the custom
+   gradient dy * sigmoid(x) is exact everywhere. */
+static nb_code softplus_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout, (void)user;
+  out[0] = nb_log1p(c, nb_exp(c, in[0]));
+  return nb_status(c);
+}
+
+static nb_code softplus_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                             nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)nin, (void)out, (void)nout;
+  grad_calls += *(const int *)user;
+  dxs[0] = nb_mul(c, dys[0], nb_sigmoid(c, in[0]));
+  return nb_status(c);
+}
+
+/* Two inputs, two outputs: (x + y, x * y), with the true gradient. */
+static nb_code pair_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout, (void)user;
+  out[0] = nb_add(c, in[0], in[1]);
+  out[1] = nb_mul(c, in[0], in[1]);
+  return nb_status(c);
+}
+
+static nb_code pair_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                         nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)nin, (void)out, (void)nout, (void)user;
+  dxs[0] = nb_add(c, dys[0], nb_mul(c, dys[1], in[1]));
+  dxs[1] = nb_add(c, dys[0], nb_mul(c, dys[1], in[0]));
+  return nb_status(c);
+}
+
+static nb_code failing_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                            nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)in, (void)nin, (void)out, (void)nout, (void)dys, (void)dxs, (void)user;
+  return nb_set_error(c, NB_UNIMPLEMENTED, "this custom gradient refuses");
+}
+
+static const double xs3[3] = {0.5, -1, 800};
+
+static void check_softplus_grad(const nb_tensor *dx) {
+  tu_check(dx, NB_F64, 1, TU_SHAPE(3), TU_VALS(1 / (1 + exp(-0.5)), 1 / (1 + exp(1.0)), 1), 1e-12);
+}
+
+static void test_eager_tape(void **state) {
+  gu_fixture *f = *state;
+  int one = 1;
+  grad_calls = 0;
+  nb_tensor *x = nb_tensor_from(f->e, NB_F64, 1, TU_SHAPE(3), xs3), *y, *dx;
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, x);
+  assert_int_equal(nb_custom_gradient(f->e, softplus_fwd, softplus_grad, &one, &x, 1, &y, 1), NB_OK);
+  nb_tensor *loss = nb_sum(f->e, y, NULL, 0, false);
+  assert_int_equal(nb_tape_gradient(t, &loss, 1, &x, 1, NULL, &dx), NB_OK);
+  nb_tape_end(t);
+  check_softplus_grad(dx);
+  assert_int_equal(grad_calls, 1);
+  tu_check(y, NB_F64, 1, TU_SHAPE(3), TU_VALS(log1p(exp(0.5)), log1p(exp(-1.0)), INFINITY), 1e-12);
+}
+
+static void test_graph(void **state) {
+  gu_fixture *f = *state;
+  int one = 1;
+  grad_calls = 0;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *y, *dx;
+  assert_int_equal(nb_custom_gradient(f->c, softplus_fwd, softplus_grad, &one, &x, 1, &y, 1), NB_OK);
+  nb_tensor *loss = nb_sum(f->c, y, NULL, 0, false);
+  assert_int_equal(nb_gradients(f->c, &loss, 1, &x, 1, NULL, &dx), NB_OK);
+  nb_tensor *r = gu_run1(f, x, nb_tensor_from(f->e, NB_F64, 1, TU_SHAPE(3), xs3), dx);
+  check_softplus_grad(r);
+  nb_tensor_free(r);
+  assert_int_equal(grad_calls, 1); /* built once into the graph */
+}
+
+/* Several inputs and outputs, only one output used: its sibling's gradient is zeros. */
+static void test_two_by_two(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *in[2] = {nb_scalar(f->e, NB_F64, 3), nb_scalar(f->e, NB_F64, 5)}, *out[2], *d[2];
+  nb_tape *t = nb_tape_begin(f->e, 1);
+  nb_tape_watch(t, in[0]);
+  nb_tape_watch(t, in[1]);
+  assert_int_equal(nb_custom_gradient(f->e, pair_fwd, pair_grad, NULL, in, 2, out, 2), NB_OK);
+  assert_int_equal(nb_tape_gradient(t, &out[1], 1, in, 2, NULL, d), NB_OK); /* d(xy) = (y, x) */
+  tu_check(d[0], NB_F64, 0, NULL, TU_VALS(5), 0);
+  tu_check(d[1], NB_F64, 0, NULL, TU_VALS(3), 0);
+  assert_int_equal(nb_tape_gradient(t, out, 2, in, 2, NULL, d), NB_OK); /* d(x+y+xy) */
+  tu_check(d[0], NB_F64, 0, NULL, TU_VALS(6), 0);
+  tu_check(d[1], NB_F64, 0, NULL, TU_VALS(4), 0);
+  nb_tape_end(t);
+}
+
+static void test_errors(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_scalar(f->e, NB_F64, 1), *y, *dx;
+  assert_int_equal(nb_custom_gradient(f->e, NULL, softplus_grad, NULL, &x, 1, &y, 1), NB_INVALID);
+  tu_check_error(f->e, NB_INVALID, "nb_custom_gradient: NULL function", NULL);
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, x);
+  assert_int_equal(nb_custom_gradient(f->e, softplus_fwd, failing_grad, NULL, &x, 1, &y, 1), NB_OK);
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_UNIMPLEMENTED);
+  tu_check_error(f->e, NB_UNIMPLEMENTED, "this custom gradient refuses", NULL);
+  nb_tape_end(t);
+  /* the internal op is not reachable by name */
+  nb_tensor *outs[1];
+  assert_int_equal(nb_op(f->e, "_CustomGradient", &x, 1, NULL, 0, outs, 1), NB_NOT_FOUND);
+  tu_check_error(f->e, NB_NOT_FOUND, "Op type not registered '_CustomGradient'", NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_eager_tape, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_graph, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_two_by_two, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_errors, gu_setup, gu_teardown),
+  };
+  return cmocka_run_group_tests_name("custom_gradient", tests, NULL, NULL);
+}
