@@ -450,40 +450,37 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
   return code;
 }
 
-/* The Jacobian by rows: one backward pass per element of target, seeded one-hot. */
-nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
-  if (!t || !out) return NB_INVALID;
-  *out = NULL;
-  if (!nb_live(t->c)) return nb_status(t->c);
-  if (!target || !source || !target->buf || !source->buf || !is_float(target->dtype))
-    return nb_fail(t->c, NB_INVALID, "nb_tape_jacobian: target and source must be concrete, target float");
-  if (t->used && !t->persistent) return nb_fail(t->c, NB_INVALID, "nb_tape_jacobian: the tape was used already");
-  if (target->rank + source->rank > NB_MAX_RANK)
-    return nb_fail(t->c, NB_SHAPE, "nb_tape_jacobian: the Jacobian's rank %d exceeds %d", target->rank + source->rank,
-                   NB_MAX_RANK);
-  int64_t m = target->size;
-  nb_tensor **rows = malloc((size_t)(m + 1) * sizeof *rows);
-  if (!rows) return nb_fail(t->c, NB_NOMEM, "nb_tape_jacobian: out of memory");
+/* Seeds element j of every one of `batch` rows of target (each of `per` elements). */
+static nb_tensor *one_hot_rows(nb_tape *t, nb_tensor *target, int64_t batch, int64_t per, int64_t j) {
+  nb_tensor *seed = nb_zeros_like(t->c, target);
+  for (int64_t b = 0; seed && b < batch; b++) {
+    if (target->dtype == NB_F32)
+      ((float *)nb_tdata(seed))[b * per + j] = 1;
+    else
+      ((double *)nb_tdata(seed))[b * per + j] = 1;
+  }
+  return seed;
+}
+
+/* Jacobian rows: one backward pass per element j of a target row, seeded in all `batch`
+   rows at once, stacked on axis `axis` (0 for the plain Jacobian, 1 for the batch one). */
+static nb_code jacobian_rows(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch, int axis,
+                             const int64_t *shape, int rank, nb_tensor **out) {
+  int64_t per = batch ? target->size / batch : 0;
+  nb_tensor **rows = malloc((size_t)(per + 1) * sizeof *rows);
+  if (!rows) return nb_fail(t->c, NB_NOMEM, "jacobian: out of memory");
   bool was_recording = t->recording;
   t->recording = false; /* the seeds and the stacking are not part of the taped function */
   nb_scope_begin(t->c);
   nb_code code = NB_OK;
-  for (int64_t j = 0; j < m && !code; j++) {
-    nb_tensor *seed = nb_zeros_like(t->c, target);
-    if (!seed) break;
-    if (target->dtype == NB_F32) ((float *)nb_tdata(seed))[j] = 1;
-    else ((double *)nb_tdata(seed))[j] = 1;
-    code = gradient(t, &target, 1, &source, 1, &seed, &rows[j]);
+  for (int64_t j = 0; j < per && !code; j++) {
+    nb_tensor *seed = one_hot_rows(t, target, batch, per, j);
+    code = seed ? gradient(t, &target, 1, &source, 1, &seed, &rows[j]) : nb_status(t->c);
     if (!code && !rows[j]) rows[j] = nb_zeros_like(t->c, source);
   }
+  if (!code && per > 0) *out = nb_reshape(t->c, nb_pack(t->c, rows, (int)per, axis), shape, rank);
+  if (!code && per == 0) *out = nb_tensor_from(t->c, source->dtype, rank, shape, NULL);
   code = code ? code : nb_status(t->c);
-  int64_t shape[NB_MAX_RANK];
-  memcpy(shape, target->shape, (size_t)target->rank * sizeof *shape);
-  memcpy(shape + target->rank, source->shape, (size_t)source->rank * sizeof *shape);
-  if (!code) {
-    nb_tensor *stacked = m ? nb_pack(t->c, rows, (int)m, 0) : nb_zeros_like(t->c, source);
-    *out = nb_reshape(t->c, stacked, shape, target->rank + source->rank);
-  }
   nb_scope_end(t->c, out, 1);
   t->recording = was_recording;
   free(rows);
@@ -491,5 +488,46 @@ nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_te
     t->used = true;
     tape_reset(t);
   }
-  return code ? code : nb_status(t->c);
+  return code;
+}
+
+static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
+  if (!t || !out) return NB_INVALID;
+  *out = NULL;
+  if (!nb_live(t->c)) return nb_status(t->c);
+  if (!target || !source || !target->buf || !source->buf || !is_float(target->dtype))
+    return nb_fail(t->c, NB_INVALID, "%s: target and source must be concrete, target float", fn);
+  if (t->used && !t->persistent) return nb_fail(t->c, NB_INVALID, "%s: the tape was used already", fn);
+  return NB_OK;
+}
+
+/* d target / d source, by one backward pass per element of target. */
+nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
+  nb_code code = check_jacobian(t, "nb_tape_jacobian", target, source, out);
+  if (code) return code;
+  int rank = target->rank + source->rank;
+  if (rank > NB_MAX_RANK)
+    return nb_fail(t->c, NB_SHAPE, "nb_tape_jacobian: the Jacobian's rank %d exceeds %d", rank, NB_MAX_RANK);
+  int64_t shape[NB_MAX_RANK];
+  memcpy(shape, target->shape, (size_t)target->rank * sizeof *shape);
+  memcpy(shape + target->rank, source->shape, (size_t)source->rank * sizeof *shape);
+  return jacobian_rows(t, target, source, 1, 0, shape, rank, out);
+}
+
+/* tf's batch_jacobian: row b of target depends on row b of source only, so seeding
+   element j in every row at once gives all rows' j-th Jacobian rows in one backward pass:
+   target.size / batch passes instead of target.size. */
+nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
+  nb_code code = check_jacobian(t, "nb_tape_batch_jacobian", target, source, out);
+  if (code) return code;
+  if (target->rank < 1 || source->rank < 1 || target->shape[0] != source->shape[0])
+    return nb_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: target %s and source %s need the same first (batch) dim",
+                   nb_tstr(target), nb_tstr(source));
+  int rank = target->rank + source->rank - 1;
+  if (rank > NB_MAX_RANK)
+    return nb_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: the result's rank %d exceeds %d", rank, NB_MAX_RANK);
+  int64_t shape[NB_MAX_RANK];
+  memcpy(shape, target->shape, (size_t)target->rank * sizeof *shape);
+  memcpy(shape + target->rank, source->shape + 1, (size_t)(source->rank - 1) * sizeof *shape);
+  return jacobian_rows(t, target, source, target->shape[0], 1, shape, rank, out);
 }
