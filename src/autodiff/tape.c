@@ -319,12 +319,37 @@ static nb_tensor *slot_handle(nb_tape *t, const tape_slot *s) {
   return x;
 }
 
-/* grads[id] += g */
-static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g) {
+/* A handle of its own for g's value, under g's id (outer tapes know it by that id). */
+static nb_tensor *own(nb_tape *t, nb_tensor *g) {
+  nb_buffer_retain(g->buf);
+  nb_tensor *h = nb_handle_new(t->c, g->dtype, g->rank, g->shape, g->buf);
+  if (h) h->id = g->id;
+  return h;
+}
+
+/* grads[id] += g. Each map value is a handle of the map's own, so it can be freed when
+   replaced or consumed, however the gradient functions share their results. */
+static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g, nb_tensor **owned) {
   nb_tensor *have = map_get(&t->grads, id);
-  if (have) g = nb_add(t->c, have, g);
-  if (!g) return nb_status(t->c);
-  return map_put(&t->grads, id, g, true) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  nb_tensor *sum = have ? nb_add(t->c, have, g) : g;
+  *owned = sum ? own(t, sum) : NULL;
+  if (!*owned) return nb_status(t->c);
+  if (have) nb_tensor_free(have);
+  return map_put(&t->grads, id, *owned, true) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+}
+
+/* Frees the gradients of e's outputs once e is done: entries run in reverse, so nothing
+   reads them again (unless they are sources, whose gradients are the answer). */
+static void consume(nb_tape *t, const tape_entry *e, nb_tensor *const *sources, int ns) {
+  for (int32_t o = 0; o < e->nout; o++) {
+    uint64_t id = t->slots[e->slot0 + e->nin + o].id;
+    bool source = false;
+    for (int i = 0; i < ns && !source; i++) source = sources[i]->id == id;
+    nb_tensor *g = source ? NULL : map_get(&t->grads, id);
+    if (!g) continue;
+    nb_tensor_free(g);
+    map_put(&t->grads, id, NULL, true); /* the key stays: present, no value */
+  }
 }
 
 /* The gradients arriving at entry e's outputs; false when none did. Float outputs
@@ -337,6 +362,7 @@ static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **outs, nb_tens
   return any;
 }
 
+/* One entry's gradient, in a scope of its own: only the accumulated gradients outlive it. */
 static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
   nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
   const tape_slot *s = &t->slots[e->slot0];
@@ -355,8 +381,11 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
     return nb_fail(t->c, NB_INTERNAL, "Num gradients %d generated for op %s do not match num inputs %d",
                    e->nin + 1, e->def->name, e->nin);
   if (code && !nb_status(t->c)) nb_fail(t->c, code, "the gradient function of %s failed", e->def->name);
+  nb_tensor **kept = ins; /* reused: the new map values, which must survive the scope */
+  int nkept = 0;
   for (int32_t i = 0; i < e->nin && !code; i++)
-    if (dxs[i] && needs[i]) code = accumulate(t, s[i].id, dxs[i]);
+    if (dxs[i] && needs[i]) code = accumulate(t, s[i].id, dxs[i], &kept[nkept++]);
+  if (!code) nb_scope_end(t->c, kept, nkept);
   return code ? code : nb_status(t->c);
 }
 
@@ -370,7 +399,7 @@ static int32_t widest(const nb_tape *t) {
   return w;
 }
 
-static nb_code run_backward(nb_tape *t) {
+static nb_code run_backward(nb_tape *t, nb_tensor *const *sources, int ns) {
   int32_t w = widest(t);
   nb_tensor **buf = malloc((size_t)(w + 1) * sizeof *buf);
   bool *needs = malloc((size_t)(w + 1) * sizeof *needs);
@@ -383,11 +412,16 @@ static nb_code run_backward(nb_tape *t) {
     nb_grad_fn fn;
     nb_grad_kind kind = nb_grad_lookup(e->def, NULL, &fn);
     if (kind == NB_GRAD_STOP) continue;
-    if (kind == NB_GRAD_NONE)
+    if (kind == NB_GRAD_NONE) {
       code = nb_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
                      e->def->name);
-    else
-      code = call_fn(t, e, fn, buf, needs);
+      break;
+    }
+    int32_t depth = t->c->nscopes;
+    nb_scope_begin(t->c);
+    code = call_fn(t, e, fn, buf, needs);
+    if (t->c->nscopes > depth) nb_scope_end(t->c, NULL, 0); /* call_fn closes it on success */
+    if (!code) consume(t, e, sources, ns);
   }
   free(buf);
   free(needs);
@@ -416,10 +450,10 @@ static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor
   nb_scope_begin(t->c);
   for (int i = 0; i < nt && !code; i++) {
     if (!is_float(targets[i]->dtype) || !map_has(&t->tracked, targets[i]->id)) continue;
-    nb_tensor *seed = output_grads && output_grads[i] ? output_grads[i] : nb_ones_like(t->c, targets[i]);
-    code = seed ? accumulate(t, targets[i]->id, seed) : nb_status(t->c);
+    nb_tensor *seed = output_grads && output_grads[i] ? output_grads[i] : nb_ones_like(t->c, targets[i]), *owned;
+    code = seed ? accumulate(t, targets[i]->id, seed, &owned) : nb_status(t->c);
   }
-  if (!code) code = run_backward(t);
+  if (!code) code = run_backward(t, sources, ns);
   for (int i = 0; i < ns; i++) {
     out[i] = code || !is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
     if (!code && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);

@@ -1,0 +1,190 @@
+/* bench/eager_chain: eager autograd overhead on the chain x = tanh(x * w + b), N steps
+   (3 ops per step) on 1xW float32 tensors with w and b watched by a tape, as in
+   bench-peers/autograd_chain.py (grad_wrt=params). Per width, 1 thread, median of RUNS
+   runs after one warm-up run:
+     nb_eager_chain_fwd_notape  the forward with no tape active
+     nb_eager_chain_fwd_record  the forward plus loss = sum(x) while a tape records
+     nb_eager_chain_bwd         nb_tape_gradient of the loss w.r.t. w and b
+   all as us_per_op (per step / 3). Each run keeps every step's temporaries until the
+   gradient, then releases everything (nb_tape_end + nb_scope_end); nb_eager_chain_rss
+   reports the resident set before and after the runs to show the steady state is flat.
+   The gradients are checked against a hand-written reverse pass (max_rel_err). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <nabla.h>
+
+#include "benchutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define STEPS 10000
+#define RUNS 7
+
+typedef struct chain {
+  nb_ctx *c;
+  int64_t width;
+  nb_tensor *x0, *w, *b;
+  float *hx0, *hw, *hb; /* host copies for the reference gradient */
+} chain;
+
+typedef struct timings {
+  double notape[RUNS], record[RUNS], backward[RUNS];
+} timings;
+
+/* Resident set size in KiB, from /proc (0 where unavailable). */
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (!f) return 0;
+  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  fclose(f);
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static float uniform(void) { return (float)rand() / (float)RAND_MAX; }
+
+/* x0 ~ U(-1, 1), w ~ U(0.5, 1), b ~ U(-0.1, 0.1): keeps tanh out of saturation. */
+static bool chain_init(chain *ch, nb_ctx *c, int64_t width) {
+  *ch = (chain){.c = c, .width = width};
+  ch->hx0 = malloc((size_t)width * sizeof *ch->hx0);
+  ch->hw = malloc((size_t)width * sizeof *ch->hw);
+  ch->hb = malloc((size_t)width * sizeof *ch->hb);
+  if (!ch->hx0 || !ch->hw || !ch->hb) return false;
+  srand(1);
+  for (int64_t i = 0; i < width; i++) {
+    ch->hx0[i] = 2.0f * uniform() - 1.0f;
+    ch->hw[i] = 0.5f + 0.5f * uniform();
+    ch->hb[i] = 0.2f * uniform() - 0.1f;
+  }
+  const int64_t shape[2] = {1, width};
+  ch->x0 = nb_tensor_from(c, NB_F32, 2, shape, ch->hx0);
+  ch->w = nb_tensor_from(c, NB_F32, 2, shape, ch->hw);
+  ch->b = nb_tensor_from(c, NB_F32, 2, shape, ch->hb);
+  return nb_status(c) == NB_OK;
+}
+
+static void chain_free(chain *ch) {
+  nb_tensor_free(ch->x0);
+  nb_tensor_free(ch->w);
+  nb_tensor_free(ch->b);
+  free(ch->hx0);
+  free(ch->hw);
+  free(ch->hb);
+}
+
+static nb_tensor *forward(const chain *ch) {
+  nb_tensor *x = ch->x0;
+  for (int i = 0; i < STEPS; i++) x = nb_tanh(ch->c, nb_add(ch->c, nb_mul(ch->c, x, ch->w), ch->b));
+  return x;
+}
+
+/* One run of the forward with no tape; seconds. */
+static double run_notape(const chain *ch) {
+  nb_scope_begin(ch->c);
+  double t0 = bench_now();
+  forward(ch);
+  double s = bench_now() - t0;
+  nb_scope_end(ch->c, NULL, 0);
+  return s;
+}
+
+/* One recorded forward and backward; seconds of each in *fwd, *bwd, the gradients
+   copied to dw, db. */
+static void run_taped(const chain *ch, double *fwd, double *bwd, float *dw, float *db) {
+  static const int axes[2] = {0, 1};
+  nb_ctx *c = ch->c;
+  nb_scope_begin(c);
+  nb_tape *t = nb_tape_begin(c, 0);
+  nb_tape_watch(t, ch->w);
+  nb_tape_watch(t, ch->b);
+  double t0 = bench_now();
+  nb_tensor *loss = nb_sum(c, forward(ch), axes, 2, false);
+  double t1 = bench_now();
+  nb_tensor *sources[2] = {ch->w, ch->b}, *grads[2] = {NULL, NULL};
+  nb_tape_gradient(t, &loss, 1, sources, 2, NULL, grads);
+  double t2 = bench_now();
+  size_t bytes = (size_t)ch->width * sizeof(float);
+  nb_read(grads[0], dw, bytes);
+  nb_read(grads[1], db, bytes);
+  nb_tape_end(t);
+  nb_scope_end(c, NULL, 0);
+  *fwd = t1 - t0;
+  *bwd = t2 - t1;
+}
+
+/* The largest error of (dw, db) relative to the largest reference entry, against a
+   reverse pass in double: y_i = tanh(x_i w + b), dx_i = dy_{i+1} (1 - y^2) w. */
+static double max_rel_err(const chain *ch, const float *dw, const float *db) {
+  double err = 0, scale = 0;
+  double *ys = malloc((size_t)(STEPS + 1) * sizeof *ys);
+  if (!ys) return INFINITY;
+  for (int64_t j = 0; j < ch->width; j++) {
+    double w = ch->hw[j], b = ch->hb[j], gw = 0, gb = 0, dy = 1;
+    ys[0] = ch->hx0[j];
+    for (int i = 0; i < STEPS; i++) ys[i + 1] = tanh(ys[i] * w + b);
+    for (int i = STEPS; i > 0; i--) {
+      double dz = dy * (1 - ys[i] * ys[i]);
+      gw += dz * ys[i - 1];
+      gb += dz;
+      dy = dz * w;
+    }
+    err = fmax(err, fmax(fabs(gw - dw[j]), fabs(gb - db[j])));
+    scale = fmax(scale, fmax(fabs(gw), fabs(gb)));
+  }
+  free(ys);
+  return err / fmax(scale, 1e-30);
+}
+
+static void print_line(const char *name, int64_t width, double *per_run) {
+  printf("name=%s width=%lld steps=%d threads=1 runs=%d us_per_op=%.3f\n", name, (long long)width, STEPS, RUNS,
+         bench_median(per_run, RUNS) / STEPS / 3.0 * 1e6);
+}
+
+static bool bench_width(nb_ctx *c, int64_t width) {
+  chain ch = {0};
+  timings tm;
+  float *dw = malloc((size_t)width * sizeof *dw), *db = malloc((size_t)width * sizeof *db);
+  bool ok = dw && db && chain_init(&ch, c, width);
+  if (ok) {
+    double fwd, bwd;
+    long rss_start = rss_kib();
+    run_notape(&ch); /* warm-up: grows the context's pools and the tape to their steady size */
+    run_taped(&ch, &fwd, &bwd, dw, db);
+    long rss_warm = rss_kib();
+    for (int r = 0; r < RUNS; r++) {
+      tm.notape[r] = run_notape(&ch);
+      run_taped(&ch, &tm.record[r], &tm.backward[r], dw, db);
+    }
+    long rss_end = rss_kib();
+    ok = nb_status(c) == NB_OK;
+    double sum[RUNS];
+    for (int r = 0; r < RUNS; r++) sum[r] = tm.record[r] + tm.backward[r];
+    print_line("nb_eager_chain_fwd_notape", width, tm.notape);
+    print_line("nb_eager_chain_fwd_record", width, tm.record);
+    print_line("nb_eager_chain_bwd", width, tm.backward);
+    print_line("nb_eager_chain_record_plus_bwd", width, sum);
+    printf("name=nb_eager_chain_rss width=%lld threads=1 rss_kib_start=%ld rss_kib_after_warmup=%ld "
+           "rss_kib_after_%d_runs=%ld max_rel_err=%.2e\n",
+           (long long)width, rss_start, rss_warm, RUNS, rss_end, ok ? max_rel_err(&ch, dw, db) : NAN);
+  }
+  chain_free(&ch);
+  free(dw);
+  free(db);
+  return ok;
+}
+
+int main(int argc, char **argv) {
+  static const int64_t widths[] = {8, 1024};
+  nb_ctx *c = nb_eager_new();
+  if (!c) return 1;
+  nb_ctx_set_threads(c, 1);
+  bool ok = true;
+  for (size_t i = 0; i < sizeof widths / sizeof *widths && ok; i++)
+    if (argc < 2 || atoll(argv[1]) == widths[i]) ok = bench_width(c, widths[i]);
+  if (!ok) fprintf(stderr, "eager_chain: %s\n", nb_error(c));
+  nb_ctx_free(c);
+  return ok ? 0 : 1;
+}
