@@ -6,7 +6,12 @@
 
    Second order: g_i = d(sum(y * W))/dx_i for a fixed random W (grad_ys = W), then
    y2 = sum_i sum(g_i * V_i) for fixed random V_i, and y2 is gradchecked in turn. Every
-   case runs twice: with static placeholder shapes, and with every dim unknown. */
+   case runs twice: with static placeholder shapes, and with every dim unknown.
+
+   Tape mode: every case also runs eagerly under two nested tapes (the inner one's gradient
+   recorded by the outer one), and the tape's first- and second-order gradients must equal
+   the graph's at the same values and weights to 1e-12 relative: both run the same
+   gradient functions, so only the order of sums may differ. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -310,10 +315,12 @@ typedef struct gc_case {
   rng r;
   bool unknown_dims; /* placeholders with every dim -1: the gradients' run-time shape paths */
   nb_tensor *in[MAX_IN], *xs[MAX_IN], *vals[MAX_IN];
+  nb_tensor *ein[MAX_IN]; /* the same inputs in the eager context: vals and constants */
   int nin, nx;
 } gc_case;
 
-/* The op's inputs: placeholders (with their values in the eager context) and constants. */
+/* The op's inputs: placeholders (with their values in the eager context) and constants,
+   and the same inputs as eager tensors. */
 static void make_inputs(gc_case *k, const gc_spec *sp) {
   static const nb_dtype const_types[] = {[IN_I32] = NB_I32, [IN_I64] = NB_I64, [IN_BOOL] = NB_BOOL};
   int ndistinct = 0, used = 0;
@@ -327,6 +334,7 @@ static void make_inputs(gc_case *k, const gc_spec *sp) {
     assert_true(n <= MAX_ELEMS);
     if (in->kind != IN_VAR) {
       k->in[k->nin] = tu_make(k->c, const_types[in->kind], in->rank, in->shape, in->vals);
+      k->ein[k->nin] = tu_make(k->e, const_types[in->kind], in->rank, in->shape, in->vals);
       continue;
     }
     for (int64_t j = 0; j < n; j++)
@@ -335,19 +343,36 @@ static void make_inputs(gc_case *k, const gc_spec *sp) {
     snprintf(name, sizeof name, "x%d", k->nx);
     int64_t unknown[NB_MAX_RANK] = {-1, -1, -1, -1, -1, -1, -1, -1};
     k->xs[k->nx] = k->in[k->nin] = nb_placeholder(k->c, NB_F64, in->rank, k->unknown_dims ? unknown : in->shape, name);
-    k->vals[k->nx++] = nb_tensor_from(k->e, NB_F64, in->rank, in->shape, v);
+    k->ein[k->nin] = k->vals[k->nx++] = nb_tensor_from(k->e, NB_F64, in->rank, in->shape, v);
   }
 }
 
-/* The op's output, or its outputs combined into one: sum_k (k + 1.5) out_k. */
-static nb_tensor *build_y(gc_case *k, const gc_spec *sp) {
+/* The op's output over the inputs in (graph or eager), or its outputs combined into one:
+   sum_k (k + 1.5) out_k. */
+static nb_tensor *build_y(nb_ctx *c, nb_tensor *const *in, int nin, const gc_spec *sp) {
   int nattrs = 0, nout = sp->nout ? sp->nout : 1;
   while (nattrs < MAX_ATTRS && sp->attrs[nattrs].name) nattrs++;
   nb_tensor *outs[MAX_OUT] = {0};
-  if (nb_op(k->c, sp->op, k->in, k->nin, sp->attrs, nattrs, outs, nout) != NB_OK) return NULL;
+  if (nb_op(c, sp->op, in, nin, sp->attrs, nattrs, outs, nout) != NB_OK) return NULL;
   if (nout == 1) return outs[0];
-  for (int i = 0; i < nout; i++) outs[i] = nb_mul(k->c, outs[i], nb_scalar(k->c, NB_F64, i + 1.5));
-  return nb_add_n(k->c, outs, nout);
+  for (int i = 0; i < nout; i++) outs[i] = nb_mul(c, outs[i], nb_scalar(c, NB_F64, i + 1.5));
+  return nb_add_n(c, outs, nout);
+}
+
+/* sum(g * v), flattened first: a g whose static rank is unknown still sums to a scalar. */
+static nb_tensor *dot(nb_ctx *c, nb_tensor *g, nb_tensor *v) {
+  nb_tensor *flat = nb_reshape(c, nb_mul(c, g, v), (const int64_t[]){-1}, 1);
+  return nb_sum(c, flat, (const int[]){0}, 1, false);
+}
+
+/* sum_i sum(g_i * v_i) over the g_i that are not NULL (none: a zero constant). */
+static nb_tensor *sum_dots(nb_ctx *c, nb_tensor *const *g, nb_tensor *const *v, int n) {
+  nb_tensor *terms[MAX_IN];
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (g[i]) terms[m++] = dot(c, g[i], v[i]);
+  if (m == 0) return nb_scalar(c, NB_F64, 0);
+  return m == 1 ? terms[0] : nb_add_n(c, terms, m);
 }
 
 /* A float64 constant of the given shape with random entries in [-1, 1]. */
@@ -363,19 +388,12 @@ static nb_tensor *random_const(gc_case *k, int rank, const int64_t *shape) {
 /* y2 = sum_i sum(g_i * V_i) with g_i = d(sum(y * W))/dx_i; the shapes are taken from the
    values (y0 is y's), so a gradient whose static shape is unknown still gets its V_i. */
 static nb_tensor *build_y2(gc_case *k, nb_tensor *y, const nb_tensor *y0) {
-  nb_tensor *w = random_const(k, nb_rank(y0), nb_shape(y0)), *g[MAX_IN] = {0}, *terms[MAX_IN];
+  nb_tensor *w = random_const(k, nb_rank(y0), nb_shape(y0)), *g[MAX_IN] = {0}, *v[MAX_IN] = {0};
   nb_grad_opts o = {.grad_ys = &w};
   if (nb_gradients(k->c, &y, 1, k->xs, k->nx, &o, g) != NB_OK) return NULL;
-  int n = 0;
   for (int i = 0; i < k->nx; i++)
-    if (g[i]) {
-      nb_tensor *v = random_const(k, nb_rank(k->vals[i]), nb_shape(k->vals[i]));
-      /* flattened first: a gradient whose static rank is unknown still sums to a scalar */
-      nb_tensor *flat = nb_reshape(k->c, nb_mul(k->c, g[i], v), (const int64_t[]){-1}, 1);
-      terms[n++] = nb_sum(k->c, flat, (const int[]){0}, 1, false);
-    }
-  if (n == 0) return nb_scalar(k->c, NB_F64, 0);
-  return n == 1 ? terms[0] : nb_add_n(k->c, terms, n);
+    if (g[i]) v[i] = random_const(k, nb_rank(k->vals[i]), nb_shape(k->vals[i]));
+  return sum_dots(k->c, g, v, k->nx);
 }
 
 /* t's value at the case's values (in the eager context) and max(1, max |t|): the scale of
@@ -409,10 +427,15 @@ static void describe(const gc_spec *sp, char *buf, size_t cap) {
   }
 }
 
-typedef struct tally {
+typedef struct tally tally;
+/* Runs one case of a table: gradcheck (check_case) or tape against graph (check_tape_case). */
+typedef void check_fn(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims);
+
+struct tally {
+  check_fn *check;
   const char *table; /* the table being walked, named in failure lines */
   int cases, failures;
-} tally;
+};
 
 /* Runs one case: reports a failure with print_error and counts it. */
 static void check_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims) {
@@ -422,7 +445,7 @@ static void check_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bo
   double err1 = -1, err2 = -1, scale1 = 1, scale2 = 1;
   const char *stage = "build";
   make_inputs(&k, sp);
-  nb_tensor *y = build_y(&k, sp);
+  nb_tensor *y = build_y(k.c, k.in, k.nin, sp);
   bool ok = y && nb_status(k.c) == NB_OK;
   nb_tensor *y0 = NULL;
   if (ok) {
@@ -458,8 +481,133 @@ static void check_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bo
   nb_graph_free(k.g);
 }
 
+/* ---- tape mode: the eager tape's gradients equal the graph's ----------------------------- */
+
+/* Both modes run the same gradient functions on the same values; only the order of a sum
+   (accumulating gradients) may differ. */
+#define TAPE_TOL 1e-12
+
+/* The weights of one mode: W for y's gradient, V_i for the second-order function. */
+typedef struct weights {
+  nb_tensor *w, *v[MAX_IN];
+} weights;
+
+/* The same random entries in [-1, 1] as an eager tensor and as a graph constant. */
+static void random_pair(gc_case *k, int rank, const int64_t *shape, nb_tensor **eager, nb_tensor **graph) {
+  double v[MAX_ELEMS];
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i];
+  assert_true(n <= MAX_ELEMS);
+  for (int64_t i = 0; i < n; i++) v[i] = between(&k->r, -1, 1);
+  *eager = nb_tensor_from(k->e, NB_F64, rank, shape, v);
+  *graph = nb_tensor_from(k->c, NB_F64, rank, shape, v);
+}
+
+/* The tape's gradients: y is computed under two tapes watching the xs; the inner tape's
+   g_i = d(sum(y * W))/dx_i is recorded by the outer one, which then gives
+   g2_i = d(sum_j sum(g_j * V_j))/dx_i. The weights go to gw too. NULL, or the error (and
+   *stage, the step that failed). */
+static const char *tape_grads(gc_case *k, const gc_spec *sp, weights *gw, nb_tensor **g1, nb_tensor **g2,
+                              const char **stage) {
+  nb_tape *outer = nb_tape_begin(k->e, 0), *inner = nb_tape_begin(k->e, 0);
+  for (int i = 0; i < k->nx; i++) {
+    nb_tape_watch(outer, k->vals[i]);
+    nb_tape_watch(inner, k->vals[i]);
+  }
+  weights ew;
+  *stage = "eager op";
+  nb_tensor *y = build_y(k->e, k->ein, k->nin, sp);
+  if (y) {
+    random_pair(k, nb_rank(y), nb_shape(y), &ew.w, &gw->w);
+    for (int i = 0; i < k->nx; i++) random_pair(k, nb_rank(k->vals[i]), nb_shape(k->vals[i]), &ew.v[i], &gw->v[i]);
+    *stage = "tape first order";
+    if (nb_tape_gradient(inner, &y, 1, k->vals, k->nx, &ew.w, g1) == NB_OK) {
+      *stage = "tape second order";
+      nb_tensor *y2 = sum_dots(k->e, g1, ew.v, k->nx);
+      nb_tape_gradient(outer, &y2, 1, k->vals, k->nx, NULL, g2);
+    }
+  }
+  nb_tape_end(inner);
+  nb_tape_end(outer);
+  return nb_status(k->e) ? nb_error(k->e) : NULL;
+}
+
+/* The graph's gradients with the same weights, as values (the caller frees them):
+   out[i] = g_i, out[nx + i] = g2_i. NULL, or the error. */
+static const char *graph_grads(gc_case *k, const gc_spec *sp, const weights *gw, nb_tensor **out) {
+  nb_tensor *y = build_y(k->c, k->in, k->nin, sp), *sym[2 * MAX_IN] = {0}, *fetch[2 * MAX_IN], *vals[2 * MAX_IN];
+  nb_grad_opts o = {.grad_ys = &gw->w};
+  if (y && nb_gradients(k->c, &y, 1, k->xs, k->nx, &o, sym) == NB_OK) {
+    nb_tensor *y2 = sum_dots(k->c, sym, gw->v, k->nx);
+    if (y2) nb_gradients(k->c, &y2, 1, k->xs, k->nx, NULL, sym + k->nx);
+  }
+  if (nb_status(k->c)) return nb_error(k->c);
+  int n = 0;
+  for (int i = 0; i < 2 * k->nx; i++)
+    if (sym[i]) fetch[n++] = sym[i];
+  if (n && nb_run(k->s, k->xs, k->vals, k->nx, fetch, n, vals) != NB_OK) return nb_session_error(k->s);
+  for (int i = 0, j = 0; i < 2 * k->nx; i++) out[i] = sym[i] ? vals[j++] : NULL;
+  return NULL;
+}
+
+/* Writes to why how the tape's gradient differs from the graph's; false when they agree
+   (both NULL, or the same shape and values within TAPE_TOL max(1, max |graph|)). */
+static bool differs(const nb_tensor *tape, const nb_tensor *graph, char *why, size_t cap) {
+  if (!tape || !graph) {
+    if (tape != graph)
+      snprintf(why, cap, "the %s gives no gradient, the %s does", tape ? "graph" : "tape", tape ? "tape" : "graph");
+    return tape != graph;
+  }
+  bool same_shape = nb_rank(tape) == nb_rank(graph) && nb_num_elements(tape) == nb_num_elements(graph);
+  for (int d = 0; same_shape && d < nb_rank(tape); d++) same_shape = nb_shape(tape)[d] == nb_shape(graph)[d];
+  if (!same_shape || nb_dtype_of(tape) != nb_dtype_of(graph)) {
+    snprintf(why, cap, "the tape's gradient has another dtype or shape (rank %d, %lld elements; graph: rank %d, %lld)",
+             nb_rank(tape), (long long)nb_num_elements(tape), nb_rank(graph), (long long)nb_num_elements(graph));
+    return true;
+  }
+  double scale = 1, diff = 0;
+  for (int64_t i = 0; i < nb_num_elements(graph); i++) {
+    if (!(fabs(nb_item(graph, i)) <= scale)) scale = fabs(nb_item(graph, i));
+    double d = fabs(nb_item(tape, i) - nb_item(graph, i));
+    if (!(d <= diff)) diff = d;
+  }
+  snprintf(why, cap, "max |tape - graph| %.3g (bound %.3g)", diff, TAPE_TOL * scale);
+  return !(diff <= TAPE_TOL * scale);
+}
+
+/* Runs one case in both modes and compares every first- and second-order gradient. Eager
+   tensors have all their dims, so only the static-shape graph is compared. */
+static void check_tape_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims) {
+  (void)unknown_dims;
+  gc_case k = {.g = nb_graph_new(), .e = nb_eager_new(), .r = {seed}};
+  k.c = nb_graph_ctx_new(k.g);
+  k.s = nb_session_new(k.g);
+  make_inputs(&k, sp);
+  weights gw = {0};
+  nb_tensor *tape[2 * MAX_IN] = {0}, *graph[2 * MAX_IN] = {0};
+  const char *stage, *err = tape_grads(&k, sp, &gw, tape, tape + k.nx, &stage);
+  if (!err) stage = "graph", err = graph_grads(&k, sp, &gw, graph);
+  char what[512] = "", why[160];
+  describe(sp, what, sizeof what);
+  bool failed = err != NULL;
+  if (err) print_error("[%s, tape] %s case %d (%s): %s failed: %s\n", t->table, sp->op, index, what, stage, err);
+  for (int i = 0; i < 2 * k.nx && !err; i++)
+    if (differs(tape[i], graph[i], why, sizeof why)) {
+      failed = true;
+      print_error("[%s, tape] %s case %d (%s): %s order d/dx%d: %s\n", t->table, sp->op, index, what,
+                  i < k.nx ? "first" : "second", i % k.nx, why);
+    }
+  t->cases++;
+  t->failures += failed;
+  for (int i = 0; i < 2 * k.nx; i++) nb_tensor_free(graph[i]);
+  nb_session_free(k.s);
+  nb_ctx_free(k.c);
+  nb_ctx_free(k.e);
+  nb_graph_free(k.g);
+}
+
 static void finish(const tally *t, const char *what) {
-  if (t->failures) fail_msg("%s: %d of %d gradcheck cases failed (listed above)", what, t->failures, t->cases);
+  if (t->failures) fail_msg("%s: %d of %d cases failed (listed above)", what, t->failures, t->cases);
 }
 
 static in_spec var(domain dom, const shape_case *s) {
@@ -491,12 +639,16 @@ static void append(char *buf, size_t cap, const char *fmt, const char *op) {
   if (len < cap) snprintf(buf + len, cap - len, fmt, op);
 }
 
+/* Internal op types ('_' prefix, as _CustomGradient) are refused by nb_op, so no spec can
+   build them; their own tests cover them. */
+static bool is_internal(const char *op) { return op[0] == '_'; }
+
 /* Every op with a gradient has a case, and every case's op has a gradient. */
 static void test_every_gradient_has_a_spec(void **state) {
   (void)state;
   char problems[4096] = "";
   for (int i = 0; i < nb_num_op_types(); i++)
-    if (nb_has_gradient(nb_op_type_name(i)) && !has_spec(nb_op_type_name(i)))
+    if (nb_has_gradient(nb_op_type_name(i)) && !is_internal(nb_op_type_name(i)) && !has_spec(nb_op_type_name(i)))
       append(problems, sizeof problems, "no gradcheck spec for op %s; ", nb_op_type_name(i));
   const char *ops[COUNT(unary_ops) + COUNT(binary_ops) + COUNT(fused_ops) + COUNT(reduce_ops) + COUNT(other_specs)];
   int n = 0;
@@ -521,7 +673,7 @@ static void walk_unary(tally *t, bool unknown_dims) {
   for (int o = 0; o < COUNT(unary_ops); o++)
     for (int s = 0; s < COUNT(unary_shapes); s++) {
       gc_spec sp = {.op = unary_ops[o].op, .in = {var(unary_ops[o].dom, &unary_shapes[s])}};
-      check_case(t, &sp, s, 1000u * (uint64_t)o + (uint64_t)s, unknown_dims);
+      t->check(t, &sp, s, 1000u * (uint64_t)o + (uint64_t)s, unknown_dims);
     }
 }
 
@@ -531,7 +683,7 @@ static void walk_binary(tally *t, bool unknown_dims) {
     for (int s = 0; s < COUNT(binary_shapes); s++) {
       gc_spec sp = {.op = binary_ops[o].op,
                     .in = {var(binary_ops[o].a, &binary_shapes[s][0]), var(binary_ops[o].b, &binary_shapes[s][1])}};
-      check_case(t, &sp, s, 100000u + 1000u * (uint64_t)o + (uint64_t)s, unknown_dims);
+      t->check(t, &sp, s, 100000u + 1000u * (uint64_t)o + (uint64_t)s, unknown_dims);
     }
 }
 
@@ -541,7 +693,7 @@ static void walk_fused(tally *t, bool unknown_dims) {
     for (int s = 0; s < COUNT(fused_shapes); s++) {
       gc_spec sp = {.op = fused_ops[o].op,
                     .in = {var(fused_ops[o].a, &fused_shapes[s]), var(fused_ops[o].b, &fused_shapes[s])}};
-      check_case(t, &sp, s, 200000u + 1000u * (uint64_t)o + (uint64_t)s, unknown_dims);
+      t->check(t, &sp, s, 200000u + 1000u * (uint64_t)o + (uint64_t)s, unknown_dims);
     }
 }
 
@@ -558,7 +710,7 @@ static void walk_reductions(tally *t, bool unknown_dims) {
                     .in = {reduce_cases[s].x, reduce_cases[s].axes},
                     .attrs = {AB("keep_dims", reduce_cases[s].keep_dims)}};
       sp.in[0].dom = reduce_ops[o].dom;
-      check_case(t, &sp, s, 300000u + 1000u * (uint64_t)o + (uint64_t)s, unknown_dims);
+      t->check(t, &sp, s, 300000u + 1000u * (uint64_t)o + (uint64_t)s, unknown_dims);
     }
 }
 
@@ -568,14 +720,14 @@ static void walk_others(tally *t, bool unknown_dims) {
     int index = 0; /* the case's number among its op's cases */
     for (int j = 0; j < i; j++) index += !strcmp(other_specs[j].op, other_specs[i].op);
     if (documented_limit(other_specs[i].op, unknown_dims)) continue;
-    check_case(t, &other_specs[i], index, 400000u + (uint64_t)i, unknown_dims);
+    t->check(t, &other_specs[i], index, 400000u + (uint64_t)i, unknown_dims);
   }
 }
 
 #define WALK_TEST(name, walk, what)      \
   static void name(void **state) {       \
     (void)state;                         \
-    tally t = {0};                       \
+    tally t = {.check = check_case};     \
     walk(&t, false);                     \
     finish(&t, what);                    \
   }
@@ -590,13 +742,25 @@ WALK_TEST(test_other_ops, walk_others, "other ops")
    take their shapes at run time (Shape, BroadcastGradientArgs, ...), as TF's do. */
 static void test_unknown_dims(void **state) {
   (void)state;
-  tally t = {0};
+  tally t = {.check = check_case};
   walk_unary(&t, true);
   walk_binary(&t, true);
   walk_fused(&t, true);
   walk_reductions(&t, true);
   walk_others(&t, true);
   finish(&t, "unknown dims");
+}
+
+/* The eager tape's first and second order equal the graph's, case by case. */
+static void test_tape_equals_graph(void **state) {
+  (void)state;
+  tally t = {.check = check_tape_case};
+  walk_unary(&t, false);
+  walk_binary(&t, false);
+  walk_fused(&t, false);
+  walk_reductions(&t, false);
+  walk_others(&t, false);
+  finish(&t, "tape against graph");
 }
 
 int main(void) {
@@ -608,6 +772,7 @@ int main(void) {
       cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_other_ops),
       cmocka_unit_test(test_unknown_dims),
+      cmocka_unit_test(test_tape_equals_graph),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,8 +40,11 @@ static nb_code check_arity(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in
     if (!in[i]) return nb_fail(c, NB_INVALID, "%s: input %d is NULL", def->name, i);
   for (int i = 0; i < nin && !c->graph; i++)
     if (!in[i]->buf && (!def->shape_only || in[i]->size < 0))
-      return nb_fail(c, NB_INVALID, "%s: input %d is a graph tensor ('%s'); eager ops need values (run it in a session)",
-                     def->name, i, in[i]->graph ? nb_tensor_node_name(in[i]) : "?");
+      return in[i]->graph
+                 ? nb_fail(c, NB_INVALID, "%s: input %d is a graph tensor ('%s'); eager ops need values (run it in a session)",
+                           def->name, i, nb_tensor_node_name(in[i]))
+                 : nb_fail(c, NB_INTERNAL, "%s: input %d has no data: a tape kept only its shape, but a gradient "
+                           "function read it (the op table's grad_inputs/grad_outputs miss it)", def->name, i);
   if (def->nout != NB_VARIADIC && nout != def->nout)
     return nb_fail(c, NB_INVALID, "%s: has %d outputs, caller asked for %d", def->name, def->nout, nout);
   if (nout < 0) return nb_fail(c, NB_INVALID, "%s: negative output count %d", def->name, nout);

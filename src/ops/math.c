@@ -739,10 +739,11 @@ static nb_code same_infer(nb_kargs *k) {
    .impl = &(const binary_impl){.fn = {FNS}, .to_bool = TO_BOOL, .check = CHECK}}
 #define BINARY_NUM_FNS(name) FLOAT_TABLE(name, bin), INT_TABLE(name, bin)
 #define BINARY_CMP_FNS(name) BINARY_NUM_FNS(name), [NB_BOOL] = name##_bin_b
-/* The gradients of the fused gradient ops read both inputs. */
-#define PAIR(NAME, FNS, IN0, IN1)                                                                  \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .infer = pair_infer,  \
-   .kernel = pair_kernel, .impl = &(const pair_impl){.fn = {FNS}, .names = {IN0, IN1}}}
+/* The gradients of the fused gradient ops read both inputs (SqrtGrad's its output too). */
+#define PAIR_READING(NAME, IN0, IN1, GOUT, ...)                                                    \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = GOUT,  \
+   .infer = pair_infer, .kernel = pair_kernel, .impl = &(const pair_impl){.fn = {__VA_ARGS__}, .names = {IN0, IN1}}}
+#define PAIR(NAME, FNS, IN0, IN1) PAIR_READING(NAME, IN0, IN1, 0, FNS)
 #define PAIR_NUM_FNS(name) FLOAT_TABLE(name, pair), INT_TABLE(name, pair)
 #define EQUALITY(NAME, FNS, MISMATCH)                                                              \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true,                  \
@@ -815,7 +816,7 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_TANH_GRAD] = PAIR("TanhGrad", FLOAT_TABLE(tanh_grad, pair), "y", "dy"),
     [OP_SIGMOID_GRAD] = PAIR("SigmoidGrad", FLOAT_TABLE(sigmoid_grad, pair), "y", "dy"),
     [OP_RSQRT_GRAD] = PAIR("RsqrtGrad", FLOAT_TABLE(rsqrt_grad, pair), "y", "dy"),
-    [OP_SQRT_GRAD] = PAIR("SqrtGrad", FLOAT_TABLE(sqrt_grad, pair), "y", "dy"),
+    [OP_SQRT_GRAD] = PAIR_READING("SqrtGrad", "y", "dy", Y0, FLOAT_TABLE(sqrt_grad, pair)),
     [OP_RECIPROCAL_GRAD] = PAIR("ReciprocalGrad", FLOAT_TABLE(reciprocal_grad, pair), "y", "dy"),
     [OP_RELU_GRAD] = PAIR("ReluGrad", PAIR_NUM_FNS(relu_grad), "gradients", "features"),
     [OP_ELU_GRAD] = PAIR("EluGrad", FLOAT_TABLE(elu_grad, pair), "gradients", "outputs"),
