@@ -5,7 +5,9 @@
    calling the same gradient functions the graph pass uses, now on the eager context, so
    ops they run are recorded by any outer tape: nested tapes give higher orders. Saved
    tensors come back with their original ids, which is how an outer tape recognises them.
-   Ended tapes are kept for reuse, so a training loop allocates nothing per step. */
+   Ended tapes, with their arrays and scratch, are kept for reuse, so a training loop
+   allocates nothing per step once warm. A tape does not record its own backward pass
+   (TF's persistent tapes do): nest a second tape for higher orders. */
 #include "autodiff.h"
 
 #include <stdlib.h>
@@ -41,7 +43,7 @@ typedef struct tape_block {
 
 struct nb_tape {
   nb_ctx *c;
-  bool persistent, recording, used, unconnected_zero;
+  bool active, persistent, recording, used, unconnected_zero;
   id_map tracked;          /* watched ids and outputs of recorded ops */
   id_map grads;            /* during a backward pass: id -> accumulated gradient */
   tape_entry *entries;
@@ -49,6 +51,9 @@ struct nb_tape {
   tape_slot *slots;
   int32_t nslots, slots_cap;
   tape_block *arena;
+  nb_tensor **buf;         /* backward scratch: handles of one entry */
+  bool *needs;
+  int32_t buf_cap;
   nb_tape *next_spare;
 };
 
@@ -156,6 +161,8 @@ static void tape_destroy(nb_tape *t) {
   map_free(&t->grads);
   free(t->entries);
   free(t->slots);
+  free(t->buf);
+  free(t->needs);
   while (t->arena) {
     tape_block *b = t->arena;
     t->arena = b->next;
@@ -262,6 +269,7 @@ nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
     return NULL;
   }
   t->c = c;
+  t->active = true;
   t->persistent = persistent != 0;
   t->recording = true;
   t->used = t->unconnected_zero = false;
@@ -273,7 +281,7 @@ nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
 }
 
 void nb_tape_watch(nb_tape *t, nb_tensor *x) {
-  if (!t || !x || !nb_live(t->c)) return;
+  if (!t || !t->active || !x || !nb_live(t->c)) return;
   if (!x->buf) {
     nb_fail(t->c, NB_INVALID, "nb_tape_watch: only concrete (eager) tensors can be watched");
     return;
@@ -303,6 +311,7 @@ void nb_tape_end(nb_tape *t) {
   if (--c->ntapes == 0) c->record = NULL;
   tape_reset(t);
   map_clear(&t->grads);
+  t->active = false;
   t->next_spare = c->spare_tapes;
   c->spare_tapes = t;
 }
@@ -399,11 +408,22 @@ static int32_t widest(const nb_tape *t) {
   return w;
 }
 
+/* The tape's scratch for the widest entry, kept across calls (no allocation per step). */
+static bool ensure_scratch(nb_tape *t, int32_t w) {
+  if (w <= t->buf_cap) return true;
+  nb_tensor **buf = realloc(t->buf, (size_t)w * sizeof *buf);
+  if (buf) t->buf = buf;
+  bool *needs = buf ? realloc(t->needs, (size_t)w * sizeof *needs) : NULL;
+  if (needs) t->needs = needs;
+  if (!buf || !needs) return false;
+  t->buf_cap = w;
+  return true;
+}
+
 static nb_code run_backward(nb_tape *t, nb_tensor *const *sources, int ns) {
-  int32_t w = widest(t);
-  nb_tensor **buf = malloc((size_t)(w + 1) * sizeof *buf);
-  bool *needs = malloc((size_t)(w + 1) * sizeof *needs);
-  nb_code code = buf && needs ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  nb_code code = ensure_scratch(t, widest(t) + 1) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  nb_tensor **buf = t->buf;
+  bool *needs = t->needs;
   for (int32_t i = t->nentries - 1; i >= 0 && !code; i--) {
     const tape_entry *e = &t->entries[i];
     bool has = false;
@@ -423,8 +443,6 @@ static nb_code run_backward(nb_tape *t, nb_tensor *const *sources, int ns) {
     if (t->c->nscopes > depth) nb_scope_end(t->c, NULL, 0); /* call_fn closes it on success */
     if (!code) consume(t, e, sources, ns);
   }
-  free(buf);
-  free(needs);
   return code;
 }
 
@@ -439,10 +457,7 @@ static nb_code check_list(nb_tape *t, const char *what, nb_tensor *const *xs, in
 /* One backward pass: out[i] = d(sum of targets, weighted by output_grads)/d sources[i]. */
 static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                         nb_tensor *const *output_grads, nb_tensor **out) {
-  nb_code code = check_list(t, "targets", targets, nt, false);
-  if (!code) code = check_list(t, "sources", sources, ns, false);
-  if (!code && output_grads) code = check_list(t, "output_grads", output_grads, nt, true);
-  if (code) return code;
+  nb_code code = NB_OK;
   bool was_recording = t->recording;
   t->recording = false; /* a tape does not record its own backward pass; outer tapes do */
   map_clear(&t->grads);
@@ -472,11 +487,17 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
   for (int i = 0; out && i < ns; i++) out[i] = NULL;
   if (!nb_live(t->c)) return nb_status(t->c);
   if (ns > 0 && !out) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: out is NULL");
+  if (!t->active) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: the tape was ended");
   if (t->used && !t->persistent)
     return nb_fail(t->c, NB_INVALID,
                    "nb_tape_gradient: a non-persistent tape can be used for one gradient computation only; "
                    "begin it with persistent = 1 to call it again");
-  nb_code code = gradient(t, targets, nt, sources, ns, output_grads, out);
+  /* bad arguments leave a one-shot tape usable */
+  nb_code code = check_list(t, "targets", targets, nt, false);
+  if (!code) code = check_list(t, "sources", sources, ns, false);
+  if (!code && output_grads) code = check_list(t, "output_grads", output_grads, nt, true);
+  if (code) return code;
+  code = gradient(t, targets, nt, sources, ns, output_grads, out);
   if (!t->persistent) {
     t->used = true;
     tape_reset(t); /* its entries are spent: free them now */
@@ -529,8 +550,12 @@ static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_
   if (!t || !out) return NB_INVALID;
   *out = NULL;
   if (!nb_live(t->c)) return nb_status(t->c);
-  if (!target || !source || !target->buf || !source->buf || !is_float(target->dtype))
-    return nb_fail(t->c, NB_INVALID, "%s: target and source must be concrete, target float", fn);
+  if (!t->active) return nb_fail(t->c, NB_INVALID, "%s: the tape was ended", fn);
+  if (!target || !source || !target->buf || !source->buf)
+    return nb_fail(t->c, NB_INVALID, "%s: target and source must be concrete tensors", fn);
+  if (!is_float(target->dtype) || !is_float(source->dtype))
+    return nb_fail(t->c, NB_DTYPE, "%s: target and source must be float, got %s and %s", fn,
+                   nb_dtype_name(target->dtype), nb_dtype_name(source->dtype));
   if (t->used && !t->persistent) return nb_fail(t->c, NB_INVALID, "%s: the tape was used already", fn);
   return NB_OK;
 }
