@@ -40,6 +40,7 @@ install: build
 bench: build
 	./$(BUILD)/bench/eager_ops
 	./$(BUILD)/bench/grad_build 10000 100000
+	./$(BUILD)/bench/eager_chain
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
