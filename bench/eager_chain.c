@@ -176,6 +176,37 @@ static bool bench_width(nb_ctx *c, int64_t width) {
   return ok;
 }
 
+/* A training-style loop: each step begins a tape, runs y = sum(tanh(x w + b)) on 1x8,
+   takes the gradient and updates w, all inside a scope that keeps only the new w.
+   Memory must stay flat: RSS at 1% of the steps and at the end. */
+static bool train_loop(nb_ctx *c, long steps) {
+  const int64_t shape[2] = {1, 8};
+  float xv[8], wv[8];
+  for (int i = 0; i < 8; i++) xv[i] = uniform() - 0.5f, wv[i] = uniform() - 0.5f;
+  nb_tensor *x = nb_tensor_from(c, NB_F32, 2, shape, xv), *w = nb_tensor_from(c, NB_F32, 2, shape, wv);
+  nb_tensor *b = nb_tensor_from(c, NB_F32, 2, shape, NULL), *lr = nb_scalar(c, NB_F32, 1e-3);
+  long rss_start = rss_kib(), rss_early = 0;
+  double t0 = bench_now();
+  for (long i = 0; i < steps && nb_status(c) == NB_OK; i++) {
+    nb_scope_begin(c);
+    nb_tape *t = nb_tape_begin(c, 0);
+    nb_tape_watch(t, w);
+    nb_tensor *y = nb_sum(c, nb_tanh(c, nb_add(c, nb_mul(c, x, w), b)), NULL, 0, false), *dw;
+    nb_tape_gradient(t, &y, 1, &w, 1, NULL, &dw);
+    nb_tape_end(t);
+    nb_tensor *next = nb_sub(c, w, nb_mul(c, lr, dw));
+    nb_scope_end(c, &next, 1);
+    nb_tensor_free(w);
+    w = next;
+    if (i == steps / 100) rss_early = rss_kib();
+  }
+  double us = (bench_now() - t0) * 1e6 / (double)steps;
+  printf("name=nb_eager_train_loop shape=1x8 steps=%ld threads=1 us_per_step=%.2f rss_kib_start=%ld "
+         "rss_kib_at_1pct=%ld rss_kib_end=%ld\n",
+         steps, us, rss_start, rss_early, rss_kib());
+  return nb_status(c) == NB_OK;
+}
+
 int main(int argc, char **argv) {
   static const int64_t widths[] = {8, 1024};
   nb_ctx *c = nb_eager_new();
@@ -184,6 +215,7 @@ int main(int argc, char **argv) {
   bool ok = true;
   for (size_t i = 0; i < sizeof widths / sizeof *widths && ok; i++)
     if (argc < 2 || atoll(argv[1]) == widths[i]) ok = bench_width(c, widths[i]);
+  if (ok && argc < 2) ok = train_loop(c, 1000000);
   if (!ok) fprintf(stderr, "eager_chain: %s\n", nb_error(c));
   nb_ctx_free(c);
   return ok ? 0 : 1;

@@ -107,15 +107,20 @@ static bool map_put(id_map *m, uint64_t id, nb_tensor *val, bool with_vals) {
   return true;
 }
 
-static void map_clear(id_map *m) {
-  if (m->cap) memset(m->keys, 0, m->cap * sizeof *m->keys);
-  m->n = 0;
-}
-
 static void map_free(id_map *m) {
   free(m->keys);
   free(m->vals);
   *m = (id_map){0};
+}
+
+/* Empties m. A big map (left by a long tape) is released rather than wiped, so a reused
+   tape does not pay a large memset every step. */
+static void map_clear(id_map *m) {
+  if (m->cap > 4096)
+    map_free(m);
+  else if (m->n)
+    memset(m->keys, 0, m->cap * sizeof *m->keys);
+  m->n = 0;
 }
 
 /* ---- arena and storage ------------------------------------------------------------------ */
