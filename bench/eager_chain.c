@@ -34,16 +34,6 @@ typedef struct timings {
   double notape[RUNS], record[RUNS], backward[RUNS];
 } timings;
 
-/* Resident set size in KiB, from /proc (0 where unavailable). */
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (!f) return 0;
-  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-  fclose(f);
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 static float uniform(void) { return (float)rand() / (float)RAND_MAX; }
 
 /* x0 ~ U(-1, 1), w ~ U(0.5, 1), b ~ U(-0.1, 0.1): keeps tanh out of saturation. */
@@ -150,15 +140,15 @@ static bool bench_width(nb_ctx *c, int64_t width) {
   bool ok = dw && db && chain_init(&ch, c, width);
   if (ok) {
     double fwd, bwd;
-    long rss_start = rss_kib();
+    long rss_start = bench_rss_kib();
     run_notape(&ch); /* warm-up: grows the context's pools and the tape to their steady size */
     run_taped(&ch, &fwd, &bwd, dw, db);
-    long rss_warm = rss_kib();
+    long rss_warm = bench_rss_kib();
     for (int r = 0; r < RUNS; r++) {
       tm.notape[r] = run_notape(&ch);
       run_taped(&ch, &tm.record[r], &tm.backward[r], dw, db);
     }
-    long rss_end = rss_kib();
+    long rss_end = bench_rss_kib();
     ok = nb_status(c) == NB_OK;
     double sum[RUNS];
     for (int r = 0; r < RUNS; r++) sum[r] = tm.record[r] + tm.backward[r];
@@ -185,7 +175,7 @@ static bool train_loop(nb_ctx *c, long steps) {
   for (int i = 0; i < 8; i++) xv[i] = uniform() - 0.5f, wv[i] = uniform() - 0.5f;
   nb_tensor *x = nb_tensor_from(c, NB_F32, 2, shape, xv), *w = nb_tensor_from(c, NB_F32, 2, shape, wv);
   nb_tensor *b = nb_tensor_from(c, NB_F32, 2, shape, NULL), *lr = nb_scalar(c, NB_F32, 1e-3);
-  long rss_start = rss_kib(), rss_early = 0;
+  long rss_start = bench_rss_kib(), rss_early = 0;
   double t0 = bench_now();
   for (long i = 0; i < steps && nb_status(c) == NB_OK; i++) {
     nb_scope_begin(c);
@@ -198,12 +188,12 @@ static bool train_loop(nb_ctx *c, long steps) {
     nb_scope_end(c, &next, 1);
     nb_tensor_free(w);
     w = next;
-    if (i == steps / 100) rss_early = rss_kib();
+    if (i == steps / 100) rss_early = bench_rss_kib();
   }
   double us = (bench_now() - t0) * 1e6 / (double)steps;
   printf("name=nb_eager_train_loop shape=1x8 steps=%ld threads=1 us_per_step=%.2f rss_kib_start=%ld "
          "rss_kib_at_1pct=%ld rss_kib_end=%ld\n",
-         steps, us, rss_start, rss_early, rss_kib());
+         steps, us, rss_start, rss_early, bench_rss_kib());
   return nb_status(c) == NB_OK;
 }
 

@@ -86,16 +86,6 @@ static void throughput(nb_ctx *c, int threads) {
          (long long)n, threads, (double)n * 8.0 / s / 1e9, s * 1e6);
 }
 
-/* Resident set size in KiB, from /proc (0 where unavailable). */
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (!f) return 0;
-  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-  fclose(f);
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 static void overhead(nb_ctx *c) {
   const int64_t shape[2] = {1, 8};
   nb_tensor *a = random_tensor(c, 2, shape), *b = random_tensor(c, 2, shape);
@@ -105,7 +95,7 @@ static void overhead(nb_ctx *c) {
   /* a chain x = tanh(x * w + b), one scope per step keeping only the new x */
   nb_tensor *x = nb_identity(c, a);
   const long steps = 1000000;
-  long rss_start = rss_kib(), rss_mid = 0;
+  long rss_start = bench_rss_kib(), rss_mid = 0;
   double t0 = bench_now();
   for (long i = 0; i < steps; i++) {
     nb_scope_begin(c);
@@ -113,12 +103,12 @@ static void overhead(nb_ctx *c) {
     nb_scope_end(c, &y, 1);
     nb_tensor_free(x);
     x = y;
-    if (i == steps / 100) rss_mid = rss_kib();
+    if (i == steps / 100) rss_mid = bench_rss_kib();
   }
   double per_op = (bench_now() - t0) / (double)steps / 3.0;
   printf("name=eager_chain shape=1x8 steps=%ld threads=1 ns_per_op=%.1f rss_kib_start=%ld "
          "rss_kib_at_1pct=%ld rss_kib_end=%ld\n",
-         steps, per_op * 1e9, rss_start, rss_mid, rss_kib());
+         steps, per_op * 1e9, rss_start, rss_mid, bench_rss_kib());
 }
 
 int main(void) {
