@@ -373,7 +373,9 @@ const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name);
    active tapes record that computation, so nesting tapes gives higher orders. A tape that
    is not persistent frees its records after one gradient (a second call: NB_INVALID).
    Gradients of int/bool sources are NULL; unconnected sources give NULL, or zeros after
-   nb_tape_set_unconnected_zero. Results belong to the context's current scope. */
+   nb_tape_set_unconnected_zero. Results belong to the context's current scope. A tape
+   does not record its own backward pass (TF's persistent tapes do): nest a second tape
+   for higher orders. A tape pointer is invalid after nb_tape_end or nb_ctx_free. */
 nb_tape *nb_tape_begin(nb_ctx *c, int persistent);
 void nb_tape_watch(nb_tape *t, nb_tensor *x);
 void nb_tape_stop_recording(nb_tape *t);   /* ops run until resume are not recorded */
@@ -394,8 +396,8 @@ void nb_tape_end(nb_tape *t);               /* also frees everything it recorded
 
 /* ---- custom gradients: tf.custom_gradient ---------------------------------------------------
    fwd computes out[0..nout) from in[0..nin) with ordinary op calls; grad receives the
-   same inputs, the outputs and their incoming gradients dys (NULL: none) and sets dxs for
-   the inputs. The pair acts as one op: the eager tape records it as one entry, a graph
+   same inputs, the outputs and their incoming gradients dys (an output with none: NULL
+   in graphs, zeros on a tape) and sets dxs for the inputs. The pair acts as one op: the eager tape records it as one entry, a graph
    gets a node whose gradient is grad; either way nothing differentiates fwd's own ops.
    user is passed through and must outlive every gradient computation. */
 typedef nb_code (*nb_custom_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user);

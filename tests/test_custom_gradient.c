@@ -111,12 +111,38 @@ static void test_errors(void **state) {
   tu_check_error(f->e, NB_NOT_FOUND, "Op type not registered '_CustomGradient'", NULL);
 }
 
+static nb_code identity_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)c, (void)nin, (void)nout, (void)user;
+  out[0] = in[0]; /* returning an input must not free the caller's tensor */
+  return NB_OK;
+}
+
+static nb_code doubling_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                             nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)in, (void)nin, (void)out, (void)nout, (void)user;
+  dxs[0] = nb_mul(c, dys[0], nb_scalar(c, NB_F64, 2));
+  return nb_status(c);
+}
+
+static void test_forward_returns_input(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_scalar(f->e, NB_F64, 3), *y, *dx;
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, x);
+  assert_int_equal(nb_custom_gradient(f->e, identity_fwd, doubling_grad, NULL, &x, 1, &y, 1), NB_OK);
+  tu_check(nb_mul(f->e, x, x), NB_F64, 0, NULL, TU_VALS(9), 0); /* x is alive */
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_OK);
+  tu_check(dx, NB_F64, 0, NULL, TU_VALS(2), 0);
+  nb_tape_end(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_eager_tape, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_two_by_two, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_errors, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_forward_returns_input, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("custom_gradient", tests, NULL, NULL);
 }

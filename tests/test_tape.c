@@ -923,10 +923,30 @@ static void test_ended_and_bad_arguments(void **state) {
   nb_tape_end(t);
 }
 
+/* A source listed twice gets two handles; output_grads must match its target. */
+static void test_duplicate_sources_and_seed_shape(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 3), *dx[2], *src[2] = {x, x};
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = nb_square(c, x);
+  assert_int_equal(nb_tape_gradient(t, &y, 1, src, 2, NULL, dx), NB_OK);
+  assert_ptr_not_equal(dx[0], dx[1]);
+  nb_tensor_free(dx[0]);
+  nb_tensor *other = nb_scalar(c, NB_F64, 42); /* may reuse dx[0]'s handle */
+  nb_tensor_free(dx[1]);
+  tu_check(other, NB_F64, 0, NULL, TU_VALS(42), 0);
+  nb_tensor *bad = tu_make(c, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 1));
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, &bad, dx), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "output_grads[0] is float64 [2], target 0 is float64 []", NULL);
+  nb_tape_end(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_basic, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_ended_and_bad_arguments, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_duplicate_sources_and_seed_shape, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_several_targets_and_sources, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_output_grads, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_source_is_target, tu_setup, tu_teardown),

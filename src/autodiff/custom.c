@@ -35,6 +35,7 @@ nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, 
   nb_grad_builtins_init();
   nb_tensor **args = calloc((size_t)(nout + nin), sizeof *args);
   if (!args) return nb_fail(c, NB_NOMEM, "nb_custom_gradient: out of memory");
+  nb_scope_begin(c); /* fwd's temporaries go at the end; the inputs it may return stay */
   nb_code code = run_forward(c, fwd, user, in, nin, args, nout);
   if (!code) {
     memcpy(args + nout, in, (size_t)nin * sizeof *in);
@@ -46,7 +47,7 @@ nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, 
     a[3].i = bits_of(&user, sizeof user);
     code = nb_dispatch(c, def, args, nout + nin, a, out, nout);
   }
-  for (int i = 0; i < nout; i++) nb_tensor_free(args[i]);
+  nb_scope_end(c, out, code ? 0 : nout);
   free(args);
   return code;
 }

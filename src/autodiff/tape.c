@@ -45,12 +45,14 @@ struct nb_tape {
   nb_ctx *c;
   bool active, persistent, recording, used, unconnected_zero;
   id_map tracked;          /* watched ids and outputs of recorded ops */
-  id_map grads;            /* during a backward pass: id -> accumulated gradient */
+  id_map grads;
+  id_map sources;          /* during a backward pass: the ids whose gradients are wanted */            /* during a backward pass: id -> accumulated gradient */
   tape_entry *entries;
   int32_t nentries, entries_cap;
   tape_slot *slots;
   int32_t nslots, slots_cap;
-  tape_block *arena;
+  tape_block *arena;       /* oldest block first */
+  tape_block *cursor;      /* the block being filled */
   nb_tensor **buf;         /* backward scratch: handles of one entry */
   bool *needs;
   int32_t buf_cap;
@@ -125,20 +127,26 @@ static void map_clear(id_map *m) {
 
 /* ---- arena and storage ------------------------------------------------------------------ */
 
+/* Bump allocation from the cursor block, moving on to the next block (reused after a
+   reset) or a new one at the end when it is full. */
 static void *arena_alloc(nb_tape *t, size_t bytes) {
   bytes = (bytes + 15) & ~(size_t)15;
-  for (tape_block *b = t->arena; b; b = b->next)
-    if (b->cap - b->used >= bytes) {
-      void *p = b->data + b->used;
-      b->used += bytes;
-      return p;
-    }
-  size_t cap = bytes > NB_TAPE_BLOCK ? bytes : NB_TAPE_BLOCK;
-  tape_block *b = malloc(sizeof *b + cap);
-  if (!b) return NULL;
-  *b = (tape_block){t->arena, bytes, cap};
-  t->arena = b;
-  return b->data;
+  while (t->cursor && t->cursor->cap - t->cursor->used < bytes && t->cursor->next) t->cursor = t->cursor->next;
+  tape_block *b = t->cursor;
+  if (!b || b->cap - b->used < bytes) {
+    size_t cap = bytes > NB_TAPE_BLOCK ? bytes : NB_TAPE_BLOCK;
+    tape_block *nb = malloc(sizeof *nb + cap);
+    if (!nb) return NULL;
+    *nb = (tape_block){NULL, 0, cap};
+    if (b)
+      b->next = nb;
+    else
+      t->arena = nb;
+    t->cursor = b = nb;
+  }
+  void *p = b->data + b->used;
+  b->used += bytes;
+  return p;
 }
 
 static bool grow_array(void **a, int32_t *cap, int32_t need, size_t elem) {
@@ -158,12 +166,14 @@ static void tape_reset(nb_tape *t) {
   t->nslots = t->nentries = 0;
   map_clear(&t->tracked);
   for (tape_block *b = t->arena; b; b = b->next) b->used = 0;
+  t->cursor = t->arena;
 }
 
 static void tape_destroy(nb_tape *t) {
   tape_reset(t);
   map_free(&t->tracked);
   map_free(&t->grads);
+  map_free(&t->sources);
   free(t->entries);
   free(t->slots);
   free(t->buf);
@@ -342,11 +352,13 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
 }
 
 /* grads[id] += g. Each map value is a handle of the map's own, so it can be freed when
-   replaced or consumed, however the gradient functions share their results. */
-static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g, nb_tensor **owned) {
+   replaced or consumed, however the gradient functions share their results. *replaced
+   is the old value, now freed (NULL when there was none). */
+static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g, nb_tensor **owned, nb_tensor **replaced) {
   nb_tensor *have = map_get(&t->grads, id);
   nb_tensor *sum = have ? nb_add(t->c, have, g) : g;
   *owned = sum ? own(t, sum) : NULL;
+  *replaced = have;
   if (!*owned) return nb_status(t->c);
   if (have) nb_tensor_free(have);
   return map_put(&t->grads, id, *owned, true) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
@@ -354,12 +366,10 @@ static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g, nb_tensor **own
 
 /* Frees the gradients of e's outputs once e is done: entries run in reverse, so nothing
    reads them again (unless they are sources, whose gradients are the answer). */
-static void consume(nb_tape *t, const tape_entry *e, nb_tensor *const *sources, int ns) {
+static void consume(nb_tape *t, const tape_entry *e) {
   for (int32_t o = 0; o < e->nout; o++) {
     uint64_t id = t->slots[e->slot0 + e->nin + o].id;
-    bool source = false;
-    for (int i = 0; i < ns && !source; i++) source = sources[i]->id == id;
-    nb_tensor *g = source ? NULL : map_get(&t->grads, id);
+    nb_tensor *g = map_has(&t->sources, id) ? NULL : map_get(&t->grads, id);
     if (!g) continue;
     nb_tensor_free(g);
     map_put(&t->grads, id, NULL, true); /* the key stays: present, no value */
@@ -397,8 +407,15 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   if (code && !nb_status(t->c)) nb_fail(t->c, code, "the gradient function of %s failed", e->def->name);
   nb_tensor **kept = ins; /* reused: the new map values, which must survive the scope */
   int nkept = 0;
-  for (int32_t i = 0; i < e->nin && !code; i++)
-    if (dxs[i] && needs[i]) code = accumulate(t, s[i].id, dxs[i], &kept[nkept++]);
+  for (int32_t i = 0; i < e->nin && !code; i++) {
+    if (!dxs[i] || !needs[i]) continue;
+    nb_tensor *owned, *replaced;
+    code = accumulate(t, s[i].id, dxs[i], &owned, &replaced);
+    int k = 0; /* an input listed twice: its new sum replaces the first one kept */
+    while (k < nkept && kept[k] != replaced) k++;
+    kept[k] = owned;
+    nkept += k == nkept;
+  }
   if (!code) nb_scope_end(t->c, kept, nkept);
   return code ? code : nb_status(t->c);
 }
@@ -425,7 +442,7 @@ static bool ensure_scratch(nb_tape *t, int32_t w) {
   return true;
 }
 
-static nb_code run_backward(nb_tape *t, nb_tensor *const *sources, int ns) {
+static nb_code run_backward(nb_tape *t) {
   nb_code code = ensure_scratch(t, widest(t) + 1) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
   nb_tensor **buf = t->buf;
   bool *needs = t->needs;
@@ -446,7 +463,7 @@ static nb_code run_backward(nb_tape *t, nb_tensor *const *sources, int ns) {
     nb_scope_begin(t->c);
     code = call_fn(t, e, fn, buf, needs);
     if (t->c->nscopes > depth) nb_scope_end(t->c, NULL, 0); /* call_fn closes it on success */
-    if (!code) consume(t, e, sources, ns);
+    if (!code) consume(t, e);
   }
   return code;
 }
@@ -470,13 +487,18 @@ static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor
   nb_scope_begin(t->c);
   for (int i = 0; i < nt && !code; i++) {
     if (!is_float(targets[i]->dtype) || !map_has(&t->tracked, targets[i]->id)) continue;
-    nb_tensor *seed = output_grads && output_grads[i] ? output_grads[i] : nb_ones_like(t->c, targets[i]), *owned;
-    code = seed ? accumulate(t, targets[i]->id, seed, &owned) : nb_status(t->c);
+    nb_tensor *seed = output_grads && output_grads[i] ? output_grads[i] : nb_ones_like(t->c, targets[i]), *owned, *old;
+    code = seed ? accumulate(t, targets[i]->id, seed, &owned, &old) : nb_status(t->c);
   }
-  if (!code) code = run_backward(t, sources, ns);
+  map_clear(&t->sources);
+  for (int i = 0; i < ns && !code; i++)
+    if (!map_put(&t->sources, sources[i]->id, 0, false)) code = nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  if (!code) code = run_backward(t);
   for (int i = 0; i < ns; i++) {
     out[i] = code || !is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
     if (!code && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
+    for (int j = 0; j < i && out[i]; j++) /* a source listed twice gets a handle of its own */
+      if (out[j] == out[i]) out[i] = own(t, out[i]);
   }
   nb_scope_end(t->c, out, ns);
   if (code)
@@ -501,6 +523,12 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
   nb_code code = check_list(t, "targets", targets, nt, false);
   if (!code) code = check_list(t, "sources", sources, ns, false);
   if (!code && output_grads) code = check_list(t, "output_grads", output_grads, nt, true);
+  for (int i = 0; !code && output_grads && i < nt; i++)
+    if (output_grads[i] && (output_grads[i]->dtype != targets[i]->dtype || output_grads[i]->rank != targets[i]->rank ||
+                            memcmp(output_grads[i]->shape, targets[i]->shape, (size_t)targets[i]->rank * sizeof(int64_t))))
+      code = nb_fail(t->c, NB_SHAPE, "nb_tape_gradient: output_grads[%d] is %s %s, target %d is %s %s", i,
+                     nb_dtype_name(output_grads[i]->dtype), nb_tstr(output_grads[i]), i,
+                     nb_dtype_name(targets[i]->dtype), nb_tstr(targets[i]));
   if (code) return code;
   code = gradient(t, targets, nt, sources, ns, output_grads, out);
   if (!t->persistent) {

@@ -774,14 +774,14 @@ enum {
 
 /* grad_inputs: what TF's gradient functions read (shapes of, or the const inputs). */
 static nb_op_def array_ops[OP_COUNT] = {
-    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = X0, .infer = reshape_infer},
-    [OP_EXPAND_DIMS] = {.name = "ExpandDims", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = X0,
+    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0, .infer = reshape_infer},
+    [OP_EXPAND_DIMS] = {.name = "ExpandDims", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0,
                         .infer = expand_dims_infer},
-    [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .grad_inputs = X0, .nattrs = 1,
+    [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .grad_inputs = 0, .nattrs = 1,
                     .attrs = {{"squeeze_dims", NB_ATTR_INTS, {.n = 0}, false}}, .infer = squeeze_infer},
     [OP_TRANSPOSE] = {.name = "Transpose", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1,
                       .infer = transpose_infer, .kernel = transpose_kernel},
-    [OP_BROADCAST_TO] = {.name = "BroadcastTo", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1,
+    [OP_BROADCAST_TO] = {.name = "BroadcastTo", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1,
                          .infer = broadcast_to_infer, .kernel = broadcast_to_kernel},
     /* TF's ConcatV2 requires N >= 2; N = 1 is accepted here on purpose, returning a copy
        of the one input, as tf.concat does for a one-tensor list. */
@@ -794,9 +794,9 @@ static nb_op_def array_ops[OP_COUNT] = {
     [OP_UNPACK] = {.name = "Unpack", .nin = 1, .nout = NB_VARIADIC, .alias = -1, .nattrs = 2,
                    .attrs = {{"num", NB_ATTR_INT, {.i = 0}, true}, {"axis", NB_ATTR_INT, {.i = 0}, false}},
                    .infer = unpack_infer, .kernel = unpack_kernel},
-    [OP_TILE] = {.name = "Tile", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .infer = tile_infer,
+    [OP_TILE] = {.name = "Tile", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .infer = tile_infer,
                  .kernel = tile_kernel},
-    [OP_PAD] = {.name = "Pad", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .infer = pad_infer,
+    [OP_PAD] = {.name = "Pad", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .infer = pad_infer,
                 .kernel = pad_kernel},
     [OP_FILL] = {.name = "Fill", .nin = 2, .nout = 1, .alias = -1, .t_input = 1, .infer = fill_infer,
                  .kernel = fill_kernel},

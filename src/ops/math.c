@@ -782,9 +782,10 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_COS] = UNARY("Cos", UNARY_FLOAT_IMPL(cos), X0, 0),
     [OP_LOGICAL_NOT] = UNARY("LogicalNot", {{[NB_BOOL] = logical_not_loop_b}}, 0, 0),  /* bool in, bool out */
     /* broadcasting gradients read both input shapes, so a tape keeps the inputs */
-    [OP_ADDV2] = BINARY("AddV2", BINARY_NUM_FNS(add), false, NULL, X0 | X1),
-    [OP_ADD] = BINARY("Add", BINARY_NUM_FNS(add), false, NULL, X0 | X1),
-    [OP_SUB] = BINARY("Sub", BINARY_NUM_FNS(sub), false, NULL, X0 | X1),
+    /* Add/Sub gradients read only the inputs' shapes, which a tape keeps anyway */
+    [OP_ADDV2] = BINARY("AddV2", BINARY_NUM_FNS(add), false, NULL, 0),
+    [OP_ADD] = BINARY("Add", BINARY_NUM_FNS(add), false, NULL, 0),
+    [OP_SUB] = BINARY("Sub", BINARY_NUM_FNS(sub), false, NULL, 0),
     [OP_MUL] = BINARY("Mul", BINARY_NUM_FNS(mul), false, NULL, X0 | X1),
     [OP_REALDIV] = BINARY("RealDiv", BINARY_NUM_FNS(div), false, check_int_div, X0 | X1),
     /* TF's Pow gradient reads the output z too: dz/dy = z ln x */
@@ -802,7 +803,7 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_NOT_EQUAL] = EQUALITY("NotEqual", BINARY_CMP_FNS(not_equal), true),
     [OP_LOGICAL_AND] = BINARY("LogicalAnd", [NB_BOOL] = logical_and_bin_b, true, NULL, 0),
     [OP_LOGICAL_OR] = BINARY("LogicalOr", [NB_BOOL] = logical_or_bin_b, true, NULL, 0),
-    [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1, .grad_inputs = 1u | 2u | 4u,
+    [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1, .grad_inputs = 1u, /* the condition */
      .infer = select_infer, .kernel = select_kernel},
     [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3, .dtype_attr = 1 + CAST_DSTT,
      .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = SRCT_UNSET}, false},

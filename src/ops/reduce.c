@@ -612,19 +612,20 @@ static nb_code argmax_kernel(nb_kargs *k) {
 
 /* Gradients read the input (its shape, or its values for Prod/Max/Min), the axes and,
    for Max/Min, the output: TF's choices, so a tape keeps only those. */
-#define REDUCTION(NAME, IMPL, GOUT)                                                        \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = GOUT, \
+/* GIN: Sum/Mean gradients read x's shape only; Max/Min/Prod read its values too. */
+#define REDUCTION(NAME, IMPL, GIN, GOUT)                                                   \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, \
    .nattrs = 1, .attrs = {{"keep_dims", NB_ATTR_BOOL, {.b = false}, false}},              \
    .infer = reduce_infer, .kernel = reduce_kernel, .impl = &IMPL}
 
 enum { OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_PROD, OP_ARGMAX, OP_COUNT };
 
 static nb_op_def reduce_ops[OP_COUNT] = {
-    [OP_SUM] = REDUCTION("Sum", sum_impl, 0),
-    [OP_MEAN] = REDUCTION("Mean", mean_impl, 0),
-    [OP_MAX] = REDUCTION("Max", max_impl, Y0),
-    [OP_MIN] = REDUCTION("Min", min_impl, Y0),
-    [OP_PROD] = REDUCTION("Prod", prod_impl, 0),
+    [OP_SUM] = REDUCTION("Sum", sum_impl, X1, 0),
+    [OP_MEAN] = REDUCTION("Mean", mean_impl, X1, 0),
+    [OP_MAX] = REDUCTION("Max", max_impl, X0 | X1, Y0),
+    [OP_MIN] = REDUCTION("Min", min_impl, X0 | X1, Y0),
+    [OP_PROD] = REDUCTION("Prod", prod_impl, X0 | X1, 0),
     [OP_ARGMAX] = {.name = "ArgMax", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + ATTR_OUTPUT_TYPE,
                    .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}},
                    .infer = argmax_infer, .kernel = argmax_kernel},

@@ -585,10 +585,10 @@ enum { OP_SLICE, OP_STRIDED_SLICE, OP_STRIDED_SLICE_GRAD, OP_GATHER_V2, OP_UNSOR
 
 static nb_op_def slicing_ops[OP_COUNT] = {
     /* gradients: Slice and StridedSlice pad/scatter into the input's shape at begin */
-    [OP_SLICE] = {.name = "Slice", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 7u, .nattrs = 1,
+    [OP_SLICE] = {.name = "Slice", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 6u, .nattrs = 1,
                   .attrs = {{"Index", NB_ATTR_TYPE, {.type = INDEX_UNSET}, false}},
                   .infer = slice_infer, .kernel = strided_copy_kernel},
-    [OP_STRIDED_SLICE] = {.name = "StridedSlice", .nin = 4, .nout = 1, .alias = -1, .grad_inputs = 15u,
+    [OP_STRIDED_SLICE] = {.name = "StridedSlice", .nin = 4, .nout = 1, .alias = -1, .grad_inputs = 14u,
                           .nattrs = 6,
                           .attrs = {{"Index", NB_ATTR_TYPE, {.type = INDEX_UNSET}, false},
                                     MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"), MASK_ATTR("ellipsis_mask"),
@@ -603,7 +603,7 @@ static nb_op_def slicing_ops[OP_COUNT] = {
                                          MASK_ATTR("shrink_axis_mask")},
                                .infer = strided_slice_grad_infer, .kernel = strided_scatter_kernel},
     /* GatherV2's gradient scatters into params' shape at the indices along axis */
-    [OP_GATHER_V2] = {.name = "GatherV2", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 7u, .nattrs = 1,
+    [OP_GATHER_V2] = {.name = "GatherV2", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 6u, .nattrs = 1,
                       .attrs = {{"batch_dims", NB_ATTR_INT, {.i = 0}, false}},
                       .infer = gather_infer, .kernel = gather_kernel},
     /* its gradient gathers the output gradient at segment_ids */
