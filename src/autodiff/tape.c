@@ -55,6 +55,7 @@ struct nb_tape {
   tape_block *cursor;      /* the block being filled */
   nb_tensor **buf;         /* backward scratch: handles of one entry */
   bool *needs;
+  nb_tensor *views;        /* borrowed views of one entry's saved tensors */
   int32_t buf_cap;
   nb_tape *next_spare;
 };
@@ -178,6 +179,7 @@ static void tape_destroy(nb_tape *t) {
   free(t->slots);
   free(t->buf);
   free(t->needs);
+  free(t->views);
   while (t->arena) {
     tape_block *b = t->arena;
     t->arena = b->next;
@@ -335,11 +337,11 @@ void nb_tape_end(nb_tape *t) {
 
 static bool is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
 
-/* A handle for a recorded tensor: its kept data (or none), under its original id. */
-static nb_tensor *slot_handle(nb_tape *t, const tape_slot *s) {
-  if (s->buf) nb_buffer_retain(s->buf);
-  nb_tensor *x = nb_handle_new(t->c, s->meta.dtype, s->meta.rank, s->meta.shape, s->buf);
-  if (x) x->id = s->id;
+/* A view of a recorded tensor: its kept data (or none), under its original id. The slot
+   owns the data, so the view borrows it: no handle, no reference count, nothing to free. */
+static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
+  nb_tensor *x = &t->views[i];
+  nb_borrowed_init(x, s->meta.dtype, s->meta.rank, s->meta.shape, s->buf, s->id);
   return x;
 }
 
@@ -390,8 +392,7 @@ static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **outs, nb_tens
 static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
   nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
   const tape_slot *s = &t->slots[e->slot0];
-  for (int32_t i = 0; i < e->nin + e->nout; i++)
-    if (!(ins[i] = slot_handle(t, &s[i]))) return nb_status(t->c);
+  for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = slot_view(t, &s[i], i);
   if (!entry_dys(t, e, outs, dys)) return NB_OK;
   for (int32_t i = 0; i < e->nin; i++) {
     needs[i] = is_float(s[i].meta.dtype) && map_has(&t->tracked, s[i].id);
@@ -437,7 +438,9 @@ static bool ensure_scratch(nb_tape *t, int32_t w) {
   if (buf) t->buf = buf;
   bool *needs = buf ? realloc(t->needs, (size_t)w * sizeof *needs) : NULL;
   if (needs) t->needs = needs;
-  if (!buf || !needs) return false;
+  nb_tensor *views = needs ? realloc(t->views, (size_t)w * sizeof *views) : NULL;
+  if (views) t->views = views;
+  if (!views) return false;
   t->buf_cap = w;
   return true;
 }

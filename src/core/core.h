@@ -19,7 +19,9 @@ typedef struct nb_buffer {
   void *data;
 } nb_buffer;
 
-typedef enum { NB_HANDLE_LIVE, NB_HANDLE_POOLED, NB_HANDLE_DETACHED } nb_handle_state;
+/* BORROWED: a view filled in place by its owner (a tape's saved tensor during a backward
+   pass); it holds no buffer reference and nb_tensor_free ignores it. */
+typedef enum { NB_HANDLE_LIVE, NB_HANDLE_POOLED, NB_HANDLE_DETACHED, NB_HANDLE_BORROWED } nb_handle_state;
 
 struct nb_tensor {
   nb_ctx *ctx;             /* owner; NULL when detached (owned by a graph or the caller) */
@@ -102,6 +104,8 @@ void nb_pool_clear(nb_pool *p);
 void nb_ctx_release_all(nb_ctx *c);
 /* A new handle registered in c's current scope; buf is taken over (may be NULL). */
 nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
+/* Fills x as a borrowed view of buf (no reference taken) with the given id. */
+void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id);
 /* A fresh process-unique tensor id (never 0). */
 uint64_t nb_next_tensor_id(void);
 /* A handle owned by no context, sharing buf (taken over). Freed with nb_tensor_free. */

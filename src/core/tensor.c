@@ -107,6 +107,22 @@ static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape
   x->next_free = NULL;
 }
 
+void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id) {
+  x->ctx = NULL;
+  x->kept = 0;
+  x->state = NB_HANDLE_BORROWED;
+  x->dtype = t;
+  x->rank = rank;
+  if (rank > 0) memcpy(x->shape, shape, (size_t)rank * sizeof *shape);
+  x->size = nb_shape_size(rank, shape);
+  x->buf = buf;
+  x->graph = NULL;
+  x->node = x->out = -1;
+  x->known = NULL;
+  x->id = id;
+  x->next_free = NULL;
+}
+
 uint64_t nb_next_tensor_id(void) {
   static _Atomic uint64_t next = 1;
   return atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
@@ -184,7 +200,7 @@ static void compact_handles(nb_ctx *c) {
 }
 
 void nb_tensor_free(nb_tensor *x) {
-  if (!x || x->state == NB_HANDLE_POOLED) return; /* freeing twice is harmless */
+  if (!x || x->state == NB_HANDLE_POOLED || x->state == NB_HANDLE_BORROWED) return; /* twice is harmless */
   if (x->state == NB_HANDLE_DETACHED) {
     nb_buffer_release(NULL, x->buf);
     free(x);
