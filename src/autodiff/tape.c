@@ -20,6 +20,7 @@ typedef struct tape_slot {
   uint64_t id;
   nb_meta meta;
   nb_buffer *buf;          /* kept data, or NULL when the gradient reads only the shape */
+  bool tracked;            /* an input the tape tracked when the op ran: it needs a gradient */
 } tape_slot;
 
 typedef struct tape_entry {
@@ -45,6 +46,7 @@ struct nb_tape {
   nb_ctx *c;
   bool active, persistent, recording, used, unconnected_zero;
   id_map tracked;          /* watched ids and outputs of recorded ops */
+  uint64_t last_out;       /* the newest recorded output: most ops read it (a chain) */
   id_map grads;
   id_map sources;          /* during a backward pass: the ids whose gradients are wanted */            /* during a backward pass: id -> accumulated gradient */
   tape_entry *entries;
@@ -165,6 +167,7 @@ static bool grow_array(void **a, int32_t *cap, int32_t need, size_t elem) {
 static void tape_reset(nb_tape *t) {
   for (int32_t i = 0; i < t->nslots; i++) nb_buffer_release(t->c, t->slots[i].buf);
   t->nslots = t->nentries = 0;
+  t->last_out = 0;
   map_clear(&t->tracked);
   for (tape_block *b = t->arena; b; b = b->next) b->used = 0;
   t->cursor = t->arena;
@@ -216,13 +219,16 @@ static bool copy_attrs(nb_tape *t, const nb_kargs *k, tape_entry *e) {
   return true;
 }
 
-static void save_slot(nb_tape *t, const nb_tensor *x, bool keep) {
+static void save_slot(nb_tape *t, const nb_tensor *x, bool keep, bool tracked) {
   tape_slot *s = &t->slots[t->nslots++];
   s->id = x->id;
+  s->tracked = tracked;
   nb_meta_like(&s->meta, x);
   s->buf = keep ? x->buf : NULL;
   if (s->buf) nb_buffer_retain(s->buf);
 }
+
+static bool is_tracked(const nb_tape *t, uint64_t id) { return id == t->last_out || map_has(&t->tracked, id); }
 
 static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
   if (!grow_array((void **)&t->entries, &t->entries_cap, t->nentries + 1, sizeof *t->entries) ||
@@ -231,10 +237,11 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
   tape_entry *e = &t->entries[t->nentries];
   *e = (tape_entry){k->def, NULL, t->nslots, k->nin, k->nout};
   if (!copy_attrs(t, k, e)) return false;
-  for (int i = 0; i < k->nin; i++) save_slot(t, k->in[i], reads(k->def->grad_inputs, i));
+  for (int i = 0; i < k->nin; i++) save_slot(t, k->in[i], reads(k->def->grad_inputs, i), is_tracked(t, k->in[i]->id));
   for (int i = 0; i < k->nout; i++) {
-    save_slot(t, out[i], reads(k->def->grad_outputs, i));
+    save_slot(t, out[i], reads(k->def->grad_outputs, i), false);
     if (!map_put(&t->tracked, out[i]->id, NULL, false)) return false;
+    t->last_out = out[i]->id;
   }
   t->nentries++;
   return true;
@@ -242,7 +249,7 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
 
 static bool depends(const nb_tape *t, const nb_kargs *k) {
   for (int i = 0; i < k->nin; i++)
-    if (map_has(&t->tracked, k->in[i]->id)) return true;
+    if (is_tracked(t, k->in[i]->id)) return true;
   return false;
 }
 
@@ -395,7 +402,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = slot_view(t, &s[i], i);
   if (!entry_dys(t, e, outs, dys)) return NB_OK;
   for (int32_t i = 0; i < e->nin; i++) {
-    needs[i] = is_float(s[i].meta.dtype) && map_has(&t->tracked, s[i].id);
+    needs[i] = is_float(s[i].meta.dtype) && s[i].tracked;
     dxs[i] = NULL;
   }
   nb_tensor *guard = (nb_tensor *)&guard;
