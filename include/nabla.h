@@ -331,8 +331,9 @@ nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *
                      const nb_grad_opts *o, nb_tensor **dxs);
 
 /* Gradient functions see the forward op through nb_fwd_op (TF's ForwardOperation): its
-   type, inputs, outputs and attrs, the same in every mode. dys[i] may be NULL (no gradient
-   for output i); the function sets dxs[i] for each input (NULL: none). */
+   type, inputs, outputs and attrs, the same in every mode. dys[i] is the gradient of
+   output i: zeros for a float output that got none while another output did, NULL for
+   int/bool outputs. The function sets dxs[i] for each input (NULL: none). */
 typedef nb_code (*nb_grad_fn)(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
 /* Registers f under an op type or a free name (for overrides). Duplicates: NB_INVALID.
    Registration is not synchronized with gradient computation on other threads: register
@@ -349,7 +350,8 @@ bool nb_has_gradient(const char *op_type);
 int nb_num_op_types(void);
 const char *nb_op_type_name(int i);
 
-/* Whether input i needs a gradient (it lies on a path to the xs); a function may skip
+/* Whether input i needs a gradient (graphs: it lies between the xs and ys; tapes: it was
+   watched, or made by a recorded op, when the op ran); a function may skip
    computing the others (TF's skip_input_indices). */
 bool nb_fwd_input_needs_grad(const nb_fwd_op *op, int i);
 const char *nb_fwd_type(const nb_fwd_op *op);
@@ -372,8 +374,8 @@ const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name);
    nb_tape_gradient runs the same gradient functions as nb_gradients, eagerly; other
    active tapes record that computation, so nesting tapes gives higher orders. A tape that
    is not persistent frees its records after one gradient (a second call: NB_INVALID).
-   Gradients of int/bool sources are NULL; unconnected sources give NULL, or zeros after
-   nb_tape_set_unconnected_zero. Results belong to the context's current scope. A tape
+   Gradients of int/bool sources are NULL; unconnected sources give NULL; both give zeros
+   after nb_tape_set_unconnected_zero. Results belong to the context's current scope. A tape
    does not record its own backward pass (TF's persistent tapes do): nest a second tape
    for higher orders. A tape pointer is invalid after nb_tape_end or nb_ctx_free. */
 nb_tape *nb_tape_begin(nb_ctx *c, int persistent);
@@ -396,9 +398,10 @@ void nb_tape_end(nb_tape *t);               /* also frees everything it recorded
 
 /* ---- custom gradients: tf.custom_gradient ---------------------------------------------------
    fwd computes out[0..nout) from in[0..nin) with ordinary op calls; grad receives the
-   same inputs, the outputs and their incoming gradients dys (an output with none: NULL
-   in graphs, zeros on a tape) and sets dxs for the inputs. The pair acts as one op: the eager tape records it as one entry, a graph
-   gets a node whose gradient is grad; either way nothing differentiates fwd's own ops.
+   same inputs, the outputs and their incoming gradients dys (as for nb_grad_fn: zeros for
+   a float output without one) and sets dxs for the inputs. The pair acts as one op: the
+   eager tape records it as one entry, a graph gets a node whose gradient is grad; either
+   way nothing differentiates fwd's own ops.
    user is passed through and must outlive every gradient computation. */
 typedef nb_code (*nb_custom_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user);
 typedef nb_code (*nb_custom_grad_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,

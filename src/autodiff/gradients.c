@@ -22,7 +22,7 @@ typedef struct pass {
   nb_graph *g;
   const nb_grad_opts *o;
   uint32_t gen;
-  int32_t *between, nbetween;  /* node ids; node->slot indexes outs_head via out_base */
+  int32_t *between, nbetween;  /* node ids; node->slot indexes heads via out_base */
   int32_t *out_base;
   int32_t *heads;              /* per (between node, output): first grad_entry, -1 */
   grad_entry *entries;

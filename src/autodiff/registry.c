@@ -23,11 +23,9 @@ static int nnamed, named_cap;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
-static void register_builtins(void) { nb_register_builtin_gradients(); }
-
 void nb_grad_builtins_init(void) {
   nb_registry_init();
-  pthread_once(&builtins_once, register_builtins);
+  pthread_once(&builtins_once, nb_register_builtin_gradients);
 }
 
 static named_grad *find_named(const char *name) {

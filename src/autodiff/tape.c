@@ -47,8 +47,8 @@ struct nb_tape {
   bool active, persistent, recording, used, unconnected_zero;
   id_map tracked;          /* watched ids and outputs of recorded ops */
   uint64_t last_out;       /* the newest recorded output: most ops read it (a chain) */
-  id_map grads;
-  id_map sources;          /* during a backward pass: the ids whose gradients are wanted */            /* during a backward pass: id -> accumulated gradient */
+  id_map grads;            /* during a backward pass: id -> accumulated gradient */
+  id_map sources;          /* during a backward pass: the ids whose gradients are wanted */
   tape_entry *entries;
   int32_t nentries, entries_cap;
   tape_slot *slots;
@@ -193,7 +193,7 @@ static void tape_destroy(nb_tape *t) {
 
 /* ---- recording ------------------------------------------------------------------------ */
 
-/* Whether the gradient of def reads tensor i of a list (inputs or outputs) under mask. */
+/* Whether bit i of a grad_inputs/grad_outputs mask is set (past 32 entries: all or none). */
 static bool reads(uint32_t mask, int i) { return i < 32 ? (mask >> i) & 1u : mask == ~0u; }
 
 static bool copy_attrs(nb_tape *t, const nb_kargs *k, tape_entry *e) {
@@ -330,7 +330,7 @@ void nb_tape_end(nb_tape *t) {
   nb_ctx *c = t->c;
   int i = 0;
   while (i < c->ntapes && c->tapes[i] != t) i++;
-  if (i == c->ntapes) return; /* not active: ended already */
+  if (i == c->ntapes) return; /* t is not in this context's active list */
   memmove(&c->tapes[i], &c->tapes[i + 1], (size_t)(c->ntapes - i - 1) * sizeof *c->tapes);
   if (--c->ntapes == 0) c->record = NULL;
   tape_reset(t);

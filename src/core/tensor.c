@@ -108,19 +108,9 @@ static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape
 }
 
 void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id) {
-  x->ctx = NULL;
-  x->kept = 0;
+  handle_init(x, t, rank, shape, buf);
   x->state = NB_HANDLE_BORROWED;
-  x->dtype = t;
-  x->rank = rank;
-  if (rank > 0) memcpy(x->shape, shape, (size_t)rank * sizeof *shape);
-  x->size = nb_shape_size(rank, shape);
-  x->buf = buf;
-  x->graph = NULL;
-  x->node = x->out = -1;
-  x->known = NULL;
   x->id = id;
-  x->next_free = NULL;
 }
 
 uint64_t nb_next_tensor_id(void) {

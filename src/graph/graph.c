@@ -320,9 +320,6 @@ static bool shape_known(const nb_tensor *x) {
   return true;
 }
 
-/* Build-time inference: inputs with known values are replaced by those values, so the
-   op's infer (and folding) sees concrete tensors; an input of unknown shape, or a
-   needed value that is not known, defers the outputs' shapes to run time. */
 /* Unknown dims are inferred through by probing: the op's infer runs with every unknown
    dim set to 1, then to two primes. Output dims that come out the same every time are
    known; those that differ (they follow an unknown dim: P, 3P, min(P, 5), ...) stay
@@ -391,6 +388,9 @@ static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
   return NB_OK;
 }
 
+/* Build-time inference: inputs with known values are replaced by those values, so the
+   op's infer (and folding) sees concrete tensors; an input of unknown shape, or a
+   needed value that is not known, defers the outputs' shapes to run time. */
 static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
   bool unknown = false;
   for (int i = 0; i < k->nin; i++) {
@@ -560,7 +560,8 @@ static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out) {
     for (int i = 0; i < k->nout; i++) nb_tensor_free(outs[i].value);
     return code == NB_NOMEM ? nb_kfail(k, code, "out of memory adding a node") : code;
   }
-  /* committed: the node exists from here on (inputs may add Const nodes first) */
+  /* committed before add_edges: a concrete input becomes a Const node, which takes the
+     next id */
   g->nnodes++;
   g->nedges += k->nin;
   g->nouts += k->nout;

@@ -100,17 +100,10 @@ nb_code nb_graph_scope_save(const nb_graph *g, nb_scope_state *st);
 void nb_graph_scope_restore(nb_graph *g, nb_scope_state *st);
 /* A symbolic handle in c for output `out` of node `id`. */
 nb_tensor *nb_graph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out);
-/* The graph context's hooks (dispatch calls them). */
+/* The graph context's hooks, installed by nb_graph_ctx_new. */
 nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k);
 nb_code nb_graph_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out);
 /* Detached tensors: concrete, owned by no context (graph constants, session results). */
 nb_tensor *nb_detached_share(const nb_tensor *x);
-
-static inline bool nb_meta_known(const nb_meta *m) {
-  if (m->rank < 0) return false;
-  for (int i = 0; i < m->rank; i++)
-    if (m->shape[i] < 0) return false;
-  return true;
-}
 
 #endif

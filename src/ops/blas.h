@@ -1,5 +1,4 @@
-/* GEMM through OpenBLAS for op kernels: MatMul, BatchMatMulV2, and convolutions written
-   as im2col + GEMM. Internal to the library. */
+/* GEMM through OpenBLAS for op kernels (MatMul, BatchMatMulV2). Internal to the library. */
 #ifndef NB_BLAS_H
 #define NB_BLAS_H
 

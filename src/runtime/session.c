@@ -218,7 +218,8 @@ static nb_code check_placeholders(planner *pl) {
   return NB_OK;
 }
 
-/* Kahn's algorithm over the needed nodes: node->pending counts live input edges. */
+/* Kahn's algorithm over the needed nodes: node->pending counts live data and control
+   input edges. */
 static nb_code order_steps(planner *pl) {
   nb_graph *g = pl->g;
   nb_plan *p = pl->p;
