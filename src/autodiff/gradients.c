@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NB_GRAD_GUARDS 8 /* dxs slots past a node's inputs */
-
 typedef struct grad_entry {
   int64_t key;             /* node << 32 | output of the gradient tensor */
   int32_t next;
@@ -242,20 +240,9 @@ static void enter_node_scope(pass *p, const nb_node *n) {
 
 static nb_code call_grad_fn(pass *p, const nb_node *n, nb_grad_fn fn, nb_tensor **ins, nb_tensor **outs,
                             nb_tensor **dys, nb_tensor **dxs) {
-  nb_tensor *guard = (nb_tensor *)&guard; /* slots past the inputs catch extra gradients */
   for (int32_t i = 0; i < n->nin; i++) p->needs[i] = in_between(p, p->g->edges[n->in0 + i].src);
   nb_fwd_op op = {n->def, n->name, n->nin, n->nout, ins, outs, n->attr, p->needs};
-  for (int32_t i = 0; i < n->nin; i++) dxs[i] = NULL;
-  for (int i = 0; i < NB_GRAD_GUARDS; i++) dxs[n->nin + i] = guard;
-  nb_code code = fn(p->c, &op, dys, dxs);
-  int extra = 0;
-  while (extra < NB_GRAD_GUARDS && dxs[n->nin + extra] != guard) extra++;
-  if (!code && extra)
-    return nb_fail(p->c, NB_INTERNAL, "Num gradients %s%d generated for op %s do not match num inputs %d",
-                   extra == NB_GRAD_GUARDS ? "at least " : "", n->nin + extra, n->name, n->nin);
-  if (code && nb_status(p->c) == NB_OK)
-    nb_fail(p->c, code, "the gradient function of '%s' (op type: %s) failed", n->name, n->def->name);
-  return code ? code : nb_status(p->c);
+  return nb_grad_invoke(p->c, fn, &op, dys, dxs);
 }
 
 /* Distributes the input gradients and releases the inputs' pending counts. */
@@ -309,7 +296,7 @@ static nb_code run_queue(pass *p) {
   int32_t width = 0;
   for (int32_t i = 0; i < p->nbetween; i++) {
     const nb_node *n = &p->g->nodes[p->between[i]];
-    if (2 * (n->nin + n->nout) + NB_GRAD_GUARDS > width) width = 2 * (n->nin + n->nout) + NB_GRAD_GUARDS; /* ins, outs, dys, dxs */
+    if (nb_grad_width(n->nin, n->nout) > width) width = nb_grad_width(n->nin, n->nout);
     if (n->pending == 0) p->queue[p->qtail++] = p->between[i];
   }
   if (width > 64 && !(buf = malloc((size_t)width * sizeof *buf))) return NB_NOMEM;

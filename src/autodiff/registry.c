@@ -115,6 +115,21 @@ const char *nb_op_type_name(int i) {
   return def ? def->name : NULL;
 }
 
+nb_code nb_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *guard = (nb_tensor *)&guard;
+  for (int i = 0; i < op->nin; i++) dxs[i] = NULL;
+  for (int i = 0; i < NB_GRAD_GUARDS; i++) dxs[op->nin + i] = guard;
+  nb_code code = fn(c, op, dys, dxs);
+  int extra = 0;
+  while (extra < NB_GRAD_GUARDS && dxs[op->nin + extra] != guard) extra++;
+  if (!code && extra)
+    return nb_fail(c, NB_INTERNAL, "Num gradients %s%d generated for op %s do not match num inputs %d",
+                   extra == NB_GRAD_GUARDS ? "at least " : "", op->nin + extra, op->name, op->nin);
+  if (code && nb_status(c) == NB_OK)
+    nb_fail(c, code, "the gradient function of '%s' (op type: %s) failed", op->name, op->def->name);
+  return code ? code : nb_status(c);
+}
+
 /* ---- gradient_override_map ------------------------------------------------------------- */
 
 nb_code nb_gradient_override_push(nb_graph *g, const char *op_type, const char *grad_name) {

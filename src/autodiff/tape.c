@@ -14,7 +14,6 @@
 #include <string.h>
 
 #define NB_TAPE_BLOCK 16384
-#define NB_GRAD_GUARDS 8
 
 typedef struct tape_slot {
   uint64_t id;
@@ -401,18 +400,9 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   const tape_slot *s = &t->slots[e->slot0];
   for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = slot_view(t, &s[i], i);
   if (!entry_dys(t, e, outs, dys)) return NB_OK;
-  for (int32_t i = 0; i < e->nin; i++) {
-    needs[i] = is_float(s[i].meta.dtype) && s[i].tracked;
-    dxs[i] = NULL;
-  }
-  nb_tensor *guard = (nb_tensor *)&guard;
-  for (int i = 0; i < NB_GRAD_GUARDS; i++) dxs[e->nin + i] = guard;
+  for (int32_t i = 0; i < e->nin; i++) needs[i] = is_float(s[i].meta.dtype) && s[i].tracked;
   nb_fwd_op op = {e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
-  nb_code code = fn(t->c, &op, dys, dxs);
-  if (!code && dxs[e->nin] != guard)
-    return nb_fail(t->c, NB_INTERNAL, "Num gradients %d generated for op %s do not match num inputs %d",
-                   e->nin + 1, e->def->name, e->nin);
-  if (code && !nb_status(t->c)) nb_fail(t->c, code, "the gradient function of %s failed", e->def->name);
+  nb_code code = nb_grad_invoke(t->c, fn, &op, dys, dxs);
   nb_tensor **kept = ins; /* reused: the new map values, which must survive the scope */
   int nkept = 0;
   for (int32_t i = 0; i < e->nin && !code; i++) {
@@ -432,7 +422,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
 static int32_t widest(const nb_tape *t) {
   int32_t w = 0;
   for (int32_t i = 0; i < t->nentries; i++) {
-    int32_t need = 2 * (t->entries[i].nin + t->entries[i].nout) + NB_GRAD_GUARDS;
+    int32_t need = nb_grad_width(t->entries[i].nin, t->entries[i].nout);
     if (need > w) w = need;
   }
   return w;
