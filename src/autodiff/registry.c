@@ -144,7 +144,7 @@ nb_code nb_gradient_override_push(nb_graph *g, const char *op_type, const char *
     g->overrides = o;
     g->overrides_cap = cap;
   }
-  const char *t = nb_arena_strdup(g, op_type), *n = nb_arena_strdup(g, grad_name);
+  const char *t = nb_arena_strdup(&g->arena, op_type), *n = nb_arena_strdup(&g->arena, grad_name);
   if (!t || !n) return NB_NOMEM;
   g->overrides[g->noverrides++] = (nb_override){t, n};
   return NB_OK;

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NB_TAPE_BLOCK 16384
 
 typedef struct tape_slot {
   uint64_t id;
@@ -35,12 +34,6 @@ typedef struct id_map {
   uint32_t cap, n;
 } id_map;
 
-typedef struct tape_block {
-  struct tape_block *next;
-  size_t used, cap;
-  _Alignas(16) char data[];
-} tape_block;
-
 struct nb_tape {
   nb_ctx *c;
   bool active, persistent, recording, used, unconnected_zero;
@@ -52,8 +45,7 @@ struct nb_tape {
   int32_t nentries, entries_cap;
   tape_slot *slots;
   int32_t nslots, slots_cap;
-  tape_block *arena;       /* oldest block first */
-  tape_block *cursor;      /* the block being filled */
+  nb_arena arena;          /* attr values and lists */
   nb_tensor **buf;         /* backward scratch: handles of one entry */
   bool *needs;
   nb_tensor *views;        /* borrowed views of one entry's saved tensors */
@@ -129,47 +121,13 @@ static void map_clear(id_map *m) {
 
 /* ---- arena and storage ------------------------------------------------------------------ */
 
-/* Bump allocation from the cursor block, moving on to the next block (reused after a
-   reset) or a new one at the end when it is full. */
-static void *arena_alloc(nb_tape *t, size_t bytes) {
-  bytes = (bytes + 15) & ~(size_t)15;
-  while (t->cursor && t->cursor->cap - t->cursor->used < bytes && t->cursor->next) t->cursor = t->cursor->next;
-  tape_block *b = t->cursor;
-  if (!b || b->cap - b->used < bytes) {
-    size_t cap = bytes > NB_TAPE_BLOCK ? bytes : NB_TAPE_BLOCK;
-    tape_block *nb = malloc(sizeof *nb + cap);
-    if (!nb) return NULL;
-    *nb = (tape_block){NULL, 0, cap};
-    if (b)
-      b->next = nb;
-    else
-      t->arena = nb;
-    t->cursor = b = nb;
-  }
-  void *p = b->data + b->used;
-  b->used += bytes;
-  return p;
-}
-
-static bool grow_array(void **a, int32_t *cap, int32_t need, size_t elem) {
-  if (need <= *cap) return true;
-  int32_t n = *cap ? *cap : 64;
-  while (n < need) n *= 2;
-  void *p = realloc(*a, (size_t)n * elem);
-  if (!p) return false;
-  *a = p;
-  *cap = n;
-  return true;
-}
-
 /* Drops every entry (releasing kept data) but keeps the memory for the next use. */
 static void tape_reset(nb_tape *t) {
   for (int32_t i = 0; i < t->nslots; i++) nb_buffer_release(t->c, t->slots[i].buf);
   t->nslots = t->nentries = 0;
   t->last_out = 0;
   map_clear(&t->tracked);
-  for (tape_block *b = t->arena; b; b = b->next) b->used = 0;
-  t->cursor = t->arena;
+  nb_arena_reset(&t->arena);
 }
 
 static void tape_destroy(nb_tape *t) {
@@ -182,11 +140,7 @@ static void tape_destroy(nb_tape *t) {
   free(t->buf);
   free(t->needs);
   free(t->views);
-  while (t->arena) {
-    tape_block *b = t->arena;
-    t->arena = b->next;
-    free(b);
-  }
+  nb_arena_free(&t->arena);
   free(t);
 }
 
@@ -194,29 +148,6 @@ static void tape_destroy(nb_tape *t) {
 
 /* Whether bit i of a grad_inputs/grad_outputs mask is set (past 32 entries: all or none). */
 static bool reads(uint32_t mask, int i) { return i < 32 ? (mask >> i) & 1u : mask == ~0u; }
-
-static bool copy_attrs(nb_tape *t, const nb_kargs *k, tape_entry *e) {
-  e->attr = NULL;
-  int n = k->def->nattrs;
-  if (!n) return true;
-  if (!(e->attr = arena_alloc(t, (size_t)n * sizeof *e->attr))) return false;
-  for (int a = 0; a < n; a++) {
-    nb_attrval v = k->attr[a];
-    if (k->def->attrs[a].kind == NB_ATTR_INTS && v.n > 0) {
-      int64_t *ints = arena_alloc(t, (size_t)v.n * sizeof *ints);
-      if (!ints) return false;
-      memcpy(ints, v.ints, (size_t)v.n * sizeof *ints);
-      v.ints = ints;
-    } else if (k->def->attrs[a].kind == NB_ATTR_STR && v.s) {
-      size_t len = strlen(v.s) + 1;
-      char *s = arena_alloc(t, len);
-      if (!s) return false;
-      v.s = memcpy(s, v.s, len);
-    }
-    e->attr[a] = v;
-  }
-  return true;
-}
 
 static void save_slot(nb_tape *t, const nb_tensor *x, bool keep, bool tracked) {
   tape_slot *s = &t->slots[t->nslots++];
@@ -230,12 +161,13 @@ static void save_slot(nb_tape *t, const nb_tensor *x, bool keep, bool tracked) {
 static bool is_tracked(const nb_tape *t, uint64_t id) { return id == t->last_out || map_has(&t->tracked, id); }
 
 static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
-  if (!grow_array((void **)&t->entries, &t->entries_cap, t->nentries + 1, sizeof *t->entries) ||
-      !grow_array((void **)&t->slots, &t->slots_cap, t->nslots + k->nin + k->nout, sizeof *t->slots))
+  if (!nb_grow_array((void **)&t->entries, &t->entries_cap, t->nentries + 1, sizeof *t->entries) ||
+      !nb_grow_array((void **)&t->slots, &t->slots_cap, t->nslots + k->nin + k->nout, sizeof *t->slots))
     return false;
   tape_entry *e = &t->entries[t->nentries];
   *e = (tape_entry){k->def, NULL, t->nslots, k->nin, k->nout};
-  if (!copy_attrs(t, k, e)) return false;
+  e->attr = nb_attrs_copy(&t->arena, k->def, k->attr);
+  if (k->def->nattrs && !e->attr) return false;
   for (int i = 0; i < k->nin; i++) save_slot(t, k->in[i], reads(k->def->grad_inputs, i), is_tracked(t, k->in[i]->id));
   for (int i = 0; i < k->nout; i++) {
     save_slot(t, out[i], reads(k->def->grad_outputs, i), false);
@@ -280,7 +212,7 @@ nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
     nb_fail(c, NB_INVALID, "nb_tape_begin: tapes record eager ops; graph contexts use nb_gradients");
     return NULL;
   }
-  if (!grow_array((void **)&c->tapes, &c->tapes_cap, c->ntapes + 1, sizeof *c->tapes)) {
+  if (!nb_grow_array((void **)&c->tapes, &c->tapes_cap, c->ntapes + 1, sizeof *c->tapes)) {
     nb_fail(c, NB_NOMEM, "nb_tape_begin: out of memory");
     return NULL;
   }

@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #define NB_ERR_CAP 512
 #define NB_ALIGN 64
@@ -89,6 +90,18 @@ struct nb_ctx {
   struct nb_meta *metas;   /* inference output scratch, grown to the widest op */
   int metas_cap;
 };
+
+/* Bump arenas: many small allocations freed together (names, attrs, lists). */
+typedef struct nb_arena_block nb_arena_block;
+typedef struct nb_arena {
+  nb_arena_block *first, *cursor;
+} nb_arena;
+void *nb_arena_alloc(nb_arena *a, size_t bytes);
+char *nb_arena_strdup(nb_arena *a, const char *s);
+void nb_arena_reset(nb_arena *a); /* empties it, keeping its blocks */
+void nb_arena_free(nb_arena *a);
+/* Grows *arr (of elem-sized items, capacity *cap) to hold need items; false when out of memory. */
+bool nb_grow_array(void **arr, int32_t *cap, int32_t need, size_t elem);
 
 /* status */
 nb_code nb_fail(nb_ctx *c, nb_code code, const char *fmt, ...)

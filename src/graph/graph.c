@@ -9,40 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NB_ARENA_BLOCK (64 * 1024)
 #define NB_FOLD_MAX_ELEMS (1 << 16) /* larger constant results are computed at run time */
-
-/* ---- arena --------------------------------------------------------------------------- */
-
-struct nb_arena_block {
-  nb_arena_block *next;
-  size_t used, cap;
-  _Alignas(16) char data[];
-};
-
-void *nb_arena_alloc(nb_graph *g, size_t bytes) {
-  bytes = (bytes + 15) & ~(size_t)15;
-  nb_arena_block *b = g->arena;
-  if (!b || b->cap - b->used < bytes) {
-    size_t cap = bytes > NB_ARENA_BLOCK ? bytes : NB_ARENA_BLOCK;
-    nb_arena_block *nb = malloc(sizeof *nb + cap);
-    if (!nb) return NULL;
-    nb->next = b;
-    nb->used = 0;
-    nb->cap = cap;
-    g->arena = b = nb;
-  }
-  void *p = b->data + b->used;
-  b->used += bytes;
-  return p;
-}
-
-char *nb_arena_strdup(nb_graph *g, const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = nb_arena_alloc(g, n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
 
 /* ---- string map (open addressing; keys live in the arena) --------------------------- */
 
@@ -120,11 +87,7 @@ void nb_graph_free(nb_graph *g) {
   for (int32_t i = 0; i < g->nnodes; i++)
     for (int a = 0; a < g->nodes[i].def->nattrs; a++)
       if (g->nodes[i].def->attrs[a].kind == NB_ATTR_TENSOR) nb_tensor_free(g->nodes[i].attr[a].tensor);
-  while (g->arena) {
-    nb_arena_block *b = g->arena;
-    g->arena = b->next;
-    free(b);
-  }
+  nb_arena_free(&g->arena);
   free(g->names.slots);
   free(g->fresh_names);
   free(g->nodes);
@@ -145,18 +108,6 @@ uint32_t nb_graph_next_gen(nb_graph *g) {
   return g->gen;
 }
 
-/* Grows *arr (of elem-sized items) to hold need items. */
-static bool grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
-  if (need <= *cap) return true;
-  int32_t n = *cap ? *cap : 256;
-  while (n < need) n *= 2;
-  void *p = realloc(*arr, (size_t)n * elem);
-  if (!p) return false;
-  *arr = p;
-  *cap = n;
-  return true;
-}
-
 static bool fresh_taken(const nb_graph *g, const char *leaf) {
   for (int32_t i = 0; i < g->nfresh; i++)
     if (strcmp(g->fresh_names[i], leaf) == 0) return true;
@@ -165,14 +116,14 @@ static bool fresh_taken(const nb_graph *g, const char *leaf) {
 
 /* In a fresh scope: base, base_1, ... checked against the scope's own names only. */
 static const char *fresh_unique_name(nb_graph *g, const char *base) {
-  if (g->nfresh == g->fresh_cap && !grow((void **)&g->fresh_names, &g->fresh_cap, g->nfresh + 1, sizeof *g->fresh_names))
+  if (g->nfresh == g->fresh_cap && !nb_grow_array((void **)&g->fresh_names, &g->fresh_cap, g->nfresh + 1, sizeof *g->fresh_names))
     return NULL;
   char leaf[288];
   int n = snprintf(leaf, sizeof leaf, "%s", base);
   if (n < 0 || (size_t)n >= sizeof leaf - 24) return NULL;
   for (int k = 1; fresh_taken(g, leaf); k++) snprintf(leaf + n, sizeof leaf - (size_t)n, "_%d", k);
   size_t scope = (size_t)g->scope_len, len = strlen(leaf) + 1;
-  char *name = nb_arena_alloc(g, scope + len);
+  char *name = nb_arena_alloc(&g->arena, scope + len);
   if (!name) return NULL;
   memcpy(name, g->scope, scope);
   memcpy(name + scope, leaf, len);
@@ -192,7 +143,7 @@ const char *nb_graph_unique_name(nb_graph *g, const char *base) {
     while (strmap_find(&g->names, buf));
     *next = k;
   }
-  char *name = nb_arena_strdup(g, buf);
+  char *name = nb_arena_strdup(&g->arena, buf);
   if (!name || !strmap_put(&g->names, name, 1)) return NULL;
   return name;
 }
@@ -249,7 +200,7 @@ void nb_graph_scope_restore(nb_graph *g, nb_scope_state *st) {
   memcpy(g->scope_marks, st->scope_marks, sizeof g->scope_marks);
   g->fresh = st->fresh;
   g->nfresh = 0;
-  if (st->nfresh && grow((void **)&g->fresh_names, &g->fresh_cap, st->nfresh, sizeof *g->fresh_names)) {
+  if (st->nfresh && nb_grow_array((void **)&g->fresh_names, &g->fresh_cap, st->nfresh, sizeof *g->fresh_names)) {
     memcpy(g->fresh_names, st->fresh_names, (size_t)st->nfresh * sizeof *g->fresh_names);
     g->nfresh = st->nfresh;
   }
@@ -422,30 +373,14 @@ nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k) {
   return code;
 }
 
+/* The node's own copy of the attrs; a tensor value (Const's) becomes a detached share. */
 static nb_code copy_attrs(nb_graph *g, const nb_kargs *k, nb_node *n) {
-  if (k->def->nattrs == 0) return NB_OK;
-  if (!(n->attr = nb_arena_alloc(g, (size_t)k->def->nattrs * sizeof *n->attr))) return NB_NOMEM;
-  for (int a = 0; a < k->def->nattrs; a++) {
-    nb_attrval v = k->attr[a];
-    switch (k->def->attrs[a].kind) {
-      case NB_ATTR_STR:
-        if (v.s && !(v.s = nb_arena_strdup(g, v.s))) return NB_NOMEM;
-        break;
-      case NB_ATTR_INTS:
-        if (v.n > 0) {
-          int64_t *ints = nb_arena_alloc(g, (size_t)v.n * sizeof *ints);
-          if (!ints) return NB_NOMEM;
-          memcpy(ints, v.ints, (size_t)v.n * sizeof *ints);
-          v.ints = ints;
-        }
-        break;
-      case NB_ATTR_TENSOR:
-        if (v.tensor && !(v.tensor = nb_detached_share(v.tensor))) return NB_NOMEM;
-        break;
-      default: break;
-    }
-    n->attr[a] = v;
-  }
+  n->attr = nb_attrs_copy(&g->arena, k->def, k->attr);
+  if (k->def->nattrs && !n->attr) return NB_NOMEM;
+  for (int a = 0; a < k->def->nattrs; a++)
+    if (k->def->attrs[a].kind == NB_ATTR_TENSOR && n->attr[a].tensor &&
+        !(n->attr[a].tensor = nb_detached_share(n->attr[a].tensor)))
+      return NB_NOMEM;
   return NB_OK;
 }
 
@@ -518,9 +453,9 @@ static nb_code add_edges(nb_ctx *c, nb_graph *g, nb_tensor *const *orig, int nin
 }
 
 static nb_code reserve_node(nb_graph *g, int nin, int nout) {
-  if (!grow((void **)&g->nodes, &g->nodes_cap, g->nnodes + 1, sizeof *g->nodes) ||
-      !grow((void **)&g->edges, &g->edges_cap, g->nedges + nin, sizeof *g->edges) ||
-      !grow((void **)&g->outs, &g->outs_cap, g->nouts + nout, sizeof *g->outs))
+  if (!nb_grow_array((void **)&g->nodes, &g->nodes_cap, g->nnodes + 1, sizeof *g->nodes) ||
+      !nb_grow_array((void **)&g->edges, &g->edges_cap, g->nedges + nin, sizeof *g->edges) ||
+      !nb_grow_array((void **)&g->outs, &g->outs_cap, g->nouts + nout, sizeof *g->outs))
     return NB_NOMEM;
   return NB_OK;
 }
@@ -574,7 +509,7 @@ static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out) {
 nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep) {
   if (!x || !dep || !x->graph || x->graph != dep->graph) return NB_INVALID;
   nb_graph *g = x->graph;
-  if (!grow((void **)&g->edges, &g->edges_cap, g->nedges + 1, sizeof *g->edges)) return NB_NOMEM;
+  if (!nb_grow_array((void **)&g->edges, &g->edges_cap, g->nedges + 1, sizeof *g->edges)) return NB_NOMEM;
   int32_t id = g->nedges++;
   nb_edge *e = &g->edges[id];
   *e = (nb_edge){dep->node, -1, x->node, g->nodes[dep->node].first_use, g->nodes[x->node].ctrl};

@@ -35,7 +35,6 @@ typedef struct nb_node {
   int32_t pending, slot;
 } nb_node;
 
-typedef struct nb_arena_block nb_arena_block;
 typedef struct nb_strmap_slot {
   const char *key;         /* NULL: empty */
   uint32_t hash;
@@ -61,7 +60,7 @@ struct nb_graph {
   int32_t nedges, edges_cap;
   nb_out *outs;
   int32_t nouts, outs_cap;
-  nb_arena_block *arena;
+  nb_arena arena;
   nb_strmap names;         /* node names and scope names in use -> next free suffix */
   char scope[NB_SCOPE_CAP];
   int scope_len, nscopes;
@@ -81,8 +80,6 @@ struct nb_graph {
 
 /* Starts a traversal: nodes with stamp != the returned generation are unvisited. */
 uint32_t nb_graph_next_gen(nb_graph *g);
-char *nb_arena_strdup(nb_graph *g, const char *s);
-void *nb_arena_alloc(nb_graph *g, size_t bytes);
 /* A unique name "<scope><base>", or with "_N" appended; reserved in the name map. */
 const char *nb_graph_unique_name(nb_graph *g, const char *base);
 /* Sets the current scope string; fresh: see nb_graph.fresh. */

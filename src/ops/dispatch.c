@@ -241,6 +241,21 @@ nb_attr nb_attr_tensor(const char *name, nb_tensor *v) {
   return a;
 }
 
+nb_attrval *nb_attrs_copy(nb_arena *a, const nb_op_def *def, const nb_attrval *attr) {
+  if (def->nattrs == 0) return NULL;
+  nb_attrval *out = nb_arena_alloc(a, (size_t)def->nattrs * sizeof *out);
+  for (int i = 0; out && i < def->nattrs; i++) {
+    out[i] = attr[i];
+    if (def->attrs[i].kind == NB_ATTR_STR && attr[i].s && !(out[i].s = nb_arena_strdup(a, attr[i].s))) return NULL;
+    if (def->attrs[i].kind == NB_ATTR_INTS && attr[i].n > 0) {
+      int64_t *ints = nb_arena_alloc(a, (size_t)attr[i].n * sizeof *ints);
+      if (!ints) return NULL;
+      out[i].ints = memcpy(ints, attr[i].ints, (size_t)attr[i].n * sizeof *ints);
+    }
+  }
+  return out;
+}
+
 /* ---- helpers for wrappers, infer and kernel functions ------------------------------ */
 
 nb_tensor *nb_const_ints(nb_ctx *c, nb_dtype t, const int64_t *v, int n) {

@@ -103,6 +103,9 @@ nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int n
 nb_tensor *nb_call(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
                    const nb_attrval *attrs);
 void nb_attr_defaults(const nb_op_def *def, nb_attrval *vals);
+/* A copy of def's attr values in a, with string and list values copied into a too (tensor
+   values are left to the caller); NULL when out of memory or when def has no attrs. */
+nb_attrval *nb_attrs_copy(nb_arena *a, const nb_op_def *def, const nb_attrval *attr);
 /* Checks a wrapper's own arguments before dispatch (NULL inputs and such). */
 bool nb_live(nb_ctx *c);
 /* A temporary 1-D int tensor for a wrapper's const input; free it after the call. */
