@@ -31,12 +31,9 @@ typedef struct pass {
   char scope[NB_SCOPE_CAP];    /* "gradients/" (made unique) */
 } pass;
 
-static int64_t key_of(const nb_tensor *x) { return (int64_t)x->node << 32 | (uint32_t)x->out; }
 static nb_tensor *handle_of(pass *p, int64_t key) {
-  return nb_graph_handle(p->c, p->g, (int32_t)(key >> 32), (int32_t)(uint32_t)key);
+  return nb_graph_handle(p->c, p->g, nb_key_node(key), nb_key_out(key));
 }
-
-static bool is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
 
 static nb_code fail(pass *p, nb_code code, const char *fmt, const char *a, const char *b) {
   return nb_fail(p->c, code, fmt, a, b);
@@ -159,7 +156,7 @@ static nb_code prepare(pass *p) {
    integer and bool outputs never take gradients. */
 static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
   const nb_node *n = &p->g->nodes[id];
-  if (!is_float(p->g->outs[n->out0 + out].meta.dtype)) return NB_OK;
+  if (!nb_is_float(p->g->outs[n->out0 + out].meta.dtype)) return NB_OK;
   if (p->nentries == p->entries_cap) {
     int32_t cap = p->entries_cap ? p->entries_cap * 2 : 256;
     grad_entry *e = realloc(p->entries, (size_t)cap * sizeof *e);
@@ -168,7 +165,7 @@ static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
     p->entries_cap = cap;
   }
   int32_t *head = &p->heads[p->out_base[n->slot] + out];
-  p->entries[p->nentries] = (grad_entry){key_of(dx), *head};
+  p->entries[p->nentries] = (grad_entry){nb_key_of(dx), *head};
   *head = p->nentries++;
   return NB_OK;
 }
@@ -203,7 +200,7 @@ static nb_tensor *aggregate(pass *p, int32_t *headp) {
     sum = nb_add_n(p->c, terms, n);
   }
   free(terms);
-  if (sum) p->entries[head] = (grad_entry){key_of(sum), -1}; /* the sum replaces the list */
+  if (sum) p->entries[head] = (grad_entry){nb_key_of(sum), -1}; /* the sum replaces the list */
   return sum;
 }
 
@@ -224,7 +221,7 @@ static bool feeds_between(const pass *p, const nb_node *n) {
 static void output_grads(pass *p, const nb_node *n, nb_tensor **outs, nb_tensor **dys) {
   for (int32_t o = 0; o < n->nout; o++) dys[o] = aggregate(p, &p->heads[p->out_base[n->slot] + o]);
   for (int32_t o = 0; o < n->nout; o++)
-    if (!dys[o] && is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(p->c, outs[o]);
+    if (!dys[o] && nb_is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(p->c, outs[o]);
 }
 
 /* Sets the graph's name scope to "<gradients scope><node name>_grad/" (just the
@@ -358,7 +355,7 @@ static nb_code open_scope(pass *p) {
 static nb_code seed(pass *p, nb_tensor *const *ys, int ny) {
   nb_graph_set_scope(p->g, p->scope, false);
   for (int i = 0; i < ny; i++) {
-    if (!in_between(p, ys[i]->node) || !is_float(ys[i]->dtype)) continue;
+    if (!in_between(p, ys[i]->node) || !nb_is_float(ys[i]->dtype)) continue;
     nb_tensor *given = p->o->grad_ys ? p->o->grad_ys[i] : NULL;
     nb_tensor *g = given ? given : nb_ones_like(p->c, ys[i]);
     if (!g) return nb_status(p->c);

@@ -273,8 +273,6 @@ void nb_tape_end(nb_tape *t) {
 
 /* ---- the backward pass ------------------------------------------------------------------ */
 
-static bool is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
-
 /* A view of a recorded tensor: its kept data (or none), under its original id. The slot
    owns the data, so the view borrows it: no handle, no reference count, nothing to free. */
 static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
@@ -322,7 +320,7 @@ static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **outs, nb_tens
   bool any = false;
   for (int32_t o = 0; o < e->nout; o++) any |= (dys[o] = map_get(&t->grads, t->slots[e->slot0 + e->nin + o].id)) != NULL;
   for (int32_t o = 0; any && o < e->nout; o++)
-    if (!dys[o] && is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(t->c, outs[o]);
+    if (!dys[o] && nb_is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(t->c, outs[o]);
   return any;
 }
 
@@ -332,7 +330,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   const tape_slot *s = &t->slots[e->slot0];
   for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = slot_view(t, &s[i], i);
   if (!entry_dys(t, e, outs, dys)) return NB_OK;
-  for (int32_t i = 0; i < e->nin; i++) needs[i] = is_float(s[i].meta.dtype) && s[i].tracked;
+  for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float(s[i].meta.dtype) && s[i].tracked;
   nb_fwd_op op = {e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = nb_grad_invoke(t->c, fn, &op, dys, dxs);
   nb_tensor **kept = ins; /* reused: the new map values, which must survive the scope */
@@ -418,7 +416,7 @@ static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor
   nb_grad_builtins_init();
   nb_scope_begin(t->c);
   for (int i = 0; i < nt && !code; i++) {
-    if (!is_float(targets[i]->dtype) || !map_has(&t->tracked, targets[i]->id)) continue;
+    if (!nb_is_float(targets[i]->dtype) || !map_has(&t->tracked, targets[i]->id)) continue;
     nb_tensor *seed = output_grads && output_grads[i] ? output_grads[i] : nb_ones_like(t->c, targets[i]), *owned, *old;
     code = seed ? accumulate(t, targets[i]->id, seed, &owned, &old) : nb_status(t->c);
   }
@@ -427,7 +425,7 @@ static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor
     if (!map_put(&t->sources, sources[i]->id, 0, false)) code = nb_fail(t->c, NB_NOMEM, "tape: out of memory");
   if (!code) code = run_backward(t);
   for (int i = 0; i < ns; i++) {
-    out[i] = code || !is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
+    out[i] = code || !nb_is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
     if (!code && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
     for (int j = 0; j < i && out[i]; j++) /* a source listed twice gets a handle of its own */
       if (out[j] == out[i]) out[i] = own(t, out[i]);
@@ -518,7 +516,7 @@ static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_
   if (!t->active) return nb_fail(t->c, NB_INVALID, "%s: the tape was ended", fn);
   if (!target || !source || !target->buf || !source->buf)
     return nb_fail(t->c, NB_INVALID, "%s: target and source must be concrete tensors", fn);
-  if (!is_float(target->dtype) || !is_float(source->dtype))
+  if (!nb_is_float(target->dtype) || !nb_is_float(source->dtype))
     return nb_fail(t->c, NB_DTYPE, "%s: target and source must be float, got %s and %s", fn,
                    nb_dtype_name(target->dtype), nb_dtype_name(source->dtype));
   if (t->used && !t->persistent) return nb_fail(t->c, NB_INVALID, "%s: the tape was used already", fn);

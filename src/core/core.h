@@ -127,8 +127,12 @@ nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer
 nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape);
 static inline void *nb_tdata(const nb_tensor *x) { return x->buf ? x->buf->data : NULL; }
 
+static inline bool nb_is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
+
 /* shapes */
 int64_t nb_shape_size(int rank, const int64_t *shape);
+/* Whether the rank and every dim are known (not -1). */
+bool nb_dims_known(int rank, const int64_t *shape);
 /* Writes "[2,3]" (or "[]" for a scalar) into buf; returns buf. */
 char *nb_shape_str(char *buf, size_t cap, int rank, const int64_t *shape);
 /* NumPy broadcasting of two shapes; false when incompatible. */

@@ -96,9 +96,7 @@ static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape
   x->dtype = t;
   x->rank = rank;
   if (rank > 0) memcpy(x->shape, shape, (size_t)rank * sizeof *shape);
-  bool known = rank >= 0;
-  for (int i = 0; i < rank; i++) known &= shape[i] >= 0;
-  x->size = known ? nb_shape_size(rank, shape) : -1;
+  x->size = nb_dims_known(rank, shape) ? nb_shape_size(rank, shape) : -1;
   x->buf = buf;
   x->graph = NULL;
   x->node = x->out = -1;

@@ -264,13 +264,6 @@ static nb_dtype deferred_dtype(const nb_kargs *k) {
   return k->in[def->t_input]->dtype;
 }
 
-static bool shape_known(const nb_tensor *x) {
-  if (x->rank < 0) return false;
-  for (int i = 0; i < x->rank; i++)
-    if (x->shape[i] < 0) return false;
-  return true;
-}
-
 /* Unknown dims are inferred through by probing: the op's infer runs with every unknown
    dim set to 1, then to two primes. Output dims that come out the same every time are
    known; those that differ (they follow an unknown dim: P, 3P, min(P, 5), ...) stay
@@ -349,7 +342,7 @@ static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
     if (x->graph && x->graph != c->graph)
       return nb_kfail(k, NB_INVALID, "input %d belongs to another graph", i);
     c->subst[i] = x->known ? (nb_tensor *)x->known : x;
-    unknown |= !shape_known(x);
+    unknown |= !nb_dims_known(x->rank, x->shape);
   }
   k->in = c->subst;
   if (!unknown) {

@@ -78,6 +78,12 @@ struct nb_graph {
   nb_ctx *fold;            /* eager context that folds constants */
 };
 
+/* A (node, output) pair as one int64: node << 32 | output. */
+static inline int64_t nb_key(int32_t node, int32_t out) { return (int64_t)node << 32 | (uint32_t)out; }
+static inline int64_t nb_key_of(const nb_tensor *x) { return nb_key(x->node, x->out); }
+static inline int32_t nb_key_node(int64_t key) { return (int32_t)(key >> 32); }
+static inline int32_t nb_key_out(int64_t key) { return (int32_t)(uint32_t)key; }
+
 /* Starts a traversal: nodes with stamp != the returned generation are unvisited. */
 uint32_t nb_graph_next_gen(nb_graph *g);
 /* A unique name "<scope><base>", or with "_N" appended; reserved in the name map. */

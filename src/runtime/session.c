@@ -85,8 +85,6 @@ static nb_code session_fail(nb_session *s, nb_code code, const char *fmt, ...) {
   return code;
 }
 
-static int64_t key_of(const nb_tensor *x) { return (int64_t)x->node << 32 | (uint32_t)x->out; }
-static int32_t key_node(int64_t key) { return (int32_t)(key >> 32); }
 
 static uint64_t keys_hash(const int64_t *keys, int n) {
   uint64_t h = 1469598103934665603ull;
@@ -122,7 +120,7 @@ static bool push_stale(int32_t **stack, int32_t *top, int32_t *cap, int32_t id) 
 
 /* Index of the feed that replaces (src, out), or -1. */
 static int fed_index(const nb_plan *p, int32_t src, int32_t out) {
-  int64_t key = (int64_t)src << 32 | (uint32_t)out;
+  int64_t key = nb_key(src, out);
   for (int i = 0; i < p->nfeed; i++)
     if (p->keys[i] == key) return i;
   return -1;
@@ -149,7 +147,7 @@ static nb_code mark_stale(planner *pl) {
   nb_graph *g = pl->g;
   int32_t *stack = NULL, top = 0, cap = 0;
   for (int i = 0; i < pl->p->nfeed; i++) {
-    int32_t id = key_node(pl->p->keys[i]);
+    int32_t id = nb_key_node(pl->p->keys[i]);
     if (g->nodes[id].stamp2 == pl->gen) continue;
     g->nodes[id].stamp2 = pl->gen;
     if (!push_stale(&stack, &top, &cap, id)) return NB_NOMEM;
@@ -191,7 +189,7 @@ static nb_code collect_needed(planner *pl) {
   int top = 0;
   for (int i = 0; i < pl->p->nfetch; i++) {
     int64_t key = pl->p->keys[pl->p->nfeed + i];
-    if (fed_index(pl->p, key_node(key), (int32_t)(uint32_t)key) < 0) push_needed(pl, stack, &top, key_node(key));
+    if (fed_index(pl->p, nb_key_node(key), nb_key_out(key)) < 0) push_needed(pl, stack, &top, nb_key_node(key));
   }
   while (top > 0) {
     const nb_node *n = &g->nodes[stack[--top]];
@@ -288,8 +286,8 @@ static nb_code assign_values(planner *pl) {
   p->in_off[p->nsteps] = nin;
   for (int i = 0; i < p->nfetch; i++) {
     int64_t key = p->keys[p->nfeed + i];
-    int f = fed_index(p, key_node(key), (int32_t)(uint32_t)key);
-    p->fetch_vals[i] = f >= 0 ? f : g->nodes[key_node(key)].slot + (int32_t)(uint32_t)key;
+    int f = fed_index(p, nb_key_node(key), nb_key_out(key));
+    p->fetch_vals[i] = f >= 0 ? f : g->nodes[nb_key_node(key)].slot + nb_key_out(key);
   }
   return NB_OK;
 }
@@ -460,8 +458,8 @@ nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_val
   if (code) return code;
   int64_t *keys = malloc((size_t)(nfeed + nfetch + 1) * sizeof *keys);
   if (!keys) return session_fail(s, NB_NOMEM, "out of memory");
-  for (int i = 0; i < nfeed; i++) keys[i] = key_of(feed[i]);
-  for (int i = 0; i < nfetch; i++) keys[nfeed + i] = key_of(fetch[i]);
+  for (int i = 0; i < nfeed; i++) keys[i] = nb_key_of(feed[i]);
+  for (int i = 0; i < nfetch; i++) keys[nfeed + i] = nb_key_of(fetch[i]);
   nb_plan *p;
   if ((code = get_plan(s, keys, nfeed, nfetch, &p))) return code;
   if (p->nvals > s->vals_cap) {
