@@ -42,9 +42,9 @@ nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, 
     const nb_op_def *def = nb_custom_gradient_def();
     nb_attrval a[NB_MAX_ATTRS];
     nb_attr_defaults(def, a);
-    a[1].i = nout;
-    a[2].i = bits_of(&grad, sizeof grad);
-    a[3].i = bits_of(&user, sizeof user);
+    a[NB_CUSTOM_NUM_OUTPUTS].i = nout;
+    a[NB_CUSTOM_GRAD_FN].i = bits_of(&grad, sizeof grad);
+    a[NB_CUSTOM_USER].i = bits_of(&user, sizeof user);
     code = nb_dispatch(c, def, args, nout + nin, a, out, nout);
   }
   nb_scope_end(c, out, code ? 0 : nout);

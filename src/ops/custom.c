@@ -8,10 +8,8 @@
 
 #include <string.h>
 
-enum { ATTR_N, ATTR_NUM_OUTPUTS, ATTR_GRAD_FN, ATTR_USER };
-
 static nb_code custom_infer(nb_kargs *k) {
-  int64_t n = k->attr[ATTR_NUM_OUTPUTS].i;
+  int64_t n = k->attr[NB_CUSTOM_NUM_OUTPUTS].i;
   if (n < 1 || n > k->nin || n != k->nout)
     return nb_kfail(k, NB_INVALID, "num_outputs %lld must be in [1, %d] and match the %d outputs", (long long)n,
                     k->nin, k->nout);
