@@ -438,6 +438,13 @@ static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor
   return code;
 }
 
+/* A one-shot tape's records are spent after one gradient computation: free them now. */
+static void spend(nb_tape *t) {
+  if (t->persistent) return;
+  t->used = true;
+  tape_reset(t);
+}
+
 nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                          nb_tensor *const *output_grads, nb_tensor **out) {
   if (!t) return NB_INVALID;
@@ -461,10 +468,7 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
                      nb_dtype_name(targets[i]->dtype), nb_tstr(targets[i]));
   if (code) return code;
   code = gradient(t, targets, nt, sources, ns, output_grads, out);
-  if (!t->persistent) {
-    t->used = true;
-    tape_reset(t); /* its entries are spent: free them now */
-  }
+  spend(t);
   return code;
 }
 
@@ -502,11 +506,14 @@ static nb_code jacobian_rows(nb_tape *t, nb_tensor *target, nb_tensor *source, i
   nb_scope_end(t->c, out, 1);
   t->recording = was_recording;
   free(rows);
-  if (!t->persistent) {
-    t->used = true;
-    tape_reset(t);
-  }
+  spend(t);
   return code;
+}
+
+/* shape = target's dims then source's, skipping source's first `skip` (its batch dim). */
+static void join_shapes(int64_t *shape, const nb_tensor *target, const nb_tensor *source, int skip) {
+  memcpy(shape, target->shape, (size_t)target->rank * sizeof *shape);
+  memcpy(shape + target->rank, source->shape + skip, (size_t)(source->rank - skip) * sizeof *shape);
 }
 
 static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
@@ -531,8 +538,7 @@ nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_te
   if (rank > NB_MAX_RANK)
     return nb_fail(t->c, NB_SHAPE, "nb_tape_jacobian: the Jacobian's rank %d exceeds %d", rank, NB_MAX_RANK);
   int64_t shape[NB_MAX_RANK];
-  memcpy(shape, target->shape, (size_t)target->rank * sizeof *shape);
-  memcpy(shape + target->rank, source->shape, (size_t)source->rank * sizeof *shape);
+  join_shapes(shape, target, source, 0);
   return jacobian_rows(t, target, source, 1, 0, shape, rank, out);
 }
 
@@ -549,7 +555,6 @@ nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source,
   if (rank > NB_MAX_RANK)
     return nb_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: the result's rank %d exceeds %d", rank, NB_MAX_RANK);
   int64_t shape[NB_MAX_RANK];
-  memcpy(shape, target->shape, (size_t)target->rank * sizeof *shape);
-  memcpy(shape + target->rank, source->shape + 1, (size_t)(source->rank - 1) * sizeof *shape);
+  join_shapes(shape, target, source, 1);
   return jacobian_rows(t, target, source, target->shape[0], 1, shape, rank, out);
 }

@@ -258,12 +258,16 @@ nb_attrval *nb_attrs_copy(nb_arena *a, const nb_op_def *def, const nb_attrval *a
 
 /* ---- helpers for wrappers, infer and kernel functions ------------------------------ */
 
+/* A wrapper's list argument must exist unless empty. */
+static bool list_ok(nb_ctx *c, const void *v, int n) {
+  if (!nb_live(c)) return false;
+  if (n >= 0 && (n == 0 || v)) return true;
+  nb_fail(c, NB_INVALID, "a list argument is NULL or has negative length %d", n);
+  return false;
+}
+
 nb_tensor *nb_const_ints(nb_ctx *c, nb_dtype t, const int64_t *v, int n) {
-  if (!nb_live(c)) return NULL;
-  if (n < 0 || (n > 0 && !v)) {
-    nb_fail(c, NB_INVALID, "a list argument is NULL or has negative length %d", n);
-    return NULL;
-  }
+  if (!list_ok(c, v, n)) return NULL;
   int64_t shape[1] = {n};
   nb_tensor *x = nb_tensor_alloc(c, t, 1, shape);
   if (!x) return NULL;
@@ -277,11 +281,7 @@ nb_tensor *nb_const_ints(nb_ctx *c, nb_dtype t, const int64_t *v, int n) {
 }
 
 nb_tensor *nb_const_int_list(nb_ctx *c, const int *v, int n) {
-  if (!nb_live(c)) return NULL;
-  if (n < 0 || (n > 0 && !v)) {
-    nb_fail(c, NB_INVALID, "a list argument is NULL or has negative length %d", n);
-    return NULL;
-  }
+  if (!list_ok(c, v, n)) return NULL;
   int64_t shape[1] = {n};
   nb_tensor *x = nb_tensor_alloc(c, NB_I32, 1, shape);
   if (x && n) memcpy(nb_tdata(x), v, (size_t)n * sizeof *v);
