@@ -292,8 +292,31 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
 /* grads[id] += g. Each map value is a handle of the map's own, so it can be freed when
    replaced or consumed, however the gradient functions share their results. *replaced
    is the old value, now freed (NULL when there was none). */
+/* have += g in place: possible when the map alone holds have's data, the shapes match, and
+   no other tape is recording (which would need the addition as a recorded op). */
+static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
+  if (t->c->ntapes > 1 || atomic_load(&have->buf->refs) != 1 || have->dtype != g->dtype || have->size != g->size ||
+      !g->buf || have->rank != g->rank || memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
+    return false;
+  if (g->dtype == NB_F32) {
+    float *a = nb_tdata(have);
+    const float *b = nb_tdata(g);
+    for (int64_t i = 0; i < g->size; i++) a[i] += b[i];
+  } else {
+    double *a = nb_tdata(have);
+    const double *b = nb_tdata(g);
+    for (int64_t i = 0; i < g->size; i++) a[i] += b[i];
+  }
+  return true;
+}
+
 static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g, nb_tensor **owned, nb_tensor **replaced) {
   nb_tensor *have = map_get(&t->grads, id);
+  *replaced = NULL;
+  if (have && add_in_place(t, have, g)) {
+    *owned = have; /* unchanged handle: nothing new to keep */
+    return NB_OK;
+  }
   nb_tensor *sum = have ? nb_add(t->c, have, g) : g;
   *owned = sum ? own(t, sum) : NULL;
   *replaced = have;
