@@ -16,8 +16,9 @@
 
 typedef struct tape_slot {
   uint64_t id;
-  nb_meta meta;
   nb_buffer *buf;          /* kept data, or NULL when the gradient reads only the shape */
+  const int64_t *shape;    /* rank dims, in the tape's arena */
+  uint8_t dtype, rank;
   bool tracked;            /* an input the tape tracked when the op ran: it needs a gradient */
 } tape_slot;
 
@@ -149,13 +150,14 @@ static void tape_destroy(nb_tape *t) {
 /* Whether bit i of a grad_inputs/grad_outputs mask is set (past 32 entries: all or none). */
 static bool reads(uint32_t mask, int i) { return i < 32 ? (mask >> i) & 1u : mask == ~0u; }
 
-static void save_slot(nb_tape *t, const nb_tensor *x, bool keep, bool tracked) {
+static bool save_slot(nb_tape *t, const nb_tensor *x, bool keep, bool tracked) {
+  int64_t *shape = x->rank ? nb_arena_alloc(&t->arena, (size_t)x->rank * sizeof *shape) : NULL;
+  if (x->rank && !shape) return false;
+  if (x->rank) memcpy(shape, x->shape, (size_t)x->rank * sizeof *shape);
   tape_slot *s = &t->slots[t->nslots++];
-  s->id = x->id;
-  s->tracked = tracked;
-  nb_meta_like(&s->meta, x);
-  s->buf = keep ? x->buf : NULL;
+  *s = (tape_slot){x->id, keep ? x->buf : NULL, shape, (uint8_t)x->dtype, (uint8_t)x->rank, tracked};
   if (s->buf) nb_buffer_retain(s->buf);
+  return true;
 }
 
 static bool is_tracked(const nb_tape *t, uint64_t id) { return id == t->last_out || map_has(&t->tracked, id); }
@@ -168,10 +170,11 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
   *e = (tape_entry){k->def, NULL, t->nslots, k->nin, k->nout};
   e->attr = nb_attrs_copy(&t->arena, k->def, k->attr);
   if (k->def->nattrs && !e->attr) return false;
-  for (int i = 0; i < k->nin; i++) save_slot(t, k->in[i], reads(k->def->grad_inputs, i), is_tracked(t, k->in[i]->id));
+  for (int i = 0; i < k->nin; i++)
+    if (!save_slot(t, k->in[i], reads(k->def->grad_inputs, i), is_tracked(t, k->in[i]->id))) return false;
   for (int i = 0; i < k->nout; i++) {
-    save_slot(t, out[i], reads(k->def->grad_outputs, i), false);
-    if (!map_put(&t->tracked, out[i]->id, NULL, false)) return false;
+    if (!save_slot(t, out[i], reads(k->def->grad_outputs, i), false) || !map_put(&t->tracked, out[i]->id, NULL, false))
+      return false;
     t->last_out = out[i]->id;
   }
   t->nentries++;
@@ -277,7 +280,7 @@ void nb_tape_end(nb_tape *t) {
    owns the data, so the view borrows it: no handle, no reference count, nothing to free. */
 static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
   nb_tensor *x = &t->views[i];
-  nb_borrowed_init(x, s->meta.dtype, s->meta.rank, s->meta.shape, s->buf, s->id);
+  nb_borrowed_init(x, (nb_dtype)s->dtype, s->rank, s->shape, s->buf, s->id);
   return x;
 }
 
@@ -353,7 +356,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   const tape_slot *s = &t->slots[e->slot0];
   for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = slot_view(t, &s[i], i);
   if (!entry_dys(t, e, outs, dys)) return NB_OK;
-  for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float(s[i].meta.dtype) && s[i].tracked;
+  for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].tracked;
   nb_fwd_op op = {e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = nb_grad_invoke(t->c, fn, &op, dys, dxs);
   nb_tensor **kept = ins; /* reused: the new map values, which must survive the scope */
