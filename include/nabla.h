@@ -230,6 +230,10 @@ nb_tensor *nb_min(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keep
 nb_tensor *nb_prod(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims);
 /* ArgMax along axis; output_type NB_I32 or NB_I64 (TF's default); first index wins ties. */
 nb_tensor *nb_argmax(nb_ctx *c, nb_tensor *x, int axis, nb_dtype output_type);
+/* Cumsum, Cumprod along axis (f32 f64 i32 i64; x's shape): exclusive leaves the element
+   itself out (the first result is 0 or 1), reverse scans from the end. */
+nb_tensor *nb_cumsum(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool reverse);
+nb_tensor *nb_cumprod(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool reverse);
 
 /* linear algebra (f32 f64, through OpenBLAS) */
 nb_tensor *nb_matmul(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb);
@@ -268,6 +272,10 @@ nb_tensor *nb_gather(nb_ctx *c, nb_tensor *params, nb_tensor *indices, int axis,
 nb_tensor *nb_unsorted_segment_sum(nb_ctx *c, nb_tensor *data, nb_tensor *segment_ids,
                                    int64_t num_segments);
 nb_tensor *nb_fill(nb_ctx *c, const int64_t *dims, int rank, nb_tensor *value);
+/* Range: the 1-D sequence start, start + delta, ... stopping before limit; three scalars of
+   one dtype (f32 f64 i32 i64), which the output has. Its length is known at graph build
+   time only when the three values are. */
+nb_tensor *nb_range(nb_ctx *c, nb_tensor *start, nb_tensor *limit, nb_tensor *delta);
 nb_tensor *nb_zeros_like(nb_ctx *c, nb_tensor *x);
 nb_tensor *nb_ones_like(nb_ctx *c, nb_tensor *x);
 /* Const: a copy of value (TF's attrs "value" and "dtype"); nb_tensor_from is the usual way. */

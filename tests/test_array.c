@@ -751,6 +751,113 @@ static void test_const(void **state) {
   tu_check_error(c, NB_INVALID, "Const: attr 'value' is required", NULL);
 }
 
+/* ---- Range ---------------------------------------------------------------------------------- */
+
+static nb_tensor *range_of(nb_ctx *c, nb_dtype t, double start, double limit, double delta) {
+  return nb_range(c, nb_scalar(c, t, start), nb_scalar(c, t, limit), nb_scalar(c, t, delta));
+}
+
+static void test_range(void **state) {
+  nb_ctx *c = *state;
+  const nb_dtype ints[2] = {I32, I64};
+  for (int i = 0; i < 2; i++) {
+    tu_check(range_of(c, ints[i], 0, 5, 1), ints[i], 1, TU_SHAPE(5), TU_VALS(0, 1, 2, 3, 4), 0);
+    tu_check(range_of(c, ints[i], 1, 10, 3), ints[i], 1, TU_SHAPE(3), TU_VALS(1, 4, 7), 0);
+    tu_check(range_of(c, ints[i], 0, 10, 4), ints[i], 1, TU_SHAPE(3), TU_VALS(0, 4, 8), 0);
+    tu_check(range_of(c, ints[i], 10, 1, -3), ints[i], 1, TU_SHAPE(3), TU_VALS(10, 7, 4), 0);
+    tu_check(range_of(c, ints[i], -2, -9, -2), ints[i], 1, TU_SHAPE(4), TU_VALS(-2, -4, -6, -8), 0);
+    tu_check(range_of(c, ints[i], 3, 4, 100), ints[i], 1, TU_SHAPE(1), TU_VALS(3), 0);
+    tu_check_shape(range_of(c, ints[i], 3, 3, 1), ints[i], 1, TU_SHAPE(0)); /* empty */
+    tu_check_shape(range_of(c, ints[i], 3, 3, -1), ints[i], 1, TU_SHAPE(0));
+  }
+  tu_check(range_of(c, F32, 0, 1, 0.25), F32, 1, TU_SHAPE(4), TU_VALS(0, 0.25, 0.5, 0.75), 0);
+  tu_check(range_of(c, F32, 0, 1.1, 0.25), F32, 1, TU_SHAPE(5), TU_VALS(0, 0.25, 0.5, 0.75, 1), 0);
+  tu_check(range_of(c, F64, 1, -1, -0.5), F64, 1, TU_SHAPE(4), TU_VALS(1, 0.5, 0, -0.5), 0);
+  tu_check(range_of(c, F64, 0.5, 2, 1), F64, 1, TU_SHAPE(2), TU_VALS(0.5, 1.5), 0);
+  tu_check_shape(range_of(c, F64, 2, 2, 0.5), F64, 1, TU_SHAPE(0));
+  /* a long range: start + i * delta, no drift from summing */
+  nb_tensor *big = range_of(c, F32, 0, 100000, 0.5);
+  tu_check_shape(big, F32, 1, TU_SHAPE(200000));
+  assert_true(nb_item(big, 199999) == 99999.5);
+  nb_tensor *bigi = range_of(c, I32, 5, -100000, -7);
+  tu_check_shape(bigi, I32, 1, TU_SHAPE(14287)); /* ceil(100005 / 7) */
+  assert_true(nb_item(bigi, 14286) == 5 - 7.0 * 14286);
+  /* the full int64 span: no overflow in the length, values wrap like TF's */
+  const int64_t lo = INT64_MIN, hi = INT64_MAX;
+  nb_tensor *s = nb_tensor_from(c, I64, 0, NULL, &lo), *l = nb_tensor_from(c, I64, 0, NULL, &hi);
+  nb_tensor *wide = nb_range(c, s, l, l);
+  tu_check_shape(wide, I64, 1, TU_SHAPE(3));
+  const int64_t *w = nb_data(wide);
+  assert_true(w[0] == INT64_MIN && w[1] == -1 && w[2] == INT64_MAX - 1);
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+static void test_range_errors(void **state) {
+  nb_ctx *c = *state;
+  assert_null(range_of(c, I32, 0, 5, 0));
+  tu_check_error(c, NB_INVALID, "Range: Requires delta != 0", NULL);
+  assert_null(range_of(c, F32, 0, 5, 0));
+  tu_check_error(c, NB_INVALID, "Requires delta != 0", NULL);
+  assert_null(range_of(c, I64, 5, 1, 1));
+  tu_check_error(c, NB_INVALID, "Range: Requires start <= limit when delta > 0: 5/1", NULL);
+  assert_null(range_of(c, F64, 1, 5, -1));
+  tu_check_error(c, NB_INVALID, "Requires start >= limit when delta < 0: 1/5", NULL);
+  assert_null(range_of(c, F64, 0, NAN, 1));
+  tu_check_error(c, NB_INVALID, "finite", NULL);
+  assert_null(range_of(c, F64, 0, 1e300, 1e-300));
+  tu_check_error(c, NB_INVALID, "Requires ((limit - start) / delta) <=", NULL);
+  nb_tensor *one = nb_scalar(c, I32, 1), *vec = tu_make(c, I32, 1, TU_SHAPE(1), TU_VALS(4));
+  assert_null(nb_range(c, vec, one, one));
+  tu_check_error(c, NB_SHAPE, "Range: start must be a scalar, not shape [1]", NULL);
+  assert_null(nb_range(c, one, vec, one));
+  tu_check_error(c, NB_SHAPE, "limit must be a scalar", NULL);
+  assert_null(nb_range(c, one, one, vec));
+  tu_check_error(c, NB_SHAPE, "delta must be a scalar", NULL);
+  assert_null(nb_range(c, one, nb_scalar(c, I64, 4), one));
+  tu_check_error(c, NB_DTYPE, "Range:", "int64");
+  assert_null(nb_range(c, nb_scalar(c, BOOL, 0), nb_scalar(c, BOOL, 1), nb_scalar(c, BOOL, 1)));
+  tu_check_error(c, NB_DTYPE, "Range:", "bool");
+  assert_null(nb_range(c, NULL, one, one));
+  tu_check_error(c, NB_INVALID, "Range: input 0 is NULL", NULL);
+  nb_tensor *out[1];
+  assert_int_equal(nb_op(c, "Range", (nb_tensor *[]){one, one}, 2, NULL, 0, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Range: expected 3 inputs, got 2", NULL);
+  nb_attr wrong = nb_attr_int("Tidx", 3);
+  assert_int_equal(nb_op(c, "Range", (nb_tensor *[]){one, one, one}, 3, &wrong, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Range: attr 'Tidx' must be a type", NULL);
+}
+
+/* Through nb_op with TF's attr name, and in graphs: constants fold to a static length, a
+   placeholder input leaves the length to run time. */
+static void test_range_generic_and_graph(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *out[1];
+  nb_attr tidx = nb_attr_type("Tidx", I64);
+  nb_tensor *in[3] = {nb_scalar(c, I64, 2), nb_scalar(c, I64, 8), nb_scalar(c, I64, 2)};
+  assert_int_equal(nb_op(c, "Range", in, 3, &tidx, 1, out, 1), NB_OK);
+  tu_check(out[0], I64, 1, TU_SHAPE(3), TU_VALS(2, 4, 6), 0);
+
+  nb_graph *g = nb_graph_new();
+  nb_ctx *gc = nb_graph_ctx_new(g);
+  nb_tensor *folded = range_of(gc, F64, 0, 3, 1);
+  tu_check_shape(folded, F64, 1, TU_SHAPE(3));
+  nb_tensor *limit = nb_placeholder(gc, I32, 0, NULL, "limit");
+  nb_tensor *y = nb_range(gc, nb_scalar(gc, I32, 1), limit, nb_scalar(gc, I32, 2));
+  assert_non_null(y);
+  assert_true(nb_rank(y) < 0 || nb_shape(y)[0] < 0); /* not known until run time */
+  nb_session *s = nb_session_new(g);
+  nb_tensor *feed = nb_scalar(c, I32, 8), *res[1];
+  assert_int_equal(nb_run(s, &limit, &feed, 1, &y, 1, res), NB_OK);
+  tu_check(res[0], I32, 1, TU_SHAPE(4), TU_VALS(1, 3, 5, 7), 0);
+  nb_tensor_free(res[0]);
+  nb_tensor *bad = nb_scalar(c, I32, -3);
+  assert_int_equal(nb_run(s, &limit, &bad, 1, &y, 1, res), NB_INVALID);
+  assert_non_null(strstr(nb_session_error(s), "Requires start <= limit when delta > 0: 1/-3"));
+  nb_session_free(s);
+  nb_ctx_free(gc);
+  nb_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_const, tu_setup, tu_teardown),
@@ -773,6 +880,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_zeros_ones_like, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_shape, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_sticky, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_range, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_range_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_range_generic_and_graph, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -451,6 +451,114 @@ static void test_generic_entry(void **state) {
   tu_check_error(c, NB_DTYPE, "ArgMax: attr T=float32 does not match", NULL);
 }
 
+/* ---- Cumsum, Cumprod -------------------------------------------------------------------------- */
+
+typedef nb_tensor *(*scan_wrapper)(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool reverse);
+
+/* [[1, 2, 3], [4, 5, 6]] along each axis, every (exclusive, reverse), every dtype. */
+static void test_scans(void **state) {
+  nb_ctx *c = *state;
+  const scan_wrapper fns[2] = {nb_cumsum, nb_cumprod};
+  /* [op][exclusive][reverse]: along axis 1, then along axis 0 */
+  const double rows[2][2][2][6] = {
+      {{{1, 3, 6, 4, 9, 15}, {6, 5, 3, 15, 11, 6}}, {{0, 1, 3, 0, 4, 9}, {5, 3, 0, 11, 6, 0}}},
+      {{{1, 2, 6, 4, 20, 120}, {6, 6, 3, 120, 30, 6}}, {{1, 1, 2, 1, 4, 20}, {6, 3, 1, 30, 6, 1}}}};
+  const double cols[2][2][2][6] = {
+      {{{1, 2, 3, 5, 7, 9}, {5, 7, 9, 4, 5, 6}}, {{0, 0, 0, 1, 2, 3}, {4, 5, 6, 0, 0, 0}}},
+      {{{1, 2, 3, 4, 10, 18}, {4, 10, 18, 4, 5, 6}}, {{1, 1, 1, 1, 2, 3}, {4, 5, 6, 1, 1, 1}}}};
+  const nb_dtype types[4] = {F32, F64, I32, I64};
+  for (int t = 0; t < 4; t++) {
+    nb_tensor *x = tu_make(c, types[t], 2, TU_SHAPE(2, 3), TU_VALS(1, 2, 3, 4, 5, 6));
+    for (int op = 0; op < 2; op++)
+      for (int e = 0; e < 2; e++)
+        for (int r = 0; r < 2; r++) {
+          tu_check(fns[op](c, x, 1, e, r), types[t], 2, TU_SHAPE(2, 3), rows[op][e][r], 0);
+          tu_check(fns[op](c, x, -1, e, r), types[t], 2, TU_SHAPE(2, 3), rows[op][e][r], 0);
+          tu_check(fns[op](c, x, 0, e, r), types[t], 2, TU_SHAPE(2, 3), cols[op][e][r], 0);
+          tu_check(fns[op](c, x, -2, e, r), types[t], 2, TU_SHAPE(2, 3), cols[op][e][r], 0);
+        }
+  }
+  /* the middle axis of a rank-3 tensor (outer and inner both > 1) */
+  nb_tensor *m = tu_make(c, F64, 3, TU_SHAPE(2, 2, 2), TU_VALS(1, 2, 3, 4, 5, 6, 7, 8));
+  tu_check(nb_cumsum(c, m, 1, false, false), F64, 3, TU_SHAPE(2, 2, 2), TU_VALS(1, 2, 4, 6, 5, 6, 12, 14), 0);
+  tu_check(nb_cumprod(c, m, 1, true, true), F64, 3, TU_SHAPE(2, 2, 2), TU_VALS(3, 4, 1, 1, 7, 8, 1, 1), 0);
+  /* a size-1 axis: the input itself, or the identity when exclusive */
+  nb_tensor *col = tu_make(c, F32, 2, TU_SHAPE(3, 1), TU_VALS(2, -1, 5));
+  tu_check(nb_cumprod(c, col, 1, false, false), F32, 2, TU_SHAPE(3, 1), TU_VALS(2, -1, 5), 0);
+  tu_check(nb_cumsum(c, col, 1, true, false), F32, 2, TU_SHAPE(3, 1), TU_VALS(0, 0, 0), 0);
+  tu_check(nb_cumprod(c, col, 1, true, true), F32, 2, TU_SHAPE(3, 1), TU_VALS(1, 1, 1), 0);
+  /* zeros and NaN propagate along the scan */
+  nb_tensor *z = tu_make(c, F64, 1, TU_SHAPE(4), TU_VALS(2, 0, NAN, 3));
+  tu_check(nb_cumprod(c, z, 0, false, false), F64, 1, TU_SHAPE(4), TU_VALS(2, 0, NAN, NAN), 0);
+  tu_check(nb_cumsum(c, z, 0, true, true), F64, 1, TU_SHAPE(4), TU_VALS(NAN, NAN, 3, 0), 0);
+  /* empty tensors keep their shape */
+  tu_check_shape(nb_cumsum(c, tu_make(c, F32, 2, TU_SHAPE(0, 3), NULL), 0, false, false), F32, 2, TU_SHAPE(0, 3));
+  tu_check_shape(nb_cumprod(c, tu_make(c, I32, 2, TU_SHAPE(2, 0), NULL), 0, true, true), I32, 2, TU_SHAPE(2, 0));
+  /* rank 8 */
+  nb_tensor *r8 = tu_make(c, I64, 8, TU_SHAPE(1, 2, 1, 1, 1, 1, 1, 2), TU_VALS(1, 2, 3, 4));
+  tu_check(nb_cumsum(c, r8, 1, false, false), I64, 8, TU_SHAPE(1, 2, 1, 1, 1, 1, 1, 2), TU_VALS(1, 2, 4, 6), 0);
+  tu_check(nb_cumprod(c, r8, -1, false, true), I64, 8, TU_SHAPE(1, 2, 1, 1, 1, 1, 1, 2), TU_VALS(2, 2, 12, 4), 0);
+  /* integer products wrap like TF's: 65536^2 = 2^32 is 0 in int32 */
+  tu_check(nb_cumprod(c, tu_make(c, I32, 1, TU_SHAPE(3), TU_VALS(65536, 65536, 3)), 0, false, false), I32, 1,
+           TU_SHAPE(3), TU_VALS(65536, 0, 0), 0);
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+/* Large scans: a long axis of stride 1, and inner dims wider than a kernel tile. */
+static void test_scans_large(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *ones = nb_fill(c, TU_SHAPE(100000), 1, nb_scalar(c, F64, 1));
+  nb_tensor *s = nb_cumsum(c, ones, 0, false, true);
+  tu_check_shape(s, F64, 1, TU_SHAPE(100000));
+  assert_true(nb_item(s, 0) == 100000 && nb_item(s, 99999) == 1 && nb_item(s, 40000) == 60000);
+  nb_tensor *wide = nb_fill(c, TU_SHAPE(3, 3000, 5), 3, nb_scalar(c, I64, 2));
+  nb_tensor *p = nb_cumprod(c, wide, 0, true, false);
+  for (int64_t i = 0; i < 3 * 3000 * 5; i += 997) assert_true(nb_item(p, i) == (double)(1 << (i / 15000)));
+  nb_tensor *t = nb_cumsum(c, nb_fill(c, TU_SHAPE(4, 2500), 2, nb_scalar(c, F32, 1)), 0, false, false);
+  for (int64_t i = 0; i < 10000; i += 331) assert_true(nb_item(t, i) == (double)(i / 2500 + 1));
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+static void test_scan_errors(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, F32, 2, TU_SHAPE(2, 3), NULL), *out[1];
+  assert_null(nb_cumsum(c, x, 2, false, false));
+  tu_check_error(c, NB_INVALID, "Cumsum: Expected scan axis in the range [-2, 2), but got 2", NULL);
+  assert_null(nb_cumprod(c, x, -3, false, false));
+  tu_check_error(c, NB_INVALID, "Cumprod: Expected scan axis in the range [-2, 2), but got -3", NULL);
+  assert_null(nb_cumsum(c, nb_scalar(c, F64, 1), 0, false, false)); /* rank 0 has no axis */
+  tu_check_error(c, NB_INVALID, "range [0, 0), but got 0", NULL);
+  assert_null(nb_cumprod(c, tu_make(c, BOOL, 1, TU_SHAPE(2), NULL), 0, false, false));
+  tu_check_error(c, NB_DTYPE, "Cumprod:", "bool");
+  nb_tensor *axes = tu_make(c, I32, 1, TU_SHAPE(1), TU_VALS(0));
+  assert_int_equal(nb_op(c, "Cumsum", (nb_tensor *[]){x, axes}, 2, NULL, 0, out, 1), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "Cumsum: axis must be a scalar, but received tensor of shape: [1]", NULL);
+  assert_int_equal(nb_op(c, "Cumprod", (nb_tensor *[]){x, nb_scalar(c, F32, 0)}, 2, NULL, 0, out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "Cumprod:", "float32");
+  assert_int_equal(nb_op(c, "Cumsum", &x, 1, NULL, 0, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Cumsum: expected 2 inputs, got 1", NULL);
+  nb_attr bad = nb_attr_int("exclusive", 1);
+  assert_int_equal(nb_op(c, "Cumsum", (nb_tensor *[]){x, nb_scalar(c, I32, 0)}, 2, &bad, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Cumsum:", "exclusive");
+  nb_attr unknown = nb_attr_bool("exclusve", true);
+  assert_int_equal(nb_op(c, "Cumprod", (nb_tensor *[]){x, nb_scalar(c, I32, 0)}, 2, &unknown, 1, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Cumprod:", "exclusve");
+  assert_null(nb_cumsum(c, NULL, 0, false, false));
+  tu_check_error(c, NB_INVALID, "Cumsum: input 0 is NULL", NULL);
+}
+
+static void test_scan_generic_entry(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, F64, 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4)), *out[1];
+  nb_tensor *in[2] = {x, nb_scalar(c, I64, 0)};
+  nb_attr attrs[4] = {nb_attr_bool("exclusive", true), nb_attr_bool("reverse", true), nb_attr_type("Tidx", I64),
+                      nb_attr_type("T", F64)};
+  assert_int_equal(nb_op(c, "Cumprod", in, 2, attrs, 4, out, 1), NB_OK);
+  tu_check(out[0], F64, 2, TU_SHAPE(2, 2), TU_VALS(3, 4, 1, 1), 0);
+  assert_int_equal(nb_op(c, "Cumsum", in, 2, NULL, 0, out, 1), NB_OK);
+  tu_check(out[0], F64, 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 4, 6), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_sum_axes, tu_setup, tu_teardown),
@@ -466,6 +574,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_argmax_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_generic_entry, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_scans, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_scans_large, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_scan_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_scan_generic_entry, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -294,14 +294,21 @@ static void test_registered(void **state) {
   for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) assert_true(nb_has_gradient(ops[i]));
 }
 
-/* ---- what is not supported --------------------------------------------------------------- */
-
-static void test_unimplemented(void **state) {
+/* GatherV2 with batch_dims when the batch size is known only at run time (params' batch dim
+   and the indices' shape unknown): the batch numbers come from a Range at run time. */
+static void test_gather_batch_dims_unknown(void **state) {
   (void)state;
-  /* GatherV2 with batch_dims != 0 numbers the batch elements with a constant */
+  /* y[b] = x[b, idx[b]] with idx [[0], [1]]: dy = (1, 2) lands at x[0][0] and x[1][1] */
   const gather_arg b = {1, 1, NB_I32, 2, {2, 1}, {0, 1}};
-  gu_check_grad_fails(gu_case1(2, TU_SHAPE(-1, 3), TU_SHAPE(2, 3), build_gather_fed_indices, &b, NULL),
-                      NB_UNIMPLEMENTED, "GatherV2 gradient: with batch_dims = 1 the batch dims must be known");
+  gu_check_grad1(2, TU_SHAPE(-1, 3), TU_SHAPE(2, 3), build_gather_fed_indices, &b, TU_VALS(1, 0, 0, 0, 2, 0));
+  /* batch_dims 2 on [2, 2, 3] with every dim unknown at build time */
+  const gather_arg b2 = {2, 2, NB_I64, 3, {2, 2, 1}, {2, 0, 1, 1}};
+  gu_check_grad1(3, TU_SHAPE(-1, -1, -1), TU_SHAPE(2, 2, 3), build_gather_fed_indices, &b2,
+                 TU_VALS(0, 0, 1, 2, 0, 0, 0, 3, 0, 0, 4, 0));
+  /* a middle dim between batch and axis, batch size fed */
+  const gather_arg mid = {2, 1, NB_I32, 2, {2, 2}, {0, 2, 1, 1}};
+  gu_check_grad1(3, TU_SHAPE(-1, 2, 3), TU_SHAPE(2, 2, 3), build_gather_fed_indices, &mid,
+                 TU_VALS(1, 0, 2, 3, 0, 4, 0, 11, 0, 0, 15, 0));
 }
 
 int main(void) {
@@ -316,7 +323,7 @@ int main(void) {
       cmocka_unit_test(test_gather_batch_dims),
       cmocka_unit_test(test_segment_sum),
       cmocka_unit_test(test_registered),
-      cmocka_unit_test(test_unimplemented),
+      cmocka_unit_test(test_gather_batch_dims_unknown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -182,4 +182,5 @@ void nb_register_array_grads(void) {
   nb_register_builtin("BroadcastGradientArgs", NULL);
   nb_register_builtin("Const", NULL);
   nb_register_builtin("Placeholder", NULL);
+  nb_register_builtin("Range", NULL);
 }

@@ -10,22 +10,34 @@
    from them keep static shapes and cost nothing at run time; otherwise they run. */
 #include "grad.h"
 
-/* The forward reduction's kept-dims shape, an int tensor of the axis dtype: the input's
-   shape with 1 at every reduced axis (negative and repeated axes allowed). The reduced
+/* Where the forward reduction's axes are, as an int tensor of the axis dtype over x's dims:
+   1 at every reduced axis, 0 elsewhere (negative and repeated axes allowed). The reduced
    axes are marked by a segment sum of ones at the axes (nabla has no DynamicStitch). */
-static nb_tensor *kept_dims_shape(nb_ctx *c, const nb_fwd_op *op) {
-  nb_tensor *x = nb_fwd_input(op, 0), *axes = nb_fwd_input(op, 1);
+static nb_tensor *reduced_mask(nb_ctx *c, const nb_fwd_op *op, nb_tensor *shape, nb_tensor *rank) {
+  nb_tensor *axes = nb_fwd_input(op, 1);
   nb_dtype t = nb_dtype_of(axes);
-  /* Sum of the shape's shape is the rank as a scalar (a Reshape would not fold: views
-     carry no build-time value) */
-  const int first[1] = {0};
-  nb_tensor *shape = nb_shape_op(c, x, t), *rank = nb_sum(c, nb_shape_op(c, shape, t), first, 1, false);
   nb_tensor *zero = nb_scalar(c, t, 0);
   /* axes + rank where axes < 0; a scalar axis stays a scalar, a segment id of its own */
   nb_tensor *axes_pos = nb_add(c, axes, nb_mul(c, nb_cast(c, nb_less(c, axes, zero), t), rank));
   nb_tensor *seg_in[3] = {nb_ones_like(c, axes_pos), axes_pos, rank}, *hits = NULL;
   nb_op(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0, &hits, 1);
-  return nb_select(c, nb_greater(c, hits, zero), nb_ones_like(c, shape), shape);
+  return nb_select(c, nb_greater(c, hits, zero), nb_ones_like(c, shape), nb_zeros_like(c, shape));
+}
+
+/* x's shape and rank (a scalar), as int tensors of the axis dtype. Sum of the shape's shape
+   is the rank as a scalar (a Reshape would not fold: views carry no build-time value). */
+static nb_tensor *shape_and_rank(nb_ctx *c, const nb_fwd_op *op, nb_tensor **rank) {
+  nb_dtype t = nb_dtype_of(nb_fwd_input(op, 1));
+  nb_tensor *shape = nb_shape_op(c, nb_fwd_input(op, 0), t);
+  *rank = nb_sum(c, nb_shape_op(c, shape, t), (const int[]){0}, 1, false);
+  return shape;
+}
+
+/* The forward reduction's kept-dims shape, an int tensor of the axis dtype: the input's
+   shape with 1 at every reduced axis. */
+static nb_tensor *kept_dims_shape(nb_ctx *c, const nb_fwd_op *op) {
+  nb_tensor *rank, *shape = shape_and_rank(c, op, &rank);
+  return nb_select(c, nb_cast(c, reduced_mask(c, op, shape, rank), NB_BOOL), nb_ones_like(c, shape), shape);
 }
 
 /* t (an output-shaped tensor: dy or y) reshaped to the kept-dims shape. */
@@ -114,18 +126,62 @@ static nb_tensor *exclusive_cumprod(nb_ctx *c, nb_tensor *x, int64_t n, int64_t 
   return shift_rows(c, p, n, m, 1, down);
 }
 
+/* The permutation that moves the reduced axes (mask 1) to the front, both groups keeping
+   their order, as an int tensor of mask's dtype; *pos gets its inverse (where each axis
+   goes): reduced axis i goes to the number of reduced axes before it, kept axis i to the
+   number of reduced axes plus the number of kept axes before it. */
+static nb_tensor *reduced_first_perm(nb_ctx *c, nb_tensor *mask, nb_tensor *rank, nb_tensor **pos) {
+  nb_tensor *kept_mask = nb_sub(c, nb_ones_like(c, mask), mask);
+  nb_tensor *nred = nb_sum(c, mask, (const int[]){0}, 1, false);
+  nb_tensor *red_pos = nb_cumsum(c, mask, 0, true, false);
+  nb_tensor *kept_pos = nb_add(c, nb_cumsum(c, kept_mask, 0, true, false), nred);
+  *pos = nb_add(c, nb_mul(c, mask, red_pos), nb_mul(c, kept_mask, kept_pos));
+  nb_tensor *axes = nb_range(c, nb_scalar(c, nb_dtype_of(mask), 0), rank, nb_scalar(c, nb_dtype_of(mask), 1));
+  nb_tensor *seg_in[3] = {axes, *pos, rank}, *perm = NULL;
+  nb_op(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0, &perm, 1);
+  return perm;
+}
+
+/* Prod's gradient when x's shape or the axes are known only at run time: the same layout
+   as below, with the permutation and sizes computed by ops and the exclusive products
+   by Cumprod. Zeros in x are exact; the second derivative goes through Cumprod's
+   gradient, which divides by x like TF's. */
+static nb_tensor *prod_grad_dynamic(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy) {
+  nb_tensor *x = nb_fwd_input(op, 0), *rank, *pos;
+  nb_tensor *shape = shape_and_rank(c, op, &rank), *mask = reduced_mask(c, op, shape, rank);
+  nb_tensor *perm = reduced_first_perm(c, mask, rank, &pos);
+  const int first[1] = {0};
+  /* n: the reduced elements per output, m: the outputs */
+  nb_tensor *ones = nb_ones_like(c, shape), *on = nb_cast(c, mask, NB_BOOL);
+  nb_tensor *n = nb_prod(c, nb_select(c, on, shape, ones), first, 1, false);
+  nb_tensor *m = nb_prod(c, nb_select(c, on, ones, shape), first, 1, false);
+  nb_tensor *tr_in[2] = {x, perm}, *permuted = NULL, *matrix = NULL;
+  nb_op(c, "Transpose", tr_in, 2, NULL, 0, &permuted, 1);
+  nb_tensor *rs_in[2] = {permuted, nb_pack(c, (nb_tensor *[]){n, m}, 2, 0)};
+  nb_op(c, "Reshape", rs_in, 2, NULL, 0, &matrix, 1);
+  nb_tensor *others = nb_mul(c, nb_cumprod(c, matrix, 0, true, false), nb_cumprod(c, matrix, 0, true, true));
+  nb_tensor *back_in[2] = {others, nb_shape_op(c, permuted, NB_I64)}, *others_p = NULL, *others_x = NULL;
+  nb_op(c, "Reshape", back_in, 2, NULL, 0, &others_p, 1);
+  nb_tensor *inv_in[2] = {others_p, pos};
+  nb_op(c, "Transpose", inv_in, 2, NULL, 0, &others_x, 1);
+  return nb_mul(c, others_x, broadcast_like(c, dy, x));
+}
+
 /* y = prod(x, axes) (TF's _ProdGrad): dy/dx_i is the product of all OTHER reduced
    elements, computed without dividing by x_i so zeros in x are handled: the reduced axes
    are moved to the front and flattened to one dim of size n (x becomes [n, m]), and the
    product of the others is (exclusive cumprod from the top) * (exclusive cumprod from the
-   bottom). nabla has no Cumprod, so the cumprods are scans built from Slice, ConcatV2 and
-   Mul; this needs the reduced layout at build time, i.e. x's shape and the axis known. */
+   bottom). With x's shape and the axes known at build time the cumprods are scans built
+   from Slice, ConcatV2 and Mul, whose own gradients stay exact at zeros (second order);
+   otherwise the layout is computed at run time (prod_grad_dynamic). */
 static nb_code prod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   if (!dys[0]) return NB_OK;
   nb_tensor *x = nb_fwd_input(op, 0), *dy = kept(c, op, dys[0]);
   if (!dy) return nb_status(c);
-  if (!nbg_static(x) || !nbg_static(dy))
-    return nb_set_error(c, NB_UNIMPLEMENTED, "Prod gradient: the input's shape and the axes must be known when the graph is built");
+  if (!nbg_static(x) || !nbg_static(dy)) {
+    dxs[0] = prod_grad_dynamic(c, op, dy);
+    return nb_status(c);
+  }
   int r = nb_rank(x), perm[NB_MAX_RANK], inverse[NB_MAX_RANK], nred = 0;
   int64_t n = 1, m = 1, permuted[NB_MAX_RANK];
   /* reduced axes first: those whose kept dim differs (reducing a dim of 1 changes nothing) */
@@ -160,6 +216,36 @@ static nb_code prod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
   return nb_status(c);
 }
 
+/* ---- Cumsum, Cumprod ------------------------------------------------------------------------ */
+
+/* op(t, axis) with the forward scan's exclusive attr and its reverse attr flipped. */
+static nb_tensor *flipped_scan(nb_ctx *c, const char *type, const nb_fwd_op *op, nb_tensor *t) {
+  nb_tensor *in[2] = {t, nb_fwd_input(op, 1)}, *out = NULL;
+  nb_attr a[2] = {nb_attr_bool("exclusive", nb_fwd_attr_bool(op, "exclusive")),
+                  nb_attr_bool("reverse", !nb_fwd_attr_bool(op, "reverse"))};
+  nb_op(c, type, in, 2, a, 2, &out, 1);
+  return out;
+}
+
+/* y_j = sum of x_i over the i the scan covers at j; x_i feeds every y_j whose scan covers
+   it, which is the same scan run from the other end: dx = cumsum(dy) in reverse. */
+static nb_code cumsum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  if (!dys[0]) return NB_OK;
+  dxs[0] = flipped_scan(c, "Cumsum", op, dys[0]);
+  return nb_status(c);
+}
+
+/* y_j = product of the x_i the scan covers at j, so dy_j/dx_i = y_j / x_i for covered i and
+   dx_i = (reverse cumsum of y * dy)_i / x_i (TF's _CumprodGrad). Like TF's it divides by x,
+   so it is not defined where x is 0 (a zero-safe form would need the product of all other
+   covered elements for every pair (i, j), quadratic in the axis length). */
+static nb_code cumprod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  if (!dys[0]) return NB_OK;
+  nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_output(op, 0);
+  dxs[0] = nb_real_div(c, flipped_scan(c, "Cumsum", op, nb_mul(c, y, dys[0])), x);
+  return nb_status(c);
+}
+
 void nb_register_reduce_grads(void) {
   nb_register_builtin("Sum", sum_grad);
   nb_register_builtin("Mean", mean_grad);
@@ -167,4 +253,6 @@ void nb_register_reduce_grads(void) {
   nb_register_builtin("Min", min_or_max_grad);
   nb_register_builtin("Prod", prod_grad);
   nb_register_builtin("ArgMax", NULL);
+  nb_register_builtin("Cumsum", cumsum_grad);
+  nb_register_builtin("Cumprod", cumprod_grad);
 }

@@ -5,7 +5,6 @@
 #include "grad.h"
 
 #include <stdint.h>
-#include <stdlib.h>
 
 static nb_tensor *flatten(nb_ctx *c, nb_tensor *x) { return nb_reshape(c, x, (const int64_t[]){-1}, 1); }
 
@@ -123,30 +122,12 @@ static nb_code plain_gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
   return nb_status(c);
 }
 
-/* The number of batch elements, prod(params.shape[:b]), from the static dims of params or
-   indices (they are equal); -1 when some dim is unknown in both. */
-static int64_t static_batch_size(nb_tensor *params, nb_tensor *indices, int b) {
-  if (nb_rank(params) < b || nb_rank(indices) < b) return -1;
-  int64_t n = 1;
-  for (int i = 0; i < b; i++) {
-    int64_t d = nb_shape(params)[i] >= 0 ? nb_shape(params)[i] : nb_shape(indices)[i];
-    if (d < 0) return -1;
-    n *= d;
-  }
-  return n;
-}
-
-/* The [n, 1] int64 column 0, 1, ..., n - 1 (the batch numbers). */
-static nb_tensor *batch_numbers(nb_ctx *c, int64_t n) {
-  int64_t *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-  if (!v) {
-    nb_set_error(c, NB_NOMEM, "GatherV2 gradient: out of memory");
-    return NULL;
-  }
-  for (int64_t i = 0; i < n; i++) v[i] = i;
-  nb_tensor *t = nb_tensor_from(c, NB_I64, 2, (const int64_t[]){n, 1}, v);
-  free(v);
-  return t;
+/* The [B, 1] int64 column 0, 1, ..., B - 1 (the batch numbers), B a scalar tensor: a
+   constant when B folds at build time, else computed at run time. */
+static nb_tensor *batch_numbers(nb_ctx *c, nb_tensor *nbatch) {
+  nb_tensor *in[2] = {nb_range(c, nb_scalar(c, NB_I64, 0), nbatch, nb_scalar(c, NB_I64, 1)),
+                      nb_tensor_from(c, NB_I64, 1, (const int64_t[]){2}, (const int64_t[]){-1, 1})};
+  return nbg_call(c, "Reshape", in, 2, NULL, 0);
 }
 
 /* y = gather(p, indices, axis, batch_dims b): batch element i gathers from its own slice of
@@ -154,16 +135,13 @@ static nb_tensor *batch_numbers(nb_ctx *c, int64_t n) {
    to the axis, G = p.shape[axis]) and dy as [B, M, I, N] (I: indices' non-batch dims),
    move I before M, number the rows of the (B, G) space as i * G + index, take
    UnsortedSegmentSum into B * G rows, split them back to [B, G, M, N], move G after M and
-   reshape to p's shape. B must be known when the graph is built (there is no Range op). */
+   reshape to p's shape. B may be known only at run time: the batch numbers come from Range. */
 static nb_code batch_gather_grad(nb_ctx *c, const nb_fwd_op *op, int b, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *params = nb_fwd_input(op, 0), *indices = nb_fwd_input(op, 1);
-  int64_t batch = static_batch_size(params, indices, b);
-  if (batch < 0)
-    return nb_set_error(c, NB_UNIMPLEMENTED,
-                        "GatherV2 gradient: with batch_dims = %d the batch dims must be known when the graph is built", b);
   static const int swap[4] = {0, 2, 1, 3};
   nb_tensor *pshape = nb_shape_op(c, params, NB_I64), *a = gather_axis(c, op, -1, pshape);
-  nb_tensor *nbatch = nb_scalar(c, NB_I64, batch), *bv = vec1(c, nb_scalar(c, NB_I64, b)), *one = nb_scalar(c, NB_I64, 1);
+  nb_tensor *bv = vec1(c, nb_scalar(c, NB_I64, b)), *one = nb_scalar(c, NB_I64, 1);
+  nb_tensor *nbatch = dims_product(c, pshape, vec1(c, nb_scalar(c, NB_I64, 0)), bv);
   nb_tensor *m = dims_product(c, pshape, bv, vec1(c, nb_sub(c, a, nb_scalar(c, NB_I64, b))));
   nb_tensor *n = dims_product(c, nb_shape_op(c, indices, NB_I64), bv, vec1(c, nb_scalar(c, NB_I64, -1)));
   nb_tensor *inner = dims_product(c, pshape, vec1(c, nb_add(c, a, one)), vec1(c, nb_scalar(c, NB_I64, -1)));
@@ -174,7 +152,7 @@ static nb_code batch_gather_grad(nb_ctx *c, const nb_fwd_op *op, int b, nb_tenso
   nb_tensor *by_index = nb_transpose(c, nbg_call(c, "Reshape", dy_in, 2, NULL, 0), swap, 4);
   nb_tensor *data_in[2] = {by_index, nb_pack(c, data_dims, 3, 0)};
   nb_tensor *ids_in[2] = {nbg_as_i64(c, indices), nb_pack(c, (nb_tensor *[]){nbatch, n}, 2, 0)};
-  nb_tensor *ids = nb_add(c, nbg_call(c, "Reshape", ids_in, 2, NULL, 0), nb_mul(c, batch_numbers(c, batch), rows));
+  nb_tensor *ids = nb_add(c, nbg_call(c, "Reshape", ids_in, 2, NULL, 0), nb_mul(c, batch_numbers(c, nbatch), rows));
   nb_tensor *seg_in[3] = {nbg_call(c, "Reshape", data_in, 2, NULL, 0), flatten(c, ids), nb_mul(c, nbatch, rows)};
   nb_tensor *split[4] = {nbatch, rows, m, inner};
   nb_tensor *split_in[2] = {nbg_call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0), nb_pack(c, split, 4, 0)};

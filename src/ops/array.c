@@ -1,11 +1,12 @@
 /* Array (shape) ops: Reshape, ExpandDims and Squeeze (views of their input), Transpose,
-   BroadcastTo, ConcatV2, Pack, Unpack, Tile, Pad, Fill, ZerosLike, OnesLike, Shape, and
-   BroadcastGradientArgs (which computes on shape vectors).
+   BroadcastTo, ConcatV2, Pack, Unpack, Tile, Pad, Fill, ZerosLike, OnesLike, Shape,
+   BroadcastGradientArgs (which computes on shape vectors) and Range.
    These ops only move data, so one kernel serves every dtype by element size. Most of
    them are a plan for the strided copy engine (strided.h): per output dim an input
    stride (0 repeats a value) and an output stride. */
 #include "strided.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -761,6 +762,100 @@ static nb_code placeholder_infer(nb_kargs *k) {
   return NB_OK;
 }
 
+/* ---- Range ----------------------------------------------------------------------------------- */
+
+/* Range's plan: the first value and the step (int64 for int dtypes, double for floats). */
+typedef struct range_plan {
+  int64_t istart, idelta;
+  double fstart, fdelta;
+} range_plan;
+
+static const char *const range_names[3] = {"start", "limit", "delta"};
+
+/* Reads scalar input i as an int64 (int dtypes) or a double (floats); NB_DEFER when the
+   value is only known at run time. */
+static nb_code range_read(nb_kargs *k, int i, int64_t *iv, double *fv) {
+  const nb_tensor *x = k->in[i];
+  if (x->rank != 0)
+    return nb_kfail(k, NB_SHAPE, "%s must be a scalar, not shape %s", range_names[i], nb_tstr(x));
+  if (x->dtype == NB_I32 || x->dtype == NB_I64) {
+    int n;
+    return nb_kints(k, i, 0, iv, 1, &n);
+  }
+  if (!x->buf) return NB_DEFER;
+  *fv = x->dtype == NB_F32 ? *(const float *)nb_tdata(x) : *(const double *)nb_tdata(x);
+  return NB_OK;
+}
+
+/* TF's size for integers: ceil(|limit - start| / |delta|), in unsigned arithmetic so the
+   difference of extreme int64 values cannot overflow. */
+static nb_code range_int_size(nb_kargs *k, int64_t start, int64_t limit, int64_t delta, int64_t *size) {
+  uint64_t diff = delta > 0 ? (uint64_t)limit - (uint64_t)start : (uint64_t)start - (uint64_t)limit;
+  uint64_t step = delta > 0 ? (uint64_t)delta : 0 - (uint64_t)delta;
+  uint64_t n = diff / step + (diff % step != 0);
+  if (n > (uint64_t)INT64_MAX)
+    return nb_kfail(k, NB_INVALID, "Requires ((limit - start) / delta) <= %lld", (long long)INT64_MAX);
+  *size = (int64_t)n;
+  return NB_OK;
+}
+
+/* TF's size for floats: ceil(|(limit - start) / delta|), computed in the input's dtype. */
+static nb_code range_float_size(nb_kargs *k, double start, double limit, double delta, int64_t *size) {
+  double n = k->in[0]->dtype == NB_F32 ? (double)ceilf(fabsf(((float)limit - (float)start) / (float)delta))
+                                       : ceil(fabs((limit - start) / delta));
+  if (!isfinite(start) || !isfinite(limit) || !isfinite(delta))
+    return nb_kfail(k, NB_INVALID, "Requires start, limit and delta to be finite: %g/%g/%g", start, limit, delta);
+  if (!(n < 9.2e18))
+    return nb_kfail(k, NB_INVALID, "Requires ((limit - start) / delta) <= %lld", (long long)INT64_MAX);
+  *size = (int64_t)n;
+  return NB_OK;
+}
+
+static nb_code range_infer(nb_kargs *k) {
+  int64_t iv[3] = {0};
+  double fv[3] = {0};
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
+  for (int i = 1; i < 3 && !code; i++) code = nb_kcheck_same_dtype(k, 0, i);
+  for (int i = 0; i < 3 && !code; i++) code = range_read(k, i, &iv[i], &fv[i]);
+  if (code) return code;
+  bool is_int = k->in[0]->dtype == NB_I32 || k->in[0]->dtype == NB_I64;
+  if (is_int)
+    for (int i = 0; i < 3; i++) fv[i] = (double)iv[i];
+  if (fv[2] == 0) return nb_kfail(k, NB_INVALID, "Requires delta != 0: %g", fv[2]);
+  if (fv[2] > 0 ? fv[0] > fv[1] : fv[0] < fv[1])
+    return nb_kfail(k, NB_INVALID, "Requires start %s limit when delta %s 0: %g/%g", fv[2] > 0 ? "<=" : ">=",
+                    fv[2] > 0 ? ">" : "<", fv[0], fv[1]);
+  int64_t size;
+  code = is_int ? range_int_size(k, iv[0], iv[1], iv[2], &size) : range_float_size(k, fv[0], fv[1], fv[2], &size);
+  if (code) return code;
+  *(range_plan *)k->scratch = (range_plan){iv[0], iv[2], fv[0], fv[2]};
+  return set_out(k, 0, k->in[0]->dtype, 1, &size);
+}
+
+/* value i = start + i * delta (a product, not a running sum, so float errors do not add up;
+   integers wrap as two's complement like TF's). */
+#define RANGE_FILL(sfx, T, START, DELTA)                                               \
+  static void range_fill_##sfx(void *py, const range_plan *p, int64_t n) {             \
+    T *y = py;                                                                         \
+    for (int64_t i = 0; i < n; i++) y[i] = (T)(START + (DELTA) * (T)i);                \
+  }
+RANGE_FILL(f32, float, (float)p->fstart, (float)p->fdelta)
+RANGE_FILL(f64, double, p->fstart, p->fdelta)
+RANGE_FILL(i32, uint32_t, (uint32_t)p->istart, (uint32_t)p->idelta)
+RANGE_FILL(i64, uint64_t, (uint64_t)p->istart, (uint64_t)p->idelta)
+
+static nb_code range_kernel(nb_kargs *k) {
+  const range_plan *p = (const range_plan *)k->scratch;
+  nb_tensor *y = k->res[0];
+  switch (y->dtype) {
+    case NB_F32: range_fill_f32(nb_tdata(y), p, y->size); break;
+    case NB_F64: range_fill_f64(nb_tdata(y), p, y->size); break;
+    case NB_I32: range_fill_i32(nb_tdata(y), p, y->size); break;
+    default: range_fill_i64(nb_tdata(y), p, y->size); break;
+  }
+  return NB_OK;
+}
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 #define X0 1u
@@ -769,7 +864,7 @@ static nb_code placeholder_infer(nb_kargs *k) {
 enum {
   OP_RESHAPE, OP_EXPAND_DIMS, OP_SQUEEZE, OP_TRANSPOSE, OP_BROADCAST_TO, OP_CONCAT, OP_PACK, OP_UNPACK,
   OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_CONST, OP_PLACEHOLDER,
-  OP_BROADCAST_GRADIENT_ARGS, OP_COUNT
+  OP_BROADCAST_GRADIENT_ARGS, OP_RANGE, OP_COUNT
 };
 
 /* grad_inputs: what TF's gradient functions read (shapes of, or the const inputs). */
@@ -821,6 +916,8 @@ static nb_op_def array_ops[OP_COUNT] = {
     [OP_BROADCAST_GRADIENT_ARGS] = {.name = "BroadcastGradientArgs", .nin = 2, .nout = 2, .alias = -1,
                                     .shape_only = false, .grad_inputs = 0, .infer = bgrad_infer,
                                     .kernel = bgrad_kernel},
+    /* reads its inputs' values; has no gradient */
+    [OP_RANGE] = {.name = "Range", .nin = 3, .nout = 1, .alias = -1, .infer = range_infer, .kernel = range_kernel},
 };
 
 nb_op_family nb_array_family(void) { return (nb_op_family){array_ops, OP_COUNT}; }
@@ -981,4 +1078,9 @@ nb_code nb_broadcast_gradient_args(nb_ctx *c, nb_tensor *s0, nb_tensor *s1, nb_t
   if (r0) *r0 = out[0];
   if (r1) *r1 = out[1];
   return code;
+}
+
+nb_tensor *nb_range(nb_ctx *c, nb_tensor *start, nb_tensor *limit, nb_tensor *delta) {
+  nb_tensor *in[3] = {start, limit, delta};
+  return nb_call(c, &array_ops[OP_RANGE], in, 3, NULL);
 }

@@ -1,4 +1,5 @@
-/* Reductions: Sum, Mean, Max, Min, Prod over a list of axes, and ArgMax over one.
+/* Reductions: Sum, Mean, Max, Min, Prod over a list of axes, ArgMax over one, and the
+   scans Cumsum and Cumprod along one.
    Infer turns the axes into a plan: size-1 dims dropped, neighbouring dims with the
    same kept/reduced status merged, so every reduction becomes an alternating run
    pattern such as [R], [K,R] (row sums), [R,K] (column sums) or [K,R,K]. When the
@@ -604,6 +605,108 @@ static nb_code argmax_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* ---- Cumsum, Cumprod ---------------------------------------------------------------------- */
+
+/* A scan views x as [outer, n, inner] around the axis. Row i of the result is row i-1's
+   combined with one row of x (row i, or row i-1 when exclusive), so each step is a
+   contiguous loop across the inner dims that vectorizes; inner is cut into tiles so
+   threads share the work even when outer is 1. Integers scan in unsigned types, so
+   overflow wraps as in TF. */
+typedef void (*scan_fn)(char *y, const char *x, int64_t n, int64_t stride, int64_t len, bool excl, bool rev);
+
+#define SCAN(op, sfx, T, U, IDENT, OP)                                                         \
+  static void scan_##op##_##sfx(char *py, const char *px, int64_t n, int64_t stride, int64_t len, \
+                                bool excl, bool rev) {                                         \
+    U *y = (U *)(void *)py;                                                                    \
+    const T *x = (const T *)(const void *)px;                                                  \
+    int64_t first = rev ? n - 1 : 0, step = rev ? -stride : stride;                            \
+    U *row = y + first * stride;                                                               \
+    for (int64_t j = 0; j < len; j++) row[j] = excl ? (U)(IDENT) : (U)x[first * stride + j];    \
+    for (int64_t i = 1; i < n; i++) {                                                          \
+      const U *prev = row;                                                                     \
+      row += step;                                                                             \
+      const T *src = x + (row - y) - (excl ? step : 0);                                        \
+      for (int64_t j = 0; j < len; j++) row[j] = OP(prev[j], (U)src[j]);                       \
+    }                                                                                          \
+  }
+
+SCAN(sum, f32, float, float, 0, ADD)
+SCAN(sum, f64, double, double, 0, ADD)
+SCAN(sum, i32, int32_t, uint32_t, 0, ADD)
+SCAN(sum, i64, int64_t, uint64_t, 0, ADD)
+SCAN(prod, f32, float, float, 1, MUL)
+SCAN(prod, f64, double, double, 1, MUL)
+SCAN(prod, i32, int32_t, uint32_t, 1, MUL)
+SCAN(prod, i64, int64_t, uint64_t, 1, MUL)
+
+typedef struct scan_impl {
+  scan_fn by[NB_I64 + 1]; /* by dtype */
+} scan_impl;
+
+static const scan_impl cumsum_impl = {{[NB_F32] = scan_sum_f32, [NB_F64] = scan_sum_f64, [NB_I32] = scan_sum_i32,
+                                       [NB_I64] = scan_sum_i64}};
+static const scan_impl cumprod_impl = {{[NB_F32] = scan_prod_f32, [NB_F64] = scan_prod_f64,
+                                        [NB_I32] = scan_prod_i32, [NB_I64] = scan_prod_i64}};
+
+enum { ATTR_EXCLUSIVE, ATTR_REVERSE };
+
+/* The input as [outer, n, inner] around the scanned axis (argmax_plan's layout). */
+static nb_code scan_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0], *axis = k->in[1];
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
+  if (!code) code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (code) return code;
+  if (axis->rank != 0)
+    return nb_kfail(k, NB_SHAPE, "axis must be a scalar, but received tensor of shape: %s", nb_tstr(axis));
+  int64_t v;
+  int n, a;
+  code = nb_kints(k, 1, 0, &v, 1, &n);
+  if (code) return code;
+  if (!nb_norm_axis(v, x->rank, &a))
+    return nb_kfail(k, NB_INVALID, "Expected scan axis in the range [%d, %d), but got %lld", -x->rank, x->rank,
+                    (long long)v);
+  argmax_plan *p = (argmax_plan *)k->scratch;
+  *p = (argmax_plan){1, x->shape[a], 1};
+  for (int d = 0; d < x->rank; d++) {
+    if (d < a) p->outer *= x->shape[d];
+    if (d > a) p->inner *= x->shape[d];
+  }
+  nb_meta_like(&k->out[0], x);
+  return NB_OK;
+}
+
+typedef struct scan_job {
+  scan_fn f;
+  argmax_plan p;
+  const char *x;
+  char *y;
+  size_t esz;
+  int64_t ntiles;
+  bool excl, rev;
+} scan_job;
+
+/* unit u: one outer index times one tile of inner columns */
+static void scan_tiles(void *arg, int64_t lo, int64_t hi) {
+  const scan_job *j = arg;
+  for (int64_t u = lo; u < hi; u++) {
+    int64_t o = u / j->ntiles, c0 = u % j->ntiles * TILE;
+    int64_t len = j->p.inner - c0 < TILE ? j->p.inner - c0 : TILE;
+    size_t off = (size_t)(o * j->p.n * j->p.inner + c0) * j->esz;
+    j->f(j->y + off, j->x + off, j->p.n, j->p.inner, len, j->excl, j->rev);
+  }
+}
+
+static nb_code scan_kernel(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  if (x->size == 0) return NB_OK;
+  scan_job j = {((const scan_impl *)k->def->impl)->by[x->dtype], *(const argmax_plan *)k->scratch, nb_tdata(x),
+                nb_tdata(k->res[0]), nb_dtype_size(x->dtype), 0, k->attr[ATTR_EXCLUSIVE].b,
+                k->attr[ATTR_REVERSE].b};
+  j.ntiles = (j.p.inner + TILE - 1) / TILE;
+  nb_parallel_range(nb_kthreads(k, x->size), j.p.outer * j.ntiles, scan_tiles, &j);
+  return NB_OK;
+}
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 #define X0 1u
@@ -618,7 +721,14 @@ static nb_code argmax_kernel(nb_kargs *k) {
    .nattrs = 1, .attrs = {{"keep_dims", NB_ATTR_BOOL, {.b = false}, false}},              \
    .infer = reduce_infer, .kernel = reduce_kernel, .impl = &IMPL}
 
-enum { OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_PROD, OP_ARGMAX, OP_COUNT };
+/* Cumsum's gradient reads only the axis; Cumprod's reads x and its output too. */
+#define SCAN_OP(NAME, IMPL, GIN, GOUT)                                                          \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT,     \
+   .nattrs = 2, .attrs = {{"exclusive", NB_ATTR_BOOL, {.b = false}, false},                     \
+                          {"reverse", NB_ATTR_BOOL, {.b = false}, false}},                      \
+   .infer = scan_infer, .kernel = scan_kernel, .impl = &IMPL}
+
+enum { OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_PROD, OP_ARGMAX, OP_CUMSUM, OP_CUMPROD, OP_COUNT };
 
 static nb_op_def reduce_ops[OP_COUNT] = {
     [OP_SUM] = REDUCTION("Sum", sum_impl, X1, 0),
@@ -629,6 +739,8 @@ static nb_op_def reduce_ops[OP_COUNT] = {
     [OP_ARGMAX] = {.name = "ArgMax", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + ATTR_OUTPUT_TYPE,
                    .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}},
                    .infer = argmax_infer, .kernel = argmax_kernel},
+    [OP_CUMSUM] = SCAN_OP("Cumsum", cumsum_impl, X1, 0),
+    [OP_CUMPROD] = SCAN_OP("Cumprod", cumprod_impl, X0 | X1, Y0),
 };
 
 nb_op_family nb_reduce_family(void) { return (nb_op_family){reduce_ops, OP_COUNT}; }
@@ -685,4 +797,26 @@ nb_tensor *nb_argmax(nb_ctx *c, nb_tensor *x, int axis, nb_dtype output_type) {
   nb_tensor *y = nb_call(c, &reduce_ops[OP_ARGMAX], in, 2, a);
   nb_tensor_free(dim);
   return y;
+}
+
+static nb_tensor *scan_call(nb_ctx *c, int op, nb_tensor *x, int axis, bool exclusive, bool reverse) {
+  if (!nb_live(c)) return NULL;
+  nb_tensor *ax = nb_scalar(c, NB_I32, axis);
+  if (!ax) return NULL;
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&reduce_ops[op], a);
+  a[ATTR_EXCLUSIVE].b = exclusive;
+  a[ATTR_REVERSE].b = reverse;
+  nb_tensor *in[2] = {x, ax};
+  nb_tensor *y = nb_call(c, &reduce_ops[op], in, 2, a);
+  nb_tensor_free(ax);
+  return y;
+}
+
+nb_tensor *nb_cumsum(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool reverse) {
+  return scan_call(c, OP_CUMSUM, x, axis, exclusive, reverse);
+}
+
+nb_tensor *nb_cumprod(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool reverse) {
+  return scan_call(c, OP_CUMPROD, x, axis, exclusive, reverse);
 }
