@@ -395,13 +395,20 @@ void nb_tape_set_unconnected_zero(nb_tape *t, bool zero);
    the targets like TF's output_gradients, ones by default. */
 nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                          nb_tensor *const *output_grads, nb_tensor **out);
-/* The Jacobian d target / d source, of shape target.shape + source.shape: one backward
-   pass per element of target. */
+/* The Jacobian d target / d source, of shape target.shape + source.shape. Vectorized when
+   it can be: one backward pass seeded with the identity, every gradient carrying a leading
+   dim of target.size seeds, when every op the pass reaches is elementwise (the math ops,
+   TF's fused gradient ops, SelectV2, Cast, AddN, Identity) and target.size times the
+   largest taped tensor stays within 2^24 elements; otherwise one backward pass per
+   element of target. nb_tape_jacobian_vectorized says which path the last call took. */
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
 /* tf's batch_jacobian: target [b, ...] and source [b, ...] where row i of target depends
    only on row i of source; result [b, target dims..., source dims...]. Vectorized over the
    batch: one backward pass per element of a target row, seeded in all b rows at once. */
 nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
+/* Whether t's last nb_tape_jacobian ran as one batched backward pass (false after a
+   loop, a batch_jacobian, or an error). */
+bool nb_tape_jacobian_vectorized(const nb_tape *t);
 void nb_tape_end(nb_tape *t);               /* also frees everything it recorded */
 
 /* ---- custom gradients: tf.custom_gradient ---------------------------------------------------

@@ -11,7 +11,10 @@
    Tape mode: every case also runs eagerly under two nested tapes (the inner one's gradient
    recorded by the outer one), and the tape's first- and second-order gradients must equal
    the graph's at the same values and weights to 1e-12 relative: both run the same
-   gradient functions, so only the order of sums may differ. */
+   gradient functions, so only the order of sums may differ.
+
+   Jacobian mode: nb_tape_jacobian of every case against every input equals the rows of
+   one-hot gradients, and runs batched for the elementwise tables. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -21,6 +24,7 @@
 #define MAX_ATTRS 6
 #define MAX_OUT 4
 #define MAX_ELEMS 64
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Value domains of the float inputs: each keeps the op smooth around the sampled point
    (at least 0.1 away from a kink, a tie or a pole; the difference step is 1e-6). */
@@ -615,6 +619,75 @@ static void check_tape_case(tally *t, const gc_spec *sp, int index, uint64_t see
   nb_graph_free(k.g);
 }
 
+/* ---- Jacobian mode: the batched Jacobian equals stacked one-hot gradients ------------- */
+
+/* d y / d x by one gradient per element of y, seeded one-hot, stacked as jac's shape. */
+static nb_tensor *jacobian_by_rows(nb_ctx *e, nb_tape *t, nb_tensor *y, nb_tensor *x, const nb_tensor *jac) {
+  int64_t m = nb_num_elements(y);
+  nb_tensor *rows[MAX_ELEMS];
+  assert_true(m >= 1 && m <= MAX_ELEMS);
+  for (int64_t j = 0; j < m; j++) {
+    double onehot[MAX_ELEMS] = {0};
+    onehot[j] = 1;
+    nb_tensor *seed = nb_cast(e, nb_tensor_from(e, NB_F64, nb_rank(y), nb_shape(y), onehot), nb_dtype_of(y));
+    if (nb_tape_gradient(t, &y, 1, &x, 1, &seed, &rows[j]) != NB_OK) return NULL;
+    if (!rows[j]) rows[j] = nb_zeros_like(e, x);
+  }
+  return nb_reshape(e, nb_pack(e, rows, (int)m, 0), nb_shape(jac), nb_rank(jac));
+}
+
+static bool in_table(const char *op, const binary_op *ops, int n) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(ops[i].op, op)) return true;
+  return false;
+}
+
+/* Elementwise ops (the unary, binary and fused tables, SelectV2, Cast, AddN) must take the
+   batched path unless the tiling would pass the rank limit; every other op loops. */
+static bool expect_vectorized(const char *op, const nb_tensor *y) {
+  bool elementwise = in_table(op, binary_ops, COUNT(binary_ops)) || in_table(op, fused_ops, COUNT(fused_ops)) ||
+                     !strcmp(op, "SelectV2") || !strcmp(op, "Cast") || !strcmp(op, "AddN");
+  for (int i = 0; i < COUNT(unary_ops); i++) elementwise |= !strcmp(unary_ops[i].op, op);
+  return elementwise && nb_rank(y) < NB_MAX_RANK && nb_num_elements(y) > 0;
+}
+
+/* nb_tape_jacobian of the op's output against every float input equals the rows of
+   one-hot gradients (same functions; sums may run in another order). */
+static void check_jacobian_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims) {
+  (void)unknown_dims;
+  gc_case k = {.g = nb_graph_new(), .e = nb_eager_new(), .r = {seed}};
+  k.c = nb_graph_ctx_new(k.g);
+  make_inputs(&k, sp);
+  nb_tape *tape = nb_tape_begin(k.e, 1);
+  for (int i = 0; i < k.nx; i++) nb_tape_watch(tape, k.vals[i]);
+  nb_tensor *y = build_y(k.e, k.ein, k.nin, sp);
+  char what[512] = "", why[160] = "";
+  describe(sp, what, sizeof what);
+  bool failed = !y;
+  for (int i = 0; y && i < k.nx && !failed && nb_num_elements(y) > 0; i++) {
+    if (nb_rank(y) + nb_rank(k.vals[i]) > NB_MAX_RANK) continue; /* no such Jacobian */
+    nb_tensor *jac = NULL, *rows = NULL;
+    failed = nb_tape_jacobian(tape, y, k.vals[i], &jac) != NB_OK;
+    bool vectorized = nb_tape_jacobian_vectorized(tape);
+    if (!failed) rows = jacobian_by_rows(k.e, tape, y, k.vals[i], jac);
+    failed = !rows;
+    if (!failed && vectorized != expect_vectorized(sp->op, y))
+      snprintf(why, sizeof why, "the Jacobian %s batched", vectorized ? "ran" : "did not run");
+    else if (failed || !differs(jac, rows, why, sizeof why))
+      *why = 0;
+    failed |= *why != 0;
+    if (*why) print_error("[%s, jacobian] %s case %d (%s): d/dx%d: %s\n", t->table, sp->op, index, what, i, why);
+  }
+  if (failed && !*why)
+    print_error("[%s, jacobian] %s case %d (%s): failed: %s\n", t->table, sp->op, index, what, nb_error(k.e));
+  t->cases++;
+  t->failures += failed;
+  nb_tape_end(tape);
+  nb_ctx_free(k.c);
+  nb_ctx_free(k.e);
+  nb_graph_free(k.g);
+}
+
 static void finish(const tally *t, const char *what) {
   if (t->failures) fail_msg("%s: %d of %d cases failed (listed above)", what, t->failures, t->cases);
 }
@@ -624,8 +697,6 @@ static in_spec var(domain dom, const shape_case *s) {
   memcpy(in.shape, s->shape, sizeof s->shape);
   return in;
 }
-
-#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* ---- coverage --------------------------------------------------------------------------- */
 
@@ -778,6 +849,18 @@ static void test_tape_equals_graph(void **state) {
   finish(&t, "tape against graph");
 }
 
+/* Every op's Jacobian on the tape, batched where the op allows, equals the loop's. */
+static void test_jacobian_vectorized_equals_loop(void **state) {
+  (void)state;
+  tally t = {.check = check_jacobian_case};
+  walk_unary(&t, false);
+  walk_binary(&t, false);
+  walk_fused(&t, false);
+  walk_reductions(&t, false);
+  walk_others(&t, false);
+  finish(&t, "vectorized Jacobian against the loop");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_gradient_has_a_spec),
@@ -788,6 +871,7 @@ int main(void) {
       cmocka_unit_test(test_other_ops),
       cmocka_unit_test(test_unknown_dims),
       cmocka_unit_test(test_tape_equals_graph),
+      cmocka_unit_test(test_jacobian_vectorized_equals_loop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

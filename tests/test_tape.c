@@ -447,6 +447,86 @@ static void test_jacobian_elementwise(void **state) {
   nb_tape_end(t);
 }
 
+/* A Jacobian through elementwise ops runs as one batched pass and equals the rows of
+   one-hot gradients; broadcasting in every direction, shape-only inputs (Add, Sub),
+   SelectV2's condition and Pow at two sources. */
+static void test_jacobian_vectorized(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_F64, 2, TU_SHAPE(3, 1), TU_VALS(0.3, -0.7, 1.1));
+  nb_tensor *w = tu_make(c, NB_F64, 1, TU_SHAPE(4), TU_VALS(0.5, 1.5, -2, 0.25));
+  nb_tensor *b = nb_scalar(c, NB_F64, 0.2), *jac;
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tensor *src[3] = {x, w, b};
+  for (int i = 0; i < 3; i++) nb_tape_watch(t, src[i]);
+  nb_tensor *h = nb_tanh(c, nb_add(c, nb_mul(c, x, w), b));                 /* [3, 4] */
+  nb_tensor *p = nb_pow(c, nb_exp(c, x), nb_sub(c, w, b));                 /* [3, 4] */
+  nb_tensor *y = nb_select(c, nb_greater(c, h, nb_scalar(c, NB_F64, 0)), nb_sigmoid(c, p), nb_maximum(c, h, p));
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(nb_tape_jacobian(t, y, src[i], &jac), NB_OK);
+    assert_true(nb_tape_jacobian_vectorized(t));
+    assert_int_equal(nb_rank(jac), 2 + nb_rank(src[i]));
+    check_jacobian_rows(c, t, y, src[i], jac);
+  }
+  /* a reduction on the way: the loop, with the same answer */
+  nb_tensor *s = nb_sum(c, y, (const int[]){1}, 1, false);
+  assert_int_equal(nb_tape_jacobian(t, s, w, &jac), NB_OK);
+  assert_false(nb_tape_jacobian_vectorized(t));
+  check_jacobian_rows(c, t, s, w, jac);
+  nb_tape_end(t);
+
+  /* float32 on a one-shot tape */
+  nb_tensor *xf = tu_make(c, NB_F32, 1, TU_SHAPE(2), TU_VALS(1, 2));
+  t = nb_tape_begin(c, 0);
+  nb_tape_watch(t, xf);
+  assert_int_equal(nb_tape_jacobian(t, nb_mul(c, xf, xf), xf, &jac), NB_OK);
+  assert_true(nb_tape_jacobian_vectorized(t));
+  tu_check(jac, NB_F32, 2, TU_SHAPE(2, 2), TU_VALS(2, 0, 0, 4), 0);
+  nb_tape_end(t);
+}
+
+/* Second order through a batched pass: an outer tape records the tiling, so
+   d/dx sum(J) for y = x^3 elementwise is 6x. */
+static void test_jacobian_vectorized_nested(void **state) {
+  nb_ctx *c = *state;
+  double xv[3] = {0.5, -1, 2};
+  nb_tensor *x = vec(c, 3, xv), *jac, *g;
+  nb_tape *outer = nb_tape_begin(c, 0), *inner = nb_tape_begin(c, 0);
+  nb_tape_watch(outer, x);
+  nb_tape_watch(inner, x);
+  nb_tensor *y = nb_mul(c, nb_square(c, x), x);
+  assert_int_equal(nb_tape_jacobian(inner, y, x, &jac), NB_OK);
+  assert_true(nb_tape_jacobian_vectorized(inner));
+  nb_tape_end(inner);
+  assert_int_equal(nb_tape_gradient(outer, &jac, 1, &x, 1, NULL, &g), NB_OK);
+  tu_check(g, NB_F64, 1, TU_SHAPE(3), TU_VALS(3, -6, 12), 1e-14);
+  nb_tape_end(outer);
+}
+
+/* Too much memory for a batched pass (8 seeds times a taped 2^22-element tensor), and a
+   MatMul on the way: both take the loop. */
+static void test_jacobian_vectorized_fallbacks(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *big = nb_tensor_from(c, NB_F32, 1, TU_SHAPE(1 << 22), NULL);
+  nb_tensor *x = tu_make(c, NB_F32, 1, TU_SHAPE(8), NULL), *jac;
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, big);
+  nb_tape_watch(t, x);
+  assert_non_null(nb_sin(c, big));
+  assert_int_equal(nb_tape_jacobian(t, nb_sin(c, x), x, &jac), NB_OK);
+  assert_false(nb_tape_jacobian_vectorized(t));
+  tu_check_shape(jac, NB_F32, 2, TU_SHAPE(8, 8));
+  for (int i = 0; i < 64; i++) assert_true(nb_item(jac, i) == (i % 9 == 0));
+  nb_tape_end(t);
+
+  nb_tensor *m = tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4));
+  t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, m);
+  assert_int_equal(nb_tape_jacobian(t, nb_tanh(c, nb_matmul(c, m, m, false, false)), m, &jac), NB_OK);
+  assert_false(nb_tape_jacobian_vectorized(t));
+  assert_false(nb_tape_jacobian_vectorized(NULL));
+  nb_tape_end(t);
+}
+
 static void test_jacobian_errors(void **state) {
   nb_ctx *c = *state;
   nb_tensor *x = tu_make(c, NB_F64, 4, TU_SHAPE(1, 2, 1, 1), TU_VALS(1, 2)), *jac = x;
@@ -961,6 +1041,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_third_order, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_nested_partial_watch, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_matmul, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_jacobian_vectorized, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_jacobian_vectorized_nested, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_jacobian_vectorized_fallbacks, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_elementwise, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_ops_against_graph, tu_setup, tu_teardown),

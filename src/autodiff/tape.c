@@ -51,6 +51,9 @@ struct nb_tape {
   bool *needs;
   nb_tensor *views;        /* borrowed views of one entry's saved tensors */
   int32_t buf_cap;
+  int64_t batch;           /* vectorized Jacobian pass: every gradient has this leading dim; 0 otherwise */
+  bool batch_blocked;      /* that pass reached an entry that cannot run batched */
+  bool last_vectorized;    /* the last Jacobian ran as one batched backward pass */
   nb_tape *next_spare;
 };
 
@@ -284,6 +287,55 @@ static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
   return x;
 }
 
+/* ---- batched entries (vectorized Jacobians) ------------------------------------------------
+   In a batched pass every gradient has a leading dim of K seeds. An elementwise entry's
+   gradient function then runs on its tensors tiled K times: each as [K, 1.., dims], padded
+   with 1s to the entry's largest rank, so the function's broadcast reductions reduce the
+   padded and broadcast axes and keep K; its dxs come back as [K, 1.., x dims]. */
+
+/* The rank an entry's tensors are padded to: the largest among them. */
+static int entry_rank(const nb_tape *t, const tape_entry *e) {
+  int rank = 0;
+  for (int32_t i = 0; i < e->nin + e->nout; i++)
+    if (t->slots[e->slot0 + i].rank > rank) rank = t->slots[e->slot0 + i].rank;
+  return rank;
+}
+
+static bool entry_batchable(const nb_tape *t, const tape_entry *e) {
+  return e->def->elementwise && entry_rank(t, e) < NB_MAX_RANK;
+}
+
+/* dims = [K or 1, 1 x (rank - s->rank), s's dims] */
+static void batched_dims(const tape_slot *s, int rank, int64_t lead, int64_t *dims) {
+  dims[0] = lead;
+  for (int d = 0; d < rank - s->rank; d++) dims[1 + d] = 1;
+  if (s->rank) memcpy(dims + 1 + rank - s->rank, s->shape, (size_t)s->rank * sizeof *dims);
+}
+
+/* slot s as [K, 1.., dims]: tiled when the tape kept its data, a shape alone otherwise. */
+static nb_tensor *batched_view(nb_tape *t, const tape_slot *s, int32_t i, int rank) {
+  int64_t dims[NB_MAX_RANK];
+  nb_tensor *x = slot_view(t, s, i);
+  batched_dims(s, rank, t->batch, dims);
+  if (!s->buf) {
+    nb_borrowed_init(x, (nb_dtype)s->dtype, rank + 1, dims, NULL, s->id);
+    return x;
+  }
+  int64_t one_dims[NB_MAX_RANK];
+  batched_dims(s, rank, 1, one_dims);
+  return nb_broadcast_to(t->c, nb_reshape(t->c, x, one_dims, rank + 1), dims, rank + 1);
+}
+
+/* Each needed dx from [K, 1.., x dims] to [K, x dims]. */
+static void unbatch_dxs(nb_tape *t, const tape_slot *s, int32_t nin, const bool *needs, nb_tensor **dxs) {
+  int64_t dims[NB_MAX_RANK];
+  for (int32_t i = 0; i < nin; i++) {
+    if (!dxs[i] || !needs[i]) continue;
+    batched_dims(&s[i], s[i].rank, t->batch, dims);
+    dxs[i] = nb_reshape(t->c, dxs[i], dims, s[i].rank + 1);
+  }
+}
+
 /* A handle of its own for g's value, under g's id (outer tapes know it by that id). */
 static nb_tensor *own(nb_tape *t, nb_tensor *g) {
   nb_buffer_retain(g->buf);
@@ -354,11 +406,13 @@ static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **outs, nb_tens
 static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
   nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
   const tape_slot *s = &t->slots[e->slot0];
-  for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = slot_view(t, &s[i], i);
+  int rank = entry_rank(t, e);
+  for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = t->batch ? batched_view(t, &s[i], i, rank) : slot_view(t, &s[i], i);
   if (!entry_dys(t, e, outs, dys)) return NB_OK;
   for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].tracked;
   nb_fwd_op op = {e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = nb_grad_invoke(t->c, fn, &op, dys, dxs);
+  if (!code && t->batch) unbatch_dxs(t, s, e->nin, needs, dxs);
   nb_tensor **kept = ins; /* reused: the new map values, which must survive the scope */
   int nkept = 0;
   for (int32_t i = 0; i < e->nin && !code; i++) {
@@ -410,6 +464,10 @@ static nb_code run_backward(nb_tape *t) {
     nb_grad_fn fn;
     nb_grad_kind kind = nb_grad_lookup(e->def, NULL, &fn);
     if (kind == NB_GRAD_STOP) continue;
+    if (t->batch && !entry_batchable(t, e)) {
+      t->batch_blocked = true;
+      break;
+    }
     if (kind == NB_GRAD_NONE) {
       code = nb_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
                      e->def->name);
@@ -449,10 +507,12 @@ static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor
   map_clear(&t->sources);
   for (int i = 0; i < ns && !code; i++)
     if (!map_put(&t->sources, sources[i]->id, 0, false)) code = nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  t->batch_blocked = false;
   if (!code) code = run_backward(t);
+  bool answered = !code && !t->batch_blocked;
   for (int i = 0; i < ns; i++) {
-    out[i] = code || !nb_is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
-    if (!code && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
+    out[i] = !answered || !nb_is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
+    if (answered && !t->batch && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
     for (int j = 0; j < i && out[i]; j++) /* a source listed twice gets a handle of its own */
       if (out[j] == out[i]) out[i] = own(t, out[i]);
   }
@@ -498,16 +558,57 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
   return code;
 }
 
+static void set_one(nb_tensor *seed, int64_t i) {
+  if (seed->dtype == NB_F32)
+    ((float *)nb_tdata(seed))[i] = 1;
+  else
+    ((double *)nb_tdata(seed))[i] = 1;
+}
+
 /* Seeds element j of every one of `batch` rows of target (each of `per` elements). */
 static nb_tensor *one_hot_rows(nb_tape *t, nb_tensor *target, int64_t batch, int64_t per, int64_t j) {
   nb_tensor *seed = nb_zeros_like(t->c, target);
-  for (int64_t b = 0; seed && b < batch; b++) {
-    if (target->dtype == NB_F32)
-      ((float *)nb_tdata(seed))[b * per + j] = 1;
-    else
-      ((double *)nb_tdata(seed))[b * per + j] = 1;
-  }
+  for (int64_t b = 0; seed && b < batch; b++) set_one(seed, b * per + j);
   return seed;
+}
+
+/* Elements per batched tensor beyond which the loop's smaller memory wins. */
+enum { BATCHED_JACOBIAN_LIMIT = 1 << 24 };
+
+/* Whether one batched pass of k seeds fits: every taped tensor times k stays in the limit. */
+static bool batched_pass_fits(const nb_tape *t, int64_t k, int target_rank) {
+  if (k < 1 || target_rank >= NB_MAX_RANK) return false;
+  for (int32_t i = 0; i < t->nslots; i++) {
+    int64_t n = 1;
+    for (int d = 0; d < t->slots[i].rank; d++) n *= t->slots[i].shape[d];
+    if (n > BATCHED_JACOBIAN_LIMIT / k) return false;
+  }
+  return true;
+}
+
+/* The whole Jacobian from one batched backward pass seeded with the k x k identity as
+   [k, target dims] (k = target.size): the source's gradient is then [k, source dims], the
+   Jacobian's layout. *done stays false, with nothing made, when the pass reaches an entry
+   that cannot run batched. */
+static nb_code jacobian_batched(nb_tape *t, nb_tensor *target, nb_tensor *source, const int64_t *shape, int rank,
+                                nb_tensor **out, bool *done) {
+  int64_t k = target->size, dims[NB_MAX_RANK];
+  dims[0] = k;
+  memcpy(dims + 1, target->shape, (size_t)target->rank * sizeof *dims);
+  bool was_recording = t->recording;
+  t->recording = false; /* the seed and the reshape are not part of the taped function */
+  nb_scope_begin(t->c);
+  nb_tensor *seed = nb_tensor_from(t->c, target->dtype, target->rank + 1, dims, NULL), *g = NULL;
+  for (int64_t i = 0; seed && i < k; i++) set_one(seed, i * k + i);
+  t->batch = k;
+  nb_code code = seed ? gradient(t, &target, 1, &source, 1, &seed, &g) : nb_status(t->c);
+  t->batch = 0;
+  *done = !code && !t->batch_blocked;
+  if (*done) *out = g ? nb_reshape(t->c, g, shape, rank) : nb_tensor_from(t->c, source->dtype, rank, shape, NULL);
+  code = code ? code : nb_status(t->c);
+  nb_scope_end(t->c, out, 1);
+  t->recording = was_recording;
+  return code;
 }
 
 /* Jacobian rows: one backward pass per element j of a target row, seeded in all `batch`
@@ -545,6 +646,7 @@ static void join_shapes(int64_t *shape, const nb_tensor *target, const nb_tensor
 static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
   if (!t || !out) return NB_INVALID;
   *out = NULL;
+  t->last_vectorized = false;
   if (!nb_live(t->c)) return nb_status(t->c);
   if (!t->active) return nb_fail(t->c, NB_INVALID, "%s: the tape was ended", fn);
   if (!target || !source || !target->buf || !source->buf)
@@ -556,7 +658,8 @@ static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_
   return NB_OK;
 }
 
-/* d target / d source, by one backward pass per element of target. */
+/* d target / d source: one batched backward pass when every entry it reaches is
+   elementwise and the tiled tensors fit, else one pass per element of target. */
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
   nb_code code = check_jacobian(t, "nb_tape_jacobian", target, source, out);
   if (code) return code;
@@ -565,6 +668,15 @@ nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_te
     return nb_fail(t->c, NB_SHAPE, "nb_tape_jacobian: the Jacobian's rank %d exceeds %d", rank, NB_MAX_RANK);
   int64_t shape[NB_MAX_RANK];
   join_shapes(shape, target, source, 0);
+  if (batched_pass_fits(t, target->size, target->rank)) {
+    bool done = false;
+    code = jacobian_batched(t, target, source, shape, rank, out, &done);
+    if (code || done) {
+      t->last_vectorized = done;
+      spend(t);
+      return code;
+    }
+  }
   return jacobian_rows(t, target, source, 1, 0, shape, rank, out);
 }
 
@@ -584,3 +696,5 @@ nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source,
   join_shapes(shape, target, source, 1);
   return jacobian_rows(t, target, source, target->shape[0], 1, shape, rank, out);
 }
+
+bool nb_tape_jacobian_vectorized(const nb_tape *t) { return t && t->last_vectorized; }

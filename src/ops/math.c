@@ -731,22 +731,22 @@ static nb_code same_infer(nb_kargs *k) {
 #define Y0 1u
 
 #define UNARY(NAME, IMPL, GIN, GOUT)                                                        \
-  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, \
+  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .elementwise = true, \
    .infer = unary_infer, .kernel = unary_kernel, .impl = &(const unary_impl)IMPL}
 #define BINARY(NAME, FNS, TO_BOOL, CHECK, GIN)                                                     \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .bool_out = TO_BOOL,      \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .bool_out = TO_BOOL, .elementwise = true, \
    .infer = binary_infer, .kernel = binary_kernel,                                               \
    .impl = &(const binary_impl){.fn = {FNS}, .to_bool = TO_BOOL, .check = CHECK}}
 #define BINARY_NUM_FNS(name) FLOAT_TABLE(name, bin), INT_TABLE(name, bin)
 #define BINARY_CMP_FNS(name) BINARY_NUM_FNS(name), [NB_BOOL] = name##_bin_b
 /* The gradients of the fused gradient ops read both inputs (SqrtGrad's its output too). */
 #define PAIR_READING(NAME, IN0, IN1, GOUT, ...)                                                    \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = GOUT,  \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = GOUT, .elementwise = true, \
    .infer = pair_infer, .kernel = pair_kernel, .impl = &(const pair_impl){.fn = {__VA_ARGS__}, .names = {IN0, IN1}}}
 #define PAIR(NAME, FNS, IN0, IN1) PAIR_READING(NAME, IN0, IN1, 0, FNS)
 #define PAIR_NUM_FNS(name) FLOAT_TABLE(name, pair), INT_TABLE(name, pair)
 #define EQUALITY(NAME, FNS, MISMATCH)                                                              \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true,                  \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true, .elementwise = true, \
    .attrs = {{"incompatible_shape_error", NB_ATTR_BOOL, {.b = true}, false}},                     \
    .infer = equality_infer, .kernel = equality_kernel,                                             \
    .impl = &(const binary_impl){.fn = {FNS}, .to_bool = true, .mismatch_value = MISMATCH}}
@@ -789,7 +789,7 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_MUL] = BINARY("Mul", BINARY_NUM_FNS(mul), false, NULL, X0 | X1),
     [OP_REALDIV] = BINARY("RealDiv", BINARY_NUM_FNS(div), false, check_int_div, X0 | X1),
     /* TF's Pow gradient reads the output z too: dz/dy = z ln x */
-    [OP_POW] = {.name = "Pow", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = Y0,
+    [OP_POW] = {.name = "Pow", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = Y0, .elementwise = true,
                 .infer = binary_infer, .kernel = binary_kernel,
                 .impl = &(const binary_impl){.fn = {BINARY_NUM_FNS(pow)}, .check = check_int_pow}},
     [OP_SQDIFF] = BINARY("SquaredDifference", BINARY_NUM_FNS(sqdiff), false, NULL, X0 | X1),
@@ -804,16 +804,16 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_LOGICAL_AND] = BINARY("LogicalAnd", [NB_BOOL] = logical_and_bin_b, true, NULL, 0),
     [OP_LOGICAL_OR] = BINARY("LogicalOr", [NB_BOOL] = logical_or_bin_b, true, NULL, 0),
     [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1, .grad_inputs = 1u, /* the condition */
-     .infer = select_infer, .kernel = select_kernel},
-    [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3, .dtype_attr = 1 + CAST_DSTT,
+     .elementwise = true, .infer = select_infer, .kernel = select_kernel},
+    [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3, .dtype_attr = 1 + CAST_DSTT, .elementwise = true,
      .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = SRCT_UNSET}, false},
                {"DstT", NB_ATTR_TYPE, {.type = NB_F32}, true},
                {"Truncate", NB_ATTR_BOOL, {.b = false}, false}},
      .infer = cast_infer, .kernel = cast_kernel},
-    [OP_ADD_N] = {.name = "AddN", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 1,
+    [OP_ADD_N] = {.name = "AddN", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 1, .elementwise = true,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .infer = add_n_infer, .kernel = add_n_kernel},
-    [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .infer = same_infer},
-    [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .infer = same_infer},
+    [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = same_infer},
+    [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = same_infer},
     [OP_TANH_GRAD] = PAIR("TanhGrad", FLOAT_TABLE(tanh_grad, pair), "y", "dy"),
     [OP_SIGMOID_GRAD] = PAIR("SigmoidGrad", FLOAT_TABLE(sigmoid_grad, pair), "y", "dy"),
     [OP_RSQRT_GRAD] = PAIR("RsqrtGrad", FLOAT_TABLE(rsqrt_grad, pair), "y", "dy"),

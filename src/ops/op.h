@@ -74,6 +74,10 @@ struct nb_op_def {
   int8_t dtype_attr;       /* 1 + slot of the type attr that gives the output dtype; 0 none */
   bool bool_out;           /* outputs are bool (comparisons, logical ops) */
   bool shape_only;         /* reads only its inputs' shapes (Shape): foldable when they are known */
+  bool elementwise;        /* output = broadcast of the inputs, each element from the inputs'
+                              elements at its position, and the gradient function likewise
+                              (elementwise ops and broadcast reductions only): it stays right
+                              when every tensor gains a leading batch dim (vectorized Jacobians) */
   uint32_t grad_inputs;    /* bitmask of inputs the gradient function reads */
   uint32_t grad_outputs;   /* bitmask of outputs the gradient function reads */
   uint8_t nattrs;
