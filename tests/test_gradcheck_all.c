@@ -810,6 +810,14 @@ static void walk_others(tally *t, bool unknown_dims) {
   }
 }
 
+static void walk_all(tally *t, bool unknown_dims) {
+  walk_unary(t, unknown_dims);
+  walk_binary(t, unknown_dims);
+  walk_fused(t, unknown_dims);
+  walk_reductions(t, unknown_dims);
+  walk_others(t, unknown_dims);
+}
+
 #define WALK_TEST(name, walk, what)      \
   static void name(void **state) {       \
     (void)state;                         \
@@ -829,11 +837,7 @@ WALK_TEST(test_other_ops, walk_others, "other ops")
 static void test_unknown_dims(void **state) {
   (void)state;
   tally t = {.check = check_case};
-  walk_unary(&t, true);
-  walk_binary(&t, true);
-  walk_fused(&t, true);
-  walk_reductions(&t, true);
-  walk_others(&t, true);
+  walk_all(&t, true);
   finish(&t, "unknown dims");
 }
 
@@ -841,11 +845,7 @@ static void test_unknown_dims(void **state) {
 static void test_tape_equals_graph(void **state) {
   (void)state;
   tally t = {.check = check_tape_case};
-  walk_unary(&t, false);
-  walk_binary(&t, false);
-  walk_fused(&t, false);
-  walk_reductions(&t, false);
-  walk_others(&t, false);
+  walk_all(&t, false);
   finish(&t, "tape against graph");
 }
 
@@ -853,11 +853,7 @@ static void test_tape_equals_graph(void **state) {
 static void test_jacobian_vectorized_equals_loop(void **state) {
   (void)state;
   tally t = {.check = check_jacobian_case};
-  walk_unary(&t, false);
-  walk_binary(&t, false);
-  walk_fused(&t, false);
-  walk_reductions(&t, false);
-  walk_others(&t, false);
+  walk_all(&t, false);
   finish(&t, "vectorized Jacobian against the loop");
 }
 
