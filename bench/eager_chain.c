@@ -215,6 +215,8 @@ static nb_tensor *jacobian_by_loop(nb_ctx *c, nb_tape *t, nb_tensor *y, nb_tenso
   return nb_pack(c, rows, JAC_WIDTH, 0);
 }
 
+static const char *const path_names[] = {"loop", "vectorized", "mixed"};
+
 static bool bench_jacobian(nb_ctx *c) {
   const int64_t shape[2] = {1, JAC_WIDTH};
   float xv[JAC_WIDTH], wv[JAC_WIDTH], bv[JAC_WIDTH];
@@ -240,7 +242,7 @@ static bool bench_jacobian(nb_ctx *c) {
   if (ok)
     printf("name=nb_eager_jacobian shape=1x%d steps=%d threads=1 runs=%d path=%s us=%.1f loop_us=%.1f "
            "speedup=%.1f max_abs_diff=%.2e\n",
-           JAC_WIDTH, JAC_STEPS, RUNS, nb_tape_jacobian_vectorized(t) ? "vectorized" : "loop",
+           JAC_WIDTH, JAC_STEPS, RUNS, path_names[nb_tape_jacobian_path(t)],
            vec, by_loop, by_loop / vec, diff);
   nb_tape_end(t);
   nb_scope_end(c, NULL, 0);

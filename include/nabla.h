@@ -395,20 +395,26 @@ void nb_tape_set_unconnected_zero(nb_tape *t, bool zero);
    the targets like TF's output_gradients, ones by default. */
 nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                          nb_tensor *const *output_grads, nb_tensor **out);
-/* The Jacobian d target / d source, of shape target.shape + source.shape. Vectorized when
-   it can be: one backward pass seeded with the identity, every gradient carrying a leading
-   dim of target.size seeds, when every op the pass reaches is elementwise (the math ops,
-   TF's fused gradient ops, SelectV2, Cast, AddN, Identity) and target.size times the
-   largest taped tensor stays within 2^24 elements; otherwise one backward pass per
-   element of target. nb_tape_jacobian_vectorized says which path the last call took. */
+/* The Jacobian d target / d source, of shape target.shape + source.shape, vectorized as
+   TF's jacobian (pfor): one backward pass seeded with the identity, every gradient carrying
+   a leading dim of target.size seeds. Elementwise ops (the math ops, TF's fused gradient
+   ops, SelectV2, Cast, AddN, Identity) run their gradient once on tensors tiled along that
+   dim; any other op runs its gradient once per seed and stacks the results. When
+   target.size times the largest taped tensor exceeds 2^24 elements, or a taped tensor
+   has rank 8 (no room for the seed dim), it takes one backward pass per element of
+   target instead. nb_tape_jacobian_path says which path the last call took. */
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
 /* tf's batch_jacobian: target [b, ...] and source [b, ...] where row i of target depends
    only on row i of source; result [b, target dims..., source dims...]. Vectorized over the
    batch: one backward pass per element of a target row, seeded in all b rows at once. */
 nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
-/* Whether t's last nb_tape_jacobian ran as one batched backward pass (false after a
-   loop, a batch_jacobian, or an error). */
-bool nb_tape_jacobian_vectorized(const nb_tape *t);
+typedef enum nb_jacobian_path {
+  NB_JACOBIAN_LOOP,       /* one backward pass per target element (or no Jacobian ran) */
+  NB_JACOBIAN_VECTORIZED, /* one batched pass; every gradient function took the seed dim */
+  NB_JACOBIAN_MIXED       /* one batched pass; some ops ran their gradient once per seed */
+} nb_jacobian_path;
+/* How t's last nb_tape_jacobian ran (LOOP after a batch_jacobian or an error). */
+nb_jacobian_path nb_tape_jacobian_path(const nb_tape *t);
 void nb_tape_end(nb_tape *t);               /* also frees everything it recorded */
 
 /* ---- custom gradients: tf.custom_gradient ---------------------------------------------------

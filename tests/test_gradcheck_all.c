@@ -14,7 +14,7 @@
    gradient functions, so only the order of sums may differ.
 
    Jacobian mode: nb_tape_jacobian of every case against every input equals the rows of
-   one-hot gradients, and runs batched for the elementwise tables. */
+   one-hot gradients, and takes the expected path (vectorized, mixed or loop). */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -642,13 +642,17 @@ static bool in_table(const char *op, const binary_op *ops, int n) {
   return false;
 }
 
-/* Elementwise ops (the unary, binary and fused tables, SelectV2, Cast, AddN) must take the
-   batched path unless the tiling would pass the rank limit; every other op loops. */
-static bool expect_vectorized(const char *op, const nb_tensor *y) {
+/* The loop when a taped tensor has rank 8 (no room for the seed dim); otherwise one
+   batched pass, fully vectorized for elementwise ops (the unary, binary and fused tables,
+   SelectV2, Cast, AddN) and with the gradient once per seed for every other op. */
+static nb_jacobian_path expected_path(const char *op, nb_tensor *const *in, int nin, const nb_tensor *y) {
+  int rank = nb_rank(y);
+  for (int i = 0; i < nin; i++) rank = nb_rank(in[i]) > rank ? nb_rank(in[i]) : rank;
+  if (rank >= NB_MAX_RANK) return NB_JACOBIAN_LOOP;
   bool elementwise = in_table(op, binary_ops, COUNT(binary_ops)) || in_table(op, fused_ops, COUNT(fused_ops)) ||
                      !strcmp(op, "SelectV2") || !strcmp(op, "Cast") || !strcmp(op, "AddN");
   for (int i = 0; i < COUNT(unary_ops); i++) elementwise |= !strcmp(unary_ops[i].op, op);
-  return elementwise && nb_rank(y) < NB_MAX_RANK && nb_num_elements(y) > 0;
+  return elementwise ? NB_JACOBIAN_VECTORIZED : NB_JACOBIAN_MIXED;
 }
 
 /* nb_tape_jacobian of the op's output against every float input equals the rows of
@@ -668,11 +672,10 @@ static void check_jacobian_case(tally *t, const gc_spec *sp, int index, uint64_t
     if (nb_rank(y) + nb_rank(k.vals[i]) > NB_MAX_RANK) continue; /* no such Jacobian */
     nb_tensor *jac = NULL, *rows = NULL;
     failed = nb_tape_jacobian(tape, y, k.vals[i], &jac) != NB_OK;
-    bool vectorized = nb_tape_jacobian_vectorized(tape);
+    nb_jacobian_path path = nb_tape_jacobian_path(tape), want = expected_path(sp->op, k.ein, k.nin, y);
     if (!failed) rows = jacobian_by_rows(k.e, tape, y, k.vals[i], jac);
     failed = !rows;
-    if (!failed && vectorized != expect_vectorized(sp->op, y))
-      snprintf(why, sizeof why, "the Jacobian %s batched", vectorized ? "ran" : "did not run");
+    if (!failed && path != want) snprintf(why, sizeof why, "the Jacobian took path %d, not %d", (int)path, (int)want);
     else if (failed || !differs(jac, rows, why, sizeof why))
       *why = 0;
     failed |= *why != 0;

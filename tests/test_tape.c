@@ -463,14 +463,14 @@ static void test_jacobian_vectorized(void **state) {
   nb_tensor *y = nb_select(c, nb_greater(c, h, nb_scalar(c, NB_F64, 0)), nb_sigmoid(c, p), nb_maximum(c, h, p));
   for (int i = 0; i < 3; i++) {
     assert_int_equal(nb_tape_jacobian(t, y, src[i], &jac), NB_OK);
-    assert_true(nb_tape_jacobian_vectorized(t));
+    assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_VECTORIZED);
     assert_int_equal(nb_rank(jac), 2 + nb_rank(src[i]));
     check_jacobian_rows(c, t, y, src[i], jac);
   }
-  /* a reduction on the way: the loop, with the same answer */
+  /* a reduction on the way runs its gradient once per seed, with the same answer */
   nb_tensor *s = nb_sum(c, y, (const int[]){1}, 1, false);
   assert_int_equal(nb_tape_jacobian(t, s, w, &jac), NB_OK);
-  assert_false(nb_tape_jacobian_vectorized(t));
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
   check_jacobian_rows(c, t, s, w, jac);
   nb_tape_end(t);
 
@@ -479,7 +479,7 @@ static void test_jacobian_vectorized(void **state) {
   t = nb_tape_begin(c, 0);
   nb_tape_watch(t, xf);
   assert_int_equal(nb_tape_jacobian(t, nb_mul(c, xf, xf), xf, &jac), NB_OK);
-  assert_true(nb_tape_jacobian_vectorized(t));
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_VECTORIZED);
   tu_check(jac, NB_F32, 2, TU_SHAPE(2, 2), TU_VALS(2, 0, 0, 4), 0);
   nb_tape_end(t);
 }
@@ -495,15 +495,16 @@ static void test_jacobian_vectorized_nested(void **state) {
   nb_tape_watch(inner, x);
   nb_tensor *y = nb_mul(c, nb_square(c, x), x);
   assert_int_equal(nb_tape_jacobian(inner, y, x, &jac), NB_OK);
-  assert_true(nb_tape_jacobian_vectorized(inner));
+  assert_int_equal(nb_tape_jacobian_path(inner), NB_JACOBIAN_VECTORIZED);
   nb_tape_end(inner);
   assert_int_equal(nb_tape_gradient(outer, &jac, 1, &x, 1, NULL, &g), NB_OK);
   tu_check(g, NB_F64, 1, TU_SHAPE(3), TU_VALS(3, -6, 12), 1e-14);
   nb_tape_end(outer);
 }
 
-/* Too much memory for a batched pass (8 seeds times a taped 2^22-element tensor), and a
-   MatMul on the way: both take the loop. */
+/* Too much memory for a batched pass (8 seeds times a taped 2^22-element tensor), or a
+   taped rank-8 tensor (no room for the seed dim): the loop. A MatMul on the way: one
+   batched pass, MatMul's gradient once per seed. */
 static void test_jacobian_vectorized_fallbacks(void **state) {
   nb_ctx *c = *state;
   nb_tensor *big = nb_tensor_from(c, NB_F32, 1, TU_SHAPE(1 << 22), NULL);
@@ -513,17 +514,28 @@ static void test_jacobian_vectorized_fallbacks(void **state) {
   nb_tape_watch(t, x);
   assert_non_null(nb_sin(c, big));
   assert_int_equal(nb_tape_jacobian(t, nb_sin(c, x), x, &jac), NB_OK);
-  assert_false(nb_tape_jacobian_vectorized(t));
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_LOOP);
   tu_check_shape(jac, NB_F32, 2, TU_SHAPE(8, 8));
   for (int i = 0; i < 64; i++) assert_true(nb_item(jac, i) == (i % 9 == 0));
+  nb_tape_end(t);
+
+  nb_tensor *x8 = tu_make(c, NB_F64, 8, TU_SHAPE(1, 1, 1, 1, 1, 1, 1, 2), TU_VALS(0.5, 2));
+  t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x8);
+  nb_tensor *y1 = nb_sum(c, nb_square(c, x8), NULL, 0, false);
+  assert_int_equal(nb_tape_jacobian(t, y1, x8, &jac), NB_OK);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_LOOP);
+  tu_check(jac, NB_F64, 8, TU_SHAPE(1, 1, 1, 1, 1, 1, 1, 2), TU_VALS(1, 4), 0);
   nb_tape_end(t);
 
   nb_tensor *m = tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4));
   t = nb_tape_begin(c, 1);
   nb_tape_watch(t, m);
-  assert_int_equal(nb_tape_jacobian(t, nb_tanh(c, nb_matmul(c, m, m, false, false)), m, &jac), NB_OK);
-  assert_false(nb_tape_jacobian_vectorized(t));
-  assert_false(nb_tape_jacobian_vectorized(NULL));
+  nb_tensor *ym = nb_tanh(c, nb_matmul(c, m, m, false, false));
+  assert_int_equal(nb_tape_jacobian(t, ym, m, &jac), NB_OK);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  check_jacobian_rows(c, t, ym, m, jac);
+  assert_int_equal(nb_tape_jacobian_path(NULL), NB_JACOBIAN_LOOP);
   nb_tape_end(t);
 }
 

@@ -52,8 +52,8 @@ struct nb_tape {
   nb_tensor *views;        /* borrowed views of one entry's saved tensors */
   int32_t buf_cap;
   int64_t batch;           /* vectorized Jacobian pass: every gradient has this leading dim; 0 otherwise */
-  bool batch_blocked;      /* that pass reached an entry that cannot run batched */
-  bool last_vectorized;    /* the last Jacobian ran as one batched backward pass */
+  int32_t seed_looped;     /* entries that pass ran once per seed (not batchable) */
+  nb_jacobian_path last_path; /* how the last Jacobian ran */
   nb_tape *next_spare;
 };
 
@@ -291,7 +291,8 @@ static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
    In a batched pass every gradient has a leading dim of K seeds. An elementwise entry's
    gradient function then runs on its tensors tiled K times: each as [K, 1.., dims], padded
    with 1s to the entry's largest rank, so the function's broadcast reductions reduce the
-   padded and broadcast axes and keep K; its dxs come back as [K, 1.., x dims]. */
+   padded and broadcast axes and keep K; its dxs come back as [K, 1.., x dims]. Any other
+   entry runs its gradient function once per seed (invoke_per_seed). */
 
 /* The rank an entry's tensors are padded to: the largest among them. */
 static int entry_rank(const nb_tape *t, const tape_entry *e) {
@@ -301,9 +302,6 @@ static int entry_rank(const nb_tape *t, const tape_entry *e) {
   return rank;
 }
 
-static bool entry_batchable(const nb_tape *t, const tape_entry *e) {
-  return e->def->elementwise && entry_rank(t, e) < NB_MAX_RANK;
-}
 
 /* dims = [K or 1, 1 x (rank - s->rank), s's dims] */
 static void batched_dims(const tape_slot *s, int rank, int64_t lead, int64_t *dims) {
@@ -402,17 +400,54 @@ static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **outs, nb_tens
   return any;
 }
 
+/* One input's dxs from every seed stacked as [K, x dims], zeros for seeds without one;
+   NULL when no seed has one or the input needs none. */
+static nb_tensor *stack_seeds(nb_tape *t, const nb_tensor *x, nb_tensor **rows, bool needed) {
+  bool any = false;
+  for (int64_t j = 0; j < t->batch; j++) any |= rows[j] != NULL;
+  if (!needed || !any) return NULL;
+  for (int64_t j = 0; j < t->batch; j++)
+    if (!rows[j]) rows[j] = nb_tensor_from(t->c, x->dtype, x->rank, x->shape, NULL);
+  return nb_pack(t->c, rows, (int)t->batch, 0);
+}
+
+/* An entry whose gradient function cannot take the batch dim, in a batched pass (TF's
+   pfor falls back the same way): the function runs once per seed on that seed's row of
+   each batched dy (a dy of the output's own rank is a zero shared by all seeds), and the
+   seeds' dxs are stacked back to [K, x dims]. */
+static nb_code invoke_per_seed(nb_tape *t, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  int64_t k = t->batch;
+  int32_t nin = op->nin, nout = op->nout;
+  /* every batched dy's rows [nout][k], every seed's dxs [nin][k], one call's dys and dxs */
+  nb_tensor **dy_rows = calloc((size_t)((nout + nin) * k + nb_grad_width(nin, nout)), sizeof *dy_rows);
+  if (!dy_rows) return nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  nb_tensor **dx_rows = dy_rows + nout * k, **call = dx_rows + nin * k;
+  nb_code code = NB_OK;
+  for (int32_t o = 0; o < nout && !code; o++)
+    if (dys[o] && dys[o]->rank == op->out[o]->rank + 1) code = nb_unpack(t->c, dys[o], 0, (int)k, dy_rows + o * k);
+  for (int64_t j = 0; j < k && !code; j++) {
+    for (int32_t o = 0; o < nout; o++) call[o] = dy_rows[o * k + j] ? dy_rows[o * k + j] : dys[o];
+    code = nb_grad_invoke(t->c, fn, op, call, call + nout);
+    for (int32_t i = 0; i < nin; i++) dx_rows[i * k + j] = call[nout + i];
+  }
+  for (int32_t i = 0; i < nin && !code; i++) dxs[i] = stack_seeds(t, op->in[i], dx_rows + i * k, op->needs_grad[i]);
+  free(dy_rows);
+  t->seed_looped++;
+  return code ? code : nb_status(t->c);
+}
+
 /* One entry's gradient, in a scope of its own: only the accumulated gradients outlive it. */
 static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
   nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
   const tape_slot *s = &t->slots[e->slot0];
+  bool batched = t->batch && e->def->elementwise, per_seed = t->batch && !batched;
   int rank = entry_rank(t, e);
-  for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = t->batch ? batched_view(t, &s[i], i, rank) : slot_view(t, &s[i], i);
+  for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = batched ? batched_view(t, &s[i], i, rank) : slot_view(t, &s[i], i);
   if (!entry_dys(t, e, outs, dys)) return NB_OK;
   for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].tracked;
   nb_fwd_op op = {e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
-  nb_code code = nb_grad_invoke(t->c, fn, &op, dys, dxs);
-  if (!code && t->batch) unbatch_dxs(t, s, e->nin, needs, dxs);
+  nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nb_grad_invoke(t->c, fn, &op, dys, dxs);
+  if (!code && batched) unbatch_dxs(t, s, e->nin, needs, dxs);
   nb_tensor **kept = ins; /* reused: the new map values, which must survive the scope */
   int nkept = 0;
   for (int32_t i = 0; i < e->nin && !code; i++) {
@@ -464,10 +499,6 @@ static nb_code run_backward(nb_tape *t) {
     nb_grad_fn fn;
     nb_grad_kind kind = nb_grad_lookup(e->def, NULL, &fn);
     if (kind == NB_GRAD_STOP) continue;
-    if (t->batch && !entry_batchable(t, e)) {
-      t->batch_blocked = true;
-      break;
-    }
     if (kind == NB_GRAD_NONE) {
       code = nb_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
                      e->def->name);
@@ -507,12 +538,10 @@ static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor
   map_clear(&t->sources);
   for (int i = 0; i < ns && !code; i++)
     if (!map_put(&t->sources, sources[i]->id, 0, false)) code = nb_fail(t->c, NB_NOMEM, "tape: out of memory");
-  t->batch_blocked = false;
   if (!code) code = run_backward(t);
-  bool answered = !code && !t->batch_blocked;
   for (int i = 0; i < ns; i++) {
-    out[i] = !answered || !nb_is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
-    if (answered && !t->batch && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
+    out[i] = code || !nb_is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
+    if (!code && !t->batch && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
     for (int j = 0; j < i && out[i]; j++) /* a source listed twice gets a handle of its own */
       if (out[j] == out[i]) out[i] = own(t, out[i]);
   }
@@ -575,10 +604,12 @@ static nb_tensor *one_hot_rows(nb_tape *t, nb_tensor *target, int64_t batch, int
 /* Elements per batched tensor beyond which the loop's smaller memory wins. */
 enum { BATCHED_JACOBIAN_LIMIT = 1 << 24 };
 
-/* Whether one batched pass of k seeds fits: every taped tensor times k stays in the limit. */
+/* Whether one batched pass of k seeds fits: every taped tensor, with the seed dim added,
+   stays within the rank limit and, times k, within the size limit. */
 static bool batched_pass_fits(const nb_tape *t, int64_t k, int target_rank) {
   if (k < 1 || target_rank >= NB_MAX_RANK) return false;
   for (int32_t i = 0; i < t->nslots; i++) {
+    if (t->slots[i].rank >= NB_MAX_RANK) return false;
     int64_t n = 1;
     for (int d = 0; d < t->slots[i].rank; d++) n *= t->slots[i].shape[d];
     if (n > BATCHED_JACOBIAN_LIMIT / k) return false;
@@ -588,10 +619,9 @@ static bool batched_pass_fits(const nb_tape *t, int64_t k, int target_rank) {
 
 /* The whole Jacobian from one batched backward pass seeded with the k x k identity as
    [k, target dims] (k = target.size): the source's gradient is then [k, source dims], the
-   Jacobian's layout. *done stays false, with nothing made, when the pass reaches an entry
-   that cannot run batched. */
+   Jacobian's layout. */
 static nb_code jacobian_batched(nb_tape *t, nb_tensor *target, nb_tensor *source, const int64_t *shape, int rank,
-                                nb_tensor **out, bool *done) {
+                                nb_tensor **out) {
   int64_t k = target->size, dims[NB_MAX_RANK];
   dims[0] = k;
   memcpy(dims + 1, target->shape, (size_t)target->rank * sizeof *dims);
@@ -601,10 +631,11 @@ static nb_code jacobian_batched(nb_tape *t, nb_tensor *target, nb_tensor *source
   nb_tensor *seed = nb_tensor_from(t->c, target->dtype, target->rank + 1, dims, NULL), *g = NULL;
   for (int64_t i = 0; seed && i < k; i++) set_one(seed, i * k + i);
   t->batch = k;
+  t->seed_looped = 0;
   nb_code code = seed ? gradient(t, &target, 1, &source, 1, &seed, &g) : nb_status(t->c);
   t->batch = 0;
-  *done = !code && !t->batch_blocked;
-  if (*done) *out = g ? nb_reshape(t->c, g, shape, rank) : nb_tensor_from(t->c, source->dtype, rank, shape, NULL);
+  t->last_path = t->seed_looped ? NB_JACOBIAN_MIXED : NB_JACOBIAN_VECTORIZED;
+  if (!code) *out = g ? nb_reshape(t->c, g, shape, rank) : nb_tensor_from(t->c, source->dtype, rank, shape, NULL);
   code = code ? code : nb_status(t->c);
   nb_scope_end(t->c, out, 1);
   t->recording = was_recording;
@@ -626,6 +657,8 @@ static nb_code jacobian_rows(nb_tape *t, nb_tensor *target, nb_tensor *source, i
     nb_tensor *seed = one_hot_rows(t, target, batch, per, j);
     code = seed ? gradient(t, &target, 1, &source, 1, &seed, &rows[j]) : nb_status(t->c);
     if (!code && !rows[j]) rows[j] = nb_zeros_like(t->c, source);
+    /* flat ([batch, -1] for the batch Jacobian): a rank-8 source still stacks */
+    if (!code) rows[j] = nb_reshape(t->c, rows[j], (const int64_t[]){axis ? batch : -1, -1}, axis + 1);
   }
   if (!code && per > 0) *out = nb_reshape(t->c, nb_pack(t->c, rows, (int)per, axis), shape, rank);
   if (!code && per == 0) *out = nb_tensor_from(t->c, source->dtype, rank, shape, NULL);
@@ -646,7 +679,7 @@ static void join_shapes(int64_t *shape, const nb_tensor *target, const nb_tensor
 static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
   if (!t || !out) return NB_INVALID;
   *out = NULL;
-  t->last_vectorized = false;
+  t->last_path = NB_JACOBIAN_LOOP;
   if (!nb_live(t->c)) return nb_status(t->c);
   if (!t->active) return nb_fail(t->c, NB_INVALID, "%s: the tape was ended", fn);
   if (!target || !source || !target->buf || !source->buf)
@@ -658,8 +691,8 @@ static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_
   return NB_OK;
 }
 
-/* d target / d source: one batched backward pass when every entry it reaches is
-   elementwise and the tiled tensors fit, else one pass per element of target. */
+/* d target / d source: one batched backward pass when the batched tensors fit, else one
+   pass per element of target. */
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
   nb_code code = check_jacobian(t, "nb_tape_jacobian", target, source, out);
   if (code) return code;
@@ -669,13 +702,9 @@ nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_te
   int64_t shape[NB_MAX_RANK];
   join_shapes(shape, target, source, 0);
   if (batched_pass_fits(t, target->size, target->rank)) {
-    bool done = false;
-    code = jacobian_batched(t, target, source, shape, rank, out, &done);
-    if (code || done) {
-      t->last_vectorized = done;
-      spend(t);
-      return code;
-    }
+    code = jacobian_batched(t, target, source, shape, rank, out);
+    spend(t);
+    return code;
   }
   return jacobian_rows(t, target, source, 1, 0, shape, rank, out);
 }
@@ -697,4 +726,4 @@ nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source,
   return jacobian_rows(t, target, source, target->shape[0], 1, shape, rank, out);
 }
 
-bool nb_tape_jacobian_vectorized(const nb_tape *t) { return t && t->last_vectorized; }
+nb_jacobian_path nb_tape_jacobian_path(const nb_tape *t) { return t ? t->last_path : NB_JACOBIAN_LOOP; }
