@@ -198,9 +198,11 @@ static bool train_loop(nb_ctx *c, long steps) {
   return nb_status(c) == NB_OK;
 }
 
-/* The Jacobian d y / d x of y = 10 steps of tanh(x * w + b) on 1x64: nb_tape_jacobian
-   (batched: one backward pass with 64 seeds) against the loop it replaces, 64 gradients
-   seeded one-hot and stacked; median of RUNS, both on a persistent tape. */
+/* The Jacobian d y / d x of y = 10 steps on 1x64, of the chain tanh(x * w + b) (every op
+   elementwise: the vectorized path) and of an MLP, tanh(x W + b) with W 64x64 (MatMul's
+   gradient runs once per seed: the mixed path). nb_tape_jacobian (one backward pass with
+   64 seeds) against the loop it replaces, 64 gradients seeded one-hot and stacked; median
+   of RUNS, both on a persistent tape. */
 #define JAC_WIDTH 64
 #define JAC_STEPS 10
 
@@ -217,16 +219,21 @@ static nb_tensor *jacobian_by_loop(nb_ctx *c, nb_tape *t, nb_tensor *y, nb_tenso
 
 static const char *const path_names[] = {"loop", "vectorized", "mixed"};
 
-static bool bench_jacobian(nb_ctx *c) {
-  const int64_t shape[2] = {1, JAC_WIDTH};
-  float xv[JAC_WIDTH], wv[JAC_WIDTH], bv[JAC_WIDTH];
-  for (int i = 0; i < JAC_WIDTH; i++) xv[i] = uniform() - 0.5f, wv[i] = uniform() - 0.5f, bv[i] = uniform() - 0.5f;
+static nb_tensor *random_f32(nb_ctx *c, int64_t rows, int64_t cols, float scale) {
+  float v[JAC_WIDTH * JAC_WIDTH];
+  for (int64_t i = 0; i < rows * cols; i++) v[i] = scale * (uniform() - 0.5f);
+  return nb_tensor_from(c, NB_F32, 2, (const int64_t[]){rows, cols}, v);
+}
+
+static bool bench_jacobian(nb_ctx *c, bool mlp) {
   nb_scope_begin(c);
-  nb_tensor *x = nb_tensor_from(c, NB_F32, 2, shape, xv), *w = nb_tensor_from(c, NB_F32, 2, shape, wv);
-  nb_tensor *b = nb_tensor_from(c, NB_F32, 2, shape, bv), *y = x, *jac = NULL, *loop = NULL;
+  nb_tensor *x = random_f32(c, 1, JAC_WIDTH, 1), *b = random_f32(c, 1, JAC_WIDTH, 1);
+  nb_tensor *w = mlp ? random_f32(c, JAC_WIDTH, JAC_WIDTH, 0.5f) : random_f32(c, 1, JAC_WIDTH, 1);
+  nb_tensor *y = x, *jac = NULL, *loop = NULL;
   nb_tape *t = nb_tape_begin(c, 1);
   nb_tape_watch(t, x);
-  for (int i = 0; i < JAC_STEPS; i++) y = nb_tanh(c, nb_add(c, nb_mul(c, y, w), b));
+  for (int i = 0; i < JAC_STEPS; i++)
+    y = nb_tanh(c, nb_add(c, mlp ? nb_matmul(c, y, w, false, false) : nb_mul(c, y, w), b));
   double vec_us[RUNS], loop_us[RUNS];
   for (int r = 0; r < RUNS && nb_status(c) == NB_OK; r++) {
     double t0 = bench_now();
@@ -240,9 +247,9 @@ static bool bench_jacobian(nb_ctx *c) {
   for (int64_t i = 0; ok && i < nb_num_elements(jac); i++) diff = fmax(diff, fabs(nb_item(jac, i) - nb_item(loop, i)));
   double vec = bench_median(vec_us, RUNS), by_loop = bench_median(loop_us, RUNS);
   if (ok)
-    printf("name=nb_eager_jacobian shape=1x%d steps=%d threads=1 runs=%d path=%s us=%.1f loop_us=%.1f "
+    printf("name=nb_eager_jacobian model=%s shape=1x%d steps=%d threads=1 runs=%d path=%s us=%.1f loop_us=%.1f "
            "speedup=%.1f max_abs_diff=%.2e\n",
-           JAC_WIDTH, JAC_STEPS, RUNS, path_names[nb_tape_jacobian_path(t)],
+           mlp ? "mlp" : "chain", JAC_WIDTH, JAC_STEPS, RUNS, path_names[nb_tape_jacobian_path(t)],
            vec, by_loop, by_loop / vec, diff);
   nb_tape_end(t);
   nb_scope_end(c, NULL, 0);
@@ -257,7 +264,8 @@ int main(int argc, char **argv) {
   bool ok = true;
   for (size_t i = 0; i < sizeof widths / sizeof *widths && ok; i++)
     if (argc < 2 || atoll(argv[1]) == widths[i]) ok = bench_width(c, widths[i]);
-  if (ok && argc < 2) ok = bench_jacobian(c);
+  if (ok && argc < 2) ok = bench_jacobian(c, false);
+  if (ok && argc < 2) ok = bench_jacobian(c, true);
   if (ok && argc < 2) ok = train_loop(c, 1000000);
   if (!ok) fprintf(stderr, "eager_chain: %s\n", nb_error(c));
   nb_ctx_free(c);
