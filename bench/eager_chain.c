@@ -199,8 +199,8 @@ static bool train_loop(nb_ctx *c, long steps) {
 }
 
 /* The Jacobian d y / d x of y = 10 steps on 1x64, of the chain tanh(x * w + b) (every op
-   elementwise: the vectorized path) and of an MLP, tanh(x W + b) with W 64x64 (MatMul's
-   gradient runs once per seed: the mixed path). nb_tape_jacobian (one backward pass with
+   elementwise) and of an MLP, tanh(x W + b) with W 64x64 (MatMul batched through
+   BatchMatMulV2's gradient): both take the vectorized path. nb_tape_jacobian (one backward pass with
    64 seeds) against the loop it replaces, 64 gradients seeded one-hot and stacked; median
    of RUNS, both on a persistent tape. */
 #define JAC_WIDTH 64

@@ -291,8 +291,17 @@ static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
    In a batched pass every gradient has a leading dim of K seeds. An elementwise entry's
    gradient function then runs on its tensors tiled K times: each as [K, 1.., dims], padded
    with 1s to the entry's largest rank, so the function's broadcast reductions reduce the
-   padded and broadcast axes and keep K; its dxs come back as [K, 1.., x dims]. Any other
-   entry runs its gradient function once per seed (invoke_per_seed). */
+   padded and broadcast axes and keep K; its dxs come back as [K, 1.., x dims]. An op with
+   a batched_as op (MatMul) runs that op's gradient on its tiled tensors the same way. Any
+   other entry runs its gradient function once per seed (invoke_per_seed). */
+
+/* The op whose gradient function takes e's tensors tiled along the seed dim: e's own when
+   elementwise, its batched_as op, or NULL (then once per seed). */
+static const nb_op_def *batched_def(const tape_entry *e, nb_grad_fn *fn) {
+  if (e->def->elementwise) return e->def;
+  const nb_op_def *as = e->def->batched_as ? nb_op_lookup(e->def->batched_as) : NULL;
+  return as && nb_grad_lookup(as, NULL, fn) == NB_GRAD_FN ? as : NULL;
+}
 
 /* The rank an entry's tensors are padded to: the largest among them. */
 static int entry_rank(const nb_tape *t, const tape_entry *e) {
@@ -310,18 +319,20 @@ static void batched_dims(const tape_slot *s, int rank, int64_t lead, int64_t *di
   if (s->rank) memcpy(dims + 1 + rank - s->rank, s->shape, (size_t)s->rank * sizeof *dims);
 }
 
-/* slot s as [K, 1.., dims]: tiled when the tape kept its data, a shape alone otherwise. */
-static nb_tensor *batched_view(nb_tape *t, const tape_slot *s, int32_t i, int rank) {
+/* slot s as [K, 1.., dims], or as [1, 1.., dims] to broadcast when not tiled: a copy when
+   the tape kept its data, a shape alone otherwise. */
+static nb_tensor *batched_view(nb_tape *t, const tape_slot *s, int32_t i, int rank, bool tile) {
   int64_t dims[NB_MAX_RANK];
   nb_tensor *x = slot_view(t, s, i);
-  batched_dims(s, rank, t->batch, dims);
+  batched_dims(s, rank, tile ? t->batch : 1, dims);
   if (!s->buf) {
     nb_borrowed_init(x, (nb_dtype)s->dtype, rank + 1, dims, NULL, s->id);
     return x;
   }
   int64_t one_dims[NB_MAX_RANK];
   batched_dims(s, rank, 1, one_dims);
-  return nb_broadcast_to(t->c, nb_reshape(t->c, x, one_dims, rank + 1), dims, rank + 1);
+  nb_tensor *one = nb_reshape(t->c, x, one_dims, rank + 1);
+  return tile ? nb_broadcast_to(t->c, one, dims, rank + 1) : one;
 }
 
 /* Each needed dx from [K, 1.., x dims] to [K, x dims]. */
@@ -440,12 +451,16 @@ static nb_code invoke_per_seed(nb_tape *t, nb_grad_fn fn, const nb_fwd_op *op, n
 static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
   nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
   const tape_slot *s = &t->slots[e->slot0];
-  bool batched = t->batch && e->def->elementwise, per_seed = t->batch && !batched;
+  const nb_op_def *as = t->batch ? batched_def(e, &fn) : NULL;
+  bool batched = as != NULL, per_seed = t->batch && !batched;
   int rank = entry_rank(t, e);
-  for (int32_t i = 0; i < e->nin + e->nout; i++) ins[i] = batched ? batched_view(t, &s[i], i, rank) : slot_view(t, &s[i], i);
-  if (!entry_dys(t, e, outs, dys)) return NB_OK;
   for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].tracked;
-  nb_fwd_op op = {e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
+  /* a batched_as op's gradient broadcasts an input without a gradient (one GEMM for
+     x W's dx); elementwise gradients may pair tensors of equal shapes, so those tile all */
+  for (int32_t i = 0; i < e->nin + e->nout; i++)
+    ins[i] = batched ? batched_view(t, &s[i], i, rank, as == e->def || i >= e->nin || needs[i]) : slot_view(t, &s[i], i);
+  if (!entry_dys(t, e, outs, dys)) return NB_OK;
+  nb_fwd_op op = {batched ? as : e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nb_grad_invoke(t->c, fn, &op, dys, dxs);
   if (!code && batched) unbatch_dxs(t, s, e->nin, needs, dxs);
   nb_tensor **kept = ins; /* reused: the new map values, which must survive the scope */

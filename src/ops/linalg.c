@@ -237,6 +237,7 @@ enum { OP_MATMUL, OP_BATCH_MATMUL_V2, OP_COUNT };
 static nb_op_def linalg_ops[OP_COUNT] = {
     /* both gradients multiply the incoming gradient by the other input */
     [OP_MATMUL] = {.name = "MatMul", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3u, .nattrs = 4,
+                   .batched_as = "BatchMatMulV2", /* transpose_a/b as adj_x/y, grad_a/b as grad_x/y */
                    .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
                              BOOL_ATTR("grad_b")},
                    .infer = matmul_infer, .kernel = matmul_kernel},

@@ -78,6 +78,9 @@ struct nb_op_def {
                               elements at its position, and the gradient function likewise
                               (elementwise ops and broadcast reductions only): it stays right
                               when every tensor gains a leading batch dim (vectorized Jacobians) */
+  const char *batched_as;  /* vectorized Jacobians: the op whose gradient, run on this op's
+                              tensors with a leading batch dim (same attr layout), is this
+                              op's batched gradient (BatchMatMulV2 for MatMul) */
   uint32_t grad_inputs;    /* bitmask of inputs the gradient function reads */
   uint32_t grad_outputs;   /* bitmask of outputs the gradient function reads */
   uint8_t nattrs;
