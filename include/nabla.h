@@ -406,15 +406,16 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
    which path the last call took. */
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
 /* tf's batch_jacobian: target [b, ...] and source [b, ...] where row i of target depends
-   only on row i of source; result [b, target dims..., source dims...]. Vectorized over the
-   batch: one backward pass per element of a target row, seeded in all b rows at once. */
+   only on row i of source; result [b, target dims..., source dims...]. Vectorized like
+   nb_tape_jacobian, with one seed per element of a target row (each set in all b rows):
+   one batched backward pass, or one pass per element of a target row when it does not fit. */
 nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
 typedef enum nb_jacobian_path {
   NB_JACOBIAN_LOOP,       /* one backward pass per target element (or no Jacobian ran) */
   NB_JACOBIAN_VECTORIZED, /* one batched pass; every gradient function took the seed dim */
   NB_JACOBIAN_MIXED       /* one batched pass; some ops ran their gradient once per seed */
 } nb_jacobian_path;
-/* How t's last nb_tape_jacobian ran (LOOP after a batch_jacobian or an error). */
+/* How t's last nb_tape_jacobian or nb_tape_batch_jacobian ran (LOOP after an error). */
 nb_jacobian_path nb_tape_jacobian_path(const nb_tape *t);
 void nb_tape_end(nb_tape *t);               /* also frees everything it recorded */
 

@@ -564,6 +564,56 @@ static void test_jacobian_vectorized_fallbacks(void **state) {
   nb_tape_end(t);
 }
 
+/* batch_jacobian[b, i, j] is the full Jacobian's block J[b, i, b, j] when row b of the
+   target depends on row b of the source only. */
+static void check_batch_blocks(nb_tape *t, nb_tensor *y, nb_tensor *x, const nb_tensor *bj) {
+  nb_tensor *full;
+  assert_int_equal(nb_tape_jacobian(t, y, x, &full), NB_OK);
+  int64_t b = nb_shape(y)[0], per_y = nb_num_elements(y) / b, per_x = nb_num_elements(x) / b;
+  assert_int_equal(nb_num_elements(bj), b * per_y * per_x);
+  for (int64_t r = 0; r < b; r++)
+    for (int64_t i = 0; i < per_y; i++)
+      for (int64_t j = 0; j < per_x; j++) {
+        double want = nb_item(full, ((r * per_y + i) * b + r) * per_x + j);
+        if (fabs(nb_item(bj, (r * per_y + i) * per_x + j) - want) > 1e-14)
+          fail_msg("B[%lld, %lld, %lld]", (long long)r, (long long)i, (long long)j);
+      }
+}
+
+/* Per-example Jacobians: x [3, 2] through tanh(x W) with W [2, 4] (one batched pass, all
+   ops batched), and through a row sum (Sum's gradient once per seed). */
+static void test_batch_jacobian(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(0.1, -0.3, 0.5, 0.7, -0.9, 0.2));
+  nb_tensor *w = tu_make(c, NB_F64, 2, TU_SHAPE(2, 4), TU_VALS(0.3, -1, 0.5, 0.8, 0.1, -0.4, -0.6, 0.9)), *bj;
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = nb_tanh(c, nb_matmul(c, x, w, false, false));
+  assert_int_equal(nb_tape_batch_jacobian(t, y, x, &bj), NB_OK);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_VECTORIZED);
+  tu_check_shape(bj, NB_F64, 3, TU_SHAPE(3, 4, 2));
+  check_batch_blocks(t, y, x, bj);
+  nb_tensor *s = nb_sum(c, nb_square(c, x), (const int[]){1}, 1, true); /* [3, 1] */
+  assert_int_equal(nb_tape_batch_jacobian(t, s, x, &bj), NB_OK);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  tu_check(bj, NB_F64, 3, TU_SHAPE(3, 1, 2), TU_VALS(0.2, -0.6, 1, 1.4, -1.8, 0.4), 1e-15);
+  /* a batch of one, and an empty batch */
+  nb_tensor *x1 = tu_make(c, NB_F64, 2, TU_SHAPE(1, 2), TU_VALS(2, 3));
+  nb_tape_watch(t, x1);
+  assert_int_equal(nb_tape_batch_jacobian(t, nb_mul(c, x1, x1), x1, &bj), NB_OK);
+  tu_check(bj, NB_F64, 3, TU_SHAPE(1, 2, 2), TU_VALS(4, 0, 0, 6), 0);
+  nb_tensor *x0 = nb_tensor_from(c, NB_F64, 2, TU_SHAPE(0, 2), NULL);
+  nb_tape_watch(t, x0);
+  assert_int_equal(nb_tape_batch_jacobian(t, nb_sin(c, x0), x0, &bj), NB_OK);
+  tu_check_shape(bj, NB_F64, 3, TU_SHAPE(0, 2, 2));
+  /* batch dims that differ, and a scalar */
+  assert_int_equal(nb_tape_batch_jacobian(t, y, x1, &bj), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "nb_tape_batch_jacobian", "same first (batch) dim");
+  assert_int_equal(nb_tape_batch_jacobian(t, nb_scalar(c, NB_F64, 1), x, &bj), NB_SHAPE);
+  nb_clear_error(c);
+  nb_tape_end(t);
+}
+
 static void test_jacobian_errors(void **state) {
   nb_ctx *c = *state;
   nb_tensor *x = tu_make(c, NB_F64, 4, TU_SHAPE(1, 2, 1, 1), TU_VALS(1, 2)), *jac = x;
@@ -1080,6 +1130,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_jacobian_matmul, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_vectorized, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_vectorized_nested, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_jacobian, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_vectorized_matmul_second_order, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_vectorized_fallbacks, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_elementwise, tu_setup, tu_teardown),

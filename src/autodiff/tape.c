@@ -632,24 +632,34 @@ static bool batched_pass_fits(const nb_tape *t, int64_t k, int target_rank) {
   return true;
 }
 
-/* The whole Jacobian from one batched backward pass seeded with the k x k identity as
-   [k, target dims] (k = target.size): the source's gradient is then [k, source dims], the
-   Jacobian's layout. */
-static nb_code jacobian_batched(nb_tape *t, nb_tensor *target, nb_tensor *source, const int64_t *shape, int rank,
-                                nb_tensor **out) {
-  int64_t k = target->size, dims[NB_MAX_RANK];
+/* The source's gradient [k, batch, source row dims] as [batch, k, source row dims]. */
+static nb_tensor *seed_dim_second(nb_tape *t, nb_tensor *g) {
+  int perm[NB_MAX_RANK] = {1, 0};
+  for (int d = 2; d < g->rank; d++) perm[d] = d;
+  return nb_transpose(t->c, g, perm, g->rank);
+}
+
+/* The whole Jacobian from one batched backward pass of k seeds, k = the elements of one of
+   `batch` target rows: seed j is one-hot at element j of every row, as [k, target dims].
+   The source's gradient is then [k, source dims]: the Jacobian's layout when batch is 1
+   (the identity seed); for the batch Jacobian the seed dim moves behind the batch dim. */
+static nb_code jacobian_batched(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch, const int64_t *shape,
+                                int rank, nb_tensor **out) {
+  int64_t k = target->size / batch, dims[NB_MAX_RANK];
   dims[0] = k;
   memcpy(dims + 1, target->shape, (size_t)target->rank * sizeof *dims);
   bool was_recording = t->recording;
   t->recording = false; /* the seed and the reshape are not part of the taped function */
   nb_scope_begin(t->c);
   nb_tensor *seed = nb_tensor_from(t->c, target->dtype, target->rank + 1, dims, NULL), *g = NULL;
-  for (int64_t i = 0; seed && i < k; i++) set_one(seed, i * k + i);
+  for (int64_t j = 0; seed && j < k; j++)
+    for (int64_t b = 0; b < batch; b++) set_one(seed, j * target->size + b * k + j);
   t->batch = k;
   t->seed_looped = 0;
   nb_code code = seed ? gradient(t, &target, 1, &source, 1, &seed, &g) : nb_status(t->c);
   t->batch = 0;
   t->last_path = t->seed_looped ? NB_JACOBIAN_MIXED : NB_JACOBIAN_VECTORIZED;
+  if (!code && g && batch > 1) g = seed_dim_second(t, g);
   if (!code) *out = g ? nb_reshape(t->c, g, shape, rank) : nb_tensor_from(t->c, source->dtype, rank, shape, NULL);
   code = code ? code : nb_status(t->c);
   nb_scope_end(t->c, out, 1);
@@ -685,6 +695,17 @@ static nb_code jacobian_rows(nb_tape *t, nb_tensor *target, nb_tensor *source, i
   return code;
 }
 
+/* One batched pass when it fits, else one pass per element of a target row. */
+static nb_code jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch, const int64_t *shape, int rank,
+                        nb_tensor **out) {
+  if (batch > 0 && batched_pass_fits(t, target->size / batch, target->rank)) {
+    nb_code code = jacobian_batched(t, target, source, batch, shape, rank, out);
+    spend(t);
+    return code;
+  }
+  return jacobian_rows(t, target, source, batch, batch > 1, shape, rank, out);
+}
+
 /* shape = target's dims then source's, skipping source's first `skip` (its batch dim). */
 static void join_shapes(int64_t *shape, const nb_tensor *target, const nb_tensor *source, int skip) {
   memcpy(shape, target->shape, (size_t)target->rank * sizeof *shape);
@@ -716,12 +737,7 @@ nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_te
     return nb_fail(t->c, NB_SHAPE, "nb_tape_jacobian: the Jacobian's rank %d exceeds %d", rank, NB_MAX_RANK);
   int64_t shape[NB_MAX_RANK];
   join_shapes(shape, target, source, 0);
-  if (batched_pass_fits(t, target->size, target->rank)) {
-    code = jacobian_batched(t, target, source, shape, rank, out);
-    spend(t);
-    return code;
-  }
-  return jacobian_rows(t, target, source, 1, 0, shape, rank, out);
+  return jacobian(t, target, source, 1, shape, rank, out);
 }
 
 /* tf's batch_jacobian: row b of target depends on row b of source only, so seeding
@@ -738,7 +754,7 @@ nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source,
     return nb_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: the result's rank %d exceeds %d", rank, NB_MAX_RANK);
   int64_t shape[NB_MAX_RANK];
   join_shapes(shape, target, source, 1);
-  return jacobian_rows(t, target, source, target->shape[0], 1, shape, rank, out);
+  return jacobian(t, target, source, target->shape[0], shape, rank, out);
 }
 
 nb_jacobian_path nb_tape_jacobian_path(const nb_tape *t) { return t ? t->last_path : NB_JACOBIAN_LOOP; }
