@@ -28,11 +28,14 @@ typedef struct tape_entry {
   int32_t slot0, nin, nout;
 } tape_entry;
 
-/* Open-addressing maps keyed by tensor id (0 marks an empty slot). */
+/* Open-addressing maps keyed by tensor id. A slot is in use when its generation is the
+   map's epoch, so clearing is one increment: a reused tape keeps its capacity and
+   neither wipes nor regrows its maps every step. */
 typedef struct id_map {
   uint64_t *keys;
   nb_tensor **vals;        /* NULL for a plain set */
-  uint32_t cap, n;
+  uint32_t *gens;
+  uint32_t cap, n, epoch;
 } id_map;
 
 struct nb_tape {
@@ -61,47 +64,54 @@ struct nb_tape {
 
 static uint32_t id_hash(uint64_t id) { return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32); }
 
+static bool in_use(const id_map *m, uint32_t i) { return m->gens[i] == m->epoch; }
+
+/* id's slot, or the empty slot where it would go */
 static uint32_t map_slot(const id_map *m, uint64_t id) {
   uint32_t i = id_hash(id) & (m->cap - 1);
-  while (m->keys[i] && m->keys[i] != id) i = (i + 1) & (m->cap - 1);
+  while (in_use(m, i) && m->keys[i] != id) i = (i + 1) & (m->cap - 1);
   return i;
 }
 
 static bool map_grow(id_map *m, bool with_vals) {
   uint32_t cap = m->cap ? m->cap * 2 : 256;
-  uint64_t *keys = calloc(cap, sizeof *keys);
+  uint64_t *keys = malloc(cap * sizeof *keys);
   nb_tensor **vals = with_vals ? malloc(cap * sizeof *vals) : NULL;
-  if (!keys || (with_vals && !vals)) {
+  uint32_t *gens = calloc(cap, sizeof *gens); /* all 0: free under epoch 1 */
+  if (!keys || (with_vals && !vals) || !gens) {
     free(keys);
     free(vals);
+    free(gens);
     return false;
   }
-  id_map grown = {keys, vals, cap, m->n};
+  id_map grown = {keys, vals, gens, cap, m->n, 1};
   for (uint32_t i = 0; i < m->cap; i++) {
-    if (!m->keys[i]) continue;
+    if (!in_use(m, i)) continue;
     uint32_t j = map_slot(&grown, m->keys[i]);
     keys[j] = m->keys[i];
+    gens[j] = 1;
     if (with_vals) vals[j] = m->vals[i];
   }
   free(m->keys);
   free(m->vals);
+  free(m->gens);
   *m = grown;
   return true;
 }
 
-static bool map_has(const id_map *m, uint64_t id) { return m->cap && m->keys[map_slot(m, id)] == id; }
+static bool map_has(const id_map *m, uint64_t id) { return m->cap && in_use(m, map_slot(m, id)); }
 
 static nb_tensor *map_get(const id_map *m, uint64_t id) {
   if (!m->cap) return NULL;
   uint32_t i = map_slot(m, id);
-  return m->keys[i] == id ? m->vals[i] : NULL;
+  return in_use(m, i) ? m->vals[i] : NULL;
 }
 
 /* Inserts id (with val for value maps); false when out of memory. */
 static bool map_put(id_map *m, uint64_t id, nb_tensor *val, bool with_vals) {
   if ((m->n + 1) * 2 > m->cap && !map_grow(m, with_vals)) return false;
   uint32_t i = map_slot(m, id);
-  if (!m->keys[i]) m->n++;
+  if (!in_use(m, i)) m->n++, m->gens[i] = m->epoch;
   m->keys[i] = id;
   if (with_vals) m->vals[i] = val;
   return true;
@@ -110,17 +120,24 @@ static bool map_put(id_map *m, uint64_t id, nb_tensor *val, bool with_vals) {
 static void map_free(id_map *m) {
   free(m->keys);
   free(m->vals);
+  free(m->gens);
   *m = (id_map){0};
 }
 
-/* Empties m. A big map (left by a long tape) is released rather than wiped, so a reused
-   tape does not pay a large memset every step. */
+/* Slots kept by a cleared map; a bigger one (left by a very long tape) is released. */
+enum { MAP_KEEP_CAP = 1 << 20 };
+
+/* Empties m in O(1): a new epoch leaves every slot unused. */
 static void map_clear(id_map *m) {
-  if (m->cap > 4096)
+  if (m->cap > MAP_KEEP_CAP) {
     map_free(m);
-  else if (m->n)
-    memset(m->keys, 0, m->cap * sizeof *m->keys);
+    return;
+  }
   m->n = 0;
+  if (m->cap && ++m->epoch == 0) { /* wrapped: old generations could match again */
+    memset(m->gens, 0, m->cap * sizeof *m->gens);
+    m->epoch = 1;
+  }
 }
 
 /* ---- arena and storage ------------------------------------------------------------------ */
