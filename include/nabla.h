@@ -398,9 +398,10 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
 /* The Jacobian d target / d source, of shape target.shape + source.shape, vectorized as
    TF's jacobian (pfor): one backward pass seeded with the identity, every gradient carrying
    a leading dim of target.size seeds. Elementwise ops (the math ops, TF's fused gradient
-   ops, SelectV2, Cast, AddN, Identity) and MatMul (through BatchMatMulV2's gradient) run
-   their gradient once on tensors tiled along that dim; any other op runs its gradient
-   once per seed and stacks the results. When target.size times the largest taped tensor
+   ops, SelectV2, Cast, AddN, Identity), MatMul (through BatchMatMulV2's gradient), the
+   reductions and Cumsum/Cumprod (their axes moved past the seed dim) run their gradient
+   once on tensors with that dim; any other op (the shape ops) runs its gradient once per
+   seed and stacks the results. When target.size times the largest taped tensor
    exceeds 2^24 elements, or a taped tensor has rank 8 (no room for the seed dim), it
    takes one backward pass per element of target instead. nb_tape_jacobian_path says
    which path the last call took. */

@@ -478,11 +478,20 @@ static void test_jacobian_vectorized(void **state) {
     assert_int_equal(nb_rank(jac), 2 + nb_rank(src[i]));
     check_jacobian_rows(c, t, y, src[i], jac);
   }
-  /* a reduction on the way runs its gradient once per seed, with the same answer */
+  /* a reduction batches too (its axes moved past the seed dim), a negative axis as well */
   nb_tensor *s = nb_sum(c, y, (const int[]){1}, 1, false);
   assert_int_equal(nb_tape_jacobian(t, s, w, &jac), NB_OK);
-  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_VECTORIZED);
   check_jacobian_rows(c, t, s, w, jac);
+  nb_tensor *m = nb_max(c, y, (const int[]){-2}, 1, true);
+  assert_int_equal(nb_tape_jacobian(t, m, x, &jac), NB_OK);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_VECTORIZED);
+  check_jacobian_rows(c, t, m, x, jac);
+  /* a shape op runs its gradient once per seed, with the same answer */
+  nb_tensor *tr = nb_transpose(c, y, (const int[]){1, 0}, 2);
+  assert_int_equal(nb_tape_jacobian(t, tr, w, &jac), NB_OK);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  check_jacobian_rows(c, t, tr, w, jac);
   nb_tape_end(t);
 
   /* float32 on a one-shot tape */
@@ -580,8 +589,8 @@ static void check_batch_blocks(nb_tape *t, nb_tensor *y, nb_tensor *x, const nb_
       }
 }
 
-/* Per-example Jacobians: x [3, 2] through tanh(x W) with W [2, 4] (one batched pass, all
-   ops batched), and through a row sum (Sum's gradient once per seed). */
+/* Per-example Jacobians: x [3, 2] through tanh(x W) with W [2, 4] and through a row sum
+   (one batched pass, all ops batched), and through a Reshape (its gradient once per seed). */
 static void test_batch_jacobian(void **state) {
   nb_ctx *c = *state;
   nb_tensor *x = tu_make(c, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(0.1, -0.3, 0.5, 0.7, -0.9, 0.2));
@@ -595,8 +604,12 @@ static void test_batch_jacobian(void **state) {
   check_batch_blocks(t, y, x, bj);
   nb_tensor *s = nb_sum(c, nb_square(c, x), (const int[]){1}, 1, true); /* [3, 1] */
   assert_int_equal(nb_tape_batch_jacobian(t, s, x, &bj), NB_OK);
-  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_VECTORIZED);
   tu_check(bj, NB_F64, 3, TU_SHAPE(3, 1, 2), TU_VALS(0.2, -0.6, 1, 1.4, -1.8, 0.4), 1e-15);
+  nb_tensor *r = nb_reshape(c, nb_square(c, x), TU_SHAPE(3, 2, 1), 3);
+  assert_int_equal(nb_tape_batch_jacobian(t, r, x, &bj), NB_OK);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  check_batch_blocks(t, r, x, bj);
   /* a batch of one, and an empty batch */
   nb_tensor *x1 = tu_make(c, NB_F64, 2, TU_SHAPE(1, 2), TU_VALS(2, 3));
   nb_tape_watch(t, x1);

@@ -717,13 +717,13 @@ static nb_code scan_kernel(nb_kargs *k) {
    for Max/Min, the output: TF's choices, so a tape keeps only those. */
 /* GIN: Sum/Mean gradients read x's shape only; Max/Min/Prod read its values too. */
 #define REDUCTION(NAME, IMPL, GIN, GOUT)                                                   \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .axis_input = 2, \
    .nattrs = 1, .attrs = {{"keep_dims", NB_ATTR_BOOL, {.b = false}, false}},              \
    .infer = reduce_infer, .kernel = reduce_kernel, .impl = &IMPL}
 
 /* Cumsum's gradient reads only the axis; Cumprod's reads x and its output too. */
 #define SCAN_OP(NAME, IMPL, GIN, GOUT)                                                          \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT,     \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .axis_input = 2,     \
    .nattrs = 2, .attrs = {{"exclusive", NB_ATTR_BOOL, {.b = false}, false},                     \
                           {"reverse", NB_ATTR_BOOL, {.b = false}, false}},                      \
    .infer = scan_infer, .kernel = scan_kernel, .impl = &IMPL}
