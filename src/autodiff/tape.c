@@ -309,15 +309,16 @@ static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
    gradient function then runs on its tensors tiled K times: each as [K, 1.., dims], padded
    with 1s to the entry's largest rank, so the function's broadcast reductions reduce the
    padded and broadcast axes and keep K; its dxs come back as [K, 1.., x dims]. An op with
-   a batched_as op (MatMul) runs that op's gradient on its tiled tensors the same way. An
-   op with an axis input (Sum, Cumsum, ...) runs its own gradient on its tensors as
-   [K, dims], unpadded, with the axes moved past K. Any other entry runs its gradient
-   function once per seed (invoke_per_seed). */
+   a batched_as op (MatMul) runs that op's gradient on its tiled tensors the same way. A
+   batch_leading op (Reshape) runs its own gradient with its float tensors as [K, dims],
+   unpadded, and its other inputs as they are; an axis op (Sum, Cumsum, ...) likewise,
+   with its axes moved past K. Any other entry runs its gradient function once per seed
+   (invoke_per_seed). */
 
 /* The op whose gradient function takes e's tensors tiled along the seed dim: e's own when
    elementwise, its batched_as op, or NULL (then once per seed). */
 static const nb_op_def *batched_def(const nb_tape *t, const tape_entry *e, nb_grad_fn *fn) {
-  if (e->def->elementwise) return e->def;
+  if (e->def->elementwise || e->def->batch_leading) return e->def;
   if (e->def->axis_input) return t->slots[e->slot0 + e->def->axis_input - 1].buf ? e->def : NULL;
   const nb_op_def *as = e->def->batched_as ? nb_op_lookup(e->def->batched_as) : NULL;
   return as && nb_grad_lookup(as, NULL, fn) == NB_GRAD_FN ? as : NULL;
@@ -361,6 +362,18 @@ static nb_tensor *shifted_axes(nb_tape *t, const tape_slot *s, int32_t i) {
   nb_tensor *axes = slot_view(t, s, i);
   nb_tensor *past = nb_greater_equal(t->c, axes, nb_scalar(t->c, (nb_dtype)s->dtype, 0));
   return nb_add(t->c, axes, nb_cast(t->c, past, (nb_dtype)s->dtype));
+}
+
+/* Tensor i of e (inputs, then outputs) for its batched gradient, which is as's. */
+static nb_tensor *entry_view(nb_tape *t, const tape_entry *e, const nb_op_def *as, int32_t i, const bool *needs) {
+  const tape_slot *s = &t->slots[e->slot0 + i];
+  if (i == e->def->axis_input - 1) return shifted_axes(t, s, i);
+  if (e->def->axis_input || e->def->batch_leading)
+    return nb_is_float((nb_dtype)s->dtype) ? batched_view(t, s, i, s->rank, true) : slot_view(t, s, i);
+  /* a batched_as op's gradient broadcasts an input without a gradient (one GEMM for
+     x W's dx); elementwise gradients may pair tensors of equal shapes, so those tile all */
+  bool tile = as == e->def || i >= e->nin || needs[i];
+  return batched_view(t, s, i, entry_rank(t, e), tile);
 }
 
 /* Each needed dx from [K, 1.., x dims] to [K, x dims]. */
@@ -481,15 +494,9 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   const tape_slot *s = &t->slots[e->slot0];
   const nb_op_def *as = t->batch ? batched_def(t, e, &fn) : NULL;
   bool batched = as != NULL, per_seed = t->batch && !batched;
-  int rank = entry_rank(t, e);
   for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].tracked;
-  /* a batched_as op's gradient broadcasts an input without a gradient (one GEMM for
-     x W's dx); elementwise gradients may pair tensors of equal shapes, so those tile all */
   for (int32_t i = 0; i < e->nin + e->nout; i++)
-    ins[i] = !batched                        ? slot_view(t, &s[i], i)
-             : i == e->def->axis_input - 1 ? shifted_axes(t, &s[i], i)
-             : e->def->axis_input          ? batched_view(t, &s[i], i, s[i].rank, true)
-                                           : batched_view(t, &s[i], i, rank, as == e->def || i >= e->nin || needs[i]);
+    ins[i] = batched ? entry_view(t, e, as, i, needs) : slot_view(t, &s[i], i);
   if (!entry_dys(t, e, outs, dys)) return NB_OK;
   nb_fwd_op op = {batched ? as : e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nb_grad_invoke(t->c, fn, &op, dys, dxs);

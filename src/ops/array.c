@@ -869,10 +869,10 @@ enum {
 
 /* grad_inputs: what TF's gradient functions read (shapes of, or the const inputs). */
 static nb_op_def array_ops[OP_COUNT] = {
-    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0, .infer = reshape_infer},
-    [OP_EXPAND_DIMS] = {.name = "ExpandDims", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0,
+    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true, .infer = reshape_infer},
+    [OP_EXPAND_DIMS] = {.name = "ExpandDims", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true,
                         .infer = expand_dims_infer},
-    [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .grad_inputs = 0, .nattrs = 1,
+    [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true, .nattrs = 1,
                     .attrs = {{"squeeze_dims", NB_ATTR_INTS, {.n = 0}, false}}, .infer = squeeze_infer},
     [OP_TRANSPOSE] = {.name = "Transpose", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1,
                       .infer = transpose_infer, .kernel = transpose_kernel},

@@ -78,9 +78,11 @@ struct nb_op_def {
                               elements at its position, and the gradient function likewise
                               (elementwise ops and broadcast reductions only): it stays right
                               when every tensor gains a leading batch dim (vectorized Jacobians) */
-  int8_t axis_input;       /* 1 + the input holding axes (Sum, Cumsum, ...), 0 none: with a
-                              leading batch dim on every tensor and these axes moved past
-                              it, the gradient function gives the batched gradient */
+  bool batch_leading;      /* the gradient stays right when every float tensor gains a
+                              leading batch dim (its other inputs unchanged): Reshape's,
+                              which reshapes dy to x's shape (vectorized Jacobians) */
+  int8_t axis_input;       /* 1 + the input holding axes (Sum, Cumsum, ...), 0 none: as
+                              batch_leading, with these axes moved past the batch dim */
   const char *batched_as;  /* vectorized Jacobians: the op whose gradient, run on this op's
                               tensors with a leading batch dim (same attr layout), is this
                               op's batched gradient (BatchMatMulV2 for MatMul) */
