@@ -315,8 +315,9 @@ static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
    with its axes moved past K. Any other entry runs its gradient function once per seed
    (invoke_per_seed). */
 
-/* The op whose gradient function takes e's tensors tiled along the seed dim: e's own when
-   elementwise, its batched_as op, or NULL (then once per seed). */
+/* The op whose gradient function takes e's tensors with the seed dim: e's own (elementwise,
+   batch_leading, or an axis op whose axes the tape kept), its batched_as op, or NULL (then
+   once per seed). */
 static const nb_op_def *batched_def(const nb_tape *t, const tape_entry *e, nb_grad_fn *fn) {
   if (e->def->elementwise || e->def->batch_leading) return e->def;
   if (e->def->axis_input) return t->slots[e->slot0 + e->def->axis_input - 1].buf ? e->def : NULL;
@@ -331,7 +332,6 @@ static int entry_rank(const nb_tape *t, const tape_entry *e) {
     if (t->slots[e->slot0 + i].rank > rank) rank = t->slots[e->slot0 + i].rank;
   return rank;
 }
-
 
 /* dims = [K or 1, 1 x (rank - s->rank), s's dims] */
 static void batched_dims(const tape_slot *s, int rank, int64_t lead, int64_t *dims) {
@@ -394,9 +394,6 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
   return h;
 }
 
-/* grads[id] += g. Each map value is a handle of the map's own, so it can be freed when
-   replaced or consumed, however the gradient functions share their results. *replaced
-   is the old value, now freed (NULL when there was none). */
 /* have += g in place: possible when the map alone holds have's data, the shapes match, and
    no other tape is recording (which would need the addition as a recorded op). */
 static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
@@ -415,6 +412,9 @@ static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
   return true;
 }
 
+/* grads[id] += g. Each map value is a handle of the map's own, so it can be freed when
+   replaced or consumed, however the gradient functions share their results. *replaced
+   is the old value, now freed (NULL when there was none). */
 static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g, nb_tensor **owned, nb_tensor **replaced) {
   nb_tensor *have = map_get(&t->grads, id);
   *replaced = NULL;
