@@ -8,57 +8,10 @@
    Ended tapes, with their arrays and scratch, are kept for reuse, so a training loop
    allocates nothing per step once warm. A tape does not record its own backward pass
    (TF's persistent tapes do): nest a second tape for higher orders. */
-#include "autodiff.h"
+#include "tape.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-
-typedef struct tape_slot {
-  uint64_t id;
-  nb_buffer *buf;          /* kept data, or NULL when the gradient reads only the shape */
-  const int64_t *shape;    /* rank dims, in the tape's arena */
-  uint8_t dtype, rank;
-  bool tracked;            /* an input the tape tracked when the op ran: it needs a gradient */
-} tape_slot;
-
-typedef struct tape_entry {
-  const nb_op_def *def;
-  nb_attrval *attr;        /* in the tape's arena; NULL without attrs */
-  int32_t slot0, nin, nout;
-} tape_entry;
-
-/* Open-addressing maps keyed by tensor id. A slot is in use when its generation is the
-   map's epoch, so clearing is one increment: a reused tape keeps its capacity and
-   neither wipes nor regrows its maps every step. */
-typedef struct id_map {
-  uint64_t *keys;
-  nb_tensor **vals;        /* NULL for a plain set */
-  uint32_t *gens;
-  uint32_t cap, n, epoch;
-} id_map;
-
-struct nb_tape {
-  nb_ctx *c;
-  bool active, persistent, recording, used, unconnected_zero;
-  id_map tracked;          /* watched ids and outputs of recorded ops */
-  uint64_t last_out;       /* the newest recorded output: most ops read it (a chain) */
-  id_map grads;            /* during a backward pass: id -> accumulated gradient */
-  id_map sources;          /* during a backward pass: the ids whose gradients are wanted */
-  tape_entry *entries;
-  int32_t nentries, entries_cap;
-  tape_slot *slots;
-  int32_t nslots, slots_cap;
-  nb_arena arena;          /* attr values and lists */
-  nb_tensor **buf;         /* backward scratch: handles of one entry */
-  bool *needs;
-  nb_tensor *views;        /* borrowed views of one entry's saved tensors */
-  int32_t buf_cap;
-  int64_t batch;           /* vectorized Jacobian pass: every gradient has this leading dim; 0 otherwise */
-  int32_t seed_looped;     /* entries that pass ran once per seed (not batchable) */
-  nb_jacobian_path last_path; /* how the last Jacobian ran */
-  nb_tape *next_spare;
-};
 
 /* ---- id maps ------------------------------------------------------------------------- */
 
@@ -574,8 +527,7 @@ static nb_code check_list(nb_tape *t, const char *what, nb_tensor *const *xs, in
   return NB_OK;
 }
 
-/* One backward pass: out[i] = d(sum of targets, weighted by output_grads)/d sources[i]. */
-static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
+nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                         nb_tensor *const *output_grads, nb_tensor **out) {
   nb_code code = NB_OK;
   bool was_recording = t->recording;
@@ -606,8 +558,7 @@ static nb_code gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor
   return code;
 }
 
-/* A one-shot tape's records are spent after one gradient computation: free them now. */
-static void spend(nb_tape *t) {
+void nb_tape_spend(nb_tape *t) {
   if (t->persistent) return;
   t->used = true;
   tape_reset(t);
@@ -635,164 +586,7 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
                      nb_dtype_name(output_grads[i]->dtype), nb_tstr(output_grads[i]), i,
                      nb_dtype_name(targets[i]->dtype), nb_tstr(targets[i]));
   if (code) return code;
-  code = gradient(t, targets, nt, sources, ns, output_grads, out);
-  spend(t);
+  code = nb_tape_run(t, targets, nt, sources, ns, output_grads, out);
+  nb_tape_spend(t);
   return code;
 }
-
-static void set_one(nb_tensor *seed, int64_t i) {
-  if (seed->dtype == NB_F32)
-    ((float *)nb_tdata(seed))[i] = 1;
-  else
-    ((double *)nb_tdata(seed))[i] = 1;
-}
-
-/* Seeds element j of every one of `batch` rows of target (each of `per` elements). */
-static nb_tensor *one_hot_rows(nb_tape *t, nb_tensor *target, int64_t batch, int64_t per, int64_t j) {
-  nb_tensor *seed = nb_zeros_like(t->c, target);
-  for (int64_t b = 0; seed && b < batch; b++) set_one(seed, b * per + j);
-  return seed;
-}
-
-/* Elements per batched tensor beyond which the loop's smaller memory wins. */
-enum { BATCHED_JACOBIAN_LIMIT = 1 << 24 };
-
-/* Whether one batched pass of k seeds fits: every taped tensor, with the seed dim added,
-   stays within the rank limit and, times k, within the size limit. */
-static bool batched_pass_fits(const nb_tape *t, int64_t k, int target_rank) {
-  if (k < 1 || target_rank >= NB_MAX_RANK) return false;
-  for (int32_t i = 0; i < t->nslots; i++) {
-    if (t->slots[i].rank >= NB_MAX_RANK) return false;
-    int64_t n = 1;
-    for (int d = 0; d < t->slots[i].rank; d++) n *= t->slots[i].shape[d];
-    if (n > BATCHED_JACOBIAN_LIMIT / k) return false;
-  }
-  return true;
-}
-
-/* The source's gradient [k, batch, source row dims] as [batch, k, source row dims]. */
-static nb_tensor *seed_dim_second(nb_tape *t, nb_tensor *g) {
-  int perm[NB_MAX_RANK] = {1, 0};
-  for (int d = 2; d < g->rank; d++) perm[d] = d;
-  return nb_transpose(t->c, g, perm, g->rank);
-}
-
-/* The whole Jacobian from one batched backward pass of k seeds, k = the elements of one of
-   `batch` target rows: seed j is one-hot at element j of every row, as [k, target dims].
-   The source's gradient is then [k, source dims]: the Jacobian's layout when batch is 1
-   (the identity seed); for the batch Jacobian the seed dim moves behind the batch dim. */
-static nb_code jacobian_batched(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch, const int64_t *shape,
-                                int rank, nb_tensor **out) {
-  int64_t k = target->size / batch, dims[NB_MAX_RANK];
-  dims[0] = k;
-  memcpy(dims + 1, target->shape, (size_t)target->rank * sizeof *dims);
-  bool was_recording = t->recording;
-  t->recording = false; /* the seed and the reshape are not part of the taped function */
-  nb_scope_begin(t->c);
-  nb_tensor *seed = nb_tensor_from(t->c, target->dtype, target->rank + 1, dims, NULL), *g = NULL;
-  for (int64_t j = 0; seed && j < k; j++)
-    for (int64_t b = 0; b < batch; b++) set_one(seed, j * target->size + b * k + j);
-  t->batch = k;
-  t->seed_looped = 0;
-  nb_code code = seed ? gradient(t, &target, 1, &source, 1, &seed, &g) : nb_status(t->c);
-  t->batch = 0;
-  t->last_path = t->seed_looped ? NB_JACOBIAN_MIXED : NB_JACOBIAN_VECTORIZED;
-  if (!code && g && batch > 1) g = seed_dim_second(t, g);
-  if (!code) *out = g ? nb_reshape(t->c, g, shape, rank) : nb_tensor_from(t->c, source->dtype, rank, shape, NULL);
-  code = code ? code : nb_status(t->c);
-  nb_scope_end(t->c, out, 1);
-  t->recording = was_recording;
-  return code;
-}
-
-/* Jacobian rows: one backward pass per element j of a target row, seeded in all `batch`
-   rows at once, stacked on axis `axis` (0 for the plain Jacobian, 1 for the batch one). */
-static nb_code jacobian_rows(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch, int axis,
-                             const int64_t *shape, int rank, nb_tensor **out) {
-  int64_t per = batch ? target->size / batch : 0;
-  nb_tensor **rows = malloc((size_t)(per + 1) * sizeof *rows);
-  if (!rows) return nb_fail(t->c, NB_NOMEM, "jacobian: out of memory");
-  bool was_recording = t->recording;
-  t->recording = false; /* the seeds and the stacking are not part of the taped function */
-  nb_scope_begin(t->c);
-  nb_code code = NB_OK;
-  for (int64_t j = 0; j < per && !code; j++) {
-    nb_tensor *seed = one_hot_rows(t, target, batch, per, j);
-    code = seed ? gradient(t, &target, 1, &source, 1, &seed, &rows[j]) : nb_status(t->c);
-    if (!code && !rows[j]) rows[j] = nb_zeros_like(t->c, source);
-    /* flat ([batch, -1] for the batch Jacobian): a rank-8 source still stacks */
-    if (!code) rows[j] = nb_reshape(t->c, rows[j], (const int64_t[]){axis ? batch : -1, -1}, axis + 1);
-  }
-  if (!code && per > 0) *out = nb_reshape(t->c, nb_pack(t->c, rows, (int)per, axis), shape, rank);
-  if (!code && per == 0) *out = nb_tensor_from(t->c, source->dtype, rank, shape, NULL);
-  code = code ? code : nb_status(t->c);
-  nb_scope_end(t->c, out, 1);
-  t->recording = was_recording;
-  free(rows);
-  spend(t);
-  return code;
-}
-
-/* One batched pass when it fits, else one pass per element of a target row. */
-static nb_code jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch, const int64_t *shape, int rank,
-                        nb_tensor **out) {
-  if (batch > 0 && batched_pass_fits(t, target->size / batch, target->rank)) {
-    nb_code code = jacobian_batched(t, target, source, batch, shape, rank, out);
-    spend(t);
-    return code;
-  }
-  return jacobian_rows(t, target, source, batch, batch > 1, shape, rank, out);
-}
-
-/* shape = target's dims then source's, skipping source's first `skip` (its batch dim). */
-static void join_shapes(int64_t *shape, const nb_tensor *target, const nb_tensor *source, int skip) {
-  memcpy(shape, target->shape, (size_t)target->rank * sizeof *shape);
-  memcpy(shape + target->rank, source->shape + skip, (size_t)(source->rank - skip) * sizeof *shape);
-}
-
-static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
-  if (!t || !out) return NB_INVALID;
-  *out = NULL;
-  t->last_path = NB_JACOBIAN_LOOP;
-  if (!nb_live(t->c)) return nb_status(t->c);
-  if (!t->active) return nb_fail(t->c, NB_INVALID, "%s: the tape was ended", fn);
-  if (!target || !source || !target->buf || !source->buf)
-    return nb_fail(t->c, NB_INVALID, "%s: target and source must be concrete tensors", fn);
-  if (!nb_is_float(target->dtype) || !nb_is_float(source->dtype))
-    return nb_fail(t->c, NB_DTYPE, "%s: target and source must be float, got %s and %s", fn,
-                   nb_dtype_name(target->dtype), nb_dtype_name(source->dtype));
-  if (t->used && !t->persistent) return nb_fail(t->c, NB_INVALID, "%s: the tape was used already", fn);
-  return NB_OK;
-}
-
-/* d target / d source: one batched backward pass when the batched tensors fit, else one
-   pass per element of target. */
-nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
-  nb_code code = check_jacobian(t, "nb_tape_jacobian", target, source, out);
-  if (code) return code;
-  int rank = target->rank + source->rank;
-  if (rank > NB_MAX_RANK)
-    return nb_fail(t->c, NB_SHAPE, "nb_tape_jacobian: the Jacobian's rank %d exceeds %d", rank, NB_MAX_RANK);
-  int64_t shape[NB_MAX_RANK];
-  join_shapes(shape, target, source, 0);
-  return jacobian(t, target, source, 1, shape, rank, out);
-}
-
-/* tf's batch_jacobian: row b of target depends on row b of source only, so seeding
-   element j in every row at once gives all rows' j-th Jacobian rows in one backward pass:
-   target.size / batch passes instead of target.size. */
-nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
-  nb_code code = check_jacobian(t, "nb_tape_batch_jacobian", target, source, out);
-  if (code) return code;
-  if (target->rank < 1 || source->rank < 1 || target->shape[0] != source->shape[0])
-    return nb_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: target %s and source %s need the same first (batch) dim",
-                   nb_tstr(target), nb_tstr(source));
-  int rank = target->rank + source->rank - 1;
-  if (rank > NB_MAX_RANK)
-    return nb_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: the result's rank %d exceeds %d", rank, NB_MAX_RANK);
-  int64_t shape[NB_MAX_RANK];
-  join_shapes(shape, target, source, 1);
-  return jacobian(t, target, source, target->shape[0], shape, rank, out);
-}
-
-nb_jacobian_path nb_tape_jacobian_path(const nb_tape *t) { return t ? t->last_path : NB_JACOBIAN_LOOP; }

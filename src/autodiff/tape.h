@@ -1,0 +1,61 @@
+/* The eager tape's layout, shared by tape.c (recording and the backward pass) and
+   jacobian.c (Jacobians built from batched backward passes). */
+#ifndef NB_TAPE_H
+#define NB_TAPE_H
+
+#include "autodiff.h"
+
+typedef struct tape_slot {
+  uint64_t id;
+  nb_buffer *buf;          /* kept data, or NULL when the gradient reads only the shape */
+  const int64_t *shape;    /* rank dims, in the tape's arena */
+  uint8_t dtype, rank;
+  bool tracked;            /* an input the tape tracked when the op ran: it needs a gradient */
+} tape_slot;
+
+typedef struct tape_entry {
+  const nb_op_def *def;
+  nb_attrval *attr;        /* in the tape's arena; NULL without attrs */
+  int32_t slot0, nin, nout;
+} tape_entry;
+
+/* Open-addressing maps keyed by tensor id. A slot is in use when its generation is the
+   map's epoch, so clearing is one increment: a reused tape keeps its capacity and
+   neither wipes nor regrows its maps every step. */
+typedef struct id_map {
+  uint64_t *keys;
+  nb_tensor **vals;        /* NULL for a plain set */
+  uint32_t *gens;
+  uint32_t cap, n, epoch;
+} id_map;
+
+struct nb_tape {
+  nb_ctx *c;
+  bool active, persistent, recording, used, unconnected_zero;
+  id_map tracked;          /* watched ids and outputs of recorded ops */
+  uint64_t last_out;       /* the newest recorded output: most ops read it (a chain) */
+  id_map grads;            /* during a backward pass: id -> accumulated gradient */
+  id_map sources;          /* during a backward pass: the ids whose gradients are wanted */
+  tape_entry *entries;
+  int32_t nentries, entries_cap;
+  tape_slot *slots;
+  int32_t nslots, slots_cap;
+  nb_arena arena;          /* attr values and lists */
+  nb_tensor **buf;         /* backward scratch: handles of one entry */
+  bool *needs;
+  nb_tensor *views;        /* borrowed views of one entry's saved tensors */
+  int32_t buf_cap;
+  int64_t batch;           /* vectorized Jacobian pass: every gradient has this leading dim; 0 otherwise */
+  int32_t seed_looped;     /* entries that pass ran once per seed (not batchable) */
+  nb_jacobian_path last_path; /* how the last Jacobian ran */
+  nb_tape *next_spare;
+};
+
+/* One backward pass: out[i] = d(sum of targets, weighted by output_grads)/d sources[i];
+   with t->batch set, every gradient carries the leading seed dim. */
+nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
+                    nb_tensor *const *output_grads, nb_tensor **out);
+/* A one-shot tape's records are spent after one gradient computation: frees them. */
+void nb_tape_spend(nb_tape *t);
+
+#endif
