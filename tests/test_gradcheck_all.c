@@ -650,8 +650,8 @@ static bool in_unary_table(const char *op, const unary_op *ops, int n) {
 
 /* The loop when a taped tensor has rank 8 (no room for the seed dim); otherwise one
    batched pass, fully vectorized for elementwise ops (the unary, binary and fused tables,
-   SelectV2, Cast, AddN), MatMul, the reductions, the scans and Reshape/ExpandDims/Squeeze;
-   the gradient once per seed for every other op. */
+   SelectV2, Cast, AddN), MatMul, the reductions, the scans, Reshape/ExpandDims/Squeeze
+   and Transpose; the gradient once per seed for every other op. */
 static nb_jacobian_path expected_path(const char *op, nb_tensor *const *in, int nin, const nb_tensor *y) {
   int rank = nb_rank(y);
   for (int i = 0; i < nin; i++) rank = nb_rank(in[i]) > rank ? nb_rank(in[i]) : rank;
@@ -659,7 +659,8 @@ static nb_jacobian_path expected_path(const char *op, nb_tensor *const *in, int 
   bool elementwise = in_table(op, binary_ops, COUNT(binary_ops)) || in_table(op, fused_ops, COUNT(fused_ops)) ||
                      !strcmp(op, "SelectV2") || !strcmp(op, "Cast") || !strcmp(op, "AddN") || !strcmp(op, "MatMul") ||
                      in_unary_table(op, reduce_ops, COUNT(reduce_ops)) || !strcmp(op, "Cumsum") || !strcmp(op, "Cumprod") ||
-                     !strcmp(op, "Reshape") || !strcmp(op, "ExpandDims") || !strcmp(op, "Squeeze");
+                     !strcmp(op, "Reshape") || !strcmp(op, "ExpandDims") || !strcmp(op, "Squeeze") ||
+                     !strcmp(op, "Transpose");
   elementwise |= in_unary_table(op, unary_ops, COUNT(unary_ops));
   return elementwise ? NB_JACOBIAN_VECTORIZED : NB_JACOBIAN_MIXED;
 }

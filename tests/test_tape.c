@@ -487,11 +487,15 @@ static void test_jacobian_vectorized(void **state) {
   assert_int_equal(nb_tape_jacobian(t, m, x, &jac), NB_OK);
   assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_VECTORIZED);
   check_jacobian_rows(c, t, m, x, jac);
-  /* a shape op runs its gradient once per seed, with the same answer */
+  /* Transpose batches with its permutation extended; Tile runs its gradient once per seed */
   nb_tensor *tr = nb_transpose(c, y, (const int[]){1, 0}, 2);
   assert_int_equal(nb_tape_jacobian(t, tr, w, &jac), NB_OK);
-  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_VECTORIZED);
   check_jacobian_rows(c, t, tr, w, jac);
+  nb_tensor *tl = nb_tile(c, y, TU_SHAPE(1, 2), 2);
+  assert_int_equal(nb_tape_jacobian(t, tl, w, &jac), NB_OK);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  check_jacobian_rows(c, t, tl, w, jac);
   nb_tape_end(t);
 
   /* float32 on a one-shot tape */
@@ -590,7 +594,7 @@ static void check_batch_blocks(nb_tape *t, nb_tensor *y, nb_tensor *x, const nb_
 }
 
 /* Per-example Jacobians: x [3, 2] through tanh(x W) with W [2, 4] and through a row sum
-   (one batched pass, all ops batched), and through a Transpose (its gradient once per seed). */
+   (one batched pass, all ops batched), and through a Tile (its gradient once per seed). */
 static void test_batch_jacobian(void **state) {
   nb_ctx *c = *state;
   nb_tensor *x = tu_make(c, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(0.1, -0.3, 0.5, 0.7, -0.9, 0.2));
@@ -608,8 +612,12 @@ static void test_batch_jacobian(void **state) {
   tu_check(bj, NB_F64, 3, TU_SHAPE(3, 1, 2), TU_VALS(0.2, -0.6, 1, 1.4, -1.8, 0.4), 1e-15);
   nb_tensor *r = nb_transpose(c, nb_reshape(c, nb_square(c, x), TU_SHAPE(3, 2, 1), 3), (const int[]){0, 2, 1}, 3);
   assert_int_equal(nb_tape_batch_jacobian(t, r, x, &bj), NB_OK);
-  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_VECTORIZED);
   check_batch_blocks(t, r, x, bj);
+  nb_tensor *tl = nb_tile(c, nb_square(c, x), TU_SHAPE(1, 2), 2);
+  assert_int_equal(nb_tape_batch_jacobian(t, tl, x, &bj), NB_OK);
+  assert_int_equal(nb_tape_jacobian_path(t), NB_JACOBIAN_MIXED);
+  check_batch_blocks(t, tl, x, bj);
   /* a batch of one, and an empty batch */
   nb_tensor *x1 = tu_make(c, NB_F64, 2, TU_SHAPE(1, 2), TU_VALS(2, 3));
   nb_tape_watch(t, x1);

@@ -265,15 +265,20 @@ static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
    a batched_as op (MatMul) runs that op's gradient on its tiled tensors the same way. A
    batch_leading op (Reshape) runs its own gradient with its float tensors as [K, dims],
    unpadded, and its other inputs as they are; an axis op (Sum, Cumsum, ...) likewise,
-   with its axes moved past K. Any other entry runs its gradient function once per seed
+   with its axes moved past K, and Transpose with its permutation extended to fix K. Any
+   other entry runs its gradient function once per seed
    (invoke_per_seed). */
 
+/* 1 + the input of def rewritten for a batched pass (axes or a permutation), 0 none. */
+static int rewritten_input(const nb_op_def *def) { return def->axis_input ? def->axis_input : def->perm_input; }
+
 /* The op whose gradient function takes e's tensors with the seed dim: e's own (elementwise,
-   batch_leading, or an axis op whose axes the tape kept), its batched_as op, or NULL (then
-   once per seed). */
+   batch_leading, or an op whose axes or permutation the tape kept), its batched_as op, or
+   NULL (then once per seed). */
 static const nb_op_def *batched_def(const nb_tape *t, const tape_entry *e, nb_grad_fn *fn) {
   if (e->def->elementwise || e->def->batch_leading) return e->def;
-  if (e->def->axis_input) return t->slots[e->slot0 + e->def->axis_input - 1].buf ? e->def : NULL;
+  int r = rewritten_input(e->def);
+  if (r) return t->slots[e->slot0 + r - 1].buf ? e->def : NULL;
   const nb_op_def *as = e->def->batched_as ? nb_op_lookup(e->def->batched_as) : NULL;
   return as && nb_grad_lookup(as, NULL, fn) == NB_GRAD_FN ? as : NULL;
 }
@@ -317,11 +322,19 @@ static nb_tensor *shifted_axes(nb_tape *t, const tape_slot *s, int32_t i) {
   return nb_add(t->c, axes, nb_cast(t->c, past, (nb_dtype)s->dtype));
 }
 
+/* The permutation of slot s extended to keep the seed dim first: [0, perm + 1]. */
+static nb_tensor *prefixed_perm(nb_tape *t, const tape_slot *s, int32_t i) {
+  nb_tensor *perm = slot_view(t, s, i), *zero = nb_tensor_from(t->c, (nb_dtype)s->dtype, 1, (const int64_t[]){1}, NULL);
+  nb_tensor *parts[2] = {zero, nb_add(t->c, perm, nb_scalar(t->c, (nb_dtype)s->dtype, 1))};
+  return nb_concat(t->c, parts, 2, 0);
+}
+
 /* Tensor i of e (inputs, then outputs) for its batched gradient, which is as's. */
 static nb_tensor *entry_view(nb_tape *t, const tape_entry *e, const nb_op_def *as, int32_t i, const bool *needs) {
   const tape_slot *s = &t->slots[e->slot0 + i];
   if (i == e->def->axis_input - 1) return shifted_axes(t, s, i);
-  if (e->def->axis_input || e->def->batch_leading)
+  if (i == e->def->perm_input - 1) return prefixed_perm(t, s, i);
+  if (rewritten_input(e->def) || e->def->batch_leading)
     return nb_is_float((nb_dtype)s->dtype) ? batched_view(t, s, i, s->rank, true) : slot_view(t, s, i);
   /* a batched_as op's gradient broadcasts an input without a gradient (one GEMM for
      x W's dx); elementwise gradients may pair tensors of equal shapes, so those tile all */

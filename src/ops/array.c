@@ -874,7 +874,7 @@ static nb_op_def array_ops[OP_COUNT] = {
                         .infer = expand_dims_infer},
     [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true, .nattrs = 1,
                     .attrs = {{"squeeze_dims", NB_ATTR_INTS, {.n = 0}, false}}, .infer = squeeze_infer},
-    [OP_TRANSPOSE] = {.name = "Transpose", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1,
+    [OP_TRANSPOSE] = {.name = "Transpose", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .perm_input = 2,
                       .infer = transpose_infer, .kernel = transpose_kernel},
     [OP_BROADCAST_TO] = {.name = "BroadcastTo", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1,
                          .infer = broadcast_to_infer, .kernel = broadcast_to_kernel},

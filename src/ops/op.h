@@ -83,6 +83,8 @@ struct nb_op_def {
                               which reshapes dy to x's shape (vectorized Jacobians) */
   int8_t axis_input;       /* 1 + the input holding axes (Sum, Cumsum, ...), 0 none: as
                               batch_leading, with these axes moved past the batch dim */
+  int8_t perm_input;       /* 1 + the input holding a permutation (Transpose), 0 none: as
+                              batch_leading, with the permutation [0, perm + 1] */
   const char *batched_as;  /* vectorized Jacobians: the op whose gradient, run on this op's
                               tensors with a leading batch dim (same attr layout), is this
                               op's batched gradient (BatchMatMulV2 for MatMul) */
