@@ -96,19 +96,18 @@ static nb_code jacobian_rows(nb_tape *t, nb_tensor *target, nb_tensor *source, i
   nb_scope_end(t->c, out, 1);
   t->recording = was_recording;
   free(rows);
-  nb_tape_spend(t);
   return code;
 }
 
-/* One batched pass when it fits, else one pass per element of a target row. */
+/* One batched pass when it fits, else one pass per element of a target row; either way a
+   one-shot tape is spent. */
 static nb_code jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch, const int64_t *shape, int rank,
                         nb_tensor **out) {
-  if (batch > 0 && batched_pass_fits(t, target->size / batch, target->rank)) {
-    nb_code code = jacobian_batched(t, target, source, batch, shape, rank, out);
-    nb_tape_spend(t);
-    return code;
-  }
-  return jacobian_rows(t, target, source, batch, batch > 1, shape, rank, out);
+  nb_code code = batch > 0 && batched_pass_fits(t, target->size / batch, target->rank)
+                     ? jacobian_batched(t, target, source, batch, shape, rank, out)
+                     : jacobian_rows(t, target, source, batch, batch > 1, shape, rank, out);
+  nb_tape_spend(t);
+  return code;
 }
 
 /* shape = target's dims then source's, skipping source's first `skip` (its batch dim). */
@@ -145,9 +144,9 @@ nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_te
   return jacobian(t, target, source, 1, shape, rank, out);
 }
 
-/* tf's batch_jacobian: row b of target depends on row b of source only, so seeding
-   element j in every row at once gives all rows' j-th Jacobian rows in one backward pass:
-   target.size / batch passes instead of target.size. */
+/* tf's batch_jacobian: row b of target depends on row b of source only, so a seed set at
+   element j of every row gives all rows' j-th Jacobian rows at once: target.size / batch
+   seeds instead of target.size, in one batched pass. */
 nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
   nb_code code = check_jacobian(t, "nb_tape_batch_jacobian", target, source, out);
   if (code) return code;
