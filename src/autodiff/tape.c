@@ -62,9 +62,13 @@ static nb_tensor *map_get(const id_map *m, uint64_t id) {
 
 /* Inserts id (with val for value maps); false when out of memory. */
 static bool map_put(id_map *m, uint64_t id, nb_tensor *val, bool with_vals) {
-  if ((m->n + 1) * 2 > m->cap && !map_grow(m, with_vals)) return false;
-  uint32_t i = map_slot(m, id);
-  if (!in_use(m, i)) m->n++, m->gens[i] = m->epoch;
+  uint32_t i = m->cap ? map_slot(m, id) : 0;
+  if (!m->cap || !in_use(m, i)) { /* a new key: the map may grow first; overwriting never does */
+    if ((m->n + 1) * 2 > m->cap && !map_grow(m, with_vals)) return false;
+    i = map_slot(m, id);
+    m->n++;
+    m->gens[i] = m->epoch;
+  }
   m->keys[i] = id;
   if (with_vals) m->vals[i] = val;
   return true;
@@ -135,7 +139,8 @@ static bool save_slot(nb_tape *t, const nb_tensor *x, bool keep, bool tracked) {
 
 static bool is_tracked(const nb_tape *t, uint64_t id) { return id == t->last_out || map_has(&t->tracked, id); }
 
-static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
+/* tracked: bit i set when input i is tracked (inputs past 64 count as the last bit's). */
+static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out, uint64_t tracked) {
   if (!nb_grow_array((void **)&t->entries, &t->entries_cap, t->nentries + 1, sizeof *t->entries) ||
       !nb_grow_array((void **)&t->slots, &t->slots_cap, t->nslots + k->nin + k->nout, sizeof *t->slots))
     return false;
@@ -144,7 +149,7 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
   e->attr = nb_attrs_copy(&t->arena, k->def, k->attr);
   if (k->def->nattrs && !e->attr) return false;
   for (int i = 0; i < k->nin; i++)
-    if (!save_slot(t, k->in[i], reads(k->def->grad_inputs, i), is_tracked(t, k->in[i]->id))) return false;
+    if (!save_slot(t, k->in[i], reads(k->def->grad_inputs, i), (tracked >> (i < 63 ? i : 63)) & 1u)) return false;
   for (int i = 0; i < k->nout; i++) {
     if (!save_slot(t, out[i], reads(k->def->grad_outputs, i), false) || !map_put(&t->tracked, out[i]->id, NULL, false))
       return false;
@@ -154,16 +159,19 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
   return true;
 }
 
-static bool depends(const nb_tape *t, const nb_kargs *k) {
+/* Which of k's inputs t tracks, one lookup each (see record_entry for the bits). */
+static uint64_t tracked_inputs(const nb_tape *t, const nb_kargs *k) {
+  uint64_t bits = 0;
   for (int i = 0; i < k->nin; i++)
-    if (is_tracked(t, k->in[i]->id)) return true;
-  return false;
+    if (is_tracked(t, k->in[i]->id)) bits |= 1ull << (i < 63 ? i : 63);
+  return bits;
 }
 
 static void record(nb_ctx *c, nb_kargs *k, nb_tensor *const *out) {
   for (int i = 0; i < c->ntapes; i++) {
     nb_tape *t = c->tapes[i];
-    if (t->recording && depends(t, k) && !record_entry(t, k, out))
+    uint64_t tracked = t->recording ? tracked_inputs(t, k) : 0;
+    if (tracked && !record_entry(t, k, out, tracked))
       nb_fail(c, NB_NOMEM, "%s: out of memory recording the op on a tape", k->def->name);
   }
 }
@@ -404,7 +412,7 @@ static void consume(nb_tape *t, const tape_entry *e) {
     nb_tensor *g = map_has(&t->sources, id) ? NULL : map_get(&t->grads, id);
     if (!g) continue;
     nb_tensor_free(g);
-    map_put(&t->grads, id, NULL, true); /* the key stays: present, no value */
+    map_put(&t->grads, id, NULL, true); /* the key stays: present, no value (an overwrite: cannot fail) */
   }
 }
 

@@ -30,10 +30,11 @@ static nb_code eager_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out) {
     }
   }
   nb_code code = def->kernel ? def->kernel(k) : NB_OK;
-  if (code)
-    free_outputs(out, k->nout);
-  else if (c->record)
+  if (!code && c->record) {
     c->record(c, k, out);
+    code = c->status; /* a tape that could not record the op fails the op */
+  }
+  if (code) free_outputs(out, k->nout);
   return code;
 }
 
