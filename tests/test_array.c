@@ -802,6 +802,12 @@ static void test_range_errors(void **state) {
   tu_check_error(c, NB_INVALID, "Range: Requires start <= limit when delta > 0: 5/1", NULL);
   assert_null(range_of(c, F64, 1, 5, -1));
   tu_check_error(c, NB_INVALID, "Requires start >= limit when delta < 0: 1/5", NULL);
+  /* int64 bounds that a double would round together: still a backwards range */
+  int64_t big[3] = {(INT64_C(1) << 62) + 4, INT64_C(1) << 62, 4};
+  nb_tensor *bs[3];
+  for (int i = 0; i < 3; i++) bs[i] = nb_tensor_from(c, I64, 0, NULL, &big[i]);
+  assert_null(nb_range(c, bs[0], bs[1], bs[2]));
+  tu_check_error(c, NB_INVALID, "Requires start <= limit when delta > 0: 4611686018427387908/4611686018427387904", NULL);
   assert_null(range_of(c, F64, 0, NAN, 1));
   tu_check_error(c, NB_INVALID, "finite", NULL);
   assert_null(range_of(c, F64, 0, 1e300, 1e-300));

@@ -7,6 +7,7 @@
 #include "strided.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -787,9 +788,22 @@ static nb_code range_read(nb_kargs *k, int i, int64_t *iv, double *fv) {
   return NB_OK;
 }
 
-/* TF's size for integers: ceil(|limit - start| / |delta|), in unsigned arithmetic so the
-   difference of extreme int64 values cannot overflow. */
+static nb_code range_order_fail(nb_kargs *k, bool up, const char *start, const char *limit) {
+  return nb_kfail(k, NB_INVALID, "Requires start %s limit when delta %s 0: %s/%s", up ? "<=" : ">=", up ? ">" : "<",
+                  start, limit);
+}
+
+/* TF's size for integers: ceil(|limit - start| / |delta|), checked and computed in 64-bit
+   integers (doubles would round large bounds), the difference unsigned so extreme int64
+   values cannot overflow. */
 static nb_code range_int_size(nb_kargs *k, int64_t start, int64_t limit, int64_t delta, int64_t *size) {
+  if (delta == 0) return nb_kfail(k, NB_INVALID, "Requires delta != 0: 0");
+  if (delta > 0 ? start > limit : start < limit) {
+    char a[24], b[24];
+    snprintf(a, sizeof a, "%lld", (long long)start);
+    snprintf(b, sizeof b, "%lld", (long long)limit);
+    return range_order_fail(k, delta > 0, a, b);
+  }
   uint64_t diff = delta > 0 ? (uint64_t)limit - (uint64_t)start : (uint64_t)start - (uint64_t)limit;
   uint64_t step = delta > 0 ? (uint64_t)delta : 0 - (uint64_t)delta;
   uint64_t n = diff / step + (diff % step != 0);
@@ -801,10 +815,17 @@ static nb_code range_int_size(nb_kargs *k, int64_t start, int64_t limit, int64_t
 
 /* TF's size for floats: ceil(|(limit - start) / delta|), computed in the input's dtype. */
 static nb_code range_float_size(nb_kargs *k, double start, double limit, double delta, int64_t *size) {
-  double n = k->in[0]->dtype == NB_F32 ? (double)ceilf(fabsf(((float)limit - (float)start) / (float)delta))
-                                       : ceil(fabs((limit - start) / delta));
   if (!isfinite(start) || !isfinite(limit) || !isfinite(delta))
     return nb_kfail(k, NB_INVALID, "Requires start, limit and delta to be finite: %g/%g/%g", start, limit, delta);
+  if (delta == 0) return nb_kfail(k, NB_INVALID, "Requires delta != 0: %g", delta);
+  if (delta > 0 ? start > limit : start < limit) {
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%g", start);
+    snprintf(b, sizeof b, "%g", limit);
+    return range_order_fail(k, delta > 0, a, b);
+  }
+  double n = k->in[0]->dtype == NB_F32 ? (double)ceilf(fabsf(((float)limit - (float)start) / (float)delta))
+                                       : ceil(fabs((limit - start) / delta));
   if (!(n < 9.2e18))
     return nb_kfail(k, NB_INVALID, "Requires ((limit - start) / delta) <= %lld", (long long)INT64_MAX);
   *size = (int64_t)n;
@@ -819,12 +840,6 @@ static nb_code range_infer(nb_kargs *k) {
   for (int i = 0; i < 3 && !code; i++) code = range_read(k, i, &iv[i], &fv[i]);
   if (code) return code;
   bool is_int = k->in[0]->dtype == NB_I32 || k->in[0]->dtype == NB_I64;
-  if (is_int)
-    for (int i = 0; i < 3; i++) fv[i] = (double)iv[i];
-  if (fv[2] == 0) return nb_kfail(k, NB_INVALID, "Requires delta != 0: %g", fv[2]);
-  if (fv[2] > 0 ? fv[0] > fv[1] : fv[0] < fv[1])
-    return nb_kfail(k, NB_INVALID, "Requires start %s limit when delta %s 0: %g/%g", fv[2] > 0 ? "<=" : ">=",
-                    fv[2] > 0 ? ">" : "<", fv[0], fv[1]);
   int64_t size;
   code = is_int ? range_int_size(k, iv[0], iv[1], iv[2], &size) : range_float_size(k, fv[0], fv[1], fv[2], &size);
   if (code) return code;
