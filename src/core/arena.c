@@ -1,6 +1,7 @@
 /* Bump arenas (names, attrs and lists of graphs and tapes) and array growth. */
 #include "core.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 #define NB_ARENA_BLOCK (64 * 1024)
@@ -56,8 +57,10 @@ void nb_arena_free(nb_arena *a) {
 
 bool nb_grow_array(void **arr, int32_t *cap, int32_t need, size_t elem) {
   if (need <= *cap) return true;
+  if (need > INT32_MAX / 2) return false; /* doubling past it would overflow n */
   int32_t n = *cap ? *cap : 64;
   while (n < need) n *= 2;
+  if ((size_t)n > SIZE_MAX / elem) return false;
   void *p = realloc(*arr, (size_t)n * elem);
   if (!p) return false;
   *arr = p;

@@ -57,9 +57,7 @@ static nb_code check_output_sizes(nb_kargs *k) {
   for (int i = 0; i < k->nout; i++) {
     const nb_meta *m = &k->out[i];
     int64_t n;
-    bool unknown = m->rank < 0;
-    for (int d = 0; d < m->rank; d++) unknown |= m->shape[d] == -1;
-    if (unknown) continue; /* graph outputs with dims known only at run time */
+    if (!nb_dims_known(m->rank, m->shape)) continue; /* graph outputs with dims known only at run time */
     if (!nb_shape_checked_size(m->rank, m->shape, &n) || (uint64_t)n > SIZE_MAX / 8)
       return nb_kfail(k, NB_SHAPE, "output %d shape %s is too large", i, nb_sstr(m->rank, m->shape));
   }
