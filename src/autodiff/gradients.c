@@ -118,9 +118,13 @@ static nb_code mark_between(pass *p, nb_tensor *const *ys, int ny, nb_tensor *co
   }
   free(back.v);
   free(fwd.v);
+  if (!ok) {
+    free(out.v);
+    return NB_NOMEM;
+  }
   p->between = out.v;
   p->nbetween = out.n;
-  return ok ? NB_OK : NB_NOMEM;
+  return NB_OK;
 }
 
 static bool in_between(const pass *p, int32_t id) { return p->g->nodes[id].stamp3 == p->gen; }
@@ -296,10 +300,10 @@ static nb_code run_queue(pass *p) {
     if (nb_grad_width(n->nin, n->nout) > width) width = nb_grad_width(n->nin, n->nout);
     if (n->pending == 0) p->queue[p->qtail++] = p->between[i];
   }
-  if (width > 64 && !(buf = malloc((size_t)width * sizeof *buf))) return NB_NOMEM;
-  if (!(p->needs = malloc((size_t)width * sizeof *p->needs))) {
+  if ((width > 64 && !(buf = malloc((size_t)width * sizeof *buf))) ||
+      !(p->needs = malloc((size_t)width * sizeof *p->needs))) {
     if (buf != small) free(buf);
-    return NB_NOMEM;
+    return nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
   }
   nb_code code = NB_OK;
   while (!code && p->qhead < p->qtail) {

@@ -307,7 +307,12 @@ static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
   nb_tensor **saved = big_in ? malloc((size_t)k->nin * sizeof *saved) : saved_small;
   nb_tensor *copies = big_in ? malloc((size_t)k->nin * sizeof *copies) : copies_small;
   nb_meta *agreed = big_out ? malloc((size_t)k->nout * sizeof *agreed) : agreed_small;
-  bool ok = saved && copies && agreed;
+  if (!saved || !copies || !agreed) {
+    if (big_in) free(saved), free(copies);
+    if (big_out) free(agreed);
+    return nb_kfail(k, NB_NOMEM, "out of memory inferring the output shapes");
+  }
+  bool ok = true;
   for (int i = 0; ok && i < k->nin; i++) {
     saved[i] = k->in[i];
     ok = saved[i]->rank >= 0;
@@ -322,7 +327,7 @@ static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
     else k->out[i].rank = -1;
     k->out[i].dtype = t;
   }
-  for (int i = 0; saved && i < k->nin; i++) c->subst[i] = saved[i];
+  for (int i = 0; i < k->nin; i++) c->subst[i] = saved[i];
   k->deferred = true;
   if (big_in) {
     free(saved);
