@@ -60,6 +60,14 @@ static void test_grad_ys_and_several_ys(void **state) {
   o.grad_ys = &bad;
   assert_int_equal(nb_gradients(f->c, &y1, 1, &x, 1, &o, &dx), NB_DTYPE);
   tu_check_error(f->c, NB_DTYPE, "grad_ys[0] has dtype float32", NULL);
+  /* and be compatible with their shapes (unknown dims match anything) */
+  nb_tensor *wrong = nb_tensor_from(f->c, NB_F64, 1, TU_SHAPE(3), NULL);
+  o.grad_ys = &wrong;
+  assert_int_equal(nb_gradients(f->c, &y1, 1, &x, 1, &o, &dx), NB_SHAPE);
+  tu_check_error(f->c, NB_SHAPE, "grad_ys[0] has shape [3], incompatible with ys[0] of shape [2]", NULL);
+  nb_tensor *any = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "w");
+  o.grad_ys = &any;
+  assert_int_equal(nb_gradients(f->c, &y1, 1, &x, 1, &o, &dx), NB_OK);
 }
 
 static void test_unconnected_and_integer_paths(void **state) {
