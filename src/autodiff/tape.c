@@ -10,6 +10,8 @@
    (TF's persistent tapes do): nest a second tape for higher orders. */
 #include "tape.h"
 
+#include "../grad/grad.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -601,8 +603,7 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
   if (!code) code = check_list(t, "sources", sources, ns, false);
   if (!code && output_grads) code = check_list(t, "output_grads", output_grads, nt, true);
   for (int i = 0; !code && output_grads && i < nt; i++)
-    if (output_grads[i] && (output_grads[i]->dtype != targets[i]->dtype || output_grads[i]->rank != targets[i]->rank ||
-                            memcmp(output_grads[i]->shape, targets[i]->shape, (size_t)targets[i]->rank * sizeof(int64_t))))
+    if (output_grads[i] && (output_grads[i]->dtype != targets[i]->dtype || !nbg_same_shape(output_grads[i], targets[i])))
       code = nb_fail(t->c, NB_SHAPE, "nb_tape_gradient: output_grads[%d] is %s %s, target %d is %s %s", i,
                      nb_dtype_name(output_grads[i]->dtype), nb_tstr(output_grads[i]), i,
                      nb_dtype_name(targets[i]->dtype), nb_tstr(targets[i]));
