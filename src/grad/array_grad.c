@@ -84,15 +84,10 @@ static nb_code pack_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
   return nb_unpack(c, dys[0], (int)nb_fwd_attr_int(op, "axis"), n, dxs);
 }
 
-/* y_i = unstack(x, axis)[i]: dx = stack(dy_0..dy_{N-1}, axis), zeros for outputs without
-   a gradient. */
+/* y_i = unstack(x, axis)[i]: dx = stack(dy_0..dy_{N-1}, axis). Both passes give float
+   outputs without a gradient zeros when a sibling has one, so every dy_i is there. */
 static nb_code unpack_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
-  int n = nb_fwd_num_outputs(op);
-  nb_tensor *small[16], **parts = n <= 16 ? small : calloc((size_t)n, sizeof *parts);
-  if (!parts) return NB_NOMEM;
-  for (int i = 0; i < n; i++) parts[i] = dys[i] ? dys[i] : nb_zeros_like(c, nb_fwd_output(op, i));
-  dxs[0] = nb_pack(c, parts, n, (int)nb_fwd_attr_int(op, "axis"));
-  if (parts != small) free(parts);
+  dxs[0] = nb_pack(c, dys, nb_fwd_num_outputs(op), (int)nb_fwd_attr_int(op, "axis"));
   return nb_status(c);
 }
 
