@@ -40,10 +40,12 @@ static nb_tensor *kept_dims_shape(nb_ctx *c, const nb_fwd_op *op) {
   return nb_select(c, nb_cast(c, reduced_mask(c, op, shape, rank), NB_BOOL), nb_ones_like(c, shape), shape);
 }
 
-/* t (an output-shaped tensor: dy or y) reshaped to the kept-dims shape. */
-static nb_tensor *kept(nb_ctx *c, const nb_fwd_op *op, nb_tensor *t) {
+/* t (an output-shaped tensor: dy or y) reshaped to the kept-dims shape, which is built
+   once per gradient: *shape caches it (NULL before the first call). */
+static nb_tensor *kept(nb_ctx *c, const nb_fwd_op *op, nb_tensor *t, nb_tensor **shape) {
   if (nb_fwd_attr_bool(op, "keep_dims")) return t;
-  nb_tensor *in[2] = {t, kept_dims_shape(c, op)}, *out = NULL;
+  if (!*shape) *shape = kept_dims_shape(c, op);
+  nb_tensor *in[2] = {t, *shape}, *out = NULL;
   nb_op(c, "Reshape", in, 2, NULL, 0, &out, 1);
   return out;
 }
@@ -61,7 +63,8 @@ static nb_tensor *broadcast_like(nb_ctx *c, nb_tensor *t, nb_tensor *x) {
 static nb_code sum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   if (!dys[0]) return NB_OK;
   nb_tensor *x = nb_fwd_input(op, 0);
-  dxs[0] = broadcast_like(c, kept(c, op, dys[0]), x);
+  nb_tensor *shape = NULL;
+  dxs[0] = broadcast_like(c, kept(c, op, dys[0], &shape), x);
   return nb_status(c);
 }
 
@@ -84,7 +87,8 @@ static nb_tensor *mean_count(nb_ctx *c, nb_tensor *x, nb_tensor *y) {
 static nb_code mean_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   if (!dys[0]) return NB_OK;
   nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_output(op, 0);
-  nb_tensor *dx = broadcast_like(c, kept(c, op, dys[0]), x);
+  nb_tensor *shape = NULL;
+  nb_tensor *dx = broadcast_like(c, kept(c, op, dys[0], &shape), x);
   dxs[0] = nb_real_div(c, dx, mean_count(c, x, y));
   return nb_status(c);
 }
@@ -94,7 +98,7 @@ static nb_code mean_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
 static nb_code min_or_max_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   if (!dys[0]) return NB_OK;
   nb_tensor *x = nb_fwd_input(op, 0), *axis = nb_fwd_input(op, 1);
-  nb_tensor *y = kept(c, op, nb_fwd_output(op, 0)), *dy = kept(c, op, dys[0]);
+  nb_tensor *shape = NULL, *y = kept(c, op, nb_fwd_output(op, 0), &shape), *dy = kept(c, op, dys[0], &shape);
   nb_tensor *hit = nb_cast(c, nb_equal(c, x, y), nb_dtype_of(x));
   nb_tensor *sum_in[2] = {hit, axis}, *ties = NULL;
   nb_attr keep = nb_attr_bool("keep_dims", true);
@@ -176,7 +180,7 @@ static nb_tensor *prod_grad_dynamic(nb_ctx *c, const nb_fwd_op *op, nb_tensor *d
    otherwise the layout is computed at run time (prod_grad_dynamic). */
 static nb_code prod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   if (!dys[0]) return NB_OK;
-  nb_tensor *x = nb_fwd_input(op, 0), *dy = kept(c, op, dys[0]);
+  nb_tensor *shape = NULL, *x = nb_fwd_input(op, 0), *dy = kept(c, op, dys[0], &shape);
   if (!dy) return nb_status(c);
   if (!nbg_static(x) || !nbg_static(dy)) {
     dxs[0] = prod_grad_dynamic(c, op, dy);
