@@ -29,15 +29,13 @@ static nb_code reshape_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dy
 }
 
 /* y = transpose(x, p) moves x's axis p[i] to axis i, so dx = transpose(dy, q) with q the
-   inverse permutation, q[p[i]] = i. Scattering the values 0..n-1 to the positions p is
-   exactly q: UnsortedSegmentSum(data = [0..n), segment_ids = p, n), as a permutation hits
-   every slot once. n is the length of p (x's rank), which is static in practice. */
+   inverse permutation, q[p[i]] = i. n is the length of p (x's rank), static in practice. */
 static nb_code transpose_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *x = nb_fwd_input(op, 0), *perm = nb_fwd_input(op, 1);
   int n = nb_rank(perm) == 1 && nb_shape(perm)[0] >= 0 ? (int)nb_shape(perm)[0] : nb_rank(x);
   if (n < 0 || n > NB_MAX_RANK) /* unknown rank: no static [0..n) */
     return nb_set_error(c, NB_UNIMPLEMENTED, "Transpose gradient: the permutation's length must be known");
-  nb_tensor *inverse = nb_unsorted_segment_sum(c, iota(c, n), perm, n);
+  nb_tensor *inverse = nbg_invert_perm(c, perm, nb_scalar(c, nb_dtype_of(perm), n));
   nb_tensor *in[2] = {dys[0], inverse};
   dxs[0] = nbg_call(c, "Transpose", in, 2, NULL, 0);
   return nb_status(c);

@@ -31,6 +31,18 @@ bool nbg_static(const nb_tensor *x) {
   return true;
 }
 
+nb_tensor *nbg_positive_axes(nb_ctx *c, nb_tensor *axes, nb_tensor *rank) {
+  nb_dtype t = nb_dtype_of(axes);
+  nb_tensor *negative = nb_cast(c, nb_less(c, axes, nb_scalar(c, t, 0)), t);
+  return nb_add(c, axes, nb_mul(c, negative, rank));
+}
+
+nb_tensor *nbg_invert_perm(nb_ctx *c, nb_tensor *perm, nb_tensor *n) {
+  nb_dtype t = nb_dtype_of(perm);
+  nb_tensor *in[3] = {nb_range(c, nb_scalar(c, t, 0), n, nb_scalar(c, t, 1)), perm, n};
+  return nbg_call(c, "UnsortedSegmentSum", in, 3, NULL, 0);
+}
+
 bool nbg_same_shape(const nb_tensor *x, const nb_tensor *y) {
   return nbg_static(x) && nbg_static(y) && nb_rank(x) == nb_rank(y) &&
          memcmp(nb_shape(x), nb_shape(y), (size_t)nb_rank(x) * sizeof(int64_t)) == 0;

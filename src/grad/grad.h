@@ -30,5 +30,10 @@ nb_tensor *nbg_reduce_to(nb_ctx *c, nb_tensor *dy, nb_tensor *x);
 bool nbg_static(const nb_tensor *x);
 /* Whether x and y have the same known shape. */
 bool nbg_same_shape(const nb_tensor *x, const nb_tensor *y);
+/* axes (any shape) with rank added where negative, in axes' dtype; rank is a scalar of it. */
+nb_tensor *nbg_positive_axes(nb_ctx *c, nb_tensor *axes, nb_tensor *rank);
+/* The inverse of the permutation perm of n axes (n: a scalar of perm's dtype), q[perm[i]] = i:
+   scattering 0..n-1 to the positions perm (UnsortedSegmentSum) hits every slot once. */
+nb_tensor *nbg_invert_perm(nb_ctx *c, nb_tensor *perm, nb_tensor *n);
 
 #endif

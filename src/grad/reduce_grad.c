@@ -17,8 +17,8 @@ static nb_tensor *reduced_mask(nb_ctx *c, const nb_fwd_op *op, nb_tensor *shape,
   nb_tensor *axes = nb_fwd_input(op, 1);
   nb_dtype t = nb_dtype_of(axes);
   nb_tensor *zero = nb_scalar(c, t, 0);
-  /* axes + rank where axes < 0; a scalar axis stays a scalar, a segment id of its own */
-  nb_tensor *axes_pos = nb_add(c, axes, nb_mul(c, nb_cast(c, nb_less(c, axes, zero), t), rank));
+  /* a scalar axis stays a scalar, a segment id of its own */
+  nb_tensor *axes_pos = nbg_positive_axes(c, axes, rank);
   nb_tensor *seg_in[3] = {nb_ones_like(c, axes_pos), axes_pos, rank}, *hits = NULL;
   nb_op(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0, &hits, 1);
   return nb_select(c, nb_greater(c, hits, zero), nb_ones_like(c, shape), nb_zeros_like(c, shape));
@@ -140,10 +140,7 @@ static nb_tensor *reduced_first_perm(nb_ctx *c, nb_tensor *mask, nb_tensor *rank
   nb_tensor *red_pos = nb_cumsum(c, mask, 0, true, false);
   nb_tensor *kept_pos = nb_add(c, nb_cumsum(c, kept_mask, 0, true, false), nred);
   *pos = nb_add(c, nb_mul(c, mask, red_pos), nb_mul(c, kept_mask, kept_pos));
-  nb_tensor *axes = nb_range(c, nb_scalar(c, nb_dtype_of(mask), 0), rank, nb_scalar(c, nb_dtype_of(mask), 1));
-  nb_tensor *seg_in[3] = {axes, *pos, rank}, *perm = NULL;
-  nb_op(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0, &perm, 1);
-  return perm;
+  return nbg_invert_perm(c, *pos, rank);
 }
 
 /* Prod's gradient when x's shape or the axes are known only at run time: the same layout

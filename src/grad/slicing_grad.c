@@ -84,9 +84,7 @@ static nb_tensor *vec1(nb_ctx *c, nb_tensor *scalar) { return nb_reshape(c, scal
 static nb_tensor *gather_axis(nb_ctx *c, const nb_fwd_op *op, int known, nb_tensor *pshape) {
   if (known >= 0) return nb_scalar(c, NB_I64, known);
   nb_tensor *raw = nbg_as_i64(c, nb_fwd_input(op, 2));
-  nb_tensor *rank = nb_reshape(c, nb_shape_op(c, pshape, NB_I64), NULL, 0);
-  nb_tensor *negative = nb_cast(c, nb_less(c, raw, nb_scalar(c, NB_I64, 0)), NB_I64);
-  return nb_add(c, raw, nb_mul(c, negative, rank));
+  return nbg_positive_axes(c, raw, nb_reshape(c, nb_shape_op(c, pshape, NB_I64), NULL, 0));
 }
 
 /* y = gather(p, indices, axis) copies p's slices along axis a, so dp scatter-adds dy's
