@@ -513,48 +513,67 @@ static const argmax_impl argmax_by_dtype[NB_BOOL + 1] = {
     [NB_BOOL] = {argmax_row_b, argmax_cols_b}};
 
 /* The input as [outer, n, inner] around the reduced axis. */
-typedef struct argmax_plan {
+typedef struct axis_layout {
   int64_t outer, n, inner;
-} argmax_plan;
+} axis_layout;
 
 enum { ATTR_OUTPUT_TYPE };
 
+/* The scalar axis input 1 of an op on x = input 0 (name: TF's for it, range_name: TF's in
+   the range message): *given as given, normalized into *axis, and x's [outer, n, inner]
+   around it in the scratch plan. */
+static nb_code axis_plan(nb_kargs *k, const char *name, const char *range_name, int64_t *given, int *axis) {
+  const nb_tensor *x = k->in[0], *a = k->in[1];
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (code) return code;
+  if (a->rank != 0)
+    return nb_kfail(k, NB_SHAPE, "%s must be a scalar, but received tensor of shape: %s", name, nb_tstr(a));
+  int n;
+  code = nb_kints(k, 1, 0, given, 1, &n);
+  if (code) return code;
+  if (!nb_norm_axis(*given, x->rank, axis))
+    return nb_kfail(k, NB_INVALID, "Expected %s in the range [%d, %d), but got %lld", range_name, -x->rank, x->rank,
+                    (long long)*given);
+  axis_layout *p = (axis_layout *)k->scratch;
+  *p = (axis_layout){1, x->shape[*axis], 1};
+  for (int d = 0; d < x->rank; d++) {
+    if (d < *axis) p->outer *= x->shape[d];
+    if (d > *axis) p->inner *= x->shape[d];
+  }
+  return NB_OK;
+}
+
+/* Unit u of a tiled walk: outer index *o and a tile of inner columns from *c0, *len wide. */
+static void tile_unit(int64_t u, int64_t ntiles, int64_t inner, int64_t *o, int64_t *c0, int64_t *len) {
+  *o = u / ntiles;
+  *c0 = u % ntiles * TILE;
+  *len = inner - *c0 < TILE ? inner - *c0 : TILE;
+}
+
 static nb_code argmax_infer(nb_kargs *k) {
-  const nb_tensor *x = k->in[0], *dim = k->in[1];
+  const nb_tensor *x = k->in[0];
   nb_dtype out_type = k->attr[ATTR_OUTPUT_TYPE].type;
+  int64_t given;
+  int axis;
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_ALL);
-  if (!code) code = nb_kcheck_dtype(k, 1, NB_M_INT);
   if (code) return code;
   if (out_type != NB_I32 && out_type != NB_I64)
     return nb_kfail(k, NB_DTYPE, "output_type must be int32 or int64, got %s", nb_dtype_name(out_type));
-  if (dim->rank != 0)
-    return nb_kfail(k, NB_SHAPE, "dim must be a scalar, but received tensor of shape: %s", nb_tstr(dim));
-  int64_t v;
-  int n, axis;
-  code = nb_kints(k, 1, 0, &v, 1, &n);
+  code = axis_plan(k, "dim", "dimension", &given, &axis);
   if (code) return code;
-  if (!nb_norm_axis(v, x->rank, &axis))
-    return nb_kfail(k, NB_INVALID, "Expected dimension in the range [%d, %d), but got %lld", -x->rank,
-                    x->rank, (long long)v);
   if (x->shape[axis] == 0)
-    return nb_kfail(k, NB_INVALID, "Reduction axis %lld is empty in shape %s", (long long)v, nb_tstr(x));
+    return nb_kfail(k, NB_INVALID, "Reduction axis %lld is empty in shape %s", (long long)given, nb_tstr(x));
   nb_meta *m = &k->out[0];
   m->dtype = out_type;
   m->rank = 0;
-  argmax_plan *p = (argmax_plan *)k->scratch;
-  *p = (argmax_plan){1, x->shape[axis], 1};
-  for (int d = 0; d < x->rank; d++) {
-    if (d == axis) continue;
-    m->shape[m->rank++] = x->shape[d];
-    if (d < axis) p->outer *= x->shape[d];
-    else p->inner *= x->shape[d];
-  }
+  for (int d = 0; d < x->rank; d++)
+    if (d != axis) m->shape[m->rank++] = x->shape[d];
   return NB_OK;
 }
 
 typedef struct argmax_job {
   const argmax_impl *f;
-  argmax_plan p;
+  axis_layout p;
   const char *x;
   void *y;
   size_t esz;
@@ -584,8 +603,8 @@ static void argmax_tiles(void *arg, int64_t lo, int64_t hi) {
   const argmax_job *j = arg;
   int64_t at[TILE];
   for (int64_t u = lo; u < hi; u++) {
-    int64_t o = u / j->ntiles, c0 = u % j->ntiles * TILE;
-    int64_t len = j->p.inner - c0 < TILE ? j->p.inner - c0 : TILE;
+    int64_t o, c0, len;
+    tile_unit(u, j->ntiles, j->p.inner, &o, &c0, &len);
     j->f->cols(j->x + (size_t)(o * j->p.n * j->p.inner + c0) * j->esz, j->p.n, j->p.inner, len, at);
     put_indices(j, o * j->p.inner + c0, at, len);
   }
@@ -593,7 +612,7 @@ static void argmax_tiles(void *arg, int64_t lo, int64_t hi) {
 
 static nb_code argmax_kernel(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
-  argmax_job j = {&argmax_by_dtype[x->dtype], *(const argmax_plan *)k->scratch, nb_tdata(x),
+  argmax_job j = {&argmax_by_dtype[x->dtype], *(const axis_layout *)k->scratch, nb_tdata(x),
                   nb_tdata(k->res[0]), nb_dtype_size(x->dtype), k->res[0]->dtype == NB_I32, 0};
   int nt = nb_kthreads(k, x->size);
   if (j.p.inner == 1) {
@@ -650,34 +669,20 @@ static const scan_impl cumprod_impl = {{[NB_F32] = scan_prod_f32, [NB_F64] = sca
 
 enum { ATTR_EXCLUSIVE, ATTR_REVERSE };
 
-/* The input as [outer, n, inner] around the scanned axis (argmax_plan's layout). */
+/* The input as [outer, n, inner] around the scanned axis (axis_plan). */
 static nb_code scan_infer(nb_kargs *k) {
-  const nb_tensor *x = k->in[0], *axis = k->in[1];
+  int64_t given;
+  int axis;
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
-  if (!code) code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (!code) code = axis_plan(k, "axis", "scan axis", &given, &axis);
   if (code) return code;
-  if (axis->rank != 0)
-    return nb_kfail(k, NB_SHAPE, "axis must be a scalar, but received tensor of shape: %s", nb_tstr(axis));
-  int64_t v;
-  int n, a;
-  code = nb_kints(k, 1, 0, &v, 1, &n);
-  if (code) return code;
-  if (!nb_norm_axis(v, x->rank, &a))
-    return nb_kfail(k, NB_INVALID, "Expected scan axis in the range [%d, %d), but got %lld", -x->rank, x->rank,
-                    (long long)v);
-  argmax_plan *p = (argmax_plan *)k->scratch;
-  *p = (argmax_plan){1, x->shape[a], 1};
-  for (int d = 0; d < x->rank; d++) {
-    if (d < a) p->outer *= x->shape[d];
-    if (d > a) p->inner *= x->shape[d];
-  }
-  nb_meta_like(&k->out[0], x);
+  nb_meta_like(&k->out[0], k->in[0]);
   return NB_OK;
 }
 
 typedef struct scan_job {
   scan_fn f;
-  argmax_plan p;
+  axis_layout p;
   const char *x;
   char *y;
   size_t esz;
@@ -689,8 +694,8 @@ typedef struct scan_job {
 static void scan_tiles(void *arg, int64_t lo, int64_t hi) {
   const scan_job *j = arg;
   for (int64_t u = lo; u < hi; u++) {
-    int64_t o = u / j->ntiles, c0 = u % j->ntiles * TILE;
-    int64_t len = j->p.inner - c0 < TILE ? j->p.inner - c0 : TILE;
+    int64_t o, c0, len;
+    tile_unit(u, j->ntiles, j->p.inner, &o, &c0, &len);
     size_t off = (size_t)(o * j->p.n * j->p.inner + c0) * j->esz;
     j->f(j->y + off, j->x + off, j->p.n, j->p.inner, len, j->excl, j->rev);
   }
@@ -699,7 +704,7 @@ static void scan_tiles(void *arg, int64_t lo, int64_t hi) {
 static nb_code scan_kernel(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   if (x->size == 0) return NB_OK;
-  scan_job j = {((const scan_impl *)k->def->impl)->by[x->dtype], *(const argmax_plan *)k->scratch, nb_tdata(x),
+  scan_job j = {((const scan_impl *)k->def->impl)->by[x->dtype], *(const axis_layout *)k->scratch, nb_tdata(x),
                 nb_tdata(k->res[0]), nb_dtype_size(x->dtype), 0, k->attr[ATTR_EXCLUSIVE].b,
                 k->attr[ATTR_REVERSE].b};
   j.ntiles = (j.p.inner + TILE - 1) / TILE;
