@@ -47,13 +47,7 @@ typedef struct id_stack {
 } id_stack;
 
 static bool push_id(id_stack *s, int32_t id) {
-  if (s->n == s->cap) {
-    int32_t c = s->cap ? s->cap * 2 : 1024;
-    int32_t *v = realloc(s->v, (size_t)c * sizeof *v);
-    if (!v) return false;
-    s->v = v;
-    s->cap = c;
-  }
+  if (!nb_grow_array((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v)) return false;
   s->v[s->n++] = id;
   return true;
 }
@@ -161,13 +155,7 @@ static nb_code prepare(pass *p) {
 static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
   const nb_node *n = &p->g->nodes[id];
   if (!nb_is_float(p->g->outs[n->out0 + out].meta.dtype)) return NB_OK;
-  if (p->nentries == p->entries_cap) {
-    int32_t cap = p->entries_cap ? p->entries_cap * 2 : 256;
-    grad_entry *e = realloc(p->entries, (size_t)cap * sizeof *e);
-    if (!e) return NB_NOMEM;
-    p->entries = e;
-    p->entries_cap = cap;
-  }
+  if (!nb_grow_array((void **)&p->entries, &p->entries_cap, p->nentries + 1, sizeof *p->entries)) return NB_NOMEM;
   int32_t *head = &p->heads[p->out_base[n->slot] + out];
   p->entries[p->nentries] = (grad_entry){nb_key_of(dx), *head};
   *head = p->nentries++;

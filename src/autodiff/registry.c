@@ -19,7 +19,7 @@ typedef struct named_grad {
 static nb_grad_fn op_fns[NB_MAX_OP_SLOTS];
 static bool op_stops[NB_MAX_OP_SLOTS];
 static named_grad *named;
-static int nnamed, named_cap;
+static int32_t nnamed, named_cap;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
@@ -36,13 +36,7 @@ static named_grad *find_named(const char *name) {
 
 static nb_code add_named(const char *name, nb_grad_fn f) {
   if (find_named(name)) return NB_INVALID;
-  if (nnamed == named_cap) {
-    int cap = named_cap ? named_cap * 2 : 16;
-    named_grad *n = realloc(named, (size_t)cap * sizeof *n);
-    if (!n) return NB_NOMEM;
-    named = n;
-    named_cap = cap;
-  }
+  if (!nb_grow_array((void **)&named, &named_cap, nnamed + 1, sizeof *named)) return NB_NOMEM;
   size_t len = strlen(name) + 1;
   char *copy = malloc(len);
   if (!copy) return NB_NOMEM;
@@ -137,13 +131,8 @@ nb_code nb_gradient_override_push(nb_graph *g, const char *op_type, const char *
   nb_grad_builtins_init();
   const nb_op_def *def = nb_op_lookup(grad_name);
   if (!(def && (op_fns[def->id] || op_stops[def->id])) && !find_named(grad_name)) return NB_NOT_FOUND;
-  if (g->noverrides == g->overrides_cap) {
-    int cap = g->overrides_cap ? g->overrides_cap * 2 : 8;
-    nb_override *o = realloc(g->overrides, (size_t)cap * sizeof *o);
-    if (!o) return NB_NOMEM;
-    g->overrides = o;
-    g->overrides_cap = cap;
-  }
+  if (!nb_grow_array((void **)&g->overrides, &g->overrides_cap, g->noverrides + 1, sizeof *g->overrides))
+    return NB_NOMEM;
   const char *t = nb_arena_strdup(&g->arena, op_type), *n = nb_arena_strdup(&g->arena, grad_name);
   if (!t || !n) return NB_NOMEM;
   g->overrides[g->noverrides++] = (nb_override){t, n};

@@ -77,7 +77,7 @@ struct nb_ctx {
   const char *next_name;   /* name for the next node (graph contexts) */
   const char *run_node;    /* node being run by a session, named in errors */
   nb_tensor **subst;       /* graph contexts: inputs with known values substituted */
-  int subst_cap;
+  int32_t subst_cap;
   nb_code status;
   char error[NB_ERR_CAP];
   int threads;

@@ -247,13 +247,7 @@ nb_ctx *nb_graph_ctx_new(nb_graph *g) {
 }
 
 static bool ensure_subst(nb_ctx *c, int n) {
-  if (n <= c->subst_cap) return true;
-  int cap = n < 16 ? 16 : n;
-  nb_tensor **s = realloc(c->subst, (size_t)cap * sizeof *s);
-  if (!s) return false;
-  c->subst = s;
-  c->subst_cap = cap;
-  return true;
+  return nb_grow_array((void **)&c->subst, &c->subst_cap, n, sizeof *c->subst);
 }
 
 /* The output dtype an op has whatever the shapes: the rule its def states. */

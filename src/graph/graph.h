@@ -66,7 +66,7 @@ struct nb_graph {
   int scope_len, nscopes;
   int scope_marks[NB_SCOPE_DEPTH];
   nb_override *overrides;
-  int noverrides, overrides_cap;
+  int32_t noverrides, overrides_cap;
   /* A fresh scope (opened by the gradient pass under its reserved scope name, so no other
      name can lie inside it) keeps its names in this small list instead of the name map:
      gradient ops then cost no map lookups. */

@@ -103,16 +103,10 @@ typedef struct planner {
 } planner;
 
 static bool push_stale(int32_t **stack, int32_t *top, int32_t *cap, int32_t id) {
-  if (*top == *cap) {
-    int32_t c = *cap ? *cap * 2 : 256;
-    int32_t *s = realloc(*stack, (size_t)c * sizeof *s);
-    if (!s) {
-      free(*stack);
-      *stack = NULL;
-      return false;
-    }
-    *stack = s;
-    *cap = c;
+  if (!nb_grow_array((void **)stack, cap, *top + 1, sizeof **stack)) {
+    free(*stack);
+    *stack = NULL;
+    return false;
   }
   (*stack)[(*top)++] = id;
   return true;
