@@ -19,8 +19,8 @@ static nb_tensor *reduced_mask(nb_ctx *c, const nb_fwd_op *op, nb_tensor *shape,
   nb_tensor *zero = nb_scalar(c, t, 0);
   /* a scalar axis stays a scalar, a segment id of its own */
   nb_tensor *axes_pos = nbg_positive_axes(c, axes, rank);
-  nb_tensor *seg_in[3] = {nb_ones_like(c, axes_pos), axes_pos, rank}, *hits = NULL;
-  nb_op(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0, &hits, 1);
+  nb_tensor *seg_in[3] = {nb_ones_like(c, axes_pos), axes_pos, rank};
+  nb_tensor *hits = nbg_call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0);
   return nb_select(c, nb_greater(c, hits, zero), nb_ones_like(c, shape), nb_zeros_like(c, shape));
 }
 
@@ -45,18 +45,14 @@ static nb_tensor *kept_dims_shape(nb_ctx *c, const nb_fwd_op *op) {
 static nb_tensor *kept(nb_ctx *c, const nb_fwd_op *op, nb_tensor *t, nb_tensor **shape) {
   if (nb_fwd_attr_bool(op, "keep_dims")) return t;
   if (!*shape) *shape = kept_dims_shape(c, op);
-  nb_tensor *in[2] = {t, *shape}, *out = NULL;
-  nb_op(c, "Reshape", in, 2, NULL, 0, &out, 1);
-  return out;
+  return nbg_call(c, "Reshape", (nb_tensor *[]){t, *shape}, 2, NULL, 0);
 }
 
 /* t broadcast to x's shape (statically when x's shape is known). */
 static nb_tensor *broadcast_like(nb_ctx *c, nb_tensor *t, nb_tensor *x) {
   if (nbg_same_shape(t, x)) return t;
   if (nbg_static(x)) return nb_broadcast_to(c, t, nb_shape(x), nb_rank(x));
-  nb_tensor *in[2] = {t, nb_shape_op(c, x, NB_I32)}, *out = NULL;
-  nb_op(c, "BroadcastTo", in, 2, NULL, 0, &out, 1);
-  return out;
+  return nbg_call(c, "BroadcastTo", (nb_tensor *[]){t, nb_shape_op(c, x, NB_I64)}, 2, NULL, 0);
 }
 
 /* y = sum(x, axes): every x feeds its y once, so dx = dy broadcast back over the axes. */
@@ -100,9 +96,8 @@ static nb_code min_or_max_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const 
   nb_tensor *x = nb_fwd_input(op, 0), *axis = nb_fwd_input(op, 1);
   nb_tensor *shape = NULL, *y = kept(c, op, nb_fwd_output(op, 0), &shape), *dy = kept(c, op, dys[0], &shape);
   nb_tensor *hit = nb_cast(c, nb_equal(c, x, y), nb_dtype_of(x));
-  nb_tensor *sum_in[2] = {hit, axis}, *ties = NULL;
   nb_attr keep = nb_attr_bool("keep_dims", true);
-  nb_op(c, "Sum", sum_in, 2, &keep, 1, &ties, 1);
+  nb_tensor *ties = nbg_call(c, "Sum", (nb_tensor *[]){hit, axis}, 2, &keep, 1);
   dxs[0] = nb_mul(c, nb_real_div(c, hit, ties), dy);
   return nb_status(c);
 }
@@ -156,15 +151,12 @@ static nb_tensor *prod_grad_dynamic(nb_ctx *c, const nb_fwd_op *op, nb_tensor *d
   nb_tensor *ones = nb_ones_like(c, shape), *on = nb_cast(c, mask, NB_BOOL);
   nb_tensor *n = nb_prod(c, nb_select(c, on, shape, ones), first, 1, false);
   nb_tensor *m = nb_prod(c, nb_select(c, on, ones, shape), first, 1, false);
-  nb_tensor *tr_in[2] = {x, perm}, *permuted = NULL, *matrix = NULL;
-  nb_op(c, "Transpose", tr_in, 2, NULL, 0, &permuted, 1);
-  nb_tensor *rs_in[2] = {permuted, nb_pack(c, (nb_tensor *[]){n, m}, 2, 0)};
-  nb_op(c, "Reshape", rs_in, 2, NULL, 0, &matrix, 1);
+  nb_tensor *permuted = nbg_call(c, "Transpose", (nb_tensor *[]){x, perm}, 2, NULL, 0);
+  nb_tensor *nm = nb_pack(c, (nb_tensor *[]){n, m}, 2, 0);
+  nb_tensor *matrix = nbg_call(c, "Reshape", (nb_tensor *[]){permuted, nm}, 2, NULL, 0);
   nb_tensor *others = nb_mul(c, nb_cumprod(c, matrix, 0, true, false), nb_cumprod(c, matrix, 0, true, true));
-  nb_tensor *back_in[2] = {others, nb_shape_op(c, permuted, NB_I64)}, *others_p = NULL, *others_x = NULL;
-  nb_op(c, "Reshape", back_in, 2, NULL, 0, &others_p, 1);
-  nb_tensor *inv_in[2] = {others_p, pos};
-  nb_op(c, "Transpose", inv_in, 2, NULL, 0, &others_x, 1);
+  nb_tensor *others_p = nbg_call(c, "Reshape", (nb_tensor *[]){others, nb_shape_op(c, permuted, NB_I64)}, 2, NULL, 0);
+  nb_tensor *others_x = nbg_call(c, "Transpose", (nb_tensor *[]){others_p, pos}, 2, NULL, 0);
   return nb_mul(c, others_x, broadcast_like(c, dy, x));
 }
 
@@ -221,11 +213,9 @@ static nb_code prod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
 
 /* op(t, axis) with the forward scan's exclusive attr and its reverse attr flipped. */
 static nb_tensor *flipped_scan(nb_ctx *c, const char *type, const nb_fwd_op *op, nb_tensor *t) {
-  nb_tensor *in[2] = {t, nb_fwd_input(op, 1)}, *out = NULL;
   nb_attr a[2] = {nb_attr_bool("exclusive", nb_fwd_attr_bool(op, "exclusive")),
                   nb_attr_bool("reverse", !nb_fwd_attr_bool(op, "reverse"))};
-  nb_op(c, type, in, 2, a, 2, &out, 1);
-  return out;
+  return nbg_call(c, type, (nb_tensor *[]){t, nb_fwd_input(op, 1)}, 2, a, 2);
 }
 
 /* y_j = sum of x_i over the i the scan covers at j; x_i feeds every y_j whose scan covers
