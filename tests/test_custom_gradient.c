@@ -136,6 +136,29 @@ static void test_forward_returns_input(void **state) {
   nb_tape_end(t);
 }
 
+/* A forward function that begins a tape of its own (watching its input), kept in *user. */
+static nb_code taping_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout;
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, in[0]);
+  *(nb_tape **)user = t;
+  out[0] = nb_square(c, in[0]); /* not recorded: tapes are paused in a forward function */
+  return nb_status(c);
+}
+
+/* The tape begun inside the forward function records once the function returns. */
+static void test_tape_begun_in_forward(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_scalar(f->e, NB_F64, 3), *y, *dx;
+  nb_tape *t = NULL;
+  assert_int_equal(nb_custom_gradient(f->e, taping_fwd, doubling_grad, &t, &x, 1, &y, 1), NB_OK);
+  assert_non_null(t);
+  nb_tensor *z = nb_mul(f->e, x, x);
+  assert_int_equal(nb_tape_gradient(t, &z, 1, &x, 1, NULL, &dx), NB_OK);
+  tu_check(dx, NB_F64, 0, NULL, TU_VALS(6), 0);
+  nb_tape_end(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_eager_tape, gu_setup, gu_teardown),
@@ -143,6 +166,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_two_by_two, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_forward_returns_input, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_tape_begun_in_forward, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("custom_gradient", tests, NULL, NULL);
 }

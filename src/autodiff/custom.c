@@ -15,10 +15,9 @@ static int64_t bits_of(const void *p, size_t n) {
 /* Runs fwd with every tape of c paused: its ops are not what gets differentiated. */
 static nb_code run_forward(nb_ctx *c, nb_custom_fn fwd, void *user, nb_tensor *const *in, int nin, nb_tensor **tmp,
                            int nout) {
-  void (*record)(nb_ctx *, nb_kargs *, nb_tensor *const *) = c->record;
-  c->record = NULL;
+  c->tapes_paused++; /* tapes the function itself begins are paused too, and stay active */
   nb_code code = fwd(c, in, nin, tmp, nout, user);
-  c->record = record;
+  c->tapes_paused--;
   if (!code) code = nb_status(c);
   for (int i = 0; i < nout && !code; i++)
     if (!tmp[i]) code = nb_fail(c, NB_INVALID, "nb_custom_gradient: the forward function left output %d NULL", i);

@@ -170,7 +170,7 @@ static uint64_t tracked_inputs(const nb_tape *t, const nb_kargs *k) {
 }
 
 static void record(nb_ctx *c, nb_kargs *k, nb_tensor *const *out) {
-  for (int i = 0; i < c->ntapes; i++) {
+  for (int i = 0; i < c->ntapes && !c->tapes_paused; i++) {
     nb_tape *t = c->tapes[i];
     uint64_t tracked = t->recording ? tracked_inputs(t, k) : 0;
     if (tracked && !record_entry(t, k, out, tracked))

@@ -64,6 +64,7 @@ struct nb_ctx {
   nb_execute_fn execute;
   /* Eager contexts with active tapes: called after each op ran, to record it. */
   void (*record)(nb_ctx *c, struct nb_kargs *k, nb_tensor *const *out);
+  int tapes_paused;        /* > 0: no tape records (a custom gradient's forward function runs) */
   struct nb_tape **tapes;  /* active tapes, innermost last */
   int ntapes, tapes_cap;
   struct nb_tape *spare_tapes; /* ended tapes kept for reuse (no allocation per step) */
