@@ -143,12 +143,13 @@ typedef struct reduce_impl {
   const reducer *by[NB_I64 + 1]; /* by dtype */
 } reduce_impl;
 
-#define REDUCE_IMPL(op) {{[NB_F32] = &op##_f32, [NB_F64] = &op##_f64, [NB_I32] = &op##_i32, [NB_I64] = &op##_i64}}
-static const reduce_impl sum_impl = REDUCE_IMPL(sum);
-static const reduce_impl mean_impl = REDUCE_IMPL(mean);
-static const reduce_impl max_impl = REDUCE_IMPL(max);
-static const reduce_impl min_impl = REDUCE_IMPL(min);
-static const reduce_impl prod_impl = REDUCE_IMPL(prod);
+/* The four numeric dtypes' versions of op (reducers, scan loops) as an impl table. */
+#define BY_DTYPE(op) {{[NB_F32] = &op##_f32, [NB_F64] = &op##_f64, [NB_I32] = &op##_i32, [NB_I64] = &op##_i64}}
+static const reduce_impl sum_impl = BY_DTYPE(sum);
+static const reduce_impl mean_impl = BY_DTYPE(mean);
+static const reduce_impl max_impl = BY_DTYPE(max);
+static const reduce_impl min_impl = BY_DTYPE(min);
+static const reduce_impl prod_impl = BY_DTYPE(prod);
 
 /* ---- the plan ----------------------------------------------------------------------- */
 
@@ -662,10 +663,8 @@ typedef struct scan_impl {
   scan_fn by[NB_I64 + 1]; /* by dtype */
 } scan_impl;
 
-static const scan_impl cumsum_impl = {{[NB_F32] = scan_sum_f32, [NB_F64] = scan_sum_f64, [NB_I32] = scan_sum_i32,
-                                       [NB_I64] = scan_sum_i64}};
-static const scan_impl cumprod_impl = {{[NB_F32] = scan_prod_f32, [NB_F64] = scan_prod_f64,
-                                        [NB_I32] = scan_prod_i32, [NB_I64] = scan_prod_i64}};
+static const scan_impl cumsum_impl = BY_DTYPE(scan_sum);
+static const scan_impl cumprod_impl = BY_DTYPE(scan_prod);
 
 enum { ATTR_EXCLUSIVE, ATTR_REVERSE };
 
