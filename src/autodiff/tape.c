@@ -418,14 +418,17 @@ static void consume(nb_tape *t, const tape_entry *e) {
   }
 }
 
-/* The gradients arriving at entry e's outputs; false when none did. Float outputs
-   without one get zeros when a sibling has one, as in the graph pass. */
-static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **outs, nb_tensor **dys) {
+/* The gradients arriving at entry e's outputs (one lookup each); false when none did. */
+static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **dys) {
   bool any = false;
   for (int32_t o = 0; o < e->nout; o++) any |= (dys[o] = map_get(&t->grads, t->slots[e->slot0 + e->nin + o].id)) != NULL;
-  for (int32_t o = 0; any && o < e->nout; o++)
-    if (!dys[o] && nb_is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(t->c, outs[o]);
   return any;
+}
+
+/* Float outputs without a gradient get zeros when a sibling has one, as in the graph pass. */
+static void zeros_for_missing_dys(nb_tape *t, const tape_entry *e, nb_tensor **outs, nb_tensor **dys) {
+  for (int32_t o = 0; o < e->nout; o++)
+    if (!dys[o] && nb_is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(t->c, outs[o]);
 }
 
 /* One input's dxs from every seed stacked as [K, x dims], zeros for seeds without one;
@@ -464,7 +467,8 @@ static nb_code invoke_per_seed(nb_tape *t, nb_grad_fn fn, const nb_fwd_op *op, n
   return code ? code : nb_status(t->c);
 }
 
-/* One entry's gradient, in a scope of its own: only the accumulated gradients outlive it. */
+/* One entry's gradient, in a scope of its own: only the accumulated gradients outlive it.
+   buf holds the entry's dys already (entry_dys). */
 static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
   nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
   const tape_slot *s = &t->slots[e->slot0];
@@ -473,7 +477,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].tracked;
   for (int32_t i = 0; i < e->nin + e->nout; i++)
     ins[i] = batched ? entry_view(t, e, as, i, needs) : slot_view(t, &s[i], i);
-  if (!entry_dys(t, e, outs, dys)) return NB_OK;
+  zeros_for_missing_dys(t, e, outs, dys);
   nb_fwd_op op = {batched ? as : e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nb_grad_invoke(t->c, fn, &op, dys, dxs);
   if (!code && batched) unbatch_dxs(t, s, e->nin, needs, dxs);
@@ -522,9 +526,7 @@ static nb_code run_backward(nb_tape *t) {
   bool *needs = t->needs;
   for (int32_t i = t->nentries - 1; i >= 0 && !code; i--) {
     const tape_entry *e = &t->entries[i];
-    bool has = false;
-    for (int32_t o = 0; o < e->nout && !has; o++) has = map_has(&t->grads, t->slots[e->slot0 + e->nin + o].id);
-    if (!has) continue;
+    if (!entry_dys(t, e, buf + e->nin + e->nout)) continue;
     nb_grad_fn fn;
     nb_grad_kind kind = nb_grad_lookup(e->def, NULL, &fn);
     if (kind == NB_GRAD_STOP) continue;
