@@ -133,7 +133,12 @@ static inline bool nb_is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; 
 /* shapes */
 int64_t nb_shape_size(int rank, const int64_t *shape);
 /* Whether the rank and every dim are known (not -1). */
-bool nb_dims_known(int rank, const int64_t *shape);
+static inline bool nb_dims_known(int rank, const int64_t *shape) { /* inline: every dispatch asks */
+  if (rank < 0) return false;
+  for (int i = 0; i < rank; i++)
+    if (shape[i] < 0) return false;
+  return true;
+}
 /* Writes "[2,3]" (or "[]" for a scalar) into buf; returns buf. */
 char *nb_shape_str(char *buf, size_t cap, int rank, const int64_t *shape);
 /* NumPy broadcasting of two shapes; false when incompatible. */

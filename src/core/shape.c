@@ -10,13 +10,6 @@ int64_t nb_shape_size(int rank, const int64_t *shape) {
   return n;
 }
 
-bool nb_dims_known(int rank, const int64_t *shape) {
-  if (rank < 0) return false;
-  for (int i = 0; i < rank; i++)
-    if (shape[i] < 0) return false;
-  return true;
-}
-
 /* Size with overflow and negative-dim checks, for shapes that come from users. The
    product of the nonzero dims must fit too: ops that reorder or slice dims multiply
    subsets of them even when the whole tensor is empty. */
