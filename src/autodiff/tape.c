@@ -28,12 +28,12 @@ static uint32_t map_slot(const id_map *m, uint64_t id) {
   return i;
 }
 
-static bool map_grow(id_map *m, bool with_vals) {
+static bool map_grow(id_map *m) {
   uint32_t cap = m->cap ? m->cap * 2 : 256;
   uint64_t *keys = malloc(cap * sizeof *keys);
-  nb_tensor **vals = with_vals ? malloc(cap * sizeof *vals) : NULL;
+  int32_t *vals = malloc(cap * sizeof *vals);
   uint32_t *gens = calloc(cap, sizeof *gens); /* all 0: free under epoch 1 */
-  if (!keys || (with_vals && !vals) || !gens) {
+  if (!keys || !vals || !gens) {
     free(keys);
     free(vals);
     free(gens);
@@ -45,7 +45,7 @@ static bool map_grow(id_map *m, bool with_vals) {
     uint32_t j = map_slot(&grown, m->keys[i]);
     keys[j] = m->keys[i];
     gens[j] = 1;
-    if (with_vals) vals[j] = m->vals[i];
+    vals[j] = m->vals[i];
   }
   free(m->keys);
   free(m->vals);
@@ -54,25 +54,22 @@ static bool map_grow(id_map *m, bool with_vals) {
   return true;
 }
 
-static bool map_has(const id_map *m, uint64_t id) { return m->cap && in_use(m, map_slot(m, id)); }
-
-static nb_tensor *map_get(const id_map *m, uint64_t id) {
-  if (!m->cap) return NULL;
+/* id's value, or -1 when absent. */
+static int32_t map_get(const id_map *m, uint64_t id) {
+  if (!m->cap) return -1;
   uint32_t i = map_slot(m, id);
-  return in_use(m, i) ? m->vals[i] : NULL;
+  return in_use(m, i) ? m->vals[i] : -1;
 }
 
-/* Inserts id (with val for value maps); false when out of memory. */
-static bool map_put(id_map *m, uint64_t id, nb_tensor *val, bool with_vals) {
-  uint32_t i = m->cap ? map_slot(m, id) : 0;
-  if (!m->cap || !in_use(m, i)) { /* a new key: the map may grow first; overwriting never does */
-    if ((m->n + 1) * 2 > m->cap && !map_grow(m, with_vals)) return false;
-    i = map_slot(m, id);
-    m->n++;
-    m->gens[i] = m->epoch;
-  }
+/* Inserts id -> val unless id is present; false when out of memory. */
+static bool map_add(id_map *m, uint64_t id, int32_t val) {
+  if (m->cap && in_use(m, map_slot(m, id))) return true;
+  if ((m->n + 1) * 2 > m->cap && !map_grow(m)) return false;
+  uint32_t i = map_slot(m, id);
+  m->n++;
+  m->gens[i] = m->epoch;
   m->keys[i] = id;
-  if (with_vals) m->vals[i] = val;
+  m->vals[i] = val;
   return true;
 }
 
@@ -104,7 +101,7 @@ static void map_clear(id_map *m) {
 /* Drops every entry (releasing kept data) but keeps the memory for the next use. */
 static void tape_reset(nb_tape *t) {
   for (int32_t i = 0; i < t->nslots; i++) nb_buffer_release(t->c, t->slots[i].buf);
-  t->nslots = t->nentries = 0;
+  t->nslots = t->nentries = t->nvalues = 0;
   t->last_out = 0;
   map_clear(&t->tracked);
   nb_arena_reset(&t->arena);
@@ -113,8 +110,8 @@ static void tape_reset(nb_tape *t) {
 static void tape_destroy(nb_tape *t) {
   tape_reset(t);
   map_free(&t->tracked);
-  map_free(&t->grads);
-  map_free(&t->sources);
+  free(t->grads);
+  free(t->wanted);
   free(t->entries);
   free(t->slots);
   free(t->buf);
@@ -129,20 +126,29 @@ static void tape_destroy(nb_tape *t) {
 /* Whether bit i of a grad_inputs/grad_outputs mask is set (past 32 entries: all or none). */
 static bool reads(uint32_t mask, int i) { return i < 32 ? (mask >> i) & 1u : mask == ~0u; }
 
-static bool save_slot(nb_tape *t, const nb_tensor *x, bool keep, bool tracked) {
+static bool save_slot(nb_tape *t, const nb_tensor *x, bool keep, int32_t value) {
   int64_t *shape = x->rank ? nb_arena_alloc(&t->arena, (size_t)x->rank * sizeof *shape) : NULL;
   if (x->rank && !shape) return false;
   if (x->rank) memcpy(shape, x->shape, (size_t)x->rank * sizeof *shape);
   tape_slot *s = &t->slots[t->nslots++];
-  *s = (tape_slot){x->id, keep ? x->buf : NULL, shape, (uint8_t)x->dtype, (uint8_t)x->rank, tracked};
+  *s = (tape_slot){x->id, keep ? x->buf : NULL, shape, value, (uint8_t)x->dtype, (uint8_t)x->rank};
   if (s->buf) nb_buffer_retain(s->buf);
   return true;
 }
 
-static bool is_tracked(const nb_tape *t, uint64_t id) { return id == t->last_out || map_has(&t->tracked, id); }
+/* The value number of a tensor t tracks, or -1. */
+static int32_t tracked_value(const nb_tape *t, uint64_t id) {
+  return id == t->last_out ? t->last_value : map_get(&t->tracked, id);
+}
 
-/* tracked: bit i set when input i is tracked (inputs past 64 count as the last bit's). */
-static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out, uint64_t tracked) {
+/* id's value number, given now if t did not track it yet; -1 when out of memory. */
+static int32_t track(nb_tape *t, uint64_t id) {
+  int32_t v = tracked_value(t, id);
+  if (v >= 0) return v;
+  return map_add(&t->tracked, id, t->nvalues) ? t->nvalues++ : -1;
+}
+
+static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
   if (!nb_grow_array((void **)&t->entries, &t->entries_cap, t->nentries + 1, sizeof *t->entries) ||
       !nb_grow_array((void **)&t->slots, &t->slots_cap, t->nslots + k->nin + k->nout, sizeof *t->slots))
     return false;
@@ -151,29 +157,27 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out, u
   e->attr = nb_attrs_copy(&t->arena, k->def, k->attr);
   if (k->def->nattrs && !e->attr) return false;
   for (int i = 0; i < k->nin; i++)
-    if (!save_slot(t, k->in[i], reads(k->def->grad_inputs, i), (tracked >> (i < 63 ? i : 63)) & 1u)) return false;
+    if (!save_slot(t, k->in[i], reads(k->def->grad_inputs, i), tracked_value(t, k->in[i]->id))) return false;
   for (int i = 0; i < k->nout; i++) {
-    if (!save_slot(t, out[i], reads(k->def->grad_outputs, i), false) || !map_put(&t->tracked, out[i]->id, NULL, false))
-      return false;
+    int32_t v = track(t, out[i]->id);
+    if (v < 0 || !save_slot(t, out[i], reads(k->def->grad_outputs, i), v)) return false;
     t->last_out = out[i]->id;
+    t->last_value = v;
   }
   t->nentries++;
   return true;
 }
 
-/* Which of k's inputs t tracks, one lookup each (see record_entry for the bits). */
-static uint64_t tracked_inputs(const nb_tape *t, const nb_kargs *k) {
-  uint64_t bits = 0;
+static bool reads_tracked(const nb_tape *t, const nb_kargs *k) {
   for (int i = 0; i < k->nin; i++)
-    if (is_tracked(t, k->in[i]->id)) bits |= 1ull << (i < 63 ? i : 63);
-  return bits;
+    if (tracked_value(t, k->in[i]->id) >= 0) return true;
+  return false;
 }
 
 static void record(nb_ctx *c, nb_kargs *k, nb_tensor *const *out) {
   for (int i = 0; i < c->ntapes && !c->tapes_paused; i++) {
     nb_tape *t = c->tapes[i];
-    uint64_t tracked = t->recording ? tracked_inputs(t, k) : 0;
-    if (tracked && !record_entry(t, k, out, tracked))
+    if (t->recording && reads_tracked(t, k) && !record_entry(t, k, out))
       nb_fail(c, NB_NOMEM, "%s: out of memory recording the op on a tape", k->def->name);
   }
 }
@@ -227,7 +231,7 @@ void nb_tape_watch(nb_tape *t, nb_tensor *x) {
     nb_fail(t->c, NB_INVALID, "nb_tape_watch: only concrete (eager) tensors can be watched");
     return;
   }
-  if (!map_put(&t->tracked, x->id, NULL, false)) nb_fail(t->c, NB_NOMEM, "nb_tape_watch: out of memory");
+  if (track(t, x->id) < 0) nb_fail(t->c, NB_NOMEM, "nb_tape_watch: out of memory");
 }
 
 void nb_tape_stop_recording(nb_tape *t) {
@@ -251,7 +255,6 @@ void nb_tape_end(nb_tape *t) {
   memmove(&c->tapes[i], &c->tapes[i + 1], (size_t)(c->ntapes - i - 1) * sizeof *c->tapes);
   if (--c->ntapes == 0) c->record = NULL;
   tape_reset(t);
-  map_clear(&t->grads);
   t->active = false;
   t->next_spare = c->spare_tapes;
   c->spare_tapes = t;
@@ -388,11 +391,11 @@ static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
   return true;
 }
 
-/* grads[id] += g. Each map value is a handle of the map's own, so it can be freed when
+/* grads[v] += g. Each gradient held is a handle of the tape's own, so it can be freed when
    replaced or consumed, however the gradient functions share their results. *replaced
    is the old value, now freed (NULL when there was none). */
-static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g, nb_tensor **owned, nb_tensor **replaced) {
-  nb_tensor *have = map_get(&t->grads, id);
+static nb_code accumulate(nb_tape *t, int32_t v, nb_tensor *g, nb_tensor **owned, nb_tensor **replaced) {
+  nb_tensor *have = t->grads[v];
   *replaced = NULL;
   if (have && add_in_place(t, have, g)) {
     *owned = have; /* unchanged handle: nothing new to keep */
@@ -403,25 +406,25 @@ static nb_code accumulate(nb_tape *t, uint64_t id, nb_tensor *g, nb_tensor **own
   *replaced = have;
   if (!*owned) return nb_status(t->c);
   if (have) nb_tensor_free(have);
-  return map_put(&t->grads, id, *owned, true) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  t->grads[v] = *owned;
+  return NB_OK;
 }
 
 /* Frees the gradients of e's outputs once e is done: entries run in reverse, so nothing
    reads them again (unless they are sources, whose gradients are the answer). */
 static void consume(nb_tape *t, const tape_entry *e) {
   for (int32_t o = 0; o < e->nout; o++) {
-    uint64_t id = t->slots[e->slot0 + e->nin + o].id;
-    nb_tensor *g = map_has(&t->sources, id) ? NULL : map_get(&t->grads, id);
-    if (!g) continue;
-    nb_tensor_free(g);
-    map_put(&t->grads, id, NULL, true); /* the key stays: present, no value (an overwrite: cannot fail) */
+    int32_t v = t->slots[e->slot0 + e->nin + o].value;
+    if (t->wanted[v] || !t->grads[v]) continue;
+    nb_tensor_free(t->grads[v]);
+    t->grads[v] = NULL;
   }
 }
 
 /* The gradients arriving at entry e's outputs (one lookup each); false when none did. */
 static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **dys) {
   bool any = false;
-  for (int32_t o = 0; o < e->nout; o++) any |= (dys[o] = map_get(&t->grads, t->slots[e->slot0 + e->nin + o].id)) != NULL;
+  for (int32_t o = 0; o < e->nout; o++) any |= (dys[o] = t->grads[t->slots[e->slot0 + e->nin + o].value]) != NULL;
   return any;
 }
 
@@ -474,7 +477,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   const tape_slot *s = &t->slots[e->slot0];
   const nb_op_def *as = t->batch ? batched_def(t, e, &fn) : NULL;
   bool batched = as != NULL, per_seed = t->batch && !batched;
-  for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].tracked;
+  for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].value >= 0;
   for (int32_t i = 0; i < e->nin + e->nout; i++)
     ins[i] = batched ? entry_view(t, e, as, i, needs) : slot_view(t, &s[i], i);
   zeros_for_missing_dys(t, e, outs, dys);
@@ -486,7 +489,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   for (int32_t i = 0; i < e->nin && !code; i++) {
     if (!dxs[i] || !needs[i]) continue;
     nb_tensor *owned, *replaced;
-    code = accumulate(t, s[i].id, dxs[i], &owned, &replaced);
+    code = accumulate(t, s[i].value, dxs[i], &owned, &replaced);
     int k = 0; /* an input listed twice: its new sum replaces the first one kept */
     while (k < nkept && kept[k] != replaced) k++;
     kept[k] = owned;
@@ -552,25 +555,43 @@ static nb_code check_list(nb_tape *t, const char *what, nb_tensor *const *xs, in
   return NB_OK;
 }
 
+/* The per-value arrays of a backward pass, emptied; false when out of memory. */
+static bool empty_grads(nb_tape *t) {
+  int32_t n = t->nvalues ? t->nvalues : 1;
+  if (n > t->grads_cap) {
+    nb_tensor **grads = realloc(t->grads, (size_t)n * sizeof *grads);
+    if (grads) t->grads = grads;
+    bool *wanted = grads ? realloc(t->wanted, (size_t)n * sizeof *wanted) : NULL;
+    if (!wanted) return false;
+    t->wanted = wanted;
+    t->grads_cap = n;
+  }
+  memset(t->grads, 0, (size_t)n * sizeof *t->grads);
+  memset(t->wanted, 0, (size_t)n * sizeof *t->wanted);
+  return true;
+}
+
 nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                         nb_tensor *const *output_grads, nb_tensor **out) {
-  nb_code code = NB_OK;
+  nb_code code = empty_grads(t) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
   bool was_recording = t->recording;
   t->recording = false; /* a tape does not record its own backward pass; outer tapes do */
-  map_clear(&t->grads);
   nb_grad_builtins_init();
   nb_scope_begin(t->c);
   for (int i = 0; i < nt && !code; i++) {
-    if (!nb_is_float(targets[i]->dtype) || !map_has(&t->tracked, targets[i]->id)) continue;
+    int32_t v = tracked_value(t, targets[i]->id);
+    if (!nb_is_float(targets[i]->dtype) || v < 0) continue;
     nb_tensor *seed = output_grads && output_grads[i] ? output_grads[i] : nb_ones_like(t->c, targets[i]), *owned, *old;
-    code = seed ? accumulate(t, targets[i]->id, seed, &owned, &old) : nb_status(t->c);
+    code = seed ? accumulate(t, v, seed, &owned, &old) : nb_status(t->c);
   }
-  map_clear(&t->sources);
-  for (int i = 0; i < ns && !code; i++)
-    if (!map_put(&t->sources, sources[i]->id, 0, false)) code = nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  for (int i = 0; i < ns && !code; i++) {
+    int32_t v = tracked_value(t, sources[i]->id);
+    if (v >= 0) t->wanted[v] = true;
+  }
   if (!code) code = run_backward(t);
   for (int i = 0; i < ns; i++) {
-    out[i] = code || !nb_is_float(sources[i]->dtype) ? NULL : map_get(&t->grads, sources[i]->id);
+    int32_t v = code ? -1 : tracked_value(t, sources[i]->id);
+    out[i] = v < 0 || !nb_is_float(sources[i]->dtype) ? NULL : t->grads[v];
     if (!code && !t->batch && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
     for (int j = 0; j < i && out[i]; j++) /* a source listed twice gets a handle of its own */
       if (out[j] == out[i]) out[i] = own(t, out[i]);
@@ -578,7 +599,6 @@ nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *co
   nb_scope_end(t->c, out, ns);
   if (code)
     for (int i = 0; i < ns; i++) nb_tensor_free(out[i]), out[i] = NULL;
-  map_clear(&t->grads);
   t->recording = was_recording;
   return code;
 }

@@ -9,8 +9,10 @@ typedef struct tape_slot {
   uint64_t id;
   nb_buffer *buf;          /* kept data, or NULL when the gradient reads only the shape */
   const int64_t *shape;    /* rank dims, in the tape's arena */
+  int32_t value;           /* the tape's number for the tensor (its gradient's index in the
+                              backward pass): an output's own; an input's when the tape
+                              tracked it (it needs a gradient); -1 otherwise */
   uint8_t dtype, rank;
-  bool tracked;            /* an input the tape tracked when the op ran: it needs a gradient */
 } tape_slot;
 
 typedef struct tape_entry {
@@ -19,12 +21,12 @@ typedef struct tape_entry {
   int32_t slot0, nin, nout;
 } tape_entry;
 
-/* Open-addressing maps keyed by tensor id. A slot is in use when its generation is the
-   map's epoch, so clearing is one increment: a reused tape keeps its capacity and
-   neither wipes nor regrows its maps every step. */
+/* An open-addressing map from tensor id to value number. A slot is in use when its
+   generation is the map's epoch, so clearing is one increment: a reused tape keeps its
+   capacity and neither wipes nor regrows its map every step. */
 typedef struct id_map {
   uint64_t *keys;
-  nb_tensor **vals;        /* NULL for a plain set */
+  int32_t *vals;
   uint32_t *gens;
   uint32_t cap, n, epoch;
 } id_map;
@@ -32,10 +34,16 @@ typedef struct id_map {
 struct nb_tape {
   nb_ctx *c;
   bool active, persistent, recording, used, unconnected_zero;
-  id_map tracked;          /* watched ids and outputs of recorded ops */
+  id_map tracked;          /* watched ids and outputs of recorded ops -> value numbers */
+  int32_t nvalues;         /* value numbers given so far */
   uint64_t last_out;       /* the newest recorded output: most ops read it (a chain) */
-  id_map grads;            /* during a backward pass: id -> accumulated gradient */
-  id_map sources;          /* during a backward pass: the ids whose gradients are wanted */
+  int32_t last_value;      /* and its value number */
+  /* During a backward pass, per value number: the accumulated gradient, and whether it is
+     a source (its gradient is an answer, not consumed). Dense arrays, not maps: the pass
+     reaches each gradient by the slot's number, with no hashing. */
+  nb_tensor **grads;
+  bool *wanted;
+  int32_t grads_cap;
   tape_entry *entries;
   int32_t nentries, entries_cap;
   tape_slot *slots;
