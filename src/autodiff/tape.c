@@ -523,6 +523,16 @@ static bool ensure_scratch(nb_tape *t, int32_t w) {
   return true;
 }
 
+/* Drops e's saved data once its gradient ran in a one-shot tape's only pass, as PyTorch
+   frees saved tensors: the blocks go back to the pool while still in cache, for the
+   gradients that later entries allocate. */
+static void release_saved(nb_tape *t, const tape_entry *e) {
+  for (int32_t i = e->slot0; i < e->slot0 + e->nin + e->nout; i++) {
+    nb_buffer_release(t->c, t->slots[i].buf);
+    t->slots[i].buf = NULL;
+  }
+}
+
 static nb_code run_backward(nb_tape *t) {
   nb_code code = ensure_scratch(t, widest(t) + 1) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
   nb_tensor **buf = t->buf;
@@ -543,6 +553,7 @@ static nb_code run_backward(nb_tape *t) {
     code = call_fn(t, e, fn, buf, needs);
     if (t->c->nscopes > depth) nb_scope_end(t->c, NULL, 0); /* call_fn closes it on success */
     if (!code) consume(t, e);
+    if (!code && t->last_pass) release_saved(t, e);
   }
   return code;
 }
@@ -630,7 +641,9 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
                      nb_dtype_name(output_grads[i]->dtype), nb_tstr(output_grads[i]), i,
                      nb_dtype_name(targets[i]->dtype), nb_tstr(targets[i]));
   if (code) return code;
+  t->last_pass = !t->persistent;
   code = nb_tape_run(t, targets, nt, sources, ns, output_grads, out);
+  t->last_pass = false;
   nb_tape_spend(t);
   return code;
 }
