@@ -17,39 +17,27 @@
 
 /* ---- id maps ------------------------------------------------------------------------- */
 
-static uint32_t id_hash(uint64_t id) { return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32); }
+static uint32_t home_slot(const id_map *m, uint64_t id) {
+  return (uint32_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (m->cap - 1);
+}
 
-static bool in_use(const id_map *m, uint32_t i) { return m->gens[i] == m->epoch; }
+static bool in_use(const id_map *m, uint32_t i) { return m->slots[i].gen == m->epoch; }
 
 /* id's slot, or the empty slot where it would go */
 static uint32_t map_slot(const id_map *m, uint64_t id) {
-  uint32_t i = id_hash(id) & (m->cap - 1);
-  while (in_use(m, i) && m->keys[i] != id) i = (i + 1) & (m->cap - 1);
+  uint32_t i = home_slot(m, id);
+  while (in_use(m, i) && m->slots[i].id != id) i = (i + 1) & (m->cap - 1);
   return i;
 }
 
 static bool map_grow(id_map *m) {
   uint32_t cap = m->cap ? m->cap * 2 : 256;
-  uint64_t *keys = malloc(cap * sizeof *keys);
-  int32_t *vals = malloc(cap * sizeof *vals);
-  uint32_t *gens = calloc(cap, sizeof *gens); /* all 0: free under epoch 1 */
-  if (!keys || !vals || !gens) {
-    free(keys);
-    free(vals);
-    free(gens);
-    return false;
-  }
-  id_map grown = {keys, vals, gens, cap, m->n, 1};
-  for (uint32_t i = 0; i < m->cap; i++) {
-    if (!in_use(m, i)) continue;
-    uint32_t j = map_slot(&grown, m->keys[i]);
-    keys[j] = m->keys[i];
-    gens[j] = 1;
-    vals[j] = m->vals[i];
-  }
-  free(m->keys);
-  free(m->vals);
-  free(m->gens);
+  id_slot *slots = calloc(cap, sizeof *slots); /* generations all 0: free under epoch 1 */
+  if (!slots) return false;
+  id_map grown = {slots, cap, m->n, 1};
+  for (uint32_t i = 0; i < m->cap; i++)
+    if (in_use(m, i)) slots[map_slot(&grown, m->slots[i].id)] = (id_slot){m->slots[i].id, m->slots[i].value, 1};
+  free(m->slots);
   *m = grown;
   return true;
 }
@@ -58,25 +46,20 @@ static bool map_grow(id_map *m) {
 static int32_t map_get(const id_map *m, uint64_t id) {
   if (!m->cap) return -1;
   uint32_t i = map_slot(m, id);
-  return in_use(m, i) ? m->vals[i] : -1;
+  return in_use(m, i) ? m->slots[i].value : -1;
 }
 
-/* Inserts id -> val unless id is present; false when out of memory. */
-static bool map_add(id_map *m, uint64_t id, int32_t val) {
+/* Inserts id -> value unless id is present; false when out of memory. */
+static bool map_add(id_map *m, uint64_t id, int32_t value) {
   if (m->cap && in_use(m, map_slot(m, id))) return true;
   if ((m->n + 1) * 2 > m->cap && !map_grow(m)) return false;
-  uint32_t i = map_slot(m, id);
+  m->slots[map_slot(m, id)] = (id_slot){id, value, m->epoch};
   m->n++;
-  m->gens[i] = m->epoch;
-  m->keys[i] = id;
-  m->vals[i] = val;
   return true;
 }
 
 static void map_free(id_map *m) {
-  free(m->keys);
-  free(m->vals);
-  free(m->gens);
+  free(m->slots);
   *m = (id_map){0};
 }
 
@@ -91,7 +74,7 @@ static void map_clear(id_map *m) {
   }
   m->n = 0;
   if (m->cap && ++m->epoch == 0) { /* wrapped: old generations could match again */
-    memset(m->gens, 0, m->cap * sizeof *m->gens);
+    for (uint32_t i = 0; i < m->cap; i++) m->slots[i].gen = 0;
     m->epoch = 1;
   }
 }

@@ -24,10 +24,14 @@ typedef struct tape_entry {
 /* An open-addressing map from tensor id to value number. A slot is in use when its
    generation is the map's epoch, so clearing is one increment: a reused tape keeps its
    capacity and neither wipes nor regrows its map every step. */
+typedef struct id_slot {
+  uint64_t id;
+  int32_t value;
+  uint32_t gen;
+} id_slot;
+
 typedef struct id_map {
-  uint64_t *keys;
-  int32_t *vals;
-  uint32_t *gens;
+  id_slot *slots;          /* one array: a probe touches one cache line */
   uint32_t cap, n, epoch;
 } id_map;
 
