@@ -113,11 +113,31 @@ const int64_t *nb_shape(const nb_tensor *x);
 int64_t nb_num_elements(const nb_tensor *x);
 /* Copies the data out; bytes must equal num_elements * dtype size. */
 nb_code nb_read(const nb_tensor *x, void *dst, size_t bytes);
-/* Read-only view of a concrete tensor's data; valid while the tensor lives. */
+/* Read-only view of a concrete tensor's data; valid while the tensor lives (NULL for
+   IndexedSlices, which have no dense data: nb_read or nb_densify them). */
 const void *nb_data(const nb_tensor *x);
 /* Reads element i (row-major) converted to double; NAN if x is NULL or i is out of range. */
 double nb_item(const nb_tensor *x, int64_t i);
 void nb_tensor_free(nb_tensor *x);
+
+/* ---- IndexedSlices (tf.IndexedSlices): sparse gradients -------------------------
+   The dense tensor of shape dense_shape that is zero except rows indices[i] +=
+   values[i] (repeated indices sum). The gradient of GatherV2 on axis 0 (an embedding
+   lookup) w.r.t. params with a static shape is one, from nb_gradients and tapes alike;
+   summing several keeps it sparse (the parts are concatenated) unless a dense
+   gradient joins. Any op given IndexedSlices densifies them first, as TF's
+   convert_to_tensor; nb_read and nb_item read the dense value; optimizers update only
+   the rows. values: float [N, dense_shape[1:]]; indices: int32/int64 [N], in
+   [0, dense_shape[0]) (checked eagerly); the dense shape must be fully known. Session
+   results of fetched slices are slices too. The parts belong to the slices handle. */
+nb_tensor *nb_indexed_slices(nb_ctx *c, nb_tensor *values, nb_tensor *indices, const int64_t *dense_shape, int rank);
+bool nb_is_indexed_slices(const nb_tensor *x);
+nb_tensor *nb_indexed_slices_values(const nb_tensor *x);
+nb_tensor *nb_indexed_slices_indices(const nb_tensor *x);
+/* The parts of a and b concatenated (the sum of two slices of one dense shape). */
+nb_tensor *nb_indexed_slices_concat(nb_ctx *c, nb_tensor *a, nb_tensor *b);
+/* x as a dense tensor (UnsortedSegmentSum of the parts); x itself when dense. */
+nb_tensor *nb_densify(nb_ctx *c, nb_tensor *x);
 
 /* ---- op attributes (names and kinds as in TF's op registry) --------------------- */
 typedef enum {

@@ -135,6 +135,7 @@ static nb_code gradcheck(checker *k, double *max_error) {
   nb_grad_opts o = {.grad_ys = &k->gy};
   if (!code && !dxs) code = check_fail(k, NB_NOMEM, "out of memory");
   if (!code) code = nb_gradients(k->c, &k->y, 1, k->xs, k->nx, &o, dxs);
+  if (!code) code = nb_densify_inputs(k->c, dxs, k->nx, dxs); /* IndexedSlices are checked as their dense value */
   if (!code) code = numeric_jacobian(k);
   *max_error = 0;
   if (!code) code = symbolic_rows(k, dxs, max_error);

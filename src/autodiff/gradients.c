@@ -11,7 +11,8 @@
 #include <string.h>
 
 typedef struct grad_entry {
-  int64_t key;             /* node << 32 | output of the gradient tensor */
+  int64_t key;             /* node << 32 | output of the gradient tensor (IndexedSlices: of its values) */
+  int64_t indices_key;     /* IndexedSlices: the key of its indices; -1 when dense */
   int32_t next;
 } grad_entry;
 
@@ -33,6 +34,17 @@ typedef struct pass {
 
 static nb_tensor *handle_of(pass *p, int64_t key) {
   return nb_graph_handle(p->c, p->g, nb_key_node(key), nb_key_out(key));
+}
+
+static grad_entry entry_of(const nb_tensor *dx, int32_t next) {
+  if (!nb_is_indexed_slices(dx)) return (grad_entry){nb_key_of(dx), -1, next};
+  return (grad_entry){nb_key_of(nb_indexed_slices_values(dx)), nb_key_of(nb_indexed_slices_indices(dx)), next};
+}
+
+/* The gradient e lists for a tensor of static facts m (the dense shape of slices). */
+static nb_tensor *entry_handle(pass *p, const grad_entry *e, const nb_meta *m) {
+  if (e->indices_key < 0) return handle_of(p, e->key);
+  return nb_indexed_slices(p->c, handle_of(p, e->key), handle_of(p, e->indices_key), m->shape, m->rank);
 }
 
 static nb_code fail(pass *p, nb_code code, const char *fmt, const char *a, const char *b) {
@@ -157,42 +169,58 @@ static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
   if (!nb_is_float(p->g->outs[n->out0 + out].meta.dtype)) return NB_OK;
   if (!nb_grow_array((void **)&p->entries, &p->entries_cap, p->nentries + 1, sizeof *p->entries)) return NB_NOMEM;
   int32_t *head = &p->heads[p->out_base[n->slot] + out];
-  p->entries[p->nentries] = (grad_entry){nb_key_of(dx), *head};
+  p->entries[p->nentries] = entry_of(dx, *head);
   *head = p->nentries++;
   return NB_OK;
 }
 
 /* ---- aggregation and one node's gradient ----------------------------------------------- */
 
-/* Sums the gradients listed for one output: AddN, or a pairwise tree; the list then
-   holds just the sum, so asking again (for an x) builds nothing. NULL when none. */
-static nb_tensor *aggregate(pass *p, int32_t *headp) {
-  int32_t head = *headp;
+/* The sum of n IndexedSlices of one dense shape: their parts concatenated. */
+static nb_tensor *sum_slices(nb_ctx *c, nb_tensor **terms, int n) {
+  nb_tensor *sum = terms[0];
+  for (int i = 1; i < n; i++) sum = nb_indexed_slices_concat(c, sum, terms[i]);
+  return sum;
+}
+
+/* The dense sum of n terms (slices among them densified): AddN, or a pairwise tree. */
+static nb_tensor *sum_dense(pass *p, nb_tensor **terms, int n) {
+  for (int i = 0; i < n; i++) terms[i] = nb_densify(p->c, terms[i]);
+  if (p->o->aggregation != NB_AGG_TREE) return nb_add_n(p->c, terms, n);
+  while (n > 1) { /* pairwise rounds: depth log2(n) */
+    int m = 0;
+    for (int j = 0; j + 1 < n; j += 2) terms[m++] = nb_add(p->c, terms[j], terms[j + 1]);
+    if (n % 2) terms[m++] = terms[n - 1];
+    n = m;
+  }
+  return terms[0];
+}
+
+/* Sums the gradients listed for output `out` of node `id`: AddN, or a pairwise tree
+   (IndexedSlices concatenated while every term is one; densified when a dense term joins);
+   the list then holds just the sum, so asking again (for an x) builds nothing. NULL when
+   none. */
+static nb_tensor *aggregate(pass *p, int32_t id, int32_t out) {
+  const nb_node *node = &p->g->nodes[id]; /* read before sums add nodes (which may move it) */
+  int32_t head = p->heads[p->out_base[node->slot] + out];
+  nb_meta meta = p->g->outs[node->out0 + out].meta, *m = &meta;
   if (head < 0) return NULL;
   int n = 0;
   for (int32_t e = head; e >= 0; e = p->entries[e].next) n++;
-  if (n == 1) return handle_of(p, p->entries[head].key);
+  if (n == 1) return entry_handle(p, &p->entries[head], m);
   nb_tensor **terms = malloc((size_t)n * sizeof *terms);
   if (!terms) {
     nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
     return NULL;
   }
-  int i = n;
-  for (int32_t e = head; e >= 0; e = p->entries[e].next) terms[--i] = handle_of(p, p->entries[e].key);
-  nb_tensor *sum;
-  if (p->o->aggregation == NB_AGG_TREE) { /* pairwise rounds: depth log2(n) */
-    while (n > 1) {
-      int m = 0;
-      for (int j = 0; j + 1 < n; j += 2) terms[m++] = nb_add(p->c, terms[j], terms[j + 1]);
-      if (n % 2) terms[m++] = terms[n - 1];
-      n = m;
-    }
-    sum = terms[0];
-  } else {
-    sum = nb_add_n(p->c, terms, n);
+  int i = n, nsparse = 0;
+  for (int32_t e = head; e >= 0; e = p->entries[e].next) {
+    terms[--i] = entry_handle(p, &p->entries[e], m);
+    nsparse += p->entries[e].indices_key >= 0;
   }
+  nb_tensor *sum = nsparse == n ? sum_slices(p->c, terms, n) : sum_dense(p, terms, n);
   free(terms);
-  if (sum) p->entries[head] = (grad_entry){nb_key_of(sum), -1}; /* the sum replaces the list */
+  if (sum) p->entries[head] = entry_of(sum, -1); /* the sum replaces the list */
   return sum;
 }
 
@@ -208,10 +236,10 @@ static bool feeds_between(const pass *p, const nb_node *n) {
   return false;
 }
 
-/* Output gradients of node n (which has some): aggregated, with zeros for float outputs
-   that got none while a sibling did. */
-static void output_grads(pass *p, const nb_node *n, nb_tensor **outs, nb_tensor **dys) {
-  for (int32_t o = 0; o < n->nout; o++) dys[o] = aggregate(p, &p->heads[p->out_base[n->slot] + o]);
+/* Output gradients of node id (which has some): aggregated and dense (gradient functions
+   take dense tensors), with zeros for float outputs that got none while a sibling did. */
+static void output_grads(pass *p, int32_t id, const nb_node *n, nb_tensor **outs, nb_tensor **dys) {
+  for (int32_t o = 0; o < n->nout; o++) dys[o] = nb_densify(p->c, aggregate(p, id, o));
   for (int32_t o = 0; o < n->nout; o++)
     if (!dys[o] && nb_is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(p->c, outs[o]);
 }
@@ -234,13 +262,17 @@ static nb_code call_grad_fn(pass *p, const nb_node *n, nb_grad_fn fn, nb_tensor 
   return nb_grad_invoke(p->c, fn, &op, dys, dxs);
 }
 
+static const nb_graph *graph_of(const nb_tensor *x) {
+  return nb_is_indexed_slices(x) ? nb_indexed_slices_values(x)->graph : x->graph;
+}
+
 /* Distributes the input gradients and releases the inputs' pending counts. */
 static nb_code propagate(pass *p, const nb_node *n, nb_tensor *const *dxs) {
   for (int32_t i = 0; i < n->nin; i++) {
     const nb_edge *e = &p->g->edges[n->in0 + i];
     if (!in_between(p, e->src)) continue;
     if (dxs && dxs[i]) {
-      if (dxs[i]->graph != p->g)
+      if (graph_of(dxs[i]) != p->g)
         return fail(p, NB_INVALID, "the gradient function of '%s' (op type: %s) returned a tensor outside the graph",
                     n->name, n->def->name);
       if (add_grad(p, e->src, e->out, dxs[i])) return nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
@@ -273,7 +305,7 @@ static nb_code node_gradient(pass *p, int32_t id, nb_tensor **buf) {
   }
   for (int32_t o = 0; o < n->nout; o++) outs[o] = nb_graph_handle(p->c, g, id, o);
   enter_node_scope(p, n);
-  output_grads(p, n, outs, dys);
+  output_grads(p, id, n, outs, dys);
   nb_code code = nb_status(p->c);
   if (!code) code = call_grad_fn(p, n, fn, ins, outs, dys, dxs);
   return code ? code : propagate(p, n, dxs);
@@ -374,9 +406,7 @@ static nb_code seed(pass *p, nb_tensor *const *ys, int ny) {
 static nb_code results(pass *p, nb_tensor *const *xs, int nx, nb_tensor **dxs) {
   nb_graph_set_scope(p->g, p->scope, false);
   for (int i = 0; i < nx; i++) {
-    const nb_node *n = &p->g->nodes[xs[i]->node];
-    int32_t none = -1, *head = in_between(p, xs[i]->node) ? &p->heads[p->out_base[n->slot] + xs[i]->out] : &none;
-    dxs[i] = aggregate(p, head);
+    dxs[i] = in_between(p, xs[i]->node) ? aggregate(p, xs[i]->node, xs[i]->out) : NULL;
     if (!dxs[i] && p->o->unconnected_zero) dxs[i] = nb_zeros_like(p->c, xs[i]); /* any dtype, as TF */
   }
   return nb_status(p->c);
@@ -391,11 +421,8 @@ static void pass_free(pass *p) {
   free(p->needs);
 }
 
-nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
-                     const nb_grad_opts *o, nb_tensor **dxs) {
-  if (!c) return NB_INVALID;
-  for (int i = 0; dxs && i < nx; i++) dxs[i] = NULL;
-  if (c->status) return c->status;
+static nb_code gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+                         const nb_grad_opts *o, nb_tensor **dxs) {
   nb_grad_opts defaults = {0};
   if (!o) o = &defaults;
   nb_code code = check_args(c, ys, ny, xs, nx, o, dxs);
@@ -417,6 +444,24 @@ nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *
       nb_tensor_free(dxs[i]);
       dxs[i] = NULL;
     }
+  return code;
+}
+
+/* ys that are IndexedSlices (a gradient differentiated again) are densified first, as
+   tf.gradients converts them to tensors. */
+nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+                     const nb_grad_opts *o, nb_tensor **dxs) {
+  if (!c) return NB_INVALID;
+  for (int i = 0; dxs && i < nx; i++) dxs[i] = NULL;
+  if (c->status) return c->status;
+  bool sparse = false;
+  for (int i = 0; ys && i < ny; i++) sparse |= nb_is_indexed_slices(ys[i]);
+  if (!sparse) return gradients(c, ys, ny, xs, nx, o, dxs);
+  nb_tensor **dense = malloc((size_t)ny * sizeof *dense);
+  if (!dense) return nb_fail(c, NB_NOMEM, "gradients: out of memory");
+  nb_code code = nb_densify_inputs(c, ys, ny, dense);
+  if (!code) code = gradients(c, dense, ny, xs, nx, o, dxs);
+  free(dense);
   return code;
 }
 

@@ -350,17 +350,22 @@ static void unbatch_dxs(nb_tape *t, const tape_slot *s, int32_t nin, const bool 
 
 /* A handle of its own for g's value, under g's id (outer tapes know it by that id). */
 static nb_tensor *own(nb_tape *t, nb_tensor *g) {
+  if (nb_is_indexed_slices(g)) {
+    nb_tensor *s = nb_indexed_slices(t->c, g->slice_values, g->slice_indices, g->shape, g->rank);
+    if (s) s->id = g->id;
+    return s;
+  }
   nb_buffer_retain(g->buf);
   nb_tensor *h = nb_handle_new(t->c, g->dtype, g->rank, g->shape, g->buf);
   if (h) h->id = g->id;
   return h;
 }
 
-/* have += g in place: possible when the map alone holds have's data, the shapes match, and
+/* have += g in place: possible when both are dense, the tape alone holds have's data, the shapes match, and
    no other tape is recording (which would need the addition as a recorded op). */
 static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
-  if (t->c->ntapes > 1 || atomic_load(&have->buf->refs) != 1 || have->dtype != g->dtype || have->size != g->size ||
-      !g->buf || have->rank != g->rank || memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
+  if (t->c->ntapes > 1 || !have->buf || !g->buf || atomic_load(&have->buf->refs) != 1 || have->dtype != g->dtype ||
+      have->size != g->size || have->rank != g->rank || memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
     return false;
   if (g->dtype == NB_F32) {
     float *a = nb_tdata(have);
@@ -384,7 +389,8 @@ static nb_code accumulate(nb_tape *t, int32_t v, nb_tensor *g, nb_tensor **owned
     *owned = have; /* unchanged handle: nothing new to keep */
     return NB_OK;
   }
-  nb_tensor *sum = have ? nb_add(t->c, have, g) : g;
+  bool both_sparse = have && nb_is_indexed_slices(have) && nb_is_indexed_slices(g);
+  nb_tensor *sum = !have ? g : both_sparse ? nb_indexed_slices_concat(t->c, have, g) : nb_add(t->c, have, g);
   *owned = sum ? own(t, sum) : NULL;
   *replaced = have;
   if (!*owned) return nb_status(t->c);
@@ -404,7 +410,7 @@ static void consume(nb_tape *t, const tape_entry *e) {
   }
 }
 
-/* The gradients arriving at entry e's outputs (one lookup each); false when none did. */
+/* The gradients arriving at entry e's outputs; false when none did. */
 static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **dys) {
   bool any = false;
   for (int32_t o = 0; o < e->nout; o++) any |= (dys[o] = t->grads[t->slots[e->slot0 + e->nin + o].value]) != NULL;
@@ -460,6 +466,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   const tape_slot *s = &t->slots[e->slot0];
   const nb_op_def *as = t->batch ? batched_def(t, e, &fn) : NULL;
   bool batched = as != NULL, per_seed = t->batch && !batched;
+  for (int32_t o = 0; o < e->nout; o++) dys[o] = nb_densify(t->c, dys[o]); /* gradient functions take dense dys */
   for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].value >= 0;
   for (int32_t i = 0; i < e->nin + e->nout; i++)
     ins[i] = batched ? entry_view(t, e, as, i, needs) : slot_view(t, &s[i], i);
@@ -603,8 +610,8 @@ void nb_tape_spend(nb_tape *t) {
   tape_reset(t);
 }
 
-nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
-                         nb_tensor *const *output_grads, nb_tensor **out) {
+static nb_code tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
+                             nb_tensor *const *output_grads, nb_tensor **out) {
   if (!t) return NB_INVALID;
   for (int i = 0; out && i < ns; i++) out[i] = NULL;
   if (!nb_live(t->c)) return nb_status(t->c);
@@ -628,5 +635,21 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
   code = nb_tape_run(t, targets, nt, sources, ns, output_grads, out);
   t->last_pass = false;
   nb_tape_spend(t);
+  return code;
+}
+
+/* Targets that are IndexedSlices (a gradient differentiated again) are densified first;
+   the tape records that like any op. */
+nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
+                         nb_tensor *const *output_grads, nb_tensor **out) {
+  bool sparse = false;
+  for (int i = 0; t && targets && i < nt; i++) sparse |= nb_is_indexed_slices(targets[i]);
+  if (!sparse) return tape_gradient(t, targets, nt, sources, ns, output_grads, out);
+  nb_tensor **dense = malloc((size_t)nt * sizeof *dense);
+  if (!dense) return nb_fail(t->c, NB_NOMEM, "nb_tape_gradient: out of memory");
+  for (int i = 0; out && i < ns; i++) out[i] = NULL;
+  nb_code code = nb_densify_inputs(t->c, targets, nt, dense);
+  if (!code) code = tape_gradient(t, dense, nt, sources, ns, output_grads, out);
+  free(dense);
   return code;
 }

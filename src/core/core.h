@@ -41,6 +41,10 @@ struct nb_tensor {
   const nb_tensor *known;
   uint64_t id;             /* unique in the process: how tapes recognise a tensor */
   nb_tensor *next_free;    /* handle free list */
+  /* IndexedSlices (TF's sparse gradient): the tensor of this handle's shape that is zero
+     except rows indices[i] += values[i]. Such a handle has neither data nor node; the two
+     parts are detached handles it owns (see src/ops/indexed_slices.c). NULL when dense. */
+  nb_tensor *slice_values, *slice_indices;
 };
 
 #define NB_POOL_CLASSES 27 /* 64 B .. 4 GiB in powers of two; larger is not pooled */
@@ -124,6 +128,12 @@ void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, 
 uint64_t nb_next_tensor_id(void);
 /* A handle owned by no context, sharing buf (taken over). Freed with nb_tensor_free. */
 nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
+/* A detached copy of dense x under x's id (a reference to its data, or the same node):
+   how an IndexedSlices holds its parts. NULL when out of memory. */
+nb_tensor *nb_detached_copy(const nb_tensor *x);
+/* Detached IndexedSlices of like's dtype and shape owning the detached parts given (freed
+   with them on failure: NULL when out of memory). */
+nb_tensor *nb_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tensor *indices);
 /* Allocates a concrete tensor with uninitialized data. */
 nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape);
 static inline void *nb_tdata(const nb_tensor *x) { return x->buf ? x->buf->data : NULL; }

@@ -103,6 +103,7 @@ static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape
   x->known = NULL;
   x->id = nb_next_tensor_id();
   x->next_free = NULL;
+  x->slice_values = x->slice_indices = NULL;
 }
 
 void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id) {
@@ -148,6 +149,37 @@ nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer
   return x;
 }
 
+nb_tensor *nb_detached_copy(const nb_tensor *x) {
+  nb_tensor *d = malloc(sizeof *d);
+  if (!d) return NULL;
+  *d = *x;
+  d->ctx = NULL;
+  d->kept = 0;
+  d->state = NB_HANDLE_DETACHED;
+  d->next_free = NULL;
+  if (d->buf) nb_buffer_retain(d->buf);
+  return d;
+}
+
+nb_tensor *nb_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tensor *indices) {
+  nb_tensor *x = nb_detached_new(like->dtype, like->rank, like->shape, NULL);
+  if (!x) {
+    nb_tensor_free(values);
+    nb_tensor_free(indices);
+    return NULL;
+  }
+  x->slice_values = values;
+  x->slice_indices = indices;
+  return x;
+}
+
+/* An IndexedSlices handle's parts go with it. */
+static void release_slices(nb_tensor *x) {
+  nb_tensor_free(x->slice_values);
+  nb_tensor_free(x->slice_indices);
+  x->slice_values = x->slice_indices = NULL;
+}
+
 nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape) {
   size_t bytes = (size_t)nb_shape_size(rank, shape) * nb_dtype_size(t);
   nb_buffer *b = nb_buffer_new(c, bytes);
@@ -162,6 +194,7 @@ nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape
 
 /* Returns the handle to the pool; the caller has already unlinked it from handles. */
 static void handle_release(nb_ctx *c, nb_tensor *x) {
+  if (x->slice_values) release_slices(x);
   nb_buffer_release(c, x->buf);
   x->buf = NULL;
   x->ctx = NULL;
@@ -190,6 +223,7 @@ static void compact_handles(nb_ctx *c) {
 void nb_tensor_free(nb_tensor *x) {
   if (!x || x->state == NB_HANDLE_POOLED || x->state == NB_HANDLE_BORROWED) return; /* twice is harmless */
   if (x->state == NB_HANDLE_DETACHED) {
+    if (x->slice_values) release_slices(x);
     nb_buffer_release(NULL, x->buf);
     free(x);
     return;
@@ -338,16 +372,55 @@ const int64_t *nb_shape(const nb_tensor *x) { return x ? x->shape : NULL; }
 int64_t nb_num_elements(const nb_tensor *x) { return x ? x->size : -1; }
 const void *nb_data(const nb_tensor *x) { return x ? nb_tdata(x) : NULL; }
 
+/* Index i of an int32/int64 tensor. */
+static int64_t index_at(const nb_tensor *ix, int64_t i) {
+  const void *d = nb_tdata(ix);
+  return ix->dtype == NB_I32 ? ((const int32_t *)d)[i] : ((const int64_t *)d)[i];
+}
+
+/* The dense value of concrete IndexedSlices x in dst: zeros, then each row of values added
+   at its index (repeats sum). */
+static nb_code read_slices(const nb_tensor *x, void *dst) {
+  const nb_tensor *v = x->slice_values, *ix = x->slice_indices;
+  if (!v->buf || !ix->buf) return NB_INVALID;
+  int64_t nrows = x->rank ? x->shape[0] : 1, row = nrows ? x->size / nrows : 0;
+  memset(dst, 0, (size_t)x->size * nb_dtype_size(x->dtype));
+  for (int64_t r = 0; r < ix->size; r++) {
+    int64_t at = index_at(ix, r);
+    if (at < 0 || at >= nrows) return NB_INVALID; /* checked when the slices were made */
+    for (int64_t j = 0; j < row; j++)
+      if (x->dtype == NB_F32)
+        ((float *)dst)[at * row + j] += ((const float *)nb_tdata(v))[r * row + j];
+      else
+        ((double *)dst)[at * row + j] += ((const double *)nb_tdata(v))[r * row + j];
+  }
+  return NB_OK;
+}
+
 nb_code nb_read(const nb_tensor *x, void *dst, size_t bytes) {
   if (!x || (!dst && bytes)) return NB_INVALID;
-  if (!x->buf) return NB_INVALID; /* symbolic: run it in a session first */
+  if (!x->buf && !x->slice_values) return NB_INVALID; /* symbolic: run it in a session first */
   if (bytes != (size_t)x->size * nb_dtype_size(x->dtype)) return NB_SHAPE;
+  if (x->slice_values) return read_slices(x, dst);
   if (bytes) memcpy(dst, nb_tdata(x), bytes);
   return NB_OK;
 }
 
+/* Element i of concrete IndexedSlices x: the sum of the values rows at its row's index. */
+static double slices_item(const nb_tensor *x, int64_t i) {
+  const nb_tensor *v = x->slice_values, *ix = x->slice_indices;
+  if (!v->buf || !ix->buf) return NAN;
+  int64_t nrows = x->rank ? x->shape[0] : 1, row = x->size / nrows, sum_at = i / row;
+  double sum = 0;
+  for (int64_t r = 0; r < ix->size; r++)
+    if (index_at(ix, r) == sum_at) sum += nb_item(v, r * row + i % row);
+  return sum;
+}
+
 double nb_item(const nb_tensor *x, int64_t i) {
-  if (!x || !x->buf || i < 0 || i >= x->size) return NAN;
+  if (!x || i < 0 || i >= x->size) return NAN;
+  if (x->slice_values) return slices_item(x, i);
+  if (!x->buf) return NAN;
   const void *d = nb_tdata(x);
   switch (x->dtype) {
     case NB_F32: return ((const float *)d)[i];

@@ -87,6 +87,16 @@ static nb_tensor *gather_axis(nb_ctx *c, const nb_fwd_op *op, int known, nb_tens
   return nbg_positive_axes(c, raw, nb_reshape(c, nb_shape_op(c, pshape, NB_I64), NULL, 0));
 }
 
+/* Axis 0 of a params tensor of static shape (an embedding lookup): y's rows are p's rows
+   at the indices, so dp is dy's rows put back at those indices, as IndexedSlices (TF's
+   _GatherV2Grad): the cost follows the rows gathered, not the size of p. */
+static nb_tensor *gathered_rows_grad(nb_ctx *c, nb_tensor *params, nb_tensor *indices, nb_tensor *dy) {
+  int64_t dims[NB_MAX_RANK] = {-1};
+  for (int d = 1; d < nb_rank(params); d++) dims[d] = nb_shape(params)[d];
+  nb_tensor *rows = nb_reshape(c, dy, dims, nb_rank(params));
+  return nb_indexed_slices(c, rows, flatten(c, indices), nb_shape(params), nb_rank(params));
+}
+
 /* y = gather(p, indices, axis) copies p's slices along axis a, so dp scatter-adds dy's
    slices back (TF's _GatherV2Grad, made dense). With p viewed as [outer, p.shape[a],
    inner], dy is [outer, n, inner] for n = size(indices): move n to the front, take
@@ -97,6 +107,10 @@ static nb_tensor *gather_axis(nb_ctx *c, const nb_fwd_op *op, int known, nb_tens
 static nb_code plain_gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *params = nb_fwd_input(op, 0), *indices = nb_fwd_input(op, 1);
   int known = static_gather_axis(params, indices, nb_fwd_output(op, 0));
+  if (known == 0 && nbg_static(params)) {
+    dxs[0] = gathered_rows_grad(c, params, indices, dys[0]);
+    return nb_status(c);
+  }
   nb_tensor *pshape = nb_shape_op(c, params, NB_I64), *a = gather_axis(c, op, known, pshape);
   nb_tensor *zero = nb_scalar(c, NB_I64, 0), *one = nb_scalar(c, NB_I64, 1);
   nb_tensor *n = nb_prod(c, nb_shape_op(c, indices, NB_I64), (const int[]){0}, 1, false);

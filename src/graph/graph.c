@@ -230,7 +230,7 @@ const char *nb_tensor_node_name(const nb_tensor *x) {
   return x && x->graph ? x->graph->nodes[x->node].name : NULL;
 }
 int nb_tensor_output_index(const nb_tensor *x) { return x && x->graph ? x->out : -1; }
-bool nb_is_symbolic(const nb_tensor *x) { return x && x->graph; }
+bool nb_is_symbolic(const nb_tensor *x) { return x && (x->graph || (x->slice_values && x->slice_values->graph)); }
 const nb_tensor *nb_constant_value(const nb_tensor *x) { return !x ? NULL : x->buf ? x : x->known; }
 
 /* ---- the graph context ---------------------------------------------------------------- */

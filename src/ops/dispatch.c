@@ -64,12 +64,30 @@ static nb_code check_output_sizes(nb_kargs *k) {
   return NB_OK;
 }
 
+static bool any_slices(nb_tensor *const *in, int nin) {
+  for (int i = 0; in && i < nin; i++)
+    if (in[i] && in[i]->slice_values) return true;
+  return false;
+}
+
+/* The op on its inputs with every IndexedSlices densified first (tf.convert_to_tensor). */
+static nb_code dispatch_densified(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
+                                  const nb_attrval *attrs, nb_tensor **out, int nout) {
+  nb_tensor *small[8], **dense = nin <= 8 ? small : malloc((size_t)nin * sizeof *dense);
+  if (!dense) return nb_fail(c, NB_NOMEM, "%s: out of memory", def->name);
+  nb_code code = nb_densify_inputs(c, in, nin, dense);
+  if (!code) code = nb_dispatch(c, def, dense, nin, attrs, out, nout);
+  if (dense != small) free(dense);
+  return code;
+}
+
 nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
                     const nb_attrval *attrs, nb_tensor **out, int nout) {
   if (!c) return NB_INVALID;
   if (out)
     for (int i = 0; i < nout; i++) out[i] = NULL;
   if (c->status != NB_OK) return c->status;
+  if (any_slices(in, nin)) return dispatch_densified(c, def, in, nin, attrs, out, nout);
   if (!out && nout > 0) return nb_fail(c, NB_INVALID, "%s: outputs array is NULL", def->name);
   nb_code code = check_arity(c, def, in, nin, nout);
   if (code) return code;

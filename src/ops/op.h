@@ -120,6 +120,8 @@ void nb_attr_defaults(const nb_op_def *def, nb_attrval *vals);
 /* A copy of def's attr values in a, with string and list values copied into a too (tensor
    values are left to the caller); NULL when out of memory or when def has no attrs. */
 nb_attrval *nb_attrs_copy(nb_arena *a, const nb_op_def *def, const nb_attrval *attr);
+/* dense[i] = in[i], with IndexedSlices densified (src/ops/indexed_slices.c). */
+nb_code nb_densify_inputs(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **dense);
 /* Checks a wrapper's own arguments before dispatch (NULL inputs and such). */
 bool nb_live(nb_ctx *c);
 /* A temporary 1-D int tensor for a wrapper's const input; free it after the call. */

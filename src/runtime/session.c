@@ -442,11 +442,8 @@ static nb_code execute(nb_session *s, const nb_plan *p, nb_tensor *const *feed_v
   return code;
 }
 
-nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
-               nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
-  if (!s) return NB_INVALID;
-  s->error[0] = '\0';
-  for (int i = 0; results && i < nfetch; i++) results[i] = NULL;
+static nb_code run_dense(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
+                         nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
   nb_code code = check_args(s, feed, feed_values, nfeed, fetch, nfetch, results);
   for (int i = 0; i < nfeed && !code; i++) code = check_feed(s, feed[i], feed_values[i]);
   if (code) return code;
@@ -474,4 +471,42 @@ nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_val
   nb_clear_error(s->ctx);
   nb_scope_end(s->ctx, NULL, 0);
   return code;
+}
+
+/* Fetches of IndexedSlices run as fetches of their two parts; each result is then slices
+   of the fetched parts (TF's IndexedSlicesValue). */
+static nb_code run_with_slices(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
+                               nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
+  int nparts = 0;
+  for (int i = 0; i < nfetch; i++) nparts += 1 + nb_is_indexed_slices(fetch[i]);
+  nb_tensor **parts = malloc((size_t)nparts * 2 * sizeof *parts), **vals = parts + nparts;
+  if (!parts) return session_fail(s, NB_NOMEM, "out of memory");
+  for (int i = 0, k = 0; i < nfetch; i++) {
+    bool sparse = nb_is_indexed_slices(fetch[i]);
+    parts[k++] = sparse ? nb_indexed_slices_values(fetch[i]) : fetch[i];
+    if (sparse) parts[k++] = nb_indexed_slices_indices(fetch[i]);
+  }
+  for (int i = 0; i < nparts; i++) vals[i] = NULL;
+  nb_code code = run_dense(s, feed, feed_values, nfeed, parts, nparts, vals);
+  int k = 0; /* vals[k..) not yet taken by a result */
+  for (int i = 0; i < nfetch && !code; i++) {
+    bool sparse = nb_is_indexed_slices(fetch[i]);
+    results[i] = sparse ? nb_detached_slices(fetch[i], vals[k], vals[k + 1]) : vals[k];
+    k += 1 + sparse;
+    if (!results[i]) code = session_fail(s, NB_NOMEM, "out of memory");
+  }
+  for (int i = 0; code && i < nfetch; i++) nb_tensor_free(results[i]), results[i] = NULL;
+  for (int i = k; code && i < nparts; i++) nb_tensor_free(vals[i]);
+  free(parts);
+  return code;
+}
+
+nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
+               nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
+  if (!s) return NB_INVALID;
+  s->error[0] = '\0';
+  for (int i = 0; results && i < nfetch; i++) results[i] = NULL;
+  for (int i = 0; fetch && results && i < nfetch; i++)
+    if (nb_is_indexed_slices(fetch[i])) return run_with_slices(s, feed, feed_values, nfeed, fetch, nfetch, results);
+  return run_dense(s, feed, feed_values, nfeed, fetch, nfetch, results);
 }

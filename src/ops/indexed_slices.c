@@ -1,0 +1,96 @@
+/* IndexedSlices: TF's sparse gradient (tf.IndexedSlices). The gradient of an embedding
+   lookup (GatherV2 on axis 0) touches only the gathered rows of a possibly huge table;
+   as slices it costs the rows, not the table. A slices tensor is a handle of the dense
+   shape that owns two parts, values [N, dense dims 1..] and int indices [N], and has no
+   data or node of its own. Gradient passes keep it sparse while every contribution is
+   sparse (concatenating the parts), optimizers apply it row by row, and any op given one
+   as an input densifies it first, as tf.convert_to_tensor does. */
+#include "op.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool nb_is_indexed_slices(const nb_tensor *x) { return x && x->slice_values; }
+nb_tensor *nb_indexed_slices_values(const nb_tensor *x) { return x ? x->slice_values : NULL; }
+nb_tensor *nb_indexed_slices_indices(const nb_tensor *x) { return x ? x->slice_indices : NULL; }
+
+/* Every index of concrete indices within [0, rows). */
+static nb_code check_index_range(nb_ctx *c, const nb_tensor *indices, int64_t rows) {
+  for (int64_t i = 0; i < indices->size; i++) {
+    int64_t at = (int64_t)nb_item(indices, i);
+    if (at < 0 || at >= rows)
+      return nb_fail(c, NB_INVALID, "nb_indexed_slices: indices[%lld] = %lld is not in [0, %lld)", (long long)i,
+                     (long long)at, (long long)rows);
+  }
+  return NB_OK;
+}
+
+/* values [N, dense_shape[1:]] and indices [N] fit the dense shape (dims unknown at graph
+   build time pass). */
+static nb_code check_parts(nb_ctx *c, const nb_tensor *values, const nb_tensor *indices, int rank,
+                           const int64_t *dense) {
+  if (!nb_is_float(values->dtype) || (indices->dtype != NB_I32 && indices->dtype != NB_I64))
+    return nb_fail(c, NB_DTYPE, "nb_indexed_slices: values must be float and indices int32 or int64, got %s and %s",
+                   nb_dtype_name(values->dtype), nb_dtype_name(indices->dtype));
+  bool fits = values->rank == rank && indices->rank == 1 &&
+              (values->shape[0] < 0 || indices->shape[0] < 0 || values->shape[0] == indices->shape[0]);
+  for (int d = 1; d < rank && fits; d++) fits = values->shape[d] < 0 || values->shape[d] == dense[d];
+  if (!fits)
+    return nb_fail(c, NB_SHAPE, "nb_indexed_slices: values %s and indices %s do not fit dense shape %s", nb_tstr(values),
+                   nb_tstr(indices), nb_sstr(rank, dense));
+  return NB_OK;
+}
+
+static nb_code check_args(nb_ctx *c, const nb_tensor *values, const nb_tensor *indices, int rank, const int64_t *dense) {
+  if (!values || !indices || (rank > 0 && !dense) || values->slice_values || indices->slice_values)
+    return nb_fail(c, NB_INVALID, "nb_indexed_slices: values and indices must be dense tensors");
+  if (rank < 1 || rank > NB_MAX_RANK)
+    return nb_fail(c, NB_SHAPE, "nb_indexed_slices: the dense rank %d must be in [1, %d]", rank, NB_MAX_RANK);
+  for (int d = 0; d < rank; d++)
+    if (dense[d] < 0)
+      return nb_fail(c, NB_SHAPE, "nb_indexed_slices: dense shape %s must be fully known", nb_sstr(rank, dense));
+  bool symbolic = values->graph || indices->graph;
+  if (symbolic != (c->graph != NULL) || (symbolic && (values->graph != c->graph || indices->graph != c->graph)))
+    return nb_fail(c, NB_INVALID, "nb_indexed_slices: values and indices must belong to the context (%s)",
+                   c->graph ? "graph tensors of its graph" : "concrete tensors");
+  nb_code code = check_parts(c, values, indices, rank, dense);
+  return code || symbolic ? code : check_index_range(c, indices, dense[0]);
+}
+
+nb_tensor *nb_indexed_slices(nb_ctx *c, nb_tensor *values, nb_tensor *indices, const int64_t *dense_shape, int rank) {
+  if (!nb_live(c) || check_args(c, values, indices, rank, dense_shape)) return NULL;
+  nb_tensor *x = nb_handle_new(c, values->dtype, rank, dense_shape, NULL);
+  if (!x) return NULL;
+  x->slice_values = nb_detached_copy(values);
+  x->slice_indices = nb_detached_copy(indices);
+  if (x->slice_values && x->slice_indices) return x;
+  nb_tensor_free(x);
+  nb_fail(c, NB_NOMEM, "nb_indexed_slices: out of memory");
+  return NULL;
+}
+
+nb_tensor *nb_densify(nb_ctx *c, nb_tensor *x) {
+  if (!x || !x->slice_values) return x;
+  return nb_unsorted_segment_sum(c, x->slice_values, x->slice_indices, x->shape[0]);
+}
+
+nb_tensor *nb_indexed_slices_concat(nb_ctx *c, nb_tensor *a, nb_tensor *b) {
+  if (!nb_live(c)) return NULL;
+  if (!a || !b || !a->slice_values || !b->slice_values || a->dtype != b->dtype || a->rank != b->rank ||
+      memcmp(a->shape, b->shape, (size_t)a->rank * sizeof *a->shape) != 0) {
+    nb_fail(c, NB_INVALID, "nb_indexed_slices_concat: needs two IndexedSlices of one dtype and dense shape");
+    return NULL;
+  }
+  nb_tensor *values[2] = {a->slice_values, b->slice_values};
+  nb_tensor *indices[2] = {a->slice_indices, b->slice_indices};
+  if (indices[0]->dtype != indices[1]->dtype) { /* int32 and int64 parts meet as int64 */
+    indices[0] = nb_cast(c, indices[0], NB_I64);
+    indices[1] = nb_cast(c, indices[1], NB_I64);
+  }
+  return nb_indexed_slices(c, nb_concat(c, values, 2, 0), nb_concat(c, indices, 2, 0), a->shape, a->rank);
+}
+
+nb_code nb_densify_inputs(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **dense) {
+  for (int i = 0; i < nin; i++) dense[i] = nb_densify(c, in[i]);
+  return nb_status(c);
+}
