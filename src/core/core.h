@@ -9,7 +9,11 @@
 #include <string.h>
 
 #define NB_ERR_CAP 512
-#define NB_ALIGN 64
+#define NB_ALIGN 64       /* blocks start on a cache line */
+#define NB_DATA_OFFSET 32 /* data follows the header within the block's first line: a small
+                             tensor's header and data are one cache miss, not two (the backward
+                             pass reads saved tensors long after they were made). Data stays
+                             32-byte aligned, what AVX2 loads want. */
 
 /* A reference-counted data block. Header and data share one allocation. */
 typedef struct nb_buffer {

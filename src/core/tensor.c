@@ -22,7 +22,8 @@ static int size_class(size_t bytes) {
 static size_t class_bytes(int cls) { return (size_t)1 << (cls + NB_MIN_CLASS_SHIFT); }
 
 static nb_buffer *buffer_alloc(size_t cap, int cls) {
-  size_t head = (sizeof(nb_buffer) + NB_ALIGN - 1) / NB_ALIGN * NB_ALIGN;
+  _Static_assert(sizeof(nb_buffer) <= NB_DATA_OFFSET, "the buffer header must fit before the data");
+  size_t head = NB_DATA_OFFSET;
   size_t total = (head + cap + NB_ALIGN - 1) / NB_ALIGN * NB_ALIGN;
   if (cap > SIZE_MAX - 2 * NB_ALIGN - head) return NULL;
   nb_buffer *b = aligned_alloc(NB_ALIGN, total);
