@@ -41,6 +41,7 @@ bench: build
 	./$(BUILD)/bench/eager_ops
 	./$(BUILD)/bench/grad_build 10000 100000
 	./$(BUILD)/bench/eager_chain
+	./$(BUILD)/bench/dataset
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
