@@ -448,10 +448,11 @@ nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx,
    ubyte, 0x09 byte, 0x0B short, 0x0C int, 0x0D float, 0x0E double), a rank byte, one
    big-endian uint32 per dim, then the elements, big-endian, row-major. Files may be gzip-
    compressed or raw (told apart by their content) and are read whole. Errors name the
-   file: NB_IO when it cannot be opened or read; NB_CORRUPT when its content is not a
-   valid IDX file: bad magic or type code, rank outside 1..8, header or data cut short,
-   bytes after the declared data (an error here, as in torchvision; TF and Keras ignore
-   them), dims too large, damaged gzip data. */
+   file: NB_IO when it cannot be opened or read or is not a regular file (a pipe, a
+   directory); NB_CORRUPT when its content is not a valid IDX file: bad magic or type
+   code, rank outside 1..8, header or data cut short, bytes after the declared data (an
+   error here, as in torchvision; TF and Keras ignore them), dims too large, damaged
+   gzip data. */
 typedef struct nb_dataset nb_dataset;
 
 /* The file's elements as a tensor of its dims: ubyte, byte, short and int as int32, float
