@@ -159,7 +159,7 @@ static void test_data_errors(void **state) {
   n = idx_bytes(buf, 0x0C, 1, DIMS(2), data, 7);
   expect_error(f, buf, n, NB_CORRUPT, "truncated data: dims [2] of int take 8 bytes, the file has 7");
   n = idx_bytes(buf, 0x08, 2, DIMS(2, 3), data, 7);
-  expect_error(f, buf, n, NB_CORRUPT, "trailing bytes after the data: dims [2,3] of ubyte take 6 bytes");
+  expect_error(f, buf, n, NB_CORRUPT, "trailing bytes after the data: dims [2,3] of ubyte take 6 bytes, the file has more");
   /* 2^32-1 elements declared in a file of a few bytes: found without allocating them */
   n = idx_bytes(buf, 0x0E, 1, DIMS(0xFFFFFFFFu), data, 7);
   expect_error(f, buf, n, NB_CORRUPT, "more than a file of");
@@ -341,6 +341,11 @@ static void test_dataset_errors(void **state) {
   expect_dataset_error(f, images, floats, NB_DTYPE, floats, "labels [count] must be ubyte");
   expect_dataset_error(f, missing, labels, NB_IO, missing, "cannot open");
   expect_dataset_error(f, images, missing, NB_IO, missing, "cannot open");
+  /* a context already in error keeps it and makes nothing */
+  nb_set_error(f->c, NB_SHAPE, "earlier failure");
+  assert_null(nb_dataset_idx(f->c, images, images));
+  assert_null(nb_fashion_mnist(f->c, f->dir, true));
+  tu_check_error(f->c, NB_SHAPE, "earlier failure", NULL);
 }
 
 /* ---- shuffling ---- */

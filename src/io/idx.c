@@ -95,11 +95,14 @@ nb_code nb_idx_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n
   size_t have = n - h->header_bytes;
   /* Extra bytes are an error (torchvision's reader agrees; TF's and Keras' ignore or
      misread them): they mean a wrong header or files run together. */
-  if (have != h->data_bytes)
-    return nb_fail(c, NB_CORRUPT, "%s: %s data: dims %s of %s take %zu bytes, the file has %zu", name,
-                   have < h->data_bytes ? "truncated" : "trailing bytes after the",
-                   nb_shape_str(s, sizeof s, h->rank, h->dims), nb_idx_type_name(h->type),
+  if (have < h->data_bytes)
+    return nb_fail(c, NB_CORRUPT, "%s: truncated data: dims %s of %s take %zu bytes, the file has %zu",
+                   name, nb_shape_str(s, sizeof s, h->rank, h->dims), nb_idx_type_name(h->type),
                    h->data_bytes, have);
+  if (have > h->data_bytes) /* the loader reads one byte past the data: no count */
+    return nb_fail(c, NB_CORRUPT, "%s: trailing bytes after the data: dims %s of %s take %zu bytes, "
+                   "the file has more", name, nb_shape_str(s, sizeof s, h->rank, h->dims),
+                   nb_idx_type_name(h->type), h->data_bytes);
   h->data = bytes + h->header_bytes;
   return NB_OK;
 }
