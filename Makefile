@@ -1,11 +1,13 @@
 # Convenience wrapper around CMake. `make demo` and `make check` do all set-up.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 25
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo check asan install bench clean
+.PHONY: all deps configure build demo check asan fuzz install bench clean
 
 all: build
 
@@ -34,6 +36,18 @@ asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+# libFuzzer (clang, ASan + UBSan) on the IDX reader for FUZZ_SECONDS, starting from the
+# committed seeds in fuzz/corpus/idx. Inputs it finds go to $(FUZZ_BUILD)/corpus; a crash
+# stops it with a non-zero status and leaves the input as $(FUZZ_BUILD)/crash-*.
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNABLA_FUZZ=ON \
+	  -DNABLA_WERROR=ON -DNABLA_TESTS=OFF -DNABLA_BENCH=OFF
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx
+	mkdir -p $(FUZZ_BUILD)/corpus
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/fuzz/fuzz_idx \
+	  -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/corpus/idx
+
 install: build
 	cmake --install $(BUILD)
 
@@ -41,6 +55,7 @@ bench: build
 	./$(BUILD)/bench/eager_ops
 	./$(BUILD)/bench/grad_build 10000 100000
 	./$(BUILD)/bench/eager_chain
+	./$(BUILD)/bench/dataset
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -463,6 +463,57 @@ nb_code nb_gradcheck(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx,
 nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx,
                                    nb_tensor *const *ys, int ny, char *report, size_t cap);
 
+/* ---- data: IDX files and image datasets ----------------------------------------------------
+   IDX is the format of the MNIST family of datasets: two zero bytes, a type code (0x08
+   ubyte, 0x09 byte, 0x0B short, 0x0C int, 0x0D float, 0x0E double), a rank byte, one
+   big-endian uint32 per dim, then the elements, big-endian, row-major. Files may be gzip-
+   compressed or raw (told apart by their content) and are read whole. Errors name the
+   file: NB_IO when it cannot be opened or read or is not a regular file (a pipe, a
+   directory); NB_CORRUPT when its content is not a valid IDX file: bad magic or type
+   code, rank outside 1..8, header or data cut short, bytes after the declared data (an
+   error here, as in torchvision; TF and Keras ignore them), dims too large, damaged
+   gzip data. */
+typedef struct nb_dataset nb_dataset;
+
+/* The file's elements as a tensor of its dims: ubyte, byte, short and int as int32, float
+   as float32, double as float64. Eager contexts only (NB_INVALID in a graph context: feed
+   the values to a placeholder). */
+nb_tensor *nb_idx_read(nb_ctx *c, const char *path);
+
+/* An image classification dataset from an IDX images file ([count, rows, cols] ubyte)
+   and a labels file ([count] ubyte). The pixels stay bytes in memory (47 MB for
+   Fashion-MNIST's training set); batches are converted when made. Errors go to c:
+   NB_DTYPE or NB_SHAPE for a file of another type or rank, NB_CORRUPT when the counts
+   differ. The dataset belongs to the caller (nb_dataset_free), not to c. */
+nb_dataset *nb_dataset_idx(nb_ctx *c, const char *images_path, const char *labels_path);
+
+/* Where Debian's package dataset-fashion-mnist puts the files. */
+#define NB_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+/* Fashion-MNIST from dir (NULL: NB_FASHION_MNIST_DIR): train-images-idx3-ubyte.gz and
+   train-labels-idx1-ubyte.gz (60000 items) when train, else the t10k-* files (10000).
+   Also NB_CORRUPT unless the images are 28x28 and the labels 0..9. */
+nb_dataset *nb_fashion_mnist(nb_ctx *c, const char *dir, bool train);
+
+int64_t nb_dataset_size(const nb_dataset *d);     /* items; -1 for NULL */
+void nb_dataset_image_dims(const nb_dataset *d, int64_t *rows, int64_t *cols);
+/* Sets the order batches take items in to a permutation of the files' order that depends
+   on seed alone (not on earlier shuffles, the machine or the C library): Fisher-Yates
+   driven by splitmix64. Shuffle with seed + epoch for a new order each epoch. */
+nb_code nb_dataset_shuffle(nb_dataset *d, uint64_t seed);
+
+typedef enum {
+  NB_IMAGES_NHWC,  /* [n, rows, cols, 1] (TF's default for Conv2D) */
+  NB_IMAGES_NCHW,  /* [n, 1, rows, cols] */
+  NB_IMAGES_FLAT   /* [n, rows * cols] (dense layers) */
+} nb_image_layout;
+/* Items first .. first + n - 1 of the current order: *images float32 in layout with each
+   pixel scaled to [0, 1] (pixel / 255), *labels int32 [n]. Allocates those two tensors
+   and nothing else. Eager contexts only (graphs take batches through placeholders).
+   NB_INVALID for a range outside the dataset or an unknown layout. */
+nb_code nb_dataset_batch(nb_ctx *c, const nb_dataset *d, int64_t first, int64_t n, nb_image_layout layout,
+                         nb_tensor **images, nb_tensor **labels);
+void nb_dataset_free(nb_dataset *d);
+
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

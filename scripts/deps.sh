@@ -3,8 +3,10 @@
 # Non-interactive and idempotent: when everything is present it prints nothing and
 # does not call apt-get.
 set -eu
-# clang (with libomp-dev) is the compiler of the sanitizer build (make asan).
-PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev clang libomp-dev"
+# clang (with libomp-dev, and libclang-rt-dev for the sanitizer and libFuzzer runtimes) is
+# the compiler of the sanitizer build (make asan) and the fuzzer (make fuzz).
+# dataset-fashion-mnist: the real data tests/test_idx.c loads.
+PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev clang libomp-dev libclang-rt-dev zlib1g-dev dataset-fashion-mnist"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

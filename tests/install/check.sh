@@ -1,6 +1,6 @@
 #!/bin/sh
-# Installs the built tree into a temporary prefix, then builds and runs a program
-# against it twice: through pkg-config and through CMake's find_package(nabla).
+# Installs the built tree into a temporary prefix, then builds and runs programs
+# against it: through pkg-config and through CMake's find_package(nabla).
 set -eu
 build=$1
 src=$2
@@ -9,9 +9,25 @@ trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
 libdir=$(find "$prefix" -name nabla.pc -exec dirname {} \; | head -n 1)
 export PKG_CONFIG_PATH="$libdir"
+# A consumer of the IDX reader, which needs zlib: linking it statically shows the
+# package files carry that dependency. It reads a one-element IDX file.
+printf '\000\000\010\001\000\000\000\001\052' > "$prefix/one.idx"
+cat > "$prefix/reader.c" <<C
+#include <nabla.h>
+int main(void) {
+  nb_ctx *c = nb_eager_new();
+  nb_tensor *x = nb_idx_read(c, "$prefix/one.idx");
+  int ok = x && nb_item(x, 0) == 42;
+  nb_ctx_free(c);
+  return !ok;
+}
+C
 # shared library through pkg-config
-cc -o "$prefix/demo_pc" "$src/examples/demo.c" $(pkg-config --cflags --libs nabla) -Wl,-rpath,"$prefix/lib" -Wl,-rpath,"$(dirname "$libdir")"
+rpath="-Wl,-rpath,$prefix/lib -Wl,-rpath,$(dirname "$libdir")"
+cc -o "$prefix/demo_pc" "$src/examples/demo.c" $(pkg-config --cflags --libs nabla) $rpath
 "$prefix/demo_pc" >/dev/null
+cc -o "$prefix/reader_pc" "$prefix/reader.c" $(pkg-config --cflags --libs nabla) $rpath
+"$prefix/reader_pc"
 # CMake package
 mkdir -p "$prefix/consumer"
 cat > "$prefix/consumer/CMakeLists.txt" <<CM
@@ -22,9 +38,12 @@ add_executable(demo_cmake $src/examples/demo.c)
 target_link_libraries(demo_cmake nabla::nabla)
 add_executable(demo_static $src/examples/demo.c)
 target_link_libraries(demo_static nabla::nabla_static)
+add_executable(reader_static $prefix/reader.c)
+target_link_libraries(reader_static nabla::nabla_static)
 CM
 cmake -S "$prefix/consumer" -B "$prefix/consumer/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$prefix/consumer/build" >/dev/null
 "$prefix/consumer/build/demo_cmake" >/dev/null
 "$prefix/consumer/build/demo_static" >/dev/null
+"$prefix/consumer/build/reader_static"
 echo "install check: pkg-config and find_package(nabla) consumers built and ran"

@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of fuzz/fuzz_idx.c into fuzz/corpus/idx: one small valid IDX file
+per element type (raw, and one gzip-compressed), and inputs that split into a labels file
+and an images file (first byte: the labels file's length) for the dataset path.
+
+    python3 fuzz/make_corpus.py
+"""
+import gzip
+import os
+import struct
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "idx")
+
+
+def idx(type_code, dims, data):
+    return bytes([0, 0, type_code, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + data
+
+
+def write(name, content):
+    with open(os.path.join(OUT, name), "wb") as f:
+        f.write(content)
+
+
+def dataset(labels, rows, cols):
+    label_file = idx(0x08, [len(labels)], bytes(labels))
+    pixels = bytes((7 * i) % 256 for i in range(len(labels) * rows * cols))
+    return bytes([len(label_file)]) + label_file + idx(0x08, [len(labels), rows, cols], pixels)
+
+
+os.makedirs(OUT, exist_ok=True)
+write("ubyte_2x3", idx(0x08, [2, 3], bytes([0, 1, 127, 128, 200, 255])))
+write("byte_4", idx(0x09, [4], bytes([0, 1, 128, 255])))
+write("short_2", idx(0x0B, [2], struct.pack(">hh", -2, 258)))
+write("int_2", idx(0x0C, [2], struct.pack(">ii", -7, 1 << 30)))
+write("float_2", idx(0x0D, [2], struct.pack(">ff", 1.5, -10.0)))
+write("double_1", idx(0x0E, [1], struct.pack(">d", 3.25)))
+write("rank8", idx(0x08, [1, 1, 1, 2, 1, 1, 1, 1], bytes([7, 9])))
+write("empty_0x5", idx(0x0D, [0, 5], b""))
+write("ubyte_3x2x2.gz", gzip.compress(idx(0x08, [3, 2, 2], bytes(range(12))), mtime=0))
+write("dataset_3x2x2", dataset([1, 0, 9], 2, 2))
+write("dataset_2x4x3", dataset([5, 255], 4, 3))
