@@ -46,10 +46,10 @@ ACT_INT_FN(relu6, v > 0 ? (v < 6 ? v : 6) : 0)
 ACT_FN(leaky_relu, v > 0 ? v : v * (T)p)
 ACT_FN(selu, v > 0 ? (T)SELU_SCALE * v : (T)(SELU_SCALE * SELU_ALPHA) * expm1(v))
 
-/* exact: x Phi(x) = x (1 + erf(x / sqrt 2)) / 2; approximate (p != 0): tanh form with
-   u = sqrt(2/pi) (x + 0.044715 x^3) */
+/* exact: x Phi(x) = x erfc(-x / sqrt 2) / 2 (erfc, as TF: 1 + erf cancels for x < 0);
+   approximate (p != 0): tanh form with u = sqrt(2/pi) (x + 0.044715 x^3) */
 static inline double gelu_u(double v) { return SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v); }
-ACT_FN(gelu, p != 0 ? (T)0.5 * v * (1 + tanh((T)gelu_u(v))) : (T)0.5 * v * (1 + erf(v * (T)0.70710678118654752440)))
+ACT_FN(gelu, p != 0 ? (T)0.5 * v * (1 + tanh((T)gelu_u(v))) : (T)0.5 * v * erfc(v * (T)-0.70710678118654752440))
 
 /* fused gradients g(a, b; p) in TF's input order (gradients, features|outputs) */
 #define ACT_GRAD_FN(name, a, b, expr)                                             \
@@ -72,12 +72,12 @@ ACT_GRAD_FN(leaky_relu_grad, g, f, f > 0 ? g : g * (T)p)
 ACT_GRAD_FN(selu_grad, g, o, o < 0 ? g * (o + (T)(SELU_SCALE * SELU_ALPHA)) : g * (T)SELU_SCALE)
 /* exact: Phi(x) + x phi(x); approximate: (1 + t)/2 + x (1 - t^2) u'(x) / 2, t = tanh u */
 static inline double gelu_slope(double x, double p) {
-  if (p == 0) return 0.5 * (1 + erf(x * 0.70710678118654752440)) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
+  if (p == 0) return 0.5 * erfc(x * -0.70710678118654752440) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
   double t = tanh(gelu_u(x)), du = SQRT_2_OVER_PI * (1 + 3 * GELU_CUBIC * x * x);
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du;
 }
 static inline float gelu_slope_f(float x, double p) {
-  if (p == 0) return 0.5f * (1 + erf(x * 0.70710678f)) + x * (float)INV_SQRT_2PI * exp(-0.5f * x * x);
+  if (p == 0) return 0.5f * erfc(x * -0.70710678f) + x * (float)INV_SQRT_2PI * exp(-0.5f * x * x);
   float t = tanh((float)gelu_u(x)), du = (float)SQRT_2_OVER_PI * (1 + 3 * (float)GELU_CUBIC * x * x);
   return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * du;
 }
@@ -129,10 +129,11 @@ static unsigned impl_mask(const void *const *fns) {
   return m;
 }
 
-/* The op's one parameter: attr 0 (LeakyRelu's alpha, Gelu's approximate), else 0. */
+/* The op's one parameter: attr 0 (LeakyRelu's alpha, Gelu's approximate), else 0. TF's
+   float attrs are 32-bit, so alpha is rounded to float as TF's float64 kernels see it. */
 static double act_param(const nb_kargs *k) {
   if (!k->def->nattrs) return 0;
-  return k->def->attrs[0].kind == NB_ATTR_BOOL ? (double)k->attr[0].b : k->attr[0].f;
+  return k->def->attrs[0].kind == NB_ATTR_BOOL ? (double)k->attr[0].b : (double)(float)k->attr[0].f;
 }
 
 static nb_code act_infer(nb_kargs *k) {
