@@ -5,6 +5,7 @@
    Gelu/GeluGrad are nabla's own op types: TF's core registry has no Gelu op (tf.nn.gelu
    is composed in Python), so they take tf.nn.gelu's argument as a bool attr. */
 #include "op.h"
+#include "vmath.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,13 @@ ACT_FN(selu, v > 0 ? (T)SELU_SCALE * v : (T)(SELU_SCALE * SELU_ALPHA) * expm1(v)
 /* exact: x Phi(x) = x erfc(-x / sqrt 2) / 2 (erfc, as TF: 1 + erf cancels for x < 0);
    approximate (p != 0): tanh form with u = sqrt(2/pi) (x + 0.044715 x^3) */
 static inline double gelu_u(double v) { return SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v); }
-ACT_FN(gelu, p != 0 ? (T)0.5 * v * (1 + tanh((T)gelu_u(v))) : (T)0.5 * v * erfc(v * (T)-0.70710678118654752440))
+static inline float gelu_uf(float v) { return (float)SQRT_2_OVER_PI * (v + (float)GELU_CUBIC * v * v * v); }
+static inline float gelu_f32(float v, double p) {
+  return p != 0 ? 0.5f * v * (1 + vtanhf(gelu_uf(v))) : 0.5f * v * erfc(v * -0.70710678f);
+}
+static inline double gelu_f64(double v, double p) {
+  return p != 0 ? 0.5 * v * (1 + tanh(gelu_u(v))) : 0.5 * v * erfc(v * -0.70710678118654752440);
+}
 
 /* fused gradients g(a, b; p) in TF's input order (gradients, features|outputs) */
 #define ACT_GRAD_FN(name, a, b, expr)                                             \
@@ -78,7 +85,7 @@ static inline double gelu_slope(double x, double p) {
 }
 static inline float gelu_slope_f(float x, double p) {
   if (p == 0) return 0.5f * erfc(x * -0.70710678f) + x * (float)INV_SQRT_2PI * exp(-0.5f * x * x);
-  float t = tanh((float)gelu_u(x)), du = (float)SQRT_2_OVER_PI * (1 + 3 * (float)GELU_CUBIC * x * x);
+  float t = vtanhf(gelu_uf(x)), du = (float)SQRT_2_OVER_PI * (1 + 3 * (float)GELU_CUBIC * x * x);
   return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * du;
 }
 static inline float gelu_grad_f32(float g, float f, double p) { return g * gelu_slope_f(f, p); }
@@ -88,13 +95,13 @@ typedef void (*act_loop)(const void *x, void *y, int64_t n, double p);
 typedef void (*act_grad_loop)(const void *a, const void *b, void *o, int64_t n, double p);
 
 #define ACT_LOOP(name, sfx, T)                                                           \
-  static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) {        \
+  NB_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) { \
     const T *x = px;                                                                     \
     T *y = py;                                                                           \
     for (int64_t i = 0; i < n; i++) y[i] = name##_##sfx(x[i], p);                        \
   }
 #define ACT_GRAD_LOOP(name, sfx, T)                                                               \
-  static void name##_loop_##sfx(const void *pa, const void *pb, void *po, int64_t n, double p) { \
+  NB_SIMD_CLONES static void name##_loop_##sfx(const void *pa, const void *pb, void *po, int64_t n, double p) { \
     const T *a = pa, *b = pb;                                                                     \
     T *o = po;                                                                                    \
     for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i], p);                           \
@@ -194,29 +201,54 @@ static nb_code act_grad_kernel(nb_kargs *k) {
 
 /* ---- Softmax, LogSoftmax: rows of the last dim, shifted by the row max ------------------ */
 
-#define SOFTMAX_ROWS(sfx, T)                                                         \
-  static void softmax_rows_##sfx(const T *x, T *y, int64_t lo, int64_t hi, int64_t n, bool log_out) { \
-    for (int64_t r = lo; r < hi; r++) {                                              \
-      const T *xr = x + r * n;                                                       \
-      T *yr = y + r * n;                                                             \
-      T m = xr[0], s = 0;                                                            \
-      for (int64_t j = 1; j < n; j++) m = xr[j] > m ? xr[j] : m;                     \
-      if (log_out) {                                                                 \
-        for (int64_t j = 0; j < n; j++) {                                            \
-          yr[j] = xr[j] - m;                                                         \
-          s += exp(yr[j]);                                                           \
-        }                                                                            \
-        T ls = log(s);                                                               \
-        for (int64_t j = 0; j < n; j++) yr[j] -= ls;                                 \
-      } else {                                                                       \
-        for (int64_t j = 0; j < n; j++) {                                            \
-          yr[j] = exp(xr[j] - m);                                                    \
-          s += yr[j];                                                                \
-        }                                                                            \
-        T inv = 1 / s;                                                               \
-        for (int64_t j = 0; j < n; j++) yr[j] *= inv;                                \
-      }                                                                              \
-    }                                                                                \
+/* y = e^(x - m) over a row, returning its sum, and the row max. The sum and the max keep
+   8 partial results (a float reduction does not reorder itself), so they vectorize too. */
+#define LANES 8
+#define EXP_SHIFTED(sfx, T, EXP)                                                                \
+  static inline T exp_shifted_##sfx(const T *x, int64_t stride, T *y, int64_t n, T m) {        \
+    T acc[LANES] = {0}, s = 0;                                                                  \
+    int64_t j = 0;                                                                              \
+    for (j = 0; j < n; j++) y[j] = EXP(x[j * stride] - m);                                      \
+    for (j = 0; j + LANES <= n; j += LANES)                                                     \
+      for (int k = 0; k < LANES; k++) acc[k] += y[j + k];                                       \
+    for (; j < n; j++) s += y[j];                                                               \
+    for (int k = 0; k < LANES; k++) s += acc[k];                                                \
+    return s;                                                                                   \
+  }                                                                                             \
+  /* NaN anywhere gives a NaN row either way: as m, or through e^(NaN - m) */                   \
+  static inline T row_max_##sfx(const T *x, int64_t stride, int64_t n) {                        \
+    if (n < LANES) {                                                                            \
+      T m = n ? x[0] : 0;                                                                       \
+      for (int64_t j = 1; j < n; j++) m = x[j * stride] > m ? x[j * stride] : m;                \
+      return m;                                                                                 \
+    }                                                                                           \
+    T acc[LANES];                                                                               \
+    for (int k = 0; k < LANES; k++) acc[k] = x[k * stride];                                     \
+    int64_t j = LANES;                                                                          \
+    for (; j + LANES <= n; j += LANES)                                                          \
+      for (int k = 0; k < LANES; k++) acc[k] = x[(j + k) * stride] > acc[k] ? x[(j + k) * stride] : acc[k]; \
+    for (; j < n; j++) acc[0] = x[j * stride] > acc[0] ? x[j * stride] : acc[0];               \
+    T m = acc[0];                                                                               \
+    for (int k = 1; k < LANES; k++) m = acc[k] > m ? acc[k] : m;                                \
+    return m;                                                                                   \
+  }
+EXP_SHIFTED(f32, float, vexpf)
+EXP_SHIFTED(f64, double, exp)
+
+/* softmax = e^(x - m) / s; log_softmax = (x - m) - log s */
+#define SOFTMAX_ROWS(sfx, T)                                                                    \
+  NB_SIMD_CLONES static void softmax_rows_##sfx(const T *x, T *y, int64_t lo, int64_t hi, int64_t n, bool log_out) { \
+    for (int64_t r = lo; r < hi; r++) {                                                         \
+      const T *xr = x + r * n;                                                                  \
+      T *yr = y + r * n, m = row_max_##sfx(xr, 1, n), s = exp_shifted_##sfx(xr, 1, yr, n, m);   \
+      if (log_out) {                                                                            \
+        T ls = log(s);                                                                          \
+        for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - m) - ls;                               \
+      } else {                                                                                  \
+        T inv = 1 / s;                                                                          \
+        for (int64_t j = 0; j < n; j++) yr[j] *= inv;                                           \
+      }                                                                                         \
+    }                                                                                           \
   }
 SOFTMAX_ROWS(f32, float)
 SOFTMAX_ROWS(f64, double)
@@ -320,30 +352,26 @@ static nb_code sparse_xent_infer(nb_kargs *k) {
   return NB_OK;
 }
 
-/* One row: bp holds e^(f - m) until it is normalized. label < 0: dense labels l. */
+/* One row at a time: bp holds e^(f - m) until it is normalized. sparse: the labels as
+   indices (else l holds dense labels). */
 #define XENT_ROWS(sfx, T)                                                                       \
-  static void xent_rows_##sfx(const xent_plan *p, const T *f, const T *l, const int64_t *sparse, \
-                              T *loss, T *bp, int64_t lo, int64_t hi) {                         \
-    int64_t n = p->classes;                                                                     \
+  NB_SIMD_CLONES static void xent_rows_##sfx(const xent_plan *p, const T *f, const T *l,        \
+                                             const int64_t *sparse, T *loss, T *bp, int64_t lo, int64_t hi) { \
+    int64_t n = p->classes, fc = p->f_col, lc = p->l_col;                                        \
     for (int64_t r = lo; r < hi; r++) {                                                         \
-      const T *fr = f + r * p->f_row, *lr = sparse ? NULL : l + r * p->l_row;                   \
-      T *br = bp + r * n, m = n ? fr[0] : 0, s = 0, sum = 0;                                    \
-      for (int64_t j = 1; j < n; j++) m = fr[j * p->f_col] > m ? fr[j * p->f_col] : m;          \
-      for (int64_t j = 0; j < n; j++) {                                                         \
-        br[j] = exp(fr[j * p->f_col] - m);                                                      \
-        s += br[j];                                                                             \
-      }                                                                                         \
-      T ls = log(s), inv = 1 / s;                                                               \
+      const T *fr = f + r * p->f_row;                                                           \
+      T *br = bp + r * n, m = row_max_##sfx(fr, fc, n), s = exp_shifted_##sfx(fr, fc, br, n, m); \
+      T ls = log(s), inv = 1 / s, sum = 0;                                                      \
+      for (int64_t j = 0; j < n; j++) br[j] *= inv;                                             \
       if (sparse) {                                                                             \
         int64_t c = sparse[r];                                                                  \
-        for (int64_t j = 0; j < n; j++) br[j] *= inv;                                           \
         br[c] -= 1;                                                                             \
-        sum = ls - (fr[c * p->f_col] - m);                                                      \
+        sum = ls - (fr[c * fc] - m);                                                            \
       } else {                                                                                  \
+        const T *lr = l + r * p->l_row;                                                         \
         for (int64_t j = 0; j < n; j++) {                                                       \
-          T lab = lr[j * p->l_col];                                                             \
-          sum += lab * (ls - (fr[j * p->f_col] - m));                                           \
-          br[j] = br[j] * inv - lab;                                                            \
+          sum += lr[j * lc] * (ls - (fr[j * fc] - m));                                          \
+          br[j] -= lr[j * lc];                                                                  \
         }                                                                                       \
       }                                                                                         \
       loss[r] = sum;                                                                            \
