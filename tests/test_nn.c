@@ -2,7 +2,11 @@
    graph mode against eager, the Hessian of the softmax cross-entropy (graph and nested
    tapes), numerical stability, OneHot, and every error path. Gradients are checked
    registry-wide in test_gradcheck_all.c. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include "graphutil.h"
+
+#include <stdio.h>
+#include <unistd.h>
 
 #include "golden/nn_golden.h"
 
@@ -216,6 +220,41 @@ static void test_xent_hessian_tapes(void **state) {
   }
 }
 
+/* The number of Softmax nodes in f's graph, from its DOT text ("name\nType..." labels). */
+static int count_softmax_nodes(gu_fixture *f) {
+  const char *dir = getenv("TMPDIR");
+  char path[512];
+  snprintf(path, sizeof path, "%s/nabla-nn-XXXXXX", dir && *dir ? dir : "/tmp");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(nb_graph_to_dot(f->g, path), NB_OK);
+  FILE *in = fopen(path, "rb");
+  assert_non_null(in);
+  static char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, in);
+  text[n] = 0;
+  fclose(in);
+  unlink(path);
+  int count = 0;
+  for (const char *p = text; (p = strstr(p, "\\nSoftmax")); p++) count += p[9] != 'C';
+  return count;
+}
+
+/* A loss whose backprop output gets no gradient needs no softmax in its gradient graph:
+   the pass's zeros for backprop are a folded constant, and their term is left out. Once
+   backprop is used (a second derivative), the term is there. */
+static void test_xent_gradient_skips_known_zeros(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(HB, HC), "x"), *g = NULL, *h = NULL;
+  nb_tensor *y = total_loss(f->c, x, true);
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &g), NB_OK);
+  assert_int_equal(count_softmax_nodes(f), 0);
+  nb_tensor *g2 = nb_sum(f->c, nb_square(f->c, g), (const int[]){0, 1}, 2, false);
+  assert_int_equal(nb_gradients(f->c, &g2, 1, &x, 1, NULL, &h), NB_OK);
+  assert_int_equal(count_softmax_nodes(f), 1);
+}
+
 /* ---- numerical stability and NaN ----------------------------------------------------------- */
 
 static void test_large_logits(void **state) {
@@ -424,6 +463,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_graph_equals_eager, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_xent_hessian_graph, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_xent_hessian_tapes, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_xent_gradient_skips_known_zeros, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_large_logits, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_nan_logits, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_xent_broadcast, tu_setup, tu_teardown),

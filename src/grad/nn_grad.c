@@ -49,9 +49,21 @@ GRAD(log_softmax_grad) {
    dense labels dlabels -= g_bp. TF leaves the labels' part out; with it the op's every
    output is differentiated exactly. Broadcast inputs get their gradients summed back. */
 
+/* Whether g is a graph constant of zeros (the pass's zeros for an output without a
+   gradient, folded when its shape is static: TF's _is_zeros_tensor). A constant depends
+   on nothing, so leaving its term out is exact at every order. */
+static bool known_zeros(const nb_tensor *g) {
+  const nb_tensor *v = nb_is_symbolic(g) ? nb_constant_value(g) : NULL;
+  if (!v) return false;
+  for (int64_t i = 0; i < nb_num_elements(v); i++)
+    if (nb_item(v, i) != 0) return false;
+  return true;
+}
+
 /* The logits' gradient; labels_grad (dense labels only) gets the labels'. */
 static nb_tensor *xent_logits_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **labels_grad) {
-  nb_tensor *logits = in0(op), *g_loss = dys[0], *g_bp = dys[1], *df = NULL, *dl = NULL;
+  nb_tensor *logits = in0(op), *g_loss = dys[0], *g_bp = dys[1] && !known_zeros(dys[1]) ? dys[1] : NULL;
+  nb_tensor *df = NULL, *dl = NULL;
   if (g_loss) {
     nb_tensor *g = nb_expand_dims(c, g_loss, -1);
     df = nb_mul(c, g, nb_fwd_output(op, 1));
