@@ -109,6 +109,40 @@ static void test_activations_golden(void **state) {
     }
 }
 
+/* Float32 Gelu and GeluGrad (vectorized erfc, exp, tanh) against float64 (libm) over
+   [-9, 9), down to the tail where gelu is ~1e-19: within a few ulp times the conditioning
+   of erfc(-x/sqrt 2) to its float32 argument, about x^2 for negative x. */
+static void test_gelu_f32_accuracy(void **state) {
+  nb_ctx *c = *state;
+  enum { N = 1800 };
+  static double x[N];
+  for (int i = 0; i < N; i++) x[i] = -9 + 0.01 * i + 0.003;
+  for (int approximate = 0; approximate < 2; approximate++) {
+    nb_tensor *x32 = tu_make(c, NB_F32, 1, TU_SHAPE(N), x), *x64 = nb_cast(c, x32, NB_F64);
+    nb_tensor *y32 = nb_gelu(c, x32, approximate), *y64 = nb_gelu(c, x64, approximate);
+    nb_tensor *g32 = nb_gelu_grad(c, nb_ones_like(c, x32), x32, approximate);
+    nb_tensor *g64 = nb_gelu_grad(c, nb_ones_like(c, x64), x64, approximate);
+    for (int i = 0; i < N; i++) {
+      double want = nb_item(y64, i), got = nb_item(y32, i), rel = 3e-7 * (4 + x[i] * x[i]);
+      if (fabs(got - want) > rel * fabs(want) + 1e-37) fail_msg("gelu(%g): %.9g, want %.9g", x[i], got, want);
+      want = nb_item(g64, i), got = nb_item(g32, i);
+      if (fabs(got - want) > rel * fabs(want) + 1e-7) fail_msg("gelu'(%g): %.9g, want %.9g", x[i], got, want);
+    }
+  }
+}
+
+/* Far tails and NaN: no inf * 0 inside the slopes. */
+static void test_gelu_extremes(void **state) {
+  nb_ctx *c = *state;
+  for (int d = 0; d < 2; d++)
+    for (int approximate = 0; approximate < 2; approximate++) {
+      nb_dtype t = d ? NB_F64 : NB_F32;
+      nb_tensor *x = tu_make(c, t, 1, TU_SHAPE(5), TU_VALS(-1e4, -30, 30, 1e4, NAN));
+      tu_check_vals(nb_gelu(c, x, approximate), TU_VALS(0, 0, 30, 1e4, NAN), 1e-7);
+      tu_check_vals(nb_gelu_grad(c, nb_ones_like(c, x), x, approximate), TU_VALS(0, 0, 1, 1, NAN), 1e-7);
+    }
+}
+
 static void test_relu6_int(void **state) {
   nb_ctx *c = *state;
   for (int d = 0; d < 2; d++) {
@@ -459,6 +493,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_softmax_golden, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_xent_golden, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_activations_golden, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_gelu_f32_accuracy, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_gelu_extremes, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_relu6_int, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_equals_eager, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_xent_hessian_graph, gu_setup, gu_teardown),
