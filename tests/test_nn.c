@@ -366,6 +366,23 @@ static void test_one_hot(void **state) {
   tu_check_shape(nb_one_hot(c, ind64, 0, on, off, -1), NB_F32, 2, TU_SHAPE(3, 0));
 }
 
+/* In a graph, depth known only at run time leaves the output shape to run time. */
+static void test_one_hot_graph(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *ind = nb_placeholder(f->c, NB_I64, 1, TU_SHAPE(-1), "indices");
+  nb_tensor *depth = nb_placeholder(f->c, NB_I32, 0, NULL, "depth"), *y = NULL;
+  nb_tensor *in[4] = {ind, depth, nb_scalar(f->c, NB_F64, 1), nb_scalar(f->c, NB_F64, 0)};
+  assert_int_equal(nb_op(f->c, "OneHot", in, 4, (nb_attr[]){nb_attr_int("axis", 0)}, 1, &y, 1), NB_OK);
+  nb_tensor *ph[2] = {ind, depth}, *out = NULL;
+  nb_tensor *vals[2] = {tu_make(f->e, NB_I64, 1, TU_SHAPE(2), TU_VALS(2, 0)), nb_scalar(f->e, NB_I32, 3)};
+  assert_int_equal(nb_run(f->s, ph, vals, 2, &y, 1, &out), NB_OK);
+  tu_check(out, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(0, 1, 0, 0, 1, 0), 0);
+  nb_tensor_free(out);
+  vals[1] = nb_scalar(f->e, NB_I32, -2);
+  assert_int_equal(nb_run(f->s, ph, vals, 2, &y, 1, &out), NB_INVALID);
+  assert_non_null(strstr(nb_session_error(f->s), "depth must be non-negative, got: -2"));
+}
+
 /* TF gives OneHot's inputs no gradient, on_value and off_value included. */
 static void test_one_hot_no_gradient(void **state) {
   gu_fixture *f = *state;
@@ -504,6 +521,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_nan_logits, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_xent_broadcast, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_one_hot, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_one_hot_graph, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_one_hot_no_gradient, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_sparse_label_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_sparse_shape_errors, tu_setup, tu_teardown),
