@@ -101,19 +101,25 @@ ACT_GRAD_FN(leaky_relu_grad, g, f, f > 0 ? g : g * (T)p)
 ACT_GRAD_FN(selu_grad, g, o, o < 0 ? g * (o + (T)(SELU_SCALE * SELU_ALPHA)) : g * (T)SELU_SCALE)
 /* exact: Phi(x) + x phi(x); approximate: (1 + t)/2 + x (1 - t^2) u'(x) / 2 with t = tanh u,
    which is s + 2 x s (1 - s) u' for s = sigmoid(2u) = 1/(1 + e), 1 - s = e s, e = e^(-2u) */
-static inline double gelu_slope(double x, double p) {
-  if (p == 0) return 0.5 * erfc(x * -0.70710678118654752440) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
+static inline double gelu_exact_grad_f64(double g, double x, double p) {
+  (void)p;
+  return g * (0.5 * erfc(x * -0.70710678118654752440) + x * INV_SQRT_2PI * exp(-0.5 * x * x));
+}
+static inline double gelu_tanh_grad_f64(double g, double x, double p) {
+  (void)p;
   double a = -2 * gelu_u(x), du = SQRT_2_OVER_PI * (1 + 3 * GELU_CUBIC * x * x);
   double e = exp(a > 700 ? 700 : a), s = 1 / (1 + e); /* e stays finite, so e s is not inf * 0 */
-  return s + 2 * x * s * (e * s) * du;
+  return g * (s + 2 * x * s * (e * s) * du);
 }
-static inline float gelu_slope_f(float x, double p) {
-  if (p == 0) return 0.5f * verfcf(x * -0.70710678f) + x * (float)INV_SQRT_2PI * vexpf(-0.5f * x * x);
+static inline float gelu_exact_grad_f32(float g, float x, double p) {
+  (void)p;
+  return g * (0.5f * verfcf(x * -0.70710678f) + x * (float)INV_SQRT_2PI * vexpf(-0.5f * x * x));
+}
+static inline float gelu_tanh_grad_f32(float g, float x, double p) {
+  (void)p;
   float e = vexpf(-2 * gelu_uf(x)), s = 1 / (1 + e), du = (float)SQRT_2_OVER_PI * (1 + 3 * (float)GELU_CUBIC * x * x);
-  return s + 2 * x * s * (e * s) * du;
+  return g * (s + 2 * x * s * (e * s) * du);
 }
-static inline float gelu_grad_f32(float g, float f, double p) { return g * gelu_slope_f(f, p); }
-static inline double gelu_grad_f64(double g, double f, double p) { return g * gelu_slope(f, p); }
 
 typedef void (*act_loop)(const void *x, void *y, int64_t n, double p);
 typedef void (*act_grad_loop)(const void *a, const void *b, void *o, int64_t n, double p);
@@ -152,7 +158,16 @@ static void gelu_loop_f64(const void *x, void *y, int64_t n, double p) {
 LOOPS_NUM(ACT_GRAD_LOOP, relu6_grad)
 LOOPS_FLOAT(ACT_GRAD_LOOP, leaky_relu_grad)
 LOOPS_FLOAT(ACT_GRAD_LOOP, selu_grad)
-LOOPS_FLOAT(ACT_GRAD_LOOP, gelu_grad)
+LOOPS_FLOAT(ACT_GRAD_LOOP, gelu_exact_grad)
+LOOPS_FLOAT(ACT_GRAD_LOOP, gelu_tanh_grad)
+static void gelu_grad_loop_f32(const void *g, const void *x, void *o, int64_t n, double p) {
+  if (p != 0) gelu_tanh_grad_loop_f32(g, x, o, n, p);
+  else gelu_exact_grad_loop_f32(g, x, o, n, p);
+}
+static void gelu_grad_loop_f64(const void *g, const void *x, void *o, int64_t n, double p) {
+  if (p != 0) gelu_tanh_grad_loop_f64(g, x, o, n, p);
+  else gelu_exact_grad_loop_f64(g, x, o, n, p);
+}
 
 typedef struct act_impl {
   act_loop fn[NB_BOOL + 1];
