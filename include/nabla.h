@@ -306,6 +306,41 @@ nb_tensor *nb_shape_op(nb_ctx *c, nb_tensor *x, nb_dtype out_type);
    axes of their broadcast along which each side's gradient must be summed. */
 nb_code nb_broadcast_gradient_args(nb_ctx *c, nb_tensor *s0, nb_tensor *s1, nb_tensor **r0, nb_tensor **r1);
 
+/* ---- neural-network ops (TF's nn_ops) ------------------------------------------------------
+   float32/float64 unless noted. Softmax and LogSoftmax normalize over the last dim (rank >= 1),
+   shifted by the row max so large logits stay finite. */
+nb_tensor *nb_softmax(nb_ctx *c, nb_tensor *logits);
+nb_tensor *nb_log_softmax(nb_ctx *c, nb_tensor *logits);
+/* SoftmaxCrossEntropyWithLogits: features and labels (same float dtype) broadcast to
+   [batch, classes] (TF 2); loss [batch] = -sum(labels * log_softmax(features)), backprop
+   [batch, classes] = softmax(features) - labels. Either out pointer may be NULL. */
+nb_code nb_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *features, nb_tensor *labels, nb_tensor **loss,
+                                             nb_tensor **backprop);
+/* SparseSoftmaxCrossEntropyWithLogits: features [batch, classes], labels int32/int64 [batch]
+   with values in [0, classes) (others: NB_INVALID naming the value and its position). */
+nb_code nb_sparse_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *features, nb_tensor *labels,
+                                                    nb_tensor **loss, nb_tensor **backprop);
+/* Relu6: min(max(x, 0), 6) (also int32/int64); Relu6Grad(gradients, features). */
+nb_tensor *nb_relu6(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_relu6_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features);
+/* LeakyRelu: x > 0 ? x : alpha x (attr alpha, TF's default 0.2); LeakyReluGrad likewise. */
+nb_tensor *nb_leaky_relu(nb_ctx *c, nb_tensor *x, double alpha);
+nb_tensor *nb_leaky_relu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features, double alpha);
+/* Selu: scale (x > 0 ? x : alpha (e^x - 1)) with TF's constants; SeluGrad(gradients, outputs). */
+nb_tensor *nb_selu(nb_ctx *c, nb_tensor *x);
+nb_tensor *nb_selu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *outputs);
+/* Gelu (op type "Gelu", nabla's own: TF composes tf.nn.gelu in Python): x Phi(x) =
+   x (1 + erf(x / sqrt 2)) / 2, or with attr approximate (default false) the tanh form
+   x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2. GeluGrad(gradients, features), same attr. */
+nb_tensor *nb_gelu(nb_ctx *c, nb_tensor *x, bool approximate);
+nb_tensor *nb_gelu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features, bool approximate);
+/* L2Loss: sum(t^2) / 2, a scalar. */
+nb_tensor *nb_l2_loss(nb_ctx *c, nb_tensor *t);
+/* OneHot: indices (int32/int64) with a dim of size depth (>= 0) inserted at axis (-1: last);
+   on_value where the index matches, off_value elsewhere (scalars of any one dtype, which the
+   output has); indices outside [0, depth) give all off_value. No input has a gradient (TF). */
+nb_tensor *nb_one_hot(nb_ctx *c, nb_tensor *indices, int depth, nb_tensor *on_value, nb_tensor *off_value, int axis);
+
 /* ---- graphs ---------------------------------------------------------------------------
    A graph context adds a node per op call and returns symbolic tensors; shapes and dtypes
    are inferred at build time (dims may be unknown: -1, or rank -1 for unknown rank) and

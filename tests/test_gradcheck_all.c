@@ -78,6 +78,7 @@ typedef struct gc_spec {
 #define AB(n, val) {.name = n, .kind = NB_ATTR_BOOL, .v.b = val}
 #define AI(n, val) {.name = n, .kind = NB_ATTR_INT, .v.i = val}
 #define AT(n, val) {.name = n, .kind = NB_ATTR_TYPE, .v.type = val}
+#define AF(n, val) {.name = n, .kind = NB_ATTR_FLOAT, .v.f = val}
 #define AL(key, ...) {.name = key, .kind = NB_ATTR_INTS, .n = TU_RANK(__VA_ARGS__), .v.ints = (const int64_t[]){__VA_ARGS__}}
 
 /* ---- elementwise ops: each op over each shape case of its arity ------------------------- */
@@ -275,6 +276,46 @@ static const gc_spec other_specs[] = {
     {.op = "UnsortedSegmentSum", .in = {X(D_ANY, 4, 3), IV(0, 2, 0, -1), IS(3)}},
     {.op = "UnsortedSegmentSum", .in = {X(D_ANY, 5), IV(1, 1, 0, 3, 2), IS(4)}},
     {.op = "UnsortedSegmentSum", .in = {X(D_ANY, 2, 3), K(IN_I32, (2, 3), (0, 1, 0, 2, 2, 1)), IS64(3)}},
+
+    /* ---- nn family (src/ops/nn.c) ---- */
+    {.op = "Softmax", .in = {X(D_ANY, 2, 3)}},
+    {.op = "Softmax", .in = {X(D_ANY, 4)}},
+    {.op = "Softmax", .in = {X(D_ANY, 2, 1, 3)}},
+    {.op = "Softmax", .in = {X(D_ANY, 3, 1)}},
+    {.op = "LogSoftmax", .in = {X(D_ANY, 2, 3)}},
+    {.op = "LogSoftmax", .in = {X(D_ANY, 4)}},
+    {.op = "LogSoftmax", .in = {X(D_ANY, 2, 1, 3)}},
+    /* labels are distributions (rows sum to 1), where TF's backprop is d loss/d features;
+       features and labels broadcast to [batch, classes] */
+    {.op = "SoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 2, 3), XF((2, 3), (0.2, 0.5, 0.3, 1, 0, 0))}, .nout = 2},
+    {.op = "SoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 1, 3), XF((2, 3), (0.1, 0.1, 0.8, 0.4, 0.4, 0.2))}, .nout = 2},
+    {.op = "SoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 4), XF((2, 4), (0.25, 0.25, 0.25, 0.25, 0, 0.7, 0.3, 0))}, .nout = 2},
+    {.op = "SoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 3, 2), XF((2), (0.6, 0.4))}, .nout = 2},
+    {.op = "SparseSoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 3, 4), IV(1, 0, 3)}, .nout = 2},
+    {.op = "SparseSoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 2, 3), IV64(2, 2)}, .nout = 2},
+    {.op = "SparseSoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 1, 1), IV(0)}, .nout = 2},
+    {.op = "Relu6", .in = {X(D_NONZERO, 2, 3)}},
+    {.op = "Relu6", .in = {XF((4), (6.5, 7, -0.5, 3))}},
+    {.op = "Relu6Grad", .in = {X(D_ANY, 2, 3), XF((2, 3), (0.5, -0.5, 6.5, 3, 7, -2))}},
+    {.op = "Relu6Grad", .in = {S(D_ANY), S(D_NONZERO)}},
+    {.op = "LeakyRelu", .in = {X(D_NONZERO, 2, 3)}},
+    {.op = "LeakyRelu", .in = {X(D_NONZERO, 4)}, .attrs = {AF("alpha", 0.05)}},
+    {.op = "LeakyRelu", .in = {S(D_NONZERO)}, .attrs = {AF("alpha", 1.5)}},
+    {.op = "LeakyReluGrad", .in = {X(D_ANY, 2, 3), X(D_NONZERO, 2, 3)}},
+    {.op = "LeakyReluGrad", .in = {X(D_ANY, 3), X(D_NONZERO, 3)}, .attrs = {AF("alpha", 0.3)}},
+    {.op = "Selu", .in = {X(D_NONZERO, 2, 3)}},
+    {.op = "Selu", .in = {S(D_NONZERO)}},
+    {.op = "SeluGrad", .in = {X(D_ANY, 2, 3), X(D_ELU_OUT, 2, 3)}},
+    {.op = "SeluGrad", .in = {S(D_ANY), S(D_ELU_OUT)}},
+    {.op = "Gelu", .in = {X(D_ANY, 2, 3)}},
+    {.op = "Gelu", .in = {X(D_ANY, 2, 3)}, .attrs = {AB("approximate", true)}},
+    {.op = "Gelu", .in = {XF((3), (-3, 0, 2.5))}, .attrs = {AB("approximate", false)}},
+    {.op = "GeluGrad", .in = {X(D_ANY, 2, 3), X(D_ANY, 2, 3)}},
+    {.op = "GeluGrad", .in = {X(D_ANY, 2, 3), X(D_ANY, 2, 3)}, .attrs = {AB("approximate", true)}},
+    {.op = "GeluGrad", .in = {S(D_ANY), S(D_ANY)}, .attrs = {AB("approximate", true)}},
+    {.op = "L2Loss", .in = {X(D_ANY, 2, 3)}},
+    {.op = "L2Loss", .in = {S(D_ANY)}},
+    {.op = "L2Loss", .in = {X(D_ANY, 1, 4, 1)}},
 };
 
 /* ---- running one case ------------------------------------------------------------------- */
@@ -361,15 +402,22 @@ static void make_inputs(gc_case *k, const gc_spec *sp) {
 }
 
 /* The op's output over the inputs in (graph or eager), or its outputs combined into one:
-   sum_k (k + 1.5) out_k. */
+   sum_k (k + 1.5) out_k, or those terms flattened and concatenated when their ranks differ (or are unknown). */
 static nb_tensor *build_y(nb_ctx *c, nb_tensor *const *in, int nin, const gc_spec *sp) {
   int nattrs = 0, nout = sp->nout ? sp->nout : 1;
   while (nattrs < MAX_ATTRS && sp->attrs[nattrs].name) nattrs++;
   nb_tensor *outs[MAX_OUT] = {0};
   if (nb_op(c, sp->op, in, nin, sp->attrs, nattrs, outs, nout) != NB_OK) return NULL;
   if (nout == 1) return outs[0];
-  for (int i = 0; i < nout; i++) outs[i] = nb_mul(c, outs[i], nb_scalar(c, NB_F64, i + 1.5));
-  return nb_add_n(c, outs, nout);
+  bool same_rank = true;
+  for (int i = 0; i < nout; i++) {
+    outs[i] = nb_mul(c, outs[i], nb_scalar(c, NB_F64, i + 1.5));
+    same_rank &= nb_rank(outs[i]) >= 0 && nb_rank(outs[i]) == nb_rank(outs[0]);
+  }
+  if (same_rank) return nb_add_n(c, outs, nout);
+  /* outputs of different shapes (a loss and its backprop): all their elements, in a row */
+  for (int i = 0; i < nout; i++) outs[i] = nb_reshape(c, outs[i], (const int64_t[]){-1}, 1);
+  return nb_concat(c, outs, nout, 0);
 }
 
 /* sum(g * v), flattened first: a g whose static rank is unknown still sums to a scalar. */
@@ -662,6 +710,11 @@ static nb_jacobian_path expected_path(const char *op, nb_tensor *const *in, int 
                      !strcmp(op, "Reshape") || !strcmp(op, "ExpandDims") || !strcmp(op, "Squeeze") ||
                      !strcmp(op, "Transpose");
   elementwise |= in_unary_table(op, unary_ops, COUNT(unary_ops));
+  /* nn: the activations and their fused gradients are elementwise; Softmax and LogSoftmax
+     take the seed dim as a leading batch dim */
+  static const char *const nn_batched[] = {"Relu6", "Relu6Grad", "LeakyRelu", "LeakyReluGrad", "Selu", "SeluGrad",
+                                           "Gelu", "GeluGrad", "Softmax", "LogSoftmax"};
+  for (int i = 0; i < COUNT(nn_batched); i++) elementwise |= !strcmp(op, nn_batched[i]);
   return elementwise ? NB_JACOBIAN_VECTORIZED : NB_JACOBIAN_MIXED;
 }
 

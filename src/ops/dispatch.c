@@ -13,7 +13,7 @@
 /* TF's type attrs that are inferred from the inputs; nb_op accepts and checks them. */
 static const char *const inferred_type_attrs[] = {
     "T", "Tidx", "Tshape", "Tperm", "Tpaddings", "Tmultiples", "Tparams", "Tindices",
-    "Taxis", "Tnumsegments", "index_type", "SrcT", "Tcond", "Index", "Tdim"};
+    "Taxis", "Tnumsegments", "index_type", "SrcT", "Tcond", "Index", "Tdim", "Tlabels", "TI"};
 
 bool nb_live(nb_ctx *c) { return c && c->status == NB_OK; }
 
