@@ -74,6 +74,7 @@ typedef struct nb_graph nb_graph;
 typedef struct nb_session nb_session;
 typedef struct nb_fwd_op nb_fwd_op;
 typedef struct nb_tape nb_tape;
+typedef struct nb_variable nb_variable;
 
 /* ---- names ---------------------------------------------------------------- */
 const char *nb_code_name(nb_code code);     /* "NB_SHAPE", ... */
@@ -442,6 +443,48 @@ nb_code nb_gradcheck(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx,
    type and a path; returns NB_OK (report "" when there is none). */
 nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx,
                                    nb_tensor *const *ys, int ny, char *report, size_t cap);
+
+/* ---- variables: tf.Variable --------------------------------------------------------------
+   A variable owns its value outside every context scope: it survives nb_scope_end and
+   nb_ctx_free, and persists across steps and nb_run calls until nb_variable_free.
+   Eager: nb_variable_read returns a handle sharing the value (no copy). Every read of one
+   variable has the same tensor id, so a tape's gradient with respect to any read sums over
+   all reads (TF's gradient to the variable); tapes watch trainable variables as they are
+   read (nb_tape_set_watch_accessed_variables turns that off per tape). Assigns run at once
+   and write in place, unless a read handle or a tape still holds the value: then they
+   keep seeing the old value (copy-on-write). End the scopes that hold reads before
+   updating (keep the gradients) and updates run in place.
+   Graph contexts: reads and assigns are nodes. A graph has one ReadVariableOp node per
+   variable, yielding the value at run time; AssignVariableOp, AssignAddVariableOp,
+   AssignSubVariableOp and the optimizers' update nodes wait for it (a control edge), so in
+   one nb_run every read sees the value from the start of the run and the updates apply
+   after it (two updates of one variable in one run: order them with
+   nb_add_control_input). Fetch an update's tensor to run it; its value is the variable's
+   new value. nb_gradients with respect to a read gives the variable's gradient.
+   A graph keeps the variables it uses allocated: once freed, running a node that uses one
+   fails with NB_INVALID naming it. */
+/* initial: a concrete tensor (its value is shared, not copied); name NULL: "Variable". */
+nb_variable *nb_variable_new(nb_ctx *c, nb_tensor *initial, bool trainable, const char *name);
+void nb_variable_free(nb_variable *v);
+nb_tensor *nb_variable_read(nb_ctx *c, nb_variable *v);
+/* value must have v's dtype and shape (else NB_DTYPE / NB_SHAPE naming v and both shapes).
+   Eager: returns a read of the new value; graph: the update node's tensor. */
+nb_tensor *nb_variable_assign(nb_ctx *c, nb_variable *v, nb_tensor *value);
+nb_tensor *nb_variable_assign_add(nb_ctx *c, nb_variable *v, nb_tensor *value);
+nb_tensor *nb_variable_assign_sub(nb_ctx *c, nb_variable *v, nb_tensor *value);
+const char *nb_variable_name(const nb_variable *v);
+bool nb_variable_trainable(const nb_variable *v);
+nb_dtype nb_variable_dtype(const nb_variable *v);
+int nb_variable_rank(const nb_variable *v);
+const int64_t *nb_variable_shape(const nb_variable *v);
+/* The current value for host reads, row-major; valid until the next update of v. */
+const void *nb_variable_data(const nb_variable *v);
+/* TF's watch_accessed_variables (default true): whether t watches trainable variables read
+   while it records. Non-trainable variables are never watched automatically. */
+void nb_tape_set_watch_accessed_variables(nb_tape *t, bool watch);
+/* nb_tape_gradient with the variables as sources: out[i] = d(sum of targets)/d vars[i]. */
+nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_variable *const *vars, int nv,
+                              nb_tensor **out);
 
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

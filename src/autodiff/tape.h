@@ -32,6 +32,7 @@ typedef struct id_map {
 struct nb_tape {
   nb_ctx *c;
   bool active, persistent, recording, used, unconnected_zero;
+  bool watch_accessed;     /* watches trainable variables read while it records (TF's default) */
   id_map tracked;          /* watched ids and outputs of recorded ops */
   uint64_t last_out;       /* the newest recorded output: most ops read it (a chain) */
   id_map grads;            /* during a backward pass: id -> accumulated gradient */

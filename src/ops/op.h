@@ -88,6 +88,8 @@ struct nb_op_def {
   const char *batched_as;  /* vectorized Jacobians: the op whose gradient, run on this op's
                               tensors with a leading batch dim (same attr layout), is this
                               op's batched gradient (BatchMatMulV2 for MatMul) */
+  bool stateful;           /* reads or writes state outside its inputs (variables): never
+                              folded at graph build time (TF's SetIsStateful) */
   uint32_t grad_inputs;    /* bitmask of inputs the gradient function reads */
   uint32_t grad_outputs;   /* bitmask of outputs the gradient function reads */
   uint8_t nattrs;
@@ -159,6 +161,7 @@ nb_op_family nb_linalg_family(void);
 nb_op_family nb_array_family(void);
 nb_op_family nb_slicing_family(void);
 nb_op_family nb_custom_family(void);
+nb_op_family nb_variable_family(void);
 /* The internal op behind nb_custom_gradient, and its attr slots. */
 enum { NB_CUSTOM_N, NB_CUSTOM_NUM_OUTPUTS, NB_CUSTOM_GRAD_FN, NB_CUSTOM_USER };
 const nb_op_def *nb_custom_gradient_def(void);
