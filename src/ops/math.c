@@ -227,17 +227,7 @@ typedef struct unary_impl {
   unary_fn fn[NB_BOOL + 1]; /* by dtype; NULL: unsupported */
 } unary_impl;
 
-/* Unary loops are compute-bound (exp, tanh, ...): build an AVX2+FMA clone beside the
-   baseline one, picked at load time, so one binary runs well on any x86-64. */
-#if defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target_clones) && !defined(__SANITIZE_ADDRESS__)
-#define NB_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef NB_SIMD_CLONES
-#define NB_SIMD_CLONES
-#endif
-
+/* Unary loops are compute-bound (exp, tanh, ...): NB_SIMD_CLONES (op.h). */
 #define UNARY_LOOP(name, sfx, T)                                          \
   NB_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n) {    \
     const T *x = px;                                                      \

@@ -32,9 +32,10 @@ int nb_apply_num_vars(nb_apply_kind kind) {
 }
 
 /* The loops for one float type T over [lo, hi). Hyperparameters are converted to T once;
-   nesterov variants select coefficients instead of branching in the loop. */
+   nesterov variants select coefficients instead of branching in the loop. sqrt and the
+   division make them compute-bound: NB_SIMD_CLONES. */
 #define DEFINE_UPDATE(T, sfx)                                                                 \
-  static void update_##sfx(void *arg, int64_t lo, int64_t hi) {                               \
+  NB_SIMD_CLONES static void update_##sfx(void *arg, int64_t lo, int64_t hi) {                \
     const apply_job *j = arg;                                                                 \
     const nb_hyper *h = &j->h;                                                                \
     T *restrict w = (T *)j->p[0];                                                             \
