@@ -509,7 +509,9 @@ nb_optimizer *nb_momentum_new(double learning_rate, double momentum, bool nester
 nb_optimizer *nb_adam_new(double learning_rate, double beta1, double beta2, double epsilon);
 nb_optimizer *nb_adamw_new(double learning_rate, double beta1, double beta2, double epsilon, double weight_decay);
 nb_optimizer *nb_rmsprop_new(double learning_rate, double rho, double momentum, double epsilon, bool centered);
-void nb_optimizer_free(nb_optimizer *o);  /* after every graph run that updates through it */
+/* Frees the optimizer and its slots; a graph's update nodes that use them then fail with
+   NB_INVALID when run. */
+void nb_optimizer_free(nb_optimizer *o);
 /* Updates vars[i] with grads[i] (a NULL gradient skips its variable, as TF) and counts one
    step. Eager: updates now; *train_op (may be NULL) is set to NULL. Graph: adds the update
    nodes and sets *train_op to the step counter's AssignAddVariableOp, which runs after
