@@ -7,6 +7,8 @@
 
 #include <stdio.h>
 
+#include "../src/core/core.h"
+
 #define N 3
 #define STEPS 3
 
@@ -379,8 +381,11 @@ static void train_linear(nb_optimizer *(*make)(void), int steps, bool graph) {
     assert_int_equal(nb_gradients(f.c, &loss, 1, r, 2, NULL, d), NB_OK);
     assert_int_equal(nb_optimizer_apply(o, f.c, d, vars, 2, &train), NB_OK);
     nb_tensor *feed[2] = {xp, yp}, *vals[2] = {x, y}, *fetch[2] = {loss, train}, *out[2];
+    const void *w_data = NULL;
     for (int s = 0; s < steps; s++) {
       assert_int_equal(nb_run(f.s, feed, vals, 2, fetch, 2, out), NB_OK);
+      if (s == 1) w_data = nb_variable_data(vars[0]);
+      if (s > 1) assert_ptr_equal(nb_variable_data(vars[0]), w_data); /* updated in place: no read is held */
       if (s == 0) first = nb_item(out[0], 0);
       last = nb_item(out[0], 0);
       nb_tensor_free(out[0]);
@@ -393,6 +398,47 @@ static void train_linear(nb_optimizer *(*make)(void), int steps, bool graph) {
   nb_variable_free(vars[0]);
   nb_variable_free(vars[1]);
   nb_ctx_free(c);
+}
+
+/* In steady state an eager training step updates every variable and slot in place (the
+   forward's reads are gone by then) and grows neither the handle list nor the pool. */
+static void test_eager_loop_in_place_and_flat(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x, *y;
+  regression_data(c, &x, &y);
+  nb_variable *vars[2] = {nb_variable_new(c, tu_make(c, NB_F64, 2, TU_SHAPE(3, 1), NULL), true, "w"),
+                          nb_variable_new(c, tu_make(c, NB_F64, 1, TU_SHAPE(1), NULL), true, "b")};
+  nb_optimizer *o = nb_adam_new(0.05, 0.9, 0.999, 1e-7);
+  const void *data[6] = {NULL};
+  uint32_t handles = 0;
+  size_t cached = 0;
+  for (int s = 0; s < 500; s++) {
+    nb_scope_begin(c);
+    nb_tensor *d[2];
+    nb_scope_begin(c);
+    nb_tape *t = nb_tape_begin(c, 0);
+    nb_tensor *loss = mse(c, x, y, nb_variable_read(c, vars[0]), nb_variable_read(c, vars[1]));
+    assert_int_equal(nb_tape_gradient_vars(t, &loss, 1, vars, 2, d), NB_OK);
+    nb_tape_end(t);
+    nb_scope_end(c, d, 2);
+    assert_int_equal(nb_optimizer_apply(o, c, d, vars, 2, NULL), NB_OK);
+    nb_scope_end(c, NULL, 0);
+    const void *now[6] = {nb_variable_data(vars[0]), nb_variable_data(vars[1]),
+                          nb_variable_data(nb_optimizer_slot(o, vars[0], "m")), nb_variable_data(nb_optimizer_slot(o, vars[0], "v")),
+                          nb_variable_data(nb_optimizer_slot(o, vars[1], "m")), nb_variable_data(nb_optimizer_slot(o, vars[1], "v"))};
+    if (s == 2) {
+      memcpy(data, now, sizeof now);
+      handles = c->nhandles;
+      cached = c->pool.cached_bytes;
+    } else if (s > 2) {
+      assert_memory_equal(now, data, sizeof now);
+      assert_int_equal(c->nhandles, handles);
+      assert_true(c->pool.cached_bytes == cached);
+    }
+  }
+  nb_optimizer_free(o);
+  nb_variable_free(vars[0]);
+  nb_variable_free(vars[1]);
 }
 
 static nb_optimizer *regression_sgd(void) { return nb_sgd_new(0.3); }
@@ -416,6 +462,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_clip_by_global_norm, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_apply_errors, tu_setup, tu_teardown),
       cmocka_unit_test(test_linear_regression),
+      cmocka_unit_test_setup_teardown(test_eager_loop_in_place_and_flat, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

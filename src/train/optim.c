@@ -209,7 +209,7 @@ static nb_code check_apply(nb_ctx *c, nb_tensor *const *grads, nb_variable *cons
     if (!c->graph && !g->buf)
       return nb_fail(c, NB_INVALID, "nb_optimizer_apply: gradient %d (for variable '%s') is a graph tensor; eager "
                      "updates need values", i, v->name);
-    if (!nb_variable_accepts(v, g) || (!c->graph && g->size != v->size))
+    if (!nb_variable_accepts(v, g))
       return nb_fail(c, g->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
                      "nb_optimizer_apply: gradient %d has shape %s and dtype %s; variable '%s' has shape %s and "
                      "dtype %s", i, g->rank < 0 ? "<unknown>" : nb_tstr(g), nb_dtype_name(g->dtype), v->name,
@@ -269,13 +269,13 @@ typedef struct graph_hyper {
 static void hyper_tensors(nb_optimizer *o, nb_ctx *c, nb_tensor *step, nb_dtype t, graph_hyper *gh) {
   const nb_hyper *h = &o->h;
   nb_tensor *lr = schedule_tensor(c, &o->lr, step, t);
-  nb_tensor *local = nb_add(c, nb_cast(c, step, t), nb_scalar(c, t, 1));
 #define S(v) nb_scalar(c, t, v)
   switch (o->kind) {
     case NB_APPLY_SGD: *gh = (graph_hyper){{lr, NULL}, 2, 1}; break;
     case NB_APPLY_MOMENTUM: *gh = (graph_hyper){{lr, NULL, S(h->momentum)}, 3, 1}; break;
     case NB_APPLY_ADAM:
-    case NB_APPLY_ADAMW: {
+    case NB_APPLY_ADAMW: { /* Keras: beta^(iterations + 1) */
+      nb_tensor *local = nb_add(c, nb_cast(c, step, t), S(1));
       nb_tensor *b1p = nb_pow(c, S(h->beta1), local), *b2p = nb_pow(c, S(h->beta2), local);
       *gh = (graph_hyper){{b1p, b2p, lr, S(h->beta1), S(h->beta2), S(h->epsilon), NULL, S(h->weight_decay)},
                           o->kind == NB_APPLY_ADAMW ? 8 : 7, 6};
