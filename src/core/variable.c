@@ -64,6 +64,12 @@ nb_tensor *nb_variable_handle(nb_ctx *c, nb_variable *v) {
   return x;
 }
 
+void nb_variable_share_into(nb_ctx *c, nb_tensor *out, nb_variable *v) {
+  nb_buffer_retain(v->buf);
+  nb_buffer_release(c, out->buf);
+  out->buf = v->buf;
+}
+
 bool nb_variable_accepts(const nb_variable *v, const nb_tensor *x) {
   if (x->dtype != v->dtype) return false;
   if (x->rank < 0) return true;

@@ -31,6 +31,8 @@ nb_code nb_variable_check_live(nb_ctx *c, const nb_variable *v, const char *op);
 void *nb_variable_writable(nb_ctx *c, nb_variable *v, bool keep);
 /* An eager handle in c's scope sharing v's buffer, under v's id (no tape sees it). */
 nb_tensor *nb_variable_handle(nb_ctx *c, nb_variable *v);
+/* Makes out (an op's output, allocated by dispatch) share v's buffer instead. */
+void nb_variable_share_into(nb_ctx *c, nb_tensor *out, nb_variable *v);
 /* Whether x has v's dtype and a shape compatible with v's (unknown dims match anything). */
 bool nb_variable_accepts(const nb_variable *v, const nb_tensor *x);
 /* The pointer carried in an op's int attr, and back. */

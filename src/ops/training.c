@@ -1,7 +1,8 @@
 /* TF's training ops with variables as attrs: ResourceApplyGradientDescent,
    ResourceApplyMomentum, ResourceApplyAdam, ResourceApplyRMSProp,
    ResourceApplyCenteredRMSProp, and ResourceApplyAdamW (nabla's: Adam after Keras's
-   decoupled weight decay, var -= var * weight_decay * lr, in the same pass). Inputs are
+   decoupled weight decay, var -= var * weight_decay * lr, in the same pass). Adam's
+   use_nesterov attr is not supported (Keras's Adam has no Nesterov variant). Inputs are
    TF's minus the resources (hyperparameters as scalars of the variable's dtype, then or
    among them grad); the variable and its slots travel in the internal attr _variables
    (pointer bits). Each update is one pass over memory, no temporaries: every element
@@ -60,14 +61,13 @@ int nb_apply_num_vars(nb_apply_kind kind) {
         T *restrict m = (T *)j->p[1], *restrict v = (T *)j->p[2];                             \
         const T b1 = (T)h->beta1, b2 = (T)h->beta2;                                           \
         const T lr_t = (T)(h->lr * sqrt(1 - h->beta2_power) / (1 - h->beta1_power));          \
-        const T cm = h->nesterov ? b1 : 1, cg = h->nesterov ? 1 - b1 : 0;                     \
         const T decay = (T)(h->weight_decay * h->lr); /* 0 for Adam: var - var * 0 is var */  \
         for (int64_t i = lo; i < hi; i++) {                                                   \
           T gi = g[i], mi = m[i] + (gi - m[i]) * (1 - b1), vi = v[i] + (gi * gi - v[i]) * (1 - b2); \
           m[i] = mi;                                                                          \
           v[i] = vi;                                                                          \
           T wi = w[i] - w[i] * decay;                                                         \
-          w[i] = wi - (mi * cm + gi * cg) * lr_t / (sqrt(vi) + eps);                           \
+          w[i] = wi - mi * lr_t / (sqrt(vi) + eps);                                           \
         }                                                                                     \
         break;                                                                                \
       }                                                                                       \
@@ -115,7 +115,7 @@ nb_code nb_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const *vars,
 
 /* ---- the ops ---------------------------------------------------------------------------- */
 
-enum { ATTR_VARS, ATTR_LOCKING, ATTR_NESTEROV }; /* use_nesterov: Momentum and Adam only, as in TF */
+enum { ATTR_VARS, ATTR_LOCKING, ATTR_NESTEROV }; /* use_nesterov: Momentum only */
 #define GRAD (-1)
 
 /* An op's inputs: for each, the nb_hyper field it sets (its offset), or GRAD. */
@@ -167,36 +167,35 @@ static nb_code train_infer(nb_kargs *k) {
   nb_variable *v = vars[0];
   for (int i = 0; i < k->nin; i++) {
     const nb_tensor *x = k->in[i];
-    bool ok = impl->field[i] == GRAD ? nb_variable_accepts(v, x) : x->dtype == v->dtype && (x->rank == 0 || x->rank < 0);
-    if (!ok)
+    const char *shape = x->rank < 0 ? "<unknown>" : nb_tstr(x);
+    if (impl->field[i] == GRAD && !nb_variable_accepts(v, x))
       return nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
-                      "input %d has shape %s and dtype %s; variable '%s' needs %s %s", i,
-                      x->rank < 0 ? "<unknown>" : nb_tstr(x), nb_dtype_name(x->dtype), v->name,
-                      impl->field[i] == GRAD ? "a gradient of shape" : "a scalar, not",
-                      impl->field[i] == GRAD ? nb_sstr(v->rank, v->shape) : "this");
+                      "grad (input %d) has shape %s and dtype %s; variable '%s' needs a gradient of shape %s and "
+                      "dtype %s", i, shape, nb_dtype_name(x->dtype), v->name, nb_sstr(v->rank, v->shape),
+                      nb_dtype_name(v->dtype));
+    if (impl->field[i] != GRAD && (x->dtype != v->dtype || x->rank > 0))
+      return nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
+                      "input %d must be a %s scalar like variable '%s', got shape %s and dtype %s", i,
+                      nb_dtype_name(v->dtype), v->name, shape, nb_dtype_name(x->dtype));
   }
   nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
   return NB_OK;
 }
 
+/* infer has checked the variables and inputs of this very call */
 static nb_code train_kernel(nb_kargs *k) {
   const train_impl *impl = k->def->impl;
   nb_variable *vars[NB_APPLY_MAX_VARS];
-  nb_code code = attr_variables(k, impl, vars);
-  if (code) return code;
+  for (int i = 0; i < k->attr[ATTR_VARS].n; i++) vars[i] = nb_variable_from_bits(k->attr[ATTR_VARS].ints[i]);
   nb_hyper h = {.nesterov = k->def->nattrs > ATTR_NESTEROV && k->attr[ATTR_NESTEROV].b};
   for (int i = 0; i < k->nin; i++) {
     const void *d = nb_tdata(k->in[i]);
     if (impl->field[i] != GRAD)
       *(double *)((char *)&h + impl->field[i]) = k->in[i]->dtype == NB_F32 ? *(const float *)d : *(const double *)d;
   }
-  code = nb_apply_update(k->ctx, impl->kind, vars, nb_tdata(k->in[grad_input(impl)]), &h, k->threads);
-  if (code) return code;
-  nb_tensor *out = k->res[0]; /* the variable's own buffer, in place of the one dispatch allocated */
-  nb_buffer_retain(vars[0]->buf);
-  nb_buffer_release(k->ctx, out->buf);
-  out->buf = vars[0]->buf;
-  return NB_OK;
+  nb_code code = nb_apply_update(k->ctx, impl->kind, vars, nb_tdata(k->in[grad_input(impl)]), &h, k->threads);
+  if (!code) nb_variable_share_into(k->ctx, k->res[0], vars[0]);
+  return code;
 }
 
 #define TRAIN_ATTRS {"_variables", NB_ATTR_INTS, {.n = 0}, true}, {"use_locking", NB_ATTR_BOOL, {.b = false}, false}
@@ -211,8 +210,8 @@ static nb_code train_kernel(nb_kargs *k) {
 static nb_op_def training_ops[] = {
     TRAIN_OP("ResourceApplyGradientDescent", 2, sgd_impl),
     NESTEROV_OP("ResourceApplyMomentum", 3, momentum_impl),
-    NESTEROV_OP("ResourceApplyAdam", 7, adam_impl),
-    NESTEROV_OP("ResourceApplyAdamW", 8, adamw_impl),
+    TRAIN_OP("ResourceApplyAdam", 7, adam_impl),
+    TRAIN_OP("ResourceApplyAdamW", 8, adamw_impl),
     TRAIN_OP("ResourceApplyRMSProp", 5, rmsprop_impl),
     TRAIN_OP("ResourceApplyCenteredRMSProp", 5, centered_impl),
 };

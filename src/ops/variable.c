@@ -29,14 +29,6 @@ static nb_code check_variable(nb_kargs *k, nb_variable **out) {
   return NB_OK;
 }
 
-/* The op's output: the variable's buffer itself, in place of the one dispatch allocated. */
-static void share_value(nb_kargs *k, nb_variable *v) {
-  nb_tensor *out = k->res[0];
-  nb_buffer_retain(v->buf);
-  nb_buffer_release(k->ctx, out->buf);
-  out->buf = v->buf;
-}
-
 static nb_code read_infer(nb_kargs *k) {
   nb_variable *v;
   nb_code code = check_variable(k, &v);
@@ -45,7 +37,7 @@ static nb_code read_infer(nb_kargs *k) {
 }
 
 static nb_code read_kernel(nb_kargs *k) {
-  share_value(k, attr_variable(k));
+  nb_variable_share_into(k->ctx, k->res[0], attr_variable(k));
   return NB_OK;
 }
 
@@ -95,7 +87,7 @@ static nb_code assign_kernel(nb_kargs *k) {
     memcpy(dst, src, (size_t)v->size * nb_dtype_size(v->dtype));
   else
     add_into(v->dtype, kind == ASSIGN_SUB, dst, src, v->size);
-  share_value(k, v);
+  nb_variable_share_into(k->ctx, k->res[0], v);
   return NB_OK;
 }
 

@@ -292,10 +292,6 @@ static const char *const op_types[] = {
     [NB_APPLY_RMSPROP] = "ResourceApplyRMSProp",     [NB_APPLY_CENTERED_RMSPROP] = "ResourceApplyCenteredRMSProp",
 };
 
-static bool has_nesterov(nb_apply_kind kind) {
-  return kind == NB_APPLY_MOMENTUM || kind == NB_APPLY_ADAM || kind == NB_APPLY_ADAMW;
-}
-
 static nb_tensor *apply_graph(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n) {
   nb_tensor *step = nb_variable_read(c, o->iterations);
   graph_hyper per_dtype[2];
@@ -317,8 +313,8 @@ static nb_tensor *apply_graph(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grad
     int64_t bits[NB_APPLY_MAX_VARS];
     int nuses = update_vars(o, vars[i], uses);
     for (int k = 0; k < nuses; k++) bits[k] = nb_variable_bits(uses[k]);
+    /* _variables, use_locking, and use_nesterov where the op has it (Momentum) */
     nb_attrval attrs[NB_MAX_ATTRS] = {{.ints = bits, .n = nuses}, {.b = false}, {.b = o->h.nesterov}};
-    if (!has_nesterov(o->kind)) attrs[2] = (nb_attrval){0};
     updates[nupdates++] = nb_variable_update(c, nb_op_lookup(op_types[o->kind]), uses, nuses, gh.in, gh.nin, attrs,
                                              "apply");
   }
