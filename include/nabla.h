@@ -74,6 +74,7 @@ typedef struct nb_graph nb_graph;
 typedef struct nb_session nb_session;
 typedef struct nb_fwd_op nb_fwd_op;
 typedef struct nb_tape nb_tape;
+typedef struct nb_variable nb_variable;
 
 /* ---- names ---------------------------------------------------------------- */
 const char *nb_code_name(nb_code code);     /* "NB_SHAPE", ... */
@@ -548,6 +549,112 @@ typedef enum {
 nb_code nb_dataset_batch(nb_ctx *c, const nb_dataset *d, int64_t first, int64_t n, nb_image_layout layout,
                          nb_tensor **images, nb_tensor **labels);
 void nb_dataset_free(nb_dataset *d);
+
+/* ---- variables: tf.Variable --------------------------------------------------------------
+   A variable owns its value outside every context scope: it survives nb_scope_end and
+   nb_ctx_free, and persists across steps and nb_run calls until nb_variable_free.
+   Eager: nb_variable_read returns a handle sharing the value (no copy). Every read of one
+   variable has the same tensor id, so a tape's gradient with respect to any read sums over
+   all reads (TF's gradient to the variable); tapes watch trainable variables as they are
+   read (nb_tape_set_watch_accessed_variables turns that off per tape). Assigns run at once
+   and write in place, unless a read handle or a tape still holds the value: then they
+   keep seeing the old value (copy-on-write). End the scopes that hold reads before
+   updating (keep the gradients) and updates run in place.
+   Graph contexts: reads and assigns are nodes. A graph has one ReadVariableOp node per
+   variable, yielding the value at run time; AssignVariableOp, AssignAddVariableOp,
+   AssignSubVariableOp and the optimizers' update nodes wait for it (a control edge), so in
+   one nb_run every read sees the value from the start of the run and the updates apply
+   after it (two updates of one variable in one run: order them with
+   nb_add_control_input). Fetch an update's tensor to run it; its value is the variable's
+   new value. nb_gradients with respect to a read gives the variable's gradient.
+   A graph keeps the variables it uses allocated: once freed, running a node that uses one
+   fails with NB_INVALID naming it. */
+/* initial: a concrete tensor (its value is shared, not copied); name NULL: "Variable". */
+nb_variable *nb_variable_new(nb_ctx *c, nb_tensor *initial, bool trainable, const char *name);
+void nb_variable_free(nb_variable *v);
+nb_tensor *nb_variable_read(nb_ctx *c, nb_variable *v);
+/* value must have v's dtype and shape (else NB_DTYPE / NB_SHAPE naming v and both shapes).
+   Eager: returns a read of the new value; graph: the update node's tensor. */
+nb_tensor *nb_variable_assign(nb_ctx *c, nb_variable *v, nb_tensor *value);
+nb_tensor *nb_variable_assign_add(nb_ctx *c, nb_variable *v, nb_tensor *value);
+nb_tensor *nb_variable_assign_sub(nb_ctx *c, nb_variable *v, nb_tensor *value);
+const char *nb_variable_name(const nb_variable *v);
+bool nb_variable_trainable(const nb_variable *v);
+nb_dtype nb_variable_dtype(const nb_variable *v);
+int nb_variable_rank(const nb_variable *v);
+const int64_t *nb_variable_shape(const nb_variable *v);
+/* The current value for host reads, row-major; valid until the next update of v. */
+const void *nb_variable_data(const nb_variable *v);
+/* TF's watch_accessed_variables (default true): whether t watches trainable variables read
+   while it records. Non-trainable variables are never watched automatically. */
+void nb_tape_set_watch_accessed_variables(nb_tape *t, bool watch);
+/* nb_tape_gradient with the variables as sources: out[i] = d(sum of targets)/d vars[i]. */
+nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_variable *const *vars, int nv,
+                              nb_tensor **out);
+
+/* ---- optimizers: Keras's, with TF's fused update kernels -----------------------------------
+   Each update is one fused pass over the variable and its slots (TF's ResourceApply* ops),
+   in place unless something holds the variable's value. Slots (zeros) are made on a
+   variable's first update and freed with the optimizer. Formulas (g the gradient, t the
+   step counted from 1):
+     SGD       var -= lr g                                        (ResourceApplyGradientDescent)
+     Momentum  accum = momentum accum + g; var -= lr accum;       (ResourceApplyMomentum)
+               nesterov: var -= lr (g + momentum accum)
+     Adam      m += (g - m)(1 - beta1); v += (g^2 - v)(1 - beta2);  (ResourceApplyAdam)
+               var -= lr sqrt(1 - beta2^t) / (1 - beta1^t) m / (sqrt(v) + epsilon)
+     AdamW     var -= var weight_decay lr, then Adam (Keras's decoupled decay; ResourceApplyAdamW)
+     RMSProp   ms += (g^2 - ms)(1 - rho); mom = momentum mom + lr g / sqrt(ms + epsilon);
+               var -= mom                                         (ResourceApplyRMSProp)
+               centered: mg += (g - mg)(1 - rho) and ms - mg^2 for ms (ResourceApplyCenteredRMSProp)
+   RMSProp keeps epsilon inside the square root (TF's kernels); Keras's RMSprop without
+   momentum puts it outside. Keras's defaults: Adam(0.001, 0.9, 0.999, 1e-7),
+   RMSprop(0.001, 0.9, 0, 1e-7), AdamW weight_decay 0.004. */
+typedef struct nb_optimizer nb_optimizer;
+nb_optimizer *nb_sgd_new(double learning_rate);                /* NULL only when out of memory */
+nb_optimizer *nb_momentum_new(double learning_rate, double momentum, bool nesterov);
+nb_optimizer *nb_adam_new(double learning_rate, double beta1, double beta2, double epsilon);
+nb_optimizer *nb_adamw_new(double learning_rate, double beta1, double beta2, double epsilon, double weight_decay);
+nb_optimizer *nb_rmsprop_new(double learning_rate, double rho, double momentum, double epsilon, bool centered);
+/* Frees the optimizer and its slots; a graph's update nodes that use them then fail with
+   NB_INVALID when run. */
+void nb_optimizer_free(nb_optimizer *o);
+/* Updates vars[i] with grads[i] (a NULL gradient skips its variable, as TF) and counts one
+   step. Eager: updates now; *train_op (may be NULL) is set to NULL. Graph: adds the update
+   nodes and sets *train_op to the step counter's AssignAddVariableOp, which runs after
+   every update: fetch it to train. Gradients must match their variable's dtype (f32, f64)
+   and shape; on error nothing is updated. */
+nb_code nb_optimizer_apply(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n,
+                           nb_tensor **train_op);
+/* Updates applied so far (Keras's iterations); schedules are evaluated at it. */
+int64_t nb_optimizer_iterations(const nb_optimizer *o);
+/* var's slot: "momentum" (Momentum, RMSProp), "m" and "v" (Adam, AdamW), "rms" and "mg"
+   (RMSProp, centered); NULL before var's first update or for an unknown name. */
+nb_variable *nb_optimizer_slot(const nb_optimizer *o, const nb_variable *var, const char *slot);
+
+/* Learning-rate schedules, evaluated at the optimizer's step counter (in graph mode
+   through the counter's variable, so they advance across nb_run calls). */
+typedef enum { NB_LR_CONSTANT, NB_LR_STEP_DECAY, NB_LR_COSINE_DECAY } nb_lr_kind;
+typedef struct nb_lr_schedule {
+  nb_lr_kind kind;
+  double initial;             /* the learning rate at step 0 */
+  int64_t decay_steps;        /* > 0 */
+  double decay_rate;          /* step decay */
+  double alpha;               /* cosine decay: the final fraction of initial */
+} nb_lr_schedule;
+/* initial * decay_rate^floor(step / decay_steps) (Keras's ExponentialDecay, staircase). */
+nb_lr_schedule nb_step_decay(double initial, int64_t decay_steps, double decay_rate);
+/* Keras's CosineDecay: initial * ((1 - alpha) (1 + cos(pi min(step, decay_steps) / decay_steps)) / 2 + alpha). */
+nb_lr_schedule nb_cosine_decay(double initial, int64_t decay_steps, double alpha);
+double nb_lr_schedule_value(const nb_lr_schedule *s, int64_t step);
+/* Replaces the optimizer's learning rate; NB_INVALID when decay_steps <= 0. */
+nb_code nb_optimizer_set_schedule(nb_optimizer *o, nb_lr_schedule s);
+
+/* tf.clip_by_global_norm: global_norm = sqrt(sum of every grads[i]^2); out[i] = grads[i] *
+   clip_norm / max(global_norm, clip_norm). NULL entries stay NULL; an infinite or NaN norm
+   makes every output NaN. clip_norm must be > 0; every gradient one float dtype.
+   global_norm may be NULL. */
+nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
+                               nb_tensor **global_norm);
 
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

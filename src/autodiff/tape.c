@@ -10,6 +10,7 @@
    (TF's persistent tapes do): nest a second tape for higher orders. */
 #include "tape.h"
 
+#include "../core/variable.h"
 #include "../grad/grad.h"
 
 #include <stdlib.h>
@@ -165,6 +166,15 @@ static void record(nb_ctx *c, nb_kargs *k, nb_tensor *const *out) {
   }
 }
 
+/* A trainable variable was read: tapes recording with watch_accessed watch its id. */
+static void watch_read(nb_ctx *c, const nb_tensor *x) {
+  for (int i = 0; i < c->ntapes && !c->tapes_paused; i++) {
+    nb_tape *t = c->tapes[i];
+    if (t->recording && t->watch_accessed && track(t, x->id) < 0)
+      nb_fail(c, NB_NOMEM, "nb_variable_read: out of memory watching the variable on a tape");
+  }
+}
+
 static void release_tapes(nb_ctx *c) {
   for (int i = 0; i < c->ntapes; i++) tape_destroy(c->tapes[i]);
   while (c->spare_tapes) {
@@ -201,9 +211,11 @@ nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
   t->persistent = persistent != 0;
   t->recording = true;
   t->used = t->unconnected_zero = false;
+  t->watch_accessed = true;
   t->next_spare = NULL;
   c->tapes[c->ntapes++] = t;
   c->record = record;
+  c->watch_read = watch_read;
   c->release_tapes = release_tapes;
   return t;
 }
@@ -215,6 +227,10 @@ void nb_tape_watch(nb_tape *t, nb_tensor *x) {
     return;
   }
   if (track(t, x->id) < 0) nb_fail(t->c, NB_NOMEM, "nb_tape_watch: out of memory");
+}
+
+void nb_tape_set_watch_accessed_variables(nb_tape *t, bool watch) {
+  if (t) t->watch_accessed = watch;
 }
 
 void nb_tape_stop_recording(nb_tape *t) {
@@ -651,5 +667,29 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
   nb_code code = nb_densify_inputs(t->c, targets, nt, dense);
   if (!code) code = tape_gradient(t, dense, nt, sources, ns, output_grads, out);
   free(dense);
+  return code;
+}
+
+/* The sources are handles of the variables' ids (reads the tapes do not watch). */
+nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_variable *const *vars, int nv,
+                              nb_tensor **out) {
+  if (!t) return NB_INVALID;
+  for (int i = 0; out && i < nv; i++) out[i] = NULL;
+  if (!nb_live(t->c)) return nb_status(t->c);
+  if (nv < 0 || (nv > 0 && (!vars || !out)))
+    return nb_fail(t->c, NB_INVALID, "nb_tape_gradient_vars: vars or out is NULL, or nv is negative");
+  nb_tensor *small[16], **src = nv <= 16 ? small : malloc((size_t)nv * sizeof *src);
+  if (!src) return nb_fail(t->c, NB_NOMEM, "nb_tape_gradient_vars: out of memory");
+  nb_code code = NB_OK;
+  for (int i = 0; i < nv; i++) src[i] = NULL;
+  for (int i = 0; i < nv && !code; i++) {
+    if (!vars[i] || vars[i]->freed)
+      code = nb_fail(t->c, NB_INVALID, "nb_tape_gradient_vars: vars[%d] is %s", i, vars[i] ? "freed" : "NULL");
+    else if (!(src[i] = nb_variable_handle(t->c, vars[i])))
+      code = nb_status(t->c);
+  }
+  if (!code) code = nb_tape_gradient(t, targets, nt, src, nv, NULL, out);
+  for (int i = 0; i < nv; i++) nb_tensor_free(src[i]);
+  if (src != small) free(src);
   return code;
 }

@@ -72,6 +72,9 @@ struct nb_ctx {
   nb_execute_fn execute;
   /* Eager contexts with active tapes: called after each op ran, to record it. */
   void (*record)(nb_ctx *c, struct nb_kargs *k, nb_tensor *const *out);
+  /* Eager contexts with tapes: called when a trainable variable is read (x: the read), so
+     tapes that watch accessed variables watch it. */
+  void (*watch_read)(nb_ctx *c, const nb_tensor *x);
   int tapes_paused;        /* > 0: no tape records (a custom gradient's forward function runs) */
   struct nb_tape **tapes;  /* active tapes, innermost last */
   int ntapes, tapes_cap;

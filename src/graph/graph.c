@@ -5,6 +5,8 @@
    are all known are folded, and shapes that depend on unknown dims are deferred. */
 #include "graph.h"
 
+#include "../core/variable.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +89,8 @@ void nb_graph_free(nb_graph *g) {
   for (int32_t i = 0; i < g->nnodes; i++)
     for (int a = 0; a < g->nodes[i].def->nattrs; a++)
       if (g->nodes[i].def->attrs[a].kind == NB_ATTR_TENSOR) nb_tensor_free(g->nodes[i].attr[a].tensor);
+  for (int32_t i = 0; i < g->nvars; i++) nb_variable_release(g->vars[i].var);
+  free(g->vars);
   nb_arena_free(&g->arena);
   free(g->names.slots);
   free(g->fresh_names);
@@ -399,7 +403,8 @@ static nb_code fold(nb_graph *g, const nb_kargs *k, nb_out *outs) {
 /* Ops with a kernel, or views (a view of a known value is known too), whose inputs are
    all known and whose results are small. */
 static bool foldable(const nb_kargs *k) {
-  if (k->deferred || k->nin == 0 || (!k->def->kernel && k->def->alias < 0)) return false; /* Const: see add_node */
+  if (k->deferred || k->nin == 0 || k->def->stateful || (!k->def->kernel && k->def->alias < 0))
+    return false; /* Const: see add_node */
   int64_t elems = 0;
   for (int i = 0; i < k->nin; i++)
     if (!k->in[i]->buf && !k->def->shape_only) return false;

@@ -76,7 +76,15 @@ struct nb_graph {
   uint32_t gen;            /* traversal generation for node stamps */
   uint32_t version;        /* bumped when edges are added to existing nodes (control inputs) */
   nb_ctx *fold;            /* eager context that folds constants */
+  struct nb_graph_var *vars; /* the variables its nodes use (each retained), with their read nodes */
+  int32_t nvars, vars_cap;
 };
+
+/* A variable a graph's nodes use, and its one ReadVariableOp node (-1 until needed). */
+typedef struct nb_graph_var {
+  struct nb_variable *var;
+  int32_t read_node;
+} nb_graph_var;
 
 /* A (node, output) pair as one int64: node << 32 | output. */
 static inline int64_t nb_key(int32_t node, int32_t out) { return (int64_t)node << 32 | (uint32_t)out; }

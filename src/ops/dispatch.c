@@ -178,6 +178,8 @@ static nb_code resolve_attrs(nb_ctx *c, const nb_op_def *def, const nb_attr *att
   for (int i = 0; i < nattrs; i++) {
     const nb_attr *a = &attrs[i];
     if (!a->name) return nb_fail(c, NB_INVALID, "%s: attr %d has no name", def->name, i);
+    if (a->name[0] == '_') /* internal attrs carry pointers (variables): only nabla sets them */
+      return nb_fail(c, NB_INVALID, "%s: attr '%s' is internal and cannot be set through nb_op", def->name, a->name);
     int slot = find_attr(def, a->name);
     if (slot < 0) {
       if (is_inferred_type_attr(a->name)) {

@@ -176,7 +176,7 @@ typedef struct unary_impl {
   unary_fn fn[NB_BOOL + 1]; /* by dtype; NULL: unsupported */
 } unary_impl;
 
-
+/* Unary loops are compute-bound (exp, tanh, ...): NB_SIMD_CLONES (op.h). */
 #define UNARY_LOOP(name, sfx, T)                                          \
   NB_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n) {    \
     const T *x = px;                                                      \

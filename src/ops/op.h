@@ -88,6 +88,8 @@ struct nb_op_def {
   const char *batched_as;  /* vectorized Jacobians: the op whose gradient, run on this op's
                               tensors with a leading batch dim (same attr layout), is this
                               op's batched gradient (BatchMatMulV2 for MatMul) */
+  bool stateful;           /* reads or writes state outside its inputs (variables): never
+                              folded at graph build time (TF's SetIsStateful) */
   uint32_t grad_inputs;    /* bitmask of inputs the gradient function reads */
   uint32_t grad_outputs;   /* bitmask of outputs the gradient function reads */
   uint8_t nattrs;
@@ -154,6 +156,17 @@ void nb_parallel_range(int nt, int64_t n, nb_range_fn fn, void *arg);
 /* Threads worth using for a loop over n elements (1 below the parallel threshold). */
 int nb_kthreads(const nb_kargs *k, int64_t n);
 
+/* Compute-bound loops get an AVX2+FMA clone beside the baseline one, picked at load time,
+   so one binary runs well on any x86-64. */
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones) && !defined(__SANITIZE_ADDRESS__)
+#define NB_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef NB_SIMD_CLONES
+#define NB_SIMD_CLONES
+#endif
+
 /* families (one file each in src/ops) */
 nb_op_family nb_math_family(void);
 nb_op_family nb_reduce_family(void);
@@ -162,6 +175,8 @@ nb_op_family nb_array_family(void);
 nb_op_family nb_slicing_family(void);
 nb_op_family nb_custom_family(void);
 nb_op_family nb_nn_family(void);
+nb_op_family nb_variable_family(void);
+nb_op_family nb_training_family(void);
 /* The internal op behind nb_custom_gradient, and its attr slots. */
 enum { NB_CUSTOM_N, NB_CUSTOM_NUM_OUTPUTS, NB_CUSTOM_GRAD_FN, NB_CUSTOM_USER };
 const nb_op_def *nb_custom_gradient_def(void);

@@ -1,5 +1,5 @@
 /* Branch-free float32 exp and tanh, shared by the elementwise families so their loops
-   vectorize, and NB_SIMD_CLONES for compute-bound loops. */
+   vectorize (their compute-bound loops take NB_SIMD_CLONES from op.h). */
 #ifndef NB_VMATH_H
 #define NB_VMATH_H
 
@@ -58,15 +58,5 @@ static inline float vtanhf(float x) {
   return ax < 0.625f ? small : big;
 }
 
-/* Unary loops are compute-bound (exp, tanh, ...): build an AVX2+FMA clone beside the
-   baseline one, picked at load time, so one binary runs well on any x86-64. */
-#if defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target_clones) && !defined(__SANITIZE_ADDRESS__)
-#define NB_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef NB_SIMD_CLONES
-#define NB_SIMD_CLONES
-#endif
 
 #endif

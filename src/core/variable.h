@@ -1,0 +1,52 @@
+/* Internal variables: a named value that outlives every context scope. Not public API. */
+#ifndef NB_VARIABLE_H
+#define NB_VARIABLE_H
+
+#include "core.h"
+
+struct nb_variable {
+  atomic_int refs;         /* the user's handle, plus one per graph whose nodes use it */
+  bool freed;              /* nb_variable_free ran: the value is gone, graphs still refer to it */
+  bool trainable;
+  nb_dtype dtype;
+  int rank;
+  int64_t shape[NB_MAX_RANK];
+  int64_t size;
+  nb_buffer *buf;          /* the current value; NULL once freed */
+  uint64_t id;             /* the tensor id every eager read carries (tapes key by it) */
+  char *name;
+};
+
+/* A variable holding buf (taken over) with shape and dtype; NULL when out of memory. */
+nb_variable *nb_variable_make(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, bool trainable,
+                              const char *name);
+void nb_variable_retain(nb_variable *v);
+void nb_variable_release(nb_variable *v);
+/* Fails with NB_INVALID naming v when it was freed (a graph still refers to it). */
+nb_code nb_variable_check_live(nb_ctx *c, const nb_variable *v, const char *op);
+/* Makes v's buffer v's alone before an in-place write (copy-on-write): when anything else
+   holds it (a read handle, a tape, a session value) v moves to a new buffer from c's pool,
+   with the old contents when keep is set, and the holders keep seeing the old value.
+   Returns the data to write, NULL when out of memory (c's status set). */
+void *nb_variable_writable(nb_ctx *c, nb_variable *v, bool keep);
+/* An eager handle in c's scope sharing v's buffer, under v's id (no tape sees it). */
+nb_tensor *nb_variable_handle(nb_ctx *c, nb_variable *v);
+/* Makes out (an op's output, allocated by dispatch) share v's buffer instead. */
+void nb_variable_share_into(nb_ctx *c, nb_tensor *out, nb_variable *v);
+/* Whether x has v's dtype and a shape compatible with v's (unknown dims match anything). */
+bool nb_variable_accepts(const nb_variable *v, const nb_tensor *x);
+/* The pointer carried in an op's int attr, and back. */
+int64_t nb_variable_bits(const nb_variable *v);
+nb_variable *nb_variable_from_bits(int64_t bits);
+
+
+/* (src/runtime/variable.c) Runs op def (eager) or adds its node (graph) to update uses[0]
+   with inputs in and attrs; a graph keeps every variable in uses alive while it lives, and
+   makes the node wait for uses[0]'s one ReadVariableOp node, so reads in one run see the
+   value from before the update. The node is named after uses[0] and suffix. Returns the
+   op's output. */
+struct nb_op_def;
+nb_tensor *nb_variable_update(nb_ctx *c, const struct nb_op_def *def, nb_variable *const *uses, int nuses,
+                              nb_tensor *const *in, int nin, const void *attrs, const char *suffix);
+
+#endif

@@ -1,0 +1,12 @@
+/* Variable ops and the training ops: updates are not differentiable (TF marks them so),
+   and a gradient stops there instead of reaching "no gradient defined". ReadVariableOp
+   has no inputs: a gradient arriving at its output is the variable's gradient. */
+#include "grad.h"
+
+void nb_register_variable_grads(void) {
+  static const char *const updates[] = {
+      "AssignVariableOp",     "AssignAddVariableOp",          "AssignSubVariableOp",
+      "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam",
+      "ResourceApplyAdamW",   "ResourceApplyRMSProp",         "ResourceApplyCenteredRMSProp"};
+  for (size_t i = 0; i < sizeof updates / sizeof *updates; i++) nb_register_builtin(updates[i], NULL);
+}

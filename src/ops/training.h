@@ -1,0 +1,35 @@
+/* The fused optimizer updates (TF's training ops), shared by the graph ops in training.c
+   and the eager optimizers in src/train. */
+#ifndef NB_TRAINING_H
+#define NB_TRAINING_H
+
+#include "op.h"
+
+#include "../core/variable.h"
+
+typedef enum {
+  NB_APPLY_SGD,              /* var */
+  NB_APPLY_MOMENTUM,         /* var, accum */
+  NB_APPLY_ADAM,             /* var, m, v */
+  NB_APPLY_ADAMW,            /* var, m, v */
+  NB_APPLY_RMSPROP,          /* var, ms, mom */
+  NB_APPLY_CENTERED_RMSPROP  /* var, mg, ms, mom */
+} nb_apply_kind;
+
+#define NB_APPLY_MAX_VARS 4
+
+/* The hyperparameters of one update (those a kind does not use are ignored). */
+typedef struct nb_hyper {
+  double lr, momentum, beta1, beta2, beta1_power, beta2_power, epsilon, rho, weight_decay;
+  bool nesterov;
+} nb_hyper;
+
+/* Variables an update of this kind touches: the variable and its slots. */
+int nb_apply_num_vars(nb_apply_kind kind);
+/* One fused pass updating vars[0] and its slots vars[1..] from grad (the variable's dtype,
+   f32 or f64, and size), in place unless a variable's buffer is shared (then it is copied
+   first: copy-on-write). The caller has checked dtypes and shapes. */
+nb_code nb_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const *vars, const void *grad, const nb_hyper *h,
+                        int threads);
+
+#endif

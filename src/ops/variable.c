@@ -1,0 +1,109 @@
+/* Resource variable ops: ReadVariableOp, AssignVariableOp, AssignAddVariableOp and
+   AssignSubVariableOp (TF's resource_variable_ops). nabla has no resource dtype, so the
+   variable travels in the internal attr _variable (its pointer's bits, as _CustomGradient
+   carries its function) instead of a resource input: TF's value input and dtype attr stay.
+   Reads share the variable's buffer; assigns write it in place unless something still
+   holds the old value, which then keeps it (copy-on-write, nb_variable_writable). Each op's
+   output is the variable's value after the op, sharing its buffer. */
+#include "op.h"
+
+#include "../core/variable.h"
+
+#include <string.h>
+
+enum { VAR_DTYPE, VAR_PTR };
+
+typedef enum { ASSIGN_SET, ASSIGN_ADD, ASSIGN_SUB } assign_kind;
+
+static nb_variable *attr_variable(const nb_kargs *k) { return nb_variable_from_bits(k->attr[VAR_PTR].i); }
+
+/* The variable named by the attrs, live and of the dtype attr's type. */
+static nb_code check_variable(nb_kargs *k, nb_variable **out) {
+  nb_variable *v = *out = attr_variable(k);
+  if (!v) return nb_kfail(k, NB_INVALID, "attr _variable is not set");
+  if (v->freed)
+    return nb_kfail(k, NB_INVALID, "variable '%s' was freed (nb_variable_free) while a graph still uses it", v->name);
+  if (k->attr[VAR_DTYPE].type != v->dtype)
+    return nb_kfail(k, NB_DTYPE, "attr dtype %s does not match variable '%s' of dtype %s",
+                    nb_dtype_name(k->attr[VAR_DTYPE].type), v->name, nb_dtype_name(v->dtype));
+  return NB_OK;
+}
+
+static nb_code read_infer(nb_kargs *k) {
+  nb_variable *v;
+  nb_code code = check_variable(k, &v);
+  if (!code) nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
+  return code;
+}
+
+static nb_code read_kernel(nb_kargs *k) {
+  nb_variable_share_into(k->ctx, k->res[0], attr_variable(k));
+  return NB_OK;
+}
+
+static nb_code assign_infer(nb_kargs *k) {
+  nb_variable *v;
+  nb_code code = check_variable(k, &v);
+  if (code) return code;
+  const nb_tensor *x = k->in[0];
+  if (!nb_variable_accepts(v, x))
+    return nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
+                    "variable '%s' has shape %s and dtype %s; the value has shape %s and dtype %s", v->name,
+                    nb_sstr(v->rank, v->shape), nb_dtype_name(v->dtype),
+                    x->rank < 0 ? "<unknown>" : nb_tstr(x), nb_dtype_name(x->dtype));
+  if ((assign_kind)(intptr_t)k->def->impl != ASSIGN_SET) {
+    code = nb_kcheck_dtype(k, 0, NB_M_NUM);
+    if (code) return code;
+  }
+  nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
+  return NB_OK;
+}
+
+#define ADD_LOOP(T, U, op)                                   \
+  do {                                                       \
+    T *restrict d = dst;                                     \
+    const T *restrict s = src;                               \
+    for (int64_t i = 0; i < n; i++) d[i] = (T)((U)d[i] op (U)s[i]); \
+  } while (0)
+
+/* dst op= src over n elements; integers wrap (through unsigned types). */
+static void add_into(nb_dtype t, bool subtract, void *dst, const void *src, int64_t n) {
+  switch (t) {
+    case NB_F32: if (subtract) ADD_LOOP(float, float, -); else ADD_LOOP(float, float, +); break;
+    case NB_F64: if (subtract) ADD_LOOP(double, double, -); else ADD_LOOP(double, double, +); break;
+    case NB_I32: if (subtract) ADD_LOOP(int32_t, uint32_t, -); else ADD_LOOP(int32_t, uint32_t, +); break;
+    case NB_I64: if (subtract) ADD_LOOP(int64_t, uint64_t, -); else ADD_LOOP(int64_t, uint64_t, +); break;
+    case NB_BOOL: break; /* refused by assign_infer */
+  }
+}
+
+static nb_code assign_kernel(nb_kargs *k) {
+  nb_variable *v = attr_variable(k);
+  assign_kind kind = (assign_kind)(intptr_t)k->def->impl;
+  void *dst = nb_variable_writable(k->ctx, v, kind != ASSIGN_SET);
+  if (!dst) return k->ctx->status;
+  const void *src = nb_tdata(k->in[0]);
+  if (kind == ASSIGN_SET)
+    memcpy(dst, src, (size_t)v->size * nb_dtype_size(v->dtype));
+  else
+    add_into(v->dtype, kind == ASSIGN_SUB, dst, src, v->size);
+  nb_variable_share_into(k->ctx, k->res[0], v);
+  return NB_OK;
+}
+
+#define VAR_ATTRS                                                   \
+  .nattrs = 2, .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true}, \
+                         {"_variable", NB_ATTR_INT, {.i = 0}, true}}
+#define ASSIGN_OP(op_name, kind)                                                                     \
+  {.name = op_name, .nin = 1, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS, .infer = assign_infer, \
+   .kernel = assign_kernel, .impl = (const void *)(intptr_t)(kind)}
+
+static nb_op_def variable_ops[] = {
+    {.name = "ReadVariableOp", .nin = 0, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS, .infer = read_infer,
+     .kernel = read_kernel},
+    ASSIGN_OP("AssignVariableOp", ASSIGN_SET),
+    ASSIGN_OP("AssignAddVariableOp", ASSIGN_ADD),
+    ASSIGN_OP("AssignSubVariableOp", ASSIGN_SUB),
+};
+
+nb_op_family nb_variable_family(void) { return (nb_op_family){variable_ops, 4}; }
