@@ -286,6 +286,26 @@ nb_tensor *nb_shape_op(nb_ctx *c, nb_tensor *x, nb_dtype out_type);
    axes of their broadcast along which each side's gradient must be summed. */
 nb_code nb_broadcast_gradient_args(nb_ctx *c, nb_tensor *s0, nb_tensor *s1, nb_tensor **r0, nb_tensor **r1);
 
+/* ---- batch normalization (f32 f64) --------------------------------------------------------
+   FusedBatchNormV3 (tf.compat.v1.nn.fused_batch_norm): x is 4-D (data_format "NHWC" or
+   "NCHW") or 5-D ("NDHWC", "NCDHW"; NULL means "NHWC"); scale, offset, mean, variance are
+   vectors of x's channel count and x's dtype. out[0..6) = y, batch_mean, batch_variance,
+   reserve_space_1, reserve_space_2, reserve_space_3. Training normalizes with the batch
+   mean and biased variance; batch_mean/batch_variance are (1 - f) old + f batch with
+   f = exponential_avg_factor (the variance Bessel-corrected), mean/variance are read only
+   when f != 1 and may be NULL otherwise. Inference normalizes with mean/variance and
+   returns them as batch_mean/batch_variance. reserve_space_1/2 hold the mean and variance
+   used (the gradient's statistics), reserve_space_3 is a scalar 0. epsilon >= 0 (TF: 1e-4). */
+nb_code nb_fused_batch_norm(nb_ctx *c, nb_tensor *x, nb_tensor *scale, nb_tensor *offset, nb_tensor *mean,
+                            nb_tensor *variance, double epsilon, double exponential_avg_factor,
+                            const char *data_format, bool is_training, nb_tensor **out);
+/* FusedBatchNormGradV3: out[0..5) = x_backprop, scale_backprop, offset_backprop and two
+   empty reserve spaces, from y_backprop and the forward op's x, scale and reserve spaces
+   (inference: its mean and variance inputs). */
+nb_code nb_fused_batch_norm_grad(nb_ctx *c, nb_tensor *y_backprop, nb_tensor *x, nb_tensor *scale,
+                                 nb_tensor *reserve_space_1, nb_tensor *reserve_space_2, nb_tensor *reserve_space_3,
+                                 double epsilon, const char *data_format, bool is_training, nb_tensor **out);
+
 /* ---- graphs ---------------------------------------------------------------------------
    A graph context adds a node per op call and returns symbolic tensors; shapes and dtypes
    are inferred at build time (dims may be unknown: -1, or rank -1 for unknown rank) and
