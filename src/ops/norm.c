@@ -130,7 +130,16 @@ static nb_code bn_infer(nb_kargs *k) {
   return NB_OK;
 }
 
-/* ---- loops ------------------------------------------------------------------------------ */
+/* ---- loops ------------------------------------------------------------------------------
+   Every pass walks contiguous runs of x: with channels last a whole block of rows is one
+   run whose element j has channel j % channels; with channels first each (row, channel)
+   pair is a run of inner elements of one channel. A run is processed in chunks of w
+   lanes (w a multiple of the channels when they are last, so lane l always holds channel
+   l % channels), which keeps the loops free of index arithmetic and lets them vectorize;
+   the lanes fold into the per-channel sums at the end of the run. */
+
+#define LANES 256    /* lanes of a channels-last run, when the channels fit */
+#define RUN_LANES 8  /* lanes of a channels-first run */
 
 /* One pass over x (and dy): per-block sums into part1 (and part2), and the elementwise
    out = alpha[c] u + beta[c] v + gamma[c] (v optional). */
@@ -145,53 +154,136 @@ typedef struct bn_job {
   void *out;
 } bn_job;
 
-/* Block b's sums: sum x (no center), sum (x - center)^2 (no dy), or sum dy and
-   sum dy (x - center). Channels-last rows run along the channels, so the loops vectorize. */
-#define DEFINE_SUMS(T)                                                                               \
+/* Lane width of a channels-last run: a multiple of ch, at least LANES when ch is smaller. */
+static int64_t last_lanes(int64_t ch) { return ch >= LANES ? ch : ch * (LANES / ch); }
+
+/* v[l % ch] tiled over w lanes (or v itself when w == ch). */
+static const double *tile(const double *v, int64_t ch, int64_t w, double *buf) {
+  if (!v || w == ch) return v;
+  for (int64_t l = 0; l < w; l++) buf[l] = v[l % ch];
+  return buf;
+}
+
+/* Adds w lanes into their channels (l % ch), or into one channel c when c >= 0. */
+static void fold(const double *lane, int64_t w, int64_t ch, int64_t c, double *sum) {
+  for (int64_t l = 0; l < w; l++) sum[c >= 0 ? c : l % ch] += lane[l];
+}
+
+#define DEFINE_LOOPS(T)                                                                              \
+  /* lane[l] += x (m NULL) or (x - m[l])^2 over a run of len elements */                           \
+  static void run_moment_##T(const T *x, const double *m, int64_t len, int64_t w, double *lane) {    \
+    int64_t j = 0;                                                                                   \
+    if (!m) {                                                                                        \
+      for (; j + w <= len; j += w)                                                                   \
+        for (int64_t l = 0; l < w; l++) lane[l] += x[j + l];                                         \
+      for (int64_t l = 0; j + l < len; l++) lane[l] += x[j + l];                                     \
+      return;                                                                                        \
+    }                                                                                                \
+    for (; j + w <= len; j += w)                                                                     \
+      for (int64_t l = 0; l < w; l++) {                                                              \
+        double d = x[j + l] - m[l];                                                                  \
+        lane[l] += d * d;                                                                            \
+      }                                                                                              \
+    for (int64_t l = 0; j + l < len; l++) {                                                          \
+      double d = x[j + l] - m[l];                                                                    \
+      lane[l] += d * d;                                                                              \
+    }                                                                                                \
+  }                                                                                                  \
+  /* l1[l] += dy, l2[l] += dy (x - m[l]) over a run */                                             \
+  static void run_grad_##T(const T *x, const T *dy, const double *m, int64_t len, int64_t w, double *l1, \
+                           double *l2) {                                                             \
+    int64_t j = 0;                                                                                   \
+    for (; j + w <= len; j += w)                                                                     \
+      for (int64_t l = 0; l < w; l++) {                                                              \
+        l1[l] += dy[j + l];                                                                          \
+        l2[l] += dy[j + l] * (x[j + l] - m[l]);                                                      \
+      }                                                                                              \
+    for (int64_t l = 0; j + l < len; l++) {                                                          \
+      l1[l] += dy[j + l];                                                                            \
+      l2[l] += dy[j + l] * (x[j + l] - m[l]);                                                        \
+    }                                                                                                \
+  }                                                                                                  \
+  /* out = a u + b v + g, lane-wise coefficients (v NULL: no b v) */                               \
+  static void run_affine_##T(const T *u, const T *v, const double *a, const double *b, const double *g, \
+                             int64_t len, int64_t w, T *out) {                                       \
+    for (int64_t j = 0; j < len; j += w) {                                                           \
+      int64_t n = len - j < w ? len - j : w;                                                         \
+      if (v)                                                                                         \
+        for (int64_t l = 0; l < n; l++) out[j + l] = (T)(a[l] * u[j + l] + b[l] * v[j + l] + g[l]);  \
+      else                                                                                           \
+        for (int64_t l = 0; l < n; l++) out[j + l] = (T)(a[l] * u[j + l] + g[l]);                    \
+    }                                                                                                \
+  }                                                                                                  \
+  /* out = a u + b v + g with one channel's coefficients (v NULL: no b v) */                         \
+  static void run_affine1_##T(const T *u, const T *v, double a, double b, double g, int64_t len, T *out) { \
+    if (v)                                                                                           \
+      for (int64_t i = 0; i < len; i++) out[i] = (T)(a * u[i] + b * v[i] + g);                       \
+    else                                                                                             \
+      for (int64_t i = 0; i < len; i++) out[i] = (T)(a * u[i] + g);                                  \
+  }                                                                                                  \
+  /* Block b's sums into part1 (and part2 with dy). */                                             \
   static void sums_##T(const bn_job *j, int64_t b) {                                                 \
     const bn_plan *p = j->p;                                                                         \
     int64_t ch = p->channels, inner = p->inner, lo = b * p->rows_per_block;                          \
     int64_t hi = lo + p->rows_per_block < p->outer ? lo + p->rows_per_block : p->outer;              \
     double *s1 = j->part1 + b * ch, *s2 = j->dy ? j->part2 + b * ch : NULL;                          \
-    const double *m = j->center;                                                                     \
-    for (int64_t c = 0; c < ch; c++) s1[c] = 0;                                                      \
-    for (int64_t c = 0; s2 && c < ch; c++) s2[c] = 0;                                                \
+    double l1[LANES], l2[LANES], mbuf[LANES];                                                        \
+    memset(s1, 0, (size_t)ch * sizeof *s1);                                                          \
+    if (s2) memset(s2, 0, (size_t)ch * sizeof *s2);                                                  \
+    if (inner == 1) {                                                                                \
+      int64_t w = last_lanes(ch), len = (hi - lo) * ch;                                              \
+      double *a1 = w == ch ? s1 : l1, *a2 = w == ch ? s2 : l2;                                       \
+      const double *m = tile(j->center, ch, w, mbuf);                                                \
+      const T *x = (const T *)j->x + lo * ch;                                                        \
+      if (w != ch) {                                                                                 \
+        memset(l1, 0, (size_t)w * sizeof *l1);                                                       \
+        memset(l2, 0, (size_t)w * sizeof *l2);                                                       \
+      }                                                                                              \
+      if (j->dy)                                                                                     \
+        run_grad_##T(x, (const T *)j->dy + lo * ch, m, len, w, a1, a2);                              \
+      else                                                                                           \
+        run_moment_##T(x, m, len, w, a1);                                                            \
+      if (w != ch) {                                                                                 \
+        fold(l1, w, ch, -1, s1);                                                                     \
+        if (s2) fold(l2, w, ch, -1, s2);                                                             \
+      }                                                                                              \
+      return;                                                                                        \
+    }                                                                                                \
     for (int64_t o = lo; o < hi; o++)                                                                \
-      for (int64_t c0 = 0; c0 < ch; c0 += (inner == 1 ? ch : 1)) {                                   \
-        int64_t nc = inner == 1 ? ch : 1, n = inner == 1 ? 1 : inner;                                \
-        const T *x = (const T *)j->x + (o * ch + c0) * inner;                                        \
-        const T *dy = j->dy ? (const T *)j->dy + (o * ch + c0) * inner : NULL;                       \
-        for (int64_t i = 0; i < n; i++)                                                              \
-          for (int64_t c = 0; c < nc; c++) {                                                         \
-            double xv = x[i * nc + c];                                                               \
-            if (dy) {                                                                                \
-              s1[c0 + c] += dy[i * nc + c];                                                          \
-              s2[c0 + c] += dy[i * nc + c] * (xv - m[c0 + c]);                                       \
-            } else {                                                                                 \
-              double d = m ? xv - m[c0 + c] : xv;                                                    \
-              s1[c0 + c] += m ? d * d : d;                                                           \
-            }                                                                                        \
-          }                                                                                          \
+      for (int64_t c = 0; c < ch; c++) {                                                             \
+        const T *x = (const T *)j->x + (o * ch + c) * inner;                                         \
+        for (int l = 0; l < RUN_LANES; l++) l1[l] = l2[l] = 0, mbuf[l] = j->center ? j->center[c] : 0; \
+        if (j->dy)                                                                                   \
+          run_grad_##T(x, (const T *)j->dy + (o * ch + c) * inner, mbuf, inner, RUN_LANES, l1, l2);  \
+        else                                                                                         \
+          run_moment_##T(x, j->center ? mbuf : NULL, inner, RUN_LANES, l1);                          \
+        fold(l1, RUN_LANES, ch, c, s1);                                                              \
+        if (s2) fold(l2, RUN_LANES, ch, c, s2);                                                      \
       }                                                                                              \
   }                                                                                                  \
-  /* Rows lo..hi-1 of out = alpha u + beta v + gamma, per channel. */                                \
+  /* Rows lo..hi-1 of out = alpha u + beta v + gamma. */                                           \
   static void affine_##T(const bn_job *j, int64_t lo, int64_t hi) {                                  \
     const bn_plan *p = j->p;                                                                         \
     int64_t ch = p->channels, inner = p->inner;                                                      \
-    const double *al = j->alpha, *be = j->beta, *ga = j->gamma;                                      \
-    for (int64_t o = lo; o < hi; o++) {                                                              \
-      const T *u = (const T *)j->u + o * ch * inner, *v = j->v ? (const T *)j->v + o * ch * inner : NULL; \
-      T *out = (T *)j->out + o * ch * inner;                                                         \
-      for (int64_t c = 0; c < ch; c++)                                                               \
-        for (int64_t i = 0; i < inner; i++) {                                                        \
-          int64_t e = c * inner + i;                                                                 \
-          out[e] = (T)(al[c] * u[e] + (v ? be[c] * v[e] : 0) + ga[c]);                               \
-        }                                                                                            \
+    const T *u = (const T *)j->u, *v = (const T *)j->v;                                              \
+    T *out = (T *)j->out;                                                                            \
+    if (inner == 1) {                                                                                \
+      double abuf[LANES], bbuf[LANES], gbuf[LANES];                                                  \
+      int64_t w = last_lanes(ch), off = lo * ch;                                                     \
+      run_affine_##T(u + off, v ? v + off : NULL, tile(j->alpha, ch, w, abuf), tile(j->beta, ch, w, bbuf), \
+                     tile(j->gamma, ch, w, gbuf), (hi - lo) * ch, w, out + off);                     \
+      return;                                                                                        \
     }                                                                                                \
+    for (int64_t o = lo; o < hi; o++)                                                                \
+      for (int64_t c = 0; c < ch; c++) {                                                             \
+        int64_t off = (o * ch + c) * inner;                                                          \
+        run_affine1_##T(u + off, v ? v + off : NULL, j->alpha[c], j->beta ? j->beta[c] : 0, j->gamma[c], inner, \
+                        out + off);                                                                  \
+      }                                                                                              \
   }
 
-DEFINE_SUMS(float)
-DEFINE_SUMS(double)
+DEFINE_LOOPS(float)
+DEFINE_LOOPS(double)
 
 static void sums_range(void *arg, int64_t lo, int64_t hi) {
   const bn_job *j = arg;
