@@ -195,13 +195,17 @@ static void test_nan_stays_in_its_channel(void **state) {
   tu_check_vals(out[2], TU_VALS(NAN, 1), 1e-7);
 }
 
-/* No elements per channel: y is empty and the batch statistics are NaN, as in TF. */
+/* No elements per channel: y is empty and batch_mean/batch_variance are NaN in both
+   modes, as in TF. */
 static void test_empty_batch(void **state) {
   nb_ctx *c = *state;
   nb_tensor *x = nb_tensor_from(c, NB_F32, 4, TU_SHAPE(0, 2, 2, 2), NULL), *out[6];
   nb_tensor *ones = vec(c, NB_F32, TU_VALS(1, 1), 2), *zeros = vec(c, NB_F32, TU_VALS(0, 0), 2);
   assert_int_equal(nb_fused_batch_norm(c, x, ones, zeros, NULL, NULL, 0.001, 1, NULL, true, out), NB_OK);
   tu_check_shape(out[0], NB_F32, 4, TU_SHAPE(0, 2, 2, 2));
+  tu_check_vals(out[1], TU_VALS(NAN, NAN), 0);
+  tu_check_vals(out[2], TU_VALS(NAN, NAN), 0);
+  assert_int_equal(nb_fused_batch_norm(c, x, ones, zeros, zeros, ones, 0.001, 1, NULL, false, out), NB_OK);
   tu_check_vals(out[1], TU_VALS(NAN, NAN), 0);
   tu_check_vals(out[2], TU_VALS(NAN, NAN), 0);
 }

@@ -392,8 +392,10 @@ static nb_code bn_kernel(nb_kargs *k) {
   } else {
     read_vector(k->in[3], w[W_MEAN], ch);
     read_vector(k->in[4], w[W_VAR], ch);
-    write_vector(k->res[1], w[W_MEAN], ch);
-    write_vector(k->res[2], w[W_VAR], ch);
+    /* an empty batch has NaN statistics in both modes, as TF sets them */
+    for (int64_t c = 0; c < ch && x->size == 0; c++) w[W_RUN][c] = NAN;
+    write_vector(k->res[1], x->size ? w[W_MEAN] : w[W_RUN], ch);
+    write_vector(k->res[2], x->size ? w[W_VAR] : w[W_RUN], ch);
   }
   /* reserve_space_1/2: the statistics y was normalized with, which the gradient reads */
   write_vector(k->res[3], w[W_MEAN], ch);
