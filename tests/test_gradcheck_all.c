@@ -388,9 +388,11 @@ static void make_inputs(gc_case *k, const gc_spec *sp) {
   }
 }
 
+/* Whether the tensors' static ranks and dims agree (unknown ranks agree with each other). */
 static bool same_static_shapes(nb_tensor *const *t, int n) {
   for (int i = 1; i < n; i++)
-    if (nb_rank(t[i]) != nb_rank(t[0]) || memcmp(nb_shape(t[i]), nb_shape(t[0]), (size_t)nb_rank(t[0]) * sizeof(int64_t)))
+    if (nb_rank(t[i]) != nb_rank(t[0]) ||
+        (nb_rank(t[0]) > 0 && memcmp(nb_shape(t[i]), nb_shape(t[0]), (size_t)nb_rank(t[0]) * sizeof(int64_t))))
       return false;
   return true;
 }
