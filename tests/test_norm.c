@@ -1,7 +1,7 @@
 /* Batch normalization: FusedBatchNormV3 and FusedBatchNormGradV3 against hand-checked
    values and TensorFlow's CPU kernels (tests/golden/norm_golden.h, made by
-   tests/golden/make_norm_golden.py), their gradients on the tape against TF's, NaN and
-   empty inputs, thread-count independence, and every input error. */
+   tests/golden/make_norm_golden.py), their first- and second-order gradients on the tape
+   against TF's, NaN and empty inputs, thread-count independence, and every input error. */
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -88,12 +88,13 @@ typedef struct golden_case {
   int64_t shape[4], channels;
   const double *x, *scale, *offset, *mean, *variance, *w;
   const double *y, *batch_mean, *batch_variance, *reserve_1, *reserve_2, *dx, *dscale, *doffset;
+  const double *v, *ddx, *ddscale; /* second order: d sum(dx * v) / d(x, scale) */
 } golden_case;
 
 #define GOLDEN(name, fmt, tr, f, s0, s1, s2, s3, ch, r1, r2)                                                   \
   {fmt, tr, f, {s0, s1, s2, s3}, ch, name##_x, name##_scale, name##_offset, name##_mean, name##_variance,     \
    name##_w, name##_y, name##_batch_mean, name##_batch_variance, r1, r2, name##_dx, name##_dscale,           \
-   name##_doffset}
+   name##_doffset, name##_v, name##_ddx, name##_ddscale}
 
 static const golden_case golden_cases[] = {
     GOLDEN(train_nhwc, "NHWC", true, 1.0, 2, 3, 2, 3, 3, train_nhwc_reserve_1, train_nhwc_reserve_2),
@@ -129,8 +130,33 @@ static void check_golden(nb_ctx *c, const golden_case *g) {
   tu_check_vals(d[2], g->doffset, GOLDEN_TOL);
 }
 
+/* Second order under two tapes: the gradient of sum(dx * v), dx = d sum(y * w) / dx, with
+   respect to x and scale, against TF's _FusedBatchNormGradGrad. */
+static void check_golden_second_order(nb_ctx *c, const golden_case *g) {
+  int64_t ch = g->channels;
+  nb_tensor *x = tu_make(c, NB_F32, 4, g->shape, g->x), *scale = vec(c, NB_F32, g->scale, ch);
+  nb_tensor *offset = vec(c, NB_F32, g->offset, ch), *w = tu_make(c, NB_F32, 4, g->shape, g->w), *out[6], *dx;
+  nb_tensor *src[2] = {x, scale}, *d2[2];
+  nb_tape *outer = nb_tape_begin(c, 0), *inner = nb_tape_begin(c, 0);
+  for (int i = 0; i < 2; i++) nb_tape_watch(outer, src[i]), nb_tape_watch(inner, src[i]);
+  assert_int_equal(nb_fused_batch_norm(c, x, scale, offset, vec(c, NB_F32, g->mean, ch),
+                                       vec(c, NB_F32, g->variance, ch), 0.001, g->factor, g->format, g->training, out),
+                   NB_OK);
+  nb_tensor *loss = nb_sum(c, nb_mul(c, out[0], w), NULL, 0, false);
+  assert_int_equal(nb_tape_gradient(inner, &loss, 1, &x, 1, NULL, &dx), NB_OK);
+  nb_tensor *hvp = nb_sum(c, nb_mul(c, dx, tu_make(c, NB_F32, 4, g->shape, g->v)), NULL, 0, false);
+  assert_int_equal(nb_tape_gradient(outer, &hvp, 1, src, 2, NULL, d2), NB_OK);
+  nb_tape_end(inner);
+  nb_tape_end(outer);
+  tu_check(d2[0], NB_F32, 4, g->shape, g->ddx, 1e-4);
+  tu_check_vals(d2[1], g->ddscale, 1e-4);
+}
+
 static void test_golden_forward_and_gradients(void **state) {
-  for (int i = 0; i < (int)N(golden_cases); i++) check_golden(*state, &golden_cases[i]);
+  for (int i = 0; i < (int)N(golden_cases); i++) {
+    check_golden(*state, &golden_cases[i]);
+    check_golden_second_order(*state, &golden_cases[i]);
+  }
 }
 
 static void check_grad_op(nb_ctx *c, const char *format, bool training, const int64_t *shape, const double *dy,

@@ -105,7 +105,7 @@ static void set_vector_outputs(nb_kargs *k, int first, int last, nb_dtype t, int
   for (int o = first; o <= last; o++) nb_meta_set(&k->out[o], t, 1, (const int64_t[]){len});
 }
 
-/* ---- FusedBatchNormV3: inference -------------------------------------------------------- */
+/* ---- FusedBatchNormV3: checks and output shapes ------------------------------------------ */
 
 static const char *const bn_names[] = {"x", "scale", "offset", "mean", "variance"};
 
@@ -295,7 +295,7 @@ static void affine_range(void *arg, int64_t lo, int64_t hi) {
   j->f32 ? affine_float(j, lo, hi) : affine_double(j, lo, hi);
 }
 
-/* Threads for a pass over the p's x. */
+/* Threads for one pass over x. */
 static int pass_threads(const nb_kargs *k, const bn_plan *p) { return nb_kthreads(k, p->count * p->channels); }
 
 /* Per-channel totals of the block partials, added in block order. */
@@ -320,7 +320,7 @@ static void affine_pass(const nb_kargs *k, bn_job *j) {
    partial tables; NULL when out of memory. */
 static double *work_alloc(const bn_plan *p, int n, double **parts) {
   size_t ch = (size_t)p->channels, tab = (size_t)p->nblocks * ch;
-  double *w = malloc(((size_t)n * ch + 2 * tab) * sizeof *w + 1);
+  double *w = malloc(((size_t)n * ch + 2 * tab) * sizeof *w + 1); /* + 1: never malloc(0) */
   if (w) {
     parts[0] = w + (size_t)n * ch;
     parts[1] = parts[0] + tab;

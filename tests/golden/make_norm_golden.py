@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Generates tests/golden/norm_golden.h: FusedBatchNormV3's outputs and the gradients of
-sum(y * w) with respect to x, scale and offset, from TensorFlow's CPU kernels (float32),
+"""Generates tests/golden/norm_golden.h: FusedBatchNormV3's outputs, the gradients of
+sum(y * w) with respect to x, scale and offset and the second-order gradients of
+sum(d sum(y * w)/dx * v) with respect to x and scale, from TensorFlow's CPU kernels (float32),
 for training (exponential_avg_factor 1 and 0.1) and inference, NHWC and NCHW; and
 FusedBatchNormGradV3's outputs called directly (training NCHW; inference NHWC,
 the only layout TF's CPU kernel takes there). tests/test_norm.c compares nabla with them.
@@ -51,9 +52,20 @@ def emit_case(name, shape, fmt, training, factor):
                                           exponential_avg_factor=factor, data_format=fmt, is_training=training)
         loss = tf.reduce_sum(out[0] * w)
     dx, ds, do = tape.gradient(loss, [xt, st, ot])
+    # second order, TF's _FusedBatchNormGradGrad: the gradient of sum(dx * v) (v: fixed)
+    v = arr(*shape)
+    with tf.GradientTape() as outer:
+        outer.watch([xt, st, ot])
+        with tf.GradientTape() as inner:
+            inner.watch([xt, st, ot])
+            y = tf.raw_ops.FusedBatchNormV3(x=xt, scale=st, offset=ot, mean=mean, variance=var, epsilon=0.001,
+                                            exponential_avg_factor=factor, data_format=fmt, is_training=training)[0]
+            inner_loss = tf.reduce_sum(y * w)
+        hvp_loss = tf.reduce_sum(inner.gradient(inner_loss, xt) * v)
+    ddx, dds = outer.gradient(hvp_loss, [xt, st])
     for key, val in [("x", x), ("scale", scale), ("offset", offset), ("mean", mean), ("variance", var),
                      ("w", w), ("y", out[0]), ("batch_mean", out[1]), ("batch_variance", out[2]),
-                     ("dx", dx), ("dscale", ds), ("doffset", do)]:
+                     ("dx", dx), ("dscale", ds), ("doffset", do), ("v", v), ("ddx", ddx), ("ddscale", dds)]:
         print(c_array(f"{name}_{key}", val))
     if training:  # inference leaves TF's reserve spaces unset
         print(c_array(f"{name}_reserve_1", out[3]))
