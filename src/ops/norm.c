@@ -1,7 +1,7 @@
 /* Batch normalization: TF's FusedBatchNormV3 and FusedBatchNormGradV3 with the values of
    TF's CPU kernels. x is viewed as [outer, channels, inner] (NHWC: inner 1; NCHW: outer
-   N, inner H*W), so one pair of loops serves every data_format. Per-channel sums run in
-   double over fixed row blocks, each block's partial kept apart and the blocks added in
+   N, inner H*W), so one set of loops serves every data_format. Per-channel sums run in
+   double over fixed blocks of x, each block's partial kept apart and the blocks added in
    order, so the result does not depend on the thread count. A forward pass reads x
    twice (mean, then squared deviations) and writes y once; the gradient reads dy and x
    once for its sums and once more to write dx. */
@@ -17,13 +17,16 @@ enum { BNG_U, BNG_EPSILON, BNG_DATA_FORMAT, BNG_IS_TRAINING };
 
 /* U's default: "not given", so only an explicit U must match scale's dtype. */
 #define U_UNSET ((nb_dtype)(NB_BOOL + 1))
-/* Elements per row block of the sums: a block is one unit of parallel work. */
+/* Elements per block of the sums: a block is one piece of parallel work. */
 #define BLOCK_ELEMS 16384
 
+/* The passes walk "units": with channels last a row of x (channels elements), with
+   channels first one channel's inner elements of one row (unit u has channel
+   u % channels). Blocks of units are the parallel work of the sums. */
 typedef struct bn_plan {
   int64_t outer, channels, inner; /* x as [outer, channels, inner] */
   int64_t count;                  /* elements per channel: outer * inner */
-  int64_t rows_per_block, nblocks;
+  int64_t units, units_per_block, nblocks;
 } bn_plan;
 _Static_assert(sizeof(bn_plan) <= NB_SCRATCH_BYTES, "bn_plan must fit the scratch");
 
@@ -61,9 +64,11 @@ static void make_plan(bn_plan *p, const nb_tensor *x, const layout *l) {
   for (int d = l->channel_axis + 1; d < x->rank; d++) p->inner *= x->shape[d];
   p->channels = x->shape[l->channel_axis];
   p->count = p->outer * p->inner;
-  int64_t row = p->channels * p->inner;
-  p->rows_per_block = row >= BLOCK_ELEMS || row == 0 ? 1 : BLOCK_ELEMS / row;
-  p->nblocks = (p->outer + p->rows_per_block - 1) / p->rows_per_block;
+  bool last = p->inner == 1;
+  int64_t unit_len = last ? p->channels : p->inner;
+  p->units = last ? p->outer : p->outer * p->channels;
+  p->units_per_block = unit_len >= BLOCK_ELEMS || unit_len == 0 ? 1 : BLOCK_ELEMS / unit_len;
+  p->nblocks = (p->units + p->units_per_block - 1) / p->units_per_block;
 }
 
 /* ---- input checks ------------------------------------------------------------------ */
@@ -131,9 +136,9 @@ static nb_code bn_infer(nb_kargs *k) {
 }
 
 /* ---- loops ------------------------------------------------------------------------------
-   Every pass walks contiguous runs of x: with channels last a whole block of rows is one
-   run whose element j has channel j % channels; with channels first each (row, channel)
-   pair is a run of inner elements of one channel. A run is processed in chunks of w
+   Every pass walks contiguous runs of x: with channels last a whole block of units (rows)
+   is one run whose element j has channel j % channels; with channels first each unit is
+   a run of inner elements of one channel. A run is processed in chunks of w
    lanes (w a multiple of the channels when they are last, so lane l always holds channel
    l % channels), which keeps the loops free of index arithmetic and lets them vectorize;
    the lanes fold into the per-channel sums at the end of the run. */
@@ -224,8 +229,8 @@ static void fold(const double *lane, int64_t w, int64_t ch, int64_t c, double *s
   /* Block b's sums into part1 (and part2 with dy). */                                             \
   static void sums_##T(const bn_job *j, int64_t b) {                                                 \
     const bn_plan *p = j->p;                                                                         \
-    int64_t ch = p->channels, inner = p->inner, lo = b * p->rows_per_block;                          \
-    int64_t hi = lo + p->rows_per_block < p->outer ? lo + p->rows_per_block : p->outer;              \
+    int64_t ch = p->channels, inner = p->inner, lo = b * p->units_per_block;                         \
+    int64_t hi = lo + p->units_per_block < p->units ? lo + p->units_per_block : p->units;            \
     double *s1 = j->part1 + b * ch, *s2 = j->dy ? j->part2 + b * ch : NULL;                          \
     double l1[LANES], l2[LANES], mbuf[LANES];                                                        \
     memset(s1, 0, (size_t)ch * sizeof *s1);                                                          \
@@ -249,19 +254,19 @@ static void fold(const double *lane, int64_t w, int64_t ch, int64_t c, double *s
       }                                                                                              \
       return;                                                                                        \
     }                                                                                                \
-    for (int64_t o = lo; o < hi; o++)                                                                \
-      for (int64_t c = 0; c < ch; c++) {                                                             \
-        const T *x = (const T *)j->x + (o * ch + c) * inner;                                         \
-        for (int l = 0; l < RUN_LANES; l++) l1[l] = l2[l] = 0, mbuf[l] = j->center ? j->center[c] : 0; \
-        if (j->dy)                                                                                   \
-          run_grad_##T(x, (const T *)j->dy + (o * ch + c) * inner, mbuf, inner, RUN_LANES, l1, l2);  \
-        else                                                                                         \
-          run_moment_##T(x, j->center ? mbuf : NULL, inner, RUN_LANES, l1);                          \
-        fold(l1, RUN_LANES, ch, c, s1);                                                              \
-        if (s2) fold(l2, RUN_LANES, ch, c, s2);                                                      \
-      }                                                                                              \
+    for (int64_t u = lo; u < hi; u++) {                                                              \
+      int64_t c = u % ch;                                                                            \
+      const T *x = (const T *)j->x + u * inner;                                                      \
+      for (int l = 0; l < RUN_LANES; l++) l1[l] = l2[l] = 0, mbuf[l] = j->center ? j->center[c] : 0; \
+      if (j->dy)                                                                                     \
+        run_grad_##T(x, (const T *)j->dy + u * inner, mbuf, inner, RUN_LANES, l1, l2);               \
+      else                                                                                           \
+        run_moment_##T(x, j->center ? mbuf : NULL, inner, RUN_LANES, l1);                            \
+      fold(l1, RUN_LANES, ch, c, s1);                                                                \
+      if (s2) fold(l2, RUN_LANES, ch, c, s2);                                                        \
+    }                                                                                                \
   }                                                                                                  \
-  /* Rows lo..hi-1 of out = alpha u + beta v + gamma. */                                           \
+  /* Units lo..hi-1 of out = alpha u + beta v + gamma. */                                          \
   static void affine_##T(const bn_job *j, int64_t lo, int64_t hi) {                                  \
     const bn_plan *p = j->p;                                                                         \
     int64_t ch = p->channels, inner = p->inner;                                                      \
@@ -274,12 +279,11 @@ static void fold(const double *lane, int64_t w, int64_t ch, int64_t c, double *s
                      tile(j->gamma, ch, w, gbuf), (hi - lo) * ch, w, out + off);                     \
       return;                                                                                        \
     }                                                                                                \
-    for (int64_t o = lo; o < hi; o++)                                                                \
-      for (int64_t c = 0; c < ch; c++) {                                                             \
-        int64_t off = (o * ch + c) * inner;                                                          \
-        run_affine1_##T(u + off, v ? v + off : NULL, j->alpha[c], j->beta ? j->beta[c] : 0, j->gamma[c], inner, \
-                        out + off);                                                                  \
-      }                                                                                              \
+    for (int64_t i = lo; i < hi; i++) {                                                              \
+      int64_t c = i % ch, off = i * inner;                                                           \
+      run_affine1_##T(u + off, v ? v + off : NULL, j->alpha[c], j->beta ? j->beta[c] : 0, j->gamma[c], inner, \
+                      out + off);                                                                    \
+    }                                                                                                \
   }
 
 DEFINE_LOOPS(float)
@@ -313,7 +317,7 @@ static void channel_sums(const nb_kargs *k, bn_job *j, double *sum1, double *sum
 }
 
 static void affine_pass(const nb_kargs *k, bn_job *j) {
-  nb_parallel_range(pass_threads(k, j->p), j->p->outer, affine_range, j);
+  nb_parallel_range(pass_threads(k, j->p), j->p->units, affine_range, j);
 }
 
 /* Per-channel work arrays: n arrays of channels doubles, then two [nblocks][channels]
