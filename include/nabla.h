@@ -342,6 +342,56 @@ nb_tensor *nb_l2_loss(nb_ctx *c, nb_tensor *t);
    output has); indices outside [0, depth) give all off_value. No input has a gradient (TF). */
 nb_tensor *nb_one_hot(nb_ctx *c, nb_tensor *indices, int depth, nb_tensor *on_value, nb_tensor *off_value, int axis);
 
+/* ---- batch normalization (f32 f64) --------------------------------------------------------
+   FusedBatchNormV3 (tf.compat.v1.nn.fused_batch_norm): x is 4-D (data_format "NHWC" or
+   "NCHW") or 5-D ("NDHWC", "NCDHW"; NULL means "NHWC"); scale, offset, mean, variance are
+   vectors of x's channel count and x's dtype. out[0..6) = y, batch_mean, batch_variance,
+   reserve_space_1, reserve_space_2, reserve_space_3. Training normalizes with the batch
+   mean and biased variance; batch_mean/batch_variance are (1 - f) old + f batch with
+   f = exponential_avg_factor (the variance Bessel-corrected), mean/variance are read only
+   when f != 1 and may be NULL otherwise. Inference normalizes with mean/variance and
+   returns them as batch_mean/batch_variance. reserve_space_1/2 hold the mean and variance
+   used (the gradient's statistics), reserve_space_3 is a scalar 0. epsilon >= 0 (TF: 1e-4). */
+nb_code nb_fused_batch_norm(nb_ctx *c, nb_tensor *x, nb_tensor *scale, nb_tensor *offset, nb_tensor *mean,
+                            nb_tensor *variance, double epsilon, double exponential_avg_factor,
+                            const char *data_format, bool is_training, nb_tensor **out);
+/* FusedBatchNormGradV3: out[0..5) = x_backprop, scale_backprop, offset_backprop and two
+   empty reserve spaces, from y_backprop and the forward op's x, scale and reserve spaces
+   (inference: its mean and variance inputs). */
+nb_code nb_fused_batch_norm_grad(nb_ctx *c, nb_tensor *y_backprop, nb_tensor *x, nb_tensor *scale,
+                                 nb_tensor *reserve_space_1, nb_tensor *reserve_space_2, nb_tensor *reserve_space_3,
+                                 double epsilon, const char *data_format, bool is_training, nb_tensor **out);
+
+/* ---- stateless random numbers, dropout, initializers (f32 f64) ----------------------------
+   TF's StatelessRandomUniform ([0, 1)), StatelessRandomNormal and StatelessTruncatedNormal
+   (normals within 2 of 0): the values are TF's CPU values for the same seed, bit for bit
+   (Philox-4x32-10), whatever the thread count. Through nb_op they take TF's inputs: shape
+   (1-D int32/int64) and seed (int32/int64 [2]); attr dtype. They have no gradient. */
+nb_tensor *nb_stateless_random_uniform(nb_ctx *c, const int64_t *shape, int rank, const int64_t seed[2],
+                                       nb_dtype dtype);
+nb_tensor *nb_stateless_random_normal(nb_ctx *c, const int64_t *shape, int rank, const int64_t seed[2],
+                                      nb_dtype dtype);
+nb_tensor *nb_stateless_truncated_normal(nb_ctx *c, const int64_t *shape, int rank, const int64_t seed[2],
+                                         nb_dtype dtype);
+/* tf.nn.experimental.stateless_dropout: x * (u >= rate) / (1 - rate) with u uniform of
+   noise_shape (NULL: x's shape; it must broadcast to x's), rate in [0, 1); rate 0 returns
+   x itself. A composite of public ops, differentiable in x. */
+nb_tensor *nb_dropout(nb_ctx *c, nb_tensor *x, double rate, const int64_t *noise_shape, int noise_rank,
+                      const int64_t seed[2]);
+/* Initializers (Keras semantics; a concrete tensor, or in a graph context a graph
+   tensor, of dtype t and the given shape). Fans as Keras: a vector is its own fan in and
+   out, a matrix is [fan_in, fan_out], a convolution kernel [..., in, out] multiplies both
+   by its receptive field (kh * kw for [kh, kw, in, out]). */
+nb_tensor *nb_init_zeros(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape);
+nb_tensor *nb_init_ones(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape);
+/* uniform in [-limit, limit), limit = sqrt(6 / (fan_in + fan_out)) */
+nb_tensor *nb_init_glorot_uniform(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const int64_t seed[2]);
+/* truncated normal (within 2 stddev) with stddev sqrt(2 / fan_in) / .87962566103423978 */
+nb_tensor *nb_init_he_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const int64_t seed[2]);
+/* mean + stddev * a standard normal truncated to (-2, 2) */
+nb_tensor *nb_init_truncated_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, double mean,
+                                    double stddev, const int64_t seed[2]);
+
 /* ---- graphs ---------------------------------------------------------------------------
    A graph context adds a node per op call and returns symbolic tensors; shapes and dtypes
    are inferred at build time (dims may be unknown: -1, or rank -1 for unknown rank) and

@@ -20,9 +20,9 @@
 #include <stdio.h>
 
 #define GC_TOL 1e-6
-#define MAX_IN 5
+#define MAX_IN 6
 #define MAX_ATTRS 6
-#define MAX_OUT 4
+#define MAX_OUT 6
 #define MAX_ELEMS 64
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -79,6 +79,7 @@ typedef struct gc_spec {
 #define AI(n, val) {.name = n, .kind = NB_ATTR_INT, .v.i = val}
 #define AT(n, val) {.name = n, .kind = NB_ATTR_TYPE, .v.type = val}
 #define AF(n, val) {.name = n, .kind = NB_ATTR_FLOAT, .v.f = val}
+#define AS(n, val) {.name = n, .kind = NB_ATTR_STR, .v.s = val}
 #define AL(key, ...) {.name = key, .kind = NB_ATTR_INTS, .n = TU_RANK(__VA_ARGS__), .v.ints = (const int64_t[]){__VA_ARGS__}}
 
 /* ---- elementwise ops: each op over each shape case of its arity ------------------------- */
@@ -316,6 +317,31 @@ static const gc_spec other_specs[] = {
     {.op = "L2Loss", .in = {X(D_ANY, 2, 3)}},
     {.op = "L2Loss", .in = {S(D_ANY)}},
     {.op = "L2Loss", .in = {X(D_ANY, 1, 4, 1)}},
+    /* ---- norm family: batch normalization. Every output counts (y and the statistics);
+       variances are positive. FusedBatchNormV3: x, scale, offset, mean, variance. ---- */
+    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 2, 2, 1, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3)},
+     .nout = 6},
+    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 2, 3, 1, 2), X(D_ANY, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3)},
+     .attrs = {AS("data_format", "NCHW"), AF("exponential_avg_factor", 0.1), AF("epsilon", 0.01)}, .nout = 6},
+    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 1, 3, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2)},
+     .attrs = {AB("is_training", false)}, .nout = 6},
+    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 2, 2, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2)},
+     .attrs = {AS("data_format", "NCHW"), AB("is_training", false)}, .nout = 6},
+    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 1, 2, 2, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2)},
+     .attrs = {AS("data_format", "NCDHW")}, .nout = 6},
+    /* FusedBatchNormGradV3: y_backprop, x, scale, reserve_space_1 (mean), reserve_space_2
+       (variance), reserve_space_3; its statistics are independent inputs here */
+    {.op = "FusedBatchNormGradV3",
+     .in = {X(D_ANY, 2, 2, 1, 3), X(D_ANY, 2, 2, 1, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3), S(D_ANY)}, .nout = 5},
+    {.op = "FusedBatchNormGradV3",
+     .in = {X(D_ANY, 2, 3, 1, 2), X(D_ANY, 2, 3, 1, 2), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3), S(D_ANY)},
+     .attrs = {AS("data_format", "NCHW"), AF("epsilon", 0.01)}, .nout = 5},
+    {.op = "FusedBatchNormGradV3",
+     .in = {X(D_ANY, 1, 2, 2, 2), X(D_ANY, 1, 2, 2, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2), S(D_ANY)},
+     .attrs = {AB("is_training", false)}, .nout = 5},
+    {.op = "FusedBatchNormGradV3",
+     .in = {X(D_ANY, 2, 2, 1, 2), X(D_ANY, 2, 2, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2), S(D_ANY)},
+     .attrs = {AS("data_format", "NCHW"), AB("is_training", false)}, .nout = 5},
 };
 
 /* ---- running one case ------------------------------------------------------------------- */
@@ -401,23 +427,31 @@ static void make_inputs(gc_case *k, const gc_spec *sp) {
   }
 }
 
+/* Whether the tensors' static ranks and dims agree (an unknown rank agrees with nothing). */
+static bool same_static_shapes(nb_tensor *const *t, int n) {
+  if (nb_rank(t[0]) < 0) return false; /* unknown: flattened and concatenated whatever they are */
+  for (int i = 1; i < n; i++)
+    if (nb_rank(t[i]) != nb_rank(t[0]) ||
+        (nb_rank(t[0]) > 0 && memcmp(nb_shape(t[i]), nb_shape(t[0]), (size_t)nb_rank(t[0]) * sizeof(int64_t))))
+      return false;
+  return true;
+}
+
 /* The op's output over the inputs in (graph or eager), or its outputs combined into one:
-   sum_k (k + 1.5) out_k, or those terms flattened and concatenated when their ranks differ (or are unknown). */
+   sum_k (k + 1.5) out_k, or when the outputs' shapes differ (FusedBatchNormV3's y and
+   statistics) the (k + 1.5) out_k flattened and concatenated. */
 static nb_tensor *build_y(nb_ctx *c, nb_tensor *const *in, int nin, const gc_spec *sp) {
   int nattrs = 0, nout = sp->nout ? sp->nout : 1;
   while (nattrs < MAX_ATTRS && sp->attrs[nattrs].name) nattrs++;
   nb_tensor *outs[MAX_OUT] = {0};
   if (nb_op(c, sp->op, in, nin, sp->attrs, nattrs, outs, nout) != NB_OK) return NULL;
   if (nout == 1) return outs[0];
-  bool same_rank = true;
+  bool same = same_static_shapes(outs, nout);
   for (int i = 0; i < nout; i++) {
     outs[i] = nb_mul(c, outs[i], nb_scalar(c, NB_F64, i + 1.5));
-    same_rank &= nb_rank(outs[i]) >= 0 && nb_rank(outs[i]) == nb_rank(outs[0]);
+    if (!same) outs[i] = nb_reshape(c, outs[i], (const int64_t[]){-1}, 1);
   }
-  if (same_rank) return nb_add_n(c, outs, nout);
-  /* outputs of different shapes (a loss and its backprop): all their elements, in a row */
-  for (int i = 0; i < nout; i++) outs[i] = nb_reshape(c, outs[i], (const int64_t[]){-1}, 1);
-  return nb_concat(c, outs, nout, 0);
+  return same ? nb_add_n(c, outs, nout) : nb_concat(c, outs, nout, 0);
 }
 
 /* sum(g * v), flattened first: a g whose static rank is unknown still sums to a scalar. */
@@ -484,7 +518,12 @@ static void describe(const gc_spec *sp, char *buf, size_t cap) {
   for (int i = 0; i < MAX_ATTRS && sp->attrs[i].name && len < cap; i++) {
     const nb_attr *a = &sp->attrs[i];
     long long v = a->kind == NB_ATTR_BOOL ? a->v.b : a->kind == NB_ATTR_INT ? a->v.i : a->kind == NB_ATTR_INTS ? a->v.ints[0] : (long long)a->v.type;
-    len += (size_t)snprintf(buf + len, cap - len, " %s=%lld", a->name, v);
+    if (a->kind == NB_ATTR_FLOAT)
+      len += (size_t)snprintf(buf + len, cap - len, " %s=%g", a->name, a->v.f);
+    else if (a->kind == NB_ATTR_STR)
+      len += (size_t)snprintf(buf + len, cap - len, " %s=%s", a->name, a->v.s);
+    else
+      len += (size_t)snprintf(buf + len, cap - len, " %s=%lld", a->name, v);
   }
 }
 

@@ -12,6 +12,8 @@ void nb_register_builtin_gradients(void) {
   nb_register_custom_grads();
   nb_register_nn_grads();
   nb_register_variable_grads();
+  nb_register_norm_grads();
+  nb_register_random_grads();
 }
 
 nb_tensor *nbg_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs) {
