@@ -28,6 +28,17 @@ nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x) {
 
 nb_tensor *nbg_scalar_like(nb_ctx *c, nb_tensor *x, double v) { return nb_scalar(c, nb_dtype_of(x), v); }
 
+nb_code nbg_exp_linear_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs,
+                                 nb_tensor *(*grad_op)(nb_ctx *, nb_tensor *, nb_tensor *)) {
+  nb_tensor *g = nb_fwd_input(op, 0), *outputs = nb_fwd_input(op, 1);
+  dxs[0] = nb_fwd_input_needs_grad(op, 0) ? grad_op(c, dy, outputs) : NULL;
+  if (nb_fwd_input_needs_grad(op, 1)) {
+    nb_tensor *negative = nb_less(c, outputs, nbg_scalar_like(c, outputs, 0));
+    dxs[1] = nb_select(c, negative, nb_mul(c, dy, g), nb_zeros_like(c, outputs));
+  }
+  return nb_status(c);
+}
+
 bool nbg_static(const nb_tensor *x) {
   if (nb_rank(x) < 0) return false;
   for (int i = 0; i < nb_rank(x); i++)

@@ -30,6 +30,11 @@ nb_tensor *nbg_scalar_like(nb_ctx *c, nb_tensor *x, double v);
    Sum and a Reshape (nothing when the shapes are equal); unknown shapes use Shape and
    BroadcastGradientArgs at run time. */
 nb_tensor *nbg_reduce_to(nb_ctx *c, nb_tensor *dy, nb_tensor *x);
+/* The gradient of EluGrad or SeluGrad (grad_op) d = gradients * f(outputs), with f a
+   constant for outputs >= 0 and outputs + k below (k: 1 or scale alpha): linear in the
+   gradients (grad_op(dy, outputs)), and dd/d(outputs) = gradients where outputs < 0. */
+nb_code nbg_exp_linear_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs,
+                                 nb_tensor *(*grad_op)(nb_ctx *, nb_tensor *, nb_tensor *));
 /* Whether every dim of x is known. */
 bool nbg_static(const nb_tensor *x);
 /* Whether x and y have the same known shape. */

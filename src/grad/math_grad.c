@@ -280,15 +280,7 @@ GRAD(relu_grad_grad) {
 
 /* d = gradients (outputs + 1) where outputs < 0, else gradients: linear in gradients
    (EluGrad(ddx, outputs)); dd/d(outputs) = gradients where outputs < 0, else 0 */
-GRAD(elu_grad_grad) {
-  nb_tensor *g = in0(op), *outputs = in1(op);
-  dxs[0] = NEED(0) ? nb_elu_grad(c, dy, outputs) : NULL;
-  if (NEED(1)) {
-    nb_tensor *negative = nb_less(c, outputs, scalar(c, outputs, 0));
-    dxs[1] = nb_select(c, negative, nb_mul(c, dy, g), nb_zeros_like(c, outputs));
-  }
-  return nb_status(c);
-}
+GRAD(elu_grad_grad) { return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_elu_grad); }
 
 /* d = gradients sigmoid(x): linear in gradients (SoftplusGrad(ddx, x)); dd/dx =
    gradients sigmoid'(x) = gradients / (e^-x + 2 + e^x) */

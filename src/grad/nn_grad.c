@@ -131,15 +131,7 @@ GRAD(selu_grad) {
 
 /* d = gradients (outputs + scale alpha) where outputs < 0, else gradients scale: linear in
    gradients (SeluGrad(ddx, outputs)); dd/d(outputs) = gradients where outputs < 0, else 0 */
-GRAD(selu_grad_grad) {
-  nb_tensor *g = in0(op), *outputs = in1(op);
-  dxs[0] = NEED(0) ? nb_selu_grad(c, dy, outputs) : NULL;
-  if (NEED(1)) {
-    nb_tensor *negative = nb_less(c, outputs, scalar(c, outputs, 0));
-    dxs[1] = nb_select(c, negative, nb_mul(c, dy, g), nb_zeros_like(c, outputs));
-  }
-  return nb_status(c);
-}
+GRAD(selu_grad_grad) { return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_selu_grad); }
 
 /* y = gelu(x): dx = GeluGrad(dy, x) */
 GRAD(gelu_grad) {
