@@ -628,6 +628,13 @@ nb_tensor *nb_variable_read(nb_ctx *c, nb_variable *v);
 nb_tensor *nb_variable_assign(nb_ctx *c, nb_variable *v, nb_tensor *value);
 nb_tensor *nb_variable_assign_add(nb_ctx *c, nb_variable *v, nb_tensor *value);
 nb_tensor *nb_variable_assign_sub(nb_ctx *c, nb_variable *v, nb_tensor *value);
+/* TF's ResourceScatterAdd / ResourceScatterSub (tf.Variable.scatter_add/sub): rows
+   v[indices[i]] += updates[i] (-=); repeated indices accumulate. indices: int32/int64 of any
+   shape, each in [0, v's rows) (else NB_INVALID naming the position, index and rows, at run
+   time in graphs); updates: v's dtype (numeric), shape indices.shape + v's dims 1...
+   Returns as nb_variable_assign_add. */
+nb_tensor *nb_variable_scatter_add(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates);
+nb_tensor *nb_variable_scatter_sub(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates);
 const char *nb_variable_name(const nb_variable *v);
 bool nb_variable_trainable(const nb_variable *v);
 nb_dtype nb_variable_dtype(const nb_variable *v);
