@@ -127,8 +127,8 @@ void nb_tensor_free(nb_tensor *x);
    lookup) w.r.t. params with a static shape is one, from nb_gradients and tapes alike;
    summing several keeps it sparse (the parts are concatenated) unless a dense
    gradient joins. Any op given IndexedSlices densifies them first, as TF's
-   convert_to_tensor; nb_read and nb_item read the dense value; optimizers update only
-   the rows. values: float [N, dense_shape[1:]]; indices: int32/int64 [N], in
+   convert_to_tensor; nb_read and nb_item read the dense value; nb_optimizer_apply
+   updates sparsely (see the optimizers). values: float [N, dense_shape[1:]]; indices: int32/int64 [N], in
    [0, dense_shape[0]) (checked eagerly); the dense shape must be fully known. Session
    results of fetched slices are slices too. The parts belong to the slices handle. */
 nb_tensor *nb_indexed_slices(nb_ctx *c, nb_tensor *values, nb_tensor *indices, const int64_t *dense_shape, int rank);
@@ -665,7 +665,17 @@ nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_
                centered: mg += (g - mg)(1 - rho) and ms - mg^2 for ms (ResourceApplyCenteredRMSProp)
    RMSProp keeps epsilon inside the square root (TF's kernels); Keras's RMSprop without
    momentum puts it outside. Keras's defaults: Adam(0.001, 0.9, 0.999, 1e-7),
-   RMSprop(0.001, 0.9, 0, 1e-7), AdamW weight_decay 0.004. */
+   RMSprop(0.001, 0.9, 0, 1e-7), AdamW weight_decay 0.004.
+   IndexedSlices gradients update sparsely, never densified, repeated indices summed:
+     SGD       var[rows] -= lr values, as ResourceScatterSub (Keras's): equals dense
+     Momentum, RMSProp (plain, centered): LAZY (TF's ResourceSparseApply* ops): only the
+               listed rows move, with the formulas above and their summed gradient; the
+               other rows keep their values and slots (no decay), unlike a dense update
+     Adam, AdamW: EXACT (Keras's non-lazy sparse Adam; nabla's ResourceSparseApplyAdam(W)):
+               every row as the dense update of the densified gradient (slots decay on
+               untouched rows), in one pass over the table without a dense gradient
+   Indices out of range: NB_INVALID naming the op, position, index and rows (graphs: at
+   run time, before any write). */
 typedef struct nb_optimizer nb_optimizer;
 nb_optimizer *nb_sgd_new(double learning_rate);                /* NULL only when out of memory */
 nb_optimizer *nb_momentum_new(double learning_rate, double momentum, bool nesterov);
@@ -679,7 +689,7 @@ void nb_optimizer_free(nb_optimizer *o);
    step. Eager: updates now; *train_op (may be NULL) is set to NULL. Graph: adds the update
    nodes and sets *train_op to the step counter's AssignAddVariableOp, which runs after
    every update: fetch it to train. Gradients must match their variable's dtype (f32, f64)
-   and shape; on error nothing is updated. */
+   and shape (IndexedSlices: their dense shape); on error nothing is updated. */
 nb_code nb_optimizer_apply(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n,
                            nb_tensor **train_op);
 /* Updates applied so far (Keras's iterations); schedules are evaluated at it. */
