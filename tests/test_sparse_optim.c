@@ -382,6 +382,41 @@ static void test_float32(void **state) {
   nb_variable_free(v);
 }
 
+/* No rows: Momentum changes nothing; Adam still decays every row, as the dense update of
+   a zero gradient; a table with no rows takes an empty update. */
+static void test_empty_slices(void **state) {
+  nb_ctx *c = *state;
+  nb_optimizer *(*makes[2])(void) = {make_momentum, make_adam};
+  for (int m = 0; m < 2; m++) {
+    nb_variable *vs = nb_variable_new(c, initial_table(c), true, "s"), *vd = nb_variable_new(c, initial_table(c), true, "d");
+    nb_optimizer *os = makes[m](), *od = makes[m]();
+    for (int step = 0; step < 2; step++) { /* step 0 dense for both, so the slots are not zero */
+      nb_tensor *dense = tu_make(c, NB_F64, 2, TABLE, TU_VALS(1, -2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9));
+      nb_tensor *empty = nb_indexed_slices(c, nb_tensor_from(c, NB_F64, 2, TU_SHAPE(0, COLS), NULL),
+                                           nb_tensor_from(c, NB_I32, 1, TU_SHAPE(0), NULL), TABLE, 2);
+      nb_tensor *zeros = tu_make(c, NB_F64, 2, TABLE, NULL);
+      assert_int_equal(nb_optimizer_apply(os, c, step ? &empty : &dense, &vs, 1, NULL), NB_OK);
+      assert_int_equal(nb_optimizer_apply(od, c, step ? &zeros : &dense, &vd, 1, NULL), NB_OK);
+    }
+    const char *slot = m == 0 ? "momentum" : "m";
+    const double *accum = nb_variable_data(nb_optimizer_slot(os, vs, slot));
+    if (m == 0) assert_true(accum[1] == -2); /* lazy: the first step's accumulator, not decayed */
+    else check_close("adam", nb_variable_data(vs), nb_variable_data(vd), ROWS * COLS, 1e-15);
+    nb_optimizer_free(os);
+    nb_optimizer_free(od);
+    nb_variable_free(vs);
+    nb_variable_free(vd);
+  }
+  nb_variable *none = nb_variable_new(c, nb_tensor_from(c, NB_F64, 2, TU_SHAPE(0, COLS), NULL), true, "none");
+  nb_optimizer *o = nb_adam_new(LR, B1, B2, EPS);
+  nb_tensor *empty = nb_indexed_slices(c, nb_tensor_from(c, NB_F64, 2, TU_SHAPE(0, COLS), NULL),
+                                       nb_tensor_from(c, NB_I32, 1, TU_SHAPE(0), NULL), TU_SHAPE(0, COLS), 2);
+  assert_int_equal(nb_optimizer_apply(o, c, &empty, &none, 1, NULL), NB_OK);
+  assert_int_equal(nb_optimizer_iterations(o), 1);
+  nb_optimizer_free(o);
+  nb_variable_free(none);
+}
+
 /* ---- errors --------------------------------------------------------------------------------- */
 
 static void test_eager_errors(void **state) {
@@ -499,6 +534,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_big_table_momentum_untouched_slots, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_threaded_paths, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_float32, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_empty_slices, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_eager_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_scatter, tu_setup, tu_teardown),

@@ -247,11 +247,12 @@ nb_code nb_sparse_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const
                                const nb_tensor *indices, const nb_hyper *h, int threads) {
   const nb_variable *var = vars[0];
   sparse_job s = {.base = {.kind = kind, .h = *h}, .fn = var->dtype == NB_F32 ? update_f32 : update_f64,
-                  .nvars = nb_apply_num_vars(kind), .row_size = var->size / var->shape[0]};
-  s.row_bytes = (size_t)s.row_size * nb_dtype_size(var->dtype);
+                  .nvars = nb_apply_num_vars(kind)};
   for (int i = 0; i < s.nvars; i++)
     if (!(s.base.p[i] = nb_variable_writable(c, vars[i], true))) return c->status;
   if (var->size == 0) return NB_OK;
+  s.row_size = var->size / var->shape[0];
+  s.row_bytes = (size_t)s.row_size * nb_dtype_size(var->dtype);
   if (kind == NB_APPLY_SGD) {
     scatter_rows(&s, values, indices);
     return NB_OK;
