@@ -719,7 +719,8 @@ nb_code nb_optimizer_set_schedule(nb_optimizer *o, nb_lr_schedule s);
 /* tf.clip_by_global_norm: global_norm = sqrt(sum of every grads[i]^2); out[i] = grads[i] *
    clip_norm / max(global_norm, clip_norm). NULL entries stay NULL; an infinite or NaN norm
    makes every output NaN. clip_norm must be > 0; every gradient one float dtype.
-   global_norm may be NULL. */
+   global_norm may be NULL. IndexedSlices stay IndexedSlices (values scaled) and count by
+   their values, as TF's: repeated indices are not summed first. */
 nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
                                nb_tensor **global_norm);
 

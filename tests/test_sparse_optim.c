@@ -417,6 +417,24 @@ static void test_empty_slices(void **state) {
   nb_variable_free(none);
 }
 
+/* Clipping keeps slices sparse and counts their values, as TF's global_norm: rows 1 and
+   1 with values 3 and 4 count 3^2 + 4^2, not (3 + 4)^2; with a dense 12 the norm is 13. */
+static void test_clip_keeps_slices(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *g[2] = {nb_indexed_slices(c, tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(3, 0, 4, 0)),
+                                       nb_tensor_from(c, NB_I32, 1, TU_SHAPE(2), (const int32_t[]){1, 1}),
+                                       TU_SHAPE(3, 2), 2),
+                     tu_make(c, NB_F64, 1, TU_SHAPE(1), TU_VALS(12))};
+  nb_tensor *out[2], *norm;
+  assert_int_equal(nb_clip_by_global_norm(c, g, 2, 6.5, out, &norm), NB_OK);
+  tu_check_vals(norm, TU_VALS(13), 1e-15);
+  assert_true(nb_is_indexed_slices(out[0]));
+  tu_check_shape(out[0], NB_F64, 2, TU_SHAPE(3, 2));
+  tu_check(nb_indexed_slices_values(out[0]), NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(1.5, 0, 2, 0), 1e-15);
+  tu_check_vals(nb_indexed_slices_indices(out[0]), TU_VALS(1, 1), 0);
+  tu_check_vals(out[1], TU_VALS(6), 1e-15);
+}
+
 /* ---- errors --------------------------------------------------------------------------------- */
 
 static void test_eager_errors(void **state) {
@@ -535,6 +553,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_threaded_paths, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_float32, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_empty_slices, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_clip_keeps_slices, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_eager_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_scatter, tu_setup, tu_teardown),

@@ -373,6 +373,16 @@ nb_code nb_optimizer_apply(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, 
 
 /* ---- clipping ---------------------------------------------------------------------------------- */
 
+/* IndexedSlices count by their values, as TF's global_norm (repeated indices are not
+   summed first), and stay sparse when scaled. */
+static nb_tensor *dense_part(nb_tensor *g) { return nb_is_indexed_slices(g) ? nb_indexed_slices_values(g) : g; }
+
+static nb_tensor *scaled(nb_ctx *c, nb_tensor *g, nb_tensor *scale) {
+  if (!nb_is_indexed_slices(g)) return nb_mul(c, g, scale);
+  return nb_indexed_slices(c, nb_mul(c, nb_indexed_slices_values(g), scale), nb_indexed_slices_indices(g), nb_shape(g),
+                           nb_rank(g));
+}
+
 nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
                                nb_tensor **global_norm) {
   if (!c) return NB_INVALID;
@@ -392,7 +402,7 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
       nb_fail(c, NB_DTYPE, "nb_clip_by_global_norm: gradient %d has dtype %s; expected %s like gradient %d", i,
               nb_dtype_name(grads[i]->dtype), nb_is_float(grads[first]->dtype) ? nb_dtype_name(grads[first]->dtype) : "a float dtype", first);
     else
-      squares[m++] = nb_sum(c, nb_square(c, grads[i]), NULL, 0, false);
+      squares[m++] = nb_sum(c, nb_square(c, dense_part(grads[i])), NULL, 0, false);
   }
   nb_dtype t = first >= 0 ? grads[first]->dtype : NB_F32;
   nb_tensor *norm = m ? nb_sqrt(c, nb_add_n(c, squares, m)) : nb_scalar(c, t, 0);
@@ -401,7 +411,7 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
   nb_tensor *use = nb_add(c, norm, nb_sub(c, norm, norm));
   nb_tensor *scale = nb_mul(c, nb_scalar(c, t, clip_norm),
                             nb_minimum(c, nb_reciprocal(c, use), nb_scalar(c, t, 1 / clip_norm)));
-  for (int i = 0; i < n && nb_live(c); i++) out[i] = grads[i] ? nb_mul(c, grads[i], scale) : NULL;
+  for (int i = 0; i < n && nb_live(c); i++) out[i] = grads[i] ? scaled(c, grads[i], scale) : NULL;
   if (!nb_live(c)) {
     for (int i = 0; i < n; i++) out[i] = NULL;
     return c->status;
