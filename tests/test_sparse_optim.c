@@ -15,9 +15,7 @@
 #define N 4 /* lookups per step */
 
 static const int64_t TABLE[2] = {ROWS, COLS};
-/* the lookups of each step; row 2 is never looked up, rows 0, 4 and 5 in one step only.
-   Graphs feed them through placeholders of static shape: GatherV2's gradient is
-   IndexedSlices when its axis follows from the static shapes. */
+/* the lookups of each step; row 2 is never looked up, rows 0, 4 and 5 in one step only */
 static const int32_t STEP_IDS[STEPS][N] = {{1, 3, 1, 4}, {3, 3, 0, 3}, {5, 1, 1, 5}};
 static const int UNTOUCHED = 2;
 
@@ -239,6 +237,47 @@ static void test_sparse_updates(void **state) {
     gu_close(&f);
     nb_ctx_free(c);
   }
+}
+
+/* Lookups of unknown length (a batch of any size) in a graph: the gradient of the lookup
+   itself is IndexedSlices (GatherV2's axis is the constant 0) and trains lazily; through
+   a sum, whose gradient's rank is known only at run time, it is dense and still trains. */
+static void test_graph_lookups_of_unknown_length(void **state) {
+  gu_fixture *f = *state;
+  nb_variable *v = nb_variable_new(f->e, initial_table(f->e), true, "emb");
+  nb_variable *u = nb_variable_new(f->e, initial_table(f->e), true, "emb2");
+  nb_optimizer *om = nb_momentum_new(LR, MU, false), *os = nb_sgd_new(LR);
+  nb_tensor *ids = nb_placeholder(f->c, NB_I32, 1, TU_SHAPE(-1), "ids");
+  nb_tensor *dy = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(-1, COLS), "dy");
+  nb_tensor *read = nb_variable_read(f->c, v), *y = nb_gather(f->c, read, ids, 0, 0), *g, *train[2];
+  nb_grad_opts opts = {.grad_ys = &dy};
+  assert_int_equal(nb_gradients(f->c, &y, 1, &read, 1, &opts, &g), NB_OK);
+  assert_true(nb_is_indexed_slices(g));
+  assert_int_equal(nb_optimizer_apply(om, f->c, &g, &v, 1, &train[0]), NB_OK);
+  nb_tensor *read2 = nb_variable_read(f->c, u), *sum = nb_sum(f->c, nb_gather(f->c, read2, ids, 0, 0), NULL, 0, false);
+  assert_int_equal(nb_gradients(f->c, &sum, 1, &read2, 1, NULL, &g), NB_OK);
+  assert_int_equal(nb_optimizer_apply(os, f->c, &g, &u, 1, &train[1]), NB_OK);
+  const double dyv[3 * COLS] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  nb_tensor *feed[2] = {ids, dy}, *vals[2] = {nb_tensor_from(f->e, NB_I32, 1, TU_SHAPE(3), (const int32_t[]){1, 3, 1}),
+                                               nb_tensor_from(f->e, NB_F64, 2, TU_SHAPE(3, COLS), dyv)};
+  nb_tensor *out[2];
+  assert_int_equal(nb_run(f->s, feed, vals, 2, train, 2, out), NB_OK);
+  nb_tensor_free(out[0]);
+  nb_tensor_free(out[1]);
+  const double *accum = nb_variable_data(nb_optimizer_slot(om, v, "momentum"));
+  const double *w = nb_variable_data(v), *w2 = nb_variable_data(u);
+  for (int r = 0; r < ROWS; r++)
+    for (int k = 0; k < COLS; k++) {
+      int i = r * COLS + k;
+      double g_row = r == 1 ? dyv[k] + dyv[2 * COLS + k] : r == 3 ? dyv[COLS + k] : 0;
+      assert_true(accum[i] == g_row);
+      assert_true(fabs(w[i] - (table_value(i) - LR * g_row)) < 1e-15);
+      assert_true(fabs(w2[i] - (table_value(i) - LR * (r == 1 ? 2 : r == 3 ? 1 : 0))) < 1e-15);
+    }
+  nb_optimizer_free(om);
+  nb_optimizer_free(os);
+  nb_variable_free(v);
+  nb_variable_free(u);
 }
 
 /* The lazy updates differ from the dense ones: after step 2 row 4 (looked up in step 1
@@ -547,6 +586,7 @@ static void test_scatter(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sparse_updates),
+      cmocka_unit_test_setup_teardown(test_graph_lookups_of_unknown_length, gu_setup, gu_teardown),
       cmocka_unit_test(test_lazy_differs_from_dense),
       cmocka_unit_test_setup_teardown(test_sgd_touches_listed_rows, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_big_table_momentum_untouched_slots, tu_setup, tu_teardown),
