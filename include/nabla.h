@@ -127,8 +127,8 @@ void nb_tensor_free(nb_tensor *x);
    lookup) w.r.t. params with a static shape is one, from nb_gradients and tapes alike;
    summing several keeps it sparse (the parts are concatenated) unless a dense
    gradient joins. Any op given IndexedSlices densifies them first, as TF's
-   convert_to_tensor; nb_read and nb_item read the dense value; optimizers update only
-   the rows. values: float [N, dense_shape[1:]]; indices: int32/int64 [N], in
+   convert_to_tensor; nb_read and nb_item read the dense value; nb_optimizer_apply
+   updates sparsely (see the optimizers). values: float [N, dense_shape[1:]]; indices: int32/int64 [N], in
    [0, dense_shape[0]) (checked eagerly); the dense shape must be fully known. Session
    results of fetched slices are slices too. The parts belong to the slices handle. */
 nb_tensor *nb_indexed_slices(nb_ctx *c, nb_tensor *values, nb_tensor *indices, const int64_t *dense_shape, int rank);
@@ -628,6 +628,13 @@ nb_tensor *nb_variable_read(nb_ctx *c, nb_variable *v);
 nb_tensor *nb_variable_assign(nb_ctx *c, nb_variable *v, nb_tensor *value);
 nb_tensor *nb_variable_assign_add(nb_ctx *c, nb_variable *v, nb_tensor *value);
 nb_tensor *nb_variable_assign_sub(nb_ctx *c, nb_variable *v, nb_tensor *value);
+/* TF's ResourceScatterAdd / ResourceScatterSub (tf.Variable.scatter_add/sub): rows
+   v[indices[i]] += updates[i] (-=); repeated indices accumulate. indices: int32/int64 of any
+   shape, each in [0, v's rows) (else NB_INVALID naming the position, index and rows, at run
+   time in graphs); updates: v's dtype (numeric), shape indices.shape + v's dims 1...
+   Returns as nb_variable_assign_add. */
+nb_tensor *nb_variable_scatter_add(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates);
+nb_tensor *nb_variable_scatter_sub(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates);
 const char *nb_variable_name(const nb_variable *v);
 bool nb_variable_trainable(const nb_variable *v);
 nb_dtype nb_variable_dtype(const nb_variable *v);
@@ -658,7 +665,17 @@ nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_
                centered: mg += (g - mg)(1 - rho) and ms - mg^2 for ms (ResourceApplyCenteredRMSProp)
    RMSProp keeps epsilon inside the square root (TF's kernels); Keras's RMSprop without
    momentum puts it outside. Keras's defaults: Adam(0.001, 0.9, 0.999, 1e-7),
-   RMSprop(0.001, 0.9, 0, 1e-7), AdamW weight_decay 0.004. */
+   RMSprop(0.001, 0.9, 0, 1e-7), AdamW weight_decay 0.004.
+   IndexedSlices gradients update sparsely, never densified, repeated indices summed:
+     SGD       var[rows] -= lr values, as ResourceScatterSub (Keras's): equals dense
+     Momentum, RMSProp (plain, centered): LAZY (TF's ResourceSparseApply* ops): only the
+               listed rows move, with the formulas above and their summed gradient; the
+               other rows keep their values and slots (no decay), unlike a dense update
+     Adam, AdamW: EXACT (Keras's non-lazy sparse Adam; nabla's ResourceSparseApplyAdam(W)):
+               every row as the dense update of the densified gradient (slots decay on
+               untouched rows), in one pass over the table without a dense gradient
+   Indices out of range: NB_INVALID naming the op, position, index and rows (graphs: at
+   run time, before any write). */
 typedef struct nb_optimizer nb_optimizer;
 nb_optimizer *nb_sgd_new(double learning_rate);                /* NULL only when out of memory */
 nb_optimizer *nb_momentum_new(double learning_rate, double momentum, bool nesterov);
@@ -672,7 +689,7 @@ void nb_optimizer_free(nb_optimizer *o);
    step. Eager: updates now; *train_op (may be NULL) is set to NULL. Graph: adds the update
    nodes and sets *train_op to the step counter's AssignAddVariableOp, which runs after
    every update: fetch it to train. Gradients must match their variable's dtype (f32, f64)
-   and shape; on error nothing is updated. */
+   and shape (IndexedSlices: their dense shape); on error nothing is updated. */
 nb_code nb_optimizer_apply(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n,
                            nb_tensor **train_op);
 /* Updates applied so far (Keras's iterations); schedules are evaluated at it. */
@@ -702,7 +719,8 @@ nb_code nb_optimizer_set_schedule(nb_optimizer *o, nb_lr_schedule s);
 /* tf.clip_by_global_norm: global_norm = sqrt(sum of every grads[i]^2); out[i] = grads[i] *
    clip_norm / max(global_norm, clip_norm). NULL entries stay NULL; an infinite or NaN norm
    makes every output NaN. clip_norm must be > 0; every gradient one float dtype.
-   global_norm may be NULL. */
+   global_norm may be NULL. IndexedSlices stay IndexedSlices (values scaled) and count by
+   their values, as TF's: repeated indices are not summed first. */
 nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
                                nb_tensor **global_norm);
 

@@ -89,11 +89,14 @@ static nb_tensor *gather_axis(nb_ctx *c, const nb_fwd_op *op, int known, nb_tens
 
 /* Axis 0 of a params tensor of static shape (an embedding lookup): y's rows are p's rows
    at the indices, so dp is dy's rows put back at those indices, as IndexedSlices (TF's
-   _GatherV2Grad): the cost follows the rows gathered, not the size of p. */
+   _GatherV2Grad): the cost follows the rows gathered, not the size of p. NULL when the
+   rows' rank is known only at run time (the caller then takes the dense gradient). */
 static nb_tensor *gathered_rows_grad(nb_ctx *c, nb_tensor *params, nb_tensor *indices, nb_tensor *dy) {
   int64_t dims[NB_MAX_RANK] = {-1};
   for (int d = 1; d < nb_rank(params); d++) dims[d] = nb_shape(params)[d];
-  nb_tensor *rows = nb_reshape(c, dy, dims, nb_rank(params));
+  /* a vector of indices: dy is the rows already */
+  nb_tensor *rows = nb_rank(indices) == 1 ? dy : nb_reshape(c, dy, dims, nb_rank(params));
+  if (nb_rank(rows) != nb_rank(params)) return NULL; /* a rank known only at run time */
   return nb_indexed_slices(c, rows, flatten(c, indices), nb_shape(params), nb_rank(params));
 }
 
@@ -103,14 +106,23 @@ static nb_tensor *gathered_rows_grad(nb_ctx *c, nb_tensor *params, nb_tensor *in
    UnsortedSegmentSum over the flat indices into p.shape[a] rows, move the rows back and
    reshape to p's shape. The views are rank 3 whatever p's rank, so only the axis value is
    needed, computed with ops from the axis input; the transposes are skipped when the
-   static shapes prove a == 0. */
+   axis is known to be 0. */
+/* The gather axis when known at build time: the axis input's constant value (an embedding
+   lookup's 0 with indices of unknown length, which the shapes alone leave ambiguous), else
+   what the static shapes allow; -1 when unknown. */
+static int known_gather_axis(const nb_fwd_op *op) {
+  nb_tensor *params = nb_fwd_input(op, 0);
+  const nb_tensor *axis = nb_constant_value(nb_fwd_input(op, 2));
+  int64_t r = nb_rank(params), a = axis && nb_num_elements(axis) == 1 ? (int64_t)nb_item(axis, 0) : -r - 1;
+  if (r >= 1 && a >= -r && a < r) return (int)(a < 0 ? a + r : a);
+  return static_gather_axis(params, nb_fwd_input(op, 1), nb_fwd_output(op, 0));
+}
+
 static nb_code plain_gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *params = nb_fwd_input(op, 0), *indices = nb_fwd_input(op, 1);
-  int known = static_gather_axis(params, indices, nb_fwd_output(op, 0));
-  if (known == 0 && nbg_static(params)) {
-    dxs[0] = gathered_rows_grad(c, params, indices, dys[0]);
+  int known = known_gather_axis(op);
+  if (known == 0 && nbg_static(params) && (dxs[0] = gathered_rows_grad(c, params, indices, dys[0])))
     return nb_status(c);
-  }
   nb_tensor *pshape = nb_shape_op(c, params, NB_I64), *a = gather_axis(c, op, known, pshape);
   nb_tensor *zero = nb_scalar(c, NB_I64, 0), *one = nb_scalar(c, NB_I64, 1);
   nb_tensor *n = nb_prod(c, nb_shape_op(c, indices, NB_I64), (const int[]){0}, 1, false);

@@ -7,6 +7,9 @@ void nb_register_variable_grads(void) {
   static const char *const updates[] = {
       "AssignVariableOp",     "AssignAddVariableOp",          "AssignSubVariableOp",
       "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam",
-      "ResourceApplyAdamW",   "ResourceApplyRMSProp",         "ResourceApplyCenteredRMSProp"};
+      "ResourceApplyAdamW",   "ResourceApplyRMSProp",         "ResourceApplyCenteredRMSProp",
+      "ResourceScatterAdd",   "ResourceScatterSub",           "ResourceSparseApplyMomentum",
+      "ResourceSparseApplyAdam", "ResourceSparseApplyAdamW",   "ResourceSparseApplyRMSProp",
+      "ResourceSparseApplyCenteredRMSProp"};
   for (size_t i = 0; i < sizeof updates / sizeof *updates; i++) nb_register_builtin(updates[i], NULL);
 }

@@ -7,10 +7,22 @@
    among them grad); the variable and its slots travel in the internal attr _variables
    (pointer bits). Each update is one pass over memory, no temporaries: every element
    reads var, slots and grad once and writes var and slots once, with the formulas of
-   TF's training_ops.cc functors. Output: the variable's new value (its buffer). */
+   TF's training_ops.cc functors. Output: the variable's new value (its buffer).
+
+   Sparse updates (an IndexedSlices gradient: grad [N, row...] then indices [N] after it):
+   TF's ResourceSparseApplyMomentum, ResourceSparseApplyRMSProp and
+   ResourceSparseApplyCenteredRMSProp update only the listed rows, var and slots alike
+   (TF's lazy semantics: an untouched row's slots do not decay); nabla's
+   ResourceSparseApplyAdam and ResourceSparseApplyAdamW update every row as the dense ops
+   do given the densified gradient (Keras's non-lazy sparse Adam: m = beta1 m on all rows,
+   then the listed rows' (1 - beta1) g added), in one pass. Repeated indices sum first
+   (Keras deduplicates before these kernels), so every sparse op agrees with the dense one
+   on the densified gradient on the rows it touches. SGD's sparse update is
+   ResourceScatterSub (src/ops/variable.c). */
 #include "training.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>
 
@@ -113,26 +125,195 @@ nb_code nb_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const *vars,
   return NB_OK;
 }
 
+/* ---- sparse updates ------------------------------------------------------------------------ */
+
+int64_t nb_first_bad_index(const nb_tensor *indices, int64_t rows) {
+  for (int64_t i = 0; i < indices->size; i++) {
+    int64_t at = nb_index_at(indices, i);
+    if (at < 0 || at >= rows) return i;
+  }
+  return -1;
+}
+
+typedef void (*update_fn)(void *arg, int64_t lo, int64_t hi);
+
+/* A sparse update: the dense kernel run row by row on the listed rows (and, for Adam, with
+   a zero gradient on the others). */
+typedef struct sparse_job {
+  apply_job base;            /* kind, hyperparameters and the variables' data */
+  update_fn fn;
+  int nvars;
+  int64_t row_size;          /* elements per row */
+  size_t row_bytes;
+  const int64_t *rows;       /* the distinct listed rows, ascending */
+  const char *g;             /* their summed gradient rows */
+  int64_t n;
+  const char *zeros;         /* zero gradient rows for the untouched rows, zero_rows of them */
+  int64_t zero_rows;
+} sparse_job;
+
+/* The dense update of rows [row, row + count) with their gradient rows g. */
+static void update_rows(const sparse_job *s, int64_t row, int64_t count, const void *g) {
+  apply_job j = s->base;
+  for (int v = 0; v < s->nvars; v++) j.p[v] = (char *)s->base.p[v] + (size_t)row * s->row_bytes;
+  j.g = g;
+  s->fn(&j, 0, count * s->row_size);
+}
+
+/* How many of rows[u..limit) continue rows[u] consecutively: they share one call. */
+static int64_t run_length(const int64_t *rows, int64_t u, int64_t limit) {
+  int64_t run = 1;
+  while (u + run < limit && rows[u + run] == rows[u] + run) run++;
+  return run;
+}
+
+/* Momentum, RMSProp: listed rows [lo, hi) of rows[] only (distinct: threads never share a row). */
+static void lazy_range(void *arg, int64_t lo, int64_t hi) {
+  const sparse_job *s = arg;
+  for (int64_t u = lo; u < hi;) {
+    int64_t run = run_length(s->rows, u, hi);
+    update_rows(s, s->rows[u], run, s->g + (size_t)u * s->row_bytes);
+    u += run;
+  }
+}
+
+/* Adam: every table row in [lo, hi), the untouched ones with a zero gradient. */
+static void dense_range(void *arg, int64_t lo, int64_t hi) {
+  const sparse_job *s = arg;
+  int64_t u = 0, end = s->n; /* u: the first listed row >= lo, by bisection */
+  while (u < end) {
+    int64_t mid = u + (end - u) / 2;
+    if (s->rows[mid] < lo) u = mid + 1;
+    else end = mid;
+  }
+  for (int64_t r = lo; r < hi;) {
+    if (u < s->n && s->rows[u] == r) {
+      int64_t run = run_length(s->rows, u, s->n);
+      if (run > hi - r) run = hi - r;
+      update_rows(s, r, run, s->g + (size_t)u * s->row_bytes);
+      u += run, r += run;
+    } else {
+      int64_t next = u < s->n && s->rows[u] < hi ? s->rows[u] : hi;
+      int64_t count = next - r < s->zero_rows ? next - r : s->zero_rows;
+      update_rows(s, r, count, s->zeros);
+      r += count;
+    }
+  }
+}
+
+typedef struct index_pos {
+  int64_t index, pos;
+} index_pos;
+
+static int by_index_then_position(const void *a, const void *b) {
+  const index_pos *x = a, *y = b;
+  if (x->index != y->index) return x->index < y->index ? -1 : 1;
+  return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+#define ADD_ROW(T) \
+  for (int64_t e = 0; e < row_size; e++) ((T *)dst)[e] += ((const T *)src)[e]
+
+/* The distinct rows of indices, ascending, into rows[] and their values summed in position
+   order from zero into g (as the densified gradient, UnsortedSegmentSum, sums them);
+   returns how many. */
+static int64_t sum_repeated_rows(const nb_tensor *values, const nb_tensor *indices, int64_t row_size,
+                                 index_pos *order, int64_t *rows, char *g) {
+  int64_t n = indices->size, distinct = 0;
+  size_t row_bytes = (size_t)row_size * nb_dtype_size(values->dtype);
+  for (int64_t i = 0; i < n; i++) order[i] = (index_pos){nb_index_at(indices, i), i};
+  qsort(order, (size_t)n, sizeof *order, by_index_then_position);
+  for (int64_t i = 0; i < n; i++) {
+    if (i == 0 || order[i].index != order[i - 1].index) {
+      rows[distinct] = order[i].index;
+      memset(g + (size_t)distinct++ * row_bytes, 0, row_bytes);
+    }
+    char *dst = g + (size_t)(distinct - 1) * row_bytes;
+    const char *src = (const char *)nb_tdata(values) + (size_t)order[i].pos * row_bytes;
+    if (values->dtype == NB_F32) ADD_ROW(float);
+    else ADD_ROW(double);
+  }
+  return distinct;
+}
+#undef ADD_ROW
+
+/* SGD: each listed row in turn, var -= lr values (the dense kernel on one row). */
+static void scatter_rows(sparse_job *s, const nb_tensor *values, const nb_tensor *indices) {
+  for (int64_t i = 0; i < indices->size; i++)
+    update_rows(s, nb_index_at(indices, i), 1, (const char *)nb_tdata(values) + (size_t)i * s->row_bytes);
+}
+
+nb_code nb_sparse_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const *vars, const nb_tensor *values,
+                               const nb_tensor *indices, const nb_hyper *h, int threads) {
+  const nb_variable *var = vars[0];
+  sparse_job s = {.base = {.kind = kind, .h = *h}, .fn = var->dtype == NB_F32 ? update_f32 : update_f64,
+                  .nvars = nb_apply_num_vars(kind)};
+  for (int i = 0; i < s.nvars; i++)
+    if (!(s.base.p[i] = nb_variable_writable(c, vars[i], true))) return c->status;
+  if (var->size == 0) return NB_OK;
+  s.row_size = var->size / var->shape[0];
+  s.row_bytes = (size_t)s.row_size * nb_dtype_size(var->dtype);
+  if (kind == NB_APPLY_SGD) {
+    scatter_rows(&s, values, indices);
+    return NB_OK;
+  }
+  int64_t n = indices->size;
+  bool dense = kind == NB_APPLY_ADAM || kind == NB_APPLY_ADAMW;
+  s.zero_rows = dense ? 1 + 4095 / s.row_size : 0; /* about 4096 elements per call */
+  index_pos *order = malloc((size_t)n * sizeof *order + 1);
+  int64_t *rows = malloc((size_t)n * sizeof *rows + 1);
+  char *g = malloc((size_t)n * s.row_bytes + 1);
+  char *zeros = calloc((size_t)s.zero_rows * s.row_bytes + 1, 1);
+  nb_code code = order && rows && g && zeros ? NB_OK : nb_fail(c, NB_NOMEM, "out of memory updating variable '%s' "
+                                                                  "sparsely", var->name);
+  if (!code) {
+    s.n = sum_repeated_rows(values, indices, s.row_size, order, rows, g);
+    s.rows = rows, s.g = g, s.zeros = zeros;
+    if (dense)
+      nb_parallel_range(var->size >= APPLY_PAR_MIN ? threads : 1, var->shape[0], dense_range, &s);
+    else
+      nb_parallel_range(s.n * s.row_size >= APPLY_PAR_MIN ? threads : 1, s.n, lazy_range, &s);
+  }
+  free(order);
+  free(rows);
+  free(g);
+  free(zeros);
+  return code;
+}
+
 /* ---- the ops ---------------------------------------------------------------------------- */
 
 enum { ATTR_VARS, ATTR_LOCKING, ATTR_NESTEROV }; /* use_nesterov: Momentum only */
 #define GRAD (-1)
+#define INDICES (-2) /* sparse ops: the gradient's rows, after it */
 
-/* An op's inputs: for each, the nb_hyper field it sets (its offset), or GRAD. */
+/* An op's inputs: for each, the nb_hyper field it sets (its offset), GRAD or INDICES. */
 typedef struct train_impl {
   nb_apply_kind kind;
-  int16_t field[8];
+  bool sparse;
+  int16_t field[9];
 } train_impl;
 
 #define F(name) (int16_t) offsetof(nb_hyper, name)
-static const train_impl sgd_impl = {NB_APPLY_SGD, {F(lr), GRAD}};
-static const train_impl momentum_impl = {NB_APPLY_MOMENTUM, {F(lr), GRAD, F(momentum)}};
+static const train_impl sgd_impl = {NB_APPLY_SGD, false, {F(lr), GRAD}};
+static const train_impl momentum_impl = {NB_APPLY_MOMENTUM, false, {F(lr), GRAD, F(momentum)}};
 static const train_impl adam_impl = {
-    NB_APPLY_ADAM, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD}};
+    NB_APPLY_ADAM, false, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD}};
 static const train_impl adamw_impl = {
-    NB_APPLY_ADAMW, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, F(weight_decay)}};
-static const train_impl rmsprop_impl = {NB_APPLY_RMSPROP, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
-static const train_impl centered_impl = {NB_APPLY_CENTERED_RMSPROP, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
+    NB_APPLY_ADAMW, false, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, F(weight_decay)}};
+static const train_impl rmsprop_impl = {NB_APPLY_RMSPROP, false, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
+static const train_impl centered_impl = {NB_APPLY_CENTERED_RMSPROP, false, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
+/* the sparse ops: TF's inputs with indices after grad */
+static const train_impl sparse_momentum_impl = {NB_APPLY_MOMENTUM, true, {F(lr), GRAD, INDICES, F(momentum)}};
+static const train_impl sparse_adam_impl = {
+    NB_APPLY_ADAM, true, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, INDICES}};
+static const train_impl sparse_adamw_impl = {
+    NB_APPLY_ADAMW, true,
+    {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, INDICES, F(weight_decay)}};
+static const train_impl sparse_rmsprop_impl = {
+    NB_APPLY_RMSPROP, true, {F(lr), F(rho), F(momentum), F(epsilon), GRAD, INDICES}};
+static const train_impl sparse_centered_impl = {
+    NB_APPLY_CENTERED_RMSPROP, true, {F(lr), F(rho), F(momentum), F(epsilon), GRAD, INDICES}};
 #undef F
 
 static int grad_input(const train_impl *impl) {
@@ -159,27 +340,68 @@ static nb_code attr_variables(nb_kargs *k, const train_impl *impl, nb_variable *
   return NB_OK;
 }
 
+static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknown>" : nb_tstr(x); }
+
+static nb_code check_dense_grad(nb_kargs *k, const nb_variable *v, int i) {
+  const nb_tensor *x = k->in[i];
+  if (nb_variable_accepts(v, x)) return NB_OK;
+  return nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
+                  "grad (input %d) has shape %s and dtype %s; variable '%s' needs a gradient of shape %s and dtype %s",
+                  i, shape_str(x), nb_dtype_name(x->dtype), v->name, nb_sstr(v->rank, v->shape),
+                  nb_dtype_name(v->dtype));
+}
+
+/* Sparse ops: grad [N, the variable's dims 1..] and indices int [N] (unknown dims pass). */
+static nb_code check_sparse_grad(nb_kargs *k, const nb_variable *v, int i) {
+  const nb_tensor *x = k->in[i], *idx = k->in[i + 1];
+  bool fits = x->dtype == v->dtype && (x->rank < 0 || x->rank == v->rank);
+  for (int d = 1; fits && x->rank > 0 && d < v->rank; d++) fits = x->shape[d] < 0 || x->shape[d] == v->shape[d];
+  if (!fits)
+    return nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
+                    "grad (input %d) has shape %s and dtype %s; variable '%s' (%s %s) needs %s rows of shape %s", i,
+                    shape_str(x), nb_dtype_name(x->dtype), v->name, nb_dtype_name(v->dtype),
+                    nb_sstr(v->rank, v->shape), nb_dtype_name(v->dtype), nb_sstr(v->rank - 1, v->shape + 1));
+  if (idx->dtype != NB_I32 && idx->dtype != NB_I64)
+    return nb_kfail(k, NB_DTYPE, "indices (input %d) has dtype %s; expected int32 or int64", i + 1,
+                    nb_dtype_name(idx->dtype));
+  if (idx->rank >= 0 && (idx->rank != 1 || (x->rank > 0 && x->shape[0] >= 0 && idx->shape[0] >= 0 &&
+                                            x->shape[0] != idx->shape[0])))
+    return nb_kfail(k, NB_SHAPE, "indices (input %d) has shape %s; expected one index per row of grad %s", i + 1,
+                    shape_str(idx), shape_str(x));
+  return NB_OK;
+}
+
 static nb_code train_infer(nb_kargs *k) {
   const train_impl *impl = k->def->impl;
   nb_variable *vars[NB_APPLY_MAX_VARS];
   nb_code code = attr_variables(k, impl, vars);
   if (code) return code;
   nb_variable *v = vars[0];
-  for (int i = 0; i < k->nin; i++) {
+  if (impl->sparse && v->rank == 0)
+    return nb_kfail(k, NB_SHAPE, "variable '%s' is a scalar; sparse updates need rows", v->name);
+  for (int i = 0; i < k->nin && !code; i++) {
     const nb_tensor *x = k->in[i];
-    const char *shape = x->rank < 0 ? "<unknown>" : nb_tstr(x);
-    if (impl->field[i] == GRAD && !nb_variable_accepts(v, x))
-      return nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
-                      "grad (input %d) has shape %s and dtype %s; variable '%s' needs a gradient of shape %s and "
-                      "dtype %s", i, shape, nb_dtype_name(x->dtype), v->name, nb_sstr(v->rank, v->shape),
-                      nb_dtype_name(v->dtype));
-    if (impl->field[i] != GRAD && (x->dtype != v->dtype || x->rank > 0))
-      return nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
+    if (impl->field[i] == GRAD)
+      code = impl->sparse ? check_sparse_grad(k, v, i) : check_dense_grad(k, v, i);
+    else if (impl->field[i] != INDICES && (x->dtype != v->dtype || x->rank > 0))
+      code = nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
                       "input %d must be a %s scalar like variable '%s', got shape %s and dtype %s", i,
-                      nb_dtype_name(v->dtype), v->name, shape, nb_dtype_name(x->dtype));
+                      nb_dtype_name(v->dtype), v->name, shape_str(x), nb_dtype_name(x->dtype));
   }
-  nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
-  return NB_OK;
+  if (!code) nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
+  return code;
+}
+
+/* The sparse update, once every index is known to name a row of the variable. */
+static nb_code sparse_update(nb_kargs *k, const train_impl *impl, nb_variable **vars, const nb_hyper *h) {
+  int g = grad_input(impl);
+  const nb_tensor *indices = k->in[g + 1];
+  int64_t rows = vars[0]->shape[0], bad = nb_first_bad_index(indices, rows);
+  if (bad >= 0)
+    return nb_kfail(k, NB_INVALID, "indices[%lld] = %lld is not in [0, %lld): variable '%s' has %lld rows",
+                    (long long)bad, (long long)nb_index_at(indices, bad), (long long)rows, vars[0]->name,
+                    (long long)rows);
+  return nb_sparse_apply_update(k->ctx, impl->kind, vars, k->in[g], indices, h, k->threads);
 }
 
 /* infer has checked the variables and inputs of this very call */
@@ -190,10 +412,12 @@ static nb_code train_kernel(nb_kargs *k) {
   nb_hyper h = {.nesterov = k->def->nattrs > ATTR_NESTEROV && k->attr[ATTR_NESTEROV].b};
   for (int i = 0; i < k->nin; i++) {
     const void *d = nb_tdata(k->in[i]);
-    if (impl->field[i] != GRAD)
+    if (impl->field[i] >= 0)
       *(double *)((char *)&h + impl->field[i]) = k->in[i]->dtype == NB_F32 ? *(const float *)d : *(const double *)d;
   }
-  nb_code code = nb_apply_update(k->ctx, impl->kind, vars, nb_tdata(k->in[grad_input(impl)]), &h, k->threads);
+  nb_code code = impl->sparse ? sparse_update(k, impl, vars, &h)
+                              : nb_apply_update(k->ctx, impl->kind, vars, nb_tdata(k->in[grad_input(impl)]), &h,
+                                                k->threads);
   if (!code) nb_variable_share_into(k->ctx, k->res[0], vars[0]);
   return code;
 }
@@ -214,6 +438,11 @@ static nb_op_def training_ops[] = {
     TRAIN_OP("ResourceApplyAdamW", 8, adamw_impl),
     TRAIN_OP("ResourceApplyRMSProp", 5, rmsprop_impl),
     TRAIN_OP("ResourceApplyCenteredRMSProp", 5, centered_impl),
+    NESTEROV_OP("ResourceSparseApplyMomentum", 4, sparse_momentum_impl),
+    TRAIN_OP("ResourceSparseApplyAdam", 8, sparse_adam_impl),
+    TRAIN_OP("ResourceSparseApplyAdamW", 9, sparse_adamw_impl),
+    TRAIN_OP("ResourceSparseApplyRMSProp", 6, sparse_rmsprop_impl),
+    TRAIN_OP("ResourceSparseApplyCenteredRMSProp", 6, sparse_centered_impl),
 };
 
-nb_op_family nb_training_family(void) { return (nb_op_family){training_ops, 6}; }
+nb_op_family nb_training_family(void) { return (nb_op_family){training_ops, sizeof training_ops / sizeof *training_ops}; }

@@ -32,4 +32,21 @@ int nb_apply_num_vars(nb_apply_kind kind);
 nb_code nb_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const *vars, const void *grad, const nb_hyper *h,
                         int threads);
 
+/* A sparse update from IndexedSlices' parts: values [n, row...] of the variable's dtype for
+   the rows indices [n] (int32 or int64, each in [0, rows): the caller has checked) of
+   vars[0] seen as [rows, row]. SGD subtracts lr values row by row, repeated rows one after
+   another (TF's ResourceScatterSub). The others first sum the values of repeated rows (the
+   densified gradient's rows); Momentum and RMSProp then update only the listed rows (TF's
+   lazy sparse kernels), Adam and AdamW every row, as the dense update of the densified
+   gradient does, each with the dense kernel's formulas and rounding. */
+nb_code nb_sparse_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const *vars, const nb_tensor *values,
+                               const nb_tensor *indices, const nb_hyper *h, int threads);
+/* The first position of indices (int32 or int64) whose index is outside [0, rows), or -1. */
+int64_t nb_first_bad_index(const nb_tensor *indices, int64_t rows);
+/* indices[i] of an int32 or int64 tensor. */
+static inline int64_t nb_index_at(const nb_tensor *indices, int64_t i) {
+  const void *d = nb_tdata(indices);
+  return indices->dtype == NB_I32 ? ((const int32_t *)d)[i] : ((const int64_t *)d)[i];
+}
+
 #endif

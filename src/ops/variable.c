@@ -1,5 +1,6 @@
-/* Resource variable ops: ReadVariableOp, AssignVariableOp, AssignAddVariableOp and
-   AssignSubVariableOp (TF's resource_variable_ops). nabla has no resource dtype, so the
+/* Resource variable ops: ReadVariableOp, AssignVariableOp, AssignAddVariableOp,
+   AssignSubVariableOp, ResourceScatterAdd and ResourceScatterSub (TF's
+   resource_variable_ops). nabla has no resource dtype, so the
    variable travels in the internal attr _variable (its pointer's bits, as _CustomGradient
    carries its function) instead of a resource input: TF's value input and dtype attr stay.
    Reads share the variable's buffer; assigns write it in place unless something still
@@ -7,7 +8,7 @@
    output is the variable's value after the op, sharing its buffer. */
 #include "op.h"
 
-#include "../core/variable.h"
+#include "training.h"
 
 #include <string.h>
 
@@ -91,6 +92,51 @@ static nb_code assign_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* ResourceScatterAdd/Sub: updates has shape indices.shape + the variable's dims 1.. (TF
+   also broadcasts a scalar update; nabla does not). */
+static nb_code scatter_infer(nb_kargs *k) {
+  nb_variable *v;
+  nb_code code = check_variable(k, &v);
+  if (!code) code = nb_kcheck_dtype(k, 0, NB_M_INT);
+  if (!code) code = nb_kcheck_dtype(k, 1, NB_M_NUM);
+  if (code) return code;
+  const nb_tensor *idx = k->in[0], *up = k->in[1];
+  if (v->rank == 0) return nb_kfail(k, NB_SHAPE, "variable '%s' is a scalar; scatter updates need rows", v->name);
+  if (up->dtype != v->dtype)
+    return nb_kfail(k, NB_DTYPE, "updates have dtype %s; variable '%s' has dtype %s", nb_dtype_name(up->dtype),
+                    v->name, nb_dtype_name(v->dtype));
+  bool fits = idx->rank < 0 || up->rank < 0 || up->rank == idx->rank + v->rank - 1;
+  for (int d = 0; fits && idx->rank >= 0 && up->rank >= 0 && d < up->rank; d++) {
+    int64_t want = d < idx->rank ? idx->shape[d] : v->shape[d - idx->rank + 1];
+    fits = up->shape[d] < 0 || want < 0 || up->shape[d] == want;
+  }
+  if (!fits)
+    return nb_kfail(k, NB_SHAPE, "updates %s must have shape indices.shape %s + variable '%s' row shape %s",
+                    nb_tstr(up), nb_tstr(idx), v->name, nb_sstr(v->rank - 1, v->shape + 1));
+  nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
+  return NB_OK;
+}
+
+/* Rows one after another: repeated indices accumulate, as TF's. */
+static nb_code scatter_kernel(nb_kargs *k) {
+  nb_variable *v = attr_variable(k);
+  const nb_tensor *indices = k->in[0];
+  int64_t rows = v->shape[0], bad = nb_first_bad_index(indices, rows);
+  if (bad >= 0)
+    return nb_kfail(k, NB_INVALID, "indices[%lld] = %lld is not in [0, %lld): variable '%s' has %lld rows",
+                    (long long)bad, (long long)nb_index_at(indices, bad), (long long)rows, v->name, (long long)rows);
+  char *dst = nb_variable_writable(k->ctx, v, true);
+  if (!dst) return k->ctx->status;
+  int64_t row = rows ? v->size / rows : 0;
+  size_t row_bytes = (size_t)row * nb_dtype_size(v->dtype);
+  const char *src = nb_tdata(k->in[1]);
+  bool subtract = (assign_kind)(intptr_t)k->def->impl == ASSIGN_SUB;
+  for (int64_t i = 0; i < indices->size; i++)
+    add_into(v->dtype, subtract, dst + (size_t)nb_index_at(indices, i) * row_bytes, src + (size_t)i * row_bytes, row);
+  nb_variable_share_into(k->ctx, k->res[0], v);
+  return NB_OK;
+}
+
 #define VAR_ATTRS                                                   \
   .nattrs = 2, .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true}, \
                          {"_variable", NB_ATTR_INT, {.i = 0}, true}}
@@ -104,6 +150,10 @@ static nb_op_def variable_ops[] = {
     ASSIGN_OP("AssignVariableOp", ASSIGN_SET),
     ASSIGN_OP("AssignAddVariableOp", ASSIGN_ADD),
     ASSIGN_OP("AssignSubVariableOp", ASSIGN_SUB),
+    {.name = "ResourceScatterAdd", .nin = 2, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS,
+     .infer = scatter_infer, .kernel = scatter_kernel, .impl = (const void *)(intptr_t)ASSIGN_ADD},
+    {.name = "ResourceScatterSub", .nin = 2, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS,
+     .infer = scatter_infer, .kernel = scatter_kernel, .impl = (const void *)(intptr_t)ASSIGN_SUB},
 };
 
-nb_op_family nb_variable_family(void) { return (nb_op_family){variable_ops, 4}; }
+nb_op_family nb_variable_family(void) { return (nb_op_family){variable_ops, sizeof variable_ops / sizeof *variable_ops}; }

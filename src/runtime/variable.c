@@ -149,3 +149,26 @@ nb_tensor *nb_variable_assign_add(nb_ctx *c, nb_variable *v, nb_tensor *value) {
 nb_tensor *nb_variable_assign_sub(nb_ctx *c, nb_variable *v, nb_tensor *value) {
   return assign(c, v, value, "AssignSubVariableOp", "assign_sub");
 }
+
+/* ResourceScatterAdd/Sub: as assign, with the indices beside the value. */
+static nb_tensor *scatter(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates, const char *type,
+                          const char *suffix) {
+  if (!nb_live(c)) return NULL;
+  if (!v || !indices || !updates || v->freed) {
+    nb_fail(c, NB_INVALID, "%s: %s", type, !v ? "NULL variable" : v->freed ? "a freed variable" : "NULL indices or updates");
+    return NULL;
+  }
+  nb_attrval attrs[NB_MAX_ATTRS] = {{.type = v->dtype}, {.i = nb_variable_bits(v)}};
+  nb_tensor *in[2] = {indices, updates};
+  nb_tensor *op = nb_variable_update(c, nb_op_lookup(type), &v, 1, in, 2, attrs, suffix);
+  if (!op || c->graph) return op;
+  nb_tensor_free(op);
+  return nb_variable_read(c, v);
+}
+
+nb_tensor *nb_variable_scatter_add(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates) {
+  return scatter(c, v, indices, updates, "ResourceScatterAdd", "scatter_add");
+}
+nb_tensor *nb_variable_scatter_sub(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates) {
+  return scatter(c, v, indices, updates, "ResourceScatterSub", "scatter_sub");
+}

@@ -4,7 +4,9 @@
    updates call the fused kernels of src/ops/training.c directly, with the step's
    hyperparameters computed here in double; graph updates add the ResourceApply* nodes,
    with the hyperparameters computed from the counter's ReadVariableOp by ops (as Keras
-   does), so schedules advance across runs. */
+   does), so schedules advance across runs. IndexedSlices gradients take the sparse
+   updates (the kernels' nb_sparse_apply_update eagerly; ResourceScatterSub and the
+   ResourceSparseApply* nodes in graphs), which never densify the gradient. */
 #include "../ops/training.h"
 
 #include <math.h>
@@ -206,14 +208,15 @@ static nb_code check_apply(nb_ctx *c, nb_tensor *const *grads, nb_variable *cons
     if (!nb_is_float(v->dtype))
       return nb_fail(c, NB_DTYPE, "nb_optimizer_apply: variable '%s' has dtype %s; optimizers update float32 and "
                      "float64 variables", v->name, nb_dtype_name(v->dtype));
-    if (!c->graph && !g->buf)
+    bool sparse = nb_is_indexed_slices(g);
+    if (!c->graph && !(sparse ? nb_indexed_slices_values(g) : g)->buf)
       return nb_fail(c, NB_INVALID, "nb_optimizer_apply: gradient %d (for variable '%s') is a graph tensor; eager "
                      "updates need values", i, v->name);
     if (!nb_variable_accepts(v, g))
       return nb_fail(c, g->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
-                     "nb_optimizer_apply: gradient %d has shape %s and dtype %s; variable '%s' has shape %s and "
-                     "dtype %s", i, g->rank < 0 ? "<unknown>" : nb_tstr(g), nb_dtype_name(g->dtype), v->name,
-                     nb_sstr(v->rank, v->shape), nb_dtype_name(v->dtype));
+                     "nb_optimizer_apply: gradient %d has %sshape %s and dtype %s; variable '%s' has shape %s and "
+                     "dtype %s", i, sparse ? "IndexedSlices of dense " : "", g->rank < 0 ? "<unknown>" : nb_tstr(g),
+                     nb_dtype_name(g->dtype), v->name, nb_sstr(v->rank, v->shape), nb_dtype_name(v->dtype));
   }
   return NB_OK;
 }
@@ -250,7 +253,10 @@ static nb_code apply_eager(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, 
     if (!grads[i]) continue;
     nb_variable *uses[NB_APPLY_MAX_VARS];
     update_vars(o, vars[i], uses);
-    nb_code code = nb_apply_update(c, o->kind, uses, nb_tdata(grads[i]), &h, c->threads);
+    nb_tensor *g = grads[i];
+    nb_code code = nb_is_indexed_slices(g) ? nb_sparse_apply_update(c, o->kind, uses, nb_indexed_slices_values(g),
+                                                                     nb_indexed_slices_indices(g), &h, c->threads)
+                                           : nb_apply_update(c, o->kind, uses, nb_tdata(g), &h, c->threads);
     if (code) return code;
   }
   int64_t *counter = nb_variable_writable(c, o->iterations, true);
@@ -262,7 +268,7 @@ static nb_code apply_eager(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, 
 /* The inputs of a graph update for one dtype, computed once per apply: TF's input order
    with the gradient left NULL. */
 typedef struct graph_hyper {
-  nb_tensor *in[8];
+  nb_tensor *in[9]; /* room for a sparse update's indices */
   int nin, grad;
 } graph_hyper;
 
@@ -292,6 +298,40 @@ static const char *const op_types[] = {
     [NB_APPLY_RMSPROP] = "ResourceApplyRMSProp",     [NB_APPLY_CENTERED_RMSPROP] = "ResourceApplyCenteredRMSProp",
 };
 
+/* For IndexedSlices gradients; SGD's is ResourceScatterSub of lr values, as Keras's. */
+static const char *const sparse_op_types[] = {
+    [NB_APPLY_SGD] = "ResourceScatterSub",         [NB_APPLY_MOMENTUM] = "ResourceSparseApplyMomentum",
+    [NB_APPLY_ADAM] = "ResourceSparseApplyAdam",   [NB_APPLY_ADAMW] = "ResourceSparseApplyAdamW",
+    [NB_APPLY_RMSPROP] = "ResourceSparseApplyRMSProp",
+    [NB_APPLY_CENTERED_RMSPROP] = "ResourceSparseApplyCenteredRMSProp",
+};
+
+/* The update node of var from gradient g, the hyperparameters in gh. */
+static nb_tensor *update_node(nb_optimizer *o, nb_ctx *c, graph_hyper gh, nb_tensor *g, nb_variable *var) {
+  nb_variable *uses[NB_APPLY_MAX_VARS];
+  int64_t bits[NB_APPLY_MAX_VARS];
+  int nuses = update_vars(o, var, uses);
+  for (int k = 0; k < nuses; k++) bits[k] = nb_variable_bits(uses[k]);
+  if (!nb_is_indexed_slices(g)) {
+    gh.in[gh.grad] = g;
+    /* _variables, use_locking, and use_nesterov where the op has it (Momentum) */
+    nb_attrval attrs[NB_MAX_ATTRS] = {{.ints = bits, .n = nuses}, {.b = false}, {.b = o->h.nesterov}};
+    return nb_variable_update(c, nb_op_lookup(op_types[o->kind]), uses, nuses, gh.in, gh.nin, attrs, "apply");
+  }
+  nb_tensor *values = nb_indexed_slices_values(g), *indices = nb_indexed_slices_indices(g);
+  if (o->kind == NB_APPLY_SGD) { /* dtype, _variable */
+    nb_attrval attrs[NB_MAX_ATTRS] = {{.type = var->dtype}, {.i = bits[0]}};
+    nb_tensor *in[2] = {indices, nb_mul(c, values, gh.in[0])};
+    return nb_variable_update(c, nb_op_lookup(sparse_op_types[o->kind]), uses, 1, in, 2, attrs, "apply");
+  }
+  memmove(gh.in + gh.grad + 2, gh.in + gh.grad + 1, (size_t)(gh.nin - gh.grad - 1) * sizeof *gh.in);
+  gh.in[gh.grad] = values;
+  gh.in[gh.grad + 1] = indices;
+  nb_attrval attrs[NB_MAX_ATTRS] = {{.ints = bits, .n = nuses}, {.b = false}, {.b = o->h.nesterov}};
+  return nb_variable_update(c, nb_op_lookup(sparse_op_types[o->kind]), uses, nuses, gh.in, gh.nin + 1, attrs,
+                            "apply");
+}
+
 static nb_tensor *apply_graph(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n) {
   nb_tensor *step = nb_variable_read(c, o->iterations);
   graph_hyper per_dtype[2];
@@ -307,16 +347,7 @@ static nb_tensor *apply_graph(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grad
     int d = vars[i]->dtype == NB_F64;
     if (!made[d]) hyper_tensors(o, c, step, vars[i]->dtype, &per_dtype[d]);
     made[d] = true;
-    graph_hyper gh = per_dtype[d];
-    gh.in[gh.grad] = grads[i];
-    nb_variable *uses[NB_APPLY_MAX_VARS];
-    int64_t bits[NB_APPLY_MAX_VARS];
-    int nuses = update_vars(o, vars[i], uses);
-    for (int k = 0; k < nuses; k++) bits[k] = nb_variable_bits(uses[k]);
-    /* _variables, use_locking, and use_nesterov where the op has it (Momentum) */
-    nb_attrval attrs[NB_MAX_ATTRS] = {{.ints = bits, .n = nuses}, {.b = false}, {.b = o->h.nesterov}};
-    updates[nupdates++] = nb_variable_update(c, nb_op_lookup(op_types[o->kind]), uses, nuses, gh.in, gh.nin, attrs,
-                                             "apply");
+    updates[nupdates++] = update_node(o, c, per_dtype[d], grads[i], vars[i]);
   }
   nb_tensor *inc = nb_variable_assign_add(c, o->iterations, nb_scalar(c, NB_I64, 1));
   for (int i = 0; i < nupdates && inc; i++)
@@ -342,6 +373,16 @@ nb_code nb_optimizer_apply(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, 
 
 /* ---- clipping ---------------------------------------------------------------------------------- */
 
+/* IndexedSlices count by their values, as TF's global_norm (repeated indices are not
+   summed first), and stay sparse when scaled. */
+static nb_tensor *dense_part(nb_tensor *g) { return nb_is_indexed_slices(g) ? nb_indexed_slices_values(g) : g; }
+
+static nb_tensor *scaled(nb_ctx *c, nb_tensor *g, nb_tensor *scale) {
+  if (!nb_is_indexed_slices(g)) return nb_mul(c, g, scale);
+  return nb_indexed_slices(c, nb_mul(c, nb_indexed_slices_values(g), scale), nb_indexed_slices_indices(g), nb_shape(g),
+                           nb_rank(g));
+}
+
 nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
                                nb_tensor **global_norm) {
   if (!c) return NB_INVALID;
@@ -361,7 +402,7 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
       nb_fail(c, NB_DTYPE, "nb_clip_by_global_norm: gradient %d has dtype %s; expected %s like gradient %d", i,
               nb_dtype_name(grads[i]->dtype), nb_is_float(grads[first]->dtype) ? nb_dtype_name(grads[first]->dtype) : "a float dtype", first);
     else
-      squares[m++] = nb_sum(c, nb_square(c, grads[i]), NULL, 0, false);
+      squares[m++] = nb_sum(c, nb_square(c, dense_part(grads[i])), NULL, 0, false);
   }
   nb_dtype t = first >= 0 ? grads[first]->dtype : NB_F32;
   nb_tensor *norm = m ? nb_sqrt(c, nb_add_n(c, squares, m)) : nb_scalar(c, t, 0);
@@ -370,7 +411,7 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
   nb_tensor *use = nb_add(c, norm, nb_sub(c, norm, norm));
   nb_tensor *scale = nb_mul(c, nb_scalar(c, t, clip_norm),
                             nb_minimum(c, nb_reciprocal(c, use), nb_scalar(c, t, 1 / clip_norm)));
-  for (int i = 0; i < n && nb_live(c); i++) out[i] = grads[i] ? nb_mul(c, grads[i], scale) : NULL;
+  for (int i = 0; i < n && nb_live(c); i++) out[i] = grads[i] ? scaled(c, grads[i], scale) : NULL;
   if (!nb_live(c)) {
     for (int i = 0; i < n; i++) out[i] = NULL;
     return c->status;
