@@ -10,6 +10,7 @@ void nb_register_builtin_gradients(void) {
   nb_register_array_grads();
   nb_register_slicing_grads();
   nb_register_custom_grads();
+  nb_register_conv_grads();
 }
 
 nb_tensor *nbg_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs) {
