@@ -9,7 +9,9 @@
      backprop input   dcol = dy W^T, then col2im adds each patch row back into dx
      backprop filter  dW = col^T dy              (summed over image blocks)
    all without transposing anything. A 1x1 filter at stride 1 without padding needs no
-   im2col: the input is col. Threads split the batch, one single-threaded GEMM each. */
+   im2col: the input is col. With one input channel the column matrix is built transposed
+   (whole output rows copied at once) and the GEMMs take it with a transpose flag. Threads
+   split the batch, one single-threaded GEMM each. */
 #include "blas.h"
 
 #include <math.h>
@@ -296,6 +298,31 @@ static inline void copy_elems(char *dst, const char *src, int64_t n, size_t esz)
     for (int64_t i = 0; i < n; i++) ((uint64_t *)dst)[i] = ((const uint64_t *)src)[i];
 }
 
+static inline void zero_elems(char *dst, int64_t n, size_t esz) {
+  if (esz == 4)
+    for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i] = 0;
+  else
+    for (int64_t i = 0; i < n; i++) ((uint64_t *)dst)[i] = 0;
+}
+
+/* dst[i] = src[i * stride] for i < n. */
+static inline void copy_strided(char *dst, const char *src, int64_t n, int64_t stride, size_t esz) {
+  if (stride == 1)
+    copy_elems(dst, src, n, esz);
+  else if (esz == 4)
+    for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i * stride];
+  else
+    for (int64_t i = 0; i < n; i++) ((uint64_t *)dst)[i] = ((const uint64_t *)src)[i * stride];
+}
+
+/* dst[i * stride] += src[i] for i < n. */
+static inline void add_strided(nb_dtype t, char *dst, const char *src, int64_t n, int64_t stride) {
+  if (t == NB_F32)
+    for (int64_t i = 0; i < n; i++) ((float *)dst)[i * stride] += ((const float *)src)[i];
+  else
+    for (int64_t i = 0; i < n; i++) ((double *)dst)[i * stride] += ((const double *)src)[i];
+}
+
 static inline void add_elems(nb_dtype t, char *dst, const char *src, int64_t n) {
   if (t == NB_F32)
     for (int64_t i = 0; i < n; i++) ((float *)dst)[i] += ((const float *)src)[i];
@@ -355,47 +382,50 @@ typedef struct conv_job {
   int64_t col_elems;      /* elements per column buffer */
   int64_t block;          /* images per GEMM */
   bool direct;            /* 1x1, stride 1, no padding: the input is its own col */
+  bool planar;            /* col is stored transposed (see im2col_planar) */
 } conv_job;
 
 static int64_t patch_size(const geom *g) { return g->kh * g->kw * g->c; }
 
+/* The indices i in [0, count) with start + i * step in [0, limit): [*lo, *hi). */
+static void inside(int64_t start, int64_t step, int64_t limit, int64_t count, int64_t *lo, int64_t *hi) {
+  *lo = start >= 0 ? 0 : (-start + step - 1) / step;
+  *hi = limit - start <= 0 ? 0 : (limit - start + step - 1) / step;
+  if (*hi > count) *hi = count;
+  if (*lo > *hi) *lo = *hi;
+}
+
 /* Fills one column row: the patch of image img at output pixel (oy, ox), zeros where it
    reaches into the padding. */
 static void im2col_row(const geom *g, const char *img, int64_t oy, int64_t ox, char *row, size_t esz) {
-  int64_t span = g->kw * g->c, ix0 = ox * g->sw - g->pl;
-  /* columns kx in [k0, k1) land inside the image */
-  int64_t k0 = ix0 >= 0 ? 0 : (-ix0 + g->dw - 1) / g->dw;
-  int64_t k1 = g->w - ix0 <= 0 ? 0 : (g->w - ix0 + g->dw - 1) / g->dw;
-  if (k1 > g->kw) k1 = g->kw;
-  if (k0 > k1) k0 = k1;
+  int64_t span = g->kw * g->c, ix0 = ox * g->sw - g->pl, k0, k1;
+  inside(ix0, g->dw, g->w, g->kw, &k0, &k1); /* the window columns inside the image */
   for (int64_t ky = 0; ky < g->kh; ky++, row += (size_t)span * esz) {
     int64_t iy = oy * g->sh - g->pt + ky * g->dh;
     if (iy < 0 || iy >= g->h) {
-      memset(row, 0, (size_t)span * esz);
+      zero_elems(row, span, esz);
       continue;
     }
     int64_t base = (iy * g->w + ix0) * g->c; /* element of column kx = 0, maybe in the padding */
-    memset(row, 0, (size_t)(k0 * g->c) * esz);
+    zero_elems(row, k0 * g->c, esz);
     if (g->dw == 1)
       copy_elems(row + (size_t)(k0 * g->c) * esz, img + (size_t)(base + k0 * g->c) * esz, (k1 - k0) * g->c, esz);
     else
       for (int64_t kx = k0; kx < k1; kx++)
         copy_elems(row + (size_t)(kx * g->c) * esz, img + (size_t)(base + kx * g->dw * g->c) * esz, g->c, esz);
-    memset(row + (size_t)(k1 * g->c) * esz, 0, (size_t)((g->kw - k1) * g->c) * esz);
+    zero_elems(row + (size_t)(k1 * g->c) * esz, (g->kw - k1) * g->c, esz);
   }
 }
 
 /* The inverse scatter: adds one column row into image img's pixels (padding dropped). */
 static void col2im_row(const geom *g, nb_dtype t, const char *row, int64_t oy, int64_t ox, char *img, size_t esz) {
-  int64_t span = g->kw * g->c, ix0 = ox * g->sw - g->pl;
-  int64_t k0 = ix0 >= 0 ? 0 : (-ix0 + g->dw - 1) / g->dw;
-  int64_t k1 = g->w - ix0 <= 0 ? 0 : (g->w - ix0 + g->dw - 1) / g->dw;
-  if (k1 > g->kw) k1 = g->kw;
+  int64_t span = g->kw * g->c, ix0 = ox * g->sw - g->pl, k0, k1;
+  inside(ix0, g->dw, g->w, g->kw, &k0, &k1); /* the window columns inside the image */
   for (int64_t ky = 0; ky < g->kh; ky++, row += (size_t)span * esz) {
     int64_t iy = oy * g->sh - g->pt + ky * g->dh;
     if (iy < 0 || iy >= g->h) continue;
     int64_t base = (iy * g->w + ix0) * g->c;
-    if (g->dw == 1 && k1 > k0)
+    if (g->dw == 1)
       add_elems(t, img + (size_t)(base + k0 * g->c) * esz, row + (size_t)(k0 * g->c) * esz, (k1 - k0) * g->c);
     else
       for (int64_t kx = k0; kx < k1; kx++)
@@ -415,6 +445,52 @@ static const char *im2col(const conv_job *j, int64_t n0, int64_t b, char *col) {
   return col - (size_t)(b * g->oh * g->ow) * row_bytes;
 }
 
+/* The transposed column matrix of images [n0, n0 + b): row (ky, kx, ci) holds that patch
+   element for every output pixel of the block, so an output row's run is one strided read
+   of an input row (a plain copy with one channel and stride 1). Used for one channel,
+   where the patch rows of im2col would be copied a few elements at a time. */
+static void im2col_planar(const conv_job *j, int64_t n0, int64_t b, char *col) {
+  const geom *g = j->g;
+  size_t esz = j->esz;
+  for (int64_t ky = 0; ky < g->kh; ky++)
+    for (int64_t kx = 0; kx < g->kw; kx++)
+      for (int64_t ci = 0; ci < g->c; ci++) {
+        int64_t ix0 = kx * g->dw - g->pl, o0, o1;
+        inside(ix0, g->sw, g->w, g->ow, &o0, &o1); /* the output columns reading inside */
+        for (int64_t i = 0; i < b; i++)
+          for (int64_t oy = 0; oy < g->oh; oy++, col += (size_t)g->ow * esz) {
+            int64_t iy = oy * g->sh - g->pt + ky * g->dh;
+            if (iy < 0 || iy >= g->h) {
+              zero_elems(col, g->ow, esz);
+              continue;
+            }
+            int64_t first = (((n0 + i) * g->h + iy) * g->w + ix0 + o0 * g->sw) * g->c + ci;
+            zero_elems(col, o0, esz);
+            copy_strided(col + (size_t)o0 * esz, j->x + (size_t)first * esz, o1 - o0, g->sw * g->c, esz);
+            zero_elems(col + (size_t)o1 * esz, g->ow - o1, esz);
+          }
+      }
+}
+
+/* Adds a transposed column matrix (as im2col_planar's) back into images dx[0..b). */
+static void col2im_planar(const conv_job *j, int64_t b, const char *col, char *dx) {
+  const geom *g = j->g;
+  size_t esz = j->esz;
+  for (int64_t ky = 0; ky < g->kh; ky++)
+    for (int64_t kx = 0; kx < g->kw; kx++)
+      for (int64_t ci = 0; ci < g->c; ci++) {
+        int64_t ix0 = kx * g->dw - g->pl, o0, o1;
+        inside(ix0, g->sw, g->w, g->ow, &o0, &o1);
+        for (int64_t i = 0; i < b; i++)
+          for (int64_t oy = 0; oy < g->oh; oy++, col += (size_t)g->ow * esz) {
+            int64_t iy = oy * g->sh - g->pt + ky * g->dh;
+            if (iy < 0 || iy >= g->h) continue;
+            int64_t first = ((i * g->h + iy) * g->w + ix0 + o0 * g->sw) * g->c + ci;
+            add_strided(j->t, dx + (size_t)first * esz, col + (size_t)o0 * esz, o1 - o0, g->sw * g->c);
+          }
+      }
+}
+
 static char *thread_col(const conv_job *j) {
   return j->cols ? j->cols + (size_t)(omp_get_thread_num() * j->col_elems) * j->esz : NULL;
 }
@@ -426,9 +502,13 @@ static void forward_range(void *arg, int64_t lo, int64_t hi) {
   char *col = thread_col(j);
   for (int64_t n0 = lo; n0 < hi; n0 += j->block) {
     int64_t b = hi - n0 < j->block ? hi - n0 : j->block;
-    const char *a = im2col(j, n0, b, col);
-    nb_gemm(j->t, false, false, b * pix, g->oc, kk, a, kk, j->f, g->oc, 0,
-            j->out + (size_t)(n0 * pix * g->oc) * j->esz, g->oc);
+    char *y = j->out + (size_t)(n0 * pix * g->oc) * j->esz;
+    if (j->planar) { /* y = (col^T)^T W */
+      im2col_planar(j, n0, b, col);
+      nb_gemm(j->t, true, false, b * pix, g->oc, kk, col, b * pix, j->f, g->oc, 0, y, g->oc);
+    } else {
+      nb_gemm(j->t, false, false, b * pix, g->oc, kk, im2col(j, n0, b, col), kk, j->f, g->oc, 0, y, g->oc);
+    }
   }
 }
 
@@ -445,8 +525,13 @@ static void backprop_input_range(void *arg, int64_t lo, int64_t hi) {
       nb_gemm(j->t, false, true, b * pix, kk, g->oc, dy, g->oc, j->f, g->oc, 0, dx, kk);
       continue;
     }
-    nb_gemm(j->t, false, true, b * pix, kk, g->oc, dy, g->oc, j->f, g->oc, 0, col, kk);
     memset(dx, 0, (size_t)(b * img) * j->esz);
+    if (j->planar) { /* col^T = W dy^T */
+      nb_gemm(j->t, false, true, kk, b * pix, g->oc, j->f, g->oc, dy, g->oc, 0, col, b * pix);
+      col2im_planar(j, b, col, dx);
+      continue;
+    }
+    nb_gemm(j->t, false, true, b * pix, kk, g->oc, dy, g->oc, j->f, g->oc, 0, col, kk);
     const char *row = col;
     for (int64_t i = 0; i < b; i++)
       for (int64_t oy = 0; oy < g->oh; oy++)
@@ -464,9 +549,13 @@ static void backprop_filter_range(void *arg, int64_t lo, int64_t hi) {
   memset(dw, 0, (size_t)(kk * g->oc) * j->esz);
   for (int64_t n0 = lo; n0 < hi; n0 += j->block) {
     int64_t b = hi - n0 < j->block ? hi - n0 : j->block;
-    const char *a = im2col(j, n0, b, col);
-    nb_gemm(j->t, true, false, kk, g->oc, b * pix, a, kk, j->dy + (size_t)(n0 * pix * g->oc) * j->esz, g->oc, 1,
-            dw, g->oc);
+    const char *dy = j->dy + (size_t)(n0 * pix * g->oc) * j->esz;
+    if (j->planar) { /* dW += col^T dy */
+      im2col_planar(j, n0, b, col);
+      nb_gemm(j->t, false, false, kk, g->oc, b * pix, col, b * pix, dy, g->oc, 1, dw, g->oc);
+    } else {
+      nb_gemm(j->t, true, false, kk, g->oc, b * pix, im2col(j, n0, b, col), kk, dy, g->oc, 1, dw, g->oc);
+    }
   }
 }
 
@@ -484,6 +573,7 @@ static nb_code plan_job(nb_kargs *k, conv_job *j, int *nt) {
   if (j->block < 1) j->block = 1;
   j->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 && g->pl == 0 &&
               g->oh == g->h && g->ow == g->w;
+  j->planar = !j->direct && g->c == 1;
   j->col_elems = j->block * pix * kk;
   j->cols = NULL;
   if (!j->direct) {
@@ -641,6 +731,9 @@ static void window(const geom *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *
   *x1 = xs + g->kw < g->w ? xs + g->kw : g->w;
 }
 
+/* Channels whose window maxima are tracked at once (on the stack). */
+#define ARGMAX_BLOCK 64
+
 /* Max with NaN propagating: a NaN in the window gives NaN. */
 #define NAN_MAX(a, v) ((v) > (a) || isnan(v) ? (v) : (a))
 
@@ -650,8 +743,9 @@ typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, 
 
 /* Per dtype:
    max_pool       y = max over the window (-inf for a window wholly in the padding)
-   argmax         the window element MaxPoolGrad routes to: the first maximum in row-major
-                  window order (TF's tie rule), or the first NaN; -1 for an empty window
+   window_argmax  per channel of a block, the window element MaxPoolGrad routes to: the
+                  first maximum in row-major window order (TF's tie rule), or the first
+                  NaN; -1 for an empty window
    max_pool_grad  dx[argmax] += dy
    max_pool_grad_grad  out = g[argmax] (0 for an empty window)
    avg_pool       y = mean over the window's real elements (TF: padding is not counted)
@@ -674,15 +768,22 @@ typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, 
             }                                                                                                  \
         }                                                                                                      \
   }                                                                                                            \
-  static int64_t argmax_##S(const geom *g, const T *img, int64_t oy, int64_t ox, int64_t ch) {                \
-    int64_t y0, y1, x0, x1, best = -1;                                                                         \
+  static void window_argmax_##S(const geom *g, const T *img, int64_t oy, int64_t ox, int64_t c0, int64_t nc,      \
+                                int64_t *idx) {                                                                \
+    int64_t y0, y1, x0, x1;                                                                                    \
+    T best[ARGMAX_BLOCK];                                                                                      \
     window(g, oy, ox, &y0, &y1, &x0, &x1);                                                                     \
+    for (int64_t j = 0; j < nc; j++) idx[j] = -1;                                                              \
     for (int64_t iy = y0; iy < y1; iy++)                                                                       \
       for (int64_t ix = x0; ix < x1; ix++) {                                                                   \
-        int64_t i = (iy * g->w + ix) * g->c + ch;                                                              \
-        if (best < 0 || (!isnan(img[best]) && (img[i] > img[best] || isnan(img[i])))) best = i;              \
+        int64_t base = (iy * g->w + ix) * g->c + c0;                                                           \
+        const T *p = img + base;                                                                               \
+        for (int64_t j = 0; j < nc; j++)                                                                       \
+          if (idx[j] < 0 || (!isnan(best[j]) && (p[j] > best[j] || isnan(p[j])))) {                           \
+            best[j] = p[j];                                                                                    \
+            idx[j] = base + j;                                                                                 \
+          }                                                                                                    \
       }                                                                                                        \
-    return best;                                                                                               \
   }                                                                                                            \
   static void max_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, int64_t lo,          \
                                 int64_t hi) {                                                                  \
@@ -694,9 +795,11 @@ typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, 
       const T *dy = (const T *)b + n * g->oh * g->ow * g->c;                                                   \
       for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
         for (int64_t ox = 0; ox < g->ow; ox++, dy += g->c)                                                     \
-          for (int64_t ch = 0; ch < g->c; ch++) {                                                              \
-            int64_t i = argmax_##S(g, x, oy, ox, ch);                                                          \
-            if (i >= 0) dx[i] += dy[ch];                                                                       \
+          for (int64_t c0 = 0; c0 < g->c; c0 += ARGMAX_BLOCK) {                                                \
+            int64_t nc = g->c - c0 < ARGMAX_BLOCK ? g->c - c0 : ARGMAX_BLOCK, idx[ARGMAX_BLOCK];               \
+            window_argmax_##S(g, x, oy, ox, c0, nc, idx);                                                      \
+            for (int64_t j = 0; j < nc; j++)                                                                   \
+              if (idx[j] >= 0) dx[idx[j]] += dy[c0 + j];                                                       \
           }                                                                                                    \
     }                                                                                                          \
   }                                                                                                            \
@@ -708,9 +811,10 @@ typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, 
       T *o = (T *)out + n * g->oh * g->ow * g->c;                                                              \
       for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
         for (int64_t ox = 0; ox < g->ow; ox++, o += g->c)                                                      \
-          for (int64_t ch = 0; ch < g->c; ch++) {                                                              \
-            int64_t i = argmax_##S(g, x, oy, ox, ch);                                                          \
-            o[ch] = i >= 0 ? gx[i] : 0;                                                                        \
+          for (int64_t c0 = 0; c0 < g->c; c0 += ARGMAX_BLOCK) {                                                \
+            int64_t nc = g->c - c0 < ARGMAX_BLOCK ? g->c - c0 : ARGMAX_BLOCK, idx[ARGMAX_BLOCK];               \
+            window_argmax_##S(g, x, oy, ox, c0, nc, idx);                                                      \
+            for (int64_t j = 0; j < nc; j++) o[c0 + j] = idx[j] >= 0 ? gx[idx[j]] : 0;                         \
           }                                                                                                    \
     }                                                                                                          \
   }                                                                                                            \

@@ -48,6 +48,8 @@ CONV_CASES = [
     ("nchw_same_stride2", (1, 6, 6, 2), (2, 2, 2, 3), (2, 2), (1, 1), "SAME", None, True),
     ("pointwise", (2, 3, 3, 4), (1, 1, 4, 3), (1, 1), (1, 1), "VALID", None, False),
     ("nchw_explicit_dilation", (2, 6, 5, 2), (2, 2, 2, 2), (1, 2), (2, 1), "EXPLICIT", (0, 1, 1, 1), True),
+    ("one_channel", (2, 7, 6, 1), (3, 3, 1, 2), (2, 1), (1, 2), "SAME", None, False),
+    ("one_channel_explicit", (3, 6, 6, 1), (2, 3, 1, 3), (1, 2), (1, 1), "EXPLICIT", (2, 0, 1, 3), False),
 ]
 
 # name, op, x shape (NHWC), ksize (h, w), strides (h, w), padding, explicit, nchw
