@@ -731,11 +731,12 @@ static void window(const geom *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *
   *x1 = xs + g->kw < g->w ? xs + g->kw : g->w;
 }
 
-/* Channels whose window maxima are tracked at once (on the stack). */
-#define ARGMAX_BLOCK 64
-
 /* Max with NaN propagating: a NaN in the window gives NaN. */
 #define NAN_MAX(a, v) ((v) > (a) || isnan(v) ? (v) : (a))
+/* Whether v is the window maximum m (NaN: v is a NaN too); bitwise, so loops vectorize. */
+#define IS_MAX(v, m) (((v) == (m)) | (((v) != (v)) & ((m) != (m))))
+/* Channels handled together (their window maxima live on the stack). */
+#define CHANNEL_BLOCK 64
 
 /* A pool loop over images [lo, hi): a is the first operand, b the second (or NULL), out
    the result, all NHWC. */
@@ -743,11 +744,12 @@ typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, 
 
 /* Per dtype:
    max_pool       y = max over the window (-inf for a window wholly in the padding)
-   window_argmax  per channel of a block, the window element MaxPoolGrad routes to: the
-                  first maximum in row-major window order (TF's tie rule), or the first
-                  NaN; -1 for an empty window
-   max_pool_grad  dx[argmax] += dy
+   window_max     per channel, the maximum of a clipped window (NaN if it holds one)
+   max_pool_grad  dx[argmax] += dy, where argmax is the window's first element equal to
+                  its maximum in row-major order (TF's tie rule), the first NaN if any
    max_pool_grad_grad  out = g[argmax] (0 for an empty window)
+   Both find argmax in two passes over the window, the maximum then the first element
+   equal to it, each a loop over contiguous channels (no index tracking).
    avg_pool       y = mean over the window's real elements (TF: padding is not counted)
    avg_pool_grad  dx[window] += dy / count */
 #define POOL_LOOPS(S, T)                                                                                       \
@@ -768,26 +770,18 @@ typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, 
             }                                                                                                  \
         }                                                                                                      \
   }                                                                                                            \
-  static void window_argmax_##S(const geom *g, const T *img, int64_t oy, int64_t ox, int64_t c0, int64_t nc,      \
-                                int64_t *idx) {                                                                \
-    int64_t y0, y1, x0, x1;                                                                                    \
-    T best[ARGMAX_BLOCK];                                                                                      \
-    window(g, oy, ox, &y0, &y1, &x0, &x1);                                                                     \
-    for (int64_t j = 0; j < nc; j++) idx[j] = -1;                                                              \
-    for (int64_t iy = y0; iy < y1; iy++)                                                                       \
-      for (int64_t ix = x0; ix < x1; ix++) {                                                                   \
-        int64_t base = (iy * g->w + ix) * g->c + c0;                                                           \
-        const T *p = img + base;                                                                               \
-        for (int64_t j = 0; j < nc; j++)                                                                       \
-          if (idx[j] < 0 || (!isnan(best[j]) && (p[j] > best[j] || isnan(p[j])))) {                           \
-            best[j] = p[j];                                                                                    \
-            idx[j] = base + j;                                                                                 \
-          }                                                                                                    \
+  static void window_max_##S(const geom *g, const T *img, const int64_t *win, int64_t c0, int64_t nc, T *best) { \
+    for (int64_t j = 0; j < nc; j++) best[j] = -INFINITY;                                                      \
+    for (int64_t iy = win[0]; iy < win[1]; iy++)                                                               \
+      for (int64_t ix = win[2]; ix < win[3]; ix++) {                                                           \
+        const T *p = img + (iy * g->w + ix) * g->c + c0;                                                       \
+        for (int64_t j = 0; j < nc; j++) best[j] = NAN_MAX(best[j], p[j]);                                     \
       }                                                                                                        \
   }                                                                                                            \
   static void max_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, int64_t lo,          \
                                 int64_t hi) {                                                                  \
-    int64_t img = g->h * g->w * g->c;                                                                          \
+    int64_t img = g->h * g->w * g->c, win[4];                                                                  \
+    T best[CHANNEL_BLOCK], done[CHANNEL_BLOCK];                                                                \
     memset((T *)out + lo * img, 0, (size_t)((hi - lo) * img) * sizeof(T));                                    \
     for (int64_t n = lo; n < hi; n++) {                                                                        \
       const T *x = (const T *)a + n * img;                                                                     \
@@ -795,26 +789,46 @@ typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, 
       const T *dy = (const T *)b + n * g->oh * g->ow * g->c;                                                   \
       for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
         for (int64_t ox = 0; ox < g->ow; ox++, dy += g->c)                                                     \
-          for (int64_t c0 = 0; c0 < g->c; c0 += ARGMAX_BLOCK) {                                                \
-            int64_t nc = g->c - c0 < ARGMAX_BLOCK ? g->c - c0 : ARGMAX_BLOCK, idx[ARGMAX_BLOCK];               \
-            window_argmax_##S(g, x, oy, ox, c0, nc, idx);                                                      \
-            for (int64_t j = 0; j < nc; j++)                                                                   \
-              if (idx[j] >= 0) dx[idx[j]] += dy[c0 + j];                                                       \
+          for (int64_t c0 = 0; c0 < g->c; c0 += CHANNEL_BLOCK) {                                               \
+            int64_t nc = g->c - c0 < CHANNEL_BLOCK ? g->c - c0 : CHANNEL_BLOCK;                                \
+            window(g, oy, ox, &win[0], &win[1], &win[2], &win[3]);                                             \
+            window_max_##S(g, x, win, c0, nc, best);                                                           \
+            for (int64_t j = 0; j < nc; j++) done[j] = 0;                                                      \
+            for (int64_t iy = win[0]; iy < win[1]; iy++)                                                       \
+              for (int64_t ix = win[2]; ix < win[3]; ix++) {                                                   \
+                int64_t at = (iy * g->w + ix) * g->c + c0;                                                     \
+                for (int64_t j = 0; j < nc; j++) {                                                             \
+                  T hit = (T)((done[j] == 0) & IS_MAX(x[at + j], best[j]));                                    \
+                  dx[at + j] += hit * dy[c0 + j];                                                              \
+                  done[j] += hit;                                                                              \
+                }                                                                                              \
+              }                                                                                                \
           }                                                                                                    \
     }                                                                                                          \
   }                                                                                                            \
   static void max_pool_grad_grad_##S(const geom *g, const void *a, const void *b, void *out, int64_t lo,     \
                                      int64_t hi) {                                                             \
-    int64_t img = g->h * g->w * g->c;                                                                          \
+    int64_t img = g->h * g->w * g->c, win[4];                                                                  \
+    T best[CHANNEL_BLOCK], done[CHANNEL_BLOCK];                                                                \
     for (int64_t n = lo; n < hi; n++) {                                                                        \
       const T *x = (const T *)a + n * img, *gx = (const T *)b + n * img;                                       \
       T *o = (T *)out + n * g->oh * g->ow * g->c;                                                              \
       for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
         for (int64_t ox = 0; ox < g->ow; ox++, o += g->c)                                                      \
-          for (int64_t c0 = 0; c0 < g->c; c0 += ARGMAX_BLOCK) {                                                \
-            int64_t nc = g->c - c0 < ARGMAX_BLOCK ? g->c - c0 : ARGMAX_BLOCK, idx[ARGMAX_BLOCK];               \
-            window_argmax_##S(g, x, oy, ox, c0, nc, idx);                                                      \
-            for (int64_t j = 0; j < nc; j++) o[c0 + j] = idx[j] >= 0 ? gx[idx[j]] : 0;                         \
+          for (int64_t c0 = 0; c0 < g->c; c0 += CHANNEL_BLOCK) {                                               \
+            int64_t nc = g->c - c0 < CHANNEL_BLOCK ? g->c - c0 : CHANNEL_BLOCK;                                \
+            window(g, oy, ox, &win[0], &win[1], &win[2], &win[3]);                                             \
+            window_max_##S(g, x, win, c0, nc, best);                                                           \
+            for (int64_t j = 0; j < nc; j++) done[j] = 0, o[c0 + j] = 0;                                       \
+            for (int64_t iy = win[0]; iy < win[1]; iy++)                                                       \
+              for (int64_t ix = win[2]; ix < win[3]; ix++) {                                                   \
+                int64_t at = (iy * g->w + ix) * g->c + c0;                                                     \
+                for (int64_t j = 0; j < nc; j++) {                                                             \
+                  bool hit = (done[j] == 0) & IS_MAX(x[at + j], best[j]);                                      \
+                  o[c0 + j] = hit ? gx[at + j] : o[c0 + j];                                                    \
+                  done[j] += hit;                                                                              \
+                }                                                                                              \
+              }                                                                                                \
           }                                                                                                    \
     }                                                                                                          \
   }                                                                                                            \
