@@ -290,16 +290,24 @@ static nb_code backprop_filter_infer(nb_kargs *k) {
 
 /* ---- layout and element helpers ------------------------------------------------------ */
 
+/* Bytes from which memcpy and memset (vectorized for the machine at hand) beat a
+   plain loop despite the call. */
+#define LIBC_COPY_BYTES 64
+
 /* Elements are moved as same-size integers (a copy needs no arithmetic). */
 static inline void copy_elems(char *dst, const char *src, int64_t n, size_t esz) {
-  if (esz == 4)
+  if ((size_t)n * esz >= LIBC_COPY_BYTES)
+    memcpy(dst, src, (size_t)n * esz);
+  else if (esz == 4)
     for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
   else
     for (int64_t i = 0; i < n; i++) ((uint64_t *)dst)[i] = ((const uint64_t *)src)[i];
 }
 
 static inline void zero_elems(char *dst, int64_t n, size_t esz) {
-  if (esz == 4)
+  if ((size_t)n * esz >= LIBC_COPY_BYTES)
+    memset(dst, 0, (size_t)n * esz);
+  else if (esz == 4)
     for (int64_t i = 0; i < n; i++) ((uint32_t *)dst)[i] = 0;
   else
     for (int64_t i = 0; i < n; i++) ((uint64_t *)dst)[i] = 0;
