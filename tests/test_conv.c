@@ -308,6 +308,8 @@ static void test_conv_errors(void **state) {
   w = tu_make(c, NB_F32, 4, TU_SHAPE(3, 3, 3, 2), NULL);
   assert_null(nb_conv2d(c, tu_make(c, NB_F32, 3, TU_SHAPE(5, 5, 3), NULL), w, &a));
   tu_check_error(c, NB_SHAPE, "Conv2D: input must be 4-dimensional", "[5,5,3]");
+  assert_null(nb_conv2d(c, x, tu_make(c, NB_F32, 2, TU_SHAPE(9, 2), NULL), &a));
+  tu_check_error(c, NB_SHAPE, "Conv2D: filter must be 4-dimensional", "[9,2]");
   assert_null(nb_conv2d(c, x, tu_make(c, NB_F64, 4, TU_SHAPE(3, 3, 3, 2), NULL), &a));
   tu_check_error(c, NB_DTYPE, "Conv2D: inputs 0 and 1 must have the same dtype", "float64");
   a.strides = (const int64_t[]){1, 0, 1, 1};
@@ -348,6 +350,13 @@ static void test_conv_errors(void **state) {
   nb_tensor *y = NULL;
   assert_int_equal(nb_op(c, "Conv2D", (nb_tensor *[]){x, w}, 2, bad, 2, &y, 1), NB_INVALID);
   tu_check_error(c, NB_INVALID, "Conv2D: strides must have 4 values", "got 3");
+  nb_attr six[3] = {nb_attr_ints("strides", unit4, 4), nb_attr_str("padding", "EXPLICIT"),
+                    nb_attr_ints("explicit_paddings", (const int64_t[]){0, 0, 1, 1, 1, 1}, 6)};
+  assert_int_equal(nb_op(c, "Conv2D", (nb_tensor *[]){x, w}, 2, six, 3, &y, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Conv2D: explicit_paddings must have 8 values", "got 6");
+  a.strides = (const int64_t[]){1, -2, 1, 1};
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_INVALID, "Conv2D: strides must be in [1,", "[1,-2,1,1]");
 }
 
 static void test_backprop_errors(void **state) {
