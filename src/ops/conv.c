@@ -554,7 +554,6 @@ static void backprop_filter_range(void *arg, int64_t lo, int64_t hi) {
   int64_t pix = g->oh * g->ow, kk = patch_size(g);
   int t = omp_get_thread_num();
   char *dw = t == 0 ? j->out : j->partials + (size_t)((t - 1) * kk * g->oc) * j->esz, *col = thread_col(j);
-  memset(dw, 0, (size_t)(kk * g->oc) * j->esz);
   for (int64_t n0 = lo; n0 < hi; n0 += j->block) {
     int64_t b = hi - n0 < j->block ? hi - n0 : j->block;
     const char *dy = j->dy + (size_t)(n0 * pix * g->oc) * j->esz;
@@ -620,10 +619,11 @@ static nb_code run_conv(nb_kargs *k, conv_kind kind) {
   nb_blas_set_threads(nt > 1 ? 1 : k->threads);
   nb_range_fn fn = kind == CONV_FORWARD ? forward_range : kind == CONV_BACKPROP_INPUT ? backprop_input_range
                                                                                      : backprop_filter_range;
-  if (g->n == 0) /* empty batch: the filter gradient is zeros */
+  if (kind == CONV_BACKPROP_FILTER) { /* sums start at zero (all of them: a thread may get no images) */
     memset(j.out, 0, (size_t)res->size * j.esz);
-  else
-    nb_parallel_range(nt, g->n, fn, &j);
+    if (j.partials) memset(j.partials, 0, (size_t)((nt - 1) * dw_elems) * j.esz);
+  }
+  nb_parallel_range(nt, g->n, fn, &j);
   nb_blas_set_threads(prev_threads);
   for (int t = 1; kind == CONV_BACKPROP_FILTER && t < nt; t++)
     add_elems(j.t, j.out, j.partials + (size_t)((t - 1) * dw_elems) * j.esz, dw_elems);
