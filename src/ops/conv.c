@@ -605,7 +605,7 @@ static nb_code run_conv(nb_kargs *k, conv_kind kind) {
   j.out = kind == CONV_BACKPROP_FILTER ? nb_tdata(res) : out_nhwc(res, g->nchw, &outt);
   int nt = 1;
   nb_code code = NB_OK;
-  if ((x && !j.x) || (dy && !j.dy) || !j.out || (code = plan_job(k, &j, &nt)) != NB_OK) {
+  if ((x && x->size && !j.x) || (dy && dy->size && !j.dy) || !j.out || (code = plan_job(k, &j, &nt)) != NB_OK) {
     free(xt), free(dyt), free(outt);
     return code ? code : nb_kfail(k, NB_NOMEM, "out of memory for a layout copy");
   }
