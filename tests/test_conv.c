@@ -265,6 +265,12 @@ static void test_empty_batch(void **state) {
            TU_SHAPE(3, 3, 2, 4), zeros, 0);
   tu_check_shape(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(0, 5, 5, 2)), w, dy, &a), NB_F32, 4,
                  TU_SHAPE(0, 5, 5, 2));
+  a.data_format = "NCHW";
+  nb_tensor *xc = nb_tensor_from(c, NB_F32, 4, TU_SHAPE(0, 2, 5, 5), NULL);
+  nb_tensor *dyc = nb_tensor_from(c, NB_F32, 4, TU_SHAPE(0, 4, 5, 5), NULL);
+  tu_check_shape(nb_conv2d(c, xc, w, &a), NB_F32, 4, TU_SHAPE(0, 4, 5, 5));
+  tu_check(nb_conv2d_backprop_filter(c, xc, shape_tensor(c, TU_SHAPE(3, 3, 2, 4)), dyc, &a), NB_F32, 4,
+           TU_SHAPE(3, 3, 2, 4), zeros, 0);
   nb_pool_attrs p = {.ksize = two4, .strides = two4, .padding = "VALID"};
   tu_check_shape(nb_max_pool(c, x, &p), NB_F32, 4, TU_SHAPE(0, 2, 2, 2));
   tu_check_shape(nb_avg_pool(c, x, &p), NB_F32, 4, TU_SHAPE(0, 2, 2, 2));
