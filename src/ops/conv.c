@@ -338,15 +338,22 @@ static inline void add_elems(nb_dtype t, char *dst, const char *src, int64_t n) 
     for (int64_t i = 0; i < n; i++) ((double *)dst)[i] += ((const double *)src)[i];
 }
 
-/* n images of c channels and hw pixels: [n, c, hw] -> [n, hw, c], or back when to_nchw. */
-static void transpose_layout(const char *src, char *dst, int64_t n, int64_t c, int64_t hw, size_t esz, bool to_nchw) {
-  for (int64_t b = 0; b < n; b++)
-    for (int64_t ch = 0; ch < c; ch++)
-      for (int64_t p = 0; p < hw; p++) {
-        int64_t chw = (b * c + ch) * hw + p, hwc = (b * hw + p) * c + ch;
-        int64_t from = to_nchw ? hwc : chw, to = to_nchw ? chw : hwc;
-        memcpy(dst + (size_t)to * esz, src + (size_t)from * esz, esz);
+/* n images of c channels and hw pixels: [n, c, hw] -> [n, hw, c], or back when to_nchw.
+   Elements move as same-size integers. */
+#define TRANSPOSE_LOOP(U)                                                            \
+  for (int64_t b = 0; b < n; b++)                                                    \
+    for (int64_t ch = 0; ch < c; ch++)                                               \
+      for (int64_t p = 0; p < hw; p++) {                                             \
+        int64_t chw = (b * c + ch) * hw + p, hwc = (b * hw + p) * c + ch;            \
+        ((U *)dst)[to_nchw ? chw : hwc] = ((const U *)src)[to_nchw ? hwc : chw];     \
       }
+
+static void transpose_layout(const char *src, char *dst, int64_t n, int64_t c, int64_t hw, size_t esz, bool to_nchw) {
+  if (esz == 4) {
+    TRANSPOSE_LOOP(uint32_t)
+  } else {
+    TRANSPOSE_LOOP(uint64_t)
+  }
 }
 
 /* x's data as NHWC: its own buffer, or a transposed copy in *tmp (the caller frees it).
