@@ -750,105 +750,108 @@ static void window(const geom *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *
 #define NAN_MAX(a, v) ((v) > (a) || isnan(v) ? (v) : (a))
 /* Whether v is the window maximum m (NaN: v is a NaN too); bitwise, so loops vectorize. */
 #define IS_MAX(v, m) (((v) == (m)) | (((v) != (v)) & ((m) != (m))))
-/* Channels handled together (their window maxima live on the stack). */
-#define CHANNEL_BLOCK 64
+
+/* Runs VISIT for every element of output row oy's windows (in scope: g, oy), in
+   row-major window order (ky, then kx) for each window, all the row's windows per (ky,
+   kx), so consecutive updates touch different pixels and need not wait for each other.
+   VISIT sees at (the element's offset in the image) and q (its pixel and channel's offset
+   in the output row). */
+#define ROW_WINDOWS(VISIT)                                                      \
+  for (int64_t ky = 0; ky < g->kh; ky++) {                                      \
+    int64_t iy = oy * g->sh - g->pt + ky, o0, o1;                               \
+    if (iy < 0 || iy >= g->h) continue;                                         \
+    for (int64_t kx = 0; kx < g->kw; kx++) {                                    \
+      inside(kx - g->pl, g->sw, g->w, g->ow, &o0, &o1);                         \
+      for (int64_t ox = o0; ox < o1; ox++)                                      \
+        for (int64_t ch = 0; ch < g->c; ch++) {                                 \
+          int64_t at = (iy * g->w + ox * g->sw + kx - g->pl) * g->c + ch;       \
+          int64_t q = ox * g->c + ch;                                           \
+          VISIT                                                                 \
+        }                                                                       \
+    }                                                                           \
+  }
 
 /* A pool loop over images [lo, hi): a is the first operand, b the second (or NULL), out
-   the result, all NHWC. */
-typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, int64_t lo, int64_t hi);
+   the result, all NHWC; rows is the thread's scratch of 2 output rows (MaxPool's
+   gradient ops). */
+typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,
+                        int64_t hi);
 
 /* Per dtype:
    max_pool       y = max over the window (-inf for a window wholly in the padding)
-   window_max     per channel, the maximum of a clipped window (NaN if it holds one)
+   row_max        the maxima of output row oy's windows (NaN where one holds a NaN),
+                  visited window position by window position across the whole row
    max_pool_grad  dx[argmax] += dy, where argmax is the window's first element equal to
                   its maximum in row-major order (TF's tie rule), the first NaN if any
    max_pool_grad_grad  out = g[argmax] (0 for an empty window)
-   Both find argmax in two passes over the window, the maximum then the first element
-   equal to it, each a loop over contiguous channels (no index tracking).
+   Both find argmax in two passes over a row of windows, the maxima then the first element
+   equal to each (no index tracking, no branches).
    avg_pool       y = mean over the window's real elements (TF: padding is not counted)
    avg_pool_grad  dx[window] += dy / count */
 #define POOL_LOOPS(S, T)                                                                                       \
-  static void max_pool_##S(const geom *g, const void *a, const void *b, void *out, int64_t lo, int64_t hi) {  \
-    (void)b;                                                                                                   \
-    const T *x = a;                                                                                            \
+  static void row_max_##S(const geom *g, const T *img, int64_t oy, T *best) {                                  \
+    for (int64_t q = 0; q < g->ow * g->c; q++) best[q] = -INFINITY;                                           \
+    for (int64_t ky = 0; ky < g->kh; ky++) {                                                                   \
+      int64_t iy = oy * g->sh - g->pt + ky, o0, o1;                                                            \
+      if (iy < 0 || iy >= g->h) continue;                                                                      \
+      for (int64_t kx = 0; kx < g->kw; kx++) {                                                                 \
+        inside(kx - g->pl, g->sw, g->w, g->ow, &o0, &o1);                                                      \
+        for (int64_t ox = o0; ox < o1; ox++) {                                                                 \
+          const T *p = img + (iy * g->w + ox * g->sw + kx - g->pl) * g->c;                                     \
+          T *q = best + ox * g->c;                                                                             \
+          for (int64_t ch = 0; ch < g->c; ch++) q[ch] = NAN_MAX(q[ch], p[ch]);                                 \
+        }                                                                                                      \
+      }                                                                                                        \
+    }                                                                                                          \
+  }                                                                                                            \
+  static void max_pool_##S(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,    \
+                           int64_t hi) {                                                                       \
+    (void)b, (void)rows;                                                                                       \
     for (int64_t n = lo; n < hi; n++)                                                                          \
       for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
-        for (int64_t ox = 0; ox < g->ow; ox++) {                                                               \
-          T *o = (T *)out + ((n * g->oh + oy) * g->ow + ox) * g->c;                                            \
-          int64_t y0, y1, x0, x1;                                                                              \
-          window(g, oy, ox, &y0, &y1, &x0, &x1);                                                               \
-          for (int64_t ch = 0; ch < g->c; ch++) o[ch] = -INFINITY;                                             \
-          for (int64_t iy = y0; iy < y1; iy++)                                                                 \
-            for (int64_t ix = x0; ix < x1; ix++) {                                                             \
-              const T *p = x + ((n * g->h + iy) * g->w + ix) * g->c;                                           \
-              for (int64_t ch = 0; ch < g->c; ch++) o[ch] = NAN_MAX(o[ch], p[ch]);                             \
-            }                                                                                                  \
-        }                                                                                                      \
+        row_max_##S(g, (const T *)a + n * g->h * g->w * g->c, oy, (T *)out + (n * g->oh + oy) * g->ow * g->c); \
   }                                                                                                            \
-  static void window_max_##S(const geom *g, const T *img, const int64_t *win, int64_t c0, int64_t nc, T *best) { \
-    for (int64_t j = 0; j < nc; j++) best[j] = -INFINITY;                                                      \
-    for (int64_t iy = win[0]; iy < win[1]; iy++)                                                               \
-      for (int64_t ix = win[2]; ix < win[3]; ix++) {                                                           \
-        const T *p = img + (iy * g->w + ix) * g->c + c0;                                                       \
-        for (int64_t j = 0; j < nc; j++) best[j] = NAN_MAX(best[j], p[j]);                                     \
-      }                                                                                                        \
-  }                                                                                                            \
-  static void max_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, int64_t lo,          \
-                                int64_t hi) {                                                                  \
-    int64_t img = g->h * g->w * g->c, win[4];                                                                  \
-    T best[CHANNEL_BLOCK], done[CHANNEL_BLOCK];                                                                \
+  static void max_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, void *rows,          \
+                                int64_t lo, int64_t hi) {                                                      \
+    int64_t img = g->h * g->w * g->c, row = g->ow * g->c;                                                      \
+    T *best = rows, *done = best + row;                                                                        \
     memset((T *)out + lo * img, 0, (size_t)((hi - lo) * img) * sizeof(T));                                    \
     for (int64_t n = lo; n < hi; n++) {                                                                        \
       const T *x = (const T *)a + n * img;                                                                     \
       T *dx = (T *)out + n * img;                                                                              \
-      const T *dy = (const T *)b + n * g->oh * g->ow * g->c;                                                   \
-      for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
-        for (int64_t ox = 0; ox < g->ow; ox++, dy += g->c)                                                     \
-          for (int64_t c0 = 0; c0 < g->c; c0 += CHANNEL_BLOCK) {                                               \
-            int64_t nc = g->c - c0 < CHANNEL_BLOCK ? g->c - c0 : CHANNEL_BLOCK;                                \
-            window(g, oy, ox, &win[0], &win[1], &win[2], &win[3]);                                             \
-            window_max_##S(g, x, win, c0, nc, best);                                                           \
-            for (int64_t j = 0; j < nc; j++) done[j] = 0;                                                      \
-            for (int64_t iy = win[0]; iy < win[1]; iy++)                                                       \
-              for (int64_t ix = win[2]; ix < win[3]; ix++) {                                                   \
-                int64_t at = (iy * g->w + ix) * g->c + c0;                                                     \
-                for (int64_t j = 0; j < nc; j++) {                                                             \
-                  T hit = (T)((done[j] == 0) & IS_MAX(x[at + j], best[j]));                                    \
-                  dx[at + j] += hit * dy[c0 + j];                                                              \
-                  done[j] += hit;                                                                              \
-                }                                                                                              \
-              }                                                                                                \
-          }                                                                                                    \
+      for (int64_t oy = 0; oy < g->oh; oy++) {                                                                 \
+        const T *dy = (const T *)b + (n * g->oh + oy) * row;                                                   \
+        row_max_##S(g, x, oy, best);                                                                           \
+        for (int64_t q = 0; q < row; q++) done[q] = 0;                                                         \
+        ROW_WINDOWS({                                                                                          \
+          T hit = (T)((done[q] == 0) & IS_MAX(x[at], best[q]));                                                \
+          dx[at] += hit * dy[q];                                                                               \
+          done[q] += hit;                                                                                      \
+        })                                                                                                     \
+      }                                                                                                        \
     }                                                                                                          \
   }                                                                                                            \
-  static void max_pool_grad_grad_##S(const geom *g, const void *a, const void *b, void *out, int64_t lo,     \
-                                     int64_t hi) {                                                             \
-    int64_t img = g->h * g->w * g->c, win[4];                                                                  \
-    T best[CHANNEL_BLOCK], done[CHANNEL_BLOCK];                                                                \
+  static void max_pool_grad_grad_##S(const geom *g, const void *a, const void *b, void *out, void *rows,     \
+                                     int64_t lo, int64_t hi) {                                                 \
+    int64_t img = g->h * g->w * g->c, row = g->ow * g->c;                                                      \
+    T *best = rows, *done = best + row;                                                                        \
     for (int64_t n = lo; n < hi; n++) {                                                                        \
       const T *x = (const T *)a + n * img, *gx = (const T *)b + n * img;                                       \
-      T *o = (T *)out + n * g->oh * g->ow * g->c;                                                              \
-      for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
-        for (int64_t ox = 0; ox < g->ow; ox++, o += g->c)                                                      \
-          for (int64_t c0 = 0; c0 < g->c; c0 += CHANNEL_BLOCK) {                                               \
-            int64_t nc = g->c - c0 < CHANNEL_BLOCK ? g->c - c0 : CHANNEL_BLOCK;                                \
-            window(g, oy, ox, &win[0], &win[1], &win[2], &win[3]);                                             \
-            window_max_##S(g, x, win, c0, nc, best);                                                           \
-            for (int64_t j = 0; j < nc; j++) done[j] = 0, o[c0 + j] = 0;                                       \
-            for (int64_t iy = win[0]; iy < win[1]; iy++)                                                       \
-              for (int64_t ix = win[2]; ix < win[3]; ix++) {                                                   \
-                int64_t at = (iy * g->w + ix) * g->c + c0;                                                     \
-                for (int64_t j = 0; j < nc; j++) {                                                             \
-                  bool hit = (done[j] == 0) & IS_MAX(x[at + j], best[j]);                                      \
-                  o[c0 + j] = hit ? gx[at + j] : o[c0 + j];                                                    \
-                  done[j] += hit;                                                                              \
-                }                                                                                              \
-              }                                                                                                \
-          }                                                                                                    \
+      for (int64_t oy = 0; oy < g->oh; oy++) {                                                                 \
+        T *o = (T *)out + (n * g->oh + oy) * row;                                                              \
+        row_max_##S(g, x, oy, best);                                                                           \
+        for (int64_t q = 0; q < row; q++) done[q] = 0, o[q] = 0;                                               \
+        ROW_WINDOWS({                                                                                          \
+          bool hit = (done[q] == 0) & IS_MAX(x[at], best[q]);                                                  \
+          o[q] = hit ? gx[at] : o[q];                                                                          \
+          done[q] += hit;                                                                                      \
+        })                                                                                                     \
+      }                                                                                                        \
     }                                                                                                          \
   }                                                                                                            \
-  static void avg_pool_##S(const geom *g, const void *a, const void *b, void *out, int64_t lo, int64_t hi) {  \
-    (void)b;                                                                                                   \
+  static void avg_pool_##S(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,    \
+                           int64_t hi) {                                                                       \
+    (void)b, (void)rows;                                                                                       \
     const T *x = a;                                                                                            \
     for (int64_t n = lo; n < hi; n++)                                                                          \
       for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
@@ -866,9 +869,9 @@ typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, 
           for (int64_t ch = 0; ch < g->c; ch++) o[ch] *= scale;                                                \
         }                                                                                                      \
   }                                                                                                            \
-  static void avg_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, int64_t lo,          \
-                                int64_t hi) {                                                                  \
-    (void)b;                                                                                                   \
+  static void avg_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, void *rows,          \
+                                int64_t lo, int64_t hi) {                                                      \
+    (void)b, (void)rows;                                                                                       \
     int64_t img = g->h * g->w * g->c;                                                                          \
     memset((T *)out + lo * img, 0, (size_t)((hi - lo) * img) * sizeof(T));                                    \
     for (int64_t n = lo; n < hi; n++) {                                                                        \
@@ -912,11 +915,13 @@ typedef struct pool_job {
   pool_fn fn;
   const char *a, *b;
   char *out;
+  char *rows;        /* per-thread row scratch, row_bytes each (NULL when not needed) */
+  size_t row_bytes;
 } pool_job;
 
 static void pool_range(void *arg, int64_t lo, int64_t hi) {
   const pool_job *j = arg;
-  j->fn(j->g, j->a, j->b, j->out, lo, hi);
+  j->fn(j->g, j->a, j->b, j->out, j->rows ? j->rows + (size_t)omp_get_thread_num() * j->row_bytes : NULL, lo, hi);
 }
 
 static nb_code run_pool(nb_kargs *k, pool_kind kind) {
@@ -936,9 +941,17 @@ static nb_code run_pool(nb_kargs *k, pool_kind kind) {
   }
   int64_t work = (g->oh * g->ow + g->h * g->w) * g->c * g->n;
   int nt = nb_kthreads(k, work);
-  nb_parallel_range(nt > g->n ? (int)g->n : nt, g->n, pool_range, &j);
+  nt = nt > g->n ? (int)g->n : nt;
+  if (kind == MAX_POOL_GRAD || kind == MAX_POOL_GRAD_GRAD) {
+    j.row_bytes = 2 * (size_t)(g->ow * g->c) * nb_dtype_size(res->dtype);
+    if (!(j.rows = malloc((size_t)nt * j.row_bytes + 1))) {
+      free(at), free(bt), free(outt);
+      return nb_kfail(k, NB_NOMEM, "out of memory for %lld row elements", (long long)(g->ow * g->c));
+    }
+  }
+  nb_parallel_range(nt, g->n, pool_range, &j);
   finish_out(res, outt, sp->res_out ? out_dims : in_dims);
-  free(at), free(bt);
+  free(at), free(bt), free(j.rows);
   return NB_OK;
 }
 
