@@ -391,6 +391,55 @@ nb_tensor *nb_init_he_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *sha
 /* mean + stddev * a standard normal truncated to (-2, 2) */
 nb_tensor *nb_init_truncated_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, double mean,
                                     double stddev, const int64_t seed[2]);
+/* convolution, pooling and bias (f32 f64). Images are 4-D: [batch, height, width,
+   channels] for data_format "NHWC" (NULL means "NHWC"), [batch, channels, height, width]
+   for "NCHW". Window attrs (strides, dilations, ksize) have 4 values in data_format's
+   order, 1 on the batch and channel dims. padding is "SAME" (output ceil(in / stride),
+   zeros split evenly, the extra one after), "VALID" (no padding) or "EXPLICIT" (Conv2D
+   family, MaxPool, MaxPoolGrad): then explicit_paddings has 8 values, a (before, after)
+   pair per dim in data_format's order, nonzero only on height and width. */
+typedef struct nb_conv2d_attrs {
+  const int64_t *strides;           /* 4 values */
+  const char *padding;              /* "SAME", "VALID" or "EXPLICIT" */
+  const int64_t *explicit_paddings; /* 8 values with "EXPLICIT", else NULL */
+  const char *data_format;          /* "NHWC" (NULL) or "NCHW" */
+  const int64_t *dilations;         /* 4 values; NULL: no dilation */
+} nb_conv2d_attrs;
+/* Conv2D: filter is [kh, kw, in_channels, out_channels] (in either layout); the output
+   has out_channels channels (cross-correlation, as TF). */
+nb_tensor *nb_conv2d(nb_ctx *c, nb_tensor *input, nb_tensor *filter, const nb_conv2d_attrs *a);
+/* Conv2DBackpropInput: the gradient of Conv2D wrt its input; input_sizes is a 1-D int
+   tensor of the input's 4 dims, out_backprop the gradient of Conv2D's output. */
+nb_tensor *nb_conv2d_backprop_input(nb_ctx *c, nb_tensor *input_sizes, nb_tensor *filter, nb_tensor *out_backprop,
+                                    const nb_conv2d_attrs *a);
+/* Conv2DBackpropFilter: the gradient wrt the filter; filter_sizes holds its 4 dims. */
+nb_tensor *nb_conv2d_backprop_filter(nb_ctx *c, nb_tensor *input, nb_tensor *filter_sizes, nb_tensor *out_backprop,
+                                     const nb_conv2d_attrs *a);
+typedef struct nb_pool_attrs {
+  const int64_t *ksize, *strides;   /* 4 values each */
+  const char *padding;              /* "SAME" or "VALID"; "EXPLICIT" for MaxPool, MaxPoolGrad */
+  const int64_t *explicit_paddings; /* MaxPool, MaxPoolGrad with "EXPLICIT" only, else NULL */
+  const char *data_format;          /* "NHWC" (NULL) or "NCHW" */
+} nb_pool_attrs;
+/* MaxPool: the window maximum; a NaN in the window gives NaN. */
+nb_tensor *nb_max_pool(nb_ctx *c, nb_tensor *input, const nb_pool_attrs *a);
+/* MaxPoolGrad: grad (MaxPool's output shape) added at each window's first maximum of
+   orig_input (row-major window order; a NaN counts as the maximum); orig_input's shape. */
+nb_tensor *nb_max_pool_grad(nb_ctx *c, nb_tensor *orig_input, nb_tensor *orig_output, nb_tensor *grad,
+                            const nb_pool_attrs *a);
+/* MaxPoolGradGrad: grad (orig_input's shape) read at each window's first maximum;
+   MaxPool's output shape. */
+nb_tensor *nb_max_pool_grad_grad(nb_ctx *c, nb_tensor *orig_input, nb_tensor *orig_output, nb_tensor *grad,
+                                 const nb_pool_attrs *a);
+/* AvgPool: the window mean over its real (non-padding) elements, as TF. */
+nb_tensor *nb_avg_pool(nb_ctx *c, nb_tensor *value, const nb_pool_attrs *a);
+/* AvgPoolGrad: each grad element spread evenly over its window's real elements;
+   orig_input_shape is a 1-D int tensor of the 4 input dims. */
+nb_tensor *nb_avg_pool_grad(nb_ctx *c, nb_tensor *orig_input_shape, nb_tensor *grad, const nb_pool_attrs *a);
+/* BiasAdd: value (rank >= 2) + bias along the channel dim: the last for "NHWC", dim 1 for
+   "NCHW" (the last when value is 2-D). BiasAddGrad: out_backprop summed over all other dims. */
+nb_tensor *nb_bias_add(nb_ctx *c, nb_tensor *value, nb_tensor *bias, const char *data_format);
+nb_tensor *nb_bias_add_grad(nb_ctx *c, nb_tensor *out_backprop, const char *data_format);
 
 /* ---- graphs ---------------------------------------------------------------------------
    A graph context adds a node per op call and returns symbolic tensors; shapes and dtypes

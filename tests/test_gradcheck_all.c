@@ -342,6 +342,54 @@ static const gc_spec other_specs[] = {
     {.op = "FusedBatchNormGradV3",
      .in = {X(D_ANY, 2, 2, 1, 2), X(D_ANY, 2, 2, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2), S(D_ANY)},
      .attrs = {AS("data_format", "NCHW"), AB("is_training", false)}, .nout = 5},
+    /* ---- conv family: convolutions, pools, bias (small images keep the float64
+       differences cheap); MaxPool inputs are distinct so no window has a tie ---- */
+#define STRIDES1 AL("strides", 1, 1, 1, 1)
+#define STRIDES2 AL("strides", 1, 2, 2, 1)
+    {.op = "Conv2D", .in = {X(D_ANY, 1, 4, 4, 2), X(D_ANY, 2, 2, 2, 2)}, .attrs = {STRIDES1, AS("padding", "VALID")}},
+    {.op = "Conv2D", .in = {X(D_ANY, 2, 3, 4, 1), X(D_ANY, 2, 2, 1, 2)}, .attrs = {STRIDES2, AS("padding", "SAME")}},
+    {.op = "Conv2D", .in = {X(D_ANY, 1, 3, 3, 2), X(D_ANY, 2, 2, 2, 1)},
+     .attrs = {STRIDES1, AS("padding", "EXPLICIT"), AL("explicit_paddings", 0, 0, 1, 0, 0, 1, 0, 0)}},
+    {.op = "Conv2D", .in = {X(D_ANY, 1, 2, 5, 4), X(D_ANY, 2, 2, 2, 2)},
+     .attrs = {STRIDES1, AS("padding", "VALID"), AS("data_format", "NCHW"), AL("dilations", 1, 1, 2, 2)}},
+    {.op = "Conv2D", .in = {X(D_ANY, 1, 1, 5, 5), X(D_ANY, 3, 3, 1, 2)},
+     .attrs = {AL("strides", 1, 1, 2, 2), AS("padding", "SAME"), AS("data_format", "NCHW")}},
+    {.op = "Conv2DBackpropInput", .in = {IV(1, 4, 4, 2), X(D_ANY, 2, 2, 2, 2), X(D_ANY, 1, 3, 3, 2)},
+     .attrs = {STRIDES1, AS("padding", "VALID")}},
+    {.op = "Conv2DBackpropInput", .in = {IV(1, 2, 4, 4), X(D_ANY, 3, 3, 2, 1), X(D_ANY, 1, 1, 2, 2)},
+     .attrs = {AL("strides", 1, 1, 2, 2), AS("padding", "SAME"), AS("data_format", "NCHW")}},
+    {.op = "Conv2DBackpropFilter", .in = {X(D_ANY, 1, 4, 4, 2), IV(2, 2, 2, 2), X(D_ANY, 1, 3, 3, 2)},
+     .attrs = {STRIDES1, AS("padding", "VALID")}},
+    {.op = "Conv2DBackpropFilter", .in = {X(D_ANY, 2, 3, 3, 1), IV(2, 2, 1, 2), X(D_ANY, 2, 2, 2, 2)},
+     .attrs = {STRIDES2, AS("padding", "SAME"), AL("dilations", 1, 1, 1, 1)}},
+    {.op = "MaxPool", .in = {X(D_DISTINCT, 1, 4, 4, 2)}, .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES2, AS("padding", "VALID")}},
+    {.op = "MaxPool", .in = {X(D_DISTINCT, 1, 5, 4, 1)}, .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
+    {.op = "MaxPool", .in = {X(D_DISTINCT, 1, 2, 3, 4)},
+     .attrs = {AL("ksize", 1, 1, 2, 2), AL("strides", 1, 1, 1, 1), AS("padding", "VALID"), AS("data_format", "NCHW")}},
+    /* TF's MaxPoolGradGrad takes no EXPLICIT padding, so the second order is not defined */
+    {.op = "MaxPool", .in = {X(D_DISTINCT, 1, 3, 3, 1)},
+     .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES2, AS("padding", "EXPLICIT"), AL("explicit_paddings", 0, 0, 1, 0, 0, 1, 0, 0)},
+     .first_only = true},
+    {.op = "MaxPoolGrad", .in = {X(D_DISTINCT, 1, 4, 4, 1), X(D_ANY, 1, 2, 2, 1), X(D_ANY, 1, 2, 2, 1)},
+     .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES2, AS("padding", "VALID")}},
+    {.op = "MaxPoolGrad", .in = {X(D_DISTINCT, 1, 3, 3, 2), X(D_ANY, 1, 3, 3, 2), X(D_ANY, 1, 3, 3, 2)},
+     .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES1, AS("padding", "SAME")}},
+    {.op = "MaxPoolGradGrad", .in = {X(D_DISTINCT, 1, 4, 4, 1), X(D_ANY, 1, 2, 2, 1), X(D_ANY, 1, 4, 4, 1)},
+     .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
+    {.op = "AvgPool", .in = {X(D_ANY, 1, 4, 5, 2)}, .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
+    {.op = "AvgPool", .in = {X(D_ANY, 1, 2, 3, 3)},
+     .attrs = {AL("ksize", 1, 1, 2, 2), AL("strides", 1, 1, 1, 1), AS("padding", "VALID"), AS("data_format", "NCHW")}},
+    {.op = "AvgPoolGrad", .in = {IV(1, 4, 5, 2), X(D_ANY, 1, 2, 3, 2)},
+     .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
+    {.op = "BiasAdd", .in = {X(D_ANY, 2, 3, 4), X(D_ANY, 4)}},
+    {.op = "BiasAdd", .in = {X(D_ANY, 2, 3, 2, 2), X(D_ANY, 3)}, .attrs = {AS("data_format", "NCHW")}},
+    {.op = "BiasAdd", .in = {X(D_ANY, 3, 2), X(D_ANY, 2)}, .attrs = {AS("data_format", "NCHW")}},
+    {.op = "BiasAddGrad", .in = {X(D_ANY, 2, 3, 4)}},
+    {.op = "BiasAddGrad", .in = {X(D_ANY, 2, 3, 2, 2)}, .attrs = {AS("data_format", "NCHW")}},
+#undef STRIDES2
+#undef STRIDES1
+#undef AS
+    /* ---- end of the conv family ---- */
 };
 
 /* ---- running one case ------------------------------------------------------------------- */

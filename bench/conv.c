@@ -1,0 +1,133 @@
+/* bench/conv: the LeNet-5 convolution and pooling layers at batch 64, float32, NHWC,
+   VALID: conv1 (28x28x1 input, 5x5x1x6 filter) forward and filter backprop (its input
+   gradient is never needed), conv2 (12x12x6 input, 5x5x6x16 filter) forward, input and
+   filter backprop, 2x2/2 max pools of 24x24x6 and 8x8x16 forward and gradient; on 1 and
+   2 threads. Prints name=... threads=N us_per_op=... lines (the median of RUNS runs of
+   at least MIN_SECONDS each) and their sum per thread count as name=lenet_conv_total.
+   An argument runs only the ops whose name contains it (no total then). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <nabla.h>
+
+#include "benchutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RUNS 7
+#define MIN_SECONDS 0.2
+#define BATCH 64
+
+typedef enum {
+  CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER, POOL_FORWARD, POOL_GRAD
+} kind;
+
+/* One benchmarked op with its operands. */
+typedef struct bench_op {
+  const char *name;
+  kind k;
+  nb_tensor *a, *b, *d; /* the op's inputs in TF's order */
+} bench_op;
+
+static const int64_t unit4[4] = {1, 1, 1, 1}, two4[4] = {1, 2, 2, 1};
+
+static void run_op(nb_ctx *c, const bench_op *op) {
+  nb_conv2d_attrs ca = {.strides = unit4, .padding = "VALID"};
+  nb_pool_attrs pa = {.ksize = two4, .strides = two4, .padding = "VALID"};
+  switch (op->k) {
+    case CONV_FORWARD: nb_conv2d(c, op->a, op->b, &ca); break;
+    case CONV_BACKPROP_INPUT: nb_conv2d_backprop_input(c, op->a, op->b, op->d, &ca); break;
+    case CONV_BACKPROP_FILTER: nb_conv2d_backprop_filter(c, op->a, op->b, op->d, &ca); break;
+    case POOL_FORWARD: nb_max_pool(c, op->a, &pa); break;
+    case POOL_GRAD: nb_max_pool_grad(c, op->a, op->b, op->d, &pa); break;
+  }
+}
+
+/* Median seconds per call, each call inside its own scope. */
+static double time_op(nb_ctx *c, const bench_op *op) {
+  double per_call[RUNS];
+  long reps = 1;
+  for (;;) { /* calibrate */
+    double t0 = bench_now();
+    for (long i = 0; i < reps; i++) {
+      nb_scope_begin(c);
+      run_op(c, op);
+      nb_scope_end(c, NULL, 0);
+    }
+    if (bench_now() - t0 >= MIN_SECONDS / 4) break;
+    reps *= 2;
+  }
+  reps *= 4;
+  for (int r = 0; r < RUNS; r++) {
+    double t0 = bench_now();
+    for (long i = 0; i < reps; i++) {
+      nb_scope_begin(c);
+      run_op(c, op);
+      nb_scope_end(c, NULL, 0);
+    }
+    per_call[r] = (bench_now() - t0) / (double)reps;
+  }
+  return bench_median(per_call, RUNS);
+}
+
+static nb_tensor *random_tensor(nb_ctx *c, int64_t n, int64_t h, int64_t w, int64_t ch) {
+  int64_t shape[4] = {n, h, w, ch}, size = n * h * w * ch;
+  float *v = malloc((size_t)size * sizeof *v);
+  if (!v) return NULL;
+  for (int64_t i = 0; i < size; i++) v[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+  nb_tensor *x = nb_tensor_from(c, NB_F32, 4, shape, v);
+  free(v);
+  return x;
+}
+
+static nb_tensor *sizes(nb_ctx *c, int64_t a, int64_t b, int64_t d, int64_t e) {
+  int32_t v[4] = {(int32_t)a, (int32_t)b, (int32_t)d, (int32_t)e};
+  return nb_tensor_from(c, NB_I32, 1, (const int64_t[]){4}, v);
+}
+
+int main(int argc, char **argv) {
+  const char *only = argc > 1 ? argv[1] : NULL;
+  nb_ctx *c = nb_eager_new();
+  if (!c) return 1;
+  srand(1);
+  nb_tensor *x1 = random_tensor(c, BATCH, 28, 28, 1), *w1 = random_tensor(c, 5, 5, 1, 6);
+  nb_tensor *dy1 = random_tensor(c, BATCH, 24, 24, 6);
+  nb_tensor *x2 = random_tensor(c, BATCH, 12, 12, 6), *w2 = random_tensor(c, 5, 5, 6, 16);
+  nb_tensor *dy2 = random_tensor(c, BATCH, 8, 8, 16);
+  nb_tensor *p1 = random_tensor(c, BATCH, 24, 24, 6), *dp1 = random_tensor(c, BATCH, 12, 12, 6);
+  nb_tensor *p2 = random_tensor(c, BATCH, 8, 8, 16), *dp2 = random_tensor(c, BATCH, 4, 4, 16);
+  nb_pool_attrs pa = {.ksize = two4, .strides = two4, .padding = "VALID"};
+  nb_tensor *q1 = nb_max_pool(c, p1, &pa), *q2 = nb_max_pool(c, p2, &pa);
+  const bench_op ops[] = {
+      {"conv1_forward", CONV_FORWARD, x1, w1, NULL},
+      {"conv1_backprop_filter", CONV_BACKPROP_FILTER, x1, sizes(c, 5, 5, 1, 6), dy1},
+      {"conv2_forward", CONV_FORWARD, x2, w2, NULL},
+      {"conv2_backprop_input", CONV_BACKPROP_INPUT, sizes(c, BATCH, 12, 12, 6), w2, dy2},
+      {"conv2_backprop_filter", CONV_BACKPROP_FILTER, x2, sizes(c, 5, 5, 6, 16), dy2},
+      {"pool1_forward", POOL_FORWARD, p1, NULL, NULL},
+      {"pool1_grad", POOL_GRAD, p1, q1, dp1},
+      {"pool2_forward", POOL_FORWARD, p2, NULL, NULL},
+      {"pool2_grad", POOL_GRAD, p2, q2, dp2},
+  };
+  if (nb_status(c) != NB_OK) {
+    fprintf(stderr, "setup failed: %s\n", nb_error(c));
+    return 1;
+  }
+  for (int threads = 1; threads <= 2; threads++) {
+    nb_ctx_set_threads(c, threads);
+    double total = 0;
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+      if (only && !strstr(ops[i].name, only)) continue;
+      double us = 1e6 * time_op(c, &ops[i]);
+      total += us;
+      printf("name=%s threads=%d us_per_op=%.1f\n", ops[i].name, threads, us);
+    }
+    if (!only) printf("name=lenet_conv_total threads=%d us_per_op=%.1f\n", threads, total);
+    if (nb_status(c) != NB_OK) {
+      fprintf(stderr, "bench failed: %s\n", nb_error(c));
+      return 1;
+    }
+  }
+  nb_ctx_free(c);
+  return 0;
+}

@@ -1,0 +1,482 @@
+/* Conv2D and its backprops, MaxPool/AvgPool and their gradient ops, BiasAdd/BiasAddGrad:
+   hand-checked values, TensorFlow golden data (eager float64 and float32, graph mode
+   through nb_gradients), NaN and empty batches, thread-count independence, error paths. */
+#include "testutil.h"
+
+#include <stdlib.h>
+
+#include "golden/conv_golden.h"
+
+#define F32_TOL 1e-5
+#define F64_TOL 1e-10
+
+static const nb_dtype float_types[2] = {NB_F32, NB_F64};
+
+static int64_t size4(const int64_t *s) { return s[0] * s[1] * s[2] * s[3]; }
+
+/* Any-size float tensor from doubles. */
+static nb_tensor *make(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const double *v) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i];
+  void *buf = malloc((size_t)(n ? n : 1) * nb_dtype_size(t));
+  assert_non_null(buf);
+  for (int64_t i = 0; i < n; i++) {
+    if (t == NB_F32)
+      ((float *)buf)[i] = (float)v[i];
+    else
+      ((double *)buf)[i] = v[i];
+  }
+  nb_tensor *x = nb_tensor_from(c, t, rank, shape, buf);
+  free(buf);
+  return x;
+}
+
+static nb_tensor *shape_tensor(nb_ctx *c, const int64_t *s) {
+  int32_t v[4] = {(int32_t)s[0], (int32_t)s[1], (int32_t)s[2], (int32_t)s[3]};
+  return nb_tensor_from(c, NB_I32, 1, TU_SHAPE(4), v);
+}
+
+/* sum(y * w) as a scalar. */
+static nb_tensor *weighted_sum(nb_ctx *c, nb_tensor *y, nb_tensor *w) {
+  nb_tensor *flat = nb_reshape(c, nb_mul(c, y, w), TU_SHAPE(-1), 1);
+  return nb_sum(c, flat, (const int[]){0}, 1, false);
+}
+
+static const int64_t unit4[4] = {1, 1, 1, 1};
+static const int64_t two4[4] = {1, 2, 2, 1};
+
+/* ---- hand-checked values --------------------------------------------------------------- */
+
+/* x = 1..9 as 3x3, W = [[1, 0], [0, 1]]: each output is x[i][j] + x[i+1][j+1]. */
+static void test_conv2d_by_hand(void **state) {
+  nb_ctx *c = *state;
+  for (int t = 0; t < 2; t++) {
+    nb_tensor *x = tu_make(c, float_types[t], 4, TU_SHAPE(1, 3, 3, 1), TU_VALS(1, 2, 3, 4, 5, 6, 7, 8, 9));
+    nb_tensor *w = tu_make(c, float_types[t], 4, TU_SHAPE(2, 2, 1, 1), TU_VALS(1, 0, 0, 1));
+    nb_conv2d_attrs a = {.strides = unit4, .padding = "VALID"};
+    tu_check(nb_conv2d(c, x, w, &a), float_types[t], 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(6, 8, 12, 14), 0);
+    /* SAME pads one zero row and column after (the odd one goes after) */
+    a.padding = "SAME";
+    tu_check(nb_conv2d(c, x, w, &a), float_types[t], 4, TU_SHAPE(1, 3, 3, 1), TU_VALS(6, 8, 3, 12, 14, 6, 7, 8, 9), 0);
+    /* dy = ones: dx counts how many outputs read each input through W's ones */
+    a.padding = "VALID";
+    nb_tensor *dy = tu_make(c, float_types[t], 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(1, 1, 1, 1));
+    tu_check(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(1, 3, 3, 1)), w, dy, &a), float_types[t], 4,
+             TU_SHAPE(1, 3, 3, 1), TU_VALS(1, 1, 0, 1, 2, 1, 0, 1, 1), 0);
+    /* dW[i][j] = sum of the 2x2 block of x starting at (i, j) */
+    tu_check(nb_conv2d_backprop_filter(c, x, shape_tensor(c, TU_SHAPE(2, 2, 1, 1)), dy, &a), float_types[t], 4,
+             TU_SHAPE(2, 2, 1, 1), TU_VALS(12, 16, 24, 28), 0);
+  }
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+static void test_pools_by_hand(void **state) {
+  nb_ctx *c = *state;
+  double v[16];
+  for (int i = 0; i < 16; i++) v[i] = i + 1;
+  for (int t = 0; t < 2; t++) {
+    nb_tensor *x = tu_make(c, float_types[t], 4, TU_SHAPE(1, 4, 4, 1), v);
+    nb_pool_attrs a = {.ksize = two4, .strides = two4, .padding = "VALID"};
+    nb_tensor *y = nb_max_pool(c, x, &a);
+    tu_check(y, float_types[t], 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(6, 8, 14, 16), 0);
+    tu_check(nb_avg_pool(c, x, &a), float_types[t], 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(3.5, 5.5, 11.5, 13.5), 0);
+    nb_tensor *dy = tu_make(c, float_types[t], 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(1, 2, 3, 4));
+    tu_check(nb_max_pool_grad(c, x, y, dy, &a), float_types[t], 4, TU_SHAPE(1, 4, 4, 1),
+             TU_VALS(0, 0, 0, 0, 0, 1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 4), 0);
+    tu_check(nb_max_pool_grad_grad(c, x, y, x, &a), float_types[t], 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(6, 8, 14, 16), 0);
+    tu_check(nb_avg_pool_grad(c, shape_tensor(c, TU_SHAPE(1, 4, 4, 1)), dy, &a), float_types[t], 4,
+             TU_SHAPE(1, 4, 4, 1), TU_VALS(.25, .25, .5, .5, .25, .25, .5, .5, .75, .75, 1, 1, .75, .75, 1, 1), 0);
+    /* SAME average pooling of 3x3 with 2x2 windows: edge windows divide by their real elements */
+    nb_tensor *x3 = tu_make(c, float_types[t], 4, TU_SHAPE(1, 3, 3, 1), v);
+    a.padding = "SAME";
+    tu_check(nb_avg_pool(c, x3, &a), float_types[t], 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(3, 4.5, 7.5, 9), 0);
+  }
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+/* A tie routes the whole gradient to the window's first maximum in row-major order. */
+static void test_max_pool_tie_goes_to_first(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_F64, 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(1, 3, 3, 2));
+  nb_pool_attrs a = {.ksize = two4, .strides = unit4, .padding = "VALID"};
+  nb_tensor *y = nb_max_pool(c, x, &a);
+  nb_tensor *g = nb_max_pool_grad(c, x, y, tu_make(c, NB_F64, 4, TU_SHAPE(1, 1, 1, 1), TU_VALS(5)), &a);
+  tu_check(g, NB_F64, 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(0, 5, 0, 0), 0);
+}
+
+static void test_bias_by_hand(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_F64, 3, TU_SHAPE(1, 2, 2), TU_VALS(1, 2, 3, 4));
+  nb_tensor *b = tu_make(c, NB_F64, 1, TU_SHAPE(2), TU_VALS(10, 20));
+  tu_check(nb_bias_add(c, x, b, NULL), NB_F64, 3, TU_SHAPE(1, 2, 2), TU_VALS(11, 22, 13, 24), 0);
+  tu_check(nb_bias_add(c, x, b, "NCHW"), NB_F64, 3, TU_SHAPE(1, 2, 2), TU_VALS(11, 12, 23, 24), 0);
+  tu_check(nb_bias_add_grad(c, x, "NHWC"), NB_F64, 1, TU_SHAPE(2), TU_VALS(4, 6), 0);
+  tu_check(nb_bias_add_grad(c, x, "NCHW"), NB_F64, 1, TU_SHAPE(2), TU_VALS(3, 7), 0);
+}
+
+/* ---- TensorFlow golden data ------------------------------------------------------------ */
+
+static nb_conv2d_attrs golden_conv_attrs(const conv_golden *g) {
+  bool expl = !strcmp(g->padding, "EXPLICIT");
+  return (nb_conv2d_attrs){.strides = g->strides, .padding = g->padding, .data_format = g->data_format,
+                           .dilations = g->dilations, .explicit_paddings = expl ? g->explicit_paddings : NULL};
+}
+
+static void test_conv_golden_eager(void **state) {
+  nb_ctx *c = *state;
+  for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++)
+    for (int t = 0; t < 2; t++) {
+      const conv_golden *g = &conv_cases[i];
+      double tol = float_types[t] == NB_F32 ? F32_TOL : F64_TOL;
+      nb_conv2d_attrs a = golden_conv_attrs(g);
+      nb_tensor *x = make(c, float_types[t], 4, g->x_shape, g->x), *f = make(c, float_types[t], 4, g->f_shape, g->f);
+      nb_tensor *dy = make(c, float_types[t], 4, g->y_shape, g->dy);
+      print_message("conv case %s %s\n", g->name, nb_dtype_name(float_types[t]));
+      tu_check(nb_conv2d(c, x, f, &a), float_types[t], 4, g->y_shape, g->y, tol);
+      tu_check(nb_conv2d_backprop_input(c, shape_tensor(c, g->x_shape), f, dy, &a), float_types[t], 4, g->x_shape,
+               g->dx, tol);
+      tu_check(nb_conv2d_backprop_filter(c, x, shape_tensor(c, g->f_shape), dy, &a), float_types[t], 4, g->f_shape,
+               g->df, tol);
+      assert_int_equal(nb_status(c), NB_OK);
+    }
+}
+
+/* Graph mode: the gradients of sum(conv(x, f) * dy) through nb_gradients and a session. */
+static void test_conv_golden_graph(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++) {
+    const conv_golden *g = &conv_cases[i];
+    nb_graph *gr = nb_graph_new();
+    nb_ctx *c = nb_graph_ctx_new(gr), *e = nb_eager_new();
+    nb_conv2d_attrs a = golden_conv_attrs(g);
+    nb_tensor *xs[2] = {nb_placeholder(c, NB_F64, 4, g->x_shape, "x"), nb_placeholder(c, NB_F64, 4, g->f_shape, "f")};
+    nb_tensor *y = nb_conv2d(c, xs[0], xs[1], &a), *d[2];
+    nb_tensor *loss = weighted_sum(c, y, make(c, NB_F64, 4, g->y_shape, g->dy));
+    assert_int_equal(nb_gradients(c, &loss, 1, xs, 2, NULL, d), NB_OK);
+    nb_session *s = nb_session_new(gr);
+    nb_tensor *vals[2] = {make(e, NB_F64, 4, g->x_shape, g->x), make(e, NB_F64, 4, g->f_shape, g->f)};
+    nb_tensor *fetch[3] = {y, d[0], d[1]}, *out[3];
+    assert_int_equal(nb_run(s, xs, vals, 2, fetch, 3, out), NB_OK);
+    tu_check(out[0], NB_F64, 4, g->y_shape, g->y, F64_TOL);
+    tu_check(out[1], NB_F64, 4, g->x_shape, g->dx, F64_TOL);
+    tu_check(out[2], NB_F64, 4, g->f_shape, g->df, F64_TOL);
+    for (int j = 0; j < 3; j++) nb_tensor_free(out[j]);
+    nb_session_free(s);
+    nb_ctx_free(c);
+    nb_ctx_free(e);
+    nb_graph_free(gr);
+  }
+}
+
+static nb_pool_attrs golden_pool_attrs(const pool_golden *g) {
+  bool expl = !strcmp(g->padding, "EXPLICIT");
+  return (nb_pool_attrs){.ksize = g->ksize, .strides = g->strides, .padding = g->padding,
+                         .data_format = g->data_format, .explicit_paddings = expl ? g->explicit_paddings : NULL};
+}
+
+static void test_pool_golden_eager(void **state) {
+  nb_ctx *c = *state;
+  for (size_t i = 0; i < sizeof pool_cases / sizeof *pool_cases; i++)
+    for (int t = 0; t < 2; t++) {
+      const pool_golden *g = &pool_cases[i];
+      double tol = float_types[t] == NB_F32 ? F32_TOL : F64_TOL;
+      nb_pool_attrs a = golden_pool_attrs(g);
+      nb_tensor *x = make(c, float_types[t], 4, g->x_shape, g->x), *dy = make(c, float_types[t], 4, g->y_shape, g->dy);
+      print_message("pool case %s %s\n", g->name, nb_dtype_name(float_types[t]));
+      if (g->is_max) {
+        nb_tensor *y = nb_max_pool(c, x, &a);
+        tu_check(y, float_types[t], 4, g->y_shape, g->y, tol);
+        tu_check(nb_max_pool_grad(c, x, y, dy, &a), float_types[t], 4, g->x_shape, g->dx, tol);
+        if (!a.explicit_paddings)
+          tu_check(nb_max_pool_grad_grad(c, x, y, make(c, float_types[t], 4, g->x_shape, g->ddx), &a), float_types[t],
+                   4, g->y_shape, g->gg, tol);
+      } else {
+        tu_check(nb_avg_pool(c, x, &a), float_types[t], 4, g->y_shape, g->y, tol);
+        tu_check(nb_avg_pool_grad(c, shape_tensor(c, g->x_shape), dy, &a), float_types[t], 4, g->x_shape, g->dx, tol);
+      }
+      assert_int_equal(nb_status(c), NB_OK);
+    }
+}
+
+static void test_pool_golden_graph(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof pool_cases / sizeof *pool_cases; i++) {
+    const pool_golden *g = &pool_cases[i];
+    nb_graph *gr = nb_graph_new();
+    nb_ctx *c = nb_graph_ctx_new(gr), *e = nb_eager_new();
+    nb_pool_attrs a = golden_pool_attrs(g);
+    nb_tensor *x = nb_placeholder(c, NB_F64, 4, g->x_shape, "x"), *dx = NULL;
+    nb_tensor *y = g->is_max ? nb_max_pool(c, x, &a) : nb_avg_pool(c, x, &a);
+    nb_tensor *loss = weighted_sum(c, y, make(c, NB_F64, 4, g->y_shape, g->dy));
+    assert_int_equal(nb_gradients(c, &loss, 1, &x, 1, NULL, &dx), NB_OK);
+    nb_session *s = nb_session_new(gr);
+    nb_tensor *val = make(e, NB_F64, 4, g->x_shape, g->x), *fetch[2] = {y, dx}, *out[2];
+    assert_int_equal(nb_run(s, &x, &val, 1, fetch, 2, out), NB_OK);
+    tu_check(out[0], NB_F64, 4, g->y_shape, g->y, F64_TOL);
+    tu_check(out[1], NB_F64, 4, g->x_shape, g->dx, F64_TOL);
+    for (int j = 0; j < 2; j++) nb_tensor_free(out[j]);
+    nb_session_free(s);
+    nb_ctx_free(c);
+    nb_ctx_free(e);
+    nb_graph_free(gr);
+  }
+}
+
+static void test_bias_golden(void **state) {
+  nb_ctx *c = *state;
+  for (size_t i = 0; i < sizeof bias_cases / sizeof *bias_cases; i++)
+    for (int t = 0; t < 2; t++) {
+      const bias_golden *g = &bias_cases[i];
+      double tol = float_types[t] == NB_F32 ? F32_TOL : F64_TOL;
+      int64_t nc = !strcmp(g->data_format, "NCHW") && g->rank > 2 ? g->x_shape[1] : g->x_shape[g->rank - 1];
+      nb_tensor *x = make(c, float_types[t], g->rank, g->x_shape, g->x), *b = make(c, float_types[t], 1, &nc, g->b);
+      tu_check(nb_bias_add(c, x, b, g->data_format), float_types[t], g->rank, g->x_shape, g->y, tol);
+      tu_check(nb_bias_add_grad(c, x, g->data_format), float_types[t], 1, &nc, g->db, tol);
+    }
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+/* ---- NaN, empty batches, threads --------------------------------------------------------- */
+
+/* A NaN reaches exactly the outputs whose window covers it, in Conv2D and MaxPool alike. */
+static void test_nan_propagates(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_F64, 4, TU_SHAPE(1, 3, 3, 1), TU_VALS(1, 2, 3, 4, 5, 6, 7, 8, NAN));
+  nb_tensor *w = tu_make(c, NB_F64, 4, TU_SHAPE(2, 2, 1, 1), TU_VALS(1, 1, 1, 1));
+  nb_conv2d_attrs a = {.strides = unit4, .padding = "VALID"};
+  tu_check(nb_conv2d(c, x, w, &a), NB_F64, 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(12, 16, 24, NAN), 0);
+  nb_pool_attrs p = {.ksize = two4, .strides = unit4, .padding = "VALID"};
+  nb_tensor *y = nb_max_pool(c, x, &p);
+  tu_check(y, NB_F64, 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(5, 6, 8, NAN), 0);
+  /* the NaN is the maximum of its window, so its gradient goes there */
+  nb_tensor *dy = tu_make(c, NB_F64, 4, TU_SHAPE(1, 2, 2, 1), TU_VALS(1, 1, 1, 1));
+  tu_check(nb_max_pool_grad(c, x, y, dy, &p), NB_F64, 4, TU_SHAPE(1, 3, 3, 1), TU_VALS(0, 0, 0, 0, 1, 1, 0, 1, 1), 0);
+}
+
+static void test_empty_batch(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_tensor_from(c, NB_F32, 4, TU_SHAPE(0, 5, 5, 2), NULL);
+  nb_tensor *w = tu_make(c, NB_F32, 4, TU_SHAPE(3, 3, 2, 4), NULL);
+  nb_conv2d_attrs a = {.strides = unit4, .padding = "SAME"};
+  tu_check_shape(nb_conv2d(c, x, w, &a), NB_F32, 4, TU_SHAPE(0, 5, 5, 4));
+  nb_tensor *dy = nb_tensor_from(c, NB_F32, 4, TU_SHAPE(0, 5, 5, 4), NULL);
+  double zeros[72] = {0};
+  tu_check(nb_conv2d_backprop_filter(c, x, shape_tensor(c, TU_SHAPE(3, 3, 2, 4)), dy, &a), NB_F32, 4,
+           TU_SHAPE(3, 3, 2, 4), zeros, 0);
+  tu_check_shape(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(0, 5, 5, 2)), w, dy, &a), NB_F32, 4,
+                 TU_SHAPE(0, 5, 5, 2));
+  a.data_format = "NCHW";
+  nb_tensor *xc = nb_tensor_from(c, NB_F32, 4, TU_SHAPE(0, 2, 5, 5), NULL);
+  nb_tensor *dyc = nb_tensor_from(c, NB_F32, 4, TU_SHAPE(0, 4, 5, 5), NULL);
+  tu_check_shape(nb_conv2d(c, xc, w, &a), NB_F32, 4, TU_SHAPE(0, 4, 5, 5));
+  tu_check(nb_conv2d_backprop_filter(c, xc, shape_tensor(c, TU_SHAPE(3, 3, 2, 4)), dyc, &a), NB_F32, 4,
+           TU_SHAPE(3, 3, 2, 4), zeros, 0);
+  nb_pool_attrs p = {.ksize = two4, .strides = two4, .padding = "VALID"};
+  tu_check_shape(nb_max_pool(c, x, &p), NB_F32, 4, TU_SHAPE(0, 2, 2, 2));
+  tu_check_shape(nb_avg_pool(c, x, &p), NB_F32, 4, TU_SHAPE(0, 2, 2, 2));
+  tu_check(nb_bias_add_grad(c, x, NULL), NB_F32, 1, TU_SHAPE(2), zeros, 0);
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+/* Batches split across threads give the single thread's results. */
+static void test_threads_agree(void **state) {
+  nb_ctx *c = *state;
+  const int64_t xs[4] = {16, 12, 12, 6}, fs[4] = {5, 5, 6, 16}, ys[4] = {16, 8, 8, 16};
+  int64_t nv = size4(ys) + 7; /* the largest operand, read from an offset of up to 7 */
+  double *v = malloc((size_t)nv * sizeof *v);
+  assert_non_null(v);
+  for (int64_t i = 0; i < nv; i++) v[i] = (double)((i * 7919) % 23) / 11 - 1;
+  nb_conv2d_attrs a = {.strides = unit4, .padding = "VALID"};
+  nb_tensor *x = make(c, NB_F64, 4, xs, v), *w = make(c, NB_F64, 4, fs, v), *dy = make(c, NB_F64, 4, ys, v + 7);
+  nb_tensor *r[2][3];
+  for (int t = 0; t < 2; t++) {
+    nb_ctx_set_threads(c, t + 1);
+    r[t][0] = nb_conv2d(c, x, w, &a);
+    r[t][1] = nb_conv2d_backprop_input(c, shape_tensor(c, xs), w, dy, &a);
+    r[t][2] = nb_conv2d_backprop_filter(c, x, shape_tensor(c, fs), dy, &a);
+  }
+  assert_int_equal(nb_status(c), NB_OK);
+  for (int k = 0; k < 3; k++)
+    for (int64_t i = 0; i < nb_num_elements(r[0][k]); i++)
+      assert_true(fabs(nb_item(r[0][k], i) - nb_item(r[1][k], i)) <= 1e-12 * (1 + fabs(nb_item(r[0][k], i))));
+  free(v);
+}
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+static void test_conv_errors(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_F32, 4, TU_SHAPE(1, 5, 5, 3), NULL), *w = tu_make(c, NB_F32, 4, TU_SHAPE(3, 3, 4, 8), NULL);
+  nb_conv2d_attrs a = {.strides = unit4, .padding = "VALID"};
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2D: input depth 3 does not match filter in_channels 4",
+                 "(input [1,5,5,3], filter [3,3,4,8])");
+  w = tu_make(c, NB_F32, 4, TU_SHAPE(3, 3, 3, 2), NULL);
+  assert_null(nb_conv2d(c, tu_make(c, NB_F32, 3, TU_SHAPE(5, 5, 3), NULL), w, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2D: input must be 4-dimensional", "[5,5,3]");
+  assert_null(nb_conv2d(c, x, tu_make(c, NB_F32, 2, TU_SHAPE(9, 2), NULL), &a));
+  tu_check_error(c, NB_SHAPE, "Conv2D: filter must be 4-dimensional", "[9,2]");
+  assert_null(nb_conv2d(c, x, tu_make(c, NB_F64, 4, TU_SHAPE(3, 3, 3, 2), NULL), &a));
+  tu_check_error(c, NB_DTYPE, "Conv2D: inputs 0 and 1 must have the same dtype", "float64");
+  a.strides = (const int64_t[]){1, 0, 1, 1};
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_INVALID, "Conv2D: strides must be in [1,", "[1,0,1,1]");
+  a.strides = (const int64_t[]){2, 1, 1, 1};
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_UNIMPLEMENTED, "Conv2D: strides on the batch and channel dims must be 1", "[2,1,1,1]");
+  a.strides = unit4;
+  a.data_format = "NCHW"; /* strides are fine, but now the channel dim is 1: x's 5 vs w's 3 */
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_SHAPE, "input depth 5 does not match filter in_channels 3", NULL);
+  a.data_format = "NWHC";
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_INVALID, "Conv2D: data_format must be \"NHWC\" or \"NCHW\"", "\"NWHC\"");
+  a.data_format = NULL;
+  a.padding = "FULL";
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_INVALID, "Conv2D: padding must be \"SAME\", \"VALID\" or \"EXPLICIT\"", "\"FULL\"");
+  a.padding = "EXPLICIT";
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_INVALID, "Conv2D: explicit_paddings must have 8 values", "got 0");
+  a.explicit_paddings = (const int64_t[]){0, 0, 1, 1, 1, 1, 1, 0};
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_UNIMPLEMENTED, "explicit_paddings on the batch and channel dims must be 0", "[0,0,1,1,1,1,1,0]");
+  a.padding = "VALID";
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_INVALID, "explicit_paddings must be empty unless padding is \"EXPLICIT\"", "8 values");
+  a.explicit_paddings = NULL;
+  a.dilations = (const int64_t[]){1, 3, 3, 1}; /* effective window 7 > 5 */
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2D: computed output size would be negative", "input [1,5,5,3], filter [3,3,3,2]");
+  a.dilations = NULL;
+  assert_null(nb_conv2d(c, x, w, NULL));
+  tu_check_error(c, NB_INVALID, "Conv2D: attrs, strides or padding is NULL", NULL);
+  /* strides of the wrong length reach the op only through nb_op */
+  nb_attr bad[2] = {nb_attr_ints("strides", unit4, 3), nb_attr_str("padding", "SAME")};
+  nb_tensor *y = NULL;
+  assert_int_equal(nb_op(c, "Conv2D", (nb_tensor *[]){x, w}, 2, bad, 2, &y, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Conv2D: strides must have 4 values", "got 3");
+  nb_attr six[3] = {nb_attr_ints("strides", unit4, 4), nb_attr_str("padding", "EXPLICIT"),
+                    nb_attr_ints("explicit_paddings", (const int64_t[]){0, 0, 1, 1, 1, 1}, 6)};
+  assert_int_equal(nb_op(c, "Conv2D", (nb_tensor *[]){x, w}, 2, six, 3, &y, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Conv2D: explicit_paddings must have 8 values", "got 6");
+  a.strides = (const int64_t[]){1, -2, 1, 1};
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_INVALID, "Conv2D: strides must be in [1,", "[1,-2,1,1]");
+}
+
+static void test_backprop_errors(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_F64, 4, TU_SHAPE(1, 5, 5, 3), NULL), *w = tu_make(c, NB_F64, 4, TU_SHAPE(3, 3, 3, 2), NULL);
+  nb_tensor *dy = tu_make(c, NB_F64, 4, TU_SHAPE(1, 3, 4, 2), NULL);
+  nb_conv2d_attrs a = {.strides = unit4, .padding = "VALID"};
+  assert_null(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(1, 5, 5, 3)), w, dy, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropInput: out_backprop has shape [1,3,4,2], expected [1,3,3,2]",
+                 "input_sizes [1,5,5,3], filter [3,3,3,2]");
+  assert_null(nb_conv2d_backprop_filter(c, x, shape_tensor(c, TU_SHAPE(3, 3, 3, 2)), dy, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropFilter: out_backprop has shape [1,3,4,2], expected [1,3,3,2]",
+                 "filter_sizes [3,3,3,2]");
+  nb_tensor *three = nb_tensor_from(c, NB_I32, 1, TU_SHAPE(3), (const int32_t[]){1, 5, 5});
+  assert_null(nb_conv2d_backprop_input(c, three, w, dy, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropInput: input_sizes must have 4 values", "got 3");
+  nb_tensor *neg = nb_tensor_from(c, NB_I32, 1, TU_SHAPE(4), (const int32_t[]){3, 3, -3, 2});
+  assert_null(nb_conv2d_backprop_filter(c, x, neg, dy, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropFilter: filter_sizes must be nonnegative", "[3,3,-3,2]");
+}
+
+static void test_pool_errors(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_F32, 4, TU_SHAPE(1, 2, 2, 1), NULL);
+  nb_pool_attrs a = {.ksize = (const int64_t[]){1, 4, 4, 1}, .strides = unit4, .padding = "VALID"};
+  assert_null(nb_max_pool(c, x, &a));
+  tu_check_error(c, NB_SHAPE, "MaxPool: computed output size would be negative", "input [1,2,2,1]");
+  assert_null(nb_avg_pool(c, x, &a));
+  tu_check_error(c, NB_SHAPE, "AvgPool: computed output size would be negative", "window 4x4");
+  a.ksize = (const int64_t[]){1, 2, 2, 2};
+  assert_null(nb_max_pool(c, x, &a));
+  tu_check_error(c, NB_UNIMPLEMENTED, "MaxPool: ksize on the batch and channel dims must be 1", "[1,2,2,2]");
+  a.ksize = two4;
+  a.padding = "EXPLICIT";
+  assert_null(nb_avg_pool(c, x, &a));
+  tu_check_error(c, NB_INVALID, "AvgPool: padding must be \"SAME\", \"VALID\", got", "\"EXPLICIT\"");
+  a.padding = "SAME";
+  a.data_format = "HWCN";
+  assert_null(nb_max_pool(c, x, &a));
+  tu_check_error(c, NB_INVALID, "MaxPool: data_format must be", "\"HWCN\"");
+  a.data_format = NULL;
+  a.explicit_paddings = (const int64_t[]){0, 0, 0, 0, 0, 0, 0, 0};
+  assert_null(nb_avg_pool(c, x, &a));
+  tu_check_error(c, NB_INVALID, "AvgPool: takes no explicit_paddings", NULL);
+  a.explicit_paddings = NULL;
+  assert_null(nb_max_pool(c, tu_make(c, NB_I32, 4, TU_SHAPE(1, 2, 2, 1), NULL), &a));
+  tu_check_error(c, NB_DTYPE, "MaxPool: input 0 has dtype int32", NULL);
+  a.strides = two4;
+  nb_tensor *y = nb_max_pool(c, x, &a), *bad = tu_make(c, NB_F32, 4, TU_SHAPE(1, 2, 2, 1), NULL);
+  assert_null(nb_max_pool_grad(c, x, y, bad, &a));
+  tu_check_error(c, NB_SHAPE, "MaxPoolGrad: grad has shape [1,2,2,1], expected [1,1,1,1]", "orig_input [1,2,2,1]");
+  assert_null(nb_max_pool_grad_grad(c, x, y, y, &a));
+  tu_check_error(c, NB_SHAPE, "MaxPoolGradGrad: grad has shape [1,1,1,1], expected [1,2,2,1]", NULL);
+  assert_null(nb_avg_pool_grad(c, shape_tensor(c, TU_SHAPE(1, 4, 4, 1)), y, &a));
+  tu_check_error(c, NB_SHAPE, "AvgPoolGrad: grad has shape [1,1,1,1], expected [1,2,2,1]", "orig_input_shape [1,4,4,1]");
+}
+
+static void test_bias_errors(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, NB_F32, 2, TU_SHAPE(2, 3), NULL);
+  assert_null(nb_bias_add(c, x, tu_make(c, NB_F32, 1, TU_SHAPE(2), NULL), NULL));
+  tu_check_error(c, NB_SHAPE, "BiasAdd: bias must be a vector of the channel dim's size 3", "got shape [2] (value [2,3])");
+  assert_null(nb_bias_add(c, tu_make(c, NB_F32, 1, TU_SHAPE(3), NULL), tu_make(c, NB_F32, 1, TU_SHAPE(3), NULL), NULL));
+  tu_check_error(c, NB_SHAPE, "BiasAdd: input must be at least 2-dimensional", "[3]");
+  assert_null(nb_bias_add_grad(c, x, "CHWN"));
+  tu_check_error(c, NB_INVALID, "BiasAddGrad: data_format must be", "\"CHWN\"");
+}
+
+/* Graph builds check attrs and shapes at once, naming the node; an unknown batch dim
+   stays unknown while the others are inferred. */
+static void test_graph_build_errors_name_the_node(void **state) {
+  (void)state;
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g);
+  nb_tensor *x = nb_placeholder(c, NB_F32, 4, TU_SHAPE(2, 8, 8, 3), "x");
+  nb_tensor *w = nb_placeholder(c, NB_F32, 4, TU_SHAPE(3, 3, 3, 4), "w");
+  nb_conv2d_attrs a = {.strides = (const int64_t[]){1, 1, 1, 2}, .padding = "SAME"};
+  assert_null(nb_conv2d(c, x, w, &a));
+  tu_check_error(c, NB_UNIMPLEMENTED, "Conv2D (node 'Conv2D'): strides on the batch and channel dims must be 1", NULL);
+  a.strides = two4;
+  tu_check_shape(nb_conv2d(c, x, w, &a), NB_F32, 4, TU_SHAPE(2, 4, 4, 4));
+  nb_tensor *y = nb_conv2d(c, nb_placeholder(c, NB_F32, 4, TU_SHAPE(-1, 8, 8, 3), "x_any_batch"), w, &a);
+  tu_check_shape(y, NB_F32, 4, TU_SHAPE(-1, 4, 4, 4));
+  /* an unknown height leaves the output height unknown (never a probe's guess) */
+  nb_tensor *any_h = nb_placeholder(c, NB_F32, 4, TU_SHAPE(2, -1, 8, 3), "x_any_height");
+  a.padding = "VALID";
+  tu_check_shape(nb_conv2d(c, any_h, w, &a), NB_F32, 4, TU_SHAPE(2, -1, 3, 4));
+  a.padding = "SAME";
+  nb_pool_attrs p = {.ksize = two4, .strides = two4, .padding = "VALID", .data_format = "NCWH"};
+  assert_null(nb_max_pool(c, nb_conv2d(c, x, w, &a), &p));
+  tu_check_error(c, NB_INVALID, "MaxPool (node 'MaxPool'): data_format must be", NULL);
+  nb_ctx_free(c);
+  nb_graph_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_conv2d_by_hand, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_pools_by_hand, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_max_pool_tie_goes_to_first, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_bias_by_hand, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_conv_golden_eager, tu_setup, tu_teardown),
+      cmocka_unit_test(test_conv_golden_graph),
+      cmocka_unit_test_setup_teardown(test_pool_golden_eager, tu_setup, tu_teardown),
+      cmocka_unit_test(test_pool_golden_graph),
+      cmocka_unit_test_setup_teardown(test_bias_golden, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_nan_propagates, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_empty_batch, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_threads_agree, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_conv_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_backprop_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_pool_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_bias_errors, tu_setup, tu_teardown),
+      cmocka_unit_test(test_graph_build_errors_name_the_node),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
