@@ -1006,9 +1006,15 @@ static nb_code bias_add_grad_infer(nb_kargs *k) {
 }
 
 /* y[o, ch, i] = x[o, ch, i] + bias[ch] for rows o in [lo, hi); BiasAddGrad's
-   db[ch] = sum over o and i of dy[o, ch, i], accumulated in double. */
+   db[ch] = sum over o and i of dy[o, ch, i], accumulated in double. Channels last (NHWC,
+   inner 1) runs along the channels instead, so the loops vectorize either way. */
 #define BIAS_LOOPS(S, T)                                                                      \
   static void bias_add_##S(const bias_plan *p, const T *x, const T *b, T *y, int64_t lo, int64_t hi) { \
+    if (p->inner == 1) {                                                                      \
+      for (int64_t o = lo; o < hi; o++)                                                       \
+        for (int64_t ch = 0; ch < p->c; ch++) y[o * p->c + ch] = x[o * p->c + ch] + b[ch];     \
+      return;                                                                                 \
+    }                                                                                         \
     for (int64_t o = lo; o < hi; o++)                                                         \
       for (int64_t ch = 0; ch < p->c; ch++) {                                                 \
         int64_t base = (o * p->c + ch) * p->inner;                                            \
@@ -1016,6 +1022,11 @@ static nb_code bias_add_grad_infer(nb_kargs *k) {
       }                                                                                       \
   }                                                                                           \
   static void bias_add_grad_##S(const bias_plan *p, const T *dy, double *acc) {               \
+    if (p->inner == 1) {                                                                      \
+      for (int64_t o = 0; o < p->outer; o++)                                                  \
+        for (int64_t ch = 0; ch < p->c; ch++) acc[ch] += dy[o * p->c + ch];                   \
+      return;                                                                                 \
+    }                                                                                         \
     for (int64_t o = 0; o < p->outer; o++)                                                    \
       for (int64_t ch = 0; ch < p->c; ch++) {                                                 \
         const T *row = dy + (o * p->c + ch) * p->inner;                                       \
