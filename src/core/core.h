@@ -141,6 +141,11 @@ nb_tensor *nb_detached_copy(const nb_tensor *x);
 /* Detached IndexedSlices of like's dtype and shape owning the detached parts given (freed
    with them on failure: NULL when out of memory). */
 nb_tensor *nb_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tensor *indices);
+/* Kernel scratch from c's block pool: after warm-up no malloc and no fresh pages (large
+   malloc blocks go back to the kernel on free and fault in again on every call). NULL when
+   out of memory; nb_scratch_free(c, NULL) does nothing. */
+void *nb_scratch_alloc(nb_ctx *c, size_t bytes);
+void nb_scratch_free(nb_ctx *c, void *p);
 /* Allocates a concrete tensor with uninitialized data. */
 nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape);
 static inline void *nb_tdata(const nb_tensor *x) { return x->buf ? x->buf->data : NULL; }

@@ -181,6 +181,15 @@ static void release_slices(nb_tensor *x) {
   x->slice_values = x->slice_indices = NULL;
 }
 
+void *nb_scratch_alloc(nb_ctx *c, size_t bytes) {
+  nb_buffer *b = nb_buffer_new(c, bytes);
+  return b ? b->data : NULL;
+}
+
+void nb_scratch_free(nb_ctx *c, void *p) {
+  if (p) nb_buffer_release(c, (nb_buffer *)((char *)p - NB_DATA_OFFSET));
+}
+
 nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape) {
   size_t bytes = (size_t)nb_shape_size(rank, shape) * nb_dtype_size(t);
   nb_buffer *b = nb_buffer_new(c, bytes);

@@ -358,27 +358,31 @@ static void transpose_layout(const char *src, char *dst, int64_t n, int64_t c, i
 
 /* x's data as NHWC: its own buffer, or a transposed copy in *tmp (the caller frees it).
    NULL when out of memory. dims: n, h, w, c. */
-static const char *as_nhwc(const nb_tensor *x, bool nchw, const int64_t *dims, void **tmp) {
+static const char *as_nhwc(nb_ctx *c, const nb_tensor *x, bool nchw, const int64_t *dims, void **tmp) {
   *tmp = NULL;
   if (!nchw || x->size == 0) return nb_tdata(x);
   size_t esz = nb_dtype_size(x->dtype);
-  if (!(*tmp = malloc((size_t)x->size * esz))) return NULL;
+  if (!(*tmp = nb_scratch_alloc(c, (size_t)x->size * esz))) return NULL;
   transpose_layout(nb_tdata(x), *tmp, dims[0], dims[3], dims[1] * dims[2], esz, false);
   return *tmp;
 }
 
 /* Where a kernel writes its NHWC result: res's buffer, or scratch for an NCHW result. */
-static char *out_nhwc(nb_tensor *res, bool nchw, void **tmp) {
+static char *out_nhwc(nb_ctx *c, nb_tensor *res, bool nchw, void **tmp) {
   *tmp = NULL;
   if (!nchw || res->size == 0) return nb_tdata(res);
-  return *tmp = malloc((size_t)res->size * nb_dtype_size(res->dtype));
+  return *tmp = nb_scratch_alloc(c, (size_t)res->size * nb_dtype_size(res->dtype));
+}
+
+static void release_all(nb_ctx *c, void *const *scratch, int n) {
+  for (int i = 0; i < n; i++) nb_scratch_free(c, scratch[i]);
 }
 
 /* Moves an NHWC result (dims n, h, w, c) from tmp into res (NCHW) and frees tmp. */
-static void finish_out(nb_tensor *res, void *tmp, const int64_t *dims) {
+static void finish_out(nb_ctx *c, nb_tensor *res, void *tmp, const int64_t *dims) {
   if (!tmp) return;
   transpose_layout(tmp, nb_tdata(res), dims[0], dims[3], dims[1] * dims[2], nb_dtype_size(res->dtype), true);
-  free(tmp);
+  nb_scratch_free(c, tmp);
 }
 
 /* ---- convolution: kernels ------------------------------------------------------------ */
@@ -591,7 +595,7 @@ static nb_code plan_job(nb_kargs *k, conv_job *j, int *nt) {
   j->col_elems = j->block * pix * kk;
   j->cols = NULL;
   if (!j->direct) {
-    j->cols = malloc((size_t)(*nt * j->col_elems) * j->esz + 1);
+    j->cols = nb_scratch_alloc(k->ctx, (size_t)(*nt * j->col_elems) * j->esz + 1);
     if (!j->cols) return nb_kfail(k, NB_NOMEM, "out of memory for %lld column elements", (long long)j->col_elems);
   }
   return NB_OK;
@@ -607,19 +611,20 @@ static nb_code run_conv(nb_kargs *k, conv_kind kind) {
   int64_t in_dims[4] = {g->n, g->h, g->w, g->c}, out_dims[4] = {g->n, g->oh, g->ow, g->oc};
   void *xt = NULL, *dyt = NULL, *outt = NULL;
   j.f = f ? nb_tdata(f) : NULL;
-  j.x = x ? as_nhwc(x, g->nchw, in_dims, &xt) : NULL;
-  j.dy = dy ? as_nhwc(dy, g->nchw, out_dims, &dyt) : NULL;
-  j.out = kind == CONV_BACKPROP_FILTER ? nb_tdata(res) : out_nhwc(res, g->nchw, &outt);
+  nb_ctx *c = k->ctx;
+  j.x = x ? as_nhwc(c, x, g->nchw, in_dims, &xt) : NULL;
+  j.dy = dy ? as_nhwc(c, dy, g->nchw, out_dims, &dyt) : NULL;
+  j.out = kind == CONV_BACKPROP_FILTER ? nb_tdata(res) : out_nhwc(c, res, g->nchw, &outt);
   int nt = 1;
   nb_code code = NB_OK;
   if ((x && x->size && !j.x) || (dy && dy->size && !j.dy) || !j.out || (code = plan_job(k, &j, &nt)) != NB_OK) {
-    free(xt), free(dyt), free(outt);
+    release_all(c, (void *[]){xt, dyt, outt}, 3);
     return code ? code : nb_kfail(k, NB_NOMEM, "out of memory for a layout copy");
   }
   int64_t dw_elems = patch_size(g) * g->oc;
   if (kind == CONV_BACKPROP_FILTER && nt > 1 &&
-      !(j.partials = malloc((size_t)((nt - 1) * dw_elems) * j.esz))) {
-    free(xt), free(dyt), free(j.cols);
+      !(j.partials = nb_scratch_alloc(c, (size_t)((nt - 1) * dw_elems) * j.esz))) {
+    release_all(c, (void *[]){xt, dyt, outt, j.cols}, 4);
     return nb_kfail(k, NB_NOMEM, "out of memory for filter partial sums");
   }
   int prev_threads = omp_get_max_threads();
@@ -634,9 +639,9 @@ static nb_code run_conv(nb_kargs *k, conv_kind kind) {
   nb_blas_set_threads(prev_threads);
   for (int t = 1; kind == CONV_BACKPROP_FILTER && t < nt; t++)
     add_elems(j.t, j.out, j.partials + (size_t)((t - 1) * dw_elems) * j.esz, dw_elems);
-  if (kind == CONV_BACKPROP_INPUT) finish_out(res, outt, in_dims);
-  if (kind == CONV_FORWARD) finish_out(res, outt, out_dims);
-  free(xt), free(dyt), free(j.cols), free(j.partials);
+  if (kind == CONV_BACKPROP_INPUT) finish_out(c, res, outt, in_dims);
+  if (kind == CONV_FORWARD) finish_out(c, res, outt, out_dims);
+  release_all(c, (void *[]){xt, dyt, j.cols, j.partials}, 4);
   return NB_OK;
 }
 
@@ -932,11 +937,12 @@ static nb_code run_pool(nb_kargs *k, pool_kind kind) {
   int64_t in_dims[4] = {g->n, g->h, g->w, g->c}, out_dims[4] = {g->n, g->oh, g->ow, g->c};
   void *at = NULL, *bt = NULL, *outt = NULL;
   pool_job j = {.g = g, .fn = sp->fn[res->dtype == NB_F64]};
-  j.a = as_nhwc(k->in[sp->a], g->nchw, sp->a_out ? out_dims : in_dims, &at);
-  j.b = sp->b >= 0 ? as_nhwc(k->in[sp->b], g->nchw, sp->b_out ? out_dims : in_dims, &bt) : NULL;
-  j.out = out_nhwc(res, g->nchw, &outt);
+  nb_ctx *c = k->ctx;
+  j.a = as_nhwc(c, k->in[sp->a], g->nchw, sp->a_out ? out_dims : in_dims, &at);
+  j.b = sp->b >= 0 ? as_nhwc(c, k->in[sp->b], g->nchw, sp->b_out ? out_dims : in_dims, &bt) : NULL;
+  j.out = out_nhwc(c, res, g->nchw, &outt);
   if ((!j.a && k->in[sp->a]->size) || (sp->b >= 0 && !j.b && k->in[sp->b]->size) || !j.out) {
-    free(at), free(bt), free(outt);
+    release_all(c, (void *[]){at, bt, outt}, 3);
     return nb_kfail(k, NB_NOMEM, "out of memory for a layout copy");
   }
   int64_t work = (g->oh * g->ow + g->h * g->w) * g->c * g->n;
@@ -944,14 +950,14 @@ static nb_code run_pool(nb_kargs *k, pool_kind kind) {
   nt = nt > g->n ? (int)g->n : nt;
   if (kind == MAX_POOL_GRAD || kind == MAX_POOL_GRAD_GRAD) {
     j.row_bytes = 2 * (size_t)(g->ow * g->c) * nb_dtype_size(res->dtype);
-    if (!(j.rows = malloc((size_t)nt * j.row_bytes + 1))) {
-      free(at), free(bt), free(outt);
+    if (!(j.rows = nb_scratch_alloc(c, (size_t)nt * j.row_bytes + 1))) {
+      release_all(c, (void *[]){at, bt, outt}, 3);
       return nb_kfail(k, NB_NOMEM, "out of memory for %lld row elements", (long long)(g->ow * g->c));
     }
   }
   nb_parallel_range(nt, g->n, pool_range, &j);
-  finish_out(res, outt, sp->res_out ? out_dims : in_dims);
-  free(at), free(bt), free(j.rows);
+  finish_out(c, res, outt, sp->res_out ? out_dims : in_dims);
+  release_all(c, (void *[]){at, bt, j.rows}, 3);
   return NB_OK;
 }
 
