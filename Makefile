@@ -56,6 +56,9 @@ bench: build
 	./$(BUILD)/bench/grad_build 10000 100000
 	./$(BUILD)/bench/eager_chain
 	./$(BUILD)/bench/dataset
+	./$(BUILD)/bench/conv
+	./$(BUILD)/bench/batch_norm
+	./$(BUILD)/bench/train_step
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

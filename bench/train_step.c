@@ -1,0 +1,212 @@
+/* bench/train_step: one training step (forward, softmax cross-entropy, gradients, SGD
+   update) of the workloads in bench-peers/{mlp_step,cnn_step}.py, float32, synthetic data:
+     mlp    MLP 784-512-512-10 (ReLU), batch 128
+     lenet  LeNet-5: 28x28x1, valid 5x5x6 conv, 2x2 max pool, 5x5x16 conv, 2x2 max pool,
+            fc 120, fc 84, fc 10 (ReLU), batch 64, NHWC
+   in graph mode (nb_gradients + the optimizer's update nodes, one nb_run per step) and
+   eager mode (a tape per step), on 1 and 2 threads; median of RUNS runs of STEPS steps after
+   a warm-up, as step_ms. The eager step ends the forward's scope before the update
+   (keeping the gradients), so variables are updated in place.
+   Usage: train_step [mlp|lenet|all] [graph|eager|all] [threads]: only those (the peak RSS
+   of one configuration alone); no arguments: all of them. The last line is the process's peak
+   RSS (ru_maxrss), as the PyTorch scripts print theirs. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <nabla.h>
+
+#include "benchutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#define STEPS 20
+#define RUNS 5
+#define MAX_VARS 10
+#define LR 0.01
+
+typedef struct model {
+  const char *name;
+  int64_t batch;
+  int nvars;
+  nb_variable *vars[MAX_VARS];
+  nb_tensor *(*logits)(nb_ctx *c, nb_tensor *const *p, nb_tensor *x);
+  int x_rank;
+  int64_t x_shape[4];
+} model;
+
+static nb_tensor *dense(nb_ctx *c, nb_tensor *x, nb_tensor *w, nb_tensor *b, bool relu) {
+  nb_tensor *y = nb_bias_add(c, nb_matmul(c, x, w, false, false), b, NULL);
+  return relu ? nb_relu(c, y) : y;
+}
+
+static nb_tensor *mlp_logits(nb_ctx *c, nb_tensor *const *p, nb_tensor *x) {
+  nb_tensor *h = dense(c, x, p[0], p[1], true);
+  return dense(c, dense(c, h, p[2], p[3], true), p[4], p[5], false);
+}
+
+static nb_tensor *conv_relu_pool(nb_ctx *c, nb_tensor *x, nb_tensor *f, nb_tensor *b) {
+  static const int64_t ones[4] = {1, 1, 1, 1}, window[4] = {1, 2, 2, 1};
+  nb_conv2d_attrs conv = {.strides = ones, .padding = "VALID"};
+  nb_pool_attrs pool = {.ksize = window, .strides = window, .padding = "VALID"};
+  return nb_max_pool(c, nb_relu(c, nb_bias_add(c, nb_conv2d(c, x, f, &conv), b, NULL)), &pool);
+}
+
+static nb_tensor *lenet_logits(nb_ctx *c, nb_tensor *const *p, nb_tensor *x) {
+  nb_tensor *h = conv_relu_pool(c, conv_relu_pool(c, x, p[0], p[1]), p[2], p[3]);
+  h = nb_reshape(c, h, (const int64_t[]){-1, 4 * 4 * 16}, 2);
+  return dense(c, dense(c, dense(c, h, p[4], p[5], true), p[6], p[7], true), p[8], p[9], false);
+}
+
+/* Glorot-uniform weights and zero biases, one (weight, bias) pair per layer. */
+static bool add_layer(nb_ctx *c, model *m, int rank, const int64_t *wshape) {
+  static const int64_t seed[2] = {1, 2};
+  int64_t units = wshape[rank - 1];
+  nb_tensor *w = nb_init_glorot_uniform(c, NB_F32, rank, wshape, seed);
+  nb_tensor *b = nb_init_zeros(c, NB_F32, 1, &units);
+  m->vars[m->nvars++] = nb_variable_new(c, w, true, "w");
+  m->vars[m->nvars++] = nb_variable_new(c, b, true, "b");
+  return nb_status(c) == NB_OK;
+}
+
+static bool make_mlp(nb_ctx *c, model *m) {
+  *m = (model){.name = "mlp", .batch = 128, .logits = mlp_logits, .x_rank = 2, .x_shape = {128, 784}};
+  return add_layer(c, m, 2, (const int64_t[]){784, 512}) && add_layer(c, m, 2, (const int64_t[]){512, 512}) &&
+         add_layer(c, m, 2, (const int64_t[]){512, 10});
+}
+
+static bool make_lenet(nb_ctx *c, model *m) {
+  *m = (model){.name = "lenet", .batch = 64, .logits = lenet_logits, .x_rank = 4, .x_shape = {64, 28, 28, 1}};
+  return add_layer(c, m, 4, (const int64_t[]){5, 5, 1, 6}) && add_layer(c, m, 4, (const int64_t[]){5, 5, 6, 16}) &&
+         add_layer(c, m, 2, (const int64_t[]){256, 120}) && add_layer(c, m, 2, (const int64_t[]){120, 84}) &&
+         add_layer(c, m, 2, (const int64_t[]){84, 10});
+}
+
+static nb_tensor *mean_loss(nb_ctx *c, const model *m, nb_tensor *const *p, nb_tensor *x, nb_tensor *labels) {
+  nb_tensor *loss = NULL;
+  nb_sparse_softmax_cross_entropy_with_logits(c, m->logits(c, p, x), labels, &loss, NULL);
+  return nb_mean(c, loss, NULL, 0, false);
+}
+
+/* Random images in [0, 1) and labels in [0, 10): the timing does not depend on them. */
+static void make_batch(nb_ctx *c, const model *m, nb_tensor **x, nb_tensor **labels) {
+  static const int64_t seed[2] = {7, 8};
+  *x = nb_stateless_random_uniform(c, m->x_shape, m->x_rank, seed, NB_F32);
+  int32_t *l = malloc((size_t)m->batch * sizeof *l);
+  for (int64_t i = 0; l && i < m->batch; i++) l[i] = (int32_t)(i * 7 % 10);
+  *labels = l ? nb_tensor_from(c, NB_I32, 1, &m->batch, l) : NULL;
+  free(l);
+}
+
+static bool eager_step(nb_ctx *c, const model *m, nb_optimizer *o, nb_tensor *x, nb_tensor *labels) {
+  nb_tensor *p[MAX_VARS], *g[MAX_VARS];
+  nb_scope_begin(c);
+  nb_scope_begin(c);
+  nb_tape *t = nb_tape_begin(c, 0);
+  for (int i = 0; i < m->nvars; i++) p[i] = nb_variable_read(c, m->vars[i]);
+  nb_tensor *loss = mean_loss(c, m, p, x, labels);
+  nb_tape_gradient_vars(t, &loss, 1, m->vars, m->nvars, g);
+  nb_tape_end(t);
+  nb_scope_end(c, g, m->nvars);
+  nb_optimizer_apply(o, c, g, m->vars, m->nvars, NULL);
+  nb_scope_end(c, NULL, 0);
+  return nb_status(c) == NB_OK;
+}
+
+/* One configuration's median step time in ms; NAN on failure (the error printed). */
+static double time_eager(nb_ctx *c, const model *m, nb_tensor *x, nb_tensor *labels) {
+  nb_optimizer *o = nb_sgd_new(LR);
+  double runs[RUNS];
+  bool ok = o != NULL;
+  for (int i = 0; i < 3 && ok; i++) ok = eager_step(c, m, o, x, labels);
+  for (int r = 0; r < RUNS && ok; r++) {
+    double t0 = bench_now();
+    for (int i = 0; i < STEPS && ok; i++) ok = eager_step(c, m, o, x, labels);
+    runs[r] = (bench_now() - t0) / STEPS;
+  }
+  nb_optimizer_free(o);
+  if (!ok) fprintf(stderr, "train_step: %s eager: %s\n", m->name, nb_error(c));
+  return ok ? 1e3 * bench_median(runs, RUNS) : NAN;
+}
+
+static bool run_graph_step(nb_session *s, nb_tensor *const *feed, nb_tensor *const *vals, nb_tensor *train) {
+  nb_tensor *out = NULL;
+  nb_code code = nb_run(s, feed, vals, 2, &train, 1, &out);
+  nb_tensor_free(out);
+  if (code) fprintf(stderr, "train_step: graph: %s\n", nb_session_error(s));
+  return code == NB_OK;
+}
+
+static double time_graph(const model *m, int threads, nb_tensor *x, nb_tensor *labels) {
+  nb_graph *g = nb_graph_new();
+  nb_ctx *gc = nb_graph_ctx_new(g);
+  nb_session *s = nb_session_new(g);
+  nb_optimizer *o = nb_sgd_new(LR);
+  nb_session_set_threads(s, threads);
+  nb_tensor *xp = nb_placeholder(gc, NB_F32, m->x_rank, m->x_shape, "x");
+  nb_tensor *lp = nb_placeholder(gc, NB_I32, 1, &m->batch, "labels");
+  nb_tensor *p[MAX_VARS], *d[MAX_VARS], *train = NULL;
+  for (int i = 0; i < m->nvars; i++) p[i] = nb_variable_read(gc, m->vars[i]);
+  nb_tensor *loss = mean_loss(gc, m, p, xp, lp);
+  nb_gradients(gc, &loss, 1, p, m->nvars, NULL, d);
+  nb_optimizer_apply(o, gc, d, m->vars, m->nvars, &train);
+  bool ok = nb_status(gc) == NB_OK;
+  if (!ok) fprintf(stderr, "train_step: %s graph build: %s\n", m->name, nb_error(gc));
+  nb_tensor *feed[2] = {xp, lp}, *vals[2] = {x, labels};
+  double runs[RUNS];
+  for (int i = 0; i < 3 && ok; i++) ok = run_graph_step(s, feed, vals, train);
+  for (int r = 0; r < RUNS && ok; r++) {
+    double t0 = bench_now();
+    for (int i = 0; i < STEPS && ok; i++) ok = run_graph_step(s, feed, vals, train);
+    runs[r] = (bench_now() - t0) / STEPS;
+  }
+  nb_session_free(s);
+  nb_ctx_free(gc);
+  nb_graph_free(g);
+  nb_optimizer_free(o);
+  return ok ? 1e3 * bench_median(runs, RUNS) : NAN;
+}
+
+static bool bench_model(bool (*make)(nb_ctx *, model *), const char *only_mode, int only_threads) {
+  nb_ctx *c = nb_eager_new();
+  model m;
+  bool ok = c && make(c, &m);
+  nb_tensor *x = NULL, *labels = NULL;
+  if (ok) make_batch(c, &m, &x, &labels);
+  ok = ok && nb_status(c) == NB_OK;
+  for (int threads = 1; threads <= 2 && ok; threads++) {
+    if (only_threads && threads != only_threads) continue;
+    nb_ctx_set_threads(c, threads);
+    if (!only_mode || strcmp(only_mode, "graph") == 0) {
+      double ms = time_graph(&m, threads, x, labels);
+      ok = !isnan(ms);
+      printf("name=nb_train_step model=%s mode=graph batch=%lld threads=%d step_ms=%.3f\n", m.name,
+             (long long)m.batch, threads, ms);
+    }
+    if (ok && (!only_mode || strcmp(only_mode, "eager") == 0)) {
+      double ms = time_eager(c, &m, x, labels);
+      ok = !isnan(ms);
+      printf("name=nb_train_step model=%s mode=eager batch=%lld threads=%d step_ms=%.3f\n", m.name,
+             (long long)m.batch, threads, ms);
+    }
+    fflush(stdout);
+  }
+  for (int i = 0; c && i < m.nvars; i++) nb_variable_free(m.vars[i]);
+  nb_ctx_free(c);
+  return ok;
+}
+
+int main(int argc, char **argv) {
+  const char *only_model = argc > 1 && strcmp(argv[1], "all") ? argv[1] : NULL;
+  const char *only_mode = argc > 2 && strcmp(argv[2], "all") ? argv[2] : NULL;
+  int only_threads = argc > 3 ? atoi(argv[3]) : 0;
+  bool ok = true;
+  if (!only_model || strcmp(only_model, "mlp") == 0) ok = bench_model(make_mlp, only_mode, only_threads);
+  if (ok && (!only_model || strcmp(only_model, "lenet") == 0)) ok = bench_model(make_lenet, only_mode, only_threads);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  printf("name=nb_train_step_maxrss model=%s mode=%s threads=%s maxrss_mb=%.1f\n", only_model ? only_model : "all",
+         only_mode ? only_mode : "all", only_threads ? argv[3] : "all", ru.ru_maxrss / 1024.0);
+  return ok ? 0 : 1;
+}
