@@ -706,6 +706,37 @@ nb_code nb_optimizer_set_schedule(nb_optimizer *o, nb_lr_schedule s);
 nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
                                nb_tensor **global_norm);
 
+/* ---- control flow: tf.while_loop, tf.cond -------------------------------------------------
+   Eager contexts run the callbacks directly: cond, then body, until cond gives false or
+   max_iters iterations ran (max_iters < 0: no bound; 0: none run). Tapes record the ops
+   the callbacks run, so tape gradients (and nested tapes) go through loops and branches.
+   Graph contexts trace each callback once into a function graph (its arguments are
+   placeholders; graph tensors of the enclosing graphs it uses are captured as extra
+   inputs) and add one While or If node, which sessions run.
+   cond writes one bool scalar to *pred. body writes n results to next: each keeps its
+   loop variable's dtype and shape (or the relaxed shape declared in nb_while_opts); a
+   body that changes either fails, naming the variable. Results are new handles in c's
+   current scope (a variable passed through unchanged gets an Identity). nb_cond's
+   branches take in[0..nin) and write out[0..nout); in a graph the branches' outputs must
+   agree in dtype (shapes may differ: the If output keeps the dims they share). */
+typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
+typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
+nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,
+                 nb_tensor *const *vars, int n, int64_t max_iters, nb_tensor **out);
+nb_code nb_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
+                nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+/* A declared shape (TF's shape_invariants): rank -1 any rank, dims -1 any size. */
+typedef struct nb_shape_spec {
+  int rank;
+  const int64_t *dims;
+} nb_shape_spec;
+typedef struct nb_while_opts {
+  const nb_shape_spec *shapes;  /* NULL, or one per loop variable: the shapes it may take */
+} nb_while_opts;
+/* nb_while with options (o may be NULL). */
+nb_code nb_while_ex(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
+                    int64_t max_iters, const nb_while_opts *o, nb_tensor **out);
+
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -181,6 +181,8 @@ nb_op_family nb_training_family(void);
 nb_op_family nb_norm_family(void);
 /* stateless random numbers (random.c) */
 nb_op_family nb_random_family(void);
+/* While and If: functional control flow (control_flow.c) */
+nb_op_family nb_control_flow_family(void);
 /* The internal op behind nb_custom_gradient, and its attr slots. */
 enum { NB_CUSTOM_N, NB_CUSTOM_NUM_OUTPUTS, NB_CUSTOM_GRAD_FN, NB_CUSTOM_USER };
 const nb_op_def *nb_custom_gradient_def(void);

@@ -1,0 +1,177 @@
+/* Control-flow ops (TF's functional While and If, as while_v2/cond_v2 build them). The
+   functions they run are function graphs (src/graph/function.c) held in the internal
+   attrs _cond/_body and _then_branch/_else_branch; nb_while/nb_cond make these nodes, and
+   the leading underscore keeps the attrs out of nb_op's reach (they are pointers).
+   While's inputs are the loop variables: [iteration counter, the user's variables...,
+   captured tensors...]; its outputs their final values (captures pass through). If's
+   inputs are [cond, inputs..., captured tensors...]. Both are stateful in TF (not
+   folded at build time). A kernel runs in a session's context: it runs the functions
+   through sessions over their graphs, then hands the final buffers to its outputs. */
+#include "../graph/function.h"
+
+#include <stdlib.h>
+
+enum { CF_N, CF_FIRST_FN, CF_SECOND_FN, WHILE_PARALLEL_ITERATIONS };
+
+static nb_function *fn_attr(const nb_kargs *k, int slot) {
+  nb_function *f;
+  int64_t bits = k->attr[slot].i;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* Makes res hold v's value (dtype, shape and a reference to its buffer). The output
+   allocated before the kernel ran is a placeholder: the final shape is known only now. */
+static void adopt(nb_ctx *c, nb_tensor *res, const nb_tensor *v) {
+  if (v->buf) nb_buffer_retain(v->buf);
+  nb_buffer_release(c, res->buf);
+  res->buf = v->buf;
+  res->dtype = v->dtype;
+  res->rank = v->rank;
+  memcpy(res->shape, v->shape, sizeof res->shape);
+  res->size = v->size;
+}
+
+/* At run time (no graph) an output's meta only sizes that placeholder allocation: the
+   static meta with unknown dims as 0 (unknown rank: a scalar). */
+static void run_time_meta(nb_meta *m, const nb_tensor *like) {
+  nb_meta_set(m, like->dtype, like->rank < 0 ? 0 : like->rank, like->shape);
+  for (int d = 0; d < m->rank; d++)
+    if (m->shape[d] < 0) m->shape[d] = 0;
+}
+
+static nb_code check_arg_dtypes(nb_kargs *k, const nb_function *f, int first) {
+  for (int i = 0; i < f->nargs; i++)
+    if (k->in[first + i]->dtype != f->args[i]->dtype)
+      return nb_kfail(k, NB_DTYPE, "input %d is %s but the function takes %s", first + i,
+                      nb_dtype_name(k->in[first + i]->dtype), nb_dtype_name(f->args[i]->dtype));
+  return NB_OK;
+}
+
+/* ---- While ---------------------------------------------------------------------------- */
+
+static nb_code while_infer(nb_kargs *k) {
+  const nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
+  if (k->nin != body->nargs || k->nin != cond->nargs || k->nout != k->nin || cond->nres != 1)
+    return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its functions (%d arguments)", k->nin, k->nout,
+                    body->nargs);
+  nb_code code = check_arg_dtypes(k, body, 0);
+  for (int i = 0; i < k->nout && !code; i++) {
+    const nb_tensor *shape = i < body->nres ? body->args[i] : k->in[i]; /* loop variables keep their invariants */
+    if (!k->ctx->graph)
+      nb_meta_like(&k->out[i], k->in[i]);
+    else
+      nb_meta_set(&k->out[i], shape->dtype, shape->rank, shape->shape);
+  }
+  return code;
+}
+
+static nb_code read_pred(nb_kargs *k, const nb_tensor *pred, bool *go) {
+  if (pred->dtype != NB_BOOL || pred->rank != 0)
+    return nb_kfail(k, NB_INVALID, "the predicate must be a bool scalar, got %s %s", nb_dtype_name(pred->dtype),
+                    nb_tstr(pred));
+  *go = *(const uint8_t *)nb_tdata(pred) != 0;
+  return NB_OK;
+}
+
+static void free_list(nb_tensor **xs, int n) {
+  for (int i = 0; i < n; i++) nb_tensor_free(xs[i]);
+}
+
+/* One iteration: cond on cur, then (if it holds) body into next. */
+static nb_code while_step(nb_kargs *k, nb_function *cond, nb_function *body, nb_tensor **cur, nb_tensor **next,
+                          bool *go) {
+  nb_tensor *pred = NULL;
+  nb_code code = nb_function_run(k, cond, "cond", cur, &pred);
+  if (!code) code = read_pred(k, pred, go);
+  nb_tensor_free(pred);
+  if (!code && *go) code = nb_function_run(k, body, "body", cur, next);
+  return code;
+}
+
+static nb_code while_kernel(nb_kargs *k) {
+  nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
+  int nv = body->nres; /* loop variables the body computes; the captures after them stay */
+  nb_tensor **cur = malloc(2 * (size_t)k->nin * sizeof *cur), **next = cur + k->nin;
+  if (!cur) return nb_kfail(k, NB_NOMEM, "out of memory");
+  memcpy(cur, k->in, (size_t)k->nin * sizeof *cur);
+  memcpy(next, k->in, (size_t)k->nin * sizeof *next);
+  bool owned = false, go = true;
+  nb_code code = NB_OK;
+  while (!code && go) {
+    code = while_step(k, cond, body, cur, next, &go);
+    if (code || !go) break;
+    if (owned) free_list(cur, nv);
+    memcpy(cur, next, (size_t)nv * sizeof *cur);
+    owned = true;
+  }
+  for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], cur[i]);
+  if (owned) free_list(cur, nv);
+  free(cur);
+  return code;
+}
+
+/* ---- If ------------------------------------------------------------------------------------ */
+
+/* The static meta of output i: the dims both branches agree on. */
+static void merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b) {
+  nb_meta_set(m, a->dtype, a->rank, a->shape);
+  if (a->rank != b->rank) {
+    m->rank = -1;
+    return;
+  }
+  for (int d = 0; d < a->rank; d++)
+    if (a->shape[d] != b->shape[d]) m->shape[d] = -1;
+}
+
+static nb_code if_infer(nb_kargs *k) {
+  const nb_function *t = fn_attr(k, CF_FIRST_FN), *e = fn_attr(k, CF_SECOND_FN);
+  if (k->nin != 1 + t->nargs || k->nout != t->nres)
+    return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its branches (%d arguments, %d results)",
+                    k->nin, k->nout, t->nargs, t->nres);
+  if (k->in[0]->dtype != NB_BOOL || k->in[0]->rank > 0)
+    return nb_kfail(k, NB_INVALID, "cond must be a bool scalar, got %s %s", nb_dtype_name(k->in[0]->dtype),
+                    nb_tstr(k->in[0]));
+  nb_code code = check_arg_dtypes(k, t, 1);
+  for (int i = 0; i < k->nout && !code; i++) {
+    merged_meta(&k->out[i], t->res[i], e->res[i]);
+    if (!k->ctx->graph) {
+      nb_tensor like = {.dtype = k->out[i].dtype, .rank = k->out[i].rank};
+      memcpy(like.shape, k->out[i].shape, sizeof like.shape);
+      run_time_meta(&k->out[i], &like);
+    }
+  }
+  return code;
+}
+
+static nb_code if_kernel(nb_kargs *k) {
+  bool taken = false;
+  nb_code code = read_pred(k, k->in[0], &taken);
+  if (code) return code;
+  nb_function *f = fn_attr(k, taken ? CF_FIRST_FN : CF_SECOND_FN);
+  nb_tensor *small[8], **res = k->nout <= 8 ? small : malloc((size_t)k->nout * sizeof *res);
+  if (!res) return nb_kfail(k, NB_NOMEM, "out of memory");
+  code = nb_function_run(k, f, taken ? "then_branch" : "else_branch", k->in + 1, res);
+  for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], res[i]);
+  if (!code) free_list(res, k->nout);
+  if (res != small) free(res);
+  return code;
+}
+
+static nb_op_def control_flow_ops[] = {
+    {.name = "While", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .nattrs = 4,
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
+               {"_cond", NB_ATTR_INT, {.i = 0}, true},
+               {"_body", NB_ATTR_INT, {.i = 0}, true},
+               {"parallel_iterations", NB_ATTR_INT, {.i = 10}, false}},
+     .infer = while_infer, .kernel = while_kernel},
+    {.name = "If", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .nattrs = 3,
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
+               {"_then_branch", NB_ATTR_INT, {.i = 0}, true},
+               {"_else_branch", NB_ATTR_INT, {.i = 0}, true}},
+     .infer = if_infer, .kernel = if_kernel},
+};
+
+nb_op_family nb_control_flow_family(void) {
+  return (nb_op_family){control_flow_ops, sizeof control_flow_ops / sizeof *control_flow_ops};
+}
