@@ -736,6 +736,21 @@ typedef struct nb_while_opts {
 /* nb_while with options (o may be NULL). */
 nb_code nb_while_ex(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
                     int64_t max_iters, const nb_while_opts *o, nb_tensor **out);
+/* Function graphs called as nodes (TF's tf.function called inside a graph; the node is a
+   StatefulPartitionedCall). nb_function_new traces fn once in a graph context of its own:
+   its nin arguments are placeholders with the dtypes and static shapes of like[0..nin)
+   (graph or concrete tensors), it writes nout results; graph tensors of c's graph that
+   it uses are captured. c must be a graph context; the function belongs to c's graph
+   (freed with it). NULL on error (set on c). */
+typedef struct nb_function nb_function;
+nb_function *nb_function_new(nb_ctx *c, nb_body_fn fn, void *user, nb_tensor *const *like, int nin, int nout);
+/* Adds a call of f to c's graph (f's graph context) on in[0..nin) (nin: f's argument
+   count, with its dtypes) giving out[0..nout). Its gradient is f's registered one, else
+   the gradient of f's body (TF's SymbolicGradient), a function itself. */
+nb_code nb_call_function(nb_ctx *c, nb_function *f, nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+/* Sets the gradient of calls of f: grad sees the call node (inputs: f's arguments, then
+   the tensors f captured) like any gradient function. NULL restores SymbolicGradient. */
+void nb_function_set_gradient(nb_function *f, nb_grad_fn grad);
 
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

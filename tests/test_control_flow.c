@@ -3,6 +3,8 @@
    to eager; captures, nesting, relaxed shapes), and the errors for malformed callbacks. */
 #include "graphutil.h"
 
+#include "../src/graph/graph.h" /* node output counts: the accumulators a gradient added */
+
 /* ---- loop callbacks ------------------------------------------------------------------------ */
 
 /* vars: [i (int32 scalar), x]; user: the outer tensor c. Runs while i < 3:
@@ -268,13 +270,11 @@ static void test_graph_poly_equals_eager(void **state) {
     nb_tensor_free(r);
     nb_tensor_free(n);
   }
-  /* no gradient yet: the pass says so, and the tools list the node */
-  nb_tensor *loss = nb_sum(f->c, out[1], NULL, 0, false), *dx;
-  assert_int_not_equal(nb_gradients(f->c, &loss, 1, &x, 1, NULL, &dx), NB_OK);
-  tu_check_error(f->c, NB_NO_GRADIENT, "No gradient defined", "While");
+  /* the tools handle the node */
+  nb_tensor *loss = nb_sum(f->c, out[1], NULL, 0, false);
   char report[512];
-  nb_find_non_differentiable(f->g, &x, 1, &loss, 1, report, sizeof report);
-  assert_non_null(strstr(report, "While"));
+  assert_int_equal(nb_find_non_differentiable(f->g, &x, 1, &loss, 1, report, sizeof report), NB_OK);
+  assert_string_equal(report, "");
   assert_int_equal(nb_graph_to_dot(f->g, "/dev/null"), NB_OK);
 }
 
@@ -397,6 +397,274 @@ static void test_rnn_graph_equals_eager(void **state) {
   nb_tensor_free(r);
 }
 
+
+/* ---- gradients in graph mode ------------------------------------------------------------------ */
+
+/* Runs a fetch with feeds, returning element i of the result as a double. */
+static nb_tensor *run_n(gu_fixture *f, nb_tensor *const *feeds, nb_tensor *const *vals, int n, nb_tensor *fetch) {
+  nb_tensor *r = NULL, *fd[8], *vl[8];
+  for (int i = 0; i < n; i++) fd[i] = feeds[i], vl[i] = vals[i];
+  if (nb_run(f->s, fd, vl, n, &fetch, 1, &r)) fail_msg("nb_run: %s", nb_session_error(f->s));
+  return r;
+}
+
+static void check_same(gu_fixture *f, nb_tensor *const *feeds, nb_tensor *const *vals, int n, nb_tensor *a,
+                       nb_tensor *b, double tol) {
+  nb_tensor *ra = run_n(f, feeds, vals, n, a), *rb = run_n(f, feeds, vals, n, b);
+  assert_int_equal(nb_num_elements(ra), nb_num_elements(rb));
+  double want[64];
+  assert_true(nb_num_elements(rb) <= 64);
+  for (int64_t i = 0; i < nb_num_elements(rb); i++) want[i] = nb_item(rb, i);
+  tu_check_vals(ra, want, tol);
+  nb_tensor_free(ra);
+  nb_tensor_free(rb);
+}
+
+static int accumulators(const nb_tensor *while_out) {
+  const nb_node *n = &while_out->graph->nodes[while_out->node];
+  return n->nout - n->nin;
+}
+
+/* The while gradient equals the unrolled loop's, for x and the captured k, and gradcheck agrees. */
+static void test_grad_poly_equals_unrolled(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *k = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "k");
+  nb_tensor *vars[2] = {nb_scalar(f->c, NB_I32, 0), x}, *out[2];
+  assert_int_equal(nb_while(f->c, poly_cond, poly_body, k, vars, 2, -1, out), NB_OK);
+  nb_tensor *loss = nb_sum(f->c, nb_square(f->c, out[1]), NULL, 0, false);
+  nb_tensor *ref = nb_sum(f->c, nb_square(f->c, poly_unrolled(f->c, x, k, 3)), NULL, 0, false);
+  nb_tensor *xs[2] = {x, k}, *d[2], *dr[2];
+  assert_int_equal(nb_gradients(f->c, &loss, 1, xs, 2, NULL, d), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &ref, 1, xs, 2, NULL, dr), NB_OK);
+  nb_tensor *vals[2] = {tu_make(f->e, NB_F64, 1, TU_SHAPE(3), x3), tu_make(f->e, NB_F64, 1, TU_SHAPE(3), k3)};
+  for (int i = 0; i < 2; i++) check_same(f, xs, vals, 2, d[i], dr[i], 1e-13);
+  double err = 1;
+  assert_int_equal(nb_gradcheck(f->c, loss, xs, 2, vals, &err), NB_OK);
+  assert_true(err < 1e-6);
+  /* second order: the gradient of sum(d loss/dx) equals the unrolled one's */
+  nb_tensor *s1 = nb_sum(f->c, d[0], NULL, 0, false), *s2 = nb_sum(f->c, dr[0], NULL, 0, false), *h[2], *hr[2];
+  if (nb_gradients(f->c, &s1, 1, xs, 2, NULL, h)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_gradients(f->c, &s2, 1, xs, 2, NULL, hr), NB_OK);
+  for (int i = 0; i < 2; i++) check_same(f, xs, vals, 2, h[i], hr[i], 1e-12);
+  assert_int_equal(nb_gradcheck(f->c, s1, xs, 2, vals, &err), NB_OK);
+  assert_true(err < 1e-6);
+}
+
+/* y <- y + c accumulates nothing: its gradient reads no intermediate. */
+static nb_code add_k(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  next[0] = nb_add(c, v[0], (nb_tensor *)user);
+  return nb_status(c);
+}
+
+static void test_grad_accumulates_nothing_for_add(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x"), *k = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "k"), *y;
+  assert_int_equal(nb_while(f->c, always, add_k, k, &x, 1, 7, &y), NB_OK);
+  nb_tensor *loss = nb_sum(f->c, y, NULL, 0, false), *xs[2] = {x, k}, *d[2];
+  assert_int_equal(nb_gradients(f->c, &loss, 1, xs, 2, NULL, d), NB_OK);
+  assert_int_equal(accumulators(y), 0);
+  nb_tensor *vals[2] = {tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 2)), tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, 4))};
+  nb_tensor *r0 = run_n(f, xs, vals, 2, d[0]), *r1 = run_n(f, xs, vals, 2, d[1]);
+  tu_check(r0, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 1), 0);
+  tu_check(r1, NB_F64, 1, TU_SHAPE(2), TU_VALS(7, 7), 0); /* summed over the 7 iterations */
+  nb_tensor_free(r0);
+  nb_tensor_free(r1);
+}
+
+/* max_iters hit: y = x^5; first and second order; and nested loops: y = x^6. */
+static void test_grad_max_iters_and_nested(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *one = nb_scalar(f->c, NB_F64, 1), *y5, *y6, *d[2], *dd[2];
+  assert_int_equal(nb_while(f->c, always, times_x, x, &one, 1, 5, &y5), NB_OK);
+  assert_int_equal(nb_while(f->c, always, nested_body, x, &one, 1, 3, &y6), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &y5, 1, &x, 1, NULL, &d[0]), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &y6, 1, &x, 1, NULL, &d[1]), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &d[0], 1, &x, 1, NULL, &dd[0]), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &d[1], 1, &x, 1, NULL, &dd[1]), NB_OK);
+  nb_tensor *v = nb_scalar(f->e, NB_F64, 1.1);
+  const double want[4] = {5 * pow(1.1, 4), 6 * pow(1.1, 5), 20 * pow(1.1, 3), 30 * pow(1.1, 4)};
+  nb_tensor *fetch[4] = {d[0], d[1], dd[0], dd[1]};
+  for (int i = 0; i < 4; i++) {
+    nb_tensor *r = gu_run1(f, x, v, fetch[i]);
+    tu_check(r, NB_F64, 0, NULL, &want[i], 1e-12);
+    nb_tensor_free(r);
+  }
+}
+
+/* The RNN: graph gradients (nb_while) equal the eager tape's through the eager loop, and
+   the loop accumulates only what its gradient reads. */
+static void test_grad_rnn_graph_equals_eager(void **state) {
+  gu_fixture *f = *state;
+  rnn re = {det(f->e, 2, TU_SHAPE(3, 3), 0.6), det(f->e, 2, TU_SHAPE(2, 3), 0.8), det(f->e, 1, TU_SHAPE(3), 0.1),
+            det(f->e, 3, TU_SHAPE(4, 2, 2), 1)};
+  nb_tensor *h0 = det(f->e, 2, TU_SHAPE(2, 3), 0.5), *vars[2] = {nb_scalar(f->e, NB_I64, 0), h0}, *out[2];
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tensor *srcs[5] = {re.w, re.u, re.b, re.xs, h0}, *ge[5];
+  for (int i = 0; i < 5; i++) nb_tape_watch(t, srcs[i]);
+  assert_int_equal(nb_while(f->e, rnn_cond, rnn_body, &re, vars, 2, -1, out), NB_OK);
+  nb_tensor *le = nb_mean(f->e, nb_square(f->e, out[1]), NULL, 0, false);
+  assert_int_equal(nb_tape_gradient(t, &le, 1, srcs, 5, NULL, ge), NB_OK);
+  nb_tape_end(t);
+  rnn rg = {nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "w"), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "u"),
+            nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"), nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(4, 2, 2), "xs")};
+  nb_tensor *hg = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0"), *gvars[2] = {nb_scalar(f->c, NB_I64, 0), hg}, *gout[2];
+  assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &rg, gvars, 2, -1, gout), NB_OK);
+  nb_tensor *lg = nb_mean(f->c, nb_square(f->c, gout[1]), NULL, 0, false), *xs[5] = {rg.w, rg.u, rg.b, rg.xs, hg}, *gg[5];
+  assert_int_equal(nb_gradients(f->c, &lg, 1, xs, 5, NULL, gg), NB_OK);
+  for (int i = 0; i < 5; i++) {
+    nb_tensor *r = run_n(f, xs, srcs, 5, gg[i]);
+    double want[64];
+    for (int64_t j = 0; j < nb_num_elements(ge[i]); j++) want[j] = nb_item(ge[i], j);
+    tu_check_vals(r, want, 1e-13);
+    nb_tensor_free(r);
+  }
+  /* what the gradient reads per step: h (MatMul's for W), the Tanh output, x_t (MatMul's
+     for U) and the Gather index (its gradient for xs) */
+  assert_int_equal(accumulators(gout[1]), 4);
+  double err = 1;
+  assert_int_equal(nb_gradcheck(f->c, lg, xs, 5, srcs, &err), NB_OK);
+  assert_true(err < 1e-6);
+}
+
+/* Gradients through an If (both branches, the captured w) and a cond inside a loop. */
+static void test_grad_cond(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *w = nb_placeholder(f->c, NB_F64, 0, NULL, "w");
+  nb_tensor *p = nb_placeholder(f->c, NB_BOOL, 0, NULL, "p"), *z = nb_scalar(f->c, NB_F64, 5), *in[2] = {x, z}, *out[2];
+  assert_int_equal(nb_cond(f->c, p, sq_branch, sin_branch, w, in, 2, out, 2), NB_OK);
+  nb_tensor *xs[2] = {x, w}, *d[2], *dd;
+  assert_int_equal(nb_gradients(f->c, &out[0], 1, xs, 2, NULL, d), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &d[0], 1, &x, 1, NULL, &dd), NB_OK);
+  for (int taken = 0; taken < 2; taken++) {
+    nb_tensor *feeds[3] = {x, w, p};
+    nb_tensor *vals[3] = {nb_scalar(f->e, NB_F64, 0.9), nb_scalar(f->e, NB_F64, 2),
+                          nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){(uint8_t)taken})};
+    const double want[3] = {taken ? 1.8 : 2 * cos(0.9), taken ? 0 : sin(0.9), taken ? 2 : -2 * sin(0.9)};
+    nb_tensor *fetch[3] = {d[0], d[1], dd};
+    for (int i = 0; i < 3; i++) {
+      nb_tensor *r = run_n(f, feeds, vals, 3, fetch[i]);
+      tu_check(r, NB_F64, 0, NULL, &want[i], 1e-14);
+      nb_tensor_free(r);
+    }
+  }
+  /* a cond in a loop: the graph gradient equals the eager tape's */
+  nb_tensor *three = nb_scalar(f->e, NB_F64, 3), *xv = nb_scalar(f->e, NB_F64, 0.7), *ye, *dxe;
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, xv);
+  assert_int_equal(nb_while(f->e, always, cond_body, three, &xv, 1, 5, &ye), NB_OK);
+  assert_int_equal(nb_tape_gradient(t, &ye, 1, &xv, 1, NULL, &dxe), NB_OK);
+  nb_tape_end(t);
+  nb_tensor *tg = nb_placeholder(f->c, NB_F64, 0, NULL, "three"), *yg, *dxg;
+  assert_int_equal(nb_while(f->c, always, cond_body, tg, &x, 1, 5, &yg), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &yg, 1, &x, 1, NULL, &dxg), NB_OK);
+  nb_tensor *feeds[2] = {x, tg}, *vals[2] = {xv, three}, *r = run_n(f, feeds, vals, 2, dxg);
+  tu_check(r, NB_F64, 0, NULL, TU_VALS(nb_item(dxe, 0)), 1e-14);
+  nb_tensor_free(r);
+}
+
+/* A loop inside a cond: then y = x^3 by a loop, else 2x; and a relaxed-shape loop's gradient. */
+static nb_code cube_branch(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
+  (void)user;
+  nb_tensor *one = nb_scalar(c, NB_F64, 1);
+  return nb_while(c, always, times_x, in[0], &one, 1, 3, out);
+}
+
+static nb_code double_branch(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
+  (void)user;
+  out[0] = nb_mul(c, in[0], nb_scalar(c, NB_F64, 2));
+  return nb_status(c);
+}
+
+static void test_grad_loop_in_cond_and_relaxed(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *p = nb_placeholder(f->c, NB_BOOL, 0, NULL, "p"), *y, *d, *dd;
+  assert_int_equal(nb_cond(f->c, p, cube_branch, double_branch, NULL, &x, 1, &y, 1), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &d), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &d, 1, &x, 1, NULL, &dd), NB_OK);
+  for (int taken = 0; taken < 2; taken++) {
+    nb_tensor *feeds[2] = {x, p}, *vals[2] = {nb_scalar(f->e, NB_F64, 0.8),
+                                              nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){(uint8_t)taken})};
+    const double want[3] = {taken ? 0.512 : 1.6, taken ? 3 * 0.64 : 2, taken ? 6 * 0.8 : 0};
+    nb_tensor *fetch[3] = {y, d, dd};
+    for (int i = 0; i < 3; i++) {
+      nb_tensor *r = run_n(f, feeds, vals, 2, fetch[i]);
+      tu_check(r, NB_F64, 0, NULL, &want[i], 1e-14);
+      nb_tensor_free(r);
+    }
+  }
+  /* a relaxed-shape loop whose gradient reads a value that changes shape: refused at run
+     time (the accumulators stack equal shapes) */
+  const nb_shape_spec any = {1, (const int64_t[]){-1}};
+  nb_while_opts o = {&any};
+  nb_tensor *v = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "v"), *grown, *dv, *r = NULL;
+  assert_int_equal(nb_while_ex(f->c, always, grow_body, NULL, &v, 1, 3, &o, &grown), NB_OK);
+  nb_tensor *loss = nb_sum(f->c, nb_square(f->c, grown), NULL, 0, false);
+  assert_int_equal(nb_gradients(f->c, &loss, 1, &v, 1, NULL, &dv), NB_OK);
+  nb_tensor *vv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, -2));
+  assert_int_equal(nb_run(f->s, &v, &vv, 1, &dv, 1, &r), NB_SHAPE);
+  assert_non_null(strstr(nb_session_error(f->s), "shape changes from [2] to [4] between iterations"));
+  assert_null(r);
+}
+
+/* ---- function calls ------------------------------------------------------------------------- */
+
+/* f(x) = x^2 w, with w captured. */
+static nb_code sq_times(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
+  out[0] = nb_mul(c, nb_square(c, in[0]), (nb_tensor *)user);
+  return nb_status(c);
+}
+
+static int user_grad_calls;
+
+/* A deliberately different gradient (3 dy for x), to see it used. */
+static nb_code three_dy(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  (void)op;
+  user_grad_calls++;
+  dxs[0] = nb_mul(c, dys[0], nb_scalar(c, NB_F64, 3));
+  return nb_status(c);
+}
+
+static void test_function_calls(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *w = nb_placeholder(f->c, NB_F64, 0, NULL, "w");
+  nb_function *fn = nb_function_new(f->c, sq_times, w, &x, 1, 1);
+  assert_non_null(fn);
+  nb_tensor *y1, *y2, *xw[2] = {x, w}, *d[2], *dd;
+  assert_int_equal(nb_call_function(f->c, fn, &x, 1, &y1, 1), NB_OK);
+  assert_string_equal(nb_tensor_node_name(y1), "StatefulPartitionedCall");
+  assert_int_equal(nb_call_function(f->c, fn, &y1, 1, &y2, 1), NB_OK); /* f(f(x)) = x^4 w^3 */
+  assert_int_equal(nb_gradients(f->c, &y2, 1, xw, 2, NULL, d), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &d[0], 1, &x, 1, NULL, &dd), NB_OK);
+  nb_tensor *vals[2] = {nb_scalar(f->e, NB_F64, 1.3), nb_scalar(f->e, NB_F64, 0.6)};
+  const double want[4] = {pow(1.3, 4) * pow(0.6, 3), 4 * pow(1.3, 3) * pow(0.6, 3), 3 * pow(1.3, 4) * pow(0.6, 2),
+                          12 * pow(1.3, 2) * pow(0.6, 3)};
+  nb_tensor *fetch[4] = {y2, d[0], d[1], dd};
+  for (int i = 0; i < 4; i++) {
+    nb_tensor *r = run_n(f, xw, vals, 2, fetch[i]);
+    tu_check(r, NB_F64, 0, NULL, &want[i], 1e-13);
+    nb_tensor_free(r);
+  }
+  /* a registered gradient replaces SymbolicGradient */
+  nb_function *g = nb_function_new(f->c, sq_times, w, &x, 1, 1);
+  nb_function_set_gradient(g, three_dy);
+  nb_tensor *y3, *d3;
+  user_grad_calls = 0;
+  assert_int_equal(nb_call_function(f->c, g, &x, 1, &y3, 1), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &y3, 1, &x, 1, NULL, &d3), NB_OK);
+  assert_int_equal(user_grad_calls, 1);
+  nb_tensor *r = run_n(f, xw, vals, 2, d3);
+  tu_check(r, NB_F64, 0, NULL, TU_VALS(3), 0);
+  nb_tensor_free(r);
+  /* errors */
+  nb_tensor *two[2] = {x, x}, *o;
+  assert_int_not_equal(nb_call_function(f->c, fn, two, 2, &o, 1), NB_OK);
+  tu_check_error(f->c, NB_INVALID, "nb_call_function", "takes 1 inputs and gives 1 outputs, not 2 and 1");
+  assert_null(nb_function_new(f->e, sq_times, w, &x, 1, 1));
+  tu_check_error(f->e, NB_INVALID, "nb_function_new needs a graph context", NULL);
+  assert_null(nb_function_new(f->c, failing_body, NULL, &x, 1, 1));
+  tu_check_error(f->c, NB_UNIMPLEMENTED, "nb_function_new", "this body refuses");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_eager_poly_values_and_tape, gu_setup, gu_teardown),
@@ -413,6 +681,13 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_graph_cond_both_branches, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_cond_in_loop, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_rnn_graph_equals_eager, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_poly_equals_unrolled, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_accumulates_nothing_for_add, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_max_iters_and_nested, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_rnn_graph_equals_eager, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_cond, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_loop_in_cond_and_relaxed, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_function_calls, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

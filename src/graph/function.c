@@ -19,6 +19,8 @@ static void function_free(nb_function *f) {
   nb_graph_free(f->g); /* frees the functions nested in it, one level each call */
   free(f->args);
   free(f->res);
+  free(f->caps);
+  nb_while_grad_free(f->wgrad);
   free(f);
 }
 
@@ -58,13 +60,22 @@ nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor
     return nb_kfail(k, NB_NOMEM, "out of memory starting the %s", what);
   }
   nb_session_set_threads(s, k->threads);
-  nb_code code = nb_run(s, f->args, args, f->nargs, f->res, f->nres, res);
+  nb_code code = nb_run(s, f->args, args, f->nargs, f->res, f->nres + f->nacc, res);
   if (code) nb_kfail(k, code, "%s: %s", what, nb_session_error(s));
   if (busy)
     nb_session_free(s);
   else
     atomic_store(&f->busy, false);
   return code;
+}
+
+void nb_while_grad_free(nb_while_grad *w) {
+  if (!w) return;
+  free(w->acc);
+  free(w->fvars);
+  free(w->fcaps);
+  free(w->facc);
+  free(w);
 }
 
 /* ---- captures ------------------------------------------------------------------------------ */
@@ -191,6 +202,11 @@ static nb_code add_cf_node(nb_ctx *c, const char *type, nb_tensor *const *first,
   for (int j = 0; j < made; j++) nb_tensor_free(ins[nfirst + j]);
   free(ins);
   return code;
+}
+
+nb_code nb_cf_node(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, nb_function *fa, nb_function *fb,
+                   nb_tensor **out, int nout) {
+  return add_cf_node(c, type, in, nin, NULL, 0, fa, fb, out, nout);
 }
 
 /* ---- nb_while ---------------------------------------------------------------------------- */
@@ -346,4 +362,255 @@ nb_code nb_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn
   free(first);
   free(keys);
   return code;
+}
+
+/* ---- extraction --------------------------------------------------------------------------- */
+
+typedef struct extractor {
+  nb_ctx *err;
+  nb_graph *src;
+  nb_function *f;
+  const int64_t *arg_keys;
+  int nargs;
+  uint32_t gen;
+  int32_t *order, norder;
+  nb_tensor **h;           /* copies of the outputs of ordered nodes, at node->slot */
+} extractor;
+
+static int arg_index(const extractor *x, int64_t key) {
+  for (int i = 0; i < x->nargs; i++)
+    if (x->arg_keys[i] == key) return i;
+  return -1;
+}
+
+static bool all_known(const nb_graph *g, const nb_node *n) {
+  for (int32_t o = 0; o < n->nout; o++)
+    if (!g->outs[n->out0 + o].value) return false;
+  return n->nout > 0;
+}
+
+typedef struct dfs_frame {
+  int32_t id, next;
+} dfs_frame;
+
+/* Post-order of the nodes the results need, stopping at arguments and known values. */
+static nb_code order_needed(extractor *x, const int64_t *res_keys, int nres) {
+  nb_graph *g = x->src;
+  dfs_frame *stack = malloc(((size_t)g->nnodes + 1) * sizeof *stack);
+  x->order = malloc(((size_t)g->nnodes + 1) * sizeof *x->order);
+  if (!stack || !x->order) {
+    free(stack);
+    return NB_NOMEM;
+  }
+  int32_t top = 0;
+  for (int r = 0; r < nres; r++) {
+    int32_t id = nb_key_node(res_keys[r]);
+    if (arg_index(x, res_keys[r]) >= 0 || g->nodes[id].stamp == x->gen) continue;
+    g->nodes[id].stamp = x->gen;
+    stack[top++] = (dfs_frame){id, 0};
+    while (top > 0) {
+      dfs_frame *fr = &stack[top - 1];
+      const nb_node *n = &g->nodes[fr->id];
+      if (fr->next < n->nin && !all_known(g, n)) {
+        const nb_edge *e = &g->edges[n->in0 + fr->next++];
+        nb_node *s = &g->nodes[e->src];
+        if (arg_index(x, nb_key(e->src, e->out)) < 0 && s->stamp != x->gen) {
+          s->stamp = x->gen;
+          stack[top++] = (dfs_frame){e->src, 0};
+        }
+      } else {
+        x->order[x->norder++] = fr->id;
+        top--;
+      }
+    }
+  }
+  free(stack);
+  return NB_OK;
+}
+
+static nb_tensor *copied(const extractor *x, int64_t key) {
+  int a = arg_index(x, key);
+  return a >= 0 ? x->f->args[a] : x->h[x->src->nodes[nb_key_node(key)].slot + nb_key_out(key)];
+}
+
+static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
+  const nb_node *n = &x->src->nodes[id];
+  nb_ctx *c = x->f->c;
+  nb_tensor **outs = x->h + n->slot;
+  if (all_known(x->src, n)) {
+    for (int32_t o = 0; o < n->nout; o++)
+      if (!(outs[o] = nb_const(c, x->src->outs[n->out0 + o].value))) return c->status;
+    return NB_OK;
+  }
+  if (strcmp(n->def->name, "Placeholder") == 0)
+    return nb_fail(x->err, NB_INVALID, "the function needs placeholder '%s', which is not one of its arguments", n->name);
+  for (int32_t i = 0; i < n->nin; i++) {
+    const nb_edge *e = &x->src->edges[n->in0 + i];
+    ins[i] = copied(x, nb_key(e->src, e->out));
+  }
+  nb_code code = nb_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
+  if (code) return code;
+  if (n->nout > 0 && outs[0]->graph == x->f->g) x->f->g->nodes[outs[0]->node].grad_name = n->grad_name;
+  return NB_OK;
+}
+
+static nb_code copy_all(extractor *x) {
+  int32_t nh = 0, width = 1;
+  for (int32_t i = 0; i < x->norder; i++) {
+    nb_node *n = &x->src->nodes[x->order[i]];
+    n->slot = nh;
+    nh += n->nout;
+    if (n->nin > width) width = n->nin;
+  }
+  x->h = calloc((size_t)nh + 1, sizeof *x->h);
+  nb_tensor **ins = malloc((size_t)width * sizeof *ins);
+  nb_code code = !x->h || !ins ? NB_NOMEM : NB_OK;
+  for (int32_t i = 0; i < x->norder && !code; i++) code = copy_node(x, x->order[i], ins);
+  free(ins);
+  return code;
+}
+
+nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const int64_t *arg_keys, int nargs,
+                                 const int64_t *res_keys, int nres) {
+  extractor x = {err, src, function_new(NULL), arg_keys, nargs, nb_graph_next_gen(src), NULL, 0, NULL};
+  nb_meta *m = malloc(((size_t)nargs + 1) * sizeof *m);
+  nb_code code = !x.f || !m ? NB_NOMEM : NB_OK;
+  for (int i = 0; i < nargs && !code; i++) m[i] = src->outs[src->nodes[nb_key_node(arg_keys[i])].out0 + nb_key_out(arg_keys[i])].meta;
+  if (!code) code = add_args(x.f, m, nargs);
+  if (!code) code = order_needed(&x, res_keys, nres);
+  if (!code) code = copy_all(&x);
+  if (!code && !(x.f->res = malloc(((size_t)nres + 1) * sizeof *x.f->res))) code = NB_NOMEM;
+  for (int r = 0; r < nres && !code; r++) x.f->res[r] = copied(&x, res_keys[r]);
+  if (!code) x.f->nres = nres;
+  if (!code && own_function(owner, x.f)) code = NB_NOMEM;
+  if (code && !err->status)
+    nb_fail(err, code, "extracting a function: %s", x.f && x.f->c->status ? nb_error(x.f->c) : "out of memory");
+  free(m);
+  free(x.order);
+  free(x.h);
+  if (code) {
+    function_free(x.f);
+    return NULL;
+  }
+  return x.f;
+}
+
+/* ---- symbolic gradients and calls ------------------------------------------------------------ */
+
+static nb_code build_gradient(nb_ctx *err, nb_function *f, nb_graph *owner) {
+  int ny = 0;
+  nb_tensor **ys = malloc((size_t)(2 * f->nres + f->nargs + 1) * sizeof *ys), **dys = ys + f->nres,
+            **dxs = dys + f->nres;
+  if (!ys) return nb_fail(err, NB_NOMEM, "function gradient: out of memory");
+  nb_code code = NB_OK;
+  for (int i = 0; i < f->nres && !code; i++) {
+    if (!nb_is_float(f->res[i]->dtype)) continue;
+    nb_meta m;
+    nb_meta_set(&m, f->res[i]->dtype, f->res[i]->rank, f->res[i]->shape);
+    int32_t id = nb_graph_add_arg(f->g, &m, "dy");
+    ys[ny] = f->res[i];
+    if (id < 0 || !(dys[ny++] = nb_graph_handle(f->c, f->g, id, 0))) code = NB_NOMEM;
+  }
+  nb_grad_opts o = {.grad_ys = dys, .unconnected_zero = 1};
+  if (!code) code = nb_gradients(f->c, ys, ny, f->args, f->nargs, &o, dxs);
+  for (int i = 0; i < f->nargs && !code; i++)
+    if (!(dxs[i] = nb_densify(f->c, dxs[i]))) code = f->c->status;
+  int64_t *keys = code ? NULL : malloc(((size_t)f->nargs * 2 + (size_t)ny + 1) * sizeof *keys);
+  if (!code && !keys) code = NB_NOMEM;
+  if (!code) {
+    for (int i = 0; i < f->nargs; i++) keys[i] = nb_key_of(f->args[i]);
+    for (int i = 0; i < ny; i++) keys[f->nargs + i] = nb_key_of(dys[i]);
+    for (int i = 0; i < f->nargs; i++) keys[f->nargs + ny + i] = nb_key_of(dxs[i]);
+    f->grad = nb_function_extract(err, owner, f->g, keys, f->nargs + ny, keys + f->nargs + ny, f->nargs);
+    if (!f->grad) code = err->status;
+  }
+  if (code && !err->status) nb_fail(err, code, "function gradient: %s", f->c->status ? nb_error(f->c) : "out of memory");
+  nb_clear_error(f->c);
+  free(keys);
+  free(ys);
+  return code;
+}
+
+nb_function *nb_function_gradient(nb_ctx *err, nb_function *f) {
+  if (!f->grad) build_gradient(err, f, f->g);
+  return f->grad;
+}
+
+nb_code nb_function_call_node(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out) {
+  const nb_op_def *def = nb_op_lookup("StatefulPartitionedCall");
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(def, a);
+  a[1].i = bits_of(f);
+  return nb_dispatch(c, def, in, f->nargs, a, out, f->nres);
+}
+
+bool nb_is_zeros_filler(const nb_tensor *x) {
+  return x && x->graph && strcmp(x->graph->nodes[x->node].def->name, "ZerosLike") == 0;
+}
+
+/* ---- user functions ------------------------------------------------------------------------ */
+
+static nb_code trace_user(nb_ctx *c, nb_function *f, nb_body_fn fn, void *user, nb_tensor *const *like, int nin,
+                          int nout) {
+  nb_code code = trace_branch(c, f, "nb_function_new", fn, user, like, nin, nout);
+  nb_function *fs[1] = {f};
+  if (!code && unify_captures(fs, 1, &f->caps, &f->ncaps)) code = nb_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+  if (!code && f->nargs < 1)
+    code = nb_fail(c, NB_INVALID, "nb_function_new: a function needs at least one argument or captured tensor");
+  if (!code && own_function(c->graph, f)) code = nb_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+  return code;
+}
+
+nb_function *nb_function_new(nb_ctx *c, nb_body_fn fn, void *user, nb_tensor *const *like, int nin, int nout) {
+  if (!nb_live(c)) return NULL;
+  if (!c->graph) {
+    nb_fail(c, NB_INVALID, "nb_function_new needs a graph context (eager code calls C functions directly)");
+    return NULL;
+  }
+  if (!fn || nout < 1 || nin < 0 || (nin > 0 && !like)) {
+    nb_fail(c, NB_INVALID, "nb_function_new: NULL function or arguments, or counts out of range (nin %d, nout %d)", nin,
+            nout);
+    return NULL;
+  }
+  for (int i = 0; i < nin; i++)
+    if (!like[i]) {
+      nb_fail(c, NB_INVALID, "nb_function_new: like[%d] is NULL", i);
+      return NULL;
+    }
+  nb_function *f = function_new(c->graph);
+  if (!f) {
+    nb_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+    return NULL;
+  }
+  if (trace_user(c, f, fn, user, like, nin, nout)) {
+    function_free(f);
+    return NULL;
+  }
+  return f;
+}
+
+nb_code nb_call_function(nb_ctx *c, nb_function *f, nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
+  if (!c) return NB_INVALID;
+  for (int i = 0; out && i < nout; i++) out[i] = NULL;
+  if (c->status) return c->status;
+  if (!f || !out || (nin > 0 && !in)) return nb_fail(c, NB_INVALID, "nb_call_function: NULL function, in or out");
+  if (c->graph != f->g->parent)
+    return nb_fail(c, NB_INVALID, "nb_call_function: the function belongs to another graph");
+  if (nin != f->nargs - f->ncaps || nout != f->nres)
+    return nb_fail(c, NB_INVALID, "nb_call_function: the function takes %d inputs and gives %d outputs, not %d and %d",
+                   f->nargs - f->ncaps, f->nres, nin, nout);
+  nb_tensor **ins = malloc(((size_t)f->nargs + 1) * sizeof *ins);
+  if (!ins) return nb_fail(c, NB_NOMEM, "nb_call_function: out of memory");
+  memcpy(ins, in, (size_t)nin * sizeof *in);
+  int made = 0;
+  for (int j = 0; j < f->ncaps; j++, made++)
+    if (!(ins[nin + j] = nb_graph_handle(c, c->graph, nb_key_node(f->caps[j]), nb_key_out(f->caps[j])))) break;
+  nb_code code = made < f->ncaps ? c->status : nb_function_call_node(c, f, ins, out);
+  for (int j = 0; j < made; j++) nb_tensor_free(ins[nin + j]);
+  free(ins);
+  return code;
+}
+
+void nb_function_set_gradient(nb_function *f, nb_grad_fn grad) {
+  if (f) f->user_grad = grad;
 }

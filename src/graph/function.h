@@ -24,18 +24,64 @@ nb_code nb_cf_check_next(nb_ctx *c, const char *who, nb_tensor *const *vars, nb_
 /* A function graph (TF's FunctionDef): a graph, arguments (placeholders) and results, all
    handles of the context it was traced in. A session over it runs it; one is cached for
    the While/If kernels (busy while a kernel uses it: a concurrent run makes its own). */
-typedef struct nb_function {
+struct nb_function {
   nb_graph *g;
   nb_ctx *c;
   nb_tensor **args, **res;
   int nargs, nres;
+  int nacc;                /* While bodies: res[nres .. nres + nacc) are intermediates fetched
+                              every iteration and stacked (the gradient's accumulators) */
+  int64_t *caps;           /* the parent-graph tensors its last ncaps arguments capture */
+  int ncaps;
+  nb_function *grad;       /* its symbolic gradient, built on first use */
+  nb_grad_fn user_grad;    /* a gradient the user set for calls of it, or NULL */
+  struct nb_while_grad *wgrad; /* While bodies: the loop gradient's pieces, built on first use */
   nb_session *cached;
   atomic_bool busy;
-} nb_function;
+};
+
+/* A new function of graph src: arguments the tensors arg_keys of src (each becomes a
+   placeholder), results res_keys, and the nodes of src between them copied (dispatched
+   again), so an intermediate of src given as an argument has no producer in it. Owned by
+   owner (freed with it). Errors go to err. */
+nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const int64_t *arg_keys, int nargs,
+                                 const int64_t *res_keys, int nres);
+/* TF's SymbolicGradient of f: a function of (f's arguments, the incoming gradients of f's
+   float results) giving the gradient of every argument (zeros where unconnected). Cached. */
+nb_function *nb_function_gradient(nb_ctx *err, nb_function *f);
+/* Adds a StatefulPartitionedCall node (or runs it, eagerly) of f on in[0..f->nargs). */
+nb_code nb_function_call_node(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out);
+/* Adds a While or If node of functions fa, fb (cond/body, then/else) on in[0..nin). */
+nb_code nb_cf_node(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, nb_function *fa, nb_function *fb,
+                   nb_tensor **out, int nout);
+/* A function pointer carried in an int attr. */
+static inline nb_function *nb_function_from_bits(int64_t bits) {
+  nb_function *f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 /* Runs f: results res[0..f->nres) (detached, the caller's) from argument values args;
    threads for its ops. On error sets the message on k and returns its code. */
 nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, nb_tensor **res);
+
+/* The pieces of a While's gradient (src/grad/control_flow_grad.c), kept on its body. */
+typedef struct nb_while_grad {
+  int64_t *acc;            /* the accumulated intermediates (keys in the body graph) */
+  int nacc;
+  int *fvars, nfv;         /* body arguments that are float loop variables */
+  int *fcaps, nfc;         /* body arguments that are float captures */
+  int *facc, nfa;          /* accumulators that are float (second order seeds them) */
+  nb_function *step;       /* one reverse step: (acc..., caps..., d next...) -> (d vars..., d caps...) */
+  nb_function *step2;      /* the same with (d acc...) seeds appended (second order), built on need */
+  int32_t nfwd;            /* the body's nodes before any gradient: the forward ones */
+} nb_while_grad;
+void nb_while_grad_free(nb_while_grad *w);
+
+/* Whether x is made by a ZerosLike node (a gradient pass's filler for an output that got no gradient). */
+bool nb_is_zeros_filler(const nb_tensor *x);
+/* Adds outputs of metas m[0..n) to node id (plans made before are dropped). */
+nb_code nb_graph_add_outputs(nb_graph *g, int32_t id, const nb_meta *m, int n);
 
 /* Graph contexts: trace and add a While / If node. */
 nb_code nb_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,

@@ -545,6 +545,19 @@ int32_t nb_graph_add_arg(nb_graph *g, const nb_meta *m, const char *base) {
   return id;
 }
 
+nb_code nb_graph_add_outputs(nb_graph *g, int32_t id, const nb_meta *m, int n) {
+  int32_t nout = g->nodes[id].nout, old = g->nodes[id].out0;
+  if (!nb_grow_array((void **)&g->outs, &g->outs_cap, g->nouts + nout + n, sizeof *g->outs)) return NB_NOMEM;
+  memcpy(&g->outs[g->nouts], &g->outs[old], (size_t)nout * sizeof *g->outs);
+  for (int32_t o = 0; o < nout; o++) g->outs[old + o].value = NULL; /* moved: freed once */
+  for (int i = 0; i < n; i++) g->outs[g->nouts + nout + i] = (nb_out){m[i], NULL};
+  g->nodes[id].out0 = g->nouts;
+  g->nodes[id].nout += n;
+  g->nouts += nout + n;
+  g->version++; /* plans size each node's outputs: they must be made again */
+  return NB_OK;
+}
+
 nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep) {
   if (!x || !dep || !x->graph || x->graph != dep->graph) return NB_INVALID;
   nb_graph *g = x->graph;

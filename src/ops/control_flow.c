@@ -13,12 +13,7 @@
 
 enum { CF_N, CF_FIRST_FN, CF_SECOND_FN, WHILE_PARALLEL_ITERATIONS };
 
-static nb_function *fn_attr(const nb_kargs *k, int slot) {
-  nb_function *f;
-  int64_t bits = k->attr[slot].i;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
+static nb_function *fn_attr(const nb_kargs *k, int slot) { return nb_function_from_bits(k->attr[slot].i); }
 
 /* Makes res hold v's value (dtype, shape and a reference to its buffer). The output
    allocated before the kernel ran is a placeholder: the final shape is known only now. */
@@ -52,11 +47,24 @@ static nb_code check_arg_dtypes(nb_kargs *k, const nb_function *f, int first) {
 
 static nb_code while_infer(nb_kargs *k) {
   const nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
-  if (k->nin != body->nargs || k->nin != cond->nargs || k->nout != k->nin || cond->nres != 1)
+  if (k->nin != body->nargs || k->nin != cond->nargs || k->nout != k->nin + body->nacc || cond->nres != 1)
     return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its functions (%d arguments)", k->nin, k->nout,
                     body->nargs);
   nb_code code = check_arg_dtypes(k, body, 0);
-  for (int i = 0; i < k->nout && !code; i++) {
+  for (int a = 0; a < body->nacc; a++) { /* accumulators: [iterations, the intermediate's shape] */
+    const nb_tensor *t = body->res[body->nres + a];
+    nb_meta *m = &k->out[k->nin + a];
+    m->dtype = t->dtype;
+    m->rank = t->rank < 0 ? -1 : t->rank + 1;
+    m->shape[0] = -1;
+    for (int d = 0; d < t->rank; d++) m->shape[d + 1] = t->shape[d];
+    if (!k->ctx->graph) {
+      nb_tensor like = {.dtype = m->dtype, .rank = m->rank};
+      memcpy(like.shape, m->shape, sizeof like.shape);
+      run_time_meta(m, &like);
+    }
+  }
+  for (int i = 0; i < k->nin && !code; i++) {
     const nb_tensor *shape = i < body->nres ? body->args[i] : k->in[i]; /* loop variables keep their invariants */
     if (!k->ctx->graph)
       nb_meta_like(&k->out[i], k->in[i]);
@@ -78,7 +86,8 @@ static void free_list(nb_tensor **xs, int n) {
   for (int i = 0; i < n; i++) nb_tensor_free(xs[i]);
 }
 
-/* One iteration: cond on cur, then (if it holds) body into next. */
+/* One iteration: cond on cur, then (if it holds) body into next (and the accumulated
+   intermediates after the loop variables). */
 static nb_code while_step(nb_kargs *k, nb_function *cond, nb_function *body, nb_tensor **cur, nb_tensor **next,
                           bool *go) {
   nb_tensor *pred = NULL;
@@ -89,13 +98,51 @@ static nb_code while_step(nb_kargs *k, nb_function *cond, nb_function *body, nb_
   return code;
 }
 
+/* The per-iteration values of the intermediates the gradient reads, kept in order. */
+typedef struct history {
+  nb_tensor **v;           /* iteration t's accumulator a at v[t * nacc + a] */
+  int32_t n, cap;
+  int nacc;
+} history;
+
+static bool history_push(history *h, nb_tensor *const *vals) {
+  if (!nb_grow_array((void **)&h->v, &h->cap, h->n + h->nacc, sizeof *h->v)) return false;
+  memcpy(h->v + h->n, vals, (size_t)h->nacc * sizeof *vals);
+  h->n += h->nacc;
+  return true;
+}
+
+/* Output nin + a: accumulator a stacked over the T iterations, [T, shape]. */
+static nb_code stack_history(nb_kargs *k, const nb_function *body, const history *h, int a) {
+  int64_t iters = h->n / h->nacc, shape[NB_MAX_RANK];
+  const nb_tensor *first = iters ? h->v[a] : body->res[body->nres + a];
+  if (first->rank + 1 > NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "accumulated intermediate %d has rank %d: no room for the iteration dim", a, first->rank);
+  shape[0] = iters;
+  for (int d = 0; d < first->rank; d++) shape[d + 1] = first->shape[d] < 0 ? 0 : first->shape[d];
+  for (int64_t t = 1; t < iters; t++) {
+    const nb_tensor *x = h->v[t * h->nacc + a];
+    if (x->rank != first->rank || memcmp(x->shape, first->shape, (size_t)x->rank * sizeof *x->shape))
+      return nb_kfail(k, NB_SHAPE, "the gradient accumulates intermediate %d, whose shape changes from %s to %s "
+                      "between iterations (relaxed loop shapes are not differentiable)", a, nb_tstr(first), nb_tstr(x));
+  }
+  nb_tensor *stack = nb_tensor_alloc(k->ctx, first->dtype, first->rank + 1, shape);
+  if (!stack) return k->ctx->status;
+  size_t bytes = (size_t)nb_shape_size(first->rank, shape + 1) * nb_dtype_size(first->dtype);
+  for (int64_t t = 0; t < iters; t++) memcpy((char *)nb_tdata(stack) + (size_t)t * bytes, nb_tdata(h->v[t * h->nacc + a]), bytes);
+  adopt(k->ctx, k->res[k->nin + a], stack);
+  nb_tensor_free(stack);
+  return NB_OK;
+}
+
 static nb_code while_kernel(nb_kargs *k) {
   nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
   int nv = body->nres; /* loop variables the body computes; the captures after them stay */
-  nb_tensor **cur = malloc(2 * (size_t)k->nin * sizeof *cur), **next = cur + k->nin;
+  nb_tensor **cur = malloc((2 * (size_t)k->nin + (size_t)body->nacc) * sizeof *cur), **next = cur + k->nin;
   if (!cur) return nb_kfail(k, NB_NOMEM, "out of memory");
   memcpy(cur, k->in, (size_t)k->nin * sizeof *cur);
   memcpy(next, k->in, (size_t)k->nin * sizeof *next);
+  history h = {NULL, 0, 0, body->nacc};
   bool owned = false, go = true;
   nb_code code = NB_OK;
   while (!code && go) {
@@ -104,9 +151,16 @@ static nb_code while_kernel(nb_kargs *k) {
     if (owned) free_list(cur, nv);
     memcpy(cur, next, (size_t)nv * sizeof *cur);
     owned = true;
+    if (h.nacc && !history_push(&h, next + nv)) {
+      free_list(next + nv, h.nacc);
+      code = nb_kfail(k, NB_NOMEM, "out of memory accumulating intermediates");
+    }
   }
-  for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], cur[i]);
+  for (int i = 0; i < k->nin && !code; i++) adopt(k->ctx, k->res[i], cur[i]);
+  for (int a = 0; a < h.nacc && !code; a++) code = stack_history(k, body, &h, a);
   if (owned) free_list(cur, nv);
+  free_list(h.v, h.n);
+  free(h.v);
   free(cur);
   return code;
 }
@@ -158,18 +212,117 @@ static nb_code if_kernel(nb_kargs *k) {
   return code;
 }
 
+/* ---- StatefulPartitionedCall: a function called as a node ------------------------------------ */
+
+static nb_code call_infer(nb_kargs *k) {
+  const nb_function *f = fn_attr(k, CF_FIRST_FN);
+  if (k->nin != f->nargs || k->nout != f->nres)
+    return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its function (%d arguments, %d results)", k->nin,
+                    k->nout, f->nargs, f->nres);
+  nb_code code = check_arg_dtypes(k, f, 0);
+  for (int i = 0; i < k->nout && !code; i++) {
+    if (k->ctx->graph)
+      nb_meta_set(&k->out[i], f->res[i]->dtype, f->res[i]->rank, f->res[i]->shape);
+    else
+      run_time_meta(&k->out[i], f->res[i]);
+  }
+  return code;
+}
+
+static nb_code call_kernel(nb_kargs *k) {
+  nb_function *f = fn_attr(k, CF_FIRST_FN);
+  nb_tensor *small[8], **res = k->nout <= 8 ? small : malloc((size_t)k->nout * sizeof *res);
+  if (!res) return nb_kfail(k, NB_NOMEM, "out of memory");
+  nb_code code = nb_function_run(k, f, "function", k->in, res);
+  for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], res[i]);
+  if (!code) free_list(res, k->nout);
+  if (res != small) free(res);
+  return code;
+}
+
+/* ---- _StackGet and _StackGetGrad: reading the accumulators -------------------------------------
+   _StackGet(stack [T, ...], t) = stack[t]; _StackGetGrad(stack, t, dy) is zeros of the
+   stack's shape with dy at [t] (the first one's gradient; its own gradient is _StackGet
+   of the incoming gradient). Unlike GatherV2's gradient they keep the stack's static shape
+   ([-1, ...] while T is unknown), which the gradient loops' shape checks need. */
+enum { STACK_T = 1 };
+
+static nb_code stack_index(nb_kargs *k, const nb_tensor *stack, int64_t *t) {
+  if (k->in[STACK_T]->dtype != NB_I64 || k->in[STACK_T]->rank != 0)
+    return nb_kfail(k, NB_INVALID, "the index must be an int64 scalar, got %s %s", nb_dtype_name(k->in[STACK_T]->dtype),
+                    nb_tstr(k->in[STACK_T]));
+  if (stack->rank < 1) return nb_kfail(k, NB_SHAPE, "the stack must have rank >= 1, got %s", nb_tstr(stack));
+  *t = -1;
+  if (k->in[STACK_T]->buf) {
+    *t = *(const int64_t *)nb_tdata(k->in[STACK_T]);
+    if (stack->shape[0] >= 0 && (*t < 0 || *t >= stack->shape[0]))
+      return nb_kfail(k, NB_INVALID, "index %lld is outside the stack of %lld entries", (long long)*t,
+                      (long long)stack->shape[0]);
+  }
+  return NB_OK;
+}
+
+static nb_code stack_get_infer(nb_kargs *k) {
+  int64_t t = 0;
+  nb_code code = stack_index(k, k->in[0], &t);
+  if (!code) nb_meta_set(&k->out[0], k->in[0]->dtype, k->in[0]->rank - 1, k->in[0]->shape + 1);
+  return code;
+}
+
+static size_t entry_bytes(const nb_tensor *stack) {
+  return (size_t)nb_shape_size(stack->rank - 1, stack->shape + 1) * nb_dtype_size(stack->dtype);
+}
+
+static nb_code stack_get_kernel(nb_kargs *k) {
+  int64_t t = 0;
+  nb_code code = stack_index(k, k->in[0], &t);
+  size_t bytes = entry_bytes(k->in[0]);
+  if (!code) memcpy(nb_tdata(k->res[0]), (const char *)nb_tdata(k->in[0]) + (size_t)t * bytes, bytes);
+  return code;
+}
+
+static nb_code stack_get_grad_infer(nb_kargs *k) {
+  int64_t t = 0;
+  nb_code code = stack_index(k, k->in[0], &t);
+  if (!code) code = nb_kcheck_same_dtype(k, 0, 2);
+  if (!code) nb_meta_like(&k->out[0], k->in[0]);
+  return code;
+}
+
+static nb_code stack_get_grad_kernel(nb_kargs *k) {
+  int64_t t = 0;
+  nb_code code = stack_index(k, k->in[0], &t);
+  if (!code && k->in[2]->size * (int64_t)nb_dtype_size(k->in[2]->dtype) != (int64_t)entry_bytes(k->in[0]))
+    code = nb_kfail(k, NB_SHAPE, "dy %s does not match an entry of the stack %s", nb_tstr(k->in[2]), nb_tstr(k->in[0]));
+  if (code) return code;
+  size_t bytes = entry_bytes(k->in[0]);
+  memset(nb_tdata(k->res[0]), 0, (size_t)k->in[0]->size * nb_dtype_size(k->in[0]->dtype));
+  memcpy((char *)nb_tdata(k->res[0]) + (size_t)t * bytes, nb_tdata(k->in[2]), bytes);
+  return NB_OK;
+}
+
 static nb_op_def control_flow_ops[] = {
     {.name = "While", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .nattrs = 4,
+     .grad_inputs = ~0u, .grad_outputs = ~0u,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"_cond", NB_ATTR_INT, {.i = 0}, true},
                {"_body", NB_ATTR_INT, {.i = 0}, true},
                {"parallel_iterations", NB_ATTR_INT, {.i = 10}, false}},
      .infer = while_infer, .kernel = while_kernel},
     {.name = "If", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .nattrs = 3,
+     .grad_inputs = ~0u, .grad_outputs = ~0u,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"_then_branch", NB_ATTR_INT, {.i = 0}, true},
                {"_else_branch", NB_ATTR_INT, {.i = 0}, true}},
      .infer = if_infer, .kernel = if_kernel},
+    {.name = "StatefulPartitionedCall", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true,
+     .nattrs = 2, .grad_inputs = ~0u, .grad_outputs = ~0u,
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}, {"_f", NB_ATTR_INT, {.i = 0}, true}},
+     .infer = call_infer, .kernel = call_kernel},
+    {.name = "_StackGet", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3, .infer = stack_get_infer,
+     .kernel = stack_get_kernel},
+    {.name = "_StackGetGrad", .nin = 3, .nout = 1, .alias = -1, .t_input = 2, .grad_inputs = 2,
+     .infer = stack_get_grad_infer, .kernel = stack_get_grad_kernel},
 };
 
 nb_op_family nb_control_flow_family(void) {

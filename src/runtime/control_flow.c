@@ -14,6 +14,9 @@ static bool made_since(const nb_ctx *c, const nb_tensor *x, uint32_t mark) {
   return x->ctx == c && x->slot >= mark && x->state == NB_HANDLE_LIVE;
 }
 
+/* A static shape for messages ("<unknown rank>" when so). */
+static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknown rank>" : nb_tstr(x); }
+
 /* ---- shape invariants ------------------------------------------------------------------ */
 
 nb_shape_inv *nb_shape_inv_from(nb_ctx *c, const char *who, const nb_shape_spec *specs, int n) {
@@ -54,7 +57,7 @@ nb_code nb_shape_inv_check_vars(nb_ctx *c, const char *who, const nb_shape_inv *
   for (int i = 0; i < n; i++)
     if (!shape_fits(vars[i]->rank, vars[i]->shape, inv[i].rank, inv[i].shape))
       return nb_fail(c, NB_SHAPE, "%s: loop variable %d has shape %s, which its declared shape %s does not admit", who,
-                     i, nb_tstr(vars[i]), inv[i].rank < 0 ? "<unknown rank>" : nb_sstr(inv[i].rank, inv[i].shape));
+                     i, shape_str(vars[i]), inv[i].rank < 0 ? "<unknown rank>" : nb_sstr(inv[i].rank, inv[i].shape));
   return NB_OK;
 }
 
@@ -71,7 +74,7 @@ nb_code nb_cf_check_next(nb_ctx *c, const char *who, nb_tensor *const *vars, nb_
       return nb_fail(c, NB_SHAPE,
                      "%s: the body changed loop variable %d from shape %s to %s (declare a relaxed shape with "
                      "nb_while_opts.shapes to allow it)",
-                     who, i, nb_tstr(vars[i]), nb_tstr(next[i]));
+                     who, i, shape_str(vars[i]), shape_str(next[i]));
   }
   return NB_OK;
 }

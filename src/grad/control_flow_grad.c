@@ -1,0 +1,423 @@
+/* Gradients of the control-flow ops. These build function graphs, so unlike the other
+   gradient files they use the internals of src/graph/function.c.
+   - StatefulPartitionedCall: the user's gradient for the function when set, else TF's
+     SymbolicGradient: a call of the function's gradient function, which recomputes the
+     forward intermediates it reads from the arguments.
+   - If: an If on the same predicate whose branches are the branches' gradient functions
+     (each recomputes its branch's intermediates from the inputs, where cond_v2 would add
+     them as outputs of the forward If).
+   - While, as while_v2: the forward loop stacks, every iteration, each intermediate the
+     body's gradient reads that changes between iterations (the accumulators, extra
+     outputs of the forward While); the gradient is a While that runs the same number of
+     iterations backwards, reading iteration T-1-i of each stack and calling one reverse
+     step of the body's gradient, carrying the loop variables' gradients and summing the
+     captured tensors' gradients. That loop is an ordinary While, so its own gradient
+     (second order) is built the same way; the gradients that then reach the forward
+     loop's accumulators enter the reverse step as extra seeds. */
+#include "../graph/function.h"
+#include "grad.h"
+
+#include <stdlib.h>
+
+static nb_tensor *stack_get(nb_ctx *c, nb_tensor *stack, nb_tensor *t);
+
+static nb_function *fn_of(const nb_fwd_op *op, const char *attr) { return nb_function_from_bits(nb_fwd_attr_int(op, attr)); }
+
+/* ---- calls and branches ------------------------------------------------------------------------ */
+
+/* The gradient function's inputs: the op's inputs, then the gradients of the float
+   results of f (zeros where none came). */
+static nb_tensor **grad_fn_inputs(nb_ctx *c, const nb_fwd_op *op, const nb_function *f, nb_tensor *const *dys, int *n) {
+  int nin = nb_fwd_num_inputs(op);
+  nb_tensor **ins = malloc(((size_t)nin + (size_t)f->nres + 1) * sizeof *ins);
+  if (!ins) {
+    nb_set_error(c, NB_NOMEM, "%s gradient: out of memory", nb_fwd_type(op));
+    return NULL;
+  }
+  *n = 0;
+  for (int i = 0; i < nin; i++) ins[(*n)++] = nb_fwd_input(op, i);
+  for (int o = 0; o < f->nres; o++)
+    if (nb_is_float(f->res[o]->dtype)) ins[(*n)++] = dys[o] ? dys[o] : nb_zeros_like(c, nb_fwd_output(op, o));
+  return ins;
+}
+
+/* dxs[first + i] = outs[i] for the float inputs; the others' results are dropped. */
+static void hand_out(const nb_fwd_op *op, nb_tensor **outs, int n, int first, nb_tensor **dxs) {
+  for (int i = 0; i < n; i++) {
+    if (nb_is_float(nb_dtype_of(nb_fwd_input(op, first + i)))) dxs[first + i] = outs[i];
+    else nb_tensor_free(outs[i]);
+  }
+}
+
+static nb_code call_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_function *f = fn_of(op, "_f");
+  if (f->user_grad) return f->user_grad(c, op, dys, dxs);
+  nb_function *g = nb_function_gradient(c, f);
+  int n = 0;
+  nb_tensor **ins = g ? grad_fn_inputs(c, op, f, dys, &n) : NULL;
+  nb_tensor **outs = ins ? malloc(((size_t)f->nargs + 1) * sizeof *outs) : NULL;
+  nb_code code = nb_status(c);
+  if (!code && !outs) code = nb_set_error(c, NB_NOMEM, "StatefulPartitionedCall gradient: out of memory");
+  if (!code) code = nb_function_call_node(c, g, ins, outs);
+  if (!code) hand_out(op, outs, f->nargs, 0, dxs);
+  free(outs);
+  free(ins);
+  return code;
+}
+
+/* d(If(p, x))/dx = If(p, then's gradient, else's gradient) on (x, dys). */
+static nb_code if_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_function *t = fn_of(op, "_then_branch"), *e = fn_of(op, "_else_branch");
+  nb_function *gt = nb_function_gradient(c, t), *ge = gt ? nb_function_gradient(c, e) : NULL;
+  int n = 0;
+  nb_tensor **ins = ge ? grad_fn_inputs(c, op, t, dys, &n) : NULL;
+  nb_tensor **outs = ins ? malloc(((size_t)t->nargs + 1) * sizeof *outs) : NULL;
+  nb_code code = nb_status(c);
+  if (!code && !outs) code = nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+  if (!code) code = nb_cf_node(c, "If", ins, n, gt, ge, outs, t->nargs);
+  if (!code) hand_out(op, outs, t->nargs, 1, dxs);
+  free(outs);
+  free(ins);
+  return code;
+}
+
+/* ---- While ---------------------------------------------------------------------------------- */
+
+/* Marks (stamp2 == gen) the body nodes below nfwd that depend on the counter or a loop
+   variable: the values that change between iterations. */
+static nb_code mark_variant(nb_graph *g, const nb_function *b, int32_t nfwd, uint32_t gen) {
+  int32_t *stack = malloc(((size_t)nfwd + 1) * sizeof *stack), top = 0;
+  if (!stack) return NB_NOMEM;
+  for (int j = 0; j < b->nres; j++) {
+    nb_node *n = &g->nodes[b->args[j]->node];
+    if (n->stamp2 != gen) n->stamp2 = gen, stack[top++] = b->args[j]->node;
+  }
+  while (top > 0) {
+    const nb_node *n = &g->nodes[stack[--top]];
+    for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
+      int32_t u = g->edges[e].consumer;
+      if (g->edges[e].out < 0 || u >= nfwd || g->nodes[u].stamp2 == gen) continue;
+      g->nodes[u].stamp2 = gen;
+      stack[top++] = u;
+    }
+  }
+  free(stack);
+  return NB_OK;
+}
+
+/* The variant forward tensors (node < nfwd) that the gradient nodes (from `from` on) read,
+   appended to *keys (n of cap) unless present; *extra counts those that were new. */
+static nb_code collect_reads(nb_graph *g, const nb_function *b, int32_t from, int32_t nfwd, int64_t **keys, int *n,
+                             int *extra) {
+  uint32_t gen = nb_graph_next_gen(g);
+  if (mark_variant(g, b, nfwd, gen)) return NB_NOMEM;
+  *extra = 0;
+  for (int32_t id = from; id < g->nnodes; id++) {
+    const nb_node *u = &g->nodes[id];
+    for (int32_t i = 0; i < u->nin; i++) {
+      const nb_edge *e = &g->edges[u->in0 + i];
+      if (e->src >= nfwd || g->nodes[e->src].stamp2 != gen) continue;
+      int64_t key = nb_key(e->src, e->out);
+      bool seen = false;
+      for (int k = 0; k < *n && !seen; k++) seen = (*keys)[k] == key;
+      if (seen) continue;
+      int64_t *grown = realloc(*keys, ((size_t)*n + 1) * sizeof *grown);
+      if (!grown) return NB_NOMEM;
+      *keys = grown;
+      (*keys)[(*n)++] = key;
+      (*extra)++;
+    }
+  }
+  return NB_OK;
+}
+
+static nb_tensor *new_arg(nb_function *f, const nb_tensor *like, const char *name) {
+  nb_meta m;
+  nb_meta_set(&m, like->dtype, like->rank, like->shape);
+  int32_t id = nb_graph_add_arg(f->g, &m, name);
+  return id < 0 ? NULL : nb_graph_handle(f->c, f->g, id, 0);
+}
+
+/* The gradient of the body's float results (and, with dacc, of the float accumulated
+   intermediates) in the body graph, and the reverse step extracted from it: arguments
+   (accumulators..., captures..., d next..., [d acc...]), results (d vars..., d caps...). */
+static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t nfwd, bool dacc, nb_function **step) {
+  nb_graph *g = b->g;
+  int ncap = b->nargs - b->nres, ny = w->nfv + (dacc ? w->nfa : 0), nx = w->nfv + w->nfc;
+  int nargs = w->nacc + ncap + ny;
+  nb_tensor **ys = malloc(((size_t)2 * ny + nx + 1) * sizeof *ys), **seeds = ys + ny, **xs = seeds + ny;
+  nb_tensor **dx = malloc(((size_t)nx + 1) * sizeof *dx);
+  int64_t *keys = malloc(((size_t)nargs + nx + 1) * sizeof *keys);
+  if (!ys || !dx || !keys) {
+    free(ys), free(dx), free(keys);
+    return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  }
+  nb_code code = NB_OK;
+  for (int i = 0; i < w->nfv && !code; i++) {
+    ys[i] = b->res[w->fvars[i]];
+    if (!(seeds[i] = new_arg(b, b->args[w->fvars[i]], "d_next"))) code = NB_NOMEM;
+  }
+  for (int q = 0; dacc && q < w->nfa && !code; q++) {
+    int64_t key = w->acc[w->facc[q]];
+    ys[w->nfv + q] = nb_graph_handle(b->c, g, nb_key_node(key), nb_key_out(key));
+    if (!ys[w->nfv + q] || !(seeds[w->nfv + q] = new_arg(b, ys[w->nfv + q], "d_acc"))) code = NB_NOMEM;
+  }
+  for (int i = 0; i < w->nfv; i++) xs[i] = b->args[w->fvars[i]];
+  for (int i = 0; i < w->nfc; i++) xs[w->nfv + i] = b->args[w->fcaps[i]];
+  int32_t from = g->nnodes;
+  nb_grad_opts o = {.grad_ys = seeds, .unconnected_zero = 1};
+  if (!code) code = nb_gradients(b->c, ys, ny, xs, nx, &o, dx);
+  for (int i = 0; i < nx && !code; i++)
+    if (!(dx[i] = nb_densify(b->c, dx[i]))) code = b->c->status;
+  int extra = 0;
+  if (!code && collect_reads(g, b, from, nfwd, &w->acc, &w->nacc, &extra)) code = NB_NOMEM;
+  if (!code && dacc && extra) /* the accumulators are fixed once the first gradient exists */
+    code = nb_set_error(c, NB_UNIMPLEMENTED, "While gradient: this second-order gradient reads %d loop intermediates "
+                        "the first-order gradient did not accumulate", extra);
+  if (!code) {
+    nargs = w->nacc + ncap + ny;
+    int64_t *k = realloc(keys, ((size_t)nargs + nx + 1) * sizeof *k);
+    if (!k) code = NB_NOMEM;
+    else keys = k;
+  }
+  if (!code) {
+    int n = 0;
+    for (int a = 0; a < w->nacc; a++) keys[n++] = w->acc[a];
+    for (int j = b->nres; j < b->nargs; j++) keys[n++] = nb_key_of(b->args[j]);
+    for (int i = 0; i < ny; i++) keys[n++] = nb_key_of(seeds[i]);
+    for (int i = 0; i < nx; i++) keys[n + i] = nb_key_of(dx[i]);
+    *step = nb_function_extract(c, g, g, keys, n, keys + n, nx);
+    if (!*step) code = nb_status(c);
+  }
+  if (code && !nb_status(c))
+    nb_set_error(c, code, "While gradient: %s", b->c->status ? nb_error(b->c) : "out of memory");
+  nb_clear_error(b->c);
+  free(ys), free(dx), free(keys);
+  return code;
+}
+
+static nb_code float_indices(const nb_function *b, int lo, int hi, int **out, int *n) {
+  *out = malloc(((size_t)(hi - lo) + 1) * sizeof **out);
+  if (!*out) return NB_NOMEM;
+  *n = 0;
+  for (int j = lo; j < hi; j++)
+    if (nb_is_float(b->args[j]->dtype)) (*out)[(*n)++] = j;
+  return NB_OK;
+}
+
+/* Makes the forward While node output its accumulators and the body fetch them. */
+static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, nb_while_grad *w) {
+  nb_tensor **res = realloc(b->res, ((size_t)b->nres + w->nacc + 1) * sizeof *res);
+  nb_meta *m = malloc(((size_t)w->nacc + 1) * sizeof *m);
+  if (!res || !m) {
+    if (res) b->res = res;
+    free(m);
+    return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  }
+  b->res = res;
+  nb_code code = NB_OK;
+  for (int a = 0; a < w->nacc && !code; a++) {
+    nb_tensor *t = nb_graph_handle(b->c, b->g, nb_key_node(w->acc[a]), nb_key_out(w->acc[a]));
+    if (!t) code = NB_NOMEM;
+    else b->res[b->nres + a] = t;
+    if (!code && t->rank + 1 > NB_MAX_RANK) code = NB_SHAPE;
+    if (!code) {
+      m[a].dtype = t->dtype;
+      m[a].rank = t->rank < 0 ? -1 : t->rank + 1;
+      m[a].shape[0] = -1;
+      for (int d = 0; d < t->rank; d++) m[a].shape[d + 1] = t->shape[d];
+    }
+  }
+  nb_graph *g = nb_fwd_output(op, 0)->graph;
+  if (!code && nb_graph_add_outputs(g, nb_fwd_output(op, 0)->node, m, w->nacc)) code = NB_NOMEM;
+  if (!code) b->nacc = w->nacc;
+  free(m);
+  if (code == NB_SHAPE)
+    return nb_set_error(c, code, "While gradient: an intermediate of rank %d leaves no room for the iteration dim",
+                        NB_MAX_RANK);
+  return code ? nb_set_error(c, code, "While gradient: out of memory") : NB_OK;
+}
+
+static nb_code build_while_grad(nb_ctx *c, const nb_fwd_op *op, nb_function *b) {
+  nb_while_grad *w = calloc(1, sizeof *w);
+  if (!w) return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  w->nfwd = b->g->nnodes;
+  nb_code code = float_indices(b, 1, b->nres, &w->fvars, &w->nfv) || float_indices(b, b->nres, b->nargs, &w->fcaps, &w->nfc)
+                     ? nb_set_error(c, NB_NOMEM, "While gradient: out of memory")
+                     : NB_OK;
+  if (!code) code = build_step(c, b, w, w->nfwd, false, &w->step);
+  if (!code && !(w->facc = malloc(((size_t)w->nacc + 1) * sizeof *w->facc))) code = NB_NOMEM;
+  for (int a = 0; a < w->nacc && !code; a++) {
+    const nb_node *n = &b->g->nodes[nb_key_node(w->acc[a])];
+    if (nb_is_float(b->g->outs[n->out0 + nb_key_out(w->acc[a])].meta.dtype)) w->facc[w->nfa++] = a;
+  }
+  if (code == NB_NOMEM && !nb_status(c)) nb_set_error(c, code, "While gradient: out of memory");
+  if (!code) code = add_accumulators(c, op, b, w);
+  if (code) {
+    nb_while_grad_free(w);
+    return code;
+  }
+  b->wgrad = w;
+  return NB_OK;
+}
+
+/* What the reverse loop's callbacks read (tensors of the graph the gradient is built in). */
+typedef struct reverse {
+  nb_while_grad *w;
+  nb_function *step;
+  nb_tensor *iters;        /* the forward loop's iteration count */
+  nb_tensor **stacks;      /* its accumulators */
+  nb_tensor **dstacks;     /* the gradients of its float accumulators (second order), or NULL */
+  nb_tensor *const *caps;  /* its captured inputs */
+  int ncap;
+  const nb_shape_spec *shapes; /* the reverse loop variables' shapes */
+} reverse;
+
+/* x with the static shape s when s is fully known (gradient ops such as a densified
+   Gather gradient may know less about their result than the loop does): a Reshape view. */
+static nb_tensor *with_shape(nb_ctx *c, nb_tensor *x, const nb_shape_spec *s) {
+  if (!x || s->rank < 0) return x;
+  bool same = nb_rank(x) == s->rank;
+  for (int d = 0; same && d < s->rank; d++) same = nb_shape(x)[d] == s->dims[d];
+  return same ? x : nb_reshape(c, x, s->dims, s->rank);
+}
+
+static nb_code reverse_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
+  *pred = nb_less(c, v[0], ((reverse *)user)->iters);
+  return nb_status(c);
+}
+
+/* vars: [i, d vars..., d caps summed so far...]; runs the reverse step of forward
+   iteration T-1-i. */
+static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  reverse *r = user;
+  nb_while_grad *w = r->w;
+  nb_tensor *t = nb_sub(c, nb_sub(c, r->iters, v[0]), nb_scalar(c, NB_I64, 1));
+  int n = 0;
+  nb_tensor **ins = malloc(((size_t)r->step->nargs + r->step->nres + 1) * sizeof *ins), **outs = ins + r->step->nargs;
+  if (!ins) return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  for (int a = 0; a < w->nacc; a++) ins[n++] = stack_get(c, r->stacks[a], t);
+  for (int j = 0; j < r->ncap; j++) ins[n++] = r->caps[j];
+  for (int i = 0; i < w->nfv; i++) ins[n++] = v[1 + i];
+  for (int q = 0; r->dstacks && q < w->nfa; q++) ins[n++] = stack_get(c, r->dstacks[q], t);
+  nb_code code = nb_status(c);
+  if (!code) code = nb_function_call_node(c, r->step, ins, outs);
+  if (!code) {
+    next[0] = nb_add(c, v[0], nb_scalar(c, NB_I64, 1));
+    for (int i = 0; i < w->nfv; i++) next[1 + i] = with_shape(c, outs[i], &r->shapes[1 + i]);
+    for (int q = 0; q < w->nfc; q++)
+      next[1 + w->nfv + q] = with_shape(c, nb_add(c, v[1 + w->nfv + q], outs[w->nfv + q]), &r->shapes[1 + w->nfv + q]);
+    code = nb_status(c);
+  }
+  free(ins);
+  return code;
+}
+
+/* The shape a reverse loop variable keeps: the forward's static shape, whose unknown dims
+   may vary; any shape when its initial value's rank is unknown. */
+static nb_shape_spec gradient_shape(const nb_tensor *init, int rank, const int64_t *shape) {
+  return init && nb_rank(init) < 0 ? (nb_shape_spec){-1, NULL} : (nb_shape_spec){rank, shape};
+}
+
+/* The reverse loop's variables and their shapes. */
+static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b, const nb_while_grad *w,
+                            nb_tensor *const *dys, nb_tensor **vars, nb_shape_spec *shapes) {
+  vars[0] = nb_scalar(c, NB_I64, 0);
+  shapes[0] = (nb_shape_spec){0, NULL};
+  for (int i = 0; i < w->nfv; i++) {
+    int j = w->fvars[i];
+    vars[1 + i] = dys[j] ? dys[j] : nb_zeros_like(c, nb_fwd_output(op, j));
+    shapes[1 + i] = gradient_shape(vars[1 + i], b->args[j]->rank, b->args[j]->shape);
+  }
+  for (int q = 0; q < w->nfc; q++) {
+    nb_tensor *x = nb_fwd_input(op, w->fcaps[q]);
+    vars[1 + w->nfv + q] = nb_zeros_like(c, x);
+    shapes[1 + w->nfv + q] = gradient_shape(NULL, nb_rank(x), nb_shape(x));
+  }
+  return nb_status(c);
+}
+
+/* Whether the forward accumulators got real gradients (not a pass's zero fillers). */
+static bool accumulators_have_grads(const nb_fwd_op *op, const nb_while_grad *w, nb_tensor *const *dys) {
+  int nin = nb_fwd_num_inputs(op);
+  if (nb_fwd_num_outputs(op) < nin + w->nacc) return false; /* the accumulators are new */
+  for (int q = 0; q < w->nfa; q++) {
+    nb_tensor *d = dys[nin + w->facc[q]];
+    if (d && !nb_is_zeros_filler(d)) return true;
+  }
+  return false;
+}
+
+static nb_code run_reverse(nb_ctx *c, const nb_fwd_op *op, nb_function *b, reverse *r, nb_tensor *const *dys,
+                           nb_tensor **dxs) {
+  nb_while_grad *w = r->w;
+  int nv = 1 + w->nfv + w->nfc;
+  nb_tensor **vars = malloc((2 * (size_t)nv + 1) * sizeof *vars), **outs = vars + nv;
+  nb_shape_spec *shapes = malloc(((size_t)nv + 1) * sizeof *shapes);
+  nb_code code = !vars || !shapes ? nb_set_error(c, NB_NOMEM, "While gradient: out of memory") : NB_OK;
+  if (!code) code = reverse_vars(c, op, b, w, dys, vars, shapes);
+  nb_while_opts o = {shapes};
+  r->shapes = shapes;
+  if (!code) code = nb_while_ex(c, reverse_cond, reverse_body, r, vars, nv, -1, &o, outs);
+  if (!code) {
+    nb_tensor_free(outs[0]);
+    for (int i = 0; i < w->nfv; i++) dxs[w->fvars[i]] = outs[1 + i];
+    for (int q = 0; q < w->nfc; q++) dxs[w->fcaps[q]] = outs[1 + w->nfv + q];
+  }
+  free(vars);
+  free(shapes);
+  return code;
+}
+
+static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_function *b = fn_of(op, "_body");
+  if (!b->wgrad && build_while_grad(c, op, b)) return nb_status(c);
+  nb_while_grad *w = b->wgrad;
+  bool second = accumulators_have_grads(op, w, dys);
+  if (second && !w->step2 && build_step(c, b, w, w->nfwd, true, &w->step2)) return nb_status(c);
+  nb_tensor *first = nb_fwd_output(op, 0);
+  int nin = nb_fwd_num_inputs(op);
+  nb_tensor **stacks = malloc(((size_t)w->nacc + w->nfa + 1) * sizeof *stacks), **dstacks = stacks + w->nacc;
+  if (!stacks) return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  for (int a = 0; a < w->nacc; a++) stacks[a] = nb_graph_handle(c, first->graph, first->node, nin + a);
+  for (int q = 0; second && q < w->nfa; q++) dstacks[q] = dys[nin + w->facc[q]];
+  reverse r = {w, second ? w->step2 : w->step, first, stacks, second ? dstacks : NULL, NULL, b->nargs - b->nres, NULL};
+  nb_tensor **caps = malloc(((size_t)r.ncap + 1) * sizeof *caps);
+  nb_code code = caps ? NB_OK : nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  for (int j = 0; j < r.ncap && !code; j++) caps[j] = nb_fwd_input(op, b->nres + j);
+  r.caps = caps;
+  for (int a = 0; a < w->nacc && !code; a++)
+    if (!stacks[a]) code = nb_status(c);
+  if (!code) code = run_reverse(c, op, b, &r, dys, dxs);
+  free(caps);
+  free(stacks);
+  return code;
+}
+
+/* ---- reading the accumulators ------------------------------------------------------------------ */
+
+static nb_tensor *stack_get(nb_ctx *c, nb_tensor *stack, nb_tensor *t) {
+  nb_tensor *in[2] = {stack, t}, *out = NULL;
+  nb_dispatch(c, nb_op_lookup("_StackGet"), in, 2, NULL, &out, 1);
+  return out;
+}
+
+/* d stack = the zeros of its shape with dy at [t]; the index has none. */
+static nb_code stack_get_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *in[3] = {nb_fwd_input(op, 0), nb_fwd_input(op, 1), dys[0]};
+  return nb_dispatch(c, nb_op_lookup("_StackGetGrad"), in, 3, NULL, &dxs[0], 1);
+}
+
+/* _StackGetGrad is linear in dy, which gets _StackGet of the incoming gradient. */
+static nb_code stack_get_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  dxs[2] = stack_get(c, dys[0], nb_fwd_input(op, 1));
+  return nb_status(c);
+}
+
+void nb_register_control_flow_grads(void) {
+  nb_register_builtin("_StackGet", stack_get_grad);
+  nb_register_builtin("_StackGetGrad", stack_get_grad_grad);
+  nb_register_builtin("StatefulPartitionedCall", call_grad);
+  nb_register_builtin("If", if_grad);
+  nb_register_builtin("While", while_grad);
+}
