@@ -199,9 +199,17 @@ static void check_body_errors(nb_ctx *c, nb_tensor *x2, nb_tensor *v3) {
   tu_check_error(c, NB_UNIMPLEMENTED, "this body refuses", NULL);
   assert_int_not_equal(nb_while(c, always, times_x, x2, &x2, 0, 2, out), NB_OK);
   tu_check_error(c, NB_INVALID, "nb_while", "0 loop variables");
+  const nb_shape_spec deep = {9, (const int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1}};
+  assert_int_not_equal(nb_while_ex(c, always, grow_body, NULL, &x2, 1, 2, &(nb_while_opts){&deep}, out), NB_OK);
+  tu_check_error(c, NB_SHAPE, "declared shape of loop variable 0", "rank 9");
   const nb_shape_spec bad = {1, (const int64_t[]){3}};
   assert_int_not_equal(nb_while_ex(c, always, grow_body, NULL, &x2, 1, 2, &(nb_while_opts){&bad}, out), NB_OK);
   tu_check_error(c, NB_SHAPE, "loop variable 0 has shape [2]", "does not admit");
+}
+
+static nb_code null_branch(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
+  (void)c, (void)in, (void)out, (void)user;
+  return NB_OK;
 }
 
 static nb_code cast_branch(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
@@ -220,17 +228,9 @@ static void test_errors_eager(void **state) {
   tu_check_error(f->e, NB_INVALID, "nb_cond", "bool scalar");
   assert_int_not_equal(nb_cond(f->e, NULL, sq_branch, sin_branch, NULL, &x, 1, out, 2), NB_OK);
   tu_check_error(f->e, NB_INVALID, "nb_cond", "NULL predicate");
-}
-
-static void test_errors_graph(void **state) {
-  gu_fixture *f = *state;
-  check_body_errors(f->c, nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x"),
-                    nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "v"));
-  /* branches must agree on dtypes */
-  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "s"), *p = nb_placeholder(f->c, NB_BOOL, 0, NULL, "p");
-  nb_tensor *in[2] = {x, x}, *out[2];
-  assert_int_not_equal(nb_cond(f->c, p, cast_branch, sq_branch, x, in, 2, out, 2), NB_OK);
-  tu_check_error(f->c, NB_DTYPE, "output 0 is float32 in the then branch", "float64 in the else branch");
+  nb_tensor *no = nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){0});
+  assert_int_not_equal(nb_cond(f->e, no, null_branch, null_branch, NULL, &x, 1, out, 1), NB_OK);
+  tu_check_error(f->e, NB_INVALID, "nb_cond: the else branch left output 0 NULL", NULL);
 }
 
 /* Relaxed shapes: a vector that doubles each iteration, declared [-1]. */
@@ -397,6 +397,39 @@ static void test_rnn_graph_equals_eager(void **state) {
   nb_tensor_free(r);
 }
 
+
+static void test_errors_graph(void **state) {
+  gu_fixture *f = *state;
+  check_body_errors(f->c, nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x"),
+                    nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "v"));
+  /* branches must agree on dtypes */
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "s"), *p = nb_placeholder(f->c, NB_BOOL, 0, NULL, "p");
+  nb_tensor *in[2] = {x, x}, *out[2];
+  assert_int_not_equal(nb_cond(f->c, p, cast_branch, sq_branch, x, in, 2, out, 2), NB_OK);
+  tu_check_error(f->c, NB_DTYPE, "output 0 is float32 in the then branch", "float64 in the else branch");
+  assert_int_not_equal(nb_cond(f->c, p, half, null_branch, x, in, 1, out, 1), NB_OK);
+  tu_check_error(f->c, NB_INVALID, "nb_cond: else branch left result 0 NULL", NULL);
+  /* run-time errors: a predicate that turns out not to be a scalar, and a body op failing */
+  nb_attr dt = nb_attr_type("dtype", NB_F64);
+  nb_tensor *any = NULL, *y = NULL, *r = NULL;
+  assert_int_equal(nb_op(f->c, "Placeholder", NULL, 0, &dt, 1, &any, 1), NB_OK);
+  assert_int_equal(nb_while(f->c, vector_cond, times_x, x, &any, 1, 2, &y), NB_OK);
+  nb_tensor *v2 = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 2)), *xv = nb_scalar(f->e, NB_F64, 2);
+  nb_tensor *feeds[2] = {any, x}, *vals[2] = {v2, xv};
+  assert_int_equal(nb_run(f->s, feeds, vals, 2, &y, 1, &r), NB_INVALID);
+  assert_non_null(strstr(nb_session_error(f->s), "While (node 'While'): the predicate must be a bool scalar, got bool [2]"));
+  rnn short_rnn = {nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "w"), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "u"),
+                   nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"), nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(3, 2, 2), "xs")};
+  nb_tensor *vars[2] = {nb_scalar(f->c, NB_I64, 0), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0")}, *o2[2];
+  assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &short_rnn, vars, 2, -1, o2), NB_OK); /* 4 steps over 3 inputs */
+  nb_tensor *rf[5] = {short_rnn.w, short_rnn.u, short_rnn.b, short_rnn.xs, vars[1]};
+  nb_tensor *rv[5] = {det(f->e, 2, TU_SHAPE(3, 3), 1), det(f->e, 2, TU_SHAPE(2, 3), 1), det(f->e, 1, TU_SHAPE(3), 1),
+                      det(f->e, 3, TU_SHAPE(3, 2, 2), 1), det(f->e, 2, TU_SHAPE(2, 3), 1)};
+  assert_int_equal(nb_run(f->s, rf, rv, 5, &o2[1], 1, &r), NB_INVALID);
+  assert_non_null(strstr(nb_session_error(f->s), "body: "));
+  assert_non_null(strstr(nb_session_error(f->s), "GatherV2"));
+  assert_null(r);
+}
 
 /* ---- gradients in graph mode ------------------------------------------------------------------ */
 
@@ -614,6 +647,12 @@ static nb_code sq_times(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *
   return nb_status(c);
 }
 
+static nb_code always_true_fn(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
+  (void)in, (void)user;
+  out[0] = nb_tensor_from(c, NB_BOOL, 0, NULL, (const uint8_t[]){1});
+  return nb_status(c);
+}
+
 static int user_grad_calls;
 
 /* A deliberately different gradient (3 dy for x), to see it used. */
@@ -663,6 +702,15 @@ static void test_function_calls(void **state) {
   tu_check_error(f->e, NB_INVALID, "nb_function_new needs a graph context", NULL);
   assert_null(nb_function_new(f->c, failing_body, NULL, &x, 1, 1));
   tu_check_error(f->c, NB_UNIMPLEMENTED, "nb_function_new", "this body refuses");
+  assert_null(nb_function_new(f->c, always_true_fn, NULL, NULL, 0, 1));
+  tu_check_error(f->c, NB_INVALID, "nb_function_new", "needs at least one argument or captured tensor");
+  nb_graph *other = nb_graph_new();
+  nb_ctx *oc = nb_graph_ctx_new(other);
+  nb_tensor *ox = nb_placeholder(oc, NB_F64, 0, NULL, "x");
+  assert_int_not_equal(nb_call_function(oc, fn, &ox, 1, &o, 1), NB_OK);
+  tu_check_error(oc, NB_INVALID, "nb_call_function", "belongs to another graph");
+  nb_ctx_free(oc);
+  nb_graph_free(other);
 }
 
 int main(void) {

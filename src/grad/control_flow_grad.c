@@ -139,9 +139,9 @@ static nb_tensor *new_arg(nb_function *f, const nb_tensor *like, const char *nam
 }
 
 /* The gradient of the body's float results (and, with dacc, of the float accumulated
-   intermediates) in the body graph, and the reverse step extracted from it: arguments
+   intermediates) in the body graph, as the keys of the reverse step: arguments
    (accumulators..., captures..., d next..., [d acc...]), results (d vars..., d caps...). */
-static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t nfwd, bool dacc, nb_function **step) {
+static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t nfwd, bool dacc) {
   nb_graph *g = b->g;
   int ncap = b->nargs - b->nres, ny = w->nfv + (dacc ? w->nfa : 0), nx = w->nfv + w->nfc;
   int nargs = w->nacc + ncap + ny;
@@ -186,8 +186,9 @@ static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t n
     for (int j = b->nres; j < b->nargs; j++) keys[n++] = nb_key_of(b->args[j]);
     for (int i = 0; i < ny; i++) keys[n++] = nb_key_of(seeds[i]);
     for (int i = 0; i < nx; i++) keys[n + i] = nb_key_of(dx[i]);
-    *step = nb_function_extract(c, g, g, keys, n, keys + n, nx);
-    if (!*step) code = nb_status(c);
+    w->keys[dacc] = keys;
+    w->nkargs[dacc] = n;
+    keys = NULL;
   }
   if (code && !nb_status(c))
     nb_set_error(c, code, "While gradient: %s", b->c->status ? nb_error(b->c) : "out of memory");
@@ -245,7 +246,7 @@ static nb_code build_while_grad(nb_ctx *c, const nb_fwd_op *op, nb_function *b) 
   nb_code code = float_indices(b, 1, b->nres, &w->fvars, &w->nfv) || float_indices(b, b->nres, b->nargs, &w->fcaps, &w->nfc)
                      ? nb_set_error(c, NB_NOMEM, "While gradient: out of memory")
                      : NB_OK;
-  if (!code) code = build_step(c, b, w, w->nfwd, false, &w->step);
+  if (!code) code = build_step(c, b, w, w->nfwd, false);
   if (!code && !(w->facc = malloc(((size_t)w->nacc + 1) * sizeof *w->facc))) code = NB_NOMEM;
   for (int a = 0; a < w->nacc && !code; a++) {
     const nb_node *n = &b->g->nodes[nb_key_node(w->acc[a])];
@@ -261,6 +262,32 @@ static nb_code build_while_grad(nb_ctx *c, const nb_fwd_op *op, nb_function *b) 
   return NB_OK;
 }
 
+/* The reverse step (seeded or not) giving the gradients of the loop variables and of the
+   captures selected by mask: extracted from the body's gradient once per kind, so a
+   capture nobody differentiates (the RNN's inputs) costs nothing per iteration. */
+static nb_function *step_for(nb_ctx *c, nb_function *b, nb_while_grad *w, bool seeded, uint64_t mask) {
+  for (int i = 0; i < w->nsteps; i++)
+    if (w->steps[i].mask == mask && w->steps[i].seeded == seeded) return w->steps[i].f;
+  if (!w->keys[seeded] && build_step(c, b, w, w->nfwd, seeded)) return NULL;
+  const int64_t *keys = w->keys[seeded], *dx = keys + w->nkargs[seeded];
+  int64_t *res = malloc(((size_t)w->nfv + w->nfc + 1) * sizeof *res);
+  nb_step_fn *grown = realloc(w->steps, ((size_t)w->nsteps + 1) * sizeof *grown);
+  if (grown) w->steps = grown;
+  if (!res || !grown) {
+    free(res);
+    nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+    return NULL;
+  }
+  int n = 0;
+  for (int i = 0; i < w->nfv; i++) res[n++] = dx[i];
+  for (int q = 0; q < w->nfc; q++)
+    if (q >= 64 || (mask >> q & 1)) res[n++] = dx[w->nfv + q];
+  nb_function *f = nb_function_extract(c, b->g, b->g, keys, w->nkargs[seeded], res, n);
+  free(res);
+  if (f) w->steps[w->nsteps++] = (nb_step_fn){mask, seeded, f};
+  return f;
+}
+
 /* What the reverse loop's callbacks read (tensors of the graph the gradient is built in). */
 typedef struct reverse {
   nb_while_grad *w;
@@ -270,6 +297,8 @@ typedef struct reverse {
   nb_tensor **dstacks;     /* the gradients of its float accumulators (second order), or NULL */
   nb_tensor *const *caps;  /* its captured inputs */
   int ncap;
+  const int *sel;          /* the float captures (indices into w->fcaps) differentiated */
+  int nsel;
   const nb_shape_spec *shapes; /* the reverse loop variables' shapes */
 } reverse;
 
@@ -305,7 +334,7 @@ static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, vo
   if (!code) {
     next[0] = nb_add(c, v[0], nb_scalar(c, NB_I64, 1));
     for (int i = 0; i < w->nfv; i++) next[1 + i] = with_shape(c, outs[i], &r->shapes[1 + i]);
-    for (int q = 0; q < w->nfc; q++)
+    for (int q = 0; q < r->nsel; q++)
       next[1 + w->nfv + q] = with_shape(c, nb_add(c, v[1 + w->nfv + q], outs[w->nfv + q]), &r->shapes[1 + w->nfv + q]);
     code = nb_status(c);
   }
@@ -320,8 +349,9 @@ static nb_shape_spec gradient_shape(const nb_tensor *init, int rank, const int64
 }
 
 /* The reverse loop's variables and their shapes. */
-static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b, const nb_while_grad *w,
+static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b, const reverse *r,
                             nb_tensor *const *dys, nb_tensor **vars, nb_shape_spec *shapes) {
+  const nb_while_grad *w = r->w;
   vars[0] = nb_scalar(c, NB_I64, 0);
   shapes[0] = (nb_shape_spec){0, NULL};
   for (int i = 0; i < w->nfv; i++) {
@@ -329,8 +359,8 @@ static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b
     vars[1 + i] = dys[j] ? dys[j] : nb_zeros_like(c, nb_fwd_output(op, j));
     shapes[1 + i] = gradient_shape(vars[1 + i], b->args[j]->rank, b->args[j]->shape);
   }
-  for (int q = 0; q < w->nfc; q++) {
-    nb_tensor *x = nb_fwd_input(op, w->fcaps[q]);
+  for (int q = 0; q < r->nsel; q++) {
+    nb_tensor *x = nb_fwd_input(op, w->fcaps[r->sel[q]]);
     vars[1 + w->nfv + q] = nb_zeros_like(c, x);
     shapes[1 + w->nfv + q] = gradient_shape(NULL, nb_rank(x), nb_shape(x));
   }
@@ -351,22 +381,34 @@ static bool accumulators_have_grads(const nb_fwd_op *op, const nb_while_grad *w,
 static nb_code run_reverse(nb_ctx *c, const nb_fwd_op *op, nb_function *b, reverse *r, nb_tensor *const *dys,
                            nb_tensor **dxs) {
   nb_while_grad *w = r->w;
-  int nv = 1 + w->nfv + w->nfc;
+  int nv = 1 + w->nfv + r->nsel;
   nb_tensor **vars = malloc((2 * (size_t)nv + 1) * sizeof *vars), **outs = vars + nv;
   nb_shape_spec *shapes = malloc(((size_t)nv + 1) * sizeof *shapes);
   nb_code code = !vars || !shapes ? nb_set_error(c, NB_NOMEM, "While gradient: out of memory") : NB_OK;
-  if (!code) code = reverse_vars(c, op, b, w, dys, vars, shapes);
+  if (!code) code = reverse_vars(c, op, b, r, dys, vars, shapes);
   nb_while_opts o = {shapes};
   r->shapes = shapes;
   if (!code) code = nb_while_ex(c, reverse_cond, reverse_body, r, vars, nv, -1, &o, outs);
   if (!code) {
     nb_tensor_free(outs[0]);
     for (int i = 0; i < w->nfv; i++) dxs[w->fvars[i]] = outs[1 + i];
-    for (int q = 0; q < w->nfc; q++) dxs[w->fcaps[q]] = outs[1 + w->nfv + q];
+    for (int q = 0; q < r->nsel; q++) dxs[w->fcaps[r->sel[q]]] = outs[1 + w->nfv + q];
   }
   free(vars);
   free(shapes);
   return code;
+}
+
+/* The float captures whose gradients are wanted (all past the 64 a mask holds). */
+static uint64_t wanted_captures(const nb_fwd_op *op, const nb_while_grad *w, int *sel, int *nsel) {
+  uint64_t mask = 0;
+  *nsel = 0;
+  for (int q = 0; q < w->nfc; q++)
+    if (w->nfc > 64 || nb_fwd_input_needs_grad(op, w->fcaps[q])) {
+      sel[(*nsel)++] = q;
+      if (q < 64) mask |= 1ull << q;
+    }
+  return mask;
 }
 
 static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
@@ -374,23 +416,26 @@ static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys,
   if (!b->wgrad && build_while_grad(c, op, b)) return nb_status(c);
   nb_while_grad *w = b->wgrad;
   bool second = accumulators_have_grads(op, w, dys);
-  if (second && !w->step2 && build_step(c, b, w, w->nfwd, true, &w->step2)) return nb_status(c);
   nb_tensor *first = nb_fwd_output(op, 0);
   int nin = nb_fwd_num_inputs(op);
-  nb_tensor **stacks = malloc(((size_t)w->nacc + w->nfa + 1) * sizeof *stacks), **dstacks = stacks + w->nacc;
-  if (!stacks) return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
-  for (int a = 0; a < w->nacc; a++) stacks[a] = nb_graph_handle(c, first->graph, first->node, nin + a);
-  for (int q = 0; second && q < w->nfa; q++) dstacks[q] = dys[nin + w->facc[q]];
-  reverse r = {w, second ? w->step2 : w->step, first, stacks, second ? dstacks : NULL, NULL, b->nargs - b->nres, NULL};
-  nb_tensor **caps = malloc(((size_t)r.ncap + 1) * sizeof *caps);
-  nb_code code = caps ? NB_OK : nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
-  for (int j = 0; j < r.ncap && !code; j++) caps[j] = nb_fwd_input(op, b->nres + j);
-  r.caps = caps;
+  nb_tensor **stacks = malloc(((size_t)w->nacc + w->nfa + (size_t)b->nargs + 1) * sizeof *stacks);
+  int *sel = malloc(((size_t)w->nfc + 1) * sizeof *sel);
+  if (!stacks || !sel) {
+    free(stacks), free(sel);
+    return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  }
+  nb_tensor **dstacks = stacks + w->nacc, **caps = dstacks + w->nfa;
+  reverse r = {w, NULL, first, stacks, second ? dstacks : NULL, caps, b->nargs - b->nres, sel, 0, NULL};
+  uint64_t mask = wanted_captures(op, w, sel, &r.nsel);
+  r.step = step_for(c, b, w, second, mask);
+  nb_code code = r.step ? NB_OK : nb_status(c);
   for (int a = 0; a < w->nacc && !code; a++)
-    if (!stacks[a]) code = nb_status(c);
+    if (!(stacks[a] = nb_graph_handle(c, first->graph, first->node, nin + a))) code = nb_status(c);
+  for (int q = 0; second && q < w->nfa; q++) dstacks[q] = dys[nin + w->facc[q]];
+  for (int j = 0; j < r.ncap; j++) caps[j] = nb_fwd_input(op, b->nres + j);
   if (!code) code = run_reverse(c, op, b, &r, dys, dxs);
-  free(caps);
   free(stacks);
+  free(sel);
   return code;
 }
 

@@ -35,6 +35,7 @@ static nb_function *function_new(nb_graph *parent) {
   nb_function *f = calloc(1, sizeof *f);
   if (!f) return NULL;
   atomic_init(&f->busy, false);
+  atomic_init(&f->iters_hint, 0);
   f->g = nb_graph_new();
   f->c = f->g ? nb_graph_ctx_new(f->g) : NULL;
   if (!f->c) {
@@ -75,6 +76,9 @@ void nb_while_grad_free(nb_while_grad *w) {
   free(w->fvars);
   free(w->fcaps);
   free(w->facc);
+  free(w->keys[0]);
+  free(w->keys[1]);
+  free(w->steps);
   free(w);
 }
 
@@ -115,7 +119,7 @@ int32_t nb_graph_capture(nb_graph *g, const nb_tensor *x, bool *nomem) {
 
 /* Appends n argument placeholders of the given metas to f. */
 static nb_code add_args(nb_function *f, const nb_meta *m, int n) {
-  nb_tensor **args = realloc(f->args, (size_t)(f->nargs + n) * sizeof *args);
+  nb_tensor **args = realloc(f->args, ((size_t)(f->nargs + n) + 1) * sizeof *args);
   if (!args) return NB_NOMEM;
   f->args = args;
   for (int i = 0; i < n; i++) {
@@ -163,7 +167,7 @@ static nb_code unify_captures(nb_function *const *fs, int nf, int64_t **keys, in
   *nkeys = n;
   for (int f = 0; f < nf; f++) {
     nb_function *fn = fs[f];
-    nb_tensor **args = realloc(fn->args, (size_t)(fn->nargs + n) * sizeof *args);
+    nb_tensor **args = realloc(fn->args, ((size_t)(fn->nargs + n) + 1) * sizeof *args);
     if (!args) return NB_NOMEM;
     fn->args = args;
     for (int j = 0; j < n; j++) {

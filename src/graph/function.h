@@ -31,6 +31,7 @@ struct nb_function {
   int nargs, nres;
   int nacc;                /* While bodies: res[nres .. nres + nacc) are intermediates fetched
                               every iteration and stacked (the gradient's accumulators) */
+  atomic_llong iters_hint; /* While bodies: the iterations the last run took (sizes the stacks) */
   int64_t *caps;           /* the parent-graph tensors its last ncaps arguments capture */
   int ncaps;
   nb_function *grad;       /* its symbolic gradient, built on first use */
@@ -72,10 +73,20 @@ typedef struct nb_while_grad {
   int *fvars, nfv;         /* body arguments that are float loop variables */
   int *fcaps, nfc;         /* body arguments that are float captures */
   int *facc, nfa;          /* accumulators that are float (second order seeds them) */
-  nb_function *step;       /* one reverse step: (acc..., caps..., d next...) -> (d vars..., d caps...) */
-  nb_function *step2;      /* the same with (d acc...) seeds appended (second order), built on need */
+  /* The gradient in the body graph, as the keys of one reverse step: arguments
+     (acc..., caps..., d next..., [d acc...]) then results (d vars..., d caps...); [1]
+     with the accumulators seeded (second order), built on need. */
+  int64_t *keys[2];
+  int nkargs[2];
+  struct nb_step_fn *steps; /* reverse steps extracted, per (seeded, captures differentiated) */
+  int nsteps;
   int32_t nfwd;            /* the body's nodes before any gradient: the forward ones */
 } nb_while_grad;
+typedef struct nb_step_fn {
+  uint64_t mask;           /* bit q: the gradient of float capture q is a result */
+  bool seeded;
+  nb_function *f;
+} nb_step_fn;
 void nb_while_grad_free(nb_while_grad *w);
 
 /* Whether x is made by a ZerosLike node (a gradient pass's filler for an output that got no gradient). */

@@ -1,12 +1,15 @@
-/* Control-flow ops (TF's functional While and If, as while_v2/cond_v2 build them). The
-   functions they run are function graphs (src/graph/function.c) held in the internal
-   attrs _cond/_body and _then_branch/_else_branch; nb_while/nb_cond make these nodes, and
-   the leading underscore keeps the attrs out of nb_op's reach (they are pointers).
+/* Control-flow ops (TF's functional While, If and StatefulPartitionedCall, as while_v2
+   and cond_v2 build them). The functions they run are function graphs
+   (src/graph/function.c) held in the internal attrs _cond/_body, _then_branch/_else_branch
+   and _f; nb_while, nb_cond and nb_call_function make these nodes, and the leading
+   underscore keeps the attrs out of nb_op's reach (they are pointers).
    While's inputs are the loop variables: [iteration counter, the user's variables...,
-   captured tensors...]; its outputs their final values (captures pass through). If's
-   inputs are [cond, inputs..., captured tensors...]. Both are stateful in TF (not
+   captured tensors...]; its outputs their final values (captures pass through), then,
+   once a gradient needs them, the accumulators (src/grad/control_flow_grad.c). If's
+   inputs are [cond, inputs..., captured tensors...]. All are stateful as in TF (never
    folded at build time). A kernel runs in a session's context: it runs the functions
-   through sessions over their graphs, then hands the final buffers to its outputs. */
+   through sessions over their graphs, then hands the final buffers to its outputs.
+   _StackGet and _StackGetGrad read the accumulators in the gradient loops. */
 #include "../graph/function.h"
 
 #include <stdlib.h>
@@ -98,69 +101,86 @@ static nb_code while_step(nb_kargs *k, nb_function *cond, nb_function *body, nb_
   return code;
 }
 
-/* The per-iteration values of the intermediates the gradient reads, kept in order. */
-typedef struct history {
-  nb_tensor **v;           /* iteration t's accumulator a at v[t * nacc + a] */
-  int32_t n, cap;
-  int nacc;
-} history;
+/* The accumulators: each iteration's value of an intermediate the gradient reads, copied
+   into a stack [capacity, shape] that doubles when full, so the value's buffer is freed at
+   once (the next iteration reuses it) and nothing is copied again at the end. The first
+   capacity is the iteration count of the loop's previous run: a loop that runs the same
+   count each time fills one stack (from the pool) without growing it. */
+typedef struct accumulator {
+  nb_tensor *stack;        /* NULL until the first value */
+  int64_t n, cap;
+} accumulator;
 
-static bool history_push(history *h, nb_tensor *const *vals) {
-  if (!nb_grow_array((void **)&h->v, &h->cap, h->n + h->nacc, sizeof *h->v)) return false;
-  memcpy(h->v + h->n, vals, (size_t)h->nacc * sizeof *vals);
-  h->n += h->nacc;
-  return true;
+static nb_code accumulate(nb_kargs *k, accumulator *acc, int a, const nb_tensor *x, int64_t hint) {
+  const nb_tensor *s = acc->stack;
+  if (s && (x->rank != s->rank - 1 || memcmp(x->shape, s->shape + 1, (size_t)x->rank * sizeof *x->shape)))
+    return nb_kfail(k, NB_SHAPE, "the gradient accumulates intermediate %d, whose shape changes from %s to %s "
+                    "between iterations (relaxed loop shapes are not differentiable)", a,
+                    nb_sstr(s->rank - 1, s->shape + 1), nb_tstr(x));
+  if (x->rank + 1 > NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "accumulated intermediate %d has rank %d: no room for the iteration dim", a, x->rank);
+  size_t bytes = (size_t)x->size * nb_dtype_size(x->dtype);
+  if (acc->n == acc->cap) {
+    int64_t shape[NB_MAX_RANK];
+    shape[0] = acc->cap ? 2 * acc->cap : hint > 0 ? hint : 16;
+    memcpy(shape + 1, x->shape, (size_t)x->rank * sizeof *shape);
+    nb_tensor *grown = nb_tensor_alloc(k->ctx, x->dtype, x->rank + 1, shape);
+    if (!grown) return k->ctx->status;
+    if (acc->n) memcpy(nb_tdata(grown), nb_tdata(acc->stack), (size_t)acc->n * bytes);
+    nb_tensor_free(acc->stack);
+    acc->stack = grown;
+    acc->cap = shape[0];
+  }
+  memcpy((char *)nb_tdata(acc->stack) + (size_t)acc->n++ * bytes, nb_tdata(x), bytes);
+  return NB_OK;
 }
 
-/* Output nin + a: accumulator a stacked over the T iterations, [T, shape]. */
-static nb_code stack_history(nb_kargs *k, const nb_function *body, const history *h, int a) {
-  int64_t iters = h->n / h->nacc, shape[NB_MAX_RANK];
-  const nb_tensor *first = iters ? h->v[a] : body->res[body->nres + a];
-  if (first->rank + 1 > NB_MAX_RANK)
-    return nb_kfail(k, NB_SHAPE, "accumulated intermediate %d has rank %d: no room for the iteration dim", a, first->rank);
-  shape[0] = iters;
-  for (int d = 0; d < first->rank; d++) shape[d + 1] = first->shape[d] < 0 ? 0 : first->shape[d];
-  for (int64_t t = 1; t < iters; t++) {
-    const nb_tensor *x = h->v[t * h->nacc + a];
-    if (x->rank != first->rank || memcmp(x->shape, first->shape, (size_t)x->rank * sizeof *x->shape))
-      return nb_kfail(k, NB_SHAPE, "the gradient accumulates intermediate %d, whose shape changes from %s to %s "
-                      "between iterations (relaxed loop shapes are not differentiable)", a, nb_tstr(first), nb_tstr(x));
+/* Output nin + a: accumulator a as [T, shape] (T = 0: the static shape, unknown dims 0). */
+static nb_code finish_accumulator(nb_kargs *k, const nb_function *body, accumulator *acc, int a) {
+  nb_tensor *res = k->res[k->nin + a];
+  if (!acc->stack) {
+    const nb_tensor *t = body->res[body->nres + a];
+    res->rank = t->rank < 0 ? 1 : t->rank + 1;
+    res->shape[0] = 0;
+    for (int d = 0; d < t->rank; d++) res->shape[d + 1] = t->shape[d] < 0 ? 0 : t->shape[d];
+    res->size = 0;
+    return NB_OK;
   }
-  nb_tensor *stack = nb_tensor_alloc(k->ctx, first->dtype, first->rank + 1, shape);
-  if (!stack) return k->ctx->status;
-  size_t bytes = (size_t)nb_shape_size(first->rank, shape + 1) * nb_dtype_size(first->dtype);
-  for (int64_t t = 0; t < iters; t++) memcpy((char *)nb_tdata(stack) + (size_t)t * bytes, nb_tdata(h->v[t * h->nacc + a]), bytes);
-  adopt(k->ctx, k->res[k->nin + a], stack);
-  nb_tensor_free(stack);
+  acc->stack->shape[0] = acc->n;
+  acc->stack->size = nb_shape_size(acc->stack->rank, acc->stack->shape);
+  adopt(k->ctx, res, acc->stack);
   return NB_OK;
 }
 
 static nb_code while_kernel(nb_kargs *k) {
   nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
-  int nv = body->nres; /* loop variables the body computes; the captures after them stay */
-  nb_tensor **cur = malloc((2 * (size_t)k->nin + (size_t)body->nacc) * sizeof *cur), **next = cur + k->nin;
-  if (!cur) return nb_kfail(k, NB_NOMEM, "out of memory");
+  int nv = body->nres, nacc = body->nacc; /* loop variables the body computes; captures after them stay */
+  nb_tensor **cur = malloc((2 * (size_t)k->nin + (size_t)nacc) * sizeof *cur), **next = cur + k->nin;
+  accumulator *accs = calloc((size_t)nacc + 1, sizeof *accs);
+  if (!cur || !accs) {
+    free(cur), free(accs);
+    return nb_kfail(k, NB_NOMEM, "out of memory");
+  }
   memcpy(cur, k->in, (size_t)k->nin * sizeof *cur);
-  memcpy(next, k->in, (size_t)k->nin * sizeof *next);
-  history h = {NULL, 0, 0, body->nacc};
   bool owned = false, go = true;
   nb_code code = NB_OK;
+  int64_t hint = atomic_load(&body->iters_hint), iters = 0;
   while (!code && go) {
     code = while_step(k, cond, body, cur, next, &go);
     if (code || !go) break;
     if (owned) free_list(cur, nv);
     memcpy(cur, next, (size_t)nv * sizeof *cur);
     owned = true;
-    if (h.nacc && !history_push(&h, next + nv)) {
-      free_list(next + nv, h.nacc);
-      code = nb_kfail(k, NB_NOMEM, "out of memory accumulating intermediates");
-    }
+    iters++;
+    for (int a = 0; a < nacc && !code; a++) code = accumulate(k, &accs[a], a, next[nv + a], hint);
+    free_list(next + nv, nacc);
   }
   for (int i = 0; i < k->nin && !code; i++) adopt(k->ctx, k->res[i], cur[i]);
-  for (int a = 0; a < h.nacc && !code; a++) code = stack_history(k, body, &h, a);
+  for (int a = 0; a < nacc && !code; a++) code = finish_accumulator(k, body, &accs[a], a);
+  if (!code && nacc) atomic_store(&body->iters_hint, iters);
+  for (int a = 0; a < nacc; a++) nb_tensor_free(accs[a].stack);
   if (owned) free_list(cur, nv);
-  free_list(h.v, h.n);
-  free(h.v);
+  free(accs);
   free(cur);
   return code;
 }
