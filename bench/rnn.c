@@ -4,7 +4,7 @@
      nb_rnn_graph   ms   nb_while in a graph, nb_gradients (the while_v2 gradient loop), one nb_run
      nb_rnn_eager   ms   nb_while in an eager context under a tape, nb_tape_gradient
      nb_rnn_accumulators  what the graph loop stacks for its gradient (count and bytes)
-   bench/peers... the same computation in PyTorch: ../shared/bench-peers/rnn_step.py. */
+   PyTorch's rnn_step.py among the shared bench peers times the same computation. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 

@@ -524,6 +524,20 @@ static void test_grad_max_iters_and_nested(void **state) {
   }
 }
 
+/* A loop that runs no iteration: empty accumulators, the gradient passes dy through. */
+static void test_grad_zero_iterations(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *y, *d;
+  nb_tensor *vars[2] = {nb_scalar(f->c, NB_I32, 3), x}, *out[2];
+  assert_int_equal(nb_while(f->c, poly_cond, poly_body, x, vars, 2, -1, out), NB_OK); /* 3 < 3 fails at once */
+  y = nb_mul(f->c, out[1], out[1]);
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &d), NB_OK);
+  assert_true(accumulators(out[1]) > 0);
+  nb_tensor *r = gu_run1(f, x, nb_scalar(f->e, NB_F64, 0.5), d);
+  tu_check(r, NB_F64, 0, NULL, TU_VALS(1), 0);
+  nb_tensor_free(r);
+}
+
 /* The RNN: graph gradients (nb_while) equal the eager tape's through the eager loop, and
    the loop accumulates only what its gradient reads. */
 static void test_grad_rnn_graph_equals_eager(void **state) {
@@ -732,6 +746,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_grad_poly_equals_unrolled, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_accumulates_nothing_for_add, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_max_iters_and_nested, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_zero_iterations, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_rnn_graph_equals_eager, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_cond, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_loop_in_cond_and_relaxed, gu_setup, gu_teardown),

@@ -49,6 +49,7 @@ static void hand_out(const nb_fwd_op *op, nb_tensor **outs, int n, int first, nb
   }
 }
 
+/* d f(x)/dx is f's gradient function applied to (x, dys): the chain rule through the body. */
 static nb_code call_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_function *f = fn_of(op, "_f");
   if (f->user_grad) return f->user_grad(c, op, dys, dxs);
@@ -65,7 +66,8 @@ static nb_code call_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
   return code;
 }
 
-/* d(If(p, x))/dx = If(p, then's gradient, else's gradient) on (x, dys). */
+/* d(If(p, x))/dx = If(p, then's gradient, else's gradient) on (x, dys): only the taken
+   branch computed the outputs, so only its derivative applies. */
 static nb_code if_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_function *t = fn_of(op, "_then_branch"), *e = fn_of(op, "_else_branch");
   nb_function *gt = nb_function_gradient(c, t), *ge = gt ? nb_function_gradient(c, e) : NULL;
@@ -411,6 +413,8 @@ static uint64_t wanted_captures(const nb_fwd_op *op, const nb_while_grad *w, int
   return mask;
 }
 
+/* With v_{t+1} = body(v_t, c) for t < T: dv_t = (d body/d v_t)^T dv_{t+1}, from dv_T = dy,
+   backwards; dc = sum over t of (d body/d c)^T dv_{t+1} (c used by every iteration). */
 static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_function *b = fn_of(op, "_body");
   if (!b->wgrad && build_while_grad(c, op, b)) return nb_status(c);
