@@ -594,6 +594,16 @@ static void test_grad_cond(void **state) {
       nb_tensor_free(r);
     }
   }
+  /* gradcheck on each side of a predicate computed from x itself */
+  nb_tensor *px = nb_greater(f->c, x, nb_scalar(f->c, NB_F64, 0.5)), *in2[2] = {x, z}, *o2[2];
+  assert_int_equal(nb_cond(f->c, px, sq_branch, sin_branch, w, in2, 2, o2, 2), NB_OK);
+  nb_tensor *l = nb_add(f->c, o2[0], o2[1]);
+  for (int side = 0; side < 2; side++) {
+    nb_tensor *vals[2] = {nb_scalar(f->e, NB_F64, side ? 0.9 : 0.2), nb_scalar(f->e, NB_F64, 1.7)};
+    double err = 1;
+    assert_int_equal(nb_gradcheck(f->c, l, xs, 2, vals, &err), NB_OK);
+    assert_true(err < 1e-6);
+  }
   /* a cond in a loop: the graph gradient equals the eager tape's */
   nb_tensor *three = nb_scalar(f->e, NB_F64, 3), *xv = nb_scalar(f->e, NB_F64, 0.7), *ye, *dxe;
   nb_tape *t = nb_tape_begin(f->e, 0);
@@ -691,6 +701,9 @@ static void test_function_calls(void **state) {
   nb_tensor *vals[2] = {nb_scalar(f->e, NB_F64, 1.3), nb_scalar(f->e, NB_F64, 0.6)};
   const double want[4] = {pow(1.3, 4) * pow(0.6, 3), 4 * pow(1.3, 3) * pow(0.6, 3), 3 * pow(1.3, 4) * pow(0.6, 2),
                           12 * pow(1.3, 2) * pow(0.6, 3)};
+  double err = 1;
+  assert_int_equal(nb_gradcheck(f->c, y2, xw, 2, vals, &err), NB_OK);
+  assert_true(err < 1e-6);
   nb_tensor *fetch[4] = {y2, d[0], d[1], dd};
   for (int i = 0; i < 4; i++) {
     nb_tensor *r = run_n(f, xw, vals, 2, fetch[i]);
