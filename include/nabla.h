@@ -718,7 +718,11 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
    body that changes either fails, naming the variable. Results are new handles in c's
    current scope (a variable passed through unchanged gets an Identity). nb_cond's
    branches take in[0..nin) and write out[0..nout); in a graph the branches' outputs must
-   agree in dtype (shapes may differ: the If output keeps the dims they share). */
+   agree in dtype (shapes may differ: the If output keeps the dims they share).
+   nb_gradients differentiates While and If nodes to any order (see the README: While
+   stacks the intermediates its gradient reads, as TF's while_v2; a gradient reading a
+   value whose shape changes between iterations fails when run). The callbacks and user
+   are used only during the call (a graph keeps what they traced). */
 typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
 typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
 nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,
