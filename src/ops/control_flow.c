@@ -50,11 +50,13 @@ static nb_code check_arg_dtypes(nb_kargs *k, const nb_function *f, int first) {
 
 static nb_code while_infer(nb_kargs *k) {
   const nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
-  if (k->nin != body->nargs || k->nin != cond->nargs || k->nout != k->nin + body->nacc || cond->nres != 1)
+  /* a node made before its body gained accumulators (a copy in another function) has none */
+  bool accumulates = k->nout == k->nin + body->nacc;
+  if (k->nin != body->nargs || k->nin != cond->nargs || (k->nout != k->nin && !accumulates) || cond->nres != 1)
     return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its functions (%d arguments)", k->nin, k->nout,
                     body->nargs);
   nb_code code = check_arg_dtypes(k, body, 0);
-  for (int a = 0; a < body->nacc; a++) { /* accumulators: [iterations, the intermediate's shape] */
+  for (int a = 0; accumulates && a < body->nacc; a++) { /* accumulators: [iterations, the intermediate's shape] */
     const nb_tensor *t = body->res[body->nres + a];
     nb_meta *m = &k->out[k->nin + a];
     m->dtype = t->dtype;
@@ -154,8 +156,10 @@ static nb_code finish_accumulator(nb_kargs *k, const nb_function *body, accumula
 
 static nb_code while_kernel(nb_kargs *k) {
   nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
-  int nv = body->nres, nacc = body->nacc; /* loop variables the body computes; captures after them stay */
-  nb_tensor **cur = malloc((2 * (size_t)k->nin + (size_t)nacc) * sizeof *cur), **next = cur + k->nin;
+  /* nv: loop variables the body computes (the captures after them stay); the body also
+     fetches its accumulators, which this node stacks when it has their outputs */
+  int nv = body->nres, fetched = body->nacc, nacc = k->nout - k->nin;
+  nb_tensor **cur = malloc((2 * (size_t)k->nin + (size_t)fetched) * sizeof *cur), **next = cur + k->nin;
   accumulator *accs = calloc((size_t)nacc + 1, sizeof *accs);
   if (!cur || !accs) {
     free(cur), free(accs);
@@ -173,7 +177,7 @@ static nb_code while_kernel(nb_kargs *k) {
     owned = true;
     iters++;
     for (int a = 0; a < nacc && !code; a++) code = accumulate(k, &accs[a], a, next[nv + a], hint);
-    free_list(next + nv, nacc);
+    free_list(next + nv, fetched);
   }
   for (int i = 0; i < k->nin && !code; i++) adopt(k->ctx, k->res[i], cur[i]);
   for (int a = 0; a < nacc && !code; a++) code = finish_accumulator(k, body, &accs[a], a);
