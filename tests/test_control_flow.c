@@ -514,7 +514,14 @@ static void test_grad_max_iters_and_nested(void **state) {
   assert_int_equal(nb_gradients(f->c, &y6, 1, &x, 1, NULL, &d[1]), NB_OK);
   assert_int_equal(nb_gradients(f->c, &d[0], 1, &x, 1, NULL, &dd[0]), NB_OK);
   assert_int_equal(nb_gradients(f->c, &d[1], 1, &x, 1, NULL, &dd[1]), NB_OK);
+  /* the max_iters loop against the same multiplications unrolled, both orders */
+  nb_tensor *u = one, *du, *ddu;
+  for (int i = 0; i < 5; i++) u = nb_mul(f->c, u, x);
+  assert_int_equal(nb_gradients(f->c, &u, 1, &x, 1, NULL, &du), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &du, 1, &x, 1, NULL, &ddu), NB_OK);
   nb_tensor *v = nb_scalar(f->e, NB_F64, 1.1);
+  check_same(f, &x, &v, 1, d[0], du, 1e-14);
+  check_same(f, &x, &v, 1, dd[0], ddu, 1e-14);
   const double want[4] = {5 * pow(1.1, 4), 6 * pow(1.1, 5), 20 * pow(1.1, 3), 30 * pow(1.1, 4)};
   nb_tensor *fetch[4] = {d[0], d[1], dd[0], dd[1]};
   for (int i = 0; i < 4; i++) {
@@ -565,6 +572,15 @@ static void test_grad_rnn_graph_equals_eager(void **state) {
     tu_check_vals(r, want, 1e-13);
     nb_tensor_free(r);
   }
+  /* and equal the same cell unrolled in the graph */
+  nb_tensor *uv[2] = {nb_scalar(f->c, NB_I64, 0), hg}, *un[2], *gu[5];
+  for (int step = 0; step < 4; step++) {
+    assert_int_equal(rnn_body(f->c, uv, un, &rg), NB_OK);
+    uv[0] = un[0], uv[1] = un[1];
+  }
+  nb_tensor *lu = nb_mean(f->c, nb_square(f->c, uv[1]), NULL, 0, false);
+  assert_int_equal(nb_gradients(f->c, &lu, 1, xs, 5, NULL, gu), NB_OK);
+  for (int i = 0; i < 5; i++) check_same(f, xs, srcs, 5, gg[i], gu[i], 1e-13);
   /* what the gradient reads per step: h (MatMul's for W), the Tanh output, x_t (MatMul's
      for U) and the Gather index (its gradient for xs) */
   assert_int_equal(accumulators(gout[1]), 4);
