@@ -3,7 +3,7 @@
    to eager; captures, nesting, relaxed shapes), and the errors for malformed callbacks. */
 #include "graphutil.h"
 
-#include "../src/graph/graph.h" /* node output counts: the accumulators a gradient added */
+#include "../src/graph/function.h" /* node output counts and function graphs: what gradients added */
 
 /* ---- loop callbacks ------------------------------------------------------------------------ */
 
@@ -597,6 +597,13 @@ static void test_grad_cond(void **state) {
   assert_int_equal(nb_cond(f->c, p, sq_branch, sin_branch, w, in, 2, out, 2), NB_OK);
   nb_tensor *xs[2] = {x, w}, *d[2], *dd;
   assert_int_equal(nb_gradients(f->c, &out[0], 1, xs, 2, NULL, d), NB_OK);
+  /* as cond_v2: the If now also outputs sin(x), which the else branch's gradient reads
+     (Mul's); the then branch's reads only x, an input. The gradient If's else branch
+     takes it instead of computing Sin again. */
+  const nb_node *n = &f->g->nodes[out[0]->node];
+  assert_int_equal(n->nout, 2 + 1);
+  const nb_function *ge = nb_function_from_bits(f->g->nodes[d[0]->node].attr[2].i);
+  for (int32_t i = 0; i < ge->g->nnodes; i++) assert_string_not_equal(ge->g->nodes[i].def->name, "Sin");
   assert_int_equal(nb_gradients(f->c, &d[0], 1, &x, 1, NULL, &dd), NB_OK);
   for (int taken = 0; taken < 2; taken++) {
     nb_tensor *feeds[3] = {x, w, p};

@@ -3,9 +3,12 @@
    - StatefulPartitionedCall: the user's gradient for the function when set, else TF's
      SymbolicGradient: a call of the function's gradient function, which recomputes the
      forward intermediates it reads from the arguments.
-   - If: an If on the same predicate whose branches are the branches' gradient functions
-     (each recomputes its branch's intermediates from the inputs, where cond_v2 would add
-     them as outputs of the forward If).
+   - If, as cond_v2: an If on the same predicate whose branches are the branches'
+     gradient functions; the intermediates those read become extra outputs of the forward
+     If (each branch outputs its own, and a zero scalar for each of the other's: nothing
+     reads those, so they need no shape), and the gradient uses the taken branch's values
+     instead of computing them again. Their gradients (second order) enter the branch
+     gradients as extra seeds.
    - While, as while_v2: the forward loop stacks, every iteration, each intermediate the
      body's gradient reads that changes between iterations (the accumulators, extra
      outputs of the forward While); the gradient is a While that runs the same number of
@@ -18,10 +21,19 @@
 #include "grad.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static nb_tensor *stack_get(nb_ctx *c, nb_tensor *stack, nb_tensor *t);
 
 static nb_function *fn_of(const nb_fwd_op *op, const char *attr) { return nb_function_from_bits(nb_fwd_attr_int(op, attr)); }
+
+/* A new argument placeholder of f with like's dtype and static shape. */
+static nb_tensor *new_arg(nb_function *f, const nb_tensor *like, const char *name) {
+  nb_meta m;
+  nb_meta_set(&m, like->dtype, like->rank, like->shape);
+  int32_t id = nb_graph_add_arg(f->g, &m, name);
+  return id < 0 ? NULL : nb_graph_handle(f->c, f->g, id, 0);
+}
 
 /* ---- calls and branches ------------------------------------------------------------------------ */
 
@@ -66,20 +78,258 @@ static nb_code call_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
   return code;
 }
 
-/* d(If(p, x))/dx = If(p, then's gradient, else's gradient) on (x, dys): only the taken
-   branch computed the outputs, so only its derivative applies. */
+/* ---- If, as cond_v2 ------------------------------------------------------------------------- */
+
+/* The forward tensors of b (nodes below nfwd that are neither arguments nor known at build
+   time) read by the nodes from `from` on, appended to *keys unless present; *extra counts
+   the new ones. */
+static nb_code branch_reads(const nb_function *b, int32_t from, int32_t nfwd, int64_t **keys, int *n, int *extra) {
+  const nb_graph *g = b->g;
+  *extra = 0;
+  for (int32_t id = from; id < g->nnodes; id++) {
+    const nb_node *u = &g->nodes[id];
+    for (int32_t i = 0; i < u->nin; i++) {
+      const nb_edge *e = &g->edges[u->in0 + i];
+      const nb_node *src = &g->nodes[e->src];
+      if (e->src >= nfwd || !strcmp(src->def->name, "Placeholder") || g->outs[src->out0 + e->out].value) continue;
+      int64_t key = nb_key(e->src, e->out);
+      bool seen = false;
+      for (int k = 0; k < *n && !seen; k++) seen = (*keys)[k] == key;
+      if (seen) continue;
+      int64_t *grown = realloc(*keys, ((size_t)*n + 1) * sizeof *grown);
+      if (!grown) return NB_NOMEM;
+      *keys = grown;
+      (*keys)[(*n)++] = key;
+      (*extra)++;
+    }
+  }
+  return NB_OK;
+}
+
+static nb_tensor *handle_at(nb_function *b, int64_t key) {
+  return nb_graph_handle(b->c, b->g, nb_key_node(key), nb_key_out(key));
+}
+
+static bool own_slot(const nb_if_grad *w, int which, int a) { return (a < w->nread[0]) == (which == 0); }
+
+/* A branch's gradient in its graph. Seeds: d of each float result, and when seeded, d of
+   each float intermediate slot (its own are seeded, the other branch's get unused
+   placeholders). *extra: those seed arguments' keys; *dx: the arguments' gradients; the
+   intermediates read are appended to *reads (a seeded build must add none). */
+typedef struct branch_grad {
+  int64_t *dx, *extra, *reads;
+  int nextra, nreads;
+} branch_grad;
+
+static nb_code seeds_of(nb_function *b, const nb_if_grad *w, int which, bool seeded, nb_tensor **ys, nb_tensor **gys,
+                        int *ny, branch_grad *r) {
+  for (int o = 0; o < b->nres; o++) {
+    if (!nb_is_float(b->res[o]->dtype)) continue;
+    nb_tensor *ph = new_arg(b, b->res[o], "dy");
+    if (!ph) return NB_NOMEM;
+    ys[*ny] = b->res[o];
+    gys[(*ny)++] = ph;
+    r->extra[r->nextra++] = nb_key_of(ph);
+  }
+  for (int a = 0; seeded && a < w->nread[0] + w->nread[1]; a++) {
+    nb_tensor *slot = handle_at(b, w->slots[which][a]);
+    if (!slot) return NB_NOMEM;
+    if (!nb_is_float(slot->dtype)) continue;
+    bool own = own_slot(w, which, a);
+    nb_tensor *ph = own ? new_arg(b, slot, "d_intermediate") : new_arg(b, &(nb_tensor){.dtype = slot->dtype, .rank = -1}, "unused");
+    if (!ph) return NB_NOMEM;
+    if (own) ys[*ny] = slot, gys[(*ny)++] = ph;
+    r->extra[r->nextra++] = nb_key_of(ph);
+  }
+  return NB_OK;
+}
+
+static nb_code build_branch_grad(nb_ctx *c, nb_function *b, const nb_if_grad *w, int which, bool seeded,
+                                 branch_grad *r) {
+  int nexp = seeded ? w->nread[0] + w->nread[1] : 0, cap = b->nres + nexp + 1, ny = 0;
+  nb_tensor **ys = malloc(((size_t)2 * cap + b->nargs + 1) * sizeof *ys), **gys = ys + cap, **dx = gys + cap;
+  r->extra = malloc((size_t)cap * sizeof *r->extra);
+  r->dx = malloc(((size_t)b->nargs + 1) * sizeof *r->dx);
+  nb_code code = !ys || !r->extra || !r->dx ? NB_NOMEM : seeds_of(b, w, which, seeded, ys, gys, &ny, r);
+  int32_t from = b->g->nnodes;
+  nb_grad_opts o = {.grad_ys = gys, .unconnected_zero = 1};
+  if (!code) code = nb_gradients(b->c, ys, ny, b->args, b->nargs, &o, dx);
+  for (int i = 0; i < b->nargs && !code; i++) {
+    if (!(dx[i] = nb_densify(b->c, dx[i]))) code = b->c->status;
+    else r->dx[i] = nb_key_of(dx[i]);
+  }
+  int extra = 0;
+  if (!code && branch_reads(b, from, seeded ? w->nfwd[which] : from, &r->reads, &r->nreads, &extra)) code = NB_NOMEM;
+  if (!code && seeded && extra)
+    code = nb_set_error(c, NB_UNIMPLEMENTED, "If gradient: this second-order gradient reads %d branch intermediates the "
+                        "first-order gradient did not", extra);
+  if (code && !nb_status(c)) nb_set_error(c, code, "If gradient: %s", b->c->status ? nb_error(b->c) : "out of memory");
+  nb_clear_error(b->c);
+  free(ys);
+  return code;
+}
+
+static void branch_grad_free(branch_grad *r) {
+  free(r->dx);
+  free(r->extra);
+  free(r->reads);
+}
+
+/* The branch gradient function: arguments (b's arguments..., the intermediate slots...,
+   the seeds...), results the arguments' gradients. */
+static nb_function *extract_branch_grad(nb_ctx *c, nb_function *b, const nb_if_grad *w, int which,
+                                        const branch_grad *r) {
+  int nexp = w->nread[0] + w->nread[1], n = 0;
+  int64_t *keys = malloc(((size_t)b->nargs + nexp + r->nextra + 1) * sizeof *keys);
+  if (!keys) {
+    nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+    return NULL;
+  }
+  for (int i = 0; i < b->nargs; i++) keys[n++] = nb_key_of(b->args[i]);
+  for (int a = 0; a < nexp; a++) keys[n++] = w->slots[which][a];
+  for (int i = 0; i < r->nextra; i++) keys[n++] = r->extra[i];
+  nb_function *f = nb_function_extract(c, b->g, b->g, keys, n, r->dx, b->nargs);
+  free(keys);
+  return f;
+}
+
+/* Each branch's slots: its own intermediates, and placeholders of the other's dtypes. */
+static nb_code make_slots(nb_function *const *br, nb_if_grad *w, branch_grad *r) {
+  int nexp = w->nread[0] + w->nread[1];
+  for (int b = 0; b < 2; b++) {
+    if (!(w->slots[b] = malloc(((size_t)nexp + 1) * sizeof *w->slots[b]))) return NB_NOMEM;
+    for (int a = 0; a < nexp; a++) {
+      int src = a < w->nread[0] ? 0 : 1, idx = src ? a - w->nread[0] : a;
+      int64_t key = r[src].reads[idx];
+      if (src == b) {
+        w->slots[b][a] = key;
+        continue;
+      }
+      const nb_graph *g = br[src]->g;
+      nb_tensor like = {.dtype = g->outs[g->nodes[nb_key_node(key)].out0 + nb_key_out(key)].meta.dtype, .rank = -1};
+      nb_tensor *ph = new_arg(br[b], &like, "other_branch");
+      if (!ph) return NB_NOMEM;
+      w->slots[b][a] = nb_key_of(ph);
+    }
+  }
+  return NB_OK;
+}
+
+/* The If's extra results: branch b outputs its own intermediates and zeros for the other's. */
+static nb_code expose(nb_function *b, const nb_if_grad *w, int which) {
+  int nexp = w->nread[0] + w->nread[1];
+  nb_tensor **res = realloc(b->res, ((size_t)b->nres + nexp + 1) * sizeof *res);
+  if (!res) return NB_NOMEM;
+  b->res = res;
+  for (int a = 0; a < nexp; a++) {
+    nb_tensor *slot = handle_at(b, w->slots[which][a]);
+    if (slot && !own_slot(w, which, a)) slot = nb_scalar(b->c, slot->dtype, 0);
+    if (!slot) return NB_NOMEM;
+    b->res[b->nres + a] = slot;
+  }
+  b->nacc = nexp;
+  return NB_OK;
+}
+
+/* Gives the If node of op outputs for the exposed intermediates it lacks. */
+static nb_code add_exposed_outputs(const nb_fwd_op *op, const nb_function *t, const nb_function *e) {
+  nb_tensor *first = nb_fwd_output(op, 0);
+  nb_graph *g = first->graph;
+  int have = g->nodes[first->node].nout - t->nres, n = t->nacc - have;
+  if (n <= 0) return NB_OK;
+  nb_meta *m = malloc((size_t)n * sizeof *m);
+  if (!m) return NB_NOMEM;
+  for (int i = 0; i < n; i++) {
+    const nb_tensor *a = t->res[t->nres + have + i], *b = e->res[t->nres + have + i];
+    nb_meta_set(&m[i], a->dtype, a->rank, a->shape);
+    bool same = a->rank == b->rank;
+    if (!same) m[i].rank = -1;
+    for (int d = 0; same && d < a->rank; d++)
+      if (a->shape[d] != b->shape[d]) m[i].shape[d] = -1;
+  }
+  nb_code code = nb_graph_add_outputs(g, first->node, m, n) ? NB_NOMEM : NB_OK;
+  free(m);
+  return code;
+}
+
+/* Builds both branches' gradients (finding their intermediates), the slots, the branch
+   gradient functions, and exposes the intermediates as If outputs. */
+static nb_code build_if_grad(nb_ctx *c, nb_function *const *br) {
+  nb_if_grad *w = calloc(1, sizeof *w);
+  branch_grad r[2] = {{0}, {0}};
+  nb_code code = w ? NB_OK : NB_NOMEM;
+  for (int b = 0; b < 2 && !code; b++) {
+    w->nfwd[b] = br[b]->g->nnodes;
+    code = build_branch_grad(c, br[b], w, b, false, &r[b]);
+    w->nread[b] = r[b].nreads;
+  }
+  if (!code && make_slots(br, w, r)) code = NB_NOMEM;
+  for (int b = 0; b < 2 && !code; b++)
+    if (!(w->fn[0][b] = extract_branch_grad(c, br[b], w, b, &r[b]))) code = nb_status(c);
+  for (int b = 0; b < 2 && !code; b++)
+    if (expose(br[b], w, b)) code = NB_NOMEM;
+  branch_grad_free(&r[0]);
+  branch_grad_free(&r[1]);
+  if (code == NB_NOMEM && !nb_status(c)) nb_set_error(c, code, "If gradient: out of memory");
+  if (code) {
+    nb_if_grad_free(w);
+    return nb_status(c);
+  }
+  br[0]->igrad = w;
+  return NB_OK;
+}
+
+static nb_code build_seeded(nb_ctx *c, nb_function *const *br, nb_if_grad *w) {
+  nb_code code = NB_OK;
+  for (int b = 0; b < 2 && !code; b++) {
+    branch_grad r = {0};
+    int first = b ? w->nread[0] : 0; /* its own intermediates: a seeded build must read no others */
+    if (!(r.reads = malloc(((size_t)w->nread[b] + 1) * sizeof *r.reads))) code = nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+    for (int a = 0; a < w->nread[b] && !code; a++) r.reads[r.nreads++] = w->slots[b][first + a];
+    if (!code) code = build_branch_grad(c, br[b], w, b, true, &r);
+    if (!code && !(w->fn[1][b] = extract_branch_grad(c, br[b], w, b, &r))) code = nb_status(c);
+    branch_grad_free(&r);
+  }
+  return code;
+}
+
+/* Whether the exposed intermediates got real gradients (second order). */
+static bool exposed_have_grads(const nb_fwd_op *op, const nb_function *t, nb_tensor *const *dys) {
+  for (int a = t->nres; a < nb_fwd_num_outputs(op); a++)
+    if (dys[a] && !nb_is_zeros_filler(dys[a])) return true;
+  return false;
+}
+
+/* d(If(p, x))/dx = If(p, then's gradient, else's gradient): only the taken branch made
+   the outputs, so only its derivative applies; it reads the intermediates that branch
+   exposed (the other branch's slots hold zeros). */
 static nb_code if_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
-  nb_function *t = fn_of(op, "_then_branch"), *e = fn_of(op, "_else_branch");
-  nb_function *gt = nb_function_gradient(c, t), *ge = gt ? nb_function_gradient(c, e) : NULL;
-  int n = 0;
-  nb_tensor **ins = ge ? grad_fn_inputs(c, op, t, dys, &n) : NULL;
-  nb_tensor **outs = ins ? malloc(((size_t)t->nargs + 1) * sizeof *outs) : NULL;
-  nb_code code = nb_status(c);
-  if (!code && !outs) code = nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
-  if (!code) code = nb_cf_node(c, "If", ins, n, gt, ge, outs, t->nargs);
-  if (!code) hand_out(op, outs, t->nargs, 1, dxs);
-  free(outs);
+  nb_function *br[2] = {fn_of(op, "_then_branch"), fn_of(op, "_else_branch")};
+  if (!br[0]->igrad && build_if_grad(c, br)) return nb_status(c);
+  nb_if_grad *w = br[0]->igrad;
+  bool seeded = exposed_have_grads(op, br[0], dys);
+  if (seeded && !w->fn[1][0] && build_seeded(c, br, w)) return nb_status(c);
+  if (add_exposed_outputs(op, br[0], br[1])) return nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+  nb_tensor *first = nb_fwd_output(op, 0);
+  int nin = nb_fwd_num_inputs(op), nres = br[0]->nres, nexp = br[0]->nacc, n = 0;
+  nb_tensor **ins = malloc(((size_t)nin + 2 * ((size_t)nres + nexp) + 1) * sizeof *ins);
+  nb_tensor **outs = malloc(((size_t)br[0]->nargs + 1) * sizeof *outs);
+  nb_code code = ins && outs ? NB_OK : nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+  for (int i = 0; i < nin && !code; i++) ins[n++] = nb_fwd_input(op, i);
+  for (int a = 0; a < nexp && !code; a++)
+    if (!(ins[n++] = nb_graph_handle(c, first->graph, first->node, nres + a))) code = nb_status(c);
+  for (int o = 0; o < nres && !code; o++)
+    if (nb_is_float(br[0]->res[o]->dtype)) ins[n++] = dys[o] ? dys[o] : nb_zeros_like(c, nb_fwd_output(op, o));
+  for (int a = 0; seeded && a < nexp && !code; a++) {
+    if (!nb_is_float(br[0]->res[nres + a]->dtype)) continue;
+    nb_tensor *d = nres + a < nb_fwd_num_outputs(op) ? dys[nres + a] : NULL;
+    ins[n++] = d ? d : nb_zeros_like(c, ins[nin + a]);
+  }
+  if (!code) code = nb_status(c);
+  if (!code) code = nb_cf_node(c, "If", ins, n, w->fn[seeded][0], w->fn[seeded][1], outs, br[0]->nargs);
+  if (!code) hand_out(op, outs, br[0]->nargs, 1, dxs);
   free(ins);
+  free(outs);
   return code;
 }
 
@@ -133,12 +383,6 @@ static nb_code collect_reads(nb_graph *g, const nb_function *b, int32_t from, in
   return NB_OK;
 }
 
-static nb_tensor *new_arg(nb_function *f, const nb_tensor *like, const char *name) {
-  nb_meta m;
-  nb_meta_set(&m, like->dtype, like->rank, like->shape);
-  int32_t id = nb_graph_add_arg(f->g, &m, name);
-  return id < 0 ? NULL : nb_graph_handle(f->c, f->g, id, 0);
-}
 
 /* The gradient of the body's float results (and, with dacc, of the float accumulated
    intermediates) in the body graph, as the keys of the reverse step: arguments

@@ -21,6 +21,7 @@ static void function_free(nb_function *f) {
   free(f->res);
   free(f->caps);
   nb_while_grad_free(f->wgrad);
+  nb_if_grad_free(f->igrad);
   free(f);
 }
 
@@ -79,6 +80,13 @@ void nb_while_grad_free(nb_while_grad *w) {
   free(w->keys[0]);
   free(w->keys[1]);
   free(w->steps);
+  free(w);
+}
+
+void nb_if_grad_free(nb_if_grad *w) {
+  if (!w) return;
+  free(w->slots[0]);
+  free(w->slots[1]);
   free(w);
 }
 

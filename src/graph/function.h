@@ -29,14 +29,16 @@ struct nb_function {
   nb_ctx *c;
   nb_tensor **args, **res;
   int nargs, nres;
-  int nacc;                /* While bodies: res[nres .. nres + nacc) are intermediates fetched
-                              every iteration and stacked (the gradient's accumulators) */
+  int nacc;                /* res[nres .. nres + nacc) are intermediates the gradient reads,
+                              fetched too: While bodies stack them every iteration (the
+                              accumulators), If branches output them */
   atomic_llong iters_hint; /* While bodies: the iterations the last run took (sizes the stacks) */
   int64_t *caps;           /* the parent-graph tensors its last ncaps arguments capture */
   int ncaps;
   nb_function *grad;       /* its symbolic gradient, built on first use */
   nb_grad_fn user_grad;    /* a gradient the user set for calls of it, or NULL */
   struct nb_while_grad *wgrad; /* While bodies: the loop gradient's pieces, built on first use */
+  struct nb_if_grad *igrad;    /* If then-branches: the If gradient's pieces, built on first use */
   nb_session *cached;
   atomic_bool busy;
 };
@@ -88,6 +90,21 @@ typedef struct nb_step_fn {
   nb_function *f;
 } nb_step_fn;
 void nb_while_grad_free(nb_while_grad *w);
+
+/* The pieces of an If's gradient, kept on its then-branch: the intermediates of each
+   branch its gradient reads (exposed as outputs of the If: the then-branch's, then the
+   else-branch's, each branch giving zeros for the other's), and the branch gradient
+   functions, per branch b: arguments (b's arguments..., then-intermediates...,
+   else-intermediates..., d results..., [d intermediates...]), results d arguments; [1]
+   with the intermediates seeded (second order), built on need. */
+typedef struct nb_if_grad {
+  int nread[2];            /* intermediates of the then and the else branch */
+  int32_t nfwd[2];         /* each branch's nodes before any gradient: the forward ones */
+  int64_t *slots[2];       /* per branch: its tensors standing for [then's..., else's...]:
+                              its own intermediates, placeholders for the other's */
+  nb_function *fn[2][2];   /* [seeded][branch] */
+} nb_if_grad;
+void nb_if_grad_free(nb_if_grad *w);
 
 /* Whether x is made by a ZerosLike node (a gradient pass's filler for an output that got no gradient). */
 bool nb_is_zeros_filler(const nb_tensor *x);

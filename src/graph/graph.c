@@ -312,12 +312,18 @@ static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
     if (big_out) free(agreed);
     return nb_kfail(k, NB_NOMEM, "out of memory inferring the output shapes");
   }
-  bool ok = true;
-  for (int i = 0; ok && i < k->nin; i++) {
+  bool ok = true, direct = false;
+  for (int i = 0; i < k->nin; i++) { /* every input saved: all are restored below */
     saved[i] = k->in[i];
-    ok = saved[i]->rank >= 0;
+    ok &= saved[i]->rank >= 0;
   }
-  for (int p = 0; ok && p < 3; p++) {
+  if (!ok && k->def->any_rank) { /* no probing: the op's infer takes the inputs as they are */
+    nb_code code = k->def->infer(k);
+    if (code) nb_clear_error(c);
+    ok = direct = code == NB_OK;
+    for (int i = 0; ok && i < k->nout; i++) agreed[i] = k->out[i];
+  }
+  for (int p = 0; ok && !direct && p < 3; p++) {
     ok = probe_infer(c, k, saved, copies, probes[p]);
     if (ok) agree(k, agreed, p == 0);
   }

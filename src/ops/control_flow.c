@@ -202,9 +202,12 @@ static void merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b) {
     if (a->shape[d] != b->shape[d]) m->shape[d] = -1;
 }
 
+/* An If has the branches' results as outputs, then, once a gradient needs them, the
+   intermediates that gradient reads (nacc more results of each branch, see
+   src/grad/control_flow_grad.c); a node made before they existed has only the first. */
 static nb_code if_infer(nb_kargs *k) {
   const nb_function *t = fn_attr(k, CF_FIRST_FN), *e = fn_attr(k, CF_SECOND_FN);
-  if (k->nin != 1 + t->nargs || k->nout != t->nres)
+  if (k->nin != 1 + t->nargs || (k->nout != t->nres && k->nout != t->nres + t->nacc))
     return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its branches (%d arguments, %d results)",
                     k->nin, k->nout, t->nargs, t->nres);
   if (k->in[0]->dtype != NB_BOOL || k->in[0]->rank > 0)
@@ -227,11 +230,12 @@ static nb_code if_kernel(nb_kargs *k) {
   nb_code code = read_pred(k, k->in[0], &taken);
   if (code) return code;
   nb_function *f = fn_attr(k, taken ? CF_FIRST_FN : CF_SECOND_FN);
-  nb_tensor *small[8], **res = k->nout <= 8 ? small : malloc((size_t)k->nout * sizeof *res);
+  int fetched = f->nres + f->nacc;
+  nb_tensor *small[8], **res = fetched <= 8 ? small : malloc((size_t)fetched * sizeof *res);
   if (!res) return nb_kfail(k, NB_NOMEM, "out of memory");
   code = nb_function_run(k, f, taken ? "then_branch" : "else_branch", k->in + 1, res);
   for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], res[i]);
-  if (!code) free_list(res, k->nout);
+  if (!code) free_list(res, fetched);
   if (res != small) free(res);
   return code;
 }
@@ -326,20 +330,20 @@ static nb_code stack_get_grad_kernel(nb_kargs *k) {
 }
 
 static nb_op_def control_flow_ops[] = {
-    {.name = "While", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .nattrs = 4,
+    {.name = "While", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 4,
      .grad_inputs = ~0u, .grad_outputs = ~0u,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"_cond", NB_ATTR_INT, {.i = 0}, true},
                {"_body", NB_ATTR_INT, {.i = 0}, true},
                {"parallel_iterations", NB_ATTR_INT, {.i = 10}, false}},
      .infer = while_infer, .kernel = while_kernel},
-    {.name = "If", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .nattrs = 3,
+    {.name = "If", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 3,
      .grad_inputs = ~0u, .grad_outputs = ~0u,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"_then_branch", NB_ATTR_INT, {.i = 0}, true},
                {"_else_branch", NB_ATTR_INT, {.i = 0}, true}},
      .infer = if_infer, .kernel = if_kernel},
-    {.name = "StatefulPartitionedCall", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true,
+    {.name = "StatefulPartitionedCall", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .any_rank = true,
      .nattrs = 2, .grad_inputs = ~0u, .grad_outputs = ~0u,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}, {"_f", NB_ATTR_INT, {.i = 0}, true}},
      .infer = call_infer, .kernel = call_kernel},

@@ -99,6 +99,9 @@ struct nb_op_def {
   const void *impl;        /* family data: per-dtype loops, a scalar function, ... */
   int id;                  /* dense index assigned by the registry: the op's slot in
                               per-op tables such as the gradient registry */
+  bool any_rank;           /* infer handles inputs of unknown rank itself (control flow:
+                              the outputs come from function graphs), so graphs call it
+                              where they would otherwise give up on the output shapes */
 };
 
 /* A family file exports its table through one of these. */
