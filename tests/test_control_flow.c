@@ -581,6 +581,12 @@ static void test_grad_rnn_graph_equals_eager(void **state) {
   nb_tensor *lu = nb_mean(f->c, nb_square(f->c, uv[1]), NULL, 0, false);
   assert_int_equal(nb_gradients(f->c, &lu, 1, xs, 5, NULL, gu), NB_OK);
   for (int i = 0; i < 5; i++) check_same(f, xs, srcs, 5, gg[i], gu[i], 1e-13);
+  /* second order: d(sum of dL/dW)/d(W, h0) equals the unrolled cell's */
+  nb_tensor *s1 = nb_sum(f->c, gg[0], NULL, 0, false), *s2 = nb_sum(f->c, gu[0], NULL, 0, false), *h1[5], *h2[5];
+  nb_tensor *wrt[2] = {rg.w, hg};
+  assert_int_equal(nb_gradients(f->c, &s1, 1, wrt, 2, NULL, h1), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &s2, 1, wrt, 2, NULL, h2), NB_OK);
+  for (int i = 0; i < 2; i++) check_same(f, xs, srcs, 5, h1[i], h2[i], 1e-12);
   /* what the gradient reads per step: h (MatMul's for W), the Tanh output, x_t (MatMul's
      for U) and the Gather index (its gradient for xs) */
   assert_int_equal(accumulators(gout[1]), 4);
