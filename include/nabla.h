@@ -773,6 +773,56 @@ nb_code nb_optimizer_set_schedule(nb_optimizer *o, nb_lr_schedule s);
 nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
                                nb_tensor **global_norm);
 
+/* ---- control flow: tf.while_loop, tf.cond -------------------------------------------------
+   Eager contexts run the callbacks directly: cond, then body, until cond gives false or
+   max_iters iterations ran (max_iters < 0: no bound; 0: none run). Tapes record the ops
+   the callbacks run, so tape gradients (and nested tapes) go through loops and branches.
+   Graph contexts trace each callback once into a function graph (its arguments are
+   placeholders; graph tensors of the enclosing graphs it uses are captured as extra
+   inputs) and add one While or If node, which sessions run.
+   cond writes one bool scalar to *pred. body writes n results to next: each keeps its
+   loop variable's dtype and shape (or the relaxed shape declared in nb_while_opts); a
+   body that changes either fails, naming the variable. Results are new handles in c's
+   current scope (a variable passed through unchanged gets an Identity). nb_cond's
+   branches take in[0..nin) and write out[0..nout); in a graph the branches' outputs must
+   agree in dtype (shapes may differ: the If output keeps the dims they share).
+   nb_gradients differentiates While and If nodes to any order (see the README: While
+   stacks the intermediates its gradient reads, as TF's while_v2; a gradient reading a
+   value whose shape changes between iterations fails when run). The callbacks and user
+   are used only during the call (a graph keeps what they traced). */
+typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
+typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
+nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,
+                 nb_tensor *const *vars, int n, int64_t max_iters, nb_tensor **out);
+nb_code nb_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
+                nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+/* A declared shape (TF's shape_invariants): rank -1 any rank, dims -1 any size. */
+typedef struct nb_shape_spec {
+  int rank;
+  const int64_t *dims;
+} nb_shape_spec;
+typedef struct nb_while_opts {
+  const nb_shape_spec *shapes;  /* NULL, or one per loop variable: the shapes it may take */
+} nb_while_opts;
+/* nb_while with options (o may be NULL). */
+nb_code nb_while_ex(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
+                    int64_t max_iters, const nb_while_opts *o, nb_tensor **out);
+/* Function graphs called as nodes (TF's tf.function called inside a graph; the node is a
+   StatefulPartitionedCall). nb_function_new traces fn once in a graph context of its own:
+   its nin arguments are placeholders with the dtypes and static shapes of like[0..nin)
+   (graph or concrete tensors), it writes nout results; graph tensors of c's graph that
+   it uses are captured. c must be a graph context; the function belongs to c's graph
+   (freed with it). NULL on error (set on c). */
+typedef struct nb_function nb_function;
+nb_function *nb_function_new(nb_ctx *c, nb_body_fn fn, void *user, nb_tensor *const *like, int nin, int nout);
+/* Adds a call of f to c's graph (f's graph context) on in[0..nin) (nin: f's argument
+   count, with its dtypes) giving out[0..nout). Its gradient is f's registered one, else
+   the gradient of f's body (TF's SymbolicGradient), a function itself. */
+nb_code nb_call_function(nb_ctx *c, nb_function *f, nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+/* Sets the gradient of calls of f: grad sees the call node (inputs: f's arguments, then
+   the tensors f captured) like any gradient function. NULL restores SymbolicGradient. */
+void nb_function_set_gradient(nb_function *f, nb_grad_fn grad);
+
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -20,6 +20,8 @@ void nb_register_variable_grads(void);
 void nb_register_norm_grads(void);
 void nb_register_random_grads(void);
 void nb_register_conv_grads(void);
+/* While, If, StatefulPartitionedCall (control_flow_grad.c) */
+void nb_register_control_flow_grads(void);
 
 /* The one output of op `type` on in[0..nin) (nb_op for ops without a plain wrapper). */
 nb_tensor *nbg_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs);

@@ -90,6 +90,8 @@ void nb_graph_free(nb_graph *g) {
     for (int a = 0; a < g->nodes[i].def->nattrs; a++)
       if (g->nodes[i].def->attrs[a].kind == NB_ATTR_TENSOR) nb_tensor_free(g->nodes[i].attr[a].tensor);
   for (int32_t i = 0; i < g->nvars; i++) nb_variable_release(g->vars[i].var);
+  nb_graph_free_functions(g);
+  free(g->caps);
   free(g->vars);
   nb_arena_free(&g->arena);
   free(g->names.slots);
@@ -310,20 +312,29 @@ static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
     if (big_out) free(agreed);
     return nb_kfail(k, NB_NOMEM, "out of memory inferring the output shapes");
   }
-  bool ok = true;
-  for (int i = 0; ok && i < k->nin; i++) {
+  bool ok = true, direct = false;
+  for (int i = 0; i < k->nin; i++) { /* every input saved: all are restored below */
     saved[i] = k->in[i];
-    ok = saved[i]->rank >= 0;
+    ok &= saved[i]->rank >= 0;
   }
-  for (int p = 0; ok && p < 3; p++) {
+  if (!ok && k->def->any_rank) { /* no probing: the op's infer takes the inputs as they are */
+    nb_code code = k->def->infer(k);
+    if (code) nb_clear_error(c);
+    ok = direct = code == NB_OK;
+    for (int i = 0; ok && i < k->nout; i++) agreed[i] = k->out[i];
+  }
+  for (int p = 0; ok && !direct && p < 3; p++) {
     ok = probe_infer(c, k, saved, copies, probes[p]);
     if (ok) agree(k, agreed, p == 0);
   }
   nb_dtype t = deferred_dtype(k);
   for (int i = 0; i < k->nout; i++) {
-    if (ok) k->out[i] = agreed[i];
-    else k->out[i].rank = -1;
-    k->out[i].dtype = t;
+    if (ok) {
+      k->out[i] = agreed[i]; /* with the dtype the op's infer gave (ops with outputs of several dtypes) */
+    } else {
+      k->out[i].rank = -1;
+      k->out[i].dtype = t;
+    }
   }
   for (int i = 0; i < k->nin; i++) c->subst[i] = saved[i];
   k->deferred = true;
@@ -335,6 +346,18 @@ static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
   return NB_OK;
 }
 
+/* Input i from an enclosing graph (a function graph's body using an outer tensor): the
+   handle of the placeholder that captures it. */
+static nb_tensor *captured(nb_ctx *c, nb_kargs *k, int i) {
+  bool nomem = false;
+  int32_t id = nb_graph_capture(c->graph, k->in[i], &nomem);
+  if (id < 0) {
+    nb_kfail(k, nomem ? NB_NOMEM : NB_INVALID, nomem ? "out of memory capturing input %d" : "input %d belongs to another graph", i);
+    return NULL;
+  }
+  return nb_graph_handle(c, c->graph, id, 0);
+}
+
 /* Build-time inference: inputs with known values are replaced by those values, so the
    op's infer (and folding) sees concrete tensors; an input of unknown shape, or a
    needed value that is not known, defers the outputs' shapes to run time. */
@@ -342,8 +365,7 @@ static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
   bool unknown = false;
   for (int i = 0; i < k->nin; i++) {
     nb_tensor *x = k->in[i];
-    if (x->graph && x->graph != c->graph)
-      return nb_kfail(k, NB_INVALID, "input %d belongs to another graph", i);
+    if (x->graph && x->graph != c->graph && !(x = captured(c, k, i))) return c->status;
     c->subst[i] = x->known ? (nb_tensor *)x->known : x;
     unknown |= !nb_dims_known(x->rank, x->shape);
   }
@@ -414,6 +436,12 @@ static bool foldable(const nb_kargs *k) {
 
 /* A concrete input (an eager tensor passed to a graph op) becomes a Const node. */
 static nb_code symbolic_input(nb_ctx *c, nb_tensor *x, int32_t *src, int32_t *out) {
+  if (x->graph && x->graph != c->graph) { /* captured at inference */
+    bool nomem = false;
+    *src = nb_graph_capture(c->graph, x, &nomem);
+    *out = 0;
+    return *src < 0 ? nb_fail(c, nomem ? NB_NOMEM : NB_INTERNAL, "capturing an outer tensor failed") : NB_OK;
+  }
   if (x->graph) {
     *src = x->node;
     *out = x->out;
@@ -501,6 +529,39 @@ static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out) {
   for (int i = 0; i < k->nout && !code; i++)
     if (!(out[i] = nb_graph_handle(c, g, id, i))) code = c->status;
   return code;
+}
+
+int32_t nb_graph_add_arg(nb_graph *g, const nb_meta *m, const char *base) {
+  const nb_op_def *def = nb_op_lookup("Placeholder");
+  if (reserve_node(g, 0, 1)) return -1;
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(def, a);
+  a[0].type = m->dtype; /* Placeholder's attrs: dtype, shape (n -1: unknown rank) */
+  a[1].ints = m->shape;
+  a[1].n = m->rank;
+  const char *name = nb_graph_unique_name(g, base);
+  nb_attrval *attr = name ? nb_attrs_copy(&g->arena, def, a) : NULL;
+  if (!attr) return -1;
+  int32_t id = g->nnodes++;
+  nb_node *n = &g->nodes[id];
+  memset(n, 0, sizeof *n);
+  *n = (nb_node){.def = def, .name = name, .in0 = g->nedges, .ctrl = -1, .out0 = g->nouts, .nout = 1,
+                 .first_use = -1, .attr = attr};
+  g->outs[g->nouts++] = (nb_out){*m, NULL};
+  return id;
+}
+
+nb_code nb_graph_add_outputs(nb_graph *g, int32_t id, const nb_meta *m, int n) {
+  int32_t nout = g->nodes[id].nout, old = g->nodes[id].out0;
+  if (!nb_grow_array((void **)&g->outs, &g->outs_cap, g->nouts + nout + n, sizeof *g->outs)) return NB_NOMEM;
+  memcpy(&g->outs[g->nouts], &g->outs[old], (size_t)nout * sizeof *g->outs);
+  for (int32_t o = 0; o < nout; o++) g->outs[old + o].value = NULL; /* moved: freed once */
+  for (int i = 0; i < n; i++) g->outs[g->nouts + nout + i] = (nb_out){m[i], NULL};
+  g->nodes[id].out0 = g->nouts;
+  g->nodes[id].nout += n;
+  g->nouts += nout + n;
+  g->version++; /* plans size each node's outputs: they must be made again */
+  return NB_OK;
 }
 
 nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep) {

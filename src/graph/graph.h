@@ -78,7 +78,29 @@ struct nb_graph {
   nb_ctx *fold;            /* eager context that folds constants */
   struct nb_graph_var *vars; /* the variables its nodes use (each retained), with their read nodes */
   int32_t nvars, vars_cap;
+  /* Control flow (src/graph/function.c): the function graphs its While/If nodes run
+     (owned), and, for a function graph, the graph it is traced in and the tensors of that
+     graph it captured (each an argument placeholder here). */
+  struct nb_function **funcs;
+  int32_t nfuncs, funcs_cap;
+  struct nb_graph *parent;
+  struct nb_capture *caps;
+  int32_t ncaps, caps_cap;
 };
+
+/* A tensor of the parent graph (key) that a function graph uses through placeholder `arg`. */
+typedef struct nb_capture {
+  int64_t key;
+  int32_t arg;
+} nb_capture;
+/* The node in g standing for x, a tensor of an enclosing graph of g (captured level by
+   level down from x's graph); -1 when x's graph does not enclose g (or out of memory: *nomem). */
+int32_t nb_graph_capture(nb_graph *g, const nb_tensor *x, bool *nomem);
+/* Adds a Placeholder node of meta m named base (made unique) without dispatch, so it may
+   be called while another node is being built; its id, or -1 when out of memory. */
+int32_t nb_graph_add_arg(nb_graph *g, const nb_meta *m, const char *base);
+/* Frees the function graphs g owns. */
+void nb_graph_free_functions(nb_graph *g);
 
 /* A variable a graph's nodes use, and its one ReadVariableOp node (-1 until needed). */
 typedef struct nb_graph_var {

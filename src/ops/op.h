@@ -99,6 +99,9 @@ struct nb_op_def {
   const void *impl;        /* family data: per-dtype loops, a scalar function, ... */
   int id;                  /* dense index assigned by the registry: the op's slot in
                               per-op tables such as the gradient registry */
+  bool any_rank;           /* infer handles inputs of unknown rank itself (control flow:
+                              the outputs come from function graphs), so graphs call it
+                              where they would otherwise give up on the output shapes */
 };
 
 /* A family file exports its table through one of these. */
@@ -182,6 +185,8 @@ nb_op_family nb_norm_family(void);
 /* stateless random numbers (random.c) */
 nb_op_family nb_random_family(void);
 nb_op_family nb_conv_family(void);
+/* While and If: functional control flow (control_flow.c) */
+nb_op_family nb_control_flow_family(void);
 /* The internal op behind nb_custom_gradient, and its attr slots. */
 enum { NB_CUSTOM_N, NB_CUSTOM_NUM_OUTPUTS, NB_CUSTOM_GRAD_FN, NB_CUSTOM_USER };
 const nb_op_def *nb_custom_gradient_def(void);

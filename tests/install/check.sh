@@ -24,8 +24,8 @@ int main(void) {
 C
 # shared library through pkg-config
 rpath="-Wl,-rpath,$prefix/lib -Wl,-rpath,$(dirname "$libdir")"
-cc -o "$prefix/demo_pc" "$src/examples/demo.c" $(pkg-config --cflags --libs nabla) $rpath
-"$prefix/demo_pc" >/dev/null
+cc -o "$prefix/gradients_pc" "$src/examples/gradients.c" $(pkg-config --cflags --libs nabla) $rpath
+"$prefix/gradients_pc" >/dev/null
 cc -o "$prefix/reader_pc" "$prefix/reader.c" $(pkg-config --cflags --libs nabla) $rpath
 "$prefix/reader_pc"
 # CMake package
@@ -34,16 +34,16 @@ cat > "$prefix/consumer/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.20)
 project(consumer C)
 find_package(nabla 0.1 REQUIRED)
-add_executable(demo_cmake $src/examples/demo.c)
-target_link_libraries(demo_cmake nabla::nabla)
-add_executable(demo_static $src/examples/demo.c)
-target_link_libraries(demo_static nabla::nabla_static)
+add_executable(gradients_cmake $src/examples/gradients.c)
+target_link_libraries(gradients_cmake nabla::nabla)
+add_executable(gradients_static $src/examples/gradients.c)
+target_link_libraries(gradients_static nabla::nabla_static)
 add_executable(reader_static $prefix/reader.c)
 target_link_libraries(reader_static nabla::nabla_static)
 CM
 cmake -S "$prefix/consumer" -B "$prefix/consumer/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$prefix/consumer/build" >/dev/null
-"$prefix/consumer/build/demo_cmake" >/dev/null
-"$prefix/consumer/build/demo_static" >/dev/null
+"$prefix/consumer/build/gradients_cmake" >/dev/null
+"$prefix/consumer/build/gradients_static" >/dev/null
 "$prefix/consumer/build/reader_static"
 echo "install check: pkg-config and find_package(nabla) consumers built and ran"

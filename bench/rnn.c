@@ -1,0 +1,136 @@
+/* bench/rnn: a tanh RNN, h_t = tanh(x_t W_ih + h_{t-1} W_hh + b), h_0 = 0, hidden 256,
+   input 64, 100 steps, batch 32, float32, loss = mean(h_T^2); one forward + backward to
+   W_ih, W_hh and b, median of RUNS runs after a warm-up, on 1 and 2 threads:
+     nb_rnn_graph   ms   nb_while in a graph, nb_gradients (the while_v2 gradient loop), one nb_run
+     nb_rnn_eager   ms   nb_while in an eager context under a tape, nb_tape_gradient
+     nb_rnn_accumulators  what the graph loop stacks for its gradient (count and bytes)
+   PyTorch's rnn_step.py among the shared bench peers times the same computation. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <nabla.h>
+
+#include "../src/graph/graph.h" /* the While node's output count: its accumulators */
+#include "benchutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define HIDDEN 256
+#define INPUT 64
+#define SEQ 100
+#define BATCH 32
+#define RUNS 7
+
+typedef struct rnn {
+  nb_tensor *wih, *whh, *b, *xs;
+} rnn;
+
+static nb_tensor *uniform(nb_ctx *c, int rank, const int64_t *shape, float scale) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i];
+  float *v = malloc((size_t)n * sizeof *v);
+  for (int64_t i = 0; i < n; i++) v[i] = scale * (2.0f * (float)rand() / (float)RAND_MAX - 1.0f);
+  nb_tensor *t = nb_tensor_from(c, NB_F32, rank, shape, v);
+  free(v);
+  return t;
+}
+
+static nb_code step_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
+  (void)user;
+  *pred = nb_less(c, v[0], nb_scalar(c, NB_I64, SEQ));
+  return nb_status(c);
+}
+
+/* vars: [t, h] */
+static nb_code step_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  rnn *r = user;
+  nb_tensor *xt = nb_gather(c, r->xs, v[0], 0, 0);
+  nb_tensor *z = nb_add(c, nb_add(c, nb_matmul(c, xt, r->wih, false, false), nb_matmul(c, v[1], r->whh, false, false)), r->b);
+  next[0] = nb_add(c, v[0], nb_scalar(c, NB_I64, 1));
+  next[1] = nb_tanh(c, z);
+  return nb_status(c);
+}
+
+static nb_tensor *loss_of(nb_ctx *c, rnn *r, nb_tensor **final_h) {
+  int64_t hs[2] = {BATCH, HIDDEN};
+  nb_tensor *vars[2] = {nb_scalar(c, NB_I64, 0), nb_tensor_from(c, NB_F32, 2, hs, NULL)}, *out[2] = {NULL, NULL};
+  nb_while(c, step_cond, step_body, r, vars, 2, -1, out);
+  if (final_h) *final_h = out[1];
+  return nb_mean(c, nb_square(c, out[1]), NULL, 0, false);
+}
+
+static double graph_run(nb_session *s, nb_tensor **feeds, nb_tensor **vals, nb_tensor **fetch, int nfetch) {
+  nb_tensor *res[4];
+  double t0 = bench_now();
+  if (nb_run(s, feeds, vals, 4, fetch, nfetch, res)) {
+    fprintf(stderr, "nb_run: %s\n", nb_session_error(s));
+    exit(1);
+  }
+  double dt = bench_now() - t0;
+  for (int i = 0; i < nfetch; i++) nb_tensor_free(res[i]);
+  return dt;
+}
+
+static double eager_step(nb_ctx *c, rnn *r) {
+  double t0 = bench_now();
+  nb_scope_begin(c);
+  nb_tape *t = nb_tape_begin(c, 0);
+  nb_tensor *w[3] = {r->wih, r->whh, r->b}, *g[3];
+  for (int i = 0; i < 3; i++) nb_tape_watch(t, w[i]);
+  nb_tensor *loss = loss_of(c, r, NULL);
+  if (nb_tape_gradient(t, &loss, 1, w, 3, NULL, g)) {
+    fprintf(stderr, "tape: %s\n", nb_error(c));
+    exit(1);
+  }
+  nb_tape_end(t);
+  nb_scope_end(c, NULL, 0);
+  return bench_now() - t0;
+}
+
+int main(int argc, char **argv) {
+  int max_threads = argc > 1 ? atoi(argv[1]) : 2; /* rnn [max threads] */
+  srand(1);
+  nb_ctx *e = nb_eager_new();
+  int64_t swih[2] = {INPUT, HIDDEN}, swhh[2] = {HIDDEN, HIDDEN}, sb[1] = {HIDDEN}, sxs[3] = {SEQ, BATCH, INPUT};
+  rnn ev = {uniform(e, 2, swih, 0.125f), uniform(e, 2, swhh, 0.0625f), uniform(e, 1, sb, 0.0625f), uniform(e, 3, sxs, 1)};
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g);
+  rnn gv = {nb_placeholder(c, NB_F32, 2, swih, "w_ih"), nb_placeholder(c, NB_F32, 2, swhh, "w_hh"),
+            nb_placeholder(c, NB_F32, 1, sb, "b"), nb_placeholder(c, NB_F32, 3, sxs, "xs")};
+  nb_tensor *h, *loss = loss_of(c, &gv, &h), *grads[3], *w[3] = {gv.wih, gv.whh, gv.b};
+  if (nb_gradients(c, &loss, 1, w, 3, NULL, grads)) {
+    fprintf(stderr, "nb_gradients: %s\n", nb_error(c));
+    return 1;
+  }
+  const nb_node *loop = &g->nodes[h->node];
+  int nacc = loop->nout - loop->nin;
+  int64_t acc_bytes = 0;
+  for (int a = 0; a < nacc; a++) {
+    const nb_meta *m = &g->outs[loop->out0 + loop->nin + a].meta;
+    int64_t n = SEQ;
+    for (int d = 1; d < m->rank; d++) n *= m->shape[d];
+    acc_bytes += n * (int64_t)nb_dtype_size(m->dtype);
+  }
+  printf("name=nb_rnn_accumulators count=%d bytes=%lld\n", nacc, (long long)acc_bytes);
+  nb_session *s = nb_session_new(g);
+  nb_tensor *feeds[4] = {gv.wih, gv.whh, gv.b, gv.xs}, *vals[4] = {ev.wih, ev.whh, ev.b, ev.xs};
+  nb_tensor *fetch[4] = {loss, grads[0], grads[1], grads[2]};
+  for (int threads = 1; threads <= max_threads; threads++) {
+    double tg[RUNS], te[RUNS];
+    nb_session_set_threads(s, threads);
+    nb_ctx_set_threads(e, threads);
+    graph_run(s, feeds, vals, fetch, 4);
+    eager_step(e, &ev);
+    for (int i = 0; i < RUNS; i++) tg[i] = graph_run(s, feeds, vals, fetch, 4);
+    for (int i = 0; i < RUNS; i++) te[i] = eager_step(e, &ev);
+    printf("name=nb_rnn_graph hidden=%d input=%d seq=%d batch=%d threads=%d ms_median=%.2f\n", HIDDEN, INPUT, SEQ, BATCH,
+           threads, 1e3 * bench_median(tg, RUNS));
+    printf("name=nb_rnn_eager hidden=%d input=%d seq=%d batch=%d threads=%d ms_median=%.2f\n", HIDDEN, INPUT, SEQ, BATCH,
+           threads, 1e3 * bench_median(te, RUNS));
+  }
+  nb_session_free(s);
+  nb_ctx_free(c);
+  nb_graph_free(g);
+  nb_ctx_free(e);
+  return 0;
+}

@@ -1,0 +1,716 @@
+/* Gradients of the control-flow ops. These build function graphs, so unlike the other
+   gradient files they use the internals of src/graph/function.c.
+   - StatefulPartitionedCall: the user's gradient for the function when set, else TF's
+     SymbolicGradient: a call of the function's gradient function, which recomputes the
+     forward intermediates it reads from the arguments.
+   - If, as cond_v2: an If on the same predicate whose branches are the branches'
+     gradient functions; the intermediates those read become extra outputs of the forward
+     If (each branch outputs its own, and a zero scalar for each of the other's: nothing
+     reads those, so they need no shape), and the gradient uses the taken branch's values
+     instead of computing them again. Their gradients (second order) enter the branch
+     gradients as extra seeds.
+   - While, as while_v2: the forward loop stacks, every iteration, each intermediate the
+     body's gradient reads that changes between iterations (the accumulators, extra
+     outputs of the forward While); the gradient is a While that runs the same number of
+     iterations backwards, reading iteration T-1-i of each stack and calling one reverse
+     step of the body's gradient, carrying the loop variables' gradients and summing the
+     captured tensors' gradients. That loop is an ordinary While, so its own gradient
+     (second order) is built the same way; the gradients that then reach the forward
+     loop's accumulators enter the reverse step as extra seeds. */
+#include "../graph/function.h"
+#include "grad.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static nb_tensor *stack_get(nb_ctx *c, nb_tensor *stack, nb_tensor *t);
+
+static nb_function *fn_of(const nb_fwd_op *op, const char *attr) { return nb_function_from_bits(nb_fwd_attr_int(op, attr)); }
+
+/* A new argument placeholder of f with like's dtype and static shape. */
+static nb_tensor *new_arg(nb_function *f, const nb_tensor *like, const char *name) {
+  nb_meta m;
+  nb_meta_set(&m, like->dtype, like->rank, like->shape);
+  int32_t id = nb_graph_add_arg(f->g, &m, name);
+  return id < 0 ? NULL : nb_graph_handle(f->c, f->g, id, 0);
+}
+
+/* ---- calls and branches ------------------------------------------------------------------------ */
+
+/* The gradient function's inputs: the op's inputs, then the gradients of the float
+   results of f (zeros where none came). */
+static nb_tensor **grad_fn_inputs(nb_ctx *c, const nb_fwd_op *op, const nb_function *f, nb_tensor *const *dys, int *n) {
+  int nin = nb_fwd_num_inputs(op);
+  nb_tensor **ins = malloc(((size_t)nin + (size_t)f->nres + 1) * sizeof *ins);
+  if (!ins) {
+    nb_set_error(c, NB_NOMEM, "%s gradient: out of memory", nb_fwd_type(op));
+    return NULL;
+  }
+  *n = 0;
+  for (int i = 0; i < nin; i++) ins[(*n)++] = nb_fwd_input(op, i);
+  for (int o = 0; o < f->nres; o++)
+    if (nb_is_float(f->res[o]->dtype)) ins[(*n)++] = dys[o] ? dys[o] : nb_zeros_like(c, nb_fwd_output(op, o));
+  return ins;
+}
+
+/* dxs[first + i] = outs[i] for the float inputs; the others' results are dropped. */
+static void hand_out(const nb_fwd_op *op, nb_tensor **outs, int n, int first, nb_tensor **dxs) {
+  for (int i = 0; i < n; i++) {
+    if (nb_is_float(nb_dtype_of(nb_fwd_input(op, first + i)))) dxs[first + i] = outs[i];
+    else nb_tensor_free(outs[i]);
+  }
+}
+
+/* d f(x)/dx is f's gradient function applied to (x, dys): the chain rule through the body. */
+static nb_code call_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_function *f = fn_of(op, "_f");
+  if (f->user_grad) return f->user_grad(c, op, dys, dxs);
+  nb_function *g = nb_function_gradient(c, f);
+  int n = 0;
+  nb_tensor **ins = g ? grad_fn_inputs(c, op, f, dys, &n) : NULL;
+  nb_tensor **outs = ins ? malloc(((size_t)f->nargs + 1) * sizeof *outs) : NULL;
+  nb_code code = nb_status(c);
+  if (!code && !outs) code = nb_set_error(c, NB_NOMEM, "StatefulPartitionedCall gradient: out of memory");
+  if (!code) code = nb_function_call_node(c, g, ins, outs);
+  if (!code) hand_out(op, outs, f->nargs, 0, dxs);
+  free(outs);
+  free(ins);
+  return code;
+}
+
+/* ---- If, as cond_v2 ------------------------------------------------------------------------- */
+
+/* The forward tensors of b (nodes below nfwd that are neither arguments nor known at build
+   time) read by the nodes from `from` on, appended to *keys unless present; *extra counts
+   the new ones. */
+static nb_code branch_reads(const nb_function *b, int32_t from, int32_t nfwd, int64_t **keys, int *n, int *extra) {
+  const nb_graph *g = b->g;
+  *extra = 0;
+  for (int32_t id = from; id < g->nnodes; id++) {
+    const nb_node *u = &g->nodes[id];
+    for (int32_t i = 0; i < u->nin; i++) {
+      const nb_edge *e = &g->edges[u->in0 + i];
+      const nb_node *src = &g->nodes[e->src];
+      if (e->src >= nfwd || !strcmp(src->def->name, "Placeholder") || g->outs[src->out0 + e->out].value) continue;
+      int64_t key = nb_key(e->src, e->out);
+      bool seen = false;
+      for (int k = 0; k < *n && !seen; k++) seen = (*keys)[k] == key;
+      if (seen) continue;
+      int64_t *grown = realloc(*keys, ((size_t)*n + 1) * sizeof *grown);
+      if (!grown) return NB_NOMEM;
+      *keys = grown;
+      (*keys)[(*n)++] = key;
+      (*extra)++;
+    }
+  }
+  return NB_OK;
+}
+
+static nb_tensor *handle_at(nb_function *b, int64_t key) {
+  return nb_graph_handle(b->c, b->g, nb_key_node(key), nb_key_out(key));
+}
+
+static bool own_slot(const nb_if_grad *w, int which, int a) { return (a < w->nread[0]) == (which == 0); }
+
+/* A branch's gradient in its graph. Seeds: d of each float result, and when seeded, d of
+   each float intermediate slot (its own are seeded, the other branch's get unused
+   placeholders). *extra: those seed arguments' keys; *dx: the arguments' gradients; the
+   intermediates read are appended to *reads (a seeded build must add none). */
+typedef struct branch_grad {
+  int64_t *dx, *extra, *reads;
+  int nextra, nreads;
+} branch_grad;
+
+static nb_code seeds_of(nb_function *b, const nb_if_grad *w, int which, bool seeded, nb_tensor **ys, nb_tensor **gys,
+                        int *ny, branch_grad *r) {
+  for (int o = 0; o < b->nres; o++) {
+    if (!nb_is_float(b->res[o]->dtype)) continue;
+    nb_tensor *ph = new_arg(b, b->res[o], "dy");
+    if (!ph) return NB_NOMEM;
+    ys[*ny] = b->res[o];
+    gys[(*ny)++] = ph;
+    r->extra[r->nextra++] = nb_key_of(ph);
+  }
+  for (int a = 0; seeded && a < w->nread[0] + w->nread[1]; a++) {
+    nb_tensor *slot = handle_at(b, w->slots[which][a]);
+    if (!slot) return NB_NOMEM;
+    if (!nb_is_float(slot->dtype)) continue;
+    bool own = own_slot(w, which, a);
+    nb_tensor *ph = own ? new_arg(b, slot, "d_intermediate") : new_arg(b, &(nb_tensor){.dtype = slot->dtype, .rank = -1}, "unused");
+    if (!ph) return NB_NOMEM;
+    if (own) ys[*ny] = slot, gys[(*ny)++] = ph;
+    r->extra[r->nextra++] = nb_key_of(ph);
+  }
+  return NB_OK;
+}
+
+static nb_code build_branch_grad(nb_ctx *c, nb_function *b, const nb_if_grad *w, int which, bool seeded,
+                                 branch_grad *r) {
+  int nexp = seeded ? w->nread[0] + w->nread[1] : 0, cap = b->nres + nexp + 1, ny = 0;
+  nb_tensor **ys = malloc(((size_t)2 * cap + b->nargs + 1) * sizeof *ys), **gys = ys + cap, **dx = gys + cap;
+  r->extra = malloc((size_t)cap * sizeof *r->extra);
+  r->dx = malloc(((size_t)b->nargs + 1) * sizeof *r->dx);
+  nb_code code = !ys || !r->extra || !r->dx ? NB_NOMEM : seeds_of(b, w, which, seeded, ys, gys, &ny, r);
+  int32_t from = b->g->nnodes;
+  nb_grad_opts o = {.grad_ys = gys, .unconnected_zero = 1};
+  if (!code) code = nb_gradients(b->c, ys, ny, b->args, b->nargs, &o, dx);
+  for (int i = 0; i < b->nargs && !code; i++) {
+    if (!(dx[i] = nb_densify(b->c, dx[i]))) code = b->c->status;
+    else r->dx[i] = nb_key_of(dx[i]);
+  }
+  int extra = 0;
+  if (!code && branch_reads(b, from, seeded ? w->nfwd[which] : from, &r->reads, &r->nreads, &extra)) code = NB_NOMEM;
+  if (!code && seeded && extra)
+    code = nb_set_error(c, NB_UNIMPLEMENTED, "If gradient: this second-order gradient reads %d branch intermediates the "
+                        "first-order gradient did not", extra);
+  if (code && !nb_status(c)) nb_set_error(c, code, "If gradient: %s", b->c->status ? nb_error(b->c) : "out of memory");
+  nb_clear_error(b->c);
+  free(ys);
+  return code;
+}
+
+static void branch_grad_free(branch_grad *r) {
+  free(r->dx);
+  free(r->extra);
+  free(r->reads);
+}
+
+/* The branch gradient function: arguments (b's arguments..., the intermediate slots...,
+   the seeds...), results the arguments' gradients. */
+static nb_function *extract_branch_grad(nb_ctx *c, nb_function *b, const nb_if_grad *w, int which,
+                                        const branch_grad *r) {
+  int nexp = w->nread[0] + w->nread[1], n = 0;
+  int64_t *keys = malloc(((size_t)b->nargs + nexp + r->nextra + 1) * sizeof *keys);
+  if (!keys) {
+    nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+    return NULL;
+  }
+  for (int i = 0; i < b->nargs; i++) keys[n++] = nb_key_of(b->args[i]);
+  for (int a = 0; a < nexp; a++) keys[n++] = w->slots[which][a];
+  for (int i = 0; i < r->nextra; i++) keys[n++] = r->extra[i];
+  nb_function *f = nb_function_extract(c, b->g, b->g, keys, n, r->dx, b->nargs);
+  free(keys);
+  return f;
+}
+
+/* Each branch's slots: its own intermediates, and placeholders of the other's dtypes. */
+static nb_code make_slots(nb_function *const *br, nb_if_grad *w, branch_grad *r) {
+  int nexp = w->nread[0] + w->nread[1];
+  for (int b = 0; b < 2; b++) {
+    if (!(w->slots[b] = malloc(((size_t)nexp + 1) * sizeof *w->slots[b]))) return NB_NOMEM;
+    for (int a = 0; a < nexp; a++) {
+      int src = a < w->nread[0] ? 0 : 1, idx = src ? a - w->nread[0] : a;
+      int64_t key = r[src].reads[idx];
+      if (src == b) {
+        w->slots[b][a] = key;
+        continue;
+      }
+      const nb_graph *g = br[src]->g;
+      nb_tensor like = {.dtype = g->outs[g->nodes[nb_key_node(key)].out0 + nb_key_out(key)].meta.dtype, .rank = -1};
+      nb_tensor *ph = new_arg(br[b], &like, "other_branch");
+      if (!ph) return NB_NOMEM;
+      w->slots[b][a] = nb_key_of(ph);
+    }
+  }
+  return NB_OK;
+}
+
+/* The If's extra results: branch b outputs its own intermediates and zeros for the other's. */
+static nb_code expose(nb_function *b, const nb_if_grad *w, int which) {
+  int nexp = w->nread[0] + w->nread[1];
+  nb_tensor **res = realloc(b->res, ((size_t)b->nres + nexp + 1) * sizeof *res);
+  if (!res) return NB_NOMEM;
+  b->res = res;
+  for (int a = 0; a < nexp; a++) {
+    nb_tensor *slot = handle_at(b, w->slots[which][a]);
+    if (slot && !own_slot(w, which, a)) slot = nb_scalar(b->c, slot->dtype, 0);
+    if (!slot) return NB_NOMEM;
+    b->res[b->nres + a] = slot;
+  }
+  b->nacc = nexp;
+  return NB_OK;
+}
+
+/* Gives the If node of op outputs for the exposed intermediates it lacks. */
+static nb_code add_exposed_outputs(const nb_fwd_op *op, const nb_function *t, const nb_function *e) {
+  nb_tensor *first = nb_fwd_output(op, 0);
+  nb_graph *g = first->graph;
+  int have = g->nodes[first->node].nout - t->nres, n = t->nacc - have;
+  if (n <= 0) return NB_OK;
+  nb_meta *m = malloc((size_t)n * sizeof *m);
+  if (!m) return NB_NOMEM;
+  for (int i = 0; i < n; i++) {
+    const nb_tensor *a = t->res[t->nres + have + i], *b = e->res[t->nres + have + i];
+    nb_meta_set(&m[i], a->dtype, a->rank, a->shape);
+    bool same = a->rank == b->rank;
+    if (!same) m[i].rank = -1;
+    for (int d = 0; same && d < a->rank; d++)
+      if (a->shape[d] != b->shape[d]) m[i].shape[d] = -1;
+  }
+  nb_code code = nb_graph_add_outputs(g, first->node, m, n) ? NB_NOMEM : NB_OK;
+  free(m);
+  return code;
+}
+
+/* Builds both branches' gradients (finding their intermediates), the slots, the branch
+   gradient functions, and exposes the intermediates as If outputs. */
+static nb_code build_if_grad(nb_ctx *c, nb_function *const *br) {
+  nb_if_grad *w = calloc(1, sizeof *w);
+  branch_grad r[2] = {{0}, {0}};
+  nb_code code = w ? NB_OK : NB_NOMEM;
+  for (int b = 0; b < 2 && !code; b++) {
+    w->nfwd[b] = br[b]->g->nnodes;
+    code = build_branch_grad(c, br[b], w, b, false, &r[b]);
+    w->nread[b] = r[b].nreads;
+  }
+  if (!code && make_slots(br, w, r)) code = NB_NOMEM;
+  for (int b = 0; b < 2 && !code; b++)
+    if (!(w->fn[0][b] = extract_branch_grad(c, br[b], w, b, &r[b]))) code = nb_status(c);
+  for (int b = 0; b < 2 && !code; b++)
+    if (expose(br[b], w, b)) code = NB_NOMEM;
+  branch_grad_free(&r[0]);
+  branch_grad_free(&r[1]);
+  if (code == NB_NOMEM && !nb_status(c)) nb_set_error(c, code, "If gradient: out of memory");
+  if (code) {
+    nb_if_grad_free(w);
+    return nb_status(c);
+  }
+  br[0]->igrad = w;
+  return NB_OK;
+}
+
+static nb_code build_seeded(nb_ctx *c, nb_function *const *br, nb_if_grad *w) {
+  nb_code code = NB_OK;
+  for (int b = 0; b < 2 && !code; b++) {
+    branch_grad r = {0};
+    int first = b ? w->nread[0] : 0; /* its own intermediates: a seeded build must read no others */
+    if (!(r.reads = malloc(((size_t)w->nread[b] + 1) * sizeof *r.reads))) code = nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+    for (int a = 0; a < w->nread[b] && !code; a++) r.reads[r.nreads++] = w->slots[b][first + a];
+    if (!code) code = build_branch_grad(c, br[b], w, b, true, &r);
+    if (!code && !(w->fn[1][b] = extract_branch_grad(c, br[b], w, b, &r))) code = nb_status(c);
+    branch_grad_free(&r);
+  }
+  return code;
+}
+
+/* Whether the exposed intermediates got real gradients (second order). */
+static bool exposed_have_grads(const nb_fwd_op *op, const nb_function *t, nb_tensor *const *dys) {
+  for (int a = t->nres; a < nb_fwd_num_outputs(op); a++)
+    if (dys[a] && !nb_is_zeros_filler(dys[a])) return true;
+  return false;
+}
+
+/* d(If(p, x))/dx = If(p, then's gradient, else's gradient): only the taken branch made
+   the outputs, so only its derivative applies; it reads the intermediates that branch
+   exposed (the other branch's slots hold zeros). */
+static nb_code if_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_function *br[2] = {fn_of(op, "_then_branch"), fn_of(op, "_else_branch")};
+  if (!br[0]->igrad && build_if_grad(c, br)) return nb_status(c);
+  nb_if_grad *w = br[0]->igrad;
+  bool seeded = exposed_have_grads(op, br[0], dys);
+  if (seeded && !w->fn[1][0] && build_seeded(c, br, w)) return nb_status(c);
+  if (add_exposed_outputs(op, br[0], br[1])) return nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+  nb_tensor *first = nb_fwd_output(op, 0);
+  int nin = nb_fwd_num_inputs(op), nres = br[0]->nres, nexp = br[0]->nacc, n = 0;
+  nb_tensor **ins = malloc(((size_t)nin + 2 * ((size_t)nres + nexp) + 1) * sizeof *ins);
+  nb_tensor **outs = malloc(((size_t)br[0]->nargs + 1) * sizeof *outs);
+  nb_code code = ins && outs ? NB_OK : nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+  for (int i = 0; i < nin && !code; i++) ins[n++] = nb_fwd_input(op, i);
+  for (int a = 0; a < nexp && !code; a++)
+    if (!(ins[n++] = nb_graph_handle(c, first->graph, first->node, nres + a))) code = nb_status(c);
+  for (int o = 0; o < nres && !code; o++)
+    if (nb_is_float(br[0]->res[o]->dtype)) ins[n++] = dys[o] ? dys[o] : nb_zeros_like(c, nb_fwd_output(op, o));
+  for (int a = 0; seeded && a < nexp && !code; a++) {
+    if (!nb_is_float(br[0]->res[nres + a]->dtype)) continue;
+    nb_tensor *d = nres + a < nb_fwd_num_outputs(op) ? dys[nres + a] : NULL;
+    ins[n++] = d ? d : nb_zeros_like(c, ins[nin + a]);
+  }
+  if (!code) code = nb_status(c);
+  if (!code) code = nb_cf_node(c, "If", ins, n, w->fn[seeded][0], w->fn[seeded][1], outs, br[0]->nargs);
+  if (!code) hand_out(op, outs, br[0]->nargs, 1, dxs);
+  free(ins);
+  free(outs);
+  return code;
+}
+
+/* ---- While ---------------------------------------------------------------------------------- */
+
+/* Marks (stamp2 == gen) the body nodes below nfwd that depend on the counter or a loop
+   variable: the values that change between iterations. */
+static nb_code mark_variant(nb_graph *g, const nb_function *b, int32_t nfwd, uint32_t gen) {
+  int32_t *stack = malloc(((size_t)nfwd + 1) * sizeof *stack), top = 0;
+  if (!stack) return NB_NOMEM;
+  for (int j = 0; j < b->nres; j++) {
+    nb_node *n = &g->nodes[b->args[j]->node];
+    if (n->stamp2 != gen) n->stamp2 = gen, stack[top++] = b->args[j]->node;
+  }
+  while (top > 0) {
+    const nb_node *n = &g->nodes[stack[--top]];
+    for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
+      int32_t u = g->edges[e].consumer;
+      if (g->edges[e].out < 0 || u >= nfwd || g->nodes[u].stamp2 == gen) continue;
+      g->nodes[u].stamp2 = gen;
+      stack[top++] = u;
+    }
+  }
+  free(stack);
+  return NB_OK;
+}
+
+/* The variant forward tensors (node < nfwd) that the gradient nodes (from `from` on) read,
+   appended to *keys (n of cap) unless present; *extra counts those that were new. */
+static nb_code collect_reads(nb_graph *g, const nb_function *b, int32_t from, int32_t nfwd, int64_t **keys, int *n,
+                             int *extra) {
+  uint32_t gen = nb_graph_next_gen(g);
+  if (mark_variant(g, b, nfwd, gen)) return NB_NOMEM;
+  *extra = 0;
+  for (int32_t id = from; id < g->nnodes; id++) {
+    const nb_node *u = &g->nodes[id];
+    for (int32_t i = 0; i < u->nin; i++) {
+      const nb_edge *e = &g->edges[u->in0 + i];
+      if (e->src >= nfwd || g->nodes[e->src].stamp2 != gen) continue;
+      int64_t key = nb_key(e->src, e->out);
+      bool seen = false;
+      for (int k = 0; k < *n && !seen; k++) seen = (*keys)[k] == key;
+      if (seen) continue;
+      int64_t *grown = realloc(*keys, ((size_t)*n + 1) * sizeof *grown);
+      if (!grown) return NB_NOMEM;
+      *keys = grown;
+      (*keys)[(*n)++] = key;
+      (*extra)++;
+    }
+  }
+  return NB_OK;
+}
+
+
+/* The gradient of the body's float results (and, with dacc, of the float accumulated
+   intermediates) in the body graph, as the keys of the reverse step: arguments
+   (accumulators..., captures..., d next..., [d acc...]), results (d vars..., d caps...). */
+static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t nfwd, bool dacc) {
+  nb_graph *g = b->g;
+  int ncap = b->nargs - b->nres, ny = w->nfv + (dacc ? w->nfa : 0), nx = w->nfv + w->nfc;
+  int nargs = w->nacc + ncap + ny;
+  nb_tensor **ys = malloc(((size_t)2 * ny + nx + 1) * sizeof *ys), **seeds = ys + ny, **xs = seeds + ny;
+  nb_tensor **dx = malloc(((size_t)nx + 1) * sizeof *dx);
+  int64_t *keys = malloc(((size_t)nargs + nx + 1) * sizeof *keys);
+  if (!ys || !dx || !keys) {
+    free(ys), free(dx), free(keys);
+    return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  }
+  nb_code code = NB_OK;
+  for (int i = 0; i < w->nfv && !code; i++) {
+    ys[i] = b->res[w->fvars[i]];
+    if (!(seeds[i] = new_arg(b, b->args[w->fvars[i]], "d_next"))) code = NB_NOMEM;
+  }
+  for (int q = 0; dacc && q < w->nfa && !code; q++) {
+    int64_t key = w->acc[w->facc[q]];
+    ys[w->nfv + q] = nb_graph_handle(b->c, g, nb_key_node(key), nb_key_out(key));
+    if (!ys[w->nfv + q] || !(seeds[w->nfv + q] = new_arg(b, ys[w->nfv + q], "d_acc"))) code = NB_NOMEM;
+  }
+  for (int i = 0; i < w->nfv; i++) xs[i] = b->args[w->fvars[i]];
+  for (int i = 0; i < w->nfc; i++) xs[w->nfv + i] = b->args[w->fcaps[i]];
+  int32_t from = g->nnodes;
+  nb_grad_opts o = {.grad_ys = seeds, .unconnected_zero = 1};
+  if (!code) code = nb_gradients(b->c, ys, ny, xs, nx, &o, dx);
+  for (int i = 0; i < nx && !code; i++)
+    if (!(dx[i] = nb_densify(b->c, dx[i]))) code = b->c->status;
+  int extra = 0;
+  if (!code && collect_reads(g, b, from, nfwd, &w->acc, &w->nacc, &extra)) code = NB_NOMEM;
+  if (!code && dacc && extra) /* the accumulators are fixed once the first gradient exists */
+    code = nb_set_error(c, NB_UNIMPLEMENTED, "While gradient: this second-order gradient reads %d loop intermediates "
+                        "the first-order gradient did not accumulate", extra);
+  if (!code) {
+    nargs = w->nacc + ncap + ny;
+    int64_t *k = realloc(keys, ((size_t)nargs + nx + 1) * sizeof *k);
+    if (!k) code = NB_NOMEM;
+    else keys = k;
+  }
+  if (!code) {
+    int n = 0;
+    for (int a = 0; a < w->nacc; a++) keys[n++] = w->acc[a];
+    for (int j = b->nres; j < b->nargs; j++) keys[n++] = nb_key_of(b->args[j]);
+    for (int i = 0; i < ny; i++) keys[n++] = nb_key_of(seeds[i]);
+    for (int i = 0; i < nx; i++) keys[n + i] = nb_key_of(dx[i]);
+    w->keys[dacc] = keys;
+    w->nkargs[dacc] = n;
+    keys = NULL;
+  }
+  if (code && !nb_status(c))
+    nb_set_error(c, code, "While gradient: %s", b->c->status ? nb_error(b->c) : "out of memory");
+  nb_clear_error(b->c);
+  free(ys), free(dx), free(keys);
+  return code;
+}
+
+static nb_code float_indices(const nb_function *b, int lo, int hi, int **out, int *n) {
+  *out = malloc(((size_t)(hi - lo) + 1) * sizeof **out);
+  if (!*out) return NB_NOMEM;
+  *n = 0;
+  for (int j = lo; j < hi; j++)
+    if (nb_is_float(b->args[j]->dtype)) (*out)[(*n)++] = j;
+  return NB_OK;
+}
+
+/* Makes the forward While node output its accumulators and the body fetch them. */
+static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, nb_while_grad *w) {
+  nb_tensor **res = realloc(b->res, ((size_t)b->nres + w->nacc + 1) * sizeof *res);
+  nb_meta *m = malloc(((size_t)w->nacc + 1) * sizeof *m);
+  if (!res || !m) {
+    if (res) b->res = res;
+    free(m);
+    return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  }
+  b->res = res;
+  nb_code code = NB_OK;
+  for (int a = 0; a < w->nacc && !code; a++) {
+    nb_tensor *t = nb_graph_handle(b->c, b->g, nb_key_node(w->acc[a]), nb_key_out(w->acc[a]));
+    if (!t) code = NB_NOMEM;
+    else b->res[b->nres + a] = t;
+    if (!code && t->rank + 1 > NB_MAX_RANK) code = NB_SHAPE;
+    if (!code) {
+      m[a].dtype = t->dtype;
+      m[a].rank = t->rank < 0 ? -1 : t->rank + 1;
+      m[a].shape[0] = -1;
+      for (int d = 0; d < t->rank; d++) m[a].shape[d + 1] = t->shape[d];
+    }
+  }
+  nb_graph *g = nb_fwd_output(op, 0)->graph;
+  if (!code && nb_graph_add_outputs(g, nb_fwd_output(op, 0)->node, m, w->nacc)) code = NB_NOMEM;
+  if (!code) b->nacc = w->nacc;
+  free(m);
+  if (code == NB_SHAPE)
+    return nb_set_error(c, code, "While gradient: an intermediate of rank %d leaves no room for the iteration dim",
+                        NB_MAX_RANK);
+  return code ? nb_set_error(c, code, "While gradient: out of memory") : NB_OK;
+}
+
+static nb_code build_while_grad(nb_ctx *c, const nb_fwd_op *op, nb_function *b) {
+  nb_while_grad *w = calloc(1, sizeof *w);
+  if (!w) return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  w->nfwd = b->g->nnodes;
+  nb_code code = float_indices(b, 1, b->nres, &w->fvars, &w->nfv) || float_indices(b, b->nres, b->nargs, &w->fcaps, &w->nfc)
+                     ? nb_set_error(c, NB_NOMEM, "While gradient: out of memory")
+                     : NB_OK;
+  if (!code) code = build_step(c, b, w, w->nfwd, false);
+  if (!code && !(w->facc = malloc(((size_t)w->nacc + 1) * sizeof *w->facc))) code = NB_NOMEM;
+  for (int a = 0; a < w->nacc && !code; a++) {
+    const nb_node *n = &b->g->nodes[nb_key_node(w->acc[a])];
+    if (nb_is_float(b->g->outs[n->out0 + nb_key_out(w->acc[a])].meta.dtype)) w->facc[w->nfa++] = a;
+  }
+  if (code == NB_NOMEM && !nb_status(c)) nb_set_error(c, code, "While gradient: out of memory");
+  if (!code) code = add_accumulators(c, op, b, w);
+  if (code) {
+    nb_while_grad_free(w);
+    return code;
+  }
+  b->wgrad = w;
+  return NB_OK;
+}
+
+/* The reverse step (seeded or not) giving the gradients of the loop variables and of the
+   captures selected by mask: extracted from the body's gradient once per kind, so a
+   capture nobody differentiates (the RNN's inputs) costs nothing per iteration. */
+static nb_function *step_for(nb_ctx *c, nb_function *b, nb_while_grad *w, bool seeded, uint64_t mask) {
+  for (int i = 0; i < w->nsteps; i++)
+    if (w->steps[i].mask == mask && w->steps[i].seeded == seeded) return w->steps[i].f;
+  if (!w->keys[seeded] && build_step(c, b, w, w->nfwd, seeded)) return NULL;
+  const int64_t *keys = w->keys[seeded], *dx = keys + w->nkargs[seeded];
+  int64_t *res = malloc(((size_t)w->nfv + w->nfc + 1) * sizeof *res);
+  nb_step_fn *grown = realloc(w->steps, ((size_t)w->nsteps + 1) * sizeof *grown);
+  if (grown) w->steps = grown;
+  if (!res || !grown) {
+    free(res);
+    nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+    return NULL;
+  }
+  int n = 0;
+  for (int i = 0; i < w->nfv; i++) res[n++] = dx[i];
+  for (int q = 0; q < w->nfc; q++)
+    if (q >= 64 || (mask >> q & 1)) res[n++] = dx[w->nfv + q];
+  nb_function *f = nb_function_extract(c, b->g, b->g, keys, w->nkargs[seeded], res, n);
+  free(res);
+  if (f) w->steps[w->nsteps++] = (nb_step_fn){mask, seeded, f};
+  return f;
+}
+
+/* What the reverse loop's callbacks read (tensors of the graph the gradient is built in). */
+typedef struct reverse {
+  nb_while_grad *w;
+  nb_function *step;
+  nb_tensor *iters;        /* the forward loop's iteration count */
+  nb_tensor **stacks;      /* its accumulators */
+  nb_tensor **dstacks;     /* the gradients of its float accumulators (second order), or NULL */
+  nb_tensor *const *caps;  /* its captured inputs */
+  int ncap;
+  const int *sel;          /* the float captures (indices into w->fcaps) differentiated */
+  int nsel;
+  const nb_shape_spec *shapes; /* the reverse loop variables' shapes */
+} reverse;
+
+/* x with the static shape s when s is fully known (gradient ops such as a densified
+   Gather gradient may know less about their result than the loop does): a Reshape view. */
+static nb_tensor *with_shape(nb_ctx *c, nb_tensor *x, const nb_shape_spec *s) {
+  if (!x || s->rank < 0) return x;
+  bool same = nb_rank(x) == s->rank;
+  for (int d = 0; same && d < s->rank; d++) same = nb_shape(x)[d] == s->dims[d];
+  return same ? x : nb_reshape(c, x, s->dims, s->rank);
+}
+
+static nb_code reverse_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
+  *pred = nb_less(c, v[0], ((reverse *)user)->iters);
+  return nb_status(c);
+}
+
+/* vars: [i, d vars..., d caps summed so far...]; runs the reverse step of forward
+   iteration T-1-i. */
+static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  reverse *r = user;
+  nb_while_grad *w = r->w;
+  nb_tensor *t = nb_sub(c, nb_sub(c, r->iters, v[0]), nb_scalar(c, NB_I64, 1));
+  int n = 0;
+  nb_tensor **ins = malloc(((size_t)r->step->nargs + r->step->nres + 1) * sizeof *ins), **outs = ins + r->step->nargs;
+  if (!ins) return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  for (int a = 0; a < w->nacc; a++) ins[n++] = stack_get(c, r->stacks[a], t);
+  for (int j = 0; j < r->ncap; j++) ins[n++] = r->caps[j];
+  for (int i = 0; i < w->nfv; i++) ins[n++] = v[1 + i];
+  for (int q = 0; r->dstacks && q < w->nfa; q++) ins[n++] = stack_get(c, r->dstacks[q], t);
+  nb_code code = nb_status(c);
+  if (!code) code = nb_function_call_node(c, r->step, ins, outs);
+  if (!code) {
+    next[0] = nb_add(c, v[0], nb_scalar(c, NB_I64, 1));
+    for (int i = 0; i < w->nfv; i++) next[1 + i] = with_shape(c, outs[i], &r->shapes[1 + i]);
+    for (int q = 0; q < r->nsel; q++)
+      next[1 + w->nfv + q] = with_shape(c, nb_add(c, v[1 + w->nfv + q], outs[w->nfv + q]), &r->shapes[1 + w->nfv + q]);
+    code = nb_status(c);
+  }
+  free(ins);
+  return code;
+}
+
+/* The shape a reverse loop variable keeps: the forward's static shape, whose unknown dims
+   may vary; any shape when its initial value's rank is unknown. */
+static nb_shape_spec gradient_shape(const nb_tensor *init, int rank, const int64_t *shape) {
+  return init && nb_rank(init) < 0 ? (nb_shape_spec){-1, NULL} : (nb_shape_spec){rank, shape};
+}
+
+/* The reverse loop's variables and their shapes. */
+static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b, const reverse *r,
+                            nb_tensor *const *dys, nb_tensor **vars, nb_shape_spec *shapes) {
+  const nb_while_grad *w = r->w;
+  vars[0] = nb_scalar(c, NB_I64, 0);
+  shapes[0] = (nb_shape_spec){0, NULL};
+  for (int i = 0; i < w->nfv; i++) {
+    int j = w->fvars[i];
+    vars[1 + i] = dys[j] ? dys[j] : nb_zeros_like(c, nb_fwd_output(op, j));
+    shapes[1 + i] = gradient_shape(vars[1 + i], b->args[j]->rank, b->args[j]->shape);
+  }
+  for (int q = 0; q < r->nsel; q++) {
+    nb_tensor *x = nb_fwd_input(op, w->fcaps[r->sel[q]]);
+    vars[1 + w->nfv + q] = nb_zeros_like(c, x);
+    shapes[1 + w->nfv + q] = gradient_shape(NULL, nb_rank(x), nb_shape(x));
+  }
+  return nb_status(c);
+}
+
+/* Whether the forward accumulators got real gradients (not a pass's zero fillers). */
+static bool accumulators_have_grads(const nb_fwd_op *op, const nb_while_grad *w, nb_tensor *const *dys) {
+  int nin = nb_fwd_num_inputs(op);
+  if (nb_fwd_num_outputs(op) < nin + w->nacc) return false; /* the accumulators are new */
+  for (int q = 0; q < w->nfa; q++) {
+    nb_tensor *d = dys[nin + w->facc[q]];
+    if (d && !nb_is_zeros_filler(d)) return true;
+  }
+  return false;
+}
+
+static nb_code run_reverse(nb_ctx *c, const nb_fwd_op *op, nb_function *b, reverse *r, nb_tensor *const *dys,
+                           nb_tensor **dxs) {
+  nb_while_grad *w = r->w;
+  int nv = 1 + w->nfv + r->nsel;
+  nb_tensor **vars = malloc((2 * (size_t)nv + 1) * sizeof *vars), **outs = vars + nv;
+  nb_shape_spec *shapes = malloc(((size_t)nv + 1) * sizeof *shapes);
+  nb_code code = !vars || !shapes ? nb_set_error(c, NB_NOMEM, "While gradient: out of memory") : NB_OK;
+  if (!code) code = reverse_vars(c, op, b, r, dys, vars, shapes);
+  nb_while_opts o = {shapes};
+  r->shapes = shapes;
+  if (!code) code = nb_while_ex(c, reverse_cond, reverse_body, r, vars, nv, -1, &o, outs);
+  if (!code) {
+    nb_tensor_free(outs[0]);
+    for (int i = 0; i < w->nfv; i++) dxs[w->fvars[i]] = outs[1 + i];
+    for (int q = 0; q < r->nsel; q++) dxs[w->fcaps[r->sel[q]]] = outs[1 + w->nfv + q];
+  }
+  free(vars);
+  free(shapes);
+  return code;
+}
+
+/* The float captures whose gradients are wanted (all past the 64 a mask holds). */
+static uint64_t wanted_captures(const nb_fwd_op *op, const nb_while_grad *w, int *sel, int *nsel) {
+  uint64_t mask = 0;
+  *nsel = 0;
+  for (int q = 0; q < w->nfc; q++)
+    if (w->nfc > 64 || nb_fwd_input_needs_grad(op, w->fcaps[q])) {
+      sel[(*nsel)++] = q;
+      if (q < 64) mask |= 1ull << q;
+    }
+  return mask;
+}
+
+/* With v_{t+1} = body(v_t, c) for t < T: dv_t = (d body/d v_t)^T dv_{t+1}, from dv_T = dy,
+   backwards; dc = sum over t of (d body/d c)^T dv_{t+1} (c used by every iteration). */
+static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_function *b = fn_of(op, "_body");
+  if (!b->wgrad && build_while_grad(c, op, b)) return nb_status(c);
+  nb_while_grad *w = b->wgrad;
+  bool second = accumulators_have_grads(op, w, dys);
+  nb_tensor *first = nb_fwd_output(op, 0);
+  int nin = nb_fwd_num_inputs(op);
+  nb_tensor **stacks = malloc(((size_t)w->nacc + w->nfa + (size_t)b->nargs + 1) * sizeof *stacks);
+  int *sel = malloc(((size_t)w->nfc + 1) * sizeof *sel);
+  if (!stacks || !sel) {
+    free(stacks), free(sel);
+    return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
+  }
+  nb_tensor **dstacks = stacks + w->nacc, **caps = dstacks + w->nfa;
+  reverse r = {w, NULL, first, stacks, second ? dstacks : NULL, caps, b->nargs - b->nres, sel, 0, NULL};
+  uint64_t mask = wanted_captures(op, w, sel, &r.nsel);
+  r.step = step_for(c, b, w, second, mask);
+  nb_code code = r.step ? NB_OK : nb_status(c);
+  for (int a = 0; a < w->nacc && !code; a++)
+    if (!(stacks[a] = nb_graph_handle(c, first->graph, first->node, nin + a))) code = nb_status(c);
+  for (int q = 0; second && q < w->nfa; q++) dstacks[q] = dys[nin + w->facc[q]];
+  for (int j = 0; j < r.ncap; j++) caps[j] = nb_fwd_input(op, b->nres + j);
+  if (!code) code = run_reverse(c, op, b, &r, dys, dxs);
+  free(stacks);
+  free(sel);
+  return code;
+}
+
+/* ---- reading the accumulators ------------------------------------------------------------------ */
+
+static nb_tensor *stack_get(nb_ctx *c, nb_tensor *stack, nb_tensor *t) {
+  nb_tensor *in[2] = {stack, t}, *out = NULL;
+  nb_dispatch(c, nb_op_lookup("_StackGet"), in, 2, NULL, &out, 1);
+  return out;
+}
+
+/* d stack = the zeros of its shape with dy at [t]; the index has none. */
+static nb_code stack_get_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *in[3] = {nb_fwd_input(op, 0), nb_fwd_input(op, 1), dys[0]};
+  return nb_dispatch(c, nb_op_lookup("_StackGetGrad"), in, 3, NULL, &dxs[0], 1);
+}
+
+/* _StackGetGrad is linear in dy, which gets _StackGet of the incoming gradient. */
+static nb_code stack_get_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  dxs[2] = stack_get(c, dys[0], nb_fwd_input(op, 1));
+  return nb_status(c);
+}
+
+void nb_register_control_flow_grads(void) {
+  nb_register_builtin("_StackGet", stack_get_grad);
+  nb_register_builtin("_StackGetGrad", stack_get_grad_grad);
+  nb_register_builtin("StatefulPartitionedCall", call_grad);
+  nb_register_builtin("If", if_grad);
+  nb_register_builtin("While", while_grad);
+}

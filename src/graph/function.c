@@ -1,0 +1,628 @@
+/* Function graphs and the graph-mode builders of nb_while and nb_cond, as TF 2's
+   while_v2/cond_v2: each callback is traced once, in a graph context of its own whose
+   placeholders are the arguments, into a function graph; graph tensors of enclosing
+   graphs that the callback uses are captured (a placeholder in the function graph, and
+   an extra input of the While/If node), level by level for nested functions. The node
+   carries its functions as attrs; its kernel (src/ops/control_flow.c) runs them through
+   a session over the function graph. */
+#include "function.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- function graphs --------------------------------------------------------------------- */
+
+static void function_free(nb_function *f) {
+  if (!f) return;
+  nb_session_free(f->cached);
+  nb_ctx_free(f->c);
+  nb_graph_free(f->g); /* frees the functions nested in it, one level each call */
+  free(f->args);
+  free(f->res);
+  free(f->caps);
+  nb_while_grad_free(f->wgrad);
+  nb_if_grad_free(f->igrad);
+  free(f);
+}
+
+void nb_graph_free_functions(nb_graph *g) {
+  for (int32_t i = 0; i < g->nfuncs; i++) function_free(g->funcs[i]);
+  free(g->funcs);
+  g->funcs = NULL;
+  g->nfuncs = 0;
+}
+
+static nb_function *function_new(nb_graph *parent) {
+  nb_function *f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  atomic_init(&f->busy, false);
+  atomic_init(&f->iters_hint, 0);
+  f->g = nb_graph_new();
+  f->c = f->g ? nb_graph_ctx_new(f->g) : NULL;
+  if (!f->c) {
+    function_free(f);
+    return NULL;
+  }
+  f->g->parent = parent;
+  return f;
+}
+
+/* Gives f to g (freed with it). */
+static nb_code own_function(nb_graph *g, nb_function *f) {
+  if (!nb_grow_array((void **)&g->funcs, &g->funcs_cap, g->nfuncs + 1, sizeof *g->funcs)) return NB_NOMEM;
+  g->funcs[g->nfuncs++] = f;
+  return NB_OK;
+}
+
+nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, nb_tensor **res) {
+  bool busy = atomic_exchange(&f->busy, true);
+  nb_session *s = busy ? nb_session_new(f->g) : f->cached ? f->cached : (f->cached = nb_session_new(f->g));
+  if (!s) {
+    if (!busy) atomic_store(&f->busy, false);
+    return nb_kfail(k, NB_NOMEM, "out of memory starting the %s", what);
+  }
+  nb_session_set_threads(s, k->threads);
+  nb_code code = nb_run(s, f->args, args, f->nargs, f->res, f->nres + f->nacc, res);
+  if (code) nb_kfail(k, code, "%s: %s", what, nb_session_error(s));
+  if (busy)
+    nb_session_free(s);
+  else
+    atomic_store(&f->busy, false);
+  return code;
+}
+
+void nb_while_grad_free(nb_while_grad *w) {
+  if (!w) return;
+  free(w->acc);
+  free(w->fvars);
+  free(w->fcaps);
+  free(w->facc);
+  free(w->keys[0]);
+  free(w->keys[1]);
+  free(w->steps);
+  free(w);
+}
+
+void nb_if_grad_free(nb_if_grad *w) {
+  if (!w) return;
+  free(w->slots[0]);
+  free(w->slots[1]);
+  free(w);
+}
+
+/* ---- captures ------------------------------------------------------------------------------ */
+
+/* The placeholder of g capturing the parent's tensor `key`, made on first use. */
+static int32_t capture_one(nb_graph *g, int64_t key) {
+  for (int32_t i = 0; i < g->ncaps; i++)
+    if (g->caps[i].key == key) return g->caps[i].arg;
+  const nb_graph *p = g->parent;
+  const nb_meta *m = &p->outs[p->nodes[nb_key_node(key)].out0 + nb_key_out(key)].meta;
+  if (!nb_grow_array((void **)&g->caps, &g->caps_cap, g->ncaps + 1, sizeof *g->caps)) return -1;
+  int32_t id = nb_graph_add_arg(g, m, "capture");
+  if (id >= 0) g->caps[g->ncaps++] = (nb_capture){key, id};
+  return id;
+}
+
+int32_t nb_graph_capture(nb_graph *g, const nb_tensor *x, bool *nomem) {
+  int depth = 0; /* g is `depth` levels below x's graph */
+  const nb_graph *h = g;
+  while (h && h != x->graph) h = h->parent, depth++;
+  if (!h) return -1;
+  int64_t key = nb_key_of(x);
+  for (int level = depth - 1; level >= 0; level--) { /* from just below x's graph down to g */
+    nb_graph *at = g;
+    for (int i = 0; i < level; i++) at = at->parent;
+    int32_t id = capture_one(at, key);
+    if (id < 0) {
+      *nomem = true;
+      return -1;
+    }
+    key = nb_key(id, 0);
+  }
+  return nb_key_node(key);
+}
+
+/* ---- tracing --------------------------------------------------------------------------------- */
+
+/* Appends n argument placeholders of the given metas to f. */
+static nb_code add_args(nb_function *f, const nb_meta *m, int n) {
+  nb_tensor **args = realloc(f->args, ((size_t)(f->nargs + n) + 1) * sizeof *args);
+  if (!args) return NB_NOMEM;
+  f->args = args;
+  for (int i = 0; i < n; i++) {
+    int32_t id = nb_graph_add_arg(f->g, &m[i], "arg");
+    if (id < 0 || !(f->args[f->nargs] = nb_graph_handle(f->c, f->g, id, 0))) return NB_NOMEM;
+    f->nargs++;
+  }
+  return NB_OK;
+}
+
+/* The error of a callback traced in f, reported on the outer context. */
+static nb_code trace_fail(nb_ctx *outer, nb_function *f, const char *who, nb_code code) {
+  if (outer->status) return outer->status;
+  return nb_fail(outer, code ? code : NB_INTERNAL, "%s: %s", who, nb_status(f->c) ? nb_error(f->c) : "the callback failed");
+}
+
+/* Stores the results of f; a result that is not a tensor of f's graph (a concrete value,
+   an outer tensor) gets an Identity there. */
+static nb_code set_results(nb_ctx *outer, nb_function *f, const char *who, nb_tensor **res, int n) {
+  for (int i = 0; i < n; i++) {
+    if (!res[i]) return nb_fail(outer, NB_INVALID, "%s left result %d NULL", who, i);
+    if (res[i]->graph != f->g && !(res[i] = nb_identity(f->c, res[i]))) return trace_fail(outer, f, who, f->c->status);
+  }
+  if (!(f->res = malloc((size_t)n * sizeof *f->res))) return nb_fail(outer, NB_NOMEM, "%s: out of memory", who);
+  memcpy(f->res, res, (size_t)n * sizeof *res);
+  f->nres = n;
+  return NB_OK;
+}
+
+/* Gives every function of one node the same captured arguments, the union of their
+   captures in order (a function gets placeholders for captures only the others use);
+   *keys: the union, as tensors of the outer graph. */
+static nb_code unify_captures(nb_function *const *fs, int nf, int64_t **keys, int *nkeys) {
+  int n = 0, cap = 0;
+  for (int f = 0; f < nf; f++) cap += fs[f]->g->ncaps;
+  *keys = malloc((size_t)(cap + 1) * sizeof **keys);
+  if (!*keys) return NB_NOMEM;
+  for (int f = 0; f < nf; f++)
+    for (int32_t i = 0; i < fs[f]->g->ncaps; i++) {
+      int64_t key = fs[f]->g->caps[i].key;
+      bool seen = false;
+      for (int j = 0; j < n && !seen; j++) seen = (*keys)[j] == key;
+      if (!seen) (*keys)[n++] = key;
+    }
+  *nkeys = n;
+  for (int f = 0; f < nf; f++) {
+    nb_function *fn = fs[f];
+    nb_tensor **args = realloc(fn->args, ((size_t)(fn->nargs + n) + 1) * sizeof *args);
+    if (!args) return NB_NOMEM;
+    fn->args = args;
+    for (int j = 0; j < n; j++) {
+      int32_t id = capture_one(fn->g, (*keys)[j]);
+      if (id < 0 || !(fn->args[fn->nargs] = nb_graph_handle(fn->c, fn->g, id, 0))) return NB_NOMEM;
+      fn->nargs++;
+    }
+  }
+  return NB_OK;
+}
+
+static int64_t bits_of(const void *p) {
+  int64_t bits = 0;
+  memcpy(&bits, &p, sizeof p);
+  return bits;
+}
+
+/* Adds the node: inputs `first` then the captured tensors; functions as attrs. */
+static nb_code add_cf_node(nb_ctx *c, const char *type, nb_tensor *const *first, int nfirst, const int64_t *keys,
+                           int nkeys, nb_function *fa, nb_function *fb, nb_tensor **outs, int nout) {
+  const nb_op_def *def = nb_op_lookup(type);
+  nb_tensor **ins = malloc((size_t)(nfirst + nkeys) * sizeof *ins);
+  if (!ins) return nb_fail(c, NB_NOMEM, "%s: out of memory", type);
+  memcpy(ins, first, (size_t)nfirst * sizeof *ins);
+  int made = 0;
+  for (int j = 0; j < nkeys; j++, made++)
+    if (!(ins[nfirst + j] = nb_graph_handle(c, c->graph, nb_key_node(keys[j]), nb_key_out(keys[j])))) break;
+  nb_code code = made < nkeys ? c->status : NB_OK;
+  if (!code) {
+    nb_attrval a[NB_MAX_ATTRS];
+    nb_attr_defaults(def, a);
+    a[1].i = bits_of(fa); /* every control-flow op: attrs N, then its two functions */
+    a[2].i = bits_of(fb);
+    code = nb_dispatch(c, def, ins, nfirst + nkeys, a, outs, nout);
+  }
+  for (int j = 0; j < made; j++) nb_tensor_free(ins[nfirst + j]);
+  free(ins);
+  return code;
+}
+
+nb_code nb_cf_node(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, nb_function *fa, nb_function *fb,
+                   nb_tensor **out, int nout) {
+  return add_cf_node(c, type, in, nin, NULL, 0, fa, fb, out, nout);
+}
+
+/* ---- nb_while ---------------------------------------------------------------------------- */
+
+typedef struct while_trace {
+  nb_ctx *c;
+  nb_function *cond, *body;
+  int n;                   /* user loop variables; the loop's are [counter, vars..., captures...] */
+  int64_t *keys;
+  int nkeys;
+} while_trace;
+
+static void meta_of(nb_meta *m, const nb_tensor *x, const nb_shape_inv *inv) {
+  if (inv)
+    nb_meta_set(m, x->dtype, inv->rank, inv->shape);
+  else
+    nb_meta_set(m, x->dtype, x->rank, x->shape);
+}
+
+/* cond's function: the user's predicate, and counter < max_iters when bounded. */
+static nb_code trace_cond(while_trace *w, nb_cond_fn cond, void *user, int64_t max_iters) {
+  nb_function *f = w->cond;
+  nb_tensor *pred = NULL;
+  nb_code code = cond(f->c, f->args + 1, &pred, user);
+  if (code || f->c->status) return trace_fail(w->c, f, "nb_while: cond", code ? code : f->c->status);
+  if (!pred) return nb_fail(w->c, NB_INVALID, "nb_while: the cond function left its predicate NULL");
+  if (pred->dtype != NB_BOOL || pred->rank > 0)
+    return nb_fail(w->c, NB_INVALID, "nb_while: the predicate must be a bool scalar, got %s %s",
+                   nb_dtype_name(pred->dtype), pred->rank < 0 ? "<unknown rank>" : nb_tstr(pred));
+  if (max_iters >= 0)
+    pred = nb_logical_and(f->c, nb_less(f->c, f->args[0], nb_tensor_from(f->c, NB_I64, 0, NULL, &max_iters)), pred);
+  if (!pred) return trace_fail(w->c, f, "nb_while: cond", f->c->status);
+  return set_results(w->c, f, "nb_while: cond", &pred, 1);
+}
+
+/* body's function: [counter + 1, the user's next values...], checked against the vars. */
+static nb_code trace_body(while_trace *w, nb_body_fn body, void *user, const nb_shape_inv *inv) {
+  nb_function *f = w->body;
+  nb_tensor **next = calloc((size_t)w->n + 1, sizeof *next);
+  if (!next) return nb_fail(w->c, NB_NOMEM, "nb_while: out of memory");
+  nb_code code = body(f->c, f->args + 1, next + 1, user);
+  if (code || f->c->status) code = trace_fail(w->c, f, "nb_while: body", code ? code : f->c->status);
+  if (!code) code = nb_cf_check_next(w->c, "nb_while", f->args + 1, next + 1, w->n, inv);
+  if (!code && !(next[0] = nb_add(f->c, f->args[0], nb_scalar(f->c, NB_I64, 1))))
+    code = trace_fail(w->c, f, "nb_while: body", f->c->status);
+  if (!code) code = set_results(w->c, f, "nb_while: body", next, w->n + 1);
+  free(next);
+  return code;
+}
+
+static nb_code trace_while(while_trace *w, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars,
+                           int64_t max_iters, const nb_shape_inv *inv) {
+  nb_meta *m = malloc(((size_t)w->n + 1) * sizeof *m);
+  if (!m) return nb_fail(w->c, NB_NOMEM, "nb_while: out of memory");
+  nb_meta_set(&m[0], NB_I64, 0, NULL);
+  for (int i = 0; i < w->n; i++) meta_of(&m[1 + i], vars[i], inv ? &inv[i] : NULL);
+  nb_code code = add_args(w->cond, m, w->n + 1);
+  if (!code) code = add_args(w->body, m, w->n + 1);
+  free(m);
+  if (code) return nb_fail(w->c, code, "nb_while: out of memory");
+  code = trace_cond(w, cond, user, max_iters);
+  if (!code) code = trace_body(w, body, user, inv);
+  nb_function *fs[2] = {w->cond, w->body};
+  if (!code && unify_captures(fs, 2, &w->keys, &w->nkeys)) code = nb_fail(w->c, NB_NOMEM, "nb_while: out of memory");
+  return code;
+}
+
+nb_code nb_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
+                       int64_t max_iters, const nb_shape_inv *inv, nb_tensor **out) {
+  while_trace w = {c, function_new(c->graph), function_new(c->graph), n, NULL, 0};
+  nb_code code = !w.cond || !w.body ? nb_fail(c, NB_NOMEM, "nb_while: out of memory") : NB_OK;
+  if (!code) code = trace_while(&w, cond, body, user, vars, max_iters, inv);
+  nb_function *keep[2] = {w.cond, w.body};
+  for (int i = 0; i < 2 && !code; i++) {
+    if (own_function(c->graph, keep[i])) code = nb_fail(c, NB_NOMEM, "nb_while: out of memory");
+    else keep[i] = NULL;
+  }
+  function_free(keep[0]);
+  function_free(keep[1]);
+  int total = 1 + n + w.nkeys;
+  nb_tensor **first = code ? NULL : malloc((size_t)(2 * total) * sizeof *first);
+  if (!code && !first) code = nb_fail(c, NB_NOMEM, "nb_while: out of memory");
+  if (!code) {
+    nb_tensor **outs = first + total;
+    first[0] = nb_scalar(c, NB_I64, 0);
+    memcpy(first + 1, vars, (size_t)n * sizeof *vars);
+    code = first[0] ? add_cf_node(c, "While", first, 1 + n, w.keys, w.nkeys, w.cond, w.body, outs, total) : c->status;
+    nb_tensor_free(first[0]);
+    for (int i = 0; i < total && !code; i++) {
+      if (i >= 1 && i <= n) out[i - 1] = outs[i];
+      else nb_tensor_free(outs[i]);
+    }
+  }
+  free(first);
+  free(w.keys);
+  return code;
+}
+
+/* ---- nb_cond ----------------------------------------------------------------------------- */
+
+static nb_code trace_branch(nb_ctx *c, nb_function *f, const char *who, nb_body_fn fn, void *user, nb_tensor *const *in,
+                            int nin, int nout) {
+  nb_meta *m = malloc(((size_t)nin + 1) * sizeof *m);
+  nb_tensor **res = calloc((size_t)nout, sizeof *res);
+  nb_code code = !m || !res ? nb_fail(c, NB_NOMEM, "%s: out of memory", who) : NB_OK;
+  for (int i = 0; i < nin && !code; i++) meta_of(&m[i], in[i], NULL);
+  if (!code && add_args(f, m, nin)) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+  if (!code) {
+    nb_code r = fn(f->c, f->args, res, user);
+    if (r || f->c->status) code = trace_fail(c, f, who, r ? r : f->c->status);
+  }
+  if (!code) code = set_results(c, f, who, res, nout);
+  free(m);
+  free(res);
+  return code;
+}
+
+static nb_code check_branches(nb_ctx *c, const nb_function *t, const nb_function *e) {
+  for (int i = 0; i < t->nres; i++)
+    if (t->res[i]->dtype != e->res[i]->dtype)
+      return nb_fail(c, NB_DTYPE, "nb_cond: output %d is %s in the then branch but %s in the else branch", i,
+                     nb_dtype_name(t->res[i]->dtype), nb_dtype_name(e->res[i]->dtype));
+  return NB_OK;
+}
+
+nb_code nb_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
+                      nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
+  if (pred->dtype != NB_BOOL || pred->rank > 0)
+    return nb_fail(c, NB_INVALID, "nb_cond: the predicate must be a bool scalar, got %s %s", nb_dtype_name(pred->dtype),
+                   nb_tstr(pred));
+  nb_function *fs[2] = {function_new(c->graph), function_new(c->graph)};
+  nb_code code = !fs[0] || !fs[1] ? nb_fail(c, NB_NOMEM, "nb_cond: out of memory") : NB_OK;
+  if (!code) code = trace_branch(c, fs[0], "nb_cond: then branch", then_fn, user, in, nin, nout);
+  if (!code) code = trace_branch(c, fs[1], "nb_cond: else branch", else_fn, user, in, nin, nout);
+  if (!code) code = check_branches(c, fs[0], fs[1]);
+  int64_t *keys = NULL;
+  int nkeys = 0;
+  if (!code && unify_captures(fs, 2, &keys, &nkeys)) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
+  nb_function *keep[2] = {fs[0], fs[1]};
+  for (int i = 0; i < 2 && !code; i++) {
+    if (own_function(c->graph, keep[i])) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
+    else keep[i] = NULL;
+  }
+  function_free(keep[0]);
+  function_free(keep[1]);
+  nb_tensor **first = code ? NULL : malloc(((size_t)nin + 1) * sizeof *first);
+  if (!code && !first) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
+  if (!code) {
+    first[0] = pred;
+    memcpy(first + 1, in, (size_t)nin * sizeof *in);
+    code = add_cf_node(c, "If", first, 1 + nin, keys, nkeys, fs[0], fs[1], out, nout);
+  }
+  free(first);
+  free(keys);
+  return code;
+}
+
+/* ---- extraction --------------------------------------------------------------------------- */
+
+typedef struct extractor {
+  nb_ctx *err;
+  nb_graph *src;
+  nb_function *f;
+  const int64_t *arg_keys;
+  int nargs;
+  uint32_t gen;
+  int32_t *order, norder;
+  nb_tensor **h;           /* copies of the outputs of ordered nodes, at node->slot */
+} extractor;
+
+static int arg_index(const extractor *x, int64_t key) {
+  for (int i = 0; i < x->nargs; i++)
+    if (x->arg_keys[i] == key) return i;
+  return -1;
+}
+
+static bool all_known(const nb_graph *g, const nb_node *n) {
+  for (int32_t o = 0; o < n->nout; o++)
+    if (!g->outs[n->out0 + o].value) return false;
+  return n->nout > 0;
+}
+
+typedef struct dfs_frame {
+  int32_t id, next;
+} dfs_frame;
+
+/* Post-order of the nodes the results need, stopping at arguments and known values. */
+static nb_code order_needed(extractor *x, const int64_t *res_keys, int nres) {
+  nb_graph *g = x->src;
+  dfs_frame *stack = malloc(((size_t)g->nnodes + 1) * sizeof *stack);
+  x->order = malloc(((size_t)g->nnodes + 1) * sizeof *x->order);
+  if (!stack || !x->order) {
+    free(stack);
+    return NB_NOMEM;
+  }
+  int32_t top = 0;
+  for (int r = 0; r < nres; r++) {
+    int32_t id = nb_key_node(res_keys[r]);
+    if (arg_index(x, res_keys[r]) >= 0 || g->nodes[id].stamp == x->gen) continue;
+    g->nodes[id].stamp = x->gen;
+    stack[top++] = (dfs_frame){id, 0};
+    while (top > 0) {
+      dfs_frame *fr = &stack[top - 1];
+      const nb_node *n = &g->nodes[fr->id];
+      if (fr->next < n->nin && !all_known(g, n)) {
+        const nb_edge *e = &g->edges[n->in0 + fr->next++];
+        nb_node *s = &g->nodes[e->src];
+        if (arg_index(x, nb_key(e->src, e->out)) < 0 && s->stamp != x->gen) {
+          s->stamp = x->gen;
+          stack[top++] = (dfs_frame){e->src, 0};
+        }
+      } else {
+        x->order[x->norder++] = fr->id;
+        top--;
+      }
+    }
+  }
+  free(stack);
+  return NB_OK;
+}
+
+static nb_tensor *copied(const extractor *x, int64_t key) {
+  int a = arg_index(x, key);
+  return a >= 0 ? x->f->args[a] : x->h[x->src->nodes[nb_key_node(key)].slot + nb_key_out(key)];
+}
+
+static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
+  const nb_node *n = &x->src->nodes[id];
+  nb_ctx *c = x->f->c;
+  nb_tensor **outs = x->h + n->slot;
+  if (all_known(x->src, n)) {
+    for (int32_t o = 0; o < n->nout; o++)
+      if (!(outs[o] = nb_const(c, x->src->outs[n->out0 + o].value))) return c->status;
+    return NB_OK;
+  }
+  if (strcmp(n->def->name, "Placeholder") == 0)
+    return nb_fail(x->err, NB_INVALID, "the function needs placeholder '%s', which is not one of its arguments", n->name);
+  for (int32_t i = 0; i < n->nin; i++) {
+    const nb_edge *e = &x->src->edges[n->in0 + i];
+    ins[i] = copied(x, nb_key(e->src, e->out));
+  }
+  nb_code code = nb_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
+  if (code) return code;
+  if (n->nout > 0 && outs[0]->graph == x->f->g) x->f->g->nodes[outs[0]->node].grad_name = n->grad_name;
+  return NB_OK;
+}
+
+static nb_code copy_all(extractor *x) {
+  int32_t nh = 0, width = 1;
+  for (int32_t i = 0; i < x->norder; i++) {
+    nb_node *n = &x->src->nodes[x->order[i]];
+    n->slot = nh;
+    nh += n->nout;
+    if (n->nin > width) width = n->nin;
+  }
+  x->h = calloc((size_t)nh + 1, sizeof *x->h);
+  nb_tensor **ins = malloc((size_t)width * sizeof *ins);
+  nb_code code = !x->h || !ins ? NB_NOMEM : NB_OK;
+  for (int32_t i = 0; i < x->norder && !code; i++) code = copy_node(x, x->order[i], ins);
+  free(ins);
+  return code;
+}
+
+nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const int64_t *arg_keys, int nargs,
+                                 const int64_t *res_keys, int nres) {
+  extractor x = {err, src, function_new(NULL), arg_keys, nargs, nb_graph_next_gen(src), NULL, 0, NULL};
+  nb_meta *m = malloc(((size_t)nargs + 1) * sizeof *m);
+  nb_code code = !x.f || !m ? NB_NOMEM : NB_OK;
+  for (int i = 0; i < nargs && !code; i++) m[i] = src->outs[src->nodes[nb_key_node(arg_keys[i])].out0 + nb_key_out(arg_keys[i])].meta;
+  if (!code) code = add_args(x.f, m, nargs);
+  if (!code) code = order_needed(&x, res_keys, nres);
+  if (!code) code = copy_all(&x);
+  if (!code && !(x.f->res = malloc(((size_t)nres + 1) * sizeof *x.f->res))) code = NB_NOMEM;
+  for (int r = 0; r < nres && !code; r++) x.f->res[r] = copied(&x, res_keys[r]);
+  if (!code) x.f->nres = nres;
+  if (!code && own_function(owner, x.f)) code = NB_NOMEM;
+  if (code && !err->status)
+    nb_fail(err, code, "extracting a function: %s", x.f && x.f->c->status ? nb_error(x.f->c) : "out of memory");
+  free(m);
+  free(x.order);
+  free(x.h);
+  if (code) {
+    function_free(x.f);
+    return NULL;
+  }
+  return x.f;
+}
+
+/* ---- symbolic gradients and calls ------------------------------------------------------------ */
+
+static nb_code build_gradient(nb_ctx *err, nb_function *f, nb_graph *owner) {
+  int ny = 0;
+  nb_tensor **ys = malloc((size_t)(2 * f->nres + f->nargs + 1) * sizeof *ys), **dys = ys + f->nres,
+            **dxs = dys + f->nres;
+  if (!ys) return nb_fail(err, NB_NOMEM, "function gradient: out of memory");
+  nb_code code = NB_OK;
+  for (int i = 0; i < f->nres && !code; i++) {
+    if (!nb_is_float(f->res[i]->dtype)) continue;
+    nb_meta m;
+    nb_meta_set(&m, f->res[i]->dtype, f->res[i]->rank, f->res[i]->shape);
+    int32_t id = nb_graph_add_arg(f->g, &m, "dy");
+    ys[ny] = f->res[i];
+    if (id < 0 || !(dys[ny++] = nb_graph_handle(f->c, f->g, id, 0))) code = NB_NOMEM;
+  }
+  nb_grad_opts o = {.grad_ys = dys, .unconnected_zero = 1};
+  if (!code) code = nb_gradients(f->c, ys, ny, f->args, f->nargs, &o, dxs);
+  for (int i = 0; i < f->nargs && !code; i++)
+    if (!(dxs[i] = nb_densify(f->c, dxs[i]))) code = f->c->status;
+  int64_t *keys = code ? NULL : malloc(((size_t)f->nargs * 2 + (size_t)ny + 1) * sizeof *keys);
+  if (!code && !keys) code = NB_NOMEM;
+  if (!code) {
+    for (int i = 0; i < f->nargs; i++) keys[i] = nb_key_of(f->args[i]);
+    for (int i = 0; i < ny; i++) keys[f->nargs + i] = nb_key_of(dys[i]);
+    for (int i = 0; i < f->nargs; i++) keys[f->nargs + ny + i] = nb_key_of(dxs[i]);
+    f->grad = nb_function_extract(err, owner, f->g, keys, f->nargs + ny, keys + f->nargs + ny, f->nargs);
+    if (!f->grad) code = err->status;
+  }
+  if (code && !err->status) nb_fail(err, code, "function gradient: %s", f->c->status ? nb_error(f->c) : "out of memory");
+  nb_clear_error(f->c);
+  free(keys);
+  free(ys);
+  return code;
+}
+
+nb_function *nb_function_gradient(nb_ctx *err, nb_function *f) {
+  if (!f->grad) build_gradient(err, f, f->g);
+  return f->grad;
+}
+
+nb_code nb_function_call_node(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out) {
+  const nb_op_def *def = nb_op_lookup("StatefulPartitionedCall");
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(def, a);
+  a[1].i = bits_of(f);
+  return nb_dispatch(c, def, in, f->nargs, a, out, f->nres);
+}
+
+bool nb_is_zeros_filler(const nb_tensor *x) {
+  return x && x->graph && strcmp(x->graph->nodes[x->node].def->name, "ZerosLike") == 0;
+}
+
+/* ---- user functions ------------------------------------------------------------------------ */
+
+static nb_code trace_user(nb_ctx *c, nb_function *f, nb_body_fn fn, void *user, nb_tensor *const *like, int nin,
+                          int nout) {
+  nb_code code = trace_branch(c, f, "nb_function_new", fn, user, like, nin, nout);
+  nb_function *fs[1] = {f};
+  if (!code && unify_captures(fs, 1, &f->caps, &f->ncaps)) code = nb_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+  if (!code && f->nargs < 1)
+    code = nb_fail(c, NB_INVALID, "nb_function_new: a function needs at least one argument or captured tensor");
+  if (!code && own_function(c->graph, f)) code = nb_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+  return code;
+}
+
+nb_function *nb_function_new(nb_ctx *c, nb_body_fn fn, void *user, nb_tensor *const *like, int nin, int nout) {
+  if (!nb_live(c)) return NULL;
+  if (!c->graph) {
+    nb_fail(c, NB_INVALID, "nb_function_new needs a graph context (eager code calls C functions directly)");
+    return NULL;
+  }
+  if (!fn || nout < 1 || nin < 0 || (nin > 0 && !like)) {
+    nb_fail(c, NB_INVALID, "nb_function_new: NULL function or arguments, or counts out of range (nin %d, nout %d)", nin,
+            nout);
+    return NULL;
+  }
+  for (int i = 0; i < nin; i++)
+    if (!like[i]) {
+      nb_fail(c, NB_INVALID, "nb_function_new: like[%d] is NULL", i);
+      return NULL;
+    }
+  nb_function *f = function_new(c->graph);
+  if (!f) {
+    nb_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+    return NULL;
+  }
+  if (trace_user(c, f, fn, user, like, nin, nout)) {
+    function_free(f);
+    return NULL;
+  }
+  return f;
+}
+
+nb_code nb_call_function(nb_ctx *c, nb_function *f, nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
+  if (!c) return NB_INVALID;
+  for (int i = 0; out && i < nout; i++) out[i] = NULL;
+  if (c->status) return c->status;
+  if (!f || !out || (nin > 0 && !in)) return nb_fail(c, NB_INVALID, "nb_call_function: NULL function, in or out");
+  if (c->graph != f->g->parent)
+    return nb_fail(c, NB_INVALID, "nb_call_function: the function belongs to another graph");
+  if (nin != f->nargs - f->ncaps || nout != f->nres)
+    return nb_fail(c, NB_INVALID, "nb_call_function: the function takes %d inputs and gives %d outputs, not %d and %d",
+                   f->nargs - f->ncaps, f->nres, nin, nout);
+  nb_tensor **ins = malloc(((size_t)f->nargs + 1) * sizeof *ins);
+  if (!ins) return nb_fail(c, NB_NOMEM, "nb_call_function: out of memory");
+  memcpy(ins, in, (size_t)nin * sizeof *in);
+  int made = 0;
+  for (int j = 0; j < f->ncaps; j++, made++)
+    if (!(ins[nin + j] = nb_graph_handle(c, c->graph, nb_key_node(f->caps[j]), nb_key_out(f->caps[j])))) break;
+  nb_code code = made < f->ncaps ? c->status : nb_function_call_node(c, f, ins, out);
+  for (int j = 0; j < made; j++) nb_tensor_free(ins[nin + j]);
+  free(ins);
+  return code;
+}
+
+void nb_function_set_gradient(nb_function *f, nb_grad_fn grad) {
+  if (f) f->user_grad = grad;
+}

@@ -1,0 +1,120 @@
+/* Control flow internals: shape invariants of loop variables, and the graph-mode builders
+   behind nb_while and nb_cond (function graphs, While and If nodes). */
+#ifndef NB_FUNCTION_H
+#define NB_FUNCTION_H
+
+#include "graph.h"
+
+/* A loop variable's shape invariant: rank -1 unknown rank, dims -1 unknown. */
+typedef struct nb_shape_inv {
+  int rank;
+  int64_t shape[NB_MAX_RANK];
+} nb_shape_inv;
+
+/* The invariants of n loop variables from the public specs (malloc'd; NULL on error, set on c). */
+nb_shape_inv *nb_shape_inv_from(nb_ctx *c, const char *who, const nb_shape_spec *specs, int n);
+/* Checks that each declared shape admits its variable's initial shape. */
+nb_code nb_shape_inv_check_vars(nb_ctx *c, const char *who, const nb_shape_inv *inv, nb_tensor *const *vars, int n);
+/* Whether shape (rank, dims) is at least as specific as the invariant (inv NULL: var's own shape). */
+bool nb_shape_inv_admits(const nb_shape_inv *inv, const nb_tensor *var, const nb_tensor *next);
+/* Checks a body's results against the loop variables (dtype, shape invariant); errors name the variable. */
+nb_code nb_cf_check_next(nb_ctx *c, const char *who, nb_tensor *const *vars, nb_tensor *const *next, int n,
+                         const nb_shape_inv *inv);
+
+/* A function graph (TF's FunctionDef): a graph, arguments (placeholders) and results, all
+   handles of the context it was traced in. A session over it runs it; one is cached for
+   the While/If kernels (busy while a kernel uses it: a concurrent run makes its own). */
+struct nb_function {
+  nb_graph *g;
+  nb_ctx *c;
+  nb_tensor **args, **res;
+  int nargs, nres;
+  int nacc;                /* res[nres .. nres + nacc) are intermediates the gradient reads,
+                              fetched too: While bodies stack them every iteration (the
+                              accumulators), If branches output them */
+  atomic_llong iters_hint; /* While bodies: the iterations the last run took (sizes the stacks) */
+  int64_t *caps;           /* the parent-graph tensors its last ncaps arguments capture */
+  int ncaps;
+  nb_function *grad;       /* its symbolic gradient, built on first use */
+  nb_grad_fn user_grad;    /* a gradient the user set for calls of it, or NULL */
+  struct nb_while_grad *wgrad; /* While bodies: the loop gradient's pieces, built on first use */
+  struct nb_if_grad *igrad;    /* If then-branches: the If gradient's pieces, built on first use */
+  nb_session *cached;
+  atomic_bool busy;
+};
+
+/* A new function of graph src: arguments the tensors arg_keys of src (each becomes a
+   placeholder), results res_keys, and the nodes of src between them copied (dispatched
+   again), so an intermediate of src given as an argument has no producer in it. Owned by
+   owner (freed with it). Errors go to err. */
+nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const int64_t *arg_keys, int nargs,
+                                 const int64_t *res_keys, int nres);
+/* TF's SymbolicGradient of f: a function of (f's arguments, the incoming gradients of f's
+   float results) giving the gradient of every argument (zeros where unconnected). Cached. */
+nb_function *nb_function_gradient(nb_ctx *err, nb_function *f);
+/* Adds a StatefulPartitionedCall node (or runs it, eagerly) of f on in[0..f->nargs). */
+nb_code nb_function_call_node(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out);
+/* Adds a While or If node of functions fa, fb (cond/body, then/else) on in[0..nin). */
+nb_code nb_cf_node(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, nb_function *fa, nb_function *fb,
+                   nb_tensor **out, int nout);
+/* A function pointer carried in an int attr. */
+static inline nb_function *nb_function_from_bits(int64_t bits) {
+  nb_function *f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* Runs f: results res[0..f->nres) (detached, the caller's) from argument values args;
+   threads for its ops. On error sets the message on k and returns its code. */
+nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, nb_tensor **res);
+
+/* The pieces of a While's gradient (src/grad/control_flow_grad.c), kept on its body. */
+typedef struct nb_while_grad {
+  int64_t *acc;            /* the accumulated intermediates (keys in the body graph) */
+  int nacc;
+  int *fvars, nfv;         /* body arguments that are float loop variables */
+  int *fcaps, nfc;         /* body arguments that are float captures */
+  int *facc, nfa;          /* accumulators that are float (second order seeds them) */
+  /* The gradient in the body graph, as the keys of one reverse step: arguments
+     (acc..., caps..., d next..., [d acc...]) then results (d vars..., d caps...); [1]
+     with the accumulators seeded (second order), built on need. */
+  int64_t *keys[2];
+  int nkargs[2];
+  struct nb_step_fn *steps; /* reverse steps extracted, per (seeded, captures differentiated) */
+  int nsteps;
+  int32_t nfwd;            /* the body's nodes before any gradient: the forward ones */
+} nb_while_grad;
+typedef struct nb_step_fn {
+  uint64_t mask;           /* bit q: the gradient of float capture q is a result */
+  bool seeded;
+  nb_function *f;
+} nb_step_fn;
+void nb_while_grad_free(nb_while_grad *w);
+
+/* The pieces of an If's gradient, kept on its then-branch: the intermediates of each
+   branch its gradient reads (exposed as outputs of the If: the then-branch's, then the
+   else-branch's, each branch giving zeros for the other's), and the branch gradient
+   functions, per branch b: arguments (b's arguments..., then-intermediates...,
+   else-intermediates..., d results..., [d intermediates...]), results d arguments; [1]
+   with the intermediates seeded (second order), built on need. */
+typedef struct nb_if_grad {
+  int nread[2];            /* intermediates of the then and the else branch */
+  int32_t nfwd[2];         /* each branch's nodes before any gradient: the forward ones */
+  int64_t *slots[2];       /* per branch: its tensors standing for [then's..., else's...]:
+                              its own intermediates, placeholders for the other's */
+  nb_function *fn[2][2];   /* [seeded][branch] */
+} nb_if_grad;
+void nb_if_grad_free(nb_if_grad *w);
+
+/* Whether x is made by a ZerosLike node (a gradient pass's filler for an output that got no gradient). */
+bool nb_is_zeros_filler(const nb_tensor *x);
+/* Adds outputs of metas m[0..n) to node id (plans made before are dropped). */
+nb_code nb_graph_add_outputs(nb_graph *g, int32_t id, const nb_meta *m, int n);
+
+/* Graph contexts: trace and add a While / If node. */
+nb_code nb_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
+                       int64_t max_iters, const nb_shape_inv *inv, nb_tensor **out);
+nb_code nb_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
+                      nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+
+#endif

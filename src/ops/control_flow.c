@@ -1,0 +1,358 @@
+/* Control-flow ops (TF's functional While, If and StatefulPartitionedCall, as while_v2
+   and cond_v2 build them). The functions they run are function graphs
+   (src/graph/function.c) held in the internal attrs _cond/_body, _then_branch/_else_branch
+   and _f; nb_while, nb_cond and nb_call_function make these nodes, and the leading
+   underscore keeps the attrs out of nb_op's reach (they are pointers).
+   While's inputs are the loop variables: [iteration counter, the user's variables...,
+   captured tensors...]; its outputs their final values (captures pass through), then,
+   once a gradient needs them, the accumulators (src/grad/control_flow_grad.c). If's
+   inputs are [cond, inputs..., captured tensors...]. All are stateful as in TF (never
+   folded at build time). A kernel runs in a session's context: it runs the functions
+   through sessions over their graphs, then hands the final buffers to its outputs.
+   _StackGet and _StackGetGrad read the accumulators in the gradient loops. */
+#include "../graph/function.h"
+
+#include <stdlib.h>
+
+enum { CF_N, CF_FIRST_FN, CF_SECOND_FN, WHILE_PARALLEL_ITERATIONS };
+
+static nb_function *fn_attr(const nb_kargs *k, int slot) { return nb_function_from_bits(k->attr[slot].i); }
+
+/* Makes res hold v's value (dtype, shape and a reference to its buffer). The output
+   allocated before the kernel ran is a placeholder: the final shape is known only now. */
+static void adopt(nb_ctx *c, nb_tensor *res, const nb_tensor *v) {
+  if (v->buf) nb_buffer_retain(v->buf);
+  nb_buffer_release(c, res->buf);
+  res->buf = v->buf;
+  res->dtype = v->dtype;
+  res->rank = v->rank;
+  memcpy(res->shape, v->shape, sizeof res->shape);
+  res->size = v->size;
+}
+
+/* At run time (no graph) an output's meta only sizes that placeholder allocation: the
+   static meta with unknown dims as 0 (unknown rank: a scalar). */
+static void run_time_meta(nb_meta *m, const nb_tensor *like) {
+  nb_meta_set(m, like->dtype, like->rank < 0 ? 0 : like->rank, like->shape);
+  for (int d = 0; d < m->rank; d++)
+    if (m->shape[d] < 0) m->shape[d] = 0;
+}
+
+static nb_code check_arg_dtypes(nb_kargs *k, const nb_function *f, int first) {
+  for (int i = 0; i < f->nargs; i++)
+    if (k->in[first + i]->dtype != f->args[i]->dtype)
+      return nb_kfail(k, NB_DTYPE, "input %d is %s but the function takes %s", first + i,
+                      nb_dtype_name(k->in[first + i]->dtype), nb_dtype_name(f->args[i]->dtype));
+  return NB_OK;
+}
+
+/* ---- While ---------------------------------------------------------------------------- */
+
+static nb_code while_infer(nb_kargs *k) {
+  const nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
+  /* a node made before its body gained accumulators (a copy in another function) has none */
+  bool accumulates = k->nout == k->nin + body->nacc;
+  if (k->nin != body->nargs || k->nin != cond->nargs || (k->nout != k->nin && !accumulates) || cond->nres != 1)
+    return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its functions (%d arguments)", k->nin, k->nout,
+                    body->nargs);
+  nb_code code = check_arg_dtypes(k, body, 0);
+  for (int a = 0; accumulates && a < body->nacc; a++) { /* accumulators: [iterations, the intermediate's shape] */
+    const nb_tensor *t = body->res[body->nres + a];
+    nb_meta *m = &k->out[k->nin + a];
+    m->dtype = t->dtype;
+    m->rank = t->rank < 0 ? -1 : t->rank + 1;
+    m->shape[0] = -1;
+    for (int d = 0; d < t->rank; d++) m->shape[d + 1] = t->shape[d];
+    if (!k->ctx->graph) {
+      nb_tensor like = {.dtype = m->dtype, .rank = m->rank};
+      memcpy(like.shape, m->shape, sizeof like.shape);
+      run_time_meta(m, &like);
+    }
+  }
+  for (int i = 0; i < k->nin && !code; i++) {
+    const nb_tensor *shape = i < body->nres ? body->args[i] : k->in[i]; /* loop variables keep their invariants */
+    if (!k->ctx->graph)
+      nb_meta_like(&k->out[i], k->in[i]);
+    else
+      nb_meta_set(&k->out[i], shape->dtype, shape->rank, shape->shape);
+  }
+  return code;
+}
+
+static nb_code read_pred(nb_kargs *k, const nb_tensor *pred, bool *go) {
+  if (pred->dtype != NB_BOOL || pred->rank != 0)
+    return nb_kfail(k, NB_INVALID, "the predicate must be a bool scalar, got %s %s", nb_dtype_name(pred->dtype),
+                    nb_tstr(pred));
+  *go = *(const uint8_t *)nb_tdata(pred) != 0;
+  return NB_OK;
+}
+
+static void free_list(nb_tensor **xs, int n) {
+  for (int i = 0; i < n; i++) nb_tensor_free(xs[i]);
+}
+
+/* One iteration: cond on cur, then (if it holds) body into next (and the accumulated
+   intermediates after the loop variables). */
+static nb_code while_step(nb_kargs *k, nb_function *cond, nb_function *body, nb_tensor **cur, nb_tensor **next,
+                          bool *go) {
+  nb_tensor *pred = NULL;
+  nb_code code = nb_function_run(k, cond, "cond", cur, &pred);
+  if (!code) code = read_pred(k, pred, go);
+  nb_tensor_free(pred);
+  if (!code && *go) code = nb_function_run(k, body, "body", cur, next);
+  return code;
+}
+
+/* The accumulators: each iteration's value of an intermediate the gradient reads, copied
+   into a stack [capacity, shape] that doubles when full, so the value's buffer is freed at
+   once (the next iteration reuses it) and nothing is copied again at the end. The first
+   capacity is the iteration count of the loop's previous run: a loop that runs the same
+   count each time fills one stack (from the pool) without growing it. */
+typedef struct accumulator {
+  nb_tensor *stack;        /* NULL until the first value */
+  int64_t n, cap;
+} accumulator;
+
+static nb_code accumulate(nb_kargs *k, accumulator *acc, int a, const nb_tensor *x, int64_t hint) {
+  const nb_tensor *s = acc->stack;
+  if (s && (x->rank != s->rank - 1 || memcmp(x->shape, s->shape + 1, (size_t)x->rank * sizeof *x->shape)))
+    return nb_kfail(k, NB_SHAPE, "the gradient accumulates intermediate %d, whose shape changes from %s to %s "
+                    "between iterations (relaxed loop shapes are not differentiable)", a,
+                    nb_sstr(s->rank - 1, s->shape + 1), nb_tstr(x));
+  if (x->rank + 1 > NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "accumulated intermediate %d has rank %d: no room for the iteration dim", a, x->rank);
+  size_t bytes = (size_t)x->size * nb_dtype_size(x->dtype);
+  if (acc->n == acc->cap) {
+    int64_t shape[NB_MAX_RANK];
+    shape[0] = acc->cap ? 2 * acc->cap : hint > 0 ? hint : 16;
+    memcpy(shape + 1, x->shape, (size_t)x->rank * sizeof *shape);
+    nb_tensor *grown = nb_tensor_alloc(k->ctx, x->dtype, x->rank + 1, shape);
+    if (!grown) return k->ctx->status;
+    if (acc->n) memcpy(nb_tdata(grown), nb_tdata(acc->stack), (size_t)acc->n * bytes);
+    nb_tensor_free(acc->stack);
+    acc->stack = grown;
+    acc->cap = shape[0];
+  }
+  memcpy((char *)nb_tdata(acc->stack) + (size_t)acc->n++ * bytes, nb_tdata(x), bytes);
+  return NB_OK;
+}
+
+/* Output nin + a: accumulator a as [T, shape] (T = 0: the static shape, unknown dims 0). */
+static nb_code finish_accumulator(nb_kargs *k, const nb_function *body, accumulator *acc, int a) {
+  nb_tensor *res = k->res[k->nin + a];
+  if (!acc->stack) {
+    const nb_tensor *t = body->res[body->nres + a];
+    res->rank = t->rank < 0 ? 1 : t->rank + 1;
+    res->shape[0] = 0;
+    for (int d = 0; d < t->rank; d++) res->shape[d + 1] = t->shape[d] < 0 ? 0 : t->shape[d];
+    res->size = 0;
+    return NB_OK;
+  }
+  acc->stack->shape[0] = acc->n;
+  acc->stack->size = nb_shape_size(acc->stack->rank, acc->stack->shape);
+  adopt(k->ctx, res, acc->stack);
+  return NB_OK;
+}
+
+static nb_code while_kernel(nb_kargs *k) {
+  nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
+  /* nv: loop variables the body computes (the captures after them stay); the body also
+     fetches its accumulators, which this node stacks when it has their outputs */
+  int nv = body->nres, fetched = body->nacc, nacc = k->nout - k->nin;
+  nb_tensor **cur = malloc((2 * (size_t)k->nin + (size_t)fetched) * sizeof *cur), **next = cur + k->nin;
+  accumulator *accs = calloc((size_t)nacc + 1, sizeof *accs);
+  if (!cur || !accs) {
+    free(cur), free(accs);
+    return nb_kfail(k, NB_NOMEM, "out of memory");
+  }
+  memcpy(cur, k->in, (size_t)k->nin * sizeof *cur);
+  bool owned = false, go = true;
+  nb_code code = NB_OK;
+  int64_t hint = atomic_load(&body->iters_hint), iters = 0;
+  while (!code && go) {
+    code = while_step(k, cond, body, cur, next, &go);
+    if (code || !go) break;
+    if (owned) free_list(cur, nv);
+    memcpy(cur, next, (size_t)nv * sizeof *cur);
+    owned = true;
+    iters++;
+    for (int a = 0; a < nacc && !code; a++) code = accumulate(k, &accs[a], a, next[nv + a], hint);
+    free_list(next + nv, fetched);
+  }
+  for (int i = 0; i < k->nin && !code; i++) adopt(k->ctx, k->res[i], cur[i]);
+  for (int a = 0; a < nacc && !code; a++) code = finish_accumulator(k, body, &accs[a], a);
+  if (!code && nacc) atomic_store(&body->iters_hint, iters);
+  for (int a = 0; a < nacc; a++) nb_tensor_free(accs[a].stack);
+  if (owned) free_list(cur, nv);
+  free(accs);
+  free(cur);
+  return code;
+}
+
+/* ---- If ------------------------------------------------------------------------------------ */
+
+/* The static meta of output i: the dims both branches agree on. */
+static void merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b) {
+  nb_meta_set(m, a->dtype, a->rank, a->shape);
+  if (a->rank != b->rank) {
+    m->rank = -1;
+    return;
+  }
+  for (int d = 0; d < a->rank; d++)
+    if (a->shape[d] != b->shape[d]) m->shape[d] = -1;
+}
+
+/* An If has the branches' results as outputs, then, once a gradient needs them, the
+   intermediates that gradient reads (nacc more results of each branch, see
+   src/grad/control_flow_grad.c); a node made before they existed has only the first. */
+static nb_code if_infer(nb_kargs *k) {
+  const nb_function *t = fn_attr(k, CF_FIRST_FN), *e = fn_attr(k, CF_SECOND_FN);
+  if (k->nin != 1 + t->nargs || (k->nout != t->nres && k->nout != t->nres + t->nacc))
+    return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its branches (%d arguments, %d results)",
+                    k->nin, k->nout, t->nargs, t->nres);
+  if (k->in[0]->dtype != NB_BOOL || k->in[0]->rank > 0)
+    return nb_kfail(k, NB_INVALID, "cond must be a bool scalar, got %s %s", nb_dtype_name(k->in[0]->dtype),
+                    nb_tstr(k->in[0]));
+  nb_code code = check_arg_dtypes(k, t, 1);
+  for (int i = 0; i < k->nout && !code; i++) {
+    merged_meta(&k->out[i], t->res[i], e->res[i]);
+    if (!k->ctx->graph) {
+      nb_tensor like = {.dtype = k->out[i].dtype, .rank = k->out[i].rank};
+      memcpy(like.shape, k->out[i].shape, sizeof like.shape);
+      run_time_meta(&k->out[i], &like);
+    }
+  }
+  return code;
+}
+
+static nb_code if_kernel(nb_kargs *k) {
+  bool taken = false;
+  nb_code code = read_pred(k, k->in[0], &taken);
+  if (code) return code;
+  nb_function *f = fn_attr(k, taken ? CF_FIRST_FN : CF_SECOND_FN);
+  int fetched = f->nres + f->nacc;
+  nb_tensor *small[8], **res = fetched <= 8 ? small : malloc((size_t)fetched * sizeof *res);
+  if (!res) return nb_kfail(k, NB_NOMEM, "out of memory");
+  code = nb_function_run(k, f, taken ? "then_branch" : "else_branch", k->in + 1, res);
+  for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], res[i]);
+  if (!code) free_list(res, fetched);
+  if (res != small) free(res);
+  return code;
+}
+
+/* ---- StatefulPartitionedCall: a function called as a node ------------------------------------ */
+
+static nb_code call_infer(nb_kargs *k) {
+  const nb_function *f = fn_attr(k, CF_FIRST_FN);
+  if (k->nin != f->nargs || k->nout != f->nres)
+    return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its function (%d arguments, %d results)", k->nin,
+                    k->nout, f->nargs, f->nres);
+  nb_code code = check_arg_dtypes(k, f, 0);
+  for (int i = 0; i < k->nout && !code; i++) {
+    if (k->ctx->graph)
+      nb_meta_set(&k->out[i], f->res[i]->dtype, f->res[i]->rank, f->res[i]->shape);
+    else
+      run_time_meta(&k->out[i], f->res[i]);
+  }
+  return code;
+}
+
+static nb_code call_kernel(nb_kargs *k) {
+  nb_function *f = fn_attr(k, CF_FIRST_FN);
+  nb_tensor *small[8], **res = k->nout <= 8 ? small : malloc((size_t)k->nout * sizeof *res);
+  if (!res) return nb_kfail(k, NB_NOMEM, "out of memory");
+  nb_code code = nb_function_run(k, f, "function", k->in, res);
+  for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], res[i]);
+  if (!code) free_list(res, k->nout);
+  if (res != small) free(res);
+  return code;
+}
+
+/* ---- _StackGet and _StackGetGrad: reading the accumulators -------------------------------------
+   _StackGet(stack [T, ...], t) = stack[t]; _StackGetGrad(stack, t, dy) is zeros of the
+   stack's shape with dy at [t] (the first one's gradient; its own gradient is _StackGet
+   of the incoming gradient). Unlike GatherV2's gradient they keep the stack's static shape
+   ([-1, ...] while T is unknown), which the gradient loops' shape checks need. */
+enum { STACK_T = 1 };
+
+static nb_code stack_index(nb_kargs *k, const nb_tensor *stack, int64_t *t) {
+  if (k->in[STACK_T]->dtype != NB_I64 || k->in[STACK_T]->rank != 0)
+    return nb_kfail(k, NB_INVALID, "the index must be an int64 scalar, got %s %s", nb_dtype_name(k->in[STACK_T]->dtype),
+                    nb_tstr(k->in[STACK_T]));
+  if (stack->rank < 1) return nb_kfail(k, NB_SHAPE, "the stack must have rank >= 1, got %s", nb_tstr(stack));
+  *t = -1;
+  if (k->in[STACK_T]->buf) {
+    *t = *(const int64_t *)nb_tdata(k->in[STACK_T]);
+    if (stack->shape[0] >= 0 && (*t < 0 || *t >= stack->shape[0]))
+      return nb_kfail(k, NB_INVALID, "index %lld is outside the stack of %lld entries", (long long)*t,
+                      (long long)stack->shape[0]);
+  }
+  return NB_OK;
+}
+
+static nb_code stack_get_infer(nb_kargs *k) {
+  int64_t t = 0;
+  nb_code code = stack_index(k, k->in[0], &t);
+  if (!code) nb_meta_set(&k->out[0], k->in[0]->dtype, k->in[0]->rank - 1, k->in[0]->shape + 1);
+  return code;
+}
+
+static size_t entry_bytes(const nb_tensor *stack) {
+  return (size_t)nb_shape_size(stack->rank - 1, stack->shape + 1) * nb_dtype_size(stack->dtype);
+}
+
+static nb_code stack_get_kernel(nb_kargs *k) {
+  int64_t t = 0;
+  nb_code code = stack_index(k, k->in[0], &t);
+  size_t bytes = entry_bytes(k->in[0]);
+  if (!code) memcpy(nb_tdata(k->res[0]), (const char *)nb_tdata(k->in[0]) + (size_t)t * bytes, bytes);
+  return code;
+}
+
+static nb_code stack_get_grad_infer(nb_kargs *k) {
+  int64_t t = 0;
+  nb_code code = stack_index(k, k->in[0], &t);
+  if (!code) code = nb_kcheck_same_dtype(k, 0, 2);
+  if (!code) nb_meta_like(&k->out[0], k->in[0]);
+  return code;
+}
+
+static nb_code stack_get_grad_kernel(nb_kargs *k) {
+  int64_t t = 0;
+  nb_code code = stack_index(k, k->in[0], &t);
+  if (!code && k->in[2]->size * (int64_t)nb_dtype_size(k->in[2]->dtype) != (int64_t)entry_bytes(k->in[0]))
+    code = nb_kfail(k, NB_SHAPE, "dy %s does not match an entry of the stack %s", nb_tstr(k->in[2]), nb_tstr(k->in[0]));
+  if (code) return code;
+  size_t bytes = entry_bytes(k->in[0]);
+  memset(nb_tdata(k->res[0]), 0, (size_t)k->in[0]->size * nb_dtype_size(k->in[0]->dtype));
+  memcpy((char *)nb_tdata(k->res[0]) + (size_t)t * bytes, nb_tdata(k->in[2]), bytes);
+  return NB_OK;
+}
+
+static nb_op_def control_flow_ops[] = {
+    {.name = "While", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 4,
+     .grad_inputs = ~0u, .grad_outputs = ~0u,
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
+               {"_cond", NB_ATTR_INT, {.i = 0}, true},
+               {"_body", NB_ATTR_INT, {.i = 0}, true},
+               {"parallel_iterations", NB_ATTR_INT, {.i = 10}, false}},
+     .infer = while_infer, .kernel = while_kernel},
+    {.name = "If", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 3,
+     .grad_inputs = ~0u, .grad_outputs = ~0u,
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
+               {"_then_branch", NB_ATTR_INT, {.i = 0}, true},
+               {"_else_branch", NB_ATTR_INT, {.i = 0}, true}},
+     .infer = if_infer, .kernel = if_kernel},
+    {.name = "StatefulPartitionedCall", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .any_rank = true,
+     .nattrs = 2, .grad_inputs = ~0u, .grad_outputs = ~0u,
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}, {"_f", NB_ATTR_INT, {.i = 0}, true}},
+     .infer = call_infer, .kernel = call_kernel},
+    {.name = "_StackGet", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3, .infer = stack_get_infer,
+     .kernel = stack_get_kernel},
+    {.name = "_StackGetGrad", .nin = 3, .nout = 1, .alias = -1, .t_input = 2, .grad_inputs = 2,
+     .infer = stack_get_grad_infer, .kernel = stack_get_grad_kernel},
+};
+
+nb_op_family nb_control_flow_family(void) {
+  return (nb_op_family){control_flow_ops, sizeof control_flow_ops / sizeof *control_flow_ops};
+}
