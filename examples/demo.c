@@ -229,7 +229,7 @@ static bool train(trainer *t) {
 static bool parse(int argc, char **argv, options *o) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   *o = (options){.epochs = 6, .batch = 64, .threads = cores > 0 ? (int)cores : 1, .lr = 1e-3};
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* flag, value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) return false;
     if (strcmp(a, "--epochs") == 0) o->epochs = atoi(v);
@@ -239,7 +239,6 @@ static bool parse(int argc, char **argv, options *o) {
     else if (strcmp(a, "--data") == 0) o->data = v;
     else if (strcmp(a, "--mode") == 0 && (strcmp(v, "graph") == 0 || strcmp(v, "eager") == 0)) o->eager = v[0] == 'e';
     else return false;
-    i++;
   }
   return o->epochs > 0 && o->batch > 0 && o->threads > 0 && o->lr > 0;
 }
