@@ -90,7 +90,8 @@ static bool grow_handles(nb_ctx *c) {
   return true;
 }
 
-static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
+/* Every field but the id. */
+static void handle_fill(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
   x->ctx = NULL;
   x->kept = 0;
   x->state = NB_HANDLE_LIVE;
@@ -102,13 +103,17 @@ static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape
   x->graph = NULL;
   x->node = x->out = -1;
   x->known = NULL;
-  x->id = nb_next_tensor_id();
   x->next_free = NULL;
   x->slice_values = x->slice_indices = NULL;
 }
 
+static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
+  handle_fill(x, t, rank, shape, buf);
+  x->id = nb_next_tensor_id();
+}
+
 void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id) {
-  handle_init(x, t, rank, shape, buf);
+  handle_fill(x, t, rank, shape, buf); /* its own id: no new one drawn (tapes fill these per entry) */
   x->state = NB_HANDLE_BORROWED;
   x->id = id;
 }

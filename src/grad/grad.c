@@ -1,7 +1,6 @@
 /* Built-in gradient registration and helpers shared by the gradient files. */
 #include "grad.h"
 
-#include <string.h>
 
 void nb_register_builtin_gradients(void) {
   nb_register_math_grads();
@@ -60,9 +59,14 @@ nb_tensor *nbg_invert_perm(nb_ctx *c, nb_tensor *perm, nb_tensor *n) {
   return nbg_call(c, "UnsortedSegmentSum", in, 3, NULL, 0);
 }
 
+/* One pass over the dims: every gradient function of a broadcasting op asks this. */
 bool nbg_same_shape(const nb_tensor *x, const nb_tensor *y) {
-  return nbg_static(x) && nbg_static(y) && nb_rank(x) == nb_rank(y) &&
-         memcmp(nb_shape(x), nb_shape(y), (size_t)nb_rank(x) * sizeof(int64_t)) == 0;
+  int rank = nb_rank(x);
+  if (rank < 0 || rank != nb_rank(y)) return false;
+  const int64_t *a = nb_shape(x), *b = nb_shape(y);
+  for (int i = 0; i < rank; i++)
+    if (a[i] < 0 || a[i] != b[i]) return false;
+  return true;
 }
 
 /* The axes of dy (rank r) along which x (rank rx <= r) was broadcast: the leading r - rx
