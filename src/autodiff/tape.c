@@ -50,13 +50,6 @@ static int32_t map_get(const id_map *m, uint64_t id) {
   return in_use(m, i) ? m->slots[i].value : -1;
 }
 
-/* Room for `more` new ids without growing, so adding them cannot fail; false when out of memory. */
-static bool map_reserve(id_map *m, uint32_t more) {
-  while ((m->n + more) * 2 > m->cap)
-    if (!map_grow(m)) return false;
-  return true;
-}
-
 /* Inserts id -> value unless id is present; false when out of memory. */
 static bool map_add(id_map *m, uint64_t id, int32_t value) {
   if (m->cap && in_use(m, map_slot(m, id))) return true;
@@ -92,7 +85,7 @@ static void map_clear(id_map *m) {
 /* Drops every entry (releasing kept data) but keeps the memory for the next use. */
 static void tape_reset(nb_tape *t) {
   for (int32_t i = 0; i < t->nslots; i++) nb_buffer_release(t->c, t->slots[i].buf);
-  t->nslots = t->nentries = t->nvalues = t->npending = 0;
+  t->nslots = t->nentries = t->nvalues = t->noutputs = 0;
   t->last_out = 0;
   map_clear(&t->tracked);
   nb_arena_reset(&t->arena);
@@ -101,7 +94,7 @@ static void tape_reset(nb_tape *t) {
 static void tape_destroy(nb_tape *t) {
   tape_reset(t);
   map_free(&t->tracked);
-  free(t->pending);
+  free(t->outputs);
   free(t->grads);
   free(t->wanted);
   free(t->entries);
@@ -128,35 +121,39 @@ static bool save_slot(nb_tape *t, const nb_tensor *x, bool keep, int32_t value) 
   return true;
 }
 
-/* Moves the pending outputs into the map (reserved room: nothing allocates). */
-static void flush_pending(nb_tape *t) {
-  for (int32_t i = 0; i < t->npending; i++) map_add(&t->tracked, t->pending[i].id, t->pending[i].value);
-  t->npending = 0;
+/* id's value number in the sorted outputs, or -1. */
+static int32_t output_value(const nb_tape *t, uint64_t id) {
+  int32_t lo = 0, hi = t->noutputs;
+  if (!hi || id < t->outputs[0].id || id > t->outputs[hi - 1].id) return -1;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (t->outputs[mid].id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < t->noutputs && t->outputs[lo].id == id ? t->outputs[lo].value : -1;
 }
 
 /* The value number of a tensor t tracks, or -1. */
-static int32_t tracked_value(nb_tape *t, uint64_t id) {
+static int32_t tracked_value(const nb_tape *t, uint64_t id) {
   if (id == t->last_out) return t->last_value;
   int32_t v = map_get(&t->tracked, id);
-  if (v >= 0 || t->npending == 0) return v;
-  flush_pending(t);
-  return map_get(&t->tracked, id);
+  return v >= 0 ? v : output_value(t, id);
 }
 
 /* id's value number, given now if t did not track it yet (a watched tensor); -1 when out
    of memory. */
 static int32_t track(nb_tape *t, uint64_t id) {
-  int32_t v = tracked_value(t, id); /* a miss leaves nothing pending */
+  int32_t v = tracked_value(t, id);
   if (v >= 0) return v;
   return map_add(&t->tracked, id, t->nvalues) ? t->nvalues++ : -1;
 }
 
-/* A new value number for a recorded op's (fresh) output, pending; -1 when out of memory. */
+/* A new value number for a recorded op's output: appended to the sorted outputs (into the
+   map in the unexpected case of an id older than the newest); -1 when out of memory. */
 static int32_t track_output(nb_tape *t, uint64_t id) {
-  if (!map_reserve(&t->tracked, (uint32_t)t->npending + 1) ||
-      !nb_grow_array((void **)&t->pending, &t->pending_cap, t->npending + 1, sizeof *t->pending))
-    return -1;
-  t->pending[t->npending++] = (pending_id){id, t->nvalues};
+  if (t->noutputs && id <= t->outputs[t->noutputs - 1].id) return track(t, id);
+  if (!nb_grow_array((void **)&t->outputs, &t->outputs_cap, t->noutputs + 1, sizeof *t->outputs)) return -1;
+  t->outputs[t->noutputs++] = (output_id){id, t->nvalues};
   return t->nvalues++;
 }
 
@@ -180,7 +177,7 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
   return true;
 }
 
-static bool reads_tracked(nb_tape *t, const nb_kargs *k) {
+static bool reads_tracked(const nb_tape *t, const nb_kargs *k) {
   for (int i = 0; i < k->nin; i++)
     if (tracked_value(t, k->in[i]->id) >= 0) return true;
   return false;

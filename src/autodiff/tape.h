@@ -30,10 +30,10 @@ typedef struct id_slot {
   uint32_t gen;
 } id_slot;
 
-typedef struct pending_id {
+typedef struct output_id {
   uint64_t id;
   int32_t value;
-} pending_id;
+} output_id;
 
 typedef struct id_map {
   id_slot *slots;          /* one array: a probe touches one cache line */
@@ -47,10 +47,11 @@ struct nb_tape {
   bool watch_accessed;     /* watches trainable variables read while it records (TF's default) */
   id_map tracked;          /* watched ids and outputs of recorded ops -> value numbers */
   int32_t nvalues;         /* value numbers given so far */
-  /* Recorded outputs not in `tracked` yet: most are read only as the newest output (or not
-     at all), so they enter the map when a lookup first misses it, which has room for them. */
-  pending_id *pending;
-  int32_t npending, pending_cap;
+  /* Recorded outputs by increasing id (ids are handed out in order): appending costs no
+     hashing and no cache miss, and a lookup that misses the map bisects it. Most outputs
+     are read only as the newest output (last_out) or never again. */
+  output_id *outputs;
+  int32_t noutputs, outputs_cap;
   uint64_t last_out;       /* the newest recorded output: most ops read it (a chain) */
   int32_t last_value;      /* and its value number */
   /* During a backward pass, per value number: the accumulated gradient, and whether it is
