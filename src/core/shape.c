@@ -22,8 +22,7 @@ bool nb_shape_checked_size(int rank, const int64_t *shape, int64_t *size) {
       empty = true;
       continue;
     }
-    if (nonzero > INT64_MAX / 16 / shape[i]) return false;
-    nonzero *= shape[i];
+    if (__builtin_mul_overflow(nonzero, shape[i], &nonzero) || nonzero > INT64_MAX / 16) return false;
   }
   *size = empty ? 0 : nonzero;
   return true;
