@@ -423,7 +423,16 @@ static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
 /* grads[v] += g. Each gradient held is a handle of the tape's own, so it can be freed when
    replaced or consumed, however the gradient functions share their results. *replaced
    is the old value, now freed (NULL when there was none). */
-static nb_code accumulate(nb_tape *t, int32_t v, nb_tensor *g, nb_tensor **owned, nb_tensor **replaced) {
+/* g itself when the running entry made it (a live handle of its scope, slot >= fresh_from)
+   and has not kept it already, so nothing else holds it; else a handle of the tape's own. */
+static nb_tensor *take_or_own(nb_tape *t, nb_tensor *g, uint32_t fresh_from, nb_tensor *const *kept, int nkept) {
+  bool fresh = g->state == NB_HANDLE_LIVE && g->ctx == t->c && g->slot >= fresh_from;
+  for (int k = 0; k < nkept && fresh; k++) fresh = kept[k] != g;
+  return fresh ? g : own(t, g);
+}
+
+static nb_code accumulate(nb_tape *t, int32_t v, nb_tensor *g, uint32_t fresh_from, nb_tensor *const *kept, int nkept,
+                          nb_tensor **owned, nb_tensor **replaced) {
   nb_tensor *have = t->grads[v];
   *replaced = NULL;
   if (have && add_in_place(t, have, g)) {
@@ -432,7 +441,7 @@ static nb_code accumulate(nb_tape *t, int32_t v, nb_tensor *g, nb_tensor **owned
   }
   bool both_sparse = have && nb_is_indexed_slices(have) && nb_is_indexed_slices(g);
   nb_tensor *sum = !have ? g : both_sparse ? nb_indexed_slices_concat(t->c, have, g) : nb_add(t->c, have, g);
-  *owned = sum ? own(t, sum) : NULL;
+  *owned = sum ? take_or_own(t, sum, fresh_from, kept, nkept) : NULL;
   *replaced = have;
   if (!*owned) return nb_status(t->c);
   if (have) nb_tensor_free(have);
@@ -515,12 +524,13 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   nb_fwd_op op = {batched ? as : e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nb_grad_invoke(t->c, fn, &op, dys, dxs);
   if (!code && batched) unbatch_dxs(t, s, e->nin, needs, dxs);
-  nb_tensor **kept = ins; /* reused: the new map values, which must survive the scope */
+  nb_tensor **kept = ins; /* reused: the new gradients held, which must survive the scope */
   int nkept = 0;
+  uint32_t fresh_from = t->c->scopes[t->c->nscopes - 1]; /* the entry's scope (run_backward) */
   for (int32_t i = 0; i < e->nin && !code; i++) {
     if (!dxs[i] || !needs[i]) continue;
     nb_tensor *owned, *replaced;
-    code = accumulate(t, s[i].value, dxs[i], &owned, &replaced);
+    code = accumulate(t, s[i].value, dxs[i], fresh_from, kept, nkept, &owned, &replaced);
     int k = 0; /* an input listed twice: its new sum replaces the first one kept */
     while (k < nkept && kept[k] != replaced) k++;
     kept[k] = owned;
@@ -624,7 +634,7 @@ nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *co
     int32_t v = tracked_value(t, targets[i]->id);
     if (!nb_is_float(targets[i]->dtype) || v < 0) continue;
     nb_tensor *seed = output_grads && output_grads[i] ? output_grads[i] : nb_ones_like(t->c, targets[i]), *owned, *old;
-    code = seed ? accumulate(t, v, seed, &owned, &old) : nb_status(t->c);
+    code = seed ? accumulate(t, v, seed, UINT32_MAX, NULL, 0, &owned, &old) : nb_status(t->c);
   }
   for (int i = 0; i < ns && !code; i++) {
     int32_t v = tracked_value(t, sources[i]->id);
