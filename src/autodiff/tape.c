@@ -289,8 +289,8 @@ void nb_tape_end(nb_tape *t) {
 /* A view of a recorded tensor: its kept data (or none), under its original id. The slot
    owns the data, so the view borrows it: no handle, no reference count, nothing to free. */
 static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
-  nb_tensor *x = &t->views[i];
-  nb_borrowed_init(x, (nb_dtype)s->dtype, s->rank, s->shape, s->buf, s->id);
+  nb_tensor *x = &t->views[i]; /* made a view by ensure_scratch */
+  nb_borrowed_set(x, (nb_dtype)s->dtype, s->rank, s->shape, s->buf, s->id);
   return x;
 }
 
@@ -560,6 +560,7 @@ static bool ensure_scratch(nb_tape *t, int32_t w) {
   nb_tensor *views = needs ? realloc(t->views, (size_t)w * sizeof *views) : NULL;
   if (views) t->views = views;
   if (!views) return false;
+  for (int32_t i = 0; i < w; i++) nb_borrowed_init(&views[i], NB_F32, 0, NULL, NULL, 0);
   t->buf_cap = w;
   return true;
 }

@@ -131,6 +131,9 @@ void nb_ctx_release_all(nb_ctx *c);
 nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
 /* Fills x as a borrowed view of buf (no reference taken) with the given id. */
 void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id);
+/* Points a view made by nb_borrowed_init elsewhere: only the fields views differ in (a
+   tape refills its views for every entry of a backward pass). */
+void nb_borrowed_set(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id);
 /* A fresh process-unique tensor id (never 0). */
 uint64_t nb_next_tensor_id(void);
 /* A handle owned by no context, sharing buf (taken over). Freed with nb_tensor_free. */

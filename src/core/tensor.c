@@ -112,6 +112,15 @@ static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape
   x->id = nb_next_tensor_id();
 }
 
+void nb_borrowed_set(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id) {
+  x->dtype = t;
+  x->rank = rank;
+  if (rank > 0) memcpy(x->shape, shape, (size_t)rank * sizeof *shape);
+  x->size = nb_shape_size(rank, shape);
+  x->buf = buf;
+  x->id = id;
+}
+
 void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id) {
   handle_fill(x, t, rank, shape, buf); /* its own id: no new one drawn (tapes fill these per entry) */
   x->state = NB_HANDLE_BORROWED;
