@@ -111,10 +111,20 @@ static void tape_destroy(nb_tape *t) {
 /* Whether bit i of a grad_inputs/grad_outputs mask is set (past 32 entries: all or none). */
 static bool reads(uint32_t mask, int i) { return i < 32 ? (mask >> i) & 1u : mask == ~0u; }
 
-static bool save_slot(nb_tape *t, const nb_tensor *x, bool keep, int32_t value) {
+/* x's dims in the tape's arena: the previous slot's copy when they are the same (ops in a
+   chain mostly keep the shape), else a new one. NULL for a scalar or when out of memory. */
+static const int64_t *saved_shape(nb_tape *t, const nb_tensor *x) {
+  const tape_slot *prev = t->nslots ? &t->slots[t->nslots - 1] : NULL;
+  if (prev && prev->rank == x->rank && (!x->rank || !memcmp(prev->shape, x->shape, (size_t)x->rank * sizeof *x->shape)))
+    return prev->shape;
   int64_t *shape = x->rank ? nb_arena_alloc(&t->arena, (size_t)x->rank * sizeof *shape) : NULL;
+  if (shape) memcpy(shape, x->shape, (size_t)x->rank * sizeof *shape);
+  return shape;
+}
+
+static bool save_slot(nb_tape *t, const nb_tensor *x, bool keep, int32_t value) {
+  const int64_t *shape = saved_shape(t, x);
   if (x->rank && !shape) return false;
-  if (x->rank) memcpy(shape, x->shape, (size_t)x->rank * sizeof *shape);
   tape_slot *s = &t->slots[t->nslots++];
   *s = (tape_slot){x->id, keep ? x->buf : NULL, shape, value, (uint8_t)x->dtype, (uint8_t)x->rank};
   if (s->buf) nb_buffer_retain(s->buf);
