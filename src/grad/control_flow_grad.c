@@ -80,6 +80,18 @@ static nb_code call_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
 
 /* ---- If, as cond_v2 ------------------------------------------------------------------------- */
 
+/* Appends key to keys[0..*n) unless present, counting it in *extra; false when out of memory. */
+static bool add_key(int64_t **keys, int *n, int *extra, int64_t key) {
+  for (int k = 0; k < *n; k++)
+    if ((*keys)[k] == key) return true;
+  int64_t *grown = realloc(*keys, ((size_t)*n + 1) * sizeof *grown);
+  if (!grown) return false;
+  *keys = grown;
+  (*keys)[(*n)++] = key;
+  (*extra)++;
+  return true;
+}
+
 /* The forward tensors of b (nodes below nfwd that are neither arguments nor known at build
    time) read by the nodes from `from` on, appended to *keys unless present; *extra counts
    the new ones. */
@@ -92,15 +104,7 @@ static nb_code branch_reads(const nb_function *b, int32_t from, int32_t nfwd, in
       const nb_edge *e = &g->edges[u->in0 + i];
       const nb_node *src = &g->nodes[e->src];
       if (e->src >= nfwd || !strcmp(src->def->name, "Placeholder") || g->outs[src->out0 + e->out].value) continue;
-      int64_t key = nb_key(e->src, e->out);
-      bool seen = false;
-      for (int k = 0; k < *n && !seen; k++) seen = (*keys)[k] == key;
-      if (seen) continue;
-      int64_t *grown = realloc(*keys, ((size_t)*n + 1) * sizeof *grown);
-      if (!grown) return NB_NOMEM;
-      *keys = grown;
-      (*keys)[(*n)++] = key;
-      (*extra)++;
+      if (!add_key(keys, n, extra, nb_key(e->src, e->out))) return NB_NOMEM;
     }
   }
   return NB_OK;
@@ -369,15 +373,7 @@ static nb_code collect_reads(nb_graph *g, const nb_function *b, int32_t from, in
     for (int32_t i = 0; i < u->nin; i++) {
       const nb_edge *e = &g->edges[u->in0 + i];
       if (e->src >= nfwd || g->nodes[e->src].stamp2 != gen) continue;
-      int64_t key = nb_key(e->src, e->out);
-      bool seen = false;
-      for (int k = 0; k < *n && !seen; k++) seen = (*keys)[k] == key;
-      if (seen) continue;
-      int64_t *grown = realloc(*keys, ((size_t)*n + 1) * sizeof *grown);
-      if (!grown) return NB_NOMEM;
-      *keys = grown;
-      (*keys)[(*n)++] = key;
-      (*extra)++;
+      if (!add_key(keys, n, extra, nb_key(e->src, e->out))) return NB_NOMEM;
     }
   }
   return NB_OK;
