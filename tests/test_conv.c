@@ -14,22 +14,6 @@ static const nb_dtype float_types[2] = {NB_F32, NB_F64};
 
 static int64_t size4(const int64_t *s) { return s[0] * s[1] * s[2] * s[3]; }
 
-/* Any-size float tensor from doubles. */
-static nb_tensor *make(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const double *v) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= shape[i];
-  void *buf = malloc((size_t)(n ? n : 1) * nb_dtype_size(t));
-  assert_non_null(buf);
-  for (int64_t i = 0; i < n; i++) {
-    if (t == NB_F32)
-      ((float *)buf)[i] = (float)v[i];
-    else
-      ((double *)buf)[i] = v[i];
-  }
-  nb_tensor *x = nb_tensor_from(c, t, rank, shape, buf);
-  free(buf);
-  return x;
-}
 
 static nb_tensor *shape_tensor(nb_ctx *c, const int64_t *s) {
   int32_t v[4] = {(int32_t)s[0], (int32_t)s[1], (int32_t)s[2], (int32_t)s[3]};
@@ -129,8 +113,8 @@ static void test_conv_golden_eager(void **state) {
       const conv_golden *g = &conv_cases[i];
       double tol = float_types[t] == NB_F32 ? F32_TOL : F64_TOL;
       nb_conv2d_attrs a = golden_conv_attrs(g);
-      nb_tensor *x = make(c, float_types[t], 4, g->x_shape, g->x), *f = make(c, float_types[t], 4, g->f_shape, g->f);
-      nb_tensor *dy = make(c, float_types[t], 4, g->y_shape, g->dy);
+      nb_tensor *x = tu_make_float(c, float_types[t], 4, g->x_shape, g->x), *f = tu_make_float(c, float_types[t], 4, g->f_shape, g->f);
+      nb_tensor *dy = tu_make_float(c, float_types[t], 4, g->y_shape, g->dy);
       print_message("conv case %s %s\n", g->name, nb_dtype_name(float_types[t]));
       tu_check(nb_conv2d(c, x, f, &a), float_types[t], 4, g->y_shape, g->y, tol);
       tu_check(nb_conv2d_backprop_input(c, shape_tensor(c, g->x_shape), f, dy, &a), float_types[t], 4, g->x_shape,
@@ -151,10 +135,10 @@ static void test_conv_golden_graph(void **state) {
     nb_conv2d_attrs a = golden_conv_attrs(g);
     nb_tensor *xs[2] = {nb_placeholder(c, NB_F64, 4, g->x_shape, "x"), nb_placeholder(c, NB_F64, 4, g->f_shape, "f")};
     nb_tensor *y = nb_conv2d(c, xs[0], xs[1], &a), *d[2];
-    nb_tensor *loss = weighted_sum(c, y, make(c, NB_F64, 4, g->y_shape, g->dy));
+    nb_tensor *loss = weighted_sum(c, y, tu_make_float(c, NB_F64, 4, g->y_shape, g->dy));
     assert_int_equal(nb_gradients(c, &loss, 1, xs, 2, NULL, d), NB_OK);
     nb_session *s = nb_session_new(gr);
-    nb_tensor *vals[2] = {make(e, NB_F64, 4, g->x_shape, g->x), make(e, NB_F64, 4, g->f_shape, g->f)};
+    nb_tensor *vals[2] = {tu_make_float(e, NB_F64, 4, g->x_shape, g->x), tu_make_float(e, NB_F64, 4, g->f_shape, g->f)};
     nb_tensor *fetch[3] = {y, d[0], d[1]}, *out[3];
     assert_int_equal(nb_run(s, xs, vals, 2, fetch, 3, out), NB_OK);
     tu_check(out[0], NB_F64, 4, g->y_shape, g->y, F64_TOL);
@@ -181,14 +165,14 @@ static void test_pool_golden_eager(void **state) {
       const pool_golden *g = &pool_cases[i];
       double tol = float_types[t] == NB_F32 ? F32_TOL : F64_TOL;
       nb_pool_attrs a = golden_pool_attrs(g);
-      nb_tensor *x = make(c, float_types[t], 4, g->x_shape, g->x), *dy = make(c, float_types[t], 4, g->y_shape, g->dy);
+      nb_tensor *x = tu_make_float(c, float_types[t], 4, g->x_shape, g->x), *dy = tu_make_float(c, float_types[t], 4, g->y_shape, g->dy);
       print_message("pool case %s %s\n", g->name, nb_dtype_name(float_types[t]));
       if (g->is_max) {
         nb_tensor *y = nb_max_pool(c, x, &a);
         tu_check(y, float_types[t], 4, g->y_shape, g->y, tol);
         tu_check(nb_max_pool_grad(c, x, y, dy, &a), float_types[t], 4, g->x_shape, g->dx, tol);
         if (!a.explicit_paddings)
-          tu_check(nb_max_pool_grad_grad(c, x, y, make(c, float_types[t], 4, g->x_shape, g->ddx), &a), float_types[t],
+          tu_check(nb_max_pool_grad_grad(c, x, y, tu_make_float(c, float_types[t], 4, g->x_shape, g->ddx), &a), float_types[t],
                    4, g->y_shape, g->gg, tol);
       } else {
         tu_check(nb_avg_pool(c, x, &a), float_types[t], 4, g->y_shape, g->y, tol);
@@ -207,10 +191,10 @@ static void test_pool_golden_graph(void **state) {
     nb_pool_attrs a = golden_pool_attrs(g);
     nb_tensor *x = nb_placeholder(c, NB_F64, 4, g->x_shape, "x"), *dx = NULL;
     nb_tensor *y = g->is_max ? nb_max_pool(c, x, &a) : nb_avg_pool(c, x, &a);
-    nb_tensor *loss = weighted_sum(c, y, make(c, NB_F64, 4, g->y_shape, g->dy));
+    nb_tensor *loss = weighted_sum(c, y, tu_make_float(c, NB_F64, 4, g->y_shape, g->dy));
     assert_int_equal(nb_gradients(c, &loss, 1, &x, 1, NULL, &dx), NB_OK);
     nb_session *s = nb_session_new(gr);
-    nb_tensor *val = make(e, NB_F64, 4, g->x_shape, g->x), *fetch[2] = {y, dx}, *out[2];
+    nb_tensor *val = tu_make_float(e, NB_F64, 4, g->x_shape, g->x), *fetch[2] = {y, dx}, *out[2];
     assert_int_equal(nb_run(s, &x, &val, 1, fetch, 2, out), NB_OK);
     tu_check(out[0], NB_F64, 4, g->y_shape, g->y, F64_TOL);
     tu_check(out[1], NB_F64, 4, g->x_shape, g->dx, F64_TOL);
@@ -229,7 +213,7 @@ static void test_bias_golden(void **state) {
       const bias_golden *g = &bias_cases[i];
       double tol = float_types[t] == NB_F32 ? F32_TOL : F64_TOL;
       int64_t nc = !strcmp(g->data_format, "NCHW") && g->rank > 2 ? g->x_shape[1] : g->x_shape[g->rank - 1];
-      nb_tensor *x = make(c, float_types[t], g->rank, g->x_shape, g->x), *b = make(c, float_types[t], 1, &nc, g->b);
+      nb_tensor *x = tu_make_float(c, float_types[t], g->rank, g->x_shape, g->x), *b = tu_make_float(c, float_types[t], 1, &nc, g->b);
       tu_check(nb_bias_add(c, x, b, g->data_format), float_types[t], g->rank, g->x_shape, g->y, tol);
       tu_check(nb_bias_add_grad(c, x, g->data_format), float_types[t], 1, &nc, g->db, tol);
     }
@@ -287,7 +271,7 @@ static void test_threads_agree(void **state) {
   assert_non_null(v);
   for (int64_t i = 0; i < nv; i++) v[i] = (double)((i * 7919) % 23) / 11 - 1;
   nb_conv2d_attrs a = {.strides = unit4, .padding = "VALID"};
-  nb_tensor *x = make(c, NB_F64, 4, xs, v), *w = make(c, NB_F64, 4, fs, v), *dy = make(c, NB_F64, 4, ys, v + 7);
+  nb_tensor *x = tu_make_float(c, NB_F64, 4, xs, v), *w = tu_make_float(c, NB_F64, 4, fs, v), *dy = tu_make_float(c, NB_F64, 4, ys, v + 7);
   nb_tensor *r[2][3];
   for (int t = 0; t < 2; t++) {
     nb_ctx_set_threads(c, t + 1);

@@ -22,22 +22,6 @@ static void fill_random(double *v, int64_t n, uint64_t seed) {
   }
 }
 
-/* Any-size tensor from doubles (tu_make caps the size). */
-static nb_tensor *make_big(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const double *v) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= shape[i];
-  void *buf = malloc((size_t)(n ? n : 1) * nb_dtype_size(t));
-  assert_non_null(buf);
-  for (int64_t i = 0; i < n; i++) {
-    if (t == NB_F32)
-      ((float *)buf)[i] = (float)v[i];
-    else
-      ((double *)buf)[i] = v[i];
-  }
-  nb_tensor *x = nb_tensor_from(c, t, rank, shape, buf);
-  free(buf);
-  return x;
-}
 
 /* Element of the last two dims of a [rows, cols] matrix at logical (i, j) after an
    optional transpose. */
@@ -104,7 +88,7 @@ static void check_random(nb_ctx *c, nb_dtype t, bool use_matmul, int xr, const i
   fill_random(xv, nx, 1);
   fill_random(yv, ny, 2);
   /* inputs rounded to the dtype so the reference multiplies the same numbers */
-  nb_tensor *x = make_big(c, t, xr, xs, xv), *y = make_big(c, t, yr, ys, yv);
+  nb_tensor *x = tu_make_float(c, t, xr, xs, xv), *y = tu_make_float(c, t, yr, ys, yv);
   for (int64_t i = 0; i < nx; i++) xv[i] = nb_item(x, i);
   for (int64_t i = 0; i < ny; i++) yv[i] = nb_item(y, i);
   int64_t os[NB_MAX_RANK];
@@ -308,7 +292,7 @@ static void check_threads(nb_ctx *c, bool batched, bool exact, int xr, const int
   static const int counts[3] = {1, 2, 2};
   for (int i = 0; i < 2; i++) {
     nb_dtype t = float_types[i];
-    nb_tensor *x = make_big(c, t, xr, xs, xv), *y = make_big(c, t, yr, ys, yv), *z[3];
+    nb_tensor *x = tu_make_float(c, t, xr, xs, xv), *y = tu_make_float(c, t, yr, ys, yv), *z[3];
     for (int r = 0; r < 3; r++) {
       nb_ctx_set_threads(c, counts[r]);
       assert_int_equal(nb_ctx_threads(c), counts[r]);

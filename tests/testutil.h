@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nabla.h"
@@ -35,6 +36,23 @@ static inline nb_tensor *tu_make(nb_ctx *c, nb_dtype t, int rank, const int64_t 
     }
   }
   return nb_tensor_from(c, t, rank, shape, buf);
+}
+
+/* A float32 or float64 tensor of any size from doubles (tu_make caps the size). */
+static inline nb_tensor *tu_make_float(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const double *v) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i];
+  void *buf = malloc((size_t)(n ? n : 1) * nb_dtype_size(t));
+  assert_non_null(buf);
+  for (int64_t i = 0; i < n; i++) {
+    if (t == NB_F32)
+      ((float *)buf)[i] = (float)v[i];
+    else
+      ((double *)buf)[i] = v[i];
+  }
+  nb_tensor *x = nb_tensor_from(c, t, rank, shape, buf);
+  free(buf);
+  return x;
 }
 
 #define TU_SHAPE(...) ((const int64_t[]){__VA_ARGS__})
