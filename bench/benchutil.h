@@ -2,6 +2,8 @@
 #ifndef NB_BENCHUTIL_H
 #define NB_BENCHUTIL_H
 
+#include <nabla.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -22,6 +24,30 @@ static inline int bench_cmp_double(const void *a, const void *b) {
 static inline double bench_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
   return v[n / 2];
+}
+
+/* Seconds for reps calls of call(c, arg), each inside its own scope of c. */
+static inline double bench_pass(nb_ctx *c, void (*call)(nb_ctx *, const void *), const void *arg, long reps) {
+  double t0 = bench_now();
+  for (long i = 0; i < reps; i++) {
+    nb_scope_begin(c);
+    call(c, arg);
+    nb_scope_end(c, NULL, 0);
+  }
+  return bench_now() - t0;
+}
+
+/* Median seconds per call of call(c, arg): the repetitions double until a pass takes
+   min_seconds / 4, then runs (<= 16) passes of four times that many are timed. */
+static inline double bench_per_call(nb_ctx *c, void (*call)(nb_ctx *, const void *), const void *arg, int runs,
+                                    double min_seconds) {
+  double per_call[16];
+  long reps = 1;
+  while (bench_pass(c, call, arg, reps) < min_seconds / 4) reps *= 2;
+  reps *= 4;
+  if (runs > 16) runs = 16;
+  for (int r = 0; r < runs; r++) per_call[r] = bench_pass(c, call, arg, reps) / (double)reps;
+  return bench_median(per_call, runs);
 }
 
 /* Resident set size in KiB, from /proc (0 where unavailable). */

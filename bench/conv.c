@@ -43,32 +43,7 @@ static void run_op(nb_ctx *c, const bench_op *op) {
   }
 }
 
-/* Median seconds per call, each call inside its own scope. */
-static double time_op(nb_ctx *c, const bench_op *op) {
-  double per_call[RUNS];
-  long reps = 1;
-  for (;;) { /* calibrate */
-    double t0 = bench_now();
-    for (long i = 0; i < reps; i++) {
-      nb_scope_begin(c);
-      run_op(c, op);
-      nb_scope_end(c, NULL, 0);
-    }
-    if (bench_now() - t0 >= MIN_SECONDS / 4) break;
-    reps *= 2;
-  }
-  reps *= 4;
-  for (int r = 0; r < RUNS; r++) {
-    double t0 = bench_now();
-    for (long i = 0; i < reps; i++) {
-      nb_scope_begin(c);
-      run_op(c, op);
-      nb_scope_end(c, NULL, 0);
-    }
-    per_call[r] = (bench_now() - t0) / (double)reps;
-  }
-  return bench_median(per_call, RUNS);
-}
+static void call_op(nb_ctx *c, const void *op) { run_op(c, op); }
 
 static nb_tensor *random_tensor(nb_ctx *c, int64_t n, int64_t h, int64_t w, int64_t ch) {
   int64_t shape[4] = {n, h, w, ch}, size = n * h * w * ch;
@@ -118,7 +93,7 @@ int main(int argc, char **argv) {
     double total = 0;
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
       if (only && !strstr(ops[i].name, only)) continue;
-      double us = 1e6 * time_op(c, &ops[i]);
+      double us = 1e6 * bench_per_call(c, call_op, &ops[i], RUNS, MIN_SECONDS);
       total += us;
       printf("name=%s threads=%d us_per_op=%.1f\n", ops[i].name, threads, us);
     }

@@ -24,31 +24,20 @@ static nb_tensor *op_exp(nb_ctx *c, nb_tensor *a, nb_tensor *b) { (void)b; retur
 static nb_tensor *op_relu(nb_ctx *c, nb_tensor *a, nb_tensor *b) { (void)b; return nb_relu(c, a); }
 static nb_tensor *op_sigmoid(nb_ctx *c, nb_tensor *a, nb_tensor *b) { (void)b; return nb_sigmoid(c, a); }
 
-/* Median seconds per call of op(a, b), each call inside its own scope. */
+typedef struct op_call {
+  op_fn op;
+  nb_tensor *a, *b;
+} op_call;
+
+static void call_op(nb_ctx *c, const void *arg) {
+  const op_call *k = arg;
+  k->op(c, k->a, k->b);
+}
+
+/* Median seconds per call of op(a, b). */
 static double time_op(nb_ctx *c, op_fn op, nb_tensor *a, nb_tensor *b) {
-  double per_call[RUNS];
-  long reps = 1;
-  for (;;) { /* calibrate */
-    double t0 = bench_now();
-    for (long i = 0; i < reps; i++) {
-      nb_scope_begin(c);
-      op(c, a, b);
-      nb_scope_end(c, NULL, 0);
-    }
-    if (bench_now() - t0 >= MIN_SECONDS / 4) break;
-    reps *= 2;
-  }
-  reps *= 4;
-  for (int r = 0; r < RUNS; r++) {
-    double t0 = bench_now();
-    for (long i = 0; i < reps; i++) {
-      nb_scope_begin(c);
-      op(c, a, b);
-      nb_scope_end(c, NULL, 0);
-    }
-    per_call[r] = (bench_now() - t0) / (double)reps;
-  }
-  return bench_median(per_call, RUNS);
+  op_call k = {op, a, b};
+  return bench_per_call(c, call_op, &k, RUNS, MIN_SECONDS);
 }
 
 static nb_tensor *random_tensor(nb_ctx *c, int rank, const int64_t *shape) {
