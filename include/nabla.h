@@ -553,11 +553,12 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
 /* The Jacobian d target / d source, of shape target.shape + source.shape, vectorized as
    TF's jacobian (pfor): one backward pass seeded with the identity, every gradient carrying
    a leading dim of target.size seeds. Elementwise ops (the math ops, TF's fused gradient
-   ops, SelectV2, Cast, AddN, Identity), MatMul (through BatchMatMulV2's gradient), the
-   reductions and Cumsum/Cumprod (their axes moved past the seed dim), Reshape, ExpandDims,
-   Squeeze and Transpose run their gradient once on tensors with that dim; any other op
-   (Tile, Pad, slicing, ...) runs its gradient once per seed and stacks the results. When target.size times the largest taped tensor
-   exceeds 2^24 elements, or a taped tensor has rank 8 (no room for the seed dim), it
+   ops, SelectV2, Cast, AddN, Identity, the nn activations and their gradient ops, Softmax
+   and LogSoftmax), MatMul (through BatchMatMulV2's gradient), the reductions and
+   Cumsum/Cumprod (their axes moved past the seed dim), Reshape, ExpandDims, Squeeze and
+   Transpose run their gradient once on tensors with that dim; any other op (Tile, Pad,
+   slicing, conv, ...) runs its gradient once per seed and stacks the results. When
+   target.size times the largest taped tensor exceeds 2^24 elements, or a taped tensor has rank 8 (no room for the seed dim), it
    takes one backward pass per element of target instead. nb_tape_jacobian_path says
    which path the last call took. */
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
