@@ -99,6 +99,10 @@ struct nb_ctx {
   uint32_t *scopes;        /* scope marks: handle count at nb_scope_begin */
   int nscopes, scopes_cap;
   nb_pool pool;
+  /* When set, data blocks come from and return to this context's pool instead: a session
+     running a function graph for a kernel of that context (While, If), so the blocks
+     cycle between the two instead of ending in malloc's hands each iteration. */
+  struct nb_ctx *blocks_from;
   struct nb_meta *metas;   /* inference output scratch, grown to the widest op */
   int metas_cap;
 };
@@ -144,6 +148,10 @@ nb_tensor *nb_detached_copy(const nb_tensor *x);
 /* Detached IndexedSlices of like's dtype and shape owning the detached parts given (freed
    with them on failure: NULL when out of memory). */
 nb_tensor *nb_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tensor *indices);
+/* x (a detached handle, as sessions return) as a handle of c's current scope holding the
+   same buffer, so that its last release returns the block to c's pool instead of to
+   malloc; x itself when it is not a dense detached handle. NULL when out of memory. */
+nb_tensor *nb_adopt_detached(nb_ctx *c, nb_tensor *x);
 /* Kernel scratch from c's block pool: after warm-up no malloc and no fresh pages (large
    malloc blocks go back to the kernel on free and fault in again on every call). NULL when
    out of memory; nb_scratch_free(c, NULL) does nothing. */

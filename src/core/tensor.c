@@ -35,13 +35,16 @@ static nb_buffer *buffer_alloc(size_t cap, int cls) {
   return b;
 }
 
+static nb_pool *block_pool(nb_ctx *c) { return c->blocks_from ? &c->blocks_from->pool : &c->pool; }
+
 nb_buffer *nb_buffer_new(nb_ctx *c, size_t bytes) {
   int cls = size_class(bytes ? bytes : 1);
+  nb_pool *p = block_pool(c);
   nb_buffer *b;
-  if (cls >= 0 && c->pool.free[cls]) {
-    b = c->pool.free[cls];
-    c->pool.free[cls] = b->next;
-    c->pool.cached_bytes -= b->cap;
+  if (cls >= 0 && p->free[cls]) {
+    b = p->free[cls];
+    p->free[cls] = b->next;
+    p->cached_bytes -= b->cap;
   } else {
     b = buffer_alloc(cls >= 0 ? class_bytes(cls) : bytes, cls);
     if (!b) return NULL;
@@ -56,10 +59,11 @@ void nb_buffer_retain(nb_buffer *b) { atomic_fetch_add_explicit(&b->refs, 1, mem
    cache any block: they are plain aligned allocations). */
 void nb_buffer_release(nb_ctx *c, nb_buffer *b) {
   if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
-  if (c && b->size_class >= 0 && c->pool.cached_bytes + b->cap <= NB_POOL_MAX_CACHED) {
-    b->next = c->pool.free[b->size_class];
-    c->pool.free[b->size_class] = b;
-    c->pool.cached_bytes += b->cap;
+  nb_pool *p = c ? block_pool(c) : NULL;
+  if (p && b->size_class >= 0 && p->cached_bytes + b->cap <= NB_POOL_MAX_CACHED) {
+    b->next = p->free[b->size_class];
+    p->free[b->size_class] = b;
+    p->cached_bytes += b->cap;
     return;
   }
   free(b);
@@ -193,6 +197,15 @@ static void release_slices(nb_tensor *x) {
   nb_tensor_free(x->slice_values);
   nb_tensor_free(x->slice_indices);
   x->slice_values = x->slice_indices = NULL;
+}
+
+nb_tensor *nb_adopt_detached(nb_ctx *c, nb_tensor *x) {
+  if (!x || x->state != NB_HANDLE_DETACHED || x->slice_values) return x;
+  nb_tensor copy = *x;
+  free(x); /* its buffer reference moves to the new handle */
+  nb_tensor *h = nb_handle_new(c, copy.dtype, copy.rank, copy.shape, copy.buf);
+  if (h) h->id = copy.id;
+  return h;
 }
 
 void *nb_scratch_alloc(nb_ctx *c, size_t bytes) {

@@ -62,8 +62,13 @@ nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor
     return nb_kfail(k, NB_NOMEM, "out of memory starting the %s", what);
   }
   nb_session_set_threads(s, k->threads);
-  nb_code code = nb_run(s, f->args, args, f->nargs, f->res, f->nres + f->nacc, res);
+  int nres = f->nres + f->nacc;
+  nb_session_share_blocks(s, k->ctx->blocks_from ? k->ctx->blocks_from : k->ctx);
+  nb_code code = nb_run(s, f->args, args, f->nargs, f->res, nres, res);
+  nb_session_share_blocks(s, NULL);
   if (code) nb_kfail(k, code, "%s: %s", what, nb_session_error(s));
+  for (int i = 0; i < nres && !code; i++) /* released into the shared pool later, not to malloc */
+    if (!(res[i] = nb_adopt_detached(k->ctx, res[i]))) code = nb_status(k->ctx);
   if (busy)
     nb_session_free(s);
   else

@@ -138,5 +138,7 @@ nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k);
 nb_code nb_graph_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out);
 /* Detached tensors: concrete, owned by no context (graph constants, session results). */
 nb_tensor *nb_detached_share(const nb_tensor *x);
+/* Runs s's kernels on blocks of from's pool (NULL: s's own again); see nb_ctx.blocks_from. */
+void nb_session_share_blocks(nb_session *s, nb_ctx *from);
 
 #endif

@@ -71,6 +71,10 @@ void nb_session_free(nb_session *s) {
 
 const char *nb_session_error(const nb_session *s) { return s ? s->error : "NULL session"; }
 
+void nb_session_share_blocks(nb_session *s, nb_ctx *from) {
+  if (s) s->ctx->blocks_from = from;
+}
+
 void nb_session_set_threads(nb_session *s, int n) {
   if (s) nb_ctx_set_threads(s->ctx, n);
 }
