@@ -76,6 +76,8 @@ struct nb_ctx {
      tapes that watch accessed variables watch it. */
   void (*watch_read)(nb_ctx *c, const nb_tensor *x);
   int tapes_paused;        /* > 0: no tape records (a custom gradient's forward function runs) */
+  uint32_t forwardable;    /* set by a session around one op: bit i when input i dies after it
+                              (input forwarding, see eager.c) */
   struct nb_tape **tapes;  /* active tapes, innermost last */
   int ntapes, tapes_cap;
   struct nb_tape *spare_tapes; /* ended tapes kept for reuse (no allocation per step) */

@@ -18,12 +18,32 @@ static void free_outputs(nb_tensor **out, int n) {
   }
 }
 
+/* TF's input forwarding: an elementwise op writes its result over input 0 or 1 when the
+   caller lets that input die at this op (c->forwardable, from a session) and nothing else
+   holds its block; each output element depends only on the input elements at its
+   position, so the kernel may read and write the same block. Not for variadic AddN, whose
+   later inputs are read after the first write. NULL when no input qualifies. */
+static nb_tensor *forwarded_output(nb_ctx *c, const nb_kargs *k, const nb_meta *m) {
+  const nb_op_def *def = k->def;
+  if (!c->forwardable || !def->elementwise || def->variadic || def->alias >= 0) return NULL;
+  for (int i = 0; i < k->nin && i < 2; i++) {
+    nb_tensor *x = k->in[i];
+    if (((c->forwardable >> i) & 1u) && x->buf && x->dtype == m->dtype && x->rank == m->rank &&
+        atomic_load(&x->buf->refs) == 1 && memcmp(x->shape, m->shape, (size_t)m->rank * sizeof *m->shape) == 0)
+      return alias_output(c, m, x);
+  }
+  return NULL;
+}
+
 static nb_code eager_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out) {
   const nb_op_def *def = k->def;
   for (int i = 0; i < k->nout; i++) {
     const nb_meta *m = &k->out[i];
     nb_tensor *src = (i == 0 && def->alias >= 0) ? k->in[def->alias] : NULL;
-    out[i] = src && src->buf ? alias_output(c, m, src) : nb_tensor_alloc(c, m->dtype, m->rank, m->shape);
+    nb_tensor *forwarded = i == 0 && k->nout == 1 ? forwarded_output(c, k, m) : NULL;
+    out[i] = forwarded                ? forwarded
+             : src && src->buf       ? alias_output(c, m, src)
+                                     : nb_tensor_alloc(c, m->dtype, m->rank, m->shape);
     if (!out[i]) {
       free_outputs(out, i);
       return c->status;

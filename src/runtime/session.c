@@ -410,6 +410,16 @@ static nb_code check_feed(nb_session *s, const nb_tensor *t, const nb_tensor *v)
   return NB_OK;
 }
 
+/* Bit j set when step i's input j (j < 32) is freed right after the step: the op may
+   write its result over it. */
+static uint32_t dying_inputs(const nb_plan *p, int32_t i) {
+  uint32_t bits = 0;
+  for (int32_t j = p->in_off[i]; j < p->in_off[i + 1] && j - p->in_off[i] < 32; j++)
+    for (int32_t f = p->free_off[i]; f < p->free_off[i + 1]; f++)
+      if (p->free_vals[f] == p->in_vals[j]) bits |= 1u << (j - p->in_off[i]);
+  return bits;
+}
+
 static nb_code run_step(nb_session *s, const nb_plan *p, int32_t i, nb_tensor **ins) {
   const nb_node *n = &s->g->nodes[p->steps[i]];
   nb_tensor **outs = s->vals + p->out0[i];
@@ -420,7 +430,9 @@ static nb_code run_step(nb_session *s, const nb_plan *p, int32_t i, nb_tensor **
   }
   for (int32_t j = p->in_off[i]; j < p->in_off[i + 1]; j++) ins[j - p->in_off[i]] = s->vals[p->in_vals[j]];
   s->ctx->run_node = n->name;
+  s->ctx->forwardable = dying_inputs(p, i);
   nb_code code = nb_dispatch(s->ctx, n->def, ins, n->nin, n->attr, outs, n->nout);
+  s->ctx->forwardable = 0;
   s->ctx->run_node = NULL;
   return code;
 }
