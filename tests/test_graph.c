@@ -253,6 +253,31 @@ static void test_control_edge_after_run(void **state) {
   assert_non_null(strstr(nb_session_error(f->s), "Graph has a cycle"));
 }
 
+/* Input forwarding: elementwise ops write over inputs the plan frees right after them,
+   never over a feed, a fetched value or one another step still reads. */
+static void test_input_forwarding(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x");
+  nb_tensor *a = nb_mul(f->c, x, nb_scalar(f->c, NB_F64, 3)); /* read twice below */
+  nb_tensor *b = nb_add(f->c, a, nb_scalar(f->c, NB_F64, 1));
+  nb_tensor *c = nb_tanh(f->c, nb_mul(f->c, a, b)); /* a and a*b die here */
+  nb_tensor *d = nb_sub(f->c, nb_exp(f->c, c), c);  /* exp(c) dies in the Sub; c is fetched */
+  nb_tensor *xv = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.1, -0.2, 0.3));
+  nb_tensor *fetch[3] = {b, c, d}, *out[3];
+  static const double fed[3] = {0.1, -0.2, 0.3};
+  for (int rep = 0; rep < 2; rep++) {
+    assert_int_equal(nb_run(f->s, &x, &xv, 1, fetch, 3, out), NB_OK);
+    for (int i = 0; i < 3; i++) {
+      double xi = fed[i], ai = 3 * xi, bi = ai + 1, ci = tanh(ai * bi);
+      assert_true(nb_item(xv, i) == fed[i]); /* the feed is intact */
+      assert_true(fabs(nb_item(out[0], i) - bi) < 1e-15);
+      assert_true(fabs(nb_item(out[1], i) - ci) < 1e-15);
+      assert_true(fabs(nb_item(out[2], i) - (exp(ci) - ci)) < 1e-15);
+    }
+    for (int i = 0; i < 3; i++) nb_tensor_free(out[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_build_and_run, gu_setup, gu_teardown),
@@ -267,6 +292,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_control_edge_after_run, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_folded_needs_no_feed, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_unknown_dims, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_input_forwarding, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("graph", tests, NULL, NULL);
 }
