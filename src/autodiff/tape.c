@@ -415,7 +415,7 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
 /* have += g in place: possible when both are dense, the tape alone holds have's data, the shapes match, and
    no other tape is recording (which would need the addition as a recorded op). */
 static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
-  if (t->c->ntapes > 1 || !have->buf || !g->buf || atomic_load(&have->buf->refs) != 1 || have->dtype != g->dtype ||
+  if (t->c->ntapes > 1 || !have->buf || !g->buf || !nb_buffer_exclusive(have->buf) || have->dtype != g->dtype ||
       have->size != g->size || have->rank != g->rank || memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
     return false;
   if (g->dtype == NB_F32) {

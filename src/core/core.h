@@ -15,12 +15,15 @@
                              pass reads saved tensors long after they were made). Data stays
                              32-byte aligned, what AVX2 loads want. */
 
-/* A reference-counted data block. Header and data share one allocation. */
+#define NB_VIEW_CLASS (-2) /* nb_buffer.size_class of a view of part of another block */
+
+/* A reference-counted data block. Header and data share one allocation, except for a
+   view (nb_buffer_view), whose data lies in the block it holds in next. */
 typedef struct nb_buffer {
   atomic_int refs;
-  int size_class;          /* pool class, or -1 when too large to pool */
+  int size_class;          /* pool class, -1 when too large to pool, or NB_VIEW_CLASS */
   size_t cap;              /* usable bytes */
-  struct nb_buffer *next;  /* free-list link while pooled */
+  struct nb_buffer *next;  /* free-list link while pooled; a view's block */
   void *data;
 } nb_buffer;
 
@@ -129,6 +132,12 @@ nb_code nb_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, v
 /* buffers and handles */
 nb_buffer *nb_buffer_new(nb_ctx *c, size_t bytes);
 void nb_buffer_retain(nb_buffer *b);
+/* bytes of parent's data from offset, without copying; holds parent. NULL when out of memory. */
+nb_buffer *nb_buffer_view(nb_buffer *parent, size_t offset, size_t bytes);
+/* Whether writing b in place changes no one else's value: its only reference, not a view. */
+static inline bool nb_buffer_exclusive(nb_buffer *b) {
+  return b->size_class != NB_VIEW_CLASS && atomic_load_explicit(&b->refs, memory_order_acquire) == 1;
+}
 void nb_buffer_release(nb_ctx *c, nb_buffer *b);
 void nb_pool_clear(nb_pool *p);
 /* Frees every handle and pooled block of c (the end of a context). */

@@ -57,8 +57,26 @@ void nb_buffer_retain(nb_buffer *b) { atomic_fetch_add_explicit(&b->refs, 1, mem
 
 /* The last release returns the block to the releasing context's pool (any pool may
    cache any block: they are plain aligned allocations). */
+nb_buffer *nb_buffer_view(nb_buffer *parent, size_t offset, size_t bytes) {
+  nb_buffer *v = malloc(sizeof *v);
+  if (!v) return NULL;
+  atomic_init(&v->refs, 1);
+  v->size_class = NB_VIEW_CLASS;
+  v->cap = bytes;
+  v->next = parent;
+  v->data = (char *)parent->data + offset;
+  nb_buffer_retain(parent);
+  return v;
+}
+
 void nb_buffer_release(nb_ctx *c, nb_buffer *b) {
   if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+  if (b->size_class == NB_VIEW_CLASS) {
+    nb_buffer *parent = b->next;
+    free(b);
+    nb_buffer_release(c, parent);
+    return;
+  }
   nb_pool *p = c ? block_pool(c) : NULL;
   if (p && b->size_class >= 0 && p->cached_bytes + b->cap <= NB_POOL_MAX_CACHED) {
     b->next = p->free[b->size_class];

@@ -44,7 +44,7 @@ nb_code nb_variable_check_live(nb_ctx *c, const nb_variable *v, const char *op) 
 }
 
 void *nb_variable_writable(nb_ctx *c, nb_variable *v, bool keep) {
-  if (atomic_load_explicit(&v->buf->refs, memory_order_acquire) == 1) return v->buf->data;
+  if (nb_buffer_exclusive(v->buf)) return v->buf->data;
   size_t bytes = (size_t)v->size * nb_dtype_size(v->dtype);
   nb_buffer *b = nb_buffer_new(c, bytes);
   if (!b) {

@@ -29,7 +29,7 @@ static nb_tensor *forwarded_output(nb_ctx *c, const nb_kargs *k, const nb_meta *
   for (int i = 0; i < k->nin && i < 2; i++) {
     nb_tensor *x = k->in[i];
     if (((c->forwardable >> i) & 1u) && x->buf && x->dtype == m->dtype && x->rank == m->rank &&
-        atomic_load(&x->buf->refs) == 1 && memcmp(x->shape, m->shape, (size_t)m->rank * sizeof *m->shape) == 0)
+        nb_buffer_exclusive(x->buf) && memcmp(x->shape, m->shape, (size_t)m->rank * sizeof *m->shape) == 0)
       return alias_output(c, m, x);
   }
   return NULL;
