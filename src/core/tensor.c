@@ -58,6 +58,10 @@ void nb_buffer_retain(nb_buffer *b) { atomic_fetch_add_explicit(&b->refs, 1, mem
 /* The last release returns the block to the releasing context's pool (any pool may
    cache any block: they are plain aligned allocations). */
 nb_buffer *nb_buffer_view(nb_buffer *parent, size_t offset, size_t bytes) {
+  if (parent->size_class == NB_VIEW_CLASS) { /* a view of a view holds the block itself: one level deep */
+    offset += (size_t)((char *)parent->data - (char *)parent->next->data);
+    parent = parent->next;
+  }
   nb_buffer *v = malloc(sizeof *v);
   if (!v) return NULL;
   atomic_init(&v->refs, 1);
