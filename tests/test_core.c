@@ -248,6 +248,27 @@ static void test_cross_context(void **state) {
   nb_ctx_free(d);
 }
 
+/* Buffer views: a view shares its block's bytes, holds the block until it goes, is never
+   exclusive (nothing may write it in place), and a view of a view holds the block itself. */
+static void test_buffer_views(void **state) {
+  nb_ctx *c = *state;
+  nb_buffer *block = nb_buffer_new(c, 64);
+  assert_non_null(block);
+  for (int i = 0; i < 16; i++) ((float *)block->data)[i] = (float)i;
+  assert_true(nb_buffer_exclusive(block));
+  nb_buffer *row = nb_buffer_view(block, 16, 32), *inner = nb_buffer_view(row, 8, 8);
+  assert_non_null(row);
+  assert_non_null(inner);
+  assert_false(nb_buffer_exclusive(row));
+  assert_false(nb_buffer_exclusive(block)); /* the views hold it */
+  assert_ptr_equal(inner->next, block);
+  assert_true(((float *)row->data)[0] == 4 && ((float *)inner->data)[0] == 6);
+  nb_buffer_release(c, block); /* the views keep the bytes */
+  assert_true(((float *)inner->data)[1] == 7);
+  nb_buffer_release(c, row);
+  nb_buffer_release(c, inner); /* the last holder frees the block (ASan checks) */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_tensor_basics, tu_setup, tu_teardown),
@@ -260,6 +281,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_scope_nesting, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_views_refcount, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_cross_context, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_buffer_views, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }
