@@ -20,6 +20,7 @@ typedef struct nb_plan {
   int32_t *out0;           /* step i writes vals out0[i] .. out0[i] + nout */
   int32_t *free_off;       /* after step i, free free_vals[free_off[i] .. free_off[i+1]) */
   int32_t *free_vals;
+  uint32_t *dying;         /* step i: bit j when its input j (j < 32) is freed right after it */
   int32_t *feed_vals, *fetch_vals;
   bool *from_value;        /* step i takes its node's build-time value instead of running */
 } nb_plan;
@@ -54,6 +55,7 @@ static void plan_free(nb_plan *p) {
   free(p->out0);
   free(p->free_off);
   free(p->free_vals);
+  free(p->dying);
   free(p->feed_vals);
   free(p->fetch_vals);
   free(p->from_value);
@@ -317,8 +319,12 @@ static nb_code plan_frees(nb_plan *p) {
   for (int32_t v = 0; v < p->nvals; v++)
     if (last[v] >= 0) p->free_vals[p->free_off[last[v]] + fill[last[v]]++] = v;
   free(fill);
+  p->dying = calloc((size_t)p->nsteps + 1, sizeof *p->dying);
+  for (int32_t i = 0; p->dying && i < p->nsteps; i++) /* inputs read for the last time: forwardable */
+    for (int32_t j = p->in_off[i]; j < p->in_off[i + 1] && j - p->in_off[i] < 32; j++)
+      if (last[p->in_vals[j]] == i) p->dying[i] |= 1u << (j - p->in_off[i]);
   free(last);
-  return NB_OK;
+  return p->dying ? NB_OK : NB_NOMEM;
 }
 
 static nb_code build_plan(nb_session *s, nb_plan *p) {
@@ -410,16 +416,6 @@ static nb_code check_feed(nb_session *s, const nb_tensor *t, const nb_tensor *v)
   return NB_OK;
 }
 
-/* Bit j set when step i's input j (j < 32) is freed right after the step: the op may
-   write its result over it. */
-static uint32_t dying_inputs(const nb_plan *p, int32_t i) {
-  uint32_t bits = 0;
-  for (int32_t j = p->in_off[i]; j < p->in_off[i + 1] && j - p->in_off[i] < 32; j++)
-    for (int32_t f = p->free_off[i]; f < p->free_off[i + 1]; f++)
-      if (p->free_vals[f] == p->in_vals[j]) bits |= 1u << (j - p->in_off[i]);
-  return bits;
-}
-
 static nb_code run_step(nb_session *s, const nb_plan *p, int32_t i, nb_tensor **ins) {
   const nb_node *n = &s->g->nodes[p->steps[i]];
   nb_tensor **outs = s->vals + p->out0[i];
@@ -430,7 +426,7 @@ static nb_code run_step(nb_session *s, const nb_plan *p, int32_t i, nb_tensor **
   }
   for (int32_t j = p->in_off[i]; j < p->in_off[i + 1]; j++) ins[j - p->in_off[i]] = s->vals[p->in_vals[j]];
   s->ctx->run_node = n->name;
-  s->ctx->forwardable = dying_inputs(p, i);
+  s->ctx->forwardable = p->dying[i];
   nb_code code = nb_dispatch(s->ctx, n->def, ins, n->nin, n->attr, outs, n->nout);
   s->ctx->forwardable = 0;
   s->ctx->run_node = NULL;
