@@ -159,6 +159,25 @@ static void test_tape_begun_in_forward(void **state) {
   nb_tape_end(t);
 }
 
+/* y = tanh(x) + x: reads its input again after a first op on it. */
+static nb_code reread_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout, (void)user;
+  out[0] = nb_add(c, nb_tanh(c, in[0]), in[0]);
+  return nb_status(c);
+}
+
+/* In a session the custom op's input dies at it (input forwarding may write over such an
+   input), but the ops its forward function runs must not: x * 2 is read twice there. */
+static void test_graph_forward_rereads_dying_input(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *p = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "p"), *x = nb_mul(f->c, p, nb_scalar(f->c, NB_F64, 2)), *y;
+  assert_int_equal(nb_custom_gradient(f->c, reread_fwd, softplus_grad, NULL, &x, 1, &y, 1), NB_OK);
+  nb_tensor *pv = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.1, -0.3, 0.7));
+  nb_tensor *got = gu_run1(f, p, pv, y);
+  tu_check(got, NB_F64, 1, TU_SHAPE(3), TU_VALS(tanh(0.2) + 0.2, tanh(-0.6) - 0.6, tanh(1.4) + 1.4), 1e-15);
+  nb_tensor_free(got);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_eager_tape, gu_setup, gu_teardown),
@@ -167,6 +186,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_forward_returns_input, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_tape_begun_in_forward, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_graph_forward_rereads_dying_input, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("custom_gradient", tests, NULL, NULL);
 }

@@ -23,12 +23,12 @@ static void free_outputs(nb_tensor **out, int n) {
    holds its block; each output element depends only on the input elements at its
    position, so the kernel may read and write the same block. Not for variadic AddN, whose
    later inputs are read after the first write. NULL when no input qualifies. */
-static nb_tensor *forwarded_output(nb_ctx *c, const nb_kargs *k, const nb_meta *m) {
+static nb_tensor *forwarded_output(nb_ctx *c, const nb_kargs *k, const nb_meta *m, uint32_t forwardable) {
   const nb_op_def *def = k->def;
-  if (!c->forwardable || !def->elementwise || def->variadic || def->alias >= 0) return NULL;
+  if (!forwardable || !def->elementwise || def->variadic || def->alias >= 0) return NULL;
   for (int i = 0; i < k->nin && i < 2; i++) {
     nb_tensor *x = k->in[i];
-    if (((c->forwardable >> i) & 1u) && x->buf && x->dtype == m->dtype && x->rank == m->rank &&
+    if (((forwardable >> i) & 1u) && x->buf && x->dtype == m->dtype && x->rank == m->rank &&
         nb_buffer_exclusive(x->buf) && memcmp(x->shape, m->shape, (size_t)m->rank * sizeof *m->shape) == 0)
       return alias_output(c, m, x);
   }
@@ -37,10 +37,13 @@ static nb_tensor *forwarded_output(nb_ctx *c, const nb_kargs *k, const nb_meta *
 
 static nb_code eager_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out) {
   const nb_op_def *def = k->def;
+  uint32_t forwardable = c->forwardable;
+  c->forwardable = 0; /* it was meant for this op: ops a kernel runs itself (a custom gradient's
+                         forward function, on these very inputs) must not write over them */
   for (int i = 0; i < k->nout; i++) {
     const nb_meta *m = &k->out[i];
     nb_tensor *src = (i == 0 && def->alias >= 0) ? k->in[def->alias] : NULL;
-    nb_tensor *forwarded = i == 0 && k->nout == 1 ? forwarded_output(c, k, m) : NULL;
+    nb_tensor *forwarded = i == 0 && k->nout == 1 ? forwarded_output(c, k, m, forwardable) : NULL;
     out[i] = forwarded                ? forwarded
              : src && src->buf       ? alias_output(c, m, src)
                                      : nb_tensor_alloc(c, m->dtype, m->rank, m->shape);
