@@ -533,7 +533,11 @@ nb_code nb_fused_batch_norm(nb_ctx *c, nb_tensor *x, nb_tensor *scale, nb_tensor
   a[BN_IS_TRAINING].b = is_training;
   nb_tensor *in[5] = {x, scale, offset, mean ? mean : empty_like_dtype(c, x),
                       variance ? variance : empty_like_dtype(c, x)};
-  return nb_dispatch(c, &norm_ops[OP_FUSED_BATCH_NORM_V3], in, 5, a, out, 6);
+  nb_code code = nb_dispatch(c, &norm_ops[OP_FUSED_BATCH_NORM_V3], in, 5, a, out, 6);
+  /* the placeholders are this call's own: release them now, not at the scope's end */
+  if (!mean) nb_tensor_free(in[3]);
+  if (!variance) nb_tensor_free(in[4]);
+  return code;
 }
 
 nb_code nb_fused_batch_norm_grad(nb_ctx *c, nb_tensor *y_backprop, nb_tensor *x, nb_tensor *scale,
