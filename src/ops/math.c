@@ -4,7 +4,7 @@
    broadcast strides of 0 or 1 in the innermost dimension, so the compiler vectorizes
    them; large tensors are split across threads. Integer arithmetic goes through
    unsigned types so overflow wraps instead of being undefined. */
-#include "op.h"
+#include "elementwise.h"
 #include "vmath.h"
 
 #include <string.h>
@@ -171,14 +171,10 @@ static inline double softplus_grad_f64(double g, double f) { return g * sigmoid_
 
 /* ---- loops ------------------------------------------------------------------------ */
 
-typedef void (*unary_fn)(const void *x, void *y, int64_t n);
-typedef struct unary_impl {
-  unary_fn fn[NB_BOOL + 1]; /* by dtype; NULL: unsupported */
-} unary_impl;
-
 /* Unary loops are compute-bound (exp, tanh, ...): NB_SIMD_CLONES (op.h). */
 #define UNARY_LOOP(name, sfx, T)                                          \
-  NB_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n) {    \
+  NB_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) { \
+    (void)p;                                                              \
     const T *x = px;                                                      \
     T *y = py;                                                            \
     for (int64_t i = 0; i < n; i++) y[i] = name##_##sfx(x[i]);            \
@@ -264,14 +260,10 @@ BINARY_LOOP(logical_and, b, uint8_t, uint8_t)
 BINARY_LOOP(logical_or, b, uint8_t, uint8_t)
 
 /* Fused gradient loops: both inputs have the output's shape, so one flat loop. */
-typedef void (*pair_fn)(const void *a, const void *b, void *o, int64_t n);
-typedef struct pair_impl {
-  pair_fn fn[NB_BOOL + 1];
-  const char *names[2]; /* TF's input names, for messages */
-} pair_impl;
 
 #define PAIR_LOOP(name, sfx, T)                                                          \
-  NB_SIMD_CLONES static void name##_pair_##sfx(const void *pa, const void *pb, void *po, int64_t n) { \
+  NB_SIMD_CLONES static void name##_pair_##sfx(const void *pa, const void *pb, void *po, int64_t n, double p) { \
+    (void)p;                                                                             \
     const T *a = pa, *b = pb;                                                            \
     T *o = po;                                                                           \
     for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                     \
@@ -314,38 +306,51 @@ static nb_code check_int_pow(nb_kargs *k) {
 
 /* ---- infer and kernels ------------------------------------------------------------ */
 
-static unsigned impl_mask(const void *const *fns) {
+unsigned nb_impl_mask(const void *const *fns) {
   unsigned m = 0;
   for (int t = 0; t <= NB_BOOL; t++)
     if (fns[t]) m |= NB_M(t);
   return m;
 }
 
-static nb_code unary_infer(nb_kargs *k) {
-  const unary_impl *u = k->def->impl;
-  nb_code code = nb_kcheck_dtype(k, 0, impl_mask((const void *const *)u->fn));
+nb_code nb_unary_infer(nb_kargs *k) {
+  const nb_unary_impl *u = k->def->impl;
+  nb_code code = nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)u->fn));
   if (code) return code;
   nb_meta_like(&k->out[0], k->in[0]);
   return NB_OK;
 }
 
-typedef struct unary_job {
-  unary_fn fn;
-  const char *x;
-  char *y;
-  size_t esz;
-} unary_job;
-
-static void unary_range(void *arg, int64_t lo, int64_t hi) {
-  const unary_job *j = arg;
-  j->fn(j->x + (size_t)lo * j->esz, j->y + (size_t)lo * j->esz, hi - lo);
+/* The op's parameter for its loops: attr 0 if it has attrs. TF's float attrs are 32-bit,
+   so a float one is rounded to float as TF's float64 kernels see it. */
+static double loop_param(const nb_kargs *k) {
+  if (!k->def->nattrs) return 0;
+  return k->def->attrs[0].kind == NB_ATTR_BOOL ? (double)k->attr[0].b : (double)(float)k->attr[0].f;
 }
 
-static nb_code unary_kernel(nb_kargs *k) {
+/* One flat loop split over threads: a unary loop (b NULL) or a pair loop. */
+typedef struct flat_job {
+  nb_unary_loop unary;
+  nb_pair_loop pair;
+  const char *a, *b;
+  char *o;
+  size_t esz;
+  double p;
+} flat_job;
+
+static void flat_range(void *arg, int64_t lo, int64_t hi) {
+  const flat_job *j = arg;
+  size_t off = (size_t)lo * j->esz;
+  if (j->unary) j->unary(j->a + off, j->o + off, hi - lo, j->p);
+  else j->pair(j->a + off, j->b + off, j->o + off, hi - lo, j->p);
+}
+
+nb_code nb_unary_kernel(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
-  const unary_impl *u = k->def->impl;
-  unary_job j = {u->fn[x->dtype], nb_tdata(x), nb_tdata(k->res[0]), nb_dtype_size(x->dtype)};
-  nb_parallel_range(nb_kthreads(k, x->size), x->size, unary_range, &j);
+  const nb_unary_impl *u = k->def->impl;
+  flat_job j = {.unary = u->fn[x->dtype], .a = nb_tdata(x), .o = nb_tdata(k->res[0]),
+                .esz = nb_dtype_size(x->dtype), .p = loop_param(k)};
+  nb_parallel_range(nb_kthreads(k, x->size), x->size, flat_range, &j);
   return NB_OK;
 }
 
@@ -369,7 +374,7 @@ static nb_code broadcast_out(nb_kargs *k, int nin, const int *ins, nb_dtype t) {
 
 static nb_code binary_check_dtypes(nb_kargs *k) {
   const binary_impl *b = k->def->impl;
-  nb_code code = nb_kcheck_dtype(k, 0, impl_mask((const void *const *)b->fn));
+  nb_code code = nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)b->fn));
   return code ? code : nb_kcheck_same_dtype(k, 0, 1);
 }
 
@@ -506,11 +511,10 @@ static nb_code select_kernel(nb_kargs *k) {
 
 /* ---- fused gradient ops ------------------------------------------------------------ */
 
-/* TF requires both inputs to have one shape and dtype: no broadcasting. */
-static nb_code pair_infer(nb_kargs *k) {
-  const pair_impl *p = k->def->impl;
+nb_code nb_pair_infer(nb_kargs *k) {
+  const nb_pair_impl *p = k->def->impl;
   const nb_tensor *a = k->in[0], *b = k->in[1];
-  nb_code code = nb_kcheck_dtype(k, 0, impl_mask((const void *const *)p->fn));
+  nb_code code = nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)p->fn));
   if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
   if (a->rank != b->rank || memcmp(a->shape, b->shape, (size_t)a->rank * sizeof(int64_t)))
@@ -520,24 +524,12 @@ static nb_code pair_infer(nb_kargs *k) {
   return NB_OK;
 }
 
-typedef struct pair_job {
-  pair_fn fn;
-  const char *a, *b;
-  char *o;
-  size_t esz;
-} pair_job;
-
-static void pair_range(void *arg, int64_t lo, int64_t hi) {
-  const pair_job *j = arg;
-  size_t off = (size_t)lo * j->esz;
-  j->fn(j->a + off, j->b + off, j->o + off, hi - lo);
-}
-
-static nb_code pair_kernel(nb_kargs *k) {
-  const pair_impl *p = k->def->impl;
+nb_code nb_pair_kernel(nb_kargs *k) {
+  const nb_pair_impl *p = k->def->impl;
   const nb_tensor *a = k->in[0];
-  pair_job j = {p->fn[a->dtype], nb_tdata(a), nb_tdata(k->in[1]), nb_tdata(k->res[0]), nb_dtype_size(a->dtype)};
-  nb_parallel_range(nb_kthreads(k, a->size), a->size, pair_range, &j);
+  flat_job j = {.pair = p->fn[a->dtype], .a = nb_tdata(a), .b = nb_tdata(k->in[1]), .o = nb_tdata(k->res[0]),
+                .esz = nb_dtype_size(a->dtype), .p = loop_param(k)};
+  nb_parallel_range(nb_kthreads(k, a->size), a->size, flat_range, &j);
   return NB_OK;
 }
 
@@ -671,7 +663,7 @@ static nb_code same_infer(nb_kargs *k) {
 
 #define UNARY(NAME, IMPL, GIN, GOUT)                                                        \
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .elementwise = true, \
-   .infer = unary_infer, .kernel = unary_kernel, .impl = &(const unary_impl)IMPL}
+   .infer = nb_unary_infer, .kernel = nb_unary_kernel, .impl = &(const nb_unary_impl)IMPL}
 #define BINARY(NAME, FNS, TO_BOOL, CHECK, GIN)                                                     \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .bool_out = TO_BOOL, .elementwise = true, \
    .infer = binary_infer, .kernel = binary_kernel,                                               \
@@ -681,7 +673,7 @@ static nb_code same_infer(nb_kargs *k) {
 /* The gradients of the fused gradient ops read both inputs (SqrtGrad's its output too). */
 #define PAIR_READING(NAME, IN0, IN1, GOUT, ...)                                                    \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = GOUT, .elementwise = true, \
-   .infer = pair_infer, .kernel = pair_kernel, .impl = &(const pair_impl){.fn = {__VA_ARGS__}, .names = {IN0, IN1}}}
+   .infer = nb_pair_infer, .kernel = nb_pair_kernel, .impl = &(const nb_pair_impl){.fn = {__VA_ARGS__}, .names = {IN0, IN1}}}
 #define PAIR(NAME, FNS, IN0, IN1) PAIR_READING(NAME, IN0, IN1, 0, FNS)
 #define PAIR_NUM_FNS(name) FLOAT_TABLE(name, pair), INT_TABLE(name, pair)
 #define EQUALITY(NAME, FNS, MISMATCH)                                                              \

@@ -4,7 +4,7 @@
    contiguous row at a time, rows split across threads; the activations are flat loops.
    Gelu/GeluGrad are nabla's own op types: TF's core registry has no Gelu op (tf.nn.gelu
    is composed in Python), so they take tf.nn.gelu's argument as a bool attr. */
-#include "op.h"
+#include "elementwise.h"
 #include "vmath.h"
 
 #include <stdlib.h>
@@ -121,9 +121,6 @@ static inline float gelu_tanh_grad_f32(float g, float x, double p) {
   return g * (s + 2 * x * s * (e * s) * du);
 }
 
-typedef void (*act_loop)(const void *x, void *y, int64_t n, double p);
-typedef void (*act_grad_loop)(const void *a, const void *b, void *o, int64_t n, double p);
-
 #define ACT_LOOP(name, sfx, T)                                                           \
   NB_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) { \
     const T *x = px;                                                                     \
@@ -167,85 +164,6 @@ static void gelu_grad_loop_f32(const void *g, const void *x, void *o, int64_t n,
 static void gelu_grad_loop_f64(const void *g, const void *x, void *o, int64_t n, double p) {
   if (p != 0) gelu_tanh_grad_loop_f64(g, x, o, n, p);
   else gelu_exact_grad_loop_f64(g, x, o, n, p);
-}
-
-typedef struct act_impl {
-  act_loop fn[NB_BOOL + 1];
-} act_impl;
-
-typedef struct act_grad_impl {
-  act_grad_loop fn[NB_BOOL + 1];
-  const char *names[2]; /* TF's input names, for messages */
-} act_grad_impl;
-
-static unsigned impl_mask(const void *const *fns) {
-  unsigned m = 0;
-  for (int t = 0; t <= NB_BOOL; t++)
-    if (fns[t]) m |= NB_M(t);
-  return m;
-}
-
-/* The op's one parameter: attr 0 (LeakyRelu's alpha, Gelu's approximate), else 0. TF's
-   float attrs are 32-bit, so alpha is rounded to float as TF's float64 kernels see it. */
-static double act_param(const nb_kargs *k) {
-  if (!k->def->nattrs) return 0;
-  return k->def->attrs[0].kind == NB_ATTR_BOOL ? (double)k->attr[0].b : (double)(float)k->attr[0].f;
-}
-
-static nb_code act_infer(nb_kargs *k) {
-  const act_impl *a = k->def->impl;
-  nb_code code = nb_kcheck_dtype(k, 0, impl_mask((const void *const *)a->fn));
-  if (code) return code;
-  nb_meta_like(&k->out[0], k->in[0]);
-  return NB_OK;
-}
-
-typedef struct act_job {
-  act_loop fn;
-  act_grad_loop grad;
-  const char *a, *b;
-  char *o;
-  size_t esz;
-  double p;
-} act_job;
-
-static void act_range(void *arg, int64_t lo, int64_t hi) {
-  const act_job *j = arg;
-  size_t off = (size_t)lo * j->esz;
-  if (j->fn) j->fn(j->a + off, j->o + off, hi - lo, j->p);
-  else j->grad(j->a + off, j->b + off, j->o + off, hi - lo, j->p);
-}
-
-static nb_code act_kernel(nb_kargs *k) {
-  const act_impl *a = k->def->impl;
-  const nb_tensor *x = k->in[0];
-  act_job j = {.fn = a->fn[x->dtype], .a = nb_tdata(x), .o = nb_tdata(k->res[0]),
-               .esz = nb_dtype_size(x->dtype), .p = act_param(k)};
-  nb_parallel_range(nb_kthreads(k, x->size), x->size, act_range, &j);
-  return NB_OK;
-}
-
-/* TF requires both inputs of a fused gradient op to have one shape and dtype. */
-static nb_code act_grad_infer(nb_kargs *k) {
-  const act_grad_impl *g = k->def->impl;
-  const nb_tensor *a = k->in[0], *b = k->in[1];
-  nb_code code = nb_kcheck_dtype(k, 0, impl_mask((const void *const *)g->fn));
-  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
-  if (code) return code;
-  if (a->rank != b->rank || memcmp(a->shape, b->shape, (size_t)a->rank * sizeof(int64_t)))
-    return nb_kfail(k, NB_SHAPE, "%s and %s must have the same shape, got %s and %s", g->names[0], g->names[1],
-                    nb_tstr(a), nb_tstr(b));
-  nb_meta_like(&k->out[0], a);
-  return NB_OK;
-}
-
-static nb_code act_grad_kernel(nb_kargs *k) {
-  const act_grad_impl *g = k->def->impl;
-  const nb_tensor *a = k->in[0];
-  act_job j = {.grad = g->fn[a->dtype], .a = nb_tdata(a), .b = nb_tdata(k->in[1]), .o = nb_tdata(k->res[0]),
-               .esz = nb_dtype_size(a->dtype), .p = act_param(k)};
-  nb_parallel_range(nb_kthreads(k, a->size), a->size, act_range, &j);
-  return NB_OK;
 }
 
 /* ---- Softmax, LogSoftmax: rows of the last dim, shifted by the row max ------------------ */
@@ -579,11 +497,10 @@ static nb_code one_hot_kernel(nb_kargs *k) {
 
 #define ACT(NAME, FNS, GIN, GOUT, ...)                                                                 \
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .elementwise = true, \
-   .infer = act_infer, .kernel = act_kernel, .impl = &(const act_impl){{FNS}}, __VA_ARGS__}
+   .infer = nb_unary_infer, .kernel = nb_unary_kernel, .impl = &(const nb_unary_impl){{FNS}}, __VA_ARGS__}
 #define ACT_GRAD(NAME, FNS, IN0, IN1, GIN, ...)                                                        \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .elementwise = true,                  \
-   .infer = act_grad_infer, .kernel = act_grad_kernel,                                                       \
-   .impl = &(const act_grad_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
+   .infer = nb_pair_infer, .kernel = nb_pair_kernel, .impl = &(const nb_pair_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
 #define ALPHA_ATTR .nattrs = 1, .attrs = {{"alpha", NB_ATTR_FLOAT, {.f = 0.2}, false}}
 #define APPROXIMATE_ATTR .nattrs = 1, .attrs = {{"approximate", NB_ATTR_BOOL, {.b = false}, false}}
 #define SOFTMAX(NAME, LOG_OUT)                                                                           \
