@@ -762,6 +762,7 @@ typedef struct nb_lr_schedule {
 nb_lr_schedule nb_step_decay(double initial, int64_t decay_steps, double decay_rate);
 /* Keras's CosineDecay: initial * ((1 - alpha) (1 + cos(pi min(step, decay_steps) / decay_steps)) / 2 + alpha). */
 nb_lr_schedule nb_cosine_decay(double initial, int64_t decay_steps, double alpha);
+/* The learning rate at step; NaN for NULL or a decay with decay_steps <= 0. */
 double nb_lr_schedule_value(const nb_lr_schedule *s, int64_t step);
 /* Replaces the optimizer's learning rate; NB_INVALID when decay_steps <= 0. */
 nb_code nb_optimizer_set_schedule(nb_optimizer *o, nb_lr_schedule s);

@@ -198,6 +198,10 @@ static void test_schedule_values(void **state) {
   assert_true(fabs(nb_lr_schedule_value(&cd, 50) - 0.55) < 1e-15);
   assert_true(fabs(nb_lr_schedule_value(&cd, 100) - 0.1) < 1e-15);
   assert_true(fabs(nb_lr_schedule_value(&cd, 150) - 0.1) < 1e-15); /* held after decay_steps */
+  nb_lr_schedule no_steps = nb_step_decay(0.1, 0, 0.5), negative = nb_cosine_decay(1.0, -3, 0.1);
+  assert_true(isnan(nb_lr_schedule_value(&no_steps, 5))); /* not a division by zero */
+  assert_true(isnan(nb_lr_schedule_value(&negative, 5)));
+  assert_true(isnan(nb_lr_schedule_value(NULL, 5)));
   nb_optimizer *o = nb_sgd_new(0.1);
   assert_int_equal(nb_optimizer_set_schedule(o, nb_step_decay(0.1, 0, 0.5)), NB_INVALID);
   assert_int_equal(nb_optimizer_set_schedule(NULL, s), NB_INVALID);

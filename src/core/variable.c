@@ -37,12 +37,6 @@ void nb_variable_release(nb_variable *v) {
   free(v);
 }
 
-nb_code nb_variable_check_live(nb_ctx *c, const nb_variable *v, const char *op) {
-  if (!v->freed) return NB_OK;
-  return nb_fail(c, NB_INVALID, "%s: variable '%s' was freed (nb_variable_free) while a graph still uses it", op,
-                 v->name);
-}
-
 void *nb_variable_writable(nb_ctx *c, nb_variable *v, bool keep) {
   if (nb_buffer_exclusive(v->buf)) return v->buf->data;
   size_t bytes = (size_t)v->size * nb_dtype_size(v->dtype);

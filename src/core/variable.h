@@ -22,8 +22,6 @@ nb_variable *nb_variable_make(nb_dtype t, int rank, const int64_t *shape, nb_buf
                               const char *name);
 void nb_variable_retain(nb_variable *v);
 void nb_variable_release(nb_variable *v);
-/* Fails with NB_INVALID naming v when it was freed (a graph still refers to it). */
-nb_code nb_variable_check_live(nb_ctx *c, const nb_variable *v, const char *op);
 /* Makes v's buffer v's alone before an in-place write (copy-on-write): when anything else
    holds it (a read handle, a tape, a session value) v moves to a new buffer from c's pool,
    with the old contents when keep is set, and the holders keep seeing the old value.

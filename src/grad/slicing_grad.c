@@ -100,13 +100,6 @@ static nb_tensor *gathered_rows_grad(nb_ctx *c, nb_tensor *params, nb_tensor *in
   return nb_indexed_slices(c, rows, flatten(c, indices), nb_shape(params), nb_rank(params));
 }
 
-/* y = gather(p, indices, axis) copies p's slices along axis a, so dp scatter-adds dy's
-   slices back (TF's _GatherV2Grad, made dense). With p viewed as [outer, p.shape[a],
-   inner], dy is [outer, n, inner] for n = size(indices): move n to the front, take
-   UnsortedSegmentSum over the flat indices into p.shape[a] rows, move the rows back and
-   reshape to p's shape. The views are rank 3 whatever p's rank, so only the axis value is
-   needed, computed with ops from the axis input; the transposes are skipped when the
-   axis is known to be 0. */
 /* The gather axis when known at build time: the axis input's constant value (an embedding
    lookup's 0 with indices of unknown length, which the shapes alone leave ambiguous), else
    what the static shapes allow; -1 when unknown. */
@@ -118,6 +111,14 @@ static int known_gather_axis(const nb_fwd_op *op) {
   return static_gather_axis(params, nb_fwd_input(op, 1), nb_fwd_output(op, 0));
 }
 
+/* y = gather(p, indices, axis) copies p's slices along axis a, so dp scatter-adds dy's
+   slices back (TF's _GatherV2Grad, made dense). With p viewed as [outer, p.shape[a],
+   inner], dy is [outer, n, inner] for n = size(indices): move n to the front, take
+   UnsortedSegmentSum over the flat indices into p.shape[a] rows, move the rows back and
+   reshape to p's shape (axis 0 of a static p: gathered_rows_grad's IndexedSlices
+   instead). The views are rank 3 whatever p's rank, so only the axis value is
+   needed, computed with ops from the axis input; the transposes are skipped when the
+   axis is known to be 0. */
 static nb_code plain_gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *params = nb_fwd_input(op, 0), *indices = nb_fwd_input(op, 1);
   int known = known_gather_axis(op);

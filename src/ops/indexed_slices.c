@@ -5,7 +5,7 @@
    data or node of its own. Gradient passes keep it sparse while every contribution is
    sparse (concatenating the parts), optimizers apply it row by row, and any op given one
    as an input densifies it first, as tf.convert_to_tensor does. */
-#include "op.h"
+#include "training.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +16,10 @@ nb_tensor *nb_indexed_slices_indices(const nb_tensor *x) { return x ? x->slice_i
 
 /* Every index of concrete indices within [0, rows). */
 static nb_code check_index_range(nb_ctx *c, const nb_tensor *indices, int64_t rows) {
-  for (int64_t i = 0; i < indices->size; i++) {
-    int64_t at = (int64_t)nb_item(indices, i);
-    if (at < 0 || at >= rows)
-      return nb_fail(c, NB_INVALID, "nb_indexed_slices: indices[%lld] = %lld is not in [0, %lld)", (long long)i,
-                     (long long)at, (long long)rows);
-  }
-  return NB_OK;
+  int64_t bad = nb_first_bad_index(indices, rows);
+  if (bad < 0) return NB_OK;
+  return nb_fail(c, NB_INVALID, "nb_indexed_slices: indices[%lld] = %lld is not in [0, %lld)", (long long)bad,
+                 (long long)nb_index_at(indices, bad), (long long)rows);
 }
 
 /* values [N, dense_shape[1:]] and indices [N] fit the dense shape (dims unknown at graph

@@ -135,6 +135,13 @@ int64_t nb_first_bad_index(const nb_tensor *indices, int64_t rows) {
   return -1;
 }
 
+nb_code nb_kcheck_rows(nb_kargs *k, const nb_tensor *indices, const nb_variable *v) {
+  int64_t rows = v->shape[0], bad = nb_first_bad_index(indices, rows);
+  if (bad < 0) return NB_OK;
+  return nb_kfail(k, NB_INVALID, "indices[%lld] = %lld is not in [0, %lld): variable '%s' has %lld rows",
+                  (long long)bad, (long long)nb_index_at(indices, bad), (long long)rows, v->name, (long long)rows);
+}
+
 typedef void (*update_fn)(void *arg, int64_t lo, int64_t hi);
 
 /* A sparse update: the dense kernel run row by row on the listed rows (and, for Adam, with
@@ -396,12 +403,8 @@ static nb_code train_infer(nb_kargs *k) {
 static nb_code sparse_update(nb_kargs *k, const train_impl *impl, nb_variable **vars, const nb_hyper *h) {
   int g = grad_input(impl);
   const nb_tensor *indices = k->in[g + 1];
-  int64_t rows = vars[0]->shape[0], bad = nb_first_bad_index(indices, rows);
-  if (bad >= 0)
-    return nb_kfail(k, NB_INVALID, "indices[%lld] = %lld is not in [0, %lld): variable '%s' has %lld rows",
-                    (long long)bad, (long long)nb_index_at(indices, bad), (long long)rows, vars[0]->name,
-                    (long long)rows);
-  return nb_sparse_apply_update(k->ctx, impl->kind, vars, k->in[g], indices, h, k->threads);
+  nb_code code = nb_kcheck_rows(k, indices, vars[0]);
+  return code ? code : nb_sparse_apply_update(k->ctx, impl->kind, vars, k->in[g], indices, h, k->threads);
 }
 
 /* infer has checked the variables and inputs of this very call */

@@ -43,6 +43,8 @@ nb_code nb_sparse_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const
                                const nb_tensor *indices, const nb_hyper *h, int threads);
 /* The first position of indices (int32 or int64) whose index is outside [0, rows), or -1. */
 int64_t nb_first_bad_index(const nb_tensor *indices, int64_t rows);
+/* Fails k with NB_INVALID naming the first index of indices that is not a row of v. */
+nb_code nb_kcheck_rows(nb_kargs *k, const nb_tensor *indices, const nb_variable *v);
 /* indices[i] of an int32 or int64 tensor. */
 static inline int64_t nb_index_at(const nb_tensor *indices, int64_t i) {
   const void *d = nb_tdata(indices);

@@ -121,13 +121,11 @@ static nb_code scatter_infer(nb_kargs *k) {
 static nb_code scatter_kernel(nb_kargs *k) {
   nb_variable *v = attr_variable(k);
   const nb_tensor *indices = k->in[0];
-  int64_t rows = v->shape[0], bad = nb_first_bad_index(indices, rows);
-  if (bad >= 0)
-    return nb_kfail(k, NB_INVALID, "indices[%lld] = %lld is not in [0, %lld): variable '%s' has %lld rows",
-                    (long long)bad, (long long)nb_index_at(indices, bad), (long long)rows, v->name, (long long)rows);
+  nb_code code = nb_kcheck_rows(k, indices, v);
+  if (code) return code;
   char *dst = nb_variable_writable(k->ctx, v, true);
   if (!dst) return k->ctx->status;
-  int64_t row = rows ? v->size / rows : 0;
+  int64_t rows = v->shape[0], row = rows ? v->size / rows : 0;
   size_t row_bytes = (size_t)row * nb_dtype_size(v->dtype);
   const char *src = nb_tdata(k->in[1]);
   bool subtract = (assign_kind)(intptr_t)k->def->impl == ASSIGN_SUB;

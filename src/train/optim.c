@@ -93,9 +93,10 @@ nb_lr_schedule nb_cosine_decay(double initial, int64_t decay_steps, double alpha
 }
 
 /* Each operation in the order the graph version (schedule_tensor) performs it, so both
-   modes round alike. */
+   modes round alike. A decay over decay_steps <= 0 steps has no value (and step decay's
+   integer division by it would trap): NaN, as for NULL. */
 double nb_lr_schedule_value(const nb_lr_schedule *s, int64_t step) {
-  if (!s) return NAN;
+  if (!s || (s->kind != NB_LR_CONSTANT && s->decay_steps <= 0)) return NAN;
   switch (s->kind) {
     case NB_LR_STEP_DECAY: return s->initial * pow(s->decay_rate, (double)(step / s->decay_steps));
     case NB_LR_COSINE_DECAY: {
