@@ -218,8 +218,6 @@ static nb_code conv_geom(nb_kargs *k, const int64_t *in, const int64_t *f, const
   return finish_geom(k, g, m, pad, shapes);
 }
 
-static void conv_out_dims(const geom *g, int64_t *s) { layout_dims(g, g->n, g->oh, g->ow, g->oc, s); }
-
 /* Graph builds infer unknown dims by probing infer with made-up sizes, and an output size
    that is a difference of two unknown sizes (input minus window) can agree across probes
    by chance. So an output row or column count is marked unknown outright where the
@@ -231,62 +229,46 @@ static void unknown_spatial(const nb_kargs *k, const geom *g, int in_i, int f_i,
     if (x->shape[hd + d] < 0 || (f && f->shape[d] < 0)) s[hd + d] = -1;
 }
 
-static nb_code conv2d_infer(nb_kargs *k) {
-  nb_code code = check_float_pair(k, 0, 1);
-  if (!code) code = check_rank4(k, 0, "input");
-  if (!code) code = check_rank4(k, 1, "filter");
+typedef enum { CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER } conv_kind;
+
+/* Conv2D(input, filter) -> y; Conv2DBackpropInput(input_sizes, filter, out_backprop) -> dx
+   of shape input_sizes; Conv2DBackpropFilter(input, filter_sizes, out_backprop) -> dW of
+   shape filter_sizes. One of input and filter may come as a shape operand; the backprops'
+   out_backprop must have the shape Conv2D would give. */
+static nb_code conv_infer_as(nb_kargs *k, conv_kind kind) {
+  bool input_sizes = kind == CONV_BACKPROP_INPUT, filter_sizes = kind == CONV_BACKPROP_FILTER;
+  int first = input_sizes ? 1 : 0; /* the first operand that is not a shape */
+  int64_t in[4], f[4], out[4];
+  nb_code code = check_float_pair(k, first, kind == CONV_FORWARD ? 1 : 2);
+  if (!code && !input_sizes) code = check_rank4(k, 0, "input");
+  if (!code && !filter_sizes) code = check_rank4(k, 1, "filter");
+  if (!code && input_sizes) code = shape_input(k, 0, "input_sizes", in);
+  if (!code && filter_sizes) code = shape_input(k, 1, "filter_sizes", f);
   if (code) return code;
+  if (!input_sizes) memcpy(in, k->in[0]->shape, sizeof in);
+  if (!filter_sizes) memcpy(f, k->in[1]->shape, sizeof f);
   char shapes[200];
-  snprintf(shapes, sizeof shapes, "input %s, filter %s", nb_tstr(k->in[0]), nb_tstr(k->in[1]));
+  snprintf(shapes, sizeof shapes, "%s %s, %s %s%s%s", input_sizes ? "input_sizes" : "input", nb_sstr(4, in),
+           filter_sizes ? "filter_sizes" : "filter", nb_sstr(4, f), kind == CONV_FORWARD ? "" : ", out_backprop ",
+           kind == CONV_FORWARD ? "" : nb_tstr(k->in[2]));
   geom *g = (geom *)k->scratch;
-  code = conv_geom(k, k->in[0]->shape, k->in[1]->shape, shapes, g);
+  code = conv_geom(k, in, f, shapes, g);
   if (code) return code;
-  int64_t s[4];
-  conv_out_dims(g, s);
-  unknown_spatial(k, g, 0, 1, s);
-  nb_meta_set(&k->out[0], k->in[0]->dtype, 4, s);
-  return NB_OK;
+  layout_dims(g, g->n, g->oh, g->ow, g->oc, out);
+  nb_dtype t = k->in[first]->dtype;
+  if (kind == CONV_FORWARD) {
+    unknown_spatial(k, g, 0, 1, out);
+    nb_meta_set(&k->out[0], t, 4, out);
+    return NB_OK;
+  }
+  code = check_shape(k, 2, "out_backprop", out, shapes);
+  if (!code) nb_meta_set(&k->out[0], t, 4, input_sizes ? in : f);
+  return code;
 }
 
-/* Conv2DBackpropInput(input_sizes, filter, out_backprop) -> dx of shape input_sizes. */
-static nb_code backprop_input_infer(nb_kargs *k) {
-  int64_t in[4], want[4];
-  nb_code code = check_float_pair(k, 1, 2);
-  if (!code) code = check_rank4(k, 1, "filter");
-  if (!code) code = shape_input(k, 0, "input_sizes", in);
-  if (code) return code;
-  char shapes[200];
-  snprintf(shapes, sizeof shapes, "input_sizes %s, filter %s, out_backprop %s", nb_sstr(4, in), nb_tstr(k->in[1]),
-           nb_tstr(k->in[2]));
-  geom *g = (geom *)k->scratch;
-  code = conv_geom(k, in, k->in[1]->shape, shapes, g);
-  if (code) return code;
-  conv_out_dims(g, want);
-  code = check_shape(k, 2, "out_backprop", want, shapes);
-  if (code) return code;
-  nb_meta_set(&k->out[0], k->in[1]->dtype, 4, in);
-  return NB_OK;
-}
-
-/* Conv2DBackpropFilter(input, filter_sizes, out_backprop) -> dW of shape filter_sizes. */
-static nb_code backprop_filter_infer(nb_kargs *k) {
-  int64_t f[4], want[4];
-  nb_code code = check_float_pair(k, 0, 2);
-  if (!code) code = check_rank4(k, 0, "input");
-  if (!code) code = shape_input(k, 1, "filter_sizes", f);
-  if (code) return code;
-  char shapes[200];
-  snprintf(shapes, sizeof shapes, "input %s, filter_sizes %s, out_backprop %s", nb_tstr(k->in[0]), nb_sstr(4, f),
-           nb_tstr(k->in[2]));
-  geom *g = (geom *)k->scratch;
-  code = conv_geom(k, k->in[0]->shape, f, shapes, g);
-  if (code) return code;
-  conv_out_dims(g, want);
-  code = check_shape(k, 2, "out_backprop", want, shapes);
-  if (code) return code;
-  nb_meta_set(&k->out[0], k->in[0]->dtype, 4, f);
-  return NB_OK;
-}
+static nb_code conv2d_infer(nb_kargs *k) { return conv_infer_as(k, CONV_FORWARD); }
+static nb_code backprop_input_infer(nb_kargs *k) { return conv_infer_as(k, CONV_BACKPROP_INPUT); }
+static nb_code backprop_filter_infer(nb_kargs *k) { return conv_infer_as(k, CONV_BACKPROP_FILTER); }
 
 /* ---- layout and element helpers ------------------------------------------------------ */
 
@@ -576,8 +558,6 @@ static void backprop_filter_range(void *arg, int64_t lo, int64_t hi) {
     }
   }
 }
-
-typedef enum { CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER } conv_kind;
 
 /* Threads, image blocks and column buffers for a job over g->n images. */
 static nb_code plan_job(nb_kargs *k, conv_job *j, int *nt) {
