@@ -635,14 +635,15 @@ static nb_code backprop_filter_kernel(nb_kargs *k) { return run_conv(k, CONV_BAC
    other pools end with data_format in its place. */
 enum { P_KSIZE, P_STRIDES, P_PADDING, P_EXPLICIT };
 
-static bool pool_has_explicit(const nb_kargs *k) { return k->def->nattrs == 5; }
+static bool pool_has_explicit(const nb_op_def *d) { return d->nattrs == 5; }
+static int pool_format_slot(const nb_op_def *d) { return pool_has_explicit(d) ? P_EXPLICIT + 1 : P_EXPLICIT; }
 
 /* Geometry of a pool over input dims in[4] (layout order); no dilation, c kept. */
 static nb_code pool_geom(nb_kargs *k, const int64_t *in, const char *shapes, geom *g) {
-  bool explicit_ok = pool_has_explicit(k);
+  bool explicit_ok = pool_has_explicit(k->def);
   pad_mode m = PAD_VALID;
   int64_t pad[4];
-  nb_code code = parse_format(k, explicit_ok ? P_EXPLICIT + 1 : P_EXPLICIT, &g->nchw);
+  nb_code code = parse_format(k, pool_format_slot(k->def), &g->nchw);
   if (!code) code = parse_window_attr(k, P_KSIZE, g->nchw, &g->kh, &g->kw);
   if (!code) code = parse_window_attr(k, P_STRIDES, g->nchw, &g->sh, &g->sw);
   if (!code) code = parse_padding(k, P_PADDING, explicit_ok, &m);
@@ -1163,8 +1164,7 @@ static nb_tensor *call_pool(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b, nb_te
     nb_fail(c, NB_INVALID, "%s: attrs, ksize, strides or padding is NULL", conv_ops[op].name);
     return NULL;
   }
-  bool has_explicit = conv_ops[op].nattrs == 5;
-  if (at->explicit_paddings && !has_explicit) {
+  if (at->explicit_paddings && !pool_has_explicit(&conv_ops[op])) {
     nb_fail(c, NB_INVALID, "%s: takes no explicit_paddings", conv_ops[op].name);
     return NULL;
   }
@@ -1176,7 +1176,7 @@ static nb_tensor *call_pool(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b, nb_te
   v[P_STRIDES].n = 4;
   v[P_PADDING].s = at->padding;
   if (at->explicit_paddings) v[P_EXPLICIT].ints = at->explicit_paddings, v[P_EXPLICIT].n = 8;
-  if (at->data_format) v[has_explicit ? P_EXPLICIT + 1 : P_EXPLICIT].s = at->data_format;
+  if (at->data_format) v[pool_format_slot(&conv_ops[op])].s = at->data_format;
   nb_tensor *in[3] = {a, b, d};
   return nb_call(c, &conv_ops[op], in, conv_ops[op].nin, v);
 }
