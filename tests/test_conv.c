@@ -366,6 +366,21 @@ static void test_backprop_errors(void **state) {
   nb_tensor *neg = nb_tensor_from(c, NB_I32, 1, TU_SHAPE(4), (const int32_t[]){3, 3, -3, 2});
   assert_null(nb_conv2d_backprop_filter(c, x, neg, dy, &a));
   tu_check_error(c, NB_SHAPE, "Conv2DBackpropFilter: filter_sizes must be nonnegative", "[3,3,-3,2]");
+  assert_null(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(1, 5, 5, 3)), x, dy, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropInput: input depth 3 does not match filter in_channels 5",
+                 "(input_sizes [1,5,5,3], filter [1,5,5,3], out_backprop [1,3,4,2])");
+  assert_null(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(1, 5, 5, 3)), dy, w, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropInput: input depth 3 does not match filter in_channels 4", NULL);
+  nb_tensor *w3 = tu_make(c, NB_F64, 3, TU_SHAPE(3, 3, 3), NULL);
+  assert_null(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(1, 5, 5, 3)), w3, dy, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropInput: filter must be 4-dimensional", "[3,3,3]");
+  assert_null(nb_conv2d_backprop_filter(c, w3, shape_tensor(c, TU_SHAPE(3, 3, 3, 2)), dy, &a));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropFilter: input must be 4-dimensional", "[3,3,3]");
+  nb_tensor *dy32 = tu_make(c, NB_F32, 4, TU_SHAPE(1, 3, 3, 2), NULL);
+  assert_null(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(1, 5, 5, 3)), w, dy32, &a));
+  tu_check_error(c, NB_DTYPE, "Conv2DBackpropInput: inputs 1 and 2 must have the same dtype", NULL);
+  assert_null(nb_conv2d_backprop_filter(c, x, shape_tensor(c, TU_SHAPE(3, 3, 3, 2)), dy32, &a));
+  tu_check_error(c, NB_DTYPE, "Conv2DBackpropFilter: inputs 0 and 2 must have the same dtype", NULL);
 }
 
 static void test_pool_errors(void **state) {

@@ -73,28 +73,32 @@ static nb_code max_pool_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *d
   return nb_status(c);
 }
 
-/* MaxPoolGrad(x, y, g) is linear in g (a scatter to the argmax positions, whose adjoint
-   is the gather MaxPoolGradGrad) and locally constant in x and y (zeros, as TF). */
-static nb_code max_pool_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
-  if (!dys[0]) return NB_OK;
+/* nb_max_pool_grad or nb_max_pool_grad_grad: (orig_input, orig_output, grad) -> tensor. */
+typedef nb_tensor *max_pool_grad_op(nb_ctx *, nb_tensor *, nb_tensor *, nb_tensor *, const nb_pool_attrs *);
+
+/* The gradient of a MaxPool gradient op: linear in g, locally constant in x and y (zeros,
+   as TF). adjoint is the op's adjoint in g, with the same pool attrs. */
+static nb_code max_pool_grad_op_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, max_pool_grad_op *adjoint,
+                                     nb_tensor **dxs) {
+  if (!dy) return NB_OK;
   nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_input(op, 1);
   nb_pool_attrs a = pool_attrs_of(op, false);
   if (nb_fwd_input_needs_grad(op, 0)) dxs[0] = nb_zeros_like(c, x);
   if (nb_fwd_input_needs_grad(op, 1)) dxs[1] = nb_zeros_like(c, y);
-  if (nb_fwd_input_needs_grad(op, 2)) dxs[2] = nb_max_pool_grad_grad(c, x, y, dys[0], &a);
+  if (nb_fwd_input_needs_grad(op, 2)) dxs[2] = adjoint(c, x, y, dy, &a);
   return nb_status(c);
 }
 
+/* MaxPoolGrad(x, y, g) scatters g to the argmax positions: its adjoint is the gather
+   MaxPoolGradGrad. */
+static nb_code max_pool_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  return max_pool_grad_op_grad(c, op, dys[0], nb_max_pool_grad_grad, dxs);
+}
+
 /* MaxPoolGradGrad(x, y, g) gathers g at the argmax positions: its adjoint is the scatter
-   MaxPoolGrad; x and y get zeros. */
+   MaxPoolGrad. */
 static nb_code max_pool_grad_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
-  if (!dys[0]) return NB_OK;
-  nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_input(op, 1);
-  nb_pool_attrs a = pool_attrs_of(op, false);
-  if (nb_fwd_input_needs_grad(op, 0)) dxs[0] = nb_zeros_like(c, x);
-  if (nb_fwd_input_needs_grad(op, 1)) dxs[1] = nb_zeros_like(c, y);
-  if (nb_fwd_input_needs_grad(op, 2)) dxs[2] = nb_max_pool_grad(c, x, y, dys[0], &a);
-  return nb_status(c);
+  return max_pool_grad_op_grad(c, op, dys[0], nb_max_pool_grad, dxs);
 }
 
 /* y = window means: each dy spreads evenly over its window (AvgPoolGrad). */

@@ -218,8 +218,6 @@ static nb_code conv_geom(nb_kargs *k, const int64_t *in, const int64_t *f, const
   return finish_geom(k, g, m, pad, shapes);
 }
 
-static void conv_out_dims(const geom *g, int64_t *s) { layout_dims(g, g->n, g->oh, g->ow, g->oc, s); }
-
 /* Graph builds infer unknown dims by probing infer with made-up sizes, and an output size
    that is a difference of two unknown sizes (input minus window) can agree across probes
    by chance. So an output row or column count is marked unknown outright where the
@@ -231,62 +229,46 @@ static void unknown_spatial(const nb_kargs *k, const geom *g, int in_i, int f_i,
     if (x->shape[hd + d] < 0 || (f && f->shape[d] < 0)) s[hd + d] = -1;
 }
 
-static nb_code conv2d_infer(nb_kargs *k) {
-  nb_code code = check_float_pair(k, 0, 1);
-  if (!code) code = check_rank4(k, 0, "input");
-  if (!code) code = check_rank4(k, 1, "filter");
+typedef enum { CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER } conv_kind;
+
+/* Conv2D(input, filter) -> y; Conv2DBackpropInput(input_sizes, filter, out_backprop) -> dx
+   of shape input_sizes; Conv2DBackpropFilter(input, filter_sizes, out_backprop) -> dW of
+   shape filter_sizes. One of input and filter may come as a shape operand; the backprops'
+   out_backprop must have the shape Conv2D would give. */
+static nb_code conv_infer_as(nb_kargs *k, conv_kind kind) {
+  bool input_sizes = kind == CONV_BACKPROP_INPUT, filter_sizes = kind == CONV_BACKPROP_FILTER;
+  int first = input_sizes ? 1 : 0; /* the first operand that is not a shape */
+  int64_t in[4], f[4], out[4];
+  nb_code code = check_float_pair(k, first, kind == CONV_FORWARD ? 1 : 2);
+  if (!code && !input_sizes) code = check_rank4(k, 0, "input");
+  if (!code && !filter_sizes) code = check_rank4(k, 1, "filter");
+  if (!code && input_sizes) code = shape_input(k, 0, "input_sizes", in);
+  if (!code && filter_sizes) code = shape_input(k, 1, "filter_sizes", f);
   if (code) return code;
+  if (!input_sizes) memcpy(in, k->in[0]->shape, sizeof in);
+  if (!filter_sizes) memcpy(f, k->in[1]->shape, sizeof f);
   char shapes[200];
-  snprintf(shapes, sizeof shapes, "input %s, filter %s", nb_tstr(k->in[0]), nb_tstr(k->in[1]));
+  snprintf(shapes, sizeof shapes, "%s %s, %s %s%s%s", input_sizes ? "input_sizes" : "input", nb_sstr(4, in),
+           filter_sizes ? "filter_sizes" : "filter", nb_sstr(4, f), kind == CONV_FORWARD ? "" : ", out_backprop ",
+           kind == CONV_FORWARD ? "" : nb_tstr(k->in[2]));
   geom *g = (geom *)k->scratch;
-  code = conv_geom(k, k->in[0]->shape, k->in[1]->shape, shapes, g);
+  code = conv_geom(k, in, f, shapes, g);
   if (code) return code;
-  int64_t s[4];
-  conv_out_dims(g, s);
-  unknown_spatial(k, g, 0, 1, s);
-  nb_meta_set(&k->out[0], k->in[0]->dtype, 4, s);
-  return NB_OK;
+  layout_dims(g, g->n, g->oh, g->ow, g->oc, out);
+  nb_dtype t = k->in[first]->dtype;
+  if (kind == CONV_FORWARD) {
+    unknown_spatial(k, g, 0, 1, out);
+    nb_meta_set(&k->out[0], t, 4, out);
+    return NB_OK;
+  }
+  code = check_shape(k, 2, "out_backprop", out, shapes);
+  if (!code) nb_meta_set(&k->out[0], t, 4, input_sizes ? in : f);
+  return code;
 }
 
-/* Conv2DBackpropInput(input_sizes, filter, out_backprop) -> dx of shape input_sizes. */
-static nb_code backprop_input_infer(nb_kargs *k) {
-  int64_t in[4], want[4];
-  nb_code code = check_float_pair(k, 1, 2);
-  if (!code) code = check_rank4(k, 1, "filter");
-  if (!code) code = shape_input(k, 0, "input_sizes", in);
-  if (code) return code;
-  char shapes[200];
-  snprintf(shapes, sizeof shapes, "input_sizes %s, filter %s, out_backprop %s", nb_sstr(4, in), nb_tstr(k->in[1]),
-           nb_tstr(k->in[2]));
-  geom *g = (geom *)k->scratch;
-  code = conv_geom(k, in, k->in[1]->shape, shapes, g);
-  if (code) return code;
-  conv_out_dims(g, want);
-  code = check_shape(k, 2, "out_backprop", want, shapes);
-  if (code) return code;
-  nb_meta_set(&k->out[0], k->in[1]->dtype, 4, in);
-  return NB_OK;
-}
-
-/* Conv2DBackpropFilter(input, filter_sizes, out_backprop) -> dW of shape filter_sizes. */
-static nb_code backprop_filter_infer(nb_kargs *k) {
-  int64_t f[4], want[4];
-  nb_code code = check_float_pair(k, 0, 2);
-  if (!code) code = check_rank4(k, 0, "input");
-  if (!code) code = shape_input(k, 1, "filter_sizes", f);
-  if (code) return code;
-  char shapes[200];
-  snprintf(shapes, sizeof shapes, "input %s, filter_sizes %s, out_backprop %s", nb_tstr(k->in[0]), nb_sstr(4, f),
-           nb_tstr(k->in[2]));
-  geom *g = (geom *)k->scratch;
-  code = conv_geom(k, k->in[0]->shape, f, shapes, g);
-  if (code) return code;
-  conv_out_dims(g, want);
-  code = check_shape(k, 2, "out_backprop", want, shapes);
-  if (code) return code;
-  nb_meta_set(&k->out[0], k->in[0]->dtype, 4, f);
-  return NB_OK;
-}
+static nb_code conv2d_infer(nb_kargs *k) { return conv_infer_as(k, CONV_FORWARD); }
+static nb_code backprop_input_infer(nb_kargs *k) { return conv_infer_as(k, CONV_BACKPROP_INPUT); }
+static nb_code backprop_filter_infer(nb_kargs *k) { return conv_infer_as(k, CONV_BACKPROP_FILTER); }
 
 /* ---- layout and element helpers ------------------------------------------------------ */
 
@@ -577,8 +559,6 @@ static void backprop_filter_range(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
-typedef enum { CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER } conv_kind;
-
 /* Threads, image blocks and column buffers for a job over g->n images. */
 static nb_code plan_job(nb_kargs *k, conv_job *j, int *nt) {
   const geom *g = j->g;
@@ -655,14 +635,15 @@ static nb_code backprop_filter_kernel(nb_kargs *k) { return run_conv(k, CONV_BAC
    other pools end with data_format in its place. */
 enum { P_KSIZE, P_STRIDES, P_PADDING, P_EXPLICIT };
 
-static bool pool_has_explicit(const nb_kargs *k) { return k->def->nattrs == 5; }
+static bool pool_has_explicit(const nb_op_def *d) { return d->nattrs == 5; }
+static int pool_format_slot(const nb_op_def *d) { return pool_has_explicit(d) ? P_EXPLICIT + 1 : P_EXPLICIT; }
 
 /* Geometry of a pool over input dims in[4] (layout order); no dilation, c kept. */
 static nb_code pool_geom(nb_kargs *k, const int64_t *in, const char *shapes, geom *g) {
-  bool explicit_ok = pool_has_explicit(k);
+  bool explicit_ok = pool_has_explicit(k->def);
   pad_mode m = PAD_VALID;
   int64_t pad[4];
-  nb_code code = parse_format(k, explicit_ok ? P_EXPLICIT + 1 : P_EXPLICIT, &g->nchw);
+  nb_code code = parse_format(k, pool_format_slot(k->def), &g->nchw);
   if (!code) code = parse_window_attr(k, P_KSIZE, g->nchw, &g->kh, &g->kw);
   if (!code) code = parse_window_attr(k, P_STRIDES, g->nchw, &g->sh, &g->sw);
   if (!code) code = parse_padding(k, P_PADDING, explicit_ok, &m);
@@ -1183,8 +1164,7 @@ static nb_tensor *call_pool(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b, nb_te
     nb_fail(c, NB_INVALID, "%s: attrs, ksize, strides or padding is NULL", conv_ops[op].name);
     return NULL;
   }
-  bool has_explicit = conv_ops[op].nattrs == 5;
-  if (at->explicit_paddings && !has_explicit) {
+  if (at->explicit_paddings && !pool_has_explicit(&conv_ops[op])) {
     nb_fail(c, NB_INVALID, "%s: takes no explicit_paddings", conv_ops[op].name);
     return NULL;
   }
@@ -1196,7 +1176,7 @@ static nb_tensor *call_pool(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b, nb_te
   v[P_STRIDES].n = 4;
   v[P_PADDING].s = at->padding;
   if (at->explicit_paddings) v[P_EXPLICIT].ints = at->explicit_paddings, v[P_EXPLICIT].n = 8;
-  if (at->data_format) v[has_explicit ? P_EXPLICIT + 1 : P_EXPLICIT].s = at->data_format;
+  if (at->data_format) v[pool_format_slot(&conv_ops[op])].s = at->data_format;
   nb_tensor *in[3] = {a, b, d};
   return nb_call(c, &conv_ops[op], in, conv_ops[op].nin, v);
 }
