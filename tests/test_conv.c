@@ -14,7 +14,6 @@ static const nb_dtype float_types[2] = {NB_F32, NB_F64};
 
 static int64_t size4(const int64_t *s) { return s[0] * s[1] * s[2] * s[3]; }
 
-
 static nb_tensor *shape_tensor(nb_ctx *c, const int64_t *s) {
   int32_t v[4] = {(int32_t)s[0], (int32_t)s[1], (int32_t)s[2], (int32_t)s[3]};
   return nb_tensor_from(c, NB_I32, 1, TU_SHAPE(4), v);

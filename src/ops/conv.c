@@ -1051,8 +1051,9 @@ static nb_code bias_add_grad_kernel(nb_kargs *k) {
   const bias_plan *p = (const bias_plan *)k->scratch;
   nb_tensor *res = k->res[0];
   if (p->c == 0) return NB_OK;
-  double *acc = calloc((size_t)p->c, sizeof *acc);
+  double *acc = nb_scratch_alloc(k->ctx, (size_t)p->c * sizeof *acc);
   if (!acc) return nb_kfail(k, NB_NOMEM, "out of memory for %lld sums", (long long)p->c);
+  memset(acc, 0, (size_t)p->c * sizeof *acc);
   if (res->dtype == NB_F32)
     bias_add_grad_f32(p, nb_tdata(k->in[0]), acc);
   else
@@ -1063,7 +1064,7 @@ static nb_code bias_add_grad_kernel(nb_kargs *k) {
     else
       ((double *)nb_tdata(res))[ch] = acc[ch];
   }
-  free(acc);
+  nb_scratch_free(k->ctx, acc);
   return NB_OK;
 }
 
