@@ -337,8 +337,8 @@ static nb_code attr_variables(nb_kargs *k, const train_impl *impl, nb_variable *
   for (int i = 0; i < n; i++) {
     nb_variable *v = vars[i] = nb_variable_from_bits(k->attr[ATTR_VARS].ints[i]);
     if (!v) return nb_kfail(k, NB_INVALID, "attr _variables entry %d is not set", i);
-    if (v->freed)
-      return nb_kfail(k, NB_INVALID, "variable '%s' was freed (nb_variable_free) while a graph still uses it", v->name);
+    nb_code code = nb_kcheck_variable_live(k, v);
+    if (code) return code;
     if (!nb_is_float(v->dtype) || v->dtype != vars[0]->dtype || v->size != vars[0]->size)
       return nb_kfail(k, NB_DTYPE, "variable '%s' is %s %s; expected a float variable like '%s' (%s %s)", v->name,
                       nb_dtype_name(v->dtype), nb_sstr(v->rank, v->shape), vars[0]->name,

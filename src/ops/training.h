@@ -24,6 +24,8 @@ typedef struct nb_hyper {
   bool nesterov;
 } nb_hyper;
 
+/* NB_INVALID naming v when it was freed while a graph still uses it (variable.c). */
+nb_code nb_kcheck_variable_live(nb_kargs *k, const nb_variable *v);
 /* Variables an update of this kind touches: the variable and its slots. */
 int nb_apply_num_vars(nb_apply_kind kind);
 /* One fused pass updating vars[0] and its slots vars[1..] from grad (the variable's dtype,

@@ -18,12 +18,17 @@ typedef enum { ASSIGN_SET, ASSIGN_ADD, ASSIGN_SUB } assign_kind;
 
 static nb_variable *attr_variable(const nb_kargs *k) { return nb_variable_from_bits(k->attr[VAR_PTR].i); }
 
+nb_code nb_kcheck_variable_live(nb_kargs *k, const nb_variable *v) {
+  if (!v->freed) return NB_OK;
+  return nb_kfail(k, NB_INVALID, "variable '%s' was freed (nb_variable_free) while a graph still uses it", v->name);
+}
+
 /* The variable named by the attrs, live and of the dtype attr's type. */
 static nb_code check_variable(nb_kargs *k, nb_variable **out) {
   nb_variable *v = *out = attr_variable(k);
   if (!v) return nb_kfail(k, NB_INVALID, "attr _variable is not set");
-  if (v->freed)
-    return nb_kfail(k, NB_INVALID, "variable '%s' was freed (nb_variable_free) while a graph still uses it", v->name);
+  nb_code code = nb_kcheck_variable_live(k, v);
+  if (code) return code;
   if (k->attr[VAR_DTYPE].type != v->dtype)
     return nb_kfail(k, NB_DTYPE, "attr dtype %s does not match variable '%s' of dtype %s",
                     nb_dtype_name(k->attr[VAR_DTYPE].type), v->name, nb_dtype_name(v->dtype));
