@@ -514,6 +514,20 @@ nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, co
 
 /* ---- symbolic gradients and calls ------------------------------------------------------------ */
 
+nb_code nb_function_grads(nb_function *f, nb_tensor *const *ys, nb_tensor *const *seeds, int ny, nb_tensor *const *xs,
+                          int nx, nb_tensor **dx) {
+  nb_grad_opts o = {.grad_ys = seeds, .unconnected_zero = 1};
+  nb_code code = nb_gradients(f->c, ys, ny, xs, nx, &o, dx);
+  for (int i = 0; i < nx && !code; i++)
+    if (!(dx[i] = nb_densify(f->c, dx[i]))) code = f->c->status;
+  return code;
+}
+
+void nb_function_grad_done(nb_ctx *err, nb_function *f, const char *who, nb_code code) {
+  if (code && !err->status) nb_fail(err, code, "%s: %s", who, f->c->status ? nb_error(f->c) : "out of memory");
+  nb_clear_error(f->c);
+}
+
 static nb_code build_gradient(nb_ctx *err, nb_function *f, nb_graph *owner) {
   int ny = 0;
   nb_tensor **ys = malloc((size_t)(2 * f->nres + f->nargs + 1) * sizeof *ys), **dys = ys + f->nres,
@@ -528,10 +542,7 @@ static nb_code build_gradient(nb_ctx *err, nb_function *f, nb_graph *owner) {
     ys[ny] = f->res[i];
     if (id < 0 || !(dys[ny++] = nb_graph_handle(f->c, f->g, id, 0))) code = NB_NOMEM;
   }
-  nb_grad_opts o = {.grad_ys = dys, .unconnected_zero = 1};
-  if (!code) code = nb_gradients(f->c, ys, ny, f->args, f->nargs, &o, dxs);
-  for (int i = 0; i < f->nargs && !code; i++)
-    if (!(dxs[i] = nb_densify(f->c, dxs[i]))) code = f->c->status;
+  if (!code) code = nb_function_grads(f, ys, dys, ny, f->args, f->nargs, dxs);
   int64_t *keys = code ? NULL : malloc(((size_t)f->nargs * 2 + (size_t)ny + 1) * sizeof *keys);
   if (!code && !keys) code = NB_NOMEM;
   if (!code) {
@@ -541,8 +552,7 @@ static nb_code build_gradient(nb_ctx *err, nb_function *f, nb_graph *owner) {
     f->grad = nb_function_extract(err, owner, f->g, keys, f->nargs + ny, keys + f->nargs + ny, f->nargs);
     if (!f->grad) code = err->status;
   }
-  if (code && !err->status) nb_fail(err, code, "function gradient: %s", f->c->status ? nb_error(f->c) : "out of memory");
-  nb_clear_error(f->c);
+  nb_function_grad_done(err, f, "function gradient", code);
   free(keys);
   free(ys);
   return code;

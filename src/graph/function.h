@@ -52,6 +52,13 @@ nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, co
 /* TF's SymbolicGradient of f: a function of (f's arguments, the incoming gradients of f's
    float results) giving the gradient of every argument (zeros where unconnected). Cached. */
 nb_function *nb_function_gradient(nb_ctx *err, nb_function *f);
+/* Gradient building inside f's graph, shared by the function, If and While gradients:
+   dx[i] = d ys / d xs[i] seeded with seeds, dense, zeros where unconnected. */
+nb_code nb_function_grads(nb_function *f, nb_tensor *const *ys, nb_tensor *const *seeds, int ny, nb_tensor *const *xs,
+                          int nx, nb_tensor **dx);
+/* Ends a gradient build in f: a failure (code) is reported on err as "who: <f's error>"
+   unless err has one; f's context is cleared either way. */
+void nb_function_grad_done(nb_ctx *err, nb_function *f, const char *who, nb_code code);
 /* Adds a StatefulPartitionedCall node (or runs it, eagerly) of f on in[0..f->nargs). */
 nb_code nb_function_call_node(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out);
 /* Adds a While or If node of functions fa, fb (cond/body, then/else) on in[0..nin). */
