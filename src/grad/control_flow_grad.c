@@ -246,14 +246,7 @@ static nb_code add_exposed_outputs(const nb_fwd_op *op, const nb_function *t, co
   if (n <= 0) return NB_OK;
   nb_meta *m = malloc((size_t)n * sizeof *m);
   if (!m) return NB_NOMEM;
-  for (int i = 0; i < n; i++) {
-    const nb_tensor *a = t->res[t->nres + have + i], *b = e->res[t->nres + have + i];
-    nb_meta_set(&m[i], a->dtype, a->rank, a->shape);
-    bool same = a->rank == b->rank;
-    if (!same) m[i].rank = -1;
-    for (int d = 0; same && d < a->rank; d++)
-      if (a->shape[d] != b->shape[d]) m[i].shape[d] = -1;
-  }
+  for (int i = 0; i < n; i++) nb_cf_merged_meta(&m[i], t->res[t->nres + have + i], e->res[t->nres + have + i]);
   nb_code code = nb_graph_add_outputs(g, first->node, m, n) ? NB_NOMEM : NB_OK;
   free(m);
   return code;
@@ -455,12 +448,7 @@ static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, 
     if (!t) code = NB_NOMEM;
     else b->res[b->nres + a] = t;
     if (!code && t->rank + 1 > NB_MAX_RANK) code = NB_SHAPE;
-    if (!code) {
-      m[a].dtype = t->dtype;
-      m[a].rank = t->rank < 0 ? -1 : t->rank + 1;
-      m[a].shape[0] = -1;
-      for (int d = 0; d < t->rank; d++) m[a].shape[d + 1] = t->shape[d];
-    }
+    if (!code) nb_cf_stacked_meta(&m[a], t);
   }
   nb_graph *g = nb_fwd_output(op, 0)->graph;
   if (!code && nb_graph_add_outputs(g, nb_fwd_output(op, 0)->node, m, w->nacc)) code = NB_NOMEM;

@@ -113,6 +113,12 @@ typedef struct nb_if_grad {
 } nb_if_grad;
 void nb_if_grad_free(nb_if_grad *w);
 
+/* Output metas shared by the control-flow ops and their gradients (src/ops/control_flow.c):
+   a stack of t's values per iteration, [unknown count, t's shape] (t's rank unknown: unknown);
+   and what both a and b fit: a's meta with the dims, or the rank, where they differ unknown. */
+void nb_cf_stacked_meta(nb_meta *m, const nb_tensor *t);
+void nb_cf_merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b);
+
 /* Whether x is made by a ZerosLike node (a gradient pass's filler for an output that got no gradient). */
 bool nb_is_zeros_filler(const nb_tensor *x);
 /* Adds outputs of metas m[0..n) to node id (plans made before are dropped). */

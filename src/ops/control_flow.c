@@ -56,13 +56,9 @@ static nb_code while_infer(nb_kargs *k) {
     return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its functions (%d arguments)", k->nin, k->nout,
                     body->nargs);
   nb_code code = check_arg_dtypes(k, body, 0);
-  for (int a = 0; accumulates && a < body->nacc; a++) { /* accumulators: [iterations, the intermediate's shape] */
-    const nb_tensor *t = body->res[body->nres + a];
+  for (int a = 0; accumulates && a < body->nacc; a++) {
     nb_meta *m = &k->out[k->nin + a];
-    m->dtype = t->dtype;
-    m->rank = t->rank < 0 ? -1 : t->rank + 1;
-    m->shape[0] = -1;
-    for (int d = 0; d < t->rank; d++) m->shape[d + 1] = t->shape[d];
+    nb_cf_stacked_meta(m, body->res[body->nres + a]);
     if (!k->ctx->graph) {
       nb_tensor like = {.dtype = m->dtype, .rank = m->rank};
       memcpy(like.shape, m->shape, sizeof like.shape);
@@ -191,8 +187,14 @@ static nb_code while_kernel(nb_kargs *k) {
 
 /* ---- If ------------------------------------------------------------------------------------ */
 
-/* The static meta of output i: the dims both branches agree on. */
-static void merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b) {
+void nb_cf_stacked_meta(nb_meta *m, const nb_tensor *t) {
+  m->dtype = t->dtype;
+  m->rank = t->rank < 0 ? -1 : t->rank + 1;
+  m->shape[0] = -1;
+  for (int d = 0; d < t->rank; d++) m->shape[d + 1] = t->shape[d];
+}
+
+void nb_cf_merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b) {
   nb_meta_set(m, a->dtype, a->rank, a->shape);
   if (a->rank != b->rank) {
     m->rank = -1;
@@ -215,7 +217,7 @@ static nb_code if_infer(nb_kargs *k) {
                     nb_tstr(k->in[0]));
   nb_code code = check_arg_dtypes(k, t, 1);
   for (int i = 0; i < k->nout && !code; i++) {
-    merged_meta(&k->out[i], t->res[i], e->res[i]);
+    nb_cf_merged_meta(&k->out[i], t->res[i], e->res[i]); /* the dims both branches agree on */
     if (!k->ctx->graph) {
       nb_tensor like = {.dtype = k->out[i].dtype, .rank = k->out[i].rank};
       memcpy(like.shape, k->out[i].shape, sizeof like.shape);
