@@ -198,6 +198,19 @@ static int64_t bits_of(const void *p) {
   return bits;
 }
 
+/* Gives the two functions of a new node to c's graph (freed with it); after an error
+   (code), or out of memory, frees those not given instead. */
+static nb_code own_pair(nb_ctx *c, const char *who, nb_function *a, nb_function *b, nb_code code) {
+  nb_function *keep[2] = {a, b};
+  for (int i = 0; i < 2 && !code; i++) {
+    if (own_function(c->graph, keep[i])) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+    else keep[i] = NULL;
+  }
+  function_free(keep[0]);
+  function_free(keep[1]);
+  return code;
+}
+
 /* Adds the node: inputs `first` then the captured tensors; functions as attrs. */
 static nb_code add_cf_node(nb_ctx *c, const char *type, nb_tensor *const *first, int nfirst, const int64_t *keys,
                            int nkeys, nb_function *fa, nb_function *fb, nb_tensor **outs, int nout) {
@@ -296,13 +309,7 @@ nb_code nb_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, 
   while_trace w = {c, function_new(c->graph), function_new(c->graph), n, NULL, 0};
   nb_code code = !w.cond || !w.body ? nb_fail(c, NB_NOMEM, "nb_while: out of memory") : NB_OK;
   if (!code) code = trace_while(&w, cond, body, user, vars, max_iters, inv);
-  nb_function *keep[2] = {w.cond, w.body};
-  for (int i = 0; i < 2 && !code; i++) {
-    if (own_function(c->graph, keep[i])) code = nb_fail(c, NB_NOMEM, "nb_while: out of memory");
-    else keep[i] = NULL;
-  }
-  function_free(keep[0]);
-  function_free(keep[1]);
+  code = own_pair(c, "nb_while", w.cond, w.body, code);
   int total = 1 + n + w.nkeys;
   nb_tensor **first = code ? NULL : malloc((size_t)(2 * total) * sizeof *first);
   if (!code && !first) code = nb_fail(c, NB_NOMEM, "nb_while: out of memory");
@@ -362,13 +369,7 @@ nb_code nb_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn
   int64_t *keys = NULL;
   int nkeys = 0;
   if (!code && unify_captures(fs, 2, &keys, &nkeys)) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
-  nb_function *keep[2] = {fs[0], fs[1]};
-  for (int i = 0; i < 2 && !code; i++) {
-    if (own_function(c->graph, keep[i])) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
-    else keep[i] = NULL;
-  }
-  function_free(keep[0]);
-  function_free(keep[1]);
+  code = own_pair(c, "nb_cond", fs[0], fs[1], code);
   nb_tensor **first = code ? NULL : malloc(((size_t)nin + 1) * sizeof *first);
   if (!code && !first) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
   if (!code) {
