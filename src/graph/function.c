@@ -68,7 +68,11 @@ nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor
   nb_session_share_blocks(s, NULL);
   if (code) nb_kfail(k, code, "%s: %s", what, nb_session_error(s));
   for (int i = 0; i < nres && !code; i++) /* released into the shared pool later, not to malloc */
-    if (!(res[i] = nb_adopt_detached(k->ctx, res[i]))) code = nb_status(k->ctx);
+    if (!(res[i] = nb_adopt_detached(k->ctx, res[i]))) {
+      code = nb_status(k->ctx) ? nb_status(k->ctx) : nb_kfail(k, NB_NOMEM, "out of memory taking the %s's results", what);
+      for (int j = 0; j < nres; j++) /* the caller gets none of them */
+        if (j != i) nb_tensor_free(res[j]);
+    }
   if (busy)
     nb_session_free(s);
   else
