@@ -409,6 +409,8 @@ static void test_errors_graph(void **state) {
   nb_tensor *any = NULL, *y = NULL, *r = NULL;
   assert_int_equal(nb_op(f->c, "Placeholder", NULL, 0, &dt, 1, &any, 1), NB_OK);
   assert_int_equal(nb_while(f->c, vector_cond, times_x, x, &any, 1, 2, &y), NB_OK);
+  assert_int_not_equal(nb_cond(f->c, any, half, half, x, in, 1, out, 1), NB_OK);
+  tu_check_error(f->c, NB_INVALID, "nb_cond: the predicate must be a bool scalar", "got float64 <unknown rank>");
   nb_tensor *v2 = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 2)), *xv = nb_scalar(f->e, NB_F64, 2);
   nb_tensor *feeds[2] = {any, x}, *vals[2] = {v2, xv};
   assert_int_equal(nb_run(f->s, feeds, vals, 2, &y, 1, &r), NB_INVALID);

@@ -364,7 +364,7 @@ nb_code nb_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn
                       nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
   if (pred->dtype != NB_BOOL || pred->rank > 0)
     return nb_fail(c, NB_INVALID, "nb_cond: the predicate must be a bool scalar, got %s %s", nb_dtype_name(pred->dtype),
-                   nb_tstr(pred));
+                   pred->rank < 0 ? "<unknown rank>" : nb_tstr(pred));
   nb_function *fs[2] = {function_new(c->graph), function_new(c->graph)};
   nb_code code = !fs[0] || !fs[1] ? nb_fail(c, NB_NOMEM, "nb_cond: out of memory") : NB_OK;
   if (!code) code = trace_branch(c, fs[0], "nb_cond: then branch", then_fn, user, in, nin, nout);
