@@ -278,24 +278,19 @@ static void test_graph_poly_equals_eager(void **state) {
   assert_int_equal(nb_graph_to_dot(f->g, "/dev/null"), NB_OK);
 }
 
-static void test_graph_max_iters(void **state) {
-  gu_fixture *f = *state;
+/* Runs y = nb_while(always, body, x, 1, max_iters) in a graph at x = xv; checks y = want. */
+static void check_scalar_loop(gu_fixture *f, nb_body_fn body, int64_t max_iters, double xv, double want, double tol) {
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *one = nb_scalar(f->c, NB_F64, 1), *y;
-  assert_int_equal(nb_while(f->c, always, times_x, x, &one, 1, 5, &y), NB_OK);
-  nb_tensor *r = gu_run1(f, x, nb_scalar(f->e, NB_F64, 1.2), y);
-  tu_check(r, NB_F64, 0, NULL, TU_VALS(pow(1.2, 5)), 1e-15);
+  assert_int_equal(nb_while(f->c, always, body, x, &one, 1, max_iters, &y), NB_OK);
+  nb_tensor *r = gu_run1(f, x, nb_scalar(f->e, NB_F64, xv), y);
+  tu_check(r, NB_F64, 0, NULL, TU_VALS(want), tol);
   nb_tensor_free(r);
 }
 
+static void test_graph_max_iters(void **state) { check_scalar_loop(*state, times_x, 5, 1.2, pow(1.2, 5), 1e-15); }
+
 /* Nested loops in a graph: the inner body captures x, a tensor two levels out. */
-static void test_graph_nested_loops(void **state) {
-  gu_fixture *f = *state;
-  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *one = nb_scalar(f->c, NB_F64, 1), *y;
-  assert_int_equal(nb_while(f->c, always, nested_body, x, &one, 1, 3, &y), NB_OK);
-  nb_tensor *r = gu_run1(f, x, nb_scalar(f->e, NB_F64, 1.1), y);
-  tu_check(r, NB_F64, 0, NULL, TU_VALS(pow(1.1, 6)), 1e-14);
-  nb_tensor_free(r);
-}
+static void test_graph_nested_loops(void **state) { check_scalar_loop(*state, nested_body, 3, 1.1, pow(1.1, 6), 1e-14); }
 
 static void test_graph_cond_both_branches(void **state) {
   gu_fixture *f = *state;
@@ -414,6 +409,8 @@ static void test_errors_graph(void **state) {
   nb_tensor *any = NULL, *y = NULL, *r = NULL;
   assert_int_equal(nb_op(f->c, "Placeholder", NULL, 0, &dt, 1, &any, 1), NB_OK);
   assert_int_equal(nb_while(f->c, vector_cond, times_x, x, &any, 1, 2, &y), NB_OK);
+  assert_int_not_equal(nb_cond(f->c, any, half, half, x, in, 1, out, 1), NB_OK);
+  tu_check_error(f->c, NB_INVALID, "nb_cond: the predicate must be a bool scalar", "got float64 <unknown rank>");
   nb_tensor *v2 = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 2)), *xv = nb_scalar(f->e, NB_F64, 2);
   nb_tensor *feeds[2] = {any, x}, *vals[2] = {v2, xv};
   assert_int_equal(nb_run(f->s, feeds, vals, 2, &y, 1, &r), NB_INVALID);

@@ -92,22 +92,30 @@ static bool add_key(int64_t **keys, int *n, int *extra, int64_t key) {
   return true;
 }
 
-/* The forward tensors of b (nodes below nfwd that are neither arguments nor known at build
-   time) read by the nodes from `from` on, appended to *keys unless present; *extra counts
-   the new ones. */
-static nb_code branch_reads(const nb_function *b, int32_t from, int32_t nfwd, int64_t **keys, int *n, int *extra) {
-  const nb_graph *g = b->g;
+/* Which forward tensors a gradient takes from the forward run instead of recomputing. */
+typedef bool (*read_filter)(const nb_graph *g, const nb_edge *e, uint32_t gen);
+
+/* The forward tensors (nodes below nfwd) that keep selects and the gradient nodes (from
+   `from` on) read, appended to *keys unless present; *extra counts the new ones. */
+static nb_code gradient_reads(const nb_graph *g, int32_t from, int32_t nfwd, read_filter keep, uint32_t gen,
+                              int64_t **keys, int *n, int *extra) {
   *extra = 0;
   for (int32_t id = from; id < g->nnodes; id++) {
     const nb_node *u = &g->nodes[id];
     for (int32_t i = 0; i < u->nin; i++) {
       const nb_edge *e = &g->edges[u->in0 + i];
-      const nb_node *src = &g->nodes[e->src];
-      if (e->src >= nfwd || !strcmp(src->def->name, "Placeholder") || g->outs[src->out0 + e->out].value) continue;
+      if (e->src >= nfwd || !keep(g, e, gen)) continue;
       if (!add_key(keys, n, extra, nb_key(e->src, e->out))) return NB_NOMEM;
     }
   }
   return NB_OK;
+}
+
+/* If branches: every computed tensor (not an argument, not known at build time). */
+static bool computed(const nb_graph *g, const nb_edge *e, uint32_t gen) {
+  (void)gen;
+  const nb_node *src = &g->nodes[e->src];
+  return strcmp(src->def->name, "Placeholder") != 0 && !g->outs[src->out0 + e->out].value;
 }
 
 static nb_tensor *handle_at(nb_function *b, int64_t key) {
@@ -156,19 +164,14 @@ static nb_code build_branch_grad(nb_ctx *c, nb_function *b, const nb_if_grad *w,
   r->dx = malloc(((size_t)b->nargs + 1) * sizeof *r->dx);
   nb_code code = !ys || !r->extra || !r->dx ? NB_NOMEM : seeds_of(b, w, which, seeded, ys, gys, &ny, r);
   int32_t from = b->g->nnodes;
-  nb_grad_opts o = {.grad_ys = gys, .unconnected_zero = 1};
-  if (!code) code = nb_gradients(b->c, ys, ny, b->args, b->nargs, &o, dx);
-  for (int i = 0; i < b->nargs && !code; i++) {
-    if (!(dx[i] = nb_densify(b->c, dx[i]))) code = b->c->status;
-    else r->dx[i] = nb_key_of(dx[i]);
-  }
-  int extra = 0;
-  if (!code && branch_reads(b, from, seeded ? w->nfwd[which] : from, &r->reads, &r->nreads, &extra)) code = NB_NOMEM;
+  if (!code) code = nb_function_grads(b, ys, gys, ny, b->args, b->nargs, dx);
+  for (int i = 0; i < b->nargs && !code; i++) r->dx[i] = nb_key_of(dx[i]);
+  int extra = 0, nfwd = seeded ? w->nfwd[which] : from;
+  if (!code && gradient_reads(b->g, from, nfwd, computed, 0, &r->reads, &r->nreads, &extra)) code = NB_NOMEM;
   if (!code && seeded && extra)
     code = nb_set_error(c, NB_UNIMPLEMENTED, "If gradient: this second-order gradient reads %d branch intermediates the "
                         "first-order gradient did not", extra);
-  if (code && !nb_status(c)) nb_set_error(c, code, "If gradient: %s", b->c->status ? nb_error(b->c) : "out of memory");
-  nb_clear_error(b->c);
+  nb_function_grad_done(c, b, "If gradient", code);
   free(ys);
   return code;
 }
@@ -243,14 +246,7 @@ static nb_code add_exposed_outputs(const nb_fwd_op *op, const nb_function *t, co
   if (n <= 0) return NB_OK;
   nb_meta *m = malloc((size_t)n * sizeof *m);
   if (!m) return NB_NOMEM;
-  for (int i = 0; i < n; i++) {
-    const nb_tensor *a = t->res[t->nres + have + i], *b = e->res[t->nres + have + i];
-    nb_meta_set(&m[i], a->dtype, a->rank, a->shape);
-    bool same = a->rank == b->rank;
-    if (!same) m[i].rank = -1;
-    for (int d = 0; same && d < a->rank; d++)
-      if (a->shape[d] != b->shape[d]) m[i].shape[d] = -1;
-  }
+  for (int i = 0; i < n; i++) nb_cf_merged_meta(&m[i], t->res[t->nres + have + i], e->res[t->nres + have + i]);
   nb_code code = nb_graph_add_outputs(g, first->node, m, n) ? NB_NOMEM : NB_OK;
   free(m);
   return code;
@@ -361,24 +357,17 @@ static nb_code mark_variant(nb_graph *g, const nb_function *b, int32_t nfwd, uin
   return NB_OK;
 }
 
-/* The variant forward tensors (node < nfwd) that the gradient nodes (from `from` on) read,
-   appended to *keys (n of cap) unless present; *extra counts those that were new. */
+/* While bodies: the tensors mark_variant marked (those constant across iterations are
+   read from the forward graph directly). */
+static bool variant(const nb_graph *g, const nb_edge *e, uint32_t gen) { return g->nodes[e->src].stamp2 == gen; }
+
+/* The variant forward tensors the gradient nodes read (see gradient_reads). */
 static nb_code collect_reads(nb_graph *g, const nb_function *b, int32_t from, int32_t nfwd, int64_t **keys, int *n,
                              int *extra) {
   uint32_t gen = nb_graph_next_gen(g);
   if (mark_variant(g, b, nfwd, gen)) return NB_NOMEM;
-  *extra = 0;
-  for (int32_t id = from; id < g->nnodes; id++) {
-    const nb_node *u = &g->nodes[id];
-    for (int32_t i = 0; i < u->nin; i++) {
-      const nb_edge *e = &g->edges[u->in0 + i];
-      if (e->src >= nfwd || g->nodes[e->src].stamp2 != gen) continue;
-      if (!add_key(keys, n, extra, nb_key(e->src, e->out))) return NB_NOMEM;
-    }
-  }
-  return NB_OK;
+  return gradient_reads(g, from, nfwd, variant, gen, keys, n, extra);
 }
-
 
 /* The gradient of the body's float results (and, with dacc, of the float accumulated
    intermediates) in the body graph, as the keys of the reverse step: arguments
@@ -407,10 +396,7 @@ static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t n
   for (int i = 0; i < w->nfv; i++) xs[i] = b->args[w->fvars[i]];
   for (int i = 0; i < w->nfc; i++) xs[w->nfv + i] = b->args[w->fcaps[i]];
   int32_t from = g->nnodes;
-  nb_grad_opts o = {.grad_ys = seeds, .unconnected_zero = 1};
-  if (!code) code = nb_gradients(b->c, ys, ny, xs, nx, &o, dx);
-  for (int i = 0; i < nx && !code; i++)
-    if (!(dx[i] = nb_densify(b->c, dx[i]))) code = b->c->status;
+  if (!code) code = nb_function_grads(b, ys, seeds, ny, xs, nx, dx);
   int extra = 0;
   if (!code && collect_reads(g, b, from, nfwd, &w->acc, &w->nacc, &extra)) code = NB_NOMEM;
   if (!code && dacc && extra) /* the accumulators are fixed once the first gradient exists */
@@ -432,9 +418,7 @@ static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t n
     w->nkargs[dacc] = n;
     keys = NULL;
   }
-  if (code && !nb_status(c))
-    nb_set_error(c, code, "While gradient: %s", b->c->status ? nb_error(b->c) : "out of memory");
-  nb_clear_error(b->c);
+  nb_function_grad_done(c, b, "While gradient", code);
   free(ys), free(dx), free(keys);
   return code;
 }
@@ -464,12 +448,7 @@ static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, 
     if (!t) code = NB_NOMEM;
     else b->res[b->nres + a] = t;
     if (!code && t->rank + 1 > NB_MAX_RANK) code = NB_SHAPE;
-    if (!code) {
-      m[a].dtype = t->dtype;
-      m[a].rank = t->rank < 0 ? -1 : t->rank + 1;
-      m[a].shape[0] = -1;
-      for (int d = 0; d < t->rank; d++) m[a].shape[d + 1] = t->shape[d];
-    }
+    if (!code) nb_cf_stacked_meta(&m[a], t);
   }
   nb_graph *g = nb_fwd_output(op, 0)->graph;
   if (!code && nb_graph_add_outputs(g, nb_fwd_output(op, 0)->node, m, w->nacc)) code = NB_NOMEM;

@@ -68,7 +68,11 @@ nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor
   nb_session_share_blocks(s, NULL);
   if (code) nb_kfail(k, code, "%s: %s", what, nb_session_error(s));
   for (int i = 0; i < nres && !code; i++) /* released into the shared pool later, not to malloc */
-    if (!(res[i] = nb_adopt_detached(k->ctx, res[i]))) code = nb_status(k->ctx);
+    if (!(res[i] = nb_adopt_detached(k->ctx, res[i]))) {
+      code = nb_status(k->ctx) ? nb_status(k->ctx) : nb_kfail(k, NB_NOMEM, "out of memory taking the %s's results", what);
+      for (int j = 0; j < nres; j++) /* the caller gets none of them */
+        if (j != i) nb_tensor_free(res[j]);
+    }
   if (busy)
     nb_session_free(s);
   else
@@ -198,6 +202,19 @@ static int64_t bits_of(const void *p) {
   return bits;
 }
 
+/* Gives the two functions of a new node to c's graph (freed with it); after an error
+   (code), or out of memory, frees those not given instead. */
+static nb_code own_pair(nb_ctx *c, const char *who, nb_function *a, nb_function *b, nb_code code) {
+  nb_function *keep[2] = {a, b};
+  for (int i = 0; i < 2 && !code; i++) {
+    if (own_function(c->graph, keep[i])) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+    else keep[i] = NULL;
+  }
+  function_free(keep[0]);
+  function_free(keep[1]);
+  return code;
+}
+
 /* Adds the node: inputs `first` then the captured tensors; functions as attrs. */
 static nb_code add_cf_node(nb_ctx *c, const char *type, nb_tensor *const *first, int nfirst, const int64_t *keys,
                            int nkeys, nb_function *fa, nb_function *fb, nb_tensor **outs, int nout) {
@@ -296,13 +313,7 @@ nb_code nb_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, 
   while_trace w = {c, function_new(c->graph), function_new(c->graph), n, NULL, 0};
   nb_code code = !w.cond || !w.body ? nb_fail(c, NB_NOMEM, "nb_while: out of memory") : NB_OK;
   if (!code) code = trace_while(&w, cond, body, user, vars, max_iters, inv);
-  nb_function *keep[2] = {w.cond, w.body};
-  for (int i = 0; i < 2 && !code; i++) {
-    if (own_function(c->graph, keep[i])) code = nb_fail(c, NB_NOMEM, "nb_while: out of memory");
-    else keep[i] = NULL;
-  }
-  function_free(keep[0]);
-  function_free(keep[1]);
+  code = own_pair(c, "nb_while", w.cond, w.body, code);
   int total = 1 + n + w.nkeys;
   nb_tensor **first = code ? NULL : malloc((size_t)(2 * total) * sizeof *first);
   if (!code && !first) code = nb_fail(c, NB_NOMEM, "nb_while: out of memory");
@@ -353,7 +364,7 @@ nb_code nb_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn
                       nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
   if (pred->dtype != NB_BOOL || pred->rank > 0)
     return nb_fail(c, NB_INVALID, "nb_cond: the predicate must be a bool scalar, got %s %s", nb_dtype_name(pred->dtype),
-                   nb_tstr(pred));
+                   pred->rank < 0 ? "<unknown rank>" : nb_tstr(pred));
   nb_function *fs[2] = {function_new(c->graph), function_new(c->graph)};
   nb_code code = !fs[0] || !fs[1] ? nb_fail(c, NB_NOMEM, "nb_cond: out of memory") : NB_OK;
   if (!code) code = trace_branch(c, fs[0], "nb_cond: then branch", then_fn, user, in, nin, nout);
@@ -362,13 +373,7 @@ nb_code nb_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn
   int64_t *keys = NULL;
   int nkeys = 0;
   if (!code && unify_captures(fs, 2, &keys, &nkeys)) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
-  nb_function *keep[2] = {fs[0], fs[1]};
-  for (int i = 0; i < 2 && !code; i++) {
-    if (own_function(c->graph, keep[i])) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
-    else keep[i] = NULL;
-  }
-  function_free(keep[0]);
-  function_free(keep[1]);
+  code = own_pair(c, "nb_cond", fs[0], fs[1], code);
   nb_tensor **first = code ? NULL : malloc(((size_t)nin + 1) * sizeof *first);
   if (!code && !first) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
   if (!code) {
@@ -514,6 +519,20 @@ nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, co
 
 /* ---- symbolic gradients and calls ------------------------------------------------------------ */
 
+nb_code nb_function_grads(nb_function *f, nb_tensor *const *ys, nb_tensor *const *seeds, int ny, nb_tensor *const *xs,
+                          int nx, nb_tensor **dx) {
+  nb_grad_opts o = {.grad_ys = seeds, .unconnected_zero = 1};
+  nb_code code = nb_gradients(f->c, ys, ny, xs, nx, &o, dx);
+  for (int i = 0; i < nx && !code; i++)
+    if (!(dx[i] = nb_densify(f->c, dx[i]))) code = f->c->status;
+  return code;
+}
+
+void nb_function_grad_done(nb_ctx *err, nb_function *f, const char *who, nb_code code) {
+  if (code && !err->status) nb_fail(err, code, "%s: %s", who, f->c->status ? nb_error(f->c) : "out of memory");
+  nb_clear_error(f->c);
+}
+
 static nb_code build_gradient(nb_ctx *err, nb_function *f, nb_graph *owner) {
   int ny = 0;
   nb_tensor **ys = malloc((size_t)(2 * f->nres + f->nargs + 1) * sizeof *ys), **dys = ys + f->nres,
@@ -528,10 +547,7 @@ static nb_code build_gradient(nb_ctx *err, nb_function *f, nb_graph *owner) {
     ys[ny] = f->res[i];
     if (id < 0 || !(dys[ny++] = nb_graph_handle(f->c, f->g, id, 0))) code = NB_NOMEM;
   }
-  nb_grad_opts o = {.grad_ys = dys, .unconnected_zero = 1};
-  if (!code) code = nb_gradients(f->c, ys, ny, f->args, f->nargs, &o, dxs);
-  for (int i = 0; i < f->nargs && !code; i++)
-    if (!(dxs[i] = nb_densify(f->c, dxs[i]))) code = f->c->status;
+  if (!code) code = nb_function_grads(f, ys, dys, ny, f->args, f->nargs, dxs);
   int64_t *keys = code ? NULL : malloc(((size_t)f->nargs * 2 + (size_t)ny + 1) * sizeof *keys);
   if (!code && !keys) code = NB_NOMEM;
   if (!code) {
@@ -541,8 +557,7 @@ static nb_code build_gradient(nb_ctx *err, nb_function *f, nb_graph *owner) {
     f->grad = nb_function_extract(err, owner, f->g, keys, f->nargs + ny, keys + f->nargs + ny, f->nargs);
     if (!f->grad) code = err->status;
   }
-  if (code && !err->status) nb_fail(err, code, "function gradient: %s", f->c->status ? nb_error(f->c) : "out of memory");
-  nb_clear_error(f->c);
+  nb_function_grad_done(err, f, "function gradient", code);
   free(keys);
   free(ys);
   return code;

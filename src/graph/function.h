@@ -52,6 +52,13 @@ nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, co
 /* TF's SymbolicGradient of f: a function of (f's arguments, the incoming gradients of f's
    float results) giving the gradient of every argument (zeros where unconnected). Cached. */
 nb_function *nb_function_gradient(nb_ctx *err, nb_function *f);
+/* Gradient building inside f's graph, shared by the function, If and While gradients:
+   dx[i] = d ys / d xs[i] seeded with seeds, dense, zeros where unconnected. */
+nb_code nb_function_grads(nb_function *f, nb_tensor *const *ys, nb_tensor *const *seeds, int ny, nb_tensor *const *xs,
+                          int nx, nb_tensor **dx);
+/* Ends a gradient build in f: a failure (code) is reported on err as "who: <f's error>"
+   unless err has one; f's context is cleared either way. */
+void nb_function_grad_done(nb_ctx *err, nb_function *f, const char *who, nb_code code);
 /* Adds a StatefulPartitionedCall node (or runs it, eagerly) of f on in[0..f->nargs). */
 nb_code nb_function_call_node(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out);
 /* Adds a While or If node of functions fa, fb (cond/body, then/else) on in[0..nin). */
@@ -105,6 +112,12 @@ typedef struct nb_if_grad {
   nb_function *fn[2][2];   /* [seeded][branch] */
 } nb_if_grad;
 void nb_if_grad_free(nb_if_grad *w);
+
+/* Output metas shared by the control-flow ops and their gradients (src/ops/control_flow.c):
+   a stack of t's values per iteration, [unknown count, t's shape] (t's rank unknown: unknown);
+   and what both a and b fit: a's meta with the dims, or the rank, where they differ unknown. */
+void nb_cf_stacked_meta(nb_meta *m, const nb_tensor *t);
+void nb_cf_merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b);
 
 /* Whether x is made by a ZerosLike node (a gradient pass's filler for an output that got no gradient). */
 bool nb_is_zeros_filler(const nb_tensor *x);

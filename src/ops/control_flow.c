@@ -31,9 +31,10 @@ static void adopt(nb_ctx *c, nb_tensor *res, const nb_tensor *v) {
 }
 
 /* At run time (no graph) an output's meta only sizes that placeholder allocation: the
-   static meta with unknown dims as 0 (unknown rank: a scalar). */
-static void run_time_meta(nb_meta *m, const nb_tensor *like) {
-  nb_meta_set(m, like->dtype, like->rank < 0 ? 0 : like->rank, like->shape);
+   static meta m becomes that, unknown dims 0 (unknown rank: a scalar). */
+static void to_run_time(const nb_kargs *k, nb_meta *m) {
+  if (k->ctx->graph) return;
+  if (m->rank < 0) m->rank = 0;
   for (int d = 0; d < m->rank; d++)
     if (m->shape[d] < 0) m->shape[d] = 0;
 }
@@ -56,26 +57,13 @@ static nb_code while_infer(nb_kargs *k) {
     return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its functions (%d arguments)", k->nin, k->nout,
                     body->nargs);
   nb_code code = check_arg_dtypes(k, body, 0);
-  for (int a = 0; accumulates && a < body->nacc; a++) { /* accumulators: [iterations, the intermediate's shape] */
-    const nb_tensor *t = body->res[body->nres + a];
+  for (int a = 0; accumulates && a < body->nacc; a++) {
     nb_meta *m = &k->out[k->nin + a];
-    m->dtype = t->dtype;
-    m->rank = t->rank < 0 ? -1 : t->rank + 1;
-    m->shape[0] = -1;
-    for (int d = 0; d < t->rank; d++) m->shape[d + 1] = t->shape[d];
-    if (!k->ctx->graph) {
-      nb_tensor like = {.dtype = m->dtype, .rank = m->rank};
-      memcpy(like.shape, m->shape, sizeof like.shape);
-      run_time_meta(m, &like);
-    }
+    nb_cf_stacked_meta(m, body->res[body->nres + a]);
+    to_run_time(k, m);
   }
-  for (int i = 0; i < k->nin && !code; i++) {
-    const nb_tensor *shape = i < body->nres ? body->args[i] : k->in[i]; /* loop variables keep their invariants */
-    if (!k->ctx->graph)
-      nb_meta_like(&k->out[i], k->in[i]);
-    else
-      nb_meta_set(&k->out[i], shape->dtype, shape->rank, shape->shape);
-  }
+  for (int i = 0; i < k->nin && !code; i++) /* in a graph, loop variables keep their invariants */
+    nb_meta_like(&k->out[i], k->ctx->graph && i < body->nres ? body->args[i] : k->in[i]);
   return code;
 }
 
@@ -191,8 +179,14 @@ static nb_code while_kernel(nb_kargs *k) {
 
 /* ---- If ------------------------------------------------------------------------------------ */
 
-/* The static meta of output i: the dims both branches agree on. */
-static void merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b) {
+void nb_cf_stacked_meta(nb_meta *m, const nb_tensor *t) {
+  m->dtype = t->dtype;
+  m->rank = t->rank < 0 ? -1 : t->rank + 1;
+  m->shape[0] = -1;
+  for (int d = 0; d < t->rank; d++) m->shape[d + 1] = t->shape[d];
+}
+
+void nb_cf_merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b) {
   nb_meta_set(m, a->dtype, a->rank, a->shape);
   if (a->rank != b->rank) {
     m->rank = -1;
@@ -215,12 +209,8 @@ static nb_code if_infer(nb_kargs *k) {
                     nb_tstr(k->in[0]));
   nb_code code = check_arg_dtypes(k, t, 1);
   for (int i = 0; i < k->nout && !code; i++) {
-    merged_meta(&k->out[i], t->res[i], e->res[i]);
-    if (!k->ctx->graph) {
-      nb_tensor like = {.dtype = k->out[i].dtype, .rank = k->out[i].rank};
-      memcpy(like.shape, k->out[i].shape, sizeof like.shape);
-      run_time_meta(&k->out[i], &like);
-    }
+    nb_cf_merged_meta(&k->out[i], t->res[i], e->res[i]); /* the dims both branches agree on */
+    to_run_time(k, &k->out[i]);
   }
   return code;
 }
@@ -249,10 +239,8 @@ static nb_code call_infer(nb_kargs *k) {
                     k->nout, f->nargs, f->nres);
   nb_code code = check_arg_dtypes(k, f, 0);
   for (int i = 0; i < k->nout && !code; i++) {
-    if (k->ctx->graph)
-      nb_meta_set(&k->out[i], f->res[i]->dtype, f->res[i]->rank, f->res[i]->shape);
-    else
-      run_time_meta(&k->out[i], f->res[i]);
+    nb_meta_like(&k->out[i], f->res[i]);
+    to_run_time(k, &k->out[i]);
   }
   return code;
 }
