@@ -5,8 +5,6 @@
    constant folding turns back into constants when they are static. */
 #include "grad.h"
 
-#include <stdlib.h>
-
 /* The int64 vector [0, 1, ..., n-1], n <= NB_MAX_RANK. */
 static nb_tensor *iota(nb_ctx *c, int n) {
   int64_t v[NB_MAX_RANK], len = n;

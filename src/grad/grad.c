@@ -1,7 +1,6 @@
 /* Built-in gradient registration and helpers shared by the gradient files. */
 #include "grad.h"
 
-
 void nb_register_builtin_gradients(void) {
   nb_register_math_grads();
   nb_register_reduce_grads();
@@ -92,5 +91,5 @@ nb_tensor *nbg_reduce_to(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {
   int axes[NB_MAX_RANK];
   int n = broadcast_axes(dy, x, axes);
   nb_tensor *s = n ? nb_sum(c, dy, axes, n, false) : dy;
-  return nb_rank(s) == nb_rank(x) && nbg_same_shape(s, x) ? s : nb_reshape(c, s, nb_shape(x), nb_rank(x));
+  return nbg_same_shape(s, x) ? s : nb_reshape(c, s, nb_shape(x), nb_rank(x));
 }

@@ -211,18 +211,18 @@ static nb_code prod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
 
 /* ---- Cumsum, Cumprod ------------------------------------------------------------------------ */
 
-/* op(t, axis) with the forward scan's exclusive attr and its reverse attr flipped. */
-static nb_tensor *flipped_scan(nb_ctx *c, const char *type, const nb_fwd_op *op, nb_tensor *t) {
+/* Cumsum(t, axis) with the forward scan's exclusive attr and its reverse attr flipped. */
+static nb_tensor *flipped_cumsum(nb_ctx *c, const nb_fwd_op *op, nb_tensor *t) {
   nb_attr a[2] = {nb_attr_bool("exclusive", nb_fwd_attr_bool(op, "exclusive")),
                   nb_attr_bool("reverse", !nb_fwd_attr_bool(op, "reverse"))};
-  return nbg_call(c, type, (nb_tensor *[]){t, nb_fwd_input(op, 1)}, 2, a, 2);
+  return nbg_call(c, "Cumsum", (nb_tensor *[]){t, nb_fwd_input(op, 1)}, 2, a, 2);
 }
 
 /* y_j = sum of x_i over the i the scan covers at j; x_i feeds every y_j whose scan covers
    it, which is the same scan run from the other end: dx = cumsum(dy) in reverse. */
 static nb_code cumsum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   if (!dys[0]) return NB_OK;
-  dxs[0] = flipped_scan(c, "Cumsum", op, dys[0]);
+  dxs[0] = flipped_cumsum(c, op, dys[0]);
   return nb_status(c);
 }
 
@@ -233,7 +233,7 @@ static nb_code cumsum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys
 static nb_code cumprod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   if (!dys[0]) return NB_OK;
   nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_output(op, 0);
-  dxs[0] = nb_real_div(c, flipped_scan(c, "Cumsum", op, nb_mul(c, y, dys[0])), x);
+  dxs[0] = nb_real_div(c, flipped_cumsum(c, op, nb_mul(c, y, dys[0])), x);
   return nb_status(c);
 }
 

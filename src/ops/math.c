@@ -133,25 +133,17 @@ static inline uint8_t not_equal_b(uint8_t x, uint8_t y) { return x != y; }
 static inline uint8_t logical_and_b(uint8_t x, uint8_t y) { return x && y; }
 static inline uint8_t logical_or_b(uint8_t x, uint8_t y) { return x || y; }
 
-/* fused gradients: parameters in TF's input order */
-#define FLOAT_GRAD_FN(name, a, b, expr)                                   \
-  static inline float name##_f32(float a, float b) {                      \
-    typedef float T __attribute__((unused));                              \
-    return (T)(expr);                                                     \
-  }                                                                       \
-  static inline double name##_f64(double a, double b) {                   \
-    typedef double T __attribute__((unused));                             \
+/* Fused gradients, parameters in TF's input order: GRAD_FN makes one for one type (T
+   names that type inside expr), the FLOAT/INT forms one per float or integer type. */
+#define GRAD_FN(name, sfx, TYPE, a, b, expr)                              \
+  static inline TYPE name##_##sfx(TYPE a, TYPE b) {                       \
+    typedef TYPE T __attribute__((unused));                               \
     return (T)(expr);                                                     \
   }
-#define INT_GRAD_FN(name, a, b, expr)                                     \
-  static inline int32_t name##_i32(int32_t a, int32_t b) {                \
-    typedef int32_t T __attribute__((unused));                            \
-    return (T)(expr);                                                     \
-  }                                                                       \
-  static inline int64_t name##_i64(int64_t a, int64_t b) {                \
-    typedef int64_t T __attribute__((unused));                            \
-    return (T)(expr);                                                     \
-  }
+#define FLOAT_GRAD_FN(name, a, b, expr) \
+  GRAD_FN(name, f32, float, a, b, expr) GRAD_FN(name, f64, double, a, b, expr)
+#define INT_GRAD_FN(name, a, b, expr) \
+  GRAD_FN(name, i32, int32_t, a, b, expr) GRAD_FN(name, i64, int64_t, a, b, expr)
 
 /* y is the forward output, dy the incoming gradient. As in TF, Sqrt/Rsqrt/Reciprocal
    gradients are 0 where dy is 0, even where y is 0 or inf (which would give NaN). */

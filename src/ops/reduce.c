@@ -10,6 +10,7 @@
    reductions to few outputs are split into a fixed number of pieces, so results do
    not depend on the thread count. */
 #include "op.h"
+#include "strided.h" /* nb_row_major_strides */
 
 #include <float.h>
 #include <math.h>
@@ -177,11 +178,7 @@ static void plan_build(reduce_plan *p, const nb_tensor *x, unsigned mask) {
       p->reduced[p->m++] = red;
     }
   }
-  int64_t stride = 1;
-  for (int d = p->m - 1; d >= 0; d--) {
-    p->strides[d] = stride;
-    stride *= p->dims[d];
-  }
+  nb_row_major_strides(p->m, p->dims, p->strides);
 }
 
 static bool plan_reduces(const reduce_plan *p) {
