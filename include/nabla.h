@@ -258,6 +258,9 @@ nb_tensor *nb_cumprod(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool re
 
 /* linear algebra (f32 f64, through OpenBLAS) */
 nb_tensor *nb_matmul(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb);
+/* acc + op(a) op(b) (_MatMulAdd, PyTorch's addmm with beta = alpha = 1): one GEMM that adds
+   into acc's values, in acc's own buffer when a graph lets acc die there; acc NULL: MatMul. */
+nb_tensor *nb_matmul_add(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb, nb_tensor *acc);
 /* BatchMatMulV2: rank >= 2, batch dims broadcast; adj_* transposes the last two dims. */
 nb_tensor *nb_batch_matmul(nb_ctx *c, nb_tensor *x, nb_tensor *y, bool adj_x, bool adj_y);
 

@@ -1,4 +1,4 @@
-/* MatMul and BatchMatMulV2: hand-checked products, every transpose combination, batch
+/* MatMul, _MatMulAdd and BatchMatMulV2: hand-checked products, every transpose combination, batch
    broadcasting, empty and K = 0 products, thread-count independence, error paths. */
 #include "testutil.h"
 
@@ -125,6 +125,49 @@ static void test_matmul_transposes(void **state) {
     tu_check(nb_matmul(c, bt, at, true, true), t, 2, TU_SHAPE(3, 3),
              TU_VALS(39, 54, 69, 49, 68, 87, 59, 82, 105), 0);
   }
+}
+
+/* acc + op(a) op(b) in every transpose case; acc keeps its values (the caller holds it). */
+static void test_matmul_add(void **state) {
+  nb_ctx *c = *state;
+  for (int i = 0; i < 2; i++) {
+    nb_dtype t = float_types[i];
+    nb_tensor *a = tu_make(c, t, 2, TU_SHAPE(2, 3), A_VALS), *at = tu_make(c, t, 2, TU_SHAPE(3, 2), AT_VALS);
+    nb_tensor *b = tu_make(c, t, 2, TU_SHAPE(3, 2), B_VALS), *bt = tu_make(c, t, 2, TU_SHAPE(2, 3), BT_VALS);
+    nb_tensor *acc = tu_make(c, t, 2, TU_SHAPE(2, 2), TU_VALS(1, -2, 0.5, 4));
+    nb_tensor *as[2] = {a, at}, *bs[2] = {b, bt};
+    for (int k = 0; k < 4; k++)
+      tu_check(nb_matmul_add(c, as[k & 1], bs[k >> 1], k & 1, k >> 1, acc), t, 2, TU_SHAPE(2, 2),
+               TU_VALS(59, 62, 139.5, 158), 0);
+    tu_check(acc, t, 2, TU_SHAPE(2, 2), TU_VALS(1, -2, 0.5, 4), 0);
+    tu_check(nb_matmul_add(c, a, b, false, false, NULL), t, 2, TU_SHAPE(2, 2), AB_VALS, 0); /* no acc: MatMul */
+  }
+}
+
+/* In a graph the product adds into acc's own block when acc dies there, and never when
+   a later op still reads acc. */
+static void test_matmul_add_in_place(void **state) {
+  nb_ctx *c = *state;
+  nb_graph *g = nb_graph_new();
+  nb_ctx *gc = nb_graph_ctx_new(g);
+  nb_tensor *a = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(2, 3), "a"), *b = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(3, 2), "b");
+  nb_tensor *p = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(2, 2), "p");
+  nb_tensor *dying = nb_add(gc, p, p), *kept = nb_add(gc, p, p);
+  nb_tensor *fetch[3] = {nb_matmul_add(gc, a, b, false, false, dying), nb_matmul_add(gc, a, b, false, false, kept),
+                         nb_mul(gc, kept, nb_scalar(gc, NB_F64, 3))};
+  nb_tensor *feeds[3] = {a, b, p}, *res[3];
+  nb_tensor *vals[3] = {tu_make(c, NB_F64, 2, TU_SHAPE(2, 3), A_VALS), tu_make(c, NB_F64, 2, TU_SHAPE(3, 2), B_VALS),
+                        tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(1, -2, 0.5, 4))};
+  nb_session *s = nb_session_new(g);
+  assert_int_equal(nb_run(s, feeds, vals, 3, fetch, 3, res), NB_OK);
+  tu_check(res[0], NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(60, 60, 140, 162), 0);
+  tu_check(res[1], NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(60, 60, 140, 162), 0);
+  tu_check(res[2], NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(6, -12, 3, 24), 0);
+  tu_check(vals[2], NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(1, -2, 0.5, 4), 0);
+  for (int i = 0; i < 3; i++) nb_tensor_free(res[i]);
+  nb_session_free(s);
+  nb_ctx_free(gc);
+  nb_graph_free(g);
 }
 
 static void test_matmul_size_one_dims(void **state) {
@@ -398,6 +441,11 @@ static void test_shape_errors(void **state) {
   tu_check_error(c, NB_SHAPE, "In[1] is not a matrix", "[1,3,2]");
   assert_null(nb_batch_matmul(c, m, v, false, false));
   tu_check_error(c, NB_SHAPE, "BatchMatMulV2: In[1] ndims must be >= 2: 1", NULL);
+  nb_tensor *m23 = tu_make(c, NB_F32, 2, TU_SHAPE(2, 3), NULL);
+  assert_null(nb_matmul_add(c, m23, m, false, false, m23));
+  tu_check_error(c, NB_SHAPE, "_MatMulAdd: the accumulator [2,3] does not match the product [2,2]", NULL);
+  assert_null(nb_matmul_add(c, m23, m, false, false, v));
+  tu_check_error(c, NB_SHAPE, "the accumulator [3] does not match", NULL);
   nb_tensor *s = tu_make(c, NB_F32, 0, NULL, TU_VALS(2));
   assert_null(nb_batch_matmul(c, s, m, false, false));
   tu_check_error(c, NB_SHAPE, "In[0] ndims must be >= 2: 0", NULL);
@@ -438,6 +486,9 @@ static void test_shape_errors(void **state) {
 static void test_dtype_errors(void **state) {
   nb_ctx *c = *state;
   const nb_dtype bad[3] = {NB_I32, NB_I64, NB_BOOL};
+  nb_tensor *f32 = tu_make(c, NB_F32, 2, TU_SHAPE(2, 2), NULL), *f64 = tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), NULL);
+  assert_null(nb_matmul_add(c, f32, f32, false, false, f64));
+  tu_check_error(c, NB_DTYPE, "_MatMulAdd", "float64");
   for (int i = 0; i < 3; i++) {
     nb_tensor *a = tu_make(c, bad[i], 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4));
     assert_null(nb_matmul(c, a, a, false, false));
@@ -474,6 +525,8 @@ static void test_null_and_sticky(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_matmul_transposes, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_matmul_add, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_matmul_add_in_place, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_size_one_dims, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_large_random, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_empty, tu_setup, tu_teardown),

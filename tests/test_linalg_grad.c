@@ -1,4 +1,4 @@
-/* Gradients of MatMul and BatchMatMulV2: the four transpose/adjoint cases, batch
+/* Gradients of MatMul, _MatMulAdd and BatchMatMulV2: the four transpose/adjoint cases, batch
    broadcasting (rank mismatch, size-1 batch dims), static and run-time shapes, against
    hand values and float64 central differences, first and second order. */
 #include "graphutil.h"
@@ -9,12 +9,13 @@ static void fill_values(double *v, int64_t n, double seed) {
 }
 
 typedef struct product_arg {
-  bool batch, t1, t2;
+  bool batch, t1, t2, acc;
 } product_arg;
 
-/* MatMul or BatchMatMulV2 of x[0], x[1] with the two flags. */
+/* MatMul or BatchMatMulV2 of x[0], x[1] with the two flags; with acc, x[2] + MatMul (_MatMulAdd). */
 static nb_tensor *build_product(gu_fixture *f, nb_tensor *const *x, const void *arg) {
   const product_arg *p = arg;
+  if (p->acc) return nb_matmul_add(f->c, x[0], x[1], p->t1, p->t2, x[2]);
   return p->batch ? nb_batch_matmul(f->c, x[0], x[1], p->t1, p->t2) : nb_matmul(f->c, x[0], x[1], p->t1, p->t2);
 }
 
@@ -26,7 +27,7 @@ static void check_product(bool batch, int ra, const int64_t *sa, int rb, const i
   double av[64], bv[64];
   fill_values(av, gu_count(ra, sa), 0.3);
   fill_values(bv, gu_count(rb, sb), 1.1);
-  const product_arg arg = {batch, t1, t2};
+  const product_arg arg = {batch, t1, t2, false};
   gu_check_grad(&(gu_grad_case){.build = build_product,
                                 .arg = &arg,
                                 .n = 2,
@@ -60,6 +61,31 @@ static void test_matmul(void **state) {
     for (int dynamic = 0; dynamic < 2; dynamic++) check_product(false, 2, sa, 2, sb, ta, tb, dynamic);
   }
   check_product(false, 2, TU_SHAPE(1, 1), 2, TU_SHAPE(1, 1), false, false, false); /* 1x1 */
+}
+
+/* acc + op(a) op(b): d acc = dy, a and b as MatMul's, to second order, for the four
+   transpose cases with static and unknown shapes. */
+static void test_matmul_add(void **state) {
+  (void)state;
+  double av[6], bv[12], cv[8];
+  fill_values(av, 6, 0.3);
+  fill_values(bv, 12, 1.1);
+  fill_values(cv, 8, 2.9);
+  for (int t = 0; t < 4; t++) {
+    bool ta = t & 1, tb = t & 2;
+    const int64_t sa[2] = {ta ? 3 : 2, ta ? 2 : 3}, sb[2] = {tb ? 4 : 3, tb ? 3 : 4}, sc[2] = {2, 4};
+    const product_arg arg = {false, ta, tb, true};
+    for (int dynamic = 0; dynamic < 2; dynamic++)
+      gu_check_grad(&(gu_grad_case){.name = "_MatMulAdd",
+                                    .build = build_product,
+                                    .arg = &arg,
+                                    .n = 3,
+                                    .in = {{.rank = 2, .shape = sa, .values = av},
+                                           {.rank = 2, .shape = sb, .values = bv},
+                                           {.rank = 2, .shape = sc, .values = cv}},
+                                    .dynamic = dynamic,
+                                    .static_dx = true});
+  }
 }
 
 static void test_batch_matmul(void **state) {
@@ -101,12 +127,14 @@ static void test_registry(void **state) {
   (void)state;
   assert_true(nb_has_gradient("MatMul"));
   assert_true(nb_has_gradient("BatchMatMulV2"));
+  assert_true(nb_has_gradient("_MatMulAdd"));
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_matmul_values, gu_setup, gu_teardown),
       cmocka_unit_test(test_matmul),
+      cmocka_unit_test(test_matmul_add),
       cmocka_unit_test(test_batch_matmul),
       cmocka_unit_test(test_batch_matmul_broadcast),
       cmocka_unit_test_setup_teardown(test_batch_matmul_broadcast_values, gu_setup, gu_teardown),

@@ -228,11 +228,43 @@ static nb_code matmul_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* _MatMulAdd(a, b, acc) = acc + op(a) op(b): one GEMM with beta = 1 over acc's values,
+   in acc's own block when acc dies here (input forwarding), so a running sum of
+   products (a loop gradient summing x_t^T dz_t over iterations) costs neither a zeroed
+   product nor a separate add. */
+enum { MATMUL_ADD_ACC = 2 };
+
+static nb_code matmul_add_infer(nb_kargs *k) {
+  nb_code code = matmul_infer(k);
+  if (!code) code = nb_kcheck_same_dtype(k, 0, MATMUL_ADD_ACC);
+  const nb_tensor *acc = k->in[MATMUL_ADD_ACC];
+  const nb_meta *o = &k->out[0];
+  bool fits = acc->rank == o->rank; /* unknown dims (graphs) fit any */
+  for (int d = 0; fits && d < o->rank; d++) fits = acc->shape[d] == o->shape[d] || acc->shape[d] < 0 || o->shape[d] < 0;
+  if (!code && !fits)
+    code = nb_kfail(k, NB_SHAPE, "the accumulator %s does not match the product %s", nb_tstr(acc),
+                    nb_sstr(o->rank, o->shape));
+  return code;
+}
+
+static nb_code matmul_add_kernel(nb_kargs *k) {
+  const matmul_plan *p = (const matmul_plan *)k->scratch;
+  const nb_tensor *x = k->in[0], *y = k->in[1], *acc = k->in[MATMUL_ADD_ACC];
+  void *out = nb_tdata(k->res[0]);
+  if (k->res[0]->size == 0) return NB_OK;
+  if (out != nb_tdata(acc)) memcpy(out, nb_tdata(acc), (size_t)acc->size * nb_dtype_size(acc->dtype));
+  int prev_threads = omp_get_max_threads();
+  nb_blas_set_threads(k->threads);
+  nb_gemm(x->dtype, p->ta, p->tb, p->m, p->n, p->k, nb_tdata(x), x->shape[1], nb_tdata(y), y->shape[1], 1, out, p->n);
+  restore_blas_threads(prev_threads);
+  return NB_OK;
+}
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 #define BOOL_ATTR(NAME) {NAME, NB_ATTR_BOOL, {.b = false}, false}
 
-enum { OP_MATMUL, OP_BATCH_MATMUL_V2, OP_COUNT };
+enum { OP_MATMUL, OP_BATCH_MATMUL_V2, OP_MATMUL_ADD, OP_COUNT };
 
 static nb_op_def linalg_ops[OP_COUNT] = {
     /* both gradients multiply the incoming gradient by the other input */
@@ -246,25 +278,36 @@ static nb_op_def linalg_ops[OP_COUNT] = {
                             .attrs = {BOOL_ATTR("adj_x"), BOOL_ATTR("adj_y"), BOOL_ATTR("grad_x"),
                                       BOOL_ATTR("grad_y")},
                             .infer = batch_matmul_infer, .kernel = matmul_kernel},
+    /* MatMul's attrs, then the accumulator as input 2, whose block output 0 may take over */
+    [OP_MATMUL_ADD] = {.name = "_MatMulAdd", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 3u, .nattrs = 4,
+                       .inplace_input = 1 + MATMUL_ADD_ACC,
+                       .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
+                                 BOOL_ATTR("grad_b")},
+                       .infer = matmul_add_infer, .kernel = matmul_add_kernel},
 };
 
 nb_op_family nb_linalg_family(void) { return (nb_op_family){linalg_ops, OP_COUNT}; }
 
 /* ---- wrappers ----------------------------------------------------------------------- */
 
-static nb_tensor *call_product(nb_ctx *c, int op, nb_tensor *x, nb_tensor *y, bool tx, bool ty) {
+/* op's product of x and y (plus acc when not NULL: _MatMulAdd). */
+static nb_tensor *call_product(nb_ctx *c, int op, nb_tensor *x, nb_tensor *y, bool tx, bool ty, nb_tensor *acc) {
   nb_attrval a[NB_MAX_ATTRS];
   nb_attr_defaults(&linalg_ops[op], a);
   a[ATTR_TRANSPOSE_X].b = tx;
   a[ATTR_TRANSPOSE_Y].b = ty;
-  nb_tensor *in[2] = {x, y};
-  return nb_call(c, &linalg_ops[op], in, 2, a);
+  nb_tensor *in[3] = {x, y, acc};
+  return nb_call(c, &linalg_ops[op], in, acc ? 3 : 2, a);
 }
 
 nb_tensor *nb_matmul(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb) {
-  return call_product(c, OP_MATMUL, a, b, ta, tb);
+  return call_product(c, OP_MATMUL, a, b, ta, tb, NULL);
+}
+
+nb_tensor *nb_matmul_add(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb, nb_tensor *acc) {
+  return acc ? call_product(c, OP_MATMUL_ADD, a, b, ta, tb, acc) : nb_matmul(c, a, b, ta, tb);
 }
 
 nb_tensor *nb_batch_matmul(nb_ctx *c, nb_tensor *x, nb_tensor *y, bool adj_x, bool adj_y) {
-  return call_product(c, OP_BATCH_MATMUL_V2, x, y, adj_x, adj_y);
+  return call_product(c, OP_BATCH_MATMUL_V2, x, y, adj_x, adj_y, NULL);
 }

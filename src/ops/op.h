@@ -88,6 +88,9 @@ struct nb_op_def {
   const char *batched_as;  /* vectorized Jacobians: the op whose gradient, run on this op's
                               tensors with a leading batch dim (same attr layout), is this
                               op's batched gradient (BatchMatMulV2 for MatMul) */
+  int8_t inplace_input;    /* 1 + an input whose block output 0 (same dtype and shape) may
+                              take over when the input dies at this op and nothing else holds
+                              it (input forwarding; elementwise ops consider inputs 0 and 1), 0 none */
   bool stateful;           /* reads or writes state outside its inputs (variables): never
                               folded at graph build time (TF's SetIsStateful) */
   uint32_t grad_inputs;    /* bitmask of inputs the gradient function reads */

@@ -18,20 +18,28 @@ static void free_outputs(nb_tensor **out, int n) {
   }
 }
 
-/* TF's input forwarding: an elementwise op writes its result over input 0 or 1 when the
-   caller lets that input die at this op (c->forwardable, from a session) and nothing else
-   holds its block; each output element depends only on the input elements at its
-   position, so the kernel may read and write the same block. Not for variadic AddN, whose
-   later inputs are read after the first write. NULL when no input qualifies. */
+/* Whether input x's block can become output m: the caller lets x die at this op
+   (forwardable bit i, from a session), nothing else holds the block, and it fits m. */
+static bool can_forward(const nb_tensor *x, int i, const nb_meta *m, uint32_t forwardable) {
+  return ((forwardable >> i) & 1u) && x->buf && x->dtype == m->dtype && x->rank == m->rank &&
+         nb_buffer_exclusive(x->buf) && memcmp(x->shape, m->shape, (size_t)m->rank * sizeof *m->shape) == 0;
+}
+
+/* TF's input forwarding: an op writes its result over a dying input's block. An
+   elementwise op may take input 0 or 1: each output element depends only on the input
+   elements at its position, so the kernel may read and write the same block (not
+   variadic AddN, whose later inputs are read after the first write). Other ops name the
+   one input their kernel can update in place (inplace_input). NULL when none qualifies. */
 static nb_tensor *forwarded_output(nb_ctx *c, const nb_kargs *k, const nb_meta *m, uint32_t forwardable) {
   const nb_op_def *def = k->def;
-  if (!forwardable || !def->elementwise || def->variadic || def->alias >= 0) return NULL;
-  for (int i = 0; i < k->nin && i < 2; i++) {
-    nb_tensor *x = k->in[i];
-    if (((forwardable >> i) & 1u) && x->buf && x->dtype == m->dtype && x->rank == m->rank &&
-        nb_buffer_exclusive(x->buf) && memcmp(x->shape, m->shape, (size_t)m->rank * sizeof *m->shape) == 0)
-      return alias_output(c, m, x);
+  if (!forwardable || def->alias >= 0) return NULL;
+  if (def->inplace_input) {
+    int i = def->inplace_input - 1;
+    return i < k->nin && can_forward(k->in[i], i, m, forwardable) ? alias_output(c, m, k->in[i]) : NULL;
   }
+  if (!def->elementwise || def->variadic) return NULL;
+  for (int i = 0; i < k->nin && i < 2; i++)
+    if (can_forward(k->in[i], i, m, forwardable)) return alias_output(c, m, k->in[i]);
   return NULL;
 }
 
