@@ -537,8 +537,29 @@ static nb_code reverse_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, vo
   return nb_status(c);
 }
 
+static bool same_static_shape(const nb_tensor *a, const nb_tensor *b) {
+  bool same = nb_rank(a) >= 0 && nb_rank(a) == nb_rank(b);
+  for (int d = 0; same && d < nb_rank(a); d++) same = nb_shape(a)[d] >= 0 && nb_shape(a)[d] == nb_shape(b)[d];
+  return same;
+}
+
+/* sum + x, a capture's running gradient. When x is a product nothing else reads (the
+   x_t^T dz_t of a weight the body multiplies by), one _MatMulAdd replaces product and
+   add: its GEMM adds into the sum, in the sum's own block once the loop hands that over
+   (the MatMul left unread is never run). */
+static nb_tensor *add_to_sum(nb_ctx *c, nb_tensor *sum, nb_tensor *x) {
+  nb_graph *g = c->graph;
+  const nb_node *n = g && x && x->graph == g ? &g->nodes[x->node] : NULL;
+  if (!n || strcmp(n->def->name, "MatMul") != 0 || n->first_use >= 0 || !same_static_shape(sum, x))
+    return nb_add(c, sum, x);
+  const nb_edge *e = &g->edges[n->in0];
+  nb_tensor *a = nb_graph_handle(c, g, e[0].src, e[0].out), *b = nb_graph_handle(c, g, e[1].src, e[1].out);
+  if (!a || !b) return NULL;
+  return nb_matmul_add(c, a, b, n->attr[0].b, n->attr[1].b, sum);
+}
+
 /* vars: [i, d vars..., d caps summed so far...]; runs the reverse step of forward
-   iteration T-1-i. */
+   iteration T-1-i, inlined so that its products can add into the sums. */
 static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
   reverse *r = user;
   nb_while_grad *w = r->w;
@@ -551,12 +572,12 @@ static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, vo
   for (int i = 0; i < w->nfv; i++) ins[n++] = v[1 + i];
   for (int q = 0; r->dstacks && q < w->nfa; q++) ins[n++] = stack_get(c, r->dstacks[q], t);
   nb_code code = nb_status(c);
-  if (!code) code = nb_function_call_node(c, r->step, ins, outs);
+  if (!code) code = nb_function_inline(c, r->step, ins, outs);
   if (!code) {
     next[0] = nb_add(c, v[0], nb_scalar(c, NB_I64, 1));
     for (int i = 0; i < w->nfv; i++) next[1 + i] = with_shape(c, outs[i], &r->shapes[1 + i]);
     for (int q = 0; q < r->nsel; q++)
-      next[1 + w->nfv + q] = with_shape(c, nb_add(c, v[1 + w->nfv + q], outs[w->nfv + q]), &r->shapes[1 + w->nfv + q]);
+      next[1 + w->nfv + q] = with_shape(c, add_to_sum(c, v[1 + w->nfv + q], outs[w->nfv + q]), &r->shapes[1 + w->nfv + q]);
     code = nb_status(c);
   }
   free(ins);

@@ -388,10 +388,13 @@ nb_code nb_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn
 
 /* ---- extraction --------------------------------------------------------------------------- */
 
+/* Copies the nodes of src that results need into context `to`, the tensors arg_keys of
+   src standing for subst[i]: a new function's graph (extraction) or a caller's (inlining). */
 typedef struct extractor {
   nb_ctx *err;
   nb_graph *src;
-  nb_function *f;
+  nb_ctx *to;
+  nb_tensor *const *subst;
   const int64_t *arg_keys;
   int nargs;
   uint32_t gen;
@@ -452,12 +455,12 @@ static nb_code order_needed(extractor *x, const int64_t *res_keys, int nres) {
 
 static nb_tensor *copied(const extractor *x, int64_t key) {
   int a = arg_index(x, key);
-  return a >= 0 ? x->f->args[a] : x->h[x->src->nodes[nb_key_node(key)].slot + nb_key_out(key)];
+  return a >= 0 ? x->subst[a] : x->h[x->src->nodes[nb_key_node(key)].slot + nb_key_out(key)];
 }
 
 static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
   const nb_node *n = &x->src->nodes[id];
-  nb_ctx *c = x->f->c;
+  nb_ctx *c = x->to;
   nb_tensor **outs = x->h + n->slot;
   if (all_known(x->src, n)) {
     for (int32_t o = 0; o < n->nout; o++)
@@ -472,7 +475,7 @@ static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
   }
   nb_code code = nb_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
   if (code) return code;
-  if (n->nout > 0 && outs[0]->graph == x->f->g) x->f->g->nodes[outs[0]->node].grad_name = n->grad_name;
+  if (n->nout > 0 && c->graph && outs[0]->graph == c->graph) c->graph->nodes[outs[0]->node].grad_name = n->grad_name;
   return NB_OK;
 }
 
@@ -492,29 +495,51 @@ static nb_code copy_all(extractor *x) {
   return code;
 }
 
+/* Copies what res_keys need into x->to as res[0..nres). */
+static nb_code copy_results(extractor *x, const int64_t *res_keys, int nres, nb_tensor **res) {
+  x->gen = nb_graph_next_gen(x->src);
+  nb_code code = order_needed(x, res_keys, nres);
+  if (!code) code = copy_all(x);
+  for (int r = 0; r < nres && !code; r++) res[r] = copied(x, res_keys[r]);
+  free(x->order);
+  free(x->h);
+  return code;
+}
+
 nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const int64_t *arg_keys, int nargs,
                                  const int64_t *res_keys, int nres) {
-  extractor x = {err, src, function_new(NULL), arg_keys, nargs, nb_graph_next_gen(src), NULL, 0, NULL};
+  nb_function *f = function_new(NULL);
   nb_meta *m = malloc(((size_t)nargs + 1) * sizeof *m);
-  nb_code code = !x.f || !m ? NB_NOMEM : NB_OK;
+  nb_code code = !f || !m ? NB_NOMEM : NB_OK;
   for (int i = 0; i < nargs && !code; i++) m[i] = src->outs[src->nodes[nb_key_node(arg_keys[i])].out0 + nb_key_out(arg_keys[i])].meta;
-  if (!code) code = add_args(x.f, m, nargs);
-  if (!code) code = order_needed(&x, res_keys, nres);
-  if (!code) code = copy_all(&x);
-  if (!code && !(x.f->res = malloc(((size_t)nres + 1) * sizeof *x.f->res))) code = NB_NOMEM;
-  for (int r = 0; r < nres && !code; r++) x.f->res[r] = copied(&x, res_keys[r]);
-  if (!code) x.f->nres = nres;
-  if (!code && own_function(owner, x.f)) code = NB_NOMEM;
+  if (!code) code = add_args(f, m, nargs);
+  if (!code && !(f->res = malloc(((size_t)nres + 1) * sizeof *f->res))) code = NB_NOMEM;
+  if (!code) { /* after add_args, which moves f->args */
+    extractor x = {.err = err, .src = src, .to = f->c, .subst = f->args, .arg_keys = arg_keys, .nargs = nargs};
+    code = copy_results(&x, res_keys, nres, f->res);
+  }
+  if (!code) f->nres = nres;
+  if (!code && own_function(owner, f)) code = NB_NOMEM;
   if (code && !err->status)
-    nb_fail(err, code, "extracting a function: %s", x.f && x.f->c->status ? nb_error(x.f->c) : "out of memory");
+    nb_fail(err, code, "extracting a function: %s", f && f->c->status ? nb_error(f->c) : "out of memory");
   free(m);
-  free(x.order);
-  free(x.h);
   if (code) {
-    function_free(x.f);
+    function_free(f);
     return NULL;
   }
-  return x.f;
+  return f;
+}
+
+nb_code nb_function_inline(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out) {
+  int64_t *keys = malloc(((size_t)f->nargs + f->nres + 1) * sizeof *keys);
+  if (!keys) return nb_fail(c, NB_NOMEM, "inlining a function: out of memory");
+  for (int i = 0; i < f->nargs; i++) keys[i] = nb_key_of(f->args[i]);
+  for (int r = 0; r < f->nres; r++) keys[f->nargs + r] = nb_key_of(f->res[r]);
+  extractor x = {.err = c, .src = f->g, .to = c, .subst = in, .arg_keys = keys, .nargs = f->nargs};
+  nb_code code = copy_results(&x, keys + f->nargs, f->nres, out);
+  free(keys);
+  if (code && !c->status) nb_fail(c, code, "inlining a function: out of memory");
+  return code;
 }
 
 /* ---- symbolic gradients and calls ------------------------------------------------------------ */

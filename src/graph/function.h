@@ -49,6 +49,10 @@ struct nb_function {
    owner (freed with it). Errors go to err. */
 nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const int64_t *arg_keys, int nargs,
                                  const int64_t *res_keys, int nres);
+/* f's nodes copied into c (a graph context: added there; eager: run) on arguments
+   in[0..f->nargs), giving its results out[0..f->nres): a call without a call node, so
+   its ops can fuse with the caller's. */
+nb_code nb_function_inline(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out);
 /* TF's SymbolicGradient of f: a function of (f's arguments, the incoming gradients of f's
    float results) giving the gradient of every argument (zeros where unconnected). Cached. */
 nb_function *nb_function_gradient(nb_ctx *err, nb_function *f);
