@@ -278,6 +278,46 @@ static void test_graph_poly_equals_eager(void **state) {
   assert_int_equal(nb_graph_to_dot(f->g, "/dev/null"), NB_OK);
 }
 
+static nb_code count_to_5(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
+  (void)user;
+  *pred = nb_less(c, v[0], nb_scalar(c, NB_I32, 5));
+  return nb_status(c);
+}
+
+/* vars [i, a, b, c]: a and b each read by two ops, so only the later reader may write
+   over them; c passes through unchanged. */
+static nb_code shuffle_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)user;
+  nb_tensor *two = nb_scalar(c, NB_F64, 2);
+  next[0] = nb_add(c, v[0], nb_scalar(c, NB_I32, 1));
+  next[1] = nb_add(c, nb_mul(c, v[1], two), v[2]);
+  next[2] = nb_sub(c, v[1], nb_mul(c, v[2], nb_scalar(c, NB_F64, 0.5)));
+  next[3] = v[3];
+  return nb_status(c);
+}
+
+/* The loop hands each iteration's results to the next body run, whose ops may update
+   them in place: the graph loop still equals the eager one. */
+static void test_graph_in_place_loop_vars(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *a0 = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(1, -2, 0.5));
+  nb_tensor *b0 = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.25, 3, -1));
+  nb_tensor *ev[4] = {nb_scalar(f->e, NB_I32, 0), a0, b0, a0}, *eo[4];
+  assert_int_equal(nb_while(f->e, count_to_5, shuffle_body, NULL, ev, 4, -1, eo), NB_OK);
+  nb_tensor *a = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "a"), *b = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b");
+  nb_tensor *gv[4] = {nb_scalar(f->c, NB_I32, 0), a, b, a}, *go[4];
+  assert_int_equal(nb_while(f->c, count_to_5, shuffle_body, NULL, gv, 4, -1, go), NB_OK);
+  nb_tensor *feeds[2] = {a, b}, *vals[2] = {a0, b0};
+  for (int i = 1; i < 4; i++) {
+    nb_tensor *r = gu_run(f, feeds, vals, 2, go[i]);
+    double want[3] = {nb_item(eo[i], 0), nb_item(eo[i], 1), nb_item(eo[i], 2)};
+    tu_check(r, NB_F64, 1, TU_SHAPE(3), want, 0);
+    nb_tensor_free(r);
+  }
+  tu_check(a0, NB_F64, 1, TU_SHAPE(3), TU_VALS(1, -2, 0.5), 0); /* the fed values are untouched */
+  tu_check(b0, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.25, 3, -1), 0);
+}
+
 /* Runs y = nb_while(always, body, x, 1, max_iters) in a graph at x = xv; checks y = want. */
 static void check_scalar_loop(gu_fixture *f, nb_body_fn body, int64_t max_iters, double xv, double want, double tol) {
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *one = nb_scalar(f->c, NB_F64, 1), *y;
@@ -455,6 +495,17 @@ static int accumulators(const nb_tensor *while_out) {
   return n->nout - n->nin;
 }
 
+/* _MatMulAdd nodes in the bodies of g's While nodes: the reverse loops' fused weight sums. */
+static int fused_sums(const nb_graph *g) {
+  int n = 0;
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    if (strcmp(g->nodes[i].def->name, "While") != 0) continue;
+    const nb_graph *body = nb_function_from_bits(g->nodes[i].attr[2].i)->g;
+    for (int32_t j = 0; j < body->nnodes; j++) n += strcmp(body->nodes[j].def->name, "_MatMulAdd") == 0;
+  }
+  return n;
+}
+
 /* The while gradient equals the unrolled loop's, for x and the captured k, and gradcheck agrees. */
 static void test_grad_poly_equals_unrolled(void **state) {
   gu_fixture *f = *state;
@@ -562,6 +613,8 @@ static void test_grad_rnn_graph_equals_eager(void **state) {
   assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &rg, gvars, 2, -1, gout), NB_OK);
   nb_tensor *lg = nb_mean(f->c, nb_square(f->c, gout[1]), NULL, 0, false), *xs[5] = {rg.w, rg.u, rg.b, rg.xs, hg}, *gg[5];
   assert_int_equal(nb_gradients(f->c, &lg, 1, xs, 5, NULL, gg), NB_OK);
+  /* the reverse loop adds x_t^T dz_t into the sums for W and U with one GEMM each */
+  assert_int_equal(fused_sums(f->c->graph), 2);
   for (int i = 0; i < 5; i++) {
     nb_tensor *r = run_n(f, xs, srcs, 5, gg[i]);
     double want[64];
@@ -777,6 +830,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_errors_graph, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_relaxed_shape, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_poly_equals_eager, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_graph_in_place_loop_vars, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_max_iters, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_nested_loops, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_cond_both_branches, gu_setup, gu_teardown),

@@ -54,16 +54,19 @@ static nb_code own_function(nb_graph *g, nb_function *f) {
   return NB_OK;
 }
 
-nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, nb_tensor **res) {
+nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take,
+                        nb_tensor **res) {
   bool busy = atomic_exchange(&f->busy, true);
   nb_session *s = busy ? nb_session_new(f->g) : f->cached ? f->cached : (f->cached = nb_session_new(f->g));
   if (!s) {
     if (!busy) atomic_store(&f->busy, false);
+    for (int i = 0; i < take; i++) nb_tensor_free(args[i]);
     return nb_kfail(k, NB_NOMEM, "out of memory starting the %s", what);
   }
   nb_session_set_threads(s, k->threads);
   int nres = f->nres + f->nacc;
   nb_session_share_blocks(s, k->ctx->blocks_from ? k->ctx->blocks_from : k->ctx);
+  nb_session_take_feeds(s, take);
   nb_code code = nb_run(s, f->args, args, f->nargs, f->res, nres, res);
   nb_session_share_blocks(s, NULL);
   if (code) nb_kfail(k, code, "%s: %s", what, nb_session_error(s));

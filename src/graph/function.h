@@ -76,8 +76,11 @@ static inline nb_function *nb_function_from_bits(int64_t bits) {
 }
 
 /* Runs f: results res[0..f->nres) (detached, the caller's) from argument values args;
-   threads for its ops. On error sets the message on k and returns its code. */
-nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, nb_tensor **res);
+   threads for its ops. It takes over (frees) args[0..take), whatever the outcome, so its
+   ops may write over those that die in it. On error sets the message on k and returns
+   its code. */
+nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take,
+                        nb_tensor **res);
 
 /* The pieces of a While's gradient (src/grad/control_flow_grad.c), kept on its body. */
 typedef struct nb_while_grad {

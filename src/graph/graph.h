@@ -140,5 +140,9 @@ nb_code nb_graph_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out);
 nb_tensor *nb_detached_share(const nb_tensor *x);
 /* Runs s's kernels on blocks of from's pool (NULL: s's own again); see nb_ctx.blocks_from. */
 void nb_session_share_blocks(nb_session *s, nb_ctx *from);
+/* Hands the feed values [0, n) of s's next nb_run over to it: it frees them (whatever its
+   outcome) once it holds its own references, so a value that dies inside the run can be
+   written over in place (input forwarding). */
+void nb_session_take_feeds(nb_session *s, int n);
 
 #endif

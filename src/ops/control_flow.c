@@ -79,15 +79,12 @@ static void free_list(nb_tensor **xs, int n) {
   for (int i = 0; i < n; i++) nb_tensor_free(xs[i]);
 }
 
-/* One iteration: cond on cur, then (if it holds) body into next (and the accumulated
-   intermediates after the loop variables). */
-static nb_code while_step(nb_kargs *k, nb_function *cond, nb_function *body, nb_tensor **cur, nb_tensor **next,
-                          bool *go) {
+/* Whether the loop goes on: cond on the loop variables cur. */
+static nb_code run_cond(nb_kargs *k, nb_function *cond, nb_tensor **cur, bool *go) {
   nb_tensor *pred = NULL;
-  nb_code code = nb_function_run(k, cond, "cond", cur, &pred);
+  nb_code code = nb_function_run(k, cond, "cond", cur, 0, &pred);
   if (!code) code = read_pred(k, pred, go);
   nb_tensor_free(pred);
-  if (!code && *go) code = nb_function_run(k, body, "body", cur, next);
   return code;
 }
 
@@ -154,13 +151,17 @@ static nb_code while_kernel(nb_kargs *k) {
     return nb_kfail(k, NB_NOMEM, "out of memory");
   }
   memcpy(cur, k->in, (size_t)k->nin * sizeof *cur);
-  bool owned = false, go = true;
+  bool owned = false, go = true; /* owned: cur[0..nv) are the last body's results, this kernel's */
   nb_code code = NB_OK;
   int64_t hint = atomic_load(&body->iters_hint), iters = 0;
   while (!code && go) {
-    code = while_step(k, cond, body, cur, next, &go);
+    code = run_cond(k, cond, cur, &go);
     if (code || !go) break;
-    if (owned) free_list(cur, nv);
+    /* the body takes over results it made: one it updates in place keeps its block
+       from iteration to iteration (a running sum) */
+    code = nb_function_run(k, body, "body", cur, owned ? nv : 0, next);
+    owned = false;
+    if (code) break;
     memcpy(cur, next, (size_t)nv * sizeof *cur);
     owned = true;
     iters++;
@@ -223,7 +224,7 @@ static nb_code if_kernel(nb_kargs *k) {
   int fetched = f->nres + f->nacc;
   nb_tensor *small[8], **res = fetched <= 8 ? small : malloc((size_t)fetched * sizeof *res);
   if (!res) return nb_kfail(k, NB_NOMEM, "out of memory");
-  code = nb_function_run(k, f, taken ? "then_branch" : "else_branch", k->in + 1, res);
+  code = nb_function_run(k, f, taken ? "then_branch" : "else_branch", k->in + 1, 0, res);
   for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], res[i]);
   if (!code) free_list(res, fetched);
   if (res != small) free(res);
@@ -249,7 +250,7 @@ static nb_code call_kernel(nb_kargs *k) {
   nb_function *f = fn_attr(k, CF_FIRST_FN);
   nb_tensor *small[8], **res = k->nout <= 8 ? small : malloc((size_t)k->nout * sizeof *res);
   if (!res) return nb_kfail(k, NB_NOMEM, "out of memory");
-  nb_code code = nb_function_run(k, f, "function", k->in, res);
+  nb_code code = nb_function_run(k, f, "function", k->in, 0, res);
   for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], res[i]);
   if (!code) free_list(res, k->nout);
   if (res != small) free(res);

@@ -32,6 +32,7 @@ struct nb_session {
   int nplans;
   nb_tensor **vals;
   int32_t vals_cap;
+  int take;                /* the next nb_run frees feed values [0, take) (nb_session_take_feeds) */
   char error[NB_ERR_CAP];
 };
 
@@ -75,6 +76,17 @@ const char *nb_session_error(const nb_session *s) { return s ? s->error : "NULL 
 
 void nb_session_share_blocks(nb_session *s, nb_ctx *from) {
   if (s) s->ctx->blocks_from = from;
+}
+
+void nb_session_take_feeds(nb_session *s, int n) {
+  if (s) s->take = n;
+}
+
+/* Frees the feed values nb_session_take_feeds handed over that the run has not. */
+static void drop_taken(nb_session *s, nb_tensor *const *feed_values, int nfeed) {
+  for (int i = 0; i < s->take && i < nfeed; i++)
+    if (feed_values[i]) nb_tensor_free(feed_values[i]);
+  s->take = 0;
 }
 
 void nb_session_set_threads(nb_session *s, int n) {
@@ -440,6 +452,7 @@ static nb_code execute(nb_session *s, const nb_plan *p, nb_tensor *const *feed_v
     if (p->in_off[i + 1] - p->in_off[i] > max_in) max_in = p->in_off[i + 1] - p->in_off[i];
   if (max_in > 64 && !(ins = malloc((size_t)max_in * sizeof *ins))) return NB_NOMEM;
   for (int i = 0; i < p->nfeed; i++) s->vals[i] = nb_identity(s->ctx, feed_values[i]);
+  drop_taken(s, feed_values, p->nfeed); /* now the run's references may be the only ones */
   nb_code code = nb_status(s->ctx);
   for (int32_t i = 0; i < p->nsteps && !code; i++) {
     code = run_step(s, p, i, ins);
@@ -518,7 +531,11 @@ nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_val
   if (!s) return NB_INVALID;
   s->error[0] = '\0';
   for (int i = 0; results && i < nfetch; i++) results[i] = NULL;
-  for (int i = 0; fetch && results && i < nfetch; i++)
-    if (nb_is_indexed_slices(fetch[i])) return run_with_slices(s, feed, feed_values, nfeed, fetch, nfetch, results);
-  return run_dense(s, feed, feed_values, nfeed, fetch, nfetch, results);
+  nb_code code = NB_OK;
+  bool sliced = false;
+  for (int i = 0; fetch && results && i < nfetch && !sliced; i++) sliced = nb_is_indexed_slices(fetch[i]);
+  code = sliced ? run_with_slices(s, feed, feed_values, nfeed, fetch, nfetch, results)
+                : run_dense(s, feed, feed_values, nfeed, fetch, nfetch, results);
+  drop_taken(s, feed_values, nfeed); /* those a failed check left */
+  return code;
 }
