@@ -3,12 +3,13 @@
    W_ih, W_hh and b, median of RUNS runs after a warm-up, on 1 and 2 threads:
      nb_rnn_graph   ms   nb_while in a graph, nb_gradients (the while_v2 gradient loop), one nb_run
      nb_rnn_eager   ms   nb_while in an eager context under a tape, nb_tape_gradient
-     nb_rnn_accumulators  what the graph loop stacks for its gradient (count and bytes)
+     nb_rnn_accumulators  what the graph loop stacks for its gradient: count, and bytes
+                          held after a run (stacks sharing one block count it once)
    PyTorch's rnn_step.py among the shared bench peers times the same computation. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
-#include "../src/graph/graph.h" /* the While node's output count: its accumulators */
+#include "../src/graph/graph.h" /* the While node's accumulators and the blocks behind them */
 #include "benchutil.h"
 
 #include <math.h>
@@ -59,6 +60,29 @@ static nb_tensor *loss_of(nb_ctx *c, rnn *r, nb_tensor **final_h) {
   return nb_mean(c, nb_square(c, out[1]), NULL, 0, false);
 }
 
+/* The bytes of the blocks behind the accumulators, each block counted once (from the
+   lowest to the highest byte its views cover). */
+static long long stacked_bytes(nb_tensor *const *acc, int n) {
+  long long total = 0;
+  for (int i = 0; i < n; i++) {
+    const nb_buffer *block = acc[i]->buf->size_class == NB_VIEW_CLASS ? acc[i]->buf->next : acc[i]->buf;
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++)
+      seen = (acc[j]->buf->size_class == NB_VIEW_CLASS ? acc[j]->buf->next : acc[j]->buf) == block;
+    if (seen) continue;
+    const char *lo = NULL, *hi = NULL;
+    for (int j = i; j < n; j++) {
+      const nb_buffer *b = acc[j]->buf;
+      if ((b->size_class == NB_VIEW_CLASS ? b->next : b) != block) continue;
+      const char *start = b->data, *end = start + nb_num_elements(acc[j]) * (int64_t)nb_dtype_size(nb_dtype_of(acc[j]));
+      if (!lo || start < lo) lo = start;
+      if (!hi || end > hi) hi = end;
+    }
+    total += hi - lo;
+  }
+  return total;
+}
+
 static double graph_run(nb_session *s, nb_tensor **feeds, nb_tensor **vals, nb_tensor **fetch, int nfetch) {
   nb_tensor *res[4];
   double t0 = bench_now();
@@ -104,16 +128,17 @@ int main(int argc, char **argv) {
   }
   const nb_node *loop = &g->nodes[h->node];
   int nacc = loop->nout - loop->nin;
-  int64_t acc_bytes = 0;
-  for (int a = 0; a < nacc; a++) {
-    const nb_meta *m = &g->outs[loop->out0 + loop->nin + a].meta;
-    int64_t n = SEQ;
-    for (int d = 1; d < m->rank; d++) n *= m->shape[d];
-    acc_bytes += n * (int64_t)nb_dtype_size(m->dtype);
-  }
-  printf("name=nb_rnn_accumulators count=%d bytes=%lld\n", nacc, (long long)acc_bytes);
+  nb_tensor *acc[8], *acc_vals[8];
+  if (nacc > 8) return 1;
+  for (int a = 0; a < nacc; a++) acc[a] = nb_graph_handle(c, g, h->node, loop->nin + a);
   nb_session *s = nb_session_new(g);
   nb_tensor *feeds[4] = {gv.wih, gv.whh, gv.b, gv.xs}, *vals[4] = {ev.wih, ev.whh, ev.b, ev.xs};
+  if (nb_run(s, feeds, vals, 4, acc, nacc, acc_vals)) {
+    fprintf(stderr, "nb_run: %s\n", nb_session_error(s));
+    return 1;
+  }
+  printf("name=nb_rnn_accumulators count=%d bytes=%lld\n", nacc, stacked_bytes(acc_vals, nacc));
+  for (int a = 0; a < nacc; a++) nb_tensor_free(acc_vals[a]);
   nb_tensor *fetch[4] = {loss, grads[0], grads[1], grads[2]};
   for (int threads = 1; threads <= max_threads; threads++) {
     double tg[RUNS], te[RUNS];

@@ -645,6 +645,37 @@ static void test_grad_rnn_graph_equals_eager(void **state) {
   assert_true(err < 1e-6);
 }
 
+/* The RNN loop's stacks of h_{t-1} (MatMul's for W) and of h_t (Tanh's output) are one
+   block [h0, h_1, ..., h_T] seen as two views one row apart. */
+static void test_grad_rnn_shares_h_stack(void **state) {
+  gu_fixture *f = *state;
+  rnn rg = {nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "w"), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "u"),
+            nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"), nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(4, 2, 2), "xs")};
+  nb_tensor *hg = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0"), *gvars[2] = {nb_scalar(f->c, NB_I64, 0), hg}, *gout[2];
+  assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &rg, gvars, 2, -1, gout), NB_OK);
+  nb_tensor *lg = nb_sum(f->c, gout[1], NULL, 0, false), *dw = NULL;
+  assert_int_equal(nb_gradients(f->c, &lg, 1, &rg.w, 1, NULL, &dw), NB_OK);
+  const nb_node *loop = &f->g->nodes[gout[1]->node];
+  assert_int_equal(loop->nout - loop->nin, 4);
+  nb_tensor *acc[4], *val[4];
+  for (int a = 0; a < 4; a++) acc[a] = nb_graph_handle(f->c, f->g, gout[1]->node, loop->nin + a);
+  nb_tensor *feeds[5] = {rg.w, rg.u, rg.b, rg.xs, hg};
+  nb_tensor *vals[5] = {det(f->e, 2, TU_SHAPE(3, 3), 0.6), det(f->e, 2, TU_SHAPE(2, 3), 0.8),
+                        det(f->e, 1, TU_SHAPE(3), 0.1), det(f->e, 3, TU_SHAPE(4, 2, 2), 1), det(f->e, 2, TU_SHAPE(2, 3), 0.5)};
+  assert_int_equal(nb_run(f->s, feeds, vals, 5, acc, 4, val), NB_OK);
+  int h = -1, y = -1; /* the stack starting with h0, the one starting with h_1 */
+  for (int a = 0; a < 4; a++)
+    if (nb_rank(val[a]) == 3 && nb_shape(val[a])[2] == 3) *(nb_item(val[a], 0) == nb_item(vals[4], 0) ? &h : &y) = a;
+  assert_true(h >= 0 && y >= 0);
+  tu_check_shape(val[h], NB_F64, 3, TU_SHAPE(4, 2, 3));
+  tu_check_shape(val[y], NB_F64, 3, TU_SHAPE(4, 2, 3));
+  for (int i = 0; i < 6; i++) assert_true(nb_item(val[h], i) == nb_item(vals[4], i));
+  for (int i = 0; i < 18; i++) assert_true(nb_item(val[h], 6 + i) == nb_item(val[y], i));
+  assert_ptr_equal(val[h]->buf->next, val[y]->buf->next);
+  assert_ptr_equal((const double *)val[h]->buf->data + 6, (const double *)val[y]->buf->data);
+  for (int a = 0; a < 4; a++) nb_tensor_free(val[a]);
+}
+
 /* Gradients through an If (both branches, the captured w) and a cond inside a loop. */
 static void test_grad_cond(void **state) {
   gu_fixture *f = *state;
@@ -841,6 +872,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_grad_max_iters_and_nested, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_zero_iterations, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_rnn_graph_equals_eager, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_rnn_shares_h_stack, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_cond, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_loop_in_cond_and_relaxed, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_function_calls, gu_setup, gu_teardown),

@@ -92,13 +92,42 @@ static nb_code run_cond(nb_kargs *k, nb_function *cond, nb_tensor **cur, bool *g
    into a stack [capacity, shape] that doubles when full, so the value's buffer is freed at
    once (the next iteration reuses it) and nothing is copied again at the end. The first
    capacity is the iteration count of the loop's previous run: a loop that runs the same
-   count each time fills one stack (from the pool) without growing it. */
+   count each time fills one stack (from the pool) without growing it.
+   A loop variable's argument, when the gradient reads both it and the body's result for
+   that variable (an RNN's h_{t-1} and h_t), is that result one iteration late: the two
+   share one stack [initial value, result 0, result 1, ...] and output views of it. */
 typedef struct accumulator {
   nb_tensor *stack;        /* NULL until the first value */
   int64_t n, cap;
+  int late;                /* >= 0: this argument's values are accumulator `late`'s, one behind */
+  int first_var;           /* >= 0: the stack starts with this loop variable's initial value */
 } accumulator;
 
-static nb_code accumulate(nb_kargs *k, accumulator *acc, int a, const nb_tensor *x, int64_t hint) {
+/* Which loop variable j < nv accumulated value x of the body is the argument of, or -1. */
+static int argument_of(const nb_function *body, int nv, const nb_tensor *x) {
+  for (int j = 0; j < nv; j++)
+    if (body->args[j]->node == x->node && body->args[j]->out == x->out) return j;
+  return -1;
+}
+
+static bool same_value(const nb_tensor *a, const nb_tensor *b) { return a->node == b->node && a->out == b->out; }
+
+/* Pairs each accumulated argument with the accumulated result of its variable. */
+static void pair_late_arguments(const nb_function *body, int nv, accumulator *accs, int nacc) {
+  nb_tensor *const *acc = body->res + body->nres;
+  for (int a = 0; a < nacc; a++) accs[a].late = accs[a].first_var = -1;
+  for (int a = 0; a < nacc; a++) {
+    int j = argument_of(body, nv, acc[a]);
+    for (int r = 0; j >= 0 && r < nacc; r++)
+      if (r != a && same_value(acc[r], body->res[j]) && argument_of(body, nv, acc[r]) < 0 && accs[r].first_var < 0) {
+        accs[a].late = r;
+        accs[r].first_var = j;
+        break;
+      }
+  }
+}
+
+static nb_code push(nb_kargs *k, accumulator *acc, int a, const nb_tensor *x, int64_t hint) {
   const nb_tensor *s = acc->stack;
   if (s && (x->rank != s->rank - 1 || memcmp(x->shape, s->shape + 1, (size_t)x->rank * sizeof *x->shape)))
     return nb_kfail(k, NB_SHAPE, "the gradient accumulates intermediate %d, whose shape changes from %s to %s "
@@ -109,7 +138,7 @@ static nb_code accumulate(nb_kargs *k, accumulator *acc, int a, const nb_tensor 
   size_t bytes = (size_t)x->size * nb_dtype_size(x->dtype);
   if (acc->n == acc->cap) {
     int64_t shape[NB_MAX_RANK];
-    shape[0] = acc->cap ? 2 * acc->cap : hint > 0 ? hint : 16;
+    shape[0] = acc->cap ? 2 * acc->cap : hint > 0 ? hint + (acc->first_var >= 0) : 16;
     memcpy(shape + 1, x->shape, (size_t)x->rank * sizeof *shape);
     nb_tensor *grown = nb_tensor_alloc(k->ctx, x->dtype, x->rank + 1, shape);
     if (!grown) return k->ctx->status;
@@ -122,10 +151,20 @@ static nb_code accumulate(nb_kargs *k, accumulator *acc, int a, const nb_tensor 
   return NB_OK;
 }
 
-/* Output nin + a: accumulator a as [T, shape] (T = 0: the static shape, unknown dims 0). */
-static nb_code finish_accumulator(nb_kargs *k, const nb_function *body, accumulator *acc, int a) {
+/* Iteration's value x of accumulator a (a late argument's come with its partner's). */
+static nb_code accumulate(nb_kargs *k, accumulator *accs, int a, const nb_tensor *x, int64_t hint) {
+  accumulator *acc = &accs[a];
+  if (acc->late >= 0) return NB_OK;
+  nb_code code = acc->first_var >= 0 && acc->n == 0 ? push(k, acc, a, k->in[acc->first_var], hint) : NB_OK;
+  return code ? code : push(k, acc, a, x, hint);
+}
+
+/* Output nin + a: accumulator a as [T, shape] (T = 0: the static shape, unknown dims 0):
+   its stack, or T rows of a shared one as a view. */
+static nb_code finish_accumulator(nb_kargs *k, const nb_function *body, const accumulator *accs, int a) {
   nb_tensor *res = k->res[k->nin + a];
-  if (!acc->stack) {
+  const accumulator *own = accs[a].late >= 0 ? &accs[accs[a].late] : &accs[a];
+  if (!own->stack) {
     const nb_tensor *t = body->res[body->nres + a];
     res->rank = t->rank < 0 ? 1 : t->rank + 1;
     res->shape[0] = 0;
@@ -133,9 +172,21 @@ static nb_code finish_accumulator(nb_kargs *k, const nb_function *body, accumula
     res->size = 0;
     return NB_OK;
   }
-  acc->stack->shape[0] = acc->n;
-  acc->stack->size = nb_shape_size(acc->stack->rank, acc->stack->shape);
-  adopt(k->ctx, res, acc->stack);
+  nb_tensor *s = own->stack;
+  int64_t shared = own->first_var >= 0, rows = own->n - shared, first = shared && accs[a].late < 0;
+  s->shape[0] = rows;
+  s->size = nb_shape_size(s->rank, s->shape);
+  if (!shared) {
+    adopt(k->ctx, res, s);
+    return NB_OK;
+  }
+  size_t row = (size_t)nb_shape_size(s->rank - 1, s->shape + 1) * nb_dtype_size(s->dtype);
+  nb_buffer *view = nb_buffer_view(s->buf, (size_t)first * row, (size_t)rows * row);
+  if (!view) return nb_kfail(k, NB_NOMEM, "out of memory");
+  nb_tensor like = *s;
+  like.buf = view;
+  adopt(k->ctx, res, &like);
+  nb_buffer_release(k->ctx, view);
   return NB_OK;
 }
 
@@ -154,6 +205,7 @@ static nb_code while_kernel(nb_kargs *k) {
   bool owned = false, go = true; /* owned: cur[0..nv) are the last body's results, this kernel's */
   nb_code code = NB_OK;
   int64_t hint = atomic_load(&body->iters_hint), iters = 0;
+  pair_late_arguments(body, nv, accs, nacc); /* nacc is 0 or fetched */
   while (!code && go) {
     code = run_cond(k, cond, cur, &go);
     if (code || !go) break;
@@ -165,11 +217,11 @@ static nb_code while_kernel(nb_kargs *k) {
     memcpy(cur, next, (size_t)nv * sizeof *cur);
     owned = true;
     iters++;
-    for (int a = 0; a < nacc && !code; a++) code = accumulate(k, &accs[a], a, next[nv + a], hint);
+    for (int a = 0; a < nacc && !code; a++) code = accumulate(k, accs, a, next[nv + a], hint);
     free_list(next + nv, fetched);
   }
   for (int i = 0; i < k->nin && !code; i++) adopt(k->ctx, k->res[i], cur[i]);
-  for (int a = 0; a < nacc && !code; a++) code = finish_accumulator(k, body, &accs[a], a);
+  for (int a = 0; a < nacc && !code; a++) code = finish_accumulator(k, body, accs, a);
   if (!code && nacc) atomic_store(&body->iters_hint, iters);
   for (int a = 0; a < nacc; a++) nb_tensor_free(accs[a].stack);
   if (owned) free_list(cur, nv);
