@@ -613,8 +613,12 @@ static void test_grad_rnn_graph_equals_eager(void **state) {
   assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &rg, gvars, 2, -1, gout), NB_OK);
   nb_tensor *lg = nb_mean(f->c, nb_square(f->c, gout[1]), NULL, 0, false), *xs[5] = {rg.w, rg.u, rg.b, rg.xs, hg}, *gg[5];
   assert_int_equal(nb_gradients(f->c, &lg, 1, xs, 5, NULL, gg), NB_OK);
-  /* the reverse loop adds x_t^T dz_t into the sums for W and U with one GEMM each */
+  /* the reverse loop adds x_t^T dz_t into the sums for W and U with one GEMM each, and
+     its dz W^T and dz U^T read W and U transposed once before the loop */
   assert_int_equal(fused_sums(f->c->graph), 2);
+  int transposes = 0;
+  for (int32_t i = 0; i < f->g->nnodes; i++) transposes += strcmp(f->g->nodes[i].def->name, "Transpose") == 0;
+  assert_int_equal(transposes, 2);
   for (int i = 0; i < 5; i++) {
     nb_tensor *r = run_n(f, xs, srcs, 5, gg[i]);
     double want[64];

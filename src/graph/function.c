@@ -400,6 +400,8 @@ typedef struct extractor {
   nb_tensor *const *subst;
   const int64_t *arg_keys;
   int nargs;
+  nb_inline_rewrite rewrite; /* inlining: may replace a node's copy */
+  void *user;
   uint32_t gen;
   int32_t *order, norder;
   nb_tensor **h;           /* copies of the outputs of ordered nodes, at node->slot */
@@ -476,6 +478,7 @@ static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
     const nb_edge *e = &x->src->edges[n->in0 + i];
     ins[i] = copied(x, nb_key(e->src, e->out));
   }
+  if (x->rewrite && x->rewrite(c, n, ins, outs, x->user)) return nb_status(c);
   nb_code code = nb_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
   if (code) return code;
   if (n->nout > 0 && c->graph && outs[0]->graph == c->graph) c->graph->nodes[outs[0]->node].grad_name = n->grad_name;
@@ -533,12 +536,14 @@ nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, co
   return f;
 }
 
-nb_code nb_function_inline(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out) {
+nb_code nb_function_inline(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_inline_rewrite rewrite, void *user,
+                           nb_tensor **out) {
   int64_t *keys = malloc(((size_t)f->nargs + f->nres + 1) * sizeof *keys);
   if (!keys) return nb_fail(c, NB_NOMEM, "inlining a function: out of memory");
   for (int i = 0; i < f->nargs; i++) keys[i] = nb_key_of(f->args[i]);
   for (int r = 0; r < f->nres; r++) keys[f->nargs + r] = nb_key_of(f->res[r]);
-  extractor x = {.err = c, .src = f->g, .to = c, .subst = in, .arg_keys = keys, .nargs = f->nargs};
+  extractor x = {.err = c, .src = f->g, .to = c, .subst = in, .arg_keys = keys, .nargs = f->nargs,
+                 .rewrite = rewrite, .user = user};
   nb_code code = copy_results(&x, keys + f->nargs, f->nres, out);
   free(keys);
   if (code && !c->status) nb_fail(c, code, "inlining a function: out of memory");

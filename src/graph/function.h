@@ -49,10 +49,15 @@ struct nb_function {
    owner (freed with it). Errors go to err. */
 nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const int64_t *arg_keys, int nargs,
                                  const int64_t *res_keys, int nres);
+/* A rewrite of one node as nb_function_inline copies it: given the node and its inputs in
+   c, it may make the outputs itself (out[0..n->nout)) and return true (errors on c); false
+   copies the node as it is. */
+typedef bool (*nb_inline_rewrite)(nb_ctx *c, const nb_node *n, nb_tensor *const *in, nb_tensor **out, void *user);
 /* f's nodes copied into c (a graph context: added there; eager: run) on arguments
    in[0..f->nargs), giving its results out[0..f->nres): a call without a call node, so
-   its ops can fuse with the caller's. */
-nb_code nb_function_inline(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out);
+   its ops can fuse with the caller's. rewrite (may be NULL) sees each node first. */
+nb_code nb_function_inline(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_inline_rewrite rewrite, void *user,
+                           nb_tensor **out);
 /* TF's SymbolicGradient of f: a function of (f's arguments, the incoming gradients of f's
    float results) giving the gradient of every argument (zeros where unconnected). Cached. */
 nb_function *nb_function_gradient(nb_ctx *err, nb_function *f);
