@@ -162,8 +162,8 @@ void nb_parallel_range(int nt, int64_t n, nb_range_fn fn, void *arg);
 /* Threads worth using for a loop over n elements (1 below the parallel threshold). */
 int nb_kthreads(const nb_kargs *k, int64_t n);
 
-/* Compute-bound loops get AVX-512 and AVX2+FMA clones beside the baseline one, picked at load time,
-   so one binary runs well on any x86-64. */
+/* Compute-bound loops get AVX-512 and AVX2+FMA clones beside the baseline one, picked at
+   load time, so one binary runs well on any x86-64. */
 #if defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones) && !defined(__SANITIZE_ADDRESS__)
 #define NB_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
