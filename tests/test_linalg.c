@@ -170,6 +170,32 @@ static void test_matmul_add_in_place(void **state) {
   nb_graph_free(g);
 }
 
+/* s + s w with s dying there: s is also a factor, which GEMM must not write over while
+   reading it, so the product gets a block of its own. */
+static void test_matmul_add_acc_is_factor(void **state) {
+  nb_ctx *c = *state;
+  enum { N = 64 };
+  double pv[N * N], wv[N * N];
+  fill_random(pv, N * N, 7);
+  fill_random(wv, N * N, 8);
+  nb_graph *g = nb_graph_new();
+  nb_ctx *gc = nb_graph_ctx_new(g);
+  nb_tensor *p = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(N, N), "p"), *w = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(N, N), "w");
+  nb_tensor *sum = nb_mul(gc, p, nb_scalar(gc, NB_F64, 1)), *y = nb_matmul_add(gc, sum, w, false, false, sum);
+  nb_tensor *feeds[2] = {p, w}, *vals[2] = {tu_make_float(c, NB_F64, 2, TU_SHAPE(N, N), pv),
+                                            tu_make_float(c, NB_F64, 2, TU_SHAPE(N, N), wv)}, *res = NULL;
+  nb_session *s = nb_session_new(g);
+  assert_int_equal(nb_run(s, feeds, vals, 2, &y, 1, &res), NB_OK);
+  nb_tensor *want = nb_add(c, vals[0], nb_matmul(c, vals[0], vals[1], false, false));
+  double wantv[N * N];
+  for (int i = 0; i < N * N; i++) wantv[i] = nb_item(want, i);
+  tu_check(res, NB_F64, 2, TU_SHAPE(N, N), wantv, 1e-12);
+  nb_tensor_free(res);
+  nb_session_free(s);
+  nb_ctx_free(gc);
+  nb_graph_free(g);
+}
+
 static void test_matmul_size_one_dims(void **state) {
   nb_ctx *c = *state;
   nb_tensor *row = tu_make(c, NB_F64, 2, TU_SHAPE(1, 3), TU_VALS(1, 2, 3));
@@ -527,6 +553,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_matmul_transposes, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_add, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_add_in_place, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_matmul_add_acc_is_factor, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_size_one_dims, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_large_random, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_empty, tu_setup, tu_teardown),

@@ -478,10 +478,11 @@ static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
     const nb_edge *e = &x->src->edges[n->in0 + i];
     ins[i] = copied(x, nb_key(e->src, e->out));
   }
-  if (x->rewrite && x->rewrite(c, n, ins, outs, x->user)) return nb_status(c);
-  nb_code code = nb_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
+  bool rewritten = x->rewrite && x->rewrite(c, n, ins, outs, x->user);
+  nb_code code = rewritten ? nb_status(c) : nb_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
   if (code) return code;
-  if (n->nout > 0 && c->graph && outs[0]->graph == c->graph) c->graph->nodes[outs[0]->node].grad_name = n->grad_name;
+  nb_node *copy = n->nout > 0 && c->graph && outs[0]->graph == c->graph ? &c->graph->nodes[outs[0]->node] : NULL;
+  if (copy && copy->def == n->def) copy->grad_name = n->grad_name; /* a rewrite into the same op keeps its override */
   return NB_OK;
 }
 

@@ -239,9 +239,7 @@ static nb_code matmul_add_infer(nb_kargs *k) {
   if (!code) code = nb_kcheck_same_dtype(k, 0, MATMUL_ADD_ACC);
   const nb_tensor *acc = k->in[MATMUL_ADD_ACC];
   const nb_meta *o = &k->out[0];
-  bool fits = acc->rank == o->rank; /* unknown dims (graphs) fit any */
-  for (int d = 0; fits && d < o->rank; d++) fits = acc->shape[d] == o->shape[d] || acc->shape[d] < 0 || o->shape[d] < 0;
-  if (!code && !fits)
+  if (!code && (acc->rank != o->rank || memcmp(acc->shape, o->shape, (size_t)o->rank * sizeof *o->shape)))
     code = nb_kfail(k, NB_SHAPE, "the accumulator %s does not match the product %s", nb_tstr(acc),
                     nb_sstr(o->rank, o->shape));
   return code;

@@ -25,17 +25,27 @@ static bool can_forward(const nb_tensor *x, int i, const nb_meta *m, uint32_t fo
          nb_buffer_exclusive(x->buf) && memcmp(x->shape, m->shape, (size_t)m->rank * sizeof *m->shape) == 0;
 }
 
+/* Whether input i's block is also another input of the op. */
+static bool read_twice(const nb_kargs *k, int i) {
+  for (int j = 0; j < k->nin; j++)
+    if (j != i && k->in[j]->buf == k->in[i]->buf) return true;
+  return false;
+}
+
 /* TF's input forwarding: an op writes its result over a dying input's block. An
    elementwise op may take input 0 or 1: each output element depends only on the input
    elements at its position, so the kernel may read and write the same block (not
    variadic AddN, whose later inputs are read after the first write). Other ops name the
-   one input their kernel can update in place (inplace_input). NULL when none qualifies. */
+   one input their kernel can update in place (inplace_input), unless that block is also
+   another of their inputs (GEMM's factors must not overlap its result). NULL when none
+   qualifies. */
 static nb_tensor *forwarded_output(nb_ctx *c, const nb_kargs *k, const nb_meta *m, uint32_t forwardable) {
   const nb_op_def *def = k->def;
   if (!forwardable || def->alias >= 0) return NULL;
   if (def->inplace_input) {
     int i = def->inplace_input - 1;
-    return i < k->nin && can_forward(k->in[i], i, m, forwardable) ? alias_output(c, m, k->in[i]) : NULL;
+    return i < k->nin && can_forward(k->in[i], i, m, forwardable) && !read_twice(k, i) ? alias_output(c, m, k->in[i])
+                                                                                       : NULL;
   }
   if (!def->elementwise || def->variadic) return NULL;
   for (int i = 0; i < k->nin && i < 2; i++)
