@@ -167,6 +167,14 @@ static nb_code grow_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void 
   return nb_status(c);
 }
 
+/* v <- tanh([v, v]): the gradient reads the argument (Concat's shapes) and the result (Tanh's). */
+static nb_code grow_tanh_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)user;
+  nb_tensor *parts[2] = {v[0], v[0]};
+  next[0] = nb_tanh(c, nb_concat(c, parts, 2, 0));
+  return nb_status(c);
+}
+
 static nb_code null_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
   (void)c, (void)v, (void)next, (void)user;
   return NB_OK;
@@ -775,6 +783,20 @@ static void test_grad_loop_in_cond_and_relaxed(void **state) {
   assert_int_equal(nb_run(f->s, &v, &vv, 1, &dv, 1, &r), NB_SHAPE);
   assert_non_null(strstr(nb_session_error(f->s), "shape changes from [2] to [4] between iterations"));
   assert_null(r);
+  /* one iteration has nothing to stack twice: differentiable even when the variable's
+     argument and result, both read, differ in shape */
+  nb_tensor *once, *d1;
+  assert_int_equal(nb_while_ex(f->c, always, grow_tanh_body, NULL, &v, 1, 1, &o, &once), NB_OK);
+  nb_tensor *loss1 = nb_sum(f->c, nb_square(f->c, once), NULL, 0, false);
+  assert_int_equal(nb_gradients(f->c, &loss1, 1, &v, 1, NULL, &d1), NB_OK);
+  assert_int_equal(nb_run(f->s, &v, &vv, 1, &d1, 1, &r), NB_OK);
+  double want[2];
+  for (int i = 0; i < 2; i++) { /* two copies of 2 y dy/dv, y = tanh(v_i) */
+    double t = tanh(nb_item(vv, i));
+    want[i] = 4 * t * (1 - t * t);
+  }
+  tu_check(r, NB_F64, 1, TU_SHAPE(2), want, 1e-15);
+  nb_tensor_free(r);
 }
 
 /* ---- function calls ------------------------------------------------------------------------- */

@@ -127,6 +127,19 @@ static void pair_late_arguments(const nb_function *body, int nv, accumulator *ac
   }
 }
 
+/* First iteration: a pair whose variable changes shape (a relaxed shape) keeps two stacks,
+   so a loop that runs once stays differentiable; x are the iteration's accumulated values. */
+static void unpair_reshaped(const nb_kargs *k, accumulator *accs, int nacc, nb_tensor *const *x) {
+  for (int r = 0; r < nacc; r++) {
+    const nb_tensor *init = accs[r].first_var >= 0 ? k->in[accs[r].first_var] : NULL;
+    if (!init || (init->rank == x[r]->rank && !memcmp(init->shape, x[r]->shape, (size_t)init->rank * sizeof *init->shape)))
+      continue;
+    accs[r].first_var = -1;
+    for (int a = 0; a < nacc; a++)
+      if (accs[a].late == r) accs[a].late = -1;
+  }
+}
+
 static nb_code push(nb_kargs *k, accumulator *acc, int a, const nb_tensor *x, int64_t hint) {
   const nb_tensor *s = acc->stack;
   if (s && (x->rank != s->rank - 1 || memcmp(x->shape, s->shape + 1, (size_t)x->rank * sizeof *x->shape)))
@@ -216,7 +229,7 @@ static nb_code while_kernel(nb_kargs *k) {
     if (code) break;
     memcpy(cur, next, (size_t)nv * sizeof *cur);
     owned = true;
-    iters++;
+    if (++iters == 1) unpair_reshaped(k, accs, nacc, next + nv);
     for (int a = 0; a < nacc && !code; a++) code = accumulate(k, accs, a, next[nv + a], hint);
     free_list(next + nv, fetched);
   }

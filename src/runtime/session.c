@@ -84,7 +84,7 @@ void nb_session_take_feeds(nb_session *s, int n) {
 
 /* Frees the feed values nb_session_take_feeds handed over that the run has not. */
 static void drop_taken(nb_session *s, nb_tensor *const *feed_values, int nfeed) {
-  for (int i = 0; i < s->take && i < nfeed; i++)
+  for (int i = 0; feed_values && i < s->take && i < nfeed; i++)
     if (feed_values[i]) nb_tensor_free(feed_values[i]);
   s->take = 0;
 }
