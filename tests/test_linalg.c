@@ -219,6 +219,32 @@ static void test_matmul_large_random(void **state) {
     }
 }
 
+/* Products OpenBLAS threads poorly run as one GEMM per thread over blocks of output
+   columns (few rows) or rows (x transposed, short inner dim), uneven blocks included:
+   every transpose case against the reference, and _MatMulAdd against acc + MatMul. */
+static void test_matmul_split_across_threads(void **state) {
+  nb_ctx *c = *state;
+  nb_ctx_set_threads(c, 2);
+  for (int i = 0; i < 2; i++)
+    for (int tr = 0; tr < 4; tr++) {
+      bool ta = tr & 1, tb = tr & 2;
+      /* m 32 < 128 (columns split); k 48 <= 64 with x transposed (rows split) */
+      int64_t m = ta ? 200 : 32, k = ta ? 48 : 200, n = 300;
+      const int64_t xs[2] = {ta ? k : m, ta ? m : k}, ys[2] = {tb ? n : k, tb ? k : n};
+      check_random(c, float_types[i], true, 2, xs, 2, ys, ta, tb);
+      double *v = malloc((size_t)(m * n) * sizeof *v);
+      fill_random(v, m * n, 11);
+      nb_tensor *x = nb_stateless_random_uniform(c, xs, 2, (const int64_t[2]){1, tr}, float_types[i]);
+      nb_tensor *y = nb_stateless_random_uniform(c, ys, 2, (const int64_t[2]){2, tr}, float_types[i]);
+      nb_tensor *acc = tu_make_float(c, float_types[i], 2, (const int64_t[]){m, n}, v);
+      nb_tensor *got = nb_matmul_add(c, x, y, ta, tb, acc), *want = nb_add(c, acc, nb_matmul(c, x, y, ta, tb));
+      for (int64_t e = 0; e < m * n; e++) v[e] = nb_item(want, e);
+      tu_check(got, float_types[i], 2, (const int64_t[]){m, n}, v, float_types[i] == NB_F32 ? 1e-5 : 1e-13);
+      free(v);
+    }
+  nb_ctx_set_threads(c, 1);
+}
+
 /* Zero-size dims: K == 0 is all zeros (not leftover pool memory), M or N == 0 empty. */
 static void test_matmul_empty(void **state) {
   nb_ctx *c = *state;
@@ -556,6 +582,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_matmul_add_acc_is_factor, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_size_one_dims, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_large_random, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_matmul_split_across_threads, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_empty, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_batch_matmul_equal_batches, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_batch_matmul_broadcast_hand, tu_setup, tu_teardown),
