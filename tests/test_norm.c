@@ -236,6 +236,25 @@ static void test_empty_batch(void **state) {
   tu_check_vals(out[2], TU_VALS(NAN, NAN), 0);
 }
 
+/* Zero channels: everything is empty, in both layouts, forward and gradient. */
+static void test_no_channels(void **state) {
+  nb_ctx *c = *state;
+  const char *formats[2] = {"NHWC", "NCHW"};
+  for (int f = 0; f < 2; f++) {
+    const int64_t *shape = f ? TU_SHAPE(2, 0, 2, 2) : TU_SHAPE(2, 2, 2, 0);
+    nb_tensor *x = nb_tensor_from(c, NB_F32, 4, shape, NULL), *v = nb_tensor_from(c, NB_F32, 1, TU_SHAPE(0), NULL);
+    nb_tensor *out[6], *g[5];
+    assert_int_equal(nb_fused_batch_norm(c, x, v, v, NULL, NULL, 0.001, 1, formats[f], true, out), NB_OK);
+    tu_check_shape(out[0], NB_F32, 4, shape);
+    tu_check_shape(out[1], NB_F32, 1, TU_SHAPE(0));
+    assert_int_equal(nb_fused_batch_norm_grad(c, x, x, v, out[3], out[4], out[5], 0.001, formats[f], true, g), NB_OK);
+    tu_check_shape(g[0], NB_F32, 4, shape);
+    tu_check_shape(g[1], NB_F32, 1, TU_SHAPE(0));
+    assert_int_equal(nb_fused_batch_norm(c, x, v, v, v, v, 0.001, 1, formats[f], false, out), NB_OK);
+    tu_check_shape(out[0], NB_F32, 4, shape);
+  }
+}
+
 /* The sums run over fixed blocks added in order: any thread count gives the same bits. */
 static void check_threads_agree(nb_ctx *c, const int64_t *shape, const char *format, int64_t ch) {
   int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
@@ -384,6 +403,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_layouts_agree, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_nan_stays_in_its_channel, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_empty_batch, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_no_channels, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_thread_count_does_not_change_bits, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_forward_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_generic_entry, tu_setup, tu_teardown),

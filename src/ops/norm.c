@@ -66,7 +66,7 @@ static void make_plan(bn_plan *p, const nb_tensor *x, const layout *l) {
   p->count = p->outer * p->inner;
   bool last = p->inner == 1;
   int64_t unit_len = last ? p->channels : p->inner;
-  p->units = last ? p->outer : p->outer * p->channels;
+  p->units = p->channels == 0 ? 0 : last ? p->outer : p->outer * p->channels; /* no channels: x is empty */
   p->units_per_block = unit_len >= BLOCK_ELEMS || unit_len == 0 ? 1 : BLOCK_ELEMS / unit_len;
   p->nblocks = (p->units + p->units_per_block - 1) / p->units_per_block;
 }
