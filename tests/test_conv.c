@@ -380,6 +380,16 @@ static void test_backprop_errors(void **state) {
   tu_check_error(c, NB_DTYPE, "Conv2DBackpropInput: inputs 1 and 2 must have the same dtype", NULL);
   assert_null(nb_conv2d_backprop_filter(c, x, shape_tensor(c, TU_SHAPE(3, 3, 3, 2)), dy32, &a));
   tu_check_error(c, NB_DTYPE, "Conv2DBackpropFilter: inputs 0 and 2 must have the same dtype", NULL);
+  /* sizes the window arithmetic would overflow on: refused, not computed */
+  nb_conv2d_attrs dil = {.strides = unit4, .padding = "VALID", .dilations = (const int64_t[]){1, 4, 4, 1}};
+  nb_tensor *huge_filter = nb_tensor_from(c, NB_I64, 1, TU_SHAPE(4), (const int64_t[]){INT64_MAX / 2, 1, 3, 2});
+  nb_tensor *huge_input = nb_tensor_from(c, NB_I64, 1, TU_SHAPE(4), (const int64_t[]){1, INT64_MAX, 4, 3});
+  assert_null(nb_conv2d_backprop_filter(c, x, huge_filter, dy, &dil));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropFilter: spatial and window dims must be at most 2147483648",
+                 "window 4611686018427387903x1");
+  nb_conv2d_attrs same2 = {.strides = (const int64_t[]){1, 2, 2, 1}, .padding = "SAME"};
+  assert_null(nb_conv2d_backprop_input(c, huge_input, w, dy, &same2));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropInput: spatial and window dims must be at most", "input 9223372036854775807x4");
 }
 
 static void test_pool_errors(void **state) {

@@ -36,6 +36,7 @@ _Static_assert(sizeof(geom) <= NB_SCRATCH_BYTES, "geom must fit the scratch");
 
 /* Window attrs above this are refused, so window arithmetic cannot overflow. */
 #define WINDOW_MAX ((int64_t)1 << 30)
+#define SPATIAL_MAX ((int64_t)1 << 31) /* input rows/cols and window rows/cols */
 
 static nb_code parse_format(nb_kargs *k, int slot, bool *nchw) {
   const char *f = k->attr[slot].s;
@@ -126,6 +127,12 @@ static int64_t out_size(int64_t in, int64_t k, int64_t d, int64_t s, pad_mode m,
 /* Fills g's output size and padding (g's input, window, strides and dilations set);
    shapes describes the operands for the message. */
 static nb_code finish_geom(nb_kargs *k, geom *g, pad_mode m, const int64_t pad[4], const char *shapes) {
+  /* an empty tensor, or a shape operand, can carry any dims: bounded, the window
+     arithmetic below cannot overflow (window * dilation <= 2^61) */
+  if (g->h > SPATIAL_MAX || g->w > SPATIAL_MAX || g->kh > SPATIAL_MAX || g->kw > SPATIAL_MAX)
+    return nb_kfail(k, NB_SHAPE, "spatial and window dims must be at most %lld, got input %lldx%lld, window %lldx%lld (%s)",
+                    (long long)SPATIAL_MAX, (long long)g->h, (long long)g->w, (long long)g->kh, (long long)g->kw,
+                    shapes);
   g->oh = out_size(g->h, g->kh, g->dh, g->sh, m, pad[0], pad[1], &g->pt);
   g->ow = out_size(g->w, g->kw, g->dw, g->sw, m, pad[2], pad[3], &g->pl);
   if (g->oh < 0 || g->ow < 0)
