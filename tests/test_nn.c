@@ -428,6 +428,9 @@ static void test_sparse_shape_errors(void **state) {
   nb_sparse_softmax_cross_entropy_with_logits(c, tu_make(c, NB_F64, 2, TU_SHAPE(2, 0), NULL),
                                               tu_make(c, NB_I32, 1, TU_SHAPE(2), NULL), &loss, &bp);
   tu_check_error(c, NB_SHAPE, "Must have at least one class, but got logits shape [2,0]", NULL);
+  nb_softmax_cross_entropy_with_logits(c, tu_make(c, NB_F64, 2, TU_SHAPE(2, 0), NULL),
+                                       tu_make(c, NB_F64, 2, TU_SHAPE(2, 0), NULL), &loss, &bp);
+  tu_check_error(c, NB_SHAPE, "SoftmaxCrossEntropyWithLogits: Must have at least one class", "[2,0]");
   nb_sparse_softmax_cross_entropy_with_logits(c, tu_make(c, NB_I32, 2, TU_SHAPE(2, 3), NULL),
                                               tu_make(c, NB_I32, 1, TU_SHAPE(2), NULL), &loss, &bp);
   tu_check_error(c, NB_DTYPE, "input 0 has dtype int32", NULL);

@@ -287,6 +287,8 @@ static nb_code xent_infer(nb_kargs *k) {
                     "logits and labels must be either 2-dimensional, or broadcasted to be 2-dimensional, got "
                     "logits shape %s and labels shape %s",
                     nb_tstr(f), nb_tstr(l));
+  if (shape[0] > 0 && shape[1] == 0) /* no class to normalize over, as the sparse op refuses */
+    return nb_kfail(k, NB_SHAPE, "Must have at least one class, but got logits shape %s", nb_tstr(f));
   xent_plan *p = (xent_plan *)k->scratch;
   p->batch = shape[0];
   p->classes = shape[1];
