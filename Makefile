@@ -59,6 +59,7 @@ bench: build
 	./$(BUILD)/bench/conv
 	./$(BUILD)/bench/batch_norm
 	./$(BUILD)/bench/train_step
+	./$(BUILD)/bench/rnn
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -61,7 +61,7 @@ static nb_tensor *lenet_logits(nb_ctx *c, nb_tensor *const *p, nb_tensor *x) {
 
 /* Glorot-uniform weights and zero biases, one (weight, bias) pair per layer. */
 static bool add_layer(nb_ctx *c, model *m, int rank, const int64_t *wshape) {
-  static const int64_t seed[2] = {1, 2};
+  const int64_t seed[2] = {1, m->nvars}; /* a stream of its own per layer */
   int64_t units = wshape[rank - 1];
   nb_tensor *w = nb_init_glorot_uniform(c, NB_F32, rank, wshape, seed);
   nb_tensor *b = nb_init_zeros(c, NB_F32, 1, &units);

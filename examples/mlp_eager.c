@@ -15,10 +15,11 @@ static nb_tensor *logits_of(nb_ctx *c, nb_variable **v, nb_tensor *x) {
 int main(void) {
   nb_ctx *c = nb_eager_new();
   nb_dataset *train = nb_fashion_mnist(c, NULL, true), *test = nb_fashion_mnist(c, NULL, false);
-  const int64_t seed[2] = {1, 2}, w1[2] = {784, 256}, b1[1] = {256}, w2[2] = {256, 10}, b2[1] = {10};
-  nb_variable *v[4] = {nb_variable_new(c, nb_init_glorot_uniform(c, NB_F32, 2, w1, seed), true, "w1"),
+  const int64_t seed1[2] = {1, 1}, seed2[2] = {1, 2}; /* a random stream per weight */
+  const int64_t w1[2] = {784, 256}, b1[1] = {256}, w2[2] = {256, 10}, b2[1] = {10};
+  nb_variable *v[4] = {nb_variable_new(c, nb_init_glorot_uniform(c, NB_F32, 2, w1, seed1), true, "w1"),
                        nb_variable_new(c, nb_init_zeros(c, NB_F32, 1, b1), true, "b1"),
-                       nb_variable_new(c, nb_init_glorot_uniform(c, NB_F32, 2, w2, seed), true, "w2"),
+                       nb_variable_new(c, nb_init_glorot_uniform(c, NB_F32, 2, w2, seed2), true, "w2"),
                        nb_variable_new(c, nb_init_zeros(c, NB_F32, 1, b2), true, "b2")};
   nb_optimizer *adam = nb_adam_new(1e-3, 0.9, 0.999, 1e-7);
   nb_dataset_shuffle(train, 1);

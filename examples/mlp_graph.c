@@ -10,10 +10,11 @@ int main(void) {
   nb_ctx *c = nb_graph_ctx_new(g);
   nb_session *s = nb_session_new(g);
   nb_dataset *train = nb_fashion_mnist(e, NULL, true), *test = nb_fashion_mnist(e, NULL, false);
-  const int64_t seed[2] = {1, 2}, w1[2] = {784, 256}, b1[1] = {256}, w2[2] = {256, 10}, b2[1] = {10};
-  nb_variable *v[4] = {nb_variable_new(e, nb_init_glorot_uniform(e, NB_F32, 2, w1, seed), true, "w1"),
+  const int64_t seed1[2] = {1, 1}, seed2[2] = {1, 2}; /* a random stream per weight */
+  const int64_t w1[2] = {784, 256}, b1[1] = {256}, w2[2] = {256, 10}, b2[1] = {10};
+  nb_variable *v[4] = {nb_variable_new(e, nb_init_glorot_uniform(e, NB_F32, 2, w1, seed1), true, "w1"),
                        nb_variable_new(e, nb_init_zeros(e, NB_F32, 1, b1), true, "b1"),
-                       nb_variable_new(e, nb_init_glorot_uniform(e, NB_F32, 2, w2, seed), true, "w2"),
+                       nb_variable_new(e, nb_init_glorot_uniform(e, NB_F32, 2, w2, seed2), true, "w2"),
                        nb_variable_new(e, nb_init_zeros(e, NB_F32, 1, b2), true, "b2")};
   nb_tensor *p[4], *grads[4], *loss, *train_op;
   for (int i = 0; i < 4; i++) p[i] = nb_variable_read(c, v[i]);
@@ -42,7 +43,8 @@ int main(void) {
   if (!code) code = nb_dataset_batch(e, test, 0, nb_dataset_size(test), NB_IMAGES_FLAT, &batch[0], &batch[1]);
   if (!code) code = nb_run(s, feed, batch, 2, &accuracy, 1, &acc);
   if (!code) printf("test accuracy after one epoch: %.2f%%\n", 100 * nb_item(acc, 0));
-  else fprintf(stderr, "error: %s%s%s\n", nb_error(c), nb_error(e), nb_session_error(s));
+  else /* the first context that failed */
+    fprintf(stderr, "error: %s\n", *nb_error(c) ? nb_error(c) : *nb_error(e) ? nb_error(e) : nb_session_error(s));
   nb_tensor_free(acc);
   nb_optimizer_free(adam);
   for (int i = 0; i < 4; i++) nb_variable_free(v[i]);
