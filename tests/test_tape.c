@@ -657,6 +657,7 @@ static void test_jacobian_errors(void **state) {
   assert_int_equal(nb_tape_jacobian(t, y4, NULL, &jac), NB_INVALID);
   tu_check_error(c, NB_INVALID, "must be concrete", NULL);
   assert_int_equal(nb_tape_jacobian(t, y4, x, NULL), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_tape_jacobian: out is NULL", NULL);
   assert_int_equal(nb_tape_jacobian(NULL, y4, x, &jac), NB_INVALID);
   nb_set_error(c, NB_IO, "earlier failure");
   assert_int_equal(nb_tape_jacobian(t, y4, x, &jac), NB_IO);

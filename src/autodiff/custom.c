@@ -6,12 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int64_t bits_of(const void *p, size_t n) {
-  int64_t bits = 0;
-  memcpy(&bits, p, n);
-  return bits;
-}
-
 /* Runs fwd with every tape of c paused: its ops are not what gets differentiated. */
 static nb_code run_forward(nb_ctx *c, nb_custom_fn fwd, void *user, nb_tensor *const *in, int nin, nb_tensor **tmp,
                            int nout) {
@@ -42,8 +36,8 @@ nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, 
     nb_attrval a[NB_MAX_ATTRS];
     nb_attr_defaults(def, a);
     a[NB_CUSTOM_NUM_OUTPUTS].i = nout;
-    a[NB_CUSTOM_GRAD_FN].i = bits_of(&grad, sizeof grad);
-    a[NB_CUSTOM_USER].i = bits_of(&user, sizeof user);
+    a[NB_CUSTOM_GRAD_FN].i = nb_bits_of(&grad, sizeof grad);
+    a[NB_CUSTOM_USER].i = nb_bits_of(&user, sizeof user);
     code = nb_dispatch(c, def, args, nout + nin, a, out, nout);
   }
   nb_scope_end(c, out, code ? 0 : nout);

@@ -117,7 +117,8 @@ static void join_shapes(int64_t *shape, const nb_tensor *target, const nb_tensor
 }
 
 static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
-  if (!t || !out) return NB_INVALID;
+  if (!t) return NB_INVALID;
+  if (!out) return nb_fail(t->c, NB_INVALID, "%s: out is NULL", fn);
   *out = NULL;
   t->last_path = NB_JACOBIAN_LOOP;
   if (!nb_live(t->c)) return nb_status(t->c);

@@ -9,15 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NB_MAX_OP_SLOTS 512
 
 typedef struct named_grad {
   char *name;
   nb_grad_fn fn;
 } named_grad;
 
-static nb_grad_fn op_fns[NB_MAX_OP_SLOTS];
-static bool op_stops[NB_MAX_OP_SLOTS];
+static nb_grad_fn op_fns[NB_MAX_OPS];
+static bool op_stops[NB_MAX_OPS];
 static named_grad *named;
 static int32_t nnamed, named_cap;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;

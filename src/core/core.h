@@ -129,6 +129,14 @@ nb_code nb_fail(nb_ctx *c, nb_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 nb_code nb_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, va_list ap);
 
+/* The bits of a pointer (n bytes at obj: a data or function pointer), for the int attrs
+   that carry functions, variables and callbacks: copied, not converted. */
+static inline int64_t nb_bits_of(const void *obj, size_t n) {
+  int64_t bits = 0;
+  memcpy(&bits, obj, n < sizeof bits ? n : sizeof bits);
+  return bits;
+}
+
 /* buffers and handles */
 nb_buffer *nb_buffer_new(nb_ctx *c, size_t bytes);
 void nb_buffer_retain(nb_buffer *b);

@@ -74,11 +74,7 @@ bool nb_variable_accepts(const nb_variable *v, const nb_tensor *x) {
 }
 
 /* Pointers travel through int attrs: the bits are copied, not converted. */
-int64_t nb_variable_bits(const nb_variable *v) {
-  int64_t bits = 0;
-  memcpy(&bits, &v, sizeof v);
-  return bits;
-}
+int64_t nb_variable_bits(const nb_variable *v) { return nb_bits_of(&v, sizeof v); }
 
 nb_variable *nb_variable_from_bits(int64_t bits) {
   nb_variable *v;

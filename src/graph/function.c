@@ -199,12 +199,6 @@ static nb_code unify_captures(nb_function *const *fs, int nf, int64_t **keys, in
   return NB_OK;
 }
 
-static int64_t bits_of(const void *p) {
-  int64_t bits = 0;
-  memcpy(&bits, &p, sizeof p);
-  return bits;
-}
-
 /* Gives the two functions of a new node to c's graph (freed with it); after an error
    (code), or out of memory, frees those not given instead. */
 static nb_code own_pair(nb_ctx *c, const char *who, nb_function *a, nb_function *b, nb_code code) {
@@ -232,8 +226,8 @@ static nb_code add_cf_node(nb_ctx *c, const char *type, nb_tensor *const *first,
   if (!code) {
     nb_attrval a[NB_MAX_ATTRS];
     nb_attr_defaults(def, a);
-    a[1].i = bits_of(fa); /* every control-flow op: attrs N, then its two functions */
-    a[2].i = bits_of(fb);
+    a[1].i = nb_bits_of(&fa, sizeof fa); /* every control-flow op: attrs N, then its two functions */
+    a[2].i = nb_bits_of(&fb, sizeof fb);
     code = nb_dispatch(c, def, ins, nfirst + nkeys, a, outs, nout);
   }
   for (int j = 0; j < made; j++) nb_tensor_free(ins[nfirst + j]);
@@ -413,12 +407,6 @@ static int arg_index(const extractor *x, int64_t key) {
   return -1;
 }
 
-static bool all_known(const nb_graph *g, const nb_node *n) {
-  for (int32_t o = 0; o < n->nout; o++)
-    if (!g->outs[n->out0 + o].value) return false;
-  return n->nout > 0;
-}
-
 typedef struct dfs_frame {
   int32_t id, next;
 } dfs_frame;
@@ -441,7 +429,7 @@ static nb_code order_needed(extractor *x, const int64_t *res_keys, int nres) {
     while (top > 0) {
       dfs_frame *fr = &stack[top - 1];
       const nb_node *n = &g->nodes[fr->id];
-      if (fr->next < n->nin && !all_known(g, n)) {
+      if (fr->next < n->nin && !nb_node_values_known(g, n)) {
         const nb_edge *e = &g->edges[n->in0 + fr->next++];
         nb_node *s = &g->nodes[e->src];
         if (arg_index(x, nb_key(e->src, e->out)) < 0 && s->stamp != x->gen) {
@@ -467,7 +455,7 @@ static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
   const nb_node *n = &x->src->nodes[id];
   nb_ctx *c = x->to;
   nb_tensor **outs = x->h + n->slot;
-  if (all_known(x->src, n)) {
+  if (nb_node_values_known(x->src, n)) {
     for (int32_t o = 0; o < n->nout; o++)
       if (!(outs[o] = nb_const(c, x->src->outs[n->out0 + o].value))) return c->status;
     return NB_OK;
@@ -606,7 +594,7 @@ nb_code nb_function_call_node(nb_ctx *c, nb_function *f, nb_tensor *const *in, n
   const nb_op_def *def = nb_op_lookup("StatefulPartitionedCall");
   nb_attrval a[NB_MAX_ATTRS];
   nb_attr_defaults(def, a);
-  a[1].i = bits_of(f);
+  a[1].i = nb_bits_of(&f, sizeof f);
   return nb_dispatch(c, def, in, f->nargs, a, out, f->nres);
 }
 

@@ -131,6 +131,12 @@ typedef struct nb_scope_state {
 } nb_scope_state;
 nb_code nb_graph_scope_save(const nb_graph *g, nb_scope_state *st);
 void nb_graph_scope_restore(nb_graph *g, nb_scope_state *st);
+/* Whether every output of n has a value known at build time (folded constants). */
+static inline bool nb_node_values_known(const nb_graph *g, const nb_node *n) {
+  for (int32_t o = 0; o < n->nout; o++)
+    if (!g->outs[n->out0 + o].value) return false;
+  return n->nout > 0;
+}
 /* A symbolic handle in c for output `out` of node `id`. */
 nb_tensor *nb_graph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out);
 /* The graph context's hooks, installed by nb_graph_ctx_new. */

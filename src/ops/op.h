@@ -107,6 +107,9 @@ struct nb_op_def {
                               where they would otherwise give up on the output shapes */
 };
 
+/* The most ops the registry holds; nb_op_def.id is below it (per-op tables size by it). */
+#define NB_MAX_OPS 512
+
 /* A family file exports its table through one of these. */
 typedef struct nb_op_family {
   nb_op_def *defs;

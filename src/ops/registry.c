@@ -5,7 +5,6 @@
 #include <pthread.h>
 #include <string.h>
 
-#define NB_MAX_OPS 512
 #define NB_HASH_SLOTS 1024 /* power of two, at least twice NB_MAX_OPS */
 
 static const nb_op_def *ops_by_id[NB_MAX_OPS];

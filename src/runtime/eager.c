@@ -98,7 +98,7 @@ void nb_ctx_free(nb_ctx *c) {
 }
 
 void nb_ctx_set_threads(nb_ctx *c, int n) {
-  if (!c) return;
+  if (!c || n == c->threads) return; /* function runs set it per loop iteration: no system call then */
   /* More threads than cores never pays inside one op, and asking OpenMP for
      thousands can fail inside the runtime, which then exits the process. */
   int cores = omp_get_num_procs();

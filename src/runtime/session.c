@@ -14,6 +14,7 @@ typedef struct nb_plan {
   int nfeed, nfetch;
   int64_t *keys;           /* feed keys then fetch keys: node << 32 | output */
   int32_t nsteps, nvals;
+  int32_t max_in;          /* the most inputs one step reads */
   int32_t *steps;          /* node ids in run order */
   int32_t *in_off;         /* step i reads vals in_vals[in_off[i] .. in_off[i+1]) */
   int32_t *in_vals;
@@ -140,16 +141,10 @@ static int fed_index(const nb_plan *p, int32_t src, int32_t out) {
 
 static bool edge_live(const nb_plan *p, const nb_edge *e) { return e->out < 0 || fed_index(p, e->src, e->out) < 0; }
 
-static bool values_known(const nb_graph *g, const nb_node *n) {
-  for (int32_t o = 0; o < n->nout; o++)
-    if (!g->outs[n->out0 + o].value) return false;
-  return n->nout > 0;
-}
-
 /* A node whose outputs were all computed at build time needs none of its inputs, unless
    a feed replaces something those values came from (marked stale: stamp2 == gen). */
 static bool node_known(const planner *pl, const nb_node *n) {
-  return n->stamp2 != pl->gen && values_known(pl->g, n);
+  return n->stamp2 != pl->gen && nb_node_values_known(pl->g, n);
 }
 
 /* Marks the build-time values downstream of fed tensors as stale. Only nodes with known
@@ -167,7 +162,7 @@ static nb_code mark_stale(planner *pl) {
       const nb_node *n = &g->nodes[stack[--top]];
       for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
         nb_node *u = &g->nodes[g->edges[e].consumer];
-        if (g->edges[e].out < 0 || u->stamp2 == pl->gen || !values_known(g, u)) continue;
+        if (g->edges[e].out < 0 || u->stamp2 == pl->gen || !nb_node_values_known(g, u)) continue;
         u->stamp2 = pl->gen;
         if (!push_stale(&stack, &top, &cap, g->edges[e].consumer)) {
           free(stack);
@@ -315,6 +310,7 @@ static nb_code plan_frees(nb_plan *p) {
   }
   for (int32_t v = 0; v < p->nvals; v++) last[v] = -1;
   for (int32_t i = 0; i < p->nsteps; i++) {
+    if (p->in_off[i + 1] - p->in_off[i] > p->max_in) p->max_in = p->in_off[i + 1] - p->in_off[i];
     for (int32_t j = p->in_off[i]; j < p->in_off[i + 1]; j++) last[p->in_vals[j]] = i;
     for (int32_t v = p->out0[i]; v < (i + 1 < p->nsteps ? p->out0[i + 1] : p->nvals); v++)
       if (last[v] < i) last[v] = i; /* unused outputs go right away */
@@ -447,10 +443,7 @@ static nb_code run_step(nb_session *s, const nb_plan *p, int32_t i, nb_tensor **
 
 static nb_code execute(nb_session *s, const nb_plan *p, nb_tensor *const *feed_values, nb_tensor **results) {
   nb_tensor *ins_small[64], **ins = ins_small;
-  int32_t max_in = 0;
-  for (int32_t i = 0; i < p->nsteps; i++)
-    if (p->in_off[i + 1] - p->in_off[i] > max_in) max_in = p->in_off[i + 1] - p->in_off[i];
-  if (max_in > 64 && !(ins = malloc((size_t)max_in * sizeof *ins))) return NB_NOMEM;
+  if (p->max_in > 64 && !(ins = malloc((size_t)p->max_in * sizeof *ins))) return NB_NOMEM;
   for (int i = 0; i < p->nfeed; i++) s->vals[i] = nb_identity(s->ctx, feed_values[i]);
   drop_taken(s, feed_values, p->nfeed); /* now the run's references may be the only ones */
   nb_code code = nb_status(s->ctx);
