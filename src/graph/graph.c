@@ -461,11 +461,18 @@ static const char *override_for(const nb_graph *g, const char *op_type) {
   return NULL;
 }
 
+/* Node id's input edges. A failure (out of memory making a Const or a capture) keeps
+   the edges made so far and drops the rest from the node, so no edge is left unset for
+   passes over the whole graph (the node itself is never handed out). */
 static nb_code add_edges(nb_ctx *c, nb_graph *g, nb_tensor *const *orig, int nin, int32_t id) {
   for (int i = 0; i < nin; i++) {
     int32_t src = -1, out = -1;
     nb_code code = symbolic_input(c, orig[i], &src, &out);
-    if (code) return code;
+    if (code) { /* Consts and captures have no edges: the node's are still the last ones */
+      g->nedges = g->nodes[id].in0 + i;
+      g->nodes[id].nin = i;
+      return code;
+    }
     nb_edge *e = &g->edges[g->nodes[id].in0 + i];
     e->src = src;
     e->out = out;
