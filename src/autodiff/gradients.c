@@ -454,14 +454,11 @@ nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *
   if (!c) return NB_INVALID;
   for (int i = 0; dxs && i < nx; i++) dxs[i] = NULL;
   if (c->status) return c->status;
-  bool sparse = false;
-  for (int i = 0; ys && i < ny; i++) sparse |= nb_is_indexed_slices(ys[i]);
-  if (!sparse) return gradients(c, ys, ny, xs, nx, o, dxs);
-  nb_tensor **dense = malloc((size_t)ny * sizeof *dense);
-  if (!dense) return nb_fail(c, NB_NOMEM, "gradients: out of memory");
-  nb_code code = nb_densify_inputs(c, ys, ny, dense);
+  nb_tensor *const *dense;
+  nb_tensor **owned;
+  nb_code code = nb_densify_list(c, ys, ny, &dense, &owned);
   if (!code) code = gradients(c, dense, ny, xs, nx, o, dxs);
-  free(dense);
+  free(owned);
   return code;
 }
 

@@ -674,9 +674,7 @@ void nb_tape_spend(nb_tape *t) {
 
 static nb_code tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                              nb_tensor *const *output_grads, nb_tensor **out) {
-  if (!t) return NB_INVALID;
-  for (int i = 0; out && i < ns; i++) out[i] = NULL;
-  if (!nb_live(t->c)) return nb_status(t->c);
+  if (!nb_live(t->c)) return nb_status(t->c); /* t checked and out cleared by nb_tape_gradient */
   if (ns > 0 && !out) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: out is NULL");
   if (!t->active) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: the tape was ended");
   if (t->used && !t->persistent)
@@ -704,15 +702,13 @@ static nb_code tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_t
    the tape records that like any op. */
 nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                          nb_tensor *const *output_grads, nb_tensor **out) {
-  bool sparse = false;
-  for (int i = 0; t && targets && i < nt; i++) sparse |= nb_is_indexed_slices(targets[i]);
-  if (!sparse) return tape_gradient(t, targets, nt, sources, ns, output_grads, out);
-  nb_tensor **dense = malloc((size_t)nt * sizeof *dense);
-  if (!dense) return nb_fail(t->c, NB_NOMEM, "nb_tape_gradient: out of memory");
+  if (!t) return NB_INVALID;
+  nb_tensor *const *dense;
+  nb_tensor **owned;
   for (int i = 0; out && i < ns; i++) out[i] = NULL;
-  nb_code code = nb_densify_inputs(t->c, targets, nt, dense);
+  nb_code code = nb_densify_list(t->c, targets, nt, &dense, &owned);
   if (!code) code = tape_gradient(t, dense, nt, sources, ns, output_grads, out);
-  free(dense);
+  free(owned);
   return code;
 }
 

@@ -91,3 +91,14 @@ nb_code nb_densify_inputs(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **
   for (int i = 0; i < nin; i++) dense[i] = nb_densify(c, in[i]);
   return nb_status(c);
 }
+
+nb_code nb_densify_list(nb_ctx *c, nb_tensor *const *in, int n, nb_tensor *const **dense, nb_tensor ***owned) {
+  bool sparse = false;
+  for (int i = 0; in && i < n; i++) sparse |= nb_is_indexed_slices(in[i]);
+  *dense = in;
+  *owned = NULL;
+  if (!sparse) return NB_OK;
+  if (!(*owned = malloc((size_t)n * sizeof **owned))) return nb_fail(c, NB_NOMEM, "densifying IndexedSlices: out of memory");
+  *dense = *owned;
+  return nb_densify_inputs(c, in, n, *owned);
+}

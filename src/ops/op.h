@@ -133,6 +133,9 @@ void nb_attr_defaults(const nb_op_def *def, nb_attrval *vals);
 nb_attrval *nb_attrs_copy(nb_arena *a, const nb_op_def *def, const nb_attrval *attr);
 /* dense[i] = in[i], with IndexedSlices densified (src/ops/indexed_slices.c). */
 nb_code nb_densify_inputs(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **dense);
+/* in[0..n) as dense tensors in *dense: in itself when none is IndexedSlices (*owned NULL),
+   else a new array (*owned, which the caller frees) of densified ones. */
+nb_code nb_densify_list(nb_ctx *c, nb_tensor *const *in, int n, nb_tensor *const **dense, nb_tensor ***owned);
 /* Checks a wrapper's own arguments before dispatch (NULL inputs and such). */
 bool nb_live(nb_ctx *c);
 /* A temporary 1-D int tensor for a wrapper's const input; free it after the call. */
