@@ -125,50 +125,41 @@ nb_tensor *nb_variable_update(nb_ctx *c, const nb_op_def *def, nb_variable *cons
   return op;
 }
 
-/* Eager: the update runs now and a read of the new value is returned. Graph: the update's
-   node, to fetch. */
-static nb_tensor *assign(nb_ctx *c, nb_variable *v, nb_tensor *value, const char *type, const char *suffix) {
+/* The update op `type` of v with inputs in[0..nin) (none NULL). Eager: it runs now and a
+   read of the new value is returned. Graph: the update's node, to fetch. */
+static nb_tensor *update(nb_ctx *c, nb_variable *v, nb_tensor *const *in, int nin, const char *type,
+                         const char *suffix) {
   if (!nb_live(c)) return NULL;
-  if (!v || !value || v->freed) {
-    nb_fail(c, NB_INVALID, "%s: %s", type, !v ? "NULL variable" : !value ? "NULL value" : "a freed variable");
+  bool null_input = false;
+  for (int i = 0; i < nin; i++) null_input |= !in[i];
+  if (!v || null_input || v->freed) {
+    nb_fail(c, NB_INVALID, "%s: %s", type,
+            !v ? "NULL variable" : v->freed ? "a freed variable" : nin == 1 ? "NULL value" : "NULL indices or updates");
     return NULL;
   }
   nb_attrval attrs[NB_MAX_ATTRS] = {{.type = v->dtype}, {.i = nb_variable_bits(v)}};
-  nb_tensor *op = nb_variable_update(c, nb_op_lookup(type), &v, 1, &value, 1, attrs, suffix);
+  nb_tensor *op = nb_variable_update(c, nb_op_lookup(type), &v, 1, in, nin, attrs, suffix);
   if (!op || c->graph) return op;
   nb_tensor_free(op);
   return nb_variable_read(c, v);
 }
 
 nb_tensor *nb_variable_assign(nb_ctx *c, nb_variable *v, nb_tensor *value) {
-  return assign(c, v, value, "AssignVariableOp", "assign");
+  return update(c, v, &value, 1, "AssignVariableOp", "assign");
 }
 nb_tensor *nb_variable_assign_add(nb_ctx *c, nb_variable *v, nb_tensor *value) {
-  return assign(c, v, value, "AssignAddVariableOp", "assign_add");
+  return update(c, v, &value, 1, "AssignAddVariableOp", "assign_add");
 }
 nb_tensor *nb_variable_assign_sub(nb_ctx *c, nb_variable *v, nb_tensor *value) {
-  return assign(c, v, value, "AssignSubVariableOp", "assign_sub");
+  return update(c, v, &value, 1, "AssignSubVariableOp", "assign_sub");
 }
 
-/* ResourceScatterAdd/Sub: as assign, with the indices beside the value. */
-static nb_tensor *scatter(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates, const char *type,
-                          const char *suffix) {
-  if (!nb_live(c)) return NULL;
-  if (!v || !indices || !updates || v->freed) {
-    nb_fail(c, NB_INVALID, "%s: %s", type, !v ? "NULL variable" : v->freed ? "a freed variable" : "NULL indices or updates");
-    return NULL;
-  }
-  nb_attrval attrs[NB_MAX_ATTRS] = {{.type = v->dtype}, {.i = nb_variable_bits(v)}};
-  nb_tensor *in[2] = {indices, updates};
-  nb_tensor *op = nb_variable_update(c, nb_op_lookup(type), &v, 1, in, 2, attrs, suffix);
-  if (!op || c->graph) return op;
-  nb_tensor_free(op);
-  return nb_variable_read(c, v);
-}
-
+/* ResourceScatterAdd/Sub: the indices beside the updates. */
 nb_tensor *nb_variable_scatter_add(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates) {
-  return scatter(c, v, indices, updates, "ResourceScatterAdd", "scatter_add");
+  nb_tensor *in[2] = {indices, updates};
+  return update(c, v, in, 2, "ResourceScatterAdd", "scatter_add");
 }
 nb_tensor *nb_variable_scatter_sub(nb_ctx *c, nb_variable *v, nb_tensor *indices, nb_tensor *updates) {
-  return scatter(c, v, indices, updates, "ResourceScatterSub", "scatter_sub");
+  nb_tensor *in[2] = {indices, updates};
+  return update(c, v, in, 2, "ResourceScatterSub", "scatter_sub");
 }
