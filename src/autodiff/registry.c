@@ -77,6 +77,10 @@ nb_code nb_register_no_gradient(const char *op_type) {
 /* Registration used by the built-in gradient files (inside the once-block). */
 nb_code nb_register_builtin(const char *name, nb_grad_fn f) { return register_grad(name, f); }
 
+void nbg_register_table(const nbg_entry *table, size_t n) {
+  for (size_t i = 0; i < n; i++) nb_register_builtin(table[i].op, table[i].fn);
+}
+
 nb_grad_kind nb_grad_lookup(const nb_op_def *def, const char *override_name, nb_grad_fn *fn) {
   *fn = NULL;
   if (override_name) {

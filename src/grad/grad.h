@@ -9,6 +9,12 @@
 /* Registration of the built-in gradients (called once by the registry). */
 void nb_register_builtin_gradients(void);
 nb_code nb_register_builtin(const char *name, nb_grad_fn f);
+/* A family's (op type, gradient) pairs, registered with nb_register_builtin. */
+typedef struct nbg_entry {
+  const char *op;
+  nb_grad_fn fn;
+} nbg_entry;
+void nbg_register_table(const nbg_entry *table, size_t n);
 void nb_register_math_grads(void);
 void nb_register_reduce_grads(void);
 void nb_register_linalg_grads(void);

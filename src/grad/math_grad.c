@@ -295,10 +295,7 @@ GRAD(softplus_grad_grad) {
 }
 
 void nb_register_math_grads(void) {
-  static const struct {
-    const char *op;
-    nb_grad_fn fn;
-  } table[] = {
+  static const nbg_entry table[] = {
       {"Neg", neg_grad}, {"Exp", exp_grad}, {"Log", log_grad}, {"Log1p", log1p_grad},
       {"Sqrt", sqrt_grad}, {"Rsqrt", rsqrt_grad}, {"Reciprocal", reciprocal_grad},
       {"Square", square_grad}, {"Abs", abs_grad}, {"Sign", sign_grad}, {"Tanh", tanh_grad},
@@ -317,5 +314,5 @@ void nb_register_math_grads(void) {
       {"Equal", NULL}, {"NotEqual", NULL}, {"LogicalAnd", NULL}, {"LogicalOr", NULL},
       {"LogicalNot", NULL}, {"StopGradient", NULL},
   };
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) nb_register_builtin(table[i].op, table[i].fn);
+  nbg_register_table(table, sizeof table / sizeof table[0]);
 }

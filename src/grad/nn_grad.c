@@ -181,10 +181,7 @@ GRAD(l2_loss_grad) {
 }
 
 void nb_register_nn_grads(void) {
-  static const struct {
-    const char *op;
-    nb_grad_fn fn;
-  } table[] = {
+  static const nbg_entry table[] = {
       {"Softmax", softmax_grad}, {"LogSoftmax", log_softmax_grad},
       {"SoftmaxCrossEntropyWithLogits", xent_grad}, {"SparseSoftmaxCrossEntropyWithLogits", sparse_xent_grad},
       {"Relu6", relu6_grad}, {"Relu6Grad", relu6_grad_grad},
@@ -196,5 +193,5 @@ void nb_register_nn_grads(void) {
          on_value/off_value get none either) */
       {"OneHot", NULL},
   };
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) nb_register_builtin(table[i].op, table[i].fn);
+  nbg_register_table(table, sizeof table / sizeof table[0]);
 }

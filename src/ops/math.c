@@ -754,13 +754,8 @@ nb_op_family nb_math_family(void) {
 /* ---- wrappers ----------------------------------------------------------------------- */
 
 
-#define WRAP1(fn, OP) \
-  nb_tensor *fn(nb_ctx *c, nb_tensor *x) { return nb_call(c, &math_ops[OP], &x, 1, NULL); }
-#define WRAP2(fn, OP)                                      \
-  nb_tensor *fn(nb_ctx *c, nb_tensor *a, nb_tensor *b) {   \
-    nb_tensor *in[2] = {a, b};                             \
-    return nb_call(c, &math_ops[OP], in, 2, NULL);         \
-  }
+#define WRAP1(fn, OP) NB_WRAP1(fn, &math_ops[OP])
+#define WRAP2(fn, OP) NB_WRAP2(fn, &math_ops[OP])
 
 WRAP1(nb_neg, OP_NEG)
 WRAP1(nb_exp, OP_EXP)

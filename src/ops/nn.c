@@ -543,13 +543,8 @@ nb_op_family nb_nn_family(void) { return (nb_op_family){nn_ops, OP_COUNT}; }
 
 /* ---- wrappers ----------------------------------------------------------------------------- */
 
-#define WRAP1(fn, OP) \
-  nb_tensor *fn(nb_ctx *c, nb_tensor *x) { return nb_call(c, &nn_ops[OP], &x, 1, NULL); }
-#define WRAP2(fn, OP)                                    \
-  nb_tensor *fn(nb_ctx *c, nb_tensor *a, nb_tensor *b) { \
-    nb_tensor *in[2] = {a, b};                           \
-    return nb_call(c, &nn_ops[OP], in, 2, NULL);         \
-  }
+#define WRAP1(fn, OP) NB_WRAP1(fn, &nn_ops[OP])
+#define WRAP2(fn, OP) NB_WRAP2(fn, &nn_ops[OP])
 
 WRAP1(nb_softmax, OP_SOFTMAX)
 WRAP1(nb_log_softmax, OP_LOG_SOFTMAX)
