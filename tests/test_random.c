@@ -5,6 +5,7 @@
 #include "graphutil.h"
 
 #include "golden/random_golden.h"
+#include "../src/core/core.h" /* the context's live handle count */
 
 #define N(a) ((int64_t)(sizeof(a) / sizeof *(a)))
 
@@ -335,6 +336,20 @@ static void test_initializer_errors(void **state) {
   tu_check_error(c, NB_INVALID, "ones: rank 2", "shape is NULL");
 }
 
+/* Dropout and the initializers leave their result alone in the caller's scope: an eager
+   loop that calls them does not pile up their intermediates. */
+static void test_no_leftover_handles(void **state) {
+  nb_ctx *c = *state;
+  const int64_t shape[2] = {4, 3}, seed[2] = {1, 2};
+  nb_tensor *x = nb_init_ones(c, NB_F32, 2, shape);
+  uint32_t before = c->nhandles;
+  nb_tensor *made[5] = {nb_dropout(c, x, 0.5, NULL, 0, seed), nb_init_zeros(c, NB_F32, 2, shape),
+                        nb_init_glorot_uniform(c, NB_F32, 2, shape, seed), nb_init_he_normal(c, NB_F32, 2, shape, seed),
+                        nb_init_truncated_normal(c, NB_F64, 2, shape, 0, 1, seed)};
+  for (int i = 0; i < 5; i++) assert_non_null(made[i]);
+  assert_int_equal(c->nhandles, before + 5);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_golden_bits, tu_setup, tu_teardown),
@@ -354,6 +369,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_truncated_normal_initializer, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_initializer_in_graph, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_initializer_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_no_leftover_handles, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -300,6 +300,13 @@ nb_tensor *nb_stateless_truncated_normal(nb_ctx *c, const int64_t *shape, int ra
 
 /* ---- dropout ------------------------------------------------------------------------------ */
 
+
+/* Ends the scope begun for r's intermediates, keeping r alone. */
+static nb_tensor *kept(nb_ctx *c, nb_tensor *r) {
+  nb_scope_end(c, &r, 1);
+  return r;
+}
+
 /* tf.nn.experimental.stateless_dropout: keep where uniform >= rate, scaled by 1 / (1 - rate),
    zero elsewhere (SelectV2, so the mask broadcasts from noise_shape). Public ops only, so
    its gradient is theirs. */
@@ -319,11 +326,12 @@ nb_tensor *nb_dropout(nb_ctx *c, nb_tensor *x, double rate, const int64_t *noise
     return NULL;
   }
   if (rate == 0) return x;
+  nb_scope_begin(c); /* the mask and scalars go with it */
   nb_tensor *u = noise_shape ? call_with_dims(c, OP_UNIFORM, noise_shape, noise_rank, seed, x->dtype)
                              : call_stateless(c, OP_UNIFORM, nb_shape_op(c, x, NB_I64), seed, x->dtype);
   nb_tensor *keep = nb_greater_equal(c, u, nb_scalar(c, x->dtype, rate));
   nb_tensor *scaled = nb_mul(c, x, nb_scalar(c, x->dtype, 1 / (1 - rate)));
-  return nb_select(c, keep, scaled, nb_scalar(c, x->dtype, 0));
+  return kept(c, nb_select(c, keep, scaled, nb_scalar(c, x->dtype, 0)));
 }
 
 /* ---- initializers (Keras semantics) ----------------------------------------------------------- */
@@ -364,7 +372,8 @@ static bool init_args_ok(nb_ctx *c, const char *name, nb_dtype t, int rank, cons
 
 static nb_tensor *filled(nb_ctx *c, const char *name, nb_dtype t, int rank, const int64_t *shape, double v) {
   if (!init_args_ok(c, name, t, rank, shape)) return NULL;
-  return nb_fill(c, shape, rank, nb_scalar(c, t, v));
+  nb_scope_begin(c);
+  return kept(c, nb_fill(c, shape, rank, nb_scalar(c, t, v)));
 }
 
 nb_tensor *nb_init_zeros(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape) {
@@ -376,22 +385,25 @@ nb_tensor *nb_init_ones(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape) {
 }
 
 /* r * scale + shift, as TF's stateless_random_uniform(minval, maxval) and
-   stateless_truncated_normal(mean, stddev) apply them. */
+   stateless_truncated_normal(mean, stddev) apply them; ends the scope the caller began
+   for r, keeping only the result. */
 static nb_tensor *affine(nb_ctx *c, nb_tensor *r, double scale, double shift) {
   nb_dtype t = r ? r->dtype : NB_F32;
-  return nb_add(c, nb_mul(c, r, nb_scalar(c, t, scale)), nb_scalar(c, t, shift));
+  return kept(c, nb_add(c, nb_mul(c, r, nb_scalar(c, t, scale)), nb_scalar(c, t, shift)));
 }
 
 nb_tensor *nb_init_glorot_uniform(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const int64_t seed[2]) {
   if (!init_args_ok(c, "glorot_uniform", t, rank, shape)) return NULL;
   fans f = compute_fans(rank, shape);
   double fan_avg = (f.in + f.out) / 2, limit = sqrt(3.0 / (fan_avg > 1 ? fan_avg : 1));
+  nb_scope_begin(c);
   return affine(c, nb_stateless_random_uniform(c, shape, rank, seed, t), 2 * limit, -limit);
 }
 
 nb_tensor *nb_init_truncated_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, double mean,
                                     double stddev, const int64_t seed[2]) {
   if (!init_args_ok(c, "truncated_normal", t, rank, shape)) return NULL;
+  nb_scope_begin(c);
   return affine(c, nb_stateless_truncated_normal(c, shape, rank, seed, t), stddev, mean);
 }
 
