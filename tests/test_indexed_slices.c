@@ -136,6 +136,28 @@ static void test_graph_sparse_gradient(void **state) {
   }
 }
 
+/* Three sparse contributions, one with int64 indices: concatenated at once, as int64. */
+static void test_graph_three_sparse_terms(void **state) {
+  (void)state;
+  gu_fixture f;
+  assert_true(gu_open(&f));
+  nb_tensor *p = nb_placeholder(f.c, NB_F64, 2, TABLE_SHAPE, "params"), *dp;
+  nb_tensor *wide = nb_tensor_from(f.c, NB_I64, 1, TU_SHAPE(2), (const int64_t[]){2, 1});
+  nb_tensor *third = nb_mul(f.c, nb_sum(f.c, nb_gather(f.c, p, wide, 0, 0), NULL, 0, false), nb_scalar(f.c, NB_F64, 3));
+  nb_tensor *y = nb_add(f.c, two_lookups(f.c, p, ids(f.c, 3, ROWS_A), ids(f.c, 2, ROWS_B)), third);
+  assert_int_equal(nb_gradients(f.c, &y, 1, &p, 1, NULL, &dp), NB_OK);
+  assert_true(nb_is_indexed_slices(dp));
+  tu_check_shape(nb_indexed_slices_indices(dp), NB_I64, 1, TU_SHAPE(7));
+  nb_tensor *got = gu_run1(&f, p, table(f.e), dp);
+  double want[15], c3[15];
+  want_two_lookups(want);
+  counts((const int32_t[]){2, 1}, 2, 3, c3);
+  for (int i = 0; i < 15; i++) want[i] += c3[i];
+  check_dense(got, want);
+  nb_tensor_free(got);
+  gu_close(&f);
+}
+
 /* A dense contribution joins: dp is dense. */
 static void test_graph_mixed_gradient(void **state) {
   (void)state;
@@ -238,7 +260,8 @@ static void test_jacobian_of_lookup(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_construct_and_read),   cmocka_unit_test(test_construct_errors),
-      cmocka_unit_test(test_graph_sparse_gradient), cmocka_unit_test(test_graph_mixed_gradient),
+      cmocka_unit_test(test_graph_sparse_gradient), cmocka_unit_test(test_graph_three_sparse_terms),
+      cmocka_unit_test(test_graph_mixed_gradient),
       cmocka_unit_test(test_graph_second_order),    cmocka_unit_test(test_tape_sparse_gradient),
       cmocka_unit_test(test_tape_second_order),     cmocka_unit_test(test_jacobian_of_lookup),
   };

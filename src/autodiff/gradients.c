@@ -176,13 +176,6 @@ static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
 
 /* ---- aggregation and one node's gradient ----------------------------------------------- */
 
-/* The sum of n IndexedSlices of one dense shape: their parts concatenated. */
-static nb_tensor *sum_slices(nb_ctx *c, nb_tensor **terms, int n) {
-  nb_tensor *sum = terms[0];
-  for (int i = 1; i < n; i++) sum = nb_indexed_slices_concat(c, sum, terms[i]);
-  return sum;
-}
-
 /* The dense sum of n terms (slices among them densified): AddN, or a pairwise tree. */
 static nb_tensor *sum_dense(pass *p, nb_tensor **terms, int n) {
   for (int i = 0; i < n; i++) terms[i] = nb_densify(p->c, terms[i]);
@@ -218,7 +211,7 @@ static nb_tensor *aggregate(pass *p, int32_t id, int32_t out) {
     terms[--i] = entry_handle(p, &p->entries[e], m);
     nsparse += p->entries[e].indices_key >= 0;
   }
-  nb_tensor *sum = nsparse == n ? sum_slices(p->c, terms, n) : sum_dense(p, terms, n);
+  nb_tensor *sum = nsparse < n ? sum_dense(p, terms, n) : n == 1 ? terms[0] : nb_indexed_slices_concat_n(p->c, terms, n);
   free(terms);
   if (sum) p->entries[head] = entry_of(sum, -1); /* the sum replaces the list */
   return sum;

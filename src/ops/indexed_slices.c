@@ -71,20 +71,42 @@ nb_tensor *nb_densify(nb_ctx *c, nb_tensor *x) {
   return nb_unsorted_segment_sum(c, x->slice_values, x->slice_indices, x->shape[0]);
 }
 
-nb_tensor *nb_indexed_slices_concat(nb_ctx *c, nb_tensor *a, nb_tensor *b) {
+static bool same_slices_kind(const nb_tensor *a, const nb_tensor *b) {
+  return a && b && a->slice_values && b->slice_values && a->dtype == b->dtype && a->rank == b->rank &&
+         memcmp(a->shape, b->shape, (size_t)a->rank * sizeof *a->shape) == 0;
+}
+
+nb_tensor *nb_indexed_slices_concat_n(nb_ctx *c, nb_tensor *const *x, int n) {
   if (!nb_live(c)) return NULL;
-  if (!a || !b || !a->slice_values || !b->slice_values || a->dtype != b->dtype || a->rank != b->rank ||
-      memcmp(a->shape, b->shape, (size_t)a->rank * sizeof *a->shape) != 0) {
-    nb_fail(c, NB_INVALID, "nb_indexed_slices_concat: needs two IndexedSlices of one dtype and dense shape");
+  bool ok = n >= 1 && x, mixed = false;
+  for (int i = 0; ok && i < n; i++) {
+    ok = same_slices_kind(x[0], x[i]);
+    mixed |= ok && x[i]->slice_indices->dtype != x[0]->slice_indices->dtype;
+  }
+  if (!ok) {
+    nb_fail(c, NB_INVALID, "nb_indexed_slices_concat: needs two IndexedSlices (or more) of one dtype and dense shape");
     return NULL;
   }
-  nb_tensor *values[2] = {a->slice_values, b->slice_values};
-  nb_tensor *indices[2] = {a->slice_indices, b->slice_indices};
-  if (indices[0]->dtype != indices[1]->dtype) { /* int32 and int64 parts meet as int64 */
-    indices[0] = nb_cast(c, indices[0], NB_I64);
-    indices[1] = nb_cast(c, indices[1], NB_I64);
+  nb_tensor **parts = malloc((size_t)n * 2 * sizeof *parts), **values = parts, **indices = parts + n;
+  if (!parts) {
+    nb_fail(c, NB_NOMEM, "nb_indexed_slices_concat: out of memory");
+    return NULL;
   }
-  return nb_indexed_slices(c, nb_concat(c, values, 2, 0), nb_concat(c, indices, 2, 0), a->shape, a->rank);
+  nb_scope_begin(c); /* the casts and concatenations: the result copies them */
+  for (int i = 0; i < n; i++) { /* int32 and int64 parts meet as int64 */
+    values[i] = x[i]->slice_values;
+    indices[i] = mixed ? nb_cast(c, x[i]->slice_indices, NB_I64) : x[i]->slice_indices;
+  }
+  nb_tensor *all_values = nb_concat(c, values, n, 0), *all_indices = nb_concat(c, indices, n, 0);
+  nb_tensor *sum = nb_indexed_slices(c, all_values, all_indices, x[0]->shape, x[0]->rank);
+  nb_scope_end(c, &sum, 1);
+  free(parts);
+  return sum;
+}
+
+nb_tensor *nb_indexed_slices_concat(nb_ctx *c, nb_tensor *a, nb_tensor *b) {
+  nb_tensor *x[2] = {a, b};
+  return nb_indexed_slices_concat_n(c, x, 2);
 }
 
 nb_code nb_densify_inputs(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **dense) {

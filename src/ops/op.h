@@ -141,6 +141,8 @@ void nb_attr_defaults(const nb_op_def *def, nb_attrval *vals);
 nb_attrval *nb_attrs_copy(nb_arena *a, const nb_op_def *def, const nb_attrval *attr);
 /* dense[i] = in[i], with IndexedSlices densified (src/ops/indexed_slices.c). */
 nb_code nb_densify_inputs(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **dense);
+/* The sum of IndexedSlices x[0..n) of one dtype and dense shape: all parts concatenated at once. */
+nb_tensor *nb_indexed_slices_concat_n(nb_ctx *c, nb_tensor *const *x, int n);
 /* in[0..n) as dense tensors in *dense: in itself when none is IndexedSlices (*owned NULL),
    else a new array (*owned, which the caller frees) of densified ones. */
 nb_code nb_densify_list(nb_ctx *c, nb_tensor *const *in, int n, nb_tensor *const **dense, nb_tensor ***owned);
