@@ -239,6 +239,11 @@ static void test_errors_eager(void **state) {
   nb_tensor *no = nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){0});
   assert_int_not_equal(nb_cond(f->e, no, null_branch, null_branch, NULL, &x, 1, out, 1), NB_OK);
   tu_check_error(f->e, NB_INVALID, "nb_cond: the else branch left output 0 NULL", NULL);
+  nb_attr dt = nb_attr_type("dtype", NB_F64);
+  nb_tensor *any = NULL; /* a graph tensor of unknown rank as an eager predicate */
+  assert_int_equal(nb_op(f->c, "Placeholder", NULL, 0, &dt, 1, &any, 1), NB_OK);
+  assert_int_not_equal(nb_cond(f->e, any, sq_branch, sin_branch, NULL, &x, 1, out, 2), NB_OK);
+  tu_check_error(f->e, NB_INVALID, "nb_cond: the predicate must be a bool scalar", "got float64 <unknown rank>");
 }
 
 /* Relaxed shapes: a vector that doubles each iteration, declared [-1]. */

@@ -280,7 +280,8 @@ static void compact_handles(nb_ctx *c) {
 }
 
 void nb_tensor_free(nb_tensor *x) {
-  if (!x || x->state == NB_HANDLE_POOLED || x->state == NB_HANDLE_BORROWED) return; /* twice is harmless */
+  /* a second free is harmless only until the pooled handle is reused (as with free) */
+  if (!x || x->state == NB_HANDLE_POOLED || x->state == NB_HANDLE_BORROWED) return;
   if (x->state == NB_HANDLE_DETACHED) {
     if (x->slice_values) release_slices(x);
     nb_buffer_release(NULL, x->buf);

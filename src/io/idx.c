@@ -181,9 +181,11 @@ nb_code nb_idx_load(nb_ctx *c, const char *path, nb_idx_file *f) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nb_fail(c, NB_IO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  bool stat_failed = fstat(fd, &st) != 0;
+  if (stat_failed || !S_ISREG(st.st_mode)) {
+    const char *why = stat_failed ? strerror(errno) : "not a regular file";
     close(fd);
-    return nb_fail(c, NB_IO, "%s: not a regular file", path);
+    return nb_fail(c, NB_IO, "%s: %s", path, why);
   }
   gzFile gz = gzdopen(fd, "rb");
   if (!gz) {

@@ -84,7 +84,7 @@ static nb_code read_pred(nb_ctx *c, const char *who, const nb_tensor *pred, bool
   if (!pred) return nb_fail(c, NB_INVALID, "%s: the cond function left its predicate NULL", who);
   if (pred->dtype != NB_BOOL || pred->rank != 0)
     return nb_fail(c, NB_INVALID, "%s: the predicate must be a bool scalar, got %s %s", who,
-                   nb_dtype_name(pred->dtype), nb_tstr(pred));
+                   nb_dtype_name(pred->dtype), shape_str(pred));
   if (!pred->buf) return nb_fail(c, NB_INVALID, "%s: the predicate has no value (a graph tensor in an eager loop)", who);
   *value = *(const uint8_t *)nb_tdata(pred) != 0;
   return NB_OK;
