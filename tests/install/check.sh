@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the built tree into a temporary prefix, then builds and runs programs
-# against it: through pkg-config and through CMake's find_package(nabla).
+# against it: through pkg-config (shared and --static) and through CMake's find_package(nabla).
 set -eu
 build=$1
 src=$2
@@ -28,6 +28,10 @@ cc -o "$prefix/gradients_pc" "$src/examples/gradients.c" $(pkg-config --cflags -
 "$prefix/gradients_pc" >/dev/null
 cc -o "$prefix/reader_pc" "$prefix/reader.c" $(pkg-config --cflags --libs nabla) $rpath
 "$prefix/reader_pc"
+# static library through pkg-config --static (its Libs.private and Requires.private)
+static_libs=$(pkg-config --static --libs nabla | sed 's/-lnabla\b/-l:libnabla.a/')
+cc -o "$prefix/reader_pc_static" "$prefix/reader.c" $(pkg-config --cflags nabla) $static_libs
+"$prefix/reader_pc_static"
 # CMake package
 mkdir -p "$prefix/consumer"
 cat > "$prefix/consumer/CMakeLists.txt" <<CM
