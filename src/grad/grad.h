@@ -29,12 +29,29 @@ void nb_register_conv_grads(void);
 /* While, If, StatefulPartitionedCall (control_flow_grad.c) */
 void nb_register_control_flow_grads(void);
 
+/* The rule of a one-output op (the math and nn families): it gets the incoming gradient
+   dy directly, and an output without a gradient gives the inputs none.
+   NBG_RULE(name) { ... dxs[i] = ...; } defines the nb_grad_fn name. */
+#define NBG_RULE(name)                                                                          \
+  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs);   \
+  static nb_code name(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) { \
+    return dys[0] ? name##_rule(c, op, dys[0], dxs) : NB_OK;                                    \
+  }                                                                                             \
+  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs)
+
+/* Inside a rule: the op's inputs 0 and 1, and whether the pass wants input i's gradient
+   (the others need none computed). */
+static inline nb_tensor *in0(const nb_fwd_op *op) { return nb_fwd_input(op, 0); }
+static inline nb_tensor *in1(const nb_fwd_op *op) { return nb_fwd_input(op, 1); }
+#define NEED(i) nb_fwd_input_needs_grad(op, i)
+
 /* The one output of op `type` on in[0..nin) (nb_op for ops without a plain wrapper). */
 nb_tensor *nbg_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs);
 /* x as int64 (index inputs may be int32). */
 nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x);
 /* A scalar of x's dtype. */
 nb_tensor *nbg_scalar_like(nb_ctx *c, nb_tensor *x, double v);
+static inline nb_tensor *scalar(nb_ctx *c, nb_tensor *like, double v) { return nbg_scalar_like(c, like, v); }
 /* dy summed down to x's shape: the gradient of a broadcast. Static shapes give at most a
    Sum and a Reshape (nothing when the shapes are equal); unknown shapes use Shape and
    BroadcastGradientArgs at run time. */

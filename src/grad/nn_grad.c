@@ -4,21 +4,7 @@
    gradient arriving at their backprop output, so their Hessians are right. */
 #include "grad.h"
 
-static nb_tensor *in0(const nb_fwd_op *op) { return nb_fwd_input(op, 0); }
-static nb_tensor *in1(const nb_fwd_op *op) { return nb_fwd_input(op, 1); }
 static nb_tensor *out0(const nb_fwd_op *op) { return nb_fwd_output(op, 0); }
-static nb_tensor *scalar(nb_ctx *c, nb_tensor *like, double v) { return nbg_scalar_like(c, like, v); }
-
-#define NEED(i) nb_fwd_input_needs_grad(op, i)
-
-/* Every op here but the losses has one output: a rule gets its incoming gradient dy
-   directly, and no gradient there gives the inputs none. */
-#define GRAD(name)                                                                              \
-  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs);   \
-  static nb_code name(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) { \
-    return dys[0] ? name##_rule(c, op, dys[0], dxs) : NB_OK;                                    \
-  }                                                                                             \
-  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs)
 
 /* sum of x over the last dim, kept as a dim of 1 */
 static nb_tensor *row_sum(nb_ctx *c, nb_tensor *x) { return nb_sum(c, x, (const int[]){-1}, 1, true); }
@@ -31,13 +17,13 @@ static nb_tensor *softmax_jvp(nb_ctx *c, nb_tensor *v, nb_tensor *s) {
 /* ---- softmax ------------------------------------------------------------------------------- */
 
 /* y = softmax(x): dy_i/dx_j = y_i (delta_ij - y_j), so dx = (dy - sum(dy y)) y */
-GRAD(softmax_grad) {
+NBG_RULE(softmax_grad) {
   dxs[0] = softmax_jvp(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* y = x - logsumexp(x): dy_i/dx_j = delta_ij - e^(y_j), so dx = dy - e^y sum(dy) */
-GRAD(log_softmax_grad) {
+NBG_RULE(log_softmax_grad) {
   dxs[0] = nb_sub(c, dy, nb_mul(c, nb_exp(c, out0(op)), row_sum(c, dy)));
   return nb_status(c);
 }
@@ -95,13 +81,13 @@ static nb_code sparse_xent_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const
 /* ---- activations and their fused gradient ops --------------------------------------------- */
 
 /* y = relu6(x): dy/dx = [0 < y < 6] (TF reads the output), so dx = Relu6Grad(dy, y) */
-GRAD(relu6_grad) {
+NBG_RULE(relu6_grad) {
   dxs[0] = nb_relu6_grad(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* d = gradients [0 < features < 6]: linear in gradients, piecewise constant in features */
-GRAD(relu6_grad_grad) {
+NBG_RULE(relu6_grad_grad) {
   nb_tensor *features = in1(op);
   dxs[0] = NEED(0) ? nb_relu6_grad(c, dy, features) : NULL;
   dxs[1] = NEED(1) ? nb_zeros_like(c, features) : NULL;
@@ -109,14 +95,14 @@ GRAD(relu6_grad_grad) {
 }
 
 /* y = x > 0 ? x : alpha x: dx = LeakyReluGrad(dy, x) */
-GRAD(leaky_relu_grad) {
+NBG_RULE(leaky_relu_grad) {
   double alpha = nb_fwd_attr_float(op, "alpha");
   dxs[0] = nb_leaky_relu_grad(c, dy, in0(op), alpha);
   return nb_status(c);
 }
 
 /* d = gradients (features > 0 ? 1 : alpha): linear in gradients, piecewise constant in features */
-GRAD(leaky_relu_grad_grad) {
+NBG_RULE(leaky_relu_grad_grad) {
   nb_tensor *features = in1(op);
   dxs[0] = NEED(0) ? nb_leaky_relu_grad(c, dy, features, nb_fwd_attr_float(op, "alpha")) : NULL;
   dxs[1] = NEED(1) ? nb_zeros_like(c, features) : NULL;
@@ -124,17 +110,17 @@ GRAD(leaky_relu_grad_grad) {
 }
 
 /* y = selu(x): dy/dx = y + scale alpha where y < 0, scale above, so dx = SeluGrad(dy, y) */
-GRAD(selu_grad) {
+NBG_RULE(selu_grad) {
   dxs[0] = nb_selu_grad(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* d = gradients (outputs + scale alpha) where outputs < 0, else gradients scale: linear in
    gradients (SeluGrad(ddx, outputs)); dd/d(outputs) = gradients where outputs < 0, else 0 */
-GRAD(selu_grad_grad) { return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_selu_grad); }
+NBG_RULE(selu_grad_grad) { return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_selu_grad); }
 
 /* y = gelu(x): dx = GeluGrad(dy, x) */
-GRAD(gelu_grad) {
+NBG_RULE(gelu_grad) {
   dxs[0] = nb_gelu_grad(c, dy, in0(op), nb_fwd_attr_bool(op, "approximate"));
   return nb_status(c);
 }
@@ -161,7 +147,7 @@ static nb_tensor *gelu_curvature_tanh(nb_ctx *c, nb_tensor *x) {
 
 /* d = gradients gelu'(features): linear in gradients (GeluGrad(ddx, features));
    dd/d(features) = gradients gelu''(features) */
-GRAD(gelu_grad_grad) {
+NBG_RULE(gelu_grad_grad) {
   nb_tensor *g = in0(op), *x = in1(op);
   bool approximate = nb_fwd_attr_bool(op, "approximate");
   dxs[0] = NEED(0) ? nb_gelu_grad(c, dy, x, approximate) : NULL;
@@ -175,7 +161,7 @@ GRAD(gelu_grad_grad) {
 /* ---- L2Loss ---------------------------------------------------------------------------------- */
 
 /* y = sum(t^2) / 2: dy/dt = t (dy is a scalar) */
-GRAD(l2_loss_grad) {
+NBG_RULE(l2_loss_grad) {
   dxs[0] = nb_mul(c, in0(op), dy);
   return nb_status(c);
 }
