@@ -499,7 +499,10 @@ nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *
 /* Gradient functions see the forward op through nb_fwd_op (TF's ForwardOperation): its
    type, inputs, outputs and attrs, the same in every mode. dys[i] is the gradient of
    output i: zeros for a float output that got none while another output did, NULL for
-   int/bool outputs. The function sets dxs[i] for each input (NULL: none). */
+   int/bool outputs. The function sets dxs[i] for each input (NULL: none). A gradient of a
+   float input must have its dtype and a static shape compatible with its (unknown dims
+   match any): else NB_DTYPE / NB_SHAPE naming the op, the input index and both (TF's
+   "Incompatible shapes between op input and calculated input gradient"), in every mode. */
 typedef nb_code (*nb_grad_fn)(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
 /* Registers f under an op type or a free name (for overrides). Duplicates: NB_INVALID.
    Registration is not synchronized with gradient computation on other threads: register
@@ -584,7 +587,8 @@ void nb_tape_end(nb_tape *t);               /* also frees everything it recorded
    same inputs, the outputs and their incoming gradients dys (as for nb_grad_fn: zeros for
    a float output without one) and sets dxs for the inputs. The pair acts as one op: the
    eager tape records it as one entry, a graph gets a node whose gradient is grad; either
-   way nothing differentiates fwd's own ops.
+   way nothing differentiates fwd's own ops. dxs are checked as nb_grad_fn's (errors name
+   the op _CustomGradient, whose input nout + i is in[i]).
    user is passed through and must outlive every gradient computation. */
 typedef nb_code (*nb_custom_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user);
 typedef nb_code (*nb_custom_grad_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,

@@ -111,6 +111,35 @@ static void test_errors(void **state) {
   tu_check_error(f->e, NB_NOT_FOUND, "Op type not registered '_CustomGradient'", NULL);
 }
 
+/* dxs[0] of shape [7] whatever the input's: a wrong gradient. */
+static nb_code seven_ones_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                               nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)in, (void)nin, (void)out, (void)nout, (void)dys, (void)user;
+  dxs[0] = nb_ones_like(c, nb_tensor_from(c, NB_F64, 1, TU_SHAPE(7), NULL));
+  return nb_status(c);
+}
+
+/* A custom gradient of the wrong shape fails on the tape and in the graph alike, naming the
+   custom op's input: its inputs are the forward's outputs, then the forward's inputs. */
+static void test_wrong_gradient_shape(void **state) {
+  gu_fixture *f = *state;
+  const char *want = "Incompatible shapes between op input and calculated input gradient. Forward operation: "
+                     "_CustomGradient (op type: _CustomGradient). Input index: 1. Original input shape: [3]. "
+                     "Calculated input gradient shape: [7]";
+  nb_tensor *x = nb_tensor_from(f->e, NB_F64, 1, TU_SHAPE(3), xs3), *y, *dx = x;
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, x);
+  assert_int_equal(nb_custom_gradient(f->e, softplus_fwd, seven_ones_grad, NULL, &x, 1, &y, 1), NB_OK);
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_SHAPE);
+  tu_check_error(f->e, NB_SHAPE, want, NULL);
+  assert_null(dx);
+  nb_tape_end(t);
+  nb_tensor *p = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "p");
+  assert_int_equal(nb_custom_gradient(f->c, softplus_fwd, seven_ones_grad, NULL, &p, 1, &y, 1), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &y, 1, &p, 1, NULL, &dx), NB_SHAPE);
+  tu_check_error(f->c, NB_SHAPE, "Original input shape: [3]. Calculated input gradient shape: [7]", NULL);
+}
+
 static nb_code identity_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
   (void)c, (void)nin, (void)nout, (void)user;
   out[0] = in[0]; /* returning an input must not free the caller's tensor */
@@ -184,6 +213,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_graph, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_two_by_two, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_errors, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_wrong_gradient_shape, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_forward_returns_input, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_tape_begun_in_forward, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_forward_rereads_dying_input, gu_setup, gu_teardown),

@@ -216,6 +216,59 @@ static void test_registry_and_overrides(void **state) {
   assert_null(dx);
 }
 
+/* A [7] of ones, whatever the input's shape. */
+static nb_code seven_ones_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  (void)op, (void)dys;
+  dxs[0] = nb_ones_like(c, nb_tensor_from(c, NB_F64, 1, TU_SHAPE(7), NULL));
+  return nb_status(c);
+}
+
+/* dy as float32, whatever the input's dtype. */
+static nb_code float32_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  (void)op;
+  dxs[0] = nb_cast(c, dys[0], NB_F32);
+  return nb_status(c);
+}
+
+/* x's Exp node with its gradient overridden by the registered grad_name. */
+static nb_tensor *exp_with_grad(gu_fixture *f, nb_tensor *x, const char *grad_name) {
+  assert_int_equal(nb_gradient_override_push(f->g, "Exp", grad_name), NB_OK);
+  nb_tensor *y = nb_exp(f->c, x);
+  nb_gradient_override_pop(f->g);
+  return y;
+}
+
+/* TF checks each calculated input gradient against its input: a [7] for a [3] input, or a
+   float32 one for a float64 input, is an error naming the op, the index and both shapes;
+   static shapes that are merely unknown pass. */
+static void test_gradient_checked_against_input(void **state) {
+  gu_fixture *f = *state;
+  assert_int_equal(nb_register_gradient("TestSevenOnes", seven_ones_grad), NB_OK);
+  assert_int_equal(nb_register_gradient("TestFloat32", float32_grad), NB_OK);
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *dx = x;
+  nb_name_scope_push(f->g, "layer");
+  nb_tensor *y = exp_with_grad(f, x, "TestSevenOnes");
+  nb_name_scope_pop(f->g);
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx), NB_SHAPE);
+  tu_check_error(f->c, NB_SHAPE,
+                 "Incompatible shapes between op input and calculated input gradient. Forward operation: layer/Exp "
+                 "(op type: Exp). Input index: 0. Original input shape: [3]. Calculated input gradient shape: [7]",
+                 NULL);
+  assert_null(dx);
+  y = exp_with_grad(f, x, "TestFloat32");
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx), NB_DTYPE);
+  tu_check_error(f->c, NB_DTYPE,
+                 "Incompatible dtypes between op input and calculated input gradient. Forward operation: Exp "
+                 "(op type: Exp). Input index: 0. Original input dtype: float64. Calculated input gradient dtype: "
+                 "float32",
+                 NULL);
+  /* unknown dims (or rank) are compatible with any size: only the run can tell */
+  nb_tensor *u = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "u");
+  y = exp_with_grad(f, u, "TestSevenOnes");
+  assert_int_equal(nb_gradients(f->c, &y, 1, &u, 1, NULL, &dx), NB_OK);
+  tu_check_shape(dx, NB_F64, 1, TU_SHAPE(7));
+}
+
 static void test_argument_errors(void **state) {
   gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *dx;
@@ -297,6 +350,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_second_order, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_visits_only_between, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_registry_and_overrides, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_gradient_checked_against_input, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_argument_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradcheck, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_find_non_differentiable, gu_setup, gu_teardown),

@@ -20,12 +20,22 @@ typedef enum { NB_GRAD_NONE, NB_GRAD_FN, NB_GRAD_STOP } nb_grad_kind;
 /* The gradient of def (or of the override name, when given): a function, a registered
    "no gradient", or nothing registered. */
 nb_grad_kind nb_grad_lookup(const nb_op_def *def, const char *override_name, nb_grad_fn *fn);
+/* TF's is_compatible_with: ranks and dims equal where both are known (-1: unknown). */
+static inline bool nb_shapes_compatible(const nb_tensor *a, const nb_tensor *b) {
+  if (a->rank < 0 || b->rank < 0) return true;
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->shape[d] >= 0 && b->shape[d] >= 0 && a->shape[d] != b->shape[d]) return false;
+  return true;
+}
 /* dxs slots past a forward op's inputs, which catch a function returning extra gradients. */
 #define NB_GRAD_GUARDS 8
 /* Handles one op's gradient call needs: inputs, outputs, dys, and dxs with guards. */
 static inline int32_t nb_grad_width(int32_t nin, int32_t nout) { return 2 * (nin + nout) + NB_GRAD_GUARDS; }
 /* Calls fn on op (dxs has nin + NB_GRAD_GUARDS slots), failing like TF when it returns more
-   gradients than the op has inputs, and naming the op when it fails without a message. */
+   gradients than the op has inputs or a gradient whose dtype or static shape does not fit
+   its float input, and naming the op when it fails without a message. Every mode (graph
+   pass, tape, custom and overridden gradients) calls gradient functions through it. */
 nb_code nb_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
 
 /* Registers the built-in gradient functions once. */

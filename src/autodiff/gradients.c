@@ -338,15 +338,6 @@ static nb_code check_tensors(nb_ctx *c, const char *what, nb_tensor *const *ts, 
   return NB_OK;
 }
 
-/* TF's is_compatible_with: ranks and dims equal where both are known (-1: unknown). */
-static bool shapes_compatible(const nb_tensor *a, const nb_tensor *b) {
-  if (a->rank < 0 || b->rank < 0) return true;
-  if (a->rank != b->rank) return false;
-  for (int d = 0; d < a->rank; d++)
-    if (a->shape[d] >= 0 && b->shape[d] >= 0 && a->shape[d] != b->shape[d]) return false;
-  return true;
-}
-
 static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
                           const nb_grad_opts *o, nb_tensor **dxs) {
   if (!c->graph) return nb_fail(c, NB_INVALID, "nb_gradients needs a graph context; eager code uses a tape");
@@ -361,7 +352,7 @@ static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *co
       code = nb_fail(c, NB_DTYPE, "nb_gradients: grad_ys[%d] has dtype %s, ys[%d] has %s", i,
                      nb_dtype_name(o->grad_ys[i]->dtype), i, nb_dtype_name(ys[i]->dtype));
   for (int i = 0; !code && o->grad_ys && i < ny; i++)
-    if (o->grad_ys[i] && !shapes_compatible(o->grad_ys[i], ys[i]))
+    if (o->grad_ys[i] && !nb_shapes_compatible(o->grad_ys[i], ys[i]))
       code = nb_fail(c, NB_SHAPE, "nb_gradients: grad_ys[%d] has shape %s, incompatible with ys[%d] of shape %s", i,
                      nb_tstr(o->grad_ys[i]), i, nb_tstr(ys[i]));
   if (!code && (o->nstop < 0 || (o->nstop > 0 && !o->stop)))

@@ -112,6 +112,29 @@ const char *nb_op_type_name(int i) {
   return def ? def->name : NULL;
 }
 
+/* TF's _GradientsHelper sets each calculated input gradient's shape to its input's, which
+   fails when they are incompatible: a gradient function returned something other than the
+   gradient of that input. Integer and bool inputs take no gradient, so theirs is not
+   checked; IndexedSlices carry their values' dtype and their dense shape. */
+static nb_code mismatch(nb_ctx *c, nb_code code, const nb_fwd_op *op, int i, const char *what, const char *had,
+                       const char *got) {
+  return nb_fail(c, code,
+                 "Incompatible %ss between op input and calculated input gradient. Forward operation: %s (op type: "
+                 "%s). Input index: %d. Original input %s: %s. Calculated input gradient %s: %s",
+                 what, op->name, op->def->name, i, what, had, what, got);
+}
+
+static nb_code check_input_grads(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dxs) {
+  for (int i = 0; i < op->nin; i++) {
+    const nb_tensor *x = op->in[i], *dx = dxs[i];
+    if (!dx || !x || !nb_is_float(x->dtype)) continue;
+    if (dx->dtype != x->dtype)
+      return mismatch(c, NB_DTYPE, op, i, "dtype", nb_dtype_name(x->dtype), nb_dtype_name(dx->dtype));
+    if (!nb_shapes_compatible(x, dx)) return mismatch(c, NB_SHAPE, op, i, "shape", nb_tstr(x), nb_tstr(dx));
+  }
+  return NB_OK;
+}
+
 nb_code nb_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *guard = (nb_tensor *)&guard;
   for (int i = 0; i < op->nin; i++) dxs[i] = NULL;
@@ -124,7 +147,8 @@ nb_code nb_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor 
                    extra == NB_GRAD_GUARDS ? "at least " : "", op->nin + extra, op->name, op->nin);
   if (code && nb_status(c) == NB_OK)
     nb_fail(c, code, "the gradient function of '%s' (op type: %s) failed", op->name, op->def->name);
-  return code ? code : nb_status(c);
+  if (!code) code = nb_status(c);
+  return code ? code : check_input_grads(c, op, dxs);
 }
 
 /* ---- gradient_override_map ------------------------------------------------------------- */
