@@ -239,6 +239,10 @@ nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to);                  /* Ca
 nb_tensor *nb_add_n(nb_ctx *c, nb_tensor *const *xs, int n);               /* AddN: same shapes */
 nb_tensor *nb_identity(nb_ctx *c, nb_tensor *x);
 nb_tensor *nb_stop_gradient(nb_ctx *c, nb_tensor *x);
+/* PreventGradient: x itself, but differentiating through it (nb_gradients, tapes) fails
+   with NB_NO_GRADIENT: "Gradient explicitly disabled. Reason: <message>" and the node.
+   Paths cut before it (stop, StopGradient) do not reach it. message NULL: "". */
+nb_tensor *nb_prevent_gradient(nb_ctx *c, nb_tensor *x, const char *message);
 
 /* reductions (Sum Mean Max Min Prod: f32 f64 i32 i64). axes == NULL reduces every
    axis (tf.reduce_sum(x)); axes != NULL with naxes == 0 reduces none (TF's empty

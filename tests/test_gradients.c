@@ -216,6 +216,35 @@ static void test_registry_and_overrides(void **state) {
   assert_null(dx);
 }
 
+/* PreventGradient passes its input through, and differentiating through it fails with its
+   message, in graphs and on tapes; a path cut before it never reaches it. */
+static void test_prevent_gradient(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x"), *dx = x;
+  nb_tensor *p = nb_prevent_gradient(f->c, nb_mul(f->c, x, x), "second derivative unsupported");
+  nb_tensor *y = nb_sum(f->c, p, NULL, 0, false);
+  expect(f, x, tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, -2)), p, TU_VALS(9, 4));
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx), NB_NO_GRADIENT);
+  tu_check_error(f->c, NB_NO_GRADIENT, "Gradient explicitly disabled. Reason: second derivative unsupported",
+                 "(operation 'PreventGradient', op type: PreventGradient)");
+  assert_null(dx);
+  /* stopped at the op itself, or above it by StopGradient: no error, no gradient through it */
+  nb_grad_opts o = {.stop = &p, .nstop = 1};
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, &o, &dx), NB_OK);
+  assert_null(dx);
+  nb_tensor *y2 = nb_add(f->c, nb_sum(f->c, nb_stop_gradient(f->c, p), NULL, 0, false), nb_sum(f->c, x, NULL, 0, false));
+  expect(f, x, tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, -2)), grad1(f, y2, x, NULL), TU_VALS(1, 1));
+  /* on a tape, with the default message through nb_op */
+  nb_tensor *xe = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, -2)), *pe;
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, xe);
+  assert_int_equal(nb_op(f->e, "PreventGradient", &xe, 1, NULL, 0, &pe, 1), NB_OK);
+  tu_check_vals(pe, TU_VALS(3, -2), 0);
+  assert_int_equal(nb_tape_gradient(t, &pe, 1, &xe, 1, NULL, &dx), NB_NO_GRADIENT);
+  tu_check_error(f->e, NB_NO_GRADIENT, "Gradient explicitly disabled. Reason:  (operation 'PreventGradient'", NULL);
+  nb_tape_end(t);
+}
+
 /* A [7] of ones, whatever the input's shape. */
 static nb_code seven_ones_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   (void)op, (void)dys;
@@ -351,6 +380,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_visits_only_between, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_registry_and_overrides, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradient_checked_against_input, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_prevent_gradient, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_argument_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradcheck, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_find_non_differentiable, gu_setup, gu_teardown),

@@ -363,11 +363,16 @@ static void test_add_n_identity(void **state) {
   tu_check_error(c, NB_SHAPE, "AddN: inputs must have the same shape", "input 1 is [2]");
   assert_null(nb_add_n(c, xs, 0));
   tu_check_error(c, NB_INVALID, "AddN", "at least one input");
-  /* Identity and StopGradient are views sharing the input's buffer */
+  /* Identity, StopGradient and PreventGradient are views sharing the input's buffer */
   nb_tensor *id = nb_identity(c, xs[1]);
   nb_tensor *sg = nb_stop_gradient(c, xs[1]);
+  nb_tensor *pg = nb_prevent_gradient(c, xs[1], "why"), *pg2;
+  nb_attr why = nb_attr_str("message", "why");
+  assert_int_equal(nb_op(c, "PreventGradient", &xs[1], 1, &why, 1, &pg2, 1), NB_OK);
   assert_ptr_equal(nb_data(id), nb_data(xs[1]));
   assert_ptr_equal(nb_data(sg), nb_data(xs[1]));
+  assert_ptr_equal(nb_data(pg), nb_data(xs[1]));
+  assert_ptr_equal(nb_data(pg2), nb_data(xs[1]));
   nb_tensor_free(xs[1]);
   tu_check(id, F32, 1, TU_SHAPE(3), TU_VALS(10, 20, 30), 0);
 }

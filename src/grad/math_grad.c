@@ -211,6 +211,15 @@ NBG_RULE(identity_grad) {
   return NB_OK;
 }
 
+/* PreventGradient exists to make differentiating through it an error (TF's LookupError,
+   as for an op without a gradient), quoting the reason its builder gave. */
+static nb_code prevent_gradient_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  (void)dys, (void)dxs;
+  const char *reason = nb_fwd_attr_str(op, "message");
+  return nb_set_error(c, NB_NO_GRADIENT, "Gradient explicitly disabled. Reason: %s (operation '%s', op type: %s)",
+                      reason ? reason : "", nb_fwd_name(op), nb_fwd_type(op));
+}
+
 /* ---- the fused gradient ops (second order) ---------------------------------------------------------
    Each is g(y, dy) (or g(dy, x)) written d below; its gradient takes the incoming ddx. */
 
@@ -290,6 +299,7 @@ void nb_register_math_grads(void) {
       {"RealDiv", real_div_grad}, {"Pow", pow_grad}, {"SquaredDifference", squared_difference_grad},
       {"Maximum", maximum_grad}, {"Minimum", minimum_grad}, {"SelectV2", select_grad},
       {"Cast", cast_grad}, {"AddN", add_n_grad}, {"Identity", identity_grad},
+      {"PreventGradient", prevent_gradient_grad},
       {"TanhGrad", tanh_grad_grad}, {"SigmoidGrad", sigmoid_grad_grad},
       {"RsqrtGrad", rsqrt_grad_grad}, {"SqrtGrad", sqrt_grad_grad},
       {"ReciprocalGrad", reciprocal_grad_grad}, {"ReluGrad", relu_grad_grad},

@@ -680,6 +680,7 @@ enum {
   OP_ADDV2, OP_ADD, OP_SUB, OP_MUL, OP_REALDIV, OP_POW, OP_SQDIFF, OP_MAXIMUM, OP_MINIMUM,
   OP_LESS, OP_LESS_EQUAL, OP_GREATER, OP_GREATER_EQUAL, OP_EQUAL, OP_NOT_EQUAL,
   OP_LOGICAL_AND, OP_LOGICAL_OR, OP_SELECT, OP_CAST, OP_ADD_N, OP_IDENTITY, OP_STOP_GRADIENT,
+  OP_PREVENT_GRADIENT,
   OP_TANH_GRAD, OP_SIGMOID_GRAD, OP_RSQRT_GRAD, OP_SQRT_GRAD, OP_RECIPROCAL_GRAD, OP_RELU_GRAD,
   OP_ELU_GRAD, OP_SOFTPLUS_GRAD, OP_COUNT
 };
@@ -737,6 +738,9 @@ static nb_op_def math_ops[OP_COUNT] = {
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .infer = add_n_infer, .kernel = add_n_kernel},
     [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = same_infer},
     [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = same_infer},
+    /* an identity whose gradient is an error quoting "message" (src/grad/math_grad.c) */
+    [OP_PREVENT_GRADIENT] = {.name = "PreventGradient", .nin = 1, .nout = 1, .alias = 0, .nattrs = 1, .elementwise = true,
+     .attrs = {{"message", NB_ATTR_STR, {.s = ""}, false}}, .infer = same_infer},
     [OP_TANH_GRAD] = PAIR("TanhGrad", FLOAT_TABLE(tanh_grad, pair), "y", "dy"),
     [OP_SIGMOID_GRAD] = PAIR("SigmoidGrad", FLOAT_TABLE(sigmoid_grad, pair), "y", "dy"),
     [OP_RSQRT_GRAD] = PAIR("RsqrtGrad", FLOAT_TABLE(rsqrt_grad, pair), "y", "dy"),
@@ -812,6 +816,13 @@ nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to) {
   nb_attr_defaults(&math_ops[OP_CAST], a);
   a[CAST_DSTT].type = to;
   return nb_call(c, &math_ops[OP_CAST], &x, 1, a);
+}
+
+nb_tensor *nb_prevent_gradient(nb_ctx *c, nb_tensor *x, const char *message) {
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&math_ops[OP_PREVENT_GRADIENT], a);
+  if (message) a[0].s = message;
+  return nb_call(c, &math_ops[OP_PREVENT_GRADIENT], &x, 1, a);
 }
 
 nb_tensor *nb_add_n(nb_ctx *c, nb_tensor *const *xs, int n) {
