@@ -237,6 +237,9 @@ nb_tensor *nb_softplus_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features
 
 nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to);                  /* Cast: DstT */
 nb_tensor *nb_add_n(nb_ctx *c, nb_tensor *const *xs, int n);               /* AddN: same shapes */
+/* AccumulateNV2 (tf.math.accumulate_n): AddN's sum, with attr "shape" (dims -1: unknown)
+   the inputs must fit; here the inputs' static shapes merged (one must have a known rank). */
+nb_tensor *nb_accumulate_n(nb_ctx *c, nb_tensor *const *xs, int n);
 nb_tensor *nb_identity(nb_ctx *c, nb_tensor *x);
 nb_tensor *nb_stop_gradient(nb_ctx *c, nb_tensor *x);
 /* PreventGradient: x itself, but differentiating through it (nb_gradients, tapes) fails
@@ -487,12 +490,16 @@ const char *nb_session_error(const nb_session *s);
 void nb_session_set_threads(nb_session *s, int n);
 
 /* ---- symbolic gradients: tf.gradients ----------------------------------------------------- */
-enum { NB_AGG_ADD_N = 0, NB_AGG_TREE = 1 };
+/* How several gradients of one tensor are summed (TF's AggregationMethod): one AddN; a
+   pairwise tree of AddV2; or, as TF's EXPERIMENTAL_ACCUMULATE_N, one AccumulateNV2 when
+   there are more than two and their merged static shape is fully known (else AddN, the
+   same values). */
+enum { NB_AGG_ADD_N = 0, NB_AGG_TREE = 1, NB_AGG_ACCUMULATE_N = 2 };
 typedef struct nb_grad_opts {
   nb_tensor *const *grad_ys;          /* NULL: ones */
   nb_tensor *const *stop; int nstop;  /* stop_gradients */
   int unconnected_zero;               /* 0: NULL for unconnected xs; 1: zeros */
-  int aggregation;                    /* NB_AGG_ADD_N (default), NB_AGG_TREE */
+  int aggregation;                    /* NB_AGG_ADD_N (default), NB_AGG_TREE, NB_AGG_ACCUMULATE_N */
   const char *name;                   /* scope, default "gradients" */
 } nb_grad_opts;
 /* dxs[i] = sum over ys of d ys / d xs[i] (with grad_ys weights), as graph tensors in c's

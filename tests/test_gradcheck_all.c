@@ -188,6 +188,9 @@ static const gc_spec other_specs[] = {
     {.op = "AddN", .in = {X(D_ANY, 2, 3)}},
     {.op = "AddN", .in = {X(D_ANY, 2, 3), X(D_ANY, 2, 3), X(D_ANY, 2, 3)}},
     {.op = "AddN", .in = {S(D_ANY), S(D_ANY)}},
+    {.op = "AccumulateNV2", .in = {X(D_ANY, 2, 3), X(D_ANY, 2, 3), X(D_ANY, 2, 3)}, .attrs = {AL("shape", 2, 3)}},
+    {.op = "AccumulateNV2", .in = {X(D_ANY, 2, 1), X(D_ANY, 2, 1)}, .attrs = {AL("shape", -1, 1)}},
+    {.op = "AccumulateNV2", .in = {S(D_ANY), S(D_ANY)}, .attrs = {{.name = "shape", .kind = NB_ATTR_INTS, .n = 0}}},
 
     {.op = "MatMul", .in = {X(D_ANY, 2, 3), X(D_ANY, 3, 2)}},
     {.op = "MatMul", .in = {X(D_ANY, 3, 2), X(D_ANY, 3, 2)}, .attrs = {AB("transpose_a", true)}},
@@ -565,8 +568,13 @@ static void describe(const gc_spec *sp, char *buf, size_t cap) {
   }
   for (int i = 0; i < MAX_ATTRS && sp->attrs[i].name && len < cap; i++) {
     const nb_attr *a = &sp->attrs[i];
-    long long v = a->kind == NB_ATTR_BOOL ? a->v.b : a->kind == NB_ATTR_INT ? a->v.i : a->kind == NB_ATTR_INTS ? a->v.ints[0] : (long long)a->v.type;
-    if (a->kind == NB_ATTR_FLOAT)
+    long long v = a->kind == NB_ATTR_BOOL ? a->v.b : a->kind == NB_ATTR_INT ? a->v.i : (long long)a->v.type;
+    if (a->kind == NB_ATTR_INTS) { /* the whole list: [2,3], or [] */
+      len += (size_t)snprintf(buf + len, cap - len, " %s=[", a->name);
+      for (int d = 0; d < a->n && len < cap; d++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", d ? "," : "", (long long)a->v.ints[d]);
+      if (len < cap) len += (size_t)snprintf(buf + len, cap - len, "]");
+    } else if (a->kind == NB_ATTR_FLOAT)
       len += (size_t)snprintf(buf + len, cap - len, " %s=%g", a->name, a->v.f);
     else if (a->kind == NB_ATTR_STR)
       len += (size_t)snprintf(buf + len, cap - len, " %s=%s", a->name, a->v.s);
@@ -785,14 +793,15 @@ static bool in_unary_table(const char *op, const unary_op *ops, int n) {
 
 /* The loop when a taped tensor has rank 8 (no room for the seed dim); otherwise one
    batched pass, fully vectorized for elementwise ops (the unary, binary and fused tables,
-   SelectV2, Cast, AddN), MatMul, the reductions, the scans, Reshape/ExpandDims/Squeeze
+   SelectV2, Cast, AddN, AccumulateNV2), MatMul, the reductions, the scans, Reshape/ExpandDims/Squeeze
    and Transpose; the gradient once per seed for every other op. */
 static nb_jacobian_path expected_path(const char *op, nb_tensor *const *in, int nin, const nb_tensor *y) {
   int rank = nb_rank(y);
   for (int i = 0; i < nin; i++) rank = nb_rank(in[i]) > rank ? nb_rank(in[i]) : rank;
   if (rank >= NB_MAX_RANK) return NB_JACOBIAN_LOOP;
   bool elementwise = in_table(op, binary_ops, COUNT(binary_ops)) || in_table(op, fused_ops, COUNT(fused_ops)) ||
-                     !strcmp(op, "SelectV2") || !strcmp(op, "Cast") || !strcmp(op, "AddN") || !strcmp(op, "MatMul") ||
+                     !strcmp(op, "SelectV2") || !strcmp(op, "Cast") || !strcmp(op, "AddN") ||
+                     !strcmp(op, "AccumulateNV2") || !strcmp(op, "MatMul") ||
                      in_unary_table(op, reduce_ops, COUNT(reduce_ops)) || !strcmp(op, "Cumsum") || !strcmp(op, "Cumprod") ||
                      !strcmp(op, "Reshape") || !strcmp(op, "ExpandDims") || !strcmp(op, "Squeeze") ||
                      !strcmp(op, "Transpose");

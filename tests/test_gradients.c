@@ -127,6 +127,36 @@ static void test_aggregation(void **state) {
   tu_check_error(f->c, NB_INVALID, "unknown aggregation 7", NULL);
 }
 
+/* The gradient of sum(x * k) for k = 1..n with each aggregation, and its node's type. */
+static nb_tensor *gradient_of_n_paths(gu_fixture *f, nb_tensor *x, int n, int aggregation) {
+  nb_tensor *terms[5];
+  for (int k = 0; k < n; k++) terms[k] = nb_mul(f->c, x, nb_scalar(f->c, NB_F64, 0.1 * (k + 1)));
+  nb_tensor *y = nb_sum(f->c, nb_add_n(f->c, terms, n), NULL, 0, false);
+  nb_grad_opts o = {.aggregation = aggregation};
+  return grad1(f, y, x, &o);
+}
+
+/* TF's EXPERIMENTAL_ACCUMULATE_N: one AccumulateNV2 (attr shape: the terms' static shape)
+   for more than two terms of a fully known shape, else AddN; the same values as ADD_N's. */
+static void test_aggregation_accumulate_n(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *u = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "u");
+  nb_tensor *xv = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.3, -1.7, 2.9));
+  nb_tensor *acc = gradient_of_n_paths(f, x, 5, NB_AGG_ACCUMULATE_N), *add = gradient_of_n_paths(f, x, 5, NB_AGG_ADD_N);
+  assert_non_null(strstr(nb_tensor_node_name(acc), "AccumulateNV2"));
+  tu_check_shape(acc, NB_F64, 1, TU_SHAPE(3));
+  nb_tensor *a = gu_run1(f, x, xv, acc), *b = gu_run1(f, x, xv, add);
+  assert_memory_equal(nb_data(a), nb_data(b), 3 * sizeof(double));
+  tu_check_vals(a, TU_VALS(1.5, 1.5, 1.5), 1e-15);
+  nb_tensor_free(a);
+  nb_tensor_free(b);
+  /* two terms, or a shape not fully known: AddN */
+  assert_non_null(strstr(nb_tensor_node_name(gradient_of_n_paths(f, x, 2, NB_AGG_ACCUMULATE_N)), "AddN"));
+  nb_tensor *du = gradient_of_n_paths(f, u, 3, NB_AGG_ACCUMULATE_N);
+  assert_non_null(strstr(nb_tensor_node_name(du), "AddN"));
+  expect(f, u, xv, du, TU_VALS(0.6, 0.6, 0.6));
+}
+
 /* An op with several outputs where only some get gradients: float siblings get zeros. */
 static void test_partial_output_gradients(void **state) {
   gu_fixture *f = *state;
@@ -375,6 +405,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_unconnected_and_integer_paths, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradient_scopes, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_aggregation, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_aggregation_accumulate_n, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_partial_output_gradients, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_second_order, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_visits_only_between, gu_setup, gu_teardown),

@@ -377,6 +377,40 @@ static void test_add_n_identity(void **state) {
   tu_check(id, F32, 1, TU_SHAPE(3), TU_VALS(10, 20, 30), 0);
 }
 
+/* AccumulateNV2: AddN's sum (the same kernel, the same bits), its shape stated by attr. */
+static void test_accumulate_n(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *xs[3] = {tu_make(c, F32, 2, TU_SHAPE(1, 3), TU_VALS(1, 2, 3)),
+                      tu_make(c, F32, 2, TU_SHAPE(1, 3), TU_VALS(10, 20, 30.5)),
+                      tu_make(c, F32, 2, TU_SHAPE(1, 3), TU_VALS(1e8, 200, 300))};
+  nb_tensor *acc = nb_accumulate_n(c, xs, 3), *sum = nb_add_n(c, xs, 3), *out;
+  tu_check(acc, F32, 2, TU_SHAPE(1, 3), TU_VALS(11.0f + 1e8f, 222, 333.5), 0); /* float32 sums */
+  assert_memory_equal(nb_data(acc), nb_data(sum), 3 * sizeof(float));
+  nb_attr shape = nb_attr_ints("shape", TU_SHAPE(-1, 3), 2);
+  assert_int_equal(nb_op(c, "AccumulateNV2", xs, 2, &shape, 1, &out, 1), NB_OK);
+  tu_check(out, F32, 2, TU_SHAPE(1, 3), TU_VALS(11, 22, 33.5), 0);
+  shape = nb_attr_ints("shape", TU_SHAPE(3), 1);
+  assert_int_equal(nb_op(c, "AccumulateNV2", xs, 2, &shape, 1, &out, 1), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "AccumulateNV2: inputs of shape [1,3] do not fit the shape attr [3]", NULL);
+  assert_int_equal(nb_op(c, "AccumulateNV2", xs, 2, NULL, 0, &out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "missing required attr 'shape'", NULL);
+  nb_tensor *bad[2] = {xs[0], tu_make(c, F32, 1, TU_SHAPE(3), NULL)};
+  assert_null(nb_accumulate_n(c, bad, 2));
+  tu_check_error(c, NB_SHAPE, "AccumulateNV2: input 1 of shape [3] does not fit the shape [1,3]", NULL);
+  assert_null(nb_accumulate_n(c, xs, 0));
+  tu_check_error(c, NB_INVALID, "AccumulateNV2: needs at least one input", NULL);
+  /* in a graph: inputs of unknown rank leave the wrapper no shape to state */
+  nb_graph *g = nb_graph_new();
+  nb_ctx *gc = nb_graph_ctx_new(g);
+  nb_tensor *in[2] = {nb_placeholder(gc, F32, 1, TU_SHAPE(4), "x"), nb_placeholder(gc, NB_I32, 1, TU_SHAPE(-1), "s")}, *any;
+  assert_int_equal(nb_op(gc, "Reshape", in, 2, NULL, 0, &any, 1), NB_OK);
+  assert_int_equal(nb_rank(any), -1);
+  assert_null(nb_accumulate_n(gc, (nb_tensor *[]){any, any}, 2));
+  tu_check_error(gc, NB_SHAPE, "every input has an unknown rank", NULL);
+  nb_ctx_free(gc);
+  nb_graph_free(g);
+}
+
 /* The generic entry: TF names, attrs, inferred type attrs. */
 static void test_generic_entry(void **state) {
   nb_ctx *c = *state;
@@ -416,6 +450,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_equality_incompatible_shapes, tu_setup, tu_teardown),
       cmocka_unit_test(test_grad_reads),
       cmocka_unit_test_setup_teardown(test_add_n_identity, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_accumulate_n, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_generic_entry, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests_name("math", tests, NULL, NULL);

@@ -176,9 +176,20 @@ static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
 
 /* ---- aggregation and one node's gradient ----------------------------------------------- */
 
-/* The dense sum of n terms (slices among them densified): AddN, or a pairwise tree. */
+/* TF's rule for EXPERIMENTAL_ACCUMULATE_N: more than two terms whose merged static shape
+   is fully known (the accumulator's); otherwise AddN, whose sum (in input order) is the
+   same as TF's fallback chain of pairwise AddNs. */
+static bool accumulates(nb_tensor *const *terms, int n) {
+  nb_meta m;
+  int conflict;
+  return n > 2 && nb_merge_shapes(terms, n, &m, &conflict) && nb_dims_known(m.rank, m.shape);
+}
+
+/* The dense sum of n terms (slices among them densified): AddN, AccumulateNV2, or a
+   pairwise tree. */
 static nb_tensor *sum_dense(pass *p, nb_tensor **terms, int n) {
   for (int i = 0; i < n; i++) terms[i] = nb_densify(p->c, terms[i]);
+  if (p->o->aggregation == NB_AGG_ACCUMULATE_N && accumulates(terms, n)) return nb_accumulate_n(p->c, terms, n);
   if (p->o->aggregation != NB_AGG_TREE) return nb_add_n(p->c, terms, n);
   while (n > 1) { /* pairwise rounds: depth log2(n) */
     int m = 0;
@@ -189,10 +200,9 @@ static nb_tensor *sum_dense(pass *p, nb_tensor **terms, int n) {
   return terms[0];
 }
 
-/* Sums the gradients listed for output `out` of node `id`: AddN, or a pairwise tree
-   (IndexedSlices concatenated while every term is one; densified when a dense term joins);
-   the list then holds just the sum, so asking again (for an x) builds nothing. NULL when
-   none. */
+/* Sums the gradients listed for output `out` of node `id` (sum_dense; IndexedSlices
+   concatenated while every term is one, densified when a dense term joins); the list then
+   holds just the sum, so asking again (for an x) builds nothing. NULL when none. */
 static nb_tensor *aggregate(pass *p, int32_t id, int32_t out) {
   const nb_node *node = &p->g->nodes[id]; /* read before sums add nodes (which may move it) */
   int32_t head = p->heads[p->out_base[node->slot] + out];
@@ -359,7 +369,7 @@ static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *co
     code = nb_fail(c, NB_INVALID, "nb_gradients: stop is NULL or has negative length");
   if (!code && o->name && (!*o->name || strchr(o->name, '/')))
     code = nb_fail(c, NB_INVALID, "nb_gradients: scope name '%s' must be non-empty without '/'", o->name);
-  if (!code && o->aggregation != NB_AGG_ADD_N && o->aggregation != NB_AGG_TREE)
+  if (!code && o->aggregation != NB_AGG_ADD_N && o->aggregation != NB_AGG_TREE && o->aggregation != NB_AGG_ACCUMULATE_N)
     code = nb_fail(c, NB_INVALID, "nb_gradients: unknown aggregation %d", o->aggregation);
   return code;
 }

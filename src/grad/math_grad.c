@@ -196,7 +196,7 @@ NBG_RULE(cast_grad) {
   return nb_status(c);
 }
 
-/* y = x_1 + ... + x_n: each input gets dy */
+/* y = x_1 + ... + x_n (AddN, AccumulateNV2): each input gets dy */
 NBG_RULE(add_n_grad) {
   (void)c;
   for (int i = 0; i < nb_fwd_num_inputs(op); i++) dxs[i] = dy;
@@ -298,7 +298,7 @@ void nb_register_math_grads(void) {
       {"AddV2", add_grad}, {"Add", add_grad}, {"Sub", sub_grad}, {"Mul", mul_grad},
       {"RealDiv", real_div_grad}, {"Pow", pow_grad}, {"SquaredDifference", squared_difference_grad},
       {"Maximum", maximum_grad}, {"Minimum", minimum_grad}, {"SelectV2", select_grad},
-      {"Cast", cast_grad}, {"AddN", add_n_grad}, {"Identity", identity_grad},
+      {"Cast", cast_grad}, {"AddN", add_n_grad}, {"AccumulateNV2", add_n_grad}, {"Identity", identity_grad},
       {"PreventGradient", prevent_gradient_grad},
       {"TanhGrad", tanh_grad_grad}, {"SigmoidGrad", sigmoid_grad_grad},
       {"RsqrtGrad", rsqrt_grad_grad}, {"SqrtGrad", sqrt_grad_grad},

@@ -641,6 +641,25 @@ static nb_code add_n_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+enum { ACCUMULATE_N, ACCUMULATE_SHAPE };
+
+/* AccumulateNV2: AddN with the sum's shape stated in attr "shape" (dims -1: unknown),
+   which the inputs must fit. */
+static nb_code accumulate_n_infer(nb_kargs *k) {
+  const nb_attrval *shape = &k->attr[ACCUMULATE_SHAPE];
+  if (shape->n < 0 || shape->n > NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "the shape attr has rank %d, not in [0, %d]", shape->n, NB_MAX_RANK);
+  for (int d = 0; d < shape->n; d++)
+    if (shape->ints[d] < -1) return nb_kfail(k, NB_SHAPE, "the shape attr has dim %lld", (long long)shape->ints[d]);
+  nb_code code = add_n_infer(k);
+  bool fits = shape->n == k->in[0]->rank;
+  for (int d = 0; fits && d < shape->n; d++) fits = shape->ints[d] < 0 || shape->ints[d] == k->in[0]->shape[d];
+  if (!code && !fits)
+    code = nb_kfail(k, NB_SHAPE, "inputs of shape %s do not fit the shape attr %s", nb_tstr(k->in[0]),
+                    nb_sstr(shape->n, shape->ints));
+  return code;
+}
+
 static nb_code same_infer(nb_kargs *k) {
   nb_meta_like(&k->out[0], k->in[0]);
   return NB_OK;
@@ -680,7 +699,7 @@ enum {
   OP_ADDV2, OP_ADD, OP_SUB, OP_MUL, OP_REALDIV, OP_POW, OP_SQDIFF, OP_MAXIMUM, OP_MINIMUM,
   OP_LESS, OP_LESS_EQUAL, OP_GREATER, OP_GREATER_EQUAL, OP_EQUAL, OP_NOT_EQUAL,
   OP_LOGICAL_AND, OP_LOGICAL_OR, OP_SELECT, OP_CAST, OP_ADD_N, OP_IDENTITY, OP_STOP_GRADIENT,
-  OP_PREVENT_GRADIENT,
+  OP_PREVENT_GRADIENT, OP_ACCUMULATE_N,
   OP_TANH_GRAD, OP_SIGMOID_GRAD, OP_RSQRT_GRAD, OP_SQRT_GRAD, OP_RECIPROCAL_GRAD, OP_RELU_GRAD,
   OP_ELU_GRAD, OP_SOFTPLUS_GRAD, OP_COUNT
 };
@@ -736,6 +755,11 @@ static nb_op_def math_ops[OP_COUNT] = {
      .infer = cast_infer, .kernel = cast_kernel},
     [OP_ADD_N] = {.name = "AddN", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 1, .elementwise = true,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .infer = add_n_infer, .kernel = add_n_kernel},
+    /* TF's shape fn takes the output shape from the attr; here it is the inputs' (they fit it) */
+    [OP_ACCUMULATE_N] = {.name = "AccumulateNV2", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 2,
+     .elementwise = true,
+     .attrs = {[ACCUMULATE_N] = {"N", NB_ATTR_INT, {.i = 1}, true}, [ACCUMULATE_SHAPE] = {"shape", NB_ATTR_INTS, {.n = 0}, true}},
+     .infer = accumulate_n_infer, .kernel = add_n_kernel},
     [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = same_infer},
     [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = same_infer},
     /* an identity whose gradient is an error quoting "message" (src/grad/math_grad.c) */
@@ -816,6 +840,48 @@ nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to) {
   nb_attr_defaults(&math_ops[OP_CAST], a);
   a[CAST_DSTT].type = to;
   return nb_call(c, &math_ops[OP_CAST], &x, 1, a);
+}
+
+bool nb_merge_shapes(nb_tensor *const *xs, int n, nb_meta *m, int *conflict) {
+  m->rank = -1;
+  *conflict = -1;
+  for (int i = 0; i < n; i++) {
+    const nb_tensor *x = xs[i];
+    if (!x || x->rank < 0) continue;
+    if (m->rank < 0) {
+      nb_meta_like(m, x);
+      continue;
+    }
+    bool fits = x->rank == m->rank;
+    for (int d = 0; fits && d < m->rank; d++) {
+      fits = m->shape[d] < 0 || x->shape[d] < 0 || m->shape[d] == x->shape[d];
+      if (m->shape[d] < 0) m->shape[d] = x->shape[d];
+    }
+    if (!fits) {
+      *conflict = i;
+      return false;
+    }
+  }
+  return true;
+}
+
+/* tf.math.accumulate_n: the shape attr is the inputs' static shapes merged. */
+nb_tensor *nb_accumulate_n(nb_ctx *c, nb_tensor *const *xs, int n) {
+  nb_meta m;
+  int bad;
+  if (nb_live(c) && (n < 1 || !xs))
+    nb_fail(c, NB_INVALID, "AccumulateNV2: needs at least one input, got %d", n);
+  else if (nb_live(c) && !nb_merge_shapes(xs, n, &m, &bad))
+    nb_fail(c, NB_SHAPE, "AccumulateNV2: input %d of shape %s does not fit the shape %s of those before it", bad,
+            nb_tstr(xs[bad]), nb_sstr(m.rank, m.shape));
+  else if (nb_live(c) && m.rank < 0)
+    nb_fail(c, NB_SHAPE, "AccumulateNV2: every input has an unknown rank; pass the shape attr through nb_op");
+  if (!nb_live(c)) return NULL;
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&math_ops[OP_ACCUMULATE_N], a);
+  a[ACCUMULATE_SHAPE].ints = m.shape;
+  a[ACCUMULATE_SHAPE].n = m.rank;
+  return nb_call(c, &math_ops[OP_ACCUMULATE_N], xs, n, a);
 }
 
 nb_tensor *nb_prevent_gradient(nb_ctx *c, nb_tensor *x, const char *message) {

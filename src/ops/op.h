@@ -146,6 +146,10 @@ nb_tensor *nb_indexed_slices_concat_n(nb_ctx *c, nb_tensor *const *x, int n);
 /* in[0..n) as dense tensors in *dense: in itself when none is IndexedSlices (*owned NULL),
    else a new array (*owned, which the caller frees) of densified ones. */
 nb_code nb_densify_list(nb_ctx *c, nb_tensor *const *in, int n, nb_tensor *const **dense, nb_tensor ***owned);
+/* In *m, the most specific shape compatible with the static shapes of xs[0..n) (TF's
+   merge_with; NULL entries skipped; rank -1 when no rank is known). False when one does
+   not fit those before it: *conflict is its index (else -1), *m their merge. */
+bool nb_merge_shapes(nb_tensor *const *xs, int n, nb_meta *m, int *conflict);
 /* Checks a wrapper's own arguments before dispatch (NULL inputs and such). */
 bool nb_live(nb_ctx *c);
 /* A temporary 1-D int tensor for a wrapper's const input; free it after the call. */
