@@ -463,11 +463,23 @@ int nb_graph_num_nodes(const nb_graph *g);
 /* Name scopes: nodes made while a scope is pushed are named "scope/Type" (unique: "_1", ...). */
 nb_code nb_name_scope_push(nb_graph *g, const char *name);
 void nb_name_scope_pop(nb_graph *g);
+/* TF's name= argument: the next node c adds is named name (made unique in the current
+   scope like default names: "xw", "xw_1", "scope/xw"), and its gradient nodes live under
+   "gradients/xw_grad/". The next node is the next op call's, or its first for a composite
+   (nb_dropout, ...); arguments made inline (nb_scalar(...) inside the call) come first
+   and take it. A node named by its call (nb_placeholder's name) drops it; nb_gradients
+   leaves it pending; name NULL drops it. Names follow TF's rule
+   [A-Za-z0-9.][A-Za-z0-9_.\->]* (no '/': scopes make paths), at most 255 characters, else
+   NB_INVALID. Eager contexts ignore names (TF's eager mode does). */
+nb_code nb_name_next(nb_ctx *c, const char *name);
 /* A graph input; dims may be -1 (unknown). Graph contexts only. */
 nb_tensor *nb_placeholder(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const char *name);
 /* The node name of a symbolic tensor ("gradients/MatMul_grad/MatMul"), NULL for concrete ones. */
 const char *nb_tensor_node_name(const nb_tensor *x);
 int nb_tensor_output_index(const nb_tensor *x);
+/* TF's get_tensor_by_name: output k of the node named "node:k" (a bare "node": output 0)
+   in c's graph, as a new handle in c; NB_NOT_FOUND when there is none. Searches linearly. */
+nb_tensor *nb_graph_tensor_by_name(nb_ctx *c, const char *name);
 bool nb_is_symbolic(const nb_tensor *x);
 /* x's value when it is known without running anything: x itself when concrete, the value
    of a Const or of a node folded at build time, else NULL (TF's constant_value). */

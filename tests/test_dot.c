@@ -211,6 +211,22 @@ static void test_deep_scopes(void **state) {
   free(text);
 }
 
+/* A node named with nb_name_next shows under its name, its gradient in a cluster of it. */
+static void test_named_node_and_its_gradient(void **state) {
+  fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(2), "x"), *dx;
+  assert_int_equal(nb_name_next(f->c, "squash"), NB_OK);
+  nb_tensor *y = nb_tanh(f->c, x);
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx), NB_OK);
+  char *text = dot_text(f);
+  assert_non_null(strstr(text, "  \"squash\" [label=\"squash\\nTanh\\nf32[2]\"];\n"));
+  assert_non_null(strstr(text, "      label=\"squash_grad\";\n"
+                               "      \"gradients/squash_grad/TanhGrad\" [label=\"gradients/squash_grad/TanhGrad\\n"
+                               "TanhGrad\\nf32[2]\"];\n"));
+  assert_non_null(strstr(text, "  \"squash\" -> \"gradients/squash_grad/TanhGrad\";\n"));
+  free(text);
+}
+
 static void test_errors(void **state) {
   fixture *f = *state;
   nb_placeholder(f->c, NB_F32, 0, NULL, "x");
@@ -226,6 +242,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_scopes_edges_and_labels, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sibling_scopes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deep_scopes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_named_node_and_its_gradient, setup, teardown),
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
   };
   return cmocka_run_group_tests_name("dot", tests, NULL, NULL);

@@ -104,6 +104,20 @@ static void test_gradient_scopes(void **state) {
   tu_check_error(f->c, NB_INVALID, "scope name 'a/b' must be non-empty without '/'", NULL);
 }
 
+/* A named op's gradient nodes live under its name; a name pending across nb_gradients goes
+   to the next op, not to a gradient node. */
+static void test_gradient_scopes_of_named_ops(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(1, 2), "x");
+  nb_tensor *w = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(2, 2), "w");
+  assert_int_equal(nb_name_next(f->c, "xw"), NB_OK);
+  nb_tensor *y = nb_sum(f->c, nb_matmul(f->c, x, w, false, false), NULL, 0, false);
+  assert_int_equal(nb_name_next(f->c, "after"), NB_OK);
+  nb_tensor *dw = grad1(f, y, w, NULL);
+  assert_string_equal(nb_tensor_node_name(dw), "gradients/xw_grad/MatMul");
+  assert_string_equal(nb_tensor_node_name(nb_neg(f->c, dw)), "after");
+}
+
 /* Several paths into x: AddN by default, a tree of AddV2 with NB_AGG_TREE. */
 static void test_aggregation(void **state) {
   gu_fixture *f = *state;
@@ -404,6 +418,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_grad_ys_and_several_ys, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_unconnected_and_integer_paths, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradient_scopes, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_gradient_scopes_of_named_ops, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_aggregation, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_aggregation_accumulate_n, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_partial_output_gradients, gu_setup, gu_teardown),

@@ -1,6 +1,8 @@
 /* Graph IR, the graph context and sessions. */
 #include "graphutil.h"
 
+#include <stdio.h>
+
 #ifndef M_E
 #define M_E 2.71828182845904523536
 #endif
@@ -52,6 +54,92 @@ static void test_names_and_scopes(void **state) {
   /* explicit names are leaves */
   assert_null(nb_placeholder(f->c, NB_F32, 0, NULL, "a/b"));
   tu_check_error(f->c, NB_INVALID, "node name 'a/b' must be non-empty without '/'", NULL);
+}
+
+/* nb_name_next names the next node (TF's name= argument), made unique in its scope like
+   the default names; names find tensors again. */
+static void test_named_nodes(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(1, 2), "x");
+  nb_tensor *w = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 2), "w");
+  assert_int_equal(nb_name_next(f->c, "xw"), NB_OK);
+  nb_tensor *xw = nb_matmul(f->c, x, w, false, false);
+  nb_tensor *plain = nb_matmul(f->c, x, w, false, false); /* consumed: the default again */
+  assert_int_equal(nb_name_next(f->c, "xw"), NB_OK);
+  nb_tensor *xw1 = nb_matmul(f->c, x, w, false, false);
+  assert_int_equal(nb_name_scope_push(f->g, "layer"), NB_OK);
+  assert_int_equal(nb_name_next(f->c, "xw"), NB_OK);
+  nb_tensor *scoped = nb_tanh(f->c, xw);
+  nb_name_scope_pop(f->g);
+  assert_string_equal(nb_tensor_node_name(xw), "xw");
+  assert_string_equal(nb_tensor_node_name(plain), "MatMul");
+  assert_string_equal(nb_tensor_node_name(xw1), "xw_1");
+  assert_string_equal(nb_tensor_node_name(scoped), "layer/xw");
+  /* fetched by name: "node" or "node:output" */
+  nb_tensor *found = nb_graph_tensor_by_name(f->c, "xw_1"), *parts[2];
+  assert_non_null(found);
+  assert_string_equal(nb_tensor_node_name(found), "xw_1");
+  assert_int_equal(nb_unpack(f->c, w, 0, 2, parts), NB_OK);
+  found = nb_graph_tensor_by_name(f->c, "Unpack:1");
+  assert_int_equal(nb_tensor_output_index(found), 1);
+  tu_check_shape(found, NB_F64, 1, TU_SHAPE(2));
+  nb_tensor *xv = tu_make(f->e, NB_F64, 2, TU_SHAPE(1, 2), TU_VALS(1, 2));
+  nb_tensor *wv = tu_make(f->e, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(1, 10, 100, 1000));
+  nb_tensor *feed[2] = {nb_graph_tensor_by_name(f->c, "x:0"), nb_graph_tensor_by_name(f->c, "w")}, *vals[2] = {xv, wv};
+  nb_tensor *fetch = nb_graph_tensor_by_name(f->c, "layer/xw"), *out;
+  assert_int_equal(nb_run(f->s, feed, vals, 2, &fetch, 1, &out), NB_OK);
+  tu_check(out, NB_F64, 2, TU_SHAPE(1, 2), TU_VALS(tanh(201), tanh(2010)), 1e-12);
+  nb_tensor_free(out);
+  assert_null(nb_graph_tensor_by_name(f->c, "nothing"));
+  tu_check_error(f->c, NB_NOT_FOUND, "nb_graph_tensor_by_name: no node 'nothing' in the graph", NULL);
+  assert_null(nb_graph_tensor_by_name(f->c, "xw:1"));
+  tu_check_error(f->c, NB_NOT_FOUND, "node 'xw' (op type: MatMul) has 1 output, no output 1", NULL);
+  assert_null(nb_graph_tensor_by_name(f->c, "xw:one"));
+  tu_check_error(f->c, NB_INVALID, "'xw:one'", NULL);
+  assert_null(nb_graph_tensor_by_name(f->e, "xw"));
+  tu_check_error(f->e, NB_INVALID, "graph context", NULL);
+}
+
+/* Names follow TF's node name rule, without '/' (scopes make paths); eager contexts ignore
+   names (TF's eager mode does); NULL cancels a pending name. */
+static void test_named_nodes_misuse(void **state) {
+  gu_fixture *f = *state;
+  const char *bad[] = {"", "_hidden", "-x", "a b", "a/b", "tab\t", "caf\xc3\xa9"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    assert_int_equal(nb_name_next(f->c, bad[i]), NB_INVALID);
+    tu_check_error(f->c, NB_INVALID, "is not a valid node name", NULL);
+  }
+  char long_name[300];
+  memset(long_name, 'n', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+  assert_int_equal(nb_name_next(f->c, long_name), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "longer than 255", NULL);
+  const char *good[] = {"0", ".hidden", "A.b-c_d>e", "x"};
+  nb_tensor *a = nb_scalar(f->c, NB_F64, 1);
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "%s", good[i]); /* copied: the pending name outlives the caller's string */
+    assert_int_equal(nb_name_next(f->c, name), NB_OK);
+    memset(name, '?', sizeof name - 1);
+    assert_string_equal(nb_tensor_node_name(nb_neg(f->c, a)), good[i]);
+  }
+  assert_int_equal(nb_name_next(f->c, "dropped"), NB_OK);
+  assert_int_equal(nb_name_next(f->c, NULL), NB_OK);
+  assert_string_equal(nb_tensor_node_name(nb_neg(f->c, a)), "Neg");
+  /* a placeholder's own name wins over a pending one, which it drops */
+  assert_int_equal(nb_name_next(f->c, "input"), NB_OK);
+  assert_string_equal(nb_tensor_node_name(nb_placeholder(f->c, NB_F64, 0, NULL, NULL)), "input");
+  assert_int_equal(nb_name_next(f->c, "dropped"), NB_OK);
+  assert_string_equal(nb_tensor_node_name(nb_placeholder(f->c, NB_F64, 0, NULL, "own")), "own");
+  assert_string_equal(nb_tensor_node_name(nb_neg(f->c, a)), "Neg_1");
+  assert_int_equal(nb_name_next(f->e, "ignored"), NB_OK);
+  assert_non_null(nb_neg(f->e, nb_scalar(f->e, NB_F64, 1)));
+  assert_int_equal(nb_name_next(NULL, "x"), NB_INVALID);
+  /* a failed context keeps its error and names nothing */
+  assert_null(nb_placeholder(f->c, NB_F32, 0, NULL, "a/b"));
+  assert_int_equal(nb_name_next(f->c, "later"), NB_INVALID);
+  nb_clear_error(f->c);
+  assert_string_equal(nb_tensor_node_name(nb_neg(f->c, a)), "Neg_2");
 }
 
 static void test_build_errors_name_the_node(void **state) {
@@ -282,6 +370,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_build_and_run, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_names_and_scopes, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_named_nodes, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_named_nodes_misuse, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_build_errors_name_the_node, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_session_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_runtime_error, gu_setup, gu_teardown),

@@ -426,12 +426,15 @@ static nb_code gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *con
   pass p = {.c = c, .g = g, .o = o, .gen = nb_graph_next_gen(g)};
   nb_scope_state saved;
   if (nb_graph_scope_save(g, &saved)) return nb_fail(c, NB_NOMEM, "gradients: out of memory");
+  const char *pending = c->next_name; /* nb_name_next's name waits for the next op */
+  c->next_name = NULL;
   code = open_scope(&p);
   if (!code && (mark_between(&p, ys, ny, xs, nx) || prepare(&p))) code = nb_fail(c, NB_NOMEM, "gradients: out of memory");
   if (!code) code = seed(&p, ys, ny);
   if (!code) code = run_queue(&p);
   if (!code) code = results(&p, xs, nx, dxs);
   nb_graph_scope_restore(g, &saved);
+  c->next_name = pending;
   pass_free(&p);
   if (code)
     for (int i = 0; i < nx; i++) {

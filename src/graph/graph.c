@@ -186,6 +186,42 @@ void nb_name_scope_pop(nb_graph *g) {
   g->scope[g->scope_len] = '\0';
 }
 
+/* TF's node name rule ([A-Za-z0-9.][A-Za-z0-9_.\-/>]*) without '/': a name is a leaf of
+   the current scope. */
+static bool ascii_alnum(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+}
+
+static bool valid_node_name(const char *name) {
+  if (!ascii_alnum(name[0]) && name[0] != '.') return false;
+  for (const char *p = name; *p; p++)
+    if (!ascii_alnum(*p) && !strchr("_.->", *p)) return false;
+  return true;
+}
+
+enum { NAME_MAX_LEN = 255 };
+
+/* The name is copied into the graph's arena: it may wait for its node past the caller's
+   string. */
+nb_code nb_name_next(nb_ctx *c, const char *name) {
+  if (!c) return NB_INVALID;
+  if (c->status || !c->graph) return c->status; /* eager: names are ignored, as in TF */
+  if (!name) {
+    c->next_name = NULL;
+    return NB_OK;
+  }
+  if (strlen(name) > NAME_MAX_LEN)
+    return nb_fail(c, NB_INVALID, "nb_name_next: the name is longer than %d characters", NAME_MAX_LEN);
+  if (!valid_node_name(name))
+    return nb_fail(c, NB_INVALID,
+                   "nb_name_next: '%s' is not a valid node name ([A-Za-z0-9.][A-Za-z0-9_.\\->]*; scopes make paths)",
+                   name);
+  const char *copy = nb_arena_strdup(&c->graph->arena, name);
+  if (!copy) return nb_fail(c, NB_NOMEM, "nb_name_next: out of memory");
+  c->next_name = copy;
+  return NB_OK;
+}
+
 nb_code nb_graph_scope_save(const nb_graph *g, nb_scope_state *st) {
   memcpy(st->scope, g->scope, sizeof st->scope);
   st->scope_len = g->scope_len;
@@ -235,6 +271,40 @@ nb_tensor *nb_detached_share(const nb_tensor *x) {
 const char *nb_tensor_node_name(const nb_tensor *x) {
   return x && x->graph ? x->graph->nodes[x->node].name : NULL;
 }
+/* "name:k" splits into the node name's length and k; a bare name is output 0. */
+static bool parse_tensor_name(const char *name, size_t *len, long *out) {
+  const char *colon = strrchr(name, ':');
+  *len = colon ? (size_t)(colon - name) : strlen(name);
+  *out = 0;
+  if (!colon) return true;
+  char *end;
+  *out = strtol(colon + 1, &end, 10);
+  return end != colon + 1 && !*end && *out >= 0;
+}
+
+/* A linear search: lookups are for users' fetches and feeds, not for inner loops. */
+nb_tensor *nb_graph_tensor_by_name(nb_ctx *c, const char *name) {
+  if (!nb_live(c)) return NULL;
+  size_t len;
+  long out;
+  if (!c->graph || !name || !parse_tensor_name(name, &len, &out)) {
+    nb_fail(c, NB_INVALID, "nb_graph_tensor_by_name: needs a graph context and a name 'node' or 'node:k', got '%s'",
+            name ? name : "(null)");
+    return NULL;
+  }
+  const nb_graph *g = c->graph;
+  for (int32_t id = 0; id < g->nnodes; id++) {
+    const nb_node *n = &g->nodes[id];
+    if (strncmp(n->name, name, len) || n->name[len]) continue;
+    if (out < n->nout) return nb_graph_handle(c, c->graph, id, (int32_t)out);
+    nb_fail(c, NB_NOT_FOUND, "nb_graph_tensor_by_name: node '%.*s' (op type: %s) has %d output%s, no output %ld",
+            (int)len, name, n->def->name, n->nout, n->nout == 1 ? "" : "s", out);
+    return NULL;
+  }
+  nb_fail(c, NB_NOT_FOUND, "nb_graph_tensor_by_name: no node '%.*s' in the graph", (int)len, name);
+  return NULL;
+}
+
 int nb_tensor_output_index(const nb_tensor *x) { return x && x->graph ? x->out : -1; }
 bool nb_is_symbolic(const nb_tensor *x) { return x && (x->graph || (x->slice_values && x->slice_values->graph)); }
 const nb_tensor *nb_constant_value(const nb_tensor *x) { return !x ? NULL : x->buf ? x : x->known; }

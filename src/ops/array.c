@@ -1079,7 +1079,7 @@ nb_tensor *nb_placeholder(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape,
   a[PLACEHOLDER_DTYPE].type = t;
   a[PLACEHOLDER_SHAPE].ints = shape;
   a[PLACEHOLDER_SHAPE].n = rank;
-  c->next_name = name;
+  if (name) c->next_name = name; /* else a name nb_name_next left pending, or the default */
   return nb_call(c, &array_ops[OP_PLACEHOLDER], NULL, 0, a);
 }
 
