@@ -296,6 +296,14 @@ static nb_code seven_ones_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const 
   return nb_status(c);
 }
 
+/* IndexedSlices of dense shape [7] (row 0 of ones), whatever the input's shape. */
+static nb_code seven_slices_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  (void)op, (void)dys;
+  nb_tensor *values = nb_ones_like(c, nb_tensor_from(c, NB_F64, 1, TU_SHAPE(1), NULL));
+  dxs[0] = nb_indexed_slices(c, values, nb_tensor_from(c, NB_I32, 1, TU_SHAPE(1), NULL), TU_SHAPE(7), 1);
+  return nb_status(c);
+}
+
 /* dy as float32, whatever the input's dtype. */
 static nb_code float32_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   (void)op;
@@ -335,6 +343,11 @@ static void test_gradient_checked_against_input(void **state) {
                  "(op type: Exp). Input index: 0. Original input dtype: float64. Calculated input gradient dtype: "
                  "float32",
                  NULL);
+  /* IndexedSlices are checked by their dense shape */
+  assert_int_equal(nb_register_gradient("TestSevenSlices", seven_slices_grad), NB_OK);
+  y = exp_with_grad(f, x, "TestSevenSlices");
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx), NB_SHAPE);
+  tu_check_error(f->c, NB_SHAPE, "Original input shape: [3]. Calculated input gradient shape: [7]", NULL);
   /* unknown dims (or rank) are compatible with any size: only the run can tell */
   nb_tensor *u = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "u");
   y = exp_with_grad(f, u, "TestSevenOnes");
