@@ -865,18 +865,24 @@ bool nb_merge_shapes(nb_tensor *const *xs, int n, nb_meta *m, int *conflict) {
   return true;
 }
 
-/* tf.math.accumulate_n: the shape attr is the inputs' static shapes merged. */
+/* tf.math.accumulate_n's shape: the static shapes of xs merged, into *m; an error when
+   they conflict or none has a known rank. */
+static nb_code accumulator_shape(nb_ctx *c, nb_tensor *const *xs, int n, nb_meta *m) {
+  int bad;
+  if (n < 1 || !xs) return nb_fail(c, NB_INVALID, "AccumulateNV2: needs at least one input, got %d", n);
+  for (int i = 0; i < n; i++)
+    if (!xs[i]) return nb_fail(c, NB_INVALID, "AccumulateNV2: input %d is NULL", i);
+  if (!nb_merge_shapes(xs, n, m, &bad))
+    return nb_fail(c, NB_SHAPE, "AccumulateNV2: input %d of shape %s does not fit the shape %s of those before it",
+                   bad, nb_tstr(xs[bad]), nb_sstr(m->rank, m->shape));
+  if (m->rank < 0)
+    return nb_fail(c, NB_SHAPE, "AccumulateNV2: every input has an unknown rank; pass the shape attr through nb_op");
+  return NB_OK;
+}
+
 nb_tensor *nb_accumulate_n(nb_ctx *c, nb_tensor *const *xs, int n) {
   nb_meta m;
-  int bad;
-  if (nb_live(c) && (n < 1 || !xs))
-    nb_fail(c, NB_INVALID, "AccumulateNV2: needs at least one input, got %d", n);
-  else if (nb_live(c) && !nb_merge_shapes(xs, n, &m, &bad))
-    nb_fail(c, NB_SHAPE, "AccumulateNV2: input %d of shape %s does not fit the shape %s of those before it", bad,
-            nb_tstr(xs[bad]), nb_sstr(m.rank, m.shape));
-  else if (nb_live(c) && m.rank < 0)
-    nb_fail(c, NB_SHAPE, "AccumulateNV2: every input has an unknown rank; pass the shape attr through nb_op");
-  if (!nb_live(c)) return NULL;
+  if (!nb_live(c) || accumulator_shape(c, xs, n, &m)) return NULL;
   nb_attrval a[NB_MAX_ATTRS];
   nb_attr_defaults(&math_ops[OP_ACCUMULATE_N], a);
   a[ACCUMULATE_SHAPE].ints = m.shape;
