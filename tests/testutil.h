@@ -97,7 +97,10 @@ static inline void tu_check(const nb_tensor *x, nb_dtype t, int rank, const int6
    Numerical Algorithms, 2nd ed., sec. 3.1). OpenBLAS picks its GEMM kernels by CPU
    (OPENBLAS_CORETYPE), and thread counts, split products and plain loops all sum in
    other orders, so results of different code paths agree only within such bounds; the same
-   bits are promised only by the same path (same kernel, same thread count). */
+   bits are promised only by the same path (same kernel, same thread count). nabla's own
+   loops round alike on every x86-64 CPU (GCC builds their AVX2 and AVX-512 clones as ISO
+   C11: no FMA contraction, no reassociation), so only what passes through GEMM or sums
+   split by thread count needs these bounds. */
 
 /* Unit roundoff of a float dtype: 2^-24 for float32, 2^-53 for float64. */
 static inline double tu_unit_roundoff(nb_dtype t) { return t == NB_F32 ? 0x1p-24 : 0x1p-53; }
