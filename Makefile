@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo check asan fuzz install bench clean
+.PHONY: all deps configure build demo check check-coretypes asan fuzz install bench clean
 
 all: build
 
@@ -28,6 +28,12 @@ demo: build
 
 check: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The numeric tests (CTest label "numeric") under each OpenBLAS core type of CORETYPES, on
+# one core and on two; a core type this CPU cannot run is skipped with a line saying so.
+CORETYPES ?= Haswell SkylakeX Zen
+check-coretypes: build
+	./scripts/check_coretypes.sh $(BUILD) $(CORETYPES)
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, warnings as errors,
 # built with clang (the main build uses gcc, so CI covers both compilers).

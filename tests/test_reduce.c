@@ -287,9 +287,10 @@ static void test_large(void **state) {
   nb_ctx_set_threads(c, 1);
   double s1 = nb_item(nb_sum(c, r, NULL, 0, false), 0);
   double m1 = nb_item(nb_sum(c, filled_f32(c, 2, TU_SHAPE(n / 8, 8), ramp), AXES(0), 1, false), 5);
-  nb_ctx_set_threads(c, 2);
-  assert_true(s1 == nb_item(nb_sum(c, r, NULL, 0, false), 0));
-  assert_true(m1 == nb_item(nb_sum(c, filled_f32(c, 2, TU_SHAPE(n / 8, 8), ramp), AXES(0), 1, false), 5));
+  if (tu_set_threads(c, 2) == 2) {
+    assert_true(s1 == nb_item(nb_sum(c, r, NULL, 0, false), 0));
+    assert_true(m1 == nb_item(nb_sum(c, filled_f32(c, 2, TU_SHAPE(n / 8, 8), ramp), AXES(0), 1, false), 5));
+  }
   assert_int_equal(nb_status(c), NB_OK);
 }
 

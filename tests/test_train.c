@@ -110,6 +110,10 @@ static void test_training_reduces_loss(void **state) {
   double after_eager = slice_loss(c, d, eager), after_graph = slice_loss(c, d, graph);
   /* ten classes start near ln 10 = 2.30; a few epochs on the slice bring it well down */
   if (!(after_eager < 0.6 * before)) fail_msg("eager: loss %g -> %g", before, after_eager);
+  /* The tape and the graph sum gradients in other orders, and float32 rounding differences
+     grow over the 32 Adam steps (about 1e-5 relative on every OpenBLAS core type and thread
+     count tried); no depth x epsilon bound follows a training run, so 1e-3 only tells the
+     same model from a different one. */
   if (fabs(after_graph - after_eager) > 1e-3 * after_eager)
     fail_msg("graph and eager trained differently: loss %g vs %g", after_graph, after_eager);
   for (int i = 0; i < NV; i++) {

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +88,68 @@ static inline void tu_check(const nb_tensor *x, nb_dtype t, int rank, const int6
                             const double *want, double tol) {
   tu_check_shape(x, t, rank, shape);
   tu_check_vals(x, want, tol);
+}
+
+/* ---- tolerances of sums ----------------------------------------------------------------
+   A sum of n terms, or a dot product of depth n, evaluated in any order, with or without FMA,
+   in a dtype of unit roundoff u, is within gamma_n S of the exact value, where S is the sum
+   of the terms' magnitudes and gamma_n = n u / (1 - n u) (Higham, Accuracy and Stability of
+   Numerical Algorithms, 2nd ed., sec. 3.1). OpenBLAS picks its GEMM kernels by CPU
+   (OPENBLAS_CORETYPE), and thread counts, split products and plain loops all sum in
+   other orders, so results of different code paths agree only within such bounds; the same
+   bits are promised only by the same path (same kernel, same thread count). nabla's own
+   loops round alike on every x86-64 CPU (GCC builds their AVX2 and AVX-512 clones as ISO
+   C11: no FMA contraction, no reassociation), so only what passes through GEMM or sums
+   split by thread count needs these bounds. */
+
+/* Unit roundoff of a float dtype: 2^-24 for float32, 2^-53 for float64. */
+static inline double tu_unit_roundoff(nb_dtype t) { return t == NB_F32 ? 0x1p-24 : 0x1p-53; }
+
+/* gamma_n in dtype t. */
+static inline double tu_gamma(nb_dtype t, int64_t n) {
+  double nu = (double)n * tu_unit_roundoff(t);
+  assert_true(nu < 0.5);
+  return nu / (1 - nu);
+}
+
+/* Asserts that each element of got, a sum of n terms in got's dtype, is within the bound
+   of two such sums of want_dtype's: |got_i - want_i| <= (gamma_n(got) + gamma_n(want)) S_i,
+   where abs_sums[i] is S_i computed in float64 (its own relative error, below
+   gamma_n(float64), is allowed for by one more such factor). */
+static inline void tu_check_sums(const nb_tensor *got, const double *want, nb_dtype want_dtype, int64_t n,
+                                 const double *abs_sums) {
+  assert_non_null(got);
+  double rel = (tu_gamma(nb_dtype_of(got), n) + tu_gamma(want_dtype, n)) * (1 + 2 * tu_gamma(NB_F64, n));
+  for (int64_t i = 0; i < nb_num_elements(got); i++) {
+    double g = nb_item(got, i), bound = rel * abs_sums[i];
+    if (!(fabs(g - want[i]) <= bound))
+      fail_msg("element %lld: got %.17g, want %.17g, off by %.3g, bound %.3g (sum of %lld terms)", (long long)i, g,
+               want[i], fabs(g - want[i]), bound, (long long)n);
+  }
+}
+
+/* ---- threads ------------------------------------------------------------------------------ */
+
+/* Sets c to n threads, or to all the cores when there are fewer (nb_ctx_set_threads refuses
+   more threads than cores), saying so; returns the count set. */
+static inline int tu_set_threads(nb_ctx *c, int n) {
+  int cores = omp_get_num_procs();
+  if (n > cores) {
+    print_message("only %d core(s) here: %d thread(s) instead of %d\n", cores, cores, n);
+    n = cores;
+  }
+  nb_ctx_set_threads(c, n);
+  assert_int_equal(nb_ctx_threads(c), n);
+  return n;
+}
+
+/* For a test that compares one thread with two: sets c to 2 threads, or, on one core, says
+   the comparison cannot run here and skips the test. */
+static inline void tu_two_threads_or_skip(nb_ctx *c) {
+  if (tu_set_threads(c, 2) < 2) {
+    print_message("skipped: comparing 1 thread with 2 needs 2 cores\n");
+    skip();
+  }
 }
 
 /* Asserts the context failed with code and a message containing every given fragment,
