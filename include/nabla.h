@@ -611,7 +611,8 @@ void nb_tape_end(nb_tape *t);               /* also frees everything it recorded
    a float output without one) and sets dxs for the inputs. The pair acts as one op: the
    eager tape records it as one entry, a graph gets a node whose gradient is grad; either
    way nothing differentiates fwd's own ops. dxs are checked as nb_grad_fn's (errors name
-   the op _CustomGradient, whose input nout + i is in[i]).
+   the op _CustomGradient, whose input nout + i is in[i]). Either function failing without
+   setting an error still leaves a message naming it, as in nb_while.
    user is passed through and must outlive every gradient computation. */
 typedef nb_code (*nb_custom_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user);
 typedef nb_code (*nb_custom_grad_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
@@ -821,7 +822,9 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
    nb_gradients differentiates While and If nodes to any order (see the README: While
    stacks the intermediates its gradient reads, as TF's while_v2; a gradient reading a
    value whose shape changes between iterations fails when run). The callbacks and user
-   are used only during the call (a graph keeps what they traced). */
+   are used only during the call (a graph keeps what they traced). A callback that returns
+   an error code without setting an error leaves that code as c's status, with a message
+   naming the callback ("nb_while: body: ..."). */
 typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
 typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
 nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,

@@ -128,6 +128,10 @@ bool nb_grow_array(void **arr, int32_t *cap, int32_t need, size_t elem);
 nb_code nb_fail(nb_ctx *c, nb_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 nb_code nb_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, va_list ap);
+/* Settles the code a user callback returned (who names it: "nb_while: body"): a failure
+   that left c's status unset records one with a message naming the callback, so every
+   failed call carries a message. Returns code, or c's status when code is NB_OK. */
+nb_code nb_callback_code(nb_ctx *c, const char *who, nb_code code);
 
 /* The bits of a pointer (n bytes at obj: a data or function pointer), for the int attrs
    that carry functions, variables and callbacks: copied, not converted. */
