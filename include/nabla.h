@@ -564,12 +564,14 @@ const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name);
    While a tape is active on an eager context it records every op that reads a watched
    tensor or a recorded op's output, keeping only the tensors the op's gradient reads.
    nb_tape_gradient runs the same gradient functions as nb_gradients, eagerly; other
-   active tapes record that computation, so nesting tapes gives higher orders. A tape that
-   is not persistent frees its records after one gradient (a second call: NB_INVALID).
+   active tapes record that computation, so nesting tapes gives higher orders. A
+   persistent tape that is recording records it too, as TF's: a gradient of a gradient on
+   the same tape gives the next order (stop recording around a call to skip that cost).
+   A tape that is not persistent frees its records after one gradient and stops
+   recording (a second call: NB_INVALID). Jacobians are not recorded on their own tape.
    Gradients of int/bool sources are NULL; unconnected sources give NULL; both give zeros
-   after nb_tape_set_unconnected_zero. Results belong to the context's current scope. A tape
-   does not record its own backward pass (TF's persistent tapes do): nest a second tape
-   for higher orders. A tape pointer is invalid after nb_tape_end or nb_ctx_free. */
+   after nb_tape_set_unconnected_zero. Results belong to the context's current scope.
+   A tape pointer is invalid after nb_tape_end or nb_ctx_free. */
 nb_tape *nb_tape_begin(nb_ctx *c, int persistent);
 void nb_tape_watch(nb_tape *t, nb_tensor *x);
 void nb_tape_stop_recording(nb_tape *t);   /* ops run until resume are not recorded */

@@ -764,11 +764,13 @@ static void check_tape_case(tally *t, const gc_spec *sp, int index, uint64_t see
 
 /* ---- Jacobian mode: the batched Jacobian equals stacked one-hot gradients ------------- */
 
-/* d y / d x by one gradient per element of y, seeded one-hot, stacked as jac's shape. */
+/* d y / d x by one gradient per element of y, seeded one-hot, stacked as jac's shape; the
+   tape (persistent) does not record them, so the next Jacobian sees the same tape. */
 static nb_tensor *jacobian_by_rows(nb_ctx *e, nb_tape *t, nb_tensor *y, nb_tensor *x, const nb_tensor *jac) {
   int64_t m = nb_num_elements(y);
   nb_tensor *rows[MAX_ELEMS];
   assert_true(m >= 1 && m <= MAX_ELEMS);
+  nb_tape_stop_recording(t);
   for (int64_t j = 0; j < m; j++) {
     double onehot[MAX_ELEMS] = {0};
     onehot[j] = 1;
@@ -776,7 +778,9 @@ static nb_tensor *jacobian_by_rows(nb_ctx *e, nb_tape *t, nb_tensor *y, nb_tenso
     if (nb_tape_gradient(t, &y, 1, &x, 1, &seed, &rows[j]) != NB_OK) return NULL;
     if (!rows[j]) rows[j] = nb_zeros_like(e, x);
   }
-  return nb_reshape(e, nb_pack(e, rows, (int)m, 0), nb_shape(jac), nb_rank(jac));
+  nb_tensor *stacked = nb_reshape(e, nb_pack(e, rows, (int)m, 0), nb_shape(jac), nb_rank(jac));
+  nb_tape_resume_recording(t);
+  return stacked;
 }
 
 static bool in_table(const char *op, const binary_op *ops, int n) {

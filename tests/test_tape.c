@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "../src/autodiff/tape.h" /* how many entries a tape holds: what it recorded */
 #include "../src/core/core.h"
 
 /* A 1-D float64 tensor. */
@@ -318,6 +319,81 @@ static void test_third_order(void **state) {
   tu_check_vals(g2, TU_VALS(12 * 2.25, 12 * 4.0), 1e-14);
   tu_check(g3, NB_F64, 1, TU_SHAPE(2), TU_VALS(24 * 1.5, 24 * -2.0), 1e-14);
   assert_int_equal(c->ntapes, 0);
+}
+
+/* ---- a persistent tape records its own backward pass (TF's) ------------------------------ */
+
+/* y = x^3 at x = 3 on one tape: 27, 18, 6, then 0. */
+static void test_persistent_higher_orders(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 3);
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_set_unconnected_zero(t, true);
+  nb_tape_watch(t, x);
+  nb_tensor *y = nb_mul(c, nb_mul(c, x, x), x);
+  nb_tensor *d1 = grad1(c, t, y, x), *d2 = grad1(c, t, d1, x), *d3 = grad1(c, t, d2, x);
+  tu_check(d1, NB_F64, 0, NULL, TU_VALS(27), 0);
+  tu_check(d2, NB_F64, 0, NULL, TU_VALS(18), 0);
+  tu_check(d3, NB_F64, 0, NULL, TU_VALS(6), 0);
+  tu_check(grad1(c, t, d3, x), NB_F64, 0, NULL, TU_VALS(0), 0);
+  tu_check(grad1(c, t, y, x), NB_F64, 0, NULL, TU_VALS(27), 0); /* the first order again */
+  nb_tape_end(t);
+}
+
+/* As test_second_order and test_hessian_vector_product, each on one tape. */
+static void test_persistent_second_order(void **state) {
+  nb_ctx *c = *state;
+  double xv[3] = {0.3, -0.7, 1.1}, d1[3], d2[3];
+  for (int i = 0; i < 3; i++) {
+    double th = tanh(xv[i] * xv[i]), s = 1 - th * th;
+    d1[i] = 2 * xv[i] * s;
+    d2[i] = 2 * s - 8 * xv[i] * xv[i] * th * s;
+  }
+  nb_tensor *x = vec(c, 3, xv);
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *g = grad1(c, t, nb_tanh(c, nb_square(c, x)), x);
+  tu_check_vals(g, d1, 1e-14);
+  tu_check_vals(grad1(c, t, g, x), d2, 1e-13);
+  nb_tape_end(t);
+  /* Hv of sum(x^3) with H = diag(6x), through output_grads */
+  nb_tensor *p = vec(c, 3, TU_VALS(1, -2, 0.5)), *v = vec(c, 3, TU_VALS(2, 3, -4)), *hv;
+  t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, p);
+  nb_tensor *gp = grad1(c, t, nb_sum(c, nb_pow(c, p, nb_scalar(c, NB_F64, 3)), NULL, 0, false), p);
+  assert_int_equal(nb_tape_gradient(t, &gp, 1, &p, 1, &v, &hv), NB_OK);
+  tu_check(hv, NB_F64, 1, TU_SHAPE(3), TU_VALS(12, -36, -12), 1e-13);
+  nb_tape_end(t);
+}
+
+/* What a tape does not record: a gradient taken while it is stopped, a Jacobian, and
+   anything once a one-shot tape gave its gradient (it stops recording then, as TF's). */
+static void test_backward_unrecorded(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 3), *d1, *jac;
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = nb_mul(c, nb_mul(c, x, x), x);
+  int32_t n = t->nentries;
+  nb_tape_stop_recording(t);
+  d1 = grad1(c, t, y, x);
+  nb_tape_resume_recording(t);
+  assert_int_equal(t->nentries, n);
+  assert_null(grad1(c, t, d1, x)); /* d1 is a constant to the tape */
+  assert_int_equal(nb_tape_jacobian(t, y, x, &jac), NB_OK);
+  tu_check(jac, NB_F64, 0, NULL, TU_VALS(27), 0);
+  assert_int_equal(t->nentries, n);
+  nb_tape_end(t);
+  nb_variable *w = nb_variable_new(c, x, true, "w");
+  t = nb_tape_begin(c, 0);
+  nb_tape_watch(t, x);
+  d1 = grad1(c, t, nb_mul(c, x, x), x);
+  nb_tensor *z = nb_mul(c, nb_variable_read(c, w), d1); /* a trainable read: not watched now */
+  assert_int_equal(t->nentries, 0);
+  assert_int_equal(nb_tape_gradient(t, &z, 1, &x, 1, NULL, &d1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "non-persistent tape can be used for one gradient computation only", NULL);
+  nb_tape_end(t);
+  nb_variable_free(w);
 }
 
 /* The outer tape watches only x; the inner one watches x and z. y = x^2 z. */
@@ -1148,6 +1224,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_second_order, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_hessian_vector_product, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_third_order, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_persistent_higher_orders, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_persistent_second_order, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_backward_unrecorded, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_nested_partial_watch, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_matmul, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_vectorized, tu_setup, tu_teardown),

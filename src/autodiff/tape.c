@@ -5,9 +5,11 @@
    calling the same gradient functions the graph pass uses, now on the eager context, so
    ops they run are recorded by any outer tape: nested tapes give higher orders. Saved
    tensors come back with their original ids, which is how an outer tape recognises them.
-   Ended tapes, with their arrays and scratch, are kept for reuse, so a training loop
-   allocates nothing per step once warm. A tape does not record its own backward pass
-   (TF's persistent tapes do): nest a second tape for higher orders. */
+   A persistent tape that is recording records its own backward pass too, as TF's does
+   (higher orders on one tape): the pass walks the entries there were when it began, and
+   the ones it appends come after them, in an order that is still topological. Ended
+   tapes, with their arrays and scratch, are kept for reuse, so a training loop allocates
+   nothing per step once warm. */
 #include "tape.h"
 
 #include "../core/variable.h"
@@ -413,10 +415,11 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
 }
 
 /* have += g in place: possible when both are dense, the tape alone holds have's data, the shapes match, and
-   no other tape is recording (which would need the addition as a recorded op). */
+   no tape records the pass (which would need the addition as a recorded op). */
 static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
-  if (t->c->ntapes > 1 || !have->buf || !g->buf || !nb_buffer_exclusive(have->buf) || have->dtype != g->dtype ||
-      have->size != g->size || have->rank != g->rank || memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
+  if (t->c->ntapes > 1 || t->recording || !have->buf || !g->buf || !nb_buffer_exclusive(have->buf) ||
+      have->dtype != g->dtype || have->size != g->size || have->rank != g->rank ||
+      memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
     return false;
   if (g->dtype == NB_F32) {
     float *a = nb_tdata(have);
@@ -533,6 +536,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   zeros_for_missing_dys(t, e, outs, dys);
   nb_fwd_op op = {batched ? as : e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nb_grad_invoke(t->c, fn, &op, dys, dxs);
+  s = &t->slots[e->slot0]; /* ops the function ran may have been recorded here, moving the slots */
   if (!code && batched) unbatch_dxs(t, s, e->nin, needs, dxs);
   nb_tensor **kept = ins; /* reused: the new gradients held, which must survive the scope */
   int nkept = 0;
@@ -590,7 +594,7 @@ static nb_code run_backward(nb_tape *t) {
   nb_tensor **buf = t->buf;
   bool *needs = t->needs;
   for (int32_t i = t->nentries - 1; i >= 0 && !code; i--) {
-    const tape_entry *e = &t->entries[i];
+    const tape_entry entry = t->entries[i], *e = &entry; /* a copy: recording this pass may move the entries */
     if (!entry_dys(t, e, buf + e->nin + e->nout)) continue;
     nb_grad_fn fn;
     nb_grad_kind kind = nb_grad_lookup(e->def, NULL, &fn);
@@ -636,9 +640,12 @@ static bool empty_grads(nb_tape *t) {
 
 nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                         nb_tensor *const *output_grads, nb_tensor **out) {
+  if (t->running) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: the tape is in a backward pass already");
   nb_code code = empty_grads(t) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  int32_t covered = t->nvalues; /* the values this pass has gradients for */
   bool was_recording = t->recording;
-  t->recording = false; /* a tape does not record its own backward pass; outer tapes do */
+  t->recording = false; /* the seeds are constants */
+  t->running = true;
   nb_grad_builtins_init();
   nb_scope_begin(t->c);
   for (int i = 0; i < nt && !code; i++) {
@@ -651,9 +658,12 @@ nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *co
     int32_t v = tracked_value(t, sources[i]->id);
     if (v >= 0) t->wanted[v] = true;
   }
+  t->recording = was_recording && t->persistent; /* the pass itself, on a persistent tape (TF's) */
   if (!code) code = run_backward(t);
+  t->recording = false;
   for (int i = 0; i < ns; i++) {
     int32_t v = code ? -1 : tracked_value(t, sources[i]->id);
+    if (v >= covered) v = -1; /* watched during the pass (by a custom gradient function) */
     out[i] = v < 0 || !nb_is_float(sources[i]->dtype) ? NULL : t->grads[v];
     if (!code && !t->batch && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
     for (int j = 0; j < i && out[i]; j++) /* a source listed twice gets a handle of its own */
@@ -663,12 +673,15 @@ nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *co
   if (code)
     for (int i = 0; i < ns; i++) nb_tensor_free(out[i]), out[i] = NULL;
   t->recording = was_recording;
+  t->running = false;
   return code;
 }
 
+/* As TF's, a one-shot tape also stops recording: nothing could use what it recorded. */
 void nb_tape_spend(nb_tape *t) {
   if (t->persistent) return;
   t->used = true;
+  t->recording = false;
   tape_reset(t);
 }
 
