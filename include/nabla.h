@@ -577,6 +577,10 @@ void nb_tape_watch(nb_tape *t, nb_tensor *x);
 void nb_tape_stop_recording(nb_tape *t);   /* ops run until resume are not recorded */
 void nb_tape_resume_recording(nb_tape *t);
 void nb_tape_set_unconnected_zero(nb_tape *t, bool zero);
+/* TF's reset(): drops every record and watch (variables too); the tape goes on recording,
+   and a one-shot tape may give a gradient again. NB_INVALID, changing nothing, when t is
+   not recording (stopped, or one-shot after its gradient), as TF's. */
+nb_code nb_tape_reset(nb_tape *t);
 /* out[i] = d(sum of targets)/d sources[i]; output_grads (NULL, or entries NULL) weight
    the targets like TF's output_gradients, ones by default. */
 nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
@@ -728,6 +732,17 @@ const void *nb_variable_data(const nb_variable *v);
 /* TF's watch_accessed_variables (default true): whether t watches trainable variables read
    while it records. Non-trainable variables are never watched automatically. */
 void nb_tape_set_watch_accessed_variables(nb_tape *t, bool watch);
+/* TF's watch(variable): t watches every read of v, trainable or not (NB_INVALID for a NULL
+   or freed v). Watching a read handle with nb_tape_watch has the same effect on gradients
+   but does not list v in nb_tape_watched_variables. */
+void nb_tape_watch_variable(nb_tape *t, nb_variable *v);
+/* TF's watched_variables(): the variables t watches (trainable ones read while it recorded,
+   and nb_tape_watch_variable's), each once, in order of creation. Writes the first cap of
+   them to out and returns how many there are (-1: t NULL, or out NULL with cap > 0, or cap
+   < 0). t holds a reference to each until nb_tape_reset or nb_tape_end, so the pointers
+   stay valid that long; variables freed with nb_variable_free are left out. Kept after a
+   one-shot tape's gradient. */
+int nb_tape_watched_variables(const nb_tape *t, nb_variable **out, int cap);
 /* nb_tape_gradient with the variables as sources: out[i] = d(sum of targets)/d vars[i]. */
 nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_variable *const *vars, int nv,
                               nb_tensor **out);

@@ -257,6 +257,163 @@ static void test_stop_resume(void **state) {
   nb_tape_end(t);
 }
 
+/* ---- watched variables and reset ---------------------------------------------------------- */
+
+static nb_variable *var_of(nb_ctx *c, double value, bool trainable, const char *name) {
+  nb_variable *v = nb_variable_new(c, nb_scalar(c, NB_F64, value), trainable, name);
+  assert_non_null(v);
+  return v;
+}
+
+/* t's watched variables are exactly want[0..n), in that order. */
+static void check_watched(nb_tape *t, nb_variable *const *want, int n) {
+  nb_variable *got[4] = {NULL};
+  assert_int_equal(nb_tape_watched_variables(t, got, 4), n);
+  for (int i = 0; i < n; i++)
+    if (got[i] != want[i]) fail_msg("watched variable %d is '%s', want '%s'", i, nb_variable_name(got[i]), nb_variable_name(want[i]));
+}
+
+/* TF's watched_variables(): trainable variables read while recording and explicitly
+   watched ones, each once, in order of creation; kept after a one-shot gradient. */
+static void test_watched_variables(void **state) {
+  nb_ctx *c = *state;
+  nb_variable *k = var_of(c, 5, false, "k"), *b = var_of(c, 2, true, "b"), *a = var_of(c, 3, true, "a");
+  nb_variable *u = var_of(c, 7, true, "u");
+  nb_tape *t = nb_tape_begin(c, 0);
+  check_watched(t, NULL, 0);
+  nb_tensor *ra = nb_variable_read(c, a);
+  nb_tape_stop_recording(t);
+  nb_tensor *ru = nb_variable_read(c, u); /* read while stopped: not watched */
+  nb_tape_resume_recording(t);
+  nb_tensor *y = nb_mul(c, nb_mul(c, ra, nb_variable_read(c, b)), nb_mul(c, nb_variable_read(c, a), ru));
+  nb_tensor *rk = nb_variable_read(c, k); /* not trainable: not watched */
+  check_watched(t, (nb_variable *[]){b, a}, 2);
+  nb_tape_watch_variable(t, k);
+  nb_tape_watch_variable(t, b);
+  y = nb_mul(c, y, rk);
+  check_watched(t, (nb_variable *[]){k, b, a}, 3);
+  nb_variable *first = NULL;
+  assert_int_equal(nb_tape_watched_variables(t, &first, 1), 3); /* the count, past cap */
+  assert_ptr_equal(first, k);
+  nb_variable *vs[3] = {a, k, u};
+  nb_tensor *d[3];
+  assert_int_equal(nb_tape_gradient_vars(t, &y, 1, vs, 3, d), NB_OK);
+  tu_check(d[0], NB_F64, 0, NULL, TU_VALS(2 * 2 * 3 * 7 * 5), 1e-12); /* y = a^2 b u k */
+  tu_check(d[1], NB_F64, 0, NULL, TU_VALS(9 * 2 * 7), 1e-12);
+  assert_null(d[2]);
+  check_watched(t, (nb_variable *[]){k, b, a}, 3);
+  nb_tape_end(t);
+  /* without watch_accessed_variables only explicit watches count; a freed variable is not listed */
+  t = nb_tape_begin(c, 1);
+  nb_tape_set_watch_accessed_variables(t, false);
+  nb_tape_watch_variable(t, u);
+  y = nb_mul(c, nb_variable_read(c, a), nb_variable_read(c, u));
+  check_watched(t, (nb_variable *[]){u}, 1);
+  nb_tensor *du;
+  assert_int_equal(nb_tape_gradient_vars(t, &y, 1, &u, 1, &du), NB_OK);
+  tu_check(du, NB_F64, 0, NULL, TU_VALS(3), 0);
+  nb_variable_free(u);
+  check_watched(t, NULL, 0);
+  /* errors */
+  nb_tape_watch_variable(t, NULL);
+  tu_check_error(c, NB_INVALID, "nb_tape_watch_variable", "NULL variable");
+  nb_tape_watch_variable(t, u);
+  tu_check_error(c, NB_INVALID, "nb_tape_watch_variable", "freed variable");
+  assert_int_equal(nb_tape_watched_variables(t, NULL, 1), -1);
+  tu_check_error(c, NB_INVALID, "nb_tape_watched_variables", "cap 1");
+  assert_int_equal(nb_tape_watched_variables(t, NULL, -1), -1);
+  tu_check_error(c, NB_INVALID, "nb_tape_watched_variables", "cap -1");
+  assert_int_equal(nb_tape_watched_variables(NULL, NULL, 0), -1);
+  nb_tape_watch_variable(NULL, a);
+  nb_tape_end(t);
+  nb_variable_free(a);
+  nb_variable_free(b);
+  nb_variable_free(k);
+}
+
+/* TF's reset(): the records and watches before it are gone, recording goes on. */
+static void test_reset(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 3), *dx;
+  nb_variable *w = var_of(c, 2, true, "w");
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = nb_mul(c, x, x), *loss = nb_mul(c, nb_variable_read(c, w), nb_variable_read(c, w));
+  assert_int_equal(nb_tape_reset(t), NB_OK);
+  check_watched(t, NULL, 0);
+  assert_null(grad1(c, t, y, x));                      /* recorded before: dropped */
+  assert_null(grad1(c, t, nb_mul(c, x, x), x));         /* x is not watched any more */
+  loss = nb_add(c, loss, nb_mul(c, nb_variable_read(c, w), nb_variable_read(c, w)));
+  check_watched(t, (nb_variable *[]){w}, 1);
+  assert_int_equal(nb_tape_gradient_vars(t, &loss, 1, &w, 1, &dx), NB_OK);
+  tu_check(dx, NB_F64, 0, NULL, TU_VALS(4), 0); /* the second w^2 only */
+  nb_tape_watch(t, x);
+  tu_check(grad1(c, t, nb_mul(c, nb_mul(c, x, x), x), x), NB_F64, 0, NULL, TU_VALS(27), 0);
+  /* a stopped tape cannot be reset (TF's rule) and keeps its records */
+  y = nb_square(c, x);
+  nb_tape_stop_recording(t);
+  assert_int_equal(nb_tape_reset(t), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_tape_reset", "not recording");
+  nb_tape_resume_recording(t);
+  tu_check(grad1(c, t, y, x), NB_F64, 0, NULL, TU_VALS(6), 0);
+  nb_tape_end(t);
+  /* a one-shot tape after its gradient stops recording; resumed and reset, it is usable again */
+  t = nb_tape_begin(c, 0);
+  nb_tape_watch(t, x);
+  tu_check(grad1(c, t, nb_square(c, x), x), NB_F64, 0, NULL, TU_VALS(6), 0);
+  assert_int_equal(nb_tape_reset(t), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_tape_reset", "not recording");
+  nb_tape_resume_recording(t);
+  assert_int_equal(nb_tape_reset(t), NB_OK);
+  nb_tape_watch(t, x);
+  tu_check(grad1(c, t, nb_exp(c, x), x), NB_F64, 0, NULL, TU_VALS(exp(3.0)), 1e-12);
+  nb_tape_end(t);
+  assert_int_equal(nb_tape_reset(NULL), NB_INVALID);
+  nb_variable_free(w);
+}
+
+/* A gradient function cannot reset, end or differentiate the tape whose pass runs it. */
+typedef enum { MISUSE_RESET, MISUSE_END, MISUSE_GRADIENT, MISUSE_NONE } tape_misuse;
+typedef struct misuse_case {
+  nb_tape *t;
+  tape_misuse what;
+} misuse_case;
+
+static nb_code pass_through(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)c, (void)nin, (void)nout, (void)user;
+  out[0] = in[0];
+  return NB_OK;
+}
+
+static nb_code misusing_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                             nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)in, (void)nin, (void)out, (void)nout;
+  misuse_case *m = user;
+  nb_tensor *dy = dys[0], *d = NULL;
+  if (m->what == MISUSE_RESET) nb_tape_reset(m->t);
+  if (m->what == MISUSE_END) nb_tape_end(m->t);
+  if (m->what == MISUSE_GRADIENT) nb_tape_gradient(m->t, &dy, 1, &dy, 1, NULL, &d);
+  m->what = MISUSE_NONE; /* once */
+  dxs[0] = dy;
+  return nb_status(c);
+}
+
+static void test_misuse_in_backward_pass(void **state) {
+  nb_ctx *c = *state;
+  static const char *const frags[3] = {"nb_tape_reset", "nb_tape_end", "nb_tape_gradient"};
+  nb_tensor *x = nb_scalar(c, NB_F64, 3), *y, *dx;
+  for (int what = MISUSE_RESET; what < MISUSE_NONE; what++) {
+    misuse_case m = {nb_tape_begin(c, 1), (tape_misuse)what};
+    nb_tape_watch(m.t, x);
+    assert_int_equal(nb_custom_gradient(c, pass_through, misusing_grad, &m, &x, 1, &y, 1), NB_OK);
+    nb_tensor *z = nb_square(c, y);
+    assert_int_equal(nb_tape_gradient(m.t, &z, 1, &x, 1, NULL, &dx), NB_INVALID);
+    tu_check_error(c, NB_INVALID, frags[what], "backward pass");
+    tu_check(grad1(c, m.t, z, x), NB_F64, 0, NULL, TU_VALS(6), 0); /* the tape still works */
+    nb_tape_end(m.t);
+  }
+}
+
 /* ---- nested tapes ----------------------------------------------------------------------- */
 
 /* d2/dx2 tanh(x^2) = 2(1 - t^2) - 8 x^2 t (1 - t^2), t = tanh(x^2). */
@@ -1221,6 +1378,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_one_shot, tu_setup, tu_teardown),
       cmocka_unit_test(test_free_with_active_tapes),
       cmocka_unit_test_setup_teardown(test_stop_resume, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_watched_variables, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_reset, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_misuse_in_backward_pass, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_second_order, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_hessian_vector_product, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_third_order, tu_setup, tu_teardown),

@@ -93,21 +93,6 @@ static void tape_reset(nb_tape *t) {
   nb_arena_reset(&t->arena);
 }
 
-static void tape_destroy(nb_tape *t) {
-  tape_reset(t);
-  map_free(&t->tracked);
-  free(t->outputs);
-  free(t->grads);
-  free(t->wanted);
-  free(t->entries);
-  free(t->slots);
-  free(t->buf);
-  free(t->needs);
-  free(t->views);
-  nb_arena_free(&t->arena);
-  free(t);
-}
-
 /* ---- recording ------------------------------------------------------------------------ */
 
 /* Whether bit i of a grad_inputs/grad_outputs mask is set (past 32 entries: all or none). */
@@ -203,13 +188,61 @@ static void record(nb_ctx *c, nb_kargs *k, nb_tensor *const *out) {
   }
 }
 
-/* A trainable variable was read: tapes recording with watch_accessed watch its id. */
-static void watch_read(nb_ctx *c, const nb_tensor *x) {
+/* ---- watched variables ---------------------------------------------------------------- */
+
+/* Where id is, or would go, in t's variables (sorted by id, which is TF's order of creation). */
+static int32_t variable_slot(const nb_tape *t, uint64_t id) {
+  int32_t lo = 0, hi = t->nvars;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (t->vars[mid]->id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Watches v's id (every read of v carries it) and lists v once; false when out of memory. */
+static bool watch_variable(nb_tape *t, nb_variable *v) {
+  if (track(t, v->id) < 0) return false;
+  int32_t i = variable_slot(t, v->id);
+  if (i < t->nvars && t->vars[i] == v) return true;
+  if (!nb_grow_array((void **)&t->vars, &t->vars_cap, t->nvars + 1, sizeof *t->vars)) return false;
+  memmove(&t->vars[i + 1], &t->vars[i], (size_t)(t->nvars - i) * sizeof *t->vars);
+  t->vars[i] = v;
+  t->nvars++;
+  nb_variable_retain(v); /* the list's pointers stay valid until the tape lets them go */
+  return true;
+}
+
+static void unwatch_variables(nb_tape *t) {
+  for (int32_t i = 0; i < t->nvars; i++) nb_variable_release(t->vars[i]);
+  t->nvars = 0;
+}
+
+/* A trainable variable was read: tapes recording with watch_accessed watch it. */
+static void watch_read(nb_ctx *c, nb_variable *v) {
   for (int i = 0; i < c->ntapes && !c->tapes_paused; i++) {
     nb_tape *t = c->tapes[i];
-    if (t->recording && t->watch_accessed && track(t, x->id) < 0)
+    if (t->recording && t->watch_accessed && !watch_variable(t, v))
       nb_fail(c, NB_NOMEM, "nb_variable_read: out of memory watching the variable on a tape");
   }
+}
+
+static void tape_destroy(nb_tape *t) {
+  tape_reset(t);
+  unwatch_variables(t);
+  free(t->vars);
+  map_free(&t->tracked);
+  free(t->outputs);
+  free(t->grads);
+  free(t->wanted);
+  free(t->entries);
+  free(t->slots);
+  free(t->buf);
+  free(t->needs);
+  free(t->views);
+  nb_arena_free(&t->arena);
+  free(t);
 }
 
 static void release_tapes(nb_ctx *c) {
@@ -266,6 +299,29 @@ void nb_tape_watch(nb_tape *t, nb_tensor *x) {
   if (track(t, x->id) < 0) nb_fail(t->c, NB_NOMEM, "nb_tape_watch: out of memory");
 }
 
+void nb_tape_watch_variable(nb_tape *t, nb_variable *v) {
+  if (!t || !t->active || !nb_live(t->c)) return;
+  if (!v || v->freed)
+    nb_fail(t->c, NB_INVALID, "nb_tape_watch_variable: %s variable", v ? "a freed" : "NULL");
+  else if (!watch_variable(t, v))
+    nb_fail(t->c, NB_NOMEM, "nb_tape_watch_variable: out of memory");
+}
+
+int nb_tape_watched_variables(const nb_tape *t, nb_variable **out, int cap) {
+  if (!t) return -1;
+  if (cap < 0 || (cap > 0 && !out)) {
+    nb_fail(t->c, NB_INVALID, "nb_tape_watched_variables: out is NULL or cap %d is negative", cap);
+    return -1;
+  }
+  int n = 0;
+  for (int32_t i = 0; i < t->nvars; i++) {
+    if (t->vars[i]->freed) continue; /* held by the tape, gone for the user */
+    if (n < cap) out[n] = t->vars[i];
+    n++;
+  }
+  return n;
+}
+
 void nb_tape_set_watch_accessed_variables(nb_tape *t, bool watch) {
   if (t) t->watch_accessed = watch;
 }
@@ -282,8 +338,30 @@ void nb_tape_set_unconnected_zero(nb_tape *t, bool zero) {
   if (t) t->unconnected_zero = zero;
 }
 
+/* NB_INVALID, naming fn, when t's own backward pass runs (a gradient function called fn). */
+static nb_code check_not_running(const nb_tape *t, const char *fn) {
+  return t->running ? nb_fail(t->c, NB_INVALID, "%s: the tape is in its backward pass (called from a gradient function)", fn)
+                    : NB_OK;
+}
+
+nb_code nb_tape_reset(nb_tape *t) {
+  if (!t) return NB_INVALID;
+  if (!nb_live(t->c)) return nb_status(t->c);
+  if (!t->active) return nb_fail(t->c, NB_INVALID, "nb_tape_reset: the tape was ended");
+  nb_code code = check_not_running(t, "nb_tape_reset");
+  if (code) return code;
+  if (!t->recording)
+    return nb_fail(t->c, NB_INVALID,
+                   "nb_tape_reset: the tape is not recording (stopped, or a one-shot tape after its gradient); "
+                   "resume it first");
+  tape_reset(t);
+  unwatch_variables(t);
+  t->used = false;
+  return NB_OK;
+}
+
 void nb_tape_end(nb_tape *t) {
-  if (!t) return;
+  if (!t || check_not_running(t, "nb_tape_end")) return;
   nb_ctx *c = t->c;
   int i = 0;
   while (i < c->ntapes && c->tapes[i] != t) i++;
@@ -291,6 +369,7 @@ void nb_tape_end(nb_tape *t) {
   memmove(&c->tapes[i], &c->tapes[i + 1], (size_t)(c->ntapes - i - 1) * sizeof *c->tapes);
   if (--c->ntapes == 0) c->record = NULL;
   tape_reset(t);
+  unwatch_variables(t);
   t->active = false;
   t->next_spare = c->spare_tapes;
   c->spare_tapes = t;
@@ -640,8 +719,9 @@ static bool empty_grads(nb_tape *t) {
 
 nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                         nb_tensor *const *output_grads, nb_tensor **out) {
-  if (t->running) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: the tape is in a backward pass already");
-  nb_code code = empty_grads(t) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  nb_code code = check_not_running(t, "nb_tape_gradient");
+  if (code) return code;
+  code = empty_grads(t) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
   int32_t covered = t->nvalues; /* the values this pass has gradients for */
   bool was_recording = t->recording;
   t->recording = false; /* the seeds are constants */

@@ -61,6 +61,8 @@ struct nb_tape {
   nb_tensor **grads;
   bool *wanted;
   int32_t grads_cap;
+  nb_variable **vars;      /* the variables it watches, each retained once, by increasing id */
+  int32_t nvars, vars_cap;
   tape_entry *entries;
   int32_t nentries, entries_cap;
   tape_slot *slots;

@@ -75,9 +75,9 @@ struct nb_ctx {
   nb_execute_fn execute;
   /* Eager contexts with active tapes: called after each op ran, to record it. */
   void (*record)(nb_ctx *c, struct nb_kargs *k, nb_tensor *const *out);
-  /* Eager contexts with tapes: called when a trainable variable is read (x: the read), so
-     tapes that watch accessed variables watch it. */
-  void (*watch_read)(nb_ctx *c, const nb_tensor *x);
+  /* Eager contexts with tapes: called when a trainable variable is read, so tapes that
+     watch accessed variables watch it. */
+  void (*watch_read)(nb_ctx *c, nb_variable *v);
   int tapes_paused;        /* > 0: no tape records (a custom gradient's forward function runs) */
   uint32_t forwardable;    /* set by a session around one op: bit i when input i dies after it
                               (input forwarding, see eager.c) */
