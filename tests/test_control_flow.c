@@ -84,7 +84,8 @@ static void test_eager_max_iters(void **state) {
   tu_check(y, NB_F64, 0, NULL, TU_VALS(1), 0);
 }
 
-/* Second order through a loop: y = x^3 by three multiplications; nested tapes give 6x. */
+/* Second order through a loop: y = x^3 by three multiplications; nested tapes, or one
+   persistent tape, give 6x. */
 static void test_eager_second_order(void **state) {
   gu_fixture *f = *state;
   nb_tensor *x = nb_scalar(f->e, NB_F64, 0.7), *one = nb_scalar(f->e, NB_F64, 1), *y, *dx, *d2x;
@@ -98,6 +99,14 @@ static void test_eager_second_order(void **state) {
   tu_check(d2x, NB_F64, 0, NULL, TU_VALS(6 * 0.7), 1e-14);
   nb_tape_end(inner);
   nb_tape_end(outer);
+  /* one persistent tape, recording its own backward pass, gives the same */
+  nb_tape *t = nb_tape_begin(f->e, 1);
+  nb_tape_watch(t, x);
+  assert_int_equal(nb_while(f->e, always, times_x, x, &one, 1, 3, &y), NB_OK);
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_OK);
+  assert_int_equal(nb_tape_gradient(t, &dx, 1, &x, 1, NULL, &d2x), NB_OK);
+  tu_check(d2x, NB_F64, 0, NULL, TU_VALS(6 * 0.7), 1e-14);
+  nb_tape_end(t);
 }
 
 /* Nested loops: the outer body runs an inner loop (y <- y * x, twice) per iteration, so
