@@ -605,25 +605,25 @@ static nb_code invoke_per_seed(nb_tape *t, nb_grad_fn fn, const nb_fwd_op *op, n
    buf holds the entry's dys already (entry_dys). */
 static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
   nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
-  const tape_slot *s = &t->slots[e->slot0];
   const nb_op_def *as = t->batch ? batched_def(t, e, &fn) : NULL;
   bool batched = as != NULL, per_seed = t->batch && !batched;
   for (int32_t o = 0; o < e->nout; o++) dys[o] = nb_densify(t->c, dys[o]); /* gradient functions take dense dys */
+  /* e's slots, valid until an op runs: a pass its tape records appends slots, which may move them */
+  const tape_slot *s = &t->slots[e->slot0];
   for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].value >= 0;
   for (int32_t i = 0; i < e->nin + e->nout; i++)
     ins[i] = batched ? entry_view(t, e, as, i, needs) : slot_view(t, &s[i], i);
   zeros_for_missing_dys(t, e, outs, dys);
   nb_fwd_op op = {batched ? as : e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nb_grad_invoke(t->c, fn, &op, dys, dxs);
-  s = &t->slots[e->slot0]; /* ops the function ran may have been recorded here, moving the slots */
-  if (!code && batched) unbatch_dxs(t, s, e->nin, needs, dxs);
+  if (!code && batched) unbatch_dxs(t, &t->slots[e->slot0], e->nin, needs, dxs);
   nb_tensor **kept = ins; /* reused: the new gradients held, which must survive the scope */
   int nkept = 0;
   uint32_t fresh_from = t->c->scopes[t->c->nscopes - 1]; /* the entry's scope (run_backward) */
   for (int32_t i = 0; i < e->nin && !code; i++) {
     if (!dxs[i] || !needs[i]) continue;
     nb_tensor *owned, *replaced;
-    code = accumulate(t, s[i].value, dxs[i], fresh_from, kept, nkept, &owned, &replaced);
+    code = accumulate(t, t->slots[e->slot0 + i].value, dxs[i], fresh_from, kept, nkept, &owned, &replaced);
     int k = 0; /* an input listed twice: its new sum replaces the first one kept */
     while (k < nkept && kept[k] != replaced) k++;
     kept[k] = owned;
