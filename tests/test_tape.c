@@ -270,7 +270,8 @@ static void check_watched(nb_tape *t, nb_variable *const *want, int n) {
   nb_variable *got[4] = {NULL};
   assert_int_equal(nb_tape_watched_variables(t, got, 4), n);
   for (int i = 0; i < n; i++)
-    if (got[i] != want[i]) fail_msg("watched variable %d is '%s', want '%s'", i, nb_variable_name(got[i]), nb_variable_name(want[i]));
+    if (got[i] != want[i])
+      fail_msg("watched variable %d is '%s', want '%s'", i, nb_variable_name(got[i]), nb_variable_name(want[i]));
 }
 
 /* TF's watched_variables(): trainable variables read while recording and explicitly

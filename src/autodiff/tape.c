@@ -340,8 +340,8 @@ void nb_tape_set_unconnected_zero(nb_tape *t, bool zero) {
 
 /* NB_INVALID, naming fn, when t's own backward pass runs (a gradient function called fn). */
 static nb_code check_not_running(const nb_tape *t, const char *fn) {
-  return t->running ? nb_fail(t->c, NB_INVALID, "%s: the tape is in its backward pass (called from a gradient function)", fn)
-                    : NB_OK;
+  if (!t->running) return NB_OK;
+  return nb_fail(t->c, NB_INVALID, "%s: the tape is in its backward pass (called from a gradient function)", fn);
 }
 
 nb_code nb_tape_reset(nb_tape *t) {
