@@ -234,6 +234,7 @@ static bool bench_jacobian(nb_ctx *c, bool mlp) {
   nb_tape_watch(t, x);
   for (int i = 0; i < JAC_STEPS; i++)
     y = nb_tanh(c, nb_add(c, mlp ? nb_matmul(c, y, w, false, false) : nb_mul(c, y, w), b));
+  nb_tape_stop_recording(t); /* a recording persistent tape would record the gradients below too */
   double vec_us[RUNS], loop_us[RUNS], diff = 0;
   bool ok = true;
   for (int r = 0; r < RUNS && ok; r++) {

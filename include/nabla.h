@@ -564,17 +564,23 @@ const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name);
    While a tape is active on an eager context it records every op that reads a watched
    tensor or a recorded op's output, keeping only the tensors the op's gradient reads.
    nb_tape_gradient runs the same gradient functions as nb_gradients, eagerly; other
-   active tapes record that computation, so nesting tapes gives higher orders. A tape that
-   is not persistent frees its records after one gradient (a second call: NB_INVALID).
+   active tapes record that computation, so nesting tapes gives higher orders. A
+   persistent tape that is recording records it too, as TF's: a gradient of a gradient on
+   the same tape gives the next order (stop recording around a call to skip that cost).
+   A tape that is not persistent frees its records after one gradient and stops
+   recording (a second call: NB_INVALID). Jacobians are not recorded on their own tape.
    Gradients of int/bool sources are NULL; unconnected sources give NULL; both give zeros
-   after nb_tape_set_unconnected_zero. Results belong to the context's current scope. A tape
-   does not record its own backward pass (TF's persistent tapes do): nest a second tape
-   for higher orders. A tape pointer is invalid after nb_tape_end or nb_ctx_free. */
+   after nb_tape_set_unconnected_zero. Results belong to the context's current scope.
+   A tape pointer is invalid after nb_tape_end or nb_ctx_free. */
 nb_tape *nb_tape_begin(nb_ctx *c, int persistent);
 void nb_tape_watch(nb_tape *t, nb_tensor *x);
 void nb_tape_stop_recording(nb_tape *t);   /* ops run until resume are not recorded */
 void nb_tape_resume_recording(nb_tape *t);
 void nb_tape_set_unconnected_zero(nb_tape *t, bool zero);
+/* TF's reset(): drops every record and watch (variables too); the tape goes on recording,
+   and a one-shot tape may give a gradient again. NB_INVALID, changing nothing, when t is
+   not recording (stopped, or one-shot after its gradient), as TF's. */
+nb_code nb_tape_reset(nb_tape *t);
 /* out[i] = d(sum of targets)/d sources[i]; output_grads (NULL, or entries NULL) weight
    the targets like TF's output_gradients, ones by default. */
 nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
@@ -611,7 +617,8 @@ void nb_tape_end(nb_tape *t);               /* also frees everything it recorded
    a float output without one) and sets dxs for the inputs. The pair acts as one op: the
    eager tape records it as one entry, a graph gets a node whose gradient is grad; either
    way nothing differentiates fwd's own ops. dxs are checked as nb_grad_fn's (errors name
-   the op _CustomGradient, whose input nout + i is in[i]).
+   the op _CustomGradient, whose input nout + i is in[i]). Either function failing without
+   setting an error still leaves a message naming it, as in nb_while.
    user is passed through and must outlive every gradient computation. */
 typedef nb_code (*nb_custom_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user);
 typedef nb_code (*nb_custom_grad_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
@@ -725,6 +732,17 @@ const void *nb_variable_data(const nb_variable *v);
 /* TF's watch_accessed_variables (default true): whether t watches trainable variables read
    while it records. Non-trainable variables are never watched automatically. */
 void nb_tape_set_watch_accessed_variables(nb_tape *t, bool watch);
+/* TF's watch(variable): t watches every read of v, trainable or not (NB_INVALID for a NULL
+   or freed v). Watching a read handle with nb_tape_watch has the same effect on gradients
+   but does not list v in nb_tape_watched_variables. */
+void nb_tape_watch_variable(nb_tape *t, nb_variable *v);
+/* TF's watched_variables(): the variables t watches (trainable ones read while it recorded,
+   and nb_tape_watch_variable's), each once, in order of creation. Writes the first cap of
+   them to out and returns how many there are (-1: t NULL, or out NULL with cap > 0, or cap
+   < 0). t holds a reference to each until nb_tape_reset or nb_tape_end, so the pointers
+   stay valid that long; variables freed with nb_variable_free are left out. Kept after a
+   one-shot tape's gradient. */
+int nb_tape_watched_variables(const nb_tape *t, nb_variable **out, int cap);
 /* nb_tape_gradient with the variables as sources: out[i] = d(sum of targets)/d vars[i]. */
 nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_variable *const *vars, int nv,
                               nb_tensor **out);
@@ -821,7 +839,9 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
    nb_gradients differentiates While and If nodes to any order (see the README: While
    stacks the intermediates its gradient reads, as TF's while_v2; a gradient reading a
    value whose shape changes between iterations fails when run). The callbacks and user
-   are used only during the call (a graph keeps what they traced). */
+   are used only during the call (a graph keeps what they traced). A callback that returns
+   an error code without setting an error leaves that code as c's status, with a message
+   naming the callback ("nb_while: body: ..."). */
 typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
 typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
 nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,

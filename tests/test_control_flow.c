@@ -84,7 +84,8 @@ static void test_eager_max_iters(void **state) {
   tu_check(y, NB_F64, 0, NULL, TU_VALS(1), 0);
 }
 
-/* Second order through a loop: y = x^3 by three multiplications; nested tapes give 6x. */
+/* Second order through a loop: y = x^3 by three multiplications; nested tapes, or one
+   persistent tape, give 6x. */
 static void test_eager_second_order(void **state) {
   gu_fixture *f = *state;
   nb_tensor *x = nb_scalar(f->e, NB_F64, 0.7), *one = nb_scalar(f->e, NB_F64, 1), *y, *dx, *d2x;
@@ -98,6 +99,14 @@ static void test_eager_second_order(void **state) {
   tu_check(d2x, NB_F64, 0, NULL, TU_VALS(6 * 0.7), 1e-14);
   nb_tape_end(inner);
   nb_tape_end(outer);
+  /* one persistent tape, recording its own backward pass, gives the same */
+  nb_tape *t = nb_tape_begin(f->e, 1);
+  nb_tape_watch(t, x);
+  assert_int_equal(nb_while(f->e, always, times_x, x, &one, 1, 3, &y), NB_OK);
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_OK);
+  assert_int_equal(nb_tape_gradient(t, &dx, 1, &x, 1, NULL, &d2x), NB_OK);
+  tu_check(d2x, NB_F64, 0, NULL, TU_VALS(6 * 0.7), 1e-14);
+  nb_tape_end(t);
 }
 
 /* Nested loops: the outer body runs an inner loop (y <- y * x, twice) per iteration, so
@@ -445,6 +454,45 @@ static void test_rnn_graph_equals_eager(void **state) {
   nb_tensor_free(r);
 }
 
+
+/* Callbacks that fail with a code alone, leaving the context's status unset. */
+static nb_code silent_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
+  (void)c, (void)v, (void)pred, (void)user;
+  return NB_INVALID;
+}
+
+static nb_code silent_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)c, (void)v, (void)next, (void)user;
+  return NB_UNIMPLEMENTED;
+}
+
+/* Each callback of nb_while and nb_cond that fails without a message leaves its code as
+   the context's status, with a message naming the callback, in eager and graph contexts
+   alike (p: a bool scalar of c that is true when c is eager). */
+static void check_silent_callbacks(nb_ctx *c, nb_tensor *x, nb_tensor *p) {
+  nb_tensor *out[1] = {x};
+  assert_int_equal(nb_while(c, silent_cond, times_x, x, &x, 1, 2, out), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_while: cond: the callback returned NB_INVALID without", NULL);
+  assert_null(out[0]);
+  assert_int_equal(nb_while(c, always, silent_body, x, &x, 1, 2, out), NB_UNIMPLEMENTED);
+  tu_check_error(c, NB_UNIMPLEMENTED, "nb_while: body: the callback returned NB_UNIMPLEMENTED without", NULL);
+  assert_int_equal(nb_cond(c, p, silent_body, half, x, &x, 1, out, 1), NB_UNIMPLEMENTED);
+  tu_check_error(c, NB_UNIMPLEMENTED, "nb_cond: then branch: the callback returned NB_UNIMPLEMENTED without", NULL);
+  assert_null(out[0]);
+}
+
+static void test_silent_callback_failures(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_scalar(f->e, NB_F64, 2), *out[1];
+  check_silent_callbacks(f->e, x, nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){1}));
+  nb_tensor *no = nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){0});
+  assert_int_equal(nb_cond(f->e, no, half, silent_body, x, &x, 1, out, 1), NB_UNIMPLEMENTED);
+  tu_check_error(f->e, NB_UNIMPLEMENTED, "nb_cond: else branch: the callback returned NB_UNIMPLEMENTED without", NULL);
+  nb_tensor *xg = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *p = nb_placeholder(f->c, NB_BOOL, 0, NULL, "p");
+  check_silent_callbacks(f->c, xg, p);
+  assert_int_equal(nb_cond(f->c, p, half, silent_body, xg, &xg, 1, out, 1), NB_UNIMPLEMENTED);
+  tu_check_error(f->c, NB_UNIMPLEMENTED, "nb_cond: else branch: the callback returned NB_UNIMPLEMENTED without", NULL);
+}
 
 static void test_errors_graph(void **state) {
   gu_fixture *f = *state;
@@ -890,6 +938,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_eager_cond_both_branches, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_errors_eager, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_errors_graph, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_silent_callback_failures, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_relaxed_shape, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_poly_equals_eager, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_in_place_loop_vars, gu_setup, gu_teardown),

@@ -41,6 +41,18 @@ static nb_code failing_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor 
   return nb_set_error(c, NB_UNIMPLEMENTED, "this custom gradient refuses");
 }
 
+/* Functions that fail with a code alone, leaving the context's status unset. */
+static nb_code silent_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)c, (void)in, (void)nin, (void)out, (void)nout, (void)user;
+  return NB_UNIMPLEMENTED;
+}
+
+static nb_code silent_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                           nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)c, (void)in, (void)nin, (void)out, (void)nout, (void)dys, (void)dxs, (void)user;
+  return NB_INVALID;
+}
+
 static const double xs3[3] = {0.5, -1, 800};
 
 static void check_softplus_grad(const nb_tensor *dx) {
@@ -105,6 +117,21 @@ static void test_errors(void **state) {
   assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_UNIMPLEMENTED);
   tu_check_error(f->e, NB_UNIMPLEMENTED, "this custom gradient refuses", NULL);
   nb_tape_end(t);
+  /* functions failing without a message still leave one naming them, eager and in graphs */
+  nb_tensor *xg = nb_placeholder(f->c, NB_F64, 0, NULL, "x");
+  assert_int_equal(nb_custom_gradient(f->e, silent_fwd, softplus_grad, NULL, &x, 1, &y, 1), NB_UNIMPLEMENTED);
+  tu_check_error(f->e, NB_UNIMPLEMENTED, "nb_custom_gradient: forward function", "returned NB_UNIMPLEMENTED without");
+  assert_int_equal(nb_custom_gradient(f->c, silent_fwd, softplus_grad, NULL, &xg, 1, &y, 1), NB_UNIMPLEMENTED);
+  tu_check_error(f->c, NB_UNIMPLEMENTED, "nb_custom_gradient: forward function", "returned NB_UNIMPLEMENTED without");
+  t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, x);
+  assert_int_equal(nb_custom_gradient(f->e, softplus_fwd, silent_grad, NULL, &x, 1, &y, 1), NB_OK);
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_INVALID);
+  tu_check_error(f->e, NB_INVALID, "the gradient function of '_CustomGradient'", "failed");
+  nb_tape_end(t);
+  assert_int_equal(nb_custom_gradient(f->c, softplus_fwd, silent_grad, NULL, &xg, 1, &y, 1), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &y, 1, &xg, 1, NULL, &dx), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "the gradient function of '_CustomGradient'", "failed");
   /* the internal op is not reachable by name */
   nb_tensor *outs[1];
   assert_int_equal(nb_op(f->e, "_CustomGradient", &x, 1, NULL, 0, outs, 1), NB_NOT_FOUND);

@@ -11,7 +11,8 @@
    Tape mode: every case also runs eagerly under two nested tapes (the inner one's gradient
    recorded by the outer one), and the tape's first- and second-order gradients must equal
    the graph's at the same values and weights to 1e-12 relative: both run the same
-   gradient functions, so only the order of sums may differ.
+   gradient functions, so only the order of sums may differ. The same again on one
+   persistent tape, which records its own first pass.
 
    Jacobian mode: nb_tape_jacobian of every case against every input equals the rows of
    one-hot gradients, and takes the expected path (vectorized, mixed or loop). */
@@ -661,11 +662,12 @@ static void random_pair(gc_case *k, int rank, const int64_t *shape, nb_tensor **
 
 /* The tape's gradients: y is computed under two tapes watching the xs; the inner tape's
    g_i = d(sum(y * W))/dx_i is recorded by the outer one, which then gives
-   g2_i = d(sum_j sum(g_j * V_j))/dx_i. The weights go to gw too. NULL, or the error (and
+   g2_i = d(sum_j sum(g_j * V_j))/dx_i. With one_tape, a single persistent tape records
+   its own first pass and gives both. The weights go to gw too. NULL, or the error (and
    *stage, the step that failed). */
-static const char *tape_grads(gc_case *k, const gc_spec *sp, weights *gw, nb_tensor **g1, nb_tensor **g2,
-                              const char **stage) {
-  nb_tape *outer = nb_tape_begin(k->e, 0), *inner = nb_tape_begin(k->e, 0);
+static const char *tape_grads(gc_case *k, const gc_spec *sp, bool one_tape, weights *gw, nb_tensor **g1,
+                              nb_tensor **g2, const char **stage) {
+  nb_tape *outer = nb_tape_begin(k->e, one_tape), *inner = one_tape ? outer : nb_tape_begin(k->e, 0);
   for (int i = 0; i < k->nx; i++) {
     nb_tape_watch(outer, k->vals[i]);
     nb_tape_watch(inner, k->vals[i]);
@@ -683,7 +685,7 @@ static const char *tape_grads(gc_case *k, const gc_spec *sp, weights *gw, nb_ten
       nb_tape_gradient(outer, &y2, 1, k->vals, k->nx, NULL, g2);
     }
   }
-  nb_tape_end(inner);
+  if (!one_tape) nb_tape_end(inner);
   nb_tape_end(outer);
   return nb_status(k->e) ? nb_error(k->e) : NULL;
 }
@@ -733,24 +735,24 @@ static bool differs(const nb_tensor *tape, const nb_tensor *graph, char *why, si
 
 /* Runs one case in both modes and compares every first- and second-order gradient. Eager
    tensors have all their dims, so only the static-shape graph is compared. */
-static void check_tape_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims) {
-  (void)unknown_dims;
+static void check_tape_mode(tally *t, const gc_spec *sp, int index, uint64_t seed, bool one_tape) {
+  const char *mode = one_tape ? "one tape" : "tape";
   gc_case k = {.g = nb_graph_new(), .e = nb_eager_new(), .r = {seed}};
   k.c = nb_graph_ctx_new(k.g);
   k.s = nb_session_new(k.g);
   make_inputs(&k, sp);
   weights gw = {0};
   nb_tensor *tape[2 * MAX_IN] = {0}, *graph[2 * MAX_IN] = {0};
-  const char *stage, *err = tape_grads(&k, sp, &gw, tape, tape + k.nx, &stage);
+  const char *stage, *err = tape_grads(&k, sp, one_tape, &gw, tape, tape + k.nx, &stage);
   if (!err) stage = "graph", err = graph_grads(&k, sp, &gw, graph);
   char what[512] = "", why[160];
   describe(sp, what, sizeof what);
   bool failed = err != NULL;
-  if (err) print_error("[%s, tape] %s case %d (%s): %s failed: %s\n", t->table, sp->op, index, what, stage, err);
+  if (err) print_error("[%s, %s] %s case %d (%s): %s failed: %s\n", t->table, mode, sp->op, index, what, stage, err);
   for (int i = 0; i < 2 * k.nx && !err; i++)
     if (differs(tape[i], graph[i], why, sizeof why)) {
       failed = true;
-      print_error("[%s, tape] %s case %d (%s): %s order d/dx%d: %s\n", t->table, sp->op, index, what,
+      print_error("[%s, %s] %s case %d (%s): %s order d/dx%d: %s\n", t->table, mode, sp->op, index, what,
                   i < k.nx ? "first" : "second", i % k.nx, why);
     }
   t->cases++;
@@ -762,13 +764,25 @@ static void check_tape_case(tally *t, const gc_spec *sp, int index, uint64_t see
   nb_graph_free(k.g);
 }
 
+static void check_tape_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims) {
+  (void)unknown_dims;
+  check_tape_mode(t, sp, index, seed, false);
+}
+
+static void check_one_tape_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims) {
+  (void)unknown_dims;
+  check_tape_mode(t, sp, index, seed, true);
+}
+
 /* ---- Jacobian mode: the batched Jacobian equals stacked one-hot gradients ------------- */
 
-/* d y / d x by one gradient per element of y, seeded one-hot, stacked as jac's shape. */
+/* d y / d x by one gradient per element of y, seeded one-hot, stacked as jac's shape; the
+   tape (persistent) does not record them, so the next Jacobian sees the same tape. */
 static nb_tensor *jacobian_by_rows(nb_ctx *e, nb_tape *t, nb_tensor *y, nb_tensor *x, const nb_tensor *jac) {
   int64_t m = nb_num_elements(y);
   nb_tensor *rows[MAX_ELEMS];
   assert_true(m >= 1 && m <= MAX_ELEMS);
+  nb_tape_stop_recording(t);
   for (int64_t j = 0; j < m; j++) {
     double onehot[MAX_ELEMS] = {0};
     onehot[j] = 1;
@@ -776,7 +790,9 @@ static nb_tensor *jacobian_by_rows(nb_ctx *e, nb_tape *t, nb_tensor *y, nb_tenso
     if (nb_tape_gradient(t, &y, 1, &x, 1, &seed, &rows[j]) != NB_OK) return NULL;
     if (!rows[j]) rows[j] = nb_zeros_like(e, x);
   }
-  return nb_reshape(e, nb_pack(e, rows, (int)m, 0), nb_shape(jac), nb_rank(jac));
+  nb_tensor *stacked = nb_reshape(e, nb_pack(e, rows, (int)m, 0), nb_shape(jac), nb_rank(jac));
+  nb_tape_resume_recording(t);
+  return stacked;
 }
 
 static bool in_table(const char *op, const binary_op *ops, int n) {
@@ -1025,6 +1041,14 @@ static void test_tape_equals_graph(void **state) {
   finish(&t, "tape against graph");
 }
 
+/* The same on one persistent tape, which records its own first backward pass (TF's). */
+static void test_one_tape_equals_graph(void **state) {
+  (void)state;
+  tally t = {.check = check_one_tape_case};
+  walk_all(&t, false);
+  finish(&t, "one persistent tape against graph");
+}
+
 /* Every op's Jacobian on the tape, batched where the op allows, equals the loop's. */
 static void test_jacobian_vectorized_equals_loop(void **state) {
   (void)state;
@@ -1043,6 +1067,7 @@ int main(void) {
       cmocka_unit_test(test_other_ops),
       cmocka_unit_test(test_unknown_dims),
       cmocka_unit_test(test_tape_equals_graph),
+      cmocka_unit_test(test_one_tape_equals_graph),
       cmocka_unit_test(test_jacobian_vectorized_equals_loop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "../src/autodiff/tape.h" /* how many entries a tape holds: what it recorded */
 #include "../src/core/core.h"
 
 /* A 1-D float64 tensor. */
@@ -256,7 +257,184 @@ static void test_stop_resume(void **state) {
   nb_tape_end(t);
 }
 
-/* ---- nested tapes ----------------------------------------------------------------------- */
+/* ---- watched variables and reset ---------------------------------------------------------- */
+
+static nb_variable *var_of(nb_ctx *c, double value, bool trainable, const char *name) {
+  nb_variable *v = nb_variable_new(c, nb_scalar(c, NB_F64, value), trainable, name);
+  assert_non_null(v);
+  return v;
+}
+
+/* t's watched variables are exactly want[0..n), in that order. */
+static void check_watched(nb_tape *t, nb_variable *const *want, int n) {
+  nb_variable *got[4] = {NULL};
+  assert_int_equal(nb_tape_watched_variables(t, got, 4), n);
+  for (int i = 0; i < n; i++)
+    if (got[i] != want[i])
+      fail_msg("watched variable %d is '%s', want '%s'", i, nb_variable_name(got[i]), nb_variable_name(want[i]));
+}
+
+/* TF's watched_variables(): trainable variables read while recording and explicitly
+   watched ones, each once, in order of creation; kept after a one-shot gradient. */
+static void test_watched_variables(void **state) {
+  nb_ctx *c = *state;
+  nb_variable *k = var_of(c, 5, false, "k"), *b = var_of(c, 2, true, "b"), *a = var_of(c, 3, true, "a");
+  nb_variable *u = var_of(c, 7, true, "u");
+  nb_tape *t = nb_tape_begin(c, 0);
+  check_watched(t, NULL, 0);
+  nb_tensor *ra = nb_variable_read(c, a);
+  nb_tape_stop_recording(t);
+  nb_tensor *ru = nb_variable_read(c, u); /* read while stopped: not watched */
+  nb_tape_resume_recording(t);
+  nb_tensor *y = nb_mul(c, nb_mul(c, ra, nb_variable_read(c, b)), nb_mul(c, nb_variable_read(c, a), ru));
+  nb_tensor *rk = nb_variable_read(c, k); /* not trainable: not watched */
+  check_watched(t, (nb_variable *[]){b, a}, 2);
+  nb_tape_watch_variable(t, k);
+  nb_tape_watch_variable(t, b);
+  y = nb_mul(c, y, rk);
+  check_watched(t, (nb_variable *[]){k, b, a}, 3);
+  nb_variable *first = NULL;
+  assert_int_equal(nb_tape_watched_variables(t, &first, 1), 3); /* the count, past cap */
+  assert_ptr_equal(first, k);
+  nb_variable *vs[3] = {a, k, u};
+  nb_tensor *d[3];
+  assert_int_equal(nb_tape_gradient_vars(t, &y, 1, vs, 3, d), NB_OK);
+  tu_check(d[0], NB_F64, 0, NULL, TU_VALS(2 * 2 * 3 * 7 * 5), 1e-12); /* y = a^2 b u k */
+  tu_check(d[1], NB_F64, 0, NULL, TU_VALS(9 * 2 * 7), 1e-12);
+  assert_null(d[2]);
+  check_watched(t, (nb_variable *[]){k, b, a}, 3);
+  nb_tape_end(t);
+  /* without watch_accessed_variables only explicit watches count; a freed variable is not listed */
+  t = nb_tape_begin(c, 1);
+  nb_tape_set_watch_accessed_variables(t, false);
+  nb_tape_watch_variable(t, u);
+  y = nb_mul(c, nb_variable_read(c, a), nb_variable_read(c, u));
+  check_watched(t, (nb_variable *[]){u}, 1);
+  nb_tensor *du;
+  assert_int_equal(nb_tape_gradient_vars(t, &y, 1, &u, 1, &du), NB_OK);
+  tu_check(du, NB_F64, 0, NULL, TU_VALS(3), 0);
+  nb_variable_free(u);
+  check_watched(t, NULL, 0);
+  /* errors */
+  nb_tape_watch_variable(t, NULL);
+  tu_check_error(c, NB_INVALID, "nb_tape_watch_variable", "NULL variable");
+  nb_tape_watch_variable(t, u);
+  tu_check_error(c, NB_INVALID, "nb_tape_watch_variable", "freed variable");
+  assert_int_equal(nb_tape_watched_variables(t, NULL, 1), -1);
+  tu_check_error(c, NB_INVALID, "nb_tape_watched_variables", "cap 1");
+  assert_int_equal(nb_tape_watched_variables(t, NULL, -1), -1);
+  tu_check_error(c, NB_INVALID, "nb_tape_watched_variables", "cap -1");
+  assert_int_equal(nb_tape_watched_variables(NULL, NULL, 0), -1);
+  nb_tape_watch_variable(NULL, a);
+  nb_tape_end(t);
+  nb_variable_free(a);
+  nb_variable_free(b);
+  nb_variable_free(k);
+}
+
+/* TF's reset(): the records and watches before it are gone, recording goes on. */
+static void test_reset(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 3), *dx;
+  nb_variable *w = var_of(c, 2, true, "w");
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = nb_mul(c, x, x), *loss = nb_mul(c, nb_variable_read(c, w), nb_variable_read(c, w));
+  assert_int_equal(nb_tape_reset(t), NB_OK);
+  check_watched(t, NULL, 0);
+  assert_null(grad1(c, t, y, x));                      /* recorded before: dropped */
+  assert_null(grad1(c, t, nb_mul(c, x, x), x));         /* x is not watched any more */
+  loss = nb_add(c, loss, nb_mul(c, nb_variable_read(c, w), nb_variable_read(c, w)));
+  check_watched(t, (nb_variable *[]){w}, 1);
+  assert_int_equal(nb_tape_gradient_vars(t, &loss, 1, &w, 1, &dx), NB_OK);
+  tu_check(dx, NB_F64, 0, NULL, TU_VALS(4), 0); /* the second w^2 only */
+  nb_tape_watch(t, x);
+  tu_check(grad1(c, t, nb_mul(c, nb_mul(c, x, x), x), x), NB_F64, 0, NULL, TU_VALS(27), 0);
+  /* a stopped tape cannot be reset (TF's rule) and keeps its records */
+  y = nb_square(c, x);
+  nb_tape_stop_recording(t);
+  assert_int_equal(nb_tape_reset(t), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_tape_reset", "not recording");
+  nb_tape_resume_recording(t);
+  tu_check(grad1(c, t, y, x), NB_F64, 0, NULL, TU_VALS(6), 0);
+  nb_tape_end(t);
+  /* a one-shot tape after its gradient stops recording; resumed and reset, it is usable again */
+  t = nb_tape_begin(c, 0);
+  nb_tape_watch(t, x);
+  tu_check(grad1(c, t, nb_square(c, x), x), NB_F64, 0, NULL, TU_VALS(6), 0);
+  assert_int_equal(nb_tape_reset(t), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_tape_reset", "not recording");
+  nb_tape_resume_recording(t);
+  assert_int_equal(nb_tape_reset(t), NB_OK);
+  nb_tape_watch(t, x);
+  tu_check(grad1(c, t, nb_exp(c, x), x), NB_F64, 0, NULL, TU_VALS(exp(3.0)), 1e-12);
+  nb_tape_end(t);
+  assert_int_equal(nb_tape_reset(NULL), NB_INVALID);
+  nb_variable_free(w);
+}
+
+/* A gradient function cannot reset, end or differentiate the tape whose pass runs it. */
+typedef enum { MISUSE_RESET, MISUSE_END, MISUSE_GRADIENT, MISUSE_NONE } tape_misuse;
+typedef struct misuse_case {
+  nb_tape *t;
+  tape_misuse what;
+} misuse_case;
+
+static nb_code pass_through(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)c, (void)nin, (void)nout, (void)user;
+  out[0] = in[0];
+  return NB_OK;
+}
+
+static nb_code misusing_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                             nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)in, (void)nin, (void)out, (void)nout;
+  misuse_case *m = user;
+  nb_tensor *dy = dys[0], *d = NULL;
+  if (m->what == MISUSE_RESET) nb_tape_reset(m->t);
+  if (m->what == MISUSE_END) nb_tape_end(m->t);
+  if (m->what == MISUSE_GRADIENT) nb_tape_gradient(m->t, &dy, 1, &dy, 1, NULL, &d);
+  m->what = MISUSE_NONE; /* once */
+  dxs[0] = dy;
+  return nb_status(c);
+}
+
+static void test_misuse_in_backward_pass(void **state) {
+  nb_ctx *c = *state;
+  static const char *const frags[3] = {"nb_tape_reset", "nb_tape_end", "nb_tape_gradient"};
+  nb_tensor *x = nb_scalar(c, NB_F64, 3), *y, *dx;
+  for (int what = MISUSE_RESET; what < MISUSE_NONE; what++) {
+    misuse_case m = {nb_tape_begin(c, 1), (tape_misuse)what};
+    nb_tape_watch(m.t, x);
+    assert_int_equal(nb_custom_gradient(c, pass_through, misusing_grad, &m, &x, 1, &y, 1), NB_OK);
+    nb_tensor *z = nb_square(c, y);
+    assert_int_equal(nb_tape_gradient(m.t, &z, 1, &x, 1, NULL, &dx), NB_INVALID);
+    tu_check_error(c, NB_INVALID, frags[what], "backward pass");
+    tu_check(grad1(c, m.t, z, x), NB_F64, 0, NULL, TU_VALS(6), 0); /* the tape still works */
+    nb_tape_end(m.t);
+  }
+}
+
+/* ---- higher orders: nested tapes, or one persistent tape ------------------------------- */
+
+/* Tapes for a second order in x: `first` gives a gradient that `second` records. Nested
+   tapes, or (one_tape) one persistent tape recording its own backward pass (TF's). */
+typedef struct tape_pair {
+  nb_tape *first, *second;
+} tape_pair;
+
+static tape_pair second_order_tapes(nb_ctx *c, nb_tensor *x, bool one_tape) {
+  tape_pair p;
+  p.second = nb_tape_begin(c, 1);
+  p.first = one_tape ? p.second : nb_tape_begin(c, 0);
+  nb_tape_watch(p.second, x);
+  nb_tape_watch(p.first, x);
+  return p;
+}
+
+static void end_first(tape_pair p) {
+  if (p.first != p.second) nb_tape_end(p.first);
+}
 
 /* d2/dx2 tanh(x^2) = 2(1 - t^2) - 8 x^2 t (1 - t^2), t = tanh(x^2). */
 static void test_second_order(void **state) {
@@ -268,35 +446,34 @@ static void test_second_order(void **state) {
     d2[i] = 2 * s - 8 * xv[i] * xv[i] * th * s;
   }
   nb_tensor *x = vec(c, 3, xv);
-  nb_tape *outer = nb_tape_begin(c, 0), *inner = nb_tape_begin(c, 0);
-  nb_tape_watch(outer, x);
-  nb_tape_watch(inner, x);
-  nb_tensor *y = nb_tanh(c, nb_square(c, x));
-  nb_tensor *g = grad1(c, inner, y, x);
-  nb_tape_end(inner);
-  tu_check_vals(g, d1, 1e-14);
-  tu_check_vals(grad1(c, outer, g, x), d2, 1e-13);
-  nb_tape_end(outer);
+  for (int one_tape = 0; one_tape < 2; one_tape++) {
+    tape_pair p = second_order_tapes(c, x, one_tape);
+    nb_tensor *y = nb_tanh(c, nb_square(c, x));
+    nb_tensor *g = grad1(c, p.first, y, x);
+    end_first(p);
+    tu_check_vals(g, d1, 1e-14);
+    tu_check_vals(grad1(c, p.second, g, x), d2, 1e-13);
+    nb_tape_end(p.second);
+  }
 }
 
 /* Hessian-vector product of sum(x^3): H = diag(6x), Hv = 6 x v. */
 static void test_hessian_vector_product(void **state) {
   nb_ctx *c = *state;
   nb_tensor *x = vec(c, 3, TU_VALS(1, -2, 0.5)), *v = vec(c, 3, TU_VALS(2, 3, -4));
-  nb_tape *outer = nb_tape_begin(c, 1);
-  nb_tape_watch(outer, x);
-  nb_tape *inner = nb_tape_begin(c, 0);
-  nb_tape_watch(inner, x);
-  nb_tensor *y = nb_sum(c, nb_pow(c, x, nb_scalar(c, NB_F64, 3)), NULL, 0, false);
-  nb_tensor *g = grad1(c, inner, y, x);
-  nb_tape_end(inner);
-  tu_check_vals(g, TU_VALS(3, 12, 0.75), 1e-14);
-  nb_tensor *hv;
-  assert_int_equal(nb_tape_gradient(outer, &g, 1, &x, 1, &v, &hv), NB_OK); /* weighted by v */
-  tu_check(hv, NB_F64, 1, TU_SHAPE(3), TU_VALS(12, -36, -12), 1e-13);
-  nb_tensor *gv = nb_sum(c, nb_mul(c, g, v), NULL, 0, false); /* the same through <g, v> */
-  tu_check_vals(grad1(c, outer, gv, x), TU_VALS(12, -36, -12), 1e-13);
-  nb_tape_end(outer);
+  for (int one_tape = 0; one_tape < 2; one_tape++) {
+    tape_pair p = second_order_tapes(c, x, one_tape);
+    nb_tensor *y = nb_sum(c, nb_pow(c, x, nb_scalar(c, NB_F64, 3)), NULL, 0, false);
+    nb_tensor *g = grad1(c, p.first, y, x);
+    end_first(p);
+    tu_check_vals(g, TU_VALS(3, 12, 0.75), 1e-14);
+    nb_tensor *hv;
+    assert_int_equal(nb_tape_gradient(p.second, &g, 1, &x, 1, &v, &hv), NB_OK); /* weighted by v */
+    tu_check(hv, NB_F64, 1, TU_SHAPE(3), TU_VALS(12, -36, -12), 1e-13);
+    nb_tensor *gv = nb_sum(c, nb_mul(c, g, v), NULL, 0, false); /* the same through <g, v> */
+    tu_check_vals(grad1(c, p.second, gv, x), TU_VALS(12, -36, -12), 1e-13);
+    nb_tape_end(p.second);
+  }
 }
 
 /* d/dx x^4 by three tapes: 4x^3, 12x^2, 24x. */
@@ -318,6 +495,55 @@ static void test_third_order(void **state) {
   tu_check_vals(g2, TU_VALS(12 * 2.25, 12 * 4.0), 1e-14);
   tu_check(g3, NB_F64, 1, TU_SHAPE(2), TU_VALS(24 * 1.5, 24 * -2.0), 1e-14);
   assert_int_equal(c->ntapes, 0);
+}
+
+/* ---- a persistent tape records its own backward pass (TF's) ------------------------------ */
+
+/* y = x^3 at x = 3 on one tape: 27, 18, 6, then 0. */
+static void test_persistent_higher_orders(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 3);
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_set_unconnected_zero(t, true);
+  nb_tape_watch(t, x);
+  nb_tensor *y = nb_mul(c, nb_mul(c, x, x), x);
+  nb_tensor *d1 = grad1(c, t, y, x), *d2 = grad1(c, t, d1, x), *d3 = grad1(c, t, d2, x);
+  tu_check(d1, NB_F64, 0, NULL, TU_VALS(27), 0);
+  tu_check(d2, NB_F64, 0, NULL, TU_VALS(18), 0);
+  tu_check(d3, NB_F64, 0, NULL, TU_VALS(6), 0);
+  tu_check(grad1(c, t, d3, x), NB_F64, 0, NULL, TU_VALS(0), 0);
+  tu_check(grad1(c, t, y, x), NB_F64, 0, NULL, TU_VALS(27), 0); /* the first order again */
+  nb_tape_end(t);
+}
+
+/* What a tape does not record: a gradient taken while it is stopped, a Jacobian, and
+   anything once a one-shot tape gave its gradient (it stops recording then, as TF's). */
+static void test_backward_unrecorded(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 3), *d1, *jac;
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = nb_mul(c, nb_mul(c, x, x), x);
+  int32_t n = t->nentries;
+  nb_tape_stop_recording(t);
+  d1 = grad1(c, t, y, x);
+  nb_tape_resume_recording(t);
+  assert_int_equal(t->nentries, n);
+  assert_null(grad1(c, t, d1, x)); /* d1 is a constant to the tape */
+  assert_int_equal(nb_tape_jacobian(t, y, x, &jac), NB_OK);
+  tu_check(jac, NB_F64, 0, NULL, TU_VALS(27), 0);
+  assert_int_equal(t->nentries, n);
+  nb_tape_end(t);
+  nb_variable *w = nb_variable_new(c, x, true, "w");
+  t = nb_tape_begin(c, 0);
+  nb_tape_watch(t, x);
+  d1 = grad1(c, t, nb_mul(c, x, x), x);
+  nb_tensor *z = nb_mul(c, nb_variable_read(c, w), d1); /* a trainable read: not watched now */
+  assert_int_equal(t->nentries, 0);
+  assert_int_equal(nb_tape_gradient(t, &z, 1, &x, 1, NULL, &d1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "non-persistent tape can be used for one gradient computation only", NULL);
+  nb_tape_end(t);
+  nb_variable_free(w);
 }
 
 /* The outer tape watches only x; the inner one watches x and z. y = x^2 z. */
@@ -1145,9 +1371,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_one_shot, tu_setup, tu_teardown),
       cmocka_unit_test(test_free_with_active_tapes),
       cmocka_unit_test_setup_teardown(test_stop_resume, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_watched_variables, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_reset, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_misuse_in_backward_pass, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_second_order, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_hessian_vector_product, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_third_order, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_persistent_higher_orders, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_backward_unrecorded, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_nested_partial_watch, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_matmul, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_jacobian_vectorized, tu_setup, tu_teardown),

@@ -12,7 +12,7 @@ static nb_code run_forward(nb_ctx *c, nb_custom_fn fwd, void *user, nb_tensor *c
   c->tapes_paused++; /* tapes the function itself begins are paused too, and stay active */
   nb_code code = fwd(c, in, nin, tmp, nout, user);
   c->tapes_paused--;
-  if (!code) code = nb_status(c);
+  code = nb_callback_code(c, "nb_custom_gradient: forward function", code);
   for (int i = 0; i < nout && !code; i++)
     if (!tmp[i]) code = nb_fail(c, NB_INVALID, "nb_custom_gradient: the forward function left output %d NULL", i);
   return code;

@@ -5,9 +5,11 @@
    calling the same gradient functions the graph pass uses, now on the eager context, so
    ops they run are recorded by any outer tape: nested tapes give higher orders. Saved
    tensors come back with their original ids, which is how an outer tape recognises them.
-   Ended tapes, with their arrays and scratch, are kept for reuse, so a training loop
-   allocates nothing per step once warm. A tape does not record its own backward pass
-   (TF's persistent tapes do): nest a second tape for higher orders. */
+   A persistent tape that is recording records its own backward pass too, as TF's does
+   (higher orders on one tape): the pass walks the entries there were when it began, and
+   the ones it appends come after them, in an order that is still topological. Ended
+   tapes, with their arrays and scratch, are kept for reuse, so a training loop allocates
+   nothing per step once warm. */
 #include "tape.h"
 
 #include "../core/variable.h"
@@ -89,21 +91,6 @@ static void tape_reset(nb_tape *t) {
   t->last_out = 0;
   map_clear(&t->tracked);
   nb_arena_reset(&t->arena);
-}
-
-static void tape_destroy(nb_tape *t) {
-  tape_reset(t);
-  map_free(&t->tracked);
-  free(t->outputs);
-  free(t->grads);
-  free(t->wanted);
-  free(t->entries);
-  free(t->slots);
-  free(t->buf);
-  free(t->needs);
-  free(t->views);
-  nb_arena_free(&t->arena);
-  free(t);
 }
 
 /* ---- recording ------------------------------------------------------------------------ */
@@ -201,13 +188,61 @@ static void record(nb_ctx *c, nb_kargs *k, nb_tensor *const *out) {
   }
 }
 
-/* A trainable variable was read: tapes recording with watch_accessed watch its id. */
-static void watch_read(nb_ctx *c, const nb_tensor *x) {
+/* ---- watched variables ---------------------------------------------------------------- */
+
+/* Where id is, or would go, in t's variables (sorted by id, which is TF's order of creation). */
+static int32_t variable_slot(const nb_tape *t, uint64_t id) {
+  int32_t lo = 0, hi = t->nvars;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (t->vars[mid]->id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Watches v's id (every read of v carries it) and lists v once; false when out of memory. */
+static bool watch_variable(nb_tape *t, nb_variable *v) {
+  if (track(t, v->id) < 0) return false;
+  int32_t i = variable_slot(t, v->id);
+  if (i < t->nvars && t->vars[i] == v) return true;
+  if (!nb_grow_array((void **)&t->vars, &t->vars_cap, t->nvars + 1, sizeof *t->vars)) return false;
+  memmove(&t->vars[i + 1], &t->vars[i], (size_t)(t->nvars - i) * sizeof *t->vars);
+  t->vars[i] = v;
+  t->nvars++;
+  nb_variable_retain(v); /* the list's pointers stay valid until the tape lets them go */
+  return true;
+}
+
+static void unwatch_variables(nb_tape *t) {
+  for (int32_t i = 0; i < t->nvars; i++) nb_variable_release(t->vars[i]);
+  t->nvars = 0;
+}
+
+/* A trainable variable was read: tapes recording with watch_accessed watch it. */
+static void watch_read(nb_ctx *c, nb_variable *v) {
   for (int i = 0; i < c->ntapes && !c->tapes_paused; i++) {
     nb_tape *t = c->tapes[i];
-    if (t->recording && t->watch_accessed && track(t, x->id) < 0)
+    if (t->recording && t->watch_accessed && !watch_variable(t, v))
       nb_fail(c, NB_NOMEM, "nb_variable_read: out of memory watching the variable on a tape");
   }
+}
+
+static void tape_destroy(nb_tape *t) {
+  tape_reset(t);
+  unwatch_variables(t);
+  free(t->vars);
+  map_free(&t->tracked);
+  free(t->outputs);
+  free(t->grads);
+  free(t->wanted);
+  free(t->entries);
+  free(t->slots);
+  free(t->buf);
+  free(t->needs);
+  free(t->views);
+  nb_arena_free(&t->arena);
+  free(t);
 }
 
 static void release_tapes(nb_ctx *c) {
@@ -264,6 +299,29 @@ void nb_tape_watch(nb_tape *t, nb_tensor *x) {
   if (track(t, x->id) < 0) nb_fail(t->c, NB_NOMEM, "nb_tape_watch: out of memory");
 }
 
+void nb_tape_watch_variable(nb_tape *t, nb_variable *v) {
+  if (!t || !t->active || !nb_live(t->c)) return;
+  if (!v || v->freed)
+    nb_fail(t->c, NB_INVALID, "nb_tape_watch_variable: %s variable", v ? "a freed" : "NULL");
+  else if (!watch_variable(t, v))
+    nb_fail(t->c, NB_NOMEM, "nb_tape_watch_variable: out of memory");
+}
+
+int nb_tape_watched_variables(const nb_tape *t, nb_variable **out, int cap) {
+  if (!t) return -1;
+  if (cap < 0 || (cap > 0 && !out)) {
+    nb_fail(t->c, NB_INVALID, "nb_tape_watched_variables: out is NULL or cap %d is negative", cap);
+    return -1;
+  }
+  int n = 0;
+  for (int32_t i = 0; i < t->nvars; i++) {
+    if (t->vars[i]->freed) continue; /* held by the tape, gone for the user */
+    if (n < cap) out[n] = t->vars[i];
+    n++;
+  }
+  return n;
+}
+
 void nb_tape_set_watch_accessed_variables(nb_tape *t, bool watch) {
   if (t) t->watch_accessed = watch;
 }
@@ -280,8 +338,30 @@ void nb_tape_set_unconnected_zero(nb_tape *t, bool zero) {
   if (t) t->unconnected_zero = zero;
 }
 
+/* NB_INVALID, naming fn, when t's own backward pass runs (a gradient function called fn). */
+static nb_code check_not_running(const nb_tape *t, const char *fn) {
+  if (!t->running) return NB_OK;
+  return nb_fail(t->c, NB_INVALID, "%s: the tape is in its backward pass (called from a gradient function)", fn);
+}
+
+nb_code nb_tape_reset(nb_tape *t) {
+  if (!t) return NB_INVALID;
+  if (!nb_live(t->c)) return nb_status(t->c);
+  if (!t->active) return nb_fail(t->c, NB_INVALID, "nb_tape_reset: the tape was ended");
+  nb_code code = check_not_running(t, "nb_tape_reset");
+  if (code) return code;
+  if (!t->recording)
+    return nb_fail(t->c, NB_INVALID,
+                   "nb_tape_reset: the tape is not recording (stopped, or a one-shot tape after its gradient); "
+                   "resume it first");
+  tape_reset(t);
+  unwatch_variables(t);
+  t->used = false;
+  return NB_OK;
+}
+
 void nb_tape_end(nb_tape *t) {
-  if (!t) return;
+  if (!t || check_not_running(t, "nb_tape_end")) return;
   nb_ctx *c = t->c;
   int i = 0;
   while (i < c->ntapes && c->tapes[i] != t) i++;
@@ -289,6 +369,7 @@ void nb_tape_end(nb_tape *t) {
   memmove(&c->tapes[i], &c->tapes[i + 1], (size_t)(c->ntapes - i - 1) * sizeof *c->tapes);
   if (--c->ntapes == 0) c->record = NULL;
   tape_reset(t);
+  unwatch_variables(t);
   t->active = false;
   t->next_spare = c->spare_tapes;
   c->spare_tapes = t;
@@ -413,10 +494,11 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
 }
 
 /* have += g in place: possible when both are dense, the tape alone holds have's data, the shapes match, and
-   no other tape is recording (which would need the addition as a recorded op). */
+   no tape records the pass (which would need the addition as a recorded op). */
 static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
-  if (t->c->ntapes > 1 || !have->buf || !g->buf || !nb_buffer_exclusive(have->buf) || have->dtype != g->dtype ||
-      have->size != g->size || have->rank != g->rank || memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
+  if (t->c->ntapes > 1 || t->recording || !have->buf || !g->buf || !nb_buffer_exclusive(have->buf) ||
+      have->dtype != g->dtype || have->size != g->size || have->rank != g->rank ||
+      memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
     return false;
   if (g->dtype == NB_F32) {
     float *a = nb_tdata(have);
@@ -523,24 +605,25 @@ static nb_code invoke_per_seed(nb_tape *t, nb_grad_fn fn, const nb_fwd_op *op, n
    buf holds the entry's dys already (entry_dys). */
 static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
   nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
-  const tape_slot *s = &t->slots[e->slot0];
   const nb_op_def *as = t->batch ? batched_def(t, e, &fn) : NULL;
   bool batched = as != NULL, per_seed = t->batch && !batched;
   for (int32_t o = 0; o < e->nout; o++) dys[o] = nb_densify(t->c, dys[o]); /* gradient functions take dense dys */
+  /* e's slots, valid until an op runs: a pass its tape records appends slots, which may move them */
+  const tape_slot *s = &t->slots[e->slot0];
   for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].value >= 0;
   for (int32_t i = 0; i < e->nin + e->nout; i++)
     ins[i] = batched ? entry_view(t, e, as, i, needs) : slot_view(t, &s[i], i);
   zeros_for_missing_dys(t, e, outs, dys);
   nb_fwd_op op = {batched ? as : e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nb_grad_invoke(t->c, fn, &op, dys, dxs);
-  if (!code && batched) unbatch_dxs(t, s, e->nin, needs, dxs);
+  if (!code && batched) unbatch_dxs(t, &t->slots[e->slot0], e->nin, needs, dxs);
   nb_tensor **kept = ins; /* reused: the new gradients held, which must survive the scope */
   int nkept = 0;
   uint32_t fresh_from = t->c->scopes[t->c->nscopes - 1]; /* the entry's scope (run_backward) */
   for (int32_t i = 0; i < e->nin && !code; i++) {
     if (!dxs[i] || !needs[i]) continue;
     nb_tensor *owned, *replaced;
-    code = accumulate(t, s[i].value, dxs[i], fresh_from, kept, nkept, &owned, &replaced);
+    code = accumulate(t, t->slots[e->slot0 + i].value, dxs[i], fresh_from, kept, nkept, &owned, &replaced);
     int k = 0; /* an input listed twice: its new sum replaces the first one kept */
     while (k < nkept && kept[k] != replaced) k++;
     kept[k] = owned;
@@ -590,7 +673,7 @@ static nb_code run_backward(nb_tape *t) {
   nb_tensor **buf = t->buf;
   bool *needs = t->needs;
   for (int32_t i = t->nentries - 1; i >= 0 && !code; i--) {
-    const tape_entry *e = &t->entries[i];
+    const tape_entry entry = t->entries[i], *e = &entry; /* a copy: recording this pass may move the entries */
     if (!entry_dys(t, e, buf + e->nin + e->nout)) continue;
     nb_grad_fn fn;
     nb_grad_kind kind = nb_grad_lookup(e->def, NULL, &fn);
@@ -636,9 +719,13 @@ static bool empty_grads(nb_tape *t) {
 
 nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                         nb_tensor *const *output_grads, nb_tensor **out) {
-  nb_code code = empty_grads(t) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  nb_code code = check_not_running(t, "nb_tape_gradient");
+  if (code) return code;
+  code = empty_grads(t) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  int32_t covered = t->nvalues; /* the values this pass has gradients for */
   bool was_recording = t->recording;
-  t->recording = false; /* a tape does not record its own backward pass; outer tapes do */
+  t->recording = false; /* the seeds are constants */
+  t->running = true;
   nb_grad_builtins_init();
   nb_scope_begin(t->c);
   for (int i = 0; i < nt && !code; i++) {
@@ -651,9 +738,12 @@ nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *co
     int32_t v = tracked_value(t, sources[i]->id);
     if (v >= 0) t->wanted[v] = true;
   }
+  t->recording = was_recording && t->persistent; /* the pass itself, on a persistent tape (TF's) */
   if (!code) code = run_backward(t);
+  t->recording = false;
   for (int i = 0; i < ns; i++) {
     int32_t v = code ? -1 : tracked_value(t, sources[i]->id);
+    if (v >= covered) v = -1; /* watched during the pass (by a custom gradient function) */
     out[i] = v < 0 || !nb_is_float(sources[i]->dtype) ? NULL : t->grads[v];
     if (!code && !t->batch && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
     for (int j = 0; j < i && out[i]; j++) /* a source listed twice gets a handle of its own */
@@ -663,12 +753,15 @@ nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *co
   if (code)
     for (int i = 0; i < ns; i++) nb_tensor_free(out[i]), out[i] = NULL;
   t->recording = was_recording;
+  t->running = false;
   return code;
 }
 
+/* As TF's, a one-shot tape also stops recording: nothing could use what it recorded. */
 void nb_tape_spend(nb_tape *t) {
   if (t->persistent) return;
   t->used = true;
+  t->recording = false;
   tape_reset(t);
 }
 

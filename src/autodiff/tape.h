@@ -44,6 +44,7 @@ struct nb_tape {
   nb_ctx *c;
   bool active, persistent, recording, used, unconnected_zero;
   bool last_pass;          /* the running backward pass is the tape's last: it frees saved data as it goes */
+  bool running;            /* a backward pass of this tape is under way */
   bool watch_accessed;     /* watches trainable variables read while it records (TF's default) */
   id_map tracked;          /* watched ids and outputs of recorded ops -> value numbers */
   int32_t nvalues;         /* value numbers given so far */
@@ -60,6 +61,8 @@ struct nb_tape {
   nb_tensor **grads;
   bool *wanted;
   int32_t grads_cap;
+  nb_variable **vars;      /* the variables it watches, each retained once, by increasing id */
+  int32_t nvars, vars_cap;
   tape_entry *entries;
   int32_t nentries, entries_cap;
   tape_slot *slots;

@@ -75,9 +75,9 @@ struct nb_ctx {
   nb_execute_fn execute;
   /* Eager contexts with active tapes: called after each op ran, to record it. */
   void (*record)(nb_ctx *c, struct nb_kargs *k, nb_tensor *const *out);
-  /* Eager contexts with tapes: called when a trainable variable is read (x: the read), so
-     tapes that watch accessed variables watch it. */
-  void (*watch_read)(nb_ctx *c, const nb_tensor *x);
+  /* Eager contexts with tapes: called when a trainable variable is read, so tapes that
+     watch accessed variables watch it. */
+  void (*watch_read)(nb_ctx *c, nb_variable *v);
   int tapes_paused;        /* > 0: no tape records (a custom gradient's forward function runs) */
   uint32_t forwardable;    /* set by a session around one op: bit i when input i dies after it
                               (input forwarding, see eager.c) */
@@ -128,6 +128,10 @@ bool nb_grow_array(void **arr, int32_t *cap, int32_t need, size_t elem);
 nb_code nb_fail(nb_ctx *c, nb_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 nb_code nb_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, va_list ap);
+/* Settles the code a user callback returned (who names it: "nb_while: body"): a failure
+   that left c's status unset records one with a message naming the callback, so every
+   failed call carries a message. Returns code, or c's status when code is NB_OK. */
+nb_code nb_callback_code(nb_ctx *c, const char *who, nb_code code);
 
 /* The bits of a pointer (n bytes at obj: a data or function pointer), for the int attrs
    that carry functions, variables and callbacks: copied, not converted. */

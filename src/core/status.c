@@ -62,3 +62,10 @@ nb_code nb_set_error(nb_ctx *c, nb_code code, const char *fmt, ...) {
   va_end(ap);
   return code;
 }
+
+nb_code nb_callback_code(nb_ctx *c, const char *who, nb_code code) {
+  if (!code) return c->status;
+  if (!c->status)
+    nb_fail(c, code, "%s: the callback returned %s without setting an error message", who, nb_code_name(code));
+  return code;
+}

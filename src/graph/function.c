@@ -153,7 +153,8 @@ static nb_code add_args(nb_function *f, const nb_meta *m, int n) {
 /* The error of a callback traced in f, reported on the outer context. */
 static nb_code trace_fail(nb_ctx *outer, nb_function *f, const char *who, nb_code code) {
   if (outer->status) return outer->status;
-  return nb_fail(outer, code ? code : NB_INTERNAL, "%s: %s", who, nb_status(f->c) ? nb_error(f->c) : "the callback failed");
+  if (!f->c->status) return nb_callback_code(outer, who, code ? code : NB_INTERNAL);
+  return nb_fail(outer, code ? code : NB_INTERNAL, "%s: %s", who, nb_error(f->c));
 }
 
 /* Stores the results of f; a result that is not a tensor of f's graph (a concrete value,

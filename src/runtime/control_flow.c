@@ -103,8 +103,7 @@ static nb_code own_results(nb_ctx *c, nb_tensor **res, int n, uint32_t mark) {
 
 static nb_code eager_cond_pred(nb_ctx *c, nb_cond_fn cond, void *user, nb_tensor *const *cur, bool *go) {
   nb_tensor *pred = NULL;
-  nb_code code = cond(c, cur, &pred, user);
-  if (!code) code = nb_status(c);
+  nb_code code = nb_callback_code(c, "nb_while: cond", cond(c, cur, &pred, user));
   return code ? code : read_pred(c, "nb_while", pred, go);
 }
 
@@ -118,8 +117,7 @@ static nb_code eager_step(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *use
   if (!code) code = eager_cond_pred(c, cond, user, cur, go);
   if (!code && *go) {
     memset(next, 0, (size_t)n * sizeof *next);
-    code = body(c, cur, next, user);
-    if (!code) code = nb_status(c);
+    code = nb_callback_code(c, "nb_while: body", body(c, cur, next, user));
     if (!code) code = nb_cf_check_next(c, "nb_while", cur, next, n, inv);
     if (!code) code = own_results(c, next, n, mark);
   }
@@ -206,8 +204,7 @@ static nb_code eager_cond(nb_ctx *c, bool taken, nb_body_fn then_fn, nb_body_fn 
   nb_scope_begin(c);
   uint32_t mark = c->nhandles;
   nb_code code = nb_status(c);
-  if (!code) code = fn(c, in, out, user);
-  if (!code) code = nb_status(c);
+  if (!code) code = nb_callback_code(c, taken ? "nb_cond: then branch" : "nb_cond: else branch", fn(c, in, out, user));
   for (int i = 0; i < nout && !code; i++)
     if (!out[i]) code = nb_fail(c, NB_INVALID, "nb_cond: the %s branch left output %d NULL", taken ? "then" : "else", i);
   if (!code) code = own_results(c, out, nout, mark);

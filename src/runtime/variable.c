@@ -104,7 +104,7 @@ nb_tensor *nb_variable_read(nb_ctx *c, nb_variable *v) {
     return node < 0 ? NULL : nb_graph_handle(c, c->graph, node, 0);
   }
   nb_tensor *x = nb_variable_handle(c, v);
-  if (x && v->trainable && c->watch_read) c->watch_read(c, x);
+  if (x && v->trainable && c->watch_read) c->watch_read(c, v);
   return x;
 }
 
