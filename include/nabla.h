@@ -32,7 +32,8 @@
  * (Reshape, Identity, ExpandDims, ...) share their input's buffer.
  * Released handles are recycled only after later releases, and never handed back to
  * malloc (the library keeps the most handles ever alive at once, 160 bytes each): until
- * a handle is reused, freeing it again does nothing, even after nb_ctx_free.
+ * a handle is reused, freeing it again does nothing and an op given it fails with
+ * NB_INVALID ("AddV2: input 0 was released"), even after nb_ctx_free.
  *
  * Threads: a context, and the tensors made in it, must be used by one thread at a
  * time. Different contexts may be used from different threads at the same time;

@@ -1,5 +1,5 @@
-/* Handle misuse is caught, not undefined: a second nb_tensor_free is a no-op and
-   IndexedSlices parts belong to their slices. */
+/* Handle misuse is caught, not undefined: a second nb_tensor_free is a no-op, a released
+   handle given to an op is an error, and IndexedSlices parts belong to their slices. */
 #include "graphutil.h"
 
 #include "../src/core/core.h"
@@ -39,6 +39,29 @@ static void test_eager_double_free(void **state) {
   check_live(x, 6, TWO_THREE);
 }
 
+static void test_use_after_release(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *a = tu_make(c, NB_F32, 1, TU_SHAPE(3), TU_VALS(1, 2, 3)), *b = nb_neg(c, a);
+  nb_tensor_free(a);
+  nb_tensor *fresh = nb_exp(c, b); /* made between the release and the misuse */
+  assert_non_null(fresh);
+  assert_null(nb_add(c, a, b));
+  tu_check_error(c, NB_INVALID, "AddV2: input 0 was released", NULL);
+  assert_null(nb_mul(c, b, a));
+  tu_check_error(c, NB_INVALID, "Mul: input 1 was released", NULL);
+  nb_scope_begin(c);
+  nb_tensor *t = nb_neg(c, b);
+  nb_scope_end(c, NULL, 0);
+  assert_null(nb_tanh(c, t));
+  tu_check_error(c, NB_INVALID, "Tanh: input 0 was released", NULL);
+  assert_null(nb_indexed_slices(c, t, nb_tensor_from(c, NB_I32, 1, TU_SHAPE(3), NULL), TU_SHAPE(3), 1));
+  tu_check_error(c, NB_INVALID, "nb_indexed_slices: values and indices", NULL);
+  double v[3];
+  assert_int_equal(nb_read(a, v, sizeof v), NB_INVALID);
+  assert_true(isnan(nb_item(a, 0)));
+  assert_null(nb_data(a));
+}
+
 /* A handle freed after its context: the context already released it. */
 static void test_free_after_context(void **state) {
   (void)state;
@@ -60,6 +83,8 @@ static void test_session_result_double_free(void **state) {
   check_live(r, 3, TU_VALS(1, 4, 9));
   nb_tensor_free(r);
   nb_tensor_free(r);
+  assert_null(nb_add(f->e, r, v));
+  tu_check_error(f->e, NB_INVALID, "AddV2: input 0 was released", NULL);
   /* the next run's result is whole whatever the stale pointer does */
   nb_tensor *r2 = NULL;
   assert_int_equal(nb_run(f->s, &p, &v, 1, &y, 1, &r2), NB_OK);
@@ -98,6 +123,8 @@ static void test_slices_parts_free(void **state) {
   nb_tensor *s = make_slices(c), *values = nb_indexed_slices_values(s);
   nb_tensor_free(s); /* the slices first, then the part */
   nb_tensor_free(values);
+  assert_null(nb_neg(c, values));
+  tu_check_error(c, NB_INVALID, "Neg: input 0 was released", NULL);
 }
 
 static void test_session_slices_parts_free(void **state) {
@@ -112,6 +139,7 @@ static void test_session_slices_parts_free(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_eager_double_free, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_use_after_release, tu_setup, tu_teardown),
       cmocka_unit_test(test_free_after_context),
       cmocka_unit_test_setup_teardown(test_session_result_double_free, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_slices_parts_free, tu_setup, tu_teardown),

@@ -183,6 +183,8 @@ static inline void nb_handle_put(nb_handle_queue *q, nb_tensor *x) {
   q->tail = x;
   q->n++;
 }
+/* Whether x was released: an op given it fails instead of reading it. */
+static inline bool nb_released(const nb_tensor *x) { return x->state == NB_HANDLE_POOLED; }
 /* Frees every handle and pooled block of c (the end of a context). */
 void nb_ctx_release_all(nb_ctx *c);
 /* A new handle registered in c's current scope; buf is taken over (may be NULL). */
