@@ -104,7 +104,8 @@ int nb_ctx_threads(const nb_ctx *c);
 
 void nb_scope_begin(nb_ctx *c);
 /* Frees the tensors made since the matching nb_scope_begin, except keep[0..nkeep),
-   which move to the enclosing scope. keep entries may be NULL. */
+   which move to the enclosing scope. keep entries may be NULL. Without a matching begin
+   (inside a callback: one the callback made), NB_INVALID and nothing is freed. */
 void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep);
 
 /* ---- tensors ------------------------------------------------------------------ */
@@ -801,7 +802,11 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
    nb_gradients differentiates While and If nodes to any order (see the README: While
    stacks the intermediates its gradient reads, as TF's while_v2; a gradient reading a
    value whose shape changes between iterations fails when run). The callbacks and user
-   are used only during the call (a graph keeps what they traced). */
+   are used only during the call (a graph keeps what they traced).
+   Callbacks (these, gradient and custom-gradient functions) keep c's scopes balanced: one
+   that leaves scopes open fails its call with NB_INVALID ("nb_while: the body left 1 scope
+   open"), those scopes closed keeping its results; nb_scope_end of a scope begun before
+   the callback fails (nb_scope_end). */
 typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
 typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
 nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,

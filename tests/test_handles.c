@@ -1,5 +1,7 @@
 /* Handle misuse is caught, not undefined: a second nb_tensor_free is a no-op, a released
-   handle given to an op is an error, and IndexedSlices parts belong to their slices. */
+   handle given to an op is an error, IndexedSlices parts belong to their slices, and a
+   callback (loop body, branch, gradient function) that leaves a scope open or closes one
+   it did not open fails its call instead of unbalancing the caller's scopes. */
 #include "graphutil.h"
 
 #include "../src/core/core.h"
@@ -136,6 +138,158 @@ static void test_session_slices_parts_free(void **state) {
   free_parts_and_slices(r);
 }
 
+/* ---- callbacks keep the scopes balanced -------------------------------------------------------- */
+
+static nb_code below_three(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
+  (void)user;
+  *pred = nb_less(c, v[0], nb_scalar(c, NB_F64, 3));
+  return nb_status(c);
+}
+
+static nb_code below_three_leaves_scope(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
+  nb_scope_begin(c);
+  nb_scope_begin(c);
+  return below_three(c, v, pred, user);
+}
+
+/* v + 1 after an nb_scope_begin without its end */
+static nb_code body_leaves_scope(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)user;
+  nb_scope_begin(c);
+  next[0] = nb_add(c, v[0], nb_scalar(c, NB_F64, 1));
+  return nb_status(c);
+}
+
+/* v + 1 after an nb_scope_end without a begin of its own */
+static nb_code body_closes_outer_scope(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)user;
+  nb_scope_end(c, NULL, 0);
+  next[0] = nb_add(c, v[0], nb_scalar(c, NB_F64, 1));
+  return NB_OK;
+}
+
+static void test_eager_while_unbalanced(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 0), *out = NULL;
+  nb_scope_begin(c);
+  int depth = c->nscopes;
+  assert_int_equal(nb_while(c, below_three, body_leaves_scope, NULL, &x, 1, -1, &out), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_while: the body left 1 scope open", NULL);
+  assert_int_equal(c->nscopes, depth);
+  assert_null(out);
+  assert_int_equal(nb_while(c, below_three_leaves_scope, body_leaves_scope, NULL, &x, 1, -1, &out), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_while: the cond function left 2 scopes open", NULL);
+  assert_int_equal(c->nscopes, depth);
+  nb_scope_end(c, NULL, 0);
+  assert_int_equal(nb_status(c), NB_OK);
+  check_live(x, 1, TU_VALS(0));
+}
+
+static void test_eager_while_ends_outer_scope(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 0), *out = NULL;
+  nb_scope_begin(c);
+  nb_tensor *y = nb_scalar(c, NB_F64, 7);
+  assert_int_equal(nb_while(c, below_three, body_closes_outer_scope, NULL, &x, 1, -1, &out), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_scope_end without a matching nb_scope_begin", NULL);
+  assert_int_equal(c->nscopes, 1);
+  check_live(y, 1, TU_VALS(7)); /* the caller's scope is still open: y lives */
+  nb_scope_end(c, NULL, 0);
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+static void test_eager_cond_unbalanced(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = nb_scalar(c, NB_F64, 1), *out = NULL, *yes = nb_scalar(c, NB_BOOL, 1);
+  assert_int_equal(nb_cond(c, yes, body_leaves_scope, body_leaves_scope, NULL, &x, 1, &out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_cond: the then branch left 1 scope open", NULL);
+  assert_int_equal(c->nscopes, 0);
+}
+
+static void test_graph_while_unbalanced(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *out = NULL;
+  assert_int_equal(nb_while(f->c, below_three, body_leaves_scope, NULL, &x, 1, -1, &out), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "nb_while: body: the callback left 1 scope open", NULL);
+  nb_tensor *yes = nb_placeholder(f->c, NB_BOOL, 0, NULL, "yes");
+  assert_int_equal(nb_cond(f->c, yes, body_leaves_scope, body_leaves_scope, NULL, &x, 1, &out, 1), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "nb_cond: then branch: the callback left 1 scope open", NULL);
+}
+
+/* y = x^2 with an open scope left behind when *user says so */
+static nb_code square_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout;
+  if (*(const int *)user == 1) nb_scope_begin(c);
+  out[0] = nb_mul(c, in[0], in[0]);
+  return nb_status(c);
+}
+
+/* dx = 2 x dy; *user 2 leaves a scope open, 3 closes one it did not open */
+static nb_code square_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                           nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)nin, (void)out, (void)nout;
+  int mode = *(const int *)user;
+  if (mode == 2) nb_scope_begin(c);
+  if (mode == 3) nb_scope_end(c, NULL, 0);
+  dxs[0] = nb_mul(c, nb_scalar(c, NB_F64, 2), nb_mul(c, in[0], dys[0]));
+  return nb_status(c);
+}
+
+/* The tape gradient of the custom square at x = 3 with the given misbehaviour. */
+static nb_code custom_square_gradient(nb_ctx *c, int mode, nb_tensor **dx) {
+  nb_tensor *x = nb_scalar(c, NB_F64, 3), *y = NULL;
+  nb_tape *t = nb_tape_begin(c, 0);
+  nb_tape_watch(t, x);
+  nb_code code = nb_custom_gradient(c, square_fwd, square_grad, &mode, &x, 1, &y, 1);
+  if (!code) code = nb_tape_gradient(t, &y, 1, &x, 1, NULL, dx);
+  nb_tape_end(t);
+  return code;
+}
+
+static void test_custom_gradient_unbalanced(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *dx = NULL;
+  assert_int_equal(custom_square_gradient(c, 0, &dx), NB_OK);
+  check_live(dx, 1, TU_VALS(6));
+  assert_int_equal(custom_square_gradient(c, 1, &dx), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_custom_gradient: the forward function left 1 scope open", NULL);
+  assert_int_equal(c->nscopes, 0);
+  assert_int_equal(custom_square_gradient(c, 2, &dx), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "the gradient function of '_CustomGradient'", "left 1 scope open");
+  assert_int_equal(c->nscopes, 0);
+}
+
+static void test_custom_gradient_ends_outer_scope(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *dx = NULL;
+  nb_scope_begin(c);
+  nb_tensor *kept = nb_scalar(c, NB_F64, 5);
+  assert_int_equal(custom_square_gradient(c, 3, &dx), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_scope_end without a matching nb_scope_begin", NULL);
+  assert_int_equal(c->nscopes, 1);
+  check_live(kept, 1, TU_VALS(5));
+  nb_scope_end(c, NULL, 0);
+}
+
+/* Sin's gradient, cos(x) dy, after an nb_scope_begin without its end. */
+static nb_code sin_grad_leaves_scope(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_scope_begin(c);
+  dxs[0] = nb_mul(c, dys[0], nb_cos(c, nb_fwd_input(op, 0)));
+  return nb_status(c);
+}
+
+static void test_registered_gradient_unbalanced(void **state) {
+  gu_fixture *f = *state;
+  assert_int_equal(nb_register_gradient("TestSinLeavesScope", sin_grad_leaves_scope), NB_OK);
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x");
+  assert_int_equal(nb_gradient_override_push(f->g, "Sin", "TestSinLeavesScope"), NB_OK);
+  nb_tensor *y = nb_sin(f->c, x), *dx = NULL;
+  nb_gradient_override_pop(f->g);
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx), NB_INVALID);
+  tu_check_error(f->c, NB_INVALID, "the gradient function of 'Sin' (op type: Sin) left 1 scope open", NULL);
+  assert_int_equal(f->c->nscopes, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_eager_double_free, tu_setup, tu_teardown),
@@ -144,6 +298,13 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_session_result_double_free, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_slices_parts_free, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_session_slices_parts_free, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_eager_while_unbalanced, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_eager_while_ends_outer_scope, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_eager_cond_unbalanced, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_graph_while_unbalanced, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_custom_gradient_unbalanced, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_custom_gradient_ends_outer_scope, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_registered_gradient_unbalanced, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,6 +113,8 @@ struct nb_ctx {
   uint32_t holes;          /* upper bound on NULL slots left by nb_tensor_free */
   uint32_t *scopes;        /* scope marks: handle count at nb_scope_begin */
   int nscopes, scopes_cap;
+  int scope_floor;         /* scopes nb_scope_end may not close: those open when the running
+                              callback was called (nb_scope_enter_callback) */
   nb_pool pool;
   /* When set, data blocks come from and return to this context's pool instead: a session
      running a function graph for a kernel of that context (While, If), so the blocks
@@ -185,6 +187,16 @@ static inline void nb_handle_put(nb_handle_queue *q, nb_tensor *x) {
 }
 /* Whether x was released: an op given it fails instead of reading it. */
 static inline bool nb_released(const nb_tensor *x) { return x->state == NB_HANDLE_POOLED; }
+/* A user callback's view of c's scopes: enter before calling it, leave after. Leaving
+   closes the scopes the callback left open, keeping keep[0..nkeep) (its results), and then
+   fails with NB_INVALID ("<who> left 1 scope open"); meanwhile nb_scope_end cannot close
+   scopes opened before the callback. */
+typedef struct nb_scope_frame {
+  int depth, floor;
+} nb_scope_frame;
+nb_scope_frame nb_scope_enter_callback(nb_ctx *c);
+nb_code nb_scope_leave_callback(nb_ctx *c, nb_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
+                                ...) __attribute__((format(printf, 5, 6)));
 /* Frees every handle and pooled block of c (the end of a context). */
 void nb_ctx_release_all(nb_ctx *c);
 /* A new handle registered in c's current scope; buf is taken over (may be NULL). */

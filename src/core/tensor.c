@@ -3,6 +3,7 @@
 #include "core.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -332,7 +333,7 @@ void nb_scope_begin(nb_ctx *c) {
 
 void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep) {
   if (!c) return;
-  if (c->nscopes == 0) {
+  if (c->nscopes <= c->scope_floor) {
     nb_fail(c, NB_INVALID, "nb_scope_end without a matching nb_scope_begin");
     return;
   }
@@ -352,6 +353,27 @@ void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep) {
     }
   }
   c->nhandles = w;
+}
+
+nb_scope_frame nb_scope_enter_callback(nb_ctx *c) {
+  nb_scope_frame f = {c->nscopes, c->scope_floor};
+  c->scope_floor = c->nscopes;
+  return f;
+}
+
+nb_code nb_scope_leave_callback(nb_ctx *c, nb_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
+                                ...) {
+  c->scope_floor = f.floor;
+  int open = c->nscopes - f.depth;
+  if (open <= 0) return NB_OK; /* fewer cannot be: the floor kept them */
+  while (c->nscopes > f.depth) nb_scope_end(c, keep, nkeep);
+  char who[NB_ERR_CAP / 2];
+  va_list ap;
+  va_start(ap, who_fmt);
+  vsnprintf(who, sizeof who, who_fmt, ap);
+  va_end(ap);
+  return nb_fail(c, NB_INVALID, "%s left %d scope%s open (an nb_scope_begin without its nb_scope_end)", who, open,
+                 open == 1 ? "" : "s");
 }
 
 /* Frees every handle and pooled block: the end of a context. */
