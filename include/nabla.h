@@ -30,6 +30,10 @@
  * tensors listed as kept, so a loop body wrapped in a scope runs in flat memory.
  * nb_tensor_free releases one handle early. Buffers are reference counted: views
  * (Reshape, Identity, ExpandDims, ...) share their input's buffer.
+ * Released handles are recycled only after later releases, and never handed back to
+ * malloc (the library keeps the most handles ever alive at once, 160 bytes each): until
+ * a handle is reused, freeing it again does nothing and an op given it fails with
+ * NB_INVALID ("AddV2: input 0 was released"), even after nb_ctx_free.
  *
  * Threads: a context, and the tensors made in it, must be used by one thread at a
  * time. Different contexts may be used from different threads at the same time;
@@ -100,7 +104,8 @@ int nb_ctx_threads(const nb_ctx *c);
 
 void nb_scope_begin(nb_ctx *c);
 /* Frees the tensors made since the matching nb_scope_begin, except keep[0..nkeep),
-   which move to the enclosing scope. keep entries may be NULL. */
+   which move to the enclosing scope. keep entries may be NULL. Without a matching begin
+   (inside a callback: one the callback made), NB_INVALID and nothing is freed. */
 void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep);
 
 /* ---- tensors ------------------------------------------------------------------ */
@@ -119,6 +124,8 @@ nb_code nb_read(const nb_tensor *x, void *dst, size_t bytes);
 const void *nb_data(const nb_tensor *x);
 /* Reads element i (row-major) converted to double; NAN if x is NULL or i is out of range. */
 double nb_item(const nb_tensor *x, int64_t i);
+/* Releases x now (its scope would later); x NULL, already released, or a part of
+   IndexedSlices (which its slices release): nothing happens. */
 void nb_tensor_free(nb_tensor *x);
 
 /* ---- IndexedSlices (tf.IndexedSlices): sparse gradients -------------------------
@@ -130,7 +137,8 @@ void nb_tensor_free(nb_tensor *x);
    convert_to_tensor; nb_read and nb_item read the dense value; nb_optimizer_apply
    updates sparsely (see the optimizers). values: float [N, dense_shape[1:]]; indices: int32/int64 [N], in
    [0, dense_shape[0]) (checked eagerly); the dense shape must be fully known. Session
-   results of fetched slices are slices too. The parts belong to the slices handle. */
+   results of fetched slices are slices too. The parts belong to the slices handle:
+   nb_tensor_free of a part does nothing, freeing the slices frees them. */
 nb_tensor *nb_indexed_slices(nb_ctx *c, nb_tensor *values, nb_tensor *indices, const int64_t *dense_shape, int rank);
 bool nb_is_indexed_slices(const nb_tensor *x);
 nb_tensor *nb_indexed_slices_values(const nb_tensor *x);
@@ -492,8 +500,8 @@ nb_code nb_graph_to_dot(const nb_graph *g, const char *path);
 /* Sessions run a graph: nb_run prunes to what the fetches need, orders once per
    (feeds, fetches) signature and caches it, frees each intermediate at its last use.
    feed[i] (usually a placeholder) takes feed_values[i] (a concrete tensor). results[i]
-   belong to the caller: free them with nb_tensor_free. On error, nb_session_error says
-   which node failed and why. */
+   belong to the caller: free them with nb_tensor_free (a second free does nothing, as
+   for every handle). On error, nb_session_error says which node failed and why. */
 nb_session *nb_session_new(nb_graph *g);
 void nb_session_free(nb_session *s);
 nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
@@ -841,7 +849,11 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
    value whose shape changes between iterations fails when run). The callbacks and user
    are used only during the call (a graph keeps what they traced). A callback that returns
    an error code without setting an error leaves that code as c's status, with a message
-   naming the callback ("nb_while: body: ..."). */
+   naming the callback ("nb_while: body: ...").
+   Callbacks (these, gradient and custom-gradient functions) keep c's scopes balanced: one
+   that leaves scopes open fails its call with NB_INVALID ("nb_while: body: the callback left 1
+   scope open"), those scopes closed keeping its results; nb_scope_end of a scope begun before
+   the callback fails (nb_scope_end). */
 typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
 typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
 nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,

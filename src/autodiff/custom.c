@@ -10,9 +10,12 @@
 static nb_code run_forward(nb_ctx *c, nb_custom_fn fwd, void *user, nb_tensor *const *in, int nin, nb_tensor **tmp,
                            int nout) {
   c->tapes_paused++; /* tapes the function itself begins are paused too, and stay active */
+  nb_scope_frame f = nb_scope_enter_callback(c);
   nb_code code = fwd(c, in, nin, tmp, nout, user);
+  nb_code left = nb_scope_leave_callback(c, f, tmp, nout, "nb_custom_gradient: forward function: the callback");
   c->tapes_paused--;
   code = nb_callback_code(c, "nb_custom_gradient: forward function", code);
+  if (!code) code = left;
   for (int i = 0; i < nout && !code; i++)
     if (!tmp[i]) code = nb_fail(c, NB_INVALID, "nb_custom_gradient: the forward function left output %d NULL", i);
   return code;

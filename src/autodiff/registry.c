@@ -139,7 +139,11 @@ nb_code nb_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor 
   nb_tensor *guard = (nb_tensor *)&guard;
   for (int i = 0; i < op->nin; i++) dxs[i] = NULL;
   for (int i = 0; i < NB_GRAD_GUARDS; i++) dxs[op->nin + i] = guard;
+  nb_scope_frame f = nb_scope_enter_callback(c);
   nb_code code = fn(c, op, dys, dxs);
+  nb_code left = nb_scope_leave_callback(c, f, dxs, op->nin, "the gradient function of '%s' (op type: %s)", op->name,
+                                         op->def->name);
+  if (!code) code = left;
   int extra = 0;
   while (extra < NB_GRAD_GUARDS && dxs[op->nin + extra] != guard) extra++;
   if (!code && extra)

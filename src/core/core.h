@@ -27,9 +27,13 @@ typedef struct nb_buffer {
   void *data;
 } nb_buffer;
 
-/* BORROWED: a view filled in place by its owner (a tape's saved tensor during a backward
-   pass); it holds no buffer reference and nb_tensor_free ignores it. */
-typedef enum { NB_HANDLE_LIVE, NB_HANDLE_POOLED, NB_HANDLE_DETACHED, NB_HANDLE_BORROWED } nb_handle_state;
+/* POOLED: released (src/core/handles.c keeps its memory). BORROWED: a view filled in place
+   by its owner (a tape's saved tensor during a backward pass); it holds no buffer reference
+   and nb_tensor_free ignores it. PART: a detached handle an IndexedSlices handle owns;
+   nb_tensor_free ignores it too, the slices' release frees it. */
+typedef enum {
+  NB_HANDLE_LIVE, NB_HANDLE_POOLED, NB_HANDLE_DETACHED, NB_HANDLE_BORROWED, NB_HANDLE_PART
+} nb_handle_state;
 
 struct nb_tensor {
   nb_ctx *ctx;             /* owner; NULL when detached (owned by a graph or the caller) */
@@ -47,7 +51,7 @@ struct nb_tensor {
   int32_t node, out;
   const nb_tensor *known;
   uint64_t id;             /* unique in the process: how tapes recognise a tensor */
-  nb_tensor *next_free;    /* handle free list */
+  nb_tensor *next_free;    /* next in its release queue (src/core/handles.c) */
   /* IndexedSlices (TF's sparse gradient): the tensor of this handle's shape that is zero
      except rows indices[i] += values[i]. Such a handle has neither data nor node; the two
      parts are detached handles it owns (see src/ops/indexed_slices.c). NULL when dense. */
@@ -56,10 +60,16 @@ struct nb_tensor {
 
 #define NB_POOL_CLASSES 27 /* 64 B .. 4 GiB in powers of two; larger is not pooled */
 
+/* Released handles, oldest first (src/core/handles.c). */
+typedef struct nb_handle_queue {
+  nb_tensor *head, *tail;
+  uint32_t n;
+} nb_handle_queue;
+
 typedef struct nb_pool {
   nb_buffer *free[NB_POOL_CLASSES];
   size_t cached_bytes;
-  nb_tensor *free_handles;
+  nb_handle_queue handles;
 } nb_pool;
 
 struct nb_kargs;
@@ -103,6 +113,8 @@ struct nb_ctx {
   uint32_t holes;          /* upper bound on NULL slots left by nb_tensor_free */
   uint32_t *scopes;        /* scope marks: handle count at nb_scope_begin */
   int nscopes, scopes_cap;
+  int scope_floor;         /* scopes nb_scope_end may not close: those open when the running
+                              callback was called (nb_scope_enter_callback) */
   nb_pool pool;
   /* When set, data blocks come from and return to this context's pool instead: a session
      running a function graph for a kernel of that context (While, If), so the blocks
@@ -151,7 +163,44 @@ static inline bool nb_buffer_exclusive(nb_buffer *b) {
   return b->size_class != NB_VIEW_CLASS && atomic_load_explicit(&b->refs, memory_order_acquire) == 1;
 }
 void nb_buffer_release(nb_ctx *c, nb_buffer *b);
+/* Frees the pooled blocks of p and hands its released handles to the process's queue. */
 void nb_pool_clear(nb_pool *p);
+/* Handle memory (src/core/handles.c), never returned to malloc. take: a released handle of
+   q past its quarantine, else of the process's queue, else a new one (NULL when out of
+   memory); put: appends x (marked released) to q; give_back: empties q into the process's
+   queue. The _shared forms use the process's queue (detached handles), under a lock. */
+#define NB_HANDLE_QUARANTINE 64 /* releases a queue holds before it reuses a handle */
+nb_tensor *nb_handle_take_shared(void);
+void nb_handle_put_shared(nb_tensor *x);
+void nb_handle_give_back(nb_handle_queue *q);
+static inline nb_tensor *nb_handle_take(nb_handle_queue *q) { /* inline: every op's output */
+  if (q->n <= NB_HANDLE_QUARANTINE) return nb_handle_take_shared();
+  nb_tensor *x = q->head;
+  q->head = x->next_free;
+  q->n--; /* the quarantine keeps the queue nonempty: tail stays valid */
+  return x;
+}
+static inline void nb_handle_put(nb_handle_queue *q, nb_tensor *x) {
+  x->next_free = NULL;
+  if (q->tail)
+    q->tail->next_free = x;
+  else
+    q->head = x;
+  q->tail = x;
+  q->n++;
+}
+/* Whether x was released: an op given it fails instead of reading it. */
+static inline bool nb_released(const nb_tensor *x) { return x->state == NB_HANDLE_POOLED; }
+/* A user callback's view of c's scopes: enter before calling it, leave after. Leaving
+   closes the scopes the callback left open, keeping keep[0..nkeep) (its results), and then
+   fails with NB_INVALID ("<who> left 1 scope open"); meanwhile nb_scope_end cannot close
+   scopes opened before the callback. */
+typedef struct nb_scope_frame {
+  int depth, floor;
+} nb_scope_frame;
+nb_scope_frame nb_scope_enter_callback(nb_ctx *c);
+nb_code nb_scope_leave_callback(nb_ctx *c, nb_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
+                                ...) __attribute__((format(printf, 5, 6)));
 /* Frees every handle and pooled block of c (the end of a context). */
 void nb_ctx_release_all(nb_ctx *c);
 /* A new handle registered in c's current scope; buf is taken over (may be NULL). */
@@ -165,15 +214,15 @@ void nb_borrowed_set(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, n
 uint64_t nb_next_tensor_id(void);
 /* A handle owned by no context, sharing buf (taken over). Freed with nb_tensor_free. */
 nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
-/* A detached copy of dense x under x's id (a reference to its data, or the same node):
-   how an IndexedSlices holds its parts. NULL when out of memory. */
+/* A part for IndexedSlices: a copy of dense x under x's id (a reference to its data, or
+   the same node) in state PART. NULL when out of memory. */
 nb_tensor *nb_detached_copy(const nb_tensor *x);
-/* Detached IndexedSlices of like's dtype and shape owning the detached parts given (freed
-   with them on failure: NULL when out of memory). */
+/* Detached IndexedSlices of like's dtype and shape owning the detached parts given (they
+   become PART; freed on failure: NULL when out of memory). */
 nb_tensor *nb_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tensor *indices);
-/* x (a detached handle, as sessions return) as a handle of c's current scope holding the
-   same buffer, so that its last release returns the block to c's pool instead of to
-   malloc; x itself when it is not a dense detached handle. NULL when out of memory. */
+/* x (a dense detached handle, as sessions return) made a handle of c's current scope, so
+   that its last release returns the block to c's pool instead of to malloc; other handles
+   are left alone. Returns x, or NULL when out of memory (x released). */
 nb_tensor *nb_adopt_detached(nb_ctx *c, nb_tensor *x);
 /* Kernel scratch from c's block pool: after warm-up no malloc and no fresh pages (large
    malloc blocks go back to the kernel on free and fault in again on every call). NULL when

@@ -3,6 +3,7 @@
 #include "core.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,11 +101,7 @@ void nb_pool_clear(nb_pool *p) {
     }
   }
   p->cached_bytes = 0;
-  while (p->free_handles) {
-    nb_tensor *t = p->free_handles;
-    p->free_handles = t->next_free;
-    free(t);
-  }
+  nb_handle_give_back(&p->handles);
 }
 
 static bool grow_handles(nb_ctx *c) {
@@ -158,29 +155,28 @@ uint64_t nb_next_tensor_id(void) {
   return atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
 }
 
+/* Makes x a live handle of c's current scope; the caller made room in c->handles. */
+static void register_handle(nb_ctx *c, nb_tensor *x) {
+  x->ctx = c;
+  x->state = NB_HANDLE_LIVE;
+  x->slot = c->nhandles;
+  c->handles[c->nhandles++] = x;
+}
+
 nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
-  if (c->nhandles == c->handles_cap && !grow_handles(c)) {
-    nb_buffer_release(c, buf);
-    nb_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
-    return NULL;
-  }
-  nb_tensor *x = c->pool.free_handles;
-  if (x) {
-    c->pool.free_handles = x->next_free;
-  } else if (!(x = malloc(sizeof *x))) {
+  nb_tensor *x = c->nhandles < c->handles_cap || grow_handles(c) ? nb_handle_take(&c->pool.handles) : NULL;
+  if (!x) {
     nb_buffer_release(c, buf);
     nb_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
     return NULL;
   }
   handle_init(x, t, rank, shape, buf);
-  x->ctx = c;
-  x->slot = c->nhandles;
-  c->handles[c->nhandles++] = x;
+  register_handle(c, x);
   return x;
 }
 
 nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
-  nb_tensor *x = malloc(sizeof *x);
+  nb_tensor *x = nb_handle_take_shared();
   if (!x) {
     nb_buffer_release(NULL, buf);
     return NULL;
@@ -191,12 +187,12 @@ nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer
 }
 
 nb_tensor *nb_detached_copy(const nb_tensor *x) {
-  nb_tensor *d = malloc(sizeof *d);
+  nb_tensor *d = nb_handle_take_shared();
   if (!d) return NULL;
   *d = *x;
   d->ctx = NULL;
   d->kept = 0;
-  d->state = NB_HANDLE_DETACHED;
+  d->state = NB_HANDLE_PART;
   d->next_free = NULL;
   if (d->buf) nb_buffer_retain(d->buf);
   return d;
@@ -211,23 +207,46 @@ nb_tensor *nb_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tenso
   }
   x->slice_values = values;
   x->slice_indices = indices;
+  values->state = indices->state = NB_HANDLE_PART;
   return x;
+}
+
+/* What every release does to x: no data, no node; an op given it fails. */
+static void mark_released(nb_tensor *x) {
+  x->buf = NULL;
+  x->ctx = NULL;
+  x->graph = NULL;
+  x->node = x->out = -1;
+  x->known = NULL;
+  x->state = NB_HANDLE_POOLED;
+}
+
+static void release_slices(nb_tensor *x);
+
+/* Releases a handle no context holds (detached, or an IndexedSlices part). */
+static void detached_release(nb_tensor *x) {
+  if (x->slice_values) release_slices(x);
+  nb_buffer_release(NULL, x->buf);
+  mark_released(x);
+  nb_handle_put_shared(x);
 }
 
 /* An IndexedSlices handle's parts go with it. */
 static void release_slices(nb_tensor *x) {
-  nb_tensor_free(x->slice_values);
-  nb_tensor_free(x->slice_indices);
+  if (x->slice_values) detached_release(x->slice_values);
+  if (x->slice_indices) detached_release(x->slice_indices);
   x->slice_values = x->slice_indices = NULL;
 }
 
 nb_tensor *nb_adopt_detached(nb_ctx *c, nb_tensor *x) {
   if (!x || x->state != NB_HANDLE_DETACHED || x->slice_values) return x;
-  nb_tensor copy = *x;
-  free(x); /* its buffer reference moves to the new handle */
-  nb_tensor *h = nb_handle_new(c, copy.dtype, copy.rank, copy.shape, copy.buf);
-  if (h) h->id = copy.id;
-  return h;
+  if (c->nhandles == c->handles_cap && !grow_handles(c)) {
+    detached_release(x);
+    nb_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
+    return NULL;
+  }
+  register_handle(c, x);
+  return x;
 }
 
 void *nb_scratch_alloc(nb_ctx *c, size_t bytes) {
@@ -255,11 +274,8 @@ nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape
 static void handle_release(nb_ctx *c, nb_tensor *x) {
   if (x->slice_values) release_slices(x);
   nb_buffer_release(c, x->buf);
-  x->buf = NULL;
-  x->ctx = NULL;
-  x->state = NB_HANDLE_POOLED;
-  x->next_free = c->pool.free_handles;
-  c->pool.free_handles = x;
+  mark_released(x);
+  nb_handle_put(&c->pool.handles, x);
 }
 
 /* Squeezes out the NULL slots of every scope, moving the scope marks along. */
@@ -280,12 +296,11 @@ static void compact_handles(nb_ctx *c) {
 }
 
 void nb_tensor_free(nb_tensor *x) {
-  /* a second free is harmless only until the pooled handle is reused (as with free) */
-  if (!x || x->state == NB_HANDLE_POOLED || x->state == NB_HANDLE_BORROWED) return;
+  /* released handles stay readable (src/core/handles.c): a second free does nothing;
+     borrowed views and IndexedSlices parts are their owners' to release */
+  if (!x || (x->state != NB_HANDLE_LIVE && x->state != NB_HANDLE_DETACHED)) return;
   if (x->state == NB_HANDLE_DETACHED) {
-    if (x->slice_values) release_slices(x);
-    nb_buffer_release(NULL, x->buf);
-    free(x);
+    detached_release(x);
     return;
   }
   nb_ctx *c = x->ctx;
@@ -318,7 +333,7 @@ void nb_scope_begin(nb_ctx *c) {
 
 void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep) {
   if (!c) return;
-  if (c->nscopes == 0) {
+  if (c->nscopes <= c->scope_floor) {
     nb_fail(c, NB_INVALID, "nb_scope_end without a matching nb_scope_begin");
     return;
   }
@@ -338,6 +353,27 @@ void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep) {
     }
   }
   c->nhandles = w;
+}
+
+nb_scope_frame nb_scope_enter_callback(nb_ctx *c) {
+  nb_scope_frame f = {c->nscopes, c->scope_floor};
+  c->scope_floor = c->nscopes;
+  return f;
+}
+
+nb_code nb_scope_leave_callback(nb_ctx *c, nb_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
+                                ...) {
+  c->scope_floor = f.floor;
+  int open = c->nscopes - f.depth;
+  if (open <= 0) return NB_OK; /* fewer cannot be: the floor kept them */
+  while (c->nscopes > f.depth) nb_scope_end(c, keep, nkeep);
+  char who[NB_ERR_CAP / 2];
+  va_list ap;
+  va_start(ap, who_fmt);
+  vsnprintf(who, sizeof who, who_fmt, ap);
+  va_end(ap);
+  return nb_fail(c, NB_INVALID, "%s left %d scope%s open (an nb_scope_begin without its nb_scope_end)", who, open,
+                 open == 1 ? "" : "s");
 }
 
 /* Frees every handle and pooled block: the end of a context. */

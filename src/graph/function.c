@@ -262,8 +262,8 @@ static void meta_of(nb_meta *m, const nb_tensor *x, const nb_shape_inv *inv) {
 static nb_code trace_cond(while_trace *w, nb_cond_fn cond, void *user, int64_t max_iters) {
   nb_function *f = w->cond;
   nb_tensor *pred = NULL;
-  nb_code code = cond(f->c, f->args + 1, &pred, user);
-  if (code || f->c->status) return trace_fail(w->c, f, "nb_while: cond", code ? code : f->c->status);
+  nb_code code = nb_cf_call_cond(f->c, "the callback", cond, f->args + 1, &pred, user);
+  if (code) return trace_fail(w->c, f, "nb_while: cond", code);
   if (!pred) return nb_fail(w->c, NB_INVALID, "nb_while: the cond function left its predicate NULL");
   if (pred->dtype != NB_BOOL || pred->rank > 0)
     return nb_fail(w->c, NB_INVALID, "nb_while: the predicate must be a bool scalar, got %s %s",
@@ -279,8 +279,8 @@ static nb_code trace_body(while_trace *w, nb_body_fn body, void *user, const nb_
   nb_function *f = w->body;
   nb_tensor **next = calloc((size_t)w->n + 1, sizeof *next);
   if (!next) return nb_fail(w->c, NB_NOMEM, "nb_while: out of memory");
-  nb_code code = body(f->c, f->args + 1, next + 1, user);
-  if (code || f->c->status) code = trace_fail(w->c, f, "nb_while: body", code ? code : f->c->status);
+  nb_code code = nb_cf_call_body(f->c, "the callback", body, f->args + 1, next + 1, w->n, user);
+  if (code) code = trace_fail(w->c, f, "nb_while: body", code);
   if (!code) code = nb_cf_check_next(w->c, "nb_while", f->args + 1, next + 1, w->n, inv);
   if (!code && !(next[0] = nb_add(f->c, f->args[0], nb_scalar(f->c, NB_I64, 1))))
     code = trace_fail(w->c, f, "nb_while: body", f->c->status);
@@ -341,8 +341,8 @@ static nb_code trace_branch(nb_ctx *c, nb_function *f, const char *who, nb_body_
   for (int i = 0; i < nin && !code; i++) meta_of(&m[i], in[i], NULL);
   if (!code && add_args(f, m, nin)) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
   if (!code) {
-    nb_code r = fn(f->c, f->args, res, user);
-    if (r || f->c->status) code = trace_fail(c, f, who, r ? r : f->c->status);
+    nb_code r = nb_cf_call_body(f->c, "the callback", fn, f->args, res, nout, user);
+    if (r) code = trace_fail(c, f, who, r);
   }
   if (!code) code = set_results(c, f, who, res, nout);
   free(m);

@@ -20,6 +20,13 @@ bool nb_shape_inv_admits(const nb_shape_inv *inv, const nb_tensor *var, const nb
 /* Checks a body's results against the loop variables (dtype, shape invariant); errors name the variable. */
 nb_code nb_cf_check_next(nb_ctx *c, const char *who, nb_tensor *const *vars, nb_tensor *const *next, int n,
                          const nb_shape_inv *inv);
+/* Calls the user's body or branch fn(c, in, out, user) and returns its error, else c's: the
+   scopes it leaves open are closed (keeping out[0..nout)) and fail it ("<who> left 1 scope
+   open"), and it cannot end the scopes open before the call. */
+nb_code nb_cf_call_body(nb_ctx *c, const char *who, nb_body_fn fn, nb_tensor *const *in, nb_tensor **out, int nout,
+                        void *user);
+/* The same for a cond function writing *pred. */
+nb_code nb_cf_call_cond(nb_ctx *c, const char *who, nb_cond_fn fn, nb_tensor *const *in, nb_tensor **pred, void *user);
 
 /* A function graph (TF's FunctionDef): a graph, arguments (placeholders) and results, all
    handles of the context it was traced in. A session over it runs it; one is cached for

@@ -36,8 +36,11 @@ static nb_code check_arity(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in
     return nb_fail(c, NB_INVALID, "%s: expected %s%d inputs, got %d", def->name,
                    def->variadic ? "at least " : "", def->nin + def->variadic, nin);
   if (nin > 0 && !in) return nb_fail(c, NB_INVALID, "%s: inputs array is NULL", def->name);
-  for (int i = 0; i < nin; i++)
+  for (int i = 0; i < nin; i++) {
     if (!in[i]) return nb_fail(c, NB_INVALID, "%s: input %d is NULL", def->name, i);
+    if (nb_released(in[i]))
+      return nb_fail(c, NB_INVALID, "%s: input %d was released (nb_tensor_free, or the end of its scope)", def->name, i);
+  }
   for (int i = 0; i < nin && !c->graph; i++)
     if (!in[i]->buf && (!def->shape_only || in[i]->size < 0))
       return in[i]->graph

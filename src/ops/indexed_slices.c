@@ -41,6 +41,9 @@ static nb_code check_parts(nb_ctx *c, const nb_tensor *values, const nb_tensor *
 static nb_code check_args(nb_ctx *c, const nb_tensor *values, const nb_tensor *indices, int rank, const int64_t *dense) {
   if (!values || !indices || (rank > 0 && !dense) || values->slice_values || indices->slice_values)
     return nb_fail(c, NB_INVALID, "nb_indexed_slices: values and indices must be dense tensors");
+  if (nb_released(values) || nb_released(indices))
+    return nb_fail(c, NB_INVALID, "nb_indexed_slices: values and indices must be live (%s was released)",
+                   nb_released(values) ? "values" : "indices");
   if (rank < 1 || rank > NB_MAX_RANK)
     return nb_fail(c, NB_SHAPE, "nb_indexed_slices: the dense rank %d must be in [1, %d]", rank, NB_MAX_RANK);
   for (int d = 0; d < rank; d++)

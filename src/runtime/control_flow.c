@@ -79,6 +79,21 @@ nb_code nb_cf_check_next(nb_ctx *c, const char *who, nb_tensor *const *vars, nb_
   return NB_OK;
 }
 
+nb_code nb_cf_call_body(nb_ctx *c, const char *who, nb_body_fn fn, nb_tensor *const *in, nb_tensor **out, int nout,
+                        void *user) {
+  nb_scope_frame f = nb_scope_enter_callback(c);
+  nb_code code = fn(c, in, out, user);
+  nb_code left = nb_scope_leave_callback(c, f, out, nout, "%s", who);
+  return code ? code : left ? left : nb_status(c);
+}
+
+nb_code nb_cf_call_cond(nb_ctx *c, const char *who, nb_cond_fn fn, nb_tensor *const *in, nb_tensor **pred, void *user) {
+  nb_scope_frame f = nb_scope_enter_callback(c);
+  nb_code code = fn(c, in, pred, user);
+  nb_code left = nb_scope_leave_callback(c, f, pred, 1, "%s", who);
+  return code ? code : left ? left : nb_status(c);
+}
+
 /* The predicate a cond function returned, as a C bool. */
 static nb_code read_pred(nb_ctx *c, const char *who, const nb_tensor *pred, bool *value) {
   if (!pred) return nb_fail(c, NB_INVALID, "%s: the cond function left its predicate NULL", who);
@@ -103,7 +118,8 @@ static nb_code own_results(nb_ctx *c, nb_tensor **res, int n, uint32_t mark) {
 
 static nb_code eager_cond_pred(nb_ctx *c, nb_cond_fn cond, void *user, nb_tensor *const *cur, bool *go) {
   nb_tensor *pred = NULL;
-  nb_code code = nb_callback_code(c, "nb_while: cond", cond(c, cur, &pred, user));
+  nb_code code = nb_cf_call_cond(c, "nb_while: cond: the callback", cond, cur, &pred, user);
+  code = nb_callback_code(c, "nb_while: cond", code);
   return code ? code : read_pred(c, "nb_while", pred, go);
 }
 
@@ -117,7 +133,8 @@ static nb_code eager_step(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *use
   if (!code) code = eager_cond_pred(c, cond, user, cur, go);
   if (!code && *go) {
     memset(next, 0, (size_t)n * sizeof *next);
-    code = nb_callback_code(c, "nb_while: body", body(c, cur, next, user));
+    code = nb_callback_code(c, "nb_while: body",
+                            nb_cf_call_body(c, "nb_while: body: the callback", body, cur, next, n, user));
     if (!code) code = nb_cf_check_next(c, "nb_while", cur, next, n, inv);
     if (!code) code = own_results(c, next, n, mark);
   }
@@ -204,7 +221,9 @@ static nb_code eager_cond(nb_ctx *c, bool taken, nb_body_fn then_fn, nb_body_fn 
   nb_scope_begin(c);
   uint32_t mark = c->nhandles;
   nb_code code = nb_status(c);
-  if (!code) code = nb_callback_code(c, taken ? "nb_cond: then branch" : "nb_cond: else branch", fn(c, in, out, user));
+  const char *who = taken ? "nb_cond: then branch" : "nb_cond: else branch";
+  const char *callback = taken ? "nb_cond: then branch: the callback" : "nb_cond: else branch: the callback";
+  if (!code) code = nb_callback_code(c, who, nb_cf_call_body(c, callback, fn, in, out, nout, user));
   for (int i = 0; i < nout && !code; i++)
     if (!out[i]) code = nb_fail(c, NB_INVALID, "nb_cond: the %s branch left output %d NULL", taken ? "then" : "else", i);
   if (!code) code = own_results(c, out, nout, mark);
