@@ -77,7 +77,7 @@ static inline void tu_check_vals(const nb_tensor *x, const double *want, double 
       if (!isnan(got)) fail_msg("element %lld: got %g, want NaN", (long long)i, got);
     } else if (isinf(want[i])) {
       if (got != want[i]) fail_msg("element %lld: got %g, want %g", (long long)i, got, want[i]);
-    } else if (fabs(got - want[i]) > tol * (1 + fabs(want[i]))) {
+    } else if (!(fabs(got - want[i]) <= tol * (1 + fabs(want[i])))) { /* a NaN got fails too */
       fail_msg("element %lld: got %.9g, want %.9g", (long long)i, got, want[i]);
     }
   }

@@ -117,7 +117,8 @@ static inline float gelu_exact_grad_f32(float g, float x, double p) {
 }
 static inline float gelu_tanh_grad_f32(float g, float x, double p) {
   (void)p;
-  float e = vexpf(-2 * gelu_uf(x)), s = 1 / (1 + e), du = (float)SQRT_2_OVER_PI * (1 + 3 * (float)GELU_CUBIC * x * x);
+  float a = -2 * gelu_uf(x), du = (float)SQRT_2_OVER_PI * (1 + 3 * (float)GELU_CUBIC * x * x);
+  float e = vexpf(a > 88 ? 88 : a), s = 1 / (1 + e); /* e^88 < FLT_MAX: e s is not inf * 0 */
   return g * (s + 2 * x * s * (e * s) * du);
 }
 
