@@ -852,6 +852,63 @@ static void test_grad_loop_in_cond_and_relaxed(void **state) {
   nb_tensor_free(r);
 }
 
+/* ---- relaxed shapes in gradients (TF's testWhileGrad_Shape) ---------------------------------- */
+
+/* vars [i, v]; user: x. v <- x * v while i < 5: v = v0 x^5 (v0 may broadcast to x's shape). */
+static nb_code times_x_5(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  next[0] = nb_add(c, v[0], nb_scalar(c, NB_I32, 1));
+  next[1] = nb_mul(c, (nb_tensor *)user, v[1]);
+  return nb_status(c);
+}
+
+/* v0 x^5 by the loop, v declared `decl`, in c (x a placeholder or a value). */
+static nb_tensor *tf_loop(nb_ctx *c, nb_tensor *x, nb_tensor *v0, const nb_shape_spec *decl) {
+  nb_tensor *vars[2] = {nb_scalar(c, NB_I32, 0), v0}, *out[2];
+  const nb_shape_spec shapes[2] = {{0, NULL}, *decl};
+  if (nb_while_ex(c, count_to_5, times_x_5, x, vars, 2, -1, &(nb_while_opts){shapes}, out))
+    fail_msg("nb_while_ex: %s", nb_error(c));
+  return out[1];
+}
+
+/* TF's testWhileGrad_Shape with v0 of n twos: d sum(2 x^5)/dx = 10 x^4, [810, 2560] at
+   x = [3, 4], and x's unknown dim stays unknown; d sum(10 x^4)/dx = 40 x^3. Gradcheck
+   agrees at both orders, and an eager tape gives the same. */
+static void check_tf_while_grad_shape(gu_fixture *f, int n, const nb_shape_spec *decl) {
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "x"), *dx, *d2x;
+  nb_tensor *v0 = nb_tensor_from(f->c, NB_F64, 1, TU_SHAPE(n), TU_VALS(2, 2)), *y = tf_loop(f->c, x, v0, decl);
+  if (nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_rank(dx), 1);
+  assert_int_equal(nb_shape(dx)[0], -1);
+  nb_tensor *sum_dx = nb_sum(f->c, dx, NULL, 0, false);
+  if (nb_gradients(f->c, &sum_dx, 1, &x, 1, NULL, &d2x)) fail_msg("%s", nb_error(f->c));
+  nb_tensor *xv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, 4)), *r = gu_run1(f, x, xv, dx);
+  tu_check(r, NB_F64, 1, TU_SHAPE(2), TU_VALS(810, 2560), 1e-12);
+  nb_tensor_free(r);
+  r = gu_run1(f, x, xv, d2x);
+  tu_check(r, NB_F64, 1, TU_SHAPE(2), TU_VALS(1080, 2560), 1e-12);
+  nb_tensor_free(r);
+  double err = 1;
+  nb_tensor *xs = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(0.9, -1.3));
+  assert_int_equal(nb_gradcheck(f->c, y, &x, 1, &xs, &err), NB_OK);
+  assert_true(err < 1e-6);
+  assert_int_equal(nb_gradcheck(f->c, sum_dx, &x, 1, &xs, &err), NB_OK);
+  assert_true(err < 1e-6);
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, xv);
+  nb_tensor *ye = tf_loop(f->e, xv, nb_tensor_from(f->e, NB_F64, 1, TU_SHAPE(n), TU_VALS(2, 2)), decl), *dxe;
+  assert_int_equal(nb_tape_gradient(t, &ye, 1, &xv, 1, NULL, &dxe), NB_OK);
+  nb_tape_end(t);
+  tu_check(dxe, NB_F64, 1, TU_SHAPE(2), TU_VALS(810, 2560), 1e-12);
+}
+
+/* The gradient loop keeps v's relaxed shape, [-1] or unknown rank, for dv (whose Mul
+   gradient, a Reshape to v's run-time shape, has unknown rank) and for dx. */
+static void test_grad_relaxed_shapes(void **state) {
+  const nb_shape_spec vector = {1, TU_SHAPE(-1)}, any = {-1, NULL};
+  check_tf_while_grad_shape(*state, 2, &vector);
+  check_tf_while_grad_shape(*state, 2, &any);
+}
+
 /* ---- function calls ------------------------------------------------------------------------- */
 
 /* f(x) = x^2 w, with w captured. */
@@ -955,6 +1012,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_grad_rnn_shares_h_stack, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_cond, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_loop_in_cond_and_relaxed, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_relaxed_shapes, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_function_calls, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -525,13 +525,20 @@ typedef struct reverse {
   const nb_shape_spec *shapes; /* the reverse loop variables' shapes */
 } reverse;
 
-/* x with the static shape s when s is fully known (gradient ops such as a densified
-   Gather gradient may know less about their result than the loop does): a Reshape view. */
+/* x held to the shape s (an _EnsureShape view) where its static shape says less: the
+   gradient of a loop variable has that variable's shapes, but gradient ops may know less
+   about their results than the loop does (a densified Gather gradient, a Reshape to a
+   shape computed at run time). */
 static nb_tensor *with_shape(nb_ctx *c, nb_tensor *x, const nb_shape_spec *s) {
-  if (!x || s->rank < 0) return x;
-  bool same = nb_rank(x) == s->rank;
-  for (int d = 0; same && d < s->rank; d++) same = nb_shape(x)[d] == s->dims[d];
-  return same ? x : nb_reshape(c, x, s->dims, s->rank);
+  if (!x || nb_shape_fits(nb_rank(x), nb_shape(x), s->rank, s->dims)) return x;
+  const nb_op_def *def = nb_op_lookup("_EnsureShape");
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(def, a);
+  a[0].ints = s->dims;
+  a[0].n = s->rank;
+  nb_tensor *out = NULL;
+  nb_dispatch(c, def, &x, 1, a, &out, 1);
+  return out;
 }
 
 static nb_code reverse_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
@@ -624,13 +631,8 @@ static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, vo
   return code;
 }
 
-/* The shape a reverse loop variable keeps: the forward's static shape, whose unknown dims
-   may vary; any shape when its initial value's rank is unknown. */
-static nb_shape_spec gradient_shape(const nb_tensor *init, int rank, const int64_t *shape) {
-  return init && nb_rank(init) < 0 ? (nb_shape_spec){-1, NULL} : (nb_shape_spec){rank, shape};
-}
-
-/* The reverse loop's variables and their shapes. */
+/* The reverse loop's variables and their shapes: each gradient keeps the shapes its
+   variable or capture may take (the loop's relaxed ones: unknown dims, unknown rank). */
 static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b, const reverse *r,
                             nb_tensor *const *dys, nb_tensor **vars, nb_shape_spec *shapes) {
   const nb_while_grad *w = r->w;
@@ -638,13 +640,13 @@ static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b
   shapes[0] = (nb_shape_spec){0, NULL};
   for (int i = 0; i < w->nfv; i++) {
     int j = w->fvars[i];
-    vars[1 + i] = dys[j] ? dys[j] : nb_zeros_like(c, nb_fwd_output(op, j));
-    shapes[1 + i] = gradient_shape(vars[1 + i], b->args[j]->rank, b->args[j]->shape);
+    shapes[1 + i] = (nb_shape_spec){b->args[j]->rank, b->args[j]->shape};
+    vars[1 + i] = with_shape(c, dys[j] ? dys[j] : nb_zeros_like(c, nb_fwd_output(op, j)), &shapes[1 + i]);
   }
   for (int q = 0; q < r->nsel; q++) {
     nb_tensor *x = nb_fwd_input(op, w->fcaps[r->sel[q]]);
     vars[1 + w->nfv + q] = nb_zeros_like(c, x);
-    shapes[1 + w->nfv + q] = gradient_shape(NULL, nb_rank(x), nb_shape(x));
+    shapes[1 + w->nfv + q] = (nb_shape_spec){nb_rank(x), nb_shape(x)};
   }
   return nb_status(c);
 }
@@ -744,7 +746,15 @@ static nb_code stack_get_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *co
   return nb_status(c);
 }
 
+/* _EnsureShape is a view of its input: dx = dy. */
+static nb_code ensure_shape_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  (void)c, (void)op;
+  dxs[0] = dys[0];
+  return NB_OK;
+}
+
 void nb_register_control_flow_grads(void) {
+  nb_register_builtin("_EnsureShape", ensure_shape_grad);
   nb_register_builtin("_StackGet", stack_get_grad);
   nb_register_builtin("_StackGetGrad", stack_get_grad_grad);
   nb_register_builtin("StatefulPartitionedCall", call_grad);

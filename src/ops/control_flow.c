@@ -9,7 +9,8 @@
    inputs are [cond, inputs..., captured tensors...]. All are stateful as in TF (never
    folded at build time). A kernel runs in a session's context: it runs the functions
    through sessions over their graphs, then hands the final buffers to its outputs.
-   _StackGet and _StackGetGrad read the accumulators in the gradient loops. */
+   _StackGet and _StackGetGrad read the accumulators in the gradient loops; _EnsureShape
+   holds those loops' variables to their declared shapes. */
 #include "../graph/function.h"
 
 #include <stdlib.h>
@@ -389,6 +390,30 @@ static nb_code stack_get_grad_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* ---- _EnsureShape: a gradient loop's variable held to its declared shape -----------------
+   Output 0 is input 0 (a view) with the static shape of attr "shape" (TF's EnsureShape;
+   dims -1 unknown, no dims given: unknown rank) wherever that says more: a gradient may
+   know less about its result than the loop does (a Reshape to a shape computed at run
+   time has unknown rank). Graphs check only the rank (their inference probes unknown
+   dims with stand-in sizes); at run time every declared dim must match. */
+enum { ENSURE_SHAPE };
+
+static nb_code ensure_shape_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  const nb_attrval *s = &k->attr[ENSURE_SHAPE];
+  bool run_time = !k->ctx->graph;
+  if (s->n >= 0 && x->rank >= 0 && (run_time ? !nb_shape_fits(x->rank, x->shape, s->n, s->ints) : x->rank != s->n))
+    return nb_kfail(k, NB_SHAPE, "the value has shape %s, which its declared shape %s does not admit", nb_tstr(x),
+                    nb_sstr(s->n, s->ints));
+  nb_meta *m = &k->out[0];
+  nb_meta_like(m, x);
+  if (s->n < 0) return NB_OK;
+  m->rank = s->n;
+  for (int d = 0; d < s->n; d++)
+    if (x->rank < 0 || s->ints[d] >= 0) m->shape[d] = s->ints[d];
+  return NB_OK;
+}
+
 static nb_op_def control_flow_ops[] = {
     {.name = "While", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 4,
      .grad_inputs = ~0u, .grad_outputs = ~0u,
@@ -411,6 +436,8 @@ static nb_op_def control_flow_ops[] = {
      .kernel = stack_get_kernel},
     {.name = "_StackGetGrad", .nin = 3, .nout = 1, .alias = -1, .t_input = 2, .grad_inputs = 2,
      .infer = stack_get_grad_infer, .kernel = stack_get_grad_kernel},
+    {.name = "_EnsureShape", .nin = 1, .nout = 1, .alias = 0, .any_rank = true, .nattrs = 1,
+     .attrs = {{"shape", NB_ATTR_INTS, {.n = -1}, false}}, .infer = ensure_shape_infer},
 };
 
 nb_op_family nb_control_flow_family(void) {
