@@ -996,6 +996,58 @@ static void test_grad_growing_loop_var(void **state) {
   nb_tensor_free(r);
 }
 
+/* v <- tanh(w) where an inner loop doubles v once into w (both declared [-1]). */
+static nb_code nested_grow_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)user;
+  const nb_shape_spec vector = {1, (const int64_t[]){-1}};
+  nb_tensor *w = NULL;
+  nb_code code = nb_while_ex(c, always, grow_body, NULL, v, 1, 1, &(nb_while_opts){&vector}, &w);
+  next[0] = code ? NULL : nb_tanh(c, w);
+  return nb_status(c);
+}
+
+/* v <- v * v (three times: v^8). */
+static nb_code square_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)user;
+  next[0] = nb_mul(c, v[0], v[0]);
+  return nb_status(c);
+}
+
+/* A growing variable whose body runs a growing loop of its own differentiates like the
+   unrolled loop, at both orders. */
+static void test_grad_nested_growing(void **state) {
+  gu_fixture *f = *state;
+  const nb_shape_spec vector = {1, TU_SHAPE(-1)};
+  nb_tensor *v = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "v"), *y, *u = v, *dv, *du;
+  assert_int_equal(nb_while_ex(f->c, always, nested_grow_body, NULL, &v, 1, 2, &(nb_while_opts){&vector}, &y), NB_OK);
+  for (int i = 0; i < 2; i++) {
+    nb_tensor *next;
+    assert_int_equal(grow_tanh_body(f->c, &u, &next, NULL), NB_OK);
+    u = next;
+  }
+  nb_tensor *loss = nb_sum(f->c, nb_square(f->c, y), NULL, 0, false), *lu = nb_sum(f->c, nb_square(f->c, u), NULL, 0, false);
+  if (nb_gradients(f->c, &loss, 1, &v, 1, NULL, &dv)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_gradients(f->c, &lu, 1, &v, 1, NULL, &du), NB_OK);
+  nb_tensor *vv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(0.3, -0.7));
+  check_same(f, &v, &vv, 1, dv, du, 1e-14);
+  nb_tensor *s1 = nb_sum(f->c, dv, NULL, 0, false), *s2 = nb_sum(f->c, du, NULL, 0, false), *h, *hu;
+  if (nb_gradients(f->c, &s1, 1, &v, 1, NULL, &h)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_gradients(f->c, &s2, 1, &v, 1, NULL, &hu), NB_OK);
+  check_same(f, &v, &vv, 1, h, hu, 1e-13);
+}
+
+/* An intermediate of the largest rank is stacked ragged: d x^8/dx = 8 x^7. */
+static void test_grad_rank8_intermediate(void **state) {
+  gu_fixture *f = *state;
+  const int64_t *deep = TU_SHAPE(1, 1, 1, 1, 1, 1, 1, 2);
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 8, deep, "x"), *x8, *dx;
+  assert_int_equal(nb_while(f->c, always, square_body, NULL, &x, 1, 3, &x8), NB_OK);
+  if (nb_gradients(f->c, &x8, 1, &x, 1, NULL, &dx)) fail_msg("%s", nb_error(f->c));
+  nb_tensor *r = gu_run1(f, x, tu_make(f->e, NB_F64, 8, deep, TU_VALS(0.9, -1.1)), dx);
+  tu_check(r, NB_F64, 8, deep, TU_VALS(8 * pow(0.9, 7), 8 * pow(-1.1, 7)), 1e-14);
+  nb_tensor_free(r);
+}
+
 /* ---- function calls ------------------------------------------------------------------------- */
 
 /* f(x) = x^2 w, with w captured. */
@@ -1102,6 +1154,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_grad_relaxed_shapes, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_relaxed_captures, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_growing_loop_var, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_nested_growing, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_rank8_intermediate, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_function_calls, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
