@@ -845,11 +845,11 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
    branches take in[0..nin) and write out[0..nout); in a graph the branches' outputs must
    agree in dtype (shapes may differ: the If output keeps the dims they share).
    nb_gradients differentiates While and If nodes to any order (see the README: While
-   stacks the intermediates its gradient reads, as TF's while_v2; a gradient reading a
-   value whose shape changes between iterations fails when run). The callbacks and user
-   are used only during the call (a graph keeps what they traced). A callback that returns
-   an error code without setting an error leaves that code as c's status, with a message
-   naming the callback ("nb_while: body: ...").
+   stacks the intermediates its gradient reads, as TF's while_v2, and its gradient loop
+   keeps the relaxed shapes, so values may change shape between iterations). The
+   callbacks and user are used only during the call (a graph keeps what they traced). A
+   callback that returns an error code without setting an error leaves that code as c's
+   status, with a message naming the callback ("nb_while: body: ...").
    Callbacks (these, gradient and custom-gradient functions) keep c's scopes balanced: one
    that leaves scopes open fails its call with NB_INVALID ("nb_while: body: the callback left 1
    scope open"), those scopes closed keeping its results; nb_scope_end of a scope begun before
