@@ -38,6 +38,8 @@ STEPS, JAC_WIDTH, JAC_STEPS, LR = 10000, 64, 10, 1e-3
 
 
 class TorchEager:
+    """PyTorch: leaves requiring grad record the forward; torch.autograd.grad runs it back."""
+
     def __init__(self, torch):
         self.t = torch
         self.tanh, self.sum = torch.tanh, torch.sum
@@ -76,6 +78,8 @@ class TorchEager:
 
 
 class TFEager:
+    """TensorFlow: a GradientTape watching the sources records the forward."""
+
     def __init__(self, tf):
         self.tf = tf
         self.tanh, self.sum = tf.tanh, tf.reduce_sum
@@ -123,6 +127,8 @@ class TFEager:
 
 
 class JaxEager:
+    """JAX: jax.vjp records (linearizes) the forward op by op; its vjp function runs it back."""
+
     def __init__(self, jax):
         self.jax = jax
         self.tanh, self.sum = jax.numpy.tanh, jax.numpy.sum
