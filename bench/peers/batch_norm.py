@@ -82,8 +82,7 @@ def time_call(call, runs):
 
 
 def main():
-    args = bu.parser(__doc__).parse_args()
-    peer = bu.start(args)
+    args, peer = bu.start(bu.parser(__doc__))
     if not peer:
         return
     runs = 2 if args.quick else 7

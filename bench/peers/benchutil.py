@@ -216,17 +216,22 @@ def _import(impl, threads):
     return jax, how
 
 
-def start(args):
-    """Sets up the process for args.impl on one thread count and returns its Peer, or
-    None when there is nothing more to do here: each thread count ran in a child process
-    (run_per_thread_count), or the framework is not installed (a `#` line says so)."""
+def start(p, unsupported=None):
+    """Parses the command line with p and sets up the process for --impl on one thread
+    count: returns (args, its Peer), the Peer None when there is nothing more to do here:
+    each thread count ran in a child process (run_per_thread_count), the framework is not
+    installed, or it has no such workload (unsupported: impl -> why); a `#` line says so."""
+    args = p.parse_args()
+    if unsupported and args.impl in unsupported:
+        note(f"impl={args.impl}: {unsupported[args.impl]}")
+        return args, None
     if run_per_thread_count(args):
-        return None
+        return args, None
     threads = thread_counts(args)[0]
     try:
         module, how = _import(args.impl, threads)
     except ImportError as e:
         note(f"impl={args.impl} not available ({e}): its lines are skipped")
-        return None
+        return args, None
     note(f"impl={args.impl} version={module.__version__} threads={threads} ({how})")
-    return Peer(args.impl, module, threads)
+    return args, Peer(args.impl, module, threads)

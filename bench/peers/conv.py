@@ -112,8 +112,7 @@ def jax_ops(jax, d):
 
 
 def main():
-    args = bu.parser(__doc__).parse_args()
-    peer = bu.start(args)
+    args, peer = bu.start(bu.parser(__doc__))
     if not peer:
         return
     runs, min_seconds = (3, 0.02) if args.quick else (7, 0.2)

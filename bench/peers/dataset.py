@@ -70,15 +70,11 @@ def main():
     p = bu.parser(__doc__)
     p.set_defaults(threads="1")
     p.add_argument("--dir", default=DEFAULT_DIR, help="the IDX files' directory (default %(default)s)")
-    args = p.parse_args()
-    if args.impl == "jax":
-        bu.note("impl=jax: JAX has no dataset API; a JAX program feeds NumPy batches")
+    args, peer = bu.start(p, {"jax": "JAX has no dataset API; a JAX program feeds NumPy batches"})
+    if not peer:
         return
     if not os.path.exists(os.path.join(args.dir, "train-images-idx3-ubyte.gz")):
         bu.note(f"no Fashion-MNIST in {args.dir} (Debian: apt-get install dataset-fashion-mnist): skipped")
-        return
-    peer = bu.start(args)
-    if not peer:
         return
     runs, batches = (2, 50) if args.quick else (RUNS, BATCHES)
     rss_before = bu.rss_kib()

@@ -274,8 +274,7 @@ def main():
     p.set_defaults(threads="1")
     p.add_argument("--train-steps", type=int, default=100000,
                    help="steps of the training loop (default %(default)s; nabla's runs 10^6)")
-    args = p.parse_args()
-    peer = bu.start(args)
+    args, peer = bu.start(p)
     if not peer:
         return
     e = make_eager(peer)

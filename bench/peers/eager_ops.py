@@ -96,8 +96,7 @@ def chain(peer, ops, steps):
 def main():
     p = bu.parser(__doc__)
     p.add_argument("--chain-steps", type=int, default=1000000, help="steps of the 1x8 chain (default %(default)s)")
-    args = p.parse_args()
-    peer = bu.start(args)
+    args, peer = bu.start(p)
     if not peer:
         return
     runs, min_seconds = (3, 0.02) if args.quick else (7, 0.2)

@@ -151,17 +151,13 @@ def run_jax(peer, sizes, runs, compile_max):
 def main():
     p = bu.parser(__doc__)
     p.set_defaults(threads="1")
-    p.add_argument("--sizes", default="10000,100000,1000000", help="graph sizes n (default %(default)s)")
+    p.add_argument("--sizes", help="graph sizes n (default 10000,100000,1000000; 200 with --quick)")
     p.add_argument("--compile-max", type=int, default=10000, help="JAX: compile only for n <= this (default %(default)s)")
-    args = p.parse_args()
-    if args.impl == "torch":
-        bu.note("impl=torch: PyTorch builds its backward graph while recording the forward "
-                "(see eager_chain.py); no gradient construction to time")
-        return
-    peer = bu.start(args)
+    args, peer = bu.start(p, {"torch": "PyTorch builds its backward graph while recording the forward "
+                                       "(see eager_chain.py); no gradient construction to time"})
     if not peer:
         return
-    sizes = [200] if args.quick else [int(s) for s in args.sizes.split(",") if s]
+    sizes = [int(s) for s in (args.sizes or ("200" if args.quick else "10000,100000,1000000")).split(",") if s]
     runs = 1 if args.quick else 3
     if peer.impl == "tf":
         run_tf(peer, sizes, runs)

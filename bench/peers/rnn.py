@@ -105,8 +105,7 @@ def max_abs_diff(grads, reference):
 
 
 def main():
-    args = bu.parser(__doc__).parse_args()
-    peer = bu.start(args)
+    args, peer = bu.start(bu.parser(__doc__))
     if not peer:
         return
     runs = 2 if args.quick else 7

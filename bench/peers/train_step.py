@@ -166,8 +166,7 @@ def main():
     p = bu.parser(__doc__)
     p.add_argument("--model", choices=("mlp", "lenet", "all"), default="all")
     p.add_argument("--mode", choices=("eager", "graph", "jit", "all"), default="all")
-    args = p.parse_args()
-    peer = bu.start(args)
+    args, peer = bu.start(p)
     if not peer:
         return
     steps, runs = (3, 2) if args.quick else (20, 5)
