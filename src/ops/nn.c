@@ -500,10 +500,12 @@ static nb_code one_hot_kernel(nb_kargs *k) {
 
 #define ACT(NAME, FNS, GIN, GOUT, ...)                                                                 \
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .elementwise = true, \
-   .infer = nb_unary_infer, .kernel = nb_unary_kernel, .impl = &(const nb_unary_impl){{FNS}}, __VA_ARGS__}
+   .validate = nb_unary_validate, .infer = nb_infer_same, .kernel = nb_unary_kernel,                         \
+   .impl = &(const nb_unary_impl){{FNS}}, __VA_ARGS__}
 #define ACT_GRAD(NAME, FNS, IN0, IN1, GIN, ...)                                                        \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .elementwise = true,                  \
-   .infer = nb_pair_infer, .kernel = nb_pair_kernel, .impl = &(const nb_pair_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
+   .validate = nb_pair_validate, .infer = nb_infer_same, .kernel = nb_pair_kernel,                           \
+   .impl = &(const nb_pair_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
 #define ALPHA_ATTR .nattrs = 1, .attrs = {{"alpha", NB_ATTR_FLOAT, {.f = 0.2}, false}}
 #define APPROXIMATE_ATTR .nattrs = 1, .attrs = {{"approximate", NB_ATTR_BOOL, {.b = false}, false}}
 #define SOFTMAX(NAME, LOG_OUT)                                                                           \
