@@ -407,11 +407,11 @@ bool nb_shapes_compatible(const nb_tensor *x, const nb_tensor *y) {
   return true;
 }
 
-bool nb_broadcastable(const nb_tensor *x, const nb_tensor *y) {
-  if (x->rank < 0 || y->rank < 0) return true;
-  for (int i = 1; i <= x->rank && i <= y->rank; i++) {
-    int64_t a = x->shape[x->rank - i], b = y->shape[y->rank - i];
-    if (a >= 0 && b >= 0 && a != b && a != 1 && b != 1) return false;
+bool nb_broadcastable(int ra, const int64_t *a, int rb, const int64_t *b) {
+  if (ra < 0 || rb < 0) return true;
+  for (int i = 1; i <= ra && i <= rb; i++) {
+    int64_t da = a[ra - i], db = b[rb - i];
+    if (da >= 0 && db >= 0 && da != db && da != 1 && db != 1) return false;
   }
   return true;
 }

@@ -347,7 +347,7 @@ nb_code nb_unary_kernel(nb_kargs *k) {
 static nb_code check_broadcast(nb_kargs *k, int nin, const int *ins) {
   for (int i = 0; i < nin; i++)
     for (int j = i + 1; j < nin; j++)
-      if (!nb_broadcastable(k->in[ins[i]], k->in[ins[j]]))
+      if (!nb_broadcastable(k->in[ins[i]]->rank, k->in[ins[i]]->shape, k->in[ins[j]]->rank, k->in[ins[j]]->shape))
         return nb_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nb_tstr(k->in[ins[i]]), nb_tstr(k->in[ins[j]]));
   return NB_OK;
 }

@@ -283,7 +283,7 @@ static nb_code xent_validate(nb_kargs *k) {
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_FLOAT);
   if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
-  if (!nb_broadcastable(f, l)) return xent_broadcast_fail(k);
+  if (!nb_broadcastable(f->rank, f->shape, l->rank, l->shape)) return xent_broadcast_fail(k);
   int hi = f->rank > l->rank ? f->rank : l->rank;
   if (hi > 2 || (f->rank >= 0 && l->rank >= 0 && hi != 2))
     return nb_kfail(k, NB_SHAPE,

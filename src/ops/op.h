@@ -187,9 +187,9 @@ nb_code nb_kcheck_out_rank(nb_kargs *k, int rank, const char *what);
 /* Whether x and y can have one shape (TF's is_compatible_with): ranks equal where known,
    dims equal where both are known (-1: unknown). */
 bool nb_shapes_compatible(const nb_tensor *x, const nb_tensor *y);
-/* Whether x and y can broadcast: aligned at the right, no two known dims differ unless
-   one is 1 (unknown ranks and dims always can). */
-bool nb_broadcastable(const nb_tensor *x, const nb_tensor *y);
+/* Whether shapes a (rank ra) and b can broadcast: aligned at the right, no two known dims
+   differ unless one is 1 (unknown ranks, -1, and dims always can). */
+bool nb_broadcastable(int ra, const int64_t *a, int rb, const int64_t *b);
 /* infer for ops whose output 0 is like input 0 (dtype and shape). */
 nb_code nb_infer_same(nb_kargs *k);
 /* Normalizes axis into [0, rank) in *a, or fails naming what ("axis", "dim", ...) and the
