@@ -51,21 +51,33 @@ static nb_code check_arg_dtypes(nb_kargs *k, const nb_function *f, int first) {
 
 /* ---- While ---------------------------------------------------------------------------- */
 
-static nb_code while_infer(nb_kargs *k) {
+/* The accumulators' outputs: a stack per accumulator, and an index per ragged one. */
+static int while_acc_outputs(const nb_function *body) {
+  return body->nacc + nb_cf_num_ragged(body->res + body->nres, body->nacc);
+}
+
+/* A node made before its body gained accumulators (a copy in another function) has none. */
+static bool while_accumulates(const nb_kargs *k) {
+  return k->nout == k->nin + while_acc_outputs(fn_attr(k, CF_SECOND_FN));
+}
+
+static nb_code while_validate(nb_kargs *k) {
   const nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
-  /* a node made before its body gained accumulators (a copy in another function) has none */
-  nb_tensor *const *acc = body->res + body->nres;
-  int nacc_out = body->nacc + nb_cf_num_ragged(acc, body->nacc);
-  bool accumulates = k->nout == k->nin + nacc_out;
-  if (k->nin != body->nargs || k->nin != cond->nargs || (k->nout != k->nin && !accumulates) || cond->nres != 1)
+  if (k->nin != body->nargs || k->nin != cond->nargs || (k->nout != k->nin && !while_accumulates(k)) || cond->nres != 1)
     return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its functions (%d arguments)", k->nin, k->nout,
                     body->nargs);
-  nb_code code = check_arg_dtypes(k, body, 0);
-  if (accumulates) nb_cf_accumulator_metas(acc, body->nacc, k->out + k->nin);
-  for (int a = 0; accumulates && a < nacc_out; a++) to_run_time(k, &k->out[k->nin + a]);
-  for (int i = 0; i < k->nin && !code; i++) /* in a graph, loop variables keep their invariants */
+  return check_arg_dtypes(k, body, 0);
+}
+
+static nb_code while_infer(nb_kargs *k) {
+  const nb_function *body = fn_attr(k, CF_SECOND_FN);
+  if (while_accumulates(k)) {
+    nb_cf_accumulator_metas(body->res + body->nres, body->nacc, k->out + k->nin);
+    for (int a = 0; a < while_acc_outputs(body); a++) to_run_time(k, &k->out[k->nin + a]);
+  }
+  for (int i = 0; i < k->nin; i++) /* in a graph, loop variables keep their invariants */
     nb_meta_like(&k->out[i], k->ctx->graph && i < body->nres ? body->args[i] : k->in[i]);
-  return code;
+  return NB_OK;
 }
 
 static nb_code read_pred(nb_kargs *k, const nb_tensor *pred, bool *go) {
@@ -335,20 +347,24 @@ void nb_cf_merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b) {
 /* An If has the branches' results as outputs, then, once a gradient needs them, the
    intermediates that gradient reads (nacc more results of each branch, see
    src/grad/control_flow_grad.c); a node made before they existed has only the first. */
-static nb_code if_infer(nb_kargs *k) {
-  const nb_function *t = fn_attr(k, CF_FIRST_FN), *e = fn_attr(k, CF_SECOND_FN);
+static nb_code if_validate(nb_kargs *k) {
+  const nb_function *t = fn_attr(k, CF_FIRST_FN);
   if (k->nin != 1 + t->nargs || (k->nout != t->nres && k->nout != t->nres + t->nacc))
     return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its branches (%d arguments, %d results)",
                     k->nin, k->nout, t->nargs, t->nres);
   if (k->in[0]->dtype != NB_BOOL || k->in[0]->rank > 0)
     return nb_kfail(k, NB_INVALID, "cond must be a bool scalar, got %s %s", nb_dtype_name(k->in[0]->dtype),
                     nb_tstr(k->in[0]));
-  nb_code code = check_arg_dtypes(k, t, 1);
-  for (int i = 0; i < k->nout && !code; i++) {
+  return check_arg_dtypes(k, t, 1);
+}
+
+static nb_code if_infer(nb_kargs *k) {
+  const nb_function *t = fn_attr(k, CF_FIRST_FN), *e = fn_attr(k, CF_SECOND_FN);
+  for (int i = 0; i < k->nout; i++) {
     nb_cf_merged_meta(&k->out[i], t->res[i], e->res[i]); /* the dims both branches agree on */
     to_run_time(k, &k->out[i]);
   }
-  return code;
+  return NB_OK;
 }
 
 static nb_code if_kernel(nb_kargs *k) {
@@ -368,17 +384,21 @@ static nb_code if_kernel(nb_kargs *k) {
 
 /* ---- StatefulPartitionedCall: a function called as a node ------------------------------------ */
 
-static nb_code call_infer(nb_kargs *k) {
+static nb_code call_validate(nb_kargs *k) {
   const nb_function *f = fn_attr(k, CF_FIRST_FN);
   if (k->nin != f->nargs || k->nout != f->nres)
     return nb_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its function (%d arguments, %d results)", k->nin,
                     k->nout, f->nargs, f->nres);
-  nb_code code = check_arg_dtypes(k, f, 0);
-  for (int i = 0; i < k->nout && !code; i++) {
+  return check_arg_dtypes(k, f, 0);
+}
+
+static nb_code call_infer(nb_kargs *k) {
+  const nb_function *f = fn_attr(k, CF_FIRST_FN);
+  for (int i = 0; i < k->nout; i++) {
     nb_meta_like(&k->out[i], f->res[i]);
     to_run_time(k, &k->out[i]);
   }
-  return code;
+  return NB_OK;
 }
 
 static nb_code call_kernel(nb_kargs *k) {
@@ -399,11 +419,13 @@ static nb_code call_kernel(nb_kargs *k) {
    ([-1, ...] while T is unknown), which the gradient loops' shape checks need. */
 enum { STACK_T = 1 };
 
+/* The index t: an int64 scalar within the stack (rank >= 1) where known; -1 while its
+   value is not known. validate checks this; the kernels read t through it. */
 static nb_code stack_index(nb_kargs *k, const nb_tensor *stack, int64_t *t) {
-  if (k->in[STACK_T]->dtype != NB_I64 || k->in[STACK_T]->rank != 0)
+  if (k->in[STACK_T]->dtype != NB_I64 || k->in[STACK_T]->rank > 0)
     return nb_kfail(k, NB_INVALID, "the index must be an int64 scalar, got %s %s", nb_dtype_name(k->in[STACK_T]->dtype),
                     nb_tstr(k->in[STACK_T]));
-  if (stack->rank < 1) return nb_kfail(k, NB_SHAPE, "the stack must have rank >= 1, got %s", nb_tstr(stack));
+  if (stack->rank == 0) return nb_kfail(k, NB_SHAPE, "the stack must have rank >= 1, got %s", nb_tstr(stack));
   *t = -1;
   if (k->in[STACK_T]->buf) {
     *t = *(const int64_t *)nb_tdata(k->in[STACK_T]);
@@ -414,11 +436,14 @@ static nb_code stack_index(nb_kargs *k, const nb_tensor *stack, int64_t *t) {
   return NB_OK;
 }
 
+static nb_code stack_get_validate(nb_kargs *k) {
+  int64_t t;
+  return stack_index(k, k->in[0], &t);
+}
+
 static nb_code stack_get_infer(nb_kargs *k) {
-  int64_t t = 0;
-  nb_code code = stack_index(k, k->in[0], &t);
-  if (!code) nb_meta_set(&k->out[0], k->in[0]->dtype, k->in[0]->rank - 1, k->in[0]->shape + 1);
-  return code;
+  nb_meta_set(&k->out[0], k->in[0]->dtype, k->in[0]->rank - 1, k->in[0]->shape + 1);
+  return NB_OK;
 }
 
 static size_t entry_bytes(const nb_tensor *stack) {
@@ -439,12 +464,9 @@ static nb_code stack_get_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
-static nb_code stack_get_grad_infer(nb_kargs *k) {
-  int64_t t = 0;
-  nb_code code = stack_index(k, k->in[0], &t);
-  if (!code) code = nb_kcheck_same_dtype(k, 0, 2);
-  if (!code) nb_meta_like(&k->out[0], k->in[0]);
-  return code;
+static nb_code stack_get_grad_validate(nb_kargs *k) {
+  nb_code code = stack_get_validate(k);
+  return code ? code : nb_kcheck_same_dtype(k, 0, 2);
 }
 
 static nb_code stack_get_grad_kernel(nb_kargs *k) {
@@ -501,6 +523,12 @@ static nb_code ragged_entry_of(nb_kargs *k, int index_input, ragged_entry *e) {
   return NB_OK;
 }
 
+static nb_code ragged_get_validate(nb_kargs *k) {
+  ragged_entry e;
+  return ragged_entry_of(k, 2, &e);
+}
+
+/* validate has checked the entry, so reading it again cannot fail. */
 static nb_code ragged_get_infer(nb_kargs *k) {
   ragged_entry e = {0};
   nb_code code = ragged_entry_of(k, 2, &e);
@@ -524,10 +552,15 @@ static nb_code ragged_get_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+static nb_code ragged_get_grad_validate(nb_kargs *k) {
+  ragged_entry e;
+  nb_code code = ragged_entry_of(k, 3, &e);
+  return code ? code : nb_kcheck_same_dtype(k, 0, 2);
+}
+
 static nb_code ragged_get_grad_infer(nb_kargs *k) {
   ragged_entry e = {0};
   nb_code code = ragged_entry_of(k, 3, &e);
-  if (!code) code = nb_kcheck_same_dtype(k, 0, 2);
   if (!code && !k->ctx->graph && k->in[2]->size != e.size)
     code = nb_kfail(k, NB_SHAPE, "dy %s does not match entry %s of the stack", nb_tstr(k->in[2]),
                     nb_sstr(e.rank, e.shape));
@@ -553,7 +586,7 @@ static nb_code ragged_get_grad_kernel(nb_kargs *k) {
    dims with stand-in sizes); at run time every declared dim must match. */
 enum { ENSURE_SHAPE };
 
-static nb_code ensure_shape_infer(nb_kargs *k) {
+static nb_code ensure_shape_validate(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   const nb_attrval *s = &k->attr[ENSURE_SHAPE];
   bool run_time = !k->ctx->graph;
@@ -561,6 +594,12 @@ static nb_code ensure_shape_infer(nb_kargs *k) {
   if (s->n >= 0 && x->rank >= 0 && !fits)
     return nb_kfail(k, NB_SHAPE, "the value has shape %s, which its declared shape %s does not admit", nb_tstr(x),
                     nb_sstr(s->n, s->ints));
+  return NB_OK;
+}
+
+static nb_code ensure_shape_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  const nb_attrval *s = &k->attr[ENSURE_SHAPE];
   nb_meta *m = &k->out[0];
   nb_meta_like(m, x);
   if (s->n < 0) return NB_OK;
@@ -577,27 +616,28 @@ static nb_op_def control_flow_ops[] = {
                {"_cond", NB_ATTR_INT, {.i = 0}, true},
                {"_body", NB_ATTR_INT, {.i = 0}, true},
                {"parallel_iterations", NB_ATTR_INT, {.i = 10}, false}},
-     .infer = while_infer, .kernel = while_kernel},
+     .validate = while_validate, .infer = while_infer, .kernel = while_kernel},
     {.name = "If", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 3,
      .grad_inputs = ~0u, .grad_outputs = ~0u,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"_then_branch", NB_ATTR_INT, {.i = 0}, true},
                {"_else_branch", NB_ATTR_INT, {.i = 0}, true}},
-     .infer = if_infer, .kernel = if_kernel},
+     .validate = if_validate, .infer = if_infer, .kernel = if_kernel},
     {.name = "StatefulPartitionedCall", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .stateful = true, .any_rank = true,
      .nattrs = 2, .grad_inputs = ~0u, .grad_outputs = ~0u,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}, {"_f", NB_ATTR_INT, {.i = 0}, true}},
-     .infer = call_infer, .kernel = call_kernel},
-    {.name = "_StackGet", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3, .infer = stack_get_infer,
-     .kernel = stack_get_kernel},
+     .validate = call_validate, .infer = call_infer, .kernel = call_kernel},
+    {.name = "_StackGet", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3, .validate = stack_get_validate,
+     .infer = stack_get_infer, .kernel = stack_get_kernel},
     {.name = "_StackGetGrad", .nin = 3, .nout = 1, .alias = -1, .t_input = 2, .grad_inputs = 2,
-     .infer = stack_get_grad_infer, .kernel = stack_get_grad_kernel},
+     .validate = stack_get_grad_validate, .infer = nb_infer_same, .kernel = stack_get_grad_kernel},
     {.name = "_RaggedGet", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 7, .any_rank = true, .nattrs = 1,
-     .attrs = {{"shape", NB_ATTR_INTS, {.n = -1}, false}}, .infer = ragged_get_infer, .kernel = ragged_get_kernel},
+     .attrs = {{"shape", NB_ATTR_INTS, {.n = -1}, false}}, .validate = ragged_get_validate, .infer = ragged_get_infer,
+     .kernel = ragged_get_kernel},
     {.name = "_RaggedGetGrad", .nin = 4, .nout = 1, .alias = -1, .t_input = 2, .grad_inputs = 10, .any_rank = true,
-     .infer = ragged_get_grad_infer, .kernel = ragged_get_grad_kernel},
+     .validate = ragged_get_grad_validate, .infer = ragged_get_grad_infer, .kernel = ragged_get_grad_kernel},
     {.name = "_EnsureShape", .nin = 1, .nout = 1, .alias = 0, .any_rank = true, .nattrs = 1,
-     .attrs = {{"shape", NB_ATTR_INTS, {.n = -1}, false}}, .infer = ensure_shape_infer},
+     .attrs = {{"shape", NB_ATTR_INTS, {.n = -1}, false}}, .validate = ensure_shape_validate, .infer = ensure_shape_infer},
 };
 
 nb_op_family nb_control_flow_family(void) {
