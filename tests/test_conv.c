@@ -512,6 +512,10 @@ static void test_graph_validation(void **state) {
   ca = (nb_conv2d_attrs){.strides = unit4, .padding = "VALID"};
   assert_null(nb_conv2d(c, tu_unknown_dims(c, NB_F32, 3), w, &ca));
   tu_check_error(c, NB_SHAPE, "Conv2D (node", "input must be 4-dimensional, got shape [-1,-1,-1]");
+  nb_tensor *x3 = nb_placeholder(c, NB_F32, 4, TU_SHAPE(-1, -1, -1, 3), "x3");
+  nb_tensor *w5 = nb_placeholder(c, NB_F32, 4, TU_SHAPE(-1, -1, 5, -1), "w5");
+  assert_null(nb_conv2d(c, x3, w5, &ca));
+  tu_check_error(c, NB_SHAPE, "Conv2D (node", "input depth 3 does not match filter in_channels 5 (input [-1,-1,-1,3]");
   assert_null(nb_conv2d(c, x, tu_unknown_rank(c, NB_I32), &ca));
   tu_check_error(c, NB_DTYPE, "Conv2D (node", "float32 and int32");
   assert_null(nb_conv2d_backprop_input(c, nb_tensor_from(c, NB_I64, 1, TU_SHAPE(3), three), w, x, &ca));

@@ -208,6 +208,13 @@ static nb_code conv_attrs(nb_kargs *k, geom *g, pad_mode *m, int64_t pad[4]) {
   return code ? code : parse_window_attr(k, C_DILATIONS, g->nchw, &g->dh, &g->dw);
 }
 
+/* The input's channels c match the filter's in_channels fc, where both are known. */
+static nb_code check_depth(nb_kargs *k, int64_t c, int64_t fc, const char *shapes) {
+  if (c < 0 || fc < 0 || c == fc) return NB_OK;
+  return nb_kfail(k, NB_SHAPE, "input depth %lld does not match filter in_channels %lld (%s)", (long long)c,
+                  (long long)fc, shapes);
+}
+
 /* Geometry of a convolution of input dims in[4] (layout order) with filter dims f[4]. */
 static nb_code conv_geom(nb_kargs *k, const int64_t *in, const int64_t *f, const char *shapes, geom *g) {
   pad_mode m = PAD_VALID;
@@ -218,9 +225,8 @@ static nb_code conv_geom(nb_kargs *k, const int64_t *in, const int64_t *f, const
   g->kh = f[0];
   g->kw = f[1];
   g->oc = f[3];
-  if (g->c != f[2])
-    return nb_kfail(k, NB_SHAPE, "input depth %lld does not match filter in_channels %lld (%s)", (long long)g->c,
-                    (long long)f[2], shapes);
+  nb_code depth = check_depth(k, g->c, f[2], shapes);
+  if (depth) return depth;
   if (g->kh == 0 || g->kw == 0)
     return nb_kfail(k, NB_SHAPE, "filter window must be nonempty (%s)", shapes);
   return finish_geom(k, g, m, pad, shapes);
@@ -253,7 +259,12 @@ static nb_code conv_validate_as(nb_kargs *k, conv_kind kind) {
   int64_t pad[4];
   nb_code code = check_float_pair(k, kind == CONV_BACKPROP_INPUT ? 1 : 0, kind == CONV_FORWARD ? 1 : 2);
   if (!code) code = conv_attrs(k, &g, &m, pad);
-  return code ? code : check_operands(k, ranks[kind], names[kind]);
+  if (!code) code = check_operands(k, ranks[kind], names[kind]);
+  const nb_tensor *x = k->in[0], *w = k->in[1];
+  if (code || kind != CONV_FORWARD || x->rank < 0 || w->rank < 0) return code;
+  char shapes[200];
+  snprintf(shapes, sizeof shapes, "input %s, filter %s", nb_tstr(x), nb_tstr(w));
+  return check_depth(k, x->shape[g.nchw ? 1 : 3], w->shape[2], shapes);
 }
 
 static nb_code conv2d_validate(nb_kargs *k) { return conv_validate_as(k, CONV_FORWARD); }
