@@ -462,8 +462,11 @@ nb_tensor *nb_bias_add_grad(nb_ctx *c, nb_tensor *out_backprop, const char *data
 /* ---- graphs ---------------------------------------------------------------------------
    A graph context adds a node per op call and returns symbolic tensors; shapes and dtypes
    are inferred at build time (dims may be unknown: -1, or rank -1 for unknown rank) and
-   errors name the node. Ops whose inputs are all known constants are folded at build
-   time, so shapes computed from static shapes stay static. */
+   errors name the node. Whatever is unknown, a node's dtypes, attrs, known ranks and axes,
+   and known dims that must match are checked when it is added (the errors eager calls
+   give); only checks that need unknown dims or values wait for nb_run. Ops whose inputs
+   are all known constants are folded at build time, so shapes computed from static
+   shapes stay static. */
 nb_graph *nb_graph_new(void);
 void nb_graph_free(nb_graph *g);                  /* after every context and session on it */
 nb_ctx *nb_graph_ctx_new(nb_graph *g);
