@@ -901,6 +901,10 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_INVALID, "Pack (node", "axis = 3 not in [-3, 3)");
   assert_int_equal(nb_unpack(c, x2, 2, 2, out), NB_INVALID);
   tu_check_error(c, NB_INVALID, "Unpack (node 'Unpack'): axis = 2 not in [-2, 2)", NULL);
+  assert_int_equal(nb_unpack(c, nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "u3"), 1, 2, out), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "Unpack (node", "Input shape axis 1 must equal 2, got shape [-1,3]");
+  assert_int_equal(nb_unpack(c, nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 2), "u2"), 1, 2, out), NB_OK);
+  tu_check_shape(out[1], NB_F32, 1, TU_SHAPE(-1));
   assert_null(nb_squeeze(c, x2, (const int[]){-3}, 1));
   tu_check_error(c, NB_INVALID, "Squeeze (node", "Tried to squeeze dim index -3 for tensor with 2 dimensions.");
   nb_tensor *x3 = tu_unknown_dims(c, NB_F32, 3);

@@ -546,6 +546,8 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_INVALID, "BiasAdd (node 'BiasAdd'): data_format must be", "got \"NWHC\"");
   assert_null(nb_bias_add(c, x, x, NULL));
   tu_check_error(c, NB_SHAPE, "BiasAdd (node", "bias must be 1-dimensional, got shape [-1,-1,-1,-1]");
+  assert_null(nb_bias_add(c, x3, nb_placeholder(c, NB_F32, 1, TU_SHAPE(5), "b5"), NULL));
+  tu_check_error(c, NB_SHAPE, "BiasAdd (node", "bias must be a vector of the channel dim's size 3, got shape [5]");
   assert_null(nb_bias_add_grad(c, tu_unknown_dims(c, NB_F32, 1), NULL));
   tu_check_error(c, NB_SHAPE, "BiasAddGrad (node", "input must be at least 2-dimensional, got shape [-1]");
   /* valid ops build, their unknown dims left to run time */

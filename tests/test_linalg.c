@@ -644,6 +644,8 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_SHAPE, "BatchMatMulV2 (node", "must have compatible batch dimensions: [2,-1,-1] vs. [3,-1,-1]");
   assert_null(nb_matmul_add(c, a, a, false, false, tu_unknown_dims(c, NB_F64, 2)));
   tu_check_error(c, NB_DTYPE, "_MatMulAdd (node", "inputs 0 and 2 must have the same dtype, got float32 and float64");
+  assert_null(nb_matmul_add(c, k3, k4, false, true, nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 5), "acc5")));
+  tu_check_error(c, NB_SHAPE, "_MatMulAdd (node", "the accumulator [-1,5] does not match the product [-1,4]");
   nb_tensor *in[2] = {a, a};
   nb_attr t = nb_attr_type("T", NB_F64);
   assert_int_equal(nb_op(c, "MatMul", in, 2, &t, 1, out, 1), NB_DTYPE);

@@ -527,6 +527,10 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_SHAPE, "SparseSoftmaxCrossEntropyWithLogits (node", "logits must be 2-D, but got shape [-1,-1,-1]");
   assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, fr, fr, &loss, &bp), NB_DTYPE);
   tu_check_error(c, NB_DTYPE, "SparseSoftmaxCrossEntropyWithLogits (node", "input 1 has dtype float32");
+  nb_tensor *logits = nb_placeholder(c, NB_F32, 2, TU_SHAPE(3, -1), "logits");
+  nb_tensor *labels = nb_placeholder(c, NB_I64, 1, TU_SHAPE(4), "labels");
+  assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, logits, labels, &loss, &bp), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "SparseSoftmaxCrossEntropyWithLogits (node", "the same first dimension, got logits shape [3,-1]");
   assert_null(nb_l2_loss(c, ir));
   tu_check_error(c, NB_DTYPE, "L2Loss (node 'L2Loss')", "int32");
   nb_tensor *on = nb_scalar(c, NB_F32, 1), *off = nb_scalar(c, NB_F32, 0);

@@ -814,6 +814,9 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_INVALID, "GatherV2 (node", "Expected batch_dims in the range [-1, 1], but got 2");
   assert_null(nb_gather(c, x, tu_unknown_dims(c, NB_I32, 2), 0, 1));
   tu_check_error(c, NB_INVALID, "GatherV2 (node", "batch_dims (1) must be less than or equal to axis (0).");
+  nb_tensor *p2 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(2, -1), "p2"), *i3 = nb_placeholder(c, NB_I32, 2, TU_SHAPE(3, -1), "i3");
+  assert_null(nb_gather(c, p2, i3, 1, 1));
+  tu_check_error(c, NB_INVALID, "GatherV2 (node", "params.shape[0]: 2 should be equal to indices.shape[0]: 3");
   assert_null(nb_gather(c, tu_unknown_dims(c, NB_F32, 8), tu_unknown_dims(c, NB_I64, 2), 0, 0));
   tu_check_error(c, NB_SHAPE, "GatherV2 (node", "output rank 9 exceeds the maximum rank 8");
   assert_null(nb_gather(c, x, tu_unknown_rank(c, NB_F32), 0, 0));

@@ -632,27 +632,26 @@ static nb_code join_kernel(nb_kargs *k) {
 
 enum { UNPACK_NUM, UNPACK_AXIS };
 
-/* num is the outputs' count; axis names a dim of x where its rank is known. */
+/* num is the outputs' count; axis names a dim of x of size num, where known. */
 static nb_code unpack_validate(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   int64_t num = k->attr[UNPACK_NUM].i, axis = k->attr[UNPACK_AXIS].i;
-  int a;
+  int a = -1;
   if (x->rank >= 0 && !nb_norm_axis(axis, x->rank, &a))
     return nb_kfail(k, NB_INVALID, "axis = %lld not in [%d, %d)", (long long)axis, -x->rank, x->rank);
   if (num != k->nout)
     return nb_kfail(k, NB_INVALID, "attr num = %lld does not match the %d outputs asked for", (long long)num,
                     k->nout);
+  if (a >= 0 && x->shape[a] >= 0 && x->shape[a] != num)
+    return nb_kfail(k, NB_SHAPE, "Input shape axis %d must equal %lld, got shape %s", a, (long long)num,
+                    nb_tstr(x));
   return NB_OK;
 }
 
 static nb_code unpack_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
-  int64_t num = k->attr[UNPACK_NUM].i;
   int a;
   nb_norm_axis(k->attr[UNPACK_AXIS].i, x->rank, &a);
-  if (x->shape[a] != num)
-    return nb_kfail(k, NB_SHAPE, "Input shape axis %d must equal %lld, got shape %s", a, (long long)num,
-                    nb_tstr(x));
   int64_t shape[NB_MAX_RANK];
   for (int i = 0, j = 0; i < x->rank; i++)
     if (i != a) shape[j++] = x->shape[i];

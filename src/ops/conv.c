@@ -1005,22 +1005,25 @@ static void bias_plan_of(const nb_kargs *k, const nb_tensor *v, bias_plan *p) {
   p->inner = nb_shape_size(v->rank - cd - 1, v->shape + cd + 1);
 }
 
-/* BiasAdd(value, bias) and BiasAddGrad(out_backprop): float, value at least 2-D, bias 1-D. */
+/* BiasAdd(value, bias) and BiasAddGrad(out_backprop): float, value at least 2-D, bias 1-D
+   of the channel dim's size, where known. */
 static nb_code bias_validate(nb_kargs *k) {
   nb_code code = check_float(k, 0);
   if (!code && k->nin == 2) code = nb_kcheck_same_dtype(k, 0, 1);
   if (!code) code = nb_kcheck_rank(k, 0, 2, NB_MAX_RANK, "input");
   if (!code && k->nin == 2) code = nb_kcheck_rank(k, 1, 1, 1, "bias");
-  return code;
+  if (code || k->nin == 1 || k->in[0]->rank < 0 || k->in[1]->rank < 0) return code;
+  bias_plan p;
+  bias_plan_of(k, k->in[0], &p);
+  const nb_tensor *b = k->in[1];
+  if (b->shape[0] >= 0 && p.c >= 0 && b->shape[0] != p.c)
+    return nb_kfail(k, NB_SHAPE, "bias must be a vector of the channel dim's size %lld, got shape %s (value %s)",
+                    (long long)p.c, nb_tstr(b), nb_tstr(k->in[0]));
+  return NB_OK;
 }
 
 static nb_code bias_add_infer(nb_kargs *k) {
-  bias_plan *p = (bias_plan *)k->scratch;
-  bias_plan_of(k, k->in[0], p);
-  const nb_tensor *b = k->in[1];
-  if (b->shape[0] != p->c)
-    return nb_kfail(k, NB_SHAPE, "bias must be a vector of the channel dim's size %lld, got shape %s (value %s)",
-                    (long long)p->c, nb_tstr(b), nb_tstr(k->in[0]));
+  bias_plan_of(k, k->in[0], (bias_plan *)k->scratch);
   nb_meta_like(&k->out[0], k->in[0]);
   return NB_OK;
 }

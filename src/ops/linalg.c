@@ -302,20 +302,19 @@ static nb_code matmul_kernel(nb_kargs *k) {
    product nor a separate add. */
 enum { MATMUL_ADD_ACC = 2 };
 
+/* The accumulator is a matrix of the product's dtype and shape, where known. */
 static nb_code matmul_add_validate(nb_kargs *k) {
+  const nb_tensor *x = k->in[0], *y = k->in[1], *acc = k->in[MATMUL_ADD_ACC];
   nb_code code = matmul_validate(k);
   if (!code) code = nb_kcheck_same_dtype(k, 0, MATMUL_ADD_ACC);
-  return code ? code : nb_kcheck_rank(k, MATMUL_ADD_ACC, 2, 2, "the accumulator");
-}
-
-static nb_code matmul_add_infer(nb_kargs *k) {
-  nb_code code = matmul_infer(k);
-  const nb_tensor *acc = k->in[MATMUL_ADD_ACC];
-  const nb_meta *o = &k->out[0];
-  if (!code && (acc->rank != o->rank || memcmp(acc->shape, o->shape, (size_t)o->rank * sizeof *o->shape)))
-    code = nb_kfail(k, NB_SHAPE, "the accumulator %s does not match the product %s", nb_tstr(acc),
-                    nb_sstr(o->rank, o->shape));
-  return code;
+  if (!code) code = nb_kcheck_rank(k, MATMUL_ADD_ACC, 2, 2, "the accumulator");
+  if (code || x->rank < 0 || y->rank < 0 || acc->rank < 0) return code;
+  int64_t product[2] = {x->shape[k->attr[ATTR_TRANSPOSE_X].b ? 1 : 0], y->shape[k->attr[ATTR_TRANSPOSE_Y].b ? 0 : 1]};
+  for (int d = 0; d < 2; d++)
+    if (acc->shape[d] >= 0 && product[d] >= 0 && acc->shape[d] != product[d])
+      return nb_kfail(k, NB_SHAPE, "the accumulator %s does not match the product %s", nb_tstr(acc),
+                      nb_sstr(2, product));
+  return NB_OK;
 }
 
 static nb_code matmul_add_kernel(nb_kargs *k) {
@@ -355,7 +354,7 @@ static nb_op_def linalg_ops[OP_COUNT] = {
                        .inplace_input = 1 + MATMUL_ADD_ACC,
                        .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
                                  BOOL_ATTR("grad_b")},
-                       .validate = matmul_add_validate, .infer = matmul_add_infer, .kernel = matmul_add_kernel},
+                       .validate = matmul_add_validate, .infer = matmul_infer, .kernel = matmul_add_kernel},
 };
 
 nb_op_family nb_linalg_family(void) { return (nb_op_family){linalg_ops, OP_COUNT}; }

@@ -317,14 +317,14 @@ static nb_code sparse_xent_validate(nb_kargs *k) {
   if (code) return code;
   if (f->rank >= 0 && f->rank != 2) return nb_kfail(k, NB_SHAPE, "logits must be 2-D, but got shape %s", nb_tstr(f));
   if (l->rank >= 0 && l->rank != 1) return nb_kfail(k, NB_SHAPE, "labels must be 1-D, but got shape %s", nb_tstr(l));
+  if (f->rank == 2 && l->rank == 1 && f->shape[0] >= 0 && l->shape[0] >= 0 && l->shape[0] != f->shape[0])
+    return nb_kfail(k, NB_SHAPE, "logits and labels must have the same first dimension, got logits shape %s and labels shape %s",
+                    nb_tstr(f), nb_tstr(l));
   return NB_OK;
 }
 
 static nb_code sparse_xent_infer(nb_kargs *k) {
-  const nb_tensor *f = k->in[0], *l = k->in[1];
-  if (l->shape[0] != f->shape[0])
-    return nb_kfail(k, NB_SHAPE, "logits and labels must have the same first dimension, got logits shape %s and labels shape %s",
-                    nb_tstr(f), nb_tstr(l));
+  const nb_tensor *f = k->in[0];
   if (f->shape[1] == 0 && f->shape[0] > 0)
     return nb_kfail(k, NB_SHAPE, "Must have at least one class, but got logits shape %s", nb_tstr(f));
   xent_plan *p = (xent_plan *)k->scratch;

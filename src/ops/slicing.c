@@ -424,21 +424,31 @@ static int64_t dims_product(const int64_t *shape, int from, int to) {
   return n;
 }
 
-/* batch_dims normalized by indices' rank (known): 0 <= *bd <= that rank, below params'
-   rank and at most axis (-1: not known) where those are known. */
+/* batch_dims normalized by indices' rank (known). */
+static int64_t batch_dims_of(const nb_kargs *k) {
+  int64_t b = k->attr[GATHER_BATCH_DIMS].i;
+  return b < 0 ? b + k->in[1]->rank : b;
+}
+
+/* batch_dims: 0 <= *bd <= indices' rank (known), below params' rank and at most axis
+   (-1: not known), the batch dims alike, where those are known. */
 static nb_code gather_batch_dims(nb_kargs *k, int axis, int *bd) {
   const nb_tensor *p = k->in[0], *ix = k->in[1];
   int64_t b = k->attr[GATHER_BATCH_DIMS].i;
   if (b < -ix->rank || b > ix->rank)
     return nb_kfail(k, NB_INVALID, "Expected batch_dims in the range [%d, %d], but got %lld", -ix->rank, ix->rank,
                     (long long)b);
-  if (b < 0) b += ix->rank;
+  b = batch_dims_of(k);
   if (p->rank >= 0 && b >= p->rank)
     return nb_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than rank(params) (%d).", (long long)b,
                     p->rank);
   if (axis >= 0 && axis < b)
     return nb_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than or equal to axis (%d).", (long long)b,
                     axis);
+  for (int i = 0; p->rank >= 0 && i < b; i++)
+    if (p->shape[i] >= 0 && ix->shape[i] >= 0 && p->shape[i] != ix->shape[i])
+      return nb_kfail(k, NB_INVALID, "params.shape[%d]: %lld should be equal to indices.shape[%d]: %lld", i,
+                      (long long)p->shape[i], i, (long long)ix->shape[i]);
   *bd = (int)b;
   return NB_OK;
 }
@@ -448,7 +458,7 @@ static nb_code gather_batch_dims(nb_kargs *k, int axis, int *bd) {
 static nb_code gather_validate(nb_kargs *k) {
   const nb_tensor *p = k->in[0], *ix = k->in[1];
   int64_t axis64;
-  int axis = -1, bd;
+  int axis = -1, bd = 0;
   nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
   if (code) return code;
   if (p->rank == 0) return nb_kfail(k, NB_INVALID, "params must be at least 1 dimensional, got shape %s", nb_tstr(p));
@@ -464,15 +474,10 @@ static nb_code gather_validate(nb_kargs *k) {
 static nb_code gather_infer(nb_kargs *k) {
   const nb_tensor *p = k->in[0], *ix = k->in[1];
   int64_t axis64;
-  int axis, bd = 0;
+  int axis, bd = (int)batch_dims_of(k);
   nb_code code = scalar_int(k, 2, "axis", &axis64);
   if (code) return code;
   nb_norm_axis(axis64, p->rank, &axis);
-  gather_batch_dims(k, axis, &bd);
-  for (int i = 0; i < bd; i++)
-    if (p->shape[i] != ix->shape[i])
-      return nb_kfail(k, NB_INVALID, "params.shape[%d]: %lld should be equal to indices.shape[%d]: %lld", i,
-                      (long long)p->shape[i], i, (long long)ix->shape[i]);
   if (ix->dtype == NB_I32 && p->shape[axis] > INT32_MAX)
     return nb_kfail(k, NB_INVALID, "params.shape[%d] too large for int32 indexing: %lld > %d", axis,
                     (long long)p->shape[axis], INT32_MAX);
