@@ -6,7 +6,8 @@ set -eu
 # clang (with libomp-dev, and libclang-rt-dev for the sanitizer and libFuzzer runtimes) is
 # the compiler of the sanitizer build (make asan) and the fuzzer (make fuzz).
 # dataset-fashion-mnist: the real data tests/test_idx.c loads.
-PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev clang libomp-dev libclang-rt-dev zlib1g-dev dataset-fashion-mnist"
+# libprotobuf-c-dev and protobuf-c-compiler (protoc-c): the protobuf messages of checkpoints.
+PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev clang libomp-dev libclang-rt-dev zlib1g-dev dataset-fashion-mnist libprotobuf-c-dev protobuf-c-compiler"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
