@@ -834,6 +834,45 @@ nb_code nb_optimizer_set_schedule(nb_optimizer *o, nb_lr_schedule s);
 nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
                                nb_tensor **global_norm);
 
+/* ---- checkpoints: TF's V2 format (tf.train.Checkpoint, tf.compat.v1.train.Saver) ------------
+   A checkpoint is two files: PREFIX.index (a sorted table of protobuf entries, each with
+   the dtype, shape, offset and masked CRC32C of one tensor) and PREFIX.data-00000-of-00001
+   (the tensors' bytes), which tf.train.load_checkpoint reads, as nabla reads TF's. Each
+   tensor has a key: keys[i] for vars[i], or the variable's name when keys is NULL (TF 1
+   Saver style; TF 2's object-based keys look like "dense/kernel/.ATTRIBUTES/VARIABLE_VALUE").
+   With an optimizer, its step counter is "optimizer/iterations" and each slot of vars[i]
+   is "KEY/SLOT" ("dense/kernel/m"), or "PATH/.OPTIMIZER_SLOT/optimizer/SLOT/.ATTRIBUTES/
+   VARIABLE_VALUE" for an object-based key PATH/.ATTRIBUTES/VARIABLE_VALUE (TF 2's layout).
+   Saving is atomic: both files are written under temporary names (PREFIX.index.tmp,
+   PREFIX.data-00000-of-00001.tmp), fsynced, and renamed into place, data first; a process
+   killed at any point leaves the previous checkpoint or the new one readable (after a kill
+   between the renames, readers take the new index from PREFIX.index.tmp and the next save
+   renames it into place), one saver per prefix at a time. Errors go to c and name the file and key: NB_IO when a file
+   cannot be read or written, NB_CORRUPT for a bad CRC, a truncated file or an unreadable
+   entry, NB_NOT_FOUND for a missing key, NB_DTYPE / NB_SHAPE when a tensor does not match
+   its variable, NB_UNIMPLEMENTED for a sharded or sliced checkpoint. */
+/* Writes vars (and opt's step counter and slots when opt is not NULL) under prefix. Keys
+   must be distinct and not empty (NB_INVALID). */
+nb_code nb_checkpoint_save(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys, int n,
+                           const nb_optimizer *opt);
+/* Reads vars (and opt's step counter and slots: a slot the checkpoint lacks restarts from
+   zeros) back from prefix, checking every CRC it reads. All or nothing: on any error no
+   variable, slot or counter changes. Resuming training after a restore gives the bits an
+   uninterrupted run would. */
+nb_code nb_checkpoint_restore(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys,
+                              int n, nb_optimizer *opt);
+/* One tensor of a checkpoint (tf.train.list_variables). */
+typedef struct nb_checkpoint_entry {
+  char *key;
+  nb_dtype dtype;
+  int rank;
+  int64_t shape[NB_MAX_RANK];
+} nb_checkpoint_entry;
+/* The checkpoint's tensors of nabla's dtypes, in key order (others, like TF 2's string
+   object graph, are left out): *entries (free with nb_checkpoint_list_free) and *n. */
+nb_code nb_checkpoint_list(nb_ctx *c, const char *prefix, nb_checkpoint_entry **entries, int *n);
+void nb_checkpoint_list_free(nb_checkpoint_entry *entries, int n);
+
 /* ---- control flow: tf.while_loop, tf.cond -------------------------------------------------
    Eager contexts run the callbacks directly: cond, then body, until cond gives false or
    max_iters iterations ran (max_iters < 0: no bound; 0: none run). Tapes record the ops

@@ -7,6 +7,8 @@
    does), so schedules advance across runs. IndexedSlices gradients take the sparse
    updates (the kernels' nb_sparse_apply_update eagerly; ResourceScatterSub and the
    ResourceSparseApply* nodes in graphs), which never densify the gradient. */
+#include "optim.h"
+
 #include "../ops/training.h"
 
 #include <math.h>
@@ -222,14 +224,29 @@ static nb_code check_apply(nb_ctx *c, nb_tensor *const *grads, nb_variable *cons
   return NB_OK;
 }
 
-/* The step counter and every updated variable's slots exist. */
-static nb_code prepare(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n) {
+nb_variable *nb_optim_step_variable(nb_optimizer *o, nb_ctx *c) {
   if (!o->iterations) {
     nb_buffer *b = nb_buffer_new(c, sizeof(int64_t));
     if (b) *(int64_t *)b->data = 0;
     if (!b || !(o->iterations = nb_variable_make(NB_I64, 0, NULL, b, false, "iterations")))
-      return nb_fail(c, NB_NOMEM, "nb_optimizer_apply: out of memory");
+      nb_fail(c, NB_NOMEM, "out of memory making an optimizer's step counter");
   }
+  return o->iterations;
+}
+
+const char *const *nb_optim_slot_names(const nb_optimizer *o, int *n) {
+  *n = nb_apply_num_vars(o->kind) - 1;
+  return slot_names[o->kind];
+}
+
+nb_variable *const *nb_optim_slots(nb_optimizer *o, nb_ctx *c, nb_variable *var) {
+  slot_set *s = slots_of(o, c, var);
+  return s ? s->slot : NULL;
+}
+
+/* The step counter and every updated variable's slots exist. */
+static nb_code prepare(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n) {
+  if (!nb_optim_step_variable(o, c)) return c->status;
   for (int i = 0; i < n; i++)
     if (grads[i] && !slots_of(o, c, vars[i])) return c->status;
   return NB_OK;

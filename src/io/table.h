@@ -1,0 +1,51 @@
+/* Internal: LevelDB's sorted string table, the container of TF's checkpoint index
+   (tensorflow/core/lib/io/table*), and the CRC-32C it and the bundles use. */
+#ifndef NB_TABLE_H
+#define NB_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* CRC-32C (Castagnoli) of n bytes, continuing from crc (0 to start). */
+uint32_t nb_crc32c(uint32_t crc, const void *data, size_t n);
+/* The masked form tables and bundles store (so that a CRC over bytes holding CRCs is not
+   trivially related to them): rotate right by 15 and add a constant. */
+uint32_t nb_crc32c_mask(uint32_t crc);
+
+/* A growable byte string; oom is set (and later appends do nothing) when memory runs out. */
+typedef struct nb_bytes {
+  uint8_t *p;
+  size_t n, cap;
+  bool oom;
+} nb_bytes;
+void nb_bytes_put(nb_bytes *b, const void *data, size_t n);
+void nb_bytes_free(nb_bytes *b);
+
+/* One key and value; the key is NUL-terminated (klen excludes the NUL). */
+typedef struct nb_table_kv {
+  char *key;
+  size_t klen;
+  const uint8_t *val;
+  size_t vlen;
+} nb_table_kv;
+
+/* The whole table holding kv[0..n), keys strictly increasing (bytewise), uncompressed,
+   in one data block, appended to out. */
+void nb_table_build(const nb_table_kv *kv, int n, nb_bytes *out);
+
+/* A parsed table: entries in key order; values point into the table's bytes, which must
+   outlive it. */
+typedef struct nb_table {
+  nb_table_kv *kv;
+  int32_t n, cap;
+} nb_table;
+/* Parses and checks (footer magic, every block's CRC and bounds, key order) a table of n
+   bytes. NULL on success, else a static description of what is wrong; *oom tells out of
+   memory. t is left empty on failure. */
+const char *nb_table_parse(const uint8_t *bytes, size_t n, nb_table *t, bool *oom);
+void nb_table_free(nb_table *t);
+/* The entry with key, or NULL. */
+const nb_table_kv *nb_table_find(const nb_table *t, const char *key);
+
+#endif
