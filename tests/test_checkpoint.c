@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../src/io/table.h"
+#include "golden/ckpt_golden.h"
 
 static char self_path[4096];
 
@@ -569,10 +570,113 @@ static void test_optimizer_keys(void **state) {
   free_vars(v, 2);
 }
 
+/* ---- TensorFlow's checkpoints, and nabla's as TensorFlow read it (tests/golden) ----------------- */
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
+
+static size_t golden_bytes(const ckpt_golden *g) {
+  size_t n = nb_dtype_size(g->dtype);
+  for (int d = 0; d < g->rank; d++) n *= (size_t)g->shape[d];
+  return n;
+}
+
+/* Variables (zeros) of the golden entries' dtypes and shapes, and their keys. */
+static void golden_vars(nb_ctx *c, const ckpt_golden *g, int n, nb_variable **v, const char **keys, bool values) {
+  for (int i = 0; i < n; i++) {
+    v[i] = nb_variable_new(c, nb_tensor_from(c, g[i].dtype, g[i].rank, g[i].shape, values ? g[i].values : NULL),
+                           true, NULL);
+    assert_non_null(v[i]);
+    keys[i] = g[i].key;
+  }
+}
+
+/* Restores every tensor of TF's checkpoint (all at once, by key) and compares its bits with
+   TF's; the listing has TF's keys, dtypes and shapes (TF 2's string object graph left out). */
+static void check_tf_checkpoint(fixture *f, const char *name, const ckpt_golden *g, int n) {
+  char prefix[512];
+  snprintf(prefix, sizeof prefix, "%s/%s", NB_CKPT_GOLDEN_DIR, name);
+  nb_variable *v[32];
+  const char *keys[32];
+  assert_true(n <= 32);
+  golden_vars(f->c, g, n, v, keys, false);
+  if (nb_checkpoint_restore(f->c, prefix, v, keys, n, NULL) != NB_OK) fail_msg("%s", nb_error(f->c));
+  for (int i = 0; i < n; i++)
+    if (memcmp(nb_variable_data(v[i]), g[i].values, golden_bytes(&g[i])) != 0) fail_msg("%s: %s differs", name, g[i].key);
+  nb_checkpoint_entry *e;
+  int count;
+  assert_int_equal(nb_checkpoint_list(f->c, prefix, &e, &count), NB_OK);
+  assert_int_equal(count, n);
+  for (int i = 0; i < n; i++) {
+    assert_string_equal(e[i].key, g[i].key);
+    assert_int_equal(e[i].dtype, g[i].dtype);
+    assert_int_equal(e[i].rank, g[i].rank);
+    assert_memory_equal(e[i].shape, g[i].shape, (size_t)g[i].rank * sizeof *e[i].shape);
+  }
+  nb_checkpoint_list_free(e, count);
+  free_vars(v, n);
+}
+
+static void test_reads_tensorflow_checkpoints(void **state) {
+  fixture *f = *state;
+  check_tf_checkpoint(f, CKPT_TF2_PREFIX, ckpt_tf2, COUNT(ckpt_tf2));
+  check_tf_checkpoint(f, CKPT_TF1_PREFIX, ckpt_tf1, COUNT(ckpt_tf1));
+}
+
+/* nabla's checkpoint of TF 1's tensors: what make_tf_checkpoints.py --check-nabla loads in
+   TensorFlow. */
+static int write_golden(nb_ctx *c, const char *prefix) {
+  nb_variable *v[32];
+  const char *keys[32];
+  int n = COUNT(ckpt_tf1);
+  golden_vars(c, ckpt_tf1, n, v, keys, true);
+  nb_checkpoint_save(c, prefix, v, keys, n, NULL);
+  free_vars(v, n);
+  if (nb_status(c) != NB_OK) fprintf(stderr, "%s\n", nb_error(c));
+  return nb_status(c) != NB_OK;
+}
+
+static bool same_file(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  bool same = fa && fb;
+  while (same) {
+    int ca = fgetc(fa), cb = fgetc(fb);
+    same = ca == cb;
+    if (ca == EOF) break;
+  }
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return same;
+}
+
+/* nabla still writes, byte for byte, the checkpoint TensorFlow read back equal to its own
+   (tests/golden/ckpt/nabla_read_by_tf.txt). */
+static void test_writes_what_tensorflow_read(void **state) {
+  fixture *f = *state;
+  assert_int_equal(write_golden(f->c, f->prefix), 0);
+  static const char *const suffixes[2] = {".index", ".data-00000-of-00001"};
+  for (int i = 0; i < 2; i++) {
+    char golden[512];
+    snprintf(golden, sizeof golden, "%s/nabla%s", NB_CKPT_GOLDEN_DIR, suffixes[i]);
+    if (!same_file(path_of(f, suffixes[i]), golden)) fail_msg("%s differs from %s", path_of(f, suffixes[i]), golden);
+  }
+  FILE *verdict = fopen(NB_CKPT_GOLDEN_DIR "/nabla_read_by_tf.txt", "r");
+  char line[512], last[512] = "";
+  assert_non_null(verdict);
+  while (fgets(line, sizeof line, verdict)) strcpy(last, line);
+  fclose(verdict);
+  assert_string_equal(last, "result: all equal\n");
+}
+
 int main(int argc, char **argv) {
   snprintf(self_path, sizeof self_path, "%s", argv[0]);
   if (argc == 4 && strcmp(argv[1], "save-forever") == 0) return save_forever(argv[2], argv[3]);
   if (argc == 4 && strcmp(argv[1], "resume") == 0) return resume(argv[2], argv[3]);
+  if (argc == 4 && strcmp(argv[1], "write-golden") == 0) {
+    nb_ctx *c = nb_eager_new();
+    int rc = write_golden(c, argv[2]);
+    nb_ctx_free(c);
+    return rc;
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_crc32c_vectors),
       cmocka_unit_test_setup_teardown(test_round_trip_every_dtype_and_rank, setup, teardown),
@@ -587,6 +691,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_save_killed_between_renames, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resume_training_bit_exactly, setup, teardown),
       cmocka_unit_test_setup_teardown(test_optimizer_keys, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reads_tensorflow_checkpoints, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_writes_what_tensorflow_read, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
