@@ -483,8 +483,12 @@ static int resume(const char *from, const char *to) {
   nb_checkpoint_restore(c, from, v, NULL, 2, o);
   train_epoch(c, v, o);
   nb_checkpoint_save(c, to, v, NULL, 2, o);
-  if (nb_status(c) != NB_OK) fprintf(stderr, "%s\n", nb_error(c));
-  return nb_status(c) != NB_OK;
+  int failed = nb_status(c) != NB_OK;
+  if (failed) fprintf(stderr, "%s\n", nb_error(c));
+  nb_optimizer_free(o);
+  free_vars(v, 2);
+  nb_ctx_free(c);
+  return failed;
 }
 
 static bool same_optimizer_state(nb_optimizer *a, nb_optimizer *b, nb_variable **va, nb_variable **vb) {
