@@ -856,8 +856,9 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
 nb_code nb_checkpoint_save(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys, int n,
                            const nb_optimizer *opt);
 /* Reads vars (and opt's step counter and slots: a slot the checkpoint lacks restarts from
-   zeros) back from prefix, checking every CRC it reads. All or nothing: on any error no
-   variable, slot or counter changes. Resuming training after a restore gives the bits an
+   zeros) back from prefix, checking every CRC it reads. All or nothing: every tensor is read
+   and checked before the first write, so on an error (short of running out of memory) no
+   variable, slot or counter changes. Training resumed after a restore gives the bits an
    uninterrupted run would. */
 nb_code nb_checkpoint_restore(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys,
                               int n, nb_optimizer *opt);

@@ -205,6 +205,18 @@ static void save_seed(fixture *f, double seed) {
   free_vars(v, NVARS);
 }
 
+/* Flips each byte of path but those in [skip_from, skip_to) in turn: every flip makes the
+   restore fail with NB_CORRUPT naming what. */
+static void flip_each_byte(fixture *f, const char *path, size_t skip_from, size_t skip_to, const char *what) {
+  size_t n = file_size(path);
+  for (size_t at = 0; at < n; at++) {
+    if (at >= skip_from && at < skip_to) continue;
+    flip_byte(path, at);
+    expect_restore_fails(f, NB_CORRUPT, what);
+    flip_byte(path, at);
+  }
+}
+
 /* Where the footer's four varint handles end (its zero padding starts). */
 static size_t footer_handles_end(const char *path, size_t n) {
   uint8_t footer[48];
@@ -226,13 +238,7 @@ static void test_corrupt_index_bytes(void **state) {
   char index[256];
   strcpy(index, path_of(f, ".index"));
   size_t n = file_size(index);
-  size_t padding = footer_handles_end(index, n);
-  for (size_t at = 0; at < n; at++) {
-    if (at >= padding && at < n - 8) continue;
-    flip_byte(index, at);
-    expect_restore_fails(f, NB_CORRUPT, index);
-    flip_byte(index, at);
-  }
+  flip_each_byte(f, index, footer_handles_end(index, n), n - 8, index);
 }
 
 static void test_corrupt_data_bytes(void **state) {
@@ -240,12 +246,7 @@ static void test_corrupt_data_bytes(void **state) {
   save_seed(f, 1);
   char data[256];
   strcpy(data, path_of(f, ".data-00000-of-00001"));
-  size_t n = file_size(data);
-  for (size_t at = 0; at < n; at++) {
-    flip_byte(data, at);
-    expect_restore_fails(f, NB_CORRUPT, "CRC mismatch");
-    flip_byte(data, at);
-  }
+  flip_each_byte(f, data, 0, 0, "CRC mismatch");
   /* the message names the file and the tensor: the data starts with big/ids */
   flip_byte(data, 0);
   expect_restore_fails(f, NB_CORRUPT, "data-00000-of-00001: tensor 'big/ids'");

@@ -188,8 +188,14 @@ static nb_code sync_dir(nb_ctx *c, const char *who, const char *path) {
   return code;
 }
 
-/* Writes the plan's tensors to path, back to back, setting each one's offset (in data's
-   place: the running total) and masked CRC. */
+/* Syncs and closes fd after writing it returned code. */
+static nb_code finish_file(nb_ctx *c, const char *who, int fd, const char *path, nb_code code) {
+  if (code == NB_OK && fsync(fd) != 0) code = io_error(c, who, "cannot sync", path);
+  if (close(fd) != 0 && code == NB_OK) code = io_error(c, who, "cannot close", path);
+  return code;
+}
+
+/* Writes the plan's tensors to path, back to back, setting each one's offset and masked CRC. */
 static nb_code write_data(nb_ctx *c, const char *who, const char *path, plan *p, uint64_t *offsets, uint32_t *crcs) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return io_error(c, who, "cannot create", path);
@@ -201,18 +207,13 @@ static nb_code write_data(nb_ctx *c, const char *who, const char *path, plan *p,
     code = write_all(c, who, fd, path, p->items[i].data, p->items[i].bytes);
     offset += p->items[i].bytes;
   }
-  if (code == NB_OK && fsync(fd) != 0) code = io_error(c, who, "cannot sync", path);
-  if (close(fd) != 0 && code == NB_OK) code = io_error(c, who, "cannot close", path);
-  return code;
+  return finish_file(c, who, fd, path, code);
 }
 
 static nb_code write_file(nb_ctx *c, const char *who, const char *path, const nb_bytes *b) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return io_error(c, who, "cannot create", path);
-  nb_code code = write_all(c, who, fd, path, b->p, b->n);
-  if (code == NB_OK && fsync(fd) != 0) code = io_error(c, who, "cannot sync", path);
-  if (close(fd) != 0 && code == NB_OK) code = io_error(c, who, "cannot close", path);
-  return code;
+  return finish_file(c, who, fd, path, write_all(c, who, fd, path, b->p, b->n));
 }
 
 /* Reads the whole file; NB_IO naming it when it cannot. */
@@ -549,12 +550,14 @@ static nb_variable *target_of(nb_ctx *c, const item *it, nb_optimizer *opt) {
   return slots ? slots[it->slot] : NULL;
 }
 
-/* Writes the staged values: slots the checkpoint lacks become zeros. Only running out of
-   memory (making slots) can fail here. */
-static nb_code commit(nb_ctx *c, const plan *p, nb_optimizer *opt) {
+/* Writes the staged values: slots the checkpoint lacks become zeros. Every target is made
+   first, so that only copying a variable that a read still holds can run out of memory
+   after the first write. */
+static nb_code commit(nb_ctx *c, plan *p, nb_optimizer *opt) {
+  for (int32_t i = 0; i < p->n; i++)
+    if (!(p->items[i].var = target_of(c, &p->items[i], opt))) return c->status;
   for (int32_t i = 0; i < p->n; i++) {
-    nb_variable *v = target_of(c, &p->items[i], opt);
-    void *dst = v ? nb_variable_writable(c, v, false) : NULL;
+    void *dst = nb_variable_writable(c, p->items[i].var, false);
     if (!dst) return c->status;
     if (p->items[i].missing) memset(dst, 0, p->items[i].bytes);
     else memcpy(dst, p->items[i].data, p->items[i].bytes);
