@@ -43,8 +43,9 @@ asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
-# libFuzzer (clang, ASan + UBSan, LeakSanitizer) on the IDX reader for FUZZ_SECONDS, then
-# on op programs (fuzz/fuzz_ops.c) for FUZZ_OPS_SECONDS, each starting from its committed
+# libFuzzer (clang, ASan + UBSan, LeakSanitizer) on the IDX reader and on the checkpoint
+# reader (fuzz/fuzz_checkpoint.c) for FUZZ_SECONDS each, then on op programs
+# (fuzz/fuzz_ops.c) for FUZZ_OPS_SECONDS, each starting from its committed
 # seeds in fuzz/corpus/<target>. Inputs they find go to $(FUZZ_BUILD)/corpus-<target>; a
 # crash stops the run with a non-zero status and leaves the input as $(FUZZ_BUILD)/crash-*.
 # Op programs grow with their attrs, so that target may use up to 256 bytes at once.
@@ -54,9 +55,10 @@ FUZZ_RUN = ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNABLA_FUZZ=ON \
 	  -DNABLA_WERROR=ON -DNABLA_TESTS=OFF -DNABLA_BENCH=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx fuzz_ops
-	mkdir -p $(FUZZ_BUILD)/corpus-idx $(FUZZ_BUILD)/corpus-ops
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx fuzz_checkpoint fuzz_ops
+	mkdir -p $(FUZZ_BUILD)/corpus-idx $(FUZZ_BUILD)/corpus-checkpoint $(FUZZ_BUILD)/corpus-ops
 	$(call FUZZ_RUN,idx,$(FUZZ_SECONDS))
+	$(call FUZZ_RUN,checkpoint,$(FUZZ_SECONDS))
 	$(call FUZZ_RUN,ops,$(FUZZ_OPS_SECONDS),-max_len=256 -len_control=0)
 
 install: build

@@ -10,6 +10,9 @@ over two float32 [2, 3] leaves (the first dim unknown in the graph), and one ove
 float64 [3] and an int32 scalar; the bytes after the op id are left out, which the decoder
 reads as zeros: default inputs and attrs. The ids wrap around the registry's size.
 
+fuzz/corpus/checkpoint (fuzz/fuzz_checkpoint.c): the checkpoints of tests/golden/ckpt, each
+as the index's length (two bytes, little-endian), the index, then the data.
+
     python3 fuzz/make_corpus.py
 """
 import gzip
@@ -20,6 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "corpus", "idx")
 OPS_OUT = os.path.join(HERE, "corpus", "ops")
 OP_IDS = 160  # above the registry's op count, so every op has a seed
+CKPT_OUT = os.path.join(HERE, "corpus", "checkpoint")
+GOLDEN = os.path.join(HERE, "..", "tests", "golden", "ckpt")
 
 
 def idx(type_code, dims, data):
@@ -29,6 +34,14 @@ def idx(type_code, dims, data):
 def write(name, content, folder=OUT):
     with open(os.path.join(folder, name), "wb") as f:
         f.write(content)
+
+
+def checkpoint(name):
+    with open(os.path.join(GOLDEN, name + ".index"), "rb") as f:
+        index = f.read()
+    with open(os.path.join(GOLDEN, name + ".data-00000-of-00001"), "rb") as f:
+        data = f.read()
+    return struct.pack("<H", len(index)) + index + data
 
 
 def leaf(dtype, dims, unknown_mask=0):
@@ -64,3 +77,7 @@ os.makedirs(OPS_OUT, exist_ok=True)
 for op_id in range(OP_IDS):
     write("f32_2x3_op%03d" % op_id, one_op_program([leaf(0, [2, 3], 1), leaf(0, [2, 3])], op_id), OPS_OUT)
     write("f64_3_i32_op%03d" % op_id, one_op_program([leaf(1, [3]), leaf(2, [])], op_id), OPS_OUT)
+
+os.makedirs(CKPT_OUT, exist_ok=True)
+for name in ("tf1", "tf2", "nabla"):
+    write(name, checkpoint(name), CKPT_OUT)
