@@ -25,7 +25,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	./$(BUILD)/demo
+	./$(BUILD)/demo --save $(BUILD)/demo-cnn
 
 check: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

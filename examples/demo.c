@@ -2,11 +2,17 @@
    reports its test accuracy. A live progress bar goes to stderr, results to stdout.
 
      demo [--epochs N] [--batch N] [--threads N] [--mode graph|eager] [--lr X] [--data DIR]
+          [--save PREFIX] [--restore PREFIX]
 
    The model: conv 3x3x16 (SAME) + ReLU, 2x2 max pool, conv 3x3x32 (SAME) + ReLU, 2x2 max
    pool, dense 128 + ReLU, dense 10; softmax cross-entropy, Adam. Graph mode builds the
    training step once (forward, nb_gradients, the optimizer's update nodes) and runs it per
-   batch in a session; eager mode records each step on a tape. */
+   batch in a session; eager mode records each step on a tape.
+
+   At the end the weights, Adam's slots and its step counter are saved as a TensorFlow
+   checkpoint (PREFIX.index and PREFIX.data-00000-of-00001; --save, default demo-cnn).
+   --restore PREFIX starts from a saved checkpoint and trains --epochs more, continuing the
+   epoch count (and so the shuffles) where the saved run stopped. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, isatty */
 #include <nabla.h>
 
@@ -25,6 +31,7 @@ typedef struct options {
   bool eager;
   double lr;
   const char *data;
+  const char *save, *restore; /* checkpoint prefixes */
 } options;
 
 typedef struct trainer {
@@ -38,7 +45,12 @@ typedef struct trainer {
   nb_ctx *gc;
   nb_session *s;
   nb_tensor *x, *labels, *loss, *logits, *train_op;
+  int first_epoch; /* 1, or the epoch after a restored checkpoint's */
 } trainer;
+
+/* The checkpoint keys of the parameters, Keras' layer/variable names. */
+static const char *const param_keys[NPARAMS] = {"conv1/kernel", "conv1/bias",  "conv2/kernel",  "conv2/bias",
+                                                "dense1/kernel", "dense1/bias", "dense2/kernel", "dense2/bias"};
 
 static double now(void) {
   struct timespec ts;
@@ -193,7 +205,7 @@ static void progress(const trainer *t, int epoch, int64_t batch, int64_t nbatche
   bool tty = isatty(STDERR_FILENO);
   if (!tty && !final) return; /* a log file gets one line per epoch */
   fprintf(stderr, "%sepoch %d/%d [%s] %lld/%lld loss %.4f acc %5.2f%% %6.0f img/s ETA %d:%02d%s", tty ? "\r" : "",
-          epoch, t->opt.epochs, bar, (long long)batch, (long long)nbatches, loss, 100 * acc, images_per_s,
+          epoch, t->first_epoch + t->opt.epochs - 1, bar, (long long)batch, (long long)nbatches, loss, 100 * acc, images_per_s,
           (int)eta_s / 60, (int)eta_s % 60, final ? "\n" : "");
   fflush(stderr);
 }
@@ -201,7 +213,7 @@ static void progress(const trainer *t, int epoch, int64_t batch, int64_t nbatche
 static bool train(trainer *t) {
   int64_t nbatches = nb_dataset_size(t->train) / t->opt.batch, total = nbatches * t->opt.epochs, done = 0;
   double start = now(), last_draw = 0;
-  for (int epoch = 1; epoch <= t->opt.epochs; epoch++) {
+  for (int epoch = t->first_epoch; epoch < t->first_epoch + t->opt.epochs; epoch++) {
     nb_dataset_shuffle(t->train, 1000 + (uint64_t)epoch);
     double loss_sum = 0;
     int64_t correct = 0;
@@ -228,7 +240,7 @@ static bool train(trainer *t) {
 
 static bool parse(int argc, char **argv, options *o) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  *o = (options){.epochs = 6, .batch = 64, .threads = cores > 0 ? (int)cores : 1, .lr = 1e-3};
+  *o = (options){.epochs = 6, .batch = 64, .threads = cores > 0 ? (int)cores : 1, .lr = 1e-3, .save = "demo-cnn"};
   for (int i = 1; i < argc; i += 2) { /* flag, value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) return false;
@@ -237,10 +249,35 @@ static bool parse(int argc, char **argv, options *o) {
     else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
     else if (strcmp(a, "--lr") == 0) o->lr = atof(v);
     else if (strcmp(a, "--data") == 0) o->data = v;
+    else if (strcmp(a, "--save") == 0) o->save = v;
+    else if (strcmp(a, "--restore") == 0) o->restore = v;
     else if (strcmp(a, "--mode") == 0 && (strcmp(v, "graph") == 0 || strcmp(v, "eager") == 0)) o->eager = v[0] == 'e';
     else return false;
   }
   return o->epochs > 0 && o->batch > 0 && o->threads > 0 && o->lr > 0;
+}
+
+/* Loads the parameters and Adam's state; training goes on from the epoch after theirs. */
+static bool restore(trainer *t) {
+  if (nb_checkpoint_restore(t->c, t->opt.restore, t->params, param_keys, NPARAMS, t->adam)) {
+    fprintf(stderr, "demo: %s\n", nb_error(t->c));
+    return false;
+  }
+  int64_t nbatches = nb_dataset_size(t->train) / t->opt.batch;
+  t->first_epoch = 1 + (int)(nb_optimizer_iterations(t->adam) / nbatches);
+  printf("restored %s: %lld steps, continuing at epoch %d\n", t->opt.restore,
+         (long long)nb_optimizer_iterations(t->adam), t->first_epoch);
+  return true;
+}
+
+static bool save(trainer *t) {
+  if (nb_checkpoint_save(t->c, t->opt.save, t->params, param_keys, NPARAMS, t->adam)) {
+    fprintf(stderr, "demo: %s\n", nb_error(t->c));
+    return false;
+  }
+  printf("checkpoint saved to %s.index and %s.data-00000-of-00001 (resume: --restore %s)\n", t->opt.save, t->opt.save,
+         t->opt.save);
+  return true;
 }
 
 static bool setup(trainer *t) {
@@ -254,7 +291,8 @@ static bool setup(trainer *t) {
     return false;
   }
   t->adam = nb_adam_new(t->opt.lr, 0.9, 0.999, 1e-7);
-  return t->adam && make_params(t) && (t->opt.eager || build_graph(t));
+  t->first_epoch = 1;
+  return t->adam && make_params(t) && (t->opt.eager || build_graph(t)) && (!t->opt.restore || restore(t));
 }
 
 static void teardown(trainer *t) {
@@ -271,7 +309,8 @@ static void teardown(trainer *t) {
 int main(int argc, char **argv) {
   trainer t = {0};
   if (!parse(argc, argv, &t.opt)) {
-    fprintf(stderr, "usage: demo [--epochs N] [--batch N] [--threads N] [--mode graph|eager] [--lr X] [--data DIR]\n");
+    fprintf(stderr, "usage: demo [--epochs N] [--batch N] [--threads N] [--mode graph|eager] [--lr X] [--data DIR]\n"
+                    "            [--save PREFIX] [--restore PREFIX]\n");
     return 2;
   }
   printf("nabla %s: a CNN on Fashion-MNIST, %s mode, %d epochs, batch %d, %d thread%s\n", nb_version(),
@@ -282,6 +321,7 @@ int main(int argc, char **argv) {
   double acc = ok ? evaluate(&t) : -1;
   if (acc >= 0)
     printf("test accuracy %.2f%% (%lld images), %.1f s\n", 100 * acc, (long long)nb_dataset_size(t.test), now() - start);
+  if (acc >= 0 && !save(&t)) acc = -1;
   teardown(&t);
   return acc >= 0 ? 0 : 1;
 }
