@@ -3,6 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 25
+FUZZ_NPY_SECONDS ?= 20
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -43,16 +44,22 @@ asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 # libFuzzer (clang, ASan + UBSan) on the IDX reader for FUZZ_SECONDS, starting from the
-# committed seeds in fuzz/corpus/idx. Inputs it finds go to $(FUZZ_BUILD)/corpus; a crash
-# stops it with a non-zero status and leaves the input as $(FUZZ_BUILD)/crash-*.
+# committed seeds in fuzz/corpus/idx, then on the .npy reader for FUZZ_NPY_SECONDS, starting
+# from the NumPy files in tests/golden/npy. Inputs they find go to $(FUZZ_BUILD)/corpus and
+# corpus-npy; a crash stops it with a non-zero status and leaves the input as
+# $(FUZZ_BUILD)/crash-*.
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNABLA_FUZZ=ON \
 	  -DNABLA_WERROR=ON -DNABLA_TESTS=OFF -DNABLA_BENCH=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx fuzz_npy
 	mkdir -p $(FUZZ_BUILD)/corpus
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/fuzz/fuzz_idx \
 	  -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
 	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/corpus/idx
+	mkdir -p $(FUZZ_BUILD)/corpus-npy
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/fuzz/fuzz_npy \
+	  -max_total_time=$(FUZZ_NPY_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-npy tests/golden/npy
 
 install: build
 	cmake --install $(BUILD)
