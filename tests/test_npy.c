@@ -2,9 +2,8 @@
    every dtype, byte order and version, the files nabla refuses, hand-written headers, and
    round trips of every dtype at ranks 0 to 4. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, rmdir, unlink */
-#include "testutil.h"
+#include "tempdir.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -13,39 +12,7 @@
 #error "tests/CMakeLists.txt defines NB_NPY_GOLDEN_DIR"
 #endif
 
-typedef struct fixture {
-  nb_ctx *c;
-  char dir[256];
-  char path[512]; /* the last file named by golden() or written by the test */
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  *state = f;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(f->dir, sizeof f->dir, "%s/nabla-npy-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(f->dir)) return -1;
-  f->c = nb_eager_new();
-  return f->c ? 0 : -1;
-}
-
-/* Removes the files the test wrote (the directory holds nothing else). */
-static int teardown(void **state) {
-  fixture *f = *state;
-  DIR *d = opendir(f->dir);
-  char p[600];
-  for (struct dirent *e; d && (e = readdir(d));) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(p, sizeof p, "%s/%s", f->dir, e->d_name);
-    unlink(p);
-  }
-  if (d) closedir(d);
-  rmdir(f->dir);
-  nb_ctx_free(f->c);
-  free(f);
-  return 0;
-}
+typedef tu_files fixture;
 
 static const char *golden(fixture *f, const char *name) {
   snprintf(f->path, sizeof f->path, "%s/%s", NB_NPY_GOLDEN_DIR, name);
@@ -363,19 +330,19 @@ static void test_write_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_golden_float, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_golden_int_and_bool, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_golden_widened, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_golden_ranks, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_golden_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_header_syntax_accepted, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_header_syntax_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_prefix_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_read_needs_eager_context, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_written_headers, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_write_indexed_slices, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_write_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_golden_float, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_golden_int_and_bool, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_golden_widened, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_golden_ranks, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_golden_refused, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_header_syntax_accepted, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_header_syntax_refused, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_prefix_refused, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_read_needs_eager_context, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_round_trip, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_written_headers, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_write_indexed_slices, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_write_errors, tu_files_setup, tu_files_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
