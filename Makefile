@@ -45,7 +45,7 @@ asan: deps
 
 # libFuzzer (clang, ASan + UBSan) on the IDX reader for FUZZ_SECONDS, starting from the
 # committed seeds in fuzz/corpus/idx, then on the .npy reader for FUZZ_NPY_SECONDS, starting
-# from the NumPy files in tests/golden/npy. Inputs they find go to $(FUZZ_BUILD)/corpus and
+# from the NumPy files in fuzz/corpus/npy. Inputs they find go to $(FUZZ_BUILD)/corpus and
 # corpus-npy; a crash stops it with a non-zero status and leaves the input as
 # $(FUZZ_BUILD)/crash-*.
 fuzz: deps
@@ -59,7 +59,7 @@ fuzz: deps
 	mkdir -p $(FUZZ_BUILD)/corpus-npy
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/fuzz/fuzz_npy \
 	  -max_total_time=$(FUZZ_NPY_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-npy tests/golden/npy
+	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-npy fuzz/corpus/npy
 
 install: build
 	cmake --install $(BUILD)

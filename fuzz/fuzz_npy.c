@@ -3,7 +3,7 @@
      nb_npy_write and must read back with the same dtype, shape and bytes;
    - as a file on disk (a memfd): nb_npy_read, which bounds what it allocates by the
      file's size.
-   Seeds are in fuzz/corpus/npy (copies of tests/golden/npy, written by
+   Seeds are in fuzz/corpus/npy (copies of tests/golden/npy, both written by
    tests/golden/make_npy.py). */
 #define _GNU_SOURCE /* memfd_create */
 #include "../src/io/npy.h"

@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Writes the .npy files tests/test_npy.c reads (and fuzz/fuzz_npy.c starts from) into
-tests/golden/npy: NumPy's own output for each dtype, both byte orders and the three format
-versions, and files nabla must refuse (Fortran order, pickled objects, dtypes it lacks,
-cut short, a bad magic, trailing bytes, rank 9).
+"""Writes the .npy files tests/test_npy.c reads into tests/golden/npy, and copies them into
+fuzz/corpus/npy as the seeds of fuzz/fuzz_npy.c: NumPy's own output for each dtype, both
+byte orders and the three format versions, and files nabla must refuse (Fortran order,
+pickled objects, dtypes it lacks, cut short, a bad magic, trailing bytes, rank 9).
 
     python3 tests/golden/make_npy.py    # needs numpy
 """
 import os
+import shutil
 
 import numpy as np
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "npy")
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "npy")
+SEEDS = os.path.join(HERE, "..", "..", "fuzz", "corpus", "npy")
 
 
 def save(name, a, version=None, allow_pickle=False):
@@ -72,3 +75,7 @@ raw("truncated.npy", good[:-3])
 raw("trailing.npy", good + b"\0")
 raw("bad_magic.npy", b"\x92" + good[1:])
 raw("header_cut.npy", good[:40])
+
+os.makedirs(SEEDS, exist_ok=True)
+for name in sorted(os.listdir(OUT)):
+    shutil.copyfile(os.path.join(OUT, name), os.path.join(SEEDS, name))
