@@ -3,6 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 25
+FUZZ_OPS_SECONDS ?= 90
 FUZZ_NPY_SECONDS ?= 20
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
@@ -43,23 +44,23 @@ asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
-# libFuzzer (clang, ASan + UBSan) on the IDX reader for FUZZ_SECONDS, starting from the
-# committed seeds in fuzz/corpus/idx, then on the .npy reader for FUZZ_NPY_SECONDS, starting
-# from the NumPy files in fuzz/corpus/npy. Inputs they find go to $(FUZZ_BUILD)/corpus and
-# corpus-npy; a crash stops it with a non-zero status and leaves the input as
-# $(FUZZ_BUILD)/crash-*.
+# libFuzzer (clang, ASan + UBSan, LeakSanitizer) on the IDX reader for FUZZ_SECONDS, on op
+# programs (fuzz/fuzz_ops.c) for FUZZ_OPS_SECONDS, then on the .npy reader for
+# FUZZ_NPY_SECONDS, each starting from its committed
+# seeds in fuzz/corpus/<target>. Inputs they find go to $(FUZZ_BUILD)/corpus-<target>; a
+# crash stops the run with a non-zero status and leaves the input as $(FUZZ_BUILD)/crash-*.
+# Op programs grow with their attrs, so that target may use up to 256 bytes at once.
+FUZZ_RUN = ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  $(FUZZ_BUILD)/fuzz/fuzz_$(1) -max_total_time=$(2) -rss_limit_mb=2048 -print_final_stats=1 \
+  $(3) -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-$(1) fuzz/corpus/$(1)
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNABLA_FUZZ=ON \
 	  -DNABLA_WERROR=ON -DNABLA_TESTS=OFF -DNABLA_BENCH=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx fuzz_npy
-	mkdir -p $(FUZZ_BUILD)/corpus
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/fuzz/fuzz_idx \
-	  -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/corpus/idx
-	mkdir -p $(FUZZ_BUILD)/corpus-npy
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(FUZZ_BUILD)/fuzz/fuzz_npy \
-	  -max_total_time=$(FUZZ_NPY_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-npy fuzz/corpus/npy
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx fuzz_ops fuzz_npy
+	mkdir -p $(FUZZ_BUILD)/corpus-idx $(FUZZ_BUILD)/corpus-ops $(FUZZ_BUILD)/corpus-npy
+	$(call FUZZ_RUN,idx,$(FUZZ_SECONDS))
+	$(call FUZZ_RUN,ops,$(FUZZ_OPS_SECONDS),-max_len=256 -len_control=0)
+	$(call FUZZ_RUN,npy,$(FUZZ_NPY_SECONDS))
 
 install: build
 	cmake --install $(BUILD)

@@ -1,7 +1,7 @@
 /* bench/eager_chain: eager autograd overhead on the chain x = tanh(x * w + b), N steps
    (3 ops per step) on 1xW float32 tensors with w and b watched by a tape, as in
-   bench-peers/autograd_chain.py (grad_wrt=params). Per width, 1 thread, median of RUNS
-   runs after one warm-up run:
+   bench/peers/eager_chain.py. Per width, 1 thread, median of RUNS runs after one
+   warm-up run:
      nb_eager_chain_fwd_notape  the forward with no tape active
      nb_eager_chain_fwd_record  the forward plus loss = sum(x) while a tape records
      nb_eager_chain_bwd         nb_tape_gradient of the loss w.r.t. w and b

@@ -1,5 +1,5 @@
 /* bench/grad_build: cost of building gradient graphs with nb_gradients (tf.gradients),
-   the same workloads as ../shared/bench-peers/tf_grad_build.py:
+   the same workloads as bench/peers/grad_build.py (tf.gradients, jax.grad):
    - chain: y = tanh(y * c) repeated on a [1,8] float32 placeholder, then Sum;
    - dag: a random DAG with fan-out (each new op reads one or two of the last 16 values:
      tanh, sin, mul or add), then Sum;

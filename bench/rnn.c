@@ -5,7 +5,7 @@
      nb_rnn_eager   ms   nb_while in an eager context under a tape, nb_tape_gradient
      nb_rnn_accumulators  what the graph loop stacks for its gradient: count, and bytes
                           held after a run (stacks sharing one block count it once)
-   PyTorch's rnn_step.py among the shared bench peers times the same computation. */
+   bench/peers/rnn.py times the same computation in PyTorch, TensorFlow and JAX. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 

@@ -1,5 +1,5 @@
 /* bench/train_step: one training step (forward, softmax cross-entropy, gradients, SGD
-   update) of the workloads in bench-peers/{mlp_step,cnn_step}.py, float32, synthetic data:
+   update) of the workloads in bench/peers/train_step.py, float32, synthetic data:
      mlp    MLP 784-512-512-10 (ReLU), batch 128
      lenet  LeNet-5: 28x28x1, valid 5x5x6 conv, 2x2 max pool, 5x5x16 conv, 2x2 max pool,
             fc 120, fc 84, fc 10 (ReLU), batch 64, NHWC
@@ -9,7 +9,7 @@
    (keeping the gradients), so variables are updated in place.
    Usage: train_step [mlp|lenet|all] [graph|eager|all] [threads]: only those (the peak RSS
    of one configuration alone); no arguments: all of them. The last line is the process's peak
-   RSS (ru_maxrss), as the PyTorch scripts print theirs. */
+   RSS (ru_maxrss), as the peer scripts print theirs. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 

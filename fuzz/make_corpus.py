@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of fuzz/fuzz_idx.c into fuzz/corpus/idx: one small valid IDX file
-per element type (raw, and one gzip-compressed), and inputs that split into a labels file
-and an images file (first byte: the labels file's length) for the dataset path.
+"""Writes the seed corpora of the fuzz targets.
+
+fuzz/corpus/idx (fuzz/fuzz_idx.c): one small valid IDX file per element type (raw, and one
+gzip-compressed), and inputs that split into a labels file and an images file (first byte:
+the labels file's length) for the dataset path.
+
+fuzz/corpus/ops (fuzz/fuzz_ops.c): for every op id the registry may hold, a one-op program
+over two float32 [2, 3] leaves (the first dim unknown in the graph), and one over a
+float64 [3] and an int32 scalar; the bytes after the op id are left out, which the decoder
+reads as zeros: default inputs and attrs. The ids wrap around the registry's size.
 
     python3 fuzz/make_corpus.py
 """
@@ -9,16 +16,29 @@ import gzip
 import os
 import struct
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "idx")
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "corpus", "idx")
+OPS_OUT = os.path.join(HERE, "corpus", "ops")
+OP_IDS = 160  # above the registry's op count, so every op has a seed
 
 
 def idx(type_code, dims, data):
     return bytes([0, 0, type_code, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + data
 
 
-def write(name, content):
-    with open(os.path.join(OUT, name), "wb") as f:
+def write(name, content, folder=OUT):
+    with open(os.path.join(folder, name), "wb") as f:
         f.write(content)
+
+
+def leaf(dtype, dims, unknown_mask=0):
+    """A leaf as fuzz_ops.c decodes it: dtype (0 float32, 1 float64, 2 int32), rank, the
+    mask of dims a placeholder leaves unknown, the dims."""
+    return bytes([dtype, len(dims), unknown_mask] + dims)
+
+
+def one_op_program(leaves, op_id):
+    return bytes([len(leaves) - 1]) + b"".join(leaves) + bytes([0, op_id >> 8, op_id & 0xFF])
 
 
 def dataset(labels, rows, cols):
@@ -39,3 +59,8 @@ write("empty_0x5", idx(0x0D, [0, 5], b""))
 write("ubyte_3x2x2.gz", gzip.compress(idx(0x08, [3, 2, 2], bytes(range(12))), mtime=0))
 write("dataset_3x2x2", dataset([1, 0, 9], 2, 2))
 write("dataset_2x4x3", dataset([5, 255], 4, 3))
+
+os.makedirs(OPS_OUT, exist_ok=True)
+for op_id in range(OP_IDS):
+    write("f32_2x3_op%03d" % op_id, one_op_program([leaf(0, [2, 3], 1), leaf(0, [2, 3])], op_id), OPS_OUT)
+    write("f64_3_i32_op%03d" % op_id, one_op_program([leaf(1, [3]), leaf(2, [])], op_id), OPS_OUT)

@@ -462,8 +462,11 @@ nb_tensor *nb_bias_add_grad(nb_ctx *c, nb_tensor *out_backprop, const char *data
 /* ---- graphs ---------------------------------------------------------------------------
    A graph context adds a node per op call and returns symbolic tensors; shapes and dtypes
    are inferred at build time (dims may be unknown: -1, or rank -1 for unknown rank) and
-   errors name the node. Ops whose inputs are all known constants are folded at build
-   time, so shapes computed from static shapes stay static. */
+   errors name the node. Whatever is unknown, a node's dtypes, attrs, known ranks and axes,
+   and known dims that must match are checked when it is added (the errors eager calls
+   give); only checks that need unknown dims or values wait for nb_run. Ops whose inputs
+   are all known constants are folded at build time, so shapes computed from static
+   shapes stay static. */
 nb_graph *nb_graph_new(void);
 void nb_graph_free(nb_graph *g);                  /* after every context and session on it */
 nb_ctx *nb_graph_ctx_new(nb_graph *g);
@@ -863,11 +866,11 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
    branches take in[0..nin) and write out[0..nout); in a graph the branches' outputs must
    agree in dtype (shapes may differ: the If output keeps the dims they share).
    nb_gradients differentiates While and If nodes to any order (see the README: While
-   stacks the intermediates its gradient reads, as TF's while_v2; a gradient reading a
-   value whose shape changes between iterations fails when run). The callbacks and user
-   are used only during the call (a graph keeps what they traced). A callback that returns
-   an error code without setting an error leaves that code as c's status, with a message
-   naming the callback ("nb_while: body: ...").
+   stacks the intermediates its gradient reads, as TF's while_v2, and its gradient loop
+   keeps the relaxed shapes, so values may change shape between iterations). The
+   callbacks and user are used only during the call (a graph keeps what they traced). A
+   callback that returns an error code without setting an error leaves that code as c's
+   status, with a message naming the callback ("nb_while: body: ...").
    Callbacks (these, gradient and custom-gradient functions) keep c's scopes balanced: one
    that leaves scopes open fails its call with NB_INVALID ("nb_while: body: the callback left 1
    scope open"), those scopes closed keeping its results; nb_scope_end of a scope begun before

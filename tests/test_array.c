@@ -1,6 +1,6 @@
 /* Array (shape) family: values on every dtype, views, empty and rank-0/rank-8 tensors,
    large tensors against index formulas, every error path, and the generic nb_op entry. */
-#include "testutil.h"
+#include "graphutil.h"
 
 #include <stdlib.h>
 
@@ -170,7 +170,7 @@ static void test_expand_dims(void **state) {
   assert_null(nb_expand_dims(c, x, -4));
   tu_check_error(c, NB_INVALID, "dim index -4", NULL);
   assert_null(nb_expand_dims(c, tu_make(c, F32, 8, TU_SHAPE(1, 1, 1, 1, 1, 1, 1, 1), NULL), 0));
-  tu_check_error(c, NB_SHAPE, "ExpandDims", "largest rank 8");
+  tu_check_error(c, NB_SHAPE, "ExpandDims", "output rank 9 exceeds the maximum rank 8");
   nb_tensor *in[2] = {x, tu_make(c, I64, 1, TU_SHAPE(1), TU_VALS(-1))};
   nb_tensor *out[1];
   assert_int_equal(nb_op(c, "ExpandDims", in, 2, NULL, 0, out, 1), NB_OK);
@@ -655,7 +655,7 @@ static void test_fill(void **state) {
   tu_check_error(c, NB_DTYPE, "Fill: input 0", NULL);
   in[0] = tu_make(c, I32, 0, NULL, TU_VALS(2));
   assert_int_equal(nb_op(c, "Fill", in, 2, NULL, 0, out, 1), NB_SHAPE);
-  tu_check_error(c, NB_SHAPE, "dims must be a vector, got shape []", NULL);
+  tu_check_error(c, NB_SHAPE, "dims must be 1-D, got shape []", NULL);
   /* attr T names the value (input 1) */
   in[0] = tu_make(c, I32, 1, TU_SHAPE(1), TU_VALS(2));
   nb_attr tattr = nb_attr_type("T", F32), idx = nb_attr_type("index_type", I32);
@@ -706,10 +706,10 @@ static void test_shape(void **state) {
   assert_null(nb_shape_op(c, wide, I32));
   tu_check_error(c, NB_INVALID, "Shape: Shape output type is 32-bit but dim 1 is 3000000000", NULL);
   assert_null(nb_shape_op(c, x, F32));
-  tu_check_error(c, NB_DTYPE, "Shape: out_type must be int32 or int64, got float32", NULL);
+  tu_check_error(c, NB_DTYPE, "Shape: attr out_type=float32 is not supported; expected int32, int64", NULL);
   ot = nb_attr_type("out_type", BOOL);
   assert_int_equal(nb_op(c, "Shape", &x, 1, &ot, 1, out, 1), NB_DTYPE);
-  tu_check_error(c, NB_DTYPE, "got bool", NULL);
+  tu_check_error(c, NB_DTYPE, "out_type=bool", NULL);
 }
 
 /* A failed call leaves the context's first error; later calls do nothing. */
@@ -864,8 +864,83 @@ static void test_range_generic_and_graph(void **state) {
   nb_graph_free(g);
 }
 
+/* A graph refuses bad dtypes, attrs, ranks and axes when it is built, whatever the dims:
+   inputs with unknown dims or an unknown rank hide nothing that is known. */
+static void test_graph_validation(void **state) {
+  gu_fixture *f = *state;
+  nb_ctx *c = f->c;
+  nb_tensor *x8 = tu_unknown_dims(c, NB_F32, 8), *x2 = tu_unknown_dims(c, NB_F32, 2), *fr = tu_unknown_rank(c, NB_F32);
+  nb_tensor *out[2];
+  assert_null(nb_expand_dims(c, x8, 0));
+  tu_check_error(c, NB_SHAPE, "ExpandDims (node 'ExpandDims'): output rank 9 exceeds the maximum rank 8", NULL);
+  nb_tensor *dim = tu_unknown_dims(c, NB_I32, 0), *x8_dim[2] = {x8, dim};
+  assert_int_equal(nb_op(c, "ExpandDims", x8_dim, 2, NULL, 0, out, 1), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "ExpandDims (node", "output rank 9 exceeds the maximum rank 8");
+  assert_null(nb_expand_dims(c, x2, 3));
+  tu_check_error(c, NB_INVALID, "ExpandDims (node", "Tried to expand dim index 3 for tensor with 2 dimensions.");
+  nb_tensor *mixed[2] = {x2, tu_unknown_rank(c, NB_F64)};
+  assert_null(nb_concat(c, mixed, 2, 0));
+  tu_check_error(c, NB_DTYPE, "ConcatV2 (node 'ConcatV2')", "inputs 0 and 1 must have the same dtype, got float32 and float64");
+  nb_tensor *ranks[3] = {fr, x2, tu_unknown_dims(c, NB_F32, 1)};
+  assert_null(nb_concat(c, ranks, 3, 0));
+  tu_check_error(c, NB_SHAPE, "ConcatV2 (node", "Ranks of all input tensors should match: shape[1] = [-1,-1] vs. shape[2] = [-1]");
+  nb_tensor *pair[2] = {x2, fr};
+  assert_null(nb_concat(c, pair, 2, 2));
+  tu_check_error(c, NB_INVALID, "ConcatV2 (node", "Expected concatenating dimensions in the range [-2, 2), but got 2");
+  nb_tensor *cols[2] = {nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 2), "c2"), nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "c3")};
+  assert_null(nb_concat(c, cols, 2, 0));
+  tu_check_error(c, NB_SHAPE, "ConcatV2 (node", "Dimensions of inputs should match: shape[0] = [-1,2] vs. shape[1] = [-1,3]");
+  tu_check_shape(nb_concat(c, cols, 2, 1), NB_F32, 2, TU_SHAPE(-1, 5));
+  nb_tensor *scalars[2] = {tu_unknown_dims(c, NB_F32, 0), fr};
+  assert_null(nb_concat(c, scalars, 2, 0));
+  tu_check_error(c, NB_SHAPE, "ConcatV2 (node", "Can't concatenate scalars");
+  nb_tensor *eights[2] = {x8, fr};
+  assert_null(nb_pack(c, eights, 2, 0));
+  tu_check_error(c, NB_SHAPE, "Pack (node 'Pack'): output rank 9 exceeds the maximum rank 8", NULL);
+  assert_null(nb_pack(c, pair, 2, 3));
+  tu_check_error(c, NB_INVALID, "Pack (node", "axis = 3 not in [-3, 3)");
+  assert_int_equal(nb_unpack(c, x2, 2, 2, out), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "Unpack (node 'Unpack'): axis = 2 not in [-2, 2)", NULL);
+  assert_int_equal(nb_unpack(c, nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "u3"), 1, 2, out), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "Unpack (node", "Input shape axis 1 must equal 2, got shape [-1,3]");
+  assert_int_equal(nb_unpack(c, nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 2), "u2"), 1, 2, out), NB_OK);
+  tu_check_shape(out[1], NB_F32, 1, TU_SHAPE(-1));
+  assert_null(nb_squeeze(c, x2, (const int[]){-3}, 1));
+  tu_check_error(c, NB_INVALID, "Squeeze (node", "Tried to squeeze dim index -3 for tensor with 2 dimensions.");
+  nb_tensor *x3 = tu_unknown_dims(c, NB_F32, 3);
+  assert_null(nb_transpose(c, x3, (const int[]){1, 0}, 2));
+  tu_check_error(c, NB_INVALID, "Transpose (node", "transpose expects a vector of size 3. But input(1) is a vector of size 2");
+  assert_null(nb_transpose(c, fr, (const int[]){0, 0, 1}, 3));
+  tu_check_error(c, NB_INVALID, "Transpose (node", "2 is missing from perm [0,0,1]");
+  assert_null(nb_reshape(c, x2, TU_SHAPE(-1, 2, -1), 3));
+  tu_check_error(c, NB_INVALID, "Reshape (node", "Only one input size may be -1, not both 0 and 2");
+  assert_null(nb_reshape(c, fr, TU_SHAPE(1, 1, 1, 1, 1, 1, 1, 1, 1), 9));
+  tu_check_error(c, NB_SHAPE, "Reshape (node", "input 1 has 9 values, at most 8 allowed");
+  assert_null(nb_tile(c, x2, TU_SHAPE(2), 1));
+  tu_check_error(c, NB_INVALID, "Tile (node", "a vector of length 2 but got length 1");
+  assert_null(nb_tile(c, fr, TU_SHAPE(2, -1), 2));
+  tu_check_error(c, NB_INVALID, "Tile (node", "Expected multiples[1] >= 0, but got -1");
+  assert_null(nb_pad(c, x3, TU_SHAPE(1, 1, 1, 1), 2));
+  tu_check_error(c, NB_SHAPE, "Pad (node", "The first dimension of paddings must be the rank of inputs[2,2] [-1,-1,-1]");
+  assert_null(nb_broadcast_to(c, x3, TU_SHAPE(2, 2), 2));
+  tu_check_error(c, NB_SHAPE, "BroadcastTo (node", "Rank of input (3) must be no greater than rank of output shape (2)");
+  assert_null(nb_fill(c, TU_SHAPE(2, -3), 2, tu_unknown_dims(c, NB_F32, 0)));
+  tu_check_error(c, NB_INVALID, "Fill (node", "Dimension -3 must be >= 0");
+  assert_null(nb_fill(c, TU_SHAPE(2), 1, x2));
+  tu_check_error(c, NB_SHAPE, "Fill (node", "value must be a scalar, got shape [-1,-1]");
+  assert_null(nb_shape_op(c, fr, NB_F32));
+  tu_check_error(c, NB_DTYPE, "Shape (node", "attr out_type=float32 is not supported; expected int32, int64");
+  assert_null(nb_range(c, tu_unknown_rank(c, NB_I32), nb_scalar(c, NB_I32, 3), tu_unknown_dims(c, NB_I64, 0)));
+  tu_check_error(c, NB_DTYPE, "Range (node", "inputs 0 and 2 must have the same dtype, got int32 and int64");
+  assert_null(nb_range(c, tu_unknown_rank(c, NB_I32), nb_scalar(c, NB_I32, 3), nb_scalar(c, NB_I32, 0)));
+  tu_check_error(c, NB_INVALID, "Range (node", "Requires delta != 0: 0");
+  assert_null(nb_placeholder(c, (nb_dtype)9, 0, NULL, "bad"));
+  tu_check_error(c, NB_DTYPE, "Placeholder (node 'bad'): attr dtype=9 is not a dtype", NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_const, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_reshape, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_views, tu_setup, tu_teardown),

@@ -794,7 +794,7 @@ static void test_grad_cond(void **state) {
   nb_tensor_free(r);
 }
 
-/* A loop inside a cond: then y = x^3 by a loop, else 2x; and a relaxed-shape loop's gradient. */
+/* A loop inside a cond: then y = x^3 by a loop, else 2x. */
 static nb_code cube_branch(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
   (void)user;
   nb_tensor *one = nb_scalar(c, NB_F64, 1);
@@ -807,7 +807,7 @@ static nb_code double_branch(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, v
   return nb_status(c);
 }
 
-static void test_grad_loop_in_cond_and_relaxed(void **state) {
+static void test_grad_loop_in_cond(void **state) {
   gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *p = nb_placeholder(f->c, NB_BOOL, 0, NULL, "p"), *y, *d, *dd;
   assert_int_equal(nb_cond(f->c, p, cube_branch, double_branch, NULL, &x, 1, &y, 1), NB_OK);
@@ -824,20 +824,164 @@ static void test_grad_loop_in_cond_and_relaxed(void **state) {
       nb_tensor_free(r);
     }
   }
-  /* a relaxed-shape loop whose gradient reads a value that changes shape: refused at run
-     time (the accumulators stack equal shapes) */
-  const nb_shape_spec any = {1, (const int64_t[]){-1}};
-  nb_while_opts o = {&any};
-  nb_tensor *v = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "v"), *grown, *dv, *r = NULL;
-  assert_int_equal(nb_while_ex(f->c, always, grow_body, NULL, &v, 1, 3, &o, &grown), NB_OK);
+}
+
+/* ---- relaxed shapes in gradients (TF's testWhileGrad_Shape) ---------------------------------- */
+
+/* vars [i, v]; user: x. v <- x * v while i < 5: v = v0 x^5 (v0 may broadcast to x's shape). */
+static nb_code times_x_5(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  next[0] = nb_add(c, v[0], nb_scalar(c, NB_I32, 1));
+  next[1] = nb_mul(c, (nb_tensor *)user, v[1]);
+  return nb_status(c);
+}
+
+/* v0 x^5 by the loop, v declared `decl`, in c (x a placeholder or a value). */
+static nb_tensor *tf_loop(nb_ctx *c, nb_tensor *x, nb_tensor *v0, const nb_shape_spec *decl) {
+  nb_tensor *vars[2] = {nb_scalar(c, NB_I32, 0), v0}, *out[2];
+  const nb_shape_spec shapes[2] = {{0, NULL}, *decl};
+  if (nb_while_ex(c, count_to_5, times_x_5, x, vars, 2, -1, &(nb_while_opts){shapes}, out))
+    fail_msg("nb_while_ex: %s", nb_error(c));
+  return out[1];
+}
+
+/* TF's testWhileGrad_Shape with v0 of n twos: d sum(2 x^5)/dx = 10 x^4, [810, 2560] at
+   x = [3, 4], and x's unknown dim stays unknown; d sum(10 x^4)/dx = 40 x^3. Gradcheck
+   agrees at both orders, and an eager tape gives the same. */
+static void check_tf_while_grad_shape(gu_fixture *f, int n, const nb_shape_spec *decl) {
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "x"), *dx, *d2x;
+  nb_tensor *v0 = nb_tensor_from(f->c, NB_F64, 1, TU_SHAPE(n), TU_VALS(2, 2)), *y = tf_loop(f->c, x, v0, decl);
+  if (nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_rank(dx), 1);
+  assert_int_equal(nb_shape(dx)[0], -1);
+  nb_tensor *sum_dx = nb_sum(f->c, dx, NULL, 0, false);
+  if (nb_gradients(f->c, &sum_dx, 1, &x, 1, NULL, &d2x)) fail_msg("%s", nb_error(f->c));
+  nb_tensor *xv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, 4)), *r = gu_run1(f, x, xv, dx);
+  tu_check(r, NB_F64, 1, TU_SHAPE(2), TU_VALS(810, 2560), 1e-12);
+  nb_tensor_free(r);
+  r = gu_run1(f, x, xv, d2x);
+  tu_check(r, NB_F64, 1, TU_SHAPE(2), TU_VALS(1080, 2560), 1e-12);
+  nb_tensor_free(r);
+  double err = 1;
+  nb_tensor *xs = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(0.9, -1.3));
+  assert_int_equal(nb_gradcheck(f->c, y, &x, 1, &xs, &err), NB_OK);
+  assert_true(err < 1e-6);
+  assert_int_equal(nb_gradcheck(f->c, sum_dx, &x, 1, &xs, &err), NB_OK);
+  assert_true(err < 1e-6);
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, xv);
+  nb_tensor *ye = tf_loop(f->e, xv, nb_tensor_from(f->e, NB_F64, 1, TU_SHAPE(n), TU_VALS(2, 2)), decl), *dxe;
+  assert_int_equal(nb_tape_gradient(t, &ye, 1, &xv, 1, NULL, &dxe), NB_OK);
+  nb_tape_end(t);
+  tu_check(dxe, NB_F64, 1, TU_SHAPE(2), TU_VALS(810, 2560), 1e-12);
+}
+
+/* The gradient loop keeps v's relaxed shape, [-1] or unknown rank, for dv (whose Mul
+   gradient, a Reshape to v's run-time shape, has unknown rank) and for dx. */
+static void test_grad_relaxed_shapes(void **state) {
+  const nb_shape_spec vector = {1, TU_SHAPE(-1)}, any = {-1, NULL};
+  check_tf_while_grad_shape(*state, 2, &vector);
+  check_tf_while_grad_shape(*state, 2, &any);
+  check_tf_while_grad_shape(*state, 1, &vector);
+  check_tf_while_grad_shape(*state, 1, &any);
+}
+
+/* v <- v * sum(k): a scalar variable, a captured k of unknown length. */
+static nb_code times_sum_k(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  next[0] = nb_mul(c, v[0], nb_sum(c, (nb_tensor *)user, NULL, 0, false));
+  return nb_status(c);
+}
+
+/* Captures of unknown dims or rank get their gradients summed in loop variables of those
+   shapes: v <- v * sum(k) (k [-1], v a static scalar): dk_i = 4 sum(k)^3 after four
+   iterations; v <- v * k from a scalar 1 declared of any shape (k of unknown rank, v
+   becomes k's shape after the first iteration): dk = 4 k^3, d sum(dk)/dk = 12 k^2.
+   And TF's testWhileGrad_BaseShape: a loop that runs no iteration passes v0 through, so
+   d(v + x^2)/dx = 2x for x [-1] captured. */
+static void test_grad_relaxed_captures(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *k = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "k"), *one = nb_scalar(f->c, NB_F64, 1), *y, *dk;
+  assert_int_equal(nb_while(f->c, always, times_sum_k, k, &one, 1, 4, &y), NB_OK);
+  if (nb_gradients(f->c, &y, 1, &k, 1, NULL, &dk)) fail_msg("%s", nb_error(f->c));
+  nb_tensor *kv = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.5, -0.2, 0.4)), *r = gu_run1(f, k, kv, dk);
+  double s3 = 4 * pow(0.7, 3);
+  tu_check(r, NB_F64, 1, TU_SHAPE(3), TU_VALS(s3, s3, s3), 1e-14);
+  nb_tensor_free(r);
+  double err = 1;
+  assert_int_equal(nb_gradcheck(f->c, y, &k, 1, &kv, &err), NB_OK);
+  assert_true(err < 1e-6);
+  nb_attr dt = nb_attr_type("dtype", NB_F64);
+  nb_tensor *any = NULL, *d2k;
+  assert_int_equal(nb_op(f->c, "Placeholder", NULL, 0, &dt, 1, &any, 1), NB_OK);
+  const nb_shape_spec free_shape = {-1, NULL};
+  assert_int_equal(nb_while_ex(f->c, always, times_x, any, &one, 1, 4, &(nb_while_opts){&free_shape}, &y), NB_OK);
+  if (nb_gradients(f->c, &y, 1, &any, 1, NULL, &dk)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_rank(dk), -1);
+  if (nb_gradients(f->c, &dk, 1, &any, 1, NULL, &d2k)) fail_msg("%s", nb_error(f->c)); /* of sum(dk) */
+  nb_tensor *m = tu_make(f->e, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(0.5, -1, 1.5, 2));
+  double want[4], want2[4];
+  for (int i = 0; i < 4; i++) {
+    double e = nb_item(m, i);
+    want[i] = 4 * e * e * e;
+    want2[i] = 12 * e * e;
+  }
+  r = gu_run1(f, any, m, dk);
+  tu_check(r, NB_F64, 2, TU_SHAPE(2, 2), want, 1e-14);
+  nb_tensor_free(r);
+  r = gu_run1(f, any, m, d2k);
+  tu_check(r, NB_F64, 2, TU_SHAPE(2, 2), want2, 1e-14);
+  nb_tensor_free(r);
+  assert_int_equal(nb_gradcheck(f->c, y, &any, 1, &m, &err), NB_OK);
+  assert_true(err < 1e-6);
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "x"), *dx;
+  nb_tensor *v0 = nb_tensor_from(f->c, NB_F64, 1, TU_SHAPE(2), TU_VALS(2, 2)), *never;
+  const nb_shape_spec vector = {1, TU_SHAPE(-1)}; /* v * x of [2] and [-1] has unknown rank here */
+  assert_int_equal(nb_while_ex(f->c, always, times_x, x, &v0, 1, 0, &(nb_while_opts){&vector}, &never), NB_OK);
+  nb_tensor *ys[2] = {never, nb_square(f->c, x)};
+  assert_int_equal(nb_gradients(f->c, ys, 2, &x, 1, NULL, &dx), NB_OK);
+  r = gu_run1(f, x, tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 2)), dx);
+  tu_check(r, NB_F64, 1, TU_SHAPE(2), TU_VALS(2, 4), 0);
+  nb_tensor_free(r);
+}
+
+/* TF's testWhileGrad with a growing loop variable (declared [-1]): v <- tanh([v, v])
+   three times, [2] to [16]; its gradient stacks values of three shapes and equals the
+   unrolled loop's, at both orders, and the eager tape's. */
+static void test_grad_growing_loop_var(void **state) {
+  gu_fixture *f = *state;
+  const nb_shape_spec vector = {1, TU_SHAPE(-1)};
+  nb_while_opts o = {&vector};
+  nb_tensor *v = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "v"), *grown, *u = v, *dv, *du, *h, *hu;
+  assert_int_equal(nb_while_ex(f->c, always, grow_tanh_body, NULL, &v, 1, 3, &o, &grown), NB_OK);
+  for (int i = 0; i < 3; i++) {
+    nb_tensor *next;
+    assert_int_equal(grow_tanh_body(f->c, &u, &next, NULL), NB_OK);
+    u = next;
+  }
   nb_tensor *loss = nb_sum(f->c, nb_square(f->c, grown), NULL, 0, false);
-  assert_int_equal(nb_gradients(f->c, &loss, 1, &v, 1, NULL, &dv), NB_OK);
-  nb_tensor *vv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, -2));
-  assert_int_equal(nb_run(f->s, &v, &vv, 1, &dv, 1, &r), NB_SHAPE);
-  assert_non_null(strstr(nb_session_error(f->s), "shape changes from [2] to [4] between iterations"));
-  assert_null(r);
-  /* one iteration has nothing to stack twice: differentiable even when the variable's
-     argument and result, both read, differ in shape */
+  nb_tensor *lu = nb_sum(f->c, nb_square(f->c, u), NULL, 0, false);
+  if (nb_gradients(f->c, &loss, 1, &v, 1, NULL, &dv)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_gradients(f->c, &lu, 1, &v, 1, NULL, &du), NB_OK);
+  nb_tensor *vv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(0.3, -0.7));
+  check_same(f, &v, &vv, 1, dv, du, 1e-14);
+  nb_tensor *s1 = nb_sum(f->c, dv, NULL, 0, false), *s2 = nb_sum(f->c, du, NULL, 0, false);
+  if (nb_gradients(f->c, &s1, 1, &v, 1, NULL, &h)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_gradients(f->c, &s2, 1, &v, 1, NULL, &hu), NB_OK);
+  check_same(f, &v, &vv, 1, h, hu, 1e-13);
+  double err = 1;
+  assert_int_equal(nb_gradcheck(f->c, loss, &v, 1, &vv, &err), NB_OK);
+  assert_true(err < 1e-6);
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, vv);
+  nb_tensor *ge, *dve;
+  assert_int_equal(nb_while_ex(f->e, always, grow_tanh_body, NULL, &vv, 1, 3, &o, &ge), NB_OK);
+  nb_tensor *le = nb_sum(f->e, nb_square(f->e, ge), NULL, 0, false);
+  assert_int_equal(nb_tape_gradient(t, &le, 1, &vv, 1, NULL, &dve), NB_OK);
+  nb_tape_end(t);
+  nb_tensor *r = gu_run1(f, v, vv, dv);
+  tu_check(r, NB_F64, 1, TU_SHAPE(2), TU_VALS(nb_item(dve, 0), nb_item(dve, 1)), 1e-14);
+  nb_tensor_free(r);
+  /* one iteration: the variable's argument [2] and result [4], both read, share one
+     ragged stack */
   nb_tensor *once, *d1;
   assert_int_equal(nb_while_ex(f->c, always, grow_tanh_body, NULL, &v, 1, 1, &o, &once), NB_OK);
   nb_tensor *loss1 = nb_sum(f->c, nb_square(f->c, once), NULL, 0, false);
@@ -845,10 +989,62 @@ static void test_grad_loop_in_cond_and_relaxed(void **state) {
   assert_int_equal(nb_run(f->s, &v, &vv, 1, &d1, 1, &r), NB_OK);
   double want[2];
   for (int i = 0; i < 2; i++) { /* two copies of 2 y dy/dv, y = tanh(v_i) */
-    double t = tanh(nb_item(vv, i));
-    want[i] = 4 * t * (1 - t * t);
+    double th = tanh(nb_item(vv, i));
+    want[i] = 4 * th * (1 - th * th);
   }
   tu_check(r, NB_F64, 1, TU_SHAPE(2), want, 1e-15);
+  nb_tensor_free(r);
+}
+
+/* v <- tanh(w) where an inner loop doubles v once into w (both declared [-1]). */
+static nb_code nested_grow_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)user;
+  const nb_shape_spec vector = {1, (const int64_t[]){-1}};
+  nb_tensor *w = NULL;
+  nb_code code = nb_while_ex(c, always, grow_body, NULL, v, 1, 1, &(nb_while_opts){&vector}, &w);
+  next[0] = code ? NULL : nb_tanh(c, w);
+  return nb_status(c);
+}
+
+/* v <- v * v (three times: v^8). */
+static nb_code square_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)user;
+  next[0] = nb_mul(c, v[0], v[0]);
+  return nb_status(c);
+}
+
+/* A growing variable whose body runs a growing loop of its own differentiates like the
+   unrolled loop, at both orders. */
+static void test_grad_nested_growing(void **state) {
+  gu_fixture *f = *state;
+  const nb_shape_spec vector = {1, TU_SHAPE(-1)};
+  nb_tensor *v = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "v"), *y, *u = v, *dv, *du;
+  assert_int_equal(nb_while_ex(f->c, always, nested_grow_body, NULL, &v, 1, 2, &(nb_while_opts){&vector}, &y), NB_OK);
+  for (int i = 0; i < 2; i++) {
+    nb_tensor *next;
+    assert_int_equal(grow_tanh_body(f->c, &u, &next, NULL), NB_OK);
+    u = next;
+  }
+  nb_tensor *loss = nb_sum(f->c, nb_square(f->c, y), NULL, 0, false), *lu = nb_sum(f->c, nb_square(f->c, u), NULL, 0, false);
+  if (nb_gradients(f->c, &loss, 1, &v, 1, NULL, &dv)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_gradients(f->c, &lu, 1, &v, 1, NULL, &du), NB_OK);
+  nb_tensor *vv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(0.3, -0.7));
+  check_same(f, &v, &vv, 1, dv, du, 1e-14);
+  nb_tensor *s1 = nb_sum(f->c, dv, NULL, 0, false), *s2 = nb_sum(f->c, du, NULL, 0, false), *h, *hu;
+  if (nb_gradients(f->c, &s1, 1, &v, 1, NULL, &h)) fail_msg("%s", nb_error(f->c));
+  assert_int_equal(nb_gradients(f->c, &s2, 1, &v, 1, NULL, &hu), NB_OK);
+  check_same(f, &v, &vv, 1, h, hu, 1e-13);
+}
+
+/* An intermediate of the largest rank is stacked ragged: d x^8/dx = 8 x^7. */
+static void test_grad_rank8_intermediate(void **state) {
+  gu_fixture *f = *state;
+  const int64_t *deep = TU_SHAPE(1, 1, 1, 1, 1, 1, 1, 2);
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 8, deep, "x"), *x8, *dx;
+  assert_int_equal(nb_while(f->c, always, square_body, NULL, &x, 1, 3, &x8), NB_OK);
+  if (nb_gradients(f->c, &x8, 1, &x, 1, NULL, &dx)) fail_msg("%s", nb_error(f->c));
+  nb_tensor *r = gu_run1(f, x, tu_make(f->e, NB_F64, 8, deep, TU_VALS(0.9, -1.1)), dx);
+  tu_check(r, NB_F64, 8, deep, TU_VALS(8 * pow(0.9, 7), 8 * pow(-1.1, 7)), 1e-14);
   nb_tensor_free(r);
 }
 
@@ -954,7 +1150,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_grad_rnn_graph_equals_eager, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_rnn_shares_h_stack, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_cond, gu_setup, gu_teardown),
-      cmocka_unit_test_setup_teardown(test_grad_loop_in_cond_and_relaxed, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_loop_in_cond, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_relaxed_shapes, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_relaxed_captures, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_growing_loop_var, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_nested_growing, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_rank8_intermediate, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_function_calls, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

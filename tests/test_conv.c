@@ -1,7 +1,7 @@
 /* Conv2D and its backprops, MaxPool/AvgPool and their gradient ops, BiasAdd/BiasAddGrad:
    hand-checked values, TensorFlow golden data (eager float64 and float32, graph mode
    through nb_gradients), NaN and empty batches, thread-count independence, error paths. */
-#include "testutil.h"
+#include "graphutil.h"
 
 #include <stdlib.h>
 
@@ -427,7 +427,7 @@ static void test_pool_errors(void **state) {
   a.ksize = two4;
   a.padding = "EXPLICIT";
   assert_null(nb_avg_pool(c, x, &a));
-  tu_check_error(c, NB_INVALID, "AvgPool: padding must be \"SAME\", \"VALID\", got", "\"EXPLICIT\"");
+  tu_check_error(c, NB_INVALID, "AvgPool: padding must be \"SAME\" or \"VALID\", got", "\"EXPLICIT\"");
   a.padding = "SAME";
   a.data_format = "HWCN";
   assert_null(nb_max_pool(c, x, &a));
@@ -487,8 +487,78 @@ static void test_graph_build_errors_name_the_node(void **state) {
   nb_graph_free(g);
 }
 
+/* A graph refuses bad attrs, dtypes and ranks of the conv and pool ops when it is built,
+   though every dim (or the rank) of their operands is unknown. */
+static void test_graph_validation(void **state) {
+  gu_fixture *f = *state;
+  nb_ctx *c = f->c;
+  static const int64_t zero4[4] = {1, 0, 1, 1}, three[3] = {1, 1, 1};
+  nb_tensor *x = tu_unknown_dims(c, NB_F32, 4), *w = tu_unknown_rank(c, NB_F32), *sizes = tu_unknown_dims(c, NB_I32, 1);
+  nb_conv2d_attrs ca = {.strides = unit4, .padding = "bogus"};
+  assert_null(nb_conv2d(c, x, w, &ca));
+  tu_check_error(c, NB_INVALID, "Conv2D (node 'Conv2D'): padding must be \"SAME\", \"VALID\" or \"EXPLICIT\", got \"bogus\"", NULL);
+  ca = (nb_conv2d_attrs){.strides = unit4, .padding = "SAME", .data_format = "NWHC"};
+  assert_null(nb_conv2d_backprop_input(c, sizes, w, x, &ca));
+  tu_check_error(c, NB_INVALID, "Conv2DBackpropInput (node", "data_format must be \"NHWC\" or \"NCHW\", got \"NWHC\"");
+  ca = (nb_conv2d_attrs){.strides = zero4, .padding = "SAME"};
+  assert_null(nb_conv2d_backprop_filter(c, x, sizes, w, &ca));
+  tu_check_error(c, NB_INVALID, "Conv2DBackpropFilter (node", "strides must be in [1,");
+  ca = (nb_conv2d_attrs){.strides = two4, .padding = "VALID", .data_format = "NCHW"};
+  assert_null(nb_conv2d(c, x, w, &ca));
+  tu_check_error(c, NB_UNIMPLEMENTED, "Conv2D (node", "strides on the batch and channel dims must be 1");
+  ca = (nb_conv2d_attrs){.strides = unit4, .padding = "VALID", .dilations = zero4};
+  assert_null(nb_conv2d(c, x, w, &ca));
+  tu_check_error(c, NB_INVALID, "Conv2D (node", "dilations must be in [1,");
+  ca = (nb_conv2d_attrs){.strides = unit4, .padding = "VALID"};
+  assert_null(nb_conv2d(c, tu_unknown_dims(c, NB_F32, 3), w, &ca));
+  tu_check_error(c, NB_SHAPE, "Conv2D (node", "input must be 4-dimensional, got shape [-1,-1,-1]");
+  nb_tensor *x3 = nb_placeholder(c, NB_F32, 4, TU_SHAPE(-1, -1, -1, 3), "x3");
+  nb_tensor *w5 = nb_placeholder(c, NB_F32, 4, TU_SHAPE(-1, -1, 5, -1), "w5");
+  assert_null(nb_conv2d(c, x3, w5, &ca));
+  tu_check_error(c, NB_SHAPE, "Conv2D (node", "input depth 3 does not match filter in_channels 5 (input [-1,-1,-1,3]");
+  assert_null(nb_conv2d(c, x, tu_unknown_rank(c, NB_I32), &ca));
+  tu_check_error(c, NB_DTYPE, "Conv2D (node", "float32 and int32");
+  assert_null(nb_conv2d_backprop_input(c, nb_tensor_from(c, NB_I64, 1, TU_SHAPE(3), three), w, x, &ca));
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropInput (node", "input_sizes must have 4 values, got 3");
+  nb_pool_attrs pa = {.ksize = two4, .strides = two4, .padding = "bogus"};
+  assert_null(nb_max_pool(c, x, &pa));
+  tu_check_error(c, NB_INVALID, "MaxPool (node 'MaxPool'): padding must be", "got \"bogus\"");
+  pa = (nb_pool_attrs){.ksize = two4, .strides = two4, .padding = "EXPLICIT"};
+  assert_null(nb_avg_pool(c, w, &pa));
+  tu_check_error(c, NB_INVALID, "AvgPool (node 'AvgPool'): padding must be \"SAME\" or \"VALID\", got \"EXPLICIT\"", NULL);
+  nb_attr short_ksize[3] = {nb_attr_ints("ksize", three, 3), nb_attr_ints("strides", two4, 4),
+                           nb_attr_str("padding", "SAME")};
+  nb_tensor *grad_in[3] = {x, w, x}, *out[1];
+  assert_int_equal(nb_op(c, "MaxPoolGrad", grad_in, 3, short_ksize, 3, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "MaxPoolGrad (node", "ksize must have 4 values, got 3");
+  pa = (nb_pool_attrs){.ksize = two4, .strides = two4, .padding = "SAME", .data_format = "HWCN"};
+  assert_null(nb_max_pool_grad_grad(c, x, w, x, &pa));
+  tu_check_error(c, NB_INVALID, "MaxPoolGradGrad (node", "data_format must be \"NHWC\" or \"NCHW\", got \"HWCN\"");
+  pa = (nb_pool_attrs){.ksize = two4, .strides = zero4, .padding = "VALID"};
+  assert_null(nb_avg_pool_grad(c, sizes, w, &pa));
+  tu_check_error(c, NB_INVALID, "AvgPoolGrad (node", "strides must be in [1,");
+  pa = (nb_pool_attrs){.ksize = two4, .strides = two4, .padding = "VALID"};
+  assert_null(nb_max_pool_grad(c, x, tu_unknown_dims(c, NB_F32, 2), x, &pa));
+  tu_check_error(c, NB_SHAPE, "MaxPoolGrad (node", "orig_output must be 4-dimensional, got shape [-1,-1]");
+  assert_null(nb_avg_pool(c, tu_unknown_rank(c, NB_I64), &pa));
+  tu_check_error(c, NB_DTYPE, "AvgPool (node", "input 0 has dtype int64");
+  assert_null(nb_bias_add(c, x, w, "NWHC"));
+  tu_check_error(c, NB_INVALID, "BiasAdd (node 'BiasAdd'): data_format must be", "got \"NWHC\"");
+  assert_null(nb_bias_add(c, x, x, NULL));
+  tu_check_error(c, NB_SHAPE, "BiasAdd (node", "bias must be 1-dimensional, got shape [-1,-1,-1,-1]");
+  assert_null(nb_bias_add(c, x3, nb_placeholder(c, NB_F32, 1, TU_SHAPE(5), "b5"), NULL));
+  tu_check_error(c, NB_SHAPE, "BiasAdd (node", "bias must be a vector of the channel dim's size 3, got shape [5]");
+  assert_null(nb_bias_add_grad(c, tu_unknown_dims(c, NB_F32, 1), NULL));
+  tu_check_error(c, NB_SHAPE, "BiasAddGrad (node", "input must be at least 2-dimensional, got shape [-1]");
+  /* valid ops build, their unknown dims left to run time */
+  tu_check_shape(nb_max_pool(c, x, &pa), NB_F32, 4, TU_SHAPE(-1, -1, -1, -1));
+  assert_non_null(nb_conv2d(c, x, w, &ca));
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_conv2d_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_pools_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_max_pool_tie_goes_to_first, tu_setup, tu_teardown),

@@ -167,6 +167,32 @@ static void test_wrong_gradient_shape(void **state) {
   tu_check_error(f->c, NB_SHAPE, "Original input shape: [3]. Calculated input gradient shape: [7]", NULL);
 }
 
+/* Outputs of two dtypes: (x, x > 0) with x's gradient. */
+static nb_code mixed_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout, (void)user;
+  out[0] = nb_identity(c, in[0]);
+  out[1] = nb_greater(c, in[0], nb_scalar(c, nb_dtype_of(in[0]), 0));
+  return nb_status(c);
+}
+
+static nb_code mixed_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                          nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)c, (void)in, (void)nin, (void)out, (void)nout, (void)user;
+  dxs[0] = dys[0];
+  return NB_OK;
+}
+
+/* Each output keeps its own dtype when the ranks are unknown (once every one took the
+   first's), and the node's checks run at build time. */
+static void test_unknown_rank_outputs(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = tu_unknown_rank(f->c, NB_F64), *y[2];
+  assert_int_equal(nb_custom_gradient(f->c, mixed_fwd, mixed_grad, NULL, &x, 1, y, 2), NB_OK);
+  assert_int_equal(nb_dtype_of(y[0]), NB_F64);
+  assert_int_equal(nb_dtype_of(y[1]), NB_BOOL);
+  assert_int_equal(nb_rank(y[1]), -1);
+}
+
 static nb_code identity_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
   (void)c, (void)nin, (void)nout, (void)user;
   out[0] = in[0]; /* returning an input must not free the caller's tensor */
@@ -241,6 +267,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_two_by_two, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_wrong_gradient_shape, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_rank_outputs, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_forward_returns_input, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_tape_begun_in_forward, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_forward_rereads_dying_input, gu_setup, gu_teardown),

@@ -301,9 +301,12 @@ static void test_unknown_dims(void **state) {
   nb_tensor *q = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(-1, 1), "q");
   assert_int_equal(nb_rank(nb_squeeze(f->c, q, NULL, 0)), -1);
   /* a mismatch that only the unknown dim could hide is left to run time */
-  nb_tensor *v = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "v");
-  assert_int_equal(nb_rank(nb_add(f->c, x, v)), -1);
+  assert_int_equal(nb_rank(nb_add(f->c, x, p)), -1);
   assert_int_equal(nb_status(f->c), NB_OK);
+  /* known dims that cannot broadcast fail the build, whatever the unknown dim */
+  nb_tensor *v = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(4), "v");
+  assert_null(nb_add(f->c, x, v));
+  tu_check_error(f->c, NB_SHAPE, "AddV2 (node 'AddV2_1'): Incompatible shapes: [-1,3] vs. [4]", NULL);
   assert_int_equal(nb_dtype_of(nb_less(f->c, y, y)), NB_BOOL);
   assert_int_equal(nb_dtype_of(nb_cast(f->c, y, NB_I64)), NB_I64);
   nb_tensor *feeds[2] = {x, w};
@@ -366,6 +369,77 @@ static void test_input_forwarding(void **state) {
   }
 }
 
+/* ---- graphs refuse what eager calls refuse ------------------------------------------------ */
+
+static const int64_t ones4[4] = {1, 1, 1, 1}, ones8[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+
+static nb_tensor *bad_add(nb_ctx *c, nb_tensor *const *in) { return nb_add(c, in[0], in[1]); }
+static nb_tensor *bad_conv(nb_ctx *c, nb_tensor *const *in) {
+  return nb_conv2d(c, in[0], in[1], &(nb_conv2d_attrs){.strides = ones4, .padding = "bogus"});
+}
+static nb_tensor *bad_pool(nb_ctx *c, nb_tensor *const *in) {
+  return nb_avg_pool(c, in[0], &(nb_pool_attrs){.ksize = ones4, .strides = ones4, .padding = "SAME", .data_format = "CHWN"});
+}
+static nb_tensor *bad_random(nb_ctx *c, nb_tensor *const *in) {
+  nb_attr dtype = nb_attr_type("dtype", (nb_dtype)7);
+  nb_tensor *y = NULL;
+  nb_op(c, "StatelessRandomNormal", in, 2, &dtype, 1, &y, 1);
+  return y;
+}
+static nb_tensor *bad_expand(nb_ctx *c, nb_tensor *const *in) { return nb_expand_dims(c, in[0], 0); }
+static nb_tensor *bad_sum(nb_ctx *c, nb_tensor *const *in) { return nb_sum(c, in[0], (const int[]){2}, 1, false); }
+static nb_tensor *bad_matmul(nb_ctx *c, nb_tensor *const *in) { return nb_matmul(c, in[0], in[1], false, false); }
+static nb_tensor *bad_concat(nb_ctx *c, nb_tensor *const *in) { return nb_concat(c, in, 2, 0); }
+static nb_tensor *bad_cast(nb_ctx *c, nb_tensor *const *in) { return nb_cast(c, in[0], (nb_dtype)9); }
+static nb_tensor *bad_bn_grad(nb_ctx *c, nb_tensor *const *in) {
+  nb_tensor *out[5];
+  nb_fused_batch_norm_grad(c, in[0], in[0], in[1], in[1], in[1], in[1], 0.001, "", true, out);
+  return out[0];
+}
+
+typedef struct bad_call {
+  nb_tensor *(*call)(nb_ctx *c, nb_tensor *const *in);
+  int nin;
+  nb_dtype dtypes[2];
+  int ranks[2];
+} bad_call;
+
+static const bad_call bad_calls[] = {
+    {bad_add, 2, {NB_F32, NB_I32}, {1, 1}},      {bad_conv, 2, {NB_F32, NB_F32}, {4, 4}},
+    {bad_pool, 1, {NB_F32}, {4}},                 {bad_random, 2, {NB_I32, NB_I64}, {1, 1}},
+    {bad_expand, 1, {NB_F32}, {8}},               {bad_sum, 1, {NB_F64}, {2}},
+    {bad_matmul, 2, {NB_F32, NB_F64}, {2, 2}},    {bad_concat, 2, {NB_F32, NB_F64}, {1, 1}},
+    {bad_cast, 1, {NB_I32}, {3}},                 {bad_bn_grad, 2, {NB_F32, NB_F32}, {4, 1}},
+};
+
+/* What follows the op's (and node's) name in a message. */
+static const char *after_prefix(const char *msg) {
+  const char *p = strstr(msg, ": ");
+  return p ? p + 2 : msg;
+}
+
+/* Each bad call fails eagerly on values of size 1, and fails in a graph on inputs whose
+   dims are all unknown, with the same code and message (the graph's naming the node). */
+static void test_graph_and_eager_refuse_alike(void **state) {
+  gu_fixture *f = *state;
+  for (size_t i = 0; i < sizeof bad_calls / sizeof *bad_calls; i++) {
+    const bad_call *b = &bad_calls[i];
+    nb_tensor *eager_in[2], *graph_in[2];
+    for (int j = 0; j < b->nin; j++) {
+      eager_in[j] = tu_make(f->e, b->dtypes[j], b->ranks[j], ones8, NULL);
+      graph_in[j] = tu_unknown_dims(f->c, b->dtypes[j], b->ranks[j]);
+    }
+    assert_null(b->call(f->e, eager_in));
+    assert_null(b->call(f->c, graph_in));
+    assert_int_not_equal(nb_status(f->e), NB_OK);
+    assert_int_equal(nb_status(f->c), nb_status(f->e));
+    assert_non_null(strstr(nb_error(f->c), " (node '"));
+    assert_string_equal(after_prefix(nb_error(f->c)), after_prefix(nb_error(f->e)));
+    nb_clear_error(f->e);
+    nb_clear_error(f->c);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_build_and_run, gu_setup, gu_teardown),
@@ -373,6 +447,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_named_nodes, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_named_nodes_misuse, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_build_errors_name_the_node, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_graph_and_eager_refuse_alike, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_session_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_runtime_error, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_cycle, gu_setup, gu_teardown),

@@ -1,6 +1,6 @@
 /* MatMul, _MatMulAdd and BatchMatMulV2: hand-checked products, every transpose combination, batch
    broadcasting, empty and K = 0 products, thread-count independence, error paths. */
-#include "testutil.h"
+#include "graphutil.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -544,7 +544,7 @@ static void test_shape_errors(void **state) {
   assert_null(nb_matmul_add(c, m23, m, false, false, m23));
   tu_check_error(c, NB_SHAPE, "_MatMulAdd: the accumulator [2,3] does not match the product [2,2]", NULL);
   assert_null(nb_matmul_add(c, m23, m, false, false, v));
-  tu_check_error(c, NB_SHAPE, "the accumulator [3] does not match", NULL);
+  tu_check_error(c, NB_SHAPE, "the accumulator must be 2-dimensional, got shape [3]", NULL);
   nb_tensor *s = tu_make(c, NB_F32, 0, NULL, TU_VALS(2));
   assert_null(nb_batch_matmul(c, s, m, false, false));
   tu_check_error(c, NB_SHAPE, "In[0] ndims must be >= 2: 0", NULL);
@@ -621,8 +621,40 @@ static void test_null_and_sticky(void **state) {
   tu_check(nb_matmul(c, a, a, false, false), NB_F32, 2, TU_SHAPE(2, 2), TU_VALS(7, 10, 15, 22), 0);
 }
 
+/* A graph refuses mismatched dtypes, ranks and known dims of a product when it is built,
+   though other dims (or the ranks) are unknown. */
+static void test_graph_validation(void **state) {
+  gu_fixture *f = *state;
+  nb_ctx *c = f->c;
+  nb_tensor *a = tu_unknown_dims(c, NB_F32, 2), *ar = tu_unknown_rank(c, NB_F32), *out[1];
+  assert_null(nb_matmul(c, a, tu_unknown_dims(c, NB_F64, 2), false, false));
+  tu_check_error(c, NB_DTYPE, "MatMul (node 'MatMul'): inputs 0 and 1 must have the same dtype, got float32 and float64", NULL);
+  assert_null(nb_matmul(c, ar, tu_unknown_rank(c, NB_I32), false, false));
+  tu_check_error(c, NB_DTYPE, "MatMul (node", "input 1 has dtype int32");
+  assert_null(nb_matmul(c, tu_unknown_dims(c, NB_F32, 3), ar, false, false));
+  tu_check_error(c, NB_SHAPE, "MatMul (node", "In[0] is not a matrix. Instead it has shape [-1,-1,-1]");
+  nb_tensor *k3 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "k3"), *k4 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(4, -1), "k4");
+  assert_null(nb_matmul(c, k3, k4, false, false));
+  tu_check_error(c, NB_SHAPE, "MatMul (node", "Matrix size-incompatible: In[0]: [-1,3], In[1]: [4,-1]");
+  tu_check_shape(nb_matmul(c, k3, k4, false, true), NB_F32, 2, TU_SHAPE(-1, 4)); /* k3 [?, 3] times k4^T [?, 4] */
+  assert_null(nb_batch_matmul(c, ar, tu_unknown_dims(c, NB_F32, 1), false, false));
+  tu_check_error(c, NB_SHAPE, "BatchMatMulV2 (node", "In[1] ndims must be >= 2: 1");
+  nb_tensor *b2 = nb_placeholder(c, NB_F32, 3, TU_SHAPE(2, -1, -1), "b2"), *b3 = nb_placeholder(c, NB_F32, 3, TU_SHAPE(3, -1, -1), "b3");
+  assert_null(nb_batch_matmul(c, b2, b3, false, false));
+  tu_check_error(c, NB_SHAPE, "BatchMatMulV2 (node", "must have compatible batch dimensions: [2,-1,-1] vs. [3,-1,-1]");
+  assert_null(nb_matmul_add(c, a, a, false, false, tu_unknown_dims(c, NB_F64, 2)));
+  tu_check_error(c, NB_DTYPE, "_MatMulAdd (node", "inputs 0 and 2 must have the same dtype, got float32 and float64");
+  assert_null(nb_matmul_add(c, k3, k4, false, true, nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 5), "acc5")));
+  tu_check_error(c, NB_SHAPE, "_MatMulAdd (node", "the accumulator [-1,5] does not match the product [-1,4]");
+  nb_tensor *in[2] = {a, a};
+  nb_attr t = nb_attr_type("T", NB_F64);
+  assert_int_equal(nb_op(c, "MatMul", in, 2, &t, 1, out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "MatMul: attr T=float64 does not match input 0 of dtype float32", NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_transposes, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_add, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_matmul_add_in_place, tu_setup, tu_teardown),

@@ -1,5 +1,5 @@
 /* Elementwise math family: values, broadcasting corner cases, dtypes, errors. */
-#include "testutil.h"
+#include "graphutil.h"
 
 #include "../src/ops/op.h"
 
@@ -266,7 +266,7 @@ static void test_cast(void **state) {
   tu_check(nb_cast(c, tu_make(c, BOOL, 1, TU_SHAPE(2), TU_VALS(1, 0)), F64), F64, 1, TU_SHAPE(2), TU_VALS(1, 0), 0);
   tu_check(nb_cast(c, i, I64), I64, 2, TU_SHAPE(1, 3), TU_VALS(-5, 0, 4294967297.0), 0);
   assert_null(nb_cast(c, i, (nb_dtype)42));
-  tu_check_error(c, NB_DTYPE, "Cast", "invalid DstT");
+  tu_check_error(c, NB_DTYPE, "Cast", "attr DstT=42 is not a dtype");
 }
 
 /* An explicit SrcT must name the input's dtype; leaving it out never constrains. */
@@ -441,6 +441,54 @@ static void test_generic_entry(void **state) {
   tu_check_error(c, NB_INVALID, "Cast: missing required attr 'DstT'", NULL);
 }
 
+/* A graph refuses bad dtypes, attrs and shapes when it is built, whatever the dims:
+   inputs with unknown dims or an unknown rank hide nothing that is known. */
+static void test_graph_validation(void **state) {
+  gu_fixture *f = *state;
+  nb_ctx *c = f->c;
+  nb_tensor *fu = tu_unknown_dims(c, F32, 1), *iu = tu_unknown_dims(c, I32, 1);
+  nb_tensor *fr = tu_unknown_rank(c, F32), *ir = tu_unknown_rank(c, I32), *out[1];
+  assert_null(nb_add(c, fu, iu));
+  tu_check_error(c, NB_DTYPE, "AddV2 (node 'AddV2'): inputs 0 and 1 must have the same dtype", "float32 and int32");
+  assert_null(nb_mul(c, fr, ir));
+  tu_check_error(c, NB_DTYPE, "Mul (node 'Mul')", "float32 and int32");
+  assert_null(nb_sqrt(c, ir));
+  tu_check_error(c, NB_DTYPE, "Sqrt (node 'Sqrt'): input 0 has dtype int32", NULL);
+  assert_null(nb_logical_and(c, fu, fr));
+  tu_check_error(c, NB_DTYPE, "LogicalAnd (node 'LogicalAnd')", "float32; expected bool");
+  assert_null(nb_select(c, fu, fu, fu));
+  tu_check_error(c, NB_DTYPE, "SelectV2 (node 'SelectV2'): input 0 has dtype float32", NULL);
+  assert_null(nb_tanh_grad(c, fr, iu));
+  tu_check_error(c, NB_DTYPE, "TanhGrad", "float32 and int32");
+  nb_tensor *u3 = nb_placeholder(c, F32, 2, TU_SHAPE(-1, 3), "u3"), *u4 = nb_placeholder(c, F32, 2, TU_SHAPE(-1, 4), "u4");
+  assert_null(nb_sub(c, u3, u4));
+  tu_check_error(c, NB_SHAPE, "Sub (node 'Sub'): Incompatible shapes: [-1,3] vs. [-1,4]", NULL);
+  nb_tensor *bs[3] = {tu_unknown_dims(c, BOOL, 2), u3, u4};
+  assert_null(nb_select(c, bs[0], bs[1], bs[2]));
+  tu_check_error(c, NB_SHAPE, "SelectV2", "Incompatible shapes: [-1,3] vs. [-1,4]");
+  assert_null(nb_relu_grad(c, u3, fu));
+  tu_check_error(c, NB_SHAPE, "ReluGrad", "gradients and features must have the same shape, got [-1,3] and [-1]");
+  nb_tensor *three[3] = {u3, fr, u4};
+  assert_null(nb_add_n(c, three, 3));
+  tu_check_error(c, NB_SHAPE, "AddN (node 'AddN')", "input 0 is [-1,3], input 2 is [-1,4]");
+  nb_attr shape4 = nb_attr_ints("shape", TU_SHAPE(-1, 4), 2);
+  nb_tensor *fits[2] = {fr, u3};
+  assert_int_equal(nb_op(c, "AccumulateNV2", fits, 2, &shape4, 1, out, 1), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "AccumulateNV2 (node", "inputs of shape [-1,3] do not fit the shape attr [-1,4]");
+  nb_tensor *mixed[2] = {fr, ir};
+  assert_int_equal(nb_op(c, "AccumulateNV2", mixed, 2, &shape4, 1, out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "AccumulateNV2 (node", "float32 and int32");
+  assert_null(nb_cast(c, fu, (nb_dtype)7));
+  tu_check_error(c, NB_DTYPE, "Cast (node 'Cast'): attr DstT=7 is not a dtype", NULL);
+  nb_attr src[2] = {nb_attr_type("DstT", F64), nb_attr_type("SrcT", I32)};
+  assert_int_equal(nb_op(c, "Cast", &fr, 1, src, 2, out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "Cast (node 'Cast_1'): attr SrcT=int32 does not match input 0 of dtype float32", NULL);
+  /* what is valid still builds, its dims and rank left unknown */
+  tu_check_shape(nb_add(c, u3, u3), F32, 2, TU_SHAPE(-1, 3));
+  assert_int_equal(nb_rank(nb_add(c, fr, fu)), -1);
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_unary_values, tu_setup, tu_teardown),
@@ -458,6 +506,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_add_n_identity, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_accumulate_n, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_generic_entry, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("math", tests, NULL, NULL);
 }

@@ -508,6 +508,45 @@ static void test_graph_label_error(void **state) {
   assert_non_null(strstr(nb_session_error(f->s), "Received a label value of 7 which is outside the valid range of [0, 3)"));
 }
 
+/* A graph refuses bad dtypes, ranks and attrs when it is built, whatever the dims. */
+static void test_graph_validation(void **state) {
+  gu_fixture *f = *state;
+  nb_ctx *c = f->c;
+  nb_tensor *fr = tu_unknown_rank(c, NB_F32), *ir = tu_unknown_rank(c, NB_I32), *loss = NULL, *bp = NULL;
+  assert_null(nb_softmax(c, ir));
+  tu_check_error(c, NB_DTYPE, "Softmax (node 'Softmax'): input 0 has dtype int32", NULL);
+  assert_null(nb_log_softmax(c, nb_placeholder(c, NB_F32, 0, NULL, "s")));
+  tu_check_error(c, NB_SHAPE, "LogSoftmax (node 'LogSoftmax')", "logits must have >= 1 dimension");
+  assert_null(nb_leaky_relu(c, ir, 0.1));
+  tu_check_error(c, NB_DTYPE, "LeakyRelu (node 'LeakyRelu')", "int32");
+  assert_int_equal(nb_softmax_cross_entropy_with_logits(c, fr, tu_unknown_dims(c, NB_F64, 2), &loss, &bp), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "SoftmaxCrossEntropyWithLogits (node", "float32 and float64");
+  assert_int_equal(nb_softmax_cross_entropy_with_logits(c, tu_unknown_dims(c, NB_F32, 3), fr, &loss, &bp), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "SoftmaxCrossEntropyWithLogits (node", "broadcasted to be 2-dimensional");
+  assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, tu_unknown_dims(c, NB_F32, 3), ir, &loss, &bp), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "SparseSoftmaxCrossEntropyWithLogits (node", "logits must be 2-D, but got shape [-1,-1,-1]");
+  assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, fr, fr, &loss, &bp), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "SparseSoftmaxCrossEntropyWithLogits (node", "input 1 has dtype float32");
+  nb_tensor *logits = nb_placeholder(c, NB_F32, 2, TU_SHAPE(3, -1), "logits");
+  nb_tensor *labels = nb_placeholder(c, NB_I64, 1, TU_SHAPE(4), "labels");
+  assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, logits, labels, &loss, &bp), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "SparseSoftmaxCrossEntropyWithLogits (node", "the same first dimension, got logits shape [3,-1]");
+  assert_null(nb_l2_loss(c, ir));
+  tu_check_error(c, NB_DTYPE, "L2Loss (node 'L2Loss')", "int32");
+  nb_tensor *on = nb_scalar(c, NB_F32, 1), *off = nb_scalar(c, NB_F32, 0);
+  assert_null(nb_one_hot(c, tu_unknown_dims(c, NB_I32, 8), 3, on, off, -1));
+  tu_check_error(c, NB_SHAPE, "OneHot (node", "output rank 9 exceeds the maximum rank 8");
+  assert_null(nb_one_hot(c, tu_unknown_dims(c, NB_I32, 2), 3, on, off, 3));
+  tu_check_error(c, NB_INVALID, "OneHot (node", "between [0, 3).  But received: 3");
+  assert_null(nb_one_hot(c, ir, -2, on, off, -1));
+  tu_check_error(c, NB_INVALID, "OneHot (node", "depth must be non-negative, got: -2");
+  assert_null(nb_one_hot(c, ir, 3, on, nb_scalar(c, NB_F64, 0), -1));
+  tu_check_error(c, NB_DTYPE, "OneHot (node", "inputs 2 and 3 must have the same dtype");
+  /* valid ops still build, their shapes left to run time */
+  assert_int_equal(nb_rank(nb_one_hot(c, ir, 3, on, off, 5)), -1);
+  assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, fr, ir, &loss, &bp), NB_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_softmax_golden, tu_setup, tu_teardown),
@@ -532,6 +571,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_activation_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_one_hot_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_label_error, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

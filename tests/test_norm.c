@@ -2,7 +2,7 @@
    values and TensorFlow's CPU kernels (tests/golden/norm_golden.h, made by
    tests/golden/make_norm_golden.py), their first- and second-order gradients on the tape
    against TF's, NaN and empty inputs, thread-count independence, and every input error. */
-#include "testutil.h"
+#include "graphutil.h"
 
 #include <stdlib.h>
 
@@ -315,7 +315,7 @@ static void test_forward_errors(void **state) {
   expect_bn_error(c, bad, 0.001, 1, "NHWC", true, NB_SHAPE, "FusedBatchNormV3: x must be 4-dimensional for data_format NHWC",
                   "[2,2,3]");
   expect_bn_error(c, in, 0.001, 1, "NDHWC", true, NB_SHAPE, "x must be 5-dimensional for data_format NDHWC", "[1,2,2,3]");
-  expect_bn_error(c, in, 0.001, 1, "NWHC", true, NB_INVALID, "Invalid data_format 'NWHC'", "NCDHW");
+  expect_bn_error(c, in, 0.001, 1, "NWHC", true, NB_INVALID, "data_format must be \"NHWC\", \"NCHW\", \"NDHWC\" or \"NCDHW\"", "got \"NWHC\"");
   expect_bn_error(c, in, -0.5, 1, "NHWC", true, NB_INVALID, "FusedBatchNormV3: epsilon must be >= 0", "-0.5");
   bad = in, bad.scale = vec(c, NB_F32, TU_VALS(1, 1), 2);
   expect_bn_error(c, bad, 0.001, 1, "NHWC", true, NB_SHAPE,
@@ -352,7 +352,7 @@ static void test_generic_entry(void **state) {
   tu_check_shape(out[5], NB_F32, 0, NULL);
   nb_attr bad_u = nb_attr_type("U", NB_F64);
   assert_int_equal(nb_op(c, "FusedBatchNormV3", ins, 5, &bad_u, 1, out, 6), NB_DTYPE);
-  tu_check_error(c, NB_DTYPE, "attr U=float64 must equal x's dtype float32", NULL);
+  tu_check_error(c, NB_DTYPE, "attr U=float64 does not match input 1 of dtype float32", NULL);
   assert_int_equal(nb_op(c, "FusedBatchNormV3", ins, 5, NULL, 0, out, 1), NB_INVALID);
   tu_check_error(c, NB_INVALID, "FusedBatchNormV3: has 6 outputs, caller asked for 1", NULL);
 }
@@ -374,7 +374,7 @@ static void test_grad_op_errors(void **state) {
   tu_check_error(c, NB_DTYPE, "y_backprop has dtype float64, x has float32", NULL);
   assert_int_equal(nb_fused_batch_norm_grad(c, in.x, in.x, in.scale, in.mean, in.var, rs3, 0.001, "HWCN", true, out),
                    NB_INVALID);
-  tu_check_error(c, NB_INVALID, "FusedBatchNormGradV3: Invalid data_format 'HWCN'", NULL);
+  tu_check_error(c, NB_INVALID, "FusedBatchNormGradV3: data_format must be", "got \"HWCN\"");
   assert_int_equal(nb_fused_batch_norm_grad(c, in.x, in.x, in.scale, in.mean, in.var, rs3, -1, NULL, true, out),
                    NB_INVALID);
   tu_check_error(c, NB_INVALID, "epsilon must be >= 0", NULL);
@@ -393,8 +393,46 @@ static void test_graph_error_names_node(void **state) {
   nb_graph_free(g);
 }
 
+/* A graph refuses bad attrs, dtypes and ranks of the batch norm ops when it is built,
+   though every dim (or the rank) of their inputs is unknown; so no gradient ever reads
+   an unchecked data_format (an empty one once read before its first byte). */
+static void test_graph_validation(void **state) {
+  gu_fixture *f = *state;
+  nb_ctx *c = f->c;
+  nb_tensor *x = tu_unknown_dims(c, NB_F32, 4), *v = tu_unknown_dims(c, NB_F32, 1), *xr = tu_unknown_rank(c, NB_F32);
+  nb_tensor *out[6];
+  assert_int_equal(nb_fused_batch_norm(c, x, tu_unknown_rank(c, NB_F64), v, v, v, 0.001, 1, NULL, true, out), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "FusedBatchNormV3 (node 'FusedBatchNormV3'): scale has dtype float64", NULL);
+  assert_int_equal(nb_fused_batch_norm(c, xr, v, v, v, v, 0.001, 1, "bogus", true, out), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "FusedBatchNormV3 (node", "data_format must be \"NHWC\", \"NCHW\", \"NDHWC\" or \"NCDHW\", got \"bogus\"");
+  assert_int_equal(nb_fused_batch_norm(c, x, v, v, v, v, 0.001, 1, "NCDHW", true, out), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "FusedBatchNormV3 (node", "x must be 5-dimensional for data_format NCDHW, got shape [-1,-1,-1,-1]");
+  assert_int_equal(nb_fused_batch_norm(c, xr, v, v, v, v, -1, 1, NULL, true, out), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "FusedBatchNormV3 (node", "epsilon must be >= 0, got -1");
+  assert_int_equal(nb_fused_batch_norm(c, x, v, x, v, v, 0.001, 1, NULL, true, out), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "FusedBatchNormV3 (node", "offset must be 1-dimensional, got shape [-1,-1,-1,-1]");
+  nb_tensor *ins[5] = {x, v, v, v, v};
+  nb_attr u = nb_attr_type("U", NB_I32);
+  assert_int_equal(nb_op(c, "FusedBatchNormV3", ins, 5, &u, 1, out, 6), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "FusedBatchNormV3 (node", "attr U=int32 is not supported; expected float32, float64");
+  /* the gradient op: an empty data_format, mismatched shapes, a bad reserve space */
+  assert_int_equal(nb_fused_batch_norm_grad(c, x, x, v, v, v, v, 0.001, "", true, out), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "FusedBatchNormGradV3 (node 'FusedBatchNormGradV3')", "got \"\"");
+  nb_tensor *dy = nb_placeholder(c, NB_F32, 4, TU_SHAPE(-1, 2, -1, -1), "dy");
+  nb_tensor *x3 = nb_placeholder(c, NB_F32, 4, TU_SHAPE(-1, 3, -1, -1), "x3");
+  assert_int_equal(nb_fused_batch_norm_grad(c, dy, x3, v, v, v, v, 0.001, "NCHW", true, out), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "FusedBatchNormGradV3 (node", "x has shape [-1,3,-1,-1] and y_backprop has shape [-1,2,-1,-1]");
+  assert_int_equal(nb_fused_batch_norm_grad(c, xr, xr, v, tu_unknown_dims(c, NB_F32, 0), v, v, 0.001, NULL, true, out),
+                   NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "FusedBatchNormGradV3 (node", "reserve_space_1 must be 1-dimensional, got shape []");
+  /* valid ones build */
+  assert_int_equal(nb_fused_batch_norm_grad(c, xr, x, v, v, v, v, 0.001, "NCHW", false, out), NB_OK);
+  assert_int_equal(nb_fused_batch_norm(c, xr, v, v, v, v, 0.001, 1, "NDHWC", true, out), NB_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_training_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_running_average_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_inference_by_hand, tu_setup, tu_teardown),

@@ -189,13 +189,48 @@ static void test_errors(void **state) {
   expect_op_error(c, tu_make(c, NB_I32, 2, TU_SHAPE(1, 2), TU_VALS(2, 3)), seed, NULL, 0, NB_SHAPE,
                   "shape must be a vector, got shape [1,2]", NULL);
   nb_attr int_dtype = nb_attr_type("dtype", NB_I32);
-  expect_op_error(c, shape, seed, &int_dtype, 1, NB_DTYPE, "dtype int32 is not supported", "float32 or float64");
+  expect_op_error(c, shape, seed, &int_dtype, 1, NB_DTYPE, "attr dtype=int32 is not supported", "float32, float64");
   nb_attr tseed = nb_attr_type("Tseed", NB_I32);
-  expect_op_error(c, shape, seed, &tseed, 1, NB_DTYPE, "attr Tseed=int32 does not match the seed's dtype int64", NULL);
+  expect_op_error(c, shape, seed, &tseed, 1, NB_DTYPE, "attr Tseed=int32 does not match input 1 of dtype int64", NULL);
   assert_null(nb_stateless_random_uniform(c, TU_SHAPE(2), 1, NULL, NB_F32));
   tu_check_error(c, NB_INVALID, "StatelessRandomUniform: seed is NULL", NULL);
   assert_null(nb_stateless_truncated_normal(c, TU_SHAPE(-2), 1, (const int64_t[]){1, 2}, NB_F32));
   tu_check_error(c, NB_INVALID, "StatelessTruncatedNormal", "Dimension -2 must be >= 0");
+}
+
+/* A graph refuses a bad dtype attr, seed or shape when it is built, though the shape's
+   values (so the result's dims and rank) are unknown: dtype 7 once gave a tensor of it. */
+static void test_graph_validation(void **state) {
+  gu_fixture *f = *state;
+  nb_ctx *c = f->c;
+  nb_tensor *shape = tu_unknown_dims(c, NB_I32, 1), *seed = tu_unknown_dims(c, NB_I64, 1), *y = NULL;
+  nb_tensor *in[2] = {shape, seed};
+  static const char *const ops[3] = {"StatelessRandomUniform", "StatelessRandomNormal", "StatelessTruncatedNormal"};
+  nb_attr bad = nb_attr_type("dtype", (nb_dtype)7);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(nb_op(c, ops[i], in, 2, &bad, 1, &y, 1), NB_DTYPE);
+    assert_null(y);
+    tu_check_error(c, NB_DTYPE, ops[i], "attr dtype=7 is not a dtype");
+  }
+  nb_attr int_dtype = nb_attr_type("dtype", NB_I64);
+  assert_int_equal(nb_op(c, "StatelessRandomNormal", in, 2, &int_dtype, 1, &y, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "StatelessRandomNormal (node", "attr dtype=int64 is not supported; expected float32, float64");
+  nb_attr tseed = nb_attr_type("Tseed", NB_I32);
+  assert_int_equal(nb_op(c, "StatelessRandomUniform", in, 2, &tseed, 1, &y, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "StatelessRandomUniform (node", "attr Tseed=int32 does not match input 1 of dtype int64");
+  nb_tensor *long_seed[2] = {shape, nb_placeholder(c, NB_I64, 1, TU_SHAPE(3), "seed3")};
+  assert_int_equal(nb_op(c, "StatelessRandomUniform", long_seed, 2, NULL, 0, &y, 1), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "StatelessRandomUniform (node", "seed must have shape [2], not [3]");
+  nb_tensor *matrix_shape[2] = {tu_unknown_dims(c, NB_I32, 2), seed};
+  assert_int_equal(nb_op(c, "StatelessTruncatedNormal", matrix_shape, 2, NULL, 0, &y, 1), NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "StatelessTruncatedNormal (node", "shape must be a vector, got shape [-1,-1]");
+  nb_tensor *float_seed[2] = {shape, tu_unknown_rank(c, NB_F32)};
+  assert_int_equal(nb_op(c, "StatelessRandomNormal", float_seed, 2, NULL, 0, &y, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "StatelessRandomNormal (node", "input 1 has dtype float32");
+  /* a valid one builds, of the dtype asked for */
+  nb_attr f64 = nb_attr_type("dtype", NB_F64);
+  assert_int_equal(nb_op(c, "StatelessRandomNormal", in, 2, &f64, 1, &y, 1), NB_OK);
+  assert_int_equal(nb_dtype_of(y), NB_F64);
 }
 
 /* ---- dropout ------------------------------------------------------------------------------ */
@@ -354,6 +389,7 @@ static void test_no_leftover_handles(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_golden_bits, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_wrappers_and_graphs_agree, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_thread_count_does_not_change_bits, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_distribution_statistics, tu_setup, tu_teardown),

@@ -1,6 +1,6 @@
 /* Slice, StridedSlice, StridedSliceGrad, GatherV2, UnsortedSegmentSum against hand-checked values and
    every error path. */
-#include "testutil.h"
+#include "graphutil.h"
 
 #include <stdlib.h>
 
@@ -767,8 +767,76 @@ static void test_sticky_status(void **state) {
   assert_null(nb_gather(NULL, x, x, 0, 0));
 }
 
+/* A graph refuses bad index dtypes, lengths, strides, masks and axes when it is built,
+   though the sliced tensor's dims (or its rank) are unknown. */
+static void test_graph_validation(void **state) {
+  gu_fixture *f = *state;
+  nb_ctx *c = f->c;
+  nb_tensor *x = tu_unknown_dims(c, NB_F32, 2), *xr = tu_unknown_rank(c, NB_F32), *out[1];
+  assert_null(nb_slice(c, x, TU_SHAPE(0, 0, 0), TU_SHAPE(1, 1, 1), 3));
+  tu_check_error(c, NB_INVALID, "Slice (node 'Slice')", "1-D tensors of size 2, but got shapes [3] and [3]");
+  nb_tensor *float_begin[3] = {x, tu_unknown_dims(c, NB_F32, 1), tu_unknown_dims(c, NB_F32, 1)};
+  assert_int_equal(nb_op(c, "Slice", float_begin, 3, NULL, 0, out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "Slice (node", "input 1 has dtype float32");
+  static const int64_t zero[2] = {0, 0}, one[2] = {1, 1}, ones8[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  assert_null(nb_strided_slice(c, x, zero, one, (const int64_t[]){1, 0}, 2, NULL));
+  tu_check_error(c, NB_INVALID, "StridedSlice (node 'StridedSlice'): strides[1] must be non-zero", NULL);
+  assert_null(nb_strided_slice(c, x, zero, one, (const int64_t[]){-1, 1}, 2, &(nb_slice_masks){.shrink_axis_mask = 1}));
+  tu_check_error(c, NB_INVALID, "StridedSlice (node", "only stride 1 allowed on non-range indexing.");
+  assert_null(nb_strided_slice(c, tu_unknown_dims(c, NB_F32, 8), zero, one, one, 1, &(nb_slice_masks){.new_axis_mask = 1}));
+  tu_check_error(c, NB_SHAPE, "StridedSlice (node", "output rank 9 exceeds the maximum rank 8");
+  assert_null(nb_strided_slice(c, xr, zero, one, one, 2, &(nb_slice_masks){.ellipsis_mask = 3}));
+  tu_check_error(c, NB_INVALID, "StridedSlice (node", "Multiple ellipses in slice spec not allowed");
+  assert_null(nb_strided_slice(c, xr, ones8, ones8, ones8, 2, &(nb_slice_masks){.begin_mask = 1LL << 40}));
+  tu_check_error(c, NB_INVALID, "StridedSlice (node", "attr begin_mask = 1099511627776 is out of range for an int32");
+  assert_null(nb_strided_slice(c, tu_unknown_dims(c, NB_F32, 1), zero, one, one, 2, NULL));
+  tu_check_error(c, NB_INVALID, "StridedSlice (node", "Index out of range using input dim 1; input has only 1 dims");
+  nb_tensor *in[4] = {x, nb_const(c, nb_tensor_from(f->e, NB_I64, 1, TU_SHAPE(2), zero)),
+                      nb_const(c, nb_tensor_from(f->e, NB_I64, 1, TU_SHAPE(2), one)), tu_unknown_dims(c, NB_I32, 1)};
+  assert_int_equal(nb_op(c, "StridedSlice", in, 4, NULL, 0, out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "StridedSlice (node", "inputs 1 and 3 must have the same dtype, got int64 and int32");
+  nb_attr index = nb_attr_type("Index", NB_I32);
+  in[3] = in[2];
+  assert_int_equal(nb_op(c, "StridedSlice", in, 4, &index, 1, out, 1), NB_DTYPE);
+  tu_check_error(c, NB_DTYPE, "StridedSlice (node", "attr Index=int32 does not match input 1 of dtype int64");
+  nb_tensor *shape = nb_const(c, nb_tensor_from(f->e, NB_I64, 1, TU_SHAPE(2), (const int64_t[]){4, 5}));
+  assert_null(nb_strided_slice_grad(c, shape, zero, one, (const int64_t[]){0, 1}, 2, x, NULL));
+  tu_check_error(c, NB_INVALID, "StridedSliceGrad (node", "strides[0] must be non-zero");
+  assert_null(nb_strided_slice_grad(c, x, zero, one, one, 2, x, NULL));
+  tu_check_error(c, NB_DTYPE, "StridedSliceGrad (node", "input 0 has dtype float32");
+  nb_tensor *axis2 = nb_scalar(c, NB_I32, 2);
+  nb_tensor *gather_in[3] = {x, tu_unknown_dims(c, NB_I32, 1), axis2};
+  assert_int_equal(nb_op(c, "GatherV2", gather_in, 3, NULL, 0, out, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "GatherV2 (node 'GatherV2'): Expected axis in the range [-2, 2), but got 2", NULL);
+  assert_null(nb_gather(c, tu_unknown_dims(c, NB_F32, 0), tu_unknown_rank(c, NB_I32), 0, 0));
+  tu_check_error(c, NB_INVALID, "GatherV2 (node", "params must be at least 1 dimensional, got shape []");
+  assert_null(nb_gather(c, x, tu_unknown_dims(c, NB_I32, 1), 1, 2));
+  tu_check_error(c, NB_INVALID, "GatherV2 (node", "Expected batch_dims in the range [-1, 1], but got 2");
+  assert_null(nb_gather(c, x, tu_unknown_dims(c, NB_I32, 2), 0, 1));
+  tu_check_error(c, NB_INVALID, "GatherV2 (node", "batch_dims (1) must be less than or equal to axis (0).");
+  nb_tensor *p2 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(2, -1), "p2"), *i3 = nb_placeholder(c, NB_I32, 2, TU_SHAPE(3, -1), "i3");
+  assert_null(nb_gather(c, p2, i3, 1, 1));
+  tu_check_error(c, NB_INVALID, "GatherV2 (node", "params.shape[0]: 2 should be equal to indices.shape[0]: 3");
+  assert_null(nb_gather(c, tu_unknown_dims(c, NB_F32, 8), tu_unknown_dims(c, NB_I64, 2), 0, 0));
+  tu_check_error(c, NB_SHAPE, "GatherV2 (node", "output rank 9 exceeds the maximum rank 8");
+  assert_null(nb_gather(c, x, tu_unknown_rank(c, NB_F32), 0, 0));
+  tu_check_error(c, NB_DTYPE, "GatherV2 (node", "input 1 has dtype float32");
+  nb_tensor *d3 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "d3"), *ids4 = nb_placeholder(c, NB_I32, 2, TU_SHAPE(-1, 4), "ids4");
+  assert_null(nb_unsorted_segment_sum(c, d3, ids4, 5));
+  tu_check_error(c, NB_INVALID, "UnsortedSegmentSum (node", "data.shape = [-1,3] does not start with segment_ids.shape = [-1,4]");
+  assert_null(nb_unsorted_segment_sum(c, xr, tu_unknown_dims(c, NB_I32, 1), -1));
+  tu_check_error(c, NB_INVALID, "UnsortedSegmentSum (node", "Input num_segments == -1 must not be negative.");
+  assert_null(nb_unsorted_segment_sum(c, tu_unknown_rank(c, NB_BOOL), xr, 2));
+  tu_check_error(c, NB_DTYPE, "UnsortedSegmentSum (node", "input 0 has dtype bool");
+  /* valid ones build */
+  tu_check_shape(nb_unsorted_segment_sum(c, d3, tu_unknown_dims(c, NB_I32, 1), 5), NB_F32, 2, TU_SHAPE(5, 3));
+  assert_non_null(nb_strided_slice(c, xr, zero, one, one, 2, NULL));
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_slice_values_all_dtypes, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_slice_rank3_and_rank0, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_slice_empty, tu_setup, tu_teardown),

@@ -274,8 +274,34 @@ static void test_graph_errors_and_freed_variable(void **state) {
   assert_null(out);
 }
 
+/* A graph refuses a value, indices or updates that cannot fit the variable when it is
+   built, though their dims (or rank) are unknown; one that fits gives the variable's shape. */
+static void test_graph_validation(void **state) {
+  gu_fixture *f = *state;
+  nb_ctx *c = f->c;
+  nb_variable *v = nb_variable_new(f->e, tu_make(f->e, NB_F32, 2, TU_SHAPE(2, 3), NULL), true, "v");
+  nb_variable *flags = nb_variable_new(f->e, tu_make(f->e, NB_BOOL, 1, TU_SHAPE(2), NULL), false, "flags");
+  assert_null(nb_variable_assign(c, v, tu_unknown_dims(c, NB_F64, 2)));
+  tu_check_error(c, NB_DTYPE, "AssignVariableOp (node 'v_assign')", "variable 'v' has shape [2,3] and dtype float32");
+  assert_null(nb_variable_assign_add(c, v, nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 4), "wide")));
+  tu_check_error(c, NB_SHAPE, "AssignAddVariableOp (node", "the value has shape [-1,4]");
+  assert_null(nb_variable_assign_sub(c, flags, tu_unknown_rank(c, NB_BOOL)));
+  tu_check_error(c, NB_DTYPE, "AssignSubVariableOp (node", "input 0 has dtype bool");
+  assert_null(nb_variable_scatter_add(c, v, tu_unknown_dims(c, NB_F32, 1), tu_unknown_dims(c, NB_F32, 2)));
+  tu_check_error(c, NB_DTYPE, "ResourceScatterAdd (node", "input 0 has dtype float32");
+  assert_null(nb_variable_scatter_sub(c, v, tu_unknown_dims(c, NB_I32, 1), nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 4), "rows")));
+  tu_check_error(c, NB_SHAPE, "ResourceScatterSub (node", "must have shape indices.shape [-1] + variable 'v' row shape [3]");
+  tu_check_shape(nb_variable_assign(c, v, tu_unknown_dims(c, NB_F32, 2)), NB_F32, 2, TU_SHAPE(2, 3));
+  tu_check_shape(nb_variable_scatter_add(c, v, tu_unknown_rank(c, NB_I64), tu_unknown_rank(c, NB_F32)), NB_F32, 2,
+                 TU_SHAPE(2, 3));
+  assert_int_equal(nb_status(c), NB_OK);
+  nb_variable_free(v); /* the graph keeps them until it is freed */
+  nb_variable_free(flags);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_new_read_accessors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_assign_in_place_and_copy_on_write, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_assign_errors, tu_setup, tu_teardown),

@@ -162,6 +162,20 @@ static inline void tu_check_error(nb_ctx *c, nb_code code, const char *frag1, co
   nb_clear_error(c);
 }
 
+/* A graph input of dtype t, rank rank and every dim unknown (-1). */
+static inline nb_tensor *tu_unknown_dims(nb_ctx *c, nb_dtype t, int rank) {
+  const int64_t unknown[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  return nb_placeholder(c, t, rank, unknown, NULL);
+}
+
+/* A graph input of dtype t and unknown rank (a Placeholder without a shape attr). */
+static inline nb_tensor *tu_unknown_rank(nb_ctx *c, nb_dtype t) {
+  nb_attr dtype = nb_attr_type("dtype", t);
+  nb_tensor *x = NULL;
+  nb_op(c, "Placeholder", NULL, 0, &dtype, 1, &x, 1);
+  return x;
+}
+
 /* cmocka setup/teardown giving each test a fresh eager context in *state. */
 static inline int tu_setup(void **state) {
   *state = nb_eager_new();

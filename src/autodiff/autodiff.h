@@ -20,14 +20,6 @@ typedef enum { NB_GRAD_NONE, NB_GRAD_FN, NB_GRAD_STOP } nb_grad_kind;
 /* The gradient of def (or of the override name, when given): a function, a registered
    "no gradient", or nothing registered. */
 nb_grad_kind nb_grad_lookup(const nb_op_def *def, const char *override_name, nb_grad_fn *fn);
-/* TF's is_compatible_with: ranks and dims equal where both are known (-1: unknown). */
-static inline bool nb_shapes_compatible(const nb_tensor *a, const nb_tensor *b) {
-  if (a->rank < 0 || b->rank < 0) return true;
-  if (a->rank != b->rank) return false;
-  for (int d = 0; d < a->rank; d++)
-    if (a->shape[d] >= 0 && b->shape[d] >= 0 && a->shape[d] != b->shape[d]) return false;
-  return true;
-}
 /* dxs slots past a forward op's inputs, which catch a function returning extra gradients. */
 #define NB_GRAD_GUARDS 8
 /* Handles one op's gradient call needs: inputs, outputs, dys, and dxs with guards. */

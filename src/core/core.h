@@ -252,6 +252,9 @@ bool nb_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb,
 /* Normalizes axis in [-rank, rank) to [0, rank); false when out of range. */
 bool nb_norm_axis(int64_t axis, int rank, int *out);
 bool nb_shape_checked_size(int rank, const int64_t *shape, int64_t *size);
+/* TF's shape-invariant rule: a shape fits a declared one when it is at least as specific
+   (declared rank -1: any shape; else the same rank, each declared dim -1 or equal). */
+bool nb_shape_fits(int rank, const int64_t *shape, int decl_rank, const int64_t *decl_shape);
 
 /* An N-input broadcast iteration plan: dims collapsed where possible, each input with
    its element stride per dim (0 where broadcast). The last dim is the inner loop. */

@@ -28,6 +28,14 @@ bool nb_shape_checked_size(int rank, const int64_t *shape, int64_t *size) {
   return true;
 }
 
+bool nb_shape_fits(int rank, const int64_t *shape, int decl_rank, const int64_t *decl_shape) {
+  if (decl_rank < 0) return true;
+  if (rank != decl_rank) return false;
+  for (int d = 0; d < rank; d++)
+    if (decl_shape[d] >= 0 && shape[d] != decl_shape[d]) return false;
+  return true;
+}
+
 char *nb_shape_str(char *buf, size_t cap, int rank, const int64_t *shape) {
   size_t n = (size_t)snprintf(buf, cap, "[");
   for (int i = 0; i < rank && n < cap; i++)

@@ -11,12 +11,14 @@
      gradients as extra seeds.
    - While, as while_v2: the forward loop stacks, every iteration, each intermediate the
      body's gradient reads that changes between iterations (the accumulators, extra
-     outputs of the forward While); the gradient is a While that runs the same number of
-     iterations backwards, reading iteration T-1-i of each stack and calling one reverse
-     step of the body's gradient, carrying the loop variables' gradients and summing the
-     captured tensors' gradients. That loop is an ordinary While, so its own gradient
-     (second order) is built the same way; the gradients that then reach the forward
-     loop's accumulators enter the reverse step as extra seeds. */
+     outputs of the forward While; ragged, with an index, when the intermediate's shape
+     may change); the gradient is a While that runs the same number of iterations
+     backwards, reading iteration T-1-i of each stack and calling one reverse step of the
+     body's gradient, carrying the loop variables' gradients and summing the captured
+     tensors' gradients, each declared with the shapes its forward value may take. That
+     loop is an ordinary While, so its own gradient (second order) is built the same way;
+     the gradients that then reach the forward loop's accumulators enter the reverse step
+     as extra seeds. */
 #include "../graph/function.h"
 #include "grad.h"
 
@@ -24,6 +26,21 @@
 #include <string.h>
 
 static nb_tensor *stack_get(nb_ctx *c, nb_tensor *stack, nb_tensor *t);
+static nb_tensor *ragged_get(nb_ctx *c, nb_tensor *values, nb_tensor *t, nb_tensor *index, const nb_tensor *like);
+
+/* The output of internal op `type` on in[0..nin) whose attr "shape" (its only one) is
+   (rank, dims): a static shape, rank -1 unknown. */
+static nb_tensor *shaped_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, int rank,
+                              const int64_t *dims) {
+  const nb_op_def *def = nb_op_lookup(type);
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(def, a);
+  a[0].ints = dims;
+  a[0].n = rank;
+  nb_tensor *out = NULL;
+  nb_dispatch(c, def, in, nin, a, &out, 1);
+  return out;
+}
 
 static nb_function *fn_of(const nb_fwd_op *op, const char *attr) { return nb_function_from_bits(nb_fwd_attr_int(op, attr)); }
 
@@ -435,7 +452,7 @@ static nb_code float_indices(const nb_function *b, int lo, int hi, int **out, in
 /* Makes the forward While node output its accumulators and the body fetch them. */
 static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, nb_while_grad *w) {
   nb_tensor **res = realloc(b->res, ((size_t)b->nres + w->nacc + 1) * sizeof *res);
-  nb_meta *m = malloc(((size_t)w->nacc + 1) * sizeof *m);
+  nb_meta *m = malloc((2 * (size_t)w->nacc + 1) * sizeof *m); /* stacks, and at most as many indexes */
   if (!res || !m) {
     if (res) b->res = res;
     free(m);
@@ -447,16 +464,14 @@ static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, 
     nb_tensor *t = nb_graph_handle(b->c, b->g, nb_key_node(w->acc[a]), nb_key_out(w->acc[a]));
     if (!t) code = NB_NOMEM;
     else b->res[b->nres + a] = t;
-    if (!code && t->rank + 1 > NB_MAX_RANK) code = NB_SHAPE;
-    if (!code) nb_cf_stacked_meta(&m[a], t);
   }
+  nb_tensor *const *acc = b->res + b->nres;
+  if (!code) nb_cf_accumulator_metas(acc, w->nacc, m);
   nb_graph *g = nb_fwd_output(op, 0)->graph;
-  if (!code && nb_graph_add_outputs(g, nb_fwd_output(op, 0)->node, m, w->nacc)) code = NB_NOMEM;
+  if (!code && nb_graph_add_outputs(g, nb_fwd_output(op, 0)->node, m, w->nacc + nb_cf_num_ragged(acc, w->nacc)))
+    code = NB_NOMEM;
   if (!code) b->nacc = w->nacc;
   free(m);
-  if (code == NB_SHAPE)
-    return nb_set_error(c, code, "While gradient: an intermediate of rank %d leaves no room for the iteration dim",
-                        NB_MAX_RANK);
   return code ? nb_set_error(c, code, "While gradient: out of memory") : NB_OK;
 }
 
@@ -515,6 +530,8 @@ typedef struct reverse {
   nb_function *step;
   nb_tensor *iters;        /* the forward loop's iteration count */
   nb_tensor **stacks;      /* its accumulators */
+  nb_tensor **index;       /* per accumulator: a ragged one's index, else NULL */
+  nb_tensor *const *acc;   /* the accumulated tensors, in the body (their static shapes) */
   nb_tensor **dstacks;     /* the gradients of its float accumulators (second order), or NULL */
   nb_tensor *const *caps;  /* its captured inputs */
   nb_tensor **caps_t;      /* per capture: its transpose, made before the loop for the
@@ -525,13 +542,13 @@ typedef struct reverse {
   const nb_shape_spec *shapes; /* the reverse loop variables' shapes */
 } reverse;
 
-/* x with the static shape s when s is fully known (gradient ops such as a densified
-   Gather gradient may know less about their result than the loop does): a Reshape view. */
+/* x held to the shape s (an _EnsureShape view) where its static shape says less: the
+   gradient of a loop variable has that variable's shapes, but gradient ops may know less
+   about their results than the loop does (a densified Gather gradient, a Reshape to a
+   shape computed at run time). */
 static nb_tensor *with_shape(nb_ctx *c, nb_tensor *x, const nb_shape_spec *s) {
-  if (!x || s->rank < 0) return x;
-  bool same = nb_rank(x) == s->rank;
-  for (int d = 0; same && d < s->rank; d++) same = nb_shape(x)[d] == s->dims[d];
-  return same ? x : nb_reshape(c, x, s->dims, s->rank);
+  if (!x || nb_shape_fits(nb_rank(x), nb_shape(x), s->rank, s->dims)) return x;
+  return shaped_call(c, "_EnsureShape", &x, 1, s->rank, s->dims);
 }
 
 static nb_code reverse_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
@@ -598,6 +615,12 @@ static nb_code transpose_captures(nb_ctx *c, const nb_while_grad *w, reverse *r)
   return NB_OK;
 }
 
+/* Iteration t's value of accumulator a, from its stack (or, second order, from the
+   gradient of its stack, laid out alike). */
+static nb_tensor *acc_get(nb_ctx *c, const reverse *r, int a, nb_tensor *stack, nb_tensor *t) {
+  return r->index[a] ? ragged_get(c, stack, t, r->index[a], r->acc[a]) : stack_get(c, stack, t);
+}
+
 /* vars: [i, d vars..., d caps summed so far...]; runs the reverse step of forward
    iteration T-1-i, inlined so that its products can add into the sums. */
 static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
@@ -607,10 +630,10 @@ static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, vo
   int n = 0;
   nb_tensor **ins = malloc(((size_t)r->step->nargs + r->step->nres + 1) * sizeof *ins), **outs = ins + r->step->nargs;
   if (!ins) return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
-  for (int a = 0; a < w->nacc; a++) ins[n++] = stack_get(c, r->stacks[a], t);
+  for (int a = 0; a < w->nacc; a++) ins[n++] = acc_get(c, r, a, r->stacks[a], t);
   for (int j = 0; j < r->ncap; j++) ins[n++] = r->caps[j];
   for (int i = 0; i < w->nfv; i++) ins[n++] = v[1 + i];
-  for (int q = 0; r->dstacks && q < w->nfa; q++) ins[n++] = stack_get(c, r->dstacks[q], t);
+  for (int q = 0; r->dstacks && q < w->nfa; q++) ins[n++] = acc_get(c, r, w->facc[q], r->dstacks[q], t);
   nb_code code = nb_status(c);
   if (!code) code = nb_function_inline(c, r->step, ins, plain_products, r, outs);
   if (!code) {
@@ -624,13 +647,8 @@ static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, vo
   return code;
 }
 
-/* The shape a reverse loop variable keeps: the forward's static shape, whose unknown dims
-   may vary; any shape when its initial value's rank is unknown. */
-static nb_shape_spec gradient_shape(const nb_tensor *init, int rank, const int64_t *shape) {
-  return init && nb_rank(init) < 0 ? (nb_shape_spec){-1, NULL} : (nb_shape_spec){rank, shape};
-}
-
-/* The reverse loop's variables and their shapes. */
+/* The reverse loop's variables and their shapes: each gradient keeps the shapes its
+   variable or capture may take (the loop's relaxed ones: unknown dims, unknown rank). */
 static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b, const reverse *r,
                             nb_tensor *const *dys, nb_tensor **vars, nb_shape_spec *shapes) {
   const nb_while_grad *w = r->w;
@@ -638,13 +656,13 @@ static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b
   shapes[0] = (nb_shape_spec){0, NULL};
   for (int i = 0; i < w->nfv; i++) {
     int j = w->fvars[i];
-    vars[1 + i] = dys[j] ? dys[j] : nb_zeros_like(c, nb_fwd_output(op, j));
-    shapes[1 + i] = gradient_shape(vars[1 + i], b->args[j]->rank, b->args[j]->shape);
+    shapes[1 + i] = (nb_shape_spec){b->args[j]->rank, b->args[j]->shape};
+    vars[1 + i] = with_shape(c, dys[j] ? dys[j] : nb_zeros_like(c, nb_fwd_output(op, j)), &shapes[1 + i]);
   }
   for (int q = 0; q < r->nsel; q++) {
     nb_tensor *x = nb_fwd_input(op, w->fcaps[r->sel[q]]);
     vars[1 + w->nfv + q] = nb_zeros_like(c, x);
-    shapes[1 + w->nfv + q] = gradient_shape(NULL, nb_rank(x), nb_shape(x));
+    shapes[1 + w->nfv + q] = (nb_shape_spec){nb_rank(x), nb_shape(x)};
   }
   return nb_status(c);
 }
@@ -693,6 +711,20 @@ static uint64_t wanted_captures(const nb_fwd_op *op, const nb_while_grad *w, int
   return mask;
 }
 
+/* The forward While's accumulator outputs (after its nin loop variables): each stack, and
+   a ragged one's index (those come after all the stacks). */
+static nb_code accumulator_outputs(nb_ctx *c, nb_tensor *const *acc, int nacc, nb_tensor *first, int nin,
+                                   nb_tensor **stacks, nb_tensor **index) {
+  int next_index = nin + nacc;
+  for (int a = 0; a < nacc; a++) {
+    bool ragged = nb_cf_ragged(acc[a]);
+    stacks[a] = nb_graph_handle(c, first->graph, first->node, nin + a);
+    index[a] = ragged ? nb_graph_handle(c, first->graph, first->node, next_index++) : NULL;
+    if (!stacks[a] || (ragged && !index[a])) return nb_status(c);
+  }
+  return NB_OK;
+}
+
 /* With v_{t+1} = body(v_t, c) for t < T: dv_t = (d body/d v_t)^T dv_{t+1}, from dv_T = dy,
    backwards; dc = sum over t of (d body/d c)^T dv_{t+1} (c used by every iteration). */
 static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
@@ -702,19 +734,20 @@ static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys,
   bool second = accumulators_have_grads(op, w, dys);
   nb_tensor *first = nb_fwd_output(op, 0);
   int nin = nb_fwd_num_inputs(op);
-  nb_tensor **stacks = malloc(((size_t)w->nacc + w->nfa + 2 * (size_t)b->nargs + 1) * sizeof *stacks);
+  nb_tensor **stacks = malloc((2 * (size_t)w->nacc + w->nfa + 2 * (size_t)b->nargs + 1) * sizeof *stacks);
   int *sel = malloc(((size_t)w->nfc + 1) * sizeof *sel);
   if (!stacks || !sel) {
     free(stacks), free(sel);
     return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
   }
-  nb_tensor **dstacks = stacks + w->nacc, **caps = dstacks + w->nfa, **caps_t = caps + b->nargs;
-  reverse r = {w, NULL, first, stacks, second ? dstacks : NULL, caps, caps_t, b->nargs - b->nres, sel, 0, NULL};
+  nb_tensor **index = stacks + w->nacc, **dstacks = index + w->nacc, **caps = dstacks + w->nfa;
+  reverse r = {.w = w, .iters = first, .stacks = stacks, .index = index, .acc = b->res + b->nres,
+               .dstacks = second ? dstacks : NULL, .caps = caps, .caps_t = caps + b->nargs,
+               .ncap = b->nargs - b->nres, .sel = sel};
   uint64_t mask = wanted_captures(op, w, sel, &r.nsel);
   r.step = step_for(c, b, w, second, mask);
   nb_code code = r.step ? NB_OK : nb_status(c);
-  for (int a = 0; a < w->nacc && !code; a++)
-    if (!(stacks[a] = nb_graph_handle(c, first->graph, first->node, nin + a))) code = nb_status(c);
+  if (!code) code = accumulator_outputs(c, r.acc, w->nacc, first, nin, stacks, index);
   for (int q = 0; second && q < w->nfa; q++) dstacks[q] = dys[nin + w->facc[q]];
   for (int j = 0; j < r.ncap; j++) caps[j] = nb_fwd_input(op, b->nres + j);
   if (!code) code = transpose_captures(c, w, &r);
@@ -738,15 +771,43 @@ static nb_code stack_get_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *
   return nb_dispatch(c, nb_op_lookup("_StackGetGrad"), in, 3, NULL, &dxs[0], 1);
 }
 
+/* Value t of a ragged stack, with like's static shape (an accumulated tensor's). */
+static nb_tensor *ragged_get(nb_ctx *c, nb_tensor *values, nb_tensor *t, nb_tensor *index, const nb_tensor *like) {
+  nb_tensor *in[3] = {values, t, index};
+  return shaped_call(c, "_RaggedGet", in, 3, like->rank, like->shape);
+}
+
+/* d values = the zeros of their shape with dy at value t's place; t and the index have none. */
+static nb_code ragged_get_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *in[4] = {nb_fwd_input(op, 0), nb_fwd_input(op, 1), dys[0], nb_fwd_input(op, 2)};
+  return nb_dispatch(c, nb_op_lookup("_RaggedGetGrad"), in, 4, NULL, &dxs[0], 1);
+}
+
+/* _RaggedGetGrad is linear in dy, which gets _RaggedGet of the incoming gradient. */
+static nb_code ragged_get_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  dxs[2] = ragged_get(c, dys[0], nb_fwd_input(op, 1), nb_fwd_input(op, 3), nb_fwd_input(op, 2));
+  return nb_status(c);
+}
+
 /* _StackGetGrad is linear in dy, which gets _StackGet of the incoming gradient. */
 static nb_code stack_get_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   dxs[2] = stack_get(c, dys[0], nb_fwd_input(op, 1));
   return nb_status(c);
 }
 
+/* _EnsureShape is a view of its input: dx = dy. */
+static nb_code ensure_shape_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  (void)c, (void)op;
+  dxs[0] = dys[0];
+  return NB_OK;
+}
+
 void nb_register_control_flow_grads(void) {
+  nb_register_builtin("_EnsureShape", ensure_shape_grad);
   nb_register_builtin("_StackGet", stack_get_grad);
   nb_register_builtin("_StackGetGrad", stack_get_grad_grad);
+  nb_register_builtin("_RaggedGet", ragged_get_grad);
+  nb_register_builtin("_RaggedGetGrad", ragged_get_grad_grad);
   nb_register_builtin("StatefulPartitionedCall", call_grad);
   nb_register_builtin("If", if_grad);
   nb_register_builtin("While", while_grad);

@@ -20,8 +20,9 @@ typedef struct bn_axes {
 
 static bn_axes axes_of(const nb_fwd_op *op, nb_tensor *x) {
   const char *f = nb_fwd_attr_str(op, "data_format");
+  size_t n = f ? strlen(f) : 0; /* the ops refuse any other than their four: never 0 */
   bn_axes a = {.rank = nb_rank(x)};
-  a.channel_axis = f && f[strlen(f) - 1] == 'C' ? a.rank - 1 : 1;
+  a.channel_axis = n > 0 && f[n - 1] == 'C' ? a.rank - 1 : 1;
   for (int d = 0; d < a.rank; d++)
     if (d != a.channel_axis) a.axes[a.naxes++] = d;
   return a;

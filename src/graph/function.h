@@ -132,10 +132,17 @@ typedef struct nb_if_grad {
 } nb_if_grad;
 void nb_if_grad_free(nb_if_grad *w);
 
-/* Output metas shared by the control-flow ops and their gradients (src/ops/control_flow.c):
-   a stack of t's values per iteration, [unknown count, t's shape] (t's rank unknown: unknown);
-   and what both a and b fit: a's meta with the dims, or the rank, where they differ unknown. */
-void nb_cf_stacked_meta(nb_meta *m, const nb_tensor *t);
+/* Output metas shared by the control-flow ops and their gradients (src/ops/control_flow.c).
+   A While that accumulates t stacks it densely, [unknown count, t's shape], when t's
+   shape is fully known (and leaves room for the iteration dim); else ragged: its values
+   flat, [unknown], plus an index, int64 [unknown count, NB_CF_INDEX_COLS], whose row i
+   holds value i's offset, rank and dims. nb_cf_accumulator_metas writes the nacc stacks'
+   metas, then those of the indexes (one per ragged stack, in order). */
+enum { NB_CF_INDEX_COLS = 2 + NB_MAX_RANK };
+bool nb_cf_ragged(const nb_tensor *t);
+int nb_cf_num_ragged(nb_tensor *const *acc, int nacc);
+void nb_cf_accumulator_metas(nb_tensor *const *acc, int nacc, nb_meta *m);
+/* What both a and b fit: a's meta with the dims, or the rank, where they differ unknown. */
 void nb_cf_merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b);
 
 /* Whether x is made by a ZerosLike node (a gradient pass's filler for an output that got no gradient). */

@@ -338,7 +338,8 @@ static nb_dtype deferred_dtype(const nb_kargs *k) {
    dim set to 1, then to two primes. Output dims that come out the same every time are
    known; those that differ (they follow an unknown dim: P, 3P, min(P, 5), ...) stay
    unknown, and a rank that differs (Squeeze of a size-1 probe) stays unknown too. A
-   probe that fails, or needs an unknown value, leaves the outputs' rank unknown. */
+   probe that fails, or needs an unknown value, leaves the outputs' rank unknown: the
+   op's validate has already passed, so such a failure is about made-up dims only. */
 static const int64_t probes[3] = {1, 61, 67};
 #define NB_PROBE_SMALL 16 /* inputs/outputs handled without allocating */
 
@@ -351,6 +352,7 @@ static bool probe_infer(nb_ctx *c, nb_kargs *k, nb_tensor *const *real, nb_tenso
     c->subst[i] = &copies[i];
   }
   nb_code code = k->def->infer(k);
+  if (!code) code = c->status; /* a check that failed though infer went on */
   if (code) nb_clear_error(c); /* a failed probe proves nothing */
   return code == NB_OK;
 }
@@ -429,8 +431,9 @@ static nb_tensor *captured(nb_ctx *c, nb_kargs *k, int i) {
 }
 
 /* Build-time inference: inputs with known values are replaced by those values, so the
-   op's infer (and folding) sees concrete tensors; an input of unknown shape, or a
-   needed value that is not known, defers the outputs' shapes to run time. */
+   op's validate, infer (and folding) see concrete tensors. Validation runs whatever the
+   dims, so a bad dtype or attr fails the build; an input of unknown shape, or a needed
+   value that is not known, defers only the outputs' shapes to run time. */
 static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
   bool unknown = false;
   for (int i = 0; i < k->nin; i++) {
@@ -440,6 +443,8 @@ static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
     unknown |= !nb_dims_known(x->rank, x->shape);
   }
   k->in = c->subst;
+  nb_code invalid = nb_kvalidate(k);
+  if (invalid) return invalid;
   if (!unknown) {
     nb_code code = k->def->infer(k);
     if (code != NB_DEFER) return code;

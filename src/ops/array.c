@@ -30,25 +30,30 @@ static void one_of(nb_dtype t, char *v) {
 
 /* ---- reading const inputs -------------------------------------------------------------- */
 
-/* Reads int input i, which must be 1-D with at most cap values. */
-static nb_code read_vector(nb_kargs *k, int i, const char *what, int64_t *v, int cap, int *n) {
+/* validate's reads: the values of int input i where known (NB_DEFER where not), which
+   must be 1-D with at most cap values (a shape: at most NB_MAX_RANK). */
+static nb_code known_vector(nb_kargs *k, int i, const char *what, int64_t *v, int cap, int *n) {
   nb_code code = nb_kcheck_dtype(k, i, NB_M_INT);
   if (code) return code;
-  if (k->in[i]->rank != 1)
+  if (k->in[i]->rank >= 0 && k->in[i]->rank != 1)
     return nb_kfail(k, NB_SHAPE, "%s must be 1-D, got shape %s", what, nb_tstr(k->in[i]));
   return nb_kints(k, i, 1, v, cap, n);
 }
 
-/* Reads int input i, which must hold exactly one value (of any rank). */
+/* The value of int input i, which must hold exactly one value (of any rank); NB_DEFER
+   where it is not known. */
 static nb_code read_single(nb_kargs *k, int i, const char *what, int64_t *v) {
   nb_code code = nb_kcheck_dtype(k, i, NB_M_INT);
   if (code) return code;
-  if (k->in[i]->size != 1)
+  if (k->in[i]->size >= 0 && k->in[i]->size != 1)
     return nb_kfail(k, NB_SHAPE, "%s must be a tensor with a single value, got shape %s", what,
                     nb_tstr(k->in[i]));
   int n;
   return nb_kints(k, i, NB_MAX_RANK, v, 1, &n);
 }
+
+/* What validate makes of a read: a value not known yet passes. */
+static nb_code known_or_later(nb_code code) { return code == NB_DEFER ? NB_OK : code; }
 
 /* Sets output meta i; the dispatcher then checks that its element count fits. */
 static nb_code set_out(nb_kargs *k, int i, nb_dtype t, int rank, const int64_t *shape) {
@@ -74,24 +79,34 @@ static int64_t reshape_known_elements(const nb_tensor *x, bool request_has_zero,
   return n;
 }
 
-static nb_code reshape_infer(nb_kargs *k) {
-  const nb_tensor *x = k->in[0];
-  int64_t dims[NB_MAX_RANK], size;
+/* The requested sizes: 1-D (or a scalar for rank 0), each >= 0 but for one -1. */
+static nb_code reshape_validate(nb_kargs *k) {
+  int64_t dims[NB_MAX_RANK];
   int n, unknown = -1;
   nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
   if (!code && k->in[1]->rank > 1)
     code = nb_kfail(k, NB_SHAPE, "sizes input must be 1-D, not %s", nb_tstr(k->in[1]));
   if (!code) code = nb_kints(k, 1, 1, dims, NB_MAX_RANK, &n);
+  for (int i = 0; !code && i < n; i++) {
+    if (dims[i] == -1 && unknown >= 0)
+      return nb_kfail(k, NB_INVALID, "Only one input size may be -1, not both %d and %d", unknown, i);
+    if (dims[i] == -1) unknown = i;
+    else if (dims[i] < 0) return nb_kfail(k, NB_INVALID, "Size %d must be non-negative, not %lld", i, (long long)dims[i]);
+  }
+  return known_or_later(code);
+}
+
+static nb_code reshape_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t dims[NB_MAX_RANK], size;
+  int n, unknown = -1;
+  nb_code code = nb_kints(k, 1, 1, dims, NB_MAX_RANK, &n);
   if (code) return code;
   int64_t product = 1; /* of the known nonzero sizes */
   bool has_zero = false;
   for (int i = 0; i < n; i++) {
     if (dims[i] == -1) {
-      if (unknown >= 0)
-        return nb_kfail(k, NB_INVALID, "Only one input size may be -1, not both %d and %d", unknown, i);
       unknown = i;
-    } else if (dims[i] < 0) {
-      return nb_kfail(k, NB_INVALID, "Size %d must be non-negative, not %lld", i, (long long)dims[i]);
     } else if (dims[i] == 0) {
       has_zero = true;
     } else if (product > INT64_MAX / dims[i]) {
@@ -120,16 +135,24 @@ static nb_code reshape_infer(nb_kargs *k) {
   return NB_OK;
 }
 
+/* dim holds one value, in [-rank - 1, rank] where x's rank is known; the result's rank
+   rank + 1 fits. */
+static nb_code expand_dims_validate(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t axis;
+  nb_code code = read_single(k, 1, "'dim'", &axis);
+  if (!code && x->rank >= 0 && (axis < -x->rank - 1 || axis > x->rank))
+    return nb_kfail(k, NB_INVALID, "Tried to expand dim index %lld for tensor with %d dimensions.",
+                    (long long)axis, x->rank);
+  if (!code || code == NB_DEFER) code = nb_kcheck_out_rank(k, x->rank + 1, "output");
+  return code;
+}
+
 static nb_code expand_dims_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   int64_t axis;
   nb_code code = read_single(k, 1, "'dim'", &axis);
   if (code) return code;
-  if (axis < -x->rank - 1 || axis > x->rank)
-    return nb_kfail(k, NB_INVALID, "Tried to expand dim index %lld for tensor with %d dimensions.",
-                    (long long)axis, x->rank);
-  if (x->rank == NB_MAX_RANK)
-    return nb_kfail(k, NB_SHAPE, "input of shape %s already has the largest rank %d", nb_tstr(x), NB_MAX_RANK);
   int a = (int)(axis < 0 ? axis + x->rank + 1 : axis);
   nb_meta *m = &k->out[0];
   m->dtype = x->dtype;
@@ -140,15 +163,25 @@ static nb_code expand_dims_infer(nb_kargs *k) {
 
 enum { SQUEEZE_DIMS };
 
+/* squeeze_dims name dims of x where its rank is known. */
+static nb_code squeeze_validate(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  const nb_attrval *dims = &k->attr[SQUEEZE_DIMS];
+  int d;
+  for (int i = 0; i < dims->n && x->rank >= 0; i++)
+    if (!nb_norm_axis(dims->ints[i], x->rank, &d))
+      return nb_kfail(k, NB_INVALID, "Tried to squeeze dim index %lld for tensor with %d dimensions.",
+                      (long long)dims->ints[i], x->rank);
+  return NB_OK;
+}
+
 static nb_code squeeze_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   const nb_attrval *dims = &k->attr[SQUEEZE_DIMS];
   bool drop[NB_MAX_RANK] = {false};
   for (int i = 0; i < dims->n; i++) {
     int d;
-    if (!nb_norm_axis(dims->ints[i], x->rank, &d))
-      return nb_kfail(k, NB_INVALID, "Tried to squeeze dim index %lld for tensor with %d dimensions.",
-                      (long long)dims->ints[i], x->rank);
+    nb_norm_axis(dims->ints[i], x->rank, &d);
     if (x->shape[d] != 1)
       return nb_kfail(k, NB_SHAPE, "Can not squeeze dim[%d], expected a dimension of 1, got %lld", d,
                       (long long)x->shape[d]);
@@ -164,18 +197,19 @@ static nb_code squeeze_infer(nb_kargs *k) {
 
 /* ---- Transpose ------------------------------------------------------------------------- */
 
-static nb_code transpose_infer(nb_kargs *k) {
-  const nb_tensor *x = k->in[0];
-  int64_t *perm = (int64_t *)k->scratch;
+/* perm is a vector of x's rank (where both are known) holding a permutation (where known). */
+static nb_code transpose_validate(nb_kargs *k) {
+  const nb_tensor *x = k->in[0], *p = k->in[1];
+  int64_t perm[NB_MAX_RANK];
   int n;
   nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
   if (code) return code;
-  if (k->in[1]->rank != 1) return nb_kfail(k, NB_SHAPE, "perm must be rank 1, got shape %s", nb_tstr(k->in[1]));
-  if (k->in[1]->size != x->rank)
+  if (p->rank >= 0 && p->rank != 1) return nb_kfail(k, NB_SHAPE, "perm must be rank 1, got shape %s", nb_tstr(p));
+  if (p->size >= 0 && x->rank >= 0 && p->size != x->rank)
     return nb_kfail(k, NB_INVALID, "transpose expects a vector of size %d. But input(1) is a vector of size %lld",
-                    x->rank, (long long)k->in[1]->size);
+                    x->rank, (long long)p->size);
   code = nb_kints(k, 1, 1, perm, NB_MAX_RANK, &n);
-  if (code) return code;
+  if (code) return known_or_later(code);
   bool seen[NB_MAX_RANK] = {false};
   for (int i = 0; i < n; i++) {
     if (perm[i] < 0 || perm[i] >= n)
@@ -184,6 +218,15 @@ static nb_code transpose_infer(nb_kargs *k) {
   }
   for (int i = 0; i < n; i++)
     if (!seen[i]) return nb_kfail(k, NB_INVALID, "%d is missing from perm %s", i, nb_sstr(n, perm));
+  return NB_OK;
+}
+
+static nb_code transpose_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t *perm = (int64_t *)k->scratch;
+  int n;
+  nb_code code = nb_kints(k, 1, 1, perm, NB_MAX_RANK, &n);
+  if (code) return code;
   nb_meta *m = &k->out[0];
   m->dtype = x->dtype;
   m->rank = n;
@@ -269,17 +312,32 @@ static nb_code transpose_kernel(nb_kargs *k) {
 
 /* ---- BroadcastTo, Tile, Pad -------------------------------------------------------------- */
 
+/* Dims that a known shape vector of length n holds: each >= 0. */
+static nb_code check_dims(nb_kargs *k, const int64_t *dims, int n) {
+  for (int i = 0; i < n; i++)
+    if (dims[i] < 0) return nb_kfail(k, NB_INVALID, "Dimension %lld must be >= 0", (long long)dims[i]);
+  return NB_OK;
+}
+
+/* shape (where known) has dims >= 0 and at least x's rank. */
+static nb_code broadcast_to_validate(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t shape[NB_MAX_RANK];
+  int n;
+  nb_code code = known_vector(k, 1, "shape", shape, NB_MAX_RANK, &n);
+  if (!code) code = check_dims(k, shape, n);
+  if (!code && x->rank > n)
+    return nb_kfail(k, NB_SHAPE, "Rank of input (%d) must be no greater than rank of output shape (%d): %s vs. %s",
+                    x->rank, n, nb_tstr(x), nb_sstr(n, shape));
+  return known_or_later(code);
+}
+
 static nb_code broadcast_to_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   int64_t shape[NB_MAX_RANK];
   int n;
-  nb_code code = read_vector(k, 1, "shape", shape, NB_MAX_RANK, &n);
+  nb_code code = nb_kints(k, 1, 1, shape, NB_MAX_RANK, &n);
   if (code) return code;
-  for (int i = 0; i < n; i++)
-    if (shape[i] < 0) return nb_kfail(k, NB_INVALID, "Dimension %lld must be >= 0", (long long)shape[i]);
-  if (x->rank > n)
-    return nb_kfail(k, NB_SHAPE, "Rank of input (%d) must be no greater than rank of output shape (%d): %s vs. %s",
-                    x->rank, n, nb_tstr(x), nb_sstr(n, shape));
   for (int i = 0; i < x->rank; i++) {
     int64_t d = x->shape[i], o = shape[n - x->rank + i];
     if (d != o && d != 1)
@@ -305,22 +363,32 @@ static nb_code broadcast_to_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* multiples: a vector of x's rank (where both are known) of values >= 0 (where known). */
+static nb_code tile_validate(nb_kargs *k) {
+  const nb_tensor *x = k->in[0], *m = k->in[1];
+  int64_t mult[NB_MAX_RANK];
+  int n;
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (code) return code;
+  if (m->rank >= 0 && m->rank != 1)
+    return nb_kfail(k, NB_SHAPE, "Expected multiples to be 1-D, but got shape %s", nb_tstr(m));
+  if (m->size >= 0 && x->rank >= 0 && m->size != x->rank)
+    return nb_kfail(k, NB_INVALID, "Expected multiples argument to be a vector of length %d but got length %lld",
+                    x->rank, (long long)m->size);
+  code = nb_kints(k, 1, 1, mult, NB_MAX_RANK, &n);
+  for (int i = 0; !code && i < n; i++)
+    if (mult[i] < 0)
+      return nb_kfail(k, NB_INVALID, "Expected multiples[%d] >= 0, but got %lld", i, (long long)mult[i]);
+  return known_or_later(code);
+}
+
 static nb_code tile_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   int64_t mult[NB_MAX_RANK], shape[NB_MAX_RANK];
   int n;
-  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
-  if (code) return code;
-  if (k->in[1]->rank != 1)
-    return nb_kfail(k, NB_SHAPE, "Expected multiples to be 1-D, but got shape %s", nb_tstr(k->in[1]));
-  if (k->in[1]->size != x->rank)
-    return nb_kfail(k, NB_INVALID, "Expected multiples argument to be a vector of length %d but got length %lld",
-                    x->rank, (long long)k->in[1]->size);
-  code = nb_kints(k, 1, 1, mult, NB_MAX_RANK, &n);
+  nb_code code = nb_kints(k, 1, 1, mult, NB_MAX_RANK, &n);
   if (code) return code;
   for (int i = 0; i < n; i++) {
-    if (mult[i] < 0)
-      return nb_kfail(k, NB_INVALID, "Expected multiples[%d] >= 0, but got %lld", i, (long long)mult[i]);
     if (x->shape[i] && mult[i] > INT64_MAX / x->shape[i])
       return nb_kfail(k, NB_SHAPE, "tiling %s by %s is too large", nb_tstr(x), nb_sstr(n, mult));
     shape[i] = x->shape[i] * mult[i];
@@ -345,24 +413,35 @@ static nb_code tile_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
-static nb_code pad_infer(nb_kargs *k) {
+/* paddings: [x's rank, 2] (where known) of values >= 0 (where known). */
+static nb_code pad_validate(nb_kargs *k) {
   const nb_tensor *x = k->in[0], *pads = k->in[1];
-  int64_t v[2 * NB_MAX_RANK], shape[NB_MAX_RANK];
-  int64_t *before = (int64_t *)k->scratch;
+  int64_t v[2 * NB_MAX_RANK];
   int n;
   nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
   if (code) return code;
-  if (pads->rank != 2 || pads->shape[1] != 2)
+  if (pads->rank >= 0 && (pads->rank != 2 || (pads->shape[1] >= 0 && pads->shape[1] != 2)))
     return nb_kfail(k, NB_SHAPE, "paddings must be a matrix with 2 columns: %s", nb_tstr(pads));
-  if (pads->shape[0] != x->rank)
+  if (pads->rank == 2 && pads->shape[0] >= 0 && x->rank >= 0 && pads->shape[0] != x->rank)
     return nb_kfail(k, NB_SHAPE, "The first dimension of paddings must be the rank of inputs%s %s", nb_tstr(pads),
                     nb_tstr(x));
   code = nb_kints(k, 1, 2, v, 2 * NB_MAX_RANK, &n);
+  for (int i = 0; !code && i < n; i++)
+    if (v[i] < 0)
+      return nb_kfail(k, NB_INVALID, "Paddings must be non-negative: %lld %lld", (long long)v[i & ~1],
+                      (long long)v[i | 1]);
+  return known_or_later(code);
+}
+
+static nb_code pad_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int64_t v[2 * NB_MAX_RANK], shape[NB_MAX_RANK];
+  int64_t *before = (int64_t *)k->scratch;
+  int n;
+  nb_code code = nb_kints(k, 1, 2, v, 2 * NB_MAX_RANK, &n);
   if (code) return code;
   for (int i = 0; i < x->rank; i++) {
     int64_t b = v[2 * i], a = v[2 * i + 1];
-    if (b < 0 || a < 0)
-      return nb_kfail(k, NB_INVALID, "Paddings must be non-negative: %lld %lld", (long long)b, (long long)a);
     if (b > INT64_MAX / 16 - a - x->shape[i])
       return nb_kfail(k, NB_SHAPE, "padding %s by %lld %lld is too large", nb_tstr(x), (long long)b, (long long)a);
     before[i] = b;
@@ -400,69 +479,91 @@ typedef struct join_plan {
   bool pack;
 } join_plan;
 
-static nb_code check_same_dtypes(nb_kargs *k, int n) {
+/* The first of inputs 0..n-1 whose rank is known (its index), -1 if none is. */
+static int known_rank_input(const nb_kargs *k, int n) {
+  for (int i = 0; i < n; i++)
+    if (k->in[i]->rank >= 0) return i;
+  return -1;
+}
+
+#define NO_SKIP (-1)      /* Pack: every dim must match */
+#define AXIS_UNKNOWN (-2) /* Concat's axis is not known yet: no dim is compared */
+
+/* Inputs 0..n-1 of Concat or Pack: one dtype, and, where known, one rank and the dims of
+   input ref (a known rank's) on every dim but skip. */
+static nb_code check_joined(nb_kargs *k, int n, int ref, int skip, const char *ranks_msg, const char *dims_msg) {
   for (int i = 1; i < n; i++) {
     nb_code code = nb_kcheck_same_dtype(k, 0, i);
     if (code) return code;
   }
+  const nb_tensor *x0 = ref >= 0 ? k->in[ref] : NULL;
+  for (int i = 0; x0 && i < n; i++) {
+    const nb_tensor *x = k->in[i];
+    bool fits = x->rank < 0 || x->rank == x0->rank;
+    if (!fits) return nb_kfail(k, NB_SHAPE, ranks_msg, ref, nb_tstr(x0), i, nb_tstr(x));
+    for (int d = 0; skip != AXIS_UNKNOWN && x->rank >= 0 && d < x->rank; d++)
+      if (d != skip && x->shape[d] >= 0 && x0->shape[d] >= 0 && x->shape[d] != x0->shape[d])
+        return nb_kfail(k, NB_SHAPE, dims_msg, ref, nb_tstr(x0), i, nb_tstr(x));
+  }
   return NB_OK;
 }
 
-static nb_code concat_infer(nb_kargs *k) {
-  int n = k->nin - 1;
-  const nb_tensor *x0 = k->in[0], *axis_t = k->in[n];
+/* ConcatV2(values..., axis): axis a scalar int naming a dim of the inputs' rank (> 0),
+   where both are known. */
+static nb_code concat_validate(nb_kargs *k) {
+  int n = k->nin - 1, ref = known_rank_input(k, n), r = ref >= 0 ? k->in[ref]->rank : -1, a = -1, cnt;
+  const nb_tensor *axis_t = k->in[n];
   int64_t axis;
-  int r = x0->rank, cnt;
   nb_code code = nb_kcheck_dtype(k, n, NB_M_INT);
   if (code) return code;
-  if (axis_t->rank != 0)
+  if (axis_t->rank > 0)
     return nb_kfail(k, NB_SHAPE, "Concat dim tensor should be a scalar integer, but got shape %s", nb_tstr(axis_t));
-  code = nb_kints(k, n, 0, &axis, 1, &cnt);
-  if (!code) code = check_same_dtypes(k, n);
-  if (code) return code;
   if (r == 0) return nb_kfail(k, NB_SHAPE, "Can't concatenate scalars (use tf.stack instead)");
-  int a;
-  if (!nb_norm_axis(axis, r, &a))
-    return nb_kfail(k, NB_INVALID, "Expected concatenating dimensions in the range [%d, %d), but got %lld", -r, r,
-                    (long long)axis);
-  int64_t shape[NB_MAX_RANK];
-  memcpy(shape, x0->shape, sizeof shape);
+  code = nb_kints(k, n, 0, &axis, 1, &cnt);
+  if (!code) code = nb_kaxis(k, axis, r, "concatenating dimensions", &a);
+  if (code && code != NB_DEFER) return code;
+  return check_joined(k, n, ref, code == NB_DEFER || r < 0 ? AXIS_UNKNOWN : a,
+                      "Ranks of all input tensors should match: shape[%d] = %s vs. shape[%d] = %s",
+                      "Dimensions of inputs should match: shape[%d] = %s vs. shape[%d] = %s");
+}
+
+/* The inputs' dims but the axis are input 0's (validate compared them where known). */
+static nb_code concat_infer(nb_kargs *k) {
+  int n = k->nin - 1, r = k->in[0]->rank, a, cnt;
+  int64_t axis, shape[NB_MAX_RANK];
+  nb_code code = nb_kints(k, n, 0, &axis, 1, &cnt);
+  if (code) return code;
+  nb_norm_axis(axis, r, &a);
+  memcpy(shape, k->in[0]->shape, sizeof shape);
   for (int i = 1; i < n; i++) {
-    const nb_tensor *x = k->in[i];
-    if (x->rank != r)
-      return nb_kfail(k, NB_SHAPE, "Ranks of all input tensors should match: shape[0] = %s vs. shape[%d] = %s",
-                      nb_tstr(x0), i, nb_tstr(x));
-    for (int d = 0; d < r; d++)
-      if (d != a && x->shape[d] != x0->shape[d])
-        return nb_kfail(k, NB_SHAPE, "Dimensions of inputs should match: shape[0] = %s vs. shape[%d] = %s",
-                        nb_tstr(x0), i, nb_tstr(x));
-    if (shape[a] > INT64_MAX / 16 - x->shape[a])
+    if (shape[a] > INT64_MAX / 16 - k->in[i]->shape[a])
       return nb_kfail(k, NB_SHAPE, "concatenated dim %d is too large", a);
-    shape[a] += x->shape[a];
+    shape[a] += k->in[i]->shape[a];
   }
   *(join_plan *)k->scratch = (join_plan){a, false};
-  return set_out(k, 0, x0->dtype, r, shape);
+  return set_out(k, 0, k->in[0]->dtype, r, shape);
 }
 
 enum { PACK_N, PACK_AXIS };
 
-static nb_code pack_infer(nb_kargs *k) {
-  int n = k->nin, r = k->in[0]->rank;
-  const nb_tensor *x0 = k->in[0];
+/* Pack(values...): one dtype and shape (where known); axis in [-(r + 1), r] and a result
+   rank r + 1 that fits, r the inputs' rank where known. */
+static nb_code pack_validate(nb_kargs *k) {
+  int ref = known_rank_input(k, k->nin), r = ref >= 0 ? k->in[ref]->rank : -1, a;
   int64_t axis = k->attr[PACK_AXIS].i;
-  int a;
-  if (!nb_norm_axis(axis, r + 1, &a))
+  if (r >= 0 && !nb_norm_axis(axis, r + 1, &a))
     return nb_kfail(k, NB_INVALID, "axis = %lld not in [%d, %d)", (long long)axis, -(r + 1), r + 1);
-  if (r == NB_MAX_RANK)
-    return nb_kfail(k, NB_SHAPE, "inputs of shape %s already have the largest rank %d", nb_tstr(x0), NB_MAX_RANK);
-  nb_code code = check_same_dtypes(k, n);
-  if (code) return code;
-  for (int i = 1; i < n; i++) {
-    const nb_tensor *x = k->in[i];
-    if (x->rank != r || memcmp(x->shape, x0->shape, (size_t)r * sizeof *x->shape))
-      return nb_kfail(k, NB_SHAPE, "Shapes of all inputs must match: values[0].shape = %s != values[%d].shape = %s",
-                      nb_tstr(x0), i, nb_tstr(x));
-  }
+  nb_code code = r >= 0 ? nb_kcheck_out_rank(k, r + 1, "output") : NB_OK;
+  return code ? code
+              : check_joined(k, k->nin, ref, NO_SKIP,
+                             "Shapes of all inputs must match: values[%d].shape = %s != values[%d].shape = %s",
+                             "Shapes of all inputs must match: values[%d].shape = %s != values[%d].shape = %s");
+}
+
+static nb_code pack_infer(nb_kargs *k) {
+  int n = k->nin, r = k->in[0]->rank, a;
+  const nb_tensor *x0 = k->in[0];
+  nb_norm_axis(k->attr[PACK_AXIS].i, r + 1, &a);
   int64_t shape[NB_MAX_RANK];
   for (int i = 0, j = 0; i <= r; i++) shape[i] = i == a ? n : x0->shape[j++];
   *(join_plan *)k->scratch = (join_plan){a, true};
@@ -531,18 +632,26 @@ static nb_code join_kernel(nb_kargs *k) {
 
 enum { UNPACK_NUM, UNPACK_AXIS };
 
-static nb_code unpack_infer(nb_kargs *k) {
+/* num is the outputs' count; axis names a dim of x of size num, where known. */
+static nb_code unpack_validate(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   int64_t num = k->attr[UNPACK_NUM].i, axis = k->attr[UNPACK_AXIS].i;
-  int a;
-  if (!nb_norm_axis(axis, x->rank, &a))
+  int a = -1;
+  if (x->rank >= 0 && !nb_norm_axis(axis, x->rank, &a))
     return nb_kfail(k, NB_INVALID, "axis = %lld not in [%d, %d)", (long long)axis, -x->rank, x->rank);
   if (num != k->nout)
     return nb_kfail(k, NB_INVALID, "attr num = %lld does not match the %d outputs asked for", (long long)num,
                     k->nout);
-  if (x->shape[a] != num)
+  if (a >= 0 && x->shape[a] >= 0 && x->shape[a] != num)
     return nb_kfail(k, NB_SHAPE, "Input shape axis %d must equal %lld, got shape %s", a, (long long)num,
                     nb_tstr(x));
+  return NB_OK;
+}
+
+static nb_code unpack_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  int a;
+  nb_norm_axis(k->attr[UNPACK_AXIS].i, x->rank, &a);
   int64_t shape[NB_MAX_RANK];
   for (int i = 0, j = 0; i < x->rank; i++)
     if (i != a) shape[j++] = x->shape[i];
@@ -587,29 +696,26 @@ static nb_code unpack_kernel(nb_kargs *k) {
 
 /* ---- Fill, ZerosLike, OnesLike, Shape ---------------------------------------------------------- */
 
+/* Fill(dims, value): dims a vector of dims >= 0 (where known), value a scalar. */
+static nb_code fill_validate(nb_kargs *k) {
+  int64_t dims[NB_MAX_RANK];
+  int n;
+  if (k->in[1]->rank > 0) return nb_kfail(k, NB_SHAPE, "value must be a scalar, got shape %s", nb_tstr(k->in[1]));
+  nb_code code = known_vector(k, 0, "dims", dims, NB_MAX_RANK, &n);
+  if (!code) code = check_dims(k, dims, n);
+  return known_or_later(code);
+}
+
 static nb_code fill_infer(nb_kargs *k) {
   int64_t dims[NB_MAX_RANK];
   int n;
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
-  if (code) return code;
-  if (k->in[0]->rank != 1) return nb_kfail(k, NB_SHAPE, "dims must be a vector, got shape %s", nb_tstr(k->in[0]));
-  if (k->in[1]->rank != 0)
-    return nb_kfail(k, NB_SHAPE, "value must be a scalar, got shape %s", nb_tstr(k->in[1]));
-  code = nb_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
-  if (code) return code;
-  for (int i = 0; i < n; i++)
-    if (dims[i] < 0) return nb_kfail(k, NB_INVALID, "Dimension %lld must be >= 0", (long long)dims[i]);
-  return set_out(k, 0, k->in[1]->dtype, n, dims);
+  nb_code code = nb_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
+  return code ? code : set_out(k, 0, k->in[1]->dtype, n, dims);
 }
 
 static nb_code fill_kernel(nb_kargs *k) {
   nb_tensor *y = k->res[0];
   nb_strided_fill(k, nb_tdata(y), nb_tdata(k->in[1]), nb_dtype_size(y->dtype), y->size);
-  return NB_OK;
-}
-
-static nb_code like_infer(nb_kargs *k) {
-  nb_meta_like(&k->out[0], k->in[0]);
   return NB_OK;
 }
 
@@ -633,9 +739,6 @@ enum { SHAPE_OUT_TYPE };
 static nb_code shape_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
   nb_dtype t = k->attr[SHAPE_OUT_TYPE].type;
-  if (t != NB_I32 && t != NB_I64)
-    return nb_kfail(k, NB_DTYPE, "out_type must be int32 or int64, got %s",
-                    (unsigned)t <= NB_BOOL ? nb_dtype_name(t) : "an invalid dtype");
   for (int i = 0; i < x->rank && t == NB_I32; i++)
     if (x->shape[i] > INT32_MAX)
       return nb_kfail(k, NB_INVALID, "Shape output type is 32-bit but dim %d is %lld", i, (long long)x->shape[i]);
@@ -682,20 +785,30 @@ static nb_code bgrad_reduction_axes(nb_kargs *k, const int64_t *const s[2], cons
   return NB_OK;
 }
 
-static nb_code bgrad_infer(nb_kargs *k) {
-  static const char *const names[2] = {"s0", "s1"};
+/* The shapes s0 and s1 (where known) and the axes each reduces. */
+static nb_code bgrad_plan_of(nb_kargs *k, bgrad_plan *p) {
   int64_t v[2][NB_MAX_RANK];
   int n[2];
+  nb_code code = NB_OK;
+  for (int i = 0; i < 2 && !code; i++) code = nb_kints(k, i, 1, v[i], NB_MAX_RANK, &n[i]);
+  const int64_t *const s[2] = {v[0], v[1]};
+  return code ? code : bgrad_reduction_axes(k, s, n, p);
+}
+
+static nb_code bgrad_validate(nb_kargs *k) {
+  static const char *const names[2] = {"s0", "s1"};
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
   if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
   for (int i = 0; i < 2 && !code; i++)
-    if (k->in[i]->rank != 1)
+    if (k->in[i]->rank >= 0 && k->in[i]->rank != 1)
       code = nb_kfail(k, NB_SHAPE, "%s must be a vector, got shape %s", names[i], nb_tstr(k->in[i]));
-  for (int i = 0; i < 2 && !code; i++) code = nb_kints(k, i, 1, v[i], NB_MAX_RANK, &n[i]);
-  if (code) return code;
+  bgrad_plan p;
+  return code ? code : known_or_later(bgrad_plan_of(k, &p));
+}
+
+static nb_code bgrad_infer(nb_kargs *k) {
   bgrad_plan *p = (bgrad_plan *)k->scratch;
-  const int64_t *const s[2] = {v[0], v[1]};
-  code = bgrad_reduction_axes(k, s, n, p);
+  nb_code code = bgrad_plan_of(k, p);
   if (code) return code;
   for (int i = 0; i < 2; i++) {
     int64_t len = p->n[i];
@@ -721,16 +834,18 @@ static nb_code bgrad_kernel(nb_kargs *k) {
 /* Const: attrs value (a concrete tensor) and dtype, which must agree. */
 enum { CONST_VALUE, CONST_DTYPE };
 
-static nb_code const_infer(nb_kargs *k) {
+static nb_code const_validate(nb_kargs *k) {
   const nb_tensor *v = k->attr[CONST_VALUE].tensor;
   if (!v) return nb_kfail(k, NB_INVALID, "attr 'value' is required");
   if (!v->buf) return nb_kfail(k, NB_INVALID, "attr 'value' must be a concrete tensor");
   if (v->dtype != k->attr[CONST_DTYPE].type)
     return nb_kfail(k, NB_DTYPE, "attr dtype=%s does not match value of dtype %s",
-                    (unsigned)k->attr[CONST_DTYPE].type <= NB_BOOL ? nb_dtype_name(k->attr[CONST_DTYPE].type)
-                                                                   : "invalid",
-                    nb_dtype_name(v->dtype));
-  nb_meta_like(&k->out[0], v);
+                    nb_dtype_name(k->attr[CONST_DTYPE].type), nb_dtype_name(v->dtype));
+  return NB_OK;
+}
+
+static nb_code const_infer(nb_kargs *k) {
+  nb_meta_like(&k->out[0], k->attr[CONST_VALUE].tensor);
   return NB_OK;
 }
 
@@ -744,16 +859,20 @@ static nb_code const_kernel(nb_kargs *k) {
    attr: unknown rank). Eager code has values, not placeholders. */
 enum { PLACEHOLDER_DTYPE, PLACEHOLDER_SHAPE };
 
-static nb_code placeholder_infer(nb_kargs *k) {
+static nb_code placeholder_validate(nb_kargs *k) {
   if (!k->ctx->graph)
     return nb_kfail(k, NB_INVALID, "placeholders exist only in graph contexts; eager ops take values directly");
   const nb_attrval *shape = &k->attr[PLACEHOLDER_SHAPE];
-  nb_dtype t = k->attr[PLACEHOLDER_DTYPE].type;
-  if ((unsigned)t > NB_BOOL) return nb_kfail(k, NB_DTYPE, "invalid dtype %d", (int)t);
   if (shape->n > NB_MAX_RANK) return nb_kfail(k, NB_SHAPE, "rank %d is larger than %d", shape->n, NB_MAX_RANK);
   for (int i = 0; i < shape->n; i++)
     if (shape->ints[i] < -1)
       return nb_kfail(k, NB_SHAPE, "dim %d is %lld; dims are >= 0, or -1 for unknown", i, (long long)shape->ints[i]);
+  return NB_OK;
+}
+
+static nb_code placeholder_infer(nb_kargs *k) {
+  const nb_attrval *shape = &k->attr[PLACEHOLDER_SHAPE];
+  nb_dtype t = k->attr[PLACEHOLDER_DTYPE].type;
   k->out[0].dtype = t;
   k->out[0].rank = shape->n < 0 ? -1 : shape->n;
   for (int i = 0; i < shape->n; i++) k->out[0].shape[i] = shape->ints[i];
@@ -774,8 +893,6 @@ static const char *const range_names[3] = {"start", "limit", "delta"};
    value is only known at run time. */
 static nb_code range_read(nb_kargs *k, int i, int64_t *iv, double *fv) {
   const nb_tensor *x = k->in[i];
-  if (x->rank != 0)
-    return nb_kfail(k, NB_SHAPE, "%s must be a scalar, not shape %s", range_names[i], nb_tstr(x));
   if (x->dtype == NB_I32 || x->dtype == NB_I64) {
     int n;
     return nb_kints(k, i, 0, iv, 1, &n);
@@ -790,11 +907,19 @@ static nb_code range_order_fail(nb_kargs *k, bool up, const char *start, const c
                   start, limit);
 }
 
+/* delta != 0 (checked first: it alone may be known). */
+static nb_code range_check_delta(nb_kargs *k) {
+  int64_t iv = 1;
+  double fv = 1;
+  nb_code code = range_read(k, 2, &iv, &fv);
+  if (!code && (iv == 0 || fv == 0)) return nb_kfail(k, NB_INVALID, "Requires delta != 0: %g", iv == 0 ? 0.0 : fv);
+  return code;
+}
+
 /* TF's size for integers: ceil(|limit - start| / |delta|), checked and computed in 64-bit
    integers (doubles would round large bounds), the difference unsigned so extreme int64
    values cannot overflow. */
 static nb_code range_int_size(nb_kargs *k, int64_t start, int64_t limit, int64_t delta, int64_t *size) {
-  if (delta == 0) return nb_kfail(k, NB_INVALID, "Requires delta != 0: 0");
   if (delta > 0 ? start > limit : start < limit) {
     char a[24], b[24];
     snprintf(a, sizeof a, "%lld", (long long)start);
@@ -814,7 +939,6 @@ static nb_code range_int_size(nb_kargs *k, int64_t start, int64_t limit, int64_t
 static nb_code range_float_size(nb_kargs *k, double start, double limit, double delta, int64_t *size) {
   if (!isfinite(start) || !isfinite(limit) || !isfinite(delta))
     return nb_kfail(k, NB_INVALID, "Requires start, limit and delta to be finite: %g/%g/%g", start, limit, delta);
-  if (delta == 0) return nb_kfail(k, NB_INVALID, "Requires delta != 0: %g", delta);
   if (delta > 0 ? start > limit : start < limit) {
     char a[32], b[32];
     snprintf(a, sizeof a, "%g", start);
@@ -829,19 +953,35 @@ static nb_code range_float_size(nb_kargs *k, double start, double limit, double 
   return NB_OK;
 }
 
-static nb_code range_infer(nb_kargs *k) {
+/* The plan and size of the range the known start, limit and delta give (NB_DEFER while
+   one is not known). */
+static nb_code range_plan_of(nb_kargs *k, range_plan *p, int64_t *size) {
   int64_t iv[3] = {0};
   double fv[3] = {0};
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
-  for (int i = 1; i < 3 && !code; i++) code = nb_kcheck_same_dtype(k, 0, i);
+  nb_code code = NB_OK;
   for (int i = 0; i < 3 && !code; i++) code = range_read(k, i, &iv[i], &fv[i]);
   if (code) return code;
   bool is_int = k->in[0]->dtype == NB_I32 || k->in[0]->dtype == NB_I64;
+  *p = (range_plan){iv[0], iv[2], fv[0], fv[2]};
+  return is_int ? range_int_size(k, iv[0], iv[1], iv[2], size) : range_float_size(k, fv[0], fv[1], fv[2], size);
+}
+
+static nb_code range_validate(nb_kargs *k) {
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
+  for (int i = 1; i < 3 && !code; i++) code = nb_kcheck_same_dtype(k, 0, i);
+  for (int i = 0; i < 3 && !code; i++)
+    if (k->in[i]->rank > 0)
+      code = nb_kfail(k, NB_SHAPE, "%s must be a scalar, not shape %s", range_names[i], nb_tstr(k->in[i]));
+  range_plan p;
+  int64_t size;
+  if (!code) code = known_or_later(range_check_delta(k));
+  return code ? code : known_or_later(range_plan_of(k, &p, &size));
+}
+
+static nb_code range_infer(nb_kargs *k) {
   int64_t size = 0; /* set on success; GCC cannot always follow that */
-  code = is_int ? range_int_size(k, iv[0], iv[1], iv[2], &size) : range_float_size(k, fv[0], fv[1], fv[2], &size);
-  if (code) return code;
-  *(range_plan *)k->scratch = (range_plan){iv[0], iv[2], fv[0], fv[2]};
-  return set_out(k, 0, k->in[0]->dtype, 1, &size);
+  nb_code code = range_plan_of(k, (range_plan *)k->scratch, &size);
+  return code ? code : set_out(k, 0, k->in[0]->dtype, 1, &size);
 }
 
 /* value i = start + i * delta (a product, not a running sum, so float errors do not add up;
@@ -881,55 +1021,59 @@ enum {
 
 /* grad_inputs: what TF's gradient functions read (shapes of, or the const inputs). */
 static nb_op_def array_ops[OP_COUNT] = {
-    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true, .infer = reshape_infer},
+    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true,
+                    .validate = reshape_validate, .infer = reshape_infer},
     [OP_EXPAND_DIMS] = {.name = "ExpandDims", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true,
-                        .infer = expand_dims_infer},
+                        .validate = expand_dims_validate, .infer = expand_dims_infer},
     [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true, .nattrs = 1,
-                    .attrs = {{"squeeze_dims", NB_ATTR_INTS, {.n = 0}, false}}, .infer = squeeze_infer},
+                    .attrs = {{"squeeze_dims", NB_ATTR_INTS, {.n = 0}, false}}, .validate = squeeze_validate,
+                    .infer = squeeze_infer},
     [OP_TRANSPOSE] = {.name = "Transpose", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .perm_input = 2,
-                      .infer = transpose_infer, .kernel = transpose_kernel},
+                      .validate = transpose_validate, .infer = transpose_infer, .kernel = transpose_kernel},
     [OP_BROADCAST_TO] = {.name = "BroadcastTo", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1,
-                         .infer = broadcast_to_infer, .kernel = broadcast_to_kernel},
+                         .validate = broadcast_to_validate, .infer = broadcast_to_infer, .kernel = broadcast_to_kernel},
     /* TF's ConcatV2 requires N >= 2; N = 1 is accepted here on purpose, returning a copy
        of the one input, as tf.concat does for a one-tensor list. */
     [OP_CONCAT] = {.name = "ConcatV2", .nin = 1, .variadic = true, .nout = 1, .alias = -1, .grad_inputs = ~0u,
-                   .nattrs = 1, .attrs = {{"N", NB_ATTR_INT, {.i = 2}, true}}, .infer = concat_infer,
+                   .nattrs = 1, .attrs = {{"N", NB_ATTR_INT, {.i = 2}, true}}, .validate = concat_validate, .infer = concat_infer,
                    .kernel = join_kernel},
     [OP_PACK] = {.name = "Pack", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 2,
                  .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}, {"axis", NB_ATTR_INT, {.i = 0}, false}},
-                 .infer = pack_infer, .kernel = join_kernel},
+                 .validate = pack_validate, .infer = pack_infer, .kernel = join_kernel},
     [OP_UNPACK] = {.name = "Unpack", .nin = 1, .nout = NB_VARIADIC, .alias = -1, .nattrs = 2,
                    .attrs = {{"num", NB_ATTR_INT, {.i = 0}, true}, {"axis", NB_ATTR_INT, {.i = 0}, false}},
-                   .infer = unpack_infer, .kernel = unpack_kernel},
-    [OP_TILE] = {.name = "Tile", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .infer = tile_infer,
-                 .kernel = tile_kernel},
-    [OP_PAD] = {.name = "Pad", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .infer = pad_infer,
-                .kernel = pad_kernel},
-    [OP_FILL] = {.name = "Fill", .nin = 2, .nout = 1, .alias = -1, .t_input = 1, .infer = fill_infer,
-                 .kernel = fill_kernel},
-    [OP_ZEROS_LIKE] = {.name = "ZerosLike", .nin = 1, .nout = 1, .alias = -1, .shape_only = true, .infer = like_infer,
+                   .validate = unpack_validate, .infer = unpack_infer, .kernel = unpack_kernel},
+    [OP_TILE] = {.name = "Tile", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .validate = tile_validate,
+                 .infer = tile_infer, .kernel = tile_kernel},
+    [OP_PAD] = {.name = "Pad", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .validate = pad_validate,
+                .infer = pad_infer, .kernel = pad_kernel},
+    [OP_FILL] = {.name = "Fill", .nin = 2, .nout = 1, .alias = -1, .t_input = 1, .validate = fill_validate,
+                 .infer = fill_infer, .kernel = fill_kernel},
+    [OP_ZEROS_LIKE] = {.name = "ZerosLike", .nin = 1, .nout = 1, .alias = -1, .shape_only = true, .infer = nb_infer_same,
                        .kernel = zeros_like_kernel},
-    [OP_ONES_LIKE] = {.name = "OnesLike", .nin = 1, .nout = 1, .alias = -1, .shape_only = true, .infer = like_infer,
+    [OP_ONES_LIKE] = {.name = "OnesLike", .nin = 1, .nout = 1, .alias = -1, .shape_only = true, .infer = nb_infer_same,
                       .kernel = ones_like_kernel},
     [OP_SHAPE] = {.name = "Shape", .nin = 1, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + SHAPE_OUT_TYPE,
                   .shape_only = true,
-                  .attrs = {{"out_type", NB_ATTR_TYPE, {.type = NB_I32}, false}}, .infer = shape_infer,
+                  .attrs = {{"out_type", NB_ATTR_TYPE, {.type = NB_I32}, false}}, .checks = {{.types = NB_M_INT}},
+                  .infer = shape_infer,
                   .kernel = shape_kernel},
     [OP_CONST] = {.name = "Const", .nin = 0, .nout = 1, .alias = -1, .nattrs = 2,
                   .attrs = {{"value", NB_ATTR_TENSOR, {.tensor = NULL}, true},
                             {"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true}},
-                  .infer = const_infer, .kernel = const_kernel},
+                  .validate = const_validate, .infer = const_infer, .kernel = const_kernel},
     [OP_PLACEHOLDER] = {.name = "Placeholder", .nin = 0, .nout = 1, .alias = -1, .nattrs = 2,
                         .dtype_attr = 1 + PLACEHOLDER_DTYPE,
                         .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true},
                                   {"shape", NB_ATTR_INTS, {.n = -1}, false}},
-                        .infer = placeholder_infer},
+                        .validate = placeholder_validate, .infer = placeholder_infer},
     /* reads its inputs' values, not just their shapes; has no gradient */
     [OP_BROADCAST_GRADIENT_ARGS] = {.name = "BroadcastGradientArgs", .nin = 2, .nout = 2, .alias = -1,
-                                    .shape_only = false, .grad_inputs = 0, .infer = bgrad_infer,
+                                    .shape_only = false, .grad_inputs = 0, .validate = bgrad_validate, .infer = bgrad_infer,
                                     .kernel = bgrad_kernel},
     /* reads its inputs' values; has no gradient */
-    [OP_RANGE] = {.name = "Range", .nin = 3, .nout = 1, .alias = -1, .infer = range_infer, .kernel = range_kernel},
+    [OP_RANGE] = {.name = "Range", .nin = 3, .nout = 1, .alias = -1, .validate = range_validate, .infer = range_infer,
+                  .kernel = range_kernel},
 };
 
 nb_op_family nb_array_family(void) { return (nb_op_family){array_ops, OP_COUNT}; }

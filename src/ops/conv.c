@@ -22,7 +22,12 @@
 
 /* ---- window geometry ----------------------------------------------------------------- */
 
+/* The padding attr's choices, in pad_mode's order; the layouts' in data_format's. */
 typedef enum { PAD_SAME, PAD_VALID, PAD_EXPLICIT } pad_mode;
+static const char *const paddings[] = {"SAME", "VALID", "EXPLICIT", NULL};
+static const char *const implicit_paddings[] = {"SAME", "VALID", NULL};
+static const char *const formats[] = {"NHWC", "NCHW", NULL};
+enum { FORMAT_NHWC, FORMAT_NCHW };
 
 /* A sliding window over an image batch, dims in NHWC terms whatever the layout. */
 typedef struct geom {
@@ -37,31 +42,6 @@ _Static_assert(sizeof(geom) <= NB_SCRATCH_BYTES, "geom must fit the scratch");
 /* Window attrs above this are refused, so window arithmetic cannot overflow. */
 #define WINDOW_MAX ((int64_t)1 << 30)
 #define SPATIAL_MAX ((int64_t)1 << 31) /* input rows/cols and window rows/cols */
-
-static nb_code parse_format(nb_kargs *k, int slot, bool *nchw) {
-  const char *f = k->attr[slot].s;
-  if (f && !strcmp(f, "NHWC"))
-    *nchw = false;
-  else if (f && !strcmp(f, "NCHW"))
-    *nchw = true;
-  else
-    return nb_kfail(k, NB_INVALID, "data_format must be \"NHWC\" or \"NCHW\", got \"%s\"", f ? f : "");
-  return NB_OK;
-}
-
-static nb_code parse_padding(nb_kargs *k, int slot, bool explicit_ok, pad_mode *m) {
-  const char *p = k->attr[slot].s;
-  if (p && !strcmp(p, "SAME"))
-    *m = PAD_SAME;
-  else if (p && !strcmp(p, "VALID"))
-    *m = PAD_VALID;
-  else if (p && explicit_ok && !strcmp(p, "EXPLICIT"))
-    *m = PAD_EXPLICIT;
-  else
-    return nb_kfail(k, NB_INVALID, "padding must be \"SAME\", \"VALID\"%s, got \"%s\"",
-                    explicit_ok ? " or \"EXPLICIT\"" : "", p ? p : "");
-  return NB_OK;
-}
 
 /* A 4-value window attr (strides, dilations, ksize) in the layout's order: each in
    [1, WINDOW_MAX] and 1 on the batch and channel dims. Gives the (rows, cols) pair. */
@@ -160,6 +140,18 @@ static void layout_dims(const geom *g, int64_t n, int64_t h, int64_t w, int64_t 
   s[g->nchw ? 1 : 3] = c;
 }
 
+/* The window attrs every conv and pool op has, checked: layout, padding mode, strides and
+   explicit paddings into g and *m, pad (validate runs this too, so infer's call cannot fail). */
+static nb_code window_attrs(nb_kargs *k, int format_slot, int padding_slot, int strides_slot, int explicit_slot,
+                            geom *g, pad_mode *m, int64_t pad[4]) {
+  g->nchw = nb_kchoice(k, format_slot) == FORMAT_NCHW;
+  *m = (pad_mode)nb_kchoice(k, padding_slot);
+  memset(pad, 0, 4 * sizeof *pad);
+  nb_code code = parse_window_attr(k, strides_slot, g->nchw, &g->sh, &g->sw);
+  if (!code && explicit_slot >= 0) code = parse_explicit(k, explicit_slot, *m, g->nchw, pad);
+  return code;
+}
+
 static nb_code check_float(nb_kargs *k, int i) {
   if (!(NB_M(k->in[i]->dtype) & NB_M_FLOAT))
     return nb_kfail(k, NB_DTYPE, "input %d has dtype %s; %s supports float32 and float64", i,
@@ -172,20 +164,27 @@ static nb_code check_float_pair(nb_kargs *k, int i, int j) {
   return code ? code : nb_kcheck_same_dtype(k, i, j);
 }
 
-static nb_code check_rank4(nb_kargs *k, int i, const char *what) {
-  if (k->in[i]->rank != 4)
-    return nb_kfail(k, NB_SHAPE, "%s must be 4-dimensional, got shape %s", what, nb_tstr(k->in[i]));
-  return NB_OK;
-}
-
-/* The 4 values of int input i (a shape: input_sizes, filter_sizes, orig_input_shape). */
+/* The 4 values of int input i (a shape: input_sizes, filter_sizes, orig_input_shape);
+   NB_DEFER while not known. */
 static nb_code shape_input(nb_kargs *k, int i, const char *what, int64_t *s) {
   int n = 0;
-  nb_code code = nb_kints(k, i, 1, s, 4, &n);
+  nb_code code = nb_kcheck_dtype(k, i, NB_M_INT);
+  if (!code) code = nb_kints(k, i, 1, s, 4, &n);
   if (code) return code;
   if (n != 4) return nb_kfail(k, NB_SHAPE, "%s must have 4 values, got %d", what, n);
   for (int d = 0; d < 4; d++)
     if (s[d] < 0) return nb_kfail(k, NB_SHAPE, "%s must be nonnegative, got %s", what, nb_sstr(4, s));
+  return NB_OK;
+}
+
+/* Inputs of ranks[i] where known; ranks[i] 0 marks a shape operand: 4 int values >= 0
+   where known. */
+static nb_code check_operands(nb_kargs *k, const int *ranks, const char *const *names) {
+  for (int i = 0; i < k->nin; i++) {
+    int64_t s[4];
+    nb_code code = ranks[i] == 0 ? shape_input(k, i, names[i], s) : nb_kcheck_rank(k, i, ranks[i], ranks[i], names[i]);
+    if (code && code != NB_DEFER) return code;
+  }
   return NB_OK;
 }
 
@@ -203,23 +202,31 @@ static nb_code check_shape(nb_kargs *k, int i, const char *what, const int64_t *
 
 enum { C_STRIDES, C_USE_CUDNN, C_PADDING, C_EXPLICIT, C_FORMAT, C_DILATIONS };
 
+/* A convolution's attrs into g (layout, strides, dilations) and *m, pad. */
+static nb_code conv_attrs(nb_kargs *k, geom *g, pad_mode *m, int64_t pad[4]) {
+  nb_code code = window_attrs(k, C_FORMAT, C_PADDING, C_STRIDES, C_EXPLICIT, g, m, pad);
+  return code ? code : parse_window_attr(k, C_DILATIONS, g->nchw, &g->dh, &g->dw);
+}
+
+/* The input's channels c match the filter's in_channels fc, where both are known. */
+static nb_code check_depth(nb_kargs *k, int64_t c, int64_t fc, const char *shapes) {
+  if (c < 0 || fc < 0 || c == fc) return NB_OK;
+  return nb_kfail(k, NB_SHAPE, "input depth %lld does not match filter in_channels %lld (%s)", (long long)c,
+                  (long long)fc, shapes);
+}
+
 /* Geometry of a convolution of input dims in[4] (layout order) with filter dims f[4]. */
 static nb_code conv_geom(nb_kargs *k, const int64_t *in, const int64_t *f, const char *shapes, geom *g) {
   pad_mode m = PAD_VALID;
   int64_t pad[4];
-  nb_code code = parse_format(k, C_FORMAT, &g->nchw);
-  if (!code) code = parse_window_attr(k, C_STRIDES, g->nchw, &g->sh, &g->sw);
-  if (!code) code = parse_window_attr(k, C_DILATIONS, g->nchw, &g->dh, &g->dw);
-  if (!code) code = parse_padding(k, C_PADDING, true, &m);
-  if (!code) code = parse_explicit(k, C_EXPLICIT, m, g->nchw, pad);
+  nb_code code = conv_attrs(k, g, &m, pad);
   if (code) return code;
   set_input_dims(g, in);
   g->kh = f[0];
   g->kw = f[1];
   g->oc = f[3];
-  if (g->c != f[2])
-    return nb_kfail(k, NB_SHAPE, "input depth %lld does not match filter in_channels %lld (%s)", (long long)g->c,
-                    (long long)f[2], shapes);
+  nb_code depth = check_depth(k, g->c, f[2], shapes);
+  if (depth) return depth;
   if (g->kh == 0 || g->kw == 0)
     return nb_kfail(k, NB_SHAPE, "filter window must be nonempty (%s)", shapes);
   return finish_geom(k, g, m, pad, shapes);
@@ -242,14 +249,33 @@ typedef enum { CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER } conv_ki
    of shape input_sizes; Conv2DBackpropFilter(input, filter_sizes, out_backprop) -> dW of
    shape filter_sizes. One of input and filter may come as a shape operand; the backprops'
    out_backprop must have the shape Conv2D would give. */
+static nb_code conv_validate_as(nb_kargs *k, conv_kind kind) {
+  static const char *const names[3][3] = {{"input", "filter"},
+                                          {"input_sizes", "filter", "out_backprop"},
+                                          {"input", "filter_sizes", "out_backprop"}};
+  static const int ranks[3][3] = {{4, 4}, {0, 4, 4}, {4, 0, 4}};
+  geom g;
+  pad_mode m;
+  int64_t pad[4];
+  nb_code code = check_float_pair(k, kind == CONV_BACKPROP_INPUT ? 1 : 0, kind == CONV_FORWARD ? 1 : 2);
+  if (!code) code = conv_attrs(k, &g, &m, pad);
+  if (!code) code = check_operands(k, ranks[kind], names[kind]);
+  const nb_tensor *x = k->in[0], *w = k->in[1];
+  if (code || kind != CONV_FORWARD || x->rank < 0 || w->rank < 0) return code;
+  char shapes[200];
+  snprintf(shapes, sizeof shapes, "input %s, filter %s", nb_tstr(x), nb_tstr(w));
+  return check_depth(k, x->shape[g.nchw ? 1 : 3], w->shape[2], shapes);
+}
+
+static nb_code conv2d_validate(nb_kargs *k) { return conv_validate_as(k, CONV_FORWARD); }
+static nb_code backprop_input_validate(nb_kargs *k) { return conv_validate_as(k, CONV_BACKPROP_INPUT); }
+static nb_code backprop_filter_validate(nb_kargs *k) { return conv_validate_as(k, CONV_BACKPROP_FILTER); }
+
 static nb_code conv_infer_as(nb_kargs *k, conv_kind kind) {
   bool input_sizes = kind == CONV_BACKPROP_INPUT, filter_sizes = kind == CONV_BACKPROP_FILTER;
   int first = input_sizes ? 1 : 0; /* the first operand that is not a shape */
   int64_t in[4], f[4], out[4];
-  nb_code code = check_float_pair(k, first, kind == CONV_FORWARD ? 1 : 2);
-  if (!code && !input_sizes) code = check_rank4(k, 0, "input");
-  if (!code && !filter_sizes) code = check_rank4(k, 1, "filter");
-  if (!code && input_sizes) code = shape_input(k, 0, "input_sizes", in);
+  nb_code code = input_sizes ? shape_input(k, 0, "input_sizes", in) : NB_OK;
   if (!code && filter_sizes) code = shape_input(k, 1, "filter_sizes", f);
   if (code) return code;
   if (!input_sizes) memcpy(in, k->in[0]->shape, sizeof in);
@@ -645,18 +671,19 @@ enum { P_KSIZE, P_STRIDES, P_PADDING, P_EXPLICIT };
 static bool pool_has_explicit(const nb_op_def *d) { return d->nattrs == 5; }
 static int pool_format_slot(const nb_op_def *d) { return pool_has_explicit(d) ? P_EXPLICIT + 1 : P_EXPLICIT; }
 
+/* A pool's attrs into g (layout, window, strides) and *m, pad. */
+static nb_code pool_attrs(nb_kargs *k, geom *g, pad_mode *m, int64_t pad[4]) {
+  int explicit_slot = pool_has_explicit(k->def) ? P_EXPLICIT : -1;
+  nb_code code = window_attrs(k, pool_format_slot(k->def), P_PADDING, P_STRIDES, explicit_slot, g, m, pad);
+  return code ? code : parse_window_attr(k, P_KSIZE, g->nchw, &g->kh, &g->kw);
+}
+
 /* Geometry of a pool over input dims in[4] (layout order); no dilation, c kept. */
 static nb_code pool_geom(nb_kargs *k, const int64_t *in, const char *shapes, geom *g) {
-  bool explicit_ok = pool_has_explicit(k->def);
   pad_mode m = PAD_VALID;
   int64_t pad[4];
-  nb_code code = parse_format(k, pool_format_slot(k->def), &g->nchw);
-  if (!code) code = parse_window_attr(k, P_KSIZE, g->nchw, &g->kh, &g->kw);
-  if (!code) code = parse_window_attr(k, P_STRIDES, g->nchw, &g->sh, &g->sw);
-  if (!code) code = parse_padding(k, P_PADDING, explicit_ok, &m);
-  if (!code && explicit_ok) code = parse_explicit(k, P_EXPLICIT, m, g->nchw, pad);
+  nb_code code = pool_attrs(k, g, &m, pad);
   if (code) return code;
-  if (!explicit_ok) memset(pad, 0, sizeof pad);
   set_input_dims(g, in);
   g->dh = g->dw = 1;
   g->oc = g->c;
@@ -666,15 +693,27 @@ static nb_code pool_geom(nb_kargs *k, const int64_t *in, const char *shapes, geo
 static void pool_in_dims(const geom *g, int64_t *s) { layout_dims(g, g->n, g->h, g->w, g->c, s); }
 static void pool_out_dims(const geom *g, int64_t *s) { layout_dims(g, g->n, g->oh, g->ow, g->c, s); }
 
+/* The pools' operands (by their count: MaxPool and AvgPool, AvgPoolGrad, MaxPoolGrad and
+   MaxPoolGradGrad): float, of one dtype, 4-D but for AvgPoolGrad's shape operand. */
+static nb_code pool_validate(nb_kargs *k) {
+  static const char *const names[3][3] = {{"input"}, {"orig_input_shape", "grad"}, {"orig_input", "orig_output", "grad"}};
+  static const int ranks[3][3] = {{4}, {0, 4}, {4, 4, 4}};
+  int first = k->nin == 2 ? 1 : 0;
+  geom g;
+  pad_mode m;
+  int64_t pad[4];
+  nb_code code = check_float(k, first);
+  for (int i = first + 1; i < k->nin && !code; i++) code = nb_kcheck_same_dtype(k, first, i);
+  if (!code) code = pool_attrs(k, &g, &m, pad);
+  return code ? code : check_operands(k, ranks[k->nin - 1], names[k->nin - 1]);
+}
+
 /* MaxPool(input), AvgPool(value) */
 static nb_code pool_infer(nb_kargs *k) {
-  nb_code code = check_float(k, 0);
-  if (!code) code = check_rank4(k, 0, "input");
-  if (code) return code;
   char shapes[200];
   snprintf(shapes, sizeof shapes, "input %s", nb_tstr(k->in[0]));
   geom *g = (geom *)k->scratch;
-  code = pool_geom(k, k->in[0]->shape, shapes, g);
+  nb_code code = pool_geom(k, k->in[0]->shape, shapes, g);
   if (code) return code;
   int64_t s[4];
   pool_out_dims(g, s);
@@ -686,15 +725,11 @@ static nb_code pool_infer(nb_kargs *k) {
 /* MaxPoolGrad(orig_input, orig_output, grad) -> dx like orig_input;
    MaxPoolGradGrad(orig_input, orig_output, grad like orig_input) -> like orig_output. */
 static nb_code max_pool_grad_infer_as(nb_kargs *k, bool grad_grad) {
-  nb_code code = check_float_pair(k, 0, 1);
-  if (!code) code = nb_kcheck_same_dtype(k, 0, 2);
-  if (!code) code = check_rank4(k, 0, "orig_input");
-  if (code) return code;
   char shapes[200];
   snprintf(shapes, sizeof shapes, "orig_input %s, orig_output %s, grad %s", nb_tstr(k->in[0]), nb_tstr(k->in[1]),
            nb_tstr(k->in[2]));
   geom *g = (geom *)k->scratch;
-  code = pool_geom(k, k->in[0]->shape, shapes, g);
+  nb_code code = pool_geom(k, k->in[0]->shape, shapes, g);
   if (code) return code;
   int64_t in[4], out[4];
   pool_in_dims(g, in);
@@ -713,8 +748,7 @@ static nb_code max_pool_grad_grad_infer(nb_kargs *k) { return max_pool_grad_infe
 /* AvgPoolGrad(orig_input_shape, grad) -> dx of shape orig_input_shape. */
 static nb_code avg_pool_grad_infer(nb_kargs *k) {
   int64_t in[4], out[4];
-  nb_code code = check_float(k, 1);
-  if (!code) code = shape_input(k, 0, "orig_input_shape", in);
+  nb_code code = shape_input(k, 0, "orig_input_shape", in);
   if (code) return code;
   char shapes[200];
   snprintf(shapes, sizeof shapes, "orig_input_shape %s, grad %s", nb_sstr(4, in), nb_tstr(k->in[1]));
@@ -963,38 +997,40 @@ typedef struct bias_plan {
   int64_t outer, c, inner;
 } bias_plan;
 
-static nb_code bias_plan_of(nb_kargs *k, const nb_tensor *v, bias_plan *p) {
-  bool nchw = false;
-  nb_code code = parse_format(k, 0, &nchw);
-  if (code) return code;
-  if (v->rank < 2) return nb_kfail(k, NB_SHAPE, "input must be at least 2-dimensional, got shape %s", nb_tstr(v));
+static void bias_plan_of(const nb_kargs *k, const nb_tensor *v, bias_plan *p) {
+  bool nchw = nb_kchoice(k, 0) == FORMAT_NCHW;
   int cd = nchw && v->rank >= 3 ? 1 : v->rank - 1;
   p->c = v->shape[cd];
   p->outer = nb_shape_size(cd, v->shape);
   p->inner = nb_shape_size(v->rank - cd - 1, v->shape + cd + 1);
+}
+
+/* BiasAdd(value, bias) and BiasAddGrad(out_backprop): float, value at least 2-D, bias 1-D
+   of the channel dim's size, where known. */
+static nb_code bias_validate(nb_kargs *k) {
+  nb_code code = check_float(k, 0);
+  if (!code && k->nin == 2) code = nb_kcheck_same_dtype(k, 0, 1);
+  if (!code) code = nb_kcheck_rank(k, 0, 2, NB_MAX_RANK, "input");
+  if (!code && k->nin == 2) code = nb_kcheck_rank(k, 1, 1, 1, "bias");
+  if (code || k->nin == 1 || k->in[0]->rank < 0 || k->in[1]->rank < 0) return code;
+  bias_plan p;
+  bias_plan_of(k, k->in[0], &p);
+  const nb_tensor *b = k->in[1];
+  if (b->shape[0] >= 0 && p.c >= 0 && b->shape[0] != p.c)
+    return nb_kfail(k, NB_SHAPE, "bias must be a vector of the channel dim's size %lld, got shape %s (value %s)",
+                    (long long)p.c, nb_tstr(b), nb_tstr(k->in[0]));
   return NB_OK;
 }
 
 static nb_code bias_add_infer(nb_kargs *k) {
-  nb_code code = check_float_pair(k, 0, 1);
-  if (code) return code;
-  bias_plan *p = (bias_plan *)k->scratch;
-  code = bias_plan_of(k, k->in[0], p);
-  if (code) return code;
-  const nb_tensor *b = k->in[1];
-  if (b->rank != 1 || b->shape[0] != p->c)
-    return nb_kfail(k, NB_SHAPE, "bias must be a vector of the channel dim's size %lld, got shape %s (value %s)",
-                    (long long)p->c, nb_tstr(b), nb_tstr(k->in[0]));
+  bias_plan_of(k, k->in[0], (bias_plan *)k->scratch);
   nb_meta_like(&k->out[0], k->in[0]);
   return NB_OK;
 }
 
 static nb_code bias_add_grad_infer(nb_kargs *k) {
-  nb_code code = check_float(k, 0);
-  if (code) return code;
   bias_plan *p = (bias_plan *)k->scratch;
-  code = bias_plan_of(k, k->in[0], p);
-  if (code) return code;
+  bias_plan_of(k, k->in[0], p);
   nb_meta_set(&k->out[0], k->in[0]->dtype, 1, &p->c);
   return NB_OK;
 }
@@ -1083,15 +1119,20 @@ static const int64_t unit_dilations[4] = {1, 1, 1, 1};
 #define INTS_ATTR(NAME, V, N) {NAME, NB_ATTR_INTS, {.ints = V, .n = N}, false}
 #define PADDING_ATTR {"padding", NB_ATTR_STR, {.s = NULL}, true}
 #define FORMAT_ATTR {"data_format", NB_ATTR_STR, {.s = "NHWC"}, false}
+#define FORMAT_CHECK {.choices = formats}
 /* use_cudnn_on_gpu picks a GPU library in TF; it changes nothing here */
 #define CONV_ATTRS                                                                                          \
   .nattrs = 6, .attrs = {REQUIRED_INTS("strides"), {"use_cudnn_on_gpu", NB_ATTR_BOOL, {.b = true}, false}, \
                          PADDING_ATTR, INTS_ATTR("explicit_paddings", NULL, 0), FORMAT_ATTR,                \
-                         INTS_ATTR("dilations", unit_dilations, 4)}
+                         INTS_ATTR("dilations", unit_dilations, 4)},                                        \
+  .checks = {[C_PADDING] = {.choices = paddings}, [C_FORMAT] = FORMAT_CHECK}
 #define MAX_POOL_ATTRS                                                                                      \
   .nattrs = 5, .attrs = {REQUIRED_INTS("ksize"), REQUIRED_INTS("strides"), PADDING_ATTR,                   \
-                         INTS_ATTR("explicit_paddings", NULL, 0), FORMAT_ATTR}
-#define POOL_ATTRS .nattrs = 4, .attrs = {REQUIRED_INTS("ksize"), REQUIRED_INTS("strides"), PADDING_ATTR, FORMAT_ATTR}
+                         INTS_ATTR("explicit_paddings", NULL, 0), FORMAT_ATTR},                             \
+  .checks = {[P_PADDING] = {.choices = paddings}, [P_EXPLICIT + 1] = FORMAT_CHECK}
+#define POOL_ATTRS                                                                                          \
+  .nattrs = 4, .attrs = {REQUIRED_INTS("ksize"), REQUIRED_INTS("strides"), PADDING_ATTR, FORMAT_ATTR},     \
+  .checks = {[P_PADDING] = {.choices = implicit_paddings}, [P_EXPLICIT] = FORMAT_CHECK}
 
 enum {
   OP_CONV2D, OP_CONV2D_BACKPROP_INPUT, OP_CONV2D_BACKPROP_FILTER, OP_MAX_POOL, OP_MAX_POOL_GRAD,
@@ -1102,32 +1143,38 @@ static nb_op_def conv_ops[OP_COUNT] = {
     /* Conv2D's gradient reads input and filter; each backprop's gradient reads the two
        operands that are not a shape (the shapes come from Shape of them) */
     [OP_CONV2D] = {.name = "Conv2D", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3u, CONV_ATTRS,
-                   .infer = conv2d_infer, .kernel = conv2d_kernel},
+                   .validate = conv2d_validate, .infer = conv2d_infer, .kernel = conv2d_kernel},
     [OP_CONV2D_BACKPROP_INPUT] = {.name = "Conv2DBackpropInput", .nin = 3, .nout = 1, .alias = -1, .t_input = 1,
-                                  .grad_inputs = 6u, CONV_ATTRS, .infer = backprop_input_infer,
+                                  .grad_inputs = 6u, CONV_ATTRS, .validate = backprop_input_validate,
+                                  .infer = backprop_input_infer,
                                   .kernel = backprop_input_kernel},
     [OP_CONV2D_BACKPROP_FILTER] = {.name = "Conv2DBackpropFilter", .nin = 3, .nout = 1, .alias = -1,
-                                   .grad_inputs = 5u, CONV_ATTRS, .infer = backprop_filter_infer,
+                                   .grad_inputs = 5u, CONV_ATTRS, .validate = backprop_filter_validate,
+                                   .infer = backprop_filter_infer,
                                    .kernel = backprop_filter_kernel},
     /* MaxPool's gradient routes dy through its input and output; the gradients of its
        gradient ops read orig_input and orig_output */
     [OP_MAX_POOL] = {.name = "MaxPool", .nin = 1, .nout = 1, .alias = -1, .grad_inputs = 1u, .grad_outputs = 1u,
-                     MAX_POOL_ATTRS, .infer = pool_infer, .kernel = max_pool_kernel},
+                     MAX_POOL_ATTRS, .validate = pool_validate, .infer = pool_infer, .kernel = max_pool_kernel},
     [OP_MAX_POOL_GRAD] = {.name = "MaxPoolGrad", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 3u,
-                          MAX_POOL_ATTRS, .infer = max_pool_grad_infer, .kernel = max_pool_grad_kernel},
+                          MAX_POOL_ATTRS, .validate = pool_validate, .infer = max_pool_grad_infer,
+                          .kernel = max_pool_grad_kernel},
     [OP_MAX_POOL_GRAD_GRAD] = {.name = "MaxPoolGradGrad", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 3u,
-                               POOL_ATTRS, .infer = max_pool_grad_grad_infer, .kernel = max_pool_grad_grad_kernel},
+                               POOL_ATTRS, .validate = pool_validate, .infer = max_pool_grad_grad_infer,
+                               .kernel = max_pool_grad_grad_kernel},
     /* AvgPool's gradient needs only its input's shape; AvgPoolGrad's only dy */
     [OP_AVG_POOL] = {.name = "AvgPool", .nin = 1, .nout = 1, .alias = -1, .grad_inputs = 1u, POOL_ATTRS,
-                     .infer = pool_infer, .kernel = avg_pool_kernel},
+                     .validate = pool_validate, .infer = pool_infer, .kernel = avg_pool_kernel},
     [OP_AVG_POOL_GRAD] = {.name = "AvgPoolGrad", .nin = 2, .nout = 1, .alias = -1, .t_input = 1, POOL_ATTRS,
-                          .infer = avg_pool_grad_infer, .kernel = avg_pool_grad_kernel},
+                          .validate = pool_validate, .infer = avg_pool_grad_infer, .kernel = avg_pool_grad_kernel},
     /* BiasAdd's gradient is dy and BiasAddGrad(dy); BiasAddGrad's broadcasts dy back to
        its input's shape */
     [OP_BIAS_ADD] = {.name = "BiasAdd", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .attrs = {FORMAT_ATTR},
-                     .infer = bias_add_infer, .kernel = bias_add_kernel},
+                     .checks = {FORMAT_CHECK}, .validate = bias_validate, .infer = bias_add_infer, .kernel = bias_add_kernel},
     [OP_BIAS_ADD_GRAD] = {.name = "BiasAddGrad", .nin = 1, .nout = 1, .alias = -1, .grad_inputs = 1u, .nattrs = 1,
-                          .attrs = {FORMAT_ATTR}, .infer = bias_add_grad_infer, .kernel = bias_add_grad_kernel},
+                          .attrs = {FORMAT_ATTR}, .checks = {FORMAT_CHECK}, .validate = bias_validate,
+                          .infer = bias_add_grad_infer,
+                          .kernel = bias_add_grad_kernel},
 };
 
 nb_op_family nb_conv_family(void) { return (nb_op_family){conv_ops, OP_COUNT}; }

@@ -8,11 +8,17 @@
 
 #include <string.h>
 
-static nb_code custom_infer(nb_kargs *k) {
+static nb_code custom_validate(nb_kargs *k) {
   int64_t n = k->attr[NB_CUSTOM_NUM_OUTPUTS].i;
   if (n < 1 || n > k->nin || n != k->nout)
     return nb_kfail(k, NB_INVALID, "num_outputs %lld must be in [1, %d] and match the %d outputs", (long long)n,
                     k->nin, k->nout);
+  return NB_OK;
+}
+
+/* Each output like its input, whatever the ranks (the op is any_rank: outputs of several
+   dtypes must not take one). */
+static nb_code custom_infer(nb_kargs *k) {
   for (int i = 0; i < k->nout; i++) nb_meta_like(&k->out[i], k->in[i]);
   return NB_OK;
 }
@@ -24,13 +30,13 @@ static nb_code custom_kernel(nb_kargs *k) {
 }
 
 static nb_op_def custom_ops[] = {
-    {.name = "_CustomGradient", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .nattrs = 4,
+    {.name = "_CustomGradient", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .any_rank = true, .nattrs = 4,
      .grad_inputs = ~0u, .grad_outputs = ~0u, /* the user's gradient may read anything */
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
                {"_grad_fn", NB_ATTR_INT, {.i = 0}, true},
                {"_user", NB_ATTR_INT, {.i = 0}, false}},
-     .infer = custom_infer, .kernel = custom_kernel},
+     .validate = custom_validate, .infer = custom_infer, .kernel = custom_kernel},
 };
 
 nb_op_family nb_custom_family(void) { return (nb_op_family){custom_ops, 1}; }

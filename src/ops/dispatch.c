@@ -111,7 +111,8 @@ nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int n
   else
     nb_attr_defaults(def, k.attr);
   if (def->variadic) k.attr[0].i = nin - def->nin; /* attr "N" is first by convention */
-  code = c->infer ? c->infer(c, &k) : def->infer(&k);
+  code = c->infer ? c->infer(c, &k) : nb_kvalidate(&k);
+  if (!code && !c->infer) code = def->infer(&k);
   if (!code && !k.deferred) code = check_output_sizes(&k);
   if (code) return code;
   return c->execute(c, &k, out);
@@ -329,6 +330,101 @@ static const char *mask_str(char *buf, size_t cap, unsigned mask) {
   for (int t = NB_F32; t <= NB_BOOL; t++)
     if (mask & NB_M(t)) n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", nb_dtype_name(t));
   return buf;
+}
+
+/* ---- validation ------------------------------------------------------------------------ */
+
+/* A type attr names a dtype its spec allows, and the dtype of its input when tied to one;
+   NB_TYPE_UNSET is "not given" where that is the default. */
+static nb_code check_type_attr(nb_kargs *k, int slot) {
+  const nb_attr_spec *s = &k->def->attrs[slot];
+  const nb_attr_check *rule = &k->def->checks[slot];
+  nb_dtype t = k->attr[slot].type;
+  char buf[96];
+  if (t == NB_TYPE_UNSET && s->def.type == NB_TYPE_UNSET) return NB_OK;
+  if ((unsigned)t > NB_BOOL) return nb_kfail(k, NB_DTYPE, "attr %s=%d is not a dtype", s->name, (int)t);
+  if (rule->types && !(rule->types & NB_M(t)))
+    return nb_kfail(k, NB_DTYPE, "attr %s=%s is not supported; expected %s", s->name, nb_dtype_name(t),
+                    mask_str(buf, sizeof buf, rule->types));
+  int i = rule->of_input - 1;
+  if (i >= 0 && i < k->nin && k->in[i]->dtype != t)
+    return nb_kfail(k, NB_DTYPE, "attr %s=%s does not match input %d of dtype %s", s->name, nb_dtype_name(t), i,
+                    nb_dtype_name(k->in[i]->dtype));
+  return NB_OK;
+}
+
+static int choice_of(const char *const *choices, const char *v) {
+  for (int i = 0; v && choices[i]; i++)
+    if (strcmp(choices[i], v) == 0) return i;
+  return -1;
+}
+
+/* A string attr with choices holds one of them; the message lists them TF's way. */
+static nb_code check_choice_attr(nb_kargs *k, int slot) {
+  const char *const *choices = k->def->checks[slot].choices, *v = k->attr[slot].s;
+  if (choice_of(choices, v) >= 0) return NB_OK;
+  char list[160];
+  size_t n = 0;
+  list[0] = '\0';
+  for (int i = 0; choices[i] && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", i == 0 ? "" : choices[i + 1] ? ", " : " or ",
+                          choices[i]);
+  return nb_kfail(k, NB_INVALID, "%s must be %s, got \"%s\"", k->def->attrs[slot].name, list, v ? v : "");
+}
+
+nb_code nb_kvalidate(nb_kargs *k) {
+  const nb_op_def *def = k->def;
+  for (int a = 0; a < def->nattrs; a++) {
+    nb_code code = def->attrs[a].kind == NB_ATTR_TYPE                          ? check_type_attr(k, a)
+                   : def->attrs[a].kind == NB_ATTR_STR && def->checks[a].choices ? check_choice_attr(k, a)
+                                                                                : NB_OK;
+    if (code) return code;
+  }
+  return def->validate ? def->validate(k) : NB_OK;
+}
+
+int nb_kchoice(const nb_kargs *k, int slot) { return choice_of(k->def->checks[slot].choices, k->attr[slot].s); }
+
+nb_code nb_kcheck_rank(nb_kargs *k, int i, int lo, int hi, const char *what) {
+  const nb_tensor *x = k->in[i];
+  if (x->rank < 0 || (x->rank >= lo && x->rank <= hi)) return NB_OK;
+  if (lo == hi) return nb_kfail(k, NB_SHAPE, "%s must be %d-dimensional, got shape %s", what, lo, nb_tstr(x));
+  if (hi >= NB_MAX_RANK)
+    return nb_kfail(k, NB_SHAPE, "%s must be at least %d-dimensional, got shape %s", what, lo, nb_tstr(x));
+  return nb_kfail(k, NB_SHAPE, "%s must have rank in [%d, %d], got shape %s", what, lo, hi, nb_tstr(x));
+}
+
+nb_code nb_kcheck_out_rank(nb_kargs *k, int rank, const char *what) {
+  if (rank <= NB_MAX_RANK) return NB_OK;
+  return nb_kfail(k, NB_SHAPE, "%s rank %d exceeds the maximum rank %d", what, rank, NB_MAX_RANK);
+}
+
+bool nb_shapes_compatible(const nb_tensor *x, const nb_tensor *y) {
+  if (x->rank < 0 || y->rank < 0) return true;
+  if (x->rank != y->rank) return false;
+  for (int d = 0; d < x->rank; d++)
+    if (x->shape[d] >= 0 && y->shape[d] >= 0 && x->shape[d] != y->shape[d]) return false;
+  return true;
+}
+
+bool nb_broadcastable(int ra, const int64_t *a, int rb, const int64_t *b) {
+  if (ra < 0 || rb < 0) return true;
+  for (int i = 1; i <= ra && i <= rb; i++) {
+    int64_t da = a[ra - i], db = b[rb - i];
+    if (da >= 0 && db >= 0 && da != db && da != 1 && db != 1) return false;
+  }
+  return true;
+}
+
+nb_code nb_infer_same(nb_kargs *k) {
+  nb_meta_like(&k->out[0], k->in[0]);
+  return NB_OK;
+}
+
+nb_code nb_kaxis(nb_kargs *k, int64_t axis, int rank, const char *what, int *a) {
+  *a = -1;
+  if (rank < 0 || nb_norm_axis(axis, rank, a)) return NB_OK;
+  return nb_kfail(k, NB_INVALID, "Expected %s in the range [%d, %d), but got %lld", what, -rank, rank, (long long)axis);
 }
 
 nb_code nb_kcheck_dtype(nb_kargs *k, int i, unsigned mask) {

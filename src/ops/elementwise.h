@@ -22,10 +22,11 @@ typedef struct nb_pair_impl {
 
 /* The dtype mask of the non-NULL entries of a per-dtype table. */
 unsigned nb_impl_mask(const void *const *fns);
-nb_code nb_unary_infer(nb_kargs *k);
+/* Input 0's dtype has a loop; the output is like input 0 (nb_infer_same). */
+nb_code nb_unary_validate(nb_kargs *k);
 nb_code nb_unary_kernel(nb_kargs *k);
 /* TF requires both inputs to have one shape and dtype: no broadcasting. */
-nb_code nb_pair_infer(nb_kargs *k);
+nb_code nb_pair_validate(nb_kargs *k);
 nb_code nb_pair_kernel(nb_kargs *k);
 
 #endif

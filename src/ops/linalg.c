@@ -86,18 +86,49 @@ static int64_t matrix_size(const nb_tensor *x) {
   return x->shape[x->rank - 2] * x->shape[x->rank - 1];
 }
 
-/* Sizes of the product and its output meta, once the batch part of p is filled. */
+/* The inner dims of the product: x's and y's (where known, they must agree). */
+static void inner_dims(const nb_kargs *k, int64_t *kx, int64_t *ky) {
+  const nb_tensor *x = k->in[0], *y = k->in[1];
+  *kx = x->shape[x->rank - (k->attr[ATTR_TRANSPOSE_X].b ? 2 : 1)];
+  *ky = y->shape[y->rank - (k->attr[ATTR_TRANSPOSE_Y].b ? 1 : 2)];
+}
+
+/* Both operands float of one dtype, of rank 2 (MatMul) or at least 2 with batch dims that
+   broadcast, and inner dims that agree, where ranks and dims are known. */
+static nb_code matmul_validate_ranks(nb_kargs *k, bool batched) {
+  const nb_tensor *x = k->in[0], *y = k->in[1];
+  nb_code code = check_dtypes(k);
+  for (int i = 0; i < 2 && !code; i++) {
+    int r = k->in[i]->rank;
+    if (r >= 0 && !batched && r != 2)
+      return nb_kfail(k, NB_SHAPE, "In[%d] is not a matrix. Instead it has shape %s", i, nb_tstr(k->in[i]));
+    if (r >= 0 && r < 2)
+      return nb_kfail(k, NB_SHAPE, "In[%d] ndims must be >= 2: %d (shape %s)", i, r, nb_tstr(k->in[i]));
+  }
+  if (code || x->rank < 0 || y->rank < 0) return code;
+  if (!nb_broadcastable(x->rank - 2, x->shape, y->rank - 2, y->shape))
+    return nb_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s", nb_tstr(x),
+                    nb_tstr(y));
+  int64_t kx, ky;
+  inner_dims(k, &kx, &ky);
+  if (kx >= 0 && ky >= 0 && kx != ky)
+    return nb_kfail(k, NB_SHAPE, "Matrix size-incompatible: In[0]: %s, In[1]: %s", nb_tstr(x), nb_tstr(y));
+  return NB_OK;
+}
+
+static nb_code matmul_validate(nb_kargs *k) { return matmul_validate_ranks(k, false); }
+static nb_code batch_matmul_validate(nb_kargs *k) { return matmul_validate_ranks(k, true); }
+
+/* Sizes of the product and its output meta, once the batch part of p is filled (a
+   graph's probe with made-up dims may give inner dims that differ: the sizes are x's). */
 static nb_code finish_plan(nb_kargs *k, matmul_plan *p) {
   const nb_tensor *x = k->in[0], *y = k->in[1];
+  int64_t ky;
   p->ta = k->attr[ATTR_TRANSPOSE_X].b;
   p->tb = k->attr[ATTR_TRANSPOSE_Y].b;
-  int64_t xr = x->shape[x->rank - 2], xc = x->shape[x->rank - 1];
-  int64_t yr = y->shape[y->rank - 2], yc = y->shape[y->rank - 1];
-  p->m = p->ta ? xc : xr;
-  p->k = p->ta ? xr : xc;
-  p->n = p->tb ? yr : yc;
-  if (p->k != (p->tb ? yc : yr))
-    return nb_kfail(k, NB_SHAPE, "Matrix size-incompatible: In[0]: %s, In[1]: %s", nb_tstr(x), nb_tstr(y));
+  inner_dims(k, &p->k, &ky);
+  p->m = x->shape[x->rank - (p->ta ? 1 : 2)];
+  p->n = y->shape[y->rank - (p->tb ? 2 : 1)];
   if (p->m && p->n && p->k &&
       (p->m > NB_GEMM_MAX_DIM || p->n > NB_GEMM_MAX_DIM || p->k > NB_GEMM_MAX_DIM))
     return nb_kfail(k, NB_UNIMPLEMENTED, "matrix dims of In[0]: %s, In[1]: %s exceed the BLAS limit %d",
@@ -124,11 +155,6 @@ static void batch_steps(const nb_tensor *x, int brank, int64_t *step) {
 }
 
 static nb_code matmul_infer(nb_kargs *k) {
-  nb_code code = check_dtypes(k);
-  if (code) return code;
-  for (int i = 0; i < 2; i++)
-    if (k->in[i]->rank != 2)
-      return nb_kfail(k, NB_SHAPE, "In[%d] is not a matrix. Instead it has shape %s", i, nb_tstr(k->in[i]));
   matmul_plan *p = (matmul_plan *)k->scratch;
   p->brank = 0;
   p->batch = 1;
@@ -136,19 +162,14 @@ static nb_code matmul_infer(nb_kargs *k) {
   return finish_plan(k, p);
 }
 
+/* A graph's probe with made-up batch dims may not broadcast: it fails and proves nothing. */
 static nb_code batch_matmul_infer(nb_kargs *k) {
-  nb_code code = check_dtypes(k);
-  if (code) return code;
   const nb_tensor *x = k->in[0], *y = k->in[1];
-  for (int i = 0; i < 2; i++)
-    if (k->in[i]->rank < 2)
-      return nb_kfail(k, NB_SHAPE, "In[%d] ndims must be >= 2: %d (shape %s)", i, k->in[i]->rank,
-                      nb_tstr(k->in[i]));
   matmul_plan *p = (matmul_plan *)k->scratch;
   if (!nb_broadcast_shape(x->rank - 2, x->shape, y->rank - 2, y->shape, &p->brank, p->bdims))
     return nb_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s",
                     nb_tstr(x), nb_tstr(y));
-  code = finish_plan(k, p);
+  nb_code code = finish_plan(k, p);
   if (code) return code;
   /* Broadcasting can multiply dims that each fit into a count that does not, even
      with empty matrices, e.g. batch dims [2^40,1] and [1,2^40]. */
@@ -281,15 +302,19 @@ static nb_code matmul_kernel(nb_kargs *k) {
    product nor a separate add. */
 enum { MATMUL_ADD_ACC = 2 };
 
-static nb_code matmul_add_infer(nb_kargs *k) {
-  nb_code code = matmul_infer(k);
+/* The accumulator is a matrix of the product's dtype and shape, where known. */
+static nb_code matmul_add_validate(nb_kargs *k) {
+  const nb_tensor *x = k->in[0], *y = k->in[1], *acc = k->in[MATMUL_ADD_ACC];
+  nb_code code = matmul_validate(k);
   if (!code) code = nb_kcheck_same_dtype(k, 0, MATMUL_ADD_ACC);
-  const nb_tensor *acc = k->in[MATMUL_ADD_ACC];
-  const nb_meta *o = &k->out[0];
-  if (!code && (acc->rank != o->rank || memcmp(acc->shape, o->shape, (size_t)o->rank * sizeof *o->shape)))
-    code = nb_kfail(k, NB_SHAPE, "the accumulator %s does not match the product %s", nb_tstr(acc),
-                    nb_sstr(o->rank, o->shape));
-  return code;
+  if (!code) code = nb_kcheck_rank(k, MATMUL_ADD_ACC, 2, 2, "the accumulator");
+  if (code || x->rank < 0 || y->rank < 0 || acc->rank < 0) return code;
+  int64_t product[2] = {x->shape[k->attr[ATTR_TRANSPOSE_X].b ? 1 : 0], y->shape[k->attr[ATTR_TRANSPOSE_Y].b ? 0 : 1]};
+  for (int d = 0; d < 2; d++)
+    if (acc->shape[d] >= 0 && product[d] >= 0 && acc->shape[d] != product[d])
+      return nb_kfail(k, NB_SHAPE, "the accumulator %s does not match the product %s", nb_tstr(acc),
+                      nb_sstr(2, product));
+  return NB_OK;
 }
 
 static nb_code matmul_add_kernel(nb_kargs *k) {
@@ -318,18 +343,18 @@ static nb_op_def linalg_ops[OP_COUNT] = {
                    .batched_as = "BatchMatMulV2", /* transpose_a/b as adj_x/y, grad_a/b as grad_x/y */
                    .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
                              BOOL_ATTR("grad_b")},
-                   .infer = matmul_infer, .kernel = matmul_kernel},
+                   .validate = matmul_validate, .infer = matmul_infer, .kernel = matmul_kernel},
     [OP_BATCH_MATMUL_V2] = {.name = "BatchMatMulV2", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3u,
                             .nattrs = 4,
                             .attrs = {BOOL_ATTR("adj_x"), BOOL_ATTR("adj_y"), BOOL_ATTR("grad_x"),
                                       BOOL_ATTR("grad_y")},
-                            .infer = batch_matmul_infer, .kernel = matmul_kernel},
+                            .validate = batch_matmul_validate, .infer = batch_matmul_infer, .kernel = matmul_kernel},
     /* MatMul's attrs, then the accumulator as input 2, whose block output 0 may take over */
     [OP_MATMUL_ADD] = {.name = "_MatMulAdd", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 3u, .nattrs = 4,
                        .inplace_input = 1 + MATMUL_ADD_ACC,
                        .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
                                  BOOL_ATTR("grad_b")},
-                       .infer = matmul_add_infer, .kernel = matmul_add_kernel},
+                       .validate = matmul_add_validate, .infer = matmul_infer, .kernel = matmul_add_kernel},
 };
 
 nb_op_family nb_linalg_family(void) { return (nb_op_family){linalg_ops, OP_COUNT}; }

@@ -305,12 +305,9 @@ unsigned nb_impl_mask(const void *const *fns) {
   return m;
 }
 
-nb_code nb_unary_infer(nb_kargs *k) {
+nb_code nb_unary_validate(nb_kargs *k) {
   const nb_unary_impl *u = k->def->impl;
-  nb_code code = nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)u->fn));
-  if (code) return code;
-  nb_meta_like(&k->out[0], k->in[0]);
-  return NB_OK;
+  return nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)u->fn));
 }
 
 /* The op's parameter for its loops: attr 0 if it has attrs. TF's float attrs are 32-bit,
@@ -346,6 +343,17 @@ nb_code nb_unary_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
+/* Inputs ins[0..nin) must broadcast together: pairwise, so with unknown dims too. */
+static nb_code check_broadcast(nb_kargs *k, int nin, const int *ins) {
+  for (int i = 0; i < nin; i++)
+    for (int j = i + 1; j < nin; j++)
+      if (!nb_broadcastable(k->in[ins[i]]->rank, k->in[ins[i]]->shape, k->in[ins[j]]->rank, k->in[ins[j]]->shape))
+        return nb_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nb_tstr(k->in[ins[i]]), nb_tstr(k->in[ins[j]]));
+  return NB_OK;
+}
+
+/* The broadcast of inputs ins[0..nin), which validate found compatible (a graph's probe
+   with made-up dims may not be: it then fails and proves nothing). */
 static nb_code broadcast_out(nb_kargs *k, int nin, const int *ins, nb_dtype t) {
   nb_meta *m = &k->out[0];
   m->rank = k->in[ins[0]]->rank;
@@ -355,8 +363,7 @@ static nb_code broadcast_out(nb_kargs *k, int nin, const int *ins, nb_dtype t) {
     int64_t s[NB_MAX_RANK];
     int r;
     if (!nb_broadcast_shape(m->rank, m->shape, x->rank, x->shape, &r, s))
-      return nb_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nb_sstr(m->rank, m->shape),
-                      nb_tstr(x));
+      return nb_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nb_sstr(m->rank, m->shape), nb_tstr(x));
     m->rank = r;
     memcpy(m->shape, s, sizeof s);
   }
@@ -364,18 +371,22 @@ static nb_code broadcast_out(nb_kargs *k, int nin, const int *ins, nb_dtype t) {
   return NB_OK;
 }
 
+static const int binary_ins[2] = {0, 1};
+
 static nb_code binary_check_dtypes(nb_kargs *k) {
   const binary_impl *b = k->def->impl;
   nb_code code = nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)b->fn));
   return code ? code : nb_kcheck_same_dtype(k, 0, 1);
 }
 
+static nb_code binary_validate(nb_kargs *k) {
+  nb_code code = binary_check_dtypes(k);
+  return code ? code : check_broadcast(k, 2, binary_ins);
+}
+
 static nb_code binary_infer(nb_kargs *k) {
   const binary_impl *b = k->def->impl;
-  nb_code code = binary_check_dtypes(k);
-  if (code) return code;
-  static const int ins[2] = {0, 1};
-  return broadcast_out(k, 2, ins, b->to_bool ? NB_BOOL : k->in[0]->dtype);
+  return broadcast_out(k, 2, binary_ins, b->to_bool ? NB_BOOL : k->in[0]->dtype);
 }
 
 /* Iteration over a broadcast plan: one range = rows (rank > 1) or elements (rank 1). */
@@ -444,9 +455,8 @@ static nb_code binary_kernel(nb_kargs *k) {
     nb_code code = b->check(k);
     if (code) return code;
   }
-  static const int ins[2] = {0, 1};
   bcast_job j = {.bfn = b->fn[k->in[0]->dtype], .row = binary_row};
-  run_bcast(k, &j, 2, ins);
+  run_bcast(k, &j, 2, binary_ins);
   return NB_OK;
 }
 
@@ -454,6 +464,10 @@ static nb_code binary_kernel(nb_kargs *k) {
    whose shapes do not broadcast compare as a whole, giving a scalar (false for Equal,
    true for NotEqual). infer leaves in scratch whether that happened. */
 enum { ATTR_INCOMPATIBLE_SHAPE_ERROR };
+
+static nb_code equality_validate(nb_kargs *k) {
+  return k->attr[ATTR_INCOMPATIBLE_SHAPE_ERROR].b ? binary_validate(k) : binary_check_dtypes(k);
+}
 
 static nb_code equality_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0], *y = k->in[1];
@@ -463,8 +477,6 @@ static nb_code equality_infer(nb_kargs *k) {
   *mismatch = !k->attr[ATTR_INCOMPATIBLE_SHAPE_ERROR].b &&
               !nb_broadcast_shape(x->rank, x->shape, y->rank, y->shape, &rank, shape);
   if (!*mismatch) return binary_infer(k);
-  nb_code code = binary_check_dtypes(k);
-  if (code) return code;
   nb_meta_set(&k->out[0], NB_BOOL, 0, NULL);
   return NB_OK;
 }
@@ -477,13 +489,15 @@ static nb_code equality_kernel(nb_kargs *k) {
 }
 
 /* SelectV2(condition, t, e): all three broadcast. */
-static nb_code select_infer(nb_kargs *k) {
+static const int select_ins[3] = {0, 1, 2};
+
+static nb_code select_validate(nb_kargs *k) {
   nb_code code = nb_kcheck_dtype(k, 0, NB_M(NB_BOOL));
   if (!code) code = nb_kcheck_same_dtype(k, 1, 2);
-  if (code) return code;
-  static const int ins[3] = {0, 1, 2};
-  return broadcast_out(k, 3, ins, k->in[1]->dtype);
+  return code ? code : check_broadcast(k, 3, select_ins);
 }
+
+static nb_code select_infer(nb_kargs *k) { return broadcast_out(k, 3, select_ins, k->in[1]->dtype); }
 
 static void select_row(const bcast_job *j, int64_t n, const char *const *in, const int64_t *st, char *out) {
   const uint8_t *c = (const uint8_t *)in[0];
@@ -495,24 +509,22 @@ static void select_row(const bcast_job *j, int64_t n, const char *const *in, con
 }
 
 static nb_code select_kernel(nb_kargs *k) {
-  static const int ins[3] = {0, 1, 2};
   bcast_job j = {.row = select_row};
-  run_bcast(k, &j, 3, ins);
+  run_bcast(k, &j, 3, select_ins);
   return NB_OK;
 }
 
 /* ---- fused gradient ops ------------------------------------------------------------ */
 
-nb_code nb_pair_infer(nb_kargs *k) {
+nb_code nb_pair_validate(nb_kargs *k) {
   const nb_pair_impl *p = k->def->impl;
   const nb_tensor *a = k->in[0], *b = k->in[1];
   nb_code code = nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)p->fn));
   if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
-  if (a->rank != b->rank || memcmp(a->shape, b->shape, (size_t)a->rank * sizeof(int64_t)))
+  if (!nb_shapes_compatible(a, b))
     return nb_kfail(k, NB_SHAPE, "%s and %s must have the same shape, got %s and %s", p->names[0],
                     p->names[1], nb_tstr(a), nb_tstr(b));
-  nb_meta_like(&k->out[0], a);
   return NB_OK;
 }
 
@@ -568,20 +580,11 @@ static void cast_range(void *arg, int64_t lo, int64_t hi) {
   cast_elems(j->from, j->src, j->to, j->dst, lo, hi);
 }
 
+/* SrcT and DstT are checked by their specs: only an explicit SrcT must match the input. */
 enum { CAST_SRCT, CAST_DSTT, CAST_TRUNCATE };
 
-/* SrcT's default: "not given", so only an explicit SrcT must match the input. */
-#define SRCT_UNSET ((nb_dtype)(NB_BOOL + 1))
-
 static nb_code cast_infer(nb_kargs *k) {
-  nb_dtype from = k->attr[CAST_SRCT].type, to = k->attr[CAST_DSTT].type;
-  if (from != SRCT_UNSET && from != k->in[0]->dtype)
-    return nb_kfail(k, NB_DTYPE, "attr SrcT=%s does not match input 0 of dtype %s", nb_dtype_name(from),
-                    nb_dtype_name(k->in[0]->dtype));
-  if ((unsigned)to > NB_BOOL) return nb_kfail(k, NB_DTYPE, "invalid DstT %d", (int)to);
-  k->out[0].dtype = to;
-  k->out[0].rank = k->in[0]->rank;
-  memcpy(k->out[0].shape, k->in[0]->shape, sizeof k->out[0].shape);
+  nb_meta_set(&k->out[0], k->attr[CAST_DSTT].type, k->in[0]->rank, k->in[0]->shape);
   return NB_OK;
 }
 
@@ -598,19 +601,17 @@ static nb_code cast_kernel(nb_kargs *k) {
 
 /* ---- AddN, Identity ------------------------------------------------------------------ */
 
-static nb_code add_n_infer(nb_kargs *k) {
-  int n = k->nin;
+/* Every input of one dtype and shape: pairwise, so unknown dims of one input do not hide
+   a mismatch of two others. */
+static nb_code add_n_validate(nb_kargs *k) {
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
-  for (int i = 1; i < n && !code; i++) {
-    code = nb_kcheck_same_dtype(k, 0, i);
-    if (!code && (k->in[i]->rank != k->in[0]->rank ||
-                  memcmp(k->in[i]->shape, k->in[0]->shape, (size_t)k->in[0]->rank * sizeof(int64_t))))
-      code = nb_kfail(k, NB_SHAPE, "inputs must have the same shape: input 0 is %s, input %d is %s",
-                      nb_tstr(k->in[0]), i, nb_tstr(k->in[i]));
-  }
-  if (code) return code;
-  nb_meta_like(&k->out[0], k->in[0]);
-  return NB_OK;
+  for (int i = 1; i < k->nin && !code; i++) code = nb_kcheck_same_dtype(k, 0, i);
+  for (int i = 0; i < k->nin && !code; i++)
+    for (int j = i + 1; j < k->nin && !code; j++)
+      if (!nb_shapes_compatible(k->in[i], k->in[j]))
+        code = nb_kfail(k, NB_SHAPE, "inputs must have the same shape: input %d is %s, input %d is %s", i,
+                        nb_tstr(k->in[i]), j, nb_tstr(k->in[j]));
+  return code;
 }
 
 typedef struct add_n_job {
@@ -643,26 +644,28 @@ static nb_code add_n_kernel(nb_kargs *k) {
 
 enum { ACCUMULATE_N, ACCUMULATE_SHAPE };
 
+/* x fits the shape attr: same rank, dims equal where both are known. */
+static bool fits_shape_attr(const nb_tensor *x, const nb_attrval *shape) {
+  bool fits = x->rank < 0 || shape->n == x->rank;
+  for (int d = 0; fits && x->rank >= 0 && d < shape->n; d++)
+    fits = shape->ints[d] < 0 || x->shape[d] < 0 || shape->ints[d] == x->shape[d];
+  return fits;
+}
+
 /* AccumulateNV2: AddN with the sum's shape stated in attr "shape" (dims -1: unknown),
    which the inputs must fit. */
-static nb_code accumulate_n_infer(nb_kargs *k) {
+static nb_code accumulate_n_validate(nb_kargs *k) {
   const nb_attrval *shape = &k->attr[ACCUMULATE_SHAPE];
   if (shape->n < 0 || shape->n > NB_MAX_RANK)
     return nb_kfail(k, NB_SHAPE, "the shape attr has rank %d, not in [0, %d]", shape->n, NB_MAX_RANK);
   for (int d = 0; d < shape->n; d++)
     if (shape->ints[d] < -1) return nb_kfail(k, NB_SHAPE, "the shape attr has dim %lld", (long long)shape->ints[d]);
-  nb_code code = add_n_infer(k);
-  bool fits = shape->n == k->in[0]->rank;
-  for (int d = 0; fits && d < shape->n; d++) fits = shape->ints[d] < 0 || shape->ints[d] == k->in[0]->shape[d];
-  if (!code && !fits)
-    code = nb_kfail(k, NB_SHAPE, "inputs of shape %s do not fit the shape attr %s", nb_tstr(k->in[0]),
-                    nb_sstr(shape->n, shape->ints));
+  nb_code code = add_n_validate(k);
+  for (int i = 0; i < k->nin && !code; i++)
+    if (!fits_shape_attr(k->in[i], shape))
+      code = nb_kfail(k, NB_SHAPE, "inputs of shape %s do not fit the shape attr %s", nb_tstr(k->in[i]),
+                      nb_sstr(shape->n, shape->ints));
   return code;
-}
-
-static nb_code same_infer(nb_kargs *k) {
-  nb_meta_like(&k->out[0], k->in[0]);
-  return NB_OK;
 }
 
 /* ---- the table ---------------------------------------------------------------------- */
@@ -674,23 +677,24 @@ static nb_code same_infer(nb_kargs *k) {
 
 #define UNARY(NAME, IMPL, GIN, GOUT)                                                        \
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .elementwise = true, \
-   .infer = nb_unary_infer, .kernel = nb_unary_kernel, .impl = &(const nb_unary_impl)IMPL}
+   .validate = nb_unary_validate, .infer = nb_infer_same, .kernel = nb_unary_kernel, .impl = &(const nb_unary_impl)IMPL}
 #define BINARY(NAME, FNS, TO_BOOL, CHECK, GIN)                                                     \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .bool_out = TO_BOOL, .elementwise = true, \
-   .infer = binary_infer, .kernel = binary_kernel,                                               \
+   .validate = binary_validate, .infer = binary_infer, .kernel = binary_kernel,                  \
    .impl = &(const binary_impl){.fn = {FNS}, .to_bool = TO_BOOL, .check = CHECK}}
 #define BINARY_NUM_FNS(name) FLOAT_TABLE(name, bin), INT_TABLE(name, bin)
 #define BINARY_CMP_FNS(name) BINARY_NUM_FNS(name), [NB_BOOL] = name##_bin_b
 /* The gradients of the fused gradient ops read both inputs (SqrtGrad's its output too). */
 #define PAIR_READING(NAME, IN0, IN1, GOUT, ...)                                                    \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = GOUT, .elementwise = true, \
-   .infer = nb_pair_infer, .kernel = nb_pair_kernel, .impl = &(const nb_pair_impl){.fn = {__VA_ARGS__}, .names = {IN0, IN1}}}
+   .validate = nb_pair_validate, .infer = nb_infer_same, .kernel = nb_pair_kernel,                                     \
+   .impl = &(const nb_pair_impl){.fn = {__VA_ARGS__}, .names = {IN0, IN1}}}
 #define PAIR(NAME, FNS, IN0, IN1) PAIR_READING(NAME, IN0, IN1, 0, FNS)
 #define PAIR_NUM_FNS(name) FLOAT_TABLE(name, pair), INT_TABLE(name, pair)
 #define EQUALITY(NAME, FNS, MISMATCH)                                                              \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true, .elementwise = true, \
    .attrs = {{"incompatible_shape_error", NB_ATTR_BOOL, {.b = true}, false}},                     \
-   .infer = equality_infer, .kernel = equality_kernel,                                             \
+   .validate = equality_validate, .infer = equality_infer, .kernel = equality_kernel,               \
    .impl = &(const binary_impl){.fn = {FNS}, .to_bool = true, .mismatch_value = MISMATCH}}
 
 enum {
@@ -733,7 +737,7 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_REALDIV] = BINARY("RealDiv", BINARY_NUM_FNS(div), false, check_int_div, X0 | X1),
     /* TF's Pow gradient reads the output z too: dz/dy = z ln x */
     [OP_POW] = {.name = "Pow", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = Y0, .elementwise = true,
-                .infer = binary_infer, .kernel = binary_kernel,
+                .validate = binary_validate, .infer = binary_infer, .kernel = binary_kernel,
                 .impl = &(const binary_impl){.fn = {BINARY_NUM_FNS(pow)}, .check = check_int_pow}},
     [OP_SQDIFF] = BINARY("SquaredDifference", BINARY_NUM_FNS(sqdiff), false, NULL, X0 | X1),
     [OP_MAXIMUM] = BINARY("Maximum", BINARY_NUM_FNS(maximum), false, NULL, X0 | X1),
@@ -747,24 +751,25 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_LOGICAL_AND] = BINARY("LogicalAnd", [NB_BOOL] = logical_and_bin_b, true, NULL, 0),
     [OP_LOGICAL_OR] = BINARY("LogicalOr", [NB_BOOL] = logical_or_bin_b, true, NULL, 0),
     [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1, .grad_inputs = 1u, /* the condition */
-     .elementwise = true, .infer = select_infer, .kernel = select_kernel},
+     .elementwise = true, .validate = select_validate, .infer = select_infer, .kernel = select_kernel},
     [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3, .dtype_attr = 1 + CAST_DSTT, .elementwise = true,
-     .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = SRCT_UNSET}, false},
+     .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = NB_TYPE_UNSET}, false},
                {"DstT", NB_ATTR_TYPE, {.type = NB_F32}, true},
                {"Truncate", NB_ATTR_BOOL, {.b = false}, false}},
-     .infer = cast_infer, .kernel = cast_kernel},
+     .checks = {[CAST_SRCT] = {.of_input = 1}}, .infer = cast_infer, .kernel = cast_kernel},
     [OP_ADD_N] = {.name = "AddN", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 1, .elementwise = true,
-     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .infer = add_n_infer, .kernel = add_n_kernel},
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .validate = add_n_validate, .infer = nb_infer_same,
+     .kernel = add_n_kernel},
     /* TF's shape fn takes the output shape from the attr; here it is the inputs' (they fit it) */
     [OP_ACCUMULATE_N] = {.name = "AccumulateNV2", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 2,
      .elementwise = true,
      .attrs = {[ACCUMULATE_N] = {"N", NB_ATTR_INT, {.i = 1}, true}, [ACCUMULATE_SHAPE] = {"shape", NB_ATTR_INTS, {.n = 0}, true}},
-     .infer = accumulate_n_infer, .kernel = add_n_kernel},
-    [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = same_infer},
-    [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = same_infer},
+     .validate = accumulate_n_validate, .infer = nb_infer_same, .kernel = add_n_kernel},
+    [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nb_infer_same},
+    [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nb_infer_same},
     /* an identity whose gradient is an error quoting "message" (src/grad/math_grad.c) */
     [OP_PREVENT_GRADIENT] = {.name = "PreventGradient", .nin = 1, .nout = 1, .alias = 0, .nattrs = 1, .elementwise = true,
-     .attrs = {{"message", NB_ATTR_STR, {.s = ""}, false}}, .infer = same_infer},
+     .attrs = {{"message", NB_ATTR_STR, {.s = ""}, false}}, .infer = nb_infer_same},
     [OP_TANH_GRAD] = PAIR("TanhGrad", FLOAT_TABLE(tanh_grad, pair), "y", "dy"),
     [OP_SIGMOID_GRAD] = PAIR("SigmoidGrad", FLOAT_TABLE(sigmoid_grad, pair), "y", "dy"),
     [OP_RSQRT_GRAD] = PAIR("RsqrtGrad", FLOAT_TABLE(rsqrt_grad, pair), "y", "dy"),

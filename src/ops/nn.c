@@ -238,11 +238,10 @@ static void softmax_range(void *arg, int64_t lo, int64_t hi) {
   else softmax_rows_f64(nb_tdata(x), nb_tdata(j->k->res[0]), lo, hi, j->n, log_out);
 }
 
-static nb_code softmax_infer(nb_kargs *k) {
+static nb_code softmax_validate(nb_kargs *k) {
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_FLOAT);
   if (code) return code;
-  if (k->in[0]->rank < 1) return nb_kfail(k, NB_SHAPE, "logits must have >= 1 dimension, got shape %s", nb_tstr(k->in[0]));
-  nb_meta_like(&k->out[0], k->in[0]);
+  if (k->in[0]->rank == 0) return nb_kfail(k, NB_SHAPE, "logits must have >= 1 dimension, got shape %s", nb_tstr(k->in[0]));
   return NB_OK;
 }
 
@@ -273,21 +272,32 @@ static void broadcast_steps(const nb_tensor *x, int64_t *row, int64_t *col) {
   *row = x->rank == 2 && x->shape[0] != 1 ? cols : 0;
 }
 
-static nb_code xent_infer(nb_kargs *k) {
+static nb_code xent_broadcast_fail(nb_kargs *k) {
+  return nb_kfail(k, NB_SHAPE, "logits and labels must be broadcastable: logits_size=%s labels_size=%s",
+                  nb_tstr(k->in[0]), nb_tstr(k->in[1]));
+}
+
+/* The broadcast of logits and labels is 2-D: neither has a higher rank, one has rank 2. */
+static nb_code xent_validate(nb_kargs *k) {
   const nb_tensor *f = k->in[0], *l = k->in[1];
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_FLOAT);
   if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
-  int rank;
-  int64_t shape[NB_MAX_RANK];
-  if (!nb_broadcast_shape(f->rank, f->shape, l->rank, l->shape, &rank, shape))
-    return nb_kfail(k, NB_SHAPE, "logits and labels must be broadcastable: logits_size=%s labels_size=%s", nb_tstr(f),
-                    nb_tstr(l));
-  if (rank != 2)
+  if (!nb_broadcastable(f->rank, f->shape, l->rank, l->shape)) return xent_broadcast_fail(k);
+  int hi = f->rank > l->rank ? f->rank : l->rank;
+  if (hi > 2 || (f->rank >= 0 && l->rank >= 0 && hi != 2))
     return nb_kfail(k, NB_SHAPE,
                     "logits and labels must be either 2-dimensional, or broadcasted to be 2-dimensional, got "
                     "logits shape %s and labels shape %s",
                     nb_tstr(f), nb_tstr(l));
+  return NB_OK;
+}
+
+static nb_code xent_infer(nb_kargs *k) {
+  const nb_tensor *f = k->in[0], *l = k->in[1];
+  int rank;
+  int64_t shape[NB_MAX_RANK];
+  if (!nb_broadcast_shape(f->rank, f->shape, l->rank, l->shape, &rank, shape)) return xent_broadcast_fail(k);
   if (shape[0] > 0 && shape[1] == 0) /* no class to normalize over, as the sparse op refuses */
     return nb_kfail(k, NB_SHAPE, "Must have at least one class, but got logits shape %s", nb_tstr(f));
   xent_plan *p = (xent_plan *)k->scratch;
@@ -300,16 +310,21 @@ static nb_code xent_infer(nb_kargs *k) {
   return NB_OK;
 }
 
-static nb_code sparse_xent_infer(nb_kargs *k) {
+static nb_code sparse_xent_validate(nb_kargs *k) {
   const nb_tensor *f = k->in[0], *l = k->in[1];
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_FLOAT);
   if (!code) code = nb_kcheck_dtype(k, 1, NB_M_INT);
   if (code) return code;
-  if (f->rank != 2) return nb_kfail(k, NB_SHAPE, "logits must be 2-D, but got shape %s", nb_tstr(f));
-  if (l->rank != 1) return nb_kfail(k, NB_SHAPE, "labels must be 1-D, but got shape %s", nb_tstr(l));
-  if (l->shape[0] != f->shape[0])
+  if (f->rank >= 0 && f->rank != 2) return nb_kfail(k, NB_SHAPE, "logits must be 2-D, but got shape %s", nb_tstr(f));
+  if (l->rank >= 0 && l->rank != 1) return nb_kfail(k, NB_SHAPE, "labels must be 1-D, but got shape %s", nb_tstr(l));
+  if (f->rank == 2 && l->rank == 1 && f->shape[0] >= 0 && l->shape[0] >= 0 && l->shape[0] != f->shape[0])
     return nb_kfail(k, NB_SHAPE, "logits and labels must have the same first dimension, got logits shape %s and labels shape %s",
                     nb_tstr(f), nb_tstr(l));
+  return NB_OK;
+}
+
+static nb_code sparse_xent_infer(nb_kargs *k) {
+  const nb_tensor *f = k->in[0];
   if (f->shape[1] == 0 && f->shape[0] > 0)
     return nb_kfail(k, NB_SHAPE, "Must have at least one class, but got logits shape %s", nb_tstr(f));
   xent_plan *p = (xent_plan *)k->scratch;
@@ -396,9 +411,9 @@ static nb_code sparse_xent_kernel(nb_kargs *k) {
 
 /* ---- L2Loss: sum(t^2) / 2 ----------------------------------------------------------------- */
 
+static nb_code float_input_validate(nb_kargs *k) { return nb_kcheck_dtype(k, 0, NB_M_FLOAT); }
+
 static nb_code l2_loss_infer(nb_kargs *k) {
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_FLOAT);
-  if (code) return code;
   nb_meta_set(&k->out[0], k->in[0]->dtype, 0, NULL);
   return NB_OK;
 }
@@ -427,7 +442,9 @@ typedef struct one_hot_plan {
   int64_t outer, depth, inner; /* output as [outer, depth, inner] */
 } one_hot_plan;
 
-static nb_code one_hot_infer(nb_kargs *k) {
+/* depth, on_value and off_value are scalars; axis fits indices' rank plus one (where
+   known), as does the result; depth is non-negative (where known). */
+static nb_code one_hot_validate(nb_kargs *k) {
   const nb_tensor *ind = k->in[0];
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
   if (!code) code = nb_kcheck_dtype(k, 1, NB_M(NB_I32));
@@ -435,17 +452,25 @@ static nb_code one_hot_infer(nb_kargs *k) {
   if (code) return code;
   static const char *const names[4] = {"indices", "depth", "on_value", "off_value"};
   for (int i = 1; i < 4; i++)
-    if (k->in[i]->rank != 0) return nb_kfail(k, NB_SHAPE, "%s must be a scalar, but got: %s", names[i], nb_tstr(k->in[i]));
-  int64_t axis = k->attr[ONE_HOT_AXIS].i;
-  if (axis < -1 || axis > ind->rank)
+    if (k->in[i]->rank > 0) return nb_kfail(k, NB_SHAPE, "%s must be a scalar, but got: %s", names[i], nb_tstr(k->in[i]));
+  int64_t axis = k->attr[ONE_HOT_AXIS].i, depth;
+  if (axis < -1 || (ind->rank >= 0 && axis > ind->rank))
     return nb_kfail(k, NB_INVALID, "Expected axis to be -1 or between [0, %d).  But received: %lld", ind->rank + 1,
                     (long long)axis);
-  if (ind->rank + 1 > NB_MAX_RANK)
-    return nb_kfail(k, NB_SHAPE, "indices of shape %s: the output would exceed rank %d", nb_tstr(ind), NB_MAX_RANK);
-  int64_t depth;
+  if (ind->rank >= 0 && (code = nb_kcheck_out_rank(k, ind->rank + 1, "output"))) return code;
   int n;
-  if ((code = nb_kints(k, 1, 0, &depth, 1, &n))) return code;
-  if (depth < 0) return nb_kfail(k, NB_INVALID, "depth must be non-negative, got: %lld", (long long)depth);
+  code = nb_kints(k, 1, 0, &depth, 1, &n);
+  if (code == NB_DEFER) return NB_OK;
+  if (!code && depth < 0) return nb_kfail(k, NB_INVALID, "depth must be non-negative, got: %lld", (long long)depth);
+  return code;
+}
+
+static nb_code one_hot_infer(nb_kargs *k) {
+  const nb_tensor *ind = k->in[0];
+  int64_t axis = k->attr[ONE_HOT_AXIS].i, depth;
+  int n;
+  nb_code code = nb_kints(k, 1, 0, &depth, 1, &n);
+  if (code) return code;
   int a = axis < 0 ? ind->rank : (int)axis;
   one_hot_plan *p = (one_hot_plan *)k->scratch;
   p->outer = p->inner = 1;
@@ -500,15 +525,17 @@ static nb_code one_hot_kernel(nb_kargs *k) {
 
 #define ACT(NAME, FNS, GIN, GOUT, ...)                                                                 \
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .elementwise = true, \
-   .infer = nb_unary_infer, .kernel = nb_unary_kernel, .impl = &(const nb_unary_impl){{FNS}}, __VA_ARGS__}
+   .validate = nb_unary_validate, .infer = nb_infer_same, .kernel = nb_unary_kernel,                         \
+   .impl = &(const nb_unary_impl){{FNS}}, __VA_ARGS__}
 #define ACT_GRAD(NAME, FNS, IN0, IN1, GIN, ...)                                                        \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .elementwise = true,                  \
-   .infer = nb_pair_infer, .kernel = nb_pair_kernel, .impl = &(const nb_pair_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
+   .validate = nb_pair_validate, .infer = nb_infer_same, .kernel = nb_pair_kernel,                           \
+   .impl = &(const nb_pair_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
 #define ALPHA_ATTR .nattrs = 1, .attrs = {{"alpha", NB_ATTR_FLOAT, {.f = 0.2}, false}}
 #define APPROXIMATE_ATTR .nattrs = 1, .attrs = {{"approximate", NB_ATTR_BOOL, {.b = false}, false}}
 #define SOFTMAX(NAME, LOG_OUT)                                                                           \
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_outputs = Y0, .batch_leading = true,          \
-   .infer = softmax_infer, .kernel = softmax_kernel, .impl = &(const softmax_impl){LOG_OUT}}
+   .validate = softmax_validate, .infer = nb_infer_same, .kernel = softmax_kernel, .impl = &(const softmax_impl){LOG_OUT}}
 
 enum {
   OP_SOFTMAX, OP_LOG_SOFTMAX, OP_XENT, OP_SPARSE_XENT, OP_RELU6, OP_RELU6_GRAD, OP_LEAKY_RELU,
@@ -521,9 +548,10 @@ static nb_op_def nn_ops[OP_COUNT] = {
     [OP_LOG_SOFTMAX] = SOFTMAX("LogSoftmax", true),
     /* the gradients read the backprop output and the logits (for the second order) */
     [OP_XENT] = {.name = "SoftmaxCrossEntropyWithLogits", .nin = 2, .nout = 2, .alias = -1, .grad_inputs = X0,
-                 .grad_outputs = Y1, .infer = xent_infer, .kernel = xent_kernel},
+                 .grad_outputs = Y1, .validate = xent_validate, .infer = xent_infer, .kernel = xent_kernel},
     [OP_SPARSE_XENT] = {.name = "SparseSoftmaxCrossEntropyWithLogits", .nin = 2, .nout = 2, .alias = -1,
-                        .grad_inputs = X0, .grad_outputs = Y1, .infer = sparse_xent_infer, .kernel = sparse_xent_kernel},
+                        .grad_inputs = X0, .grad_outputs = Y1, .validate = sparse_xent_validate,
+                        .infer = sparse_xent_infer, .kernel = sparse_xent_kernel},
     /* TF's Relu6 and Selu gradients read the output, LeakyRelu's the input */
     [OP_RELU6] = ACT("Relu6", TABLE_NUM(relu6), 0, Y0),
     [OP_RELU6_GRAD] = ACT_GRAD("Relu6Grad", TABLE_NUM(relu6_grad), "gradients", "features", X1),
@@ -533,11 +561,12 @@ static nb_op_def nn_ops[OP_COUNT] = {
     [OP_SELU_GRAD] = ACT_GRAD("SeluGrad", TABLE_FLOAT(selu_grad), "gradients", "outputs", X0 | X1),
     [OP_GELU] = ACT("Gelu", TABLE_FLOAT(gelu), X0, 0, APPROXIMATE_ATTR),
     [OP_GELU_GRAD] = ACT_GRAD("GeluGrad", TABLE_FLOAT(gelu_grad), "gradients", "features", X0 | X1, APPROXIMATE_ATTR),
-    [OP_L2_LOSS] = {.name = "L2Loss", .nin = 1, .nout = 1, .alias = -1, .grad_inputs = X0, .infer = l2_loss_infer,
-                    .kernel = l2_loss_kernel},
+    [OP_L2_LOSS] = {.name = "L2Loss", .nin = 1, .nout = 1, .alias = -1, .grad_inputs = X0,
+                    .validate = float_input_validate, .infer = l2_loss_infer, .kernel = l2_loss_kernel},
     /* T comes from on_value; TF gives no input a gradient */
     [OP_ONE_HOT] = {.name = "OneHot", .nin = 4, .nout = 1, .alias = -1, .t_input = 2, .nattrs = 1,
-                    .attrs = {{"axis", NB_ATTR_INT, {.i = -1}, false}}, .infer = one_hot_infer, .kernel = one_hot_kernel},
+                    .attrs = {{"axis", NB_ATTR_INT, {.i = -1}, false}}, .validate = one_hot_validate,
+                    .infer = one_hot_infer, .kernel = one_hot_kernel},
 };
 
 nb_op_family nb_nn_family(void) { return (nb_op_family){nn_ops, OP_COUNT}; }

@@ -15,8 +15,6 @@
 enum { BN_U, BN_EPSILON, BN_AVG_FACTOR, BN_DATA_FORMAT, BN_IS_TRAINING };
 enum { BNG_U, BNG_EPSILON, BNG_DATA_FORMAT, BNG_IS_TRAINING };
 
-/* U's default: "not given", so only an explicit U must match scale's dtype. */
-#define U_UNSET ((nb_dtype)(NB_BOOL + 1))
 /* Elements per block of the sums: a block is one piece of parallel work. */
 #define BLOCK_ELEMS 16384
 
@@ -37,24 +35,19 @@ typedef struct layout {
   int channel_axis;
 } layout;
 
-static bool parse_format(const char *f, layout *l) {
-  static const struct { const char *name; layout l; } formats[] = {
-      {"NHWC", {4, 3}}, {"NCHW", {4, 1}}, {"NDHWC", {5, 4}}, {"NCDHW", {5, 1}}};
-  for (size_t i = 0; f && i < sizeof formats / sizeof *formats; i++)
-    if (!strcmp(f, formats[i].name)) {
-      *l = formats[i].l;
-      return true;
-    }
-  return false;
-}
+/* data_format's choices (its attr spec's) and the layout of each. */
+static const char *const formats[] = {"NHWC", "NCHW", "NDHWC", "NCDHW", NULL};
+static const layout layouts[] = {{4, 3}, {4, 1}, {5, 4}, {5, 1}};
 
-static nb_code check_format(nb_kargs *k, const char *format, const nb_tensor *x, layout *l) {
-  if (!parse_format(format, l))
-    return nb_kfail(k, NB_INVALID, "Invalid data_format '%s': expected NHWC, NCHW, NDHWC or NCDHW",
-                    format ? format : "(null)");
-  if (x->rank != l->rank)
-    return nb_kfail(k, NB_SHAPE, "x must be %d-dimensional for data_format %s, got shape %s", l->rank, format,
-                    nb_tstr(x));
+static layout layout_of(const nb_kargs *k, int format_slot) { return layouts[nb_kchoice(k, format_slot)]; }
+
+/* x (input xi) has the rank data_format implies, where known. */
+static nb_code check_format_rank(nb_kargs *k, int format_slot, int xi) {
+  const nb_tensor *x = k->in[xi];
+  layout l = layout_of(k, format_slot);
+  if (x->rank >= 0 && x->rank != l.rank)
+    return nb_kfail(k, NB_SHAPE, "x must be %d-dimensional for data_format %s, got shape %s", l.rank,
+                    k->attr[format_slot].s, nb_tstr(x));
   return NB_OK;
 }
 
@@ -74,8 +67,8 @@ static void make_plan(bn_plan *p, const nb_tensor *x, const layout *l) {
 /* ---- input checks ------------------------------------------------------------------ */
 
 /* x is float; inputs first..nin-1 have x's dtype (U equals T here: float32 with float32,
-   and nabla's float64 with float64), and an explicit U names it. */
-static nb_code check_dtypes(nb_kargs *k, const char *const *names, int first, nb_dtype u) {
+   and nabla's float64 with float64; an explicit U must name scale's, its spec says). */
+static nb_code check_dtypes(nb_kargs *k, const char *const *names, int first) {
   const nb_tensor *x = k->in[first - 1];
   if (!nb_is_float(x->dtype))
     return nb_kfail(k, NB_DTYPE, "%s has dtype %s; supported: float32, float64", names[first - 1],
@@ -88,18 +81,24 @@ static nb_code check_dtypes(nb_kargs *k, const char *const *names, int first, nb
     if (k->in[i]->dtype != x->dtype)
       return nb_kfail(k, NB_DTYPE, "%s has dtype %s; U must equal x's dtype %s here", names[i],
                       nb_dtype_name(k->in[i]->dtype), nb_dtype_name(x->dtype));
-  if (u != U_UNSET && u != x->dtype)
-    return nb_kfail(k, NB_DTYPE, "attr U=%s must equal x's dtype %s here", nb_dtype_name(u),
-                    nb_dtype_name(x->dtype));
   return NB_OK;
 }
 
-/* Input i is 1-D; with need_channels, of length channels. why prefixes the message. */
+/* The checks of both ops: dtypes, an epsilon >= 0, x's rank for data_format, the
+   statistics inputs (first..4) 1-D, where ranks are known. */
+static nb_code check_common(nb_kargs *k, const char *const *names, int xi, int eps_slot, int format_slot) {
+  nb_code code = check_dtypes(k, names, xi + 1);
+  if (code) return code;
+  if (!(k->attr[eps_slot].f >= 0)) return nb_kfail(k, NB_INVALID, "epsilon must be >= 0, got %g", k->attr[eps_slot].f);
+  code = check_format_rank(k, format_slot, xi);
+  for (int i = xi + 1; i < 5 && !code; i++) code = nb_kcheck_rank(k, i, 1, 1, names[i]);
+  return code;
+}
+
+/* Input i (1-D) has length channels when need_channels; why prefixes the message. */
 static nb_code check_vector(nb_kargs *k, int i, const char *name, int64_t channels, bool need_channels,
                             const char *why) {
   const nb_tensor *v = k->in[i], *x = k->in[0];
-  if (v->rank != 1)
-    return nb_kfail(k, NB_SHAPE, "%s must be 1-dimensional, got shape %s", name, nb_tstr(v));
   if (need_channels && v->shape[0] != channels)
     return nb_kfail(k, NB_SHAPE, "%s%s must have the same number of elements as the channels of x, got %lld and %lld "
                     "(x %s)", why, name, (long long)v->shape[0], (long long)channels, nb_tstr(x));
@@ -114,14 +113,12 @@ static void set_vector_outputs(nb_kargs *k, int first, int last, nb_dtype t, int
 
 static const char *const bn_names[] = {"x", "scale", "offset", "mean", "variance"};
 
+static nb_code bn_validate(nb_kargs *k) { return check_common(k, bn_names, 0, BN_EPSILON, BN_DATA_FORMAT); }
+
 static nb_code bn_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
-  layout l;
-  nb_code code = check_dtypes(k, bn_names, 1, k->attr[BN_U].type);
-  if (!code) code = check_format(k, k->attr[BN_DATA_FORMAT].s, x, &l);
-  if (code) return code;
-  if (!(k->attr[BN_EPSILON].f >= 0))
-    return nb_kfail(k, NB_INVALID, "epsilon must be >= 0, got %g", k->attr[BN_EPSILON].f);
+  layout l = layout_of(k, BN_DATA_FORMAT);
+  nb_code code = NB_OK;
   int64_t channels = x->shape[l.channel_axis];
   bool training = k->attr[BN_IS_TRAINING].b, stats_used = !training || k->attr[BN_AVG_FACTOR].f != 1;
   const char *why = training ? "When exponential_avg_factor != 1, " : "When is_training=false, ";
@@ -425,24 +422,27 @@ static nb_code bn_kernel(nb_kargs *k) {
 static const char *const bng_names[] = {"y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2",
                                          "reserve_space_3"};
 
-static nb_code bng_infer(nb_kargs *k) {
+/* y_backprop has x's shape where both are known. */
+static nb_code bng_validate(nb_kargs *k) {
   const nb_tensor *dy = k->in[0], *x = k->in[1];
-  layout l;
-  nb_code code = check_dtypes(k, bng_names, 2, k->attr[BNG_U].type);
-  if (!code) code = check_format(k, k->attr[BNG_DATA_FORMAT].s, x, &l);
-  if (code) return code;
-  if (!(k->attr[BNG_EPSILON].f >= 0))
-    return nb_kfail(k, NB_INVALID, "epsilon must be >= 0, got %g", k->attr[BNG_EPSILON].f);
-  if (dy->rank != x->rank || memcmp(dy->shape, x->shape, (size_t)x->rank * sizeof *x->shape))
+  nb_code code = check_common(k, bng_names, 1, BNG_EPSILON, BNG_DATA_FORMAT);
+  if (!code && !nb_shapes_compatible(dy, x))
     return nb_kfail(k, NB_SHAPE, "x and y_backprop must have same shape, but x has shape %s and y_backprop has "
                     "shape %s", nb_tstr(x), nb_tstr(dy));
+  return code;
+}
+
+static nb_code bng_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[1];
+  layout l = layout_of(k, BNG_DATA_FORMAT);
+  nb_code code = NB_OK;
   int64_t channels = x->shape[l.channel_axis];
   for (int i = 2; i < 5 && !code; i++) code = check_vector(k, i, bng_names[i], channels, true, "");
   if (code) return code;
   nb_meta_like(&k->out[0], x);
   set_vector_outputs(k, 1, 2, x->dtype, channels);
   set_vector_outputs(k, 3, 4, x->dtype, 0);
-  /* the plan views x (input 1), which check_format gave the rank of */
+  /* the plan views x (input 1), which validate gave the rank of */
   make_plan((bn_plan *)k->scratch, x, &l);
   return NB_OK;
 }
@@ -492,9 +492,12 @@ static nb_code bng_kernel(nb_kargs *k) {
 
 /* ---- the table ---------------------------------------------------------------------------- */
 
-#define U_ATTR {"U", NB_ATTR_TYPE, {.type = U_UNSET}, false}
+#define U_ATTR {"U", NB_ATTR_TYPE, {.type = NB_TYPE_UNSET}, false}
 #define EPSILON_ATTR {"epsilon", NB_ATTR_FLOAT, {.f = 0.0001}, false}
 #define FORMAT_ATTR {"data_format", NB_ATTR_STR, {.s = "NHWC"}, false}
+/* U (slot U_SLOT) names scale's dtype (input SCALE), and with it x's */
+#define BN_CHECKS(U_SLOT, SCALE, FORMAT_SLOT) \
+  .checks = {[U_SLOT] = {.types = NB_M_FLOAT, .of_input = 1 + (SCALE)}, [FORMAT_SLOT] = {.choices = formats}}
 #define TRAINING_ATTR {"is_training", NB_ATTR_BOOL, {.b = true}, false}
 
 enum { OP_FUSED_BATCH_NORM_V3, OP_FUSED_BATCH_NORM_GRAD_V3, OP_COUNT };
@@ -505,12 +508,14 @@ static nb_op_def norm_ops[OP_COUNT] = {
                                 .grad_inputs = 0x1bu, .grad_outputs = 0x38u, .nattrs = 5,
                                 .attrs = {U_ATTR, EPSILON_ATTR, {"exponential_avg_factor", NB_ATTR_FLOAT, {.f = 1}, false},
                                           FORMAT_ATTR, TRAINING_ATTR},
-                                .infer = bn_infer, .kernel = bn_kernel},
+                                BN_CHECKS(BN_U, 1, BN_DATA_FORMAT),
+                                .validate = bn_validate, .infer = bn_infer, .kernel = bn_kernel},
     /* its gradient recomputes everything from y_backprop, x, scale and the statistics */
     [OP_FUSED_BATCH_NORM_GRAD_V3] = {.name = "FusedBatchNormGradV3", .nin = 6, .nout = 5, .alias = -1, .t_input = 1,
                                      .grad_inputs = 0x1fu, .nattrs = 4,
                                      .attrs = {U_ATTR, EPSILON_ATTR, FORMAT_ATTR, TRAINING_ATTR},
-                                     .infer = bng_infer, .kernel = bng_kernel},
+                                     BN_CHECKS(BNG_U, 2, BNG_DATA_FORMAT),
+                                     .validate = bng_validate, .infer = bng_infer, .kernel = bng_kernel},
 };
 
 nb_op_family nb_norm_family(void) { return (nb_op_family){norm_ops, OP_COUNT}; }

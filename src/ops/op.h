@@ -18,6 +18,9 @@
 #define NB_M_NUM (NB_M_FLOAT | NB_M_INT)
 #define NB_M_ALL (NB_M_NUM | NB_M(NB_BOOL))
 
+/* A type attr's default meaning "not given": TF infers it from an input (SrcT, Index, U). */
+#define NB_TYPE_UNSET ((nb_dtype)(NB_BOOL + 1))
+
 /* A resolved attribute value (the kind is the spec's). */
 typedef struct nb_attrval {
   int64_t i;
@@ -36,6 +39,14 @@ typedef struct nb_attr_spec {
   nb_attrval def;          /* TF's default */
   bool required;           /* no default: must be given */
 } nb_attr_spec;
+
+/* What an attr may hold beyond its kind, checked on every call (nb_kvalidate). Beside
+   the specs rather than in them, so the specs stay four positional fields. */
+typedef struct nb_attr_check {
+  unsigned types;             /* type attrs: the dtypes allowed (NB_M mask); 0: every dtype */
+  int8_t of_input;            /* type attrs: 1 + the input whose dtype a given value must name; 0 none */
+  const char *const *choices; /* string attrs: the values allowed, NULL-terminated; NULL: any */
+} nb_attr_check;
 
 /* Static facts about one output, computed by inference. */
 typedef struct nb_meta {
@@ -97,6 +108,12 @@ struct nb_op_def {
   uint32_t grad_outputs;   /* bitmask of outputs the gradient function reads */
   uint8_t nattrs;
   nb_attr_spec attrs[NB_MAX_ATTRS];
+  nb_attr_check checks[NB_MAX_ATTRS]; /* checks[i]: what attrs[i] may hold */
+  /* The checks that need no dims: input dtypes, attr values, ranks where known, and
+     values of inputs such as axes where known (a graph input may have dims -1 and rank
+     -1). Every call runs it before infer, whatever the dims, so a bad graph fails when it
+     is built; infer (shape arithmetic) and the kernel rely on what it checked. */
+  nb_code (*validate)(nb_kargs *k);
   nb_code (*infer)(nb_kargs *k);
   nb_code (*kernel)(nb_kargs *k);
   const void *impl;        /* family data: per-dtype loops, a scalar function, ... */
@@ -156,9 +173,28 @@ bool nb_live(nb_ctx *c);
 nb_tensor *nb_const_ints(nb_ctx *c, nb_dtype t, const int64_t *v, int n);
 nb_tensor *nb_const_int_list(nb_ctx *c, const int *v, int n);
 
-/* helpers for infer and kernel functions */
+/* helpers for validate, infer and kernel functions */
 nb_code nb_kfail(nb_kargs *k, nb_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The attrs' checks (types, of_input, choices), then the op's validate. */
+nb_code nb_kvalidate(nb_kargs *k);
+/* The position of string attr slot's value among its choices (validated: present). */
+int nb_kchoice(const nb_kargs *k, int slot);
+/* Fails unless input i's rank is unknown or in [lo, hi]; what names the input in the message. */
+nb_code nb_kcheck_rank(nb_kargs *k, int i, int lo, int hi, const char *what);
+/* Fails when a result of rank rank (known: >= 0) would pass NB_MAX_RANK; what names it. */
+nb_code nb_kcheck_out_rank(nb_kargs *k, int rank, const char *what);
+/* Whether x and y can have one shape (TF's is_compatible_with): ranks equal where known,
+   dims equal where both are known (-1: unknown). */
+bool nb_shapes_compatible(const nb_tensor *x, const nb_tensor *y);
+/* Whether shapes a (rank ra) and b can broadcast: aligned at the right, no two known dims
+   differ unless one is 1 (unknown ranks, -1, and dims always can). */
+bool nb_broadcastable(int ra, const int64_t *a, int rb, const int64_t *b);
+/* infer for ops whose output 0 is like input 0 (dtype and shape). */
+nb_code nb_infer_same(nb_kargs *k);
+/* Normalizes axis into [0, rank) in *a, or fails naming what ("axis", "dim", ...) and the
+   valid range; with rank unknown (< 0) it passes and leaves *a -1. */
+nb_code nb_kaxis(nb_kargs *k, int64_t axis, int rank, const char *what, int *a);
 /* Fails unless input i's dtype is in mask. */
 nb_code nb_kcheck_dtype(nb_kargs *k, int i, unsigned mask);
 /* Fails unless inputs i and j have the same dtype. */

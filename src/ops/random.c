@@ -172,34 +172,34 @@ static void fill_group(philox base, dist_kind kind, bool f32, int64_t g, int n, 
 
 /* ---- the ops ---------------------------------------------------------------------------- */
 
+/* dtype and Tseed are checked by their attr specs: only an explicit Tseed must match the seed. */
 enum { ATTR_DTYPE, ATTR_TSEED };
-/* Tseed's default: "not given", so only an explicit Tseed must match the seed. */
-#define TSEED_UNSET ((nb_dtype)(NB_BOOL + 1))
 
-static nb_code stateless_infer(nb_kargs *k) {
+/* seed: 2 ints; shape: a vector of dims >= 0 (where known). */
+static nb_code stateless_validate(nb_kargs *k) {
   const nb_tensor *shape = k->in[0], *seed = k->in[1];
-  nb_dtype t = k->attr[ATTR_DTYPE].type, tseed = k->attr[ATTR_TSEED].type;
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
   if (!code) code = nb_kcheck_dtype(k, 1, NB_M_INT);
   if (code) return code;
-  if (tseed != TSEED_UNSET && tseed != seed->dtype)
-    return nb_kfail(k, NB_DTYPE, "attr Tseed=%s does not match the seed's dtype %s", nb_dtype_name(tseed),
-                    nb_dtype_name(seed->dtype));
-  if (!nb_is_float(t))
-    return nb_kfail(k, NB_DTYPE, "dtype %s is not supported; expected float32 or float64",
-                    (unsigned)t <= NB_BOOL ? nb_dtype_name(t) : "(invalid)");
-  if (seed->rank != 1 || seed->shape[0] != 2)
+  if (seed->rank >= 0 && (seed->rank != 1 || (seed->shape[0] >= 0 && seed->shape[0] != 2)))
     return nb_kfail(k, NB_SHAPE, "seed must have shape [2], not %s", nb_tstr(seed));
-  if (shape->rank != 1) return nb_kfail(k, NB_SHAPE, "shape must be a vector, got shape %s", nb_tstr(shape));
+  if (shape->rank >= 0 && shape->rank != 1)
+    return nb_kfail(k, NB_SHAPE, "shape must be a vector, got shape %s", nb_tstr(shape));
   int64_t dims[NB_MAX_RANK];
   int n;
   code = nb_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
-  if (code) return code;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; !code && i < n; i++)
     if (dims[i] < 0)
       return nb_kfail(k, NB_INVALID, "Dimension %lld must be >= 0 (shape %s)", (long long)dims[i], nb_sstr(n, dims));
-  nb_meta_set(&k->out[0], t, n, dims);
-  return NB_OK;
+  return code == NB_DEFER ? NB_OK : code;
+}
+
+static nb_code stateless_infer(nb_kargs *k) {
+  int64_t dims[NB_MAX_RANK];
+  int n;
+  nb_code code = nb_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
+  if (!code) nb_meta_set(&k->out[0], k->attr[ATTR_DTYPE].type, n, dims);
+  return code;
 }
 
 typedef struct fill_job {
@@ -239,8 +239,9 @@ static const dist_kind uniform_kind = DIST_UNIFORM, normal_kind = DIST_NORMAL, t
 
 #define STATELESS_OP(NAME, KIND)                                                                        \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .dtype_attr = 1 + ATTR_DTYPE, .nattrs = 2,           \
-   .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, false}, {"Tseed", NB_ATTR_TYPE, {.type = TSEED_UNSET}, false}}, \
-   .infer = stateless_infer, .kernel = stateless_kernel, .impl = &KIND}
+   .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, false}, {"Tseed", NB_ATTR_TYPE, {.type = NB_TYPE_UNSET}, false}}, \
+   .checks = {{.types = NB_M_FLOAT}, {.types = NB_M_INT, .of_input = 2}},                                \
+   .validate = stateless_validate, .infer = stateless_infer, .kernel = stateless_kernel, .impl = &KIND}
 
 enum { OP_UNIFORM, OP_NORMAL, OP_TRUNCATED, OP_COUNT };
 

@@ -224,7 +224,8 @@ static void dimset_step(const dimset *s, int64_t *idx, int64_t *off) {
 
 enum { ATTR_KEEP_DIMS };
 
-/* Reads reduction_indices into a bitmap of input dims; repeats count once. */
+/* Reads reduction_indices into a bitmap of input dims; repeats count once. Every axis
+   is in range where x's rank is known (NB_DEFER while the axes are not known). */
 static nb_code read_axes(nb_kargs *k, unsigned *mask) {
   int64_t v[MAX_AXES];
   int n;
@@ -232,7 +233,7 @@ static nb_code read_axes(nb_kargs *k, unsigned *mask) {
   if (code) return code;
   int rank = k->in[0]->rank;
   *mask = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && rank >= 0; i++) {
     int a;
     if (!nb_norm_axis(v[i], rank, &a))
       return nb_kfail(k, NB_INVALID, "Invalid reduction dimension (%lld for input with %d dimension(s)",
@@ -242,11 +243,17 @@ static nb_code read_axes(nb_kargs *k, unsigned *mask) {
   return NB_OK;
 }
 
-static nb_code reduce_infer(nb_kargs *k) {
-  const nb_tensor *x = k->in[0];
+static nb_code reduce_validate(nb_kargs *k) {
   unsigned mask;
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
   if (!code) code = read_axes(k, &mask);
+  return code == NB_DEFER ? NB_OK : code;
+}
+
+static nb_code reduce_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
+  unsigned mask;
+  nb_code code = read_axes(k, &mask);
   if (code) return code;
   nb_meta *m = &k->out[0];
   m->dtype = x->dtype;
@@ -517,21 +524,29 @@ typedef struct axis_layout {
 
 enum { ATTR_OUTPUT_TYPE };
 
-/* The scalar axis input 1 of an op on x = input 0 (name: TF's for it, range_name: TF's in
-   the range message): *given as given, normalized into *axis, and x's [outer, n, inner]
-   around it in the scratch plan. */
-static nb_code axis_plan(nb_kargs *k, const char *name, const char *range_name, int64_t *given, int *axis) {
-  const nb_tensor *x = k->in[0], *a = k->in[1];
+/* validate's check of the scalar axis input 1 of an op on x = input 0 (name: TF's for it,
+   range_name: TF's in the range message): an int scalar in range, where known. */
+static nb_code check_axis(nb_kargs *k, const char *name, const char *range_name) {
+  const nb_tensor *a = k->in[1];
+  int64_t given;
+  int axis, n;
   nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
   if (code) return code;
-  if (a->rank != 0)
+  if (a->rank > 0)
     return nb_kfail(k, NB_SHAPE, "%s must be a scalar, but received tensor of shape: %s", name, nb_tstr(a));
+  code = nb_kints(k, 1, 0, &given, 1, &n);
+  if (!code) code = nb_kaxis(k, given, k->in[0]->rank, range_name, &axis);
+  return code == NB_DEFER ? NB_OK : code;
+}
+
+/* The axis input 1 as given in *given, normalized into *axis, and x's [outer, n, inner]
+   around it in the scratch plan. */
+static nb_code axis_plan(nb_kargs *k, int64_t *given, int *axis) {
+  const nb_tensor *x = k->in[0];
   int n;
-  code = nb_kints(k, 1, 0, given, 1, &n);
+  nb_code code = nb_kints(k, 1, 0, given, 1, &n);
   if (code) return code;
-  if (!nb_norm_axis(*given, x->rank, axis))
-    return nb_kfail(k, NB_INVALID, "Expected %s in the range [%d, %d), but got %lld", range_name, -x->rank, x->rank,
-                    (long long)*given);
+  nb_norm_axis(*given, x->rank, axis);
   axis_layout *p = (axis_layout *)k->scratch;
   *p = (axis_layout){1, x->shape[*axis], 1};
   for (int d = 0; d < x->rank; d++) {
@@ -548,21 +563,19 @@ static void tile_unit(int64_t u, int64_t ntiles, int64_t inner, int64_t *o, int6
   *len = inner - *c0 < TILE ? inner - *c0 : TILE;
 }
 
+/* output_type is checked by its spec */
+static nb_code argmax_validate(nb_kargs *k) { return check_axis(k, "dim", "dimension"); }
+
 static nb_code argmax_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
-  nb_dtype out_type = k->attr[ATTR_OUTPUT_TYPE].type;
   int64_t given;
   int axis;
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_ALL);
-  if (code) return code;
-  if (out_type != NB_I32 && out_type != NB_I64)
-    return nb_kfail(k, NB_DTYPE, "output_type must be int32 or int64, got %s", nb_dtype_name(out_type));
-  code = axis_plan(k, "dim", "dimension", &given, &axis);
+  nb_code code = axis_plan(k, &given, &axis);
   if (code) return code;
   if (x->shape[axis] == 0)
     return nb_kfail(k, NB_INVALID, "Reduction axis %lld is empty in shape %s", (long long)given, nb_tstr(x));
   nb_meta *m = &k->out[0];
-  m->dtype = out_type;
+  m->dtype = k->attr[ATTR_OUTPUT_TYPE].type;
   m->rank = 0;
   for (int d = 0; d < x->rank; d++)
     if (d != axis) m->shape[m->rank++] = x->shape[d];
@@ -665,12 +678,16 @@ static const scan_impl cumprod_impl = BY_DTYPE(scan_prod);
 
 enum { ATTR_EXCLUSIVE, ATTR_REVERSE };
 
+static nb_code scan_validate(nb_kargs *k) {
+  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
+  return code ? code : check_axis(k, "axis", "scan axis");
+}
+
 /* The input as [outer, n, inner] around the scanned axis (axis_plan). */
 static nb_code scan_infer(nb_kargs *k) {
   int64_t given;
   int axis;
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
-  if (!code) code = axis_plan(k, "axis", "scan axis", &given, &axis);
+  nb_code code = axis_plan(k, &given, &axis);
   if (code) return code;
   nb_meta_like(&k->out[0], k->in[0]);
   return NB_OK;
@@ -720,14 +737,14 @@ static nb_code scan_kernel(nb_kargs *k) {
 #define REDUCTION(NAME, IMPL, GIN, GOUT)                                                   \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .axis_input = 2, \
    .nattrs = 1, .attrs = {{"keep_dims", NB_ATTR_BOOL, {.b = false}, false}},              \
-   .infer = reduce_infer, .kernel = reduce_kernel, .impl = &IMPL}
+   .validate = reduce_validate, .infer = reduce_infer, .kernel = reduce_kernel, .impl = &IMPL}
 
 /* Cumsum's gradient reads only the axis; Cumprod's reads x and its output too. */
 #define SCAN_OP(NAME, IMPL, GIN, GOUT)                                                          \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .axis_input = 2,     \
    .nattrs = 2, .attrs = {{"exclusive", NB_ATTR_BOOL, {.b = false}, false},                     \
                           {"reverse", NB_ATTR_BOOL, {.b = false}, false}},                      \
-   .infer = scan_infer, .kernel = scan_kernel, .impl = &IMPL}
+   .validate = scan_validate, .infer = scan_infer, .kernel = scan_kernel, .impl = &IMPL}
 
 enum { OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_PROD, OP_ARGMAX, OP_CUMSUM, OP_CUMPROD, OP_COUNT };
 
@@ -738,8 +755,8 @@ static nb_op_def reduce_ops[OP_COUNT] = {
     [OP_MIN] = REDUCTION("Min", min_impl, X0 | X1, Y0),
     [OP_PROD] = REDUCTION("Prod", prod_impl, X0 | X1, 0),
     [OP_ARGMAX] = {.name = "ArgMax", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + ATTR_OUTPUT_TYPE,
-                   .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}},
-                   .infer = argmax_infer, .kernel = argmax_kernel},
+                   .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}}, .checks = {{.types = NB_M_INT}},
+                   .validate = argmax_validate, .infer = argmax_infer, .kernel = argmax_kernel},
     [OP_CUMSUM] = SCAN_OP("Cumsum", cumsum_impl, X1, 0),
     [OP_CUMPROD] = SCAN_OP("Cumprod", cumprod_impl, X0 | X1, Y0),
 };

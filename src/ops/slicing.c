@@ -8,8 +8,6 @@
 
 #include <string.h>
 
-/* TF's "Index" attr is inferred from begin's dtype; this value means "not given". */
-#define INDEX_UNSET ((nb_dtype)(NB_BOOL + 1))
 
 /* The largest begin/end/strides length: TF's masks are 32-bit. */
 #define MAX_SPARSE 31
@@ -20,22 +18,37 @@ static inline int64_t int_at(const nb_tensor *x, int64_t i) {
   return x->dtype == NB_I32 ? ((const int32_t *)nb_tdata(x))[i] : ((const int64_t *)nb_tdata(x))[i];
 }
 
-/* Fails when the inferred type attr in slot names another dtype than input i's. */
-static nb_code check_index_attr(nb_kargs *k, int slot, int i) {
-  nb_dtype t = k->attr[slot].type;
-  if (t == INDEX_UNSET || t == k->in[i]->dtype) return NB_OK;
-  return nb_kfail(k, NB_DTYPE, "attr Index=%s does not match input %d of dtype %s", nb_dtype_name(t), i,
-                  nb_dtype_name(k->in[i]->dtype));
-}
-
-/* Reads scalar int input i into *v. */
+/* Reads scalar int input i into *v: NB_DEFER while not known. */
 static nb_code scalar_int(nb_kargs *k, int i, const char *what, int64_t *v) {
   nb_code code = nb_kcheck_dtype(k, i, NB_M_INT);
   if (code) return code;
-  if (k->in[i]->rank != 0)
+  if (k->in[i]->rank > 0)
     return nb_kfail(k, NB_SHAPE, "%s must be a scalar, got shape %s", what, nb_tstr(k->in[i]));
   int n;
   return nb_kints(k, i, 0, v, 1, &n);
+}
+
+/* What validate makes of a read: a value not known yet passes. */
+static nb_code known_or_later(nb_code code) { return code == NB_DEFER ? NB_OK : code; }
+
+/* Inputs first..last are int vectors of one dtype and one length (at most cap), where
+   known; their length, when known, in *n (else -1). */
+static bool same_length_vectors(const nb_kargs *k, int first, int last, int cap, int64_t *n) {
+  bool ok = true;
+  *n = -1;
+  for (int i = first; i <= last; i++) {
+    const nb_tensor *v = k->in[i];
+    ok &= v->rank < 0 || v->rank == 1;
+    if (v->size >= 0 && *n >= 0) ok &= v->size == *n;
+    if (v->size >= 0) *n = v->size;
+  }
+  return ok && *n <= cap;
+}
+
+static nb_code check_int_vectors(nb_kargs *k, int first, int last) {
+  nb_code code = nb_kcheck_dtype(k, first, NB_M_INT);
+  for (int i = first + 1; i <= last && !code; i++) code = nb_kcheck_same_dtype(k, first, i);
+  return code;
 }
 
 /* TF's element position in messages: "" for a scalar, "[i]" or "[i,j,...]" otherwise. */
@@ -106,20 +119,25 @@ static nb_code slice_dim(nb_kargs *k, int i, int64_t b, int64_t s, slice_spec *s
   return NB_OK;
 }
 
-static nb_code slice_infer(nb_kargs *k) {
+/* begin and size: int vectors of x's rank, where known (Index is checked by its spec). */
+static nb_code slice_validate(nb_kargs *k) {
   const nb_tensor *x = k->in[0], *bt = k->in[1], *st = k->in[2];
-  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
-  if (!code) code = nb_kcheck_same_dtype(k, 1, 2);
-  if (!code) code = check_index_attr(k, SLICE_INDEX, 1);
+  int64_t n;
+  nb_code code = check_int_vectors(k, 1, 2);
   if (code) return code;
-  if (bt->rank != 1 || st->rank != 1 || bt->size != x->rank || st->size != x->rank)
+  if (!same_length_vectors(k, 1, 2, NB_MAX_RANK, &n) || (x->rank >= 0 && n >= 0 && n != x->rank))
     return nb_kfail(k, NB_INVALID,
                     "Expected begin and size arguments to be 1-D tensors of size %d, "
                     "but got shapes %s and %s instead.",
                     x->rank, nb_tstr(bt), nb_tstr(st));
+  return NB_OK;
+}
+
+static nb_code slice_infer(nb_kargs *k) {
+  const nb_tensor *x = k->in[0];
   int64_t begin[NB_MAX_RANK], size[NB_MAX_RANK];
   int n;
-  code = nb_kints(k, 1, 1, begin, NB_MAX_RANK, &n);
+  nb_code code = nb_kints(k, 1, 1, begin, NB_MAX_RANK, &n);
   if (!code) code = nb_kints(k, 2, 1, size, NB_MAX_RANK, &n);
   if (code) return code;
   slice_spec *spec = (slice_spec *)k->scratch;
@@ -165,32 +183,22 @@ static nb_code read_mask(nb_kargs *k, int slot, uint32_t *mask) {
   return NB_OK;
 }
 
+/* The masks (int32 values, at most one ellipsis), then begin, end and strides (NB_DEFER
+   while not known) into s. */
 static nb_code read_sparse(nb_kargs *k, sparse_spec *s) {
-  const nb_tensor *b = k->in[1], *e = k->in[2], *st = k->in[3];
-  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
-  if (!code) code = nb_kcheck_same_dtype(k, 1, 2);
-  if (!code) code = nb_kcheck_same_dtype(k, 1, 3);
-  if (!code) code = check_index_attr(k, SS_INDEX, 1);
-  if (code) return code;
-  if (b->rank != 1 || e->rank != 1 || st->rank != 1 || b->size != st->size || e->size != st->size ||
-      st->size > MAX_SPARSE)
-    return nb_kfail(k, NB_INVALID,
-                    "Expected begin, end, and strides to be 1D equal size tensors of at most %d values, "
-                    "but got shapes %s, %s, and %s instead.",
-                    MAX_SPARSE, nb_tstr(b), nb_tstr(e), nb_tstr(st));
   int n;
-  code = nb_kints(k, 1, 1, s->begin, MAX_SPARSE, &n);
-  if (!code) code = nb_kints(k, 2, 1, s->end, MAX_SPARSE, &n);
-  if (!code) code = nb_kints(k, 3, 1, s->stride, MAX_SPARSE, &n);
-  if (!code) code = read_mask(k, SS_BEGIN_MASK, &s->begin_mask);
+  nb_code code = read_mask(k, SS_BEGIN_MASK, &s->begin_mask);
   if (!code) code = read_mask(k, SS_END_MASK, &s->end_mask);
   if (!code) code = read_mask(k, SS_ELLIPSIS_MASK, &s->ellipsis_mask);
   if (!code) code = read_mask(k, SS_NEW_AXIS_MASK, &s->new_axis_mask);
   if (!code) code = read_mask(k, SS_SHRINK_AXIS_MASK, &s->shrink_mask);
+  if (!code && (s->ellipsis_mask & (s->ellipsis_mask - 1)))
+    return nb_kfail(k, NB_INVALID, "Multiple ellipses in slice spec not allowed");
+  if (!code) code = nb_kints(k, 1, 1, s->begin, MAX_SPARSE, &n);
+  if (!code) code = nb_kints(k, 2, 1, s->end, MAX_SPARSE, &n);
+  if (!code) code = nb_kints(k, 3, 1, s->stride, MAX_SPARSE, &n);
   if (code) return code;
   s->n = n;
-  if (s->ellipsis_mask & (s->ellipsis_mask - 1))
-    return nb_kfail(k, NB_INVALID, "Multiple ellipses in slice spec not allowed");
   bool seen = false;
   s->new_after_ellipsis = 0;
   for (int i = 0; i < n; i++) {
@@ -257,10 +265,8 @@ static int64_t range_count(int64_t b, int64_t e, int64_t s) {
    with TF's clamping and checks. */
 static nb_code canonical_dim(nb_kargs *k, const dense_spec *d, int i, int64_t dim, slice_spec *out) {
   int64_t s = d->stride[i];
-  if (s == 0) return nb_kfail(k, NB_INVALID, "strides[%d] must be non-zero", i);
   out->stride[i] = s;
   if (d->shrink_mask >> i & 1) {
-    if (s < 0) return nb_kfail(k, NB_INVALID, "only stride 1 allowed on non-range indexing.");
     int64_t b = d->begin[i] < 0 ? dim + d->begin[i] : d->begin[i];
     if (b < 0 || b >= dim)
       return nb_kfail(k, NB_INVALID, "slice index %lld of dimension %d out of bounds.", (long long)d->begin[i],
@@ -278,8 +284,34 @@ static nb_code canonical_dim(nb_kargs *k, const dense_spec *d, int i, int64_t di
   return NB_OK;
 }
 
-/* TF's ValidateStridedSliceOp for an input of the given shape, begin/end/strides in inputs
-   1..3 and the mask attrs: fills spec (per input dim) and m's rank and shape (the slice's). */
+/* validate's part of TF's ValidateStridedSliceOp, for an input of rank rank (-1:
+   unknown): begin, end and strides (inputs 1..3) int vectors of one length, the masks,
+   and where the values and the rank are known the spec's fit to the rank, non-zero
+   strides (positive where a dim shrinks) and the result's rank. */
+static nb_code check_strided_slice(nb_kargs *k, int rank) {
+  int64_t n;
+  sparse_spec sparse;
+  dense_spec dense;
+  nb_code code = check_int_vectors(k, 1, 3);
+  if (code) return code;
+  if (!same_length_vectors(k, 1, 3, MAX_SPARSE, &n))
+    return nb_kfail(k, NB_INVALID,
+                    "Expected begin, end, and strides to be 1D equal size tensors of at most %d values, "
+                    "but got shapes %s, %s, and %s instead.",
+                    MAX_SPARSE, nb_tstr(k->in[1]), nb_tstr(k->in[2]), nb_tstr(k->in[3]));
+  code = read_sparse(k, &sparse);
+  if (code || rank < 0) return known_or_later(code);
+  code = build_dense(k, &sparse, rank, &dense);
+  for (int i = 0; i < rank && !code; i++) {
+    if (dense.stride[i] == 0) return nb_kfail(k, NB_INVALID, "strides[%d] must be non-zero", i);
+    if ((dense.shrink_mask >> i & 1) && dense.stride[i] < 0)
+      return nb_kfail(k, NB_INVALID, "only stride 1 allowed on non-range indexing.");
+  }
+  return code ? code : nb_kcheck_out_rank(k, dense.nfinal, "output");
+}
+
+/* The rest of ValidateStridedSliceOp, for an input of the given shape: fills spec (per
+   input dim) and m's rank and shape (the slice's). */
 static nb_code strided_slice_spec(nb_kargs *k, int rank, const int64_t *shape, slice_spec *spec, nb_meta *m) {
   sparse_spec sparse;
   dense_spec dense;
@@ -291,13 +323,13 @@ static nb_code strided_slice_spec(nb_kargs *k, int rank, const int64_t *shape, s
     code = canonical_dim(k, &dense, i, shape[i], spec);
     if (code) return code;
   }
-  if (dense.nfinal > NB_MAX_RANK)
-    return nb_kfail(k, NB_SHAPE, "output rank %d exceeds the maximum rank %d", dense.nfinal, NB_MAX_RANK);
   m->rank = dense.nfinal;
   for (int i = 0; i < dense.nfinal; i++)
     m->shape[i] = dense.final_dims[i] == DIM_NEW ? 1 : spec->size[dense.final_dims[i]];
   return NB_OK;
 }
+
+static nb_code strided_slice_validate(nb_kargs *k) { return check_strided_slice(k, k->in[0]->rank); }
 
 static nb_code strided_slice_infer(nb_kargs *k) {
   const nb_tensor *x = k->in[0];
@@ -307,12 +339,14 @@ static nb_code strided_slice_infer(nb_kargs *k) {
 
 /* ---- StridedSliceGrad -------------------------------------------------------------------- */
 
-/* Reads the forward input's shape from input 0 (1-D, begin's dtype, dims >= 0). */
+/* Reads the forward input's shape from input 0 (1-D, begin's dtype, dims >= 0; NB_DEFER
+   while not known). */
 static nb_code grad_input_shape(nb_kargs *k, int *rank, int64_t *shape) {
   const nb_tensor *s = k->in[0];
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
+  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
-  if (s->rank != 1) return nb_kfail(k, NB_INVALID, "shape must be 1-D, got shape.shape = %s", nb_tstr(s));
+  if (s->rank >= 0 && s->rank != 1) return nb_kfail(k, NB_INVALID, "shape must be 1-D, got shape.shape = %s", nb_tstr(s));
   if (s->size > NB_MAX_RANK)
     return nb_kfail(k, NB_SHAPE, "shape has %lld dims, more than the maximum rank %d", (long long)s->size,
                     NB_MAX_RANK);
@@ -324,6 +358,15 @@ static nb_code grad_input_shape(nb_kargs *k, int *rank, int64_t *shape) {
   return NB_OK;
 }
 
+/* The forward input's rank is shape's length, known with shape's values. */
+static nb_code strided_slice_grad_validate(nb_kargs *k) {
+  int rank = -1;
+  int64_t shape[NB_MAX_RANK];
+  nb_code code = grad_input_shape(k, &rank, shape);
+  if (code && code != NB_DEFER) return code;
+  return check_strided_slice(k, code ? -1 : rank);
+}
+
 /* dx has the forward input's shape; dy must have the slice's. */
 static nb_code strided_slice_grad_infer(nb_kargs *k) {
   const nb_tensor *dy = k->in[4];
@@ -332,7 +375,6 @@ static nb_code strided_slice_grad_infer(nb_kargs *k) {
   nb_meta slice;
   nb_code code = grad_input_shape(k, &rank, shape);
   if (!code) code = strided_slice_spec(k, rank, shape, (slice_spec *)k->scratch, &slice);
-  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
   bool same = slice.rank == dy->rank;
   for (int i = 0; same && i < dy->rank; i++) same = slice.shape[i] == dy->shape[i];
@@ -382,47 +424,63 @@ static int64_t dims_product(const int64_t *shape, int from, int to) {
   return n;
 }
 
-/* TF's checks of batch_dims against the ranks, the axis and the leading dims. */
+/* batch_dims normalized by indices' rank (known). */
+static int64_t batch_dims_of(const nb_kargs *k) {
+  int64_t b = k->attr[GATHER_BATCH_DIMS].i;
+  return b < 0 ? b + k->in[1]->rank : b;
+}
+
+/* batch_dims: 0 <= *bd <= indices' rank (known), below params' rank and at most axis
+   (-1: not known), the batch dims alike, where those are known. */
 static nb_code gather_batch_dims(nb_kargs *k, int axis, int *bd) {
   const nb_tensor *p = k->in[0], *ix = k->in[1];
   int64_t b = k->attr[GATHER_BATCH_DIMS].i;
   if (b < -ix->rank || b > ix->rank)
     return nb_kfail(k, NB_INVALID, "Expected batch_dims in the range [%d, %d], but got %lld", -ix->rank, ix->rank,
                     (long long)b);
-  if (b < 0) b += ix->rank;
-  if (b >= p->rank)
+  b = batch_dims_of(k);
+  if (p->rank >= 0 && b >= p->rank)
     return nb_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than rank(params) (%d).", (long long)b,
                     p->rank);
-  if (axis < b)
+  if (axis >= 0 && axis < b)
     return nb_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than or equal to axis (%d).", (long long)b,
                     axis);
-  for (int i = 0; i < b; i++)
-    if (p->shape[i] != ix->shape[i])
+  for (int i = 0; p->rank >= 0 && i < b; i++)
+    if (p->shape[i] >= 0 && ix->shape[i] >= 0 && p->shape[i] != ix->shape[i])
       return nb_kfail(k, NB_INVALID, "params.shape[%d]: %lld should be equal to indices.shape[%d]: %lld", i,
                       (long long)p->shape[i], i, (long long)ix->shape[i]);
   *bd = (int)b;
   return NB_OK;
 }
 
+/* GatherV2(params, indices, axis): indices int, params at least 1-D, axis an int scalar
+   in range, batch_dims in range and the result's rank, where ranks and axis are known. */
+static nb_code gather_validate(nb_kargs *k) {
+  const nb_tensor *p = k->in[0], *ix = k->in[1];
+  int64_t axis64;
+  int axis = -1, bd = 0;
+  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  if (code) return code;
+  if (p->rank == 0) return nb_kfail(k, NB_INVALID, "params must be at least 1 dimensional, got shape %s", nb_tstr(p));
+  code = scalar_int(k, 2, "axis", &axis64);
+  if (!code) code = nb_kaxis(k, axis64, p->rank, "axis", &axis);
+  if (code && code != NB_DEFER) return code;
+  if (ix->rank < 0) return NB_OK;
+  code = gather_batch_dims(k, axis, &bd);
+  if (!code && p->rank >= 0) code = nb_kcheck_out_rank(k, p->rank - 1 + ix->rank - bd, "output");
+  return code;
+}
+
 static nb_code gather_infer(nb_kargs *k) {
   const nb_tensor *p = k->in[0], *ix = k->in[1];
   int64_t axis64;
-  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
-  if (!code) code = scalar_int(k, 2, "axis", &axis64);
+  int axis, bd = (int)batch_dims_of(k);
+  nb_code code = scalar_int(k, 2, "axis", &axis64);
   if (code) return code;
-  if (p->rank < 1) return nb_kfail(k, NB_INVALID, "params must be at least 1 dimensional, got shape %s", nb_tstr(p));
-  int axis, bd = 0;
-  if (!nb_norm_axis(axis64, p->rank, &axis))
-    return nb_kfail(k, NB_INVALID, "Expected axis in the range [%d, %d), but got %lld", -p->rank, p->rank,
-                    (long long)axis64);
-  code = gather_batch_dims(k, axis, &bd);
-  if (code) return code;
+  nb_norm_axis(axis64, p->rank, &axis);
   if (ix->dtype == NB_I32 && p->shape[axis] > INT32_MAX)
     return nb_kfail(k, NB_INVALID, "params.shape[%d] too large for int32 indexing: %lld > %d", axis,
                     (long long)p->shape[axis], INT32_MAX);
-  int rank = p->rank - 1 + ix->rank - bd;
-  if (rank > NB_MAX_RANK)
-    return nb_kfail(k, NB_SHAPE, "output rank %d exceeds the maximum rank %d", rank, NB_MAX_RANK);
   nb_meta *m = &k->out[0];
   m->dtype = p->dtype;
   m->rank = 0;
@@ -492,22 +550,32 @@ static nb_code gather_kernel(nb_kargs *k) {
 
 /* ---- UnsortedSegmentSum --------------------------------------------------------------------- */
 
-static nb_code segment_sum_infer(nb_kargs *k) {
+/* data.shape starts with segment_ids.shape (where known: unknown dims match any), the
+   result's rank fits, num_segments is an int scalar >= 0 (where known). */
+static nb_code segment_sum_validate(nb_kargs *k) {
   const nb_tensor *data = k->in[0], *ids = k->in[1];
   int64_t num;
   nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
   if (!code) code = nb_kcheck_dtype(k, 1, NB_M_INT);
-  if (!code) code = scalar_int(k, 2, "num_segments", &num);
   if (code) return code;
-  bool prefix = ids->rank <= data->rank;
-  for (int i = 0; prefix && i < ids->rank; i++) prefix = ids->shape[i] == data->shape[i];
+  bool known = data->rank >= 0 && ids->rank >= 0, prefix = !known || ids->rank <= data->rank;
+  for (int i = 0; known && prefix && i < ids->rank; i++)
+    prefix = ids->shape[i] < 0 || data->shape[i] < 0 || ids->shape[i] == data->shape[i];
   if (!prefix)
     return nb_kfail(k, NB_INVALID, "data.shape = %s does not start with segment_ids.shape = %s", nb_tstr(data),
                     nb_tstr(ids));
-  if (num < 0) return nb_kfail(k, NB_INVALID, "Input num_segments == %lld must not be negative.", (long long)num);
+  if (known && (code = nb_kcheck_out_rank(k, 1 + data->rank - ids->rank, "output"))) return code;
+  code = scalar_int(k, 2, "num_segments", &num);
+  if (!code && num < 0) return nb_kfail(k, NB_INVALID, "Input num_segments == %lld must not be negative.", (long long)num);
+  return known_or_later(code);
+}
+
+static nb_code segment_sum_infer(nb_kargs *k) {
+  const nb_tensor *data = k->in[0], *ids = k->in[1];
+  int64_t num;
+  nb_code code = scalar_int(k, 2, "num_segments", &num);
+  if (code) return code;
   int rank = 1 + data->rank - ids->rank;
-  if (rank > NB_MAX_RANK)
-    return nb_kfail(k, NB_SHAPE, "output rank %d exceeds the maximum rank %d", rank, NB_MAX_RANK);
   nb_meta *m = &k->out[0];
   m->dtype = data->dtype;
   m->rank = rank;
@@ -576,33 +644,39 @@ static nb_code segment_sum_kernel(nb_kargs *k) {
 enum { OP_SLICE, OP_STRIDED_SLICE, OP_STRIDED_SLICE_GRAD, OP_GATHER_V2, OP_UNSORTED_SEGMENT_SUM, OP_COUNT };
 
 #define MASK_ATTR(NAME) {NAME, NB_ATTR_INT, {.i = 0}, false}
+/* TF's Index is inferred from begin's dtype: only an explicit one must name it */
+#define INDEX_ATTR {"Index", NB_ATTR_TYPE, {.type = NB_TYPE_UNSET}, false}
+#define INDEX_CHECK {.types = NB_M_INT, .of_input = 2}
 
 static nb_op_def slicing_ops[OP_COUNT] = {
     /* gradients: Slice and StridedSlice pad/scatter into the input's shape at begin */
     [OP_SLICE] = {.name = "Slice", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 6u, .nattrs = 1,
-                  .attrs = {{"Index", NB_ATTR_TYPE, {.type = INDEX_UNSET}, false}},
-                  .infer = slice_infer, .kernel = strided_copy_kernel},
+                  .attrs = {INDEX_ATTR}, .checks = {INDEX_CHECK}, .validate = slice_validate, .infer = slice_infer,
+                  .kernel = strided_copy_kernel},
     [OP_STRIDED_SLICE] = {.name = "StridedSlice", .nin = 4, .nout = 1, .alias = -1, .grad_inputs = 14u,
                           .nattrs = 6,
-                          .attrs = {{"Index", NB_ATTR_TYPE, {.type = INDEX_UNSET}, false},
-                                    MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"), MASK_ATTR("ellipsis_mask"),
-                                    MASK_ATTR("new_axis_mask"), MASK_ATTR("shrink_axis_mask")},
-                          .infer = strided_slice_infer, .kernel = strided_copy_kernel},
+                          .attrs = {INDEX_ATTR, MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"),
+                                    MASK_ATTR("ellipsis_mask"), MASK_ATTR("new_axis_mask"),
+                                    MASK_ATTR("shrink_axis_mask")},
+                          .checks = {INDEX_CHECK}, .validate = strided_slice_validate, .infer = strided_slice_infer,
+                          .kernel = strided_copy_kernel},
     /* its gradient slices the incoming gradient the same way; begin/end/strides are read */
     [OP_STRIDED_SLICE_GRAD] = {.name = "StridedSliceGrad", .nin = 5, .nout = 1, .alias = -1, .t_input = 4,
                                .grad_inputs = 14u, .nattrs = 6,
-                               .attrs = {{"Index", NB_ATTR_TYPE, {.type = INDEX_UNSET}, false},
-                                         MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"),
+                               .attrs = {INDEX_ATTR, MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"),
                                          MASK_ATTR("ellipsis_mask"), MASK_ATTR("new_axis_mask"),
                                          MASK_ATTR("shrink_axis_mask")},
-                               .infer = strided_slice_grad_infer, .kernel = strided_scatter_kernel},
+                               .checks = {INDEX_CHECK}, .validate = strided_slice_grad_validate,
+                               .infer = strided_slice_grad_infer,
+                               .kernel = strided_scatter_kernel},
     /* GatherV2's gradient scatters into params' shape at the indices along axis */
     [OP_GATHER_V2] = {.name = "GatherV2", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 6u, .nattrs = 1,
                       .attrs = {{"batch_dims", NB_ATTR_INT, {.i = 0}, false}},
-                      .infer = gather_infer, .kernel = gather_kernel},
+                      .validate = gather_validate, .infer = gather_infer, .kernel = gather_kernel},
     /* its gradient gathers the output gradient at segment_ids */
     [OP_UNSORTED_SEGMENT_SUM] = {.name = "UnsortedSegmentSum", .nin = 3, .nout = 1, .alias = -1,
-                                 .grad_inputs = 2u, .infer = segment_sum_infer, .kernel = segment_sum_kernel},
+                                 .grad_inputs = 2u, .validate = segment_sum_validate, .infer = segment_sum_infer,
+                                 .kernel = segment_sum_kernel},
 };
 
 nb_op_family nb_slicing_family(void) { return (nb_op_family){slicing_ops, OP_COUNT}; }

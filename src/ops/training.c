@@ -378,7 +378,8 @@ static nb_code check_sparse_grad(nb_kargs *k, const nb_variable *v, int i) {
   return NB_OK;
 }
 
-static nb_code train_infer(nb_kargs *k) {
+/* The variables, and each input fits them (unknown dims and ranks fit). */
+static nb_code train_validate(nb_kargs *k) {
   const train_impl *impl = k->def->impl;
   nb_variable *vars[NB_APPLY_MAX_VARS];
   nb_code code = attr_variables(k, impl, vars);
@@ -395,8 +396,15 @@ static nb_code train_infer(nb_kargs *k) {
                       "input %d must be a %s scalar like variable '%s', got shape %s and dtype %s", i,
                       nb_dtype_name(v->dtype), v->name, shape_str(x), nb_dtype_name(x->dtype));
   }
-  if (!code) nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
   return code;
+}
+
+/* The output is the variable's value after the update, whatever the inputs' ranks (the
+   ops are any_rank). */
+static nb_code train_infer(nb_kargs *k) {
+  const nb_variable *v = nb_variable_from_bits(k->attr[ATTR_VARS].ints[0]);
+  nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
+  return NB_OK;
 }
 
 /* The sparse update, once every index is known to name a row of the variable. */
@@ -407,7 +415,7 @@ static nb_code sparse_update(nb_kargs *k, const train_impl *impl, nb_variable **
   return code ? code : nb_sparse_apply_update(k->ctx, impl->kind, vars, k->in[g], indices, h, k->threads);
 }
 
-/* infer has checked the variables and inputs of this very call */
+/* validate has checked the variables and inputs of this very call */
 static nb_code train_kernel(nb_kargs *k) {
   const train_impl *impl = k->def->impl;
   nb_variable *vars[NB_APPLY_MAX_VARS];
@@ -427,12 +435,13 @@ static nb_code train_kernel(nb_kargs *k) {
 
 #define TRAIN_ATTRS {"_variables", NB_ATTR_INTS, {.n = 0}, true}, {"use_locking", NB_ATTR_BOOL, {.b = false}, false}
 #define TRAIN_OP(op_name, n, impl_)                                                                         \
-  {.name = op_name, .nin = n, .nout = 1, .alias = -1, .stateful = true, .nattrs = 2, .attrs = {TRAIN_ATTRS}, \
-   .infer = train_infer, .kernel = train_kernel, .impl = &(impl_)}
+  {.name = op_name, .nin = n, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 2,       \
+   .attrs = {TRAIN_ATTRS},                                                                                    \
+   .validate = train_validate, .infer = train_infer, .kernel = train_kernel, .impl = &(impl_)}
 #define NESTEROV_OP(op_name, n, impl_)                                                                      \
-  {.name = op_name, .nin = n, .nout = 1, .alias = -1, .stateful = true, .nattrs = 3,                        \
-   .attrs = {TRAIN_ATTRS, {"use_nesterov", NB_ATTR_BOOL, {.b = false}, false}}, .infer = train_infer,       \
-   .kernel = train_kernel, .impl = &(impl_)}
+  {.name = op_name, .nin = n, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 3,       \
+   .attrs = {TRAIN_ATTRS, {"use_nesterov", NB_ATTR_BOOL, {.b = false}, false}},                            \
+   .validate = train_validate, .infer = train_infer, .kernel = train_kernel, .impl = &(impl_)}
 
 static nb_op_def training_ops[] = {
     TRAIN_OP("ResourceApplyGradientDescent", 2, sgd_impl),

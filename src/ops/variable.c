@@ -35,11 +35,17 @@ static nb_code check_variable(nb_kargs *k, nb_variable **out) {
   return NB_OK;
 }
 
-static nb_code read_infer(nb_kargs *k) {
+static nb_code read_validate(nb_kargs *k) {
   nb_variable *v;
-  nb_code code = check_variable(k, &v);
-  if (!code) nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
-  return code;
+  return check_variable(k, &v);
+}
+
+/* Every op's output is the variable's value (validate checked the variable), whatever
+   the inputs' ranks: the ops are any_rank. */
+static nb_code variable_infer(nb_kargs *k) {
+  const nb_variable *v = attr_variable(k);
+  nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
+  return NB_OK;
 }
 
 static nb_code read_kernel(nb_kargs *k) {
@@ -47,7 +53,8 @@ static nb_code read_kernel(nb_kargs *k) {
   return NB_OK;
 }
 
-static nb_code assign_infer(nb_kargs *k) {
+/* The value fits the variable (unknown dims and ranks fit); adds and subtracts need numbers. */
+static nb_code assign_validate(nb_kargs *k) {
   nb_variable *v;
   nb_code code = check_variable(k, &v);
   if (code) return code;
@@ -57,12 +64,7 @@ static nb_code assign_infer(nb_kargs *k) {
                     "variable '%s' has shape %s and dtype %s; the value has shape %s and dtype %s", v->name,
                     nb_sstr(v->rank, v->shape), nb_dtype_name(v->dtype),
                     x->rank < 0 ? "<unknown>" : nb_tstr(x), nb_dtype_name(x->dtype));
-  if ((assign_kind)(intptr_t)k->def->impl != ASSIGN_SET) {
-    code = nb_kcheck_dtype(k, 0, NB_M_NUM);
-    if (code) return code;
-  }
-  nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
-  return NB_OK;
+  return (assign_kind)(intptr_t)k->def->impl != ASSIGN_SET ? nb_kcheck_dtype(k, 0, NB_M_NUM) : NB_OK;
 }
 
 #define ADD_LOOP(T, U, op)                                   \
@@ -79,7 +81,7 @@ static void add_into(nb_dtype t, bool subtract, void *dst, const void *src, int6
     case NB_F64: if (subtract) ADD_LOOP(double, double, -); else ADD_LOOP(double, double, +); break;
     case NB_I32: if (subtract) ADD_LOOP(int32_t, uint32_t, -); else ADD_LOOP(int32_t, uint32_t, +); break;
     case NB_I64: if (subtract) ADD_LOOP(int64_t, uint64_t, -); else ADD_LOOP(int64_t, uint64_t, +); break;
-    case NB_BOOL: break; /* refused by assign_infer */
+    case NB_BOOL: break; /* refused by assign_validate */
   }
 }
 
@@ -98,8 +100,8 @@ static nb_code assign_kernel(nb_kargs *k) {
 }
 
 /* ResourceScatterAdd/Sub: updates has shape indices.shape + the variable's dims 1.. (TF
-   also broadcasts a scalar update; nabla does not). */
-static nb_code scatter_infer(nb_kargs *k) {
+   also broadcasts a scalar update; nabla does not). Unknown dims and ranks fit. */
+static nb_code scatter_validate(nb_kargs *k) {
   nb_variable *v;
   nb_code code = check_variable(k, &v);
   if (!code) code = nb_kcheck_dtype(k, 0, NB_M_INT);
@@ -118,7 +120,6 @@ static nb_code scatter_infer(nb_kargs *k) {
   if (!fits)
     return nb_kfail(k, NB_SHAPE, "updates %s must have shape indices.shape %s + variable '%s' row shape %s",
                     nb_tstr(up), nb_tstr(idx), v->name, nb_sstr(v->rank - 1, v->shape + 1));
-  nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
   return NB_OK;
 }
 
@@ -143,20 +144,23 @@ static nb_code scatter_kernel(nb_kargs *k) {
 #define VAR_ATTRS                                                   \
   .nattrs = 2, .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true}, \
                          {"_variable", NB_ATTR_INT, {.i = 0}, true}}
-#define ASSIGN_OP(op_name, kind)                                                                     \
-  {.name = op_name, .nin = 1, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS, .infer = assign_infer, \
-   .kernel = assign_kernel, .impl = (const void *)(intptr_t)(kind)}
+#define ASSIGN_OP(op_name, kind)                                                                       \
+  {.name = op_name, .nin = 1, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, VAR_ATTRS,   \
+   .validate = assign_validate, .infer = variable_infer, .kernel = assign_kernel,                      \
+   .impl = (const void *)(intptr_t)(kind)}
 
 static nb_op_def variable_ops[] = {
-    {.name = "ReadVariableOp", .nin = 0, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS, .infer = read_infer,
-     .kernel = read_kernel},
+    {.name = "ReadVariableOp", .nin = 0, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS, .validate = read_validate,
+     .infer = variable_infer, .kernel = read_kernel},
     ASSIGN_OP("AssignVariableOp", ASSIGN_SET),
     ASSIGN_OP("AssignAddVariableOp", ASSIGN_ADD),
     ASSIGN_OP("AssignSubVariableOp", ASSIGN_SUB),
-    {.name = "ResourceScatterAdd", .nin = 2, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS,
-     .infer = scatter_infer, .kernel = scatter_kernel, .impl = (const void *)(intptr_t)ASSIGN_ADD},
-    {.name = "ResourceScatterSub", .nin = 2, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS,
-     .infer = scatter_infer, .kernel = scatter_kernel, .impl = (const void *)(intptr_t)ASSIGN_SUB},
+    {.name = "ResourceScatterAdd", .nin = 2, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, VAR_ATTRS,
+     .validate = scatter_validate, .infer = variable_infer, .kernel = scatter_kernel,
+     .impl = (const void *)(intptr_t)ASSIGN_ADD},
+    {.name = "ResourceScatterSub", .nin = 2, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, VAR_ATTRS,
+     .validate = scatter_validate, .infer = variable_infer, .kernel = scatter_kernel,
+     .impl = (const void *)(intptr_t)ASSIGN_SUB},
 };
 
 nb_op_family nb_variable_family(void) { return (nb_op_family){variable_ops, sizeof variable_ops / sizeof *variable_ops}; }

@@ -38,24 +38,14 @@ nb_shape_inv *nb_shape_inv_from(nb_ctx *c, const char *who, const nb_shape_spec 
   return inv;
 }
 
-/* TF's rule: a value fits an invariant when it is at least as specific (each declared dim
-   is -1 or equal; an unknown dim fits only an unknown declared one). */
-static bool shape_fits(int rank, const int64_t *shape, int inv_rank, const int64_t *inv_shape) {
-  if (inv_rank < 0) return true;
-  if (rank != inv_rank) return false;
-  for (int d = 0; d < rank; d++)
-    if (inv_shape[d] >= 0 && shape[d] != inv_shape[d]) return false;
-  return true;
-}
-
 bool nb_shape_inv_admits(const nb_shape_inv *inv, const nb_tensor *var, const nb_tensor *next) {
-  return inv ? shape_fits(next->rank, next->shape, inv->rank, inv->shape)
-             : shape_fits(next->rank, next->shape, var->rank, var->shape);
+  return inv ? nb_shape_fits(next->rank, next->shape, inv->rank, inv->shape)
+             : nb_shape_fits(next->rank, next->shape, var->rank, var->shape);
 }
 
 nb_code nb_shape_inv_check_vars(nb_ctx *c, const char *who, const nb_shape_inv *inv, nb_tensor *const *vars, int n) {
   for (int i = 0; i < n; i++)
-    if (!shape_fits(vars[i]->rank, vars[i]->shape, inv[i].rank, inv[i].shape))
+    if (!nb_shape_fits(vars[i]->rank, vars[i]->shape, inv[i].rank, inv[i].shape))
       return nb_fail(c, NB_SHAPE, "%s: loop variable %d has shape %s, which its declared shape %s does not admit", who,
                      i, shape_str(vars[i]), inv[i].rank < 0 ? "<unknown rank>" : nb_sstr(inv[i].rank, inv[i].shape));
   return NB_OK;
