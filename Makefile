@@ -4,6 +4,7 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 25
 FUZZ_OPS_SECONDS ?= 90
+FUZZ_NPY_SECONDS ?= 20
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -44,8 +45,8 @@ asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 # libFuzzer (clang, ASan + UBSan, LeakSanitizer) on the IDX reader and on the checkpoint
-# reader (fuzz/fuzz_checkpoint.c) for FUZZ_SECONDS each, then on op programs
-# (fuzz/fuzz_ops.c) for FUZZ_OPS_SECONDS, each starting from its committed
+# reader (fuzz/fuzz_checkpoint.c) for FUZZ_SECONDS each, on op programs (fuzz/fuzz_ops.c)
+# for FUZZ_OPS_SECONDS, then on the .npy reader for FUZZ_NPY_SECONDS, each starting from its committed
 # seeds in fuzz/corpus/<target>. Inputs they find go to $(FUZZ_BUILD)/corpus-<target>; a
 # crash stops the run with a non-zero status and leaves the input as $(FUZZ_BUILD)/crash-*.
 # Op programs grow with their attrs, so that target may use up to 256 bytes at once.
@@ -55,11 +56,13 @@ FUZZ_RUN = ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNABLA_FUZZ=ON \
 	  -DNABLA_WERROR=ON -DNABLA_TESTS=OFF -DNABLA_BENCH=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx fuzz_checkpoint fuzz_ops
-	mkdir -p $(FUZZ_BUILD)/corpus-idx $(FUZZ_BUILD)/corpus-checkpoint $(FUZZ_BUILD)/corpus-ops
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx fuzz_checkpoint fuzz_ops fuzz_npy
+	mkdir -p $(FUZZ_BUILD)/corpus-idx $(FUZZ_BUILD)/corpus-checkpoint $(FUZZ_BUILD)/corpus-ops \
+	  $(FUZZ_BUILD)/corpus-npy
 	$(call FUZZ_RUN,idx,$(FUZZ_SECONDS))
 	$(call FUZZ_RUN,checkpoint,$(FUZZ_SECONDS))
 	$(call FUZZ_RUN,ops,$(FUZZ_OPS_SECONDS),-max_len=256 -len_control=0)
+	$(call FUZZ_RUN,npy,$(FUZZ_NPY_SECONDS))
 
 install: build
 	cmake --install $(BUILD)

@@ -698,6 +698,24 @@ nb_code nb_dataset_batch(nb_ctx *c, const nb_dataset *d, int64_t first, int64_t 
                          nb_tensor **images, nb_tensor **labels);
 void nb_dataset_free(nb_dataset *d);
 
+/* ---- data: .npy files (NumPy's format) ----------------------------------------------------
+   Versions 1.0, 2.0 and 3.0, C order, either byte order. Reading: descr float32, float64,
+   int32, int64 and bool keep their dtype; int8, int16, uint8 and uint16 become int32 and
+   uint32 int64 (lossless); bool bytes other than 0 become 1, as NumPy reads them. Errors
+   name the file: NB_IO when it cannot be opened or read or is not a regular file;
+   NB_CORRUPT for a bad magic or version, a header that is not NumPy's dict, data cut short
+   or bytes after the data (NumPy ignores those; nabla refuses them, as for IDX files);
+   NB_DTYPE for a dtype nabla lacks (float16, complex, strings, object arrays, whose
+   pickles are never read, structured dtypes), naming it; NB_UNIMPLEMENTED for Fortran-
+   order data; NB_SHAPE for a rank above NB_MAX_RANK. Eager contexts only (NB_INVALID in a
+   graph context). */
+nb_tensor *nb_npy_read(nb_ctx *c, const char *path);
+/* Writes concrete x (IndexedSlices as the dense tensor they stand for) as a version 1.0
+   file in this machine's byte order, the data aligned to 64 bytes as NumPy does. NB_INVALID
+   for a symbolic tensor; NB_IO naming the file when it cannot be written (a failed write
+   may leave a partial file). */
+nb_code nb_npy_write(nb_ctx *c, const nb_tensor *x, const char *path);
+
 /* ---- variables: tf.Variable --------------------------------------------------------------
    A variable owns its value outside every context scope: it survives nb_scope_end and
    nb_ctx_free, and persists across steps and nb_run calls until nb_variable_free.

@@ -1,49 +1,15 @@
 /* IDX files and datasets: every element type raw and gzip-compressed, every malformed file,
    batches and shuffling on small generated files, and the real Fashion-MNIST files. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, rmdir, unlink */
-#include "testutil.h"
+#include "tempdir.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
-typedef struct fixture {
-  nb_ctx *c;
-  char dir[256];
-  char path[512];   /* a file written by the test */
-  char path2[512];  /* a second one (datasets take two) */
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  *state = f;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(f->dir, sizeof f->dir, "%s/nabla-idx-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(f->dir)) return -1;
-  f->c = nb_eager_new();
-  return f->c ? 0 : -1;
-}
-
-/* Removes the files the test wrote (the directory holds nothing else). */
-static int teardown(void **state) {
-  fixture *f = *state;
-  DIR *d = opendir(f->dir);
-  char p[600];
-  for (struct dirent *e; d && (e = readdir(d));) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(p, sizeof p, "%s/%s", f->dir, e->d_name);
-    unlink(p);
-  }
-  if (d) closedir(d);
-  rmdir(f->dir);
-  nb_ctx_free(f->c);
-  free(f);
-  return 0;
-}
+typedef tu_files fixture;
 
 /* Writes bytes[0..n) to dir/name, gzip-compressed when gz; returns the path in out. */
 static const char *write_file(fixture *f, char out[512], const char *name, const void *bytes, size_t n, bool gz) {
@@ -510,20 +476,20 @@ static void test_real_fashion_mnist(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_read_each_type, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_read_rank8_and_empty, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_header_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_data_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_damaged_gzip, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_io_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_read_needs_eager_and_keeps_first_error, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dataset_batches, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_batch_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dataset_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_shuffle_reproducible, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_shuffle_permutes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fashion_mnist_checks, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_real_fashion_mnist, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_each_type, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_read_rank8_and_empty, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_header_errors, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_data_errors, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_damaged_gzip, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_io_errors, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_read_needs_eager_and_keeps_first_error, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_dataset_batches, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_errors, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_dataset_errors, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_shuffle_reproducible, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_shuffle_permutes, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_fashion_mnist_checks, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test_setup_teardown(test_real_fashion_mnist, tu_files_setup, tu_files_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
