@@ -194,6 +194,24 @@ static void test_explicit_keys(void **state) {
   free_vars(fresh, NVARS);
 }
 
+/* A restore gives the variable a new value the way an assign does: a read taken before
+   keeps the old one, reads after see the new, and a second restore works the same. */
+static void test_restore_leaves_earlier_reads_alone(void **state) {
+  fixture *f = *state;
+  const char *key[1] = {"w"};
+  nb_variable *saved[1] = {nb_variable_new(f->c, tu_make(f->c, NB_F32, 1, TU_SHAPE(2), TU_VALS(5, 6)), true, "s")};
+  nb_variable *v[1] = {nb_variable_new(f->c, tu_make(f->c, NB_F32, 1, TU_SHAPE(2), TU_VALS(1, 2)), true, "v")};
+  assert_int_equal(nb_checkpoint_save(f->c, f->prefix, saved, key, 1, NULL), NB_OK);
+  for (int round = 0; round < 2; round++) {
+    nb_tensor *before = nb_variable_read(f->c, v[0]);
+    assert_int_equal(nb_checkpoint_restore(f->c, f->prefix, v, key, 1, NULL), NB_OK);
+    tu_check_vals(before, round == 0 ? TU_VALS(1, 2) : TU_VALS(5, 6), 0);
+    tu_check_vals(nb_variable_read(f->c, v[0]), TU_VALS(5, 6), 0);
+  }
+  nb_variable_free(saved[0]);
+  nb_variable_free(v[0]);
+}
+
 /* ---- errors ------------------------------------------------------------------------------------ */
 
 static size_t file_size(const char *path) {
@@ -717,6 +735,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_round_trip_every_dtype_and_rank, setup, teardown),
       cmocka_unit_test_setup_teardown(test_list, setup, teardown),
       cmocka_unit_test_setup_teardown(test_explicit_keys, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_restore_leaves_earlier_reads_alone, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_index_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_data_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_truncated_files, setup, teardown),
