@@ -76,6 +76,7 @@ bench: build
 	./$(BUILD)/bench/batch_norm
 	./$(BUILD)/bench/train_step
 	./$(BUILD)/bench/rnn
+	./$(BUILD)/bench/checkpoint
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -66,6 +66,35 @@ static void test_crc32c_vectors(void **state) {
   assert_int_equal(nb_crc32c_mask(0x00018000u), 0x00000003u + 0xa282ead8u); /* rotate right by 15 */
 }
 
+/* The definition, one bit at a time: the reference both fast paths must match. */
+static uint32_t crc32c_bitwise(uint32_t crc, const uint8_t *p, size_t n) {
+  crc = ~crc;
+  for (size_t i = 0; i < n; i++) {
+    crc ^= p[i];
+    for (int k = 0; k < 8; k++) crc = crc & 1 ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+  }
+  return ~crc;
+}
+
+/* The instruction and slicing-by-8 paths agree with the definition at every alignment,
+   every length around their 8-byte steps, and when continued from a split. */
+static void test_crc32c_paths_agree(void **state) {
+  (void)state;
+  uint8_t buf[600];
+  uint32_t seed = 7;
+  for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
+  for (size_t start = 0; start < 9; start++)
+    for (size_t n = 0; n + start <= sizeof buf; n += n < 40 ? 1 : 37) {
+      uint32_t want = crc32c_bitwise(0, buf + start, n);
+      assert_int_equal(nb_crc32c(0, buf + start, n), want);
+      assert_int_equal(nb_crc32c_portable(0, buf + start, n), want);
+      size_t half = n / 3;
+      assert_int_equal(nb_crc32c(nb_crc32c(0, buf + start, half), buf + start + half, n - half), want);
+      assert_int_equal(nb_crc32c_portable(nb_crc32c_portable(0, buf + start, half), buf + start + half, n - half),
+                       want);
+    }
+}
+
 /* ---- variables ------------------------------------------------------------------------------- */
 
 #define NVARS 5
@@ -163,6 +192,24 @@ static void test_explicit_keys(void **state) {
   nb_clear_error(f->c);
   free_vars(saved, NVARS);
   free_vars(fresh, NVARS);
+}
+
+/* A restore gives the variable a new value the way an assign does: a read taken before
+   keeps the old one, reads after see the new, and a second restore works the same. */
+static void test_restore_leaves_earlier_reads_alone(void **state) {
+  fixture *f = *state;
+  const char *key[1] = {"w"};
+  nb_variable *saved[1] = {nb_variable_new(f->c, tu_make(f->c, NB_F32, 1, TU_SHAPE(2), TU_VALS(5, 6)), true, "s")};
+  nb_variable *v[1] = {nb_variable_new(f->c, tu_make(f->c, NB_F32, 1, TU_SHAPE(2), TU_VALS(1, 2)), true, "v")};
+  assert_int_equal(nb_checkpoint_save(f->c, f->prefix, saved, key, 1, NULL), NB_OK);
+  for (int round = 0; round < 2; round++) {
+    nb_tensor *before = nb_variable_read(f->c, v[0]);
+    assert_int_equal(nb_checkpoint_restore(f->c, f->prefix, v, key, 1, NULL), NB_OK);
+    tu_check_vals(before, round == 0 ? TU_VALS(1, 2) : TU_VALS(5, 6), 0);
+    tu_check_vals(nb_variable_read(f->c, v[0]), TU_VALS(5, 6), 0);
+  }
+  nb_variable_free(saved[0]);
+  nb_variable_free(v[0]);
 }
 
 /* ---- errors ------------------------------------------------------------------------------------ */
@@ -684,9 +731,11 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_crc32c_vectors),
+      cmocka_unit_test(test_crc32c_paths_agree),
       cmocka_unit_test_setup_teardown(test_round_trip_every_dtype_and_rank, setup, teardown),
       cmocka_unit_test_setup_teardown(test_list, setup, teardown),
       cmocka_unit_test_setup_teardown(test_explicit_keys, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_restore_leaves_earlier_reads_alone, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_index_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_data_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_truncated_files, setup, teardown),

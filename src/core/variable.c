@@ -51,6 +51,11 @@ void *nb_variable_writable(nb_ctx *c, nb_variable *v, bool keep) {
   return b->data;
 }
 
+void nb_variable_adopt(nb_ctx *c, nb_variable *v, nb_buffer *buf) {
+  nb_buffer_release(c, v->buf);
+  v->buf = buf;
+}
+
 nb_tensor *nb_variable_handle(nb_ctx *c, nb_variable *v) {
   nb_buffer_retain(v->buf);
   nb_tensor *x = nb_handle_new(c, v->dtype, v->rank, v->shape, v->buf);

@@ -27,6 +27,9 @@ void nb_variable_release(nb_variable *v);
    with the old contents when keep is set, and the holders keep seeing the old value.
    Returns the data to write, NULL when out of memory (c's status set). */
 void *nb_variable_writable(nb_ctx *c, nb_variable *v, bool keep);
+/* Makes buf (taken over; v's dtype and byte size) v's value, releasing the old buffer to c's
+   pool; holders of the old buffer keep seeing the old value. */
+void nb_variable_adopt(nb_ctx *c, nb_variable *v, nb_buffer *buf);
 /* An eager handle in c's scope sharing v's buffer, under v's id (no tape sees it). */
 nb_tensor *nb_variable_handle(nb_ctx *c, nb_variable *v);
 /* Makes out (an op's output, allocated by dispatch) share v's buffer instead. */

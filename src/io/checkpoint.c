@@ -43,7 +43,8 @@ typedef struct item {
   nb_dtype dtype;
   int rank;
   const int64_t *shape;
-  const void *data;          /* save: the bytes; restore: the staged bytes (owned) */
+  const void *data;          /* save: the bytes */
+  nb_buffer *staged;         /* restore: the read bytes, handed to the variable */
   size_t bytes;
   bool missing;              /* restore: a slot absent from the checkpoint (zeros) */
 } item;
@@ -91,10 +92,10 @@ static item *plan_add(plan *p, nb_ctx *c, char *key) {
   return it;
 }
 
-static void plan_free(plan *p, bool staged) {
+static void plan_free(nb_ctx *c, plan *p) {
   for (int32_t i = 0; i < p->n; i++) {
     free(p->items[i].key);
-    if (staged) free((void *)p->items[i].data);
+    nb_buffer_release(c, p->items[i].staged);
   }
   free(p->items);
 }
@@ -400,10 +401,8 @@ static nb_code decode_entry(nb_ctx *c, const char *who, const bundle *b, const n
   return code;
 }
 
-/* The tensor's bytes, CRC checked; *out owned by the caller. */
-static nb_code read_tensor(nb_ctx *c, const char *who, const bundle *b, const char *key, const entry *e, void **out) {
-  uint8_t *buf = malloc(e->size ? (size_t)e->size : 1);
-  if (!buf) return nb_fail(c, NB_NOMEM, "%s: out of memory reading '%s'", who, key);
+/* Reads the tensor's bytes into buf (e->size of them) and checks their CRC. */
+static nb_code read_tensor(nb_ctx *c, const char *who, const bundle *b, const char *key, const entry *e, uint8_t *buf) {
   size_t got = 0;
   while (got < e->size) {
     ssize_t r = pread(b->data_fd, buf + got, (size_t)e->size - got, (off_t)(e->offset + got));
@@ -411,12 +410,9 @@ static nb_code read_tensor(nb_ctx *c, const char *who, const bundle *b, const ch
     if (r <= 0) break;
     got += (size_t)r;
   }
-  nb_code code = NB_OK;
-  if (got < e->size) code = corrupt(c, who, b->data_path, key, "cut short");
-  else if (nb_crc32c_mask(nb_crc32c(0, buf, got)) != e->crc) code = corrupt(c, who, b->data_path, key, "CRC mismatch");
-  if (code != NB_OK) free(buf);
-  else *out = buf;
-  return code;
+  if (got < e->size) return corrupt(c, who, b->data_path, key, "cut short");
+  if (nb_crc32c_mask(nb_crc32c(0, buf, got)) != e->crc) return corrupt(c, who, b->data_path, key, "CRC mismatch");
+  return NB_OK;
 }
 
 /* Checks every tensor of nabla's dtypes against its CRC. */
@@ -424,9 +420,11 @@ static nb_code verify_all(nb_ctx *c, const char *who, const bundle *b) {
   for (int32_t i = 0; i < b->table.n; i++) {
     if (!*b->table.kv[i].key) continue;
     entry e;
-    void *bytes = NULL;
+    uint8_t *bytes = NULL;
     nb_code code = decode_entry(c, who, b, &b->table.kv[i], &e);
-    if (code == NB_OK && e.known_dtype) code = read_tensor(c, who, b, b->table.kv[i].key, &e, &bytes);
+    if (code == NB_OK && e.known_dtype && !(bytes = malloc(e.size ? (size_t)e.size : 1)))
+      code = nb_fail(c, NB_NOMEM, "%s: out of memory reading '%s'", who, b->table.kv[i].key);
+    if (code == NB_OK && e.known_dtype) code = read_tensor(c, who, b, b->table.kv[i].key, &e, bytes);
     free(bytes);
     if (code != NB_OK) return code;
   }
@@ -508,13 +506,15 @@ nb_code nb_checkpoint_save(nb_ctx *c, const char *prefix, nb_variable *const *va
     if (p.items[i].var) p.items[i].data = nb_variable_data(p.items[i].var);
   if (code == NB_OK) code = save_plan(c, who, prefix, &p, paths);
   for (int i = 0; i < 4; i++) free(paths[i]);
-  plan_free(&p, false);
+  plan_free(c, &p);
   return code;
 }
 
 /* ---- restoring ----------------------------------------------------------------------------------- */
 
-/* Reads every planned tensor into memory, checking it against its variable. */
+/* Reads every planned tensor into a buffer of c's pool (where the variables' old buffers
+   go, so that repeated restores reuse memory already mapped), checking it against its
+   variable. */
 static nb_code stage(nb_ctx *c, const char *who, const bundle *b, plan *p) {
   for (int32_t i = 0; i < p->n; i++) {
     item *it = &p->items[i];
@@ -535,9 +535,9 @@ static nb_code stage(nb_ctx *c, const char *who, const bundle *b, plan *p) {
       return nb_fail(c, NB_SHAPE, "%s: %s: tensor '%s' has shape %s, its variable %s", who, b->index_path, it->key,
                      nb_shape_str(s1, sizeof s1, e.rank, e.shape), nb_shape_str(s2, sizeof s2, it->rank, it->shape));
     }
-    void *bytes = NULL;
-    if ((code = read_tensor(c, who, b, it->key, &e, &bytes)) != NB_OK) return code;
-    it->data = bytes;
+    if (!(it->staged = nb_buffer_new(c, it->bytes)))
+      return nb_fail(c, NB_NOMEM, "%s: out of memory reading '%s'", who, it->key);
+    if ((code = read_tensor(c, who, b, it->key, &e, it->staged->data)) != NB_OK) return code;
   }
   return NB_OK;
 }
@@ -550,17 +550,22 @@ static nb_variable *target_of(nb_ctx *c, const item *it, nb_optimizer *opt) {
   return slots ? slots[it->slot] : NULL;
 }
 
-/* Writes the staged values: slots the checkpoint lacks become zeros. Every target is made
-   first, so that only copying a variable that a read still holds can run out of memory
-   after the first write. */
+/* Hands each staged buffer to its variable (no copy; holders of the old value keep it);
+   slots the checkpoint lacks become zeros. Every target is made first, so that only
+   zeroing a slot that a read still holds can run out of memory after the first write. */
 static nb_code commit(nb_ctx *c, plan *p, nb_optimizer *opt) {
   for (int32_t i = 0; i < p->n; i++)
     if (!(p->items[i].var = target_of(c, &p->items[i], opt))) return c->status;
   for (int32_t i = 0; i < p->n; i++) {
-    void *dst = nb_variable_writable(c, p->items[i].var, false);
+    item *it = &p->items[i];
+    if (!it->missing) {
+      nb_variable_adopt(c, it->var, it->staged);
+      it->staged = NULL;
+      continue;
+    }
+    void *dst = nb_variable_writable(c, it->var, false);
     if (!dst) return c->status;
-    if (p->items[i].missing) memset(dst, 0, p->items[i].bytes);
-    else memcpy(dst, p->items[i].data, p->items[i].bytes);
+    memset(dst, 0, it->bytes);
   }
   return NB_OK;
 }
@@ -578,7 +583,7 @@ nb_code nb_checkpoint_restore(nb_ctx *c, const char *prefix, nb_variable *const 
   if (code == NB_OK) code = stage(c, who, &b, &p);
   if (code == NB_OK) code = commit(c, &p, opt);
   bundle_close(&b);
-  plan_free(&p, true);
+  plan_free(c, &p);
   return code;
 }
 

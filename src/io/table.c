@@ -13,21 +13,6 @@
 #define BLOCK_TRAILER 5  /* compression type byte + fixed32 CRC */
 #define CRC_MASK_DELTA 0xa282ead8u
 
-/* Bitwise, one table of the reflected polynomial 0x82F63B78 built per call: checkpoints
-   are I/O bound, and 256 entries cost little next to a file. */
-uint32_t nb_crc32c(uint32_t crc, const void *data, size_t n) {
-  uint32_t table[256];
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t r = i;
-    for (int k = 0; k < 8; k++) r = r & 1 ? (r >> 1) ^ 0x82F63B78u : r >> 1;
-    table[i] = r;
-  }
-  const uint8_t *p = data;
-  crc = ~crc;
-  for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
-
 uint32_t nb_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA; }
 
 void nb_bytes_put(nb_bytes *b, const void *data, size_t n) {

@@ -7,8 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* CRC-32C (Castagnoli) of n bytes, continuing from crc (0 to start). */
+/* CRC-32C (Castagnoli) of n bytes, continuing from crc (0 to start); crc32c.c. Uses the
+   CPU's crc32 instruction where it has one. */
 uint32_t nb_crc32c(uint32_t crc, const void *data, size_t n);
+/* The same without the instruction (slicing-by-8), for tests to check both paths. */
+uint32_t nb_crc32c_portable(uint32_t crc, const void *data, size_t n);
 /* The masked form tables and bundles store (so that a CRC over bytes holding CRCs is not
    trivially related to them): rotate right by 15 and add a constant. */
 uint32_t nb_crc32c_mask(uint32_t crc);
