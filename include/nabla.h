@@ -530,6 +530,19 @@ typedef struct nb_grad_opts {
 nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
                      const nb_grad_opts *o, nb_tensor **dxs);
 
+/* Forward mode, graph contexts only (eager: NB_UNIMPLEMENTED): out[i] = J_{ys[i]}(xs) ·
+   tangents, summed over xs, built by transposing the gradient (TF's forwardprop fallback).
+   tangents[j] has xs[j]'s dtype and shape; int/bool or unconnected ys give NULL. */
+nb_code nb_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+               nb_tensor *const *tangents, nb_tensor **out);
+/* Hessian-vector product of y (its sum when not scalar), forward over reverse: out[j] =
+   sum over k of d²y/dxs[j]dxs[k] · vs[k]; NULL where xs[j]'s gradient is unconnected. */
+nb_code nb_hvp(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *vs, nb_tensor **out);
+/* tf.hessians: out[i] = d²y/dxs[i]² of shape xs[i].shape + xs[i].shape (NULL when
+   unconnected); one gradient per element, so xs[i] needs a fully known shape and 1 to 4096
+   elements, else NB_SHAPE naming it. */
+nb_code nb_hessian(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor **out);
+
 /* Gradient functions see the forward op through nb_fwd_op (TF's ForwardOperation): its
    type, inputs, outputs and attrs, the same in every mode. dys[i] is the gradient of
    output i: zeros for a float output that got none while another output did, NULL for

@@ -1,0 +1,181 @@
+/* Forward mode on graphs, built from reverse mode as TF's forwardprop fallback does it:
+   g(u) = J^T u is linear in a dummy cotangent u, so d<g(u), v>/du = J v for any value of
+   u. Hessian-vector products run that over a gradient (forward-over-reverse); Hessians
+   take one gradient per element of a flattened gradient (tf.hessians). */
+#include "autodiff.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Elements of one Hessian block's gradient beyond which nb_hessian refuses: it builds
+   one gradient pass per element. */
+enum { HESSIAN_MAX_ELEMENTS = 4096 };
+
+static void shape_str(const nb_tensor *x, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < nb_rank(x) && n < cap; d++)
+    n += (size_t)snprintf(buf + n, cap - n, d ? ",%lld" : "%lld", (long long)nb_shape(x)[d]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* Static shapes agree where both dims are known. */
+static bool shapes_compatible(const nb_tensor *a, const nb_tensor *b) {
+  if (nb_rank(a) != nb_rank(b)) return false;
+  for (int d = 0; d < nb_rank(a); d++)
+    if (nb_shape(a)[d] >= 0 && nb_shape(b)[d] >= 0 && nb_shape(a)[d] != nb_shape(b)[d]) return false;
+  return true;
+}
+
+static nb_code check_graph_tensors(nb_ctx *c, const char *fn, const char *what, nb_tensor *const *ts, int n) {
+  if (n < 0 || (n > 0 && !ts)) return nb_fail(c, NB_INVALID, "%s: %s is NULL or has negative length", fn, what);
+  for (int i = 0; i < n; i++)
+    if (!ts[i] || ts[i]->graph != c->graph)
+      return nb_fail(c, NB_INVALID, "%s: %s[%d] is not a tensor of this context's graph", fn, what, i);
+  return NB_OK;
+}
+
+/* Common checks: a live graph context (eager forward mode is not built), valid xs, out. */
+static nb_code check_call(nb_ctx *c, const char *fn, nb_tensor *const *xs, int nx, void *out) {
+  if (!c) return NB_INVALID;
+  if (!nb_live(c)) return nb_status(c);
+  if (!c->graph)
+    return nb_fail(c, NB_UNIMPLEMENTED,
+                   "%s needs a graph context: eager forward mode (a forward accumulator) is not built yet", fn);
+  if (nx > 0 && !out) return nb_fail(c, NB_INVALID, "%s: out is NULL", fn);
+  return check_graph_tensors(c, fn, "xs", xs, nx);
+}
+
+static nb_code check_tangents(nb_ctx *c, const char *fn, nb_tensor *const *xs, int nx, nb_tensor *const *ts) {
+  nb_code code = check_graph_tensors(c, fn, "tangents", ts, nx);
+  for (int j = 0; j < nx && !code; j++) {
+    char sx[160], st[160];
+    shape_str(xs[j], sx, sizeof sx);
+    shape_str(ts[j], st, sizeof st);
+    if (nb_dtype_of(ts[j]) != nb_dtype_of(xs[j]) || !shapes_compatible(ts[j], xs[j]))
+      code = nb_fail(c, nb_dtype_of(ts[j]) != nb_dtype_of(xs[j]) ? NB_DTYPE : NB_SHAPE,
+                     "%s: tangents[%d] is %s %s, xs[%d] is %s %s", fn, j, nb_dtype_name(nb_dtype_of(ts[j])), st, j,
+                     nb_dtype_name(nb_dtype_of(xs[j])), sx);
+  }
+  return code;
+}
+
+/* J_y(xs) v for one float y, NULL when no gradient connects y to any x: g = J^T u for a
+   dummy u = zeros_like(y), then the gradient of <g, v> with respect to u. */
+static nb_code jvp_one(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *tangents,
+                       nb_tensor **g, nb_tensor **gs, nb_tensor **vs, nb_tensor **out) {
+  *out = NULL;
+  nb_tensor *u = nb_zeros_like(c, y);
+  if (!u) return nb_status(c);
+  nb_code code = nb_gradients(c, &y, 1, xs, nx, &(nb_grad_opts){.grad_ys = &u, .name = "jvp_transposed"}, g);
+  int n = 0;
+  for (int j = 0; j < nx && !code; j++) {
+    if (!g[j]) continue;
+    gs[n] = nb_is_indexed_slices(g[j]) ? nb_densify(c, g[j]) : g[j];
+    vs[n++] = tangents[j];
+  }
+  if (code || n == 0) return code;
+  return nb_gradients(c, gs, n, &u, 1, &(nb_grad_opts){.grad_ys = vs, .name = "jvp"}, out);
+}
+
+/* ys entries may be NULL (nb_hvp passes gradients that are), giving NULL. */
+static nb_code jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+                   nb_tensor *const *tangents, nb_tensor **out) {
+  nb_tensor **tmp = malloc((size_t)(3 * nx + 1) * sizeof *tmp);
+  if (!tmp) return nb_fail(c, NB_NOMEM, "nb_jvp: out of memory");
+  nb_code code = NB_OK;
+  for (int i = 0; i < ny && !code; i++) {
+    out[i] = NULL;
+    if (ys[i] && nb_is_float(nb_dtype_of(ys[i])))
+      code = jvp_one(c, ys[i], xs, nx, tangents, tmp, tmp + nx, tmp + 2 * nx, &out[i]);
+  }
+  free(tmp);
+  return code;
+}
+
+nb_code nb_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, nb_tensor *const *tangents,
+               nb_tensor **out) {
+  nb_code code = check_call(c, "nb_jvp", xs, nx, out);
+  if (!code && ny > 0 && !out) code = nb_fail(c, NB_INVALID, "nb_jvp: out is NULL");
+  if (!code) code = check_graph_tensors(c, "nb_jvp", "ys", ys, ny);
+  if (!code) code = check_tangents(c, "nb_jvp", xs, nx, tangents);
+  return code ? code : jvp(c, ys, ny, xs, nx, tangents, out);
+}
+
+nb_code nb_hvp(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *vs, nb_tensor **out) {
+  nb_code code = check_call(c, "nb_hvp", xs, nx, out);
+  if (!code) code = check_graph_tensors(c, "nb_hvp", "y", &y, 1);
+  if (!code) code = check_tangents(c, "nb_hvp", xs, nx, vs);
+  if (code) return code;
+  nb_tensor **g = calloc((size_t)nx + 1, sizeof *g);
+  if (!g) return nb_fail(c, NB_NOMEM, "nb_hvp: out of memory");
+  code = nb_gradients(c, &y, 1, xs, nx, &(nb_grad_opts){.name = "hvp_gradients"}, g);
+  for (int j = 0; j < nx && !code; j++)
+    if (g[j] && nb_is_indexed_slices(g[j])) g[j] = nb_densify(c, g[j]);
+  if (!code) code = jvp(c, g, nx, xs, nx, vs, out);
+  free(g);
+  return code;
+}
+
+/* Element k of flat, as a 1-element slice. */
+static nb_tensor *element(nb_ctx *c, nb_tensor *flat, int64_t k) {
+  return nb_strided_slice(c, flat, (const int64_t[]){k}, (const int64_t[]){k + 1}, (const int64_t[]){1}, 1,
+                          &(nb_slice_masks){0});
+}
+
+/* d^2 y / dx^2 from g = dy/dx: one gradient of each element of g, stacked, reshaped to
+   x.shape + x.shape. */
+static nb_code hessian_block(nb_ctx *c, nb_tensor *g, nb_tensor *x, int64_t size, nb_tensor **out) {
+  nb_tensor **rows = malloc((size_t)(size + 1) * sizeof *rows);
+  if (!rows) return nb_fail(c, NB_NOMEM, "nb_hessian: out of memory");
+  nb_tensor *flat = nb_reshape(c, g, (const int64_t[]){-1}, 1);
+  nb_code code = flat ? NB_OK : nb_status(c);
+  for (int64_t k = 0; k < size && !code; k++) {
+    nb_tensor *gk = element(c, flat, k);
+    code = gk ? nb_gradients(c, &gk, 1, &x, 1, &(nb_grad_opts){.name = "hessian", .unconnected_zero = 1}, &rows[k])
+              : nb_status(c);
+    if (!code) rows[k] = nb_reshape(c, nb_is_indexed_slices(rows[k]) ? nb_densify(c, rows[k]) : rows[k],
+                                    (const int64_t[]){-1}, 1);
+  }
+  int64_t shape[NB_MAX_RANK];
+  for (int d = 0; d < 2 * nb_rank(x); d++) shape[d] = nb_shape(x)[d % nb_rank(x)];
+  if (!code) *out = nb_reshape(c, nb_pack(c, rows, (int)size, 0), shape, 2 * nb_rank(x));
+  free(rows);
+  return code ? code : nb_status(c);
+}
+
+/* x's element count; NB_SHAPE naming x when a dim is unknown, the Hessian's rank is past
+   NB_MAX_RANK, or the count is past the cap. */
+static nb_code hessian_size(nb_ctx *c, const nb_tensor *x, int i, int64_t *size) {
+  char s[160];
+  shape_str(x, s, sizeof s);
+  *size = 1;
+  for (int d = 0; d < nb_rank(x); d++) {
+    if (nb_shape(x)[d] < 0)
+      return nb_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') has shape %s; Hessians need a fully known shape", i,
+                     nb_tensor_node_name(x), s);
+    *size *= nb_shape(x)[d];
+    if (*size > HESSIAN_MAX_ELEMENTS) break;
+  }
+  if (2 * nb_rank(x) > NB_MAX_RANK || *size > HESSIAN_MAX_ELEMENTS || *size == 0)
+    return nb_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') of shape %s: need 1 to %d elements and rank at most %d", i,
+                   nb_tensor_node_name(x), s, HESSIAN_MAX_ELEMENTS, NB_MAX_RANK / 2);
+  return NB_OK;
+}
+
+nb_code nb_hessian(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor **out) {
+  nb_code code = check_call(c, "nb_hessian", xs, nx, out);
+  if (!code) code = check_graph_tensors(c, "nb_hessian", "y", &y, 1);
+  int64_t *sizes = code ? NULL : malloc((size_t)(nx + 1) * sizeof *sizes);
+  nb_tensor **g = code ? NULL : calloc((size_t)nx + 1, sizeof *g);
+  if (!code && (!sizes || !g)) code = nb_fail(c, NB_NOMEM, "nb_hessian: out of memory");
+  for (int i = 0; i < nx && !code; i++) code = hessian_size(c, xs[i], i, &sizes[i]);
+  if (!code) code = nb_gradients(c, &y, 1, xs, nx, &(nb_grad_opts){.name = "hessian_gradients"}, g);
+  for (int i = 0; i < nx && !code; i++) {
+    out[i] = NULL;
+    if (g[i] && nb_is_indexed_slices(g[i])) g[i] = nb_densify(c, g[i]);
+    if (g[i]) code = hessian_block(c, g[i], xs[i], sizes[i], &out[i]);
+  }
+  free(sizes);
+  free(g);
+  return code;
+}
