@@ -15,7 +15,10 @@
    persistent tape, which records its own first pass.
 
    Jacobian mode: nb_tape_jacobian of every case against every input equals the rows of
-   one-hot gradients, and takes the expected path (vectorized, mixed or loop). */
+   one-hot gradients, and takes the expected path (vectorized, mixed or loop).
+
+   Forward mode: nb_jvp of every case along random tangents equals the central difference
+   quotient along them, with static and with unknown dims. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -866,6 +869,69 @@ static void check_jacobian_case(tally *t, const gc_spec *sp, int index, uint64_t
   nb_graph_free(k.g);
 }
 
+/* ---- forward mode: nb_jvp against central differences along the tangent --------------- */
+
+/* The difference quotient's step along the tangent. */
+#define JVP_STEP 1e-6
+
+/* y at the case's values moved by step * v (v eager, one per variable). */
+static nb_tensor *y_moved(gc_case *k, nb_tensor *y, nb_tensor *const *v, double step) {
+  nb_tensor *at[MAX_IN], *out = NULL;
+  for (int i = 0; i < k->nx; i++) at[i] = nb_add(k->e, k->vals[i], nb_mul(k->e, v[i], nb_scalar(k->e, NB_F64, step)));
+  return nb_run(k->s, k->xs, at, k->nx, &y, 1, &out) == NB_OK ? out : NULL;
+}
+
+/* The largest |jvp - (y(x + h v) - y(x - h v)) / 2h| (a NULL jvp counts as zeros); -1
+   when something fails. */
+static double jvp_error(gc_case *k, nb_tensor *y, nb_tensor *jvp, nb_tensor *const *v) {
+  nb_tensor *plus = y_moved(k, y, v, JVP_STEP), *minus = y_moved(k, y, v, -JVP_STEP), *j = NULL;
+  if (!plus || !minus || (jvp && nb_run(k->s, k->xs, k->vals, k->nx, &jvp, 1, &j) != NB_OK)) return -1;
+  if (j && nb_num_elements(j) != nb_num_elements(plus)) return -1;
+  double err = 0;
+  for (int64_t i = 0; i < nb_num_elements(plus); i++) {
+    double fd = (nb_item(plus, i) - nb_item(minus, i)) / (2 * JVP_STEP);
+    err = fmax(err, fabs((j ? nb_item(j, i) : 0) - fd));
+  }
+  return err;
+}
+
+/* The JVP differentiates each gradient op with respect to its incoming gradient; TF's
+   MaxPoolGradGrad takes no EXPLICIT padding, so MaxPool's JVP there is an error (README). */
+static bool jvp_documented_limit(const gc_spec *sp) {
+  if (strcmp(sp->op, "MaxPool")) return false;
+  for (int i = 0; i < MAX_ATTRS && sp->attrs[i].name; i++)
+    if (!strcmp(sp->attrs[i].name, "padding") && !strcmp(sp->attrs[i].v.s, "EXPLICIT")) return true;
+  return false;
+}
+
+/* nb_jvp of the case's y along random tangents equals the directional difference quotient
+   (or fails, for a documented limit). */
+static void check_jvp_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims) {
+  gc_case k = {.g = nb_graph_new(), .e = nb_eager_new(), .r = {seed}, .unknown_dims = unknown_dims};
+  k.c = nb_graph_ctx_new(k.g);
+  k.s = nb_session_new(k.g);
+  make_inputs(&k, sp);
+  nb_tensor *y = build_y(k.c, k.in, k.nin, sp), *ev[MAX_IN], *gv[MAX_IN], *jvp = NULL, *y0 = NULL;
+  for (int i = 0; i < k.nx; i++) random_pair(&k, nb_rank(k.vals[i]), nb_shape(k.vals[i]), &ev[i], &gv[i]);
+  double scale = 1, err = -1;
+  nb_code code = y ? nb_jvp(k.c, &y, 1, k.xs, k.nx, gv, &jvp) : NB_INVALID;
+  if (!code && (y0 = value_of(&k, y, &scale))) err = jvp_error(&k, y, jvp, ev);
+  bool pass = jvp_documented_limit(sp) ? y && code != NB_OK : err >= 0 && err <= GC_TOL * scale;
+  t->cases++;
+  t->failures += !pass;
+  if (!pass) {
+    char what[512] = "";
+    describe(sp, what, sizeof what);
+    print_error("[%s, jvp] %s case %d (%s%s): err %.3g (bound %.3g) %s %s\n", t->table, sp->op, index, what,
+                unknown_dims ? "; dims unknown" : "", err, GC_TOL * scale, nb_error(k.c), nb_session_error(k.s));
+  }
+  nb_tensor_free(y0);
+  nb_session_free(k.s);
+  nb_ctx_free(k.c);
+  nb_ctx_free(k.e);
+  nb_graph_free(k.g);
+}
+
 static void finish(const tally *t, const char *what) {
   if (t->failures) fail_msg("%s: %d of %d cases failed (listed above)", what, t->failures, t->cases);
 }
@@ -1057,6 +1123,16 @@ static void test_jacobian_vectorized_equals_loop(void **state) {
   finish(&t, "vectorized Jacobian against the loop");
 }
 
+/* Forward mode through every op: the JVP (reverse mode transposed) against differences,
+   with static and with unknown dims. */
+static void test_jvp(void **state) {
+  (void)state;
+  tally t = {.check = check_jvp_case};
+  walk_all(&t, false);
+  walk_all(&t, true);
+  finish(&t, "forward mode (nb_jvp)");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_gradient_has_a_spec),
@@ -1069,6 +1145,7 @@ int main(void) {
       cmocka_unit_test(test_tape_equals_graph),
       cmocka_unit_test(test_one_tape_equals_graph),
       cmocka_unit_test(test_jacobian_vectorized_equals_loop),
+      cmocka_unit_test(test_jvp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,11 +60,13 @@ static nb_code check_tangents(nb_ctx *c, const char *fn, nb_tensor *const *xs, i
 }
 
 /* J_y(xs) v for one float y, NULL when no gradient connects y to any x: g = J^T u for a
-   dummy u = zeros_like(y), then the gradient of <g, v> with respect to u. */
+   dummy u = ones_like(y), then the gradient of <g, v> with respect to u. u is ones, as
+   TF's aid, not zeros: gradient functions skip a dy they see is zero (TF's IsZero), and
+   that would cut g off from u. */
 static nb_code jvp_one(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *tangents,
                        nb_tensor **g, nb_tensor **gs, nb_tensor **vs, nb_tensor **out) {
   *out = NULL;
-  nb_tensor *u = nb_zeros_like(c, y);
+  nb_tensor *u = nb_ones_like(c, y);
   if (!u) return nb_status(c);
   nb_code code = nb_gradients(c, &y, 1, xs, nx, &(nb_grad_opts){.grad_ys = &u, .name = "jvp_transposed"}, g);
   int n = 0;
