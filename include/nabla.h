@@ -532,7 +532,8 @@ nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *
 
 /* Forward mode, graph contexts only (eager: NB_UNIMPLEMENTED): out[i] = J_{ys[i]}(xs) ·
    tangents, summed over xs, built by transposing the gradient (TF's forwardprop fallback).
-   tangents[j] has xs[j]'s dtype and shape; int/bool or unconnected ys give NULL. */
+   tangents[j] has xs[j]'s dtype and shape; int/bool or unconnected ys give NULL. It needs
+   each gradient op's own gradient (MaxPool with EXPLICIT padding has none: an error). */
 nb_code nb_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
                nb_tensor *const *tangents, nb_tensor **out);
 /* Hessian-vector product of y (its sum when not scalar), forward over reverse: out[j] =
