@@ -229,6 +229,7 @@ static void test_errors(void **state) {
                "tangents[1] is float64 [3,2], xs[1] is float64 [2,3]");
   expect_error(f.c, nb_jvp(f.c, &y, 1, &x, 1, &bad_type, out), NB_DTYPE, "tangents[0] is float32 [2,3]");
   expect_error(f.c, nb_jvp(f.c, &y, -1, &x, 1, &ok, out), NB_INVALID, "ys");
+  assert_int_equal(nb_jvp(f.c, NULL, 0, &x, 1, &ok, NULL), NB_OK); /* no ys: out may be NULL */
   expect_error(f.c, nb_jvp(f.c, &y, 1, &x, -2, &ok, out), NB_INVALID, "xs");
   expect_error(f.c, nb_hvp(f.c, y, &x, 1, &bad_shape, out), NB_SHAPE, "nb_hvp: tangents[0]");
 

@@ -34,14 +34,15 @@ static nb_code check_graph_tensors(nb_ctx *c, const char *fn, const char *what, 
   return NB_OK;
 }
 
-/* Common checks: a live graph context (eager forward mode is not built), valid xs, out. */
-static nb_code check_call(nb_ctx *c, const char *fn, nb_tensor *const *xs, int nx, void *out) {
+/* Common checks: a live graph context (eager forward mode is not built), valid xs, and an
+   out of nout entries. */
+static nb_code check_call(nb_ctx *c, const char *fn, nb_tensor *const *xs, int nx, void *out, int nout) {
   if (!c) return NB_INVALID;
   if (!nb_live(c)) return nb_status(c);
   if (!c->graph)
     return nb_fail(c, NB_UNIMPLEMENTED,
                    "%s needs a graph context: eager forward mode (a forward accumulator) is not built yet", fn);
-  if (nx > 0 && !out) return nb_fail(c, NB_INVALID, "%s: out is NULL", fn);
+  if (nout > 0 && !out) return nb_fail(c, NB_INVALID, "%s: out is NULL", fn);
   return check_graph_tensors(c, fn, "xs", xs, nx);
 }
 
@@ -96,15 +97,14 @@ static nb_code jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs
 
 nb_code nb_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, nb_tensor *const *tangents,
                nb_tensor **out) {
-  nb_code code = check_call(c, "nb_jvp", xs, nx, out);
-  if (!code && ny > 0 && !out) code = nb_fail(c, NB_INVALID, "nb_jvp: out is NULL");
+  nb_code code = check_call(c, "nb_jvp", xs, nx, out, ny);
   if (!code) code = check_graph_tensors(c, "nb_jvp", "ys", ys, ny);
   if (!code) code = check_tangents(c, "nb_jvp", xs, nx, tangents);
   return code ? code : jvp(c, ys, ny, xs, nx, tangents, out);
 }
 
 nb_code nb_hvp(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *vs, nb_tensor **out) {
-  nb_code code = check_call(c, "nb_hvp", xs, nx, out);
+  nb_code code = check_call(c, "nb_hvp", xs, nx, out, nx);
   if (!code) code = check_graph_tensors(c, "nb_hvp", "y", &y, 1);
   if (!code) code = check_tangents(c, "nb_hvp", xs, nx, vs);
   if (code) return code;
@@ -165,7 +165,7 @@ static nb_code hessian_size(nb_ctx *c, const nb_tensor *x, int i, int64_t *size)
 }
 
 nb_code nb_hessian(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor **out) {
-  nb_code code = check_call(c, "nb_hessian", xs, nx, out);
+  nb_code code = check_call(c, "nb_hessian", xs, nx, out, nx);
   if (!code) code = check_graph_tensors(c, "nb_hessian", "y", &y, 1);
   int64_t *sizes = code ? NULL : malloc((size_t)(nx + 1) * sizeof *sizes);
   nb_tensor **g = code ? NULL : calloc((size_t)nx + 1, sizeof *g);
