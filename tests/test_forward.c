@@ -196,6 +196,29 @@ static void test_hessian_against_differences(void **state) {
   close_graph(&f);
 }
 
+/* A gather's gradient is IndexedSlices: y = sum(gather(x, [0, 2, 2])^3) has H = diag(6 x_i n_i)
+   with n = (1, 0, 2) the times x_i is gathered, both as a Hessian and as H v. */
+static void test_sparse_gradient_second_order(void **state) {
+  (void)state;
+  fixture f = open_graph();
+  nb_tensor *x = nb_placeholder(f.c, NB_F64, 1, TU_SHAPE(3), "x"), *h = NULL, *hv = NULL;
+  nb_tensor *gx = nb_gather(f.c, x, tu_make(f.c, NB_I32, 1, TU_SHAPE(3), TU_VALS(0, 2, 2)), 0, 0);
+  nb_tensor *y = nb_sum(f.c, nb_mul(f.c, gx, nb_square(f.c, gx)), (const int[]){0}, 1, false);
+  nb_tensor *v = tu_make(f.c, NB_F64, 1, TU_SHAPE(3), v3);
+  assert_int_equal(nb_hessian(f.c, y, &x, 1, &h), NB_OK);
+  assert_int_equal(nb_hvp(f.c, y, &x, 1, &v, &hv), NB_OK);
+  nb_tensor *xv = tu_make(f.e, NB_F64, 1, TU_SHAPE(3), x3);
+  static const double count[] = {1, 0, 2};
+  double want_h[9] = {0}, want_hv[3];
+  for (int i = 0; i < 3; i++) {
+    want_h[i * 4] = 6 * x3[i] * count[i];
+    want_hv[i] = want_h[i * 4] * v3[i];
+  }
+  tu_check_vals(eval(&f, x, xv, h), want_h, 1e-12);
+  tu_check_vals(eval(&f, x, xv, hv), want_hv, 1e-12);
+  close_graph(&f);
+}
+
 /* An unconnected y and an integer y give NULL; a connected one beside them still works. */
 static void test_unconnected_and_integer_ys(void **state) {
   (void)state;
@@ -254,6 +277,7 @@ int main(void) {
       cmocka_unit_test(test_hvp_quadratic_and_mixed),
       cmocka_unit_test(test_hessian_closed_forms),
       cmocka_unit_test(test_hessian_against_differences),
+      cmocka_unit_test(test_sparse_gradient_second_order),
       cmocka_unit_test(test_unconnected_and_integer_ys),
       cmocka_unit_test(test_errors),
   };

@@ -73,7 +73,7 @@ static nb_code jvp_one(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb
   int n = 0;
   for (int j = 0; j < nx && !code; j++) {
     if (!g[j]) continue;
-    gs[n] = nb_is_indexed_slices(g[j]) ? nb_densify(c, g[j]) : g[j];
+    gs[n] = g[j];
     vs[n++] = tangents[j];
   }
   if (code || n == 0) return code;
@@ -111,8 +111,6 @@ nb_code nb_hvp(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor 
   nb_tensor **g = calloc((size_t)nx + 1, sizeof *g);
   if (!g) return nb_fail(c, NB_NOMEM, "nb_hvp: out of memory");
   code = nb_gradients(c, &y, 1, xs, nx, &(nb_grad_opts){.name = "hvp_gradients"}, g);
-  for (int j = 0; j < nx && !code; j++)
-    if (g[j] && nb_is_indexed_slices(g[j])) g[j] = nb_densify(c, g[j]);
   if (!code) code = jvp(c, g, nx, xs, nx, vs, out);
   free(g);
   return code;
@@ -135,8 +133,7 @@ static nb_code hessian_block(nb_ctx *c, nb_tensor *g, nb_tensor *x, int64_t size
     nb_tensor *gk = element(c, flat, k);
     code = gk ? nb_gradients(c, &gk, 1, &x, 1, &(nb_grad_opts){.name = "hessian", .unconnected_zero = 1}, &rows[k])
               : nb_status(c);
-    if (!code) rows[k] = nb_reshape(c, nb_is_indexed_slices(rows[k]) ? nb_densify(c, rows[k]) : rows[k],
-                                    (const int64_t[]){-1}, 1);
+    if (!code) rows[k] = nb_reshape(c, rows[k], (const int64_t[]){-1}, 1);
   }
   int64_t shape[NB_MAX_RANK];
   for (int d = 0; d < 2 * nb_rank(x); d++) shape[d] = nb_shape(x)[d % nb_rank(x)];
@@ -174,7 +171,6 @@ nb_code nb_hessian(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_ten
   if (!code) code = nb_gradients(c, &y, 1, xs, nx, &(nb_grad_opts){.name = "hessian_gradients"}, g);
   for (int i = 0; i < nx && !code; i++) {
     out[i] = NULL;
-    if (g[i] && nb_is_indexed_slices(g[i])) g[i] = nb_densify(c, g[i]);
     if (g[i]) code = hessian_block(c, g[i], xs[i], sizes[i], &out[i]);
   }
   free(sizes);
