@@ -23,12 +23,19 @@ static void close_graph(fixture *f) {
   nb_graph_free(f->g);
 }
 
-/* t's value with x fed xv; the result lives in f->e's scope only as long as the caller keeps it. */
+/* t's value with x fed xv, as a tensor of the eager context (freed with it). */
 static nb_tensor *eval(fixture *f, nb_tensor *x, nb_tensor *xv, nb_tensor *t) {
   nb_tensor *out = NULL;
   assert_non_null(t);
   if (nb_run(f->s, &x, &xv, x ? 1 : 0, &t, 1, &out) != NB_OK) fail_msg("run: %s", nb_session_error(f->s));
-  return out;
+  size_t bytes = (size_t)nb_num_elements(out) * nb_dtype_size(nb_dtype_of(out));
+  void *data = malloc(bytes ? bytes : 1); /* nb_read: a fetched IndexedSlices reads dense */
+  assert_non_null(data);
+  assert_int_equal(nb_read(out, data, bytes), NB_OK);
+  nb_tensor *copy = nb_tensor_from(f->e, nb_dtype_of(out), nb_rank(out), nb_shape(out), data);
+  free(data);
+  nb_tensor_free(out);
+  return copy;
 }
 
 static const double x3[] = {0.5, -1.25, 2.0};

@@ -885,13 +885,16 @@ static nb_tensor *y_moved(gc_case *k, nb_tensor *y, nb_tensor *const *v, double 
    when something fails. */
 static double jvp_error(gc_case *k, nb_tensor *y, nb_tensor *jvp, nb_tensor *const *v) {
   nb_tensor *plus = y_moved(k, y, v, JVP_STEP), *minus = y_moved(k, y, v, -JVP_STEP), *j = NULL;
-  if (!plus || !minus || (jvp && nb_run(k->s, k->xs, k->vals, k->nx, &jvp, 1, &j) != NB_OK)) return -1;
-  if (j && nb_num_elements(j) != nb_num_elements(plus)) return -1;
-  double err = 0;
-  for (int64_t i = 0; i < nb_num_elements(plus); i++) {
+  double err = plus && minus ? 0 : -1;
+  if (!err && jvp && nb_run(k->s, k->xs, k->vals, k->nx, &jvp, 1, &j) != NB_OK) err = -1;
+  if (!err && j && nb_num_elements(j) != nb_num_elements(plus)) err = -1;
+  for (int64_t i = 0; !(err < 0) && i < nb_num_elements(plus); i++) {
     double fd = (nb_item(plus, i) - nb_item(minus, i)) / (2 * JVP_STEP);
     err = fmax(err, fabs((j ? nb_item(j, i) : 0) - fd));
   }
+  nb_tensor_free(plus);
+  nb_tensor_free(minus);
+  nb_tensor_free(j);
   return err;
 }
 
