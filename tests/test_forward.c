@@ -265,6 +265,14 @@ static void test_errors(void **state) {
 
   nb_tensor *u = nb_placeholder(f.c, NB_F64, 2, TU_SHAPE(-1, 3), "u");
   expect_error(f.c, nb_hessian(f.c, nb_exp(f.c, u), &u, 1, out), NB_SHAPE, "'u'");
+  nb_tensor *dims = nb_placeholder(f.c, NB_I32, 1, TU_SHAPE(-1), "dims"), *r = NULL; /* r: rank unknown */
+  assert_int_equal(nb_name_next(f.c, "r"), NB_OK);
+  assert_int_equal(nb_op(f.c, "Reshape", (nb_tensor *const[]){x, dims}, 2, NULL, 0, &r, 1), NB_OK);
+  assert_int_equal(nb_rank(r), -1);
+  nb_tensor *any_shape = tu_make(f.c, NB_F64, 1, TU_SHAPE(4), NULL);
+  expect_error(f.c, nb_hessian(f.c, nb_exp(f.c, r), &r, 1, out), NB_SHAPE, "('r') has shape <unknown rank>");
+  assert_int_equal(nb_jvp(f.c, (nb_tensor *const[]){nb_exp(f.c, r)}, 1, &r, 1, &any_shape, out), NB_OK);
+  assert_non_null(out[0]); /* an unknown rank takes a tangent of any shape */
   nb_tensor *big = nb_placeholder(f.c, NB_F64, 2, TU_SHAPE(65, 64), "big");
   expect_error(f.c, nb_hessian(f.c, nb_exp(f.c, big), &big, 1, out), NB_SHAPE, "4096");
 

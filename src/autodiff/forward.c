@@ -11,15 +11,21 @@
    one gradient pass per element. */
 enum { HESSIAN_MAX_ELEMENTS = 4096 };
 
+/* "[2,-1]", or "<unknown rank>". */
 static void shape_str(const nb_tensor *x, char *buf, size_t cap) {
+  if (nb_rank(x) < 0) {
+    snprintf(buf, cap, "<unknown rank>");
+    return;
+  }
   size_t n = (size_t)snprintf(buf, cap, "[");
   for (int d = 0; d < nb_rank(x) && n < cap; d++)
     n += (size_t)snprintf(buf + n, cap - n, d ? ",%lld" : "%lld", (long long)nb_shape(x)[d]);
   if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-/* Static shapes agree where both dims are known. */
+/* Static shapes agree where both ranks and dims are known. */
 static bool shapes_compatible(const nb_tensor *a, const nb_tensor *b) {
+  if (nb_rank(a) < 0 || nb_rank(b) < 0) return true;
   if (nb_rank(a) != nb_rank(b)) return false;
   for (int d = 0; d < nb_rank(a); d++)
     if (nb_shape(a)[d] >= 0 && nb_shape(b)[d] >= 0 && nb_shape(a)[d] != nb_shape(b)[d]) return false;
@@ -147,14 +153,14 @@ static nb_code hessian_block(nb_ctx *c, nb_tensor *g, nb_tensor *x, int64_t size
 static nb_code hessian_size(nb_ctx *c, const nb_tensor *x, int i, int64_t *size) {
   char s[160];
   shape_str(x, s, sizeof s);
+  bool known = nb_rank(x) >= 0;
+  for (int d = 0; d < nb_rank(x); d++) known &= nb_shape(x)[d] >= 0;
+  if (!known)
+    return nb_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') has shape %s; Hessians need a fully known shape", i,
+                   nb_tensor_node_name(x), s);
   *size = 1;
-  for (int d = 0; d < nb_rank(x); d++) {
-    if (nb_shape(x)[d] < 0)
-      return nb_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') has shape %s; Hessians need a fully known shape", i,
-                     nb_tensor_node_name(x), s);
-    *size *= nb_shape(x)[d];
-    if (*size > HESSIAN_MAX_ELEMENTS) break;
-  }
+  for (int d = 0; d < nb_rank(x) && *size <= HESSIAN_MAX_ELEMENTS; d++) /* past the cap: no overflow */
+    *size = nb_shape(x)[d] > HESSIAN_MAX_ELEMENTS ? HESSIAN_MAX_ELEMENTS + 1 : *size * nb_shape(x)[d];
   if (2 * nb_rank(x) > NB_MAX_RANK || *size > HESSIAN_MAX_ELEMENTS || *size == 0)
     return nb_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') of shape %s: need 1 to %d elements and rank at most %d", i,
                    nb_tensor_node_name(x), s, HESSIAN_MAX_ELEMENTS, NB_MAX_RANK / 2);
