@@ -85,6 +85,10 @@ const char *nb_code_name(nb_code code);     /* "NB_SHAPE", ... */
 const char *nb_dtype_name(nb_dtype t);      /* TF's names: "float32", "int64", "bool" */
 size_t nb_dtype_size(nb_dtype t);           /* bytes per element; bool is one byte */
 const char *nb_version(void);               /* "0.1.0" */
+/* One line, "; "-separated: version, compiler, build type, CPU and ISA flags, the elementwise
+   kernel clone that runs, the OpenBLAS config and core, OpenMP, protobuf-c, and a warning=
+   field for a known slow path. Computed once (thread-safe); the same pointer on every call. */
+const char *nb_build_info(void);
 
 /* ---- contexts --------------------------------------------------------------- */
 nb_ctx *nb_eager_new(void);                 /* NULL only when out of memory */

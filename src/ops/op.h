@@ -223,6 +223,7 @@ int nb_kthreads(const nb_kargs *k, int64_t n);
 #if defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones) && !defined(__SANITIZE_ADDRESS__)
 #define NB_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define NB_SIMD_CLONE_NAMES "x86-64-v4|x86-64-v3|default" /* for nb_build_info */
 #endif
 #endif
 #ifndef NB_SIMD_CLONES

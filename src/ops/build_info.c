@@ -1,0 +1,142 @@
+/* nb_build_info: what this build runs on, so a slow path (a generic BLAS core, a baseline
+   kernel clone) shows in a benchmark's log. It lives in src/ops because ops is the lowest
+   layer that links OpenBLAS (core must not); protobuf-c is an external library here, not
+   a use of src/io. Computed once, on first call. */
+#define _POSIX_C_SOURCE 200809L /* strcasecmp */
+#include "build_info.h"
+#include "op.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <protobuf-c/protobuf-c.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define BUILD_INFO_X86 1
+#endif
+
+#ifndef NB_BUILD_TYPE
+#define NB_BUILD_TYPE "unknown"
+#endif
+#ifndef NB_BUILD_SANITIZE
+#define NB_BUILD_SANITIZE 0
+#endif
+
+/* OpenBLAS cores whose kernels stop short of AVX2 (SSE-only ones, and Sandybridge's AVX). */
+static const char *const pre_avx2_cores[] = {
+  "Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Core2", "Penryn",
+  "Dunnington", "Nehalem", "Atom", "Athlon", "Opteron", "Opteron_SSE3", "Barcelona",
+  "Bobcat", "Bulldozer", "Piledriver", "Sandybridge",
+};
+
+bool build_info_blas_warning(const char *corename, bool cpu_has_avx2, char *out, size_t size) {
+  if (!cpu_has_avx2 || !corename) return false;
+  for (size_t i = 0; i < sizeof pre_avx2_cores / sizeof *pre_avx2_cores; i++) {
+    if (strcasecmp(corename, pre_avx2_cores[i]) == 0) {
+      snprintf(out, size, "OpenBLAS chose generic %s kernels on an AVX2 CPU: GEMM runs far below peak",
+               pre_avx2_cores[i]);
+      return true;
+    }
+  }
+  return false;
+}
+
+static char info[1536];
+static pthread_once_t info_once = PTHREAD_ONCE_INIT;
+
+/* Appends printf-style text to info at *len, truncating at the buffer's end. */
+static void info_add(size_t *len, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void info_add(size_t *len, const char *fmt, ...) {
+  if (*len >= sizeof info - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(info + *len, sizeof info - *len, fmt, ap);
+  va_end(ap);
+  if (n > 0) *len = *len + (size_t)n < sizeof info ? *len + (size_t)n : sizeof info - 1;
+}
+
+#ifdef BUILD_INFO_X86
+/* The CPU's brand string (cpuid leaves 0x80000002..4), spaces trimmed; "" without one. */
+static void cpu_brand(char out[49]) {
+  unsigned regs[12] = {0}, max = 0, b, c, d;
+  out[0] = '\0';
+  if (!__get_cpuid(0x80000000u, &max, &b, &c, &d) || max < 0x80000004u) return;
+  for (unsigned i = 0; i < 3; i++)
+    __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
+  memcpy(out, regs, 48);
+  out[48] = '\0';
+  char *s = out;
+  while (*s == ' ') s++;
+  size_t n = strlen(s);
+  while (n > 0 && s[n - 1] == ' ') n--;
+  memmove(out, s, n);
+  out[n] = '\0';
+}
+
+/* The clone gcc's resolver runs for NB_SIMD_CLONES loops, from the features that define
+   x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) and x86-64-v3 (AVX2, FMA, BMI1/2). */
+static const char *running_clone(void) {
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    return "x86-64-v4";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2"))
+    return "x86-64-v3";
+  return "default";
+}
+
+static void add_cpu(size_t *len) {
+  char brand[49];
+  cpu_brand(brand);
+  __builtin_cpu_init();
+  info_add(len, "; cpu \"%s\"; isa avx2=%s fma=%s avx512f=%s avx512bw=%s avx512vl=%s sse4.2=%s", brand,
+           __builtin_cpu_supports("avx2") ? "yes" : "no", __builtin_cpu_supports("fma") ? "yes" : "no",
+           __builtin_cpu_supports("avx512f") ? "yes" : "no", __builtin_cpu_supports("avx512bw") ? "yes" : "no",
+           __builtin_cpu_supports("avx512vl") ? "yes" : "no", __builtin_cpu_supports("sse4.2") ? "yes" : "no");
+#ifdef NB_SIMD_CLONE_NAMES
+  info_add(len, "; elementwise target_clones %s, running %s", NB_SIMD_CLONE_NAMES, running_clone());
+#else
+  info_add(len, "; elementwise baseline only (no target_clones in this build)");
+#endif
+}
+static bool cpu_has_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#else
+static void add_cpu(size_t *len) { info_add(len, "; cpu unknown (not x86); elementwise baseline only"); }
+static bool cpu_has_avx2(void) { return false; }
+#endif
+
+static const char *blas_parallel_name(int p) {
+  return p == OPENBLAS_SEQUENTIAL ? "sequential" : p == OPENBLAS_THREAD ? "pthreads" : "openmp";
+}
+
+/* __VERSION__ names clang ("Debian Clang 14.0.6") but is only a number for gcc. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define BUILD_INFO_COMPILER "gcc " __VERSION__
+#else
+#define BUILD_INFO_COMPILER __VERSION__
+#endif
+
+static void build_info_init(void) {
+  size_t len = 0;
+  info_add(&len, "nabla %s; compiler %s; build %s%s", nb_version(), BUILD_INFO_COMPILER, NB_BUILD_TYPE,
+           NB_BUILD_SANITIZE ? " asan+ubsan" : "");
+  add_cpu(&len);
+  const char *core = openblas_get_corename();
+  info_add(&len, "; blas %s; blas core %s (%s, %d threads)", openblas_get_config(), core,
+           blas_parallel_name(openblas_get_parallel()), openblas_get_num_threads());
+  info_add(&len, "; openmp %d, %d procs; protobuf-c %s", _OPENMP, omp_get_num_procs(), protobuf_c_version());
+  char warning[160];
+  if (build_info_blas_warning(core, cpu_has_avx2(), warning, sizeof warning))
+    info_add(&len, "; warning=\"%s\"", warning);
+}
+
+const char *nb_build_info(void) {
+  pthread_once(&info_once, build_info_init);
+  return info;
+}
