@@ -9,6 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The first line of a benchmark's output: what ran it (CPU, kernel clone, BLAS core). */
+static inline void bench_print_build_info(void) { printf("# build: %s\n", nb_build_info()); }
+
 static inline double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

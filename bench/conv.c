@@ -62,6 +62,7 @@ static nb_tensor *sizes(nb_ctx *c, int64_t a, int64_t b, int64_t d, int64_t e) {
 
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : NULL;
+  bench_print_build_info();
   nb_ctx *c = nb_eager_new();
   if (!c) return 1;
   srand(1);

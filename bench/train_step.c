@@ -201,6 +201,7 @@ int main(int argc, char **argv) {
   const char *only_model = argc > 1 && strcmp(argv[1], "all") ? argv[1] : NULL;
   const char *only_mode = argc > 2 && strcmp(argv[2], "all") ? argv[2] : NULL;
   int only_threads = argc > 3 ? atoi(argv[3]) : 0;
+  bench_print_build_info();
   bool ok = true;
   if (!only_model || strcmp(only_model, "mlp") == 0) ok = bench_model(make_mlp, only_mode, only_threads);
   if (ok && (!only_model || strcmp(only_model, "lenet") == 0)) ok = bench_model(make_lenet, only_mode, only_threads);
