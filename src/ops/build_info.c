@@ -128,7 +128,7 @@ static void build_info_init(void) {
            NB_BUILD_SANITIZE ? " asan+ubsan" : "");
   add_cpu(&len);
   const char *core = openblas_get_corename();
-  info_add(&len, "; blas %s; blas core %s (%s, %d threads)", openblas_get_config(), core,
+  info_add(&len, "; blas %s; blas core %s (%s, threads=%d)", openblas_get_config(), core,
            blas_parallel_name(openblas_get_parallel()), openblas_get_num_threads());
   info_add(&len, "; openmp %d, %d procs; protobuf-c %s", _OPENMP, omp_get_num_procs(), protobuf_c_version());
   char warning[160];
