@@ -193,6 +193,30 @@ static void test_graph_plain_gradient_reads_intermediates(void **state) {
   assert_true(reads >= LAYERS);
 }
 
+/* x * v, v a variable read inside the function (user). */
+static nb_code scale_by_variable(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout;
+  out[0] = nb_mul(c, in[0], nb_variable_read(c, user));
+  return nb_status(c);
+}
+
+/* As documented: a variable read inside the function gets no gradient through it (pass
+   it as an input instead); the inputs' gradients are right. */
+static void test_variable_inside_gets_no_gradient(void **state) {
+  gu_fixture *f = *state;
+  nb_variable *v = nb_variable_new(f->e, nb_scalar(f->e, NB_F64, 3), true, "v");
+  nb_tensor *x = nb_scalar(f->e, NB_F64, 2), *y, *dx, *dv;
+  nb_tape *t = nb_tape_begin(f->e, 1);
+  nb_tape_watch(t, x);
+  assert_int_equal(nb_recompute_grad(f->e, scale_by_variable, v, &x, 1, &y, 1), NB_OK);
+  assert_int_equal(nb_tape_gradient_vars(t, &y, 1, &v, 1, &dv), NB_OK);
+  assert_null(dv);
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_OK);
+  assert_true(nb_item(dx, 0) == 3);
+  nb_tape_end(t);
+  nb_variable_free(v);
+}
+
 /* Fails on its second call (the rerun), without a message. */
 static nb_code fails_on_rerun(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
   (void)nin, (void)nout;
@@ -242,6 +266,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_forward_keeps_no_intermediates, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_gradient_reads_no_intermediates, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_plain_gradient_reads_intermediates, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_variable_inside_gets_no_gradient, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_errors, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("recompute", tests, NULL, NULL);
