@@ -654,6 +654,13 @@ typedef nb_code (*nb_custom_grad_fn)(nb_ctx *c, nb_tensor *const *in, int nin, n
                                      nb_tensor *const *dys, nb_tensor **dxs, void *user);
 nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user,
                            nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+/* tf.recompute_grad: out = fn(in) as one op that keeps only in and out (a tape records
+   one entry, none of fn's intermediates); its gradient runs fn again on in, under a fresh
+   tape (eager) or into the gradient graph, and differentiates that run, so higher orders
+   work. fn must be deterministic and take every tensor to differentiate (weights too: a
+   variable read inside fn gets no gradient) as an input; user must outlive the gradients. */
+nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *const *in, int nin,
+                          nb_tensor **out, int nout);
 
 /* ---- checking -------------------------------------------------------------------------- */
 /* Numeric Jacobian of y with respect to xs (float64 central differences at x_values, fed

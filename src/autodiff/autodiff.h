@@ -30,6 +30,9 @@ static inline int32_t nb_grad_width(int32_t nin, int32_t nout) { return 2 * (nin
    pass, tape, custom and overridden gradients) calls gradient functions through it. */
 nb_code nb_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
 
+/* The gradient of _RecomputeGrad (recompute.c). */
+nb_code nb_recompute_gradient(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
+
 /* Registers the built-in gradient functions once. */
 void nb_grad_builtins_init(void);
 

@@ -415,8 +415,62 @@ static void pass_free(pass *p) {
   free(p->needs);
 }
 
+/* A node's traversal scratch, which a pass keeps in the nodes themselves. */
+typedef struct node_scratch {
+  uint32_t stamp, stamp2, stamp3;
+  int32_t pending, slot;
+} node_scratch;
+
+/* A pass started inside another (a gradient function calling nb_gradients, as
+   nb_recompute_grad's does) would overwrite the outer pass's scratch in the nodes both
+   walk: the outer pass's nodes keep theirs in a copy, put back when the inner one ends.
+   NULL with *n 0 when no pass is under way. */
+static node_scratch *save_outer_scratch(const nb_graph *g, int32_t *n, bool *nomem) {
+  *n = 0;
+  *nomem = false;
+  if (g->grad_passes == 0) return NULL;
+  node_scratch *s = malloc((size_t)g->nnodes * sizeof *s + 1);
+  if (!s) {
+    *nomem = true;
+    return NULL;
+  }
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    const nb_node *d = &g->nodes[i];
+    s[i] = (node_scratch){d->stamp, d->stamp2, d->stamp3, d->pending, d->slot};
+  }
+  *n = g->nnodes;
+  return s;
+}
+
+static void restore_outer_scratch(nb_graph *g, node_scratch *s, int32_t n) {
+  for (int32_t i = 0; i < n; i++) {
+    nb_node *d = &g->nodes[i];
+    d->stamp = s[i].stamp, d->stamp2 = s[i].stamp2, d->stamp3 = s[i].stamp3;
+    d->pending = s[i].pending, d->slot = s[i].slot;
+  }
+  free(s);
+}
+
+static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+                        const nb_grad_opts *o, nb_tensor **dxs);
+
 static nb_code gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
                          const nb_grad_opts *o, nb_tensor **dxs) {
+  nb_graph *g = c->graph;
+  if (!g) return run_pass(c, ys, ny, xs, nx, o, dxs); /* which refuses an eager context */
+  int32_t nsaved;
+  bool nomem;
+  node_scratch *saved = save_outer_scratch(g, &nsaved, &nomem);
+  if (nomem) return nb_fail(c, NB_NOMEM, "gradients: out of memory");
+  g->grad_passes++;
+  nb_code code = run_pass(c, ys, ny, xs, nx, o, dxs);
+  g->grad_passes--;
+  if (saved) restore_outer_scratch(g, saved, nsaved);
+  return code;
+}
+
+static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+                        const nb_grad_opts *o, nb_tensor **dxs) {
   nb_grad_opts defaults = {0};
   if (!o) o = &defaults;
   nb_code code = check_args(c, ys, ny, xs, nx, o, dxs);

@@ -22,9 +22,17 @@ static int32_t nnamed, named_cap;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
+static nb_code register_grad(const char *name, nb_grad_fn f);
+
+/* src/grad's rules, and the one autodiff defines itself (it reruns user functions). */
+static void register_builtins(void) {
+  nb_register_builtin_gradients();
+  register_grad("_RecomputeGrad", nb_recompute_gradient);
+}
+
 void nb_grad_builtins_init(void) {
   nb_registry_init();
-  pthread_once(&builtins_once, nb_register_builtin_gradients);
+  pthread_once(&builtins_once, register_builtins);
 }
 
 static named_grad *find_named(const char *name) {

@@ -74,6 +74,7 @@ struct nb_graph {
   const char **fresh_names;
   int32_t nfresh, fresh_cap;
   uint32_t gen;            /* traversal generation for node stamps */
+  int32_t grad_passes;     /* nb_gradients passes under way (a gradient function may start one) */
   uint32_t version;        /* bumped when edges are added to existing nodes (control inputs) */
   nb_ctx *fold;            /* eager context that folds constants */
   struct nb_graph_var *vars; /* the variables its nodes use (each retained), with their read nodes */

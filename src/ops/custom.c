@@ -37,8 +37,19 @@ static nb_op_def custom_ops[] = {
                {"_grad_fn", NB_ATTR_INT, {.i = 0}, true},
                {"_user", NB_ATTR_INT, {.i = 0}, false}},
      .validate = custom_validate, .infer = custom_infer, .kernel = custom_kernel},
+    /* nb_recompute_grad's node: the same pass-through, its attrs the forward function
+       (_fn) and its user pointer; its gradient reruns the function (src/autodiff/recompute.c). */
+    {.name = "_RecomputeGrad", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .any_rank = true,
+     .nattrs = 4, .grad_inputs = ~0u, .grad_outputs = 0u, /* the gradient reads the inputs alone */
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
+               {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
+               {"_fn", NB_ATTR_INT, {.i = 0}, true},
+               {"_user", NB_ATTR_INT, {.i = 0}, false}},
+     .validate = custom_validate, .infer = custom_infer, .kernel = custom_kernel},
 };
 
-nb_op_family nb_custom_family(void) { return (nb_op_family){custom_ops, 1}; }
+nb_op_family nb_custom_family(void) { return (nb_op_family){custom_ops, 2}; }
 
 const nb_op_def *nb_custom_gradient_def(void) { return &custom_ops[0]; }
+
+const nb_op_def *nb_recompute_grad_def(void) { return &custom_ops[1]; }

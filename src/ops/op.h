@@ -250,5 +250,7 @@ nb_op_family nb_control_flow_family(void);
 /* The internal op behind nb_custom_gradient, and its attr slots. */
 enum { NB_CUSTOM_N, NB_CUSTOM_NUM_OUTPUTS, NB_CUSTOM_GRAD_FN, NB_CUSTOM_USER };
 const nb_op_def *nb_custom_gradient_def(void);
+/* _RecomputeGrad: the same layout, with the forward function (NB_CUSTOM_GRAD_FN's slot) in its place. */
+const nb_op_def *nb_recompute_grad_def(void);
 
 #endif
