@@ -15,10 +15,10 @@
 #define MAX_TENSORS 64
 #define MAX_ELEMENTS (1 << 16)
 
-static char tmp_dir[32] = "/tmp/nb_fuzz_ckpt_XXXXXX", tmp_prefix[64];
+static char tmp_dir[256], tmp_prefix[300];
 
 static void remove_files(void) {
-  char path[96];
+  char path[340];
   snprintf(path, sizeof path, "%s.index", tmp_prefix);
   unlink(path);
   snprintf(path, sizeof path, "%s.data-00000-of-00001", tmp_prefix);
@@ -28,7 +28,9 @@ static void remove_files(void) {
 
 /* The prefix the inputs are written under, in a directory removed at exit. */
 static const char *prefix(void) {
-  if (!tmp_prefix[0]) {
+  if (!tmp_prefix[0]) { /* under $TMPDIR, /tmp without it */
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/nabla-fuzz-ckpt-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(tmp_dir)) abort();
     snprintf(tmp_prefix, sizeof tmp_prefix, "%s/ckpt", tmp_dir);
     atexit(remove_files);
@@ -37,7 +39,7 @@ static const char *prefix(void) {
 }
 
 static void write_file(const char *base, const char *suffix, const uint8_t *data, size_t n) {
-  char path[96];
+  char path[340];
   snprintf(path, sizeof path, "%s%s", base, suffix);
   FILE *f = fopen(path, "wb");
   if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) abort();

@@ -18,14 +18,20 @@ typedef struct tu_files {
   char path2[512];  /* a second one */
 } tu_files;
 
+/* Makes a fresh directory $TMPDIR/nabla-test-XXXXXX (/tmp without TMPDIR) and writes its
+   path to dir; false when it cannot. */
+static inline bool tu_make_temp_dir(char *dir, size_t cap) {
+  const char *tmp = getenv("TMPDIR");
+  int n = snprintf(dir, cap, "%s/nabla-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  return n > 0 && (size_t)n < cap && mkdtemp(dir) != NULL;
+}
+
 /* cmocka setup: a tu_files in *state. */
 static inline int tu_files_setup(void **state) {
   tu_files *f = calloc(1, sizeof *f);
   if (!f) return -1;
   *state = f;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(f->dir, sizeof f->dir, "%s/nabla-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(f->dir)) return -1;
+  if (!tu_make_temp_dir(f->dir, sizeof f->dir)) return -1;
   f->c = nb_eager_new();
   return f->c ? 0 : -1;
 }

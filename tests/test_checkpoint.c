@@ -3,7 +3,7 @@
    missing keys and files) that restore nothing, saves killed at random moments, and
    training resumed bit-exactly in a new process. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, fork, execv, kill, nanosleep */
-#include "testutil.h"
+#include "tempdir.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -19,16 +19,15 @@
 static char self_path[4096];
 
 typedef struct fixture {
-  char dir[64];
-  char prefix[128];
+  char dir[256];
+  char prefix[300];
   nb_ctx *c;
 } fixture;
 
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   if (!f) return -1;
-  strcpy(f->dir, "/tmp/nb_ckpt_XXXXXX");
-  if (!mkdtemp(f->dir)) return -1;
+  if (!tu_make_temp_dir(f->dir, sizeof f->dir)) return -1;
   snprintf(f->prefix, sizeof f->prefix, "%s/model", f->dir);
   f->c = nb_eager_new();
   *state = f;
@@ -37,7 +36,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture *f = *state;
-  char cmd[128];
+  char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
   int rc = system(cmd);
   nb_ctx_free(f->c);
@@ -46,7 +45,7 @@ static int teardown(void **state) {
 }
 
 static char *path_of(const fixture *f, const char *suffix) {
-  static char buf[256];
+  static char buf[512];
   snprintf(buf, sizeof buf, "%s%s", f->prefix, suffix);
   return buf;
 }
@@ -282,7 +281,7 @@ static size_t footer_handles_end(const char *path, size_t n) {
 static void test_corrupt_index_bytes(void **state) {
   fixture *f = *state;
   save_seed(f, 1);
-  char index[256];
+  char index[512];
   strcpy(index, path_of(f, ".index"));
   size_t n = file_size(index);
   flip_each_byte(f, index, footer_handles_end(index, n), n - 8, index);
@@ -291,7 +290,7 @@ static void test_corrupt_index_bytes(void **state) {
 static void test_corrupt_data_bytes(void **state) {
   fixture *f = *state;
   save_seed(f, 1);
-  char data[256];
+  char data[512];
   strcpy(data, path_of(f, ".data-00000-of-00001"));
   flip_each_byte(f, data, 0, 0, "CRC mismatch");
   /* the message names the file and the tensor: the data starts with big/ids */
@@ -302,7 +301,7 @@ static void test_corrupt_data_bytes(void **state) {
 static void test_truncated_files(void **state) {
   fixture *f = *state;
   save_seed(f, 1);
-  char data[256], index[256];
+  char data[512], index[512];
   strcpy(data, path_of(f, ".data-00000-of-00001"));
   strcpy(index, path_of(f, ".index"));
   assert_int_equal(truncate(data, (off_t)file_size(data) - 1), 0);
@@ -447,14 +446,14 @@ static void test_killed_saves_leave_a_whole_checkpoint(void **state) {
    whole in PREFIX.index.tmp. Readers take the new index; the next save puts it in place
    before writing its own temporary files. */
 static void copy_file(const char *from, const char *to) {
-  char cmd[600];
+  char cmd[1300];
   snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
   assert_int_equal(system(cmd), 0);
 }
 
 static void test_save_killed_between_renames(void **state) {
   fixture *f = *state;
-  char other[160], from[256];
+  char other[512], from[600];
   save_filled(f, f->prefix, 1);
   snprintf(other, sizeof other, "%s/other", f->dir);
   save_filled(f, other, 2);
@@ -465,7 +464,7 @@ static void test_save_killed_between_renames(void **state) {
   assert_int_equal(restore_filled(f), 2);
   /* the next save first renames the whole temporary index into place: seen when the save
      then fails, its temporary data file being a directory */
-  char data_tmp[256];
+  char data_tmp[600];
   snprintf(data_tmp, sizeof data_tmp, "%s", path_of(f, ".data-00000-of-00001.tmp"));
   assert_int_equal(mkdir(data_tmp, 0700), 0);
   nb_variable *v[2];
@@ -561,7 +560,7 @@ static void test_resume_training_bit_exactly(void **state) {
   make_model(f->c, split);
   train_epoch(f->c, split, o_split);
   assert_int_equal(nb_checkpoint_save(f->c, f->prefix, split, NULL, 2, o_split), NB_OK);
-  char second[160];
+  char second[512];
   snprintf(second, sizeof second, "%s/second", f->dir);
   int status;
   pid_t pid = spawn_self("resume", f->prefix, second);
