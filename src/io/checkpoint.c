@@ -182,7 +182,7 @@ static nb_code sync_dir(nb_ctx *c, const char *who, const char *path) {
     memcpy(dir, path, len);
     dir[len] = 0;
   }
-  int fd = open(dir, O_RDONLY);
+  int fd = open(dir, O_RDONLY | O_CLOEXEC);
   nb_code code = fd < 0 || fsync(fd) != 0 ? io_error(c, who, "cannot sync the directory", dir) : NB_OK;
   if (fd >= 0) close(fd);
   free(dir);
@@ -198,7 +198,7 @@ static nb_code finish_file(nb_ctx *c, const char *who, int fd, const char *path,
 
 /* Writes the plan's tensors to path, back to back, setting each one's offset and masked CRC. */
 static nb_code write_data(nb_ctx *c, const char *who, const char *path, plan *p, uint64_t *offsets, uint32_t *crcs) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(c, who, "cannot create", path);
   uint64_t offset = 0;
   nb_code code = NB_OK;
@@ -212,7 +212,7 @@ static nb_code write_data(nb_ctx *c, const char *who, const char *path, plan *p,
 }
 
 static nb_code write_file(nb_ctx *c, const char *who, const char *path, const nb_bytes *b) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(c, who, "cannot create", path);
   return finish_file(c, who, fd, path, write_all(c, who, fd, path, b->p, b->n));
 }
@@ -221,27 +221,31 @@ static nb_code write_file(nb_ctx *c, const char *who, const char *path, const nb
 static nb_code read_file(nb_ctx *c, const char *who, const char *path, uint8_t **out, size_t *n) {
   *out = NULL;
   *n = 0;
-  int fd = open(path, O_RDONLY);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io_error(c, who, "cannot open", path);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    nb_code code = fd >= 0 && !S_ISREG(st.st_mode) ? nb_fail(c, NB_IO, "%s: %s is not a regular file", who, path)
-                                                   : io_error(c, who, "cannot open", path);
-    if (fd >= 0) close(fd);
-    return code;
+  nb_code bad = fstat(fd, &st) != 0   ? io_error(c, who, "cannot stat", path)
+                : !S_ISREG(st.st_mode) ? nb_fail(c, NB_IO, "%s: %s is not a regular file", who, path)
+                                       : NB_OK;
+  if (bad) {
+    close(fd);
+    return bad;
   }
   uint8_t *buf = malloc((size_t)st.st_size + 1);
   size_t got = 0;
-  while (buf && got < (size_t)st.st_size) {
-    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+  ssize_t r = 1;
+  while (buf && got < (size_t)st.st_size && r != 0) {
+    r = read(fd, buf + got, (size_t)st.st_size - got);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
+    if (r < 0) break;
     got += (size_t)r;
   }
   close(fd);
   if (!buf) return nb_fail(c, NB_NOMEM, "%s: out of memory reading %s", who, path);
   if (got < (size_t)st.st_size) {
     free(buf);
-    return io_error(c, who, "cannot read", path);
+    return r == 0 ? nb_fail(c, NB_CORRUPT, "%s: %s shrank while being read", who, path)
+                  : io_error(c, who, "cannot read", path);
   }
   *out = buf;
   *n = got;
@@ -352,7 +356,7 @@ static nb_code bundle_open(nb_ctx *c, const char *who, const char *prefix, const
                       : corrupt(c, who, b->index_path, NULL, err);
   if ((code = check_header(c, who, b)) != NB_OK) return code;
   struct stat st;
-  b->data_fd = open(b->data_path, O_RDONLY);
+  b->data_fd = open(b->data_path, O_RDONLY | O_CLOEXEC);
   if (b->data_fd < 0 || fstat(b->data_fd, &st) != 0) return io_error(c, who, "cannot open", b->data_path);
   b->data_size = (uint64_t)st.st_size;
   return NB_OK;
@@ -471,6 +475,7 @@ static nb_code finish_killed_save(nb_ctx *c, const char *who, const char *prefix
 static nb_code save_plan(nb_ctx *c, const char *who, const char *prefix, plan *p, char **paths) {
   /* paths: index, index.tmp, data, data.tmp */
   nb_code code = finish_killed_save(c, who, prefix, paths[0], paths[1]);
+  bool own_tmp = code == NB_OK; /* from here on the temporaries are this save's */
   uint64_t *offsets = calloc((size_t)p->n + 1, sizeof *offsets);
   uint32_t *crcs = calloc((size_t)p->n + 1, sizeof *crcs);
   nb_bytes index = {0};
@@ -480,9 +485,17 @@ static nb_code save_plan(nb_ctx *c, const char *who, const char *prefix, plan *p
   if (code == NB_OK) code = write_file(c, who, paths[1], &index);
   if (code == NB_OK) code = sync_dir(c, who, paths[0]);
   if (code == NB_OK && rename(paths[3], paths[2]) != 0) code = io_error(c, who, "cannot rename into place", paths[3]);
+  bool data_renamed = code == NB_OK;
   if (code == NB_OK) code = sync_dir(c, who, paths[0]);
   if (code == NB_OK && rename(paths[1], paths[0]) != 0) code = io_error(c, who, "cannot rename into place", paths[1]);
   if (code == NB_OK) code = sync_dir(c, who, paths[0]);
+  /* A save that failed before its data went into place leaves the previous checkpoint as
+     it was: its own temporaries go (after the data rename, index.tmp is the only index
+     that matches the data, so it stays for the next reader). */
+  if (code != NB_OK && own_tmp && !data_renamed) {
+    unlink(paths[3]);
+    unlink(paths[1]);
+  }
   nb_bytes_free(&index);
   free(offsets);
   free(crcs);

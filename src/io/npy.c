@@ -490,7 +490,10 @@ static nb_code write_file(nb_ctx *c, const char *path, const char *header, size_
     ok = false;
     err = errno;
   }
-  return ok ? NB_OK : nb_fail(c, NB_IO, "%s: write error: %s", path, strerror(err));
+  if (ok) return NB_OK;
+  struct stat st; /* a truncated regular file goes, so no reader takes it as whole (not /dev/full) */
+  if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
+  return nb_fail(c, NB_IO, "%s: write error: %s", path, strerror(err));
 }
 
 nb_code nb_npy_write(nb_ctx *c, const nb_tensor *x, const char *path) {
@@ -504,7 +507,12 @@ nb_code nb_npy_write(nb_ctx *c, const nb_tensor *x, const char *path) {
   if (x->slice_values) { /* IndexedSlices: written as the dense tensor they stand for */
     dense = malloc(bytes ? bytes : 1);
     if (!dense) return nb_fail(c, NB_NOMEM, "nb_npy_write: %s: out of memory densifying %zu bytes", path, bytes);
-    if (nb_read(x, dense, bytes) == NB_OK) data = dense;
+    nb_code read = nb_read(x, dense, bytes);
+    if (read) {
+      free(dense);
+      return nb_fail(c, read, "nb_npy_write: %s: cannot densify the IndexedSlices", path);
+    }
+    data = dense;
   }
   if (!data) {
     free(dense);
