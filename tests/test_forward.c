@@ -275,9 +275,12 @@ static void test_errors(void **state) {
   assert_non_null(out[0]); /* an unknown rank takes a tangent of any shape */
   nb_tensor *big = nb_placeholder(f.c, NB_F64, 2, TU_SHAPE(65, 64), "big");
   expect_error(f.c, nb_hessian(f.c, nb_exp(f.c, big), &big, 1, out), NB_SHAPE, "4096");
+  assert_null(out[0]); /* a failed call leaves no stale handle in out */
 
   nb_tensor *ex = tu_make(f.e, NB_F64, 1, TU_SHAPE(3), x3), *ey = nb_exp(f.e, ex);
+  out[0] = ex;
   expect_error(f.e, nb_jvp(f.e, &ey, 1, &ex, 1, &ex, out), NB_UNIMPLEMENTED, "eager forward mode");
+  assert_null(out[0]);
   expect_error(f.e, nb_hvp(f.e, ey, &ex, 1, &ex, out), NB_UNIMPLEMENTED, "eager forward mode");
   expect_error(f.e, nb_hessian(f.e, ey, &ex, 1, out), NB_UNIMPLEMENTED, "eager forward mode");
   close_graph(&f);

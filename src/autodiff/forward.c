@@ -11,26 +11,8 @@
    one gradient pass per element. */
 enum { HESSIAN_MAX_ELEMENTS = 4096 };
 
-/* "[2,-1]", or "<unknown rank>". */
-static void shape_str(const nb_tensor *x, char *buf, size_t cap) {
-  if (nb_rank(x) < 0) {
-    snprintf(buf, cap, "<unknown rank>");
-    return;
-  }
-  size_t n = (size_t)snprintf(buf, cap, "[");
-  for (int d = 0; d < nb_rank(x) && n < cap; d++)
-    n += (size_t)snprintf(buf + n, cap - n, d ? ",%lld" : "%lld", (long long)nb_shape(x)[d]);
-  if (n < cap) snprintf(buf + n, cap - n, "]");
-}
-
-/* Static shapes agree where both ranks and dims are known. */
-static bool shapes_compatible(const nb_tensor *a, const nb_tensor *b) {
-  if (nb_rank(a) < 0 || nb_rank(b) < 0) return true;
-  if (nb_rank(a) != nb_rank(b)) return false;
-  for (int d = 0; d < nb_rank(a); d++)
-    if (nb_shape(a)[d] >= 0 && nb_shape(b)[d] >= 0 && nb_shape(a)[d] != nb_shape(b)[d]) return false;
-  return true;
-}
+/* A static shape for messages ("<unknown rank>" when so). */
+static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknown rank>" : nb_tstr(x); }
 
 static nb_code check_graph_tensors(nb_ctx *c, const char *fn, const char *what, nb_tensor *const *ts, int n) {
   if (n < 0 || (n > 0 && !ts)) return nb_fail(c, NB_INVALID, "%s: %s is NULL or has negative length", fn, what);
@@ -42,8 +24,9 @@ static nb_code check_graph_tensors(nb_ctx *c, const char *fn, const char *what, 
 
 /* Common checks: a live graph context (eager forward mode is not built), valid xs, and an
    out of nout entries. */
-static nb_code check_call(nb_ctx *c, const char *fn, nb_tensor *const *xs, int nx, void *out, int nout) {
+static nb_code check_call(nb_ctx *c, const char *fn, nb_tensor *const *xs, int nx, nb_tensor **out, int nout) {
   if (!c) return NB_INVALID;
+  for (int i = 0; out && i < nout; i++) out[i] = NULL; /* what a failure does not reach stays NULL */
   if (!nb_live(c)) return nb_status(c);
   if (!c->graph)
     return nb_fail(c, NB_UNIMPLEMENTED,
@@ -55,13 +38,10 @@ static nb_code check_call(nb_ctx *c, const char *fn, nb_tensor *const *xs, int n
 static nb_code check_tangents(nb_ctx *c, const char *fn, nb_tensor *const *xs, int nx, nb_tensor *const *ts) {
   nb_code code = check_graph_tensors(c, fn, "tangents", ts, nx);
   for (int j = 0; j < nx && !code; j++) {
-    char sx[160], st[160];
-    shape_str(xs[j], sx, sizeof sx);
-    shape_str(ts[j], st, sizeof st);
-    if (nb_dtype_of(ts[j]) != nb_dtype_of(xs[j]) || !shapes_compatible(ts[j], xs[j]))
+    if (nb_dtype_of(ts[j]) != nb_dtype_of(xs[j]) || !nb_shapes_compatible(ts[j], xs[j]))
       code = nb_fail(c, nb_dtype_of(ts[j]) != nb_dtype_of(xs[j]) ? NB_DTYPE : NB_SHAPE,
-                     "%s: tangents[%d] is %s %s, xs[%d] is %s %s", fn, j, nb_dtype_name(nb_dtype_of(ts[j])), st, j,
-                     nb_dtype_name(nb_dtype_of(xs[j])), sx);
+                     "%s: tangents[%d] is %s %s, xs[%d] is %s %s", fn, j, nb_dtype_name(nb_dtype_of(ts[j])),
+                     shape_str(ts[j]), j, nb_dtype_name(nb_dtype_of(xs[j])), shape_str(xs[j]));
   }
   return code;
 }
@@ -139,7 +119,7 @@ static nb_code hessian_block(nb_ctx *c, nb_tensor *g, nb_tensor *x, int64_t size
     nb_tensor *gk = element(c, flat, k);
     code = gk ? nb_gradients(c, &gk, 1, &x, 1, &(nb_grad_opts){.name = "hessian", .unconnected_zero = 1}, &rows[k])
               : nb_status(c);
-    if (!code) rows[k] = nb_reshape(c, rows[k], (const int64_t[]){-1}, 1);
+    if (!code) code = (rows[k] = nb_reshape(c, rows[k], (const int64_t[]){-1}, 1)) ? NB_OK : nb_status(c);
   }
   int64_t shape[NB_MAX_RANK];
   for (int d = 0; d < 2 * nb_rank(x); d++) shape[d] = nb_shape(x)[d % nb_rank(x)];
@@ -151,8 +131,7 @@ static nb_code hessian_block(nb_ctx *c, nb_tensor *g, nb_tensor *x, int64_t size
 /* x's element count; NB_SHAPE naming x when a dim is unknown, the Hessian's rank is past
    NB_MAX_RANK, or the count is past the cap. */
 static nb_code hessian_size(nb_ctx *c, const nb_tensor *x, int i, int64_t *size) {
-  char s[160];
-  shape_str(x, s, sizeof s);
+  const char *s = shape_str(x);
   bool known = nb_rank(x) >= 0;
   for (int d = 0; d < nb_rank(x); d++) known &= nb_shape(x)[d] >= 0;
   if (!known)
