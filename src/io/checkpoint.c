@@ -7,6 +7,7 @@
    new index still in PREFIX.index.tmp instead, and the next save renames it into place
    first. Restores stage every tensor (CRC checked) before writing any variable. */
 #define _POSIX_C_SOURCE 200809L /* open, fsync, pread */
+#include "file_read.h"
 #include "table.h"
 #include "tensor_bundle.pb-c.h"
 
@@ -232,23 +233,16 @@ static nb_code read_file(nb_ctx *c, const char *who, const char *path, uint8_t *
     return bad;
   }
   uint8_t *buf = malloc((size_t)st.st_size + 1);
-  size_t got = 0;
-  ssize_t r = 1;
-  while (buf && got < (size_t)st.st_size && r != 0) {
-    r = read(fd, buf + got, (size_t)st.st_size - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) break;
-    got += (size_t)r;
-  }
+  int64_t got = buf ? io_pread_full(fd, buf, (size_t)st.st_size, 0) : 0;
   close(fd);
   if (!buf) return nb_fail(c, NB_NOMEM, "%s: out of memory reading %s", who, path);
-  if (got < (size_t)st.st_size) {
+  if (got < (int64_t)st.st_size) {
     free(buf);
-    return r == 0 ? nb_fail(c, NB_CORRUPT, "%s: %s shrank while being read", who, path)
-                  : io_error(c, who, "cannot read", path);
+    return got >= 0 ? nb_fail(c, NB_CORRUPT, "%s: %s shrank while being read", who, path)
+                    : io_error(c, who, "cannot read", path);
   }
   *out = buf;
-  *n = got;
+  *n = (size_t)got;
   return NB_OK;
 }
 
@@ -407,15 +401,10 @@ static nb_code decode_entry(nb_ctx *c, const char *who, const bundle *b, const n
 
 /* Reads the tensor's bytes into buf (e->size of them) and checks their CRC. */
 static nb_code read_tensor(nb_ctx *c, const char *who, const bundle *b, const char *key, const entry *e, uint8_t *buf) {
-  size_t got = 0;
-  while (got < e->size) {
-    ssize_t r = pread(b->data_fd, buf + got, (size_t)e->size - got, (off_t)(e->offset + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  if (got < e->size) return corrupt(c, who, b->data_path, key, "cut short");
-  if (nb_crc32c_mask(nb_crc32c(0, buf, got)) != e->crc) return corrupt(c, who, b->data_path, key, "CRC mismatch");
+  int64_t got = io_pread_full(b->data_fd, buf, (size_t)e->size, (uint64_t)e->offset);
+  if (got < 0) return io_error(c, who, "cannot read", b->data_path);
+  if ((uint64_t)got < e->size) return corrupt(c, who, b->data_path, key, "cut short");
+  if (nb_crc32c_mask(nb_crc32c(0, buf, (size_t)got)) != e->crc) return corrupt(c, who, b->data_path, key, "CRC mismatch");
   return NB_OK;
 }
 

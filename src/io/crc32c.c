@@ -21,14 +21,10 @@ static uint32_t crc_tables[8][256];
 static uint32_t (*crc_update)(uint32_t crc, const uint8_t *p, size_t n);
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
-static uint32_t load_le32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* crc is the register (inverted): slicing-by-8 over whole words, bytes for the rest. */
 static uint32_t update_sliced(uint32_t crc, const uint8_t *p, size_t n) {
   for (; n >= 8; p += 8, n -= 8) {
-    uint32_t lo = crc ^ load_le32(p), hi = load_le32(p + 4);
+    uint32_t lo = crc ^ nb_load_le32(p), hi = nb_load_le32(p + 4);
     crc = crc_tables[7][lo & 0xff] ^ crc_tables[6][(lo >> 8) & 0xff] ^ crc_tables[5][(lo >> 16) & 0xff] ^
           crc_tables[4][lo >> 24] ^ crc_tables[3][hi & 0xff] ^ crc_tables[2][(hi >> 8) & 0xff] ^
           crc_tables[1][(hi >> 16) & 0xff] ^ crc_tables[0][hi >> 24];

@@ -4,6 +4,7 @@
    '<f4'), 'fortran_order' and 'shape' (a tuple), padded with spaces to end in '\n'. */
 #define _POSIX_C_SOURCE 200809L /* pread, fstat */
 #include "npy.h"
+#include "file_read.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -361,18 +362,6 @@ nb_tensor *nb_npy_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_
 
 /* Reads up to n bytes at offset `at`; the count read (short only at the end of the file),
    or -1 with errno set. */
-static int64_t pread_upto(int fd, void *dst, size_t n, uint64_t at) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, (uint8_t *)dst + got, n - got, (off_t)(at + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -1;
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  return (int64_t)got;
-}
-
 static nb_code read_failed(nb_ctx *c, const char *path) {
   return nb_fail(c, NB_IO, "%s: read error: %s", path, strerror(errno));
 }
@@ -380,7 +369,7 @@ static nb_code read_failed(nb_ctx *c, const char *path) {
 /* Reads and parses the header of the file of `size` bytes; allocates no more than that. */
 static nb_code read_header(nb_ctx *c, const char *path, int fd, uint64_t size, nb_npy *h) {
   uint8_t prefix[NB_NPY_PREFIX + 2];
-  int64_t n = pread_upto(fd, prefix, sizeof prefix, 0);
+  int64_t n = io_pread_full(fd, prefix, sizeof prefix, 0);
   if (n < 0) return read_failed(c, path);
   uint64_t offset;
   nb_code rc = nb_npy_data_offset(c, path, prefix, (size_t)n, &offset);
@@ -388,7 +377,7 @@ static nb_code read_header(nb_ctx *c, const char *path, int fd, uint64_t size, n
   size_t want = (size_t)(offset < size ? offset : size); /* a shorter file: parse says truncated */
   uint8_t *head = malloc(want);
   if (!head) return nb_fail(c, NB_NOMEM, "%s: out of memory reading a header of %zu bytes", path, want);
-  n = pread_upto(fd, head, want, 0);
+  n = io_pread_full(fd, head, want, 0);
   rc = n < 0 ? read_failed(c, path) : nb_npy_parse_header(c, path, head, (size_t)n, h);
   free(head);
   if (rc == NB_OK) rc = nb_npy_check_data_size(c, path, h, size - h->header_bytes);
@@ -401,7 +390,7 @@ static nb_code read_data(nb_ctx *c, const char *path, int fd, const nb_npy *h, n
   bool in_place = (size_t)h->file_size == nb_dtype_size(h->dtype);
   uint8_t *src = in_place ? nb_tdata(x) : malloc(h->data_bytes ? h->data_bytes : 1);
   if (!src) return nb_fail(c, NB_NOMEM, "%s: out of memory reading %zu bytes", path, h->data_bytes);
-  int64_t n = pread_upto(fd, src, h->data_bytes, h->header_bytes);
+  int64_t n = io_pread_full(fd, src, h->data_bytes, h->header_bytes);
   nb_code rc = NB_OK;
   if (n < 0)
     rc = read_failed(c, path);

@@ -108,10 +108,6 @@ void nb_table_build(const nb_table_kv *kv, int n, nb_bytes *out) {
 
 /* ---- reading ------------------------------------------------------------------------------- */
 
-static uint32_t get_fixed32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* A varint at *p (before end); false when cut short or longer than 64 bits. */
 static bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
   *v = 0;
@@ -135,7 +131,7 @@ static const char *read_block(const uint8_t *bytes, size_t size, const uint8_t *
   if (offset > size || len > size - offset || size - offset - len < BLOCK_TRAILER) return "block past the end of the file";
   const uint8_t *data = bytes + offset;
   if (data[len] != 0) return "compressed block (nabla reads uncompressed tables only)";
-  if (nb_crc32c_mask(nb_crc32c(0, data, (size_t)len + 1)) != get_fixed32(data + len + 1)) return "block CRC mismatch";
+  if (nb_crc32c_mask(nb_crc32c(0, data, (size_t)len + 1)) != nb_load_le32(data + len + 1)) return "block CRC mismatch";
   *b = (block){data, (size_t)len};
   return NULL;
 }
@@ -167,7 +163,7 @@ typedef const char *(*entry_fn)(void *user, const char *key, size_t klen, const 
 
 static const char *walk_block(block b, entry_fn fn, void *user, bool *oom) {
   if (b.n < 4) return "block too short";
-  uint32_t restarts = get_fixed32(b.p + b.n - 4);
+  uint32_t restarts = nb_load_le32(b.p + b.n - 4);
   if (restarts == 0 || restarts > (b.n - 4) / 4) return "bad restart count";
   const uint8_t *p = b.p, *end = b.p + b.n - 4 - 4 * (size_t)restarts;
   nb_bytes key = {0};
@@ -213,7 +209,7 @@ const char *nb_table_parse(const uint8_t *bytes, size_t n, nb_table *t, bool *oo
   *oom = false;
   if (n < FOOTER_BYTES) return "truncated: shorter than a table footer";
   const uint8_t *footer = bytes + n - FOOTER_BYTES, *magic = bytes + n - 8;
-  if (((uint64_t)get_fixed32(magic + 4) << 32 | get_fixed32(magic)) != TABLE_MAGIC)
+  if (((uint64_t)nb_load_le32(magic + 4) << 32 | nb_load_le32(magic)) != TABLE_MAGIC)
     return "bad table magic (truncated or not a checkpoint index)";
   block meta, index;
   const char *err = read_block(bytes, n, &footer, magic, &meta);

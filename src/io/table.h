@@ -16,6 +16,11 @@ uint32_t nb_crc32c_portable(uint32_t crc, const void *data, size_t n);
    trivially related to them): rotate right by 15 and add a constant. */
 uint32_t nb_crc32c_mask(uint32_t crc);
 
+/* The little-endian uint32 at p (tables store fixed32s so; the CRC reads words so). */
+static inline uint32_t nb_load_le32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 /* A growable byte string; oom is set (and later appends do nothing) when memory runs out. */
 typedef struct nb_bytes {
   uint8_t *p;
