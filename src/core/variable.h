@@ -40,14 +40,4 @@ bool nb_variable_accepts(const nb_variable *v, const nb_tensor *x);
 int64_t nb_variable_bits(const nb_variable *v);
 nb_variable *nb_variable_from_bits(int64_t bits);
 
-
-/* (src/runtime/variable.c) Runs op def (eager) or adds its node (graph) to update uses[0]
-   with inputs in and attrs; a graph keeps every variable in uses alive while it lives, and
-   makes the node wait for uses[0]'s one ReadVariableOp node, so reads in one run see the
-   value from before the update. The node is named after uses[0] and suffix. Returns the
-   op's output. */
-struct nb_op_def;
-nb_tensor *nb_variable_update(nb_ctx *c, const struct nb_op_def *def, nb_variable *const *uses, int nuses,
-                              nb_tensor *const *in, int nin, const void *attrs, const char *suffix);
-
 #endif

@@ -10,6 +10,7 @@
 #include "optim.h"
 
 #include "../ops/training.h"
+#include "../runtime/runtime.h"
 
 #include <math.h>
 #include <stdlib.h>
