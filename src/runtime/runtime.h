@@ -14,7 +14,7 @@ void nb_session_share_blocks(nb_session *s, nb_ctx *from);
    written over in place (input forwarding). */
 void nb_session_take_feeds(nb_session *s, int n);
 
-/* (src/runtime/variable.c) Runs op def (eager) or adds its node (graph) to update uses[0]
+/* (variable_api.c) Runs op def (eager) or adds its node (graph) to update uses[0]
    with inputs in and attrs; a graph keeps every variable in uses alive while it lives, and
    makes the node wait for uses[0]'s one ReadVariableOp node, so reads in one run see the
    value from before the update. The node is named after uses[0] and suffix. Returns the
