@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 
+/* The attr slots of the defs (src/ops/control_flow.c). */
 enum { CF_N, CF_FIRST_FN, CF_SECOND_FN, WHILE_PARALLEL_ITERATIONS };
 
 static nb_function *fn_attr(const nb_kargs *k, int slot) { return nb_function_from_bits(k->attr[slot].i); }
