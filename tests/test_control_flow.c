@@ -3,7 +3,7 @@
    to eager; captures, nesting, relaxed shapes), and the errors for malformed callbacks. */
 #include "graphutil.h"
 
-#include "../src/graph/function.h" /* node output counts and function graphs: what gradients added */
+#include "../src/func/func.h" /* node output counts and function graphs: what gradients added */
 
 /* ---- loop callbacks ------------------------------------------------------------------------ */
 

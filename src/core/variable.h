@@ -40,14 +40,26 @@ bool nb_variable_accepts(const nb_variable *v, const nb_tensor *x);
 int64_t nb_variable_bits(const nb_variable *v);
 nb_variable *nb_variable_from_bits(int64_t bits);
 
-
-/* (src/runtime/variable.c) Runs op def (eager) or adds its node (graph) to update uses[0]
-   with inputs in and attrs; a graph keeps every variable in uses alive while it lives, and
-   makes the node wait for uses[0]'s one ReadVariableOp node, so reads in one run see the
-   value from before the update. The node is named after uses[0] and suffix. Returns the
-   op's output. */
-struct nb_op_def;
-nb_tensor *nb_variable_update(nb_ctx *c, const struct nb_op_def *def, nb_variable *const *uses, int nuses,
-                              nb_tensor *const *in, int nin, const void *attrs, const char *suffix);
+/* What a checkpoint (src/io) needs of an optimizer, whose state src/train, a later layer,
+   defines: an optimizer's struct begins with a pointer to these functions, as TF's
+   optimizers are Trackable objects a checkpoint asks for their variables. */
+typedef struct nb_optim_state {
+  /* The names of o's slots, in its kernels' order; *n gets their count. */
+  const char *const *(*slot_names)(const nb_optimizer *o, int *n);
+  /* var's slot `name`, NULL while var has none (nb_optimizer_slot). */
+  nb_variable *(*slot)(const nb_optimizer *o, const nb_variable *var, const char *name);
+  /* The step counter's value, 0 before the first update (nb_optimizer_iterations). */
+  int64_t (*iterations)(const nb_optimizer *o);
+  /* o's step counter (int64 scalar), made (0) when o has none yet; NULL when out of
+     memory (c's status set). */
+  nb_variable *(*step_variable)(nb_optimizer *o, nb_ctx *c);
+  /* var's slots (as many as slot_names gives), made (zeros) when var has none yet; NULL
+     when out of memory (c's status set). The array is o's. */
+  nb_variable *const *(*slots)(nb_optimizer *o, nb_ctx *c, nb_variable *var);
+} nb_optim_state;
+/* o's state functions, which its struct's first member points to. */
+static inline const nb_optim_state *nb_optim_state_of(const nb_optimizer *o) {
+  return *(const nb_optim_state *const *)(const void *)o;
+}
 
 #endif

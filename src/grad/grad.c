@@ -13,7 +13,6 @@ void nb_register_builtin_gradients(void) {
   nb_register_norm_grads();
   nb_register_random_grads();
   nb_register_conv_grads();
-  nb_register_control_flow_grads();
 }
 
 nb_tensor *nbg_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs) {

@@ -15,6 +15,9 @@ typedef struct nbg_entry {
   nb_grad_fn fn;
 } nbg_entry;
 void nbg_register_table(const nbg_entry *table, size_t n);
+/* The control-flow gradients (src/func/control_flow_grad.c), into the slots the registry
+   reserves for them with the built-ins; src/func calls it once, before its first function. */
+void nb_install_function_grads(const nbg_entry *table, size_t n);
 void nb_register_math_grads(void);
 void nb_register_reduce_grads(void);
 void nb_register_linalg_grads(void);
@@ -26,8 +29,6 @@ void nb_register_variable_grads(void);
 void nb_register_norm_grads(void);
 void nb_register_random_grads(void);
 void nb_register_conv_grads(void);
-/* While, If, StatefulPartitionedCall (control_flow_grad.c) */
-void nb_register_control_flow_grads(void);
 
 /* The rule of a one-output op (the math and nn families): it gets the incoming gradient
    dy directly, and an output without a gradient gives the inputs none.

@@ -90,7 +90,7 @@ void nb_graph_free(nb_graph *g) {
     for (int a = 0; a < g->nodes[i].def->nattrs; a++)
       if (g->nodes[i].def->attrs[a].kind == NB_ATTR_TENSOR) nb_tensor_free(g->nodes[i].attr[a].tensor);
   for (int32_t i = 0; i < g->nvars; i++) nb_variable_release(g->vars[i].var);
-  nb_graph_free_functions(g);
+  if (g->free_funcs) g->free_funcs(g);
   free(g->caps);
   free(g->vars);
   nb_arena_free(&g->arena);
@@ -611,6 +611,38 @@ static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out) {
   for (int i = 0; i < k->nout && !code; i++)
     if (!(out[i] = nb_graph_handle(c, g, id, i))) code = c->status;
   return code;
+}
+
+/* ---- captures ------------------------------------------------------------------------------ */
+
+int32_t nb_graph_capture_parent(nb_graph *g, int64_t key) {
+  for (int32_t i = 0; i < g->ncaps; i++)
+    if (g->caps[i].key == key) return g->caps[i].arg;
+  const nb_graph *p = g->parent;
+  const nb_meta *m = &p->outs[p->nodes[nb_key_node(key)].out0 + nb_key_out(key)].meta;
+  if (!nb_grow_array((void **)&g->caps, &g->caps_cap, g->ncaps + 1, sizeof *g->caps)) return -1;
+  int32_t id = nb_graph_add_arg(g, m, "capture");
+  if (id >= 0) g->caps[g->ncaps++] = (nb_capture){key, id};
+  return id;
+}
+
+int32_t nb_graph_capture(nb_graph *g, const nb_tensor *x, bool *nomem) {
+  int depth = 0; /* g is `depth` levels below x's graph */
+  const nb_graph *h = g;
+  while (h && h != x->graph) h = h->parent, depth++;
+  if (!h) return -1;
+  int64_t key = nb_key_of(x);
+  for (int level = depth - 1; level >= 0; level--) { /* from just below x's graph down to g */
+    nb_graph *at = g;
+    for (int i = 0; i < level; i++) at = at->parent;
+    int32_t id = nb_graph_capture_parent(at, key);
+    if (id < 0) {
+      *nomem = true;
+      return -1;
+    }
+    key = nb_key(id, 0);
+  }
+  return nb_key_node(key);
 }
 
 int32_t nb_graph_add_arg(nb_graph *g, const nb_meta *m, const char *base) {

@@ -79,11 +79,13 @@ struct nb_graph {
   nb_ctx *fold;            /* eager context that folds constants */
   struct nb_graph_var *vars; /* the variables its nodes use (each retained), with their read nodes */
   int32_t nvars, vars_cap;
-  /* Control flow (src/graph/function.c): the function graphs its While/If nodes run
-     (owned), and, for a function graph, the graph it is traced in and the tensors of that
-     graph it captured (each an argument placeholder here). */
+  /* Control flow (src/func): the function graphs its While/If nodes run (owned: src/func
+     sets free_funcs, which frees them, when it gives g the first), and, for a function
+     graph, the graph it is traced in and the tensors of that graph it captured (each an
+     argument placeholder here). */
   struct nb_function **funcs;
   int32_t nfuncs, funcs_cap;
+  void (*free_funcs)(struct nb_graph *g);
   struct nb_graph *parent;
   struct nb_capture *caps;
   int32_t ncaps, caps_cap;
@@ -97,11 +99,14 @@ typedef struct nb_capture {
 /* The node in g standing for x, a tensor of an enclosing graph of g (captured level by
    level down from x's graph); -1 when x's graph does not enclose g (or out of memory: *nomem). */
 int32_t nb_graph_capture(nb_graph *g, const nb_tensor *x, bool *nomem);
+/* The placeholder of g capturing the parent's tensor `key`, made on first use; -1 when out
+   of memory. */
+int32_t nb_graph_capture_parent(nb_graph *g, int64_t key);
 /* Adds a Placeholder node of meta m named base (made unique) without dispatch, so it may
    be called while another node is being built; its id, or -1 when out of memory. */
 int32_t nb_graph_add_arg(nb_graph *g, const nb_meta *m, const char *base);
-/* Frees the function graphs g owns. */
-void nb_graph_free_functions(nb_graph *g);
+/* Adds outputs of metas m[0..n) to node id (plans made before are dropped). */
+nb_code nb_graph_add_outputs(nb_graph *g, int32_t id, const nb_meta *m, int n);
 
 /* A variable a graph's nodes use, and its one ReadVariableOp node (-1 until needed). */
 typedef struct nb_graph_var {
@@ -145,11 +150,5 @@ nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k);
 nb_code nb_graph_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out);
 /* Detached tensors: concrete, owned by no context (graph constants, session results). */
 nb_tensor *nb_detached_share(const nb_tensor *x);
-/* Runs s's kernels on blocks of from's pool (NULL: s's own again); see nb_ctx.blocks_from. */
-void nb_session_share_blocks(nb_session *s, nb_ctx *from);
-/* Hands the feed values [0, n) of s's next nb_run over to it: it frees them (whatever its
-   outcome) once it holds its own references, so a value that dies inside the run can be
-   written over in place (input forwarding). */
-void nb_session_take_feeds(nb_session *s, int n);
 
 #endif

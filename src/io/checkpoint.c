@@ -11,7 +11,7 @@
 #include "table.h"
 #include "tensor_bundle.pb-c.h"
 
-#include "../train/optim.h"
+#include "../core/variable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,10 +124,11 @@ static nb_code make_plan(nb_ctx *c, const char *who, nb_variable *const *vars, c
   }
   if (!opt) return NB_OK;
   int nslots;
-  const char *const *names = nb_optim_slot_names(opt, &nslots);
+  const nb_optim_state *state = nb_optim_state_of(opt);
+  const char *const *names = state->slot_names(opt, &nslots);
   for (int i = 0; i < n; i++)
     for (int s = 0; s < nslots; s++) {
-      const nb_variable *slot = nb_optimizer_slot(opt, vars[i], names[s]);
+      const nb_variable *slot = state->slot(opt, vars[i], names[s]);
       if (saving && !slot) continue;
       item *it = plan_add(p, c, slot_key(p->items[i].key, names[s]));
       if (!it) return c->status;
@@ -138,7 +139,7 @@ static nb_code make_plan(nb_ctx *c, const char *who, nb_variable *const *vars, c
     }
   item *step = plan_add(p, c, joined(STEP_KEY, "", ""));
   if (!step) return c->status;
-  p->step = nb_optimizer_iterations(opt);
+  p->step = state->iterations(opt);
   *step = (item){.key = step->key, .slot = -1, .dtype = NB_I64, .bytes = sizeof(int64_t),
                  .data = saving ? &p->step : NULL};
   return NB_OK;
@@ -547,8 +548,8 @@ static nb_code stage(nb_ctx *c, const char *who, const bundle *b, plan *p) {
 /* The variable an item restores into, made (slot, step counter) when missing. */
 static nb_variable *target_of(nb_ctx *c, const item *it, nb_optimizer *opt) {
   if (it->var) return it->var;
-  if (it->slot < 0) return nb_optim_step_variable(opt, c);
-  nb_variable *const *slots = nb_optim_slots(opt, c, (nb_variable *)it->like);
+  if (it->slot < 0) return nb_optim_state_of(opt)->step_variable(opt, c);
+  nb_variable *const *slots = nb_optim_state_of(opt)->slots(opt, c, (nb_variable *)it->like);
   return slots ? slots[it->slot] : NULL;
 }
 

@@ -247,6 +247,26 @@ nb_op_family nb_random_family(void);
 nb_op_family nb_conv_family(void);
 /* While and If: functional control flow (control_flow.c) */
 nb_op_family nb_control_flow_family(void);
+
+/* While, If and StatefulPartitionedCall run function graphs, which sit in src/func, above
+   ops, runtime and autodiff. Their defs are in the control-flow family like every op's,
+   so the registry, op ids and lookups by name do not depend on the layers above; their
+   validate, infer and kernel, which need function graphs, are src/func's: it installs
+   them with nb_install_function_ops before it makes its first function (a lower layer
+   never calls up; this is the hook the upper one fills, as graph contexts fill nb_ctx's).
+   No node of these ops can exist without a function (their function attrs are internal,
+   out of nb_op's reach), so nothing calls the entries before. */
+enum { NB_WHILE_OP, NB_IF_OP, NB_CALL_OP, NB_FUNCTION_OPS };
+typedef struct nb_op_impl {
+  nb_code (*validate)(nb_kargs *k);
+  nb_code (*infer)(nb_kargs *k);
+  nb_code (*kernel)(nb_kargs *k);
+} nb_op_impl;
+void nb_install_function_ops(const nb_op_impl impl[NB_FUNCTION_OPS]);
+/* A While that accumulates a value of unknown or largest-rank shape stacks it ragged: its
+   values flat plus an index, int64 [count, NB_CF_INDEX_COLS], whose row i holds value i's
+   offset, rank and dims (src/func/function_ops.c writes it, _RaggedGet reads it). */
+enum { NB_CF_INDEX_COLS = 2 + NB_MAX_RANK };
 /* The internal op behind nb_custom_gradient, and its attr slots. */
 enum { NB_CUSTOM_N, NB_CUSTOM_NUM_OUTPUTS, NB_CUSTOM_GRAD_FN, NB_CUSTOM_USER };
 const nb_op_def *nb_custom_gradient_def(void);

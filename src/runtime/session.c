@@ -2,7 +2,7 @@
    where each input comes from, when each value is last used) is built once per
    (feeds, fetches) signature and cached; running it dispatches each node's op on an
    eager context and frees every intermediate right after its last use. */
-#include "../graph/graph.h"
+#include "runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,9 +7,8 @@
    does), so schedules advance across runs. IndexedSlices gradients take the sparse
    updates (the kernels' nb_sparse_apply_update eagerly; ResourceScatterSub and the
    ResourceSparseApply* nodes in graphs), which never densify the gradient. */
-#include "optim.h"
-
 #include "../ops/training.h"
+#include "../runtime/runtime.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@ typedef struct slot_set {
 } slot_set;
 
 struct nb_optimizer {
+  const nb_optim_state *state; /* first: what checkpoints read of it (src/core/variable.h) */
   nb_apply_kind kind;
   nb_hyper h;              /* lr unused: the schedule gives it */
   nb_lr_schedule lr;
@@ -42,9 +42,12 @@ static const char *const slot_names[][NB_APPLY_MAX_VARS - 1] = {
     [NB_APPLY_CENTERED_RMSPROP] = {"mg", "rms", "momentum"},
 };
 
+static const nb_optim_state optim_state;
+
 static nb_optimizer *optimizer_new(nb_apply_kind kind, double lr, nb_hyper h) {
   nb_optimizer *o = calloc(1, sizeof *o);
   if (!o) return NULL;
+  o->state = &optim_state;
   o->kind = kind;
   o->h = h;
   o->lr = (nb_lr_schedule){NB_LR_CONSTANT, lr, 1, 1, 0};
@@ -224,7 +227,7 @@ static nb_code check_apply(nb_ctx *c, nb_tensor *const *grads, nb_variable *cons
   return NB_OK;
 }
 
-nb_variable *nb_optim_step_variable(nb_optimizer *o, nb_ctx *c) {
+static nb_variable *optim_step_variable(nb_optimizer *o, nb_ctx *c) {
   if (!o->iterations) {
     nb_buffer *b = nb_buffer_new(c, sizeof(int64_t));
     if (b) *(int64_t *)b->data = 0;
@@ -234,19 +237,22 @@ nb_variable *nb_optim_step_variable(nb_optimizer *o, nb_ctx *c) {
   return o->iterations;
 }
 
-const char *const *nb_optim_slot_names(const nb_optimizer *o, int *n) {
+static const char *const *optim_slot_names(const nb_optimizer *o, int *n) {
   *n = nb_apply_num_vars(o->kind) - 1;
   return slot_names[o->kind];
 }
 
-nb_variable *const *nb_optim_slots(nb_optimizer *o, nb_ctx *c, nb_variable *var) {
+static nb_variable *const *optim_slots(nb_optimizer *o, nb_ctx *c, nb_variable *var) {
   slot_set *s = slots_of(o, c, var);
   return s ? s->slot : NULL;
 }
 
+static const nb_optim_state optim_state = {optim_slot_names, nb_optimizer_slot, nb_optimizer_iterations,
+                                           optim_step_variable, optim_slots};
+
 /* The step counter and every updated variable's slots exist. */
 static nb_code prepare(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n) {
-  if (!nb_optim_step_variable(o, c)) return c->status;
+  if (!optim_step_variable(o, c)) return c->status;
   for (int i = 0; i < n; i++)
     if (grads[i] && !slots_of(o, c, vars[i])) return c->status;
   return NB_OK;

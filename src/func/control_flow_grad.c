@@ -1,5 +1,5 @@
 /* Gradients of the control-flow ops. These build function graphs, so unlike the other
-   gradient files they use the internals of src/graph/function.c.
+   gradient files they use the internals of function.c.
    - StatefulPartitionedCall: the user's gradient for the function when set, else TF's
      SymbolicGradient: a call of the function's gradient function, which recomputes the
      forward intermediates it reads from the arguments.
@@ -19,8 +19,7 @@
      loop is an ordinary While, so its own gradient (second order) is built the same way;
      the gradients that then reach the forward loop's accumulators enter the reverse step
      as extra seeds. */
-#include "../graph/function.h"
-#include "grad.h"
+#include "func.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -802,13 +801,16 @@ static nb_code ensure_shape_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
   return NB_OK;
 }
 
-void nb_register_control_flow_grads(void) {
-  nb_register_builtin("_EnsureShape", ensure_shape_grad);
-  nb_register_builtin("_StackGet", stack_get_grad);
-  nb_register_builtin("_StackGetGrad", stack_get_grad_grad);
-  nb_register_builtin("_RaggedGet", ragged_get_grad);
-  nb_register_builtin("_RaggedGetGrad", ragged_get_grad_grad);
-  nb_register_builtin("StatefulPartitionedCall", call_grad);
-  nb_register_builtin("If", if_grad);
-  nb_register_builtin("While", while_grad);
+void nb_func_install_grads(void) {
+  static const nbg_entry rules[] = {
+      {"_EnsureShape", ensure_shape_grad},
+      {"_StackGet", stack_get_grad},
+      {"_StackGetGrad", stack_get_grad_grad},
+      {"_RaggedGet", ragged_get_grad},
+      {"_RaggedGetGrad", ragged_get_grad_grad},
+      {"StatefulPartitionedCall", call_grad},
+      {"If", if_grad},
+      {"While", while_grad},
+  };
+  nb_install_function_grads(rules, sizeof rules / sizeof *rules);
 }

@@ -3,10 +3,11 @@
    placeholders are the arguments, into a function graph; graph tensors of enclosing
    graphs that the callback uses are captured (a placeholder in the function graph, and
    an extra input of the While/If node), level by level for nested functions. The node
-   carries its functions as attrs; its kernel (src/ops/control_flow.c) runs them through
+   carries its functions as attrs; its kernel (function_ops.c) runs them through
    a session over the function graph. */
-#include "function.h"
+#include "func.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,14 +26,24 @@ static void function_free(nb_function *f) {
   free(f);
 }
 
-void nb_graph_free_functions(nb_graph *g) {
+/* g's free_funcs: frees the functions g owns. */
+static void free_functions(nb_graph *g) {
   for (int32_t i = 0; i < g->nfuncs; i++) function_free(g->funcs[i]);
   free(g->funcs);
   g->funcs = NULL;
   g->nfuncs = 0;
 }
 
+/* The While, If and call kernels and the control-flow gradients go into the lower layers'
+   registries here, before the first function: no node of those ops exists without one. */
+static void install(void) {
+  nb_func_install_ops();
+  nb_func_install_grads();
+}
+
 static nb_function *function_new(nb_graph *parent) {
+  static pthread_once_t installed = PTHREAD_ONCE_INIT;
+  pthread_once(&installed, install);
   nb_function *f = calloc(1, sizeof *f);
   if (!f) return NULL;
   atomic_init(&f->busy, false);
@@ -51,6 +62,7 @@ static nb_function *function_new(nb_graph *parent) {
 static nb_code own_function(nb_graph *g, nb_function *f) {
   if (!nb_grow_array((void **)&g->funcs, &g->funcs_cap, g->nfuncs + 1, sizeof *g->funcs)) return NB_NOMEM;
   g->funcs[g->nfuncs++] = f;
+  g->free_funcs = free_functions;
   return NB_OK;
 }
 
@@ -100,39 +112,6 @@ void nb_if_grad_free(nb_if_grad *w) {
   free(w->slots[0]);
   free(w->slots[1]);
   free(w);
-}
-
-/* ---- captures ------------------------------------------------------------------------------ */
-
-/* The placeholder of g capturing the parent's tensor `key`, made on first use. */
-static int32_t capture_one(nb_graph *g, int64_t key) {
-  for (int32_t i = 0; i < g->ncaps; i++)
-    if (g->caps[i].key == key) return g->caps[i].arg;
-  const nb_graph *p = g->parent;
-  const nb_meta *m = &p->outs[p->nodes[nb_key_node(key)].out0 + nb_key_out(key)].meta;
-  if (!nb_grow_array((void **)&g->caps, &g->caps_cap, g->ncaps + 1, sizeof *g->caps)) return -1;
-  int32_t id = nb_graph_add_arg(g, m, "capture");
-  if (id >= 0) g->caps[g->ncaps++] = (nb_capture){key, id};
-  return id;
-}
-
-int32_t nb_graph_capture(nb_graph *g, const nb_tensor *x, bool *nomem) {
-  int depth = 0; /* g is `depth` levels below x's graph */
-  const nb_graph *h = g;
-  while (h && h != x->graph) h = h->parent, depth++;
-  if (!h) return -1;
-  int64_t key = nb_key_of(x);
-  for (int level = depth - 1; level >= 0; level--) { /* from just below x's graph down to g */
-    nb_graph *at = g;
-    for (int i = 0; i < level; i++) at = at->parent;
-    int32_t id = capture_one(at, key);
-    if (id < 0) {
-      *nomem = true;
-      return -1;
-    }
-    key = nb_key(id, 0);
-  }
-  return nb_key_node(key);
 }
 
 /* ---- tracing --------------------------------------------------------------------------------- */
@@ -192,7 +171,7 @@ static nb_code unify_captures(nb_function *const *fs, int nf, int64_t **keys, in
     if (!args) return NB_NOMEM;
     fn->args = args;
     for (int j = 0; j < n; j++) {
-      int32_t id = capture_one(fn->g, (*keys)[j]);
+      int32_t id = nb_graph_capture_parent(fn->g, (*keys)[j]);
       if (id < 0 || !(fn->args[fn->nargs] = nb_graph_handle(fn->c, fn->g, id, 0))) return NB_NOMEM;
       fn->nargs++;
     }

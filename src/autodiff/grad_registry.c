@@ -5,6 +5,7 @@
 
 #include "../grad/grad.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ typedef struct named_grad {
 
 static nb_grad_fn op_fns[NB_MAX_OPS];
 static bool op_stops[NB_MAX_OPS];
+static bool op_reserved[NB_MAX_OPS]; /* the function layer's, until it installs them */
 static named_grad *named;
 static int32_t nnamed, named_cap;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -24,9 +26,21 @@ static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
 static nb_code register_grad(const char *name, nb_grad_fn f);
 
-/* src/grad's rules, and the one autodiff defines itself (it reruns user functions). */
+/* The ops whose gradients build function graphs (src/func/control_flow_grad.c), above
+   autodiff: src/func installs them (nb_install_function_grads) before it makes its first
+   function, so before any node of these ops exists. Their slots are reserved with the
+   built-ins, so that nb_has_gradient and a user's duplicate registration see them from
+   the start, whether or not a function was made yet. */
+static const char *const function_grad_ops[] = {"While",     "If",           "StatefulPartitionedCall",
+                                                "_StackGet", "_StackGetGrad", "_RaggedGet",
+                                                "_RaggedGetGrad", "_EnsureShape"};
+
+/* src/grad's rules, the function layer's slots, and the one autodiff defines itself (it
+   reruns user functions). */
 static void register_builtins(void) {
   nb_register_builtin_gradients();
+  for (size_t i = 0; i < sizeof function_grad_ops / sizeof *function_grad_ops; i++)
+    op_reserved[nb_op_lookup(function_grad_ops[i])->id] = true;
   register_grad("_RecomputeGrad", nb_recompute_gradient);
 }
 
@@ -59,7 +73,7 @@ static nb_code register_grad(const char *name, nb_grad_fn f) {
   pthread_mutex_lock(&registry_lock);
   nb_code code = NB_OK;
   if (def) {
-    if (op_fns[def->id] || op_stops[def->id])
+    if (op_fns[def->id] || op_stops[def->id] || op_reserved[def->id])
       code = NB_INVALID;
     else if (f)
       op_fns[def->id] = f;
@@ -89,6 +103,19 @@ void nbg_register_table(const nbg_entry *table, size_t n) {
   for (size_t i = 0; i < n; i++) nb_register_builtin(table[i].op, table[i].fn);
 }
 
+/* The table is src/func's, so an op outside the reserved ones is a bug here, not a user
+   error. */
+void nb_install_function_grads(const nbg_entry *table, size_t n) {
+  nb_grad_builtins_init();
+  pthread_mutex_lock(&registry_lock);
+  for (size_t i = 0; i < n; i++) {
+    const nb_op_def *def = nb_op_lookup(table[i].op);
+    assert(def && op_reserved[def->id]);
+    op_fns[def->id] = table[i].fn;
+  }
+  pthread_mutex_unlock(&registry_lock);
+}
+
 nb_grad_kind nb_grad_lookup(const nb_op_def *def, const char *override_name, nb_grad_fn *fn) {
   *fn = NULL;
   if (override_name) {
@@ -107,7 +134,7 @@ nb_grad_kind nb_grad_lookup(const nb_op_def *def, const char *override_name, nb_
 bool nb_has_gradient(const char *op_type) {
   nb_grad_builtins_init();
   const nb_op_def *def = op_type ? nb_op_lookup(op_type) : NULL;
-  return def && op_fns[def->id];
+  return def && (op_fns[def->id] || op_reserved[def->id]);
 }
 
 int nb_num_op_types(void) {

@@ -3,8 +3,8 @@
    that ran and differentiate through them (nested tapes give higher orders). Each
    iteration runs in a context scope, so a loop keeps only its current loop variables
    (and what tapes hold) however many iterations run. Graph contexts trace the callbacks
-   into function graphs instead (src/graph/function.c). */
-#include "../graph/function.h"
+   into function graphs instead (function.c). */
+#include "func.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -15,9 +15,7 @@
    unspecified order unless control inputs order them. Values persist across runs.
    A graph keeps the variables its nodes use alive: after nb_variable_free, running such a
    node fails with NB_INVALID naming the variable. */
-#include "../graph/graph.h"
-
-#include "../core/variable.h"
+#include "runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,21 @@
-/* Control flow internals: shape invariants of loop variables, and the graph-mode builders
-   behind nb_while and nb_cond (function graphs, While and If nodes). */
-#ifndef NB_FUNCTION_H
-#define NB_FUNCTION_H
+/* The function layer (src/func): function graphs and their runner (function.c), nb_while
+   and nb_cond with the shape invariants of loop variables (while_cond.c), the While, If
+   and call kernels (function_ops.c) and the control-flow gradients (control_flow_grad.c).
+   They build, run and differentiate graphs at once, so they sit above runtime and
+   autodiff, as TF's function library runtime sits above graphs and kernels. */
+#ifndef NB_FUNC_H
+#define NB_FUNC_H
 
-#include "graph.h"
+#include "../runtime/runtime.h"
+
+#include "../grad/grad.h"
+
+/* Installs src/func's half of the ops that run function graphs in their defs (see
+   nb_install_function_ops) and the control-flow gradients in the gradient registry (see
+   nb_install_function_grads). function.c calls both once, before it makes the first
+   function. */
+void nb_func_install_ops(void);
+void nb_func_install_grads(void);
 
 /* A loop variable's shape invariant: rank -1 unknown rank, dims -1 unknown. */
 typedef struct nb_shape_inv {
@@ -94,7 +106,7 @@ static inline nb_function *nb_function_from_bits(int64_t bits) {
 nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take,
                         nb_tensor **res);
 
-/* The pieces of a While's gradient (src/grad/control_flow_grad.c), kept on its body. */
+/* The pieces of a While's gradient (control_flow_grad.c), kept on its body. */
 typedef struct nb_while_grad {
   int64_t *acc;            /* the accumulated intermediates (keys in the body graph) */
   int nacc;
@@ -132,13 +144,12 @@ typedef struct nb_if_grad {
 } nb_if_grad;
 void nb_if_grad_free(nb_if_grad *w);
 
-/* Output metas shared by the control-flow ops and their gradients (src/ops/control_flow.c).
+/* Output metas shared by the control-flow ops and their gradients (function_ops.c).
    A While that accumulates t stacks it densely, [unknown count, t's shape], when t's
    shape is fully known (and leaves room for the iteration dim); else ragged: its values
    flat, [unknown], plus an index, int64 [unknown count, NB_CF_INDEX_COLS], whose row i
    holds value i's offset, rank and dims. nb_cf_accumulator_metas writes the nacc stacks'
    metas, then those of the indexes (one per ragged stack, in order). */
-enum { NB_CF_INDEX_COLS = 2 + NB_MAX_RANK };
 bool nb_cf_ragged(const nb_tensor *t);
 int nb_cf_num_ragged(nb_tensor *const *acc, int nacc);
 void nb_cf_accumulator_metas(nb_tensor *const *acc, int nacc, nb_meta *m);
@@ -147,8 +158,6 @@ void nb_cf_merged_meta(nb_meta *m, const nb_tensor *a, const nb_tensor *b);
 
 /* Whether x is made by a ZerosLike node (a gradient pass's filler for an output that got no gradient). */
 bool nb_is_zeros_filler(const nb_tensor *x);
-/* Adds outputs of metas m[0..n) to node id (plans made before are dropped). */
-nb_code nb_graph_add_outputs(nb_graph *g, int32_t id, const nb_meta *m, int n);
 
 /* Graph contexts: trace and add a While / If node. */
 nb_code nb_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
