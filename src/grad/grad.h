@@ -29,15 +29,8 @@ void nb_register_conv_grads(void);
 /* While, If, StatefulPartitionedCall (control_flow_grad.c) */
 void nb_register_control_flow_grads(void);
 
-/* The rule of a one-output op (the math and nn families): it gets the incoming gradient
-   dy directly, and an output without a gradient gives the inputs none.
-   NBG_RULE(name) { ... dxs[i] = ...; } defines the nb_grad_fn name. */
-#define NBG_RULE(name)                                                                          \
-  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs);   \
-  static nb_code name(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) { \
-    return dys[0] ? name##_rule(c, op, dys[0], dxs) : NB_OK;                                    \
-  }                                                                                             \
-  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs)
+/* A rule of a one-output op (the math and nn families) starts from dy = dys[0] and returns
+   NB_OK at once when it is NULL: an output without a gradient gives the inputs none. */
 
 /* Inside a rule: the op's inputs 0 and 1, and whether the pass wants input i's gradient
    (the others need none computed). */

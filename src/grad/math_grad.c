@@ -16,107 +16,141 @@ static nb_code reduced_pair(nb_ctx *c, const nb_fwd_op *op, nb_tensor **dxs, nb_
 /* ---- unary ----------------------------------------------------------------------------- */
 
 /* y = -x: dx = -dy */
-NBG_RULE(neg_grad) {
+static nb_code neg_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   (void)op;
   dxs[0] = nb_neg(c, dy);
   return nb_status(c);
 }
 
 /* y = e^x: dy/dx = y */
-NBG_RULE(exp_grad) {
+static nb_code exp_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* y = ln x: dy/dx = 1/x */
-NBG_RULE(log_grad) {
+static nb_code log_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, dy, nb_reciprocal(c, in0(op)));
   return nb_status(c);
 }
 
 /* y = ln(1 + x): dy/dx = 1/(1 + x) */
-NBG_RULE(log1p_grad) {
+static nb_code log1p_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op);
   dxs[0] = nb_mul(c, dy, nb_reciprocal(c, nb_add(c, scalar(c, x, 1), x)));
   return nb_status(c);
 }
 
 /* y = sqrt(x): dy/dx = 1/(2y), so dx = SqrtGrad(y, dy) */
-NBG_RULE(sqrt_grad) {
+static nb_code sqrt_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_sqrt_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = x^(-1/2): dy/dx = -y^3/2, so dx = RsqrtGrad(y, dy) */
-NBG_RULE(rsqrt_grad) {
+static nb_code rsqrt_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_rsqrt_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = 1/x: dy/dx = -y^2, so dx = ReciprocalGrad(y, dy) */
-NBG_RULE(reciprocal_grad) {
+static nb_code reciprocal_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_reciprocal_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = x^2: dy/dx = 2x */
-NBG_RULE(square_grad) {
+static nb_code square_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op);
   dxs[0] = nb_mul(c, dy, nb_mul(c, x, scalar(c, x, 2)));
   return nb_status(c);
 }
 
 /* y = |x|: dy/dx = sign(x) (0 at x = 0) */
-NBG_RULE(abs_grad) {
+static nb_code abs_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, dy, nb_sign(c, in0(op)));
   return nb_status(c);
 }
 
 /* y = sign(x) is piecewise constant: TF gives zeros, not "no gradient" */
-NBG_RULE(sign_grad) {
+static nb_code sign_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   (void)dy;
   dxs[0] = nb_zeros_like(c, in0(op));
   return nb_status(c);
 }
 
 /* y = tanh x: dy/dx = 1 - y^2, so dx = TanhGrad(y, dy) */
-NBG_RULE(tanh_grad) {
+static nb_code tanh_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_tanh_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = sigmoid(x): dy/dx = y (1 - y), so dx = SigmoidGrad(y, dy) */
-NBG_RULE(sigmoid_grad) {
+static nb_code sigmoid_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_sigmoid_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = max(x, 0): dy/dx = [y > 0] (TF reads the output), so dx = ReluGrad(dy, y) */
-NBG_RULE(relu_grad) {
+static nb_code relu_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_relu_grad(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* y = elu(x): dy/dx = y + 1 where y < 0, else 1, so dx = EluGrad(dy, y) */
-NBG_RULE(elu_grad) {
+static nb_code elu_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_elu_grad(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* y = ln(1 + e^x): dy/dx = sigmoid(x), so dx = SoftplusGrad(dy, x) */
-NBG_RULE(softplus_grad) {
+static nb_code softplus_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_softplus_grad(c, dy, in0(op));
   return nb_status(c);
 }
 
 /* y = sin x: dy/dx = cos x */
-NBG_RULE(sin_grad) {
+static nb_code sin_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, dy, nb_cos(c, in0(op)));
   return nb_status(c);
 }
 
 /* y = cos x: dy/dx = -sin x */
-NBG_RULE(cos_grad) {
+static nb_code cos_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, nb_neg(c, dy), nb_sin(c, in0(op)));
   return nb_status(c);
 }
@@ -124,19 +158,31 @@ NBG_RULE(cos_grad) {
 /* ---- binary (broadcasting) ---------------------------------------------------------------- */
 
 /* z = x + y (AddV2 and Add): dz/dx = dz/dy = 1 */
-NBG_RULE(add_grad) { return reduced_pair(c, op, dxs, dy, dy); }
+static nb_code add_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return reduced_pair(c, op, dxs, dy, dy);
+}
 
 /* z = x - y: dz/dx = 1, dz/dy = -1 */
-NBG_RULE(sub_grad) { return reduced_pair(c, op, dxs, dy, NEED(1) ? nb_neg(c, dy) : NULL); }
+static nb_code sub_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return reduced_pair(c, op, dxs, dy, NEED(1) ? nb_neg(c, dy) : NULL);
+}
 
 /* z = x y: dz/dx = y, dz/dy = x */
-NBG_RULE(mul_grad) {
+static nb_code mul_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op), *y = in1(op);
   return reduced_pair(c, op, dxs, NEED(0) ? nb_mul(c, dy, y) : NULL, NEED(1) ? nb_mul(c, x, dy) : NULL);
 }
 
 /* z = x / y: dz/dx = 1/y, dz/dy = -x/y^2 (as (-x/y)/y, TF's order, which cannot overflow y^2) */
-NBG_RULE(real_div_grad) {
+static nb_code real_div_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op), *y = in1(op);
   nb_tensor *gy = NEED(1) ? nb_mul(c, dy, nb_real_div(c, nb_real_div(c, nb_neg(c, x), y), y)) : NULL;
   return reduced_pair(c, op, dxs, NEED(0) ? nb_real_div(c, dy, y) : NULL, gy);
@@ -151,7 +197,9 @@ static nb_tensor *log_where_positive(nb_ctx *c, nb_tensor *x) {
 }
 
 /* z = x^y: dz/dx = y x^(y-1), dz/dy = z ln x (taken as 0 where x <= 0) */
-NBG_RULE(pow_grad) {
+static nb_code pow_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op), *y = in1(op);
   nb_tensor *gx = NEED(0) ? nb_mul(c, nb_mul(c, dy, y), nb_pow(c, x, nb_sub(c, y, scalar(c, y, 1)))) : NULL;
   nb_tensor *gy = NEED(1) ? nb_mul(c, nb_mul(c, dy, out0(op)), log_where_positive(c, x)) : NULL;
@@ -159,7 +207,9 @@ NBG_RULE(pow_grad) {
 }
 
 /* z = (x - y)^2: dz/dx = 2 (x - y) = -dz/dy */
-NBG_RULE(squared_difference_grad) {
+static nb_code squared_difference_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op), *y = in1(op);
   nb_tensor *gx = nb_mul(c, nb_mul(c, scalar(c, dy, 2), dy), nb_sub(c, x, y));
   return reduced_pair(c, op, dxs, gx, NEED(1) ? nb_neg(c, gx) : NULL);
@@ -173,15 +223,25 @@ static nb_code select_between(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_
 }
 
 /* z = max(x, y): x is selected where x >= y */
-NBG_RULE(maximum_grad) { return select_between(c, op, dy, dxs, nb_greater_equal(c, in0(op), in1(op))); }
+static nb_code maximum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return select_between(c, op, dy, dxs, nb_greater_equal(c, in0(op), in1(op)));
+}
 
 /* z = min(x, y): x is selected where x <= y */
-NBG_RULE(minimum_grad) { return select_between(c, op, dy, dxs, nb_less_equal(c, in0(op), in1(op))); }
+static nb_code minimum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return select_between(c, op, dy, dxs, nb_less_equal(c, in0(op), in1(op)));
+}
 
 /* ---- selection, casts, sums, identity ---------------------------------------------------------- */
 
 /* z = cond ? t : e (all broadcasting): dz goes to the branch taken, none to the bool cond */
-NBG_RULE(select_grad) {
+static nb_code select_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *cond = in0(op), *zero = scalar(c, dy, 0);
   dxs[0] = NULL;
   dxs[1] = NEED(1) ? nbg_reduce_to(c, nb_select(c, cond, dy, zero), nb_fwd_input(op, 1)) : NULL;
@@ -190,21 +250,27 @@ NBG_RULE(select_grad) {
 }
 
 /* y = cast(x): the gradient casts back, only between float types (none to or from ints/bool) */
-NBG_RULE(cast_grad) {
+static nb_code cast_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_dtype src = nb_dtype_of(in0(op));
   dxs[0] = is_float(src) && is_float(nb_dtype_of(dy)) ? nb_cast(c, dy, src) : NULL;
   return nb_status(c);
 }
 
 /* y = x_1 + ... + x_n (AddN, AccumulateNV2): each input gets dy */
-NBG_RULE(add_n_grad) {
+static nb_code add_n_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   (void)c;
   for (int i = 0; i < nb_fwd_num_inputs(op); i++) dxs[i] = dy;
   return NB_OK;
 }
 
 /* y = x: dx = dy */
-NBG_RULE(identity_grad) {
+static nb_code identity_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   (void)c;
   (void)op;
   dxs[0] = dy;
@@ -224,7 +290,9 @@ static nb_code prevent_gradient_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *
    Each is g(y, dy) (or g(dy, x)) written d below; its gradient takes the incoming ddx. */
 
 /* d = dy (1 - y^2): dd/dy = -2 y dy, dd/d(dy) = 1 - y^2, i.e. TanhGrad(y, ddx) */
-NBG_RULE(tanh_grad_grad) {
+static nb_code tanh_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *y = in0(op), *g = in1(op);
   dxs[0] = NEED(0) ? nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y) : NULL;
   dxs[1] = NEED(1) ? nb_tanh_grad(c, y, dy) : NULL;
@@ -232,7 +300,9 @@ NBG_RULE(tanh_grad_grad) {
 }
 
 /* d = dy y (1 - y): dd/dy = dy (1 - 2y), dd/d(dy) = y (1 - y), i.e. SigmoidGrad(y, ddx) */
-NBG_RULE(sigmoid_grad_grad) {
+static nb_code sigmoid_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *y = in0(op), *gb = NEED(0) ? nb_mul(c, dy, in1(op)) : NULL;
   dxs[0] = NEED(0) ? nb_sub(c, gb, nb_mul(c, nb_mul(c, scalar(c, gb, 2), gb), y)) : NULL;
   dxs[1] = NEED(1) ? nb_sigmoid_grad(c, y, dy) : NULL;
@@ -240,7 +310,9 @@ NBG_RULE(sigmoid_grad_grad) {
 }
 
 /* d = -dy y^3 / 2: dd/dy = -3/2 dy y^2, dd/d(dy) = -y^3 / 2, i.e. RsqrtGrad(y, ddx) */
-NBG_RULE(rsqrt_grad_grad) {
+static nb_code rsqrt_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *y = in0(op), *g = in1(op);
   dxs[0] = NEED(0) ? nb_mul(c, nb_mul(c, nb_mul(c, scalar(c, dy, -1.5), dy), g), nb_square(c, y)) : NULL;
   dxs[1] = NEED(1) ? nb_rsqrt_grad(c, y, dy) : NULL;
@@ -248,7 +320,9 @@ NBG_RULE(rsqrt_grad_grad) {
 }
 
 /* d = dy / (2y): dd/dy = -d / y, dd/d(dy) = 1 / (2y) */
-NBG_RULE(sqrt_grad_grad) {
+static nb_code sqrt_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *ga = nb_real_div(c, dy, in0(op));
   dxs[0] = NEED(0) ? nb_mul(c, nb_neg(c, ga), out0(op)) : NULL;
   dxs[1] = NEED(1) ? nb_mul(c, scalar(c, ga, 0.5), ga) : NULL;
@@ -256,7 +330,9 @@ NBG_RULE(sqrt_grad_grad) {
 }
 
 /* d = -dy y^2: dd/dy = -2 y dy, dd/d(dy) = -y^2, i.e. ReciprocalGrad(y, ddx) */
-NBG_RULE(reciprocal_grad_grad) {
+static nb_code reciprocal_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *y = in0(op), *g = in1(op);
   dxs[0] = NEED(0) ? nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y) : NULL;
   dxs[1] = NEED(1) ? nb_reciprocal_grad(c, y, dy) : NULL;
@@ -265,7 +341,9 @@ NBG_RULE(reciprocal_grad_grad) {
 
 /* d = gradients [features > 0]: linear in gradients (ReluGrad(ddx, features)), piecewise
    constant in features (zeros) */
-NBG_RULE(relu_grad_grad) {
+static nb_code relu_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *features = in1(op);
   dxs[0] = NEED(0) ? nb_relu_grad(c, dy, features) : NULL;
   dxs[1] = NEED(1) ? nb_zeros_like(c, features) : NULL;
@@ -274,11 +352,17 @@ NBG_RULE(relu_grad_grad) {
 
 /* d = gradients (outputs + 1) where outputs < 0, else gradients: linear in gradients
    (EluGrad(ddx, outputs)); dd/d(outputs) = gradients where outputs < 0, else 0 */
-NBG_RULE(elu_grad_grad) { return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_elu_grad); }
+static nb_code elu_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_elu_grad);
+}
 
 /* d = gradients sigmoid(x): linear in gradients (SoftplusGrad(ddx, x)); dd/dx =
    gradients sigmoid'(x) = gradients / (e^-x + 2 + e^x) */
-NBG_RULE(softplus_grad_grad) {
+static nb_code softplus_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *g = in0(op), *x = in1(op);
   dxs[0] = NEED(0) ? nb_softplus_grad(c, dy, x) : NULL;
   if (NEED(1)) {

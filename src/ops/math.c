@@ -786,54 +786,60 @@ nb_op_family nb_math_family(void) {
 
 /* ---- wrappers ----------------------------------------------------------------------- */
 
+/* The one output of op on x, or on a and b (attrs at their defaults). */
+static nb_tensor *unary(nb_ctx *c, int op, nb_tensor *x) { return nb_call(c, &math_ops[op], &x, 1, NULL); }
+static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) { return nb_call_pair(c, &math_ops[op], a, b); }
 
-#define WRAP1(fn, OP) NB_WRAP1(fn, &math_ops[OP])
-#define WRAP2(fn, OP) NB_WRAP2(fn, &math_ops[OP])
-
-WRAP1(nb_neg, OP_NEG)
-WRAP1(nb_exp, OP_EXP)
-WRAP1(nb_log, OP_LOG)
-WRAP1(nb_log1p, OP_LOG1P)
-WRAP1(nb_sqrt, OP_SQRT)
-WRAP1(nb_rsqrt, OP_RSQRT)
-WRAP1(nb_reciprocal, OP_RECIPROCAL)
-WRAP1(nb_square, OP_SQUARE)
-WRAP1(nb_abs, OP_ABS)
-WRAP1(nb_sign, OP_SIGN)
-WRAP1(nb_tanh, OP_TANH)
-WRAP1(nb_sigmoid, OP_SIGMOID)
-WRAP1(nb_relu, OP_RELU)
-WRAP1(nb_elu, OP_ELU)
-WRAP1(nb_softplus, OP_SOFTPLUS)
-WRAP1(nb_sin, OP_SIN)
-WRAP1(nb_cos, OP_COS)
-WRAP1(nb_logical_not, OP_LOGICAL_NOT)
-WRAP1(nb_identity, OP_IDENTITY)
-WRAP1(nb_stop_gradient, OP_STOP_GRADIENT)
-WRAP2(nb_add, OP_ADDV2)
-WRAP2(nb_sub, OP_SUB)
-WRAP2(nb_mul, OP_MUL)
-WRAP2(nb_real_div, OP_REALDIV)
-WRAP2(nb_pow, OP_POW)
-WRAP2(nb_squared_difference, OP_SQDIFF)
-WRAP2(nb_maximum, OP_MAXIMUM)
-WRAP2(nb_minimum, OP_MINIMUM)
-WRAP2(nb_less, OP_LESS)
-WRAP2(nb_less_equal, OP_LESS_EQUAL)
-WRAP2(nb_greater, OP_GREATER)
-WRAP2(nb_greater_equal, OP_GREATER_EQUAL)
-WRAP2(nb_equal, OP_EQUAL)
-WRAP2(nb_not_equal, OP_NOT_EQUAL)
-WRAP2(nb_logical_and, OP_LOGICAL_AND)
-WRAP2(nb_logical_or, OP_LOGICAL_OR)
-WRAP2(nb_tanh_grad, OP_TANH_GRAD)
-WRAP2(nb_sigmoid_grad, OP_SIGMOID_GRAD)
-WRAP2(nb_rsqrt_grad, OP_RSQRT_GRAD)
-WRAP2(nb_sqrt_grad, OP_SQRT_GRAD)
-WRAP2(nb_reciprocal_grad, OP_RECIPROCAL_GRAD)
-WRAP2(nb_relu_grad, OP_RELU_GRAD)
-WRAP2(nb_elu_grad, OP_ELU_GRAD)
-WRAP2(nb_softplus_grad, OP_SOFTPLUS_GRAD)
+nb_tensor *nb_neg(nb_ctx *c, nb_tensor *x) { return unary(c, OP_NEG, x); }
+nb_tensor *nb_exp(nb_ctx *c, nb_tensor *x) { return unary(c, OP_EXP, x); }
+nb_tensor *nb_log(nb_ctx *c, nb_tensor *x) { return unary(c, OP_LOG, x); }
+nb_tensor *nb_log1p(nb_ctx *c, nb_tensor *x) { return unary(c, OP_LOG1P, x); }
+nb_tensor *nb_sqrt(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SQRT, x); }
+nb_tensor *nb_rsqrt(nb_ctx *c, nb_tensor *x) { return unary(c, OP_RSQRT, x); }
+nb_tensor *nb_reciprocal(nb_ctx *c, nb_tensor *x) { return unary(c, OP_RECIPROCAL, x); }
+nb_tensor *nb_square(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SQUARE, x); }
+nb_tensor *nb_abs(nb_ctx *c, nb_tensor *x) { return unary(c, OP_ABS, x); }
+nb_tensor *nb_sign(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SIGN, x); }
+nb_tensor *nb_tanh(nb_ctx *c, nb_tensor *x) { return unary(c, OP_TANH, x); }
+nb_tensor *nb_sigmoid(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SIGMOID, x); }
+nb_tensor *nb_relu(nb_ctx *c, nb_tensor *x) { return unary(c, OP_RELU, x); }
+nb_tensor *nb_elu(nb_ctx *c, nb_tensor *x) { return unary(c, OP_ELU, x); }
+nb_tensor *nb_softplus(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SOFTPLUS, x); }
+nb_tensor *nb_sin(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SIN, x); }
+nb_tensor *nb_cos(nb_ctx *c, nb_tensor *x) { return unary(c, OP_COS, x); }
+nb_tensor *nb_logical_not(nb_ctx *c, nb_tensor *x) { return unary(c, OP_LOGICAL_NOT, x); }
+nb_tensor *nb_identity(nb_ctx *c, nb_tensor *x) { return unary(c, OP_IDENTITY, x); }
+nb_tensor *nb_stop_gradient(nb_ctx *c, nb_tensor *x) { return unary(c, OP_STOP_GRADIENT, x); }
+nb_tensor *nb_add(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_ADDV2, a, b); }
+nb_tensor *nb_sub(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_SUB, a, b); }
+nb_tensor *nb_mul(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_MUL, a, b); }
+nb_tensor *nb_real_div(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_REALDIV, a, b); }
+nb_tensor *nb_pow(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_POW, a, b); }
+nb_tensor *nb_squared_difference(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_SQDIFF, a, b); }
+nb_tensor *nb_maximum(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_MAXIMUM, a, b); }
+nb_tensor *nb_minimum(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_MINIMUM, a, b); }
+nb_tensor *nb_less(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_LESS, a, b); }
+nb_tensor *nb_less_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_LESS_EQUAL, a, b); }
+nb_tensor *nb_greater(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_GREATER, a, b); }
+nb_tensor *nb_greater_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_GREATER_EQUAL, a, b); }
+nb_tensor *nb_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_EQUAL, a, b); }
+nb_tensor *nb_not_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_NOT_EQUAL, a, b); }
+nb_tensor *nb_logical_and(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_LOGICAL_AND, a, b); }
+nb_tensor *nb_logical_or(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_LOGICAL_OR, a, b); }
+nb_tensor *nb_tanh_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_TANH_GRAD, y, dy); }
+nb_tensor *nb_sigmoid_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_SIGMOID_GRAD, y, dy); }
+nb_tensor *nb_rsqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_RSQRT_GRAD, y, dy); }
+nb_tensor *nb_sqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_SQRT_GRAD, y, dy); }
+nb_tensor *nb_reciprocal_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_RECIPROCAL_GRAD, y, dy); }
+nb_tensor *nb_relu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features) {
+  return binary(c, OP_RELU_GRAD, gradients, features);
+}
+nb_tensor *nb_elu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *outputs) {
+  return binary(c, OP_ELU_GRAD, gradients, outputs);
+}
+nb_tensor *nb_softplus_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features) {
+  return binary(c, OP_SOFTPLUS_GRAD, gradients, features);
+}
 
 nb_tensor *nb_select(nb_ctx *c, nb_tensor *cond, nb_tensor *t, nb_tensor *e) {
   nb_tensor *in[3] = {cond, t, e};

@@ -573,16 +573,21 @@ nb_op_family nb_nn_family(void) { return (nb_op_family){nn_ops, OP_COUNT}; }
 
 /* ---- wrappers ----------------------------------------------------------------------------- */
 
-#define WRAP1(fn, OP) NB_WRAP1(fn, &nn_ops[OP])
-#define WRAP2(fn, OP) NB_WRAP2(fn, &nn_ops[OP])
+/* The one output of op on x, or on a and b (attrs at their defaults). */
+static nb_tensor *unary(nb_ctx *c, int op, nb_tensor *x) { return nb_call(c, &nn_ops[op], &x, 1, NULL); }
+static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) { return nb_call_pair(c, &nn_ops[op], a, b); }
 
-WRAP1(nb_softmax, OP_SOFTMAX)
-WRAP1(nb_log_softmax, OP_LOG_SOFTMAX)
-WRAP1(nb_relu6, OP_RELU6)
-WRAP2(nb_relu6_grad, OP_RELU6_GRAD)
-WRAP1(nb_selu, OP_SELU)
-WRAP2(nb_selu_grad, OP_SELU_GRAD)
-WRAP1(nb_l2_loss, OP_L2_LOSS)
+nb_tensor *nb_softmax(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SOFTMAX, x); }
+nb_tensor *nb_log_softmax(nb_ctx *c, nb_tensor *x) { return unary(c, OP_LOG_SOFTMAX, x); }
+nb_tensor *nb_relu6(nb_ctx *c, nb_tensor *x) { return unary(c, OP_RELU6, x); }
+nb_tensor *nb_relu6_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features) {
+  return binary(c, OP_RELU6_GRAD, gradients, features);
+}
+nb_tensor *nb_selu(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SELU, x); }
+nb_tensor *nb_selu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *outputs) {
+  return binary(c, OP_SELU_GRAD, gradients, outputs);
+}
+nb_tensor *nb_l2_loss(nb_ctx *c, nb_tensor *x) { return unary(c, OP_L2_LOSS, x); }
 
 static nb_code call2(nb_ctx *c, int op, nb_tensor *features, nb_tensor *labels, nb_tensor **loss, nb_tensor **backprop) {
   nb_tensor *in[2] = {features, labels}, *out[2] = {NULL, NULL};
@@ -613,14 +618,18 @@ static nb_tensor *call_with_param(nb_ctx *c, int op, nb_tensor *const *in, int n
   return nb_call(c, &nn_ops[op], in, nin, a);
 }
 
-nb_tensor *nb_leaky_relu(nb_ctx *c, nb_tensor *x, double alpha) { return call_with_param(c, OP_LEAKY_RELU, &x, 1, alpha); }
+nb_tensor *nb_leaky_relu(nb_ctx *c, nb_tensor *x, double alpha) {
+  return call_with_param(c, OP_LEAKY_RELU, &x, 1, alpha);
+}
 
 nb_tensor *nb_leaky_relu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features, double alpha) {
   nb_tensor *in[2] = {gradients, features};
   return call_with_param(c, OP_LEAKY_RELU_GRAD, in, 2, alpha);
 }
 
-nb_tensor *nb_gelu(nb_ctx *c, nb_tensor *x, bool approximate) { return call_with_param(c, OP_GELU, &x, 1, approximate); }
+nb_tensor *nb_gelu(nb_ctx *c, nb_tensor *x, bool approximate) {
+  return call_with_param(c, OP_GELU, &x, 1, approximate);
+}
 
 nb_tensor *nb_gelu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features, bool approximate) {
   nb_tensor *in[2] = {gradients, features};

@@ -793,16 +793,26 @@ static nb_tensor *reduce_call(nb_ctx *c, int op, nb_tensor *x, const int *axes, 
   return y;
 }
 
-#define WRAP_REDUCE(fn, OP)                                                                  \
-  nb_tensor *fn(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {        \
-    return reduce_call(c, OP, x, axes, naxes, keepdims);                                     \
-  }
+nb_tensor *nb_sum(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_SUM, x, axes, naxes, keepdims);
+}
 
-WRAP_REDUCE(nb_sum, OP_SUM)
-WRAP_REDUCE(nb_mean, OP_MEAN)
-WRAP_REDUCE(nb_max, OP_MAX)
-WRAP_REDUCE(nb_min, OP_MIN)
-WRAP_REDUCE(nb_prod, OP_PROD)
+nb_tensor *nb_mean(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_MEAN, x, axes, naxes, keepdims);
+}
+
+nb_tensor *nb_max(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_MAX, x, axes, naxes, keepdims);
+}
+
+nb_tensor *nb_min(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_MIN, x, axes, naxes, keepdims);
+}
+
+nb_tensor *nb_prod(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_PROD, x, axes, naxes, keepdims);
+}
+
 
 nb_tensor *nb_argmax(nb_ctx *c, nb_tensor *x, int axis, nb_dtype output_type) {
   if (!nb_live(c)) return NULL;
