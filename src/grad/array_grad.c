@@ -167,11 +167,11 @@ void nb_register_array_grads(void) {
   nb_register_builtin("Pad", pad_grad);
   nb_register_builtin("Fill", fill_grad);
   /* outputs that depend on no input value, or only integer results */
-  nb_register_builtin("Shape", NULL);
   nb_register_builtin("ZerosLike", NULL);
   nb_register_builtin("OnesLike", NULL);
-  nb_register_builtin("BroadcastGradientArgs", NULL);
+  nb_register_builtin("Shape", NULL);
   nb_register_builtin("Const", NULL);
   nb_register_builtin("Placeholder", NULL);
+  nb_register_builtin("BroadcastGradientArgs", NULL);
   nb_register_builtin("Range", NULL);
 }
