@@ -17,17 +17,19 @@ typedef struct named_grad {
 
 static nb_grad_fn op_fns[NB_MAX_OPS];
 static bool op_stops[NB_MAX_OPS];
+static uint32_t op_reads_in[NB_MAX_OPS], op_reads_out[NB_MAX_OPS]; /* what each op's rule reads */
 static named_grad *named;
 static int32_t nnamed, named_cap;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
-static nb_code register_grad(const char *name, nb_grad_fn f);
+static nb_code register_grad(const char *name, nb_grad_fn f, uint32_t reads_in, uint32_t reads_out);
 
-/* src/grad's rules, and the one autodiff defines itself (it reruns user functions). */
+/* src/grad's rules, and the one autodiff defines itself: it reruns the user's function on
+   the inputs, so it reads every input and no output. */
 static void register_builtins(void) {
   nb_register_builtin_gradients();
-  register_grad("_RecomputeGrad", nb_recompute_gradient);
+  register_grad("_RecomputeGrad", nb_recompute_gradient, NBG_ALL, 0);
 }
 
 void nb_grad_builtins_init(void) {
@@ -52,8 +54,8 @@ static nb_code add_named(const char *name, nb_grad_fn f) {
   return NB_OK;
 }
 
-/* f NULL registers "no gradient" for an op type. */
-static nb_code register_grad(const char *name, nb_grad_fn f) {
+/* f NULL registers "no gradient" for an op type. reads_in/reads_out: nbg_entry's. */
+static nb_code register_grad(const char *name, nb_grad_fn f, uint32_t reads_in, uint32_t reads_out) {
   if (!name || !*name) return NB_INVALID;
   const nb_op_def *def = nb_op_lookup(name);
   pthread_mutex_lock(&registry_lock);
@@ -61,9 +63,11 @@ static nb_code register_grad(const char *name, nb_grad_fn f) {
   if (def) {
     if (op_fns[def->id] || op_stops[def->id])
       code = NB_INVALID;
-    else if (f)
+    else if (f) {
       op_fns[def->id] = f;
-    else
+      op_reads_in[def->id] = reads_in;
+      op_reads_out[def->id] = reads_out;
+    } else
       op_stops[def->id] = true;
   } else {
     code = f ? add_named(name, f) : NB_NOT_FOUND;
@@ -72,21 +76,27 @@ static nb_code register_grad(const char *name, nb_grad_fn f) {
   return code;
 }
 
+/* A user's rule declares nothing it reads, so a tape keeps every input and output for it. */
 nb_code nb_register_gradient(const char *name, nb_grad_fn f) {
   nb_grad_builtins_init();
-  return f ? register_grad(name, f) : NB_INVALID;
+  return f ? register_grad(name, f, NBG_ALL, NBG_ALL) : NB_INVALID;
 }
 
 nb_code nb_register_no_gradient(const char *op_type) {
   nb_grad_builtins_init();
-  return register_grad(op_type, NULL);
+  return register_grad(op_type, NULL, 0, 0);
 }
 
-/* Registration used by the built-in gradient files (inside the once-block). */
-nb_code nb_register_builtin(const char *name, nb_grad_fn f) { return register_grad(name, f); }
+/* Registrations used by the built-in gradient files (inside the once-block). */
+nb_code nb_register_builtin(const char *name, nb_grad_fn f) { return register_grad(name, f, 0, 0); }
 
 void nbg_register_table(const nbg_entry *table, size_t n) {
-  for (size_t i = 0; i < n; i++) nb_register_builtin(table[i].op, table[i].fn);
+  for (size_t i = 0; i < n; i++) register_grad(table[i].op, table[i].fn, table[i].reads_in, table[i].reads_out);
+}
+
+void nb_grad_reads(const nb_op_def *def, uint32_t *reads_in, uint32_t *reads_out) {
+  *reads_in = op_reads_in[def->id];
+  *reads_out = op_reads_out[def->id];
 }
 
 nb_grad_kind nb_grad_lookup(const nb_op_def *def, const char *override_name, nb_grad_fn *fn) {

@@ -803,12 +803,15 @@ static nb_code ensure_shape_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
 }
 
 void nb_register_control_flow_grads(void) {
-  nb_register_builtin("_EnsureShape", ensure_shape_grad);
-  nb_register_builtin("_StackGet", stack_get_grad);
-  nb_register_builtin("_StackGetGrad", stack_get_grad_grad);
-  nb_register_builtin("_RaggedGet", ragged_get_grad);
-  nb_register_builtin("_RaggedGetGrad", ragged_get_grad_grad);
-  nb_register_builtin("StatefulPartitionedCall", call_grad);
-  nb_register_builtin("If", if_grad);
-  nb_register_builtin("While", while_grad);
+  static const nbg_entry rules[] = {
+      {"_EnsureShape", ensure_shape_grad, 0, 0},
+      {"_StackGet", stack_get_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"_StackGetGrad", stack_get_grad_grad, NBG_IN(1), 0},
+      {"_RaggedGet", ragged_get_grad, NBG_IN(0) | NBG_IN(1) | NBG_IN(2), 0},
+      {"_RaggedGetGrad", ragged_get_grad_grad, NBG_IN(1) | NBG_IN(3), 0},
+      {"StatefulPartitionedCall", call_grad, NBG_ALL, NBG_ALL},
+      {"If", if_grad, NBG_ALL, NBG_ALL},
+      {"While", while_grad, NBG_ALL, NBG_ALL},
+  };
+  nbg_register_table(rules, sizeof rules / sizeof *rules);
 }

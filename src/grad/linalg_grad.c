@@ -55,7 +55,10 @@ static nb_code matmul_add_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const 
 }
 
 void nb_register_linalg_grads(void) {
-  nb_register_builtin("MatMul", matmul_grad);
-  nb_register_builtin("BatchMatMulV2", batch_matmul_grad);
-  nb_register_builtin("_MatMulAdd", matmul_add_grad);
+  static const nbg_entry rules[] = {
+      {"MatMul", matmul_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"BatchMatMulV2", batch_matmul_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"_MatMulAdd", matmul_add_grad, NBG_IN(0) | NBG_IN(1), 0},
+  };
+  nbg_register_table(rules, sizeof rules / sizeof *rules);
 }

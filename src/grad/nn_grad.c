@@ -191,17 +191,25 @@ static nb_code l2_loss_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dy
 }
 
 void nb_register_nn_grads(void) {
+  /* Softmax, Relu6 and Selu rules read the output, LeakyRelu's the input; the cross
+     entropies read the backprop output and the logits (for the second order). */
   static const nbg_entry table[] = {
-      {"Softmax", softmax_grad}, {"LogSoftmax", log_softmax_grad},
-      {"SoftmaxCrossEntropyWithLogits", xent_grad}, {"SparseSoftmaxCrossEntropyWithLogits", sparse_xent_grad},
-      {"Relu6", relu6_grad}, {"Relu6Grad", relu6_grad_grad},
-      {"LeakyRelu", leaky_relu_grad}, {"LeakyReluGrad", leaky_relu_grad_grad},
-      {"Selu", selu_grad}, {"SeluGrad", selu_grad_grad},
-      {"Gelu", gelu_grad}, {"GeluGrad", gelu_grad_grad},
-      {"L2Loss", l2_loss_grad},
+      {"Softmax", softmax_grad, 0, NBG_OUT(0)},
+      {"LogSoftmax", log_softmax_grad, 0, NBG_OUT(0)},
+      {"SoftmaxCrossEntropyWithLogits", xent_grad, NBG_IN(0), NBG_OUT(1)},
+      {"SparseSoftmaxCrossEntropyWithLogits", sparse_xent_grad, NBG_IN(0), NBG_OUT(1)},
+      {"Relu6", relu6_grad, 0, NBG_OUT(0)},
+      {"Relu6Grad", relu6_grad_grad, NBG_IN(1), 0},
+      {"LeakyRelu", leaky_relu_grad, NBG_IN(0), 0},
+      {"LeakyReluGrad", leaky_relu_grad_grad, NBG_IN(1), 0},
+      {"Selu", selu_grad, 0, NBG_OUT(0)},
+      {"SeluGrad", selu_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"Gelu", gelu_grad, NBG_IN(0), 0},
+      {"GeluGrad", gelu_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"L2Loss", l2_loss_grad, NBG_IN(0), 0},
       /* TF's OneHot gradient gives no input a gradient (indices and depth are ints, and
          on_value/off_value get none either) */
-      {"OneHot", NULL},
+      {"OneHot", NULL, 0, 0},
   };
   nbg_register_table(table, sizeof table / sizeof table[0]);
 }

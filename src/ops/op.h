@@ -104,8 +104,6 @@ struct nb_op_def {
                               it (input forwarding; elementwise ops consider inputs 0 and 1), 0 none */
   bool stateful;           /* reads or writes state outside its inputs (variables): never
                               folded at graph build time (TF's SetIsStateful) */
-  uint32_t grad_inputs;    /* bitmask of inputs the gradient function reads */
-  uint32_t grad_outputs;   /* bitmask of outputs the gradient function reads */
   uint8_t nattrs;
   nb_attr_spec attrs[NB_MAX_ATTRS];
   nb_attr_check checks[NB_MAX_ATTRS]; /* checks[i]: what attrs[i] may hold */
