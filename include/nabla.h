@@ -329,6 +329,27 @@ nb_tensor *nb_shape_op(nb_ctx *c, nb_tensor *x, nb_dtype out_type);
    axes of their broadcast along which each side's gradient must be summed. */
 nb_code nb_broadcast_gradient_args(nb_ctx *c, nb_tensor *s0, nb_tensor *s1, nb_tensor **r0, nb_tensor **r1);
 
+/* The same ops with their shape, axes and index arguments as int32/int64 tensors, TF's
+   op inputs (values computed in a graph or known only at run time); errors as the ops'. */
+nb_tensor *nb_reshape_t(nb_ctx *c, nb_tensor *x, nb_tensor *shape);      /* 1-D, one -1 allowed */
+nb_tensor *nb_transpose_t(nb_ctx *c, nb_tensor *x, nb_tensor *perm);     /* 1-D permutation */
+nb_tensor *nb_broadcast_to_t(nb_ctx *c, nb_tensor *x, nb_tensor *shape); /* 1-D shape */
+nb_tensor *nb_pad_t(nb_ctx *c, nb_tensor *x, nb_tensor *paddings);       /* [rank, 2]: before, after */
+nb_tensor *nb_fill_t(nb_ctx *c, nb_tensor *dims, nb_tensor *value);      /* 1-D dims, scalar value */
+/* Sum over axes (a scalar or 1-D list; repeated and negative axes allowed). */
+nb_tensor *nb_sum_t(nb_ctx *c, nb_tensor *x, nb_tensor *axes, bool keepdims);
+nb_tensor *nb_cumsum_t(nb_ctx *c, nb_tensor *x, nb_tensor *axis, bool exclusive, bool reverse); /* scalar axis */
+nb_tensor *nb_slice_t(nb_ctx *c, nb_tensor *x, nb_tensor *begin, nb_tensor *size); /* 1-D, size -1: the rest */
+/* StridedSlice and StridedSliceGrad over 1-D begin, end, strides; masks NULL: all zero. */
+nb_tensor *nb_strided_slice_t(nb_ctx *c, nb_tensor *x, nb_tensor *begin, nb_tensor *end, nb_tensor *strides,
+                              const nb_slice_masks *masks);
+nb_tensor *nb_strided_slice_grad_t(nb_ctx *c, nb_tensor *shape, nb_tensor *begin, nb_tensor *end, nb_tensor *strides,
+                                   nb_tensor *dy, const nb_slice_masks *masks);
+/* GatherV2 along the scalar axis. */
+nb_tensor *nb_gather_t(nb_ctx *c, nb_tensor *params, nb_tensor *indices, nb_tensor *axis, int batch_dims);
+/* num_segments: an int scalar. */
+nb_tensor *nb_unsorted_segment_sum_t(nb_ctx *c, nb_tensor *data, nb_tensor *segment_ids, nb_tensor *num_segments);
+
 /* ---- neural-network ops (TF's nn_ops) ------------------------------------------------------
    float32/float64 unless noted. Softmax and LogSoftmax normalize over the last dim (rank >= 1),
    shifted by the row max so large logits stay finite. */

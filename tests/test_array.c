@@ -938,6 +938,29 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_DTYPE, "Placeholder (node 'bad'): attr dtype=9 is not a dtype", NULL);
 }
 
+/* The _t forms take their shape arguments as int32 or int64 tensors; nb_fill is nb_fill_t
+   over a constant, so test_fill covers its errors. */
+static void test_tensor_arguments(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, F32, 2, TU_SHAPE(2, 3), TU_VALS(1, 2, 3, 4, 5, 6));
+  tu_check(nb_reshape_t(c, x, tu_make(c, I32, 1, TU_SHAPE(2), TU_VALS(3, -1))), F32, 2, TU_SHAPE(3, 2),
+           TU_VALS(1, 2, 3, 4, 5, 6), 0);
+  tu_check(nb_transpose_t(c, x, tu_make(c, I64, 1, TU_SHAPE(2), TU_VALS(1, 0))), F32, 2, TU_SHAPE(3, 2),
+           TU_VALS(1, 4, 2, 5, 3, 6), 0);
+  tu_check(nb_broadcast_to_t(c, nb_scalar(c, F64, 7), tu_make(c, I64, 1, TU_SHAPE(2), TU_VALS(1, 2))), F64, 2,
+           TU_SHAPE(1, 2), TU_VALS(7, 7), 0);
+  nb_tensor *row = tu_make(c, I32, 1, TU_SHAPE(2), TU_VALS(1, 2));
+  tu_check(nb_pad_t(c, row, tu_make(c, I64, 2, TU_SHAPE(1, 2), TU_VALS(1, 2))), I32, 1, TU_SHAPE(5),
+           TU_VALS(0, 1, 2, 0, 0), 0);
+  tu_check(nb_fill_t(c, tu_make(c, I32, 1, TU_SHAPE(2), TU_VALS(1, 3)), nb_scalar(c, I64, 4)), I64, 2,
+           TU_SHAPE(1, 3), TU_VALS(4, 4, 4), 0);
+  check_ok(c);
+  assert_null(nb_reshape_t(c, x, tu_make(c, I32, 1, TU_SHAPE(2), TU_VALS(4, -1))));
+  tu_check_error(c, NB_SHAPE, "Reshape: Input to reshape is a tensor with 6 values", NULL);
+  assert_null(nb_transpose_t(c, x, NULL));
+  tu_check_error(c, NB_INVALID, "Transpose: input 1 is NULL", NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
@@ -958,6 +981,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pack, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_unpack, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_fill, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_tensor_arguments, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_zeros_ones_like, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_shape, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_sticky, tu_setup, tu_teardown),

@@ -598,6 +598,23 @@ static void test_graph_validation(void **state) {
   assert_int_equal(nb_status(c), NB_OK);
 }
 
+/* nb_sum_t and nb_cumsum_t take the axes as tensors: a scalar, a list with a negative and
+   a repeated axis, int32 or int64. */
+static void test_tensor_axes(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = tu_make(c, F64, 2, TU_SHAPE(2, 3), TU_VALS(1, 2, 3, 4, 5, 6));
+  tu_check(nb_sum_t(c, x, nb_scalar(c, I32, 1), false), F64, 1, TU_SHAPE(2), TU_VALS(6, 15), 0);
+  tu_check(nb_sum_t(c, x, tu_make(c, I64, 1, TU_SHAPE(3), TU_VALS(-1, 0, 1)), true), F64, 2, TU_SHAPE(1, 1),
+           TU_VALS(21), 0);
+  tu_check(nb_cumsum_t(c, x, nb_scalar(c, I64, 0), false, false), F64, 2, TU_SHAPE(2, 3),
+           TU_VALS(1, 2, 3, 5, 7, 9), 0);
+  tu_check(nb_cumsum_t(c, x, nb_scalar(c, I32, -1), true, true), F64, 2, TU_SHAPE(2, 3),
+           TU_VALS(5, 3, 0, 11, 6, 0), 0);
+  assert_int_equal(nb_status(c), NB_OK);
+  assert_null(nb_sum_t(c, x, nb_scalar(c, I32, 2), false));
+  tu_check_error(c, NB_INVALID, "Sum", NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
@@ -617,6 +634,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_scans, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_scans_large, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_scan_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_tensor_axes, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_scan_generic_entry, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -834,6 +834,35 @@ static void test_graph_validation(void **state) {
   assert_int_equal(nb_status(c), NB_OK);
 }
 
+/* The _t forms take begin, end, strides, axis and num_segments as int32 or int64 tensors;
+   the array forms run through nb_strided_slice_grad_t, nb_gather_t and
+   nb_unsorted_segment_sum_t, so their tests cover those. */
+static void test_tensor_arguments(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = iota(c, NB_F32, 2, TU_SHAPE(3, 4));
+  nb_tensor *begin = tu_make(c, NB_I32, 1, TU_SHAPE(2), TU_VALS(1, 1));
+  tu_check(nb_slice_t(c, x, begin, tu_make(c, NB_I32, 1, TU_SHAPE(2), TU_VALS(2, -1))), NB_F32, 2, TU_SHAPE(2, 3),
+           TU_VALS(5, 6, 7, 9, 10, 11), 0);
+  nb_tensor *b = tu_make(c, NB_I64, 1, TU_SHAPE(2), TU_VALS(0, 3));
+  nb_tensor *e = tu_make(c, NB_I64, 1, TU_SHAPE(2), TU_VALS(3, 0));
+  nb_tensor *s = tu_make(c, NB_I64, 1, TU_SHAPE(2), TU_VALS(2, -2));
+  tu_check(nb_strided_slice_t(c, x, b, e, s, NULL), NB_F32, 2, TU_SHAPE(2, 2), TU_VALS(3, 1, 11, 9), 0);
+  tu_check(nb_strided_slice_t(c, x, b, e, s, &MASKS(.shrink_axis_mask = 1)), NB_F32, 1, TU_SHAPE(2), TU_VALS(3, 1), 0);
+  nb_tensor *shape = tu_make(c, NB_I64, 1, TU_SHAPE(2), TU_VALS(3, 4));
+  nb_tensor *dy = tu_make(c, NB_F32, 2, TU_SHAPE(2, 2), TU_VALS(1, 2, 3, 4));
+  tu_check(nb_strided_slice_grad_t(c, shape, b, e, s, dy, NULL), NB_F32, 2, TU_SHAPE(3, 4),
+           TU_VALS(0, 2, 0, 1, 0, 0, 0, 0, 0, 4, 0, 3), 0);
+  nb_tensor *ids = tu_make(c, NB_I32, 1, TU_SHAPE(2), TU_VALS(2, 0));
+  tu_check(nb_gather_t(c, x, ids, nb_scalar(c, NB_I64, 1), 0), NB_F32, 2, TU_SHAPE(3, 2),
+           TU_VALS(2, 0, 6, 4, 10, 8), 0);
+  nb_tensor *seg = tu_make(c, NB_I64, 1, TU_SHAPE(3), TU_VALS(1, -1, 1));
+  tu_check(nb_unsorted_segment_sum_t(c, x, seg, nb_scalar(c, NB_I32, 2)), NB_F32, 2, TU_SHAPE(2, 4),
+           TU_VALS(0, 0, 0, 0, 8, 10, 12, 14), 0);
+  assert_int_equal(nb_status(c), NB_OK);
+  assert_null(nb_slice_t(c, x, begin, NULL));
+  tu_check_error(c, NB_INVALID, "Slice: input 2 is NULL", NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
@@ -869,6 +898,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_segment_sum_large_threads, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_segment_sum_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_segment_sum_nb_op, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_tensor_arguments, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_sticky_status, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -35,5 +35,8 @@ nb_code nb_recompute_gradient(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *
 
 /* Registers the built-in gradient functions once. */
 void nb_grad_builtins_init(void);
+/* Which of def's inputs and outputs (bit i, as nbg_entry's) its gradient rule reads the
+   values of: what a tape keeps. None for an op without a rule; after nb_grad_builtins_init. */
+void nb_grad_reads(const nb_op_def *def, uint32_t *reads_in, uint32_t *reads_out);
 
 #endif

@@ -19,12 +19,13 @@ typedef struct named_grad {
 static nb_grad_fn op_fns[NB_MAX_OPS];
 static bool op_stops[NB_MAX_OPS];
 static bool op_reserved[NB_MAX_OPS]; /* the function layer's, until it installs them */
+static uint32_t op_reads_in[NB_MAX_OPS], op_reads_out[NB_MAX_OPS]; /* what each op's rule reads */
 static named_grad *named;
 static int32_t nnamed, named_cap;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
-static nb_code register_grad(const char *name, nb_grad_fn f);
+static nb_code register_grad(const char *name, nb_grad_fn f, uint32_t reads_in, uint32_t reads_out);
 
 /* The ops whose gradients build function graphs (src/func/control_flow_grad.c), above
    autodiff: src/func installs them (nb_install_function_grads) before it makes its first
@@ -35,13 +36,13 @@ static const char *const function_grad_ops[] = {"While",     "If",           "St
                                                 "_StackGet", "_StackGetGrad", "_RaggedGet",
                                                 "_RaggedGetGrad", "_EnsureShape"};
 
-/* src/grad's rules, the function layer's slots, and the one autodiff defines itself (it
-   reruns user functions). */
+/* src/grad's rules, the function layer's slots, and the one autodiff defines itself: it
+   reruns the user's function on the inputs, so it reads every input and no output. */
 static void register_builtins(void) {
   nb_register_builtin_gradients();
   for (size_t i = 0; i < sizeof function_grad_ops / sizeof *function_grad_ops; i++)
     op_reserved[nb_op_lookup(function_grad_ops[i])->id] = true;
-  register_grad("_RecomputeGrad", nb_recompute_gradient);
+  register_grad("_RecomputeGrad", nb_recompute_gradient, NBG_ALL, 0);
 }
 
 void nb_grad_builtins_init(void) {
@@ -66,8 +67,8 @@ static nb_code add_named(const char *name, nb_grad_fn f) {
   return NB_OK;
 }
 
-/* f NULL registers "no gradient" for an op type. */
-static nb_code register_grad(const char *name, nb_grad_fn f) {
+/* f NULL registers "no gradient" for an op type. reads_in/reads_out: nbg_entry's. */
+static nb_code register_grad(const char *name, nb_grad_fn f, uint32_t reads_in, uint32_t reads_out) {
   if (!name || !*name) return NB_INVALID;
   const nb_op_def *def = nb_op_lookup(name);
   pthread_mutex_lock(&registry_lock);
@@ -75,9 +76,11 @@ static nb_code register_grad(const char *name, nb_grad_fn f) {
   if (def) {
     if (op_fns[def->id] || op_stops[def->id] || op_reserved[def->id])
       code = NB_INVALID;
-    else if (f)
+    else if (f) {
       op_fns[def->id] = f;
-    else
+      op_reads_in[def->id] = reads_in;
+      op_reads_out[def->id] = reads_out;
+    } else
       op_stops[def->id] = true;
   } else {
     code = f ? add_named(name, f) : NB_NOT_FOUND;
@@ -86,21 +89,27 @@ static nb_code register_grad(const char *name, nb_grad_fn f) {
   return code;
 }
 
+/* A user's rule declares nothing it reads, so a tape keeps every input and output for it. */
 nb_code nb_register_gradient(const char *name, nb_grad_fn f) {
   nb_grad_builtins_init();
-  return f ? register_grad(name, f) : NB_INVALID;
+  return f ? register_grad(name, f, NBG_ALL, NBG_ALL) : NB_INVALID;
 }
 
 nb_code nb_register_no_gradient(const char *op_type) {
   nb_grad_builtins_init();
-  return register_grad(op_type, NULL);
+  return register_grad(op_type, NULL, 0, 0);
 }
 
-/* Registration used by the built-in gradient files (inside the once-block). */
-nb_code nb_register_builtin(const char *name, nb_grad_fn f) { return register_grad(name, f); }
+/* Registrations used by the built-in gradient files (inside the once-block). */
+nb_code nb_register_builtin(const char *name, nb_grad_fn f) { return register_grad(name, f, 0, 0); }
 
 void nbg_register_table(const nbg_entry *table, size_t n) {
-  for (size_t i = 0; i < n; i++) nb_register_builtin(table[i].op, table[i].fn);
+  for (size_t i = 0; i < n; i++) register_grad(table[i].op, table[i].fn, table[i].reads_in, table[i].reads_out);
+}
+
+void nb_grad_reads(const nb_op_def *def, uint32_t *reads_in, uint32_t *reads_out) {
+  *reads_in = op_reads_in[def->id];
+  *reads_out = op_reads_out[def->id];
 }
 
 /* The table is src/func's, so an op outside the reserved ones is a bug here, not a user
@@ -112,6 +121,8 @@ void nb_install_function_grads(const nbg_entry *table, size_t n) {
     const nb_op_def *def = nb_op_lookup(table[i].op);
     assert(def && op_reserved[def->id]);
     op_fns[def->id] = table[i].fn;
+    op_reads_in[def->id] = table[i].reads_in;
+    op_reads_out[def->id] = table[i].reads_out;
   }
   pthread_mutex_unlock(&registry_lock);
 }

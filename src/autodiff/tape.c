@@ -95,7 +95,7 @@ static void tape_reset(nb_tape *t) {
 
 /* ---- recording ------------------------------------------------------------------------ */
 
-/* Whether bit i of a grad_inputs/grad_outputs mask is set (past 32 entries: all or none). */
+/* Whether bit i of a gradient rule's reads mask is set (past 32 entries: all or none). */
 static bool reads(uint32_t mask, int i) { return i < 32 ? (mask >> i) & 1u : mask == ~0u; }
 
 /* x's dims in the tape's arena: the previous slot's copy when they are the same (ops in a
@@ -162,11 +162,13 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
   *e = (tape_entry){k->def, NULL, t->nslots, k->nin, k->nout};
   e->attr = nb_attrs_copy(&t->arena, k->def, k->attr);
   if (k->def->nattrs && !e->attr) return false;
+  uint32_t reads_in, reads_out;
+  nb_grad_reads(k->def, &reads_in, &reads_out);
   for (int i = 0; i < k->nin; i++)
-    if (!save_slot(t, k->in[i], reads(k->def->grad_inputs, i), tracked_value(t, k->in[i]->id))) return false;
+    if (!save_slot(t, k->in[i], reads(reads_in, i), tracked_value(t, k->in[i]->id))) return false;
   for (int i = 0; i < k->nout; i++) {
     int32_t v = track_output(t, out[i]->id);
-    if (v < 0 || !save_slot(t, out[i], reads(k->def->grad_outputs, i), v)) return false;
+    if (v < 0 || !save_slot(t, out[i], reads(reads_out, i), v)) return false;
     t->last_out = out[i]->id;
     t->last_value = v;
   }
@@ -261,6 +263,7 @@ static void release_tapes(nb_ctx *c) {
 
 nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
   if (!nb_live(c)) return NULL;
+  nb_grad_builtins_init(); /* recording asks the rules what they read */
   if (c->graph) {
     nb_fail(c, NB_INVALID, "nb_tape_begin: tapes record eager ops; graph contexts use nb_gradients");
     return NULL;

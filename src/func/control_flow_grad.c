@@ -803,14 +803,14 @@ static nb_code ensure_shape_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
 
 void nb_func_install_grads(void) {
   static const nbg_entry rules[] = {
-      {"_EnsureShape", ensure_shape_grad},
-      {"_StackGet", stack_get_grad},
-      {"_StackGetGrad", stack_get_grad_grad},
-      {"_RaggedGet", ragged_get_grad},
-      {"_RaggedGetGrad", ragged_get_grad_grad},
-      {"StatefulPartitionedCall", call_grad},
-      {"If", if_grad},
-      {"While", while_grad},
+      {"_EnsureShape", ensure_shape_grad, 0, 0},
+      {"_StackGet", stack_get_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"_StackGetGrad", stack_get_grad_grad, NBG_IN(1), 0},
+      {"_RaggedGet", ragged_get_grad, NBG_IN(0) | NBG_IN(1) | NBG_IN(2), 0},
+      {"_RaggedGetGrad", ragged_get_grad_grad, NBG_IN(1) | NBG_IN(3), 0},
+      {"StatefulPartitionedCall", call_grad, NBG_ALL, NBG_ALL},
+      {"If", if_grad, NBG_ALL, NBG_ALL},
+      {"While", while_grad, NBG_ALL, NBG_ALL},
   };
   nb_install_function_grads(rules, sizeof rules / sizeof *rules);
 }

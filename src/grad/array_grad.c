@@ -15,8 +15,7 @@ static nb_tensor *iota(nb_ctx *c, int n) {
 /* dy reshaped to x's shape: a constant shape when it is static, else Shape(x) at run time. */
 static nb_tensor *reshape_like(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {
   if (nbg_static(x)) return nb_reshape(c, dy, nb_shape(x), nb_rank(x));
-  nb_tensor *in[2] = {dy, nb_shape_op(c, x, NB_I64)};
-  return nbg_call(c, "Reshape", in, 2, NULL, 0);
+  return nb_reshape_t(c, dy, nb_shape_op(c, x, NB_I64));
 }
 
 /* Reshape, ExpandDims and Squeeze only relabel x's elements, so dx = reshape(dy, shape(x));
@@ -34,8 +33,7 @@ static nb_code transpose_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *
   if (n < 0 || n > NB_MAX_RANK) /* unknown rank: no static [0..n) */
     return nb_set_error(c, NB_UNIMPLEMENTED, "Transpose gradient: the permutation's length must be known");
   nb_tensor *inverse = nbg_invert_perm(c, perm, nb_scalar(c, nb_dtype_of(perm), n));
-  nb_tensor *in[2] = {dys[0], inverse};
-  dxs[0] = nbg_call(c, "Transpose", in, 2, NULL, 0);
+  dxs[0] = nb_transpose_t(c, dys[0], inverse);
   return nb_status(c);
 }
 
@@ -67,8 +65,7 @@ static nb_code concat_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys
   nb_tensor *offset = nb_tensor_from(c, NB_I64, 1, (const int64_t[]){r}, NULL);
   for (int i = 0; i < n; i++) {
     nb_tensor *size = nb_shape_op(c, nb_fwd_input(op, i), NB_I64);
-    nb_tensor *in[3] = {dys[0], nb_mul(c, offset, mask), size};
-    dxs[i] = nbg_call(c, "Slice", in, 3, NULL, 0);
+    dxs[i] = nb_slice_t(c, dys[0], nb_mul(c, offset, mask), size);
     offset = nb_add(c, offset, size);
   }
   return nb_status(c);
@@ -110,10 +107,10 @@ static nb_tensor *untile_static(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {
    stack([multiples, shape(x)], axis 1) and sum over the even axes. */
 static nb_tensor *untile_dynamic(nb_ctx *c, nb_tensor *dy, nb_tensor *x, nb_tensor *multiples, int r) {
   nb_tensor *pair[2] = {nbg_as_i64(c, multiples), nb_shape_op(c, x, NB_I64)};
-  nb_tensor *in[2] = {dy, nb_reshape(c, nb_pack(c, pair, 2, 1), (const int64_t[]){-1}, 1)};
+  nb_tensor *split = nb_reshape_t(c, dy, nb_reshape(c, nb_pack(c, pair, 2, 1), (const int64_t[]){-1}, 1));
   int axes[NB_MAX_RANK];
   for (int i = 0; i < r; i++) axes[i] = 2 * i;
-  return nb_sum(c, nbg_call(c, "Reshape", in, 2, NULL, 0), axes, r, false);
+  return nb_sum(c, split, axes, r, false);
 }
 
 /* y = tile(x, m): each element of x appears in m0*m1*... places, dx sums them. */
@@ -137,8 +134,7 @@ static nb_code pad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, n
   nb_tensor *x = nb_fwd_input(op, 0), *paddings = nb_fwd_input(op, 1);
   nb_tensor *before = nb_slice(c, paddings, (const int64_t[]){0, 0}, (const int64_t[]){-1, 1}, 2);
   nb_tensor *begin = nbg_as_i64(c, nb_reshape(c, before, (const int64_t[]){-1}, 1));
-  nb_tensor *in[3] = {dys[0], begin, nb_shape_op(c, x, NB_I64)};
-  dxs[0] = nbg_call(c, "Slice", in, 3, NULL, 0);
+  dxs[0] = nb_slice_t(c, dys[0], begin, nb_shape_op(c, x, NB_I64));
   return nb_status(c);
 }
 
@@ -155,23 +151,26 @@ static nb_code fill_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
 }
 
 void nb_register_array_grads(void) {
-  nb_register_builtin("Reshape", reshape_grad);
-  nb_register_builtin("ExpandDims", reshape_grad);
-  nb_register_builtin("Squeeze", reshape_grad);
-  nb_register_builtin("Transpose", transpose_grad);
-  nb_register_builtin("BroadcastTo", broadcast_to_grad);
-  nb_register_builtin("ConcatV2", concat_grad);
-  nb_register_builtin("Pack", pack_grad);
-  nb_register_builtin("Unpack", unpack_grad);
-  nb_register_builtin("Tile", tile_grad);
-  nb_register_builtin("Pad", pad_grad);
-  nb_register_builtin("Fill", fill_grad);
+  static const nbg_entry rules[] = {
+      {"Reshape", reshape_grad, 0, 0},
+      {"ExpandDims", reshape_grad, 0, 0},
+      {"Squeeze", reshape_grad, 0, 0},
+      {"Transpose", transpose_grad, NBG_IN(1), 0},
+      {"BroadcastTo", broadcast_to_grad, NBG_IN(1), 0},
+      {"ConcatV2", concat_grad, NBG_ALL, 0},
+      {"Pack", pack_grad, 0, 0},
+      {"Unpack", unpack_grad, 0, 0},
+      {"Tile", tile_grad, NBG_IN(1), 0},
+      {"Pad", pad_grad, NBG_IN(1), 0},
+      {"Fill", fill_grad, 0, 0},
+  };
+  nbg_register_table(rules, sizeof rules / sizeof *rules);
   /* outputs that depend on no input value, or only integer results */
-  nb_register_builtin("Shape", NULL);
   nb_register_builtin("ZerosLike", NULL);
   nb_register_builtin("OnesLike", NULL);
-  nb_register_builtin("BroadcastGradientArgs", NULL);
+  nb_register_builtin("Shape", NULL);
   nb_register_builtin("Const", NULL);
   nb_register_builtin("Placeholder", NULL);
+  nb_register_builtin("BroadcastGradientArgs", NULL);
   nb_register_builtin("Range", NULL);
 }

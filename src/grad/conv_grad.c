@@ -140,20 +140,22 @@ static nb_code bias_add_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *con
     int64_t dims[NB_MAX_RANK] = {1, -1, 1, 1, 1, 1, 1, 1};
     dy = nb_reshape(c, dy, dims, rank);
   }
-  nb_tensor *in[2] = {dy, shape_of(c, g)};
-  dxs[0] = nbg_call(c, "BroadcastTo", in, 2, NULL, 0);
+  dxs[0] = nb_broadcast_to_t(c, dy, shape_of(c, g));
   return nb_status(c);
 }
 
 void nb_register_conv_grads(void) {
-  nb_register_builtin("Conv2D", conv2d_grad);
-  nb_register_builtin("Conv2DBackpropInput", backprop_input_grad);
-  nb_register_builtin("Conv2DBackpropFilter", backprop_filter_grad);
-  nb_register_builtin("MaxPool", max_pool_grad);
-  nb_register_builtin("MaxPoolGrad", max_pool_grad_grad);
-  nb_register_builtin("MaxPoolGradGrad", max_pool_grad_grad_grad);
-  nb_register_builtin("AvgPool", avg_pool_grad);
-  nb_register_builtin("AvgPoolGrad", avg_pool_grad_grad);
-  nb_register_builtin("BiasAdd", bias_add_grad);
-  nb_register_builtin("BiasAddGrad", bias_add_grad_grad);
+  static const nbg_entry rules[] = {
+      {"Conv2D", conv2d_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"Conv2DBackpropInput", backprop_input_grad, NBG_IN(1) | NBG_IN(2), 0},
+      {"Conv2DBackpropFilter", backprop_filter_grad, NBG_IN(0) | NBG_IN(2), 0},
+      {"MaxPool", max_pool_grad, NBG_IN(0), NBG_OUT(0)},
+      {"MaxPoolGrad", max_pool_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"MaxPoolGradGrad", max_pool_grad_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"AvgPool", avg_pool_grad, NBG_IN(0), 0},
+      {"AvgPoolGrad", avg_pool_grad_grad, 0, 0},
+      {"BiasAdd", bias_add_grad, 0, 0},
+      {"BiasAddGrad", bias_add_grad_grad, NBG_IN(0), 0},
+  };
+  nbg_register_table(rules, sizeof rules / sizeof *rules);
 }

@@ -15,12 +15,6 @@ void nb_register_builtin_gradients(void) {
   nb_register_conv_grads();
 }
 
-nb_tensor *nbg_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs) {
-  nb_tensor *out = NULL;
-  nb_op(c, type, in, nin, attrs, nattrs, &out, 1);
-  return out;
-}
-
 nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x) {
   return x && nb_dtype_of(x) != NB_I64 ? nb_cast(c, x, NB_I64) : x;
 }
@@ -53,8 +47,7 @@ nb_tensor *nbg_positive_axes(nb_ctx *c, nb_tensor *axes, nb_tensor *rank) {
 
 nb_tensor *nbg_invert_perm(nb_ctx *c, nb_tensor *perm, nb_tensor *n) {
   nb_dtype t = nb_dtype_of(perm);
-  nb_tensor *in[3] = {nb_range(c, nb_scalar(c, t, 0), n, nb_scalar(c, t, 1)), perm, n};
-  return nbg_call(c, "UnsortedSegmentSum", in, 3, NULL, 0);
+  return nb_unsorted_segment_sum_t(c, nb_range(c, nb_scalar(c, t, 0), n, nb_scalar(c, t, 1)), perm, n);
 }
 
 /* One pass over the dims: every gradient function of a broadcasting op asks this. */
@@ -79,8 +72,7 @@ static int broadcast_axes(const nb_tensor *dy, const nb_tensor *x, int *axes) {
 static nb_tensor *reduce_dynamic(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {
   nb_tensor *sx = nb_shape_op(c, x, NB_I32), *r[2] = {NULL, NULL};
   nb_broadcast_gradient_args(c, sx, nb_shape_op(c, dy, NB_I32), &r[0], &r[1]);
-  nb_tensor *sum_in[2] = {dy, r[0]}, *reshape_in[2] = {nbg_call(c, "Sum", sum_in, 2, NULL, 0), sx};
-  return nbg_call(c, "Reshape", reshape_in, 2, NULL, 0);
+  return nb_reshape_t(c, nb_sum_t(c, dy, r[0], false), sx);
 }
 
 nb_tensor *nbg_reduce_to(nb_ctx *c, nb_tensor *dy, nb_tensor *x) {

@@ -8,12 +8,22 @@
 
 /* Registration of the built-in gradients (called once by the registry). */
 void nb_register_builtin_gradients(void);
+/* A registration that reads no input or output value: "no gradient" for an op type (f NULL). */
 nb_code nb_register_builtin(const char *name, nb_grad_fn f);
-/* A family's (op type, gradient) pairs, registered with nb_register_builtin. */
+/* A rule and what it reads: bit i of reads_in (reads_out) says the rule reads the value of
+   input (output) i, so a tape keeps that value for it; shapes, dtypes and attrs are always
+   kept. A tape that kept only an input's shape fails any op reading its value with
+   NB_INTERNAL, so gradcheck_all's tape mode checks these declarations against the rules.
+   NBG_ALL: every input or output (variadic ops). */
 typedef struct nbg_entry {
   const char *op;
   nb_grad_fn fn;
+  uint32_t reads_in, reads_out;
 } nbg_entry;
+#define NBG_IN(i) (1u << (i))
+#define NBG_OUT(i) (1u << (i))
+#define NBG_ALL (~0u)
+/* Registers a family's rules (fn NULL: "no gradient"). */
 void nbg_register_table(const nbg_entry *table, size_t n);
 /* The control-flow gradients (src/func/control_flow_grad.c), into the slots the registry
    reserves for them with the built-ins; src/func calls it once, before its first function. */
@@ -30,15 +40,8 @@ void nb_register_norm_grads(void);
 void nb_register_random_grads(void);
 void nb_register_conv_grads(void);
 
-/* The rule of a one-output op (the math and nn families): it gets the incoming gradient
-   dy directly, and an output without a gradient gives the inputs none.
-   NBG_RULE(name) { ... dxs[i] = ...; } defines the nb_grad_fn name. */
-#define NBG_RULE(name)                                                                          \
-  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs);   \
-  static nb_code name(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) { \
-    return dys[0] ? name##_rule(c, op, dys[0], dxs) : NB_OK;                                    \
-  }                                                                                             \
-  static nb_code name##_rule(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_tensor **dxs)
+/* A rule of a one-output op (the math and nn families) starts from dy = dys[0] and returns
+   NB_OK at once when it is NULL: an output without a gradient gives the inputs none. */
 
 /* Inside a rule: the op's inputs 0 and 1, and whether the pass wants input i's gradient
    (the others need none computed). */
@@ -46,8 +49,6 @@ static inline nb_tensor *in0(const nb_fwd_op *op) { return nb_fwd_input(op, 0); 
 static inline nb_tensor *in1(const nb_fwd_op *op) { return nb_fwd_input(op, 1); }
 #define NEED(i) nb_fwd_input_needs_grad(op, i)
 
-/* The one output of op `type` on in[0..nin) (nb_op for ops without a plain wrapper). */
-nb_tensor *nbg_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs);
 /* x as int64 (index inputs may be int32). */
 nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x);
 /* A scalar of x's dtype. */

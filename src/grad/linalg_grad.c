@@ -1,4 +1,4 @@
-/* Gradients of MatMul, _MatMulAdd and BatchMatMulV2 (TF's math_grad.py: _MatMulGrad,
+/* Gradients of MatMul, BatchMatMulV2 and _MatMulAdd (TF's math_grad.py: _MatMulGrad,
    _BatchMatMulV2Grad). With C = op(A) op(B), dC/dA = dy op(B)^T mapped back through op
    on A; each of the four transpose cases is one product with transpose flags, never an
    explicit Transpose. */
@@ -33,13 +33,6 @@ static nb_code matmul_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys
   return nb_status(c);
 }
 
-/* y = acc + op(a) op(b): a and b as MatMul's, and d acc = dy. */
-static nb_code matmul_add_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
-  if (!dys[0]) return NB_OK;
-  if (nb_fwd_input_needs_grad(op, 2)) dxs[2] = dys[0];
-  return matmul_grad(c, op, dys, dxs);
-}
-
 /* y = adj(x) adj(y) batched, batch dims broadcast: the table with BatchMatMulV2, each
    gradient then summed over the batch dims its input was broadcast along and reshaped to
    the input's shape (the last two dims already match). */
@@ -54,8 +47,18 @@ static nb_code batch_matmul_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
   return nb_status(c);
 }
 
+/* y = acc + op(a) op(b): a and b as MatMul's, and d acc = dy. */
+static nb_code matmul_add_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  if (!dys[0]) return NB_OK;
+  if (nb_fwd_input_needs_grad(op, 2)) dxs[2] = dys[0];
+  return matmul_grad(c, op, dys, dxs);
+}
+
 void nb_register_linalg_grads(void) {
-  nb_register_builtin("MatMul", matmul_grad);
-  nb_register_builtin("BatchMatMulV2", batch_matmul_grad);
-  nb_register_builtin("_MatMulAdd", matmul_add_grad);
+  static const nbg_entry rules[] = {
+      {"MatMul", matmul_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"BatchMatMulV2", batch_matmul_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"_MatMulAdd", matmul_add_grad, NBG_IN(0) | NBG_IN(1), 0},
+  };
+  nbg_register_table(rules, sizeof rules / sizeof *rules);
 }

@@ -16,107 +16,141 @@ static nb_code reduced_pair(nb_ctx *c, const nb_fwd_op *op, nb_tensor **dxs, nb_
 /* ---- unary ----------------------------------------------------------------------------- */
 
 /* y = -x: dx = -dy */
-NBG_RULE(neg_grad) {
+static nb_code neg_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   (void)op;
   dxs[0] = nb_neg(c, dy);
   return nb_status(c);
 }
 
 /* y = e^x: dy/dx = y */
-NBG_RULE(exp_grad) {
+static nb_code exp_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* y = ln x: dy/dx = 1/x */
-NBG_RULE(log_grad) {
+static nb_code log_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, dy, nb_reciprocal(c, in0(op)));
   return nb_status(c);
 }
 
 /* y = ln(1 + x): dy/dx = 1/(1 + x) */
-NBG_RULE(log1p_grad) {
+static nb_code log1p_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op);
   dxs[0] = nb_mul(c, dy, nb_reciprocal(c, nb_add(c, scalar(c, x, 1), x)));
   return nb_status(c);
 }
 
 /* y = sqrt(x): dy/dx = 1/(2y), so dx = SqrtGrad(y, dy) */
-NBG_RULE(sqrt_grad) {
+static nb_code sqrt_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_sqrt_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = x^(-1/2): dy/dx = -y^3/2, so dx = RsqrtGrad(y, dy) */
-NBG_RULE(rsqrt_grad) {
+static nb_code rsqrt_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_rsqrt_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = 1/x: dy/dx = -y^2, so dx = ReciprocalGrad(y, dy) */
-NBG_RULE(reciprocal_grad) {
+static nb_code reciprocal_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_reciprocal_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = x^2: dy/dx = 2x */
-NBG_RULE(square_grad) {
+static nb_code square_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op);
   dxs[0] = nb_mul(c, dy, nb_mul(c, x, scalar(c, x, 2)));
   return nb_status(c);
 }
 
 /* y = |x|: dy/dx = sign(x) (0 at x = 0) */
-NBG_RULE(abs_grad) {
+static nb_code abs_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, dy, nb_sign(c, in0(op)));
   return nb_status(c);
 }
 
 /* y = sign(x) is piecewise constant: TF gives zeros, not "no gradient" */
-NBG_RULE(sign_grad) {
+static nb_code sign_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   (void)dy;
   dxs[0] = nb_zeros_like(c, in0(op));
   return nb_status(c);
 }
 
 /* y = tanh x: dy/dx = 1 - y^2, so dx = TanhGrad(y, dy) */
-NBG_RULE(tanh_grad) {
+static nb_code tanh_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_tanh_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = sigmoid(x): dy/dx = y (1 - y), so dx = SigmoidGrad(y, dy) */
-NBG_RULE(sigmoid_grad) {
+static nb_code sigmoid_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_sigmoid_grad(c, out0(op), dy);
   return nb_status(c);
 }
 
 /* y = max(x, 0): dy/dx = [y > 0] (TF reads the output), so dx = ReluGrad(dy, y) */
-NBG_RULE(relu_grad) {
+static nb_code relu_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_relu_grad(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* y = elu(x): dy/dx = y + 1 where y < 0, else 1, so dx = EluGrad(dy, y) */
-NBG_RULE(elu_grad) {
+static nb_code elu_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_elu_grad(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* y = ln(1 + e^x): dy/dx = sigmoid(x), so dx = SoftplusGrad(dy, x) */
-NBG_RULE(softplus_grad) {
+static nb_code softplus_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_softplus_grad(c, dy, in0(op));
   return nb_status(c);
 }
 
 /* y = sin x: dy/dx = cos x */
-NBG_RULE(sin_grad) {
+static nb_code sin_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, dy, nb_cos(c, in0(op)));
   return nb_status(c);
 }
 
 /* y = cos x: dy/dx = -sin x */
-NBG_RULE(cos_grad) {
+static nb_code cos_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, nb_neg(c, dy), nb_sin(c, in0(op)));
   return nb_status(c);
 }
@@ -124,19 +158,31 @@ NBG_RULE(cos_grad) {
 /* ---- binary (broadcasting) ---------------------------------------------------------------- */
 
 /* z = x + y (AddV2 and Add): dz/dx = dz/dy = 1 */
-NBG_RULE(add_grad) { return reduced_pair(c, op, dxs, dy, dy); }
+static nb_code add_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return reduced_pair(c, op, dxs, dy, dy);
+}
 
 /* z = x - y: dz/dx = 1, dz/dy = -1 */
-NBG_RULE(sub_grad) { return reduced_pair(c, op, dxs, dy, NEED(1) ? nb_neg(c, dy) : NULL); }
+static nb_code sub_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return reduced_pair(c, op, dxs, dy, NEED(1) ? nb_neg(c, dy) : NULL);
+}
 
 /* z = x y: dz/dx = y, dz/dy = x */
-NBG_RULE(mul_grad) {
+static nb_code mul_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op), *y = in1(op);
   return reduced_pair(c, op, dxs, NEED(0) ? nb_mul(c, dy, y) : NULL, NEED(1) ? nb_mul(c, x, dy) : NULL);
 }
 
 /* z = x / y: dz/dx = 1/y, dz/dy = -x/y^2 (as (-x/y)/y, TF's order, which cannot overflow y^2) */
-NBG_RULE(real_div_grad) {
+static nb_code real_div_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op), *y = in1(op);
   nb_tensor *gy = NEED(1) ? nb_mul(c, dy, nb_real_div(c, nb_real_div(c, nb_neg(c, x), y), y)) : NULL;
   return reduced_pair(c, op, dxs, NEED(0) ? nb_real_div(c, dy, y) : NULL, gy);
@@ -151,7 +197,9 @@ static nb_tensor *log_where_positive(nb_ctx *c, nb_tensor *x) {
 }
 
 /* z = x^y: dz/dx = y x^(y-1), dz/dy = z ln x (taken as 0 where x <= 0) */
-NBG_RULE(pow_grad) {
+static nb_code pow_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op), *y = in1(op);
   nb_tensor *gx = NEED(0) ? nb_mul(c, nb_mul(c, dy, y), nb_pow(c, x, nb_sub(c, y, scalar(c, y, 1)))) : NULL;
   nb_tensor *gy = NEED(1) ? nb_mul(c, nb_mul(c, dy, out0(op)), log_where_positive(c, x)) : NULL;
@@ -159,7 +207,9 @@ NBG_RULE(pow_grad) {
 }
 
 /* z = (x - y)^2: dz/dx = 2 (x - y) = -dz/dy */
-NBG_RULE(squared_difference_grad) {
+static nb_code squared_difference_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *x = in0(op), *y = in1(op);
   nb_tensor *gx = nb_mul(c, nb_mul(c, scalar(c, dy, 2), dy), nb_sub(c, x, y));
   return reduced_pair(c, op, dxs, gx, NEED(1) ? nb_neg(c, gx) : NULL);
@@ -173,15 +223,25 @@ static nb_code select_between(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, nb_
 }
 
 /* z = max(x, y): x is selected where x >= y */
-NBG_RULE(maximum_grad) { return select_between(c, op, dy, dxs, nb_greater_equal(c, in0(op), in1(op))); }
+static nb_code maximum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return select_between(c, op, dy, dxs, nb_greater_equal(c, in0(op), in1(op)));
+}
 
 /* z = min(x, y): x is selected where x <= y */
-NBG_RULE(minimum_grad) { return select_between(c, op, dy, dxs, nb_less_equal(c, in0(op), in1(op))); }
+static nb_code minimum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return select_between(c, op, dy, dxs, nb_less_equal(c, in0(op), in1(op)));
+}
 
 /* ---- selection, casts, sums, identity ---------------------------------------------------------- */
 
 /* z = cond ? t : e (all broadcasting): dz goes to the branch taken, none to the bool cond */
-NBG_RULE(select_grad) {
+static nb_code select_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *cond = in0(op), *zero = scalar(c, dy, 0);
   dxs[0] = NULL;
   dxs[1] = NEED(1) ? nbg_reduce_to(c, nb_select(c, cond, dy, zero), nb_fwd_input(op, 1)) : NULL;
@@ -190,21 +250,27 @@ NBG_RULE(select_grad) {
 }
 
 /* y = cast(x): the gradient casts back, only between float types (none to or from ints/bool) */
-NBG_RULE(cast_grad) {
+static nb_code cast_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_dtype src = nb_dtype_of(in0(op));
   dxs[0] = is_float(src) && is_float(nb_dtype_of(dy)) ? nb_cast(c, dy, src) : NULL;
   return nb_status(c);
 }
 
 /* y = x_1 + ... + x_n (AddN, AccumulateNV2): each input gets dy */
-NBG_RULE(add_n_grad) {
+static nb_code add_n_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   (void)c;
   for (int i = 0; i < nb_fwd_num_inputs(op); i++) dxs[i] = dy;
   return NB_OK;
 }
 
 /* y = x: dx = dy */
-NBG_RULE(identity_grad) {
+static nb_code identity_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   (void)c;
   (void)op;
   dxs[0] = dy;
@@ -224,7 +290,9 @@ static nb_code prevent_gradient_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *
    Each is g(y, dy) (or g(dy, x)) written d below; its gradient takes the incoming ddx. */
 
 /* d = dy (1 - y^2): dd/dy = -2 y dy, dd/d(dy) = 1 - y^2, i.e. TanhGrad(y, ddx) */
-NBG_RULE(tanh_grad_grad) {
+static nb_code tanh_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *y = in0(op), *g = in1(op);
   dxs[0] = NEED(0) ? nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y) : NULL;
   dxs[1] = NEED(1) ? nb_tanh_grad(c, y, dy) : NULL;
@@ -232,7 +300,9 @@ NBG_RULE(tanh_grad_grad) {
 }
 
 /* d = dy y (1 - y): dd/dy = dy (1 - 2y), dd/d(dy) = y (1 - y), i.e. SigmoidGrad(y, ddx) */
-NBG_RULE(sigmoid_grad_grad) {
+static nb_code sigmoid_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *y = in0(op), *gb = NEED(0) ? nb_mul(c, dy, in1(op)) : NULL;
   dxs[0] = NEED(0) ? nb_sub(c, gb, nb_mul(c, nb_mul(c, scalar(c, gb, 2), gb), y)) : NULL;
   dxs[1] = NEED(1) ? nb_sigmoid_grad(c, y, dy) : NULL;
@@ -240,7 +310,9 @@ NBG_RULE(sigmoid_grad_grad) {
 }
 
 /* d = -dy y^3 / 2: dd/dy = -3/2 dy y^2, dd/d(dy) = -y^3 / 2, i.e. RsqrtGrad(y, ddx) */
-NBG_RULE(rsqrt_grad_grad) {
+static nb_code rsqrt_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *y = in0(op), *g = in1(op);
   dxs[0] = NEED(0) ? nb_mul(c, nb_mul(c, nb_mul(c, scalar(c, dy, -1.5), dy), g), nb_square(c, y)) : NULL;
   dxs[1] = NEED(1) ? nb_rsqrt_grad(c, y, dy) : NULL;
@@ -248,7 +320,9 @@ NBG_RULE(rsqrt_grad_grad) {
 }
 
 /* d = dy / (2y): dd/dy = -d / y, dd/d(dy) = 1 / (2y) */
-NBG_RULE(sqrt_grad_grad) {
+static nb_code sqrt_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *ga = nb_real_div(c, dy, in0(op));
   dxs[0] = NEED(0) ? nb_mul(c, nb_neg(c, ga), out0(op)) : NULL;
   dxs[1] = NEED(1) ? nb_mul(c, scalar(c, ga, 0.5), ga) : NULL;
@@ -256,7 +330,9 @@ NBG_RULE(sqrt_grad_grad) {
 }
 
 /* d = -dy y^2: dd/dy = -2 y dy, dd/d(dy) = -y^2, i.e. ReciprocalGrad(y, ddx) */
-NBG_RULE(reciprocal_grad_grad) {
+static nb_code reciprocal_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *y = in0(op), *g = in1(op);
   dxs[0] = NEED(0) ? nb_mul(c, nb_mul(c, nb_mul(c, dy, scalar(c, dy, -2)), g), y) : NULL;
   dxs[1] = NEED(1) ? nb_reciprocal_grad(c, y, dy) : NULL;
@@ -265,7 +341,9 @@ NBG_RULE(reciprocal_grad_grad) {
 
 /* d = gradients [features > 0]: linear in gradients (ReluGrad(ddx, features)), piecewise
    constant in features (zeros) */
-NBG_RULE(relu_grad_grad) {
+static nb_code relu_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *features = in1(op);
   dxs[0] = NEED(0) ? nb_relu_grad(c, dy, features) : NULL;
   dxs[1] = NEED(1) ? nb_zeros_like(c, features) : NULL;
@@ -274,11 +352,17 @@ NBG_RULE(relu_grad_grad) {
 
 /* d = gradients (outputs + 1) where outputs < 0, else gradients: linear in gradients
    (EluGrad(ddx, outputs)); dd/d(outputs) = gradients where outputs < 0, else 0 */
-NBG_RULE(elu_grad_grad) { return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_elu_grad); }
+static nb_code elu_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_elu_grad);
+}
 
 /* d = gradients sigmoid(x): linear in gradients (SoftplusGrad(ddx, x)); dd/dx =
    gradients sigmoid'(x) = gradients / (e^-x + 2 + e^x) */
-NBG_RULE(softplus_grad_grad) {
+static nb_code softplus_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *g = in0(op), *x = in1(op);
   dxs[0] = NEED(0) ? nb_softplus_grad(c, dy, x) : NULL;
   if (NEED(1)) {
@@ -289,25 +373,54 @@ NBG_RULE(softplus_grad_grad) {
 }
 
 void nb_register_math_grads(void) {
+  /* What each rule reads is TF's choice: x, y or neither for y = f(x); only shapes for
+     Add and Sub; Pow z too (dz/dy = z ln x); SelectV2 its condition; the fused gradient
+     ops both inputs (SqrtGrad its output too). */
   static const nbg_entry table[] = {
-      {"Neg", neg_grad}, {"Exp", exp_grad}, {"Log", log_grad}, {"Log1p", log1p_grad},
-      {"Sqrt", sqrt_grad}, {"Rsqrt", rsqrt_grad}, {"Reciprocal", reciprocal_grad},
-      {"Square", square_grad}, {"Abs", abs_grad}, {"Sign", sign_grad}, {"Tanh", tanh_grad},
-      {"Sigmoid", sigmoid_grad}, {"Relu", relu_grad}, {"Elu", elu_grad},
-      {"Softplus", softplus_grad}, {"Sin", sin_grad}, {"Cos", cos_grad},
-      {"AddV2", add_grad}, {"Add", add_grad}, {"Sub", sub_grad}, {"Mul", mul_grad},
-      {"RealDiv", real_div_grad}, {"Pow", pow_grad}, {"SquaredDifference", squared_difference_grad},
-      {"Maximum", maximum_grad}, {"Minimum", minimum_grad}, {"SelectV2", select_grad},
-      {"Cast", cast_grad}, {"AddN", add_n_grad}, {"AccumulateNV2", add_n_grad}, {"Identity", identity_grad},
-      {"PreventGradient", prevent_gradient_grad},
-      {"TanhGrad", tanh_grad_grad}, {"SigmoidGrad", sigmoid_grad_grad},
-      {"RsqrtGrad", rsqrt_grad_grad}, {"SqrtGrad", sqrt_grad_grad},
-      {"ReciprocalGrad", reciprocal_grad_grad}, {"ReluGrad", relu_grad_grad},
-      {"EluGrad", elu_grad_grad}, {"SoftplusGrad", softplus_grad_grad},
+      {"Neg", neg_grad, 0, 0},
+      {"Exp", exp_grad, 0, NBG_OUT(0)},
+      {"Log", log_grad, NBG_IN(0), 0},
+      {"Log1p", log1p_grad, NBG_IN(0), 0},
+      {"Sqrt", sqrt_grad, 0, NBG_OUT(0)},
+      {"Rsqrt", rsqrt_grad, 0, NBG_OUT(0)},
+      {"Reciprocal", reciprocal_grad, 0, NBG_OUT(0)},
+      {"Square", square_grad, NBG_IN(0), 0},
+      {"Abs", abs_grad, NBG_IN(0), 0},
+      {"Sign", sign_grad, 0, 0},
+      {"Tanh", tanh_grad, 0, NBG_OUT(0)},
+      {"Sigmoid", sigmoid_grad, 0, NBG_OUT(0)},
+      {"Relu", relu_grad, 0, NBG_OUT(0)},
+      {"Elu", elu_grad, 0, NBG_OUT(0)},
+      {"Softplus", softplus_grad, NBG_IN(0), 0},
+      {"Sin", sin_grad, NBG_IN(0), 0},
+      {"Cos", cos_grad, NBG_IN(0), 0},
+      {"AddV2", add_grad, 0, 0},
+      {"Add", add_grad, 0, 0},
+      {"Sub", sub_grad, 0, 0},
+      {"Mul", mul_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"RealDiv", real_div_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"Pow", pow_grad, NBG_IN(0) | NBG_IN(1), NBG_OUT(0)},
+      {"SquaredDifference", squared_difference_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"Maximum", maximum_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"Minimum", minimum_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"SelectV2", select_grad, NBG_IN(0), 0},
+      {"Cast", cast_grad, 0, 0},
+      {"AddN", add_n_grad, 0, 0},
+      {"AccumulateNV2", add_n_grad, 0, 0},
+      {"Identity", identity_grad, 0, 0},
+      {"PreventGradient", prevent_gradient_grad, 0, 0},
+      {"TanhGrad", tanh_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"SigmoidGrad", sigmoid_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"RsqrtGrad", rsqrt_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"SqrtGrad", sqrt_grad_grad, NBG_IN(0) | NBG_IN(1), NBG_OUT(0)},
+      {"ReciprocalGrad", reciprocal_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"ReluGrad", relu_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"EluGrad", elu_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"SoftplusGrad", softplus_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
       /* TF's NotDifferentiable math ops: bool results, and StopGradient by definition */
-      {"Less", NULL}, {"LessEqual", NULL}, {"Greater", NULL}, {"GreaterEqual", NULL},
-      {"Equal", NULL}, {"NotEqual", NULL}, {"LogicalAnd", NULL}, {"LogicalOr", NULL},
-      {"LogicalNot", NULL}, {"StopGradient", NULL},
+      {"Less", NULL, 0, 0}, {"LessEqual", NULL, 0, 0}, {"Greater", NULL, 0, 0}, {"GreaterEqual", NULL, 0, 0},
+      {"Equal", NULL, 0, 0}, {"NotEqual", NULL, 0, 0}, {"LogicalAnd", NULL, 0, 0}, {"LogicalOr", NULL, 0, 0},
+      {"LogicalNot", NULL, 0, 0}, {"StopGradient", NULL, 0, 0},
   };
   nbg_register_table(table, sizeof table / sizeof table[0]);
 }

@@ -17,13 +17,17 @@ static nb_tensor *softmax_jvp(nb_ctx *c, nb_tensor *v, nb_tensor *s) {
 /* ---- softmax ------------------------------------------------------------------------------- */
 
 /* y = softmax(x): dy_i/dx_j = y_i (delta_ij - y_j), so dx = (dy - sum(dy y)) y */
-NBG_RULE(softmax_grad) {
+static nb_code softmax_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = softmax_jvp(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* y = x - logsumexp(x): dy_i/dx_j = delta_ij - e^(y_j), so dx = dy - e^y sum(dy) */
-NBG_RULE(log_softmax_grad) {
+static nb_code log_softmax_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_sub(c, dy, nb_mul(c, nb_exp(c, out0(op)), row_sum(c, dy)));
   return nb_status(c);
 }
@@ -81,13 +85,17 @@ static nb_code sparse_xent_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const
 /* ---- activations and their fused gradient ops --------------------------------------------- */
 
 /* y = relu6(x): dy/dx = [0 < y < 6] (TF reads the output), so dx = Relu6Grad(dy, y) */
-NBG_RULE(relu6_grad) {
+static nb_code relu6_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_relu6_grad(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* d = gradients [0 < features < 6]: linear in gradients, piecewise constant in features */
-NBG_RULE(relu6_grad_grad) {
+static nb_code relu6_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *features = in1(op);
   dxs[0] = NEED(0) ? nb_relu6_grad(c, dy, features) : NULL;
   dxs[1] = NEED(1) ? nb_zeros_like(c, features) : NULL;
@@ -95,14 +103,18 @@ NBG_RULE(relu6_grad_grad) {
 }
 
 /* y = x > 0 ? x : alpha x: dx = LeakyReluGrad(dy, x) */
-NBG_RULE(leaky_relu_grad) {
+static nb_code leaky_relu_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   double alpha = nb_fwd_attr_float(op, "alpha");
   dxs[0] = nb_leaky_relu_grad(c, dy, in0(op), alpha);
   return nb_status(c);
 }
 
 /* d = gradients (features > 0 ? 1 : alpha): linear in gradients, piecewise constant in features */
-NBG_RULE(leaky_relu_grad_grad) {
+static nb_code leaky_relu_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *features = in1(op);
   dxs[0] = NEED(0) ? nb_leaky_relu_grad(c, dy, features, nb_fwd_attr_float(op, "alpha")) : NULL;
   dxs[1] = NEED(1) ? nb_zeros_like(c, features) : NULL;
@@ -110,17 +122,25 @@ NBG_RULE(leaky_relu_grad_grad) {
 }
 
 /* y = selu(x): dy/dx = y + scale alpha where y < 0, scale above, so dx = SeluGrad(dy, y) */
-NBG_RULE(selu_grad) {
+static nb_code selu_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_selu_grad(c, dy, out0(op));
   return nb_status(c);
 }
 
 /* d = gradients (outputs + scale alpha) where outputs < 0, else gradients scale: linear in
    gradients (SeluGrad(ddx, outputs)); dd/d(outputs) = gradients where outputs < 0, else 0 */
-NBG_RULE(selu_grad_grad) { return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_selu_grad); }
+static nb_code selu_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
+  return nbg_exp_linear_grad_grad(c, op, dy, dxs, nb_selu_grad);
+}
 
 /* y = gelu(x): dx = GeluGrad(dy, x) */
-NBG_RULE(gelu_grad) {
+static nb_code gelu_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_gelu_grad(c, dy, in0(op), nb_fwd_attr_bool(op, "approximate"));
   return nb_status(c);
 }
@@ -147,7 +167,9 @@ static nb_tensor *gelu_curvature_tanh(nb_ctx *c, nb_tensor *x) {
 
 /* d = gradients gelu'(features): linear in gradients (GeluGrad(ddx, features));
    dd/d(features) = gradients gelu''(features) */
-NBG_RULE(gelu_grad_grad) {
+static nb_code gelu_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   nb_tensor *g = in0(op), *x = in1(op);
   bool approximate = nb_fwd_attr_bool(op, "approximate");
   dxs[0] = NEED(0) ? nb_gelu_grad(c, dy, x, approximate) : NULL;
@@ -161,23 +183,33 @@ NBG_RULE(gelu_grad_grad) {
 /* ---- L2Loss ---------------------------------------------------------------------------------- */
 
 /* y = sum(t^2) / 2: dy/dt = t (dy is a scalar) */
-NBG_RULE(l2_loss_grad) {
+static nb_code l2_loss_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *dy = dys[0];
+  if (!dy) return NB_OK;
   dxs[0] = nb_mul(c, in0(op), dy);
   return nb_status(c);
 }
 
 void nb_register_nn_grads(void) {
+  /* Softmax, Relu6 and Selu rules read the output, LeakyRelu's the input; the cross
+     entropies read the backprop output and the logits (for the second order). */
   static const nbg_entry table[] = {
-      {"Softmax", softmax_grad}, {"LogSoftmax", log_softmax_grad},
-      {"SoftmaxCrossEntropyWithLogits", xent_grad}, {"SparseSoftmaxCrossEntropyWithLogits", sparse_xent_grad},
-      {"Relu6", relu6_grad}, {"Relu6Grad", relu6_grad_grad},
-      {"LeakyRelu", leaky_relu_grad}, {"LeakyReluGrad", leaky_relu_grad_grad},
-      {"Selu", selu_grad}, {"SeluGrad", selu_grad_grad},
-      {"Gelu", gelu_grad}, {"GeluGrad", gelu_grad_grad},
-      {"L2Loss", l2_loss_grad},
+      {"Softmax", softmax_grad, 0, NBG_OUT(0)},
+      {"LogSoftmax", log_softmax_grad, 0, NBG_OUT(0)},
+      {"SoftmaxCrossEntropyWithLogits", xent_grad, NBG_IN(0), NBG_OUT(1)},
+      {"SparseSoftmaxCrossEntropyWithLogits", sparse_xent_grad, NBG_IN(0), NBG_OUT(1)},
+      {"Relu6", relu6_grad, 0, NBG_OUT(0)},
+      {"Relu6Grad", relu6_grad_grad, NBG_IN(1), 0},
+      {"LeakyRelu", leaky_relu_grad, NBG_IN(0), 0},
+      {"LeakyReluGrad", leaky_relu_grad_grad, NBG_IN(1), 0},
+      {"Selu", selu_grad, 0, NBG_OUT(0)},
+      {"SeluGrad", selu_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"Gelu", gelu_grad, NBG_IN(0), 0},
+      {"GeluGrad", gelu_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"L2Loss", l2_loss_grad, NBG_IN(0), 0},
       /* TF's OneHot gradient gives no input a gradient (indices and depth are ints, and
          on_value/off_value get none either) */
-      {"OneHot", NULL},
+      {"OneHot", NULL, 0, 0},
   };
   nbg_register_table(table, sizeof table / sizeof table[0]);
 }

@@ -19,8 +19,7 @@ static nb_tensor *reduced_mask(nb_ctx *c, const nb_fwd_op *op, nb_tensor *shape,
   nb_tensor *zero = nb_scalar(c, t, 0);
   /* a scalar axis stays a scalar, a segment id of its own */
   nb_tensor *axes_pos = nbg_positive_axes(c, axes, rank);
-  nb_tensor *seg_in[3] = {nb_ones_like(c, axes_pos), axes_pos, rank};
-  nb_tensor *hits = nbg_call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0);
+  nb_tensor *hits = nb_unsorted_segment_sum_t(c, nb_ones_like(c, axes_pos), axes_pos, rank);
   return nb_select(c, nb_greater(c, hits, zero), nb_ones_like(c, shape), nb_zeros_like(c, shape));
 }
 
@@ -45,14 +44,14 @@ static nb_tensor *kept_dims_shape(nb_ctx *c, const nb_fwd_op *op) {
 static nb_tensor *kept(nb_ctx *c, const nb_fwd_op *op, nb_tensor *t, nb_tensor **shape) {
   if (nb_fwd_attr_bool(op, "keep_dims")) return t;
   if (!*shape) *shape = kept_dims_shape(c, op);
-  return nbg_call(c, "Reshape", (nb_tensor *[]){t, *shape}, 2, NULL, 0);
+  return nb_reshape_t(c, t, *shape);
 }
 
 /* t broadcast to x's shape (statically when x's shape is known). */
 static nb_tensor *broadcast_like(nb_ctx *c, nb_tensor *t, nb_tensor *x) {
   if (nbg_same_shape(t, x)) return t;
   if (nbg_static(x)) return nb_broadcast_to(c, t, nb_shape(x), nb_rank(x));
-  return nbg_call(c, "BroadcastTo", (nb_tensor *[]){t, nb_shape_op(c, x, NB_I64)}, 2, NULL, 0);
+  return nb_broadcast_to_t(c, t, nb_shape_op(c, x, NB_I64));
 }
 
 /* y = sum(x, axes): every x feeds its y once, so dx = dy broadcast back over the axes. */
@@ -96,8 +95,7 @@ static nb_code min_or_max_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const 
   nb_tensor *x = nb_fwd_input(op, 0), *axis = nb_fwd_input(op, 1);
   nb_tensor *shape = NULL, *y = kept(c, op, nb_fwd_output(op, 0), &shape), *dy = kept(c, op, dys[0], &shape);
   nb_tensor *hit = nb_cast(c, nb_equal(c, x, y), nb_dtype_of(x));
-  nb_attr keep = nb_attr_bool("keep_dims", true);
-  nb_tensor *ties = nbg_call(c, "Sum", (nb_tensor *[]){hit, axis}, 2, &keep, 1);
+  nb_tensor *ties = nb_sum_t(c, hit, axis, true);
   dxs[0] = nb_mul(c, nb_real_div(c, hit, ties), dy);
   return nb_status(c);
 }
@@ -151,12 +149,11 @@ static nb_tensor *prod_grad_dynamic(nb_ctx *c, const nb_fwd_op *op, nb_tensor *d
   nb_tensor *ones = nb_ones_like(c, shape), *on = nb_cast(c, mask, NB_BOOL);
   nb_tensor *n = nb_prod(c, nb_select(c, on, shape, ones), first, 1, false);
   nb_tensor *m = nb_prod(c, nb_select(c, on, ones, shape), first, 1, false);
-  nb_tensor *permuted = nbg_call(c, "Transpose", (nb_tensor *[]){x, perm}, 2, NULL, 0);
+  nb_tensor *permuted = nb_transpose_t(c, x, perm);
   nb_tensor *nm = nb_pack(c, (nb_tensor *[]){n, m}, 2, 0);
-  nb_tensor *matrix = nbg_call(c, "Reshape", (nb_tensor *[]){permuted, nm}, 2, NULL, 0);
+  nb_tensor *matrix = nb_reshape_t(c, permuted, nm);
   nb_tensor *others = nb_mul(c, nb_cumprod(c, matrix, 0, true, false), nb_cumprod(c, matrix, 0, true, true));
-  nb_tensor *others_p = nbg_call(c, "Reshape", (nb_tensor *[]){others, nb_shape_op(c, permuted, NB_I64)}, 2, NULL, 0);
-  nb_tensor *others_x = nbg_call(c, "Transpose", (nb_tensor *[]){others_p, pos}, 2, NULL, 0);
+  nb_tensor *others_x = nb_transpose_t(c, nb_reshape_t(c, others, nb_shape_op(c, permuted, NB_I64)), pos);
   return nb_mul(c, others_x, broadcast_like(c, dy, x));
 }
 
@@ -213,9 +210,7 @@ static nb_code prod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
 
 /* Cumsum(t, axis) with the forward scan's exclusive attr and its reverse attr flipped. */
 static nb_tensor *flipped_cumsum(nb_ctx *c, const nb_fwd_op *op, nb_tensor *t) {
-  nb_attr a[2] = {nb_attr_bool("exclusive", nb_fwd_attr_bool(op, "exclusive")),
-                  nb_attr_bool("reverse", !nb_fwd_attr_bool(op, "reverse"))};
-  return nbg_call(c, "Cumsum", (nb_tensor *[]){t, nb_fwd_input(op, 1)}, 2, a, 2);
+  return nb_cumsum_t(c, t, nb_fwd_input(op, 1), nb_fwd_attr_bool(op, "exclusive"), !nb_fwd_attr_bool(op, "reverse"));
 }
 
 /* y_j = sum of x_i over the i the scan covers at j; x_i feeds every y_j whose scan covers
@@ -238,12 +233,17 @@ static nb_code cumprod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dy
 }
 
 void nb_register_reduce_grads(void) {
-  nb_register_builtin("Sum", sum_grad);
-  nb_register_builtin("Mean", mean_grad);
-  nb_register_builtin("Max", min_or_max_grad);
-  nb_register_builtin("Min", min_or_max_grad);
-  nb_register_builtin("Prod", prod_grad);
-  nb_register_builtin("ArgMax", NULL);
-  nb_register_builtin("Cumsum", cumsum_grad);
-  nb_register_builtin("Cumprod", cumprod_grad);
+  /* Every rule reads the axes; Max, Min and Prod x's values too, Max, Min and Cumprod the
+     output (TF's choices). */
+  static const nbg_entry rules[] = {
+      {"Sum", sum_grad, NBG_IN(1), 0},
+      {"Mean", mean_grad, NBG_IN(1), 0},
+      {"Max", min_or_max_grad, NBG_IN(0) | NBG_IN(1), NBG_OUT(0)},
+      {"Min", min_or_max_grad, NBG_IN(0) | NBG_IN(1), NBG_OUT(0)},
+      {"Prod", prod_grad, NBG_IN(0) | NBG_IN(1), 0},
+      {"ArgMax", NULL, 0, 0},
+      {"Cumsum", cumsum_grad, NBG_IN(1), 0},
+      {"Cumprod", cumprod_grad, NBG_IN(0) | NBG_IN(1), NBG_OUT(0)},
+  };
+  nbg_register_table(rules, sizeof rules / sizeof *rules);
 }

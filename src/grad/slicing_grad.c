@@ -15,17 +15,15 @@ static nb_code slice_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys,
   nb_tensor *before = nbg_as_i64(c, nb_fwd_input(op, 1));
   nb_tensor *rest = nb_sub(c, nb_shape_op(c, x, NB_I64), before);
   nb_tensor *sides[2] = {before, nb_sub(c, rest, nb_shape_op(c, y, NB_I64))};
-  nb_tensor *in[2] = {dys[0], nb_pack(c, sides, 2, 1)};
-  dxs[0] = nbg_call(c, "Pad", in, 2, NULL, 0);
+  dxs[0] = nb_pad_t(c, dys[0], nb_pack(c, sides, 2, 1));
   return nb_status(c);
 }
 
-static const char *const mask_names[5] = {"begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
-                                          "shrink_axis_mask"};
-
 /* op's five mask attrs, for a StridedSlice or StridedSliceGrad with the same selection. */
-static void copy_masks(const nb_fwd_op *op, nb_attr *attrs) {
-  for (int i = 0; i < 5; i++) attrs[i] = nb_attr_int(mask_names[i], nb_fwd_attr_int(op, mask_names[i]));
+static nb_slice_masks masks_of(const nb_fwd_op *op) {
+  return (nb_slice_masks){nb_fwd_attr_int(op, "begin_mask"), nb_fwd_attr_int(op, "end_mask"),
+                          nb_fwd_attr_int(op, "ellipsis_mask"), nb_fwd_attr_int(op, "new_axis_mask"),
+                          nb_fwd_attr_int(op, "shrink_axis_mask")};
 }
 
 /* y = strided_slice(x, begin, end, strides) picks distinct elements of x, so dx is zeros
@@ -33,11 +31,9 @@ static void copy_masks(const nb_fwd_op *op, nb_attr *attrs) {
    the same masks (TF's _StridedSliceGrad); x's shape is taken at run time when unknown. */
 static nb_code strided_slice_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *begin = nb_fwd_input(op, 1);
-  nb_attr attrs[5];
-  copy_masks(op, attrs);
-  nb_tensor *in[5] = {nb_shape_op(c, nb_fwd_input(op, 0), nb_dtype_of(begin)), begin, nb_fwd_input(op, 2),
-                      nb_fwd_input(op, 3), dys[0]};
-  dxs[0] = nbg_call(c, "StridedSliceGrad", in, 5, attrs, 5);
+  nb_slice_masks masks = masks_of(op);
+  dxs[0] = nb_strided_slice_grad_t(c, nb_shape_op(c, nb_fwd_input(op, 0), nb_dtype_of(begin)), begin,
+                                   nb_fwd_input(op, 2), nb_fwd_input(op, 3), dys[0], &masks);
   return nb_status(c);
 }
 
@@ -45,10 +41,8 @@ static nb_code strided_slice_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *con
    slice's positions of dx, so d(dy) = StridedSlice(d(dx), b, e, s) (TF's
    _StridedSliceGradGrad); shape, begin, end and strides get none. */
 static nb_code strided_slice_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
-  nb_attr attrs[5];
-  copy_masks(op, attrs);
-  nb_tensor *in[4] = {dys[0], nb_fwd_input(op, 1), nb_fwd_input(op, 2), nb_fwd_input(op, 3)};
-  dxs[4] = nbg_call(c, "StridedSlice", in, 4, attrs, 5);
+  nb_slice_masks masks = masks_of(op);
+  dxs[4] = nb_strided_slice_t(c, dys[0], nb_fwd_input(op, 1), nb_fwd_input(op, 2), nb_fwd_input(op, 3), &masks);
   return nb_status(c);
 }
 
@@ -73,8 +67,7 @@ static int static_gather_axis(nb_tensor *params, nb_tensor *indices, nb_tensor *
 /* The product of the dims of the 1-D shape vector s in [begin, begin + size) (size -1: to
    the end), begin and size as 1-element int64 vectors. */
 static nb_tensor *dims_product(nb_ctx *c, nb_tensor *s, nb_tensor *begin, nb_tensor *size) {
-  nb_tensor *in[3] = {s, begin, size};
-  return nb_prod(c, nbg_call(c, "Slice", in, 3, NULL, 0), (const int[]){0}, 1, false);
+  return nb_prod(c, nb_slice_t(c, s, begin, size), (const int[]){0}, 1, false);
 }
 
 static nb_tensor *vec1(nb_ctx *c, nb_tensor *scalar) { return nb_reshape(c, scalar, (const int64_t[]){1}, 1); }
@@ -128,31 +121,26 @@ static nb_code plain_gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
   nb_tensor *zero = nb_scalar(c, NB_I64, 0), *one = nb_scalar(c, NB_I64, 1);
   nb_tensor *n = nb_prod(c, nb_shape_op(c, indices, NB_I64), (const int[]){0}, 1, false);
   nb_tensor *inner = dims_product(c, pshape, vec1(c, nb_add(c, a, one)), vec1(c, nb_scalar(c, NB_I64, -1)));
-  nb_tensor *rows_in[3] = {pshape, a, zero};
-  nb_tensor *rows = nbg_call(c, "GatherV2", rows_in, 3, NULL, 0), *ids = flatten(c, indices), *summed;
+  nb_tensor *rows = nb_gather_t(c, pshape, a, zero, 0), *ids = flatten(c, indices), *summed;
   if (known == 0) {
     nb_tensor *dims[2] = {n, inner};
-    nb_tensor *rs_in[2] = {dys[0], nb_pack(c, dims, 2, 0)};
-    nb_tensor *seg_in[3] = {nbg_call(c, "Reshape", rs_in, 2, NULL, 0), ids, rows};
-    summed = nbg_call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0);
+    nb_tensor *data = nb_reshape_t(c, dys[0], nb_pack(c, dims, 2, 0));
+    summed = nb_unsorted_segment_sum_t(c, data, ids, rows);
   } else {
     static const int swap[3] = {1, 0, 2};
     nb_tensor *dims[3] = {dims_product(c, pshape, vec1(c, zero), vec1(c, a)), n, inner};
-    nb_tensor *rs_in[2] = {dys[0], nb_pack(c, dims, 3, 0)};
-    nb_tensor *seg_in[3] = {nb_transpose(c, nbg_call(c, "Reshape", rs_in, 2, NULL, 0), swap, 3), ids, rows};
-    summed = nb_transpose(c, nbg_call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0), swap, 3);
+    nb_tensor *data = nb_transpose(c, nb_reshape_t(c, dys[0], nb_pack(c, dims, 3, 0)), swap, 3);
+    summed = nb_transpose(c, nb_unsorted_segment_sum_t(c, data, ids, rows), swap, 3);
   }
-  nb_tensor *back_in[2] = {summed, pshape};
-  dxs[0] = nbg_call(c, "Reshape", back_in, 2, NULL, 0);
+  dxs[0] = nb_reshape_t(c, summed, pshape);
   return nb_status(c);
 }
 
 /* The [B, 1] int64 column 0, 1, ..., B - 1 (the batch numbers), B a scalar tensor: a
    constant when B folds at build time, else computed at run time. */
 static nb_tensor *batch_numbers(nb_ctx *c, nb_tensor *nbatch) {
-  nb_tensor *in[2] = {nb_range(c, nb_scalar(c, NB_I64, 0), nbatch, nb_scalar(c, NB_I64, 1)),
-                      nb_tensor_from(c, NB_I64, 1, (const int64_t[]){2}, (const int64_t[]){-1, 1})};
-  return nbg_call(c, "Reshape", in, 2, NULL, 0);
+  return nb_reshape_t(c, nb_range(c, nb_scalar(c, NB_I64, 0), nbatch, nb_scalar(c, NB_I64, 1)),
+                      nb_tensor_from(c, NB_I64, 1, (const int64_t[]){2}, (const int64_t[]){-1, 1}));
 }
 
 /* y = gather(p, indices, axis, batch_dims b): batch element i gathers from its own slice of
@@ -170,19 +158,17 @@ static nb_code batch_gather_grad(nb_ctx *c, const nb_fwd_op *op, int b, nb_tenso
   nb_tensor *m = dims_product(c, pshape, bv, vec1(c, nb_sub(c, a, nb_scalar(c, NB_I64, b))));
   nb_tensor *n = dims_product(c, nb_shape_op(c, indices, NB_I64), bv, vec1(c, nb_scalar(c, NB_I64, -1)));
   nb_tensor *inner = dims_product(c, pshape, vec1(c, nb_add(c, a, one)), vec1(c, nb_scalar(c, NB_I64, -1)));
-  nb_tensor *rows_in[3] = {pshape, a, nb_scalar(c, NB_I64, 0)};
-  nb_tensor *rows = nbg_call(c, "GatherV2", rows_in, 3, NULL, 0);
+  nb_tensor *rows = nb_gather_t(c, pshape, a, nb_scalar(c, NB_I64, 0), 0);
   nb_tensor *view[4] = {nbatch, m, n, inner}, *data_dims[3] = {nb_mul(c, nbatch, n), m, inner};
-  nb_tensor *dy_in[2] = {dys[0], nb_pack(c, view, 4, 0)};
-  nb_tensor *by_index = nb_transpose(c, nbg_call(c, "Reshape", dy_in, 2, NULL, 0), swap, 4);
-  nb_tensor *data_in[2] = {by_index, nb_pack(c, data_dims, 3, 0)};
-  nb_tensor *ids_in[2] = {nbg_as_i64(c, indices), nb_pack(c, (nb_tensor *[]){nbatch, n}, 2, 0)};
-  nb_tensor *ids = nb_add(c, nbg_call(c, "Reshape", ids_in, 2, NULL, 0), nb_mul(c, batch_numbers(c, nbatch), rows));
-  nb_tensor *seg_in[3] = {nbg_call(c, "Reshape", data_in, 2, NULL, 0), flatten(c, ids), nb_mul(c, nbatch, rows)};
+  nb_tensor *by_index = nb_transpose(c, nb_reshape_t(c, dys[0], nb_pack(c, view, 4, 0)), swap, 4);
+  nb_tensor *data_shape = nb_pack(c, data_dims, 3, 0);
+  nb_tensor *flat_ids = nb_reshape_t(c, nbg_as_i64(c, indices), nb_pack(c, (nb_tensor *[]){nbatch, n}, 2, 0));
+  nb_tensor *ids = nb_add(c, flat_ids, nb_mul(c, batch_numbers(c, nbatch), rows));
+  nb_tensor *data = nb_reshape_t(c, by_index, data_shape);
+  nb_tensor *summed = nb_unsorted_segment_sum_t(c, data, flatten(c, ids), nb_mul(c, nbatch, rows));
   nb_tensor *split[4] = {nbatch, rows, m, inner};
-  nb_tensor *split_in[2] = {nbg_call(c, "UnsortedSegmentSum", seg_in, 3, NULL, 0), nb_pack(c, split, 4, 0)};
-  nb_tensor *back_in[2] = {nb_transpose(c, nbg_call(c, "Reshape", split_in, 2, NULL, 0), swap, 4), pshape};
-  dxs[0] = nbg_call(c, "Reshape", back_in, 2, NULL, 0);
+  nb_tensor *by_row = nb_transpose(c, nb_reshape_t(c, summed, nb_pack(c, split, 4, 0)), swap, 4);
+  dxs[0] = nb_reshape_t(c, by_row, pshape);
   return nb_status(c);
 }
 
@@ -206,9 +192,8 @@ static nb_tensor *mask_shape(nb_ctx *c, nb_tensor *data, nb_tensor *ids, int inn
     ones = nb_tensor_from(c, NB_I64, 1, &len, v);
   } else {
     nb_tensor *rank_data = nb_shape_op(c, nb_shape_op(c, data, NB_I64), NB_I64);
-    nb_tensor *in[2] = {nb_sub(c, rank_data, nb_shape_op(c, nb_shape_op(c, ids, NB_I64), NB_I64)),
-                        nb_scalar(c, NB_I64, 1)};
-    ones = nbg_call(c, "Fill", in, 2, NULL, 0);
+    ones = nb_fill_t(c, nb_sub(c, rank_data, nb_shape_op(c, nb_shape_op(c, ids, NB_I64), NB_I64)),
+                     nb_scalar(c, NB_I64, 1));
   }
   nb_tensor *parts[2] = {nb_shape_op(c, ids, NB_I64), ones};
   return nb_concat(c, parts, 2, 0);
@@ -225,17 +210,19 @@ static nb_code segment_sum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const
   nb_tensor *gathered = nb_gather(c, dy, nb_maximum(c, ids, zero), 0, 0);
   nb_tensor *keep = nb_greater_equal(c, ids, zero);
   if (inner != 0) { /* align the mask with data's leading (ids) dims */
-    nb_tensor *in[2] = {keep, mask_shape(c, data, ids, inner)};
-    keep = nbg_call(c, "Reshape", in, 2, NULL, 0);
+    keep = nb_reshape_t(c, keep, mask_shape(c, data, ids, inner));
   }
   dxs[0] = nb_select(c, keep, gathered, nb_scalar(c, nb_dtype_of(dy), 0));
   return nb_status(c);
 }
 
 void nb_register_slicing_grads(void) {
-  nb_register_builtin("Slice", slice_grad);
-  nb_register_builtin("StridedSlice", strided_slice_grad);
-  nb_register_builtin("StridedSliceGrad", strided_slice_grad_grad);
-  nb_register_builtin("GatherV2", gather_grad);
-  nb_register_builtin("UnsortedSegmentSum", segment_sum_grad);
+  static const nbg_entry rules[] = {
+      {"Slice", slice_grad, NBG_IN(1) | NBG_IN(2), 0},
+      {"StridedSlice", strided_slice_grad, NBG_IN(1) | NBG_IN(2) | NBG_IN(3), 0},
+      {"StridedSliceGrad", strided_slice_grad_grad, NBG_IN(1) | NBG_IN(2) | NBG_IN(3), 0},
+      {"GatherV2", gather_grad, NBG_IN(1) | NBG_IN(2), 0},
+      {"UnsortedSegmentSum", segment_sum_grad, NBG_IN(1), 0},
+  };
+  nbg_register_table(rules, sizeof rules / sizeof *rules);
 }

@@ -5,11 +5,12 @@
 
 void nb_register_variable_grads(void) {
   static const char *const updates[] = {
-      "AssignVariableOp",     "AssignAddVariableOp",          "AssignSubVariableOp",
-      "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam",
-      "ResourceApplyAdamW",   "ResourceApplyRMSProp",         "ResourceApplyCenteredRMSProp",
-      "ResourceScatterAdd",   "ResourceScatterSub",           "ResourceSparseApplyMomentum",
-      "ResourceSparseApplyAdam", "ResourceSparseApplyAdamW",   "ResourceSparseApplyRMSProp",
+      /* src/ops/variable.c */
+      "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterAdd", "ResourceScatterSub",
+      /* src/ops/training.c */
+      "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam", "ResourceApplyAdamW",
+      "ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp", "ResourceSparseApplyMomentum",
+      "ResourceSparseApplyAdam", "ResourceSparseApplyAdamW", "ResourceSparseApplyRMSProp",
       "ResourceSparseApplyCenteredRMSProp"};
   for (size_t i = 0; i < sizeof updates / sizeof *updates; i++) nb_register_builtin(updates[i], NULL);
 }

@@ -1010,31 +1010,27 @@ static nb_code range_kernel(nb_kargs *k) {
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
-#define X0 1u
-#define X1 2u
-
 enum {
   OP_RESHAPE, OP_EXPAND_DIMS, OP_SQUEEZE, OP_TRANSPOSE, OP_BROADCAST_TO, OP_CONCAT, OP_PACK, OP_UNPACK,
   OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_CONST, OP_PLACEHOLDER,
   OP_BROADCAST_GRADIENT_ARGS, OP_RANGE, OP_COUNT
 };
 
-/* grad_inputs: what TF's gradient functions read (shapes of, or the const inputs). */
 static nb_op_def array_ops[OP_COUNT] = {
-    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true,
+    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .batch_leading = true,
                     .validate = reshape_validate, .infer = reshape_infer},
-    [OP_EXPAND_DIMS] = {.name = "ExpandDims", .nin = 2, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true,
+    [OP_EXPAND_DIMS] = {.name = "ExpandDims", .nin = 2, .nout = 1, .alias = 0, .batch_leading = true,
                         .validate = expand_dims_validate, .infer = expand_dims_infer},
-    [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .grad_inputs = 0, .batch_leading = true, .nattrs = 1,
+    [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .batch_leading = true, .nattrs = 1,
                     .attrs = {{"squeeze_dims", NB_ATTR_INTS, {.n = 0}, false}}, .validate = squeeze_validate,
                     .infer = squeeze_infer},
-    [OP_TRANSPOSE] = {.name = "Transpose", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .perm_input = 2,
+    [OP_TRANSPOSE] = {.name = "Transpose", .nin = 2, .nout = 1, .alias = -1, .perm_input = 2,
                       .validate = transpose_validate, .infer = transpose_infer, .kernel = transpose_kernel},
-    [OP_BROADCAST_TO] = {.name = "BroadcastTo", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1,
+    [OP_BROADCAST_TO] = {.name = "BroadcastTo", .nin = 2, .nout = 1, .alias = -1,
                          .validate = broadcast_to_validate, .infer = broadcast_to_infer, .kernel = broadcast_to_kernel},
     /* TF's ConcatV2 requires N >= 2; N = 1 is accepted here on purpose, returning a copy
        of the one input, as tf.concat does for a one-tensor list. */
-    [OP_CONCAT] = {.name = "ConcatV2", .nin = 1, .variadic = true, .nout = 1, .alias = -1, .grad_inputs = ~0u,
+    [OP_CONCAT] = {.name = "ConcatV2", .nin = 1, .variadic = true, .nout = 1, .alias = -1,
                    .nattrs = 1, .attrs = {{"N", NB_ATTR_INT, {.i = 2}, true}}, .validate = concat_validate, .infer = concat_infer,
                    .kernel = join_kernel},
     [OP_PACK] = {.name = "Pack", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 2,
@@ -1043,9 +1039,9 @@ static nb_op_def array_ops[OP_COUNT] = {
     [OP_UNPACK] = {.name = "Unpack", .nin = 1, .nout = NB_VARIADIC, .alias = -1, .nattrs = 2,
                    .attrs = {{"num", NB_ATTR_INT, {.i = 0}, true}, {"axis", NB_ATTR_INT, {.i = 0}, false}},
                    .validate = unpack_validate, .infer = unpack_infer, .kernel = unpack_kernel},
-    [OP_TILE] = {.name = "Tile", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .validate = tile_validate,
+    [OP_TILE] = {.name = "Tile", .nin = 2, .nout = 1, .alias = -1, .validate = tile_validate,
                  .infer = tile_infer, .kernel = tile_kernel},
-    [OP_PAD] = {.name = "Pad", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X1, .validate = pad_validate,
+    [OP_PAD] = {.name = "Pad", .nin = 2, .nout = 1, .alias = -1, .validate = pad_validate,
                 .infer = pad_infer, .kernel = pad_kernel},
     [OP_FILL] = {.name = "Fill", .nin = 2, .nout = 1, .alias = -1, .t_input = 1, .validate = fill_validate,
                  .infer = fill_infer, .kernel = fill_kernel},
@@ -1069,7 +1065,7 @@ static nb_op_def array_ops[OP_COUNT] = {
                         .validate = placeholder_validate, .infer = placeholder_infer},
     /* reads its inputs' values, not just their shapes; has no gradient */
     [OP_BROADCAST_GRADIENT_ARGS] = {.name = "BroadcastGradientArgs", .nin = 2, .nout = 2, .alias = -1,
-                                    .shape_only = false, .grad_inputs = 0, .validate = bgrad_validate, .infer = bgrad_infer,
+                                    .shape_only = false, .validate = bgrad_validate, .infer = bgrad_infer,
                                     .kernel = bgrad_kernel},
     /* reads its inputs' values; has no gradient */
     [OP_RANGE] = {.name = "Range", .nin = 3, .nout = 1, .alias = -1, .validate = range_validate, .infer = range_infer,
@@ -1092,8 +1088,7 @@ static bool list_ok(nb_ctx *c, const char *op, const char *what, const void *v, 
 
 /* Calls op(x, const) and frees the temporary const. */
 static nb_tensor *call_with(nb_ctx *c, int op, nb_tensor *x, nb_tensor *konst) {
-  nb_tensor *in[2] = {x, konst};
-  nb_tensor *y = nb_call(c, &array_ops[op], in, 2, NULL);
+  nb_tensor *y = nb_call_pair(c, &array_ops[op], x, konst);
   nb_tensor_free(konst);
   return y;
 }
@@ -1133,10 +1128,29 @@ nb_tensor *nb_pad(nb_ctx *c, nb_tensor *x, const int64_t *paddings, int n) {
 
 nb_tensor *nb_fill(nb_ctx *c, const int64_t *dims, int rank, nb_tensor *value) {
   if (!list_ok(c, "Fill", "dims", dims, rank)) return NULL;
-  nb_tensor *in[2] = {nb_const_ints(c, NB_I64, dims, rank), value};
-  nb_tensor *y = nb_call(c, &array_ops[OP_FILL], in, 2, NULL);
-  nb_tensor_free(in[0]);
+  nb_tensor *d = nb_const_ints(c, NB_I64, dims, rank), *y = nb_fill_t(c, d, value);
+  nb_tensor_free(d);
   return y;
+}
+
+nb_tensor *nb_reshape_t(nb_ctx *c, nb_tensor *x, nb_tensor *shape) {
+  return nb_call_pair(c, &array_ops[OP_RESHAPE], x, shape);
+}
+
+nb_tensor *nb_transpose_t(nb_ctx *c, nb_tensor *x, nb_tensor *perm) {
+  return nb_call_pair(c, &array_ops[OP_TRANSPOSE], x, perm);
+}
+
+nb_tensor *nb_broadcast_to_t(nb_ctx *c, nb_tensor *x, nb_tensor *shape) {
+  return nb_call_pair(c, &array_ops[OP_BROADCAST_TO], x, shape);
+}
+
+nb_tensor *nb_pad_t(nb_ctx *c, nb_tensor *x, nb_tensor *paddings) {
+  return nb_call_pair(c, &array_ops[OP_PAD], x, paddings);
+}
+
+nb_tensor *nb_fill_t(nb_ctx *c, nb_tensor *dims, nb_tensor *value) {
+  return nb_call_pair(c, &array_ops[OP_FILL], dims, value);
 }
 
 nb_tensor *nb_squeeze(nb_ctx *c, nb_tensor *x, const int *axes, int naxes) {

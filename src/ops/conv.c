@@ -1142,28 +1142,28 @@ enum {
 static nb_op_def conv_ops[OP_COUNT] = {
     /* Conv2D's gradient reads input and filter; each backprop's gradient reads the two
        operands that are not a shape (the shapes come from Shape of them) */
-    [OP_CONV2D] = {.name = "Conv2D", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3u, CONV_ATTRS,
+    [OP_CONV2D] = {.name = "Conv2D", .nin = 2, .nout = 1, .alias = -1, CONV_ATTRS,
                    .validate = conv2d_validate, .infer = conv2d_infer, .kernel = conv2d_kernel},
     [OP_CONV2D_BACKPROP_INPUT] = {.name = "Conv2DBackpropInput", .nin = 3, .nout = 1, .alias = -1, .t_input = 1,
-                                  .grad_inputs = 6u, CONV_ATTRS, .validate = backprop_input_validate,
+                                  CONV_ATTRS, .validate = backprop_input_validate,
                                   .infer = backprop_input_infer,
                                   .kernel = backprop_input_kernel},
     [OP_CONV2D_BACKPROP_FILTER] = {.name = "Conv2DBackpropFilter", .nin = 3, .nout = 1, .alias = -1,
-                                   .grad_inputs = 5u, CONV_ATTRS, .validate = backprop_filter_validate,
+                                   CONV_ATTRS, .validate = backprop_filter_validate,
                                    .infer = backprop_filter_infer,
                                    .kernel = backprop_filter_kernel},
     /* MaxPool's gradient routes dy through its input and output; the gradients of its
        gradient ops read orig_input and orig_output */
-    [OP_MAX_POOL] = {.name = "MaxPool", .nin = 1, .nout = 1, .alias = -1, .grad_inputs = 1u, .grad_outputs = 1u,
+    [OP_MAX_POOL] = {.name = "MaxPool", .nin = 1, .nout = 1, .alias = -1,
                      MAX_POOL_ATTRS, .validate = pool_validate, .infer = pool_infer, .kernel = max_pool_kernel},
-    [OP_MAX_POOL_GRAD] = {.name = "MaxPoolGrad", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 3u,
+    [OP_MAX_POOL_GRAD] = {.name = "MaxPoolGrad", .nin = 3, .nout = 1, .alias = -1,
                           MAX_POOL_ATTRS, .validate = pool_validate, .infer = max_pool_grad_infer,
                           .kernel = max_pool_grad_kernel},
-    [OP_MAX_POOL_GRAD_GRAD] = {.name = "MaxPoolGradGrad", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 3u,
+    [OP_MAX_POOL_GRAD_GRAD] = {.name = "MaxPoolGradGrad", .nin = 3, .nout = 1, .alias = -1,
                                POOL_ATTRS, .validate = pool_validate, .infer = max_pool_grad_grad_infer,
                                .kernel = max_pool_grad_grad_kernel},
     /* AvgPool's gradient needs only its input's shape; AvgPoolGrad's only dy */
-    [OP_AVG_POOL] = {.name = "AvgPool", .nin = 1, .nout = 1, .alias = -1, .grad_inputs = 1u, POOL_ATTRS,
+    [OP_AVG_POOL] = {.name = "AvgPool", .nin = 1, .nout = 1, .alias = -1, POOL_ATTRS,
                      .validate = pool_validate, .infer = pool_infer, .kernel = avg_pool_kernel},
     [OP_AVG_POOL_GRAD] = {.name = "AvgPoolGrad", .nin = 2, .nout = 1, .alias = -1, .t_input = 1, POOL_ATTRS,
                           .validate = pool_validate, .infer = avg_pool_grad_infer, .kernel = avg_pool_grad_kernel},
@@ -1171,7 +1171,7 @@ static nb_op_def conv_ops[OP_COUNT] = {
        its input's shape */
     [OP_BIAS_ADD] = {.name = "BiasAdd", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .attrs = {FORMAT_ATTR},
                      .checks = {FORMAT_CHECK}, .validate = bias_validate, .infer = bias_add_infer, .kernel = bias_add_kernel},
-    [OP_BIAS_ADD_GRAD] = {.name = "BiasAddGrad", .nin = 1, .nout = 1, .alias = -1, .grad_inputs = 1u, .nattrs = 1,
+    [OP_BIAS_ADD_GRAD] = {.name = "BiasAddGrad", .nin = 1, .nout = 1, .alias = -1, .nattrs = 1,
                           .attrs = {FORMAT_ATTR}, .checks = {FORMAT_CHECK}, .validate = bias_validate,
                           .infer = bias_add_grad_infer,
                           .kernel = bias_add_grad_kernel},

@@ -31,7 +31,6 @@ static nb_code custom_kernel(nb_kargs *k) {
 
 static nb_op_def custom_ops[] = {
     {.name = "_CustomGradient", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .any_rank = true, .nattrs = 4,
-     .grad_inputs = ~0u, .grad_outputs = ~0u, /* the user's gradient may read anything */
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
                {"_grad_fn", NB_ATTR_INT, {.i = 0}, true},
@@ -40,7 +39,7 @@ static nb_op_def custom_ops[] = {
     /* nb_recompute_grad's node: the same pass-through, its attrs the forward function
        (_fn) and its user pointer; its gradient reruns the function (src/autodiff/recompute.c). */
     {.name = "_RecomputeGrad", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .any_rank = true,
-     .nattrs = 4, .grad_inputs = ~0u, .grad_outputs = 0u, /* the gradient reads the inputs alone */
+     .nattrs = 4,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
                {"_fn", NB_ATTR_INT, {.i = 0}, true},

@@ -339,18 +339,18 @@ enum { OP_MATMUL, OP_BATCH_MATMUL_V2, OP_MATMUL_ADD, OP_COUNT };
 
 static nb_op_def linalg_ops[OP_COUNT] = {
     /* both gradients multiply the incoming gradient by the other input */
-    [OP_MATMUL] = {.name = "MatMul", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3u, .nattrs = 4,
+    [OP_MATMUL] = {.name = "MatMul", .nin = 2, .nout = 1, .alias = -1, .nattrs = 4,
                    .batched_as = "BatchMatMulV2", /* transpose_a/b as adj_x/y, grad_a/b as grad_x/y */
                    .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
                              BOOL_ATTR("grad_b")},
                    .validate = matmul_validate, .infer = matmul_infer, .kernel = matmul_kernel},
-    [OP_BATCH_MATMUL_V2] = {.name = "BatchMatMulV2", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = 3u,
+    [OP_BATCH_MATMUL_V2] = {.name = "BatchMatMulV2", .nin = 2, .nout = 1, .alias = -1,
                             .nattrs = 4,
                             .attrs = {BOOL_ATTR("adj_x"), BOOL_ATTR("adj_y"), BOOL_ATTR("grad_x"),
                                       BOOL_ATTR("grad_y")},
                             .validate = batch_matmul_validate, .infer = batch_matmul_infer, .kernel = matmul_kernel},
     /* MatMul's attrs, then the accumulator as input 2, whose block output 0 may take over */
-    [OP_MATMUL_ADD] = {.name = "_MatMulAdd", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 3u, .nattrs = 4,
+    [OP_MATMUL_ADD] = {.name = "_MatMulAdd", .nin = 3, .nout = 1, .alias = -1, .nattrs = 4,
                        .inplace_input = 1 + MATMUL_ADD_ACC,
                        .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
                                  BOOL_ATTR("grad_b")},

@@ -670,26 +670,19 @@ static nb_code accumulate_n_validate(nb_kargs *k) {
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-#define ALL ~0u
-#define X0 1u
-#define X1 2u
-#define Y0 1u
-
-#define UNARY(NAME, IMPL, GIN, GOUT)                                                        \
-  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .elementwise = true, \
+#define UNARY(NAME, IMPL)                                                                   \
+  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .elementwise = true,                     \
    .validate = nb_unary_validate, .infer = nb_infer_same, .kernel = nb_unary_kernel, .impl = &(const nb_unary_impl)IMPL}
-#define BINARY(NAME, FNS, TO_BOOL, CHECK, GIN)                                                     \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .bool_out = TO_BOOL, .elementwise = true, \
+#define BINARY(NAME, FNS, TO_BOOL, CHECK)                                                          \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .bool_out = TO_BOOL, .elementwise = true,       \
    .validate = binary_validate, .infer = binary_infer, .kernel = binary_kernel,                  \
    .impl = &(const binary_impl){.fn = {FNS}, .to_bool = TO_BOOL, .check = CHECK}}
 #define BINARY_NUM_FNS(name) FLOAT_TABLE(name, bin), INT_TABLE(name, bin)
 #define BINARY_CMP_FNS(name) BINARY_NUM_FNS(name), [NB_BOOL] = name##_bin_b
-/* The gradients of the fused gradient ops read both inputs (SqrtGrad's its output too). */
-#define PAIR_READING(NAME, IN0, IN1, GOUT, ...)                                                    \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = GOUT, .elementwise = true, \
-   .validate = nb_pair_validate, .infer = nb_infer_same, .kernel = nb_pair_kernel,                                     \
-   .impl = &(const nb_pair_impl){.fn = {__VA_ARGS__}, .names = {IN0, IN1}}}
-#define PAIR(NAME, FNS, IN0, IN1) PAIR_READING(NAME, IN0, IN1, 0, FNS)
+#define PAIR(NAME, FNS, IN0, IN1)                                                          \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .elementwise = true,                    \
+   .validate = nb_pair_validate, .infer = nb_infer_same, .kernel = nb_pair_kernel,         \
+   .impl = &(const nb_pair_impl){.fn = {FNS}, .names = {IN0, IN1}}}
 #define PAIR_NUM_FNS(name) FLOAT_TABLE(name, pair), INT_TABLE(name, pair)
 #define EQUALITY(NAME, FNS, MISMATCH)                                                              \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true, .elementwise = true, \
@@ -709,48 +702,44 @@ enum {
 };
 
 static nb_op_def math_ops[OP_COUNT] = {
-    /* gradients of y = f(x) read x, y, or neither: TF's choices, so a tape keeps only those */
-    [OP_NEG] = UNARY("Neg", UNARY_NUM_IMPL(neg), 0, 0),
-    [OP_EXP] = UNARY("Exp", UNARY_FLOAT_IMPL(exp), 0, Y0),
-    [OP_LOG] = UNARY("Log", UNARY_FLOAT_IMPL(log), X0, 0),
-    [OP_LOG1P] = UNARY("Log1p", UNARY_FLOAT_IMPL(log1p), X0, 0),
-    [OP_SQRT] = UNARY("Sqrt", UNARY_FLOAT_IMPL(sqrt), 0, Y0),
-    [OP_RSQRT] = UNARY("Rsqrt", UNARY_FLOAT_IMPL(rsqrt), 0, Y0),
-    [OP_RECIPROCAL] = UNARY("Reciprocal", UNARY_FLOAT_IMPL(reciprocal), 0, Y0),
-    [OP_SQUARE] = UNARY("Square", UNARY_NUM_IMPL(square), X0, 0),
-    [OP_ABS] = UNARY("Abs", UNARY_NUM_IMPL(abs), X0, 0),
-    [OP_SIGN] = UNARY("Sign", UNARY_NUM_IMPL(sign), 0, 0),
-    [OP_TANH] = UNARY("Tanh", UNARY_FLOAT_IMPL(tanh), 0, Y0),
-    [OP_SIGMOID] = UNARY("Sigmoid", UNARY_FLOAT_IMPL(sigmoid), 0, Y0),
-    [OP_RELU] = UNARY("Relu", UNARY_NUM_IMPL(relu), 0, Y0),
-    [OP_ELU] = UNARY("Elu", UNARY_FLOAT_IMPL(elu), 0, Y0),
-    [OP_SOFTPLUS] = UNARY("Softplus", UNARY_FLOAT_IMPL(softplus), X0, 0),
-    [OP_SIN] = UNARY("Sin", UNARY_FLOAT_IMPL(sin), X0, 0),
-    [OP_COS] = UNARY("Cos", UNARY_FLOAT_IMPL(cos), X0, 0),
-    [OP_LOGICAL_NOT] = UNARY("LogicalNot", {{[NB_BOOL] = logical_not_loop_b}}, 0, 0),  /* bool in, bool out */
-    /* broadcasting gradients read both input shapes, so a tape keeps the inputs */
-    /* Add/Sub gradients read only the inputs' shapes, which a tape keeps anyway */
-    [OP_ADDV2] = BINARY("AddV2", BINARY_NUM_FNS(add), false, NULL, 0),
-    [OP_ADD] = BINARY("Add", BINARY_NUM_FNS(add), false, NULL, 0),
-    [OP_SUB] = BINARY("Sub", BINARY_NUM_FNS(sub), false, NULL, 0),
-    [OP_MUL] = BINARY("Mul", BINARY_NUM_FNS(mul), false, NULL, X0 | X1),
-    [OP_REALDIV] = BINARY("RealDiv", BINARY_NUM_FNS(div), false, check_int_div, X0 | X1),
-    /* TF's Pow gradient reads the output z too: dz/dy = z ln x */
-    [OP_POW] = {.name = "Pow", .nin = 2, .nout = 1, .alias = -1, .grad_inputs = X0 | X1, .grad_outputs = Y0, .elementwise = true,
+    [OP_NEG] = UNARY("Neg", UNARY_NUM_IMPL(neg)),
+    [OP_EXP] = UNARY("Exp", UNARY_FLOAT_IMPL(exp)),
+    [OP_LOG] = UNARY("Log", UNARY_FLOAT_IMPL(log)),
+    [OP_LOG1P] = UNARY("Log1p", UNARY_FLOAT_IMPL(log1p)),
+    [OP_SQRT] = UNARY("Sqrt", UNARY_FLOAT_IMPL(sqrt)),
+    [OP_RSQRT] = UNARY("Rsqrt", UNARY_FLOAT_IMPL(rsqrt)),
+    [OP_RECIPROCAL] = UNARY("Reciprocal", UNARY_FLOAT_IMPL(reciprocal)),
+    [OP_SQUARE] = UNARY("Square", UNARY_NUM_IMPL(square)),
+    [OP_ABS] = UNARY("Abs", UNARY_NUM_IMPL(abs)),
+    [OP_SIGN] = UNARY("Sign", UNARY_NUM_IMPL(sign)),
+    [OP_TANH] = UNARY("Tanh", UNARY_FLOAT_IMPL(tanh)),
+    [OP_SIGMOID] = UNARY("Sigmoid", UNARY_FLOAT_IMPL(sigmoid)),
+    [OP_RELU] = UNARY("Relu", UNARY_NUM_IMPL(relu)),
+    [OP_ELU] = UNARY("Elu", UNARY_FLOAT_IMPL(elu)),
+    [OP_SOFTPLUS] = UNARY("Softplus", UNARY_FLOAT_IMPL(softplus)),
+    [OP_SIN] = UNARY("Sin", UNARY_FLOAT_IMPL(sin)),
+    [OP_COS] = UNARY("Cos", UNARY_FLOAT_IMPL(cos)),
+    [OP_LOGICAL_NOT] = UNARY("LogicalNot", {{[NB_BOOL] = logical_not_loop_b}}),  /* bool in, bool out */
+    [OP_ADDV2] = BINARY("AddV2", BINARY_NUM_FNS(add), false, NULL),
+    [OP_ADD] = BINARY("Add", BINARY_NUM_FNS(add), false, NULL),
+    [OP_SUB] = BINARY("Sub", BINARY_NUM_FNS(sub), false, NULL),
+    [OP_MUL] = BINARY("Mul", BINARY_NUM_FNS(mul), false, NULL),
+    [OP_REALDIV] = BINARY("RealDiv", BINARY_NUM_FNS(div), false, check_int_div),
+    [OP_POW] = {.name = "Pow", .nin = 2, .nout = 1, .alias = -1, .elementwise = true,
                 .validate = binary_validate, .infer = binary_infer, .kernel = binary_kernel,
                 .impl = &(const binary_impl){.fn = {BINARY_NUM_FNS(pow)}, .check = check_int_pow}},
-    [OP_SQDIFF] = BINARY("SquaredDifference", BINARY_NUM_FNS(sqdiff), false, NULL, X0 | X1),
-    [OP_MAXIMUM] = BINARY("Maximum", BINARY_NUM_FNS(maximum), false, NULL, X0 | X1),
-    [OP_MINIMUM] = BINARY("Minimum", BINARY_NUM_FNS(minimum), false, NULL, X0 | X1),
-    [OP_LESS] = BINARY("Less", BINARY_NUM_FNS(less), true, NULL, 0),
-    [OP_LESS_EQUAL] = BINARY("LessEqual", BINARY_NUM_FNS(less_equal), true, NULL, 0),
-    [OP_GREATER] = BINARY("Greater", BINARY_NUM_FNS(greater), true, NULL, 0),
-    [OP_GREATER_EQUAL] = BINARY("GreaterEqual", BINARY_NUM_FNS(greater_equal), true, NULL, 0),
+    [OP_SQDIFF] = BINARY("SquaredDifference", BINARY_NUM_FNS(sqdiff), false, NULL),
+    [OP_MAXIMUM] = BINARY("Maximum", BINARY_NUM_FNS(maximum), false, NULL),
+    [OP_MINIMUM] = BINARY("Minimum", BINARY_NUM_FNS(minimum), false, NULL),
+    [OP_LESS] = BINARY("Less", BINARY_NUM_FNS(less), true, NULL),
+    [OP_LESS_EQUAL] = BINARY("LessEqual", BINARY_NUM_FNS(less_equal), true, NULL),
+    [OP_GREATER] = BINARY("Greater", BINARY_NUM_FNS(greater), true, NULL),
+    [OP_GREATER_EQUAL] = BINARY("GreaterEqual", BINARY_NUM_FNS(greater_equal), true, NULL),
     [OP_EQUAL] = EQUALITY("Equal", BINARY_CMP_FNS(equal), false),
     [OP_NOT_EQUAL] = EQUALITY("NotEqual", BINARY_CMP_FNS(not_equal), true),
-    [OP_LOGICAL_AND] = BINARY("LogicalAnd", [NB_BOOL] = logical_and_bin_b, true, NULL, 0),
-    [OP_LOGICAL_OR] = BINARY("LogicalOr", [NB_BOOL] = logical_or_bin_b, true, NULL, 0),
-    [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1, .grad_inputs = 1u, /* the condition */
+    [OP_LOGICAL_AND] = BINARY("LogicalAnd", [NB_BOOL] = logical_and_bin_b, true, NULL),
+    [OP_LOGICAL_OR] = BINARY("LogicalOr", [NB_BOOL] = logical_or_bin_b, true, NULL),
+    [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1,
      .elementwise = true, .validate = select_validate, .infer = select_infer, .kernel = select_kernel},
     [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3, .dtype_attr = 1 + CAST_DSTT, .elementwise = true,
      .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = NB_TYPE_UNSET}, false},
@@ -773,7 +762,7 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_TANH_GRAD] = PAIR("TanhGrad", FLOAT_TABLE(tanh_grad, pair), "y", "dy"),
     [OP_SIGMOID_GRAD] = PAIR("SigmoidGrad", FLOAT_TABLE(sigmoid_grad, pair), "y", "dy"),
     [OP_RSQRT_GRAD] = PAIR("RsqrtGrad", FLOAT_TABLE(rsqrt_grad, pair), "y", "dy"),
-    [OP_SQRT_GRAD] = PAIR_READING("SqrtGrad", "y", "dy", Y0, FLOAT_TABLE(sqrt_grad, pair)),
+    [OP_SQRT_GRAD] = PAIR("SqrtGrad", FLOAT_TABLE(sqrt_grad, pair), "y", "dy"),
     [OP_RECIPROCAL_GRAD] = PAIR("ReciprocalGrad", FLOAT_TABLE(reciprocal_grad, pair), "y", "dy"),
     [OP_RELU_GRAD] = PAIR("ReluGrad", PAIR_NUM_FNS(relu_grad), "gradients", "features"),
     [OP_ELU_GRAD] = PAIR("EluGrad", FLOAT_TABLE(elu_grad, pair), "gradients", "outputs"),
@@ -786,54 +775,60 @@ nb_op_family nb_math_family(void) {
 
 /* ---- wrappers ----------------------------------------------------------------------- */
 
+/* The one output of op on x, or on a and b (attrs at their defaults). */
+static nb_tensor *unary(nb_ctx *c, int op, nb_tensor *x) { return nb_call(c, &math_ops[op], &x, 1, NULL); }
+static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) { return nb_call_pair(c, &math_ops[op], a, b); }
 
-#define WRAP1(fn, OP) NB_WRAP1(fn, &math_ops[OP])
-#define WRAP2(fn, OP) NB_WRAP2(fn, &math_ops[OP])
-
-WRAP1(nb_neg, OP_NEG)
-WRAP1(nb_exp, OP_EXP)
-WRAP1(nb_log, OP_LOG)
-WRAP1(nb_log1p, OP_LOG1P)
-WRAP1(nb_sqrt, OP_SQRT)
-WRAP1(nb_rsqrt, OP_RSQRT)
-WRAP1(nb_reciprocal, OP_RECIPROCAL)
-WRAP1(nb_square, OP_SQUARE)
-WRAP1(nb_abs, OP_ABS)
-WRAP1(nb_sign, OP_SIGN)
-WRAP1(nb_tanh, OP_TANH)
-WRAP1(nb_sigmoid, OP_SIGMOID)
-WRAP1(nb_relu, OP_RELU)
-WRAP1(nb_elu, OP_ELU)
-WRAP1(nb_softplus, OP_SOFTPLUS)
-WRAP1(nb_sin, OP_SIN)
-WRAP1(nb_cos, OP_COS)
-WRAP1(nb_logical_not, OP_LOGICAL_NOT)
-WRAP1(nb_identity, OP_IDENTITY)
-WRAP1(nb_stop_gradient, OP_STOP_GRADIENT)
-WRAP2(nb_add, OP_ADDV2)
-WRAP2(nb_sub, OP_SUB)
-WRAP2(nb_mul, OP_MUL)
-WRAP2(nb_real_div, OP_REALDIV)
-WRAP2(nb_pow, OP_POW)
-WRAP2(nb_squared_difference, OP_SQDIFF)
-WRAP2(nb_maximum, OP_MAXIMUM)
-WRAP2(nb_minimum, OP_MINIMUM)
-WRAP2(nb_less, OP_LESS)
-WRAP2(nb_less_equal, OP_LESS_EQUAL)
-WRAP2(nb_greater, OP_GREATER)
-WRAP2(nb_greater_equal, OP_GREATER_EQUAL)
-WRAP2(nb_equal, OP_EQUAL)
-WRAP2(nb_not_equal, OP_NOT_EQUAL)
-WRAP2(nb_logical_and, OP_LOGICAL_AND)
-WRAP2(nb_logical_or, OP_LOGICAL_OR)
-WRAP2(nb_tanh_grad, OP_TANH_GRAD)
-WRAP2(nb_sigmoid_grad, OP_SIGMOID_GRAD)
-WRAP2(nb_rsqrt_grad, OP_RSQRT_GRAD)
-WRAP2(nb_sqrt_grad, OP_SQRT_GRAD)
-WRAP2(nb_reciprocal_grad, OP_RECIPROCAL_GRAD)
-WRAP2(nb_relu_grad, OP_RELU_GRAD)
-WRAP2(nb_elu_grad, OP_ELU_GRAD)
-WRAP2(nb_softplus_grad, OP_SOFTPLUS_GRAD)
+nb_tensor *nb_neg(nb_ctx *c, nb_tensor *x) { return unary(c, OP_NEG, x); }
+nb_tensor *nb_exp(nb_ctx *c, nb_tensor *x) { return unary(c, OP_EXP, x); }
+nb_tensor *nb_log(nb_ctx *c, nb_tensor *x) { return unary(c, OP_LOG, x); }
+nb_tensor *nb_log1p(nb_ctx *c, nb_tensor *x) { return unary(c, OP_LOG1P, x); }
+nb_tensor *nb_sqrt(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SQRT, x); }
+nb_tensor *nb_rsqrt(nb_ctx *c, nb_tensor *x) { return unary(c, OP_RSQRT, x); }
+nb_tensor *nb_reciprocal(nb_ctx *c, nb_tensor *x) { return unary(c, OP_RECIPROCAL, x); }
+nb_tensor *nb_square(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SQUARE, x); }
+nb_tensor *nb_abs(nb_ctx *c, nb_tensor *x) { return unary(c, OP_ABS, x); }
+nb_tensor *nb_sign(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SIGN, x); }
+nb_tensor *nb_tanh(nb_ctx *c, nb_tensor *x) { return unary(c, OP_TANH, x); }
+nb_tensor *nb_sigmoid(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SIGMOID, x); }
+nb_tensor *nb_relu(nb_ctx *c, nb_tensor *x) { return unary(c, OP_RELU, x); }
+nb_tensor *nb_elu(nb_ctx *c, nb_tensor *x) { return unary(c, OP_ELU, x); }
+nb_tensor *nb_softplus(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SOFTPLUS, x); }
+nb_tensor *nb_sin(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SIN, x); }
+nb_tensor *nb_cos(nb_ctx *c, nb_tensor *x) { return unary(c, OP_COS, x); }
+nb_tensor *nb_logical_not(nb_ctx *c, nb_tensor *x) { return unary(c, OP_LOGICAL_NOT, x); }
+nb_tensor *nb_identity(nb_ctx *c, nb_tensor *x) { return unary(c, OP_IDENTITY, x); }
+nb_tensor *nb_stop_gradient(nb_ctx *c, nb_tensor *x) { return unary(c, OP_STOP_GRADIENT, x); }
+nb_tensor *nb_add(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_ADDV2, a, b); }
+nb_tensor *nb_sub(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_SUB, a, b); }
+nb_tensor *nb_mul(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_MUL, a, b); }
+nb_tensor *nb_real_div(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_REALDIV, a, b); }
+nb_tensor *nb_pow(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_POW, a, b); }
+nb_tensor *nb_squared_difference(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_SQDIFF, a, b); }
+nb_tensor *nb_maximum(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_MAXIMUM, a, b); }
+nb_tensor *nb_minimum(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_MINIMUM, a, b); }
+nb_tensor *nb_less(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_LESS, a, b); }
+nb_tensor *nb_less_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_LESS_EQUAL, a, b); }
+nb_tensor *nb_greater(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_GREATER, a, b); }
+nb_tensor *nb_greater_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_GREATER_EQUAL, a, b); }
+nb_tensor *nb_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_EQUAL, a, b); }
+nb_tensor *nb_not_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_NOT_EQUAL, a, b); }
+nb_tensor *nb_logical_and(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_LOGICAL_AND, a, b); }
+nb_tensor *nb_logical_or(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return binary(c, OP_LOGICAL_OR, a, b); }
+nb_tensor *nb_tanh_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_TANH_GRAD, y, dy); }
+nb_tensor *nb_sigmoid_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_SIGMOID_GRAD, y, dy); }
+nb_tensor *nb_rsqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_RSQRT_GRAD, y, dy); }
+nb_tensor *nb_sqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_SQRT_GRAD, y, dy); }
+nb_tensor *nb_reciprocal_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy) { return binary(c, OP_RECIPROCAL_GRAD, y, dy); }
+nb_tensor *nb_relu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features) {
+  return binary(c, OP_RELU_GRAD, gradients, features);
+}
+nb_tensor *nb_elu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *outputs) {
+  return binary(c, OP_ELU_GRAD, gradients, outputs);
+}
+nb_tensor *nb_softplus_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features) {
+  return binary(c, OP_SOFTPLUS_GRAD, gradients, features);
+}
 
 nb_tensor *nb_select(nb_ctx *c, nb_tensor *cond, nb_tensor *t, nb_tensor *e) {
   nb_tensor *in[3] = {cond, t, e};

@@ -518,23 +518,18 @@ static nb_code one_hot_kernel(nb_kargs *k) {
 
 /* ---- the table ------------------------------------------------------------------------- */
 
-#define X0 1u
-#define X1 2u
-#define Y0 1u
-#define Y1 2u
-
-#define ACT(NAME, FNS, GIN, GOUT, ...)                                                                 \
-  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .elementwise = true, \
+#define ACT(NAME, FNS, ...)                                                                            \
+  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .elementwise = true,                                      \
    .validate = nb_unary_validate, .infer = nb_infer_same, .kernel = nb_unary_kernel,                         \
    .impl = &(const nb_unary_impl){{FNS}}, __VA_ARGS__}
-#define ACT_GRAD(NAME, FNS, IN0, IN1, GIN, ...)                                                        \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .elementwise = true,                  \
+#define ACT_GRAD(NAME, FNS, IN0, IN1, ...)                                                             \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .elementwise = true,                                      \
    .validate = nb_pair_validate, .infer = nb_infer_same, .kernel = nb_pair_kernel,                           \
    .impl = &(const nb_pair_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
 #define ALPHA_ATTR .nattrs = 1, .attrs = {{"alpha", NB_ATTR_FLOAT, {.f = 0.2}, false}}
 #define APPROXIMATE_ATTR .nattrs = 1, .attrs = {{"approximate", NB_ATTR_BOOL, {.b = false}, false}}
 #define SOFTMAX(NAME, LOG_OUT)                                                                           \
-  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .grad_outputs = Y0, .batch_leading = true,          \
+  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .batch_leading = true,                              \
    .validate = softmax_validate, .infer = nb_infer_same, .kernel = softmax_kernel, .impl = &(const softmax_impl){LOG_OUT}}
 
 enum {
@@ -543,25 +538,23 @@ enum {
 };
 
 static nb_op_def nn_ops[OP_COUNT] = {
-    /* the gradients read the output (softmax), and softmax's tensors gain a seed dim freely */
+    /* softmax's tensors gain a seed dim freely */
     [OP_SOFTMAX] = SOFTMAX("Softmax", false),
     [OP_LOG_SOFTMAX] = SOFTMAX("LogSoftmax", true),
-    /* the gradients read the backprop output and the logits (for the second order) */
-    [OP_XENT] = {.name = "SoftmaxCrossEntropyWithLogits", .nin = 2, .nout = 2, .alias = -1, .grad_inputs = X0,
-                 .grad_outputs = Y1, .validate = xent_validate, .infer = xent_infer, .kernel = xent_kernel},
+    [OP_XENT] = {.name = "SoftmaxCrossEntropyWithLogits", .nin = 2, .nout = 2, .alias = -1,
+                 .validate = xent_validate, .infer = xent_infer, .kernel = xent_kernel},
     [OP_SPARSE_XENT] = {.name = "SparseSoftmaxCrossEntropyWithLogits", .nin = 2, .nout = 2, .alias = -1,
-                        .grad_inputs = X0, .grad_outputs = Y1, .validate = sparse_xent_validate,
+                        .validate = sparse_xent_validate,
                         .infer = sparse_xent_infer, .kernel = sparse_xent_kernel},
-    /* TF's Relu6 and Selu gradients read the output, LeakyRelu's the input */
-    [OP_RELU6] = ACT("Relu6", TABLE_NUM(relu6), 0, Y0),
-    [OP_RELU6_GRAD] = ACT_GRAD("Relu6Grad", TABLE_NUM(relu6_grad), "gradients", "features", X1),
-    [OP_LEAKY_RELU] = ACT("LeakyRelu", TABLE_FLOAT(leaky_relu), X0, 0, ALPHA_ATTR),
-    [OP_LEAKY_RELU_GRAD] = ACT_GRAD("LeakyReluGrad", TABLE_FLOAT(leaky_relu_grad), "gradients", "features", X1, ALPHA_ATTR),
-    [OP_SELU] = ACT("Selu", TABLE_FLOAT(selu), 0, Y0),
-    [OP_SELU_GRAD] = ACT_GRAD("SeluGrad", TABLE_FLOAT(selu_grad), "gradients", "outputs", X0 | X1),
-    [OP_GELU] = ACT("Gelu", TABLE_FLOAT(gelu), X0, 0, APPROXIMATE_ATTR),
-    [OP_GELU_GRAD] = ACT_GRAD("GeluGrad", TABLE_FLOAT(gelu_grad), "gradients", "features", X0 | X1, APPROXIMATE_ATTR),
-    [OP_L2_LOSS] = {.name = "L2Loss", .nin = 1, .nout = 1, .alias = -1, .grad_inputs = X0,
+    [OP_RELU6] = ACT("Relu6", TABLE_NUM(relu6)),
+    [OP_RELU6_GRAD] = ACT_GRAD("Relu6Grad", TABLE_NUM(relu6_grad), "gradients", "features"),
+    [OP_LEAKY_RELU] = ACT("LeakyRelu", TABLE_FLOAT(leaky_relu), ALPHA_ATTR),
+    [OP_LEAKY_RELU_GRAD] = ACT_GRAD("LeakyReluGrad", TABLE_FLOAT(leaky_relu_grad), "gradients", "features", ALPHA_ATTR),
+    [OP_SELU] = ACT("Selu", TABLE_FLOAT(selu)),
+    [OP_SELU_GRAD] = ACT_GRAD("SeluGrad", TABLE_FLOAT(selu_grad), "gradients", "outputs"),
+    [OP_GELU] = ACT("Gelu", TABLE_FLOAT(gelu), APPROXIMATE_ATTR),
+    [OP_GELU_GRAD] = ACT_GRAD("GeluGrad", TABLE_FLOAT(gelu_grad), "gradients", "features", APPROXIMATE_ATTR),
+    [OP_L2_LOSS] = {.name = "L2Loss", .nin = 1, .nout = 1, .alias = -1,
                     .validate = float_input_validate, .infer = l2_loss_infer, .kernel = l2_loss_kernel},
     /* T comes from on_value; TF gives no input a gradient */
     [OP_ONE_HOT] = {.name = "OneHot", .nin = 4, .nout = 1, .alias = -1, .t_input = 2, .nattrs = 1,
@@ -573,16 +566,21 @@ nb_op_family nb_nn_family(void) { return (nb_op_family){nn_ops, OP_COUNT}; }
 
 /* ---- wrappers ----------------------------------------------------------------------------- */
 
-#define WRAP1(fn, OP) NB_WRAP1(fn, &nn_ops[OP])
-#define WRAP2(fn, OP) NB_WRAP2(fn, &nn_ops[OP])
+/* The one output of op on x, or on a and b (attrs at their defaults). */
+static nb_tensor *unary(nb_ctx *c, int op, nb_tensor *x) { return nb_call(c, &nn_ops[op], &x, 1, NULL); }
+static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) { return nb_call_pair(c, &nn_ops[op], a, b); }
 
-WRAP1(nb_softmax, OP_SOFTMAX)
-WRAP1(nb_log_softmax, OP_LOG_SOFTMAX)
-WRAP1(nb_relu6, OP_RELU6)
-WRAP2(nb_relu6_grad, OP_RELU6_GRAD)
-WRAP1(nb_selu, OP_SELU)
-WRAP2(nb_selu_grad, OP_SELU_GRAD)
-WRAP1(nb_l2_loss, OP_L2_LOSS)
+nb_tensor *nb_softmax(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SOFTMAX, x); }
+nb_tensor *nb_log_softmax(nb_ctx *c, nb_tensor *x) { return unary(c, OP_LOG_SOFTMAX, x); }
+nb_tensor *nb_relu6(nb_ctx *c, nb_tensor *x) { return unary(c, OP_RELU6, x); }
+nb_tensor *nb_relu6_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features) {
+  return binary(c, OP_RELU6_GRAD, gradients, features);
+}
+nb_tensor *nb_selu(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SELU, x); }
+nb_tensor *nb_selu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *outputs) {
+  return binary(c, OP_SELU_GRAD, gradients, outputs);
+}
+nb_tensor *nb_l2_loss(nb_ctx *c, nb_tensor *x) { return unary(c, OP_L2_LOSS, x); }
 
 static nb_code call2(nb_ctx *c, int op, nb_tensor *features, nb_tensor *labels, nb_tensor **loss, nb_tensor **backprop) {
   nb_tensor *in[2] = {features, labels}, *out[2] = {NULL, NULL};
@@ -613,14 +611,18 @@ static nb_tensor *call_with_param(nb_ctx *c, int op, nb_tensor *const *in, int n
   return nb_call(c, &nn_ops[op], in, nin, a);
 }
 
-nb_tensor *nb_leaky_relu(nb_ctx *c, nb_tensor *x, double alpha) { return call_with_param(c, OP_LEAKY_RELU, &x, 1, alpha); }
+nb_tensor *nb_leaky_relu(nb_ctx *c, nb_tensor *x, double alpha) {
+  return call_with_param(c, OP_LEAKY_RELU, &x, 1, alpha);
+}
 
 nb_tensor *nb_leaky_relu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features, double alpha) {
   nb_tensor *in[2] = {gradients, features};
   return call_with_param(c, OP_LEAKY_RELU_GRAD, in, 2, alpha);
 }
 
-nb_tensor *nb_gelu(nb_ctx *c, nb_tensor *x, bool approximate) { return call_with_param(c, OP_GELU, &x, 1, approximate); }
+nb_tensor *nb_gelu(nb_ctx *c, nb_tensor *x, bool approximate) {
+  return call_with_param(c, OP_GELU, &x, 1, approximate);
+}
 
 nb_tensor *nb_gelu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features, bool approximate) {
   nb_tensor *in[2] = {gradients, features};

@@ -505,14 +505,14 @@ enum { OP_FUSED_BATCH_NORM_V3, OP_FUSED_BATCH_NORM_GRAD_V3, OP_COUNT };
 static nb_op_def norm_ops[OP_COUNT] = {
     /* the gradient reads x, scale, mean and variance (inference) and the reserve spaces */
     [OP_FUSED_BATCH_NORM_V3] = {.name = "FusedBatchNormV3", .nin = 5, .nout = 6, .alias = -1,
-                                .grad_inputs = 0x1bu, .grad_outputs = 0x38u, .nattrs = 5,
+                                .nattrs = 5,
                                 .attrs = {U_ATTR, EPSILON_ATTR, {"exponential_avg_factor", NB_ATTR_FLOAT, {.f = 1}, false},
                                           FORMAT_ATTR, TRAINING_ATTR},
                                 BN_CHECKS(BN_U, 1, BN_DATA_FORMAT),
                                 .validate = bn_validate, .infer = bn_infer, .kernel = bn_kernel},
     /* its gradient recomputes everything from y_backprop, x, scale and the statistics */
     [OP_FUSED_BATCH_NORM_GRAD_V3] = {.name = "FusedBatchNormGradV3", .nin = 6, .nout = 5, .alias = -1, .t_input = 1,
-                                     .grad_inputs = 0x1fu, .nattrs = 4,
+                                     .nattrs = 4,
                                      .attrs = {U_ATTR, EPSILON_ATTR, FORMAT_ATTR, TRAINING_ATTR},
                                      BN_CHECKS(BNG_U, 2, BNG_DATA_FORMAT),
                                      .validate = bng_validate, .infer = bng_infer, .kernel = bng_kernel},

@@ -104,8 +104,6 @@ struct nb_op_def {
                               it (input forwarding; elementwise ops consider inputs 0 and 1), 0 none */
   bool stateful;           /* reads or writes state outside its inputs (variables): never
                               folded at graph build time (TF's SetIsStateful) */
-  uint32_t grad_inputs;    /* bitmask of inputs the gradient function reads */
-  uint32_t grad_outputs;   /* bitmask of outputs the gradient function reads */
   uint8_t nattrs;
   nb_attr_spec attrs[NB_MAX_ATTRS];
   nb_attr_check checks[NB_MAX_ATTRS]; /* checks[i]: what attrs[i] may hold */
@@ -144,14 +142,11 @@ nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int n
                     const nb_attrval *attrs, nb_tensor **out, int nout);
 nb_tensor *nb_call(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
                    const nb_attrval *attrs);
-/* A public wrapper fn over op DEF (no attrs) with one input x, or two inputs a and b. */
-#define NB_WRAP1(fn, DEF) \
-  nb_tensor *fn(nb_ctx *c, nb_tensor *x) { return nb_call(c, DEF, &x, 1, NULL); }
-#define NB_WRAP2(fn, DEF)                                \
-  nb_tensor *fn(nb_ctx *c, nb_tensor *a, nb_tensor *b) { \
-    nb_tensor *in[2] = {a, b};                           \
-    return nb_call(c, DEF, in, 2, NULL);                 \
-  }
+/* The one output of op def on inputs a and b (attrs at their defaults). */
+static inline nb_tensor *nb_call_pair(nb_ctx *c, const nb_op_def *def, nb_tensor *a, nb_tensor *b) {
+  nb_tensor *in[2] = {a, b};
+  return nb_call(c, def, in, 2, NULL);
+}
 void nb_attr_defaults(const nb_op_def *def, nb_attrval *vals);
 /* A copy of def's attr values in a, with string and list values copied into a too (tensor
    values are left to the caller); NULL when out of memory or when def has no attrs. */

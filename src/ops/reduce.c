@@ -727,21 +727,13 @@ static nb_code scan_kernel(nb_kargs *k) {
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-#define X0 1u
-#define X1 2u
-#define Y0 1u
-
-/* Gradients read the input (its shape, or its values for Prod/Max/Min), the axes and,
-   for Max/Min, the output: TF's choices, so a tape keeps only those. */
-/* GIN: Sum/Mean gradients read x's shape only; Max/Min/Prod read its values too. */
-#define REDUCTION(NAME, IMPL, GIN, GOUT)                                                   \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .axis_input = 2, \
+#define REDUCTION(NAME, IMPL)                                                              \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .axis_input = 2,                       \
    .nattrs = 1, .attrs = {{"keep_dims", NB_ATTR_BOOL, {.b = false}, false}},              \
    .validate = reduce_validate, .infer = reduce_infer, .kernel = reduce_kernel, .impl = &IMPL}
 
-/* Cumsum's gradient reads only the axis; Cumprod's reads x and its output too. */
-#define SCAN_OP(NAME, IMPL, GIN, GOUT)                                                          \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .grad_inputs = GIN, .grad_outputs = GOUT, .axis_input = 2,     \
+#define SCAN_OP(NAME, IMPL)                                                                     \
+  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .axis_input = 2,                            \
    .nattrs = 2, .attrs = {{"exclusive", NB_ATTR_BOOL, {.b = false}, false},                     \
                           {"reverse", NB_ATTR_BOOL, {.b = false}, false}},                      \
    .validate = scan_validate, .infer = scan_infer, .kernel = scan_kernel, .impl = &IMPL}
@@ -749,21 +741,30 @@ static nb_code scan_kernel(nb_kargs *k) {
 enum { OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_PROD, OP_ARGMAX, OP_CUMSUM, OP_CUMPROD, OP_COUNT };
 
 static nb_op_def reduce_ops[OP_COUNT] = {
-    [OP_SUM] = REDUCTION("Sum", sum_impl, X1, 0),
-    [OP_MEAN] = REDUCTION("Mean", mean_impl, X1, 0),
-    [OP_MAX] = REDUCTION("Max", max_impl, X0 | X1, Y0),
-    [OP_MIN] = REDUCTION("Min", min_impl, X0 | X1, Y0),
-    [OP_PROD] = REDUCTION("Prod", prod_impl, X0 | X1, 0),
+    [OP_SUM] = REDUCTION("Sum", sum_impl),
+    [OP_MEAN] = REDUCTION("Mean", mean_impl),
+    [OP_MAX] = REDUCTION("Max", max_impl),
+    [OP_MIN] = REDUCTION("Min", min_impl),
+    [OP_PROD] = REDUCTION("Prod", prod_impl),
     [OP_ARGMAX] = {.name = "ArgMax", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + ATTR_OUTPUT_TYPE,
                    .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}}, .checks = {{.types = NB_M_INT}},
                    .validate = argmax_validate, .infer = argmax_infer, .kernel = argmax_kernel},
-    [OP_CUMSUM] = SCAN_OP("Cumsum", cumsum_impl, X1, 0),
-    [OP_CUMPROD] = SCAN_OP("Cumprod", cumprod_impl, X0 | X1, Y0),
+    [OP_CUMSUM] = SCAN_OP("Cumsum", cumsum_impl),
+    [OP_CUMPROD] = SCAN_OP("Cumprod", cumprod_impl),
 };
 
 nb_op_family nb_reduce_family(void) { return (nb_op_family){reduce_ops, OP_COUNT}; }
 
 /* ---- wrappers ----------------------------------------------------------------------- */
+
+/* Reduction op of x over the axes tensor axes. */
+static nb_tensor *reduce_over(nb_ctx *c, int op, nb_tensor *x, nb_tensor *axes, bool keepdims) {
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&reduce_ops[op], a);
+  a[ATTR_KEEP_DIMS].b = keepdims;
+  nb_tensor *in[2] = {x, axes};
+  return nb_call(c, &reduce_ops[op], in, 2, a);
+}
 
 /* axes NULL: every axis of x (x NULL is left for the dispatch to report). */
 static nb_tensor *reduce_call(nb_ctx *c, int op, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
@@ -784,25 +785,35 @@ static nb_tensor *reduce_call(nb_ctx *c, int op, nb_tensor *x, const int *axes, 
   }
   nb_tensor *ax = nb_const_int_list(c, axes, naxes);
   if (!ax) return NULL;
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(def, a);
-  a[ATTR_KEEP_DIMS].b = keepdims;
-  nb_tensor *in[2] = {x, ax};
-  nb_tensor *y = nb_call(c, def, in, 2, a);
+  nb_tensor *y = reduce_over(c, op, x, ax, keepdims);
   nb_tensor_free(ax);
   return y;
 }
 
-#define WRAP_REDUCE(fn, OP)                                                                  \
-  nb_tensor *fn(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {        \
-    return reduce_call(c, OP, x, axes, naxes, keepdims);                                     \
-  }
+nb_tensor *nb_sum(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_SUM, x, axes, naxes, keepdims);
+}
 
-WRAP_REDUCE(nb_sum, OP_SUM)
-WRAP_REDUCE(nb_mean, OP_MEAN)
-WRAP_REDUCE(nb_max, OP_MAX)
-WRAP_REDUCE(nb_min, OP_MIN)
-WRAP_REDUCE(nb_prod, OP_PROD)
+nb_tensor *nb_sum_t(nb_ctx *c, nb_tensor *x, nb_tensor *axes, bool keepdims) {
+  return reduce_over(c, OP_SUM, x, axes, keepdims);
+}
+
+nb_tensor *nb_mean(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_MEAN, x, axes, naxes, keepdims);
+}
+
+nb_tensor *nb_max(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_MAX, x, axes, naxes, keepdims);
+}
+
+nb_tensor *nb_min(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_MIN, x, axes, naxes, keepdims);
+}
+
+nb_tensor *nb_prod(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
+  return reduce_call(c, OP_PROD, x, axes, naxes, keepdims);
+}
+
 
 nb_tensor *nb_argmax(nb_ctx *c, nb_tensor *x, int axis, nb_dtype output_type) {
   if (!nb_live(c)) return NULL;
@@ -817,22 +828,31 @@ nb_tensor *nb_argmax(nb_ctx *c, nb_tensor *x, int axis, nb_dtype output_type) {
   return y;
 }
 
-static nb_tensor *scan_call(nb_ctx *c, int op, nb_tensor *x, int axis, bool exclusive, bool reverse) {
-  if (!nb_live(c)) return NULL;
-  nb_tensor *ax = nb_scalar(c, NB_I32, axis);
-  if (!ax) return NULL;
+/* Scan op of x along the axis tensor axis. */
+static nb_tensor *scan_over(nb_ctx *c, int op, nb_tensor *x, nb_tensor *axis, bool exclusive, bool reverse) {
   nb_attrval a[NB_MAX_ATTRS];
   nb_attr_defaults(&reduce_ops[op], a);
   a[ATTR_EXCLUSIVE].b = exclusive;
   a[ATTR_REVERSE].b = reverse;
-  nb_tensor *in[2] = {x, ax};
-  nb_tensor *y = nb_call(c, &reduce_ops[op], in, 2, a);
+  nb_tensor *in[2] = {x, axis};
+  return nb_call(c, &reduce_ops[op], in, 2, a);
+}
+
+static nb_tensor *scan_call(nb_ctx *c, int op, nb_tensor *x, int axis, bool exclusive, bool reverse) {
+  if (!nb_live(c)) return NULL;
+  nb_tensor *ax = nb_scalar(c, NB_I32, axis);
+  if (!ax) return NULL;
+  nb_tensor *y = scan_over(c, op, x, ax, exclusive, reverse);
   nb_tensor_free(ax);
   return y;
 }
 
 nb_tensor *nb_cumsum(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool reverse) {
   return scan_call(c, OP_CUMSUM, x, axis, exclusive, reverse);
+}
+
+nb_tensor *nb_cumsum_t(nb_ctx *c, nb_tensor *x, nb_tensor *axis, bool exclusive, bool reverse) {
+  return scan_over(c, OP_CUMSUM, x, axis, exclusive, reverse);
 }
 
 nb_tensor *nb_cumprod(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool reverse) {

@@ -650,10 +650,10 @@ enum { OP_SLICE, OP_STRIDED_SLICE, OP_STRIDED_SLICE_GRAD, OP_GATHER_V2, OP_UNSOR
 
 static nb_op_def slicing_ops[OP_COUNT] = {
     /* gradients: Slice and StridedSlice pad/scatter into the input's shape at begin */
-    [OP_SLICE] = {.name = "Slice", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 6u, .nattrs = 1,
+    [OP_SLICE] = {.name = "Slice", .nin = 3, .nout = 1, .alias = -1, .nattrs = 1,
                   .attrs = {INDEX_ATTR}, .checks = {INDEX_CHECK}, .validate = slice_validate, .infer = slice_infer,
                   .kernel = strided_copy_kernel},
-    [OP_STRIDED_SLICE] = {.name = "StridedSlice", .nin = 4, .nout = 1, .alias = -1, .grad_inputs = 14u,
+    [OP_STRIDED_SLICE] = {.name = "StridedSlice", .nin = 4, .nout = 1, .alias = -1,
                           .nattrs = 6,
                           .attrs = {INDEX_ATTR, MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"),
                                     MASK_ATTR("ellipsis_mask"), MASK_ATTR("new_axis_mask"),
@@ -662,7 +662,7 @@ static nb_op_def slicing_ops[OP_COUNT] = {
                           .kernel = strided_copy_kernel},
     /* its gradient slices the incoming gradient the same way; begin/end/strides are read */
     [OP_STRIDED_SLICE_GRAD] = {.name = "StridedSliceGrad", .nin = 5, .nout = 1, .alias = -1, .t_input = 4,
-                               .grad_inputs = 14u, .nattrs = 6,
+                               .nattrs = 6,
                                .attrs = {INDEX_ATTR, MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"),
                                          MASK_ATTR("ellipsis_mask"), MASK_ATTR("new_axis_mask"),
                                          MASK_ATTR("shrink_axis_mask")},
@@ -670,12 +670,12 @@ static nb_op_def slicing_ops[OP_COUNT] = {
                                .infer = strided_slice_grad_infer,
                                .kernel = strided_scatter_kernel},
     /* GatherV2's gradient scatters into params' shape at the indices along axis */
-    [OP_GATHER_V2] = {.name = "GatherV2", .nin = 3, .nout = 1, .alias = -1, .grad_inputs = 6u, .nattrs = 1,
+    [OP_GATHER_V2] = {.name = "GatherV2", .nin = 3, .nout = 1, .alias = -1, .nattrs = 1,
                       .attrs = {{"batch_dims", NB_ATTR_INT, {.i = 0}, false}},
                       .validate = gather_validate, .infer = gather_infer, .kernel = gather_kernel},
     /* its gradient gathers the output gradient at segment_ids */
     [OP_UNSORTED_SEGMENT_SUM] = {.name = "UnsortedSegmentSum", .nin = 3, .nout = 1, .alias = -1,
-                                 .grad_inputs = 2u, .validate = segment_sum_validate, .infer = segment_sum_infer,
+                                 .validate = segment_sum_validate, .infer = segment_sum_infer,
                                  .kernel = segment_sum_kernel},
 };
 
@@ -721,6 +721,27 @@ static bool check_slice_lists(nb_ctx *c, const char *op, const int64_t *begin, c
   return false;
 }
 
+nb_tensor *nb_slice_t(nb_ctx *c, nb_tensor *x, nb_tensor *begin, nb_tensor *size) {
+  nb_tensor *in[3] = {x, begin, size};
+  return nb_call(c, &slicing_ops[OP_SLICE], in, 3, NULL);
+}
+
+nb_tensor *nb_strided_slice_t(nb_ctx *c, nb_tensor *x, nb_tensor *begin, nb_tensor *end, nb_tensor *strides,
+                              const nb_slice_masks *masks) {
+  nb_attrval a[NB_MAX_ATTRS];
+  slice_mask_attrs(OP_STRIDED_SLICE, masks, a);
+  nb_tensor *in[4] = {x, begin, end, strides};
+  return nb_call(c, &slicing_ops[OP_STRIDED_SLICE], in, 4, a);
+}
+
+nb_tensor *nb_strided_slice_grad_t(nb_ctx *c, nb_tensor *shape, nb_tensor *begin, nb_tensor *end, nb_tensor *strides,
+                                   nb_tensor *dy, const nb_slice_masks *masks) {
+  nb_attrval a[NB_MAX_ATTRS];
+  slice_mask_attrs(OP_STRIDED_SLICE_GRAD, masks, a);
+  nb_tensor *in[5] = {shape, begin, end, strides, dy};
+  return nb_call(c, &slicing_ops[OP_STRIDED_SLICE_GRAD], in, 5, a);
+}
+
 nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *end,
                             const int64_t *strides, int n, const nb_slice_masks *masks) {
   if (!nb_live(c) || !check_slice_lists(c, "StridedSlice", begin, end, strides, n)) return NULL;
@@ -733,31 +754,37 @@ nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const
 nb_tensor *nb_strided_slice_grad(nb_ctx *c, nb_tensor *shape, const int64_t *begin, const int64_t *end,
                                  const int64_t *strides, int n, nb_tensor *dy, const nb_slice_masks *masks) {
   if (!nb_live(c) || !check_slice_lists(c, "StridedSliceGrad", begin, end, strides, n)) return NULL;
-  nb_attrval a[NB_MAX_ATTRS];
-  slice_mask_attrs(OP_STRIDED_SLICE_GRAD, masks, a);
   /* begin/end/strides take shape's dtype, as TF's Index attr requires */
   nb_dtype t = shape && nb_dtype_of(shape) == NB_I32 ? NB_I32 : NB_I64;
-  nb_tensor *in[5] = {shape, nb_const_ints(c, t, begin, n), nb_const_ints(c, t, end, n),
-                      nb_const_ints(c, t, strides, n), dy};
-  nb_tensor *dx = nb_call(c, &slicing_ops[OP_STRIDED_SLICE_GRAD], in, 5, a);
-  for (int i = 1; i < 4; i++) nb_tensor_free(in[i]);
+  nb_tensor *lists[3] = {nb_const_ints(c, t, begin, n), nb_const_ints(c, t, end, n), nb_const_ints(c, t, strides, n)};
+  nb_tensor *dx = nb_strided_slice_grad_t(c, shape, lists[0], lists[1], lists[2], dy, masks);
+  for (int i = 0; i < 3; i++) nb_tensor_free(lists[i]);
   return dx;
+}
+
+nb_tensor *nb_gather_t(nb_ctx *c, nb_tensor *params, nb_tensor *indices, nb_tensor *axis, int batch_dims) {
+  nb_tensor *in[3] = {params, indices, axis};
+  nb_attrval a[NB_MAX_ATTRS];
+  nb_attr_defaults(&slicing_ops[OP_GATHER_V2], a);
+  a[GATHER_BATCH_DIMS].i = batch_dims;
+  return nb_call(c, &slicing_ops[OP_GATHER_V2], in, 3, a);
 }
 
 nb_tensor *nb_gather(nb_ctx *c, nb_tensor *params, nb_tensor *indices, int axis, int batch_dims) {
   int32_t axis_v = axis;
-  nb_tensor *in[3] = {params, indices, nb_tensor_from(c, NB_I32, 0, NULL, &axis_v)};
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&slicing_ops[OP_GATHER_V2], a);
-  a[GATHER_BATCH_DIMS].i = batch_dims;
-  nb_tensor *y = nb_call(c, &slicing_ops[OP_GATHER_V2], in, 3, a);
-  nb_tensor_free(in[2]);
+  nb_tensor *ax = nb_tensor_from(c, NB_I32, 0, NULL, &axis_v), *y = nb_gather_t(c, params, indices, ax, batch_dims);
+  nb_tensor_free(ax);
   return y;
 }
 
+nb_tensor *nb_unsorted_segment_sum_t(nb_ctx *c, nb_tensor *data, nb_tensor *segment_ids, nb_tensor *num_segments) {
+  nb_tensor *in[3] = {data, segment_ids, num_segments};
+  return nb_call(c, &slicing_ops[OP_UNSORTED_SEGMENT_SUM], in, 3, NULL);
+}
+
 nb_tensor *nb_unsorted_segment_sum(nb_ctx *c, nb_tensor *data, nb_tensor *segment_ids, int64_t num_segments) {
-  nb_tensor *in[3] = {data, segment_ids, nb_tensor_from(c, NB_I64, 0, NULL, &num_segments)};
-  nb_tensor *y = nb_call(c, &slicing_ops[OP_UNSORTED_SEGMENT_SUM], in, 3, NULL);
-  nb_tensor_free(in[2]);
+  nb_tensor *n = nb_tensor_from(c, NB_I64, 0, NULL, &num_segments);
+  nb_tensor *y = nb_unsorted_segment_sum_t(c, data, segment_ids, n);
+  nb_tensor_free(n);
   return y;
 }

@@ -44,75 +44,13 @@ int nb_apply_num_vars(nb_apply_kind kind) {
   }
 }
 
-/* The loops for one float type T over [lo, hi). Hyperparameters are converted to T once;
-   nesterov variants select coefficients instead of branching in the loop. sqrt and the
-   division make them compute-bound: NB_SIMD_CLONES. */
-#define DEFINE_UPDATE(T, sfx)                                                                 \
-  NB_SIMD_CLONES static void update_##sfx(void *arg, int64_t lo, int64_t hi) {                \
-    const apply_job *j = arg;                                                                 \
-    const nb_hyper *h = &j->h;                                                                \
-    T *restrict w = (T *)j->p[0];                                                             \
-    const T *restrict g = (const T *)j->g;                                                    \
-    const T lr = (T)h->lr, eps = (T)h->epsilon;                                               \
-    switch (j->kind) {                                                                        \
-      case NB_APPLY_SGD:                                                                      \
-        for (int64_t i = lo; i < hi; i++) w[i] -= g[i] * lr;                                  \
-        break;                                                                                \
-      case NB_APPLY_MOMENTUM: { /* accum = accum mu + g; var -= lr accum (nesterov: lr (g + mu accum)) */ \
-        T *restrict a = (T *)j->p[1];                                                         \
-        const T mu = (T)h->momentum, ca = h->nesterov ? mu * lr : lr, cg = h->nesterov ? lr : 0; \
-        for (int64_t i = lo; i < hi; i++) {                                                   \
-          T ai = a[i] * mu + g[i];                                                            \
-          a[i] = ai;                                                                          \
-          w[i] -= g[i] * cg + ai * ca;                                                        \
-        }                                                                                     \
-        break;                                                                                \
-      }                                                                                       \
-      case NB_APPLY_ADAM:                                                                     \
-      case NB_APPLY_ADAMW: { /* lr_t = lr sqrt(1 - b2^t) / (1 - b1^t); var -= lr_t m / (sqrt(v) + eps) */ \
-        T *restrict m = (T *)j->p[1], *restrict v = (T *)j->p[2];                             \
-        const T b1 = (T)h->beta1, b2 = (T)h->beta2;                                           \
-        const T lr_t = (T)(h->lr * sqrt(1 - h->beta2_power) / (1 - h->beta1_power));          \
-        const T decay = (T)(h->weight_decay * h->lr); /* 0 for Adam: var - var * 0 is var */  \
-        for (int64_t i = lo; i < hi; i++) {                                                   \
-          T gi = g[i], mi = m[i] + (gi - m[i]) * (1 - b1), vi = v[i] + (gi * gi - v[i]) * (1 - b2); \
-          m[i] = mi;                                                                          \
-          v[i] = vi;                                                                          \
-          T wi = w[i] - w[i] * decay;                                                         \
-          w[i] = wi - mi * lr_t / (sqrt(vi) + eps);                                           \
-        }                                                                                     \
-        break;                                                                                \
-      }                                                                                       \
-      case NB_APPLY_RMSPROP: { /* ms += (g^2 - ms)(1 - rho); mom = mu mom + lr g / sqrt(ms + eps) */ \
-        T *restrict ms = (T *)j->p[1], *restrict mom = (T *)j->p[2];                          \
-        const T rho = (T)h->rho, mu = (T)h->momentum;                                         \
-        for (int64_t i = lo; i < hi; i++) {                                                   \
-          T gi = g[i], si = ms[i] + (gi * gi - ms[i]) * (1 - rho);                            \
-          T oi = mom[i] * mu + gi * lr / sqrt(si + eps);                                      \
-          ms[i] = si;                                                                         \
-          mom[i] = oi;                                                                        \
-          w[i] -= oi;                                                                         \
-        }                                                                                     \
-        break;                                                                                \
-      }                                                                                       \
-      case NB_APPLY_CENTERED_RMSPROP: { /* as RMSProp with ms - mg^2 for ms, mg the mean of g */ \
-        T *restrict mg = (T *)j->p[1], *restrict ms = (T *)j->p[2], *restrict mom = (T *)j->p[3]; \
-        const T rho = (T)h->rho, mu = (T)h->momentum;                                         \
-        for (int64_t i = lo; i < hi; i++) {                                                   \
-          T gi = g[i], ai = mg[i] + (gi - mg[i]) * (1 - rho), si = ms[i] + (gi * gi - ms[i]) * (1 - rho); \
-          T oi = mom[i] * mu + gi * lr / sqrt(si - ai * ai + eps);                            \
-          mg[i] = ai;                                                                         \
-          ms[i] = si;                                                                         \
-          mom[i] = oi;                                                                        \
-          w[i] -= oi;                                                                         \
-        }                                                                                     \
-        break;                                                                                \
-      }                                                                                       \
-    }                                                                                         \
-  }
-
-DEFINE_UPDATE(float, f32)
-DEFINE_UPDATE(double, f64)
+/* The loops over [lo, hi) of one float type each (training_update.inc). */
+#define UPDATE_T float
+#define UPDATE_FN update_f32
+#include "training_update.inc"
+#define UPDATE_T double
+#define UPDATE_FN update_f64
+#include "training_update.inc"
 
 nb_code nb_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const *vars, const void *grad, const nb_hyper *h,
                         int threads) {
