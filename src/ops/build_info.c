@@ -116,7 +116,7 @@ static bool cpu_has_avx2(void) { return false; }
 
 /* The one place naming the convolution backend: conv.c's kernels, im2col + nb_gemm (so
    their GEMMs run on the float32/float64 GEMM backends named beside it). */
-#define BUILD_INFO_CONV_BACKEND "im2col+GEMM"
+const char *nb_conv_backend_name(void) { return "im2col+GEMM"; }
 
 static const char *onednn_runtime_name(unsigned r) {
   return r == DNNL_RUNTIME_OMP ? "openmp" : r == DNNL_RUNTIME_SEQ ? "sequential" : r == DNNL_RUNTIME_TBB ? "tbb" : "other";
@@ -129,7 +129,7 @@ static void add_backends(size_t *len) {
            nb_onednn_isa_name());
   info_add(len, "; backends gemm_f32=%s (%s) gemm_f64=%s (%s) conv=%s", nb_gemm_backend_name(NB_F32),
            nb_gemm_kernel_name(NB_F32), nb_gemm_backend_name(NB_F64), nb_gemm_kernel_name(NB_F64),
-           BUILD_INFO_CONV_BACKEND);
+           nb_conv_backend_name());
 }
 
 static const char *blas_parallel_name(int p) {

@@ -10,4 +10,7 @@
    out (size bytes, truncated to fit), false and out untouched when there is none. */
 bool build_info_blas_warning(const char *corename, bool cpu_has_avx2, char *out, size_t size);
 
+/* The library or method that runs Conv2D and its gradients (nb_build_info's conv=). */
+const char *nb_conv_backend_name(void);
+
 #endif
