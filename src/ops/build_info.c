@@ -1,8 +1,8 @@
 /* nb_build_info: what this build runs on, so a slow path (a generic BLAS core, a baseline
-   kernel clone, oneDNN below the CPU's ISA) shows in a benchmark's log, and which library
-   runs each kind of kernel. It lives in src/ops because ops is the lowest
-   layer that links OpenBLAS (core must not); protobuf-c is an external library here, not
-   a use of src/io. Computed once, on first call. */
+   kernel clone, oneDNN's ISA below the CPU's) shows in a benchmark's log, and which
+   library runs each kind of kernel. It lives in src/ops because ops is the lowest layer
+   that links OpenBLAS and oneDNN (core must not); protobuf-c is an external library
+   here, not a use of src/io. Computed once, on first call. */
 #define _POSIX_C_SOURCE 200809L /* strcasecmp */
 #include "build_info.h"
 #include "blas.h"
@@ -119,7 +119,10 @@ static bool cpu_has_avx2(void) { return false; }
 const char *nb_conv_backend_name(void) { return "im2col+GEMM"; }
 
 static const char *onednn_runtime_name(unsigned r) {
-  return r == DNNL_RUNTIME_OMP ? "openmp" : r == DNNL_RUNTIME_SEQ ? "sequential" : r == DNNL_RUNTIME_TBB ? "tbb" : "other";
+  return r == DNNL_RUNTIME_OMP   ? "openmp"
+         : r == DNNL_RUNTIME_SEQ ? "sequential"
+         : r == DNNL_RUNTIME_TBB ? "tbb"
+                                 : "other";
 }
 
 /* oneDNN's version and the ISA its JIT kernels use here, then which library runs what. */
