@@ -68,6 +68,8 @@ install: build
 	cmake --install $(BUILD)
 
 bench: build
+	./$(BUILD)/bench/peak
+	./$(BUILD)/bench/matmul
 	./$(BUILD)/bench/eager_ops
 	./$(BUILD)/bench/grad_build 10000 100000
 	./$(BUILD)/bench/eager_chain

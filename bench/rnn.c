@@ -5,11 +5,13 @@
      nb_rnn_eager   ms   nb_while in an eager context under a tape, nb_tape_gradient
      nb_rnn_accumulators  what the graph loop stacks for its gradient: count, and bytes
                           held after a run (stacks sharing one block count it once)
+   Each timing line names the float32 GEMM's backend and kernel.
    bench/peers/rnn.py times the same computation in PyTorch, TensorFlow and JAX. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
 #include "../src/graph/graph.h" /* the While node's accumulators and the blocks behind them */
+#include "../src/ops/blas.h"     /* the float32 GEMM's backend and kernel */
 #include "benchutil.h"
 
 #include <math.h>
@@ -111,6 +113,11 @@ static double eager_step(nb_ctx *c, rnn *r) {
   return bench_now() - t0;
 }
 
+static void print_time(const char *mode, int threads, double seconds) {
+  printf("name=nb_rnn_%s hidden=%d input=%d seq=%d batch=%d threads=%d backend=%s kernel=%s ms_median=%.2f\n", mode,
+         HIDDEN, INPUT, SEQ, BATCH, threads, nb_gemm_backend_name(NB_F32), nb_gemm_kernel_name(NB_F32), 1e3 * seconds);
+}
+
 int main(int argc, char **argv) {
   int max_threads = argc > 1 ? atoi(argv[1]) : 2; /* rnn [max threads] */
   srand(1);
@@ -148,10 +155,8 @@ int main(int argc, char **argv) {
     eager_step(e, &ev);
     for (int i = 0; i < RUNS; i++) tg[i] = graph_run(s, feeds, vals, fetch, 4);
     for (int i = 0; i < RUNS; i++) te[i] = eager_step(e, &ev);
-    printf("name=nb_rnn_graph hidden=%d input=%d seq=%d batch=%d threads=%d ms_median=%.2f\n", HIDDEN, INPUT, SEQ, BATCH,
-           threads, 1e3 * bench_median(tg, RUNS));
-    printf("name=nb_rnn_eager hidden=%d input=%d seq=%d batch=%d threads=%d ms_median=%.2f\n", HIDDEN, INPUT, SEQ, BATCH,
-           threads, 1e3 * bench_median(te, RUNS));
+    print_time("graph", threads, bench_median(tg, RUNS));
+    print_time("eager", threads, bench_median(te, RUNS));
   }
   nb_session_free(s);
   nb_ctx_free(c);

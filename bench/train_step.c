@@ -7,13 +7,18 @@
    eager mode (a tape per step), on 1 and 2 threads; median of RUNS runs of STEPS steps after
    a warm-up, as step_ms. The eager step ends the forward's scope before the update
    (keeping the gradients), so variables are updated in place.
+   Each line names the float32 GEMM's backend and kernel (and LeNet's convolution backend)
+   and the step's GFLOP/s and fraction of this core's measured peak (bench/peak.h) from
+   model_step_flops.
    Usage: train_step [mlp|lenet|all] [graph|eager|all] [threads]: only those (the peak RSS
    of one configuration alone); no arguments: all of them. The last line is the process's peak
    RSS (ru_maxrss), as the peer scripts print theirs. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
-#include "benchutil.h"
+#include "../src/ops/blas.h"       /* the float32 GEMM's backend and kernel */
+#include "../src/ops/build_info.h" /* the convolution backend */
+#include "peak.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +36,7 @@ typedef struct model {
   int64_t batch;
   int nvars;
   nb_variable *vars[MAX_VARS];
+  double layer_macs[MAX_VARS / 2]; /* multiply-adds of each layer's forward product */
   nb_tensor *(*logits)(nb_ctx *c, nb_tensor *const *p, nb_tensor *x);
   int x_rank;
   int64_t x_shape[4];
@@ -59,10 +65,14 @@ static nb_tensor *lenet_logits(nb_ctx *c, nb_tensor *const *p, nb_tensor *x) {
   return dense(c, dense(c, dense(c, h, p[4], p[5], true), p[6], p[7], true), p[8], p[9], false);
 }
 
-/* Glorot-uniform weights and zero biases, one (weight, bias) pair per layer. */
-static bool add_layer(nb_ctx *c, model *m, int rank, const int64_t *wshape) {
+/* Glorot-uniform weights and zero biases, one (weight, bias) pair per layer, whose product
+   has out_pixels output positions per example (1 for a dense layer). */
+static bool add_layer(nb_ctx *c, model *m, int rank, const int64_t *wshape, int64_t out_pixels) {
   const int64_t seed[2] = {1, m->nvars}; /* a stream of its own per layer */
   int64_t units = wshape[rank - 1];
+  double weights = 1;
+  for (int d = 0; d < rank; d++) weights *= (double)wshape[d];
+  m->layer_macs[m->nvars / 2] = (double)m->batch * (double)out_pixels * weights;
   nb_tensor *w = nb_init_glorot_uniform(c, NB_F32, rank, wshape, seed);
   nb_tensor *b = nb_init_zeros(c, NB_F32, 1, &units);
   m->vars[m->nvars++] = nb_variable_new(c, w, true, "w");
@@ -72,15 +82,36 @@ static bool add_layer(nb_ctx *c, model *m, int rank, const int64_t *wshape) {
 
 static bool make_mlp(nb_ctx *c, model *m) {
   *m = (model){.name = "mlp", .batch = 128, .logits = mlp_logits, .x_rank = 2, .x_shape = {128, 784}};
-  return add_layer(c, m, 2, (const int64_t[]){784, 512}) && add_layer(c, m, 2, (const int64_t[]){512, 512}) &&
-         add_layer(c, m, 2, (const int64_t[]){512, 10});
+  return add_layer(c, m, 2, (const int64_t[]){784, 512}, 1) && add_layer(c, m, 2, (const int64_t[]){512, 512}, 1) &&
+         add_layer(c, m, 2, (const int64_t[]){512, 10}, 1);
 }
 
 static bool make_lenet(nb_ctx *c, model *m) {
   *m = (model){.name = "lenet", .batch = 64, .logits = lenet_logits, .x_rank = 4, .x_shape = {64, 28, 28, 1}};
-  return add_layer(c, m, 4, (const int64_t[]){5, 5, 1, 6}) && add_layer(c, m, 4, (const int64_t[]){5, 5, 6, 16}) &&
-         add_layer(c, m, 2, (const int64_t[]){256, 120}) && add_layer(c, m, 2, (const int64_t[]){120, 84}) &&
-         add_layer(c, m, 2, (const int64_t[]){84, 10});
+  return add_layer(c, m, 4, (const int64_t[]){5, 5, 1, 6}, 24 * 24) &&
+         add_layer(c, m, 4, (const int64_t[]){5, 5, 6, 16}, 8 * 8) && add_layer(c, m, 2, (const int64_t[]){256, 120}, 1) &&
+         add_layer(c, m, 2, (const int64_t[]){120, 84}, 1) && add_layer(c, m, 2, (const int64_t[]){84, 10}, 1);
+}
+
+/* A step's flops: per layer the forward product, the weight gradient (as many
+   multiply-adds) and, but for the first layer (its input is data), the input gradient;
+   2 flops per multiply-add. Bias, ReLU, pooling, softmax and the update are left out.
+   MLP: 2 * (2 * 128*784*512 + 3 * (128*512*512 + 128*512*10)) = 410.8 MFLOP;
+   LeNet: 2 * (2 * 64*576*150 + 3 * (64*64*2400 + 64*256*120 + 64*120*84 + 64*84*10))
+   = 97.1 MFLOP. */
+static double model_step_flops(const model *m) {
+  double macs = 0;
+  for (int l = 0; l < m->nvars / 2; l++) macs += (l == 0 ? 2 : 3) * m->layer_macs[l];
+  return 2 * macs;
+}
+
+/* One result line of model m. */
+static void print_step(const model *m, const char *mode, int threads, double ms) {
+  double gflops = model_step_flops(m) / (ms * 1e-3) * 1e-9;
+  printf("name=nb_train_step model=%s mode=%s batch=%lld threads=%d backend=%s kernel=%s", m->name, mode,
+         (long long)m->batch, threads, nb_gemm_backend_name(NB_F32), nb_gemm_kernel_name(NB_F32));
+  if (m->x_rank == 4) printf(" conv=%s", nb_conv_backend_name());
+  printf(" step_ms=%.3f gflops=%.1f frac_peak=%.3f\n", ms, gflops, bench_frac_peak(gflops, threads));
 }
 
 static nb_tensor *mean_loss(nb_ctx *c, const model *m, nb_tensor *const *p, nb_tensor *x, nb_tensor *labels) {
@@ -181,14 +212,12 @@ static bool bench_model(bool (*make)(nb_ctx *, model *), const char *only_mode, 
     if (!only_mode || strcmp(only_mode, "graph") == 0) {
       double ms = time_graph(&m, threads, x, labels);
       ok = !isnan(ms);
-      printf("name=nb_train_step model=%s mode=graph batch=%lld threads=%d step_ms=%.3f\n", m.name,
-             (long long)m.batch, threads, ms);
+      print_step(&m, "graph", threads, ms);
     }
     if (ok && (!only_mode || strcmp(only_mode, "eager") == 0)) {
       double ms = time_eager(c, &m, x, labels);
       ok = !isnan(ms);
-      printf("name=nb_train_step model=%s mode=eager batch=%lld threads=%d step_ms=%.3f\n", m.name,
-             (long long)m.batch, threads, ms);
+      print_step(&m, "eager", threads, ms);
     }
     fflush(stdout);
   }

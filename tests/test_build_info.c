@@ -1,10 +1,15 @@
-/* nb_build_info: the build, CPU and BLAS core it reports, and the slow-BLAS warning. */
+/* nb_build_info: the build, CPU, BLAS core, oneDNN ISA and backends it reports, and the
+   slow-BLAS warning. */
+#define _POSIX_C_SOURCE 200809L /* strcasecmp */
 #include "testutil.h"
 
+#include "../src/ops/blas.h"
 #include "../src/ops/build_info.h"
 
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
+#include <strings.h>
 
 static bool contains(const char *s, const char *part) { return strstr(s, part) != NULL; }
 
@@ -20,10 +25,38 @@ static void test_build_info_fields(void **state) {
   assert_true(contains(info, "blas OpenBLAS"));
   snprintf(want, sizeof want, "blas core %s (", openblas_get_corename());
   assert_true(contains(info, want));
+  const dnnl_version_t *v = dnnl_version();
+  snprintf(want, sizeof want, "onednn %d.%d.%d (openmp, isa %s)", v->major, v->minor, v->patch,
+           nb_onednn_isa_name());
+  assert_true(contains(info, want));
+  snprintf(want, sizeof want, "gemm_f32=oneDNN (%s) gemm_f64=OpenBLAS (%s) conv=", nb_onednn_isa_name(),
+           openblas_get_corename());
+  assert_true(contains(info, want));
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   assert_true(contains(info, __builtin_cpu_supports("avx2") ? "avx2=yes" : "avx2=no"));
   assert_true(contains(info, __builtin_cpu_supports("avx512f") ? "avx512f=yes" : "avx512f=no"));
+#endif
+}
+
+/* oneDNN's ISA on an x86-64 CPU follows the CPU's own features (oneDNN needs SSE4.1 at
+   least for its JIT kernels), or the cap ctest sets through ONEDNN_MAX_CPU_ISA. */
+static void test_onednn_isa(void **state) {
+  (void)state;
+  const char *isa = nb_onednn_isa_name(), *cap = getenv("ONEDNN_MAX_CPU_ISA");
+  assert_non_null(isa);
+  if (cap && strcasecmp(cap, "SSE41") == 0) {
+    assert_string_equal(isa, "sse41");
+    return;
+  }
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f"))
+    assert_true(strncmp(isa, "avx512", 6) == 0);
+  else if (__builtin_cpu_supports("avx2"))
+    assert_true(strncmp(isa, "avx2", 4) == 0);
+  else if (__builtin_cpu_supports("sse4.1"))
+    assert_string_not_equal(isa, "generic");
 #endif
 }
 
@@ -45,7 +78,7 @@ static void test_blas_warning(void **state) {
   assert_false(build_info_blas_warning("Prescott", false, msg, sizeof msg)); /* the CPU can do no better */
   assert_string_equal(msg, "untouched");
   assert_true(build_info_blas_warning("Prescott", true, msg, sizeof msg));
-  assert_string_equal(msg, "OpenBLAS chose generic Prescott kernels on an AVX2 CPU: GEMM runs far below peak");
+  assert_string_equal(msg, "OpenBLAS chose generic Prescott kernels on an AVX2 CPU: float64 GEMM runs far below peak");
   assert_true(build_info_blas_warning("CORE2", true, msg, sizeof msg));
   assert_true(contains(msg, "Core2"));
 }
@@ -69,6 +102,7 @@ static void test_build_info_warning_matches(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_build_info_fields),
+      cmocka_unit_test(test_onednn_isa),
       cmocka_unit_test(test_build_info_threads),
       cmocka_unit_test(test_blas_warning),
       cmocka_unit_test(test_build_info_warning_matches),

@@ -1,6 +1,9 @@
 /* MatMul, _MatMulAdd and BatchMatMulV2: hand-checked products, every transpose combination, batch
-   broadcasting, empty and K = 0 products, thread-count independence, error paths. */
+   broadcasting, empty and K = 0 products, thread-count independence, the float32 GEMM
+   (oneDNN) against float64 (OpenBLAS) and against OpenBLAS's float32, error paths. */
 #include "graphutil.h"
+
+#include "../src/ops/blas.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -490,6 +493,114 @@ static void test_threads_leave_omp_setting(void **state) {
   assert_int_equal(nb_status(c), NB_OK);
 }
 
+/* ---- the float32 GEMM backend ------------------------------------------------------ */
+
+/* Row-major rows x cols values in [-1, 1) rounded to float32 (so the float32 and float64
+   GEMMs multiply the same numbers), in storage with leading dim ld; the padding holds 7. */
+static void fill_padded(double *d, float *f, int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
+  fill_random(d, rows * ld, seed);
+  for (int64_t i = 0; i < rows * ld; i++) d[i] = i % ld < cols ? (float)d[i] : 7;
+  for (int64_t i = 0; i < rows * ld; i++) f[i] = (float)d[i];
+}
+
+/* The rows x cols matrix stored with leading dim ld, densely (the caller frees it). */
+static double *dense_of(const double *v, int64_t rows, int64_t cols, int64_t ld) {
+  double *out = malloc((size_t)(rows * cols + 1) * sizeof *out);
+  assert_non_null(out);
+  for (int64_t i = 0; i < rows; i++) memcpy(out + i * cols, v + i * ld, (size_t)cols * sizeof *out);
+  return out;
+}
+
+/* nb_gemm's float32 path against its float64 path on the same values: C = op(A) op(B) +
+   beta C with leading dims ld = cols + pad (the padding stays untouched). With beta 0, C
+   starts as NaN: it must not be read. */
+static void check_gemm_f32_vs_f64(nb_ctx *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t pad,
+                                  double beta, uint64_t seed) {
+  int64_t arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+  int64_t lda = acols + pad, ldb = bcols + pad, ldc = n + pad;
+  int64_t asz = arows * lda, bsz = brows * ldb, csz = m * ldc, total = asz + bsz + csz + 1;
+  double *d = malloc((size_t)total * sizeof *d), *abs_d = malloc((size_t)total * sizeof *abs_d);
+  float *f = malloc((size_t)total * sizeof *f);
+  assert_true(d && abs_d && f);
+  double *a = d, *b = a + asz, *c64 = b + bsz;
+  float *a32 = f, *b32 = a32 + asz, *c32 = b32 + bsz;
+  fill_padded(a, a32, arows, acols, lda, seed);
+  fill_padded(b, b32, brows, bcols, ldb, seed + 1);
+  fill_padded(c64, c32, m, n, ldc, seed + 2);
+  for (int64_t i = 0; beta == 0 && i < csz; i++)
+    if (i % ldc < n) c64[i] = c32[i] = NAN;
+  /* S of tu_check_sums: the same GEMM over magnitudes (|C| only where beta reads it) */
+  for (int64_t i = 0; i < asz + bsz + csz; i++) abs_d[i] = beta == 0 && i >= asz + bsz ? 0 : fabs(d[i]);
+  nb_gemm(NB_F64, ta, tb, m, n, k, abs_d, lda, abs_d + asz, ldb, beta, abs_d + asz + bsz, ldc);
+  nb_gemm(NB_F64, ta, tb, m, n, k, a, lda, b, ldb, beta, c64, ldc);
+  nb_gemm(NB_F32, ta, tb, m, n, k, a32, lda, b32, ldb, beta, c32, ldc);
+  double *got_v = malloc((size_t)csz * sizeof *got_v + 1);
+  assert_non_null(got_v);
+  for (int64_t i = 0; i < csz; i++) {
+    got_v[i] = c32[i];
+    if (i % ldc >= n) assert_true(c32[i] == 7.0f); /* the padding */
+  }
+  double *got_dense = dense_of(got_v, m, n, ldc), *want = dense_of(c64, m, n, ldc),
+         *abs_sums = dense_of(abs_d + asz + bsz, m, n, ldc);
+  nb_tensor *got = tu_make_float(c, NB_F32, 2, (const int64_t[]){m, n}, got_dense);
+  tu_check_sums(got, want, NB_F64, k + (beta != 0), abs_sums);
+  free(got_dense);
+  free(want);
+  free(abs_sums);
+  free(got_v);
+  free(d);
+  free(abs_d);
+  free(f);
+}
+
+/* Random shapes (k = 0 among them) through every transpose, beta 0 and 1, dense and
+   padded leading dims, on one thread and on two. */
+static void test_gemm_f32_against_f64(void **state) {
+  nb_ctx *c = *state;
+  uint64_t r = 42;
+  int orig = omp_get_max_threads();
+  for (int threads = 1, most = tu_set_threads(c, 2); threads <= most; threads++) {
+    nb_blas_set_threads(threads);
+    for (int i = 0; i < 32; i++) {
+      r = r * 6364136223846793005u + 1442695040888963407u;
+      int64_t m = 1 + (int64_t)(r >> 33) % 90, n = 1 + (int64_t)(r >> 45) % 90, k = i % 8 == 7 ? 0 : (int64_t)(r >> 20) % 300;
+      check_gemm_f32_vs_f64(c, i & 1, i & 2, m, n, k, i & 4 ? 3 : 0, i & 8 ? 1 : 0, r);
+    }
+  }
+  nb_blas_set_threads(orig);
+  nb_ctx_set_threads(c, 1);
+}
+
+/* The same float32 MatMul and _MatMulAdd on oneDNN and on OpenBLAS (the internal switch),
+   each transpose, shapes the kernel runs whole and split across threads: two float32 sums
+   of k (k + 1) terms in different orders. */
+static void test_matmul_f32_backends_agree(void **state) {
+  nb_ctx *c = *state;
+  for (int threads = 1, most = tu_set_threads(c, 2); threads <= most; threads++) {
+    nb_ctx_set_threads(c, threads);
+    for (int tr = 0; tr < 4; tr++) {
+      bool ta = tr & 1, tb = tr & 2;
+      int64_t m = tr & 1 ? 200 : 40, k = tr & 1 ? 48 : 300, n = 170;
+      const int64_t xs[2] = {ta ? k : m, ta ? m : k}, ys[2] = {tb ? n : k, tb ? k : n};
+      nb_tensor *x = nb_stateless_random_uniform(c, xs, 2, (const int64_t[2]){3, tr}, NB_F32);
+      nb_tensor *y = nb_stateless_random_uniform(c, ys, 2, (const int64_t[2]){4, tr}, NB_F32);
+      nb_tensor *acc = nb_stateless_random_uniform(c, (const int64_t[]){m, n}, 2, (const int64_t[2]){5, tr}, NB_F32);
+      nb_gemm_set_f32_backend(NB_GEMM_OPENBLAS);
+      double *want = values_of(nb_matmul(c, x, y, ta, tb)), *want_add = values_of(nb_matmul_add(c, x, y, ta, tb, acc));
+      nb_gemm_set_f32_backend(NB_GEMM_ONEDNN);
+      double *abs_sums = abs_sums_of(x, y, ta, tb, NULL), *abs_sums_add = abs_sums_of(x, y, ta, tb, acc);
+      tu_check_sums(nb_matmul(c, x, y, ta, tb), want, NB_F32, k, abs_sums);
+      tu_check_sums(nb_matmul_add(c, x, y, ta, tb, acc), want_add, NB_F32, k + 1, abs_sums_add);
+      free(want);
+      free(want_add);
+      free(abs_sums);
+      free(abs_sums_add);
+    }
+  }
+  nb_ctx_set_threads(c, 1);
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
 /* ---- the generic entry and errors ------------------------------------------------- */
 
 static void test_nb_op_attrs(void **state) {
@@ -670,6 +781,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_batch_matmul_empty, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_threads, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_threads_leave_omp_setting, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_gemm_f32_against_f64, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_matmul_f32_backends_agree, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_nb_op_attrs, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_shape_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_dtype_errors, tu_setup, tu_teardown),

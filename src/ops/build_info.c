@@ -1,13 +1,16 @@
 /* nb_build_info: what this build runs on, so a slow path (a generic BLAS core, a baseline
-   kernel clone) shows in a benchmark's log. It lives in src/ops because ops is the lowest
-   layer that links OpenBLAS (core must not); protobuf-c is an external library here, not
-   a use of src/io. Computed once, on first call. */
+   kernel clone, oneDNN's ISA below the CPU's) shows in a benchmark's log, and which
+   library runs each kind of kernel. It lives in src/ops because ops is the lowest layer
+   that links OpenBLAS and oneDNN (core must not); protobuf-c is an external library
+   here, not a use of src/io. Computed once, on first call. */
 #define _POSIX_C_SOURCE 200809L /* strcasecmp */
 #include "build_info.h"
+#include "blas.h"
 #include "op.h"
 
 #include <cblas.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <protobuf-c/protobuf-c.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -38,7 +41,7 @@ bool build_info_blas_warning(const char *corename, bool cpu_has_avx2, char *out,
   if (!cpu_has_avx2 || !corename) return false;
   for (size_t i = 0; i < sizeof pre_avx2_cores / sizeof *pre_avx2_cores; i++) {
     if (strcasecmp(corename, pre_avx2_cores[i]) == 0) {
-      snprintf(out, size, "OpenBLAS chose generic %s kernels on an AVX2 CPU: GEMM runs far below peak",
+      snprintf(out, size, "OpenBLAS chose generic %s kernels on an AVX2 CPU: float64 GEMM runs far below peak",
                pre_avx2_cores[i]);
       return true;
     }
@@ -111,6 +114,27 @@ static void add_cpu(size_t *len) { info_add(len, "; cpu unknown (not x86); eleme
 static bool cpu_has_avx2(void) { return false; }
 #endif
 
+/* The one place naming the convolution backend: conv.c's kernels, im2col + nb_gemm (so
+   their GEMMs run on the float32/float64 GEMM backends named beside it). */
+const char *nb_conv_backend_name(void) { return "im2col+GEMM"; }
+
+static const char *onednn_runtime_name(unsigned r) {
+  return r == DNNL_RUNTIME_OMP   ? "openmp"
+         : r == DNNL_RUNTIME_SEQ ? "sequential"
+         : r == DNNL_RUNTIME_TBB ? "tbb"
+                                 : "other";
+}
+
+/* oneDNN's version and the ISA its JIT kernels use here, then which library runs what. */
+static void add_backends(size_t *len) {
+  const dnnl_version_t *v = dnnl_version();
+  info_add(len, "; onednn %d.%d.%d (%s, isa %s)", v->major, v->minor, v->patch, onednn_runtime_name(v->cpu_runtime),
+           nb_onednn_isa_name());
+  info_add(len, "; backends gemm_f32=%s (%s) gemm_f64=%s (%s) conv=%s", nb_gemm_backend_name(NB_F32),
+           nb_gemm_kernel_name(NB_F32), nb_gemm_backend_name(NB_F64), nb_gemm_kernel_name(NB_F64),
+           nb_conv_backend_name());
+}
+
 static const char *blas_parallel_name(int p) {
   return p == OPENBLAS_SEQUENTIAL ? "sequential" : p == OPENBLAS_THREAD ? "pthreads" : "openmp";
 }
@@ -130,6 +154,7 @@ static void build_info_init(void) {
   const char *core = openblas_get_corename();
   info_add(&len, "; blas %s; blas core %s (%s, threads=%d)", openblas_get_config(), core,
            blas_parallel_name(openblas_get_parallel()), openblas_get_num_threads());
+  add_backends(&len);
   info_add(&len, "; openmp %d, %d procs; protobuf-c %s", _OPENMP, omp_get_num_procs(), protobuf_c_version());
   char warning[160];
   if (build_info_blas_warning(core, cpu_has_avx2(), warning, sizeof warning))

@@ -1,27 +1,56 @@
-/* Linear algebra: MatMul and BatchMatMulV2, each product one OpenBLAS GEMM on row-major
-   data (a transpose is a GEMM flag, never a copy). BatchMatMulV2's batch dims broadcast
-   through per-dim strides of 0; a batch of small products is split across threads with
-   one single-threaded GEMM each, while a large product uses OpenBLAS's own threads. */
+/* Linear algebra: MatMul and BatchMatMulV2, each product one GEMM (oneDNN for float32,
+   OpenBLAS for float64) on row-major data (a transpose is a GEMM flag, never a copy).
+   BatchMatMulV2's batch dims broadcast through per-dim strides of 0; a batch of small
+   products is split across threads with one single-threaded GEMM each, while a large
+   product uses the GEMM's own threads. */
 #include "blas.h"
 
 #include <cblas.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* ---- GEMM ------------------------------------------------------------------------- */
 
-/* OpenBLAS's OpenMP build gives a GEMM as many threads as the calling thread's OpenMP
-   nthreads-var, which openblas_set_num_threads sets for that thread only. Comparing
-   with it (rather than with a process-wide "last set" value) stays right when
-   contexts with different thread counts run on different threads. */
+/* Both backends are built on this OpenMP runtime and give a GEMM as many threads as the
+   calling thread's OpenMP nthreads-var: oneDNN reads omp_get_max_threads(), OpenBLAS
+   keeps its own count, which openblas_set_num_threads sets together with that thread's
+   nthreads-var. Comparing with it (rather than with a process-wide "last set" value)
+   stays right when contexts with different thread counts run on different threads. */
 void nb_blas_set_threads(int n) {
-  if (omp_get_max_threads() != n) openblas_set_num_threads(n);
+  if (omp_get_max_threads() != n) {
+    openblas_set_num_threads(n);
+    omp_set_num_threads(n);
+  }
 }
 
-/* Gives back the caller's OpenMP nthreads-var saved before nb_blas_set_threads, so a
-   kernel leaves no lasting change to the calling thread's OpenMP settings. */
-static void restore_blas_threads(int prev) {
-  if (omp_get_max_threads() != prev) openblas_set_num_threads(prev);
+static _Atomic nb_gemm_backend f32_backend = NB_GEMM_ONEDNN;
+
+void nb_gemm_set_f32_backend(nb_gemm_backend b) { f32_backend = b; }
+
+static bool f32_on_onednn(nb_dtype t) { return t == NB_F32 && f32_backend == NB_GEMM_ONEDNN; }
+
+const char *nb_gemm_backend_name(nb_dtype t) { return f32_on_onednn(t) ? "oneDNN" : "OpenBLAS"; }
+
+const char *nb_gemm_kernel_name(nb_dtype t) {
+  return f32_on_onednn(t) ? nb_onednn_isa_name() : openblas_get_corename();
+}
+
+const char *nb_onednn_isa_name(void) {
+  switch (dnnl_get_effective_cpu_isa()) {
+  case dnnl_cpu_isa_sse41: return "sse41";
+  case dnnl_cpu_isa_avx: return "avx";
+  case dnnl_cpu_isa_avx2: return "avx2";
+  case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+  case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+  case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+  case dnnl_cpu_isa_avx512_core: return "avx512_core";
+  case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+  case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+  case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+  default: return "generic";
+  }
 }
 
 /* C = beta C, the whole product when k == 0. */
@@ -38,6 +67,14 @@ static void scale_rows(nb_dtype t, int64_t m, int64_t n, double beta, void *c, i
   }
 }
 
+/* oneDNN's sgemm, row-major like nb_gemm. Its matmul primitive (cached per shape) was
+   measured too: on AVX2 it runs the same JIT GEMM ("gemm:jit") at the same speed, plus a
+   primitive lookup per call, so sgemm it is. */
+static bool onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
+}
+
 void nb_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
              int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
@@ -45,6 +82,9 @@ void nb_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
     if (beta != 1) scale_rows(t, m, n, beta, c, ldc);
     return;
   }
+  /* oneDNN checks its arguments as OpenBLAS does; should it refuse a call nabla's
+     callers consider valid, OpenBLAS computes the product rather than nothing. */
+  if (f32_on_onednn(t) && onednn_sgemm(ta, tb, m, n, k, a, lda, b, ldb, (float)beta, c, ldc)) return;
   enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   if (t == NB_F32)
     cblas_sgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
@@ -184,8 +224,9 @@ static nb_code batch_matmul_infer(nb_kargs *k) {
 
 /* ---- kernel ------------------------------------------------------------------------ */
 
-/* Per-GEMM multiply-adds below which OpenBLAS runs one thread anyway (its SMP threshold),
-   so a batch of such products is better split across threads by batch. */
+/* Per-GEMM multiply-adds below which a GEMM gains little from threads of its own (OpenBLAS
+   runs one thread anyway: its SMP threshold), so a batch of such products is better split
+   across threads by batch. */
 #define SMALL_GEMM_WORK (1 << 18)
 
 typedef struct matmul_job {
@@ -227,7 +268,9 @@ static void matmul_range(void *arg, int64_t lo, int64_t hi) {
 /* One product split into blocks of output columns (of rows when x is transposed), a
    single-threaded GEMM per thread. OpenBLAS threads a product with few rows, or with a
    short inner dim, poorly (an RNN step's 32x256x256: 29 us on two of its threads, 25 us
-   split here, 38 us on one); these shapes take this path. */
+   split here, 38 us on one); these shapes take this path. oneDNN's own two threads run
+   them about as fast as the split (256x256x32 with x transposed: 42 us, split 41 us, 57 us
+   on one thread), so the split stays whichever backend runs float32. */
 #define SPLIT_GEMM_WORK (1 << 20)
 
 typedef struct split_job {
@@ -250,7 +293,7 @@ static void split_range(void *arg, int64_t lo, int64_t hi) {
             j->ldb, s->beta, j->out + (size_t)first * j->esz, p->n);
 }
 
-/* Whether split_range beats OpenBLAS's own threads for one product. */
+/* Whether split_range beats the GEMM's own threads for one product. */
 static bool split_pays(const nb_kargs *k, const matmul_plan *p) {
   double work = (double)p->m * (double)p->n * (double)p->k;
   return k->threads > 1 && p->batch == 1 && work >= SPLIT_GEMM_WORK && (p->ta ? p->k <= 64 : p->m < 128);
@@ -292,7 +335,7 @@ static nb_code matmul_kernel(nb_kargs *k) {
       nt = nb_kthreads(k, saturating_work(gemm_work * (double)p->batch));
     nb_parallel_range(nt, p->batch, matmul_range, &j);
   }
-  restore_blas_threads(prev_threads);
+  nb_blas_set_threads(prev_threads); /* no lasting change to the caller's OpenMP settings */
   return NB_OK;
 }
 
@@ -327,7 +370,7 @@ static nb_code matmul_add_kernel(nb_kargs *k) {
   int prev_threads = omp_get_max_threads();
   nb_blas_set_threads(k->threads);
   gemm_one(k, &j, 1);
-  restore_blas_threads(prev_threads);
+  nb_blas_set_threads(prev_threads); /* no lasting change to the caller's OpenMP settings */
   return NB_OK;
 }
 
