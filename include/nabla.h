@@ -1,49 +1,49 @@
 /*
- * nabla — TensorFlow's automatic differentiation system as a C11 library.
+ * nabla: TensorFlow's automatic differentiation system as a C11 library. The manual is
+ * docs/ in the source tree; this header is the contract.
  *
- * Every op is called through a context. An eager context runs the kernel now and
- * returns a concrete tensor. Errors are values: a failed call returns NULL (or an
- * nb_code), the context keeps the first error ("sticky", like TF's Scope), and later
- * op calls on it do nothing, so builder code checks once at the end.
+ * Contents (the order a user learns it):
+ *   1. Contexts and tensors     names, contexts and scopes, tensors, IndexedSlices
+ *   2. Ops                      attrs, the generic nb_op, one typed wrapper per TF op
+ *   3. Graphs and sessions      graph contexts, names, placeholders, nb_run
+ *   4. Gradients                nb_gradients, forward mode, gradient functions, custom gradients
+ *   5. The eager tape           tf.GradientTape, Jacobians, watching variables
+ *   6. Control flow, functions  nb_while, nb_cond, function graphs
+ *   7. Variables, optimizers    tf.Variable, Keras's optimizers, schedules, clipping
+ *   8. Data and files           IDX files and datasets, .npy, TF checkpoints
+ *   9. Checking                 gradcheck, the non-differentiable finder
  *
- *     #include <nabla.h>
- *     #include <stdio.h>
+ * Errors (every call follows one of three conventions; nothing aborts, exits or prints):
+ *   - Calls taking a context (nb_ctx *c) record the first error on c, with a message naming
+ *     the op, node and shapes (nb_status, nb_error). The status is sticky, like TF's Scope:
+ *     later op calls on c do nothing and return NULL or the code until nb_clear_error, so
+ *     builder code checks once at the end. A failed call returns NULL or an nb_code.
+ *   - Sessions: nb_run returns a code, and nb_session_error(s) says which node failed and
+ *     why (each run starts with an empty message).
+ *   - Context-free calls (nb_read, nb_item, nb_register_gradient, nb_dataset_shuffle,
+ *     nb_optimizer_set_schedule, nb_lr_schedule_value, ...) return a code, NULL, NaN or -1
+ *     as their comment says. Tape calls record errors on the tape's context.
  *
- *     int main(void) {
- *       nb_ctx *c = nb_eager_new();
- *       int64_t shape[2] = {2, 3};
- *       float xv[6] = {1, 2, 3, 4, 5, 6};
- *       nb_tensor *x = nb_tensor_from(c, NB_F32, 2, shape, xv);
- *       nb_tensor *y = nb_tanh(c, nb_mul(c, x, nb_scalar(c, NB_F32, 0.5)));
- *       int axes[1] = {1};
- *       nb_tensor *s = nb_sum(c, y, axes, 1, false);       // shape [2]
- *       float out[2];
- *       if (nb_status(c) != NB_OK) { fprintf(stderr, "%s\n", nb_error(c)); return 1; }
- *       nb_read(s, out, sizeof out);
- *       printf("%g %g\n", out[0], out[1]);
- *       nb_ctx_free(c);                                     // frees every tensor too
- *       return 0;
- *     }
+ * Ownership: a tensor handle belongs to the context and scope it was made in;
+ * nb_scope_begin/nb_scope_end free what a scope made except the tensors kept, and
+ * nb_ctx_free frees everything. nb_tensor_free releases one handle early; freeing a handle
+ * twice does nothing and an op given a released handle fails with NB_INVALID. Buffers are
+ * reference counted: views (Reshape, Identity, ExpandDims, ...) share their input's.
+ * Session results, graphs, sessions, variables, optimizers and datasets belong to the
+ * caller (their _free calls).
  *
- * Ownership: a tensor handle belongs to the context (and scope) it was made in.
- * nb_scope_begin/nb_scope_end free everything made inside the scope except the
- * tensors listed as kept, so a loop body wrapped in a scope runs in flat memory.
- * nb_tensor_free releases one handle early. Buffers are reference counted: views
- * (Reshape, Identity, ExpandDims, ...) share their input's buffer.
- * Released handles are recycled only after later releases, and never handed back to
- * malloc (the library keeps the most handles ever alive at once, 160 bytes each): until
- * a handle is reused, freeing it again does nothing and an op given it fails with
- * NB_INVALID ("AddV2: input 0 was released"), even after nb_ctx_free.
+ * Threads: a context and its tensors are used by one thread at a time; different contexts
+ * may run on different threads at once, and a tensor of one may be read by another while
+ * nothing frees it. Kernels use nb_ctx_set_threads threads inside one op.
  *
- * Threads: a context, and the tensors made in it, must be used by one thread at a
- * time. Different contexts may be used from different threads at the same time;
- * a tensor of one context may be read as an op input in another as long as nothing
- * frees it meanwhile. The op registry is built once and is read-only afterwards.
- * Kernels use OpenMP and OpenBLAS inside one op; nb_ctx_set_threads sets how many.
+ * Ops are TensorFlow's (tensorflow/core/ops): type names, input order, attrs, defaults.
+ * Each has a typed wrapper nb_<snake_case_name>, and every op is reachable through nb_op.
  *
- * The op set and its semantics are TensorFlow's (tensorflow/core/ops): type names,
- * input order, attrs and defaults. Each op has a typed wrapper nb_<snake_case_name>
- * taking plain C arguments, and all ops are reachable through the generic nb_op.
+ *     nb_ctx *c = nb_eager_new();
+ *     nb_tensor *x = nb_tensor_from(c, NB_F32, 2, (int64_t[]){2, 3}, values);
+ *     nb_tensor *s = nb_sum(c, nb_tanh(c, x), NULL, 0, false);
+ *     if (nb_status(c) != NB_OK) fprintf(stderr, "%s\n", nb_error(c));
+ *     nb_ctx_free(c);
  */
 #ifndef NABLA_H
 #define NABLA_H
@@ -80,14 +80,15 @@ typedef struct nb_fwd_op nb_fwd_op;
 typedef struct nb_tape nb_tape;
 typedef struct nb_variable nb_variable;
 
+/* ==== 1. Contexts and tensors ============================================================= */
+
 /* ---- names ---------------------------------------------------------------- */
 const char *nb_code_name(nb_code code);     /* "NB_SHAPE", ... */
 const char *nb_dtype_name(nb_dtype t);      /* TF's names: "float32", "int64", "bool" */
 size_t nb_dtype_size(nb_dtype t);           /* bytes per element; bool is one byte */
 const char *nb_version(void);               /* "0.1.0" */
-/* One line, "; "-separated: version, compiler, build type, CPU and ISA flags, the elementwise
-   kernel clone that runs, the OpenBLAS config and core, OpenMP, protobuf-c, and a warning=
-   field for a known slow path. Computed once (thread-safe); the same pointer on every call. */
+/* One "; "-separated line saying what this build runs on (compiler, CPU, libraries) and a
+   warning= field for a known slow path. Static storage: the same pointer on every call. */
 const char *nb_build_info(void);
 
 /* ---- contexts --------------------------------------------------------------- */
@@ -102,7 +103,7 @@ nb_code nb_set_error(nb_ctx *c, nb_code code, const char *fmt, ...)
     ;
 void nb_clear_error(nb_ctx *c);
 void nb_ctx_free(nb_ctx *c);                /* frees every tensor made in c */
-/* Threads used inside one op (OpenMP loops and OpenBLAS GEMM); default: all cores. */
+/* Threads the kernels of one op may use; default: all cores. */
 void nb_ctx_set_threads(nb_ctx *c, int n);
 int nb_ctx_threads(const nb_ctx *c);
 
@@ -133,16 +134,11 @@ double nb_item(const nb_tensor *x, int64_t i);
 void nb_tensor_free(nb_tensor *x);
 
 /* ---- IndexedSlices (tf.IndexedSlices): sparse gradients -------------------------
-   The dense tensor of shape dense_shape that is zero except rows indices[i] +=
-   values[i] (repeated indices sum). The gradient of GatherV2 on axis 0 (an embedding
-   lookup) w.r.t. params with a static shape is one, from nb_gradients and tapes alike;
-   summing several keeps it sparse (the parts are concatenated) unless a dense
-   gradient joins. Any op given IndexedSlices densifies them first, as TF's
-   convert_to_tensor; nb_read and nb_item read the dense value; nb_optimizer_apply
-   updates sparsely (see the optimizers). values: float [N, dense_shape[1:]]; indices: int32/int64 [N], in
-   [0, dense_shape[0]) (checked eagerly); the dense shape must be fully known. Session
-   results of fetched slices are slices too. The parts belong to the slices handle:
-   nb_tensor_free of a part does nothing, freeing the slices frees them. */
+   The dense tensor of shape dense_shape that is zero except rows indices[i] += values[i]
+   (repeated indices sum): the gradient of an embedding lookup (docs/gradients.md). Ops
+   given slices densify them; nb_read and nb_item read the dense value. */
+/* values: float [N, dense_shape[1:]]; indices: int32/int64 [N] in [0, dense_shape[0])
+   (checked eagerly); dense_shape fully known. The parts belong to the slices handle. */
 nb_tensor *nb_indexed_slices(nb_ctx *c, nb_tensor *values, nb_tensor *indices, const int64_t *dense_shape, int rank);
 bool nb_is_indexed_slices(const nb_tensor *x);
 nb_tensor *nb_indexed_slices_values(const nb_tensor *x);
@@ -151,6 +147,8 @@ nb_tensor *nb_indexed_slices_indices(const nb_tensor *x);
 nb_tensor *nb_indexed_slices_concat(nb_ctx *c, nb_tensor *a, nb_tensor *b);
 /* x as a dense tensor (UnsortedSegmentSum of the parts); x itself when dense. */
 nb_tensor *nb_densify(nb_ctx *c, nb_tensor *x);
+
+/* ==== 2. Ops ============================================================================== */
 
 /* ---- op attributes (names and kinds as in TF's op registry) --------------------- */
 typedef enum {
@@ -275,10 +273,9 @@ nb_tensor *nb_argmax(nb_ctx *c, nb_tensor *x, int axis, nb_dtype output_type);
 nb_tensor *nb_cumsum(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool reverse);
 nb_tensor *nb_cumprod(nb_ctx *c, nb_tensor *x, int axis, bool exclusive, bool reverse);
 
-/* linear algebra (f32 f64, through OpenBLAS) */
+/* linear algebra (f32 f64) */
 nb_tensor *nb_matmul(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb);
-/* acc + op(a) op(b) (_MatMulAdd, PyTorch's addmm with beta = alpha = 1): one GEMM that adds
-   into acc's values, in acc's own buffer when a graph lets acc die there; acc NULL: MatMul. */
+/* acc + op(a) op(b) (_MatMulAdd, PyTorch's addmm with beta = alpha = 1); acc NULL: MatMul. */
 nb_tensor *nb_matmul_add(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb, nb_tensor *acc);
 /* BatchMatMulV2: rank >= 2, batch dims broadcast; adj_* transposes the last two dims. */
 nb_tensor *nb_batch_matmul(nb_ctx *c, nb_tensor *x, nb_tensor *y, bool adj_x, bool adj_y);
@@ -385,16 +382,12 @@ nb_tensor *nb_l2_loss(nb_ctx *c, nb_tensor *t);
    output has); indices outside [0, depth) give all off_value. No input has a gradient (TF). */
 nb_tensor *nb_one_hot(nb_ctx *c, nb_tensor *indices, int depth, nb_tensor *on_value, nb_tensor *off_value, int axis);
 
-/* ---- batch normalization (f32 f64) --------------------------------------------------------
-   FusedBatchNormV3 (tf.compat.v1.nn.fused_batch_norm): x is 4-D (data_format "NHWC" or
-   "NCHW") or 5-D ("NDHWC", "NCDHW"; NULL means "NHWC"); scale, offset, mean, variance are
-   vectors of x's channel count and x's dtype. out[0..6) = y, batch_mean, batch_variance,
-   reserve_space_1, reserve_space_2, reserve_space_3. Training normalizes with the batch
-   mean and biased variance; batch_mean/batch_variance are (1 - f) old + f batch with
-   f = exponential_avg_factor (the variance Bessel-corrected), mean/variance are read only
-   when f != 1 and may be NULL otherwise. Inference normalizes with mean/variance and
-   returns them as batch_mean/batch_variance. reserve_space_1/2 hold the mean and variance
-   used (the gradient's statistics), reserve_space_3 is a scalar 0. epsilon >= 0 (TF: 1e-4). */
+/* ---- batch normalization (f32 f64; semantics and TF differences: docs/ops.md) -------------
+   FusedBatchNormV3: x 4-D ("NHWC", "NCHW") or 5-D ("NDHWC", "NCDHW"; NULL: "NHWC"); scale,
+   offset, mean, variance: vectors of x's channels and dtype. out[0..6) = y, batch_mean,
+   batch_variance, reserve_space_1..3. Training: batch statistics, running outputs
+   (1 - f) old + f batch for f = exponential_avg_factor (mean/variance may be NULL when
+   f == 1); inference: normalizes with mean/variance. epsilon >= 0 (TF: 1e-4). */
 nb_code nb_fused_batch_norm(nb_ctx *c, nb_tensor *x, nb_tensor *scale, nb_tensor *offset, nb_tensor *mean,
                             nb_tensor *variance, double epsilon, double exponential_avg_factor,
                             const char *data_format, bool is_training, nb_tensor **out);
@@ -434,9 +427,9 @@ nb_tensor *nb_init_he_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *sha
 /* mean + stddev * a standard normal truncated to (-2, 2) */
 nb_tensor *nb_init_truncated_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, double mean,
                                     double stddev, const int64_t seed[2]);
-/* convolution, pooling and bias (f32 f64). Images are 4-D: [batch, height, width,
-   channels] for data_format "NHWC" (NULL means "NHWC"), [batch, channels, height, width]
-   for "NCHW". Window attrs (strides, dilations, ksize) have 4 values in data_format's
+/* ---- convolution, pooling and bias (f32 f64) ---------------------------------------------
+   Images are 4-D: [batch, height, width, channels] for data_format "NHWC" (NULL means
+   "NHWC"), [batch, channels, height, width] for "NCHW". Window attrs (strides, dilations, ksize) have 4 values in data_format's
    order, 1 on the batch and channel dims. padding is "SAME" (output ceil(in / stride),
    zeros split evenly, the extra one after), "VALID" (no padding) or "EXPLICIT" (Conv2D
    family, MaxPool, MaxPoolGrad): then explicit_paddings has 8 values, a (before, after)
@@ -484,14 +477,13 @@ nb_tensor *nb_avg_pool_grad(nb_ctx *c, nb_tensor *orig_input_shape, nb_tensor *g
 nb_tensor *nb_bias_add(nb_ctx *c, nb_tensor *value, nb_tensor *bias, const char *data_format);
 nb_tensor *nb_bias_add_grad(nb_ctx *c, nb_tensor *out_backprop, const char *data_format);
 
+/* ==== 3. Graphs and sessions ============================================================== */
+
 /* ---- graphs ---------------------------------------------------------------------------
-   A graph context adds a node per op call and returns symbolic tensors; shapes and dtypes
-   are inferred at build time (dims may be unknown: -1, or rank -1 for unknown rank) and
-   errors name the node. Whatever is unknown, a node's dtypes, attrs, known ranks and axes,
-   and known dims that must match are checked when it is added (the errors eager calls
-   give); only checks that need unknown dims or values wait for nb_run. Ops whose inputs
-   are all known constants are folded at build time, so shapes computed from static
-   shapes stay static. */
+   A graph context adds a node per op call and returns symbolic tensors. Shapes and dtypes
+   are inferred and checked as nodes are added (dims -1 or rank -1: unknown), with errors
+   naming the node; only checks that need unknown values wait for nb_run. Ops on known
+   constants are folded at build time. */
 nb_graph *nb_graph_new(void);
 void nb_graph_free(nb_graph *g);                  /* after every context and session on it */
 nb_ctx *nb_graph_ctx_new(nb_graph *g);
@@ -499,14 +491,9 @@ int nb_graph_num_nodes(const nb_graph *g);
 /* Name scopes: nodes made while a scope is pushed are named "scope/Type" (unique: "_1", ...). */
 nb_code nb_name_scope_push(nb_graph *g, const char *name);
 void nb_name_scope_pop(nb_graph *g);
-/* TF's name= argument: the next node c adds is named name (made unique in the current
-   scope like default names: "xw", "xw_1", "scope/xw"), and its gradient nodes live under
-   "gradients/xw_grad/". The next node is the next op call's, or its first for a composite
-   (nb_dropout, ...); arguments made inline (nb_scalar(...) inside the call) come first
-   and take it. A node named by its call (nb_placeholder's name) drops it; nb_gradients
-   leaves it pending; name NULL drops it. Names follow TF's rule
-   [A-Za-z0-9.][A-Za-z0-9_.\->]* (no '/': scopes make paths), at most 255 characters, else
-   NB_INVALID. Eager contexts ignore names (TF's eager mode does). */
+/* TF's name= argument: the next node c adds is named name (made unique in its scope), its
+   gradients go under "gradients/name_grad/"; name NULL drops it. TF's name rule, at most
+   255 characters, else NB_INVALID. Eager contexts ignore names. Details: docs/graphs.md. */
 nb_code nb_name_next(nb_ctx *c, const char *name);
 /* A graph input; dims may be -1 (unknown). Graph contexts only. */
 nb_tensor *nb_placeholder(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const char *name);
@@ -514,7 +501,7 @@ nb_tensor *nb_placeholder(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape,
 const char *nb_tensor_node_name(const nb_tensor *x);
 int nb_tensor_output_index(const nb_tensor *x);
 /* TF's get_tensor_by_name: output k of the node named "node:k" (a bare "node": output 0)
-   in c's graph, as a new handle in c; NB_NOT_FOUND when there is none. Searches linearly. */
+   in c's graph, as a new handle in c; NB_NOT_FOUND when there is none. */
 nb_tensor *nb_graph_tensor_by_name(nb_ctx *c, const char *name);
 bool nb_is_symbolic(const nb_tensor *x);
 /* x's value when it is known without running anything: x itself when concrete, the value
@@ -525,11 +512,10 @@ nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep);
 /* Graphviz DOT of the graph, nodes grouped by name scope (clusters); NB_IO if the file can't be written. */
 nb_code nb_graph_to_dot(const nb_graph *g, const char *path);
 
-/* Sessions run a graph: nb_run prunes to what the fetches need, orders once per
-   (feeds, fetches) signature and caches it, frees each intermediate at its last use.
-   feed[i] (usually a placeholder) takes feed_values[i] (a concrete tensor). results[i]
-   belong to the caller: free them with nb_tensor_free (a second free does nothing, as
-   for every handle). On error, nb_session_error says which node failed and why. */
+/* ---- sessions ---------------------------------------------------------------------------
+   nb_run computes fetch[i] into results[i], running only what the fetches need; feed[i]
+   (usually a placeholder) takes feed_values[i] (a concrete tensor). results belong to the
+   caller (nb_tensor_free). On error nb_session_error says which node failed and why. */
 nb_session *nb_session_new(nb_graph *g);
 void nb_session_free(nb_session *s);
 nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
@@ -537,11 +523,11 @@ nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_val
 const char *nb_session_error(const nb_session *s);
 void nb_session_set_threads(nb_session *s, int n);
 
-/* ---- symbolic gradients: tf.gradients ----------------------------------------------------- */
-/* How several gradients of one tensor are summed (TF's AggregationMethod): one AddN; a
-   pairwise tree of AddV2; or, as TF's EXPERIMENTAL_ACCUMULATE_N, one AccumulateNV2 when
-   there are more than two and their merged static shape is fully known (else AddN, the
-   same values). */
+/* ==== 4. Gradients ======================================================================== */
+
+/* ---- symbolic gradients: tf.gradients (graph contexts) ------------------------------------ */
+/* How several gradients of one tensor are summed (TF's AggregationMethod): one AddN, a
+   pairwise tree of AddV2, or one AccumulateNV2 where the shape is fully known (else AddN). */
 enum { NB_AGG_ADD_N = 0, NB_AGG_TREE = 1, NB_AGG_ACCUMULATE_N = 2 };
 typedef struct nb_grad_opts {
   nb_tensor *const *grad_ys;          /* NULL: ones */
@@ -555,7 +541,8 @@ typedef struct nb_grad_opts {
 nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
                      const nb_grad_opts *o, nb_tensor **dxs);
 
-/* Forward mode, graph contexts only (eager: NB_UNIMPLEMENTED): out[i] = J_{ys[i]}(xs) ·
+/* ---- forward mode ------------------------------------------------------------------------- */
+/* Graph contexts only (eager: NB_UNIMPLEMENTED): out[i] = J_{ys[i]}(xs) ·
    tangents, summed over xs, built by transposing the gradient (TF's forwardprop fallback).
    tangents[j] has xs[j]'s dtype and shape; int/bool or unconnected ys give NULL. It needs
    each gradient op's own gradient (MaxPool with EXPLICIT padding has none: an error). */
@@ -569,17 +556,14 @@ nb_code nb_hvp(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor 
    elements, else NB_SHAPE naming it. */
 nb_code nb_hessian(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor **out);
 
-/* Gradient functions see the forward op through nb_fwd_op (TF's ForwardOperation): its
-   type, inputs, outputs and attrs, the same in every mode. dys[i] is the gradient of
-   output i: zeros for a float output that got none while another output did, NULL for
-   int/bool outputs. The function sets dxs[i] for each input (NULL: none). A gradient of a
-   float input must have its dtype and a static shape compatible with its (unknown dims
-   match any): else NB_DTYPE / NB_SHAPE naming the op, the input index and both (TF's
-   "Incompatible shapes between op input and calculated input gradient"), in every mode. */
+/* ---- gradient functions ---------------------------------------------------------------
+   A gradient function reads the forward op through nb_fwd_op (TF's ForwardOperation) and
+   dys[i], the gradient of output i (zeros when only another output got one; NULL for
+   int/bool outputs), and sets dxs[i] for each input (NULL: none). A dxs[i] of another
+   dtype or an incompatible static shape than input i fails with NB_DTYPE / NB_SHAPE. */
 typedef nb_code (*nb_grad_fn)(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
-/* Registers f under an op type or a free name (for overrides). Duplicates: NB_INVALID.
-   Registration is not synchronized with gradient computation on other threads: register
-   at start-up. */
+/* Registers f under an op type or a free name (for overrides); duplicates: NB_INVALID.
+   Not synchronized with gradients running on other threads: register at start-up. */
 nb_code nb_register_gradient(const char *name, nb_grad_fn f);
 nb_code nb_register_no_gradient(const char *op_type);
 /* While pushed, nodes of op_type made in g use the gradient registered as grad_name
@@ -592,9 +576,8 @@ bool nb_has_gradient(const char *op_type);
 int nb_num_op_types(void);
 const char *nb_op_type_name(int i);
 
-/* Whether input i needs a gradient (graphs: it lies between the xs and ys; tapes: it was
-   watched, or made by a recorded op, when the op ran); a function may skip
-   computing the others (TF's skip_input_indices). */
+/* Whether input i needs a gradient (it lies between the xs and ys, or a tape tracked it);
+   a function may skip the others (TF's skip_input_indices). */
 bool nb_fwd_input_needs_grad(const nb_fwd_op *op, int i);
 const char *nb_fwd_type(const nb_fwd_op *op);
 const char *nb_fwd_name(const nb_fwd_op *op);
@@ -610,18 +593,31 @@ nb_dtype nb_fwd_attr_type(const nb_fwd_op *op, const char *name);
 const int64_t *nb_fwd_attr_ints(const nb_fwd_op *op, const char *name, int *n);
 const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name);
 
+/* ---- custom gradients: tf.custom_gradient ---------------------------------------------------
+   fwd computes out[0..nout) from in[0..nin) with op calls; grad gets in, out and their
+   gradients dys and sets dxs (checked as nb_grad_fn's, errors naming _CustomGradient). The
+   pair is one op: one tape entry, or one graph node whose gradient is grad. user must
+   outlive every gradient computation. */
+typedef nb_code (*nb_custom_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user);
+typedef nb_code (*nb_custom_grad_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                                     nb_tensor *const *dys, nb_tensor **dxs, void *user);
+nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user,
+                           nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+/* tf.recompute_grad: out = fn(in) as one op that keeps only in and out; its gradient runs
+   fn again and differentiates that run. fn must be deterministic and take every tensor to
+   differentiate as an input (a variable read inside gets no gradient). */
+nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *const *in, int nin,
+                          nb_tensor **out, int nout);
+
+/* ==== 5. The eager tape =================================================================== */
+
 /* ---- eager tape: tf.GradientTape ----------------------------------------------------------
-   While a tape is active on an eager context it records every op that reads a watched
-   tensor or a recorded op's output, keeping only the tensors the op's gradient reads.
-   nb_tape_gradient runs the same gradient functions as nb_gradients, eagerly; other
-   active tapes record that computation, so nesting tapes gives higher orders. A
-   persistent tape that is recording records it too, as TF's: a gradient of a gradient on
-   the same tape gives the next order (stop recording around a call to skip that cost).
-   A tape that is not persistent frees its records after one gradient and stops
-   recording (a second call: NB_INVALID). Jacobians are not recorded on their own tape.
-   Gradients of int/bool sources are NULL; unconnected sources give NULL; both give zeros
-   after nb_tape_set_unconnected_zero. Results belong to the context's current scope.
-   A tape pointer is invalid after nb_tape_end or nb_ctx_free. */
+   An active tape on an eager context records the ops that read a watched tensor or a
+   recorded op's output; its gradients run nb_gradients' gradient functions eagerly, and
+   other active tapes (and a recording persistent one) record them: higher orders. A tape
+   that is not persistent gives one gradient (a second: NB_INVALID). Int/bool and
+   unconnected sources get NULL (zeros after nb_tape_set_unconnected_zero). Results belong
+   to c's current scope; a tape is invalid after nb_tape_end or nb_ctx_free. */
 nb_tape *nb_tape_begin(nb_ctx *c, int persistent);
 void nb_tape_watch(nb_tape *t, nb_tensor *x);
 void nb_tape_stop_recording(nb_tape *t);   /* ops run until resume are not recorded */
@@ -635,22 +631,11 @@ nb_code nb_tape_reset(nb_tape *t);
    the targets like TF's output_gradients, ones by default. */
 nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                          nb_tensor *const *output_grads, nb_tensor **out);
-/* The Jacobian d target / d source, of shape target.shape + source.shape, vectorized as
-   TF's jacobian (pfor): one backward pass seeded with the identity, every gradient carrying
-   a leading dim of target.size seeds. Elementwise ops (the math ops, TF's fused gradient
-   ops, SelectV2, Cast, AddN, Identity, the nn activations and their gradient ops, Softmax
-   and LogSoftmax), MatMul (through BatchMatMulV2's gradient), the reductions and
-   Cumsum/Cumprod (their axes moved past the seed dim), Reshape, ExpandDims, Squeeze and
-   Transpose run their gradient once on tensors with that dim; any other op (Tile, Pad,
-   slicing, conv, ...) runs its gradient once per seed and stacks the results. When
-   target.size times the largest taped tensor exceeds 2^24 elements, or a taped tensor has rank 8 (no room for the seed dim), it
-   takes one backward pass per element of target instead. nb_tape_jacobian_path says
-   which path the last call took. */
+/* The Jacobian d target / d source, of shape target.shape + source.shape (TF's jacobian,
+   vectorized as its pfor: docs/tape.md). Not recorded on t itself. */
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
 /* tf's batch_jacobian: target [b, ...] and source [b, ...] where row i of target depends
-   only on row i of source; result [b, target dims..., source dims...]. Vectorized like
-   nb_tape_jacobian, with one seed per element of a target row (each set in all b rows):
-   one batched backward pass, or one pass per element of a target row when it does not fit. */
+   only on row i of source; result [b, target dims..., source dims...]. */
 nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
 typedef enum nb_jacobian_path {
   NB_JACOBIAN_LOOP,       /* one backward pass per target element (or no Jacobian ran) */
@@ -661,126 +646,74 @@ typedef enum nb_jacobian_path {
 nb_jacobian_path nb_tape_jacobian_path(const nb_tape *t);
 void nb_tape_end(nb_tape *t);               /* also frees everything it recorded */
 
-/* ---- custom gradients: tf.custom_gradient ---------------------------------------------------
-   fwd computes out[0..nout) from in[0..nin) with ordinary op calls; grad receives the
-   same inputs, the outputs and their incoming gradients dys (as for nb_grad_fn: zeros for
-   a float output without one) and sets dxs for the inputs. The pair acts as one op: the
-   eager tape records it as one entry, a graph gets a node whose gradient is grad; either
-   way nothing differentiates fwd's own ops. dxs are checked as nb_grad_fn's (errors name
-   the op _CustomGradient, whose input nout + i is in[i]). Either function failing without
-   setting an error still leaves a message naming it, as in nb_while.
-   user is passed through and must outlive every gradient computation. */
-typedef nb_code (*nb_custom_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user);
-typedef nb_code (*nb_custom_grad_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
-                                     nb_tensor *const *dys, nb_tensor **dxs, void *user);
-nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user,
-                           nb_tensor *const *in, int nin, nb_tensor **out, int nout);
-/* tf.recompute_grad: out = fn(in) as one op that keeps only in and out (a tape records
-   one entry, none of fn's intermediates); its gradient runs fn again on in, under a fresh
-   tape (eager) or into the gradient graph, and differentiates that run, so higher orders
-   work. fn must be deterministic and take every tensor to differentiate (weights too: a
-   variable read inside fn gets no gradient) as an input; user must outlive the gradients. */
-nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *const *in, int nin,
-                          nb_tensor **out, int nout);
+/* ---- tapes and variables ---------------------------------------------------------------- */
+/* TF's watch_accessed_variables (default true): whether t watches trainable variables read
+   while it records. Non-trainable variables are never watched automatically. */
+void nb_tape_set_watch_accessed_variables(nb_tape *t, bool watch);
+/* TF's watch(variable): t watches every read of v, trainable or not (NB_INVALID for a NULL
+   or freed v); unlike nb_tape_watch of a read, v is listed by nb_tape_watched_variables. */
+void nb_tape_watch_variable(nb_tape *t, nb_variable *v);
+/* TF's watched_variables(): the variables t watches, each once, in order of creation; the
+   first cap go to out, valid until nb_tape_reset or nb_tape_end (freed ones left out).
+   Returns how many there are; -1 for t NULL, out NULL with cap > 0, or cap < 0. */
+int nb_tape_watched_variables(const nb_tape *t, nb_variable **out, int cap);
+/* nb_tape_gradient with the variables as sources: out[i] = d(sum of targets)/d vars[i]. */
+nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_variable *const *vars, int nv,
+                              nb_tensor **out);
 
-/* ---- checking -------------------------------------------------------------------------- */
-/* Numeric Jacobian of y with respect to xs (float64 central differences at x_values, fed
-   to xs) against the symbolic one; *max_error is the largest absolute difference. */
-nb_code nb_gradcheck(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx,
-                     nb_tensor *const *x_values, double *max_error);
-/* Writes into report every op on a path from xs to ys that has no gradient, with its name,
-   type and a path; returns NB_OK (report "" when there is none). */
-nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx,
-                                   nb_tensor *const *ys, int ny, char *report, size_t cap);
+/* ==== 6. Control flow and functions ======================================================= */
 
-/* ---- data: IDX files and image datasets ----------------------------------------------------
-   IDX is the format of the MNIST family of datasets: two zero bytes, a type code (0x08
-   ubyte, 0x09 byte, 0x0B short, 0x0C int, 0x0D float, 0x0E double), a rank byte, one
-   big-endian uint32 per dim, then the elements, big-endian, row-major. Files may be gzip-
-   compressed or raw (told apart by their content) and are read whole. Errors name the
-   file: NB_IO when it cannot be opened or read or is not a regular file (a pipe, a
-   directory); NB_CORRUPT when its content is not a valid IDX file: bad magic or type
-   code, rank outside 1..8, header or data cut short, bytes after the declared data (an
-   error here, as in torchvision; TF and Keras ignore them), dims too large, damaged
-   gzip data. */
-typedef struct nb_dataset nb_dataset;
+/* ---- control flow: tf.while_loop, tf.cond -------------------------------------------------
+   Eager contexts run the callbacks (tapes record them); graph contexts trace each once into
+   a function graph, capturing the outer tensors it uses, and add one While or If node.
+   Both differentiate to any order (docs/control-flow.md). The loop runs while cond writes
+   true to *pred, at most max_iters times (< 0: no bound). body writes n results to next,
+   each with its variable's dtype and shape (or nb_while_opts' relaxed shape), else an error
+   naming it. nb_cond's branches map in[0..nin) to out[0..nout) of one dtype each. Results
+   are new handles in c's current scope; callbacks and user are used only during the call.
+   A callback (these, gradient and custom-gradient functions) that fails without setting
+   an error, or leaves c's scopes unbalanced, fails its call with a message naming it. */
+typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
+typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
+nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,
+                 nb_tensor *const *vars, int n, int64_t max_iters, nb_tensor **out);
+nb_code nb_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
+                nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+/* A declared shape (TF's shape_invariants): rank -1 any rank, dims -1 any size. */
+typedef struct nb_shape_spec {
+  int rank;
+  const int64_t *dims;
+} nb_shape_spec;
+typedef struct nb_while_opts {
+  const nb_shape_spec *shapes;  /* NULL, or one per loop variable: the shapes it may take */
+} nb_while_opts;
+/* nb_while with options (o may be NULL). */
+nb_code nb_while_ex(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
+                    int64_t max_iters, const nb_while_opts *o, nb_tensor **out);
+/* ---- function graphs: tf.function called in a graph (a StatefulPartitionedCall node) ---
+   nb_function_new traces fn once: nin arguments shaped like like[0..nin), nout results,
+   c's graph tensors it uses captured. c must be a graph context; the function belongs to
+   its graph. NULL on error (set on c). */
+typedef struct nb_function nb_function;
+nb_function *nb_function_new(nb_ctx *c, nb_body_fn fn, void *user, nb_tensor *const *like, int nin, int nout);
+/* Adds a call of f to c's graph (f's graph context) on in[0..nin) (nin: f's argument
+   count, with its dtypes) giving out[0..nout). Its gradient is f's registered one, else
+   the gradient of f's body (TF's SymbolicGradient), a function itself. */
+nb_code nb_call_function(nb_ctx *c, nb_function *f, nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+/* Sets the gradient of calls of f: grad sees the call node (inputs: f's arguments, then
+   the tensors f captured) like any gradient function. NULL restores SymbolicGradient. */
+void nb_function_set_gradient(nb_function *f, nb_grad_fn grad);
 
-/* The file's elements as a tensor of its dims: ubyte, byte, short and int as int32, float
-   as float32, double as float64. Eager contexts only (NB_INVALID in a graph context: feed
-   the values to a placeholder). */
-nb_tensor *nb_idx_read(nb_ctx *c, const char *path);
-
-/* An image classification dataset from an IDX images file ([count, rows, cols] ubyte)
-   and a labels file ([count] ubyte). The pixels stay bytes in memory (47 MB for
-   Fashion-MNIST's training set); batches are converted when made. Errors go to c:
-   NB_DTYPE or NB_SHAPE for a file of another type or rank, NB_CORRUPT when the counts
-   differ. The dataset belongs to the caller (nb_dataset_free), not to c. */
-nb_dataset *nb_dataset_idx(nb_ctx *c, const char *images_path, const char *labels_path);
-
-/* Where Debian's package dataset-fashion-mnist puts the files. */
-#define NB_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
-/* Fashion-MNIST from dir (NULL: NB_FASHION_MNIST_DIR): train-images-idx3-ubyte.gz and
-   train-labels-idx1-ubyte.gz (60000 items) when train, else the t10k-* files (10000).
-   Also NB_CORRUPT unless the images are 28x28 and the labels 0..9. */
-nb_dataset *nb_fashion_mnist(nb_ctx *c, const char *dir, bool train);
-
-int64_t nb_dataset_size(const nb_dataset *d);     /* items; -1 for NULL */
-void nb_dataset_image_dims(const nb_dataset *d, int64_t *rows, int64_t *cols);
-/* Sets the order batches take items in to a permutation of the files' order that depends
-   on seed alone (not on earlier shuffles, the machine or the C library): Fisher-Yates
-   driven by splitmix64. Shuffle with seed + epoch for a new order each epoch. */
-nb_code nb_dataset_shuffle(nb_dataset *d, uint64_t seed);
-
-typedef enum {
-  NB_IMAGES_NHWC,  /* [n, rows, cols, 1] (TF's default for Conv2D) */
-  NB_IMAGES_NCHW,  /* [n, 1, rows, cols] */
-  NB_IMAGES_FLAT   /* [n, rows * cols] (dense layers) */
-} nb_image_layout;
-/* Items first .. first + n - 1 of the current order: *images float32 in layout with each
-   pixel scaled to [0, 1] (pixel / 255), *labels int32 [n]. Allocates those two tensors
-   and nothing else. Eager contexts only (graphs take batches through placeholders).
-   NB_INVALID for a range outside the dataset or an unknown layout. */
-nb_code nb_dataset_batch(nb_ctx *c, const nb_dataset *d, int64_t first, int64_t n, nb_image_layout layout,
-                         nb_tensor **images, nb_tensor **labels);
-void nb_dataset_free(nb_dataset *d);
-
-/* ---- data: .npy files (NumPy's format) ----------------------------------------------------
-   Versions 1.0, 2.0 and 3.0, C order, either byte order. Reading: descr float32, float64,
-   int32, int64 and bool keep their dtype; int8, int16, uint8 and uint16 become int32 and
-   uint32 int64 (lossless); bool bytes other than 0 become 1, as NumPy reads them. Errors
-   name the file: NB_IO when it cannot be opened or read or is not a regular file;
-   NB_CORRUPT for a bad magic or version, a header that is not NumPy's dict, data cut short
-   or bytes after the data (NumPy ignores those; nabla refuses them, as for IDX files);
-   NB_DTYPE for a dtype nabla lacks (float16, complex, strings, object arrays, whose
-   pickles are never read, structured dtypes), naming it; NB_UNIMPLEMENTED for Fortran-
-   order data; NB_SHAPE for a rank above NB_MAX_RANK. Eager contexts only (NB_INVALID in a
-   graph context). */
-nb_tensor *nb_npy_read(nb_ctx *c, const char *path);
-/* Writes concrete x (IndexedSlices as the dense tensor they stand for) as a version 1.0
-   file in this machine's byte order, the data aligned to 64 bytes as NumPy does. NB_INVALID
-   for a symbolic tensor; NB_IO naming the file when it cannot be written (a failed write
-   may leave a partial file). */
-nb_code nb_npy_write(nb_ctx *c, const nb_tensor *x, const char *path);
+/* ==== 7. Variables and optimizers ========================================================= */
 
 /* ---- variables: tf.Variable --------------------------------------------------------------
-   A variable owns its value outside every context scope: it survives nb_scope_end and
-   nb_ctx_free, and persists across steps and nb_run calls until nb_variable_free.
-   Eager: nb_variable_read returns a handle sharing the value (no copy). Every read of one
-   variable has the same tensor id, so a tape's gradient with respect to any read sums over
-   all reads (TF's gradient to the variable); tapes watch trainable variables as they are
-   read (nb_tape_set_watch_accessed_variables turns that off per tape). Assigns run at once
-   and write in place, unless a read handle or a tape still holds the value: then they
-   keep seeing the old value (copy-on-write). End the scopes that hold reads before
-   updating (keep the gradients) and updates run in place.
-   Graph contexts: reads and assigns are nodes. A graph has one ReadVariableOp node per
-   variable, yielding the value at run time; AssignVariableOp, AssignAddVariableOp,
-   AssignSubVariableOp and the optimizers' update nodes wait for it (a control edge), so in
-   one nb_run every read sees the value from the start of the run and the updates apply
-   after it (two updates of one variable in one run: order them with
-   nb_add_control_input). Fetch an update's tensor to run it; its value is the variable's
-   new value. nb_gradients with respect to a read gives the variable's gradient.
-   A graph keeps the variables it uses allocated: once freed, running a node that uses one
-   fails with NB_INVALID naming it. */
+   A variable owns its value outside every scope and context until nb_variable_free.
+   Eager: a read shares the value, and a tape's gradient with respect to a read is the
+   variable's (over all its reads); an update writes in place unless a read or tape still
+   holds the value, which then keeps the old one. Graphs: reads and updates are nodes; in
+   one nb_run every read sees the value from the start of the run and updates apply after
+   it (fetch an update's tensor to run it). Running a node of a freed variable: NB_INVALID.
+   Semantics in full: docs/variables.md. */
 /* initial: a concrete tensor (its value is shared, not copied); name NULL: "Variable". */
 nb_variable *nb_variable_new(nb_ctx *c, nb_tensor *initial, bool trainable, const char *name);
 void nb_variable_free(nb_variable *v);
@@ -804,29 +737,11 @@ int nb_variable_rank(const nb_variable *v);
 const int64_t *nb_variable_shape(const nb_variable *v);
 /* The current value for host reads, row-major; valid until the next update of v. */
 const void *nb_variable_data(const nb_variable *v);
-/* TF's watch_accessed_variables (default true): whether t watches trainable variables read
-   while it records. Non-trainable variables are never watched automatically. */
-void nb_tape_set_watch_accessed_variables(nb_tape *t, bool watch);
-/* TF's watch(variable): t watches every read of v, trainable or not (NB_INVALID for a NULL
-   or freed v). Watching a read handle with nb_tape_watch has the same effect on gradients
-   but does not list v in nb_tape_watched_variables. */
-void nb_tape_watch_variable(nb_tape *t, nb_variable *v);
-/* TF's watched_variables(): the variables t watches (trainable ones read while it recorded,
-   and nb_tape_watch_variable's), each once, in order of creation. Writes the first cap of
-   them to out and returns how many there are (-1: t NULL, or out NULL with cap > 0, or cap
-   < 0). t holds a reference to each until nb_tape_reset or nb_tape_end, so the pointers
-   stay valid that long; variables freed with nb_variable_free are left out. Kept after a
-   one-shot tape's gradient. */
-int nb_tape_watched_variables(const nb_tape *t, nb_variable **out, int cap);
-/* nb_tape_gradient with the variables as sources: out[i] = d(sum of targets)/d vars[i]. */
-nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_variable *const *vars, int nv,
-                              nb_tensor **out);
 
-/* ---- optimizers: Keras's, with TF's fused update kernels -----------------------------------
-   Each update is one fused pass over the variable and its slots (TF's ResourceApply* ops),
-   in place unless something holds the variable's value. Slots (zeros) are made on a
-   variable's first update and freed with the optimizer. Formulas (g the gradient, t the
-   step counted from 1):
+/* ---- optimizers: Keras's, with TF's update ops ------------------------------------------------
+   Each update is TF's ResourceApply* op on the variable and its slots, in place unless
+   something holds the value. Slots (zeros) are made on a variable's first update and
+   freed with the optimizer. Formulas (g the gradient, t the step counted from 1):
      SGD       var -= lr g                                        (ResourceApplyGradientDescent)
      Momentum  accum = momentum accum + g; var -= lr accum;       (ResourceApplyMomentum)
                nesterov: var -= lr (g + momentum accum)
@@ -839,16 +754,9 @@ nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_
    RMSProp keeps epsilon inside the square root (TF's kernels); Keras's RMSprop without
    momentum puts it outside. Keras's defaults: Adam(0.001, 0.9, 0.999, 1e-7),
    RMSprop(0.001, 0.9, 0, 1e-7), AdamW weight_decay 0.004.
-   IndexedSlices gradients update sparsely, never densified, repeated indices summed:
-     SGD       var[rows] -= lr values, as ResourceScatterSub (Keras's): equals dense
-     Momentum, RMSProp (plain, centered): LAZY (TF's ResourceSparseApply* ops): only the
-               listed rows move, with the formulas above and their summed gradient; the
-               other rows keep their values and slots (no decay), unlike a dense update
-     Adam, AdamW: EXACT (Keras's non-lazy sparse Adam; nabla's ResourceSparseApplyAdam(W)):
-               every row as the dense update of the densified gradient (slots decay on
-               untouched rows), in one pass over the table without a dense gradient
-   Indices out of range: NB_INVALID naming the op, position, index and rows (graphs: at
-   run time, before any write). */
+   IndexedSlices gradients update sparsely (repeated indices summed): SGD and Adam(W) as
+   the dense update of the densified gradient, Momentum and RMSProp lazily as TF (untouched
+   rows and their slots unchanged); docs/variables.md. Indices out of range: NB_INVALID. */
 typedef struct nb_optimizer nb_optimizer;
 nb_optimizer *nb_sgd_new(double learning_rate);                /* NULL only when out of memory */
 nb_optimizer *nb_momentum_new(double learning_rate, double momentum, bool nesterov);
@@ -898,32 +806,77 @@ nb_code nb_optimizer_set_schedule(nb_optimizer *o, nb_lr_schedule s);
 nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
                                nb_tensor **global_norm);
 
+/* ==== 8. Data and files =================================================================== */
+
+/* ---- data: IDX files and image datasets ----------------------------------------------------
+   IDX is the format of the MNIST family (gzip-compressed or raw; docs/file-formats.md).
+   Errors name the file: NB_IO when it cannot be opened or read or is not a regular file;
+   NB_CORRUPT when it is not a valid IDX file (bytes after the declared data included). */
+typedef struct nb_dataset nb_dataset;
+
+/* The file's elements as a tensor of its dims: ubyte, byte, short and int as int32, float
+   as float32, double as float64. Eager contexts only (NB_INVALID in a graph context: feed
+   the values to a placeholder). */
+nb_tensor *nb_idx_read(nb_ctx *c, const char *path);
+
+/* An image classification dataset from an IDX images file ([count, rows, cols] ubyte)
+   and a labels file ([count] ubyte); pixels stay bytes until batched. Errors go to c:
+   NB_DTYPE / NB_SHAPE for another type or rank, NB_CORRUPT when the counts differ. The
+   dataset belongs to the caller (nb_dataset_free), not to c. */
+nb_dataset *nb_dataset_idx(nb_ctx *c, const char *images_path, const char *labels_path);
+
+/* Where Debian's package dataset-fashion-mnist puts the files. */
+#define NB_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+/* Fashion-MNIST from dir (NULL: NB_FASHION_MNIST_DIR): train-images-idx3-ubyte.gz and
+   train-labels-idx1-ubyte.gz (60000 items) when train, else the t10k-* files (10000).
+   Also NB_CORRUPT unless the images are 28x28 and the labels 0..9. */
+nb_dataset *nb_fashion_mnist(nb_ctx *c, const char *dir, bool train);
+
+int64_t nb_dataset_size(const nb_dataset *d);     /* items; -1 for NULL */
+void nb_dataset_image_dims(const nb_dataset *d, int64_t *rows, int64_t *cols);
+/* Sets the batch order to a permutation that depends on seed alone (not on earlier
+   shuffles, the machine or the C library). Shuffle with seed + epoch for a new order. */
+nb_code nb_dataset_shuffle(nb_dataset *d, uint64_t seed);
+
+typedef enum {
+  NB_IMAGES_NHWC,  /* [n, rows, cols, 1] (TF's default for Conv2D) */
+  NB_IMAGES_NCHW,  /* [n, 1, rows, cols] */
+  NB_IMAGES_FLAT   /* [n, rows * cols] (dense layers) */
+} nb_image_layout;
+/* Items first .. first + n - 1 of the current order: *images float32 in layout with each
+   pixel scaled to [0, 1] (pixel / 255), *labels int32 [n]. Allocates those two tensors
+   and nothing else. Eager contexts only (graphs take batches through placeholders).
+   NB_INVALID for a range outside the dataset or an unknown layout. */
+nb_code nb_dataset_batch(nb_ctx *c, const nb_dataset *d, int64_t first, int64_t n, nb_image_layout layout,
+                         nb_tensor **images, nb_tensor **labels);
+void nb_dataset_free(nb_dataset *d);
+
+/* ---- data: .npy files (NumPy's format) ----------------------------------------------------
+   Versions 1.0 to 3.0, C order, either byte order; narrower ints widen to int32/int64
+   losslessly. Errors name the file: NB_IO (cannot open, read or write; not a regular
+   file), NB_CORRUPT (not a valid .npy file, or bytes after the data), NB_DTYPE (a dtype
+   nabla lacks), NB_UNIMPLEMENTED (Fortran order), NB_SHAPE (rank above NB_MAX_RANK). */
+/* The file as a tensor. Eager contexts only (NB_INVALID in a graph context). */
+nb_tensor *nb_npy_read(nb_ctx *c, const char *path);
+/* Writes concrete x (IndexedSlices as the dense tensor they stand for) as a version 1.0
+   file in this machine's byte order, the data aligned to 64 bytes as NumPy does. NB_INVALID
+   for a symbolic tensor; NB_IO naming the file when it cannot be written (a failed write
+   may leave a partial file). */
+nb_code nb_npy_write(nb_ctx *c, const nb_tensor *x, const char *path);
+
 /* ---- checkpoints: TF's V2 format (tf.train.Checkpoint, tf.compat.v1.train.Saver) ------------
-   A checkpoint is two files: PREFIX.index (a sorted table of protobuf entries, each with
-   the dtype, shape, offset and masked CRC32C of one tensor) and PREFIX.data-00000-of-00001
-   (the tensors' bytes), which tf.train.load_checkpoint reads, as nabla reads TF's. Each
-   tensor has a key: keys[i] for vars[i], or the variable's name when keys is NULL (TF 1
-   Saver style; TF 2's object-based keys look like "dense/kernel/.ATTRIBUTES/VARIABLE_VALUE").
-   With an optimizer, its step counter is "optimizer/iterations" and each slot of vars[i]
-   is "KEY/SLOT" ("dense/kernel/m"), or "PATH/.OPTIMIZER_SLOT/optimizer/SLOT/.ATTRIBUTES/
-   VARIABLE_VALUE" for an object-based key PATH/.ATTRIBUTES/VARIABLE_VALUE (TF 2's layout).
-   Saving is atomic: both files are written under temporary names (PREFIX.index.tmp,
-   PREFIX.data-00000-of-00001.tmp), fsynced, and renamed into place, data first; a process
-   killed at any point leaves the previous checkpoint or the new one readable (after a kill
-   between the renames, readers take the new index from PREFIX.index.tmp and the next save
-   renames it into place), one saver per prefix at a time. Errors go to c and name the file and key: NB_IO when a file
-   cannot be read or written, NB_CORRUPT for a bad CRC, a truncated file or an unreadable
-   entry, NB_NOT_FOUND for a missing key, NB_DTYPE / NB_SHAPE when a tensor does not match
-   its variable, NB_UNIMPLEMENTED for a sharded or sliced checkpoint. */
+   PREFIX.index and PREFIX.data-00000-of-00001, which TF reads and writes. Tensor keys are
+   keys[i] for vars[i] (NULL: the variables' names); an optimizer's counter and slots get
+   TF's keys (docs/file-formats.md). Saving is atomic, one saver per prefix at a time.
+   Errors go to c naming file and key: NB_IO, NB_CORRUPT (bad CRC, truncated, unreadable),
+   NB_NOT_FOUND (missing key), NB_DTYPE / NB_SHAPE (mismatch), NB_UNIMPLEMENTED (sharded). */
 /* Writes vars (and opt's step counter and slots when opt is not NULL) under prefix. Keys
    must be distinct and not empty (NB_INVALID). */
 nb_code nb_checkpoint_save(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys, int n,
                            const nb_optimizer *opt);
-/* Reads vars (and opt's step counter and slots: a slot the checkpoint lacks restarts from
-   zeros) back from prefix, checking every CRC it reads. All or nothing: every tensor is read
-   and checked before the first write, so on an error (short of running out of memory) no
-   variable, slot or counter changes. Training resumed after a restore gives the bits an
-   uninterrupted run would. */
+/* Reads vars (and opt's counter and slots; a missing slot restarts from zeros) back from
+   prefix, CRCs checked. All or nothing: on an error (short of running out of memory) no
+   variable, slot or counter changes. */
 nb_code nb_checkpoint_restore(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys,
                               int n, nb_optimizer *opt);
 /* One tensor of a checkpoint (tf.train.list_variables). */
@@ -938,61 +891,17 @@ typedef struct nb_checkpoint_entry {
 nb_code nb_checkpoint_list(nb_ctx *c, const char *prefix, nb_checkpoint_entry **entries, int *n);
 void nb_checkpoint_list_free(nb_checkpoint_entry *entries, int n);
 
-/* ---- control flow: tf.while_loop, tf.cond -------------------------------------------------
-   Eager contexts run the callbacks directly: cond, then body, until cond gives false or
-   max_iters iterations ran (max_iters < 0: no bound; 0: none run). Tapes record the ops
-   the callbacks run, so tape gradients (and nested tapes) go through loops and branches.
-   Graph contexts trace each callback once into a function graph (its arguments are
-   placeholders; graph tensors of the enclosing graphs it uses are captured as extra
-   inputs) and add one While or If node, which sessions run.
-   cond writes one bool scalar to *pred. body writes n results to next: each keeps its
-   loop variable's dtype and shape (or the relaxed shape declared in nb_while_opts); a
-   body that changes either fails, naming the variable. Results are new handles in c's
-   current scope (a variable passed through unchanged gets an Identity). nb_cond's
-   branches take in[0..nin) and write out[0..nout); in a graph the branches' outputs must
-   agree in dtype (shapes may differ: the If output keeps the dims they share).
-   nb_gradients differentiates While and If nodes to any order (see the README: While
-   stacks the intermediates its gradient reads, as TF's while_v2, and its gradient loop
-   keeps the relaxed shapes, so values may change shape between iterations). The
-   callbacks and user are used only during the call (a graph keeps what they traced). A
-   callback that returns an error code without setting an error leaves that code as c's
-   status, with a message naming the callback ("nb_while: body: ...").
-   Callbacks (these, gradient and custom-gradient functions) keep c's scopes balanced: one
-   that leaves scopes open fails its call with NB_INVALID ("nb_while: body: the callback left 1
-   scope open"), those scopes closed keeping its results; nb_scope_end of a scope begun before
-   the callback fails (nb_scope_end). */
-typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
-typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
-nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,
-                 nb_tensor *const *vars, int n, int64_t max_iters, nb_tensor **out);
-nb_code nb_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
-                nb_tensor *const *in, int nin, nb_tensor **out, int nout);
-/* A declared shape (TF's shape_invariants): rank -1 any rank, dims -1 any size. */
-typedef struct nb_shape_spec {
-  int rank;
-  const int64_t *dims;
-} nb_shape_spec;
-typedef struct nb_while_opts {
-  const nb_shape_spec *shapes;  /* NULL, or one per loop variable: the shapes it may take */
-} nb_while_opts;
-/* nb_while with options (o may be NULL). */
-nb_code nb_while_ex(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
-                    int64_t max_iters, const nb_while_opts *o, nb_tensor **out);
-/* Function graphs called as nodes (TF's tf.function called inside a graph; the node is a
-   StatefulPartitionedCall). nb_function_new traces fn once in a graph context of its own:
-   its nin arguments are placeholders with the dtypes and static shapes of like[0..nin)
-   (graph or concrete tensors), it writes nout results; graph tensors of c's graph that
-   it uses are captured. c must be a graph context; the function belongs to c's graph
-   (freed with it). NULL on error (set on c). */
-typedef struct nb_function nb_function;
-nb_function *nb_function_new(nb_ctx *c, nb_body_fn fn, void *user, nb_tensor *const *like, int nin, int nout);
-/* Adds a call of f to c's graph (f's graph context) on in[0..nin) (nin: f's argument
-   count, with its dtypes) giving out[0..nout). Its gradient is f's registered one, else
-   the gradient of f's body (TF's SymbolicGradient), a function itself. */
-nb_code nb_call_function(nb_ctx *c, nb_function *f, nb_tensor *const *in, int nin, nb_tensor **out, int nout);
-/* Sets the gradient of calls of f: grad sees the call node (inputs: f's arguments, then
-   the tensors f captured) like any gradient function. NULL restores SymbolicGradient. */
-void nb_function_set_gradient(nb_function *f, nb_grad_fn grad);
+/* ==== 9. Checking ========================================================================= */
+
+/* ---- checking -------------------------------------------------------------------------- */
+/* Numeric Jacobian of y with respect to xs (float64 central differences at x_values, fed
+   to xs) against the symbolic one; *max_error is the largest absolute difference. */
+nb_code nb_gradcheck(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx,
+                     nb_tensor *const *x_values, double *max_error);
+/* Writes into report every op on a path from xs to ys that has no gradient, with its name,
+   type and a path; returns NB_OK (report "" when there is none). */
+nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx,
+                                   nb_tensor *const *ys, int ny, char *report, size_t cap);
 
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

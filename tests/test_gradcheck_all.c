@@ -899,7 +899,7 @@ static double jvp_error(gc_case *k, nb_tensor *y, nb_tensor *jvp, nb_tensor *con
 }
 
 /* The JVP differentiates each gradient op with respect to its incoming gradient; TF's
-   MaxPoolGradGrad takes no EXPLICIT padding, so MaxPool's JVP there is an error (README). */
+   MaxPoolGradGrad takes no EXPLICIT padding, so MaxPool's JVP there is an error (docs/gradients.md). */
 static bool jvp_documented_limit(const gc_spec *sp) {
   if (strcmp(sp->op, "MaxPool")) return false;
   for (int i = 0; i < MAX_ATTRS && sp->attrs[i].name; i++)
@@ -1040,7 +1040,7 @@ static void walk_fused(tally *t, bool unknown_dims) {
 
 /* With dims unknown, Prod's gradient takes its exclusive products from Cumprod, whose own
    gradient divides by x as TF's does: the second order at a zero of x is a documented
-   limit (README), so only the first order of those cases is checked. */
+   limit (docs/gradients.md), so only the first order of those cases is checked. */
 static bool documented_limit(const gc_spec *sp, bool unknown_dims) {
   if (!unknown_dims || strcmp(sp->op, "Prod") || !sp->in[0].vals) return false;
   for (int64_t i = 0; i < elems(&sp->in[0]); i++)
