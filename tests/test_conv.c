@@ -385,6 +385,15 @@ static void test_onednn_and_own_kernels_agree(void **state) {
   nb_onednn_set_enabled(true);
 }
 
+/* The eager golden cases (float32 and float64) on the own kernels alone; by default
+   their float32 cases take oneDNN. */
+static void test_golden_on_own_kernels(void **state) {
+  nb_onednn_set_enabled(false);
+  test_conv_golden_eager(state);
+  test_pool_golden_eager(state);
+  nb_onednn_set_enabled(true);
+}
+
 /* A pool case: input dims (format's order), window and strides (format's order). */
 typedef struct pool_case {
   int64_t xs[4], ksize[4], strides[4];
@@ -711,6 +720,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_threads_agree, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_onednn_and_own_kernels_agree, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_onednn_and_own_pools_agree, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_golden_on_own_kernels, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_conv_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_backprop_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_pool_errors, tu_setup, tu_teardown),

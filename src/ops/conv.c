@@ -11,7 +11,12 @@
    all without transposing anything. A 1x1 filter at stride 1 without padding needs no
    im2col: the input is col. With one input channel the column matrix is built transposed
    (whole output rows copied at once) and the GEMMs take it with a transpose flag. Threads
-   split the batch, one single-threaded GEMM each. */
+   split the batch, one single-threaded GEMM each.
+
+   Float32 Conv2D, its backprops, MaxPool, AvgPool and AvgPoolGrad first try oneDNN
+   (onednn.h) over the tensors' own NHWC or NCHW buffers (bench/conv times both paths);
+   the own kernels run for float64, where oneDNN's semantics differ
+   from TF's (NaNs in MaxPool and its gradients), or where oneDNN fails. */
 #include "blas.h"
 #include "onednn.h"
 
