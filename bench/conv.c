@@ -1,8 +1,8 @@
 /* bench/conv: the LeNet-5 convolution and pooling layers at batch 64, float32, NHWC,
    VALID: conv1 (28x28x1 input, 5x5x1x6 filter) forward and filter backprop (its input
    gradient is never needed), conv2 (12x12x6 input, 5x5x6x16 filter) forward, input and
-   filter backprop, 2x2/2 max pools of 24x24x6 and 8x8x16 forward and gradient; on 1 and
-   2 threads. Each op runs on the library's own choice of kernel, then on its own kernels
+   filter backprop, 2x2/2 max pools of 24x24x6 and 8x8x16 forward and gradient, and both
+   as average pools (TF's other choice for LeNet); on 1 and 2 threads. Each op runs on the library's own choice of kernel, then on its own kernels
    with oneDNN switched off (backend=im2col for convolutions, backend=own for pools), so
    one run shows both. Prints name=... threads=N backend=... us_per_op=... gflops=...
    lines (the median of RUNS runs of at least MIN_SECONDS each) and, per thread count and
@@ -27,7 +27,7 @@
 #define BATCH 64
 
 typedef enum {
-  CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER, POOL_FORWARD, POOL_GRAD
+  CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER, POOL_FORWARD, POOL_GRAD, AVG_FORWARD, AVG_GRAD
 } kind;
 
 /* One benchmarked op with its operands. */
@@ -49,6 +49,8 @@ static void run_op(nb_ctx *c, const bench_op *op) {
     case CONV_BACKPROP_FILTER: nb_conv2d_backprop_filter(c, op->a, op->b, op->d, &ca); break;
     case POOL_FORWARD: nb_max_pool(c, op->a, &pa); break;
     case POOL_GRAD: nb_max_pool_grad(c, op->a, op->b, op->d, &pa); break;
+    case AVG_FORWARD: nb_avg_pool(c, op->a, &pa); break;
+    case AVG_GRAD: nb_avg_pool_grad(c, op->a, op->b, &pa); break;
   }
 }
 
@@ -82,7 +84,7 @@ static void print_line(const char *name, int threads, const char *backend, doubl
 /* Which kernel op ran: oneDNN when it executed a primitive during the calls. */
 static const char *backend_of(const bench_op *op, uint64_t executions_before) {
   if (nb_onednn_executions() > executions_before) return "onednn";
-  return op->k == POOL_FORWARD || op->k == POOL_GRAD ? "own" : "im2col";
+  return op->k >= POOL_FORWARD ? "own" : "im2col";
 }
 
 static nb_tensor *sizes(nb_ctx *c, int64_t a, int64_t b, int64_t d, int64_t e) {
@@ -114,6 +116,10 @@ int main(int argc, char **argv) {
       {"pool1_grad", POOL_GRAD, p1, q1, dp1, pool_flops(12, 12, 6)},
       {"pool2_forward", POOL_FORWARD, p2, NULL, NULL, pool_flops(4, 4, 16)},
       {"pool2_grad", POOL_GRAD, p2, q2, dp2, pool_flops(4, 4, 16)},
+      {"avgpool1_forward", AVG_FORWARD, p1, NULL, NULL, pool_flops(12, 12, 6)},
+      {"avgpool1_grad", AVG_GRAD, sizes(c, BATCH, 24, 24, 6), dp1, NULL, pool_flops(12, 12, 6)},
+      {"avgpool2_forward", AVG_FORWARD, p2, NULL, NULL, pool_flops(4, 4, 16)},
+      {"avgpool2_grad", AVG_GRAD, sizes(c, BATCH, 8, 8, 16), dp2, NULL, pool_flops(4, 4, 16)},
   };
   if (nb_status(c) != NB_OK) {
     fprintf(stderr, "setup failed: %s\n", nb_error(c));

@@ -385,71 +385,11 @@ static void test_onednn_and_own_kernels_agree(void **state) {
   nb_onednn_set_enabled(true);
 }
 
-/* The eager golden cases (float32 and float64) on the own kernels alone; by default
-   their float32 cases take oneDNN. */
-static void test_golden_on_own_kernels(void **state) {
+/* The eager golden convolutions (float32 and float64) on the im2col kernels alone; by
+   default their float32 cases take oneDNN. */
+static void test_conv_golden_on_own_kernels(void **state) {
   nb_onednn_set_enabled(false);
   test_conv_golden_eager(state);
-  test_pool_golden_eager(state);
-  nb_onednn_set_enabled(true);
-}
-
-/* A pool case: input dims (format's order), window and strides (format's order). */
-typedef struct pool_case {
-  int64_t xs[4], ksize[4], strides[4];
-  const char *padding, *format;
-} pool_case;
-
-/* MaxPool in float32 on both paths equals the float64 one exactly (a maximum rounds
-   nothing; the values are floats), over input with NaNs (NaN where a window holds one:
-   the own kernel, as oneDNN's maximum skips NaNs) and without; ties abound (the values
-   repeat every 5). AvgPool and its gradient on both paths lie within the bound of a sum
-   of the window's terms and one division (n = window + 1) from float64. The oneDNN path
-   must run for MaxPool, AvgPool and AvgPoolGrad. */
-static void test_onednn_and_own_pools_agree(void **state) {
-  nb_ctx *c = *state;
-  static const pool_case cases[] = {
-      {{2, 7, 6, 3}, {1, 3, 3, 1}, {1, 2, 2, 1}, "SAME", "NHWC"},
-      {{1, 8, 9, 1}, {1, 2, 2, 1}, {1, 3, 3, 1}, "SAME", "NHWC"},
-      {{3, 6, 6, 2}, {1, 2, 2, 1}, {1, 2, 2, 1}, "VALID", "NHWC"},
-      {{2, 3, 7, 6}, {1, 1, 3, 2}, {1, 1, 2, 1}, "SAME", "NCHW"},
-      {{1, 1, 9, 9}, {1, 1, 2, 2}, {1, 1, 3, 3}, "VALID", "NCHW"},
-  };
-  double v[512], finite[512]; /* finite: v with its NaNs zero, for AvgPool */
-  for (int i = 0; i < 512; i++) {
-    v[i] = i % 37 == 11 ? NAN : (double)(i % 5) / 4 - 0.5;
-    finite[i] = isnan(v[i]) ? 0 : v[i];
-  }
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    const pool_case *pc = &cases[i];
-    nb_pool_attrs a = {.ksize = pc->ksize, .strides = pc->strides, .padding = pc->padding, .data_format = pc->format};
-    nb_tensor *shape = shape_tensor(c, pc->xs);
-    nb_onednn_set_enabled(false);
-    nb_tensor *x64 = tu_make_float(c, NB_F64, 4, pc->xs, finite);
-    nb_tensor *want_max[2] = {nb_max_pool(c, tu_make_float(c, NB_F64, 4, pc->xs, v), &a), nb_max_pool(c, x64, &a)};
-    nb_tensor *dy64 = tu_make_float(c, NB_F64, 4, want_max[0]->shape, finite + 100);
-    nb_tensor *want[2] = {nb_avg_pool(c, x64, &a), nb_avg_pool_grad(c, shape, dy64, &a)};
-    nb_tensor *abs_want[2] = {nb_avg_pool(c, nb_abs(c, x64), &a), nb_avg_pool_grad(c, shape, nb_abs(c, dy64), &a)};
-    nb_tensor *x = tu_make_float(c, NB_F32, 4, pc->xs, v), *xf = nb_cast(c, x64, NB_F32), *dy = nb_cast(c, dy64, NB_F32);
-    bool nchw = pc->format[1] == 'C';
-    int64_t window = pc->ksize[nchw ? 2 : 1] * pc->ksize[nchw ? 3 : 2];
-    for (int on = 0; on <= 1; on++) {
-      nb_onednn_set_enabled(on);
-      uint64_t before = nb_onednn_executions();
-      nb_tensor *max[2] = {nb_max_pool(c, x, &a), nb_max_pool(c, xf, &a)};
-      nb_tensor *avg = nb_avg_pool(c, xf, &a), *grad = nb_avg_pool_grad(c, shape, dy, &a);
-      assert_int_equal(nb_status(c), NB_OK);
-      if (on) assert_int_equal(nb_onednn_executions() - before, 3); /* all but MaxPool over NaNs */
-      for (int j = 0; j < 2; j++)
-        for (int64_t e = 0; e < nb_num_elements(want_max[j]); e++) {
-          double got = nb_item(max[j], e), exact = nb_item(want_max[j], e);
-          if (!(got == exact || (isnan(got) && isnan(exact))))
-            fail_msg("MaxPool element %lld: got %g, want %g", (long long)e, got, exact);
-        }
-      check_against_f64(avg, want[0], abs_want[0], window + 1);
-      check_against_f64(grad, want[1], abs_want[1], window + 1);
-    }
-  }
   nb_onednn_set_enabled(true);
 }
 
@@ -719,8 +659,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_empty_batch, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_threads_agree, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_onednn_and_own_kernels_agree, tu_setup, tu_teardown),
-      cmocka_unit_test_setup_teardown(test_onednn_and_own_pools_agree, tu_setup, tu_teardown),
-      cmocka_unit_test_setup_teardown(test_golden_on_own_kernels, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_conv_golden_on_own_kernels, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_conv_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_backprop_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_pool_errors, tu_setup, tu_teardown),

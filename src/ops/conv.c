@@ -13,10 +13,11 @@
    (whole output rows copied at once) and the GEMMs take it with a transpose flag. Threads
    split the batch, one single-threaded GEMM each.
 
-   Float32 Conv2D, its backprops, MaxPool, AvgPool and AvgPoolGrad first try oneDNN
-   (onednn.h) over the tensors' own NHWC or NCHW buffers (bench/conv times both paths);
-   the own kernels run for float64, where oneDNN's semantics differ
-   from TF's (NaNs in MaxPool and its gradients), or where oneDNN fails. */
+   Float32 Conv2D and its backprops first try oneDNN (onednn.h) over the tensors' own
+   NHWC or NCHW buffers; the im2col kernels run for float64 and where oneDNN fails.
+   Pools keep the own kernels: oneDNN's were measured slower on bench/conv's pools
+   (AVX2, channels 6 and 16), and its MaxPool skips NaNs where TF's gives NaN (its
+   gradient would route to no NaN where TF routes to a window's first one). */
 #include "blas.h"
 #include "onednn.h"
 
@@ -627,11 +628,8 @@ static nb_code plan_job(nb_kargs *k, conv_job *j, int *nt) {
 
 /* ---- convolution: oneDNN ------------------------------------------------------------- */
 
-/* A float32 convolution's or pool's key: the kind, then these values (K_ALG: the pool's
-   oneDNN algorithm, 0 for a convolution). */
-enum {
-  K_N = 1, K_C, K_H, K_W, K_OC, K_OH, K_OW, K_KH, K_KW, K_SH, K_SW, K_DH, K_DW, K_PT, K_PB, K_PL, K_PR, K_NCHW, K_ALG
-};
+/* A float32 convolution's key: the kind, then these values. */
+enum { K_N = 1, K_C, K_H, K_W, K_OC, K_OH, K_OW, K_KH, K_KW, K_SH, K_SW, K_DH, K_DW, K_PT, K_PB, K_PL, K_PR, K_NCHW };
 
 /* The padding after the input in oneDNN's terms: how far the last window reaches past
    the input's end (TF's SAME puts its odd element there), 0 where it stops inside (VALID,
@@ -641,11 +639,14 @@ static int64_t pad_after(int64_t in, int64_t out, int64_t k, int64_t d, int64_t 
   return past > 0 ? past : 0;
 }
 
-/* The key of the window op g describes: kind (NB_ONEDNN_*), alg (a pool's). */
-static void window_key(const geom *g, int kind, int64_t alg, nb_onednn_key *key) {
-  *key = (nb_onednn_key){{kind, g->n, g->c, g->h, g->w, g->oc, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->dh,
+/* The key of g's convolution of kind kind. */
+static void conv_key(const geom *g, conv_kind kind, nb_onednn_key *key) {
+  static const int kinds[] = {[CONV_FORWARD] = NB_ONEDNN_CONV_FORWARD,
+                              [CONV_BACKPROP_INPUT] = NB_ONEDNN_CONV_BACKPROP_INPUT,
+                              [CONV_BACKPROP_FILTER] = NB_ONEDNN_CONV_BACKPROP_FILTER};
+  *key = (nb_onednn_key){{kinds[kind], g->n, g->c, g->h, g->w, g->oc, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->dh,
                           g->dw, g->pt, pad_after(g->h, g->oh, g->kh, g->dh, g->sh, g->pt), g->pl,
-                          pad_after(g->w, g->ow, g->kw, g->dw, g->sw, g->pl), g->nchw, alg}};
+                          pad_after(g->w, g->ow, g->kw, g->dw, g->sw, g->pl), g->nchw}};
 }
 
 /* The plan of the convolution key names: activations in the tensors' own layout (NHWC or
@@ -696,11 +697,8 @@ static bool conv_onednn(nb_kargs *k, conv_kind kind) {
   nb_tensor *res = k->res[0];
   if (res->dtype != NB_F32 || !nb_onednn_enabled() || g->n * g->h * g->w * g->c == 0 || g->oh * g->ow == 0)
     return false;
-  static const int kinds[] = {[CONV_FORWARD] = NB_ONEDNN_CONV_FORWARD,
-                              [CONV_BACKPROP_INPUT] = NB_ONEDNN_CONV_BACKPROP_INPUT,
-                              [CONV_BACKPROP_FILTER] = NB_ONEDNN_CONV_BACKPROP_FILTER};
   nb_onednn_key key;
-  window_key(g, kinds[kind], 0, &key);
+  conv_key(g, kind, &key);
   void *x = kind == CONV_BACKPROP_INPUT ? NULL : nb_tdata(k->in[0]);
   void *f = kind == CONV_BACKPROP_FILTER ? NULL : nb_tdata(k->in[1]), *dy = kind == CONV_FORWARD ? NULL : nb_tdata(k->in[2]);
   nb_onednn_arg args[3][3] = {
@@ -1047,74 +1045,11 @@ static void pool_range(void *arg, int64_t lo, int64_t hi) {
   j->fn(j->g, j->a, j->b, j->out, j->rows ? j->rows + (size_t)omp_get_thread_num() * j->row_bytes : NULL, lo, hi);
 }
 
-/* ---- pooling: oneDNN ----------------------------------------------------------------- */
-
-/* Elements a pool touches: its input and output. */
-static int64_t pool_work(const geom *g) { return (g->oh * g->ow + g->h * g->w) * g->c * g->n; }
-
-/* The descriptor of the pool key names over the tensors' own layout; the gradient's takes
-   the forward's as a hint. oneDNN's average excludes the padding from the count, as TF. */
-static dnnl_status_t make_pool(const nb_onednn_key *key, dnnl_engine_t engine, const_dnnl_primitive_attr_t attr,
-                               nb_onednn_plan *plan) {
-  const int64_t *v = key->v;
-  dnnl_format_tag_t layout = v[K_NCHW] ? dnnl_nchw : dnnl_nhwc;
-  dnnl_dims_t src_dims = {v[K_N], v[K_C], v[K_H], v[K_W]}, dst_dims = {v[K_N], v[K_C], v[K_OH], v[K_OW]};
-  dnnl_dims_t strides = {v[K_SH], v[K_SW]}, kernel = {v[K_KH], v[K_KW]}, dilation = {0, 0},
-              pad_l = {v[K_PT], v[K_PL]}, pad_r = {v[K_PB], v[K_PR]};
-  dnnl_memory_desc_t src, dst;
-  dnnl_status_t s = dnnl_memory_desc_init_by_tag(&src, 4, src_dims, dnnl_f32, layout);
-  if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&dst, 4, dst_dims, dnnl_f32, layout);
-  dnnl_pooling_v2_desc_t fwd, bwd;
-  bool forward = v[0] == NB_ONEDNN_POOL_FORWARD;
-  if (s == dnnl_success)
-    s = dnnl_pooling_v2_forward_desc_init(&fwd, forward ? dnnl_forward_inference : dnnl_forward_training,
-                                          (dnnl_alg_kind_t)v[K_ALG], &src, &dst, strides, kernel, dilation, pad_l,
-                                          pad_r);
-  if (s != dnnl_success || forward) return s == dnnl_success ? dnnl_primitive_desc_create(&plan->pd, &fwd, attr, engine, NULL) : s;
-  s = dnnl_pooling_v2_backward_desc_init(&bwd, (dnnl_alg_kind_t)v[K_ALG], &src, &dst, strides, kernel, dilation,
-                                         pad_l, pad_r);
-  dnnl_primitive_desc_t hint = NULL;
-  if (s == dnnl_success) s = dnnl_primitive_desc_create(&hint, &fwd, NULL, engine, NULL);
-  if (s == dnnl_success) s = dnnl_primitive_desc_create(&plan->pd, &bwd, attr, engine, hint);
-  if (hint) dnnl_primitive_desc_destroy(hint);
-  return s;
-}
-
-/* Whether n floats hold a NaN (one branch-free pass, vectorized). */
-static bool has_nan(const float *x, int64_t n) {
-  bool any = false;
-  for (int64_t i = 0; i < n; i++) any |= x[i] != x[i];
-  return any;
-}
-
-/* Runs a float32 MaxPool, AvgPool or AvgPoolGrad through oneDNN; false (nothing written)
-   where it did not. oneDNN's maximum skips NaNs where TF's gives NaN, so MaxPool takes
-   oneDNN only for input without NaNs (checked: one pass, cheap beside the own kernel),
-   and only where every window holds an input element (TF gives -inf for a window wholly
-   in explicit padding). MaxPool's gradients stay with the own kernels: TF routes the
-   gradient to a window's first NaN, and oneDNN's would need its forward's workspace. */
-static bool pool_onednn(nb_kargs *k, pool_kind kind) {
-  const geom *g = (const geom *)k->scratch;
-  nb_tensor *res = k->res[0];
-  if (res->dtype != NB_F32 || !nb_onednn_enabled() || g->n * g->h * g->w * g->c == 0) return false;
-  if (kind != MAX_POOL && kind != AVG_POOL && kind != AVG_POOL_GRAD) return false;
-  nb_onednn_key key;
-  window_key(g, kind == AVG_POOL_GRAD ? NB_ONEDNN_POOL_BACKWARD : NB_ONEDNN_POOL_FORWARD,
-             kind == MAX_POOL ? dnnl_pooling_max : dnnl_pooling_avg_exclude_padding, &key);
-  if (kind == MAX_POOL && (key.v[K_PT] >= g->kh || key.v[K_PB] >= g->kh || key.v[K_PL] >= g->kw || key.v[K_PR] >= g->kw))
-    return false;
-  if (kind == MAX_POOL && has_nan(nb_tdata(k->in[0]), k->in[0]->size)) return false;
-  nb_onednn_arg args[2] = {{DNNL_ARG_SRC, nb_tdata(k->in[0])}, {DNNL_ARG_DST, nb_tdata(res)}};
-  if (kind == AVG_POOL_GRAD)
-    args[0] = (nb_onednn_arg){DNNL_ARG_DIFF_DST, nb_tdata(k->in[1])}, args[1] = (nb_onednn_arg){DNNL_ARG_DIFF_SRC, nb_tdata(res)};
-  return nb_onednn_run(k->ctx, &key, make_pool, nb_kthreads(k, pool_work(g)), args, 2) == dnnl_success;
-}
-
 static nb_code run_pool(nb_kargs *k, pool_kind kind) {
   const geom *g = (const geom *)k->scratch;
   const struct pool_spec *sp = &pool_specs[kind];
   nb_tensor *res = k->res[0];
-  if (res->size == 0 || pool_onednn(k, kind)) return NB_OK;
+  if (res->size == 0) return NB_OK;
   int64_t in_dims[4] = {g->n, g->h, g->w, g->c}, out_dims[4] = {g->n, g->oh, g->ow, g->c};
   void *at = NULL, *bt = NULL, *outt = NULL;
   pool_job j = {.g = g, .fn = sp->fn[res->dtype == NB_F64]};
@@ -1126,7 +1061,8 @@ static nb_code run_pool(nb_kargs *k, pool_kind kind) {
     release_all(c, (void *[]){at, bt, outt}, 3);
     return nb_kfail(k, NB_NOMEM, "out of memory for a layout copy");
   }
-  int nt = nb_kthreads(k, pool_work(g));
+  int64_t work = (g->oh * g->ow + g->h * g->w) * g->c * g->n;
+  int nt = nb_kthreads(k, work);
   nt = nt > g->n ? (int)g->n : nt;
   if (kind == MAX_POOL_GRAD || kind == MAX_POOL_GRAD_GRAD) {
     j.row_bytes = 2 * (size_t)(g->ow * g->c) * nb_dtype_size(res->dtype);

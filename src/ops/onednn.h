@@ -1,4 +1,4 @@
-/* oneDNN primitives for the convolution, pooling and batch norm kernels: one CPU engine
+/* oneDNN primitives for the convolution kernels (any op may use them): one CPU engine
    for the process and a cache of primitives by what defines them, so a training loop
    creates primitives in its first step only. Internal to the library. */
 #ifndef NB_ONEDNN_H
@@ -18,10 +18,7 @@ void nb_onednn_set_enabled(bool on);
 uint64_t nb_onednn_executions(void);
 
 /* The primitives' kinds, each key's first value. */
-enum {
-  NB_ONEDNN_CONV_FORWARD = 1, NB_ONEDNN_CONV_BACKPROP_INPUT, NB_ONEDNN_CONV_BACKPROP_FILTER,
-  NB_ONEDNN_POOL_FORWARD, NB_ONEDNN_POOL_BACKWARD, NB_ONEDNN_BN_FORWARD, NB_ONEDNN_BN_BACKWARD
-};
+enum { NB_ONEDNN_CONV_FORWARD = 1, NB_ONEDNN_CONV_BACKPROP_INPUT, NB_ONEDNN_CONV_BACKPROP_FILTER };
 
 /* What defines a primitive: the kind first, then its dims and attributes; unused
    values stay zero. Two keys with equal values name the same primitive. */
