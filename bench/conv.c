@@ -2,9 +2,9 @@
    VALID: conv1 (28x28x1 input, 5x5x1x6 filter) forward and filter backprop (its input
    gradient is never needed), conv2 (12x12x6 input, 5x5x6x16 filter) forward, input and
    filter backprop, 2x2/2 max pools of 24x24x6 and 8x8x16 forward and gradient, and both
-   as average pools (TF's other choice for LeNet); on 1 and 2 threads. Each op runs on the library's own choice of kernel, then on its own kernels
-   with oneDNN switched off (backend=im2col for convolutions, backend=own for pools), so
-   one run shows both. Prints name=... threads=N backend=... us_per_op=... gflops=...
+   as average pools (TF's other choice for LeNet); on 1 and 2 threads. Each op runs on
+   the library's own choice of kernel, then on its own kernels with oneDNN switched off
+   (backend=im2col for convolutions, backend=own for pools), so one run shows both. Prints name=... threads=N backend=... us_per_op=... gflops=...
    lines (the median of RUNS runs of at least MIN_SECONDS each) and, per thread count and
    path, their sum as name=lenet_conv_total. An argument runs only the ops whose name
    contains it (no total then).
@@ -137,7 +137,9 @@ int main(int argc, char **argv) {
         total += seconds;
         print_line(ops[i].name, threads, backend_of(&ops[i], before), seconds, ops[i].flops);
       }
-      if (!only) printf("name=lenet_conv_total threads=%d path=%s us_per_op=%.1f\n", threads, own ? "own" : "default", total * 1e6);
+      if (!only)
+        printf("name=lenet_conv_total threads=%d path=%s us_per_op=%.1f\n", threads, own ? "own" : "default",
+               total * 1e6);
       if (nb_status(c) != NB_OK) {
         fprintf(stderr, "bench failed: %s\n", nb_error(c));
         return 1;

@@ -700,7 +700,8 @@ static bool conv_onednn(nb_kargs *k, conv_kind kind) {
   nb_onednn_key key;
   conv_key(g, kind, &key);
   void *x = kind == CONV_BACKPROP_INPUT ? NULL : nb_tdata(k->in[0]);
-  void *f = kind == CONV_BACKPROP_FILTER ? NULL : nb_tdata(k->in[1]), *dy = kind == CONV_FORWARD ? NULL : nb_tdata(k->in[2]);
+  void *f = kind == CONV_BACKPROP_FILTER ? NULL : nb_tdata(k->in[1]);
+  void *dy = kind == CONV_FORWARD ? NULL : nb_tdata(k->in[2]);
   nb_onednn_arg args[3][3] = {
       [CONV_FORWARD] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DST, nb_tdata(res)}},
       [CONV_BACKPROP_INPUT] = {{DNNL_ARG_DIFF_SRC, nb_tdata(res)}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DIFF_DST, dy}},

@@ -97,8 +97,8 @@ static dnnl_status_t add_reorder(const nb_onednn_plan *plan, int i, const_dnnl_p
   reorder *r = &p->reorders[p->nreorders];
   *r = (reorder){.arg = plan->plain_arg[i], .out = plan->plain_out[i], .plain_md = plan->plain_md[i], .prim_md = *want};
   dnnl_primitive_desc_t pd;
-  dnnl_status_t s = r->out ? dnnl_reorder_primitive_desc_create(&pd, want, cache.engine, &r->plain_md, cache.engine, attr)
-                           : dnnl_reorder_primitive_desc_create(&pd, &r->plain_md, cache.engine, want, cache.engine, attr);
+  const dnnl_memory_desc_t *from = r->out ? want : &r->plain_md, *to = r->out ? &r->plain_md : want;
+  dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, from, cache.engine, to, cache.engine, attr);
   if (s != dnnl_success) return s;
   s = primitive_of(pd, false, &r->prim);
   dnnl_primitive_desc_destroy(pd);
