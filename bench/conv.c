@@ -4,10 +4,11 @@
    filter backprop, 2x2/2 max pools of 24x24x6 and 8x8x16 forward and gradient, and both
    as average pools (TF's other choice for LeNet); on 1 and 2 threads. Each op runs on
    the library's own choice of kernel, then on its own kernels with oneDNN switched off
-   (backend=im2col for convolutions, backend=own for pools), so one run shows both. Prints name=... threads=N backend=... us_per_op=... gflops=...
-   lines (the median of RUNS runs of at least MIN_SECONDS each) and, per thread count and
-   path, their sum as name=lenet_conv_total. An argument runs only the ops whose name
-   contains it (no total then).
+   (backend=im2col for convolutions, backend=own for pools), so one run shows both.
+   Prints name=... threads=N backend=... us_per_op=... gflops=... lines (the median of
+   RUNS runs of at least MIN_SECONDS each) and, per thread count and path, their sum as
+   name=lenet_conv_total. An argument runs only the ops whose name contains it (no total
+   then).
 
    FLOPs: a convolution and each of its backprops is 2 n oh ow kh kw c oc (a multiply and
    an add per filter tap per output element, for dx and dW the same products regrouped);
