@@ -385,6 +385,24 @@ static void test_onednn_and_own_kernels_agree(void **state) {
   nb_onednn_set_enabled(true);
 }
 
+/* A training loop's later steps make no oneDNN primitive: a repeat of a convolution (new
+   tensors, same shapes) finds its primitives cached, and other shapes make new ones. */
+static void test_onednn_primitives_cached(void **state) {
+  nb_ctx *c = *state;
+  static const conv_case cc = {{2, 7, 6, 3}, {3, 3, 3, 4}, {1, 2, 2, 1}, {1, 1, 1, 1}, "SAME", "NHWC", NULL};
+  static const conv_case other = {{2, 8, 6, 3}, {3, 3, 3, 4}, {1, 2, 2, 1}, {1, 1, 1, 1}, "SAME", "NHWC", NULL};
+  double v[1024]; /* conv_three reads inputs from offsets up to 5 */
+  for (int i = 0; i < 1024; i++) v[i] = (double)(i % 11) / 5 - 1;
+  nb_tensor *r[3];
+  conv_three(c, &cc, NB_F32, v, false, r);
+  uint64_t made = nb_onednn_primitives_made(), runs = nb_onednn_executions();
+  conv_three(c, &cc, NB_F32, v, true, r);
+  assert_int_equal(nb_onednn_executions() - runs, 3);
+  assert_int_equal(nb_onednn_primitives_made() - made, 0);
+  conv_three(c, &other, NB_F32, v, false, r);
+  assert_int_equal(nb_onednn_primitives_made() - made, 3);
+}
+
 /* The eager golden convolutions (float32 and float64) on the im2col kernels alone; by
    default their float32 cases take oneDNN. */
 static void test_conv_golden_on_own_kernels(void **state) {
@@ -660,6 +678,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_threads_agree, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_onednn_and_own_kernels_agree, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_conv_golden_on_own_kernels, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_onednn_primitives_cached, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_conv_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_backprop_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_pool_errors, tu_setup, tu_teardown),

@@ -53,7 +53,7 @@ static struct {
 
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static atomic_bool disabled;
-static atomic_uint_fast64_t executions;
+static atomic_uint_fast64_t executions, primitives_made;
 
 static void destroy(compiled *p) {
   for (int i = 0; i < p->nreorders; i++) dnnl_primitive_destroy(p->reorders[i].prim);
@@ -80,6 +80,7 @@ static dnnl_engine_t engine(void) {
 bool nb_onednn_enabled(void) { return !atomic_load(&disabled) && engine() != NULL; }
 void nb_onednn_set_enabled(bool on) { atomic_store(&disabled, !on); }
 uint64_t nb_onednn_executions(void) { return atomic_load(&executions); }
+uint64_t nb_onednn_primitives_made(void) { return atomic_load(&primitives_made); }
 
 /* A primitive from its descriptor; a scratchpad it would need beyond the user-managed
    one counts as unimplemented (reorders run without one). */
@@ -120,6 +121,7 @@ static dnnl_status_t create(const nb_onednn_key *key, nb_onednn_make_fn make, co
   if (plan.pd) dnnl_primitive_desc_destroy(plan.pd);
   dnnl_primitive_attr_destroy(attr);
   if (s != dnnl_success) destroy(p);
+  if (s == dnnl_success) atomic_fetch_add(&primitives_made, 1);
   return s;
 }
 

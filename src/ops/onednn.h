@@ -16,6 +16,9 @@ void nb_onednn_set_enabled(bool on);
 /* oneDNN primitive executions so far in this process, so a caller can tell which path an
    op took (benchmarks label their lines with it). */
 uint64_t nb_onednn_executions(void);
+/* Primitives made so far in this process (the cache's misses: tests check that repeating
+   an op makes none). */
+uint64_t nb_onednn_primitives_made(void);
 
 /* The primitives' kinds, each key's first value. */
 enum { NB_ONEDNN_CONV_FORWARD = 1, NB_ONEDNN_CONV_BACKPROP_INPUT, NB_ONEDNN_CONV_BACKPROP_FILTER };
