@@ -1,11 +1,13 @@
 /* bench/batch_norm: FusedBatchNormV3 (training) and FusedBatchNormGradV3 on f32 tensors
    of [64,24,24,6] (NHWC and NCHW) and [128,1,1,512] (a dense layer's [128,512]), 1 and 2
-   threads. Prints name=... lines with microseconds per call and the effective bandwidth
+   threads. Prints name=... lines with the kernel's backend (onednn when it ran a oneDNN
+   primitive, else own), microseconds per call and the effective bandwidth
    of one pass over x (x's bytes / time): a kernel making k passes shows about 1/k of the
    machine's stream bandwidth. Each figure is the median of RUNS timed batches. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
+#include "../src/ops/onednn.h"
 #include "benchutil.h"
 
 #include <math.h>
@@ -66,9 +68,10 @@ int main(void) {
     for (int threads = 1; threads <= 2; threads++) {
       nb_ctx_set_threads(c, threads);
       for (int grad = 0; grad <= 1; grad++) {
+        uint64_t before = nb_onednn_executions();
         double t = time_calls(c, &b, grad);
-        printf("name=%s_%s_t%d us=%.1f pass_gbps=%.2f\n", grad ? "bn_grad" : "bn_fwd", s->name, threads, t * 1e6,
-               (double)n * 4 / t / 1e9);
+        printf("name=%s_%s_t%d backend=%s us=%.1f pass_gbps=%.2f\n", grad ? "bn_grad" : "bn_fwd", s->name, threads,
+               nb_onednn_executions() > before ? "onednn" : "own", t * 1e6, (double)n * 4 / t / 1e9);
       }
     }
     free(v);

@@ -3,6 +3,8 @@
    through nb_gradients), NaN and empty batches, thread-count independence, error paths. */
 #include "graphutil.h"
 
+#include "../src/ops/onednn.h" /* both kernel paths */
+
 #include <stdlib.h>
 
 #include "golden/conv_golden.h"
@@ -306,6 +308,109 @@ static void test_threads_agree(void **state) {
   free(v);
 }
 
+/* ---- oneDNN and the own kernels ----------------------------------------------------- */
+
+/* A convolution case: input and filter dims (the input in format's order) and attrs. */
+typedef struct conv_case {
+  int64_t xs[4], fs[4], strides[4], dilations[4];
+  const char *padding, *format;
+  const int64_t *explicit_paddings;
+} conv_case;
+
+/* Conv2D and its two backprops (k = 0, 1, 2) of case cc in dtype t on the current path. */
+static void conv_three(nb_ctx *c, const conv_case *cc, nb_dtype t, const double *v, bool abs_inputs, nb_tensor **r) {
+  nb_conv2d_attrs a = {.strides = cc->strides, .padding = cc->padding, .data_format = cc->format,
+                       .dilations = cc->dilations, .explicit_paddings = cc->explicit_paddings};
+  nb_tensor *x = tu_make_float(c, t, 4, cc->xs, v), *w = tu_make_float(c, t, 4, cc->fs, v + 3);
+  if (abs_inputs) x = nb_abs(c, x), w = nb_abs(c, w);
+  r[0] = nb_conv2d(c, x, w, &a);
+  assert_non_null(r[0]);
+  nb_tensor *dy = tu_make_float(c, t, 4, r[0]->shape, v + 5);
+  if (abs_inputs) dy = nb_abs(c, dy);
+  r[1] = nb_conv2d_backprop_input(c, shape_tensor(c, cc->xs), w, dy, &a);
+  r[2] = nb_conv2d_backprop_filter(c, x, shape_tensor(c, cc->fs), dy, &a);
+  assert_int_equal(nb_status(c), NB_OK);
+}
+
+/* Checks a float32 result against the float64 one of the own kernels: each output is a
+   sum of at most n products, so tu_check_sums' bound holds with S from |inputs|. */
+static void check_against_f64(const nb_tensor *got, const nb_tensor *want, const nb_tensor *abs_want, int64_t n) {
+  int64_t m = nb_num_elements(want);
+  assert_int_equal(nb_num_elements(got), m);
+  double *w = malloc((size_t)m * sizeof *w), *s = malloc((size_t)m * sizeof *s);
+  assert_non_null(w);
+  assert_non_null(s);
+  for (int64_t i = 0; i < m; i++) w[i] = nb_item(want, i), s[i] = nb_item(abs_want, i);
+  tu_check_sums(got, w, NB_F64, n, s);
+  free(w);
+  free(s);
+}
+
+/* Conv2D and its backprops in float32 on the oneDNN path and on the own (im2col) path,
+   each within the rounding bound of the float64 result, over the cases where TF's
+   geometry differs most from a plain convolution: SAME with its odd padding element
+   after, a stride beyond the window, dilation, explicit padding, batch 1, one channel,
+   NHWC and NCHW. The oneDNN path must actually run (counted). */
+static void test_onednn_and_own_kernels_agree(void **state) {
+  nb_ctx *c = *state;
+  static const int64_t pads[8] = {0, 0, 1, 2, 0, 1, 0, 0};
+  static const conv_case cases[] = {
+      {{2, 7, 6, 3}, {3, 3, 3, 4}, {1, 2, 2, 1}, {1, 1, 1, 1}, "SAME", "NHWC", NULL},
+      {{1, 8, 9, 1}, {2, 2, 1, 5}, {1, 3, 3, 1}, {1, 1, 1, 1}, "SAME", "NHWC", NULL},
+      {{1, 8, 9, 2}, {1, 1, 2, 3}, {1, 3, 3, 1}, {1, 1, 1, 1}, "VALID", "NHWC", NULL},
+      {{3, 9, 9, 2}, {3, 2, 2, 3}, {1, 1, 1, 1}, {1, 2, 2, 1}, "SAME", "NHWC", NULL},
+      {{2, 5, 6, 3}, {2, 3, 3, 2}, {1, 1, 1, 1}, {1, 1, 1, 1}, "EXPLICIT", "NHWC", pads},
+      {{2, 3, 7, 6}, {3, 3, 3, 4}, {1, 1, 2, 2}, {1, 1, 1, 1}, "SAME", "NCHW", NULL},
+      {{1, 1, 10, 9}, {2, 3, 1, 3}, {1, 1, 1, 1}, {1, 1, 2, 2}, "SAME", "NCHW", NULL},
+      {{2, 4, 8, 8}, {2, 2, 4, 6}, {1, 1, 3, 3}, {1, 1, 1, 1}, "VALID", "NCHW", NULL},
+  };
+  double v[1024];
+  for (int i = 0; i < 1024; i++) v[i] = (double)((i * 7919) % 29) / 13 - 1;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const conv_case *cc = &cases[i];
+    nb_tensor *want[3], *abs_want[3], *got[3];
+    nb_onednn_set_enabled(false);
+    conv_three(c, cc, NB_F64, v, false, want);
+    conv_three(c, cc, NB_F64, v, true, abs_want);
+    int64_t oh_ow = nb_num_elements(want[0]) / (cc->xs[0] * cc->fs[3]);
+    const int64_t terms[3] = {cc->fs[0] * cc->fs[1] * cc->fs[2], cc->fs[0] * cc->fs[1] * cc->fs[3], cc->xs[0] * oh_ow};
+    for (int on = 0; on <= 1; on++) {
+      nb_onednn_set_enabled(on);
+      uint64_t before = nb_onednn_executions();
+      conv_three(c, cc, NB_F32, v, false, got);
+      if (on) assert_int_equal(nb_onednn_executions() - before, 3);
+      for (int k = 0; k < 3; k++) check_against_f64(got[k], want[k], abs_want[k], terms[k]);
+    }
+  }
+  nb_onednn_set_enabled(true);
+}
+
+/* A training loop's later steps make no oneDNN primitive: a repeat of a convolution (new
+   tensors, same shapes) finds its primitives cached, and other shapes make new ones. */
+static void test_onednn_primitives_cached(void **state) {
+  nb_ctx *c = *state;
+  static const conv_case cc = {{2, 7, 6, 3}, {3, 3, 3, 4}, {1, 2, 2, 1}, {1, 1, 1, 1}, "SAME", "NHWC", NULL};
+  static const conv_case other = {{2, 8, 6, 3}, {3, 3, 3, 4}, {1, 2, 2, 1}, {1, 1, 1, 1}, "SAME", "NHWC", NULL};
+  double v[1024]; /* conv_three reads inputs from offsets up to 5 */
+  for (int i = 0; i < 1024; i++) v[i] = (double)(i % 11) / 5 - 1;
+  nb_tensor *r[3];
+  conv_three(c, &cc, NB_F32, v, false, r);
+  uint64_t made = nb_onednn_primitives_made(), runs = nb_onednn_executions();
+  conv_three(c, &cc, NB_F32, v, true, r);
+  assert_int_equal(nb_onednn_executions() - runs, 3);
+  assert_int_equal(nb_onednn_primitives_made() - made, 0);
+  conv_three(c, &other, NB_F32, v, false, r);
+  assert_int_equal(nb_onednn_primitives_made() - made, 3);
+}
+
+/* The eager golden convolutions (float32 and float64) on the im2col kernels alone; by
+   default their float32 cases take oneDNN. */
+static void test_conv_golden_on_own_kernels(void **state) {
+  nb_onednn_set_enabled(false);
+  test_conv_golden_eager(state);
+  nb_onednn_set_enabled(true);
+}
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 static void test_conv_errors(void **state) {
@@ -571,6 +676,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_nan_propagates, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_empty_batch, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_threads_agree, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_onednn_and_own_kernels_agree, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_conv_golden_on_own_kernels, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_onednn_primitives_cached, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_conv_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_backprop_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_pool_errors, tu_setup, tu_teardown),

@@ -11,8 +11,15 @@
    all without transposing anything. A 1x1 filter at stride 1 without padding needs no
    im2col: the input is col. With one input channel the column matrix is built transposed
    (whole output rows copied at once) and the GEMMs take it with a transpose flag. Threads
-   split the batch, one single-threaded GEMM each. */
+   split the batch, one single-threaded GEMM each.
+
+   Float32 Conv2D and its backprops first try oneDNN (onednn.h) over the tensors' own
+   NHWC or NCHW buffers; the im2col kernels run for float64 and where oneDNN fails.
+   Pools keep the own kernels: oneDNN's were measured slower on bench/conv's pools
+   (AVX2, channels 6 and 16), and its MaxPool skips NaNs where TF's gives NaN (its
+   gradient would route to no NaN where TF routes to a window's first one). */
 #include "blas.h"
+#include "onednn.h"
 
 #include <math.h>
 #include <omp.h>
@@ -592,12 +599,17 @@ static void backprop_filter_range(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
+/* Threads worth using for a convolution: by its multiply-adds. */
+static int conv_threads(const nb_kargs *k, const geom *g) {
+  double work = (double)g->n * (double)(g->oh * g->ow) * (double)patch_size(g) * (double)g->oc;
+  return nb_kthreads(k, work > 0x1p62 ? INT64_MAX : (int64_t)work);
+}
+
 /* Threads, image blocks and column buffers for a job over g->n images. */
 static nb_code plan_job(nb_kargs *k, conv_job *j, int *nt) {
   const geom *g = j->g;
   int64_t pix = g->oh * g->ow, kk = patch_size(g);
-  double work = (double)g->n * (double)pix * (double)kk * (double)g->oc;
-  *nt = nb_kthreads(k, work > 0x1p62 ? INT64_MAX : (int64_t)work);
+  *nt = conv_threads(k, g);
   if (*nt > g->n) *nt = g->n < 1 ? 1 : (int)g->n;
   int64_t per_image = pix * kk * (int64_t)j->esz;
   j->block = per_image > 0 ? COL_BLOCK_BYTES / per_image : g->n;
@@ -614,10 +626,93 @@ static nb_code plan_job(nb_kargs *k, conv_job *j, int *nt) {
   return NB_OK;
 }
 
+/* ---- convolution: oneDNN ------------------------------------------------------------- */
+
+/* A float32 convolution's key: the kind, then these values. */
+enum { K_N = 1, K_C, K_H, K_W, K_OC, K_OH, K_OW, K_KH, K_KW, K_SH, K_SW, K_DH, K_DW, K_PT, K_PB, K_PL, K_PR, K_NCHW };
+
+/* The padding after the input in oneDNN's terms: how far the last window reaches past
+   the input's end (TF's SAME puts its odd element there), 0 where it stops inside (VALID,
+   or SAME with a stride beyond the window). */
+static int64_t pad_after(int64_t in, int64_t out, int64_t k, int64_t d, int64_t s, int64_t before) {
+  int64_t past = (out - 1) * s + (k - 1) * d + 1 - in - before;
+  return past > 0 ? past : 0;
+}
+
+/* The key of g's convolution of kind kind. */
+static void conv_key(const geom *g, conv_kind kind, nb_onednn_key *key) {
+  static const int kinds[] = {[CONV_FORWARD] = NB_ONEDNN_CONV_FORWARD,
+                              [CONV_BACKPROP_INPUT] = NB_ONEDNN_CONV_BACKPROP_INPUT,
+                              [CONV_BACKPROP_FILTER] = NB_ONEDNN_CONV_BACKPROP_FILTER};
+  *key = (nb_onednn_key){{kinds[kind], g->n, g->c, g->h, g->w, g->oc, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->dh,
+                          g->dw, g->pt, pad_after(g->h, g->oh, g->kh, g->dh, g->sh, g->pt), g->pl,
+                          pad_after(g->w, g->ow, g->kw, g->dw, g->sw, g->pl), g->nchw}};
+}
+
+/* The plan of the convolution key names: activations in the tensors' own layout (NHWC or
+   NCHW), the filter in whatever layout oneDNN's fastest kernel wants (a blocked one: its
+   direct kernels beat both its GEMM-based one and im2col 2-4x on bench/conv), reordered
+   from and to TF's [kh, kw, in, out] (hwio). The backprops' descriptors take the
+   forward's as a hint, as oneDNN requires. */
+static dnnl_status_t make_conv(const nb_onednn_key *key, dnnl_engine_t engine, const_dnnl_primitive_attr_t attr,
+                               nb_onednn_plan *plan) {
+  const int64_t *v = key->v;
+  dnnl_format_tag_t layout = v[K_NCHW] ? dnnl_nchw : dnnl_nhwc;
+  dnnl_dims_t src_dims = {v[K_N], v[K_C], v[K_H], v[K_W]}, w_dims = {v[K_OC], v[K_C], v[K_KH], v[K_KW]},
+              dst_dims = {v[K_N], v[K_OC], v[K_OH], v[K_OW]};
+  /* oneDNN counts dilation from 0 (no gaps), TF from 1 */
+  dnnl_dims_t strides = {v[K_SH], v[K_SW]}, dilates = {v[K_DH] - 1, v[K_DW] - 1}, pad_l = {v[K_PT], v[K_PL]},
+              pad_r = {v[K_PB], v[K_PR]};
+  dnnl_memory_desc_t src, w, dst;
+  plan->nplain = 1;
+  plan->plain_arg[0] = v[0] == NB_ONEDNN_CONV_BACKPROP_FILTER ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS;
+  plan->plain_out[0] = v[0] == NB_ONEDNN_CONV_BACKPROP_FILTER;
+  dnnl_status_t s = dnnl_memory_desc_init_by_tag(&src, 4, src_dims, dnnl_f32, layout);
+  if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&plan->plain_md[0], 4, w_dims, dnnl_f32, dnnl_hwio);
+  if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&w, 4, w_dims, dnnl_f32, dnnl_format_tag_any);
+  if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&dst, 4, dst_dims, dnnl_f32, layout);
+  dnnl_convolution_desc_t fwd, bwd;
+  if (s == dnnl_success)
+    s = dnnl_dilated_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &src, &w,
+                                                   NULL, &dst, strides, dilates, pad_l, pad_r);
+  if (s != dnnl_success || v[0] == NB_ONEDNN_CONV_FORWARD)
+    return s == dnnl_success ? dnnl_primitive_desc_create(&plan->pd, &fwd, attr, engine, NULL) : s;
+  if (v[0] == NB_ONEDNN_CONV_BACKPROP_INPUT)
+    s = dnnl_dilated_convolution_backward_data_desc_init(&bwd, dnnl_convolution_direct, &src, &w, &dst, strides,
+                                                         dilates, pad_l, pad_r);
+  else
+    s = dnnl_dilated_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &src, &w, NULL, &dst,
+                                                            strides, dilates, pad_l, pad_r);
+  dnnl_primitive_desc_t hint = NULL;
+  if (s == dnnl_success) s = dnnl_primitive_desc_create(&hint, &fwd, NULL, engine, NULL);
+  if (s == dnnl_success) s = dnnl_primitive_desc_create(&plan->pd, &bwd, attr, engine, hint);
+  if (hint) dnnl_primitive_desc_destroy(hint);
+  return s;
+}
+
+/* Runs a float32 convolution through oneDNN; false (nothing written) where it did not:
+   oneDNN switched off, float64, an empty operand, or no oneDNN implementation. */
+static bool conv_onednn(nb_kargs *k, conv_kind kind) {
+  const geom *g = (const geom *)k->scratch;
+  nb_tensor *res = k->res[0];
+  if (res->dtype != NB_F32 || !nb_onednn_enabled() || g->n * g->h * g->w * g->c == 0 || g->oh * g->ow == 0)
+    return false;
+  nb_onednn_key key;
+  conv_key(g, kind, &key);
+  void *x = kind == CONV_BACKPROP_INPUT ? NULL : nb_tdata(k->in[0]);
+  void *f = kind == CONV_BACKPROP_FILTER ? NULL : nb_tdata(k->in[1]);
+  void *dy = kind == CONV_FORWARD ? NULL : nb_tdata(k->in[2]);
+  nb_onednn_arg args[3][3] = {
+      [CONV_FORWARD] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DST, nb_tdata(res)}},
+      [CONV_BACKPROP_INPUT] = {{DNNL_ARG_DIFF_SRC, nb_tdata(res)}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DIFF_DST, dy}},
+      [CONV_BACKPROP_FILTER] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_WEIGHTS, nb_tdata(res)}, {DNNL_ARG_DIFF_DST, dy}}};
+  return nb_onednn_run(k->ctx, &key, make_conv, conv_threads(k, g), args[kind], 3) == dnnl_success;
+}
+
 static nb_code run_conv(nb_kargs *k, conv_kind kind) {
   const geom *g = (const geom *)k->scratch;
   nb_tensor *res = k->res[0];
-  if (res->size == 0) return NB_OK;
+  if (res->size == 0 || conv_onednn(k, kind)) return NB_OK;
   const nb_tensor *x = kind == CONV_BACKPROP_INPUT ? NULL : k->in[0];
   const nb_tensor *f = kind == CONV_BACKPROP_FILTER ? NULL : k->in[1], *dy = kind == CONV_FORWARD ? NULL : k->in[2];
   conv_job j = {.g = g, .t = res->dtype, .esz = nb_dtype_size(res->dtype)};
