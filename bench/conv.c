@@ -18,6 +18,7 @@
 
 #include "../src/ops/onednn.h"
 #include "benchutil.h"
+#include "peak.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,8 +79,9 @@ static double pool_flops(int64_t oh, int64_t ow, int64_t ch) { return 4.0 * BATC
 
 /* One output line; every figure a benchmark line carries is printed here. */
 static void print_line(const char *name, int threads, const char *backend, double seconds, double flops) {
-  printf("name=%s threads=%d backend=%s us_per_op=%.1f gflops=%.2f\n", name, threads, backend, seconds * 1e6,
-         seconds > 0 ? flops / seconds / 1e9 : 0);
+  double gflops = seconds > 0 ? flops / seconds / 1e9 : 0;
+  printf("name=%s threads=%d backend=%s us_per_op=%.1f gflops=%.2f frac_peak=%.3f\n", name, threads, backend,
+         seconds * 1e6, gflops, bench_frac_peak(gflops, threads));
 }
 
 /* Which kernel op ran: oneDNN when it executed a primitive during the calls. */

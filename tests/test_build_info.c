@@ -29,8 +29,8 @@ static void test_build_info_fields(void **state) {
   snprintf(want, sizeof want, "onednn %d.%d.%d (openmp, isa %s)", v->major, v->minor, v->patch,
            nb_onednn_isa_name());
   assert_true(contains(info, want));
-  snprintf(want, sizeof want, "gemm_f32=oneDNN (%s) gemm_f64=OpenBLAS (%s) conv=", nb_onednn_isa_name(),
-           openblas_get_corename());
+  snprintf(want, sizeof want, "gemm_f32=oneDNN (%s) gemm_f64=OpenBLAS (%s) conv=oneDNN (f32), im2col+GEMM (f64)",
+           nb_onednn_isa_name(), openblas_get_corename());
   assert_true(contains(info, want));
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L /* strcasecmp */
 #include "build_info.h"
 #include "blas.h"
+#include "onednn.h"
 #include "op.h"
 
 #include <cblas.h>
@@ -116,7 +117,8 @@ static bool cpu_has_avx2(void) { return false; }
 
 /* The one place naming the convolution backend: conv.c's kernels, im2col + nb_gemm (so
    their GEMMs run on the float32/float64 GEMM backends named beside it). */
-const char *nb_conv_backend_name(void) { return "im2col+GEMM"; }
+/* Conv2D and its backprops in float32; float64, and any case oneDNN refuses, stay on im2col. */
+const char *nb_conv_backend_name(void) { return nb_onednn_enabled() ? "oneDNN (f32), im2col+GEMM (f64)" : "im2col+GEMM"; }
 
 static const char *onednn_runtime_name(unsigned r) {
   return r == DNNL_RUNTIME_OMP   ? "openmp"
