@@ -134,6 +134,37 @@ static void test_folding(void **state) {
   nb_host_func_release(fi);
 }
 
+static nb_code always(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user) {
+  (void)vars, (void)user;
+  *pred = nb_scalar(c, NB_BOOL, 1);
+  return nb_status(c);
+}
+
+static nb_code square_by_callback(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user) {
+  /* declared [2]: a loop variable keeps its shape */
+  *next = call1(c, user, true, vars[0], &(nb_host_output){NB_F64, 1, {2}});
+  return nb_status(c);
+}
+
+/* Inside a loop body (a function graph): the node runs on every iteration. */
+static void test_in_while_body(void **state) {
+  gu_fixture *f = *state;
+  calls n = {0};
+  nb_host_func *sq = nb_host_func_new(square, NULL, &n, count_destroy);
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x"), *y = NULL;
+  assert_int_equal(nb_while(f->c, always, square_by_callback, sq, &x, 1, 3, &y), NB_OK);
+  nb_host_func_release(sq);
+  nb_tensor *r = gu_run1(f, x, nb_tensor_from(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(2, 0.5)), y);
+  tu_check(r, NB_F64, 1, TU_SHAPE(2), TU_VALS(256, 1.0 / 256), 0);
+  nb_tensor_free(r);
+  assert_int_equal(n.forward, 3);
+  nb_session_free(f->s);
+  nb_ctx_free(f->c);
+  nb_graph_free(f->g);
+  f->s = NULL, f->c = NULL, f->g = NULL;
+  assert_int_equal(n.destroyed, 1);
+}
+
 /* Without a gradient callback: gradient none, no error, and nothing reported missing. */
 static void test_not_differentiable(void **state) {
   gu_fixture *f = *state;
@@ -392,6 +423,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_shared_outputs, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_session, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_folding, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_in_while_body, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_not_differentiable, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradient_callback, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_mixed_dtypes_gradient, tu_setup, tu_teardown),
