@@ -44,6 +44,17 @@ static nb_code identity(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **ou
   return NB_OK;
 }
 
+/* Frees f's graph (its session and context first): the user data the graph's nodes held
+   is destroyed then, and not before. */
+static void free_graph_destroys(gu_fixture *f, const calls *n) {
+  assert_int_equal(n->destroyed, 0);
+  nb_session_free(f->s);
+  nb_ctx_free(f->c);
+  nb_graph_free(f->g);
+  f->s = NULL, f->c = NULL, f->g = NULL;
+  assert_int_equal(n->destroyed, 1);
+}
+
 static const nb_host_output f64_any = {NB_F64, -1, {0}};
 static const nb_host_output f64_vec3 = {NB_F64, 1, {3}};
 
@@ -101,12 +112,7 @@ static void test_session(void **state) {
     nb_tensor_free(r);
     assert_int_equal(n.forward, run);
   }
-  assert_int_equal(n.destroyed, 0);
-  nb_session_free(f->s);
-  nb_ctx_free(f->c);
-  nb_graph_free(f->g);
-  f->s = NULL, f->c = NULL, f->g = NULL;
-  assert_int_equal(n.destroyed, 1);
+  free_graph_destroys(f, &n);
 }
 
 /* Folding at graph build time: a stateless call on constants runs once, when it is built,
@@ -158,11 +164,7 @@ static void test_in_while_body(void **state) {
   tu_check(r, NB_F64, 1, TU_SHAPE(2), TU_VALS(256, 1.0 / 256), 0);
   nb_tensor_free(r);
   assert_int_equal(n.forward, 3);
-  nb_session_free(f->s);
-  nb_ctx_free(f->c);
-  nb_graph_free(f->g);
-  f->s = NULL, f->c = NULL, f->g = NULL;
-  assert_int_equal(n.destroyed, 1);
+  free_graph_destroys(f, &n);
 }
 
 /* Without a gradient callback: gradient none, no error, and nothing reported missing. */
@@ -214,12 +216,7 @@ static void test_gradient_callback(void **state) {
   tu_check(r, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 4), 0);
   nb_tensor_free(r);
   assert_int_equal(n.gradient, 2);
-  assert_int_equal(n.destroyed, 0); /* the graph's nodes still hold it */
-  nb_session_free(f->s);
-  nb_ctx_free(f->c);
-  nb_graph_free(f->g);
-  f->s = NULL, f->c = NULL, f->g = NULL;
-  assert_int_equal(n.destroyed, 1);
+  free_graph_destroys(f, &n);
 }
 
 /* Gradients of int inputs are none; an int output's upstream gradient reaches grad as NULL. */
