@@ -686,7 +686,7 @@ nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *con
 /* ---- host callbacks: tf.py_func, tf.numpy_function, tf.py_function ------------------------
    A node that calls a C function at run time. nb_host_func_new wraps fn (and optionally
    grad, and user with its destructor) in a counted object; its reference is the caller's.
-   nb_py_func adds a call of it on in[0..nin) (nin may be 0) giving out[0..nout), whose
+   nb_py_func adds a call of it on in[0..nin) (nin may be 0) giving out[0..nout >= 1), whose
    dtypes and shapes spec[0..nout) declares (rank -1: any shape; dims -1: any size): eager
    contexts run fn at once, graph contexts add a node (op PyFunc when stateful, else
    PyFuncStateless, TF's types) that runs fn each time a session runs it. A graph node

@@ -66,7 +66,7 @@ static void release_forward(void *forward) { nb_host_func_release(forward); }
 static nb_code gradient_adapter(nb_ctx *c, nb_tensor *const *in, int n, nb_tensor **dxs, int nin, void *user) {
   const nb_host_func *forward = user;
   int nout = (n - nin) / 2;
-  nb_tensor **dys = malloc((size_t)nout * sizeof *dys + 1);
+  nb_tensor **dys = malloc((size_t)nout * sizeof *dys); /* nout >= 1: nb_py_func's rule */
   if (!dys) return nb_set_error(c, NB_NOMEM, "host callback gradient: out of memory");
   nb_tensor *const *outs = in + nin;
   for (int i = 0; i < nout; i++) dys[i] = nb_is_float(outs[i]->dtype) ? in[nin + nout + i] : NULL;
