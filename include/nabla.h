@@ -6,7 +6,8 @@
  *   1. Contexts and tensors     names, contexts and scopes, tensors, IndexedSlices
  *   2. Ops                      attrs, the generic nb_op, one typed wrapper per TF op
  *   3. Graphs and sessions      graph contexts, names, placeholders, nb_run
- *   4. Gradients                nb_gradients, forward mode, gradient functions, custom gradients
+ *   4. Gradients                nb_gradients, forward mode, gradient functions, custom gradients,
+ *                               host callbacks (nb_py_func)
  *   5. The eager tape           tf.GradientTape, Jacobians, watching variables
  *   6. Control flow, functions  nb_while, nb_cond, function graphs
  *   7. Variables, optimizers    tf.Variable, Keras's optimizers, schedules, clipping
@@ -608,6 +609,48 @@ nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, 
    differentiate as an input (a variable read inside gets no gradient). */
 nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *const *in, int nin,
                           nb_tensor **out, int nout);
+
+/* ---- host callbacks: tf.py_func, tf.numpy_function, tf.py_function ------------------------
+   A node that calls a C function at run time. nb_host_func_new wraps fn (and optionally
+   grad, and user with its destructor) in a counted object; its reference is the caller's.
+   nb_py_func adds a call of it on in[0..nin) (nin may be 0) giving out[0..nout >= 1), whose
+   dtypes and shapes spec[0..nout) declares (rank -1: any shape; dims -1: any size): eager
+   contexts run fn at once, graph contexts add a node (op PyFunc when stateful, else
+   PyFuncStateless, TF's types) that runs fn each time a session runs it. A graph node
+   holds a reference until its graph is freed: then the last release calls destroy(user).
+   A stateless call whose inputs are all known when the graph is built is folded (fn runs
+   once, then); a stateful one never is.
+   fn receives the input values as concrete tensors of the context running the node and
+   makes out[0..nout) there (nb_tensor_from, or any eager op; they may be its inputs); its
+   other temporaries are freed after the call, and no tape records its ops. A failure fn
+   reports (an error it set, or a code it returned) fails the call with that code and a
+   message naming the op and, in a session, the node; so does an output that is NULL, not
+   concrete (graph tensors, IndexedSlices), of another dtype than declared (NB_DTYPE), or
+   of a shape that does not fit the declaration (NB_SHAPE).
+   Gradients: without grad the node is not differentiable (TF's NotDifferentiable: its
+   inputs get gradient none, not an error). With grad (tf.py_function's behaviour) the
+   gradient is another host-callback node: grad receives the inputs, the outputs and the
+   upstream gradients dys (NULL for int/bool outputs) and sets dxs[0..nin) with the
+   inputs' dtypes and shapes (NULL: zeros); gradients of int/bool inputs are none. That
+   node has no gradient of its own, so second-order gradients through it are none. An
+   eager tape that recorded a call keeps only the function's address: the caller's
+   reference must outlive the tape's gradient computations. */
+typedef struct nb_host_func nb_host_func;
+/* NULL when fn is NULL or out of memory. grad and destroy may be NULL. */
+nb_host_func *nb_host_func_new(nb_custom_fn fn, nb_custom_grad_fn grad, void *user, void (*destroy)(void *user));
+/* Drops one reference (NULL: nothing); the last calls destroy(user). */
+void nb_host_func_release(nb_host_func *f);
+/* In *grad a new reference to the host function that computes f's gradient (inputs: f's
+   inputs, outputs and upstream gradients, int/bool outputs' as zeros; outputs: the inputs'
+   gradients); NULL when f has no grad. NB_NOMEM when out of memory. */
+nb_code nb_host_func_gradient(nb_host_func *f, nb_host_func **grad);
+typedef struct nb_host_output {
+  nb_dtype dtype;
+  int rank;                   /* -1: any rank */
+  int64_t shape[NB_MAX_RANK]; /* the first rank dims; -1: any size */
+} nb_host_output;
+nb_code nb_py_func(nb_ctx *c, nb_host_func *f, bool stateful, nb_tensor *const *in, int nin,
+                   const nb_host_output *spec, nb_tensor **out, int nout);
 
 /* ==== 5. The eager tape =================================================================== */
 

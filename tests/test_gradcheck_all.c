@@ -968,8 +968,11 @@ static void append(char *buf, size_t cap, const char *fmt, const char *op) {
 
 /* control flow (control_flow.c): While, If and StatefulPartitionedCall run function graphs
    held in internal attrs, so only nb_while, nb_cond and nb_call_function build them, and no
-   spec can; tests/test_control_flow.c gradchecks them (first and second order). */
-static const char *const built_by_callers[] = {"While", "If", "StatefulPartitionedCall"};
+   spec can; tests/test_control_flow.c gradchecks them (first and second order). Host
+   callbacks (PyFunc, PyFuncStateless) likewise hold their function in an internal attr:
+   only nb_py_func builds them, and tests/test_host_callback.c checks their gradients. */
+static const char *const built_by_callers[] = {"While", "If", "StatefulPartitionedCall", "PyFunc",
+                                               "PyFuncStateless"};
 
 static bool built_by_caller(const char *op) {
   for (int i = 0; i < COUNT(built_by_callers); i++)

@@ -13,6 +13,7 @@ void nb_register_builtin_gradients(void) {
   nb_register_norm_grads();
   nb_register_random_grads();
   nb_register_conv_grads();
+  nb_register_host_callback_grads();
 }
 
 nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x) {

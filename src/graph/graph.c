@@ -86,9 +86,12 @@ nb_graph *nb_graph_new(void) {
 void nb_graph_free(nb_graph *g) {
   if (!g) return;
   for (int32_t i = 0; i < g->nouts; i++) nb_tensor_free(g->outs[i].value);
-  for (int32_t i = 0; i < g->nnodes; i++)
-    for (int a = 0; a < g->nodes[i].def->nattrs; a++)
-      if (g->nodes[i].def->attrs[a].kind == NB_ATTR_TENSOR) nb_tensor_free(g->nodes[i].attr[a].tensor);
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    const nb_node *n = &g->nodes[i];
+    for (int a = 0; a < n->def->nattrs; a++)
+      if (n->def->attrs[a].kind == NB_ATTR_TENSOR) nb_tensor_free(n->attr[a].tensor);
+    if (n->def->hold_attrs) n->def->hold_attrs(n->attr, -1);
+  }
   for (int32_t i = 0; i < g->nvars; i++) nb_variable_release(g->vars[i].var);
   if (g->free_funcs) g->free_funcs(g);
   free(g->caps);
@@ -492,6 +495,9 @@ static nb_code fold(nb_graph *g, const nb_kargs *k, nb_out *outs) {
   }
   for (int i = 0; i < k->nout; i++) {
     outs[i].value = nb_detached_share(tmp[i]);
+    /* the value's shape: more specific than the inferred one where that left dims to
+       run time (a host callback's declared outputs) */
+    if (outs[i].value) nb_meta_like(&outs[i].meta, outs[i].value);
     nb_tensor_free(tmp[i]);
   }
   return NB_OK;
@@ -605,6 +611,7 @@ static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out) {
   /* committed before add_edges: a concrete input becomes a Const node, which takes the
      next id */
   g->nnodes++;
+  if (k->def->hold_attrs) k->def->hold_attrs(n->attr, +1); /* dropped by nb_graph_free */
   g->nedges += k->nin;
   g->nouts += k->nout;
   code = add_edges(c, g, k->orig_in, k->nin, id);

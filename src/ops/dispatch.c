@@ -32,9 +32,10 @@ static bool ensure_metas(nb_ctx *c, int n) {
 }
 
 static nb_code check_arity(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin, int nout) {
-  if (def->variadic ? nin < def->nin + 1 : nin != def->nin)
-    return nb_fail(c, NB_INVALID, "%s: expected %s%d inputs, got %d", def->name,
-                   def->variadic ? "at least " : "", def->nin + def->variadic, nin);
+  int least = def->nin + (def->variadic && !def->empty_list);
+  if (def->variadic ? nin < least : nin != def->nin)
+    return nb_fail(c, NB_INVALID, "%s: expected %s%d inputs, got %d", def->name, def->variadic ? "at least " : "",
+                   least, nin);
   if (nin > 0 && !in) return nb_fail(c, NB_INVALID, "%s: inputs array is NULL", def->name);
   for (int i = 0; i < nin; i++) {
     if (!in[i]) return nb_fail(c, NB_INVALID, "%s: input %d is NULL", def->name, i);

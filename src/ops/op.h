@@ -78,6 +78,7 @@ struct nb_op_def {
   const char *name;        /* TF's op type */
   int8_t nin;              /* fixed inputs (those after the list when variadic) */
   bool variadic;           /* inputs begin with a list of N >= 1 tensors (attr "N") */
+  bool empty_list;         /* variadic: the list may be empty, N >= 0 (PyFunc's Tin) */
   int8_t nout;             /* NB_VARIADIC: infer sets k->nout's metas from attrs */
   int8_t alias;            /* output 0 shares the buffer of this input (a view); -1 none */
   int8_t t_input;          /* the input whose dtype TF's attr "T" names, and by default
@@ -120,6 +121,10 @@ struct nb_op_def {
   bool any_rank;           /* infer handles inputs of unknown rank itself (control flow:
                               the outputs come from function graphs), so graphs call it
                               where they would otherwise give up on the output shapes */
+  /* Ops whose attrs hold a counted reference (a host callback's function): a graph node
+     takes one (delta +1) once it is added and drops it (-1) when its graph is freed, so
+     what the node calls lives as long as the node. NULL: attrs hold no references. */
+  void (*hold_attrs)(const nb_attrval *attr, int delta);
 };
 
 /* The most ops the registry holds; nb_op_def.id is below it (per-op tables size by it). */
@@ -242,6 +247,8 @@ nb_op_family nb_random_family(void);
 nb_op_family nb_conv_family(void);
 /* While and If: functional control flow (control_flow.c) */
 nb_op_family nb_control_flow_family(void);
+/* PyFunc and PyFuncStateless: host callbacks (host_callback.c) */
+nb_op_family nb_host_callback_family(void);
 
 /* While, If and StatefulPartitionedCall run function graphs, which sit in src/func, above
    ops, runtime and autodiff. Their defs are in the control-flow family like every op's,

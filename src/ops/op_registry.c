@@ -33,7 +33,7 @@ static void registry_build(void) {
   nb_op_family (*const families[])(void) = {nb_math_family, nb_reduce_family, nb_linalg_family,
                                             nb_array_family, nb_slicing_family, nb_custom_family, nb_nn_family,
                                             nb_variable_family, nb_training_family, nb_norm_family, nb_random_family,
-                                            nb_conv_family, nb_control_flow_family};
+                                            nb_conv_family, nb_control_flow_family, nb_host_callback_family};
   for (size_t f = 0; f < sizeof families / sizeof *families; f++) {
     nb_op_family fam = families[f]();
     for (int i = 0; i < fam.n; i++) intern(&fam.defs[i]);
