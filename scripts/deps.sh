@@ -8,8 +8,8 @@ set -eu
 # dataset-fashion-mnist: the real data tests/test_idx.c loads.
 # libprotobuf-c-dev and protobuf-c-compiler (protoc-c): the protobuf messages of checkpoints.
 # clang-format and clang-tidy: make format and make lint.
-# libdnnl-dev (oneDNN): float32 GEMM and the convolution, pooling and batch-norm kernels,
-# dispatched at run time to the best ISA the CPU has.
+# libdnnl-dev (oneDNN): float32 GEMM and convolutions, dispatched at run time to the best
+# ISA the CPU has.
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev clang libomp-dev libclang-rt-dev zlib1g-dev dataset-fashion-mnist libprotobuf-c-dev protobuf-c-compiler libdnnl-dev clang-format clang-tidy"
 missing=""
 for p in $PKGS; do

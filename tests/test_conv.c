@@ -264,6 +264,13 @@ static void test_empty_batch(void **state) {
   tu_check_shape(nb_max_pool(c, x, &p), NB_F32, 4, TU_SHAPE(0, 2, 2, 2));
   tu_check_shape(nb_avg_pool(c, x, &p), NB_F32, 4, TU_SHAPE(0, 2, 2, 2));
   tu_check(nb_bias_add_grad(c, x, NULL), NB_F32, 1, TU_SHAPE(2), zeros, 0);
+  /* A filter with no output channels: the input gradient sums nothing, so it is zeros
+     (the output buffer starts as garbage; oneDNN is not asked to write it). */
+  nb_tensor *w0 = nb_tensor_from(c, NB_F32, 4, TU_SHAPE(3, 3, 2, 0), NULL);
+  nb_tensor *dy0 = nb_tensor_from(c, NB_F32, 4, TU_SHAPE(1, 5, 5, 0), NULL);
+  a.data_format = "NHWC";
+  tu_check(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(1, 5, 5, 2)), w0, dy0, &a), NB_F32, 4,
+           TU_SHAPE(1, 5, 5, 2), zeros, 0);
   assert_int_equal(nb_status(c), NB_OK);
 }
 

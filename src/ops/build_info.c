@@ -115,9 +115,8 @@ static void add_cpu(size_t *len) { info_add(len, "; cpu unknown (not x86); eleme
 static bool cpu_has_avx2(void) { return false; }
 #endif
 
-/* The one place naming the convolution backend: conv.c's kernels, im2col + nb_gemm (so
-   their GEMMs run on the float32/float64 GEMM backends named beside it). */
-/* Conv2D and its backprops in float32; float64, and any case oneDNN refuses, stay on im2col. */
+/* The one place naming the convolution backend: oneDNN's convolutions for Conv2D and its
+   backprops in float32; float64, and any case oneDNN refuses, stay on im2col + GEMM. */
 const char *nb_conv_backend_name(void) { return nb_onednn_enabled() ? "oneDNN (f32), im2col+GEMM (f64)" : "im2col+GEMM"; }
 
 static const char *onednn_runtime_name(unsigned r) {

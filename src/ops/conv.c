@@ -691,11 +691,12 @@ static dnnl_status_t make_conv(const nb_onednn_key *key, dnnl_engine_t engine, c
 }
 
 /* Runs a float32 convolution through oneDNN; false (nothing written) where it did not:
-   oneDNN switched off, float64, an empty operand, or no oneDNN implementation. */
+   oneDNN switched off, float64, an empty operand (an empty filter's output is zeros, which
+   the own kernel writes), or no oneDNN implementation. */
 static bool conv_onednn(nb_kargs *k, conv_kind kind) {
   const geom *g = (const geom *)k->scratch;
   nb_tensor *res = k->res[0];
-  if (res->dtype != NB_F32 || !nb_onednn_enabled() || g->n * g->h * g->w * g->c == 0 || g->oh * g->ow == 0)
+  if (res->dtype != NB_F32 || !nb_onednn_enabled() || g->n * g->h * g->w * g->c == 0 || g->oh * g->ow * g->oc == 0)
     return false;
   nb_onednn_key key;
   conv_key(g, kind, &key);

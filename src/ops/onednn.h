@@ -8,6 +8,12 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+/* The memory descriptors here are 2.x's plain structs (copied by value); 3.x made them
+   opaque handles with another API. */
+#if DNNL_VERSION_MAJOR != 2
+#error "nabla's oneDNN kernels need oneDNN 2.x"
+#endif
+
 /* Whether kernels may take their oneDNN path: true unless switched off (tests run each op
    on both paths and compare) or no oneDNN engine could be made. */
 bool nb_onednn_enabled(void);
