@@ -310,16 +310,20 @@ nb_tensor *nb_const_int_list(nb_ctx *c, const int *v, int n) {
   return x;
 }
 
-nb_code nb_kfail(nb_kargs *k, nb_code code, const char *fmt, ...) {
+nb_code nb_vkfail(nb_kargs *k, nb_code code, const char *fmt, va_list ap) {
   char prefix[320];
   const char *node = k->ctx->run_node;
   if (node)
     snprintf(prefix, sizeof prefix, "%s (node '%s'): ", k->def->name, node);
   else
     snprintf(prefix, sizeof prefix, "%s: ", k->def->name);
+  return nb_vfail(k->ctx, code, prefix, fmt, ap);
+}
+
+nb_code nb_kfail(nb_kargs *k, nb_code code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  nb_vfail(k->ctx, code, prefix, fmt, ap);
+  nb_vkfail(k, code, fmt, ap);
   va_end(ap);
   return code;
 }
@@ -336,7 +340,7 @@ static const char *mask_str(char *buf, size_t cap, unsigned mask) {
 
 /* A type attr names a dtype its spec allows, and the dtype of its input when tied to one;
    NB_TYPE_UNSET is "not given" where that is the default. */
-static nb_code check_type_attr(nb_kargs *k, int slot) {
+nb_code nb_kcheck_type_attr(nb_kargs *k, int slot) {
   const nb_attr_spec *s = &k->def->attrs[slot];
   const nb_attr_check *rule = &k->def->checks[slot];
   nb_dtype t = k->attr[slot].type;
@@ -375,7 +379,7 @@ static nb_code check_choice_attr(nb_kargs *k, int slot) {
 nb_code nb_kvalidate(nb_kargs *k) {
   const nb_op_def *def = k->def;
   for (int a = 0; a < def->nattrs; a++) {
-    nb_code code = def->attrs[a].kind == NB_ATTR_TYPE                          ? check_type_attr(k, a)
+    nb_code code = def->attrs[a].kind == NB_ATTR_TYPE                          ? nb_kcheck_type_attr(k, a)
                    : def->attrs[a].kind == NB_ATTR_STR && def->checks[a].choices ? check_choice_attr(k, a)
                                                                                 : NB_OK;
     if (code) return code;
