@@ -1,6 +1,7 @@
 /* nb_register_op: user ops run like built-ins (eager, graphs, sessions, While bodies, DOT),
    with the same attr and dtype validation, and every way a spec can be wrong is refused
-   with a message. */
+   with a message. Their gradients: registered ones (first and second order, graphs and
+   tapes, what a tape keeps), TF's error without one, NotDifferentiable. */
 #define _POSIX_C_SOURCE 200809L
 #include "graphutil.h"
 #include "tempdir.h"
@@ -145,6 +146,14 @@ static nb_tensor *op1(nb_ctx *c, const char *type, nb_tensor *x, const nb_attr *
 
 static const double x4[4] = {1, -2, 0.5, 3};
 
+/* Runs fetch (feeding value to p, unless p is NULL), checks the result exactly and frees it. */
+static void check_run(gu_fixture *f, nb_tensor *p, nb_tensor *value, nb_tensor *fetch, nb_dtype t, int rank,
+                      const int64_t *shape, const double *want) {
+  nb_tensor *r = gu_run1(f, p, value, fetch);
+  tu_check(r, t, rank, shape, want, 0);
+  nb_tensor_free(r);
+}
+
 /* ---- running them ---------------------------------------------------------------------------- */
 
 static void test_eager_values_and_attrs(void **state) {
@@ -223,10 +232,10 @@ static void test_graph_and_session(void **state) {
   nb_tensor *known = op1(f->c, "UserIota", nb_scalar(f->c, NB_I32, 2), NULL, 0);
   tu_check_shape(known, NB_F64, 1, TU_SHAPE(2));
   nb_tensor *v = tu_make(f->e, NB_F64, 2, TU_SHAPE(2, 2), x4);
-  tu_check(gu_run1(f, p, v, y), NB_F64, 1, TU_SHAPE(2), TU_VALS(-1, 3.5), 0);
-  tu_check(gu_run1(f, np, nb_scalar(f->e, NB_I32, 4), r), NB_F64, 1, TU_SHAPE(4), TU_VALS(0, 1, 2, 3), 0);
+  check_run(f, p, v, y, NB_F64, 1, TU_SHAPE(2), TU_VALS(-1, 3.5));
+  check_run(f, np, nb_scalar(f->e, NB_I32, 4), r, NB_F64, 1, TU_SHAPE(4), TU_VALS(0, 1, 2, 3));
   nb_tensor *s = op1(f->c, "UserScale", p, NULL, 0);
-  tu_check(gu_run1(f, p, v, s), NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(2, -4, 1, 6), 0);
+  check_run(f, p, v, s, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(2, -4, 1, 6));
   char dir[256], path[320];
   assert_true(tu_make_temp_dir(dir, sizeof dir));
   snprintf(path, sizeof path, "%s/user.dot", dir);
@@ -255,7 +264,7 @@ static void test_stateful_never_folded(void **state) {
   assert_null(nb_constant_value(tick));
   assert_int_equal(stateful_calls, before);
   for (int run = 1; run <= 2; run++) {
-    tu_check(gu_run1(f, NULL, NULL, tick), NB_F64, 1, TU_SHAPE(4), TU_VALS(2, -4, 1, 6), 0);
+    check_run(f, NULL, NULL, tick, NB_F64, 1, TU_SHAPE(4), TU_VALS(2, -4, 1, 6));
     assert_int_equal(stateful_calls, before + run);
   }
 }
@@ -280,7 +289,7 @@ static void test_inside_while(void **state) {
   nb_tensor *vars[2] = {nb_scalar(f->c, NB_I32, 0), p}, *out[2];
   assert_int_equal(nb_while(f->c, scale_cond, scale_body, NULL, vars, 2, -1, out), NB_OK);
   nb_tensor *v = tu_make(f->e, NB_F64, 1, TU_SHAPE(4), x4);
-  tu_check(gu_run1(f, p, v, out[1]), NB_F64, 1, TU_SHAPE(4), TU_VALS(8, -16, 4, 24), 0);
+  check_run(f, p, v, out[1], NB_F64, 1, TU_SHAPE(4), TU_VALS(8, -16, 4, 24));
 }
 
 /* ---- refused specs --------------------------------------------------------------------------- */
@@ -370,6 +379,144 @@ static void test_refused_args(void **state) {
   assert_null(nb_op_lookup("UserBad")); /* nothing refused was registered */
 }
 
+/* ---- gradients ------------------------------------------------------------------------------- */
+
+/* UserCube: y = x^3 (float64), and its gradient dx = 3 x^2 dy, which reads input 0 only. */
+static nb_code cube_kernel(nb_op_ctx *k) {
+  const double *x = nb_opctx_input_value(k, 0);
+  double *y = nb_opctx_output_data(k, 0);
+  for (int64_t i = 0, n = nb_num_elements(nb_opctx_input(k, 0)); i < n; i++) y[i] = x[i] * x[i] * x[i];
+  return NB_OK;
+}
+
+static nb_code cube_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+  nb_tensor *x = nb_fwd_input(op, 0);
+  dxs[0] = nb_mul(c, dys[0], nb_mul(c, nb_scalar(c, NB_F64, 3), nb_square(c, x)));
+  return nb_status(c);
+}
+
+/* Registers UserCube under name with its gradient; reads < 0: no declaration of what it reads. */
+static void register_cube(const char *name, int reads) {
+  static const nb_op_arg x = {"x", NB_F64, NULL, NULL}, y = {"y", NB_F64, NULL, NULL};
+  nb_op_spec spec = {name, &x, 1, &y, 1, NULL, 0, NULL, cube_kernel, false};
+  assert_int_equal(nb_register_op(&spec), NB_OK);
+  assert_int_equal(nb_register_gradient(name, cube_grad), NB_OK);
+  if (reads >= 0) assert_int_equal(nb_register_gradient_reads(name, (uint32_t)reads, 0), NB_OK);
+}
+
+static void register_gradients(void) {
+  static bool done;
+  if (done) return;
+  done = true;
+  register_all();
+  register_cube("UserCube", 1);      /* reads input 0: declared */
+  register_cube("UserCubeAll", -1);  /* undeclared: the tape keeps everything */
+  register_cube("UserCubeWrong", 0); /* declared as reading nothing, wrongly */
+  assert_int_equal(nb_register_no_gradient("UserTick"), NB_OK);
+}
+
+/* Inputs whose gradients 3x^2 and 6x are exact in binary: compared with tolerance 0. */
+static const double x3[3] = {0.5, -1.5, 2};
+
+/* Central differences at step 1e-6 in float64: roundoff about 1e-10 |y| and truncation
+   about 1e-12 |y'''|, both far below this bound for these |y| < 100. */
+#define GRADCHECK_TOL 1e-6
+
+static void test_gradient_graph_first_and_second_order(void **state) {
+  gu_fixture *f = *state;
+  register_gradients();
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *v = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), x3);
+  nb_tensor *y = nb_sum(f->c, op1(f->c, "UserCube", x, NULL, 0), NULL, 0, false), *dx, *d2x;
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx), NB_OK);
+  check_run(f, x, v, dx, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.75, 6.75, 12));
+  nb_tensor *s = nb_sum(f->c, dx, NULL, 0, false);
+  assert_int_equal(nb_gradients(f->c, &s, 1, &x, 1, NULL, &d2x), NB_OK);
+  check_run(f, x, v, d2x, NB_F64, 1, TU_SHAPE(3), TU_VALS(3, -9, 12));
+  double err = 1;
+  assert_int_equal(nb_gradcheck(f->c, y, &x, 1, &v, &err), NB_OK);
+  assert_true(err < GRADCHECK_TOL);
+  assert_int_equal(nb_gradcheck(f->c, s, &x, 1, &v, &err), NB_OK);
+  assert_true(err < GRADCHECK_TOL);
+}
+
+/* d/dx of op(x) summed, on a tape nested in another for the second order. */
+static void tape_orders(nb_ctx *c, const char *op, nb_tensor **d1, nb_tensor **d2) {
+  nb_tensor *x = tu_make(c, NB_F64, 1, TU_SHAPE(3), x3);
+  nb_tape *outer = nb_tape_begin(c, 0), *inner = nb_tape_begin(c, 0);
+  nb_tape_watch(outer, x);
+  nb_tape_watch(inner, x);
+  nb_tensor *y = nb_sum(c, op1(c, op, x, NULL, 0), NULL, 0, false);
+  *d1 = *d2 = NULL;
+  if (!nb_tape_gradient(inner, &y, 1, &x, 1, NULL, d1)) {
+    nb_tensor *s = nb_sum(c, *d1, NULL, 0, false);
+    nb_tape_gradient(outer, &s, 1, &x, 1, NULL, d2);
+  }
+  nb_tape_end(inner);
+  nb_tape_end(outer);
+}
+
+static void test_gradient_tape_and_reads(void **state) {
+  nb_ctx *c = *state;
+  register_gradients();
+  nb_tensor *d1, *d2;
+  tape_orders(c, "UserCube", &d1, &d2);
+  tu_check(d1, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.75, 6.75, 12), 0);
+  tu_check(d2, NB_F64, 1, TU_SHAPE(3), TU_VALS(3, -9, 12), 0);
+  tape_orders(c, "UserCubeAll", &d1, &d2);
+  tu_check(d1, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.75, 6.75, 12), 0);
+  /* what the declaration says is all a tape keeps: a rule reading more fails */
+  tape_orders(c, "UserCubeWrong", &d1, &d2);
+  assert_null(d1);
+  tu_check_error(c, NB_INTERNAL, "input 0 has no data: a tape kept only its shape", "nb_register_gradient_reads");
+}
+
+/* Without a gradient: TF's error, in both modes, and nb_find_non_differentiable names the op.
+   NotDifferentiable (nb_register_no_gradient): no gradient, no error. */
+static void test_no_gradient(void **state) {
+  gu_fixture *f = *state;
+  register_gradients();
+  const char *tf_message = "No gradient defined for operation 'UserScale' (op type: UserScale)";
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *y = op1(f->c, "UserScale", x, NULL, 0), *dx;
+  assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx), NB_NO_GRADIENT);
+  tu_check_error(f->c, NB_NO_GRADIENT, tf_message, NULL);
+  char report[512];
+  assert_int_equal(nb_find_non_differentiable(f->g, &x, 1, &y, 1, report, sizeof report), NB_OK);
+  assert_non_null(strstr(report, tf_message));
+  nb_tensor *v = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), x3);
+  nb_tape *t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, v);
+  nb_tensor *ye = op1(f->e, "UserScale", v, NULL, 0);
+  assert_int_equal(nb_tape_gradient(t, &ye, 1, &v, 1, NULL, &dx), NB_NO_GRADIENT);
+  nb_tape_end(t);
+  tu_check_error(f->e, NB_NO_GRADIENT, tf_message, NULL);
+
+  nb_tensor *tick = op1(f->c, "UserTick", x, NULL, 0);
+  dx = x;
+  assert_int_equal(nb_gradients(f->c, &tick, 1, &x, 1, NULL, &dx), NB_OK);
+  assert_null(dx);
+  t = nb_tape_begin(f->e, 0);
+  nb_tape_watch(t, v);
+  ye = op1(f->e, "UserTick", v, NULL, 0);
+  dx = v;
+  assert_int_equal(nb_tape_gradient(t, &ye, 1, &v, 1, NULL, &dx), NB_OK);
+  nb_tape_end(t);
+  assert_null(dx);
+}
+
+static void test_gradient_registration_errors(void **state) {
+  (void)state;
+  register_gradients();
+  assert_int_equal(nb_register_gradient("UserCube", cube_grad), NB_INVALID);
+  assert_non_null(strstr(nb_registry_error(), "a gradient is already registered"));
+  assert_int_equal(nb_register_no_gradient("UserTick"), NB_INVALID);
+  assert_int_equal(nb_register_no_gradient("UserNoSuchOp"), NB_NOT_FOUND);
+  assert_non_null(strstr(nb_registry_error(), "no op type 'UserNoSuchOp'"));
+  assert_int_equal(nb_register_gradient_reads("UserScale", 1, 0), NB_NOT_FOUND);
+  assert_non_null(strstr(nb_registry_error(), "'UserScale' has no gradient registered with nb_register_gradient"));
+  assert_int_equal(nb_register_gradient_reads("Square", 0, 0), NB_NOT_FOUND); /* built-ins declare their own */
+  assert_int_equal(nb_register_gradient_reads(NULL, 0, 0), NB_NOT_FOUND);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_eager_values_and_attrs, tu_setup, tu_teardown),
@@ -381,6 +528,10 @@ int main(void) {
       cmocka_unit_test(test_refused_names),
       cmocka_unit_test(test_refused_specs),
       cmocka_unit_test(test_refused_args),
+      cmocka_unit_test_setup_teardown(test_gradient_graph_first_and_second_order, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_gradient_tape_and_reads, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_no_gradient, gu_setup, gu_teardown),
+      cmocka_unit_test(test_gradient_registration_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

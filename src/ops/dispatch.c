@@ -47,7 +47,7 @@ static nb_code check_arity(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in
                  ? nb_fail(c, NB_INVALID, "%s: input %d is a graph tensor ('%s'); eager ops need values (run it in a session)",
                            def->name, i, nb_tensor_node_name(in[i]))
                  : nb_fail(c, NB_INTERNAL, "%s: input %d has no data: a tape kept only its shape, but a gradient "
-                           "function read it (its registration in src/grad does not list it as read)", def->name, i);
+                           "function read it (its registration does not list it as read: src/grad's, or nb_register_gradient_reads)", def->name, i);
   if (def->nout != NB_VARIADIC && nout != def->nout)
     return nb_fail(c, NB_INVALID, "%s: has %d outputs, caller asked for %d", def->name, def->nout, nout);
   if (nout < 0) return nb_fail(c, NB_INVALID, "%s: negative output count %d", def->name, nout);
