@@ -641,6 +641,9 @@ nb_code nb_opctx_fail(nb_op_ctx *k, nb_code code, const char *fmt, ...)
 #define NB_ABI_VERSION 1
 #define NB_OP_LIBRARY_EXPORT __attribute__((visibility("default")))
 nb_code nb_load_op_library(const char *path);
+/* What an op library defines (declared here so that its definitions are checked). */
+int nabla_op_library_abi(void);
+nb_code nabla_op_library_init(int host_abi);
 
 /* ---- symbolic gradients: tf.gradients ----------------------------------------------------- */
 /* How several gradients of one tensor are summed (TF's AggregationMethod): one AddN; a
