@@ -591,8 +591,9 @@ typedef struct nb_op_spec {
   bool stateful;
 } nb_op_spec;
 /* NB_INVALID for an invalid name, a name already registered, or a spec that contradicts
-   itself (an undeclared or mistyped attr, a default of the wrong kind, ...); NB_NOMEM when
-   out of memory or when the registry is full. The message: nb_registry_error(). */
+   itself (an undeclared or mistyped attr, a default of the wrong kind, ...);
+   NB_UNIMPLEMENTED for a list other than the first input; NB_NOMEM when out of memory or
+   when the registry is full. The message: nb_registry_error(). */
 nb_code nb_register_op(const nb_op_spec *spec);
 /* The message of this thread's last failed nb_register_op, nb_register_gradient_reads or
    nb_load_op_library; "" after one that succeeded. */

@@ -16,48 +16,39 @@
 
 static double sigmoid(double v) { return 1 / (1 + exp(-v)); }
 
-/* ---- kernels: one loop per dtype, OpenMP across elements ---------------------------------------- */
+/* ---- kernels: one elementwise loop per dtype, OpenMP across elements ------------------------------- */
 
-#define SWISH_LOOP(type)                                                           \
-  do {                                                                             \
-    const type *x = nb_opctx_input_value(k, 0);                                    \
-    type *y = nb_opctx_output_data(k, 0);                                          \
-    _Pragma("omp parallel for num_threads(threads) if (n >= PARALLEL_MIN)")        \
-    for (int64_t i = 0; i < n; i++) y[i] = (type)(x[i] * sigmoid(beta * x[i]));    \
-  } while (0)
+/* What one element of an output is, from x, dy (1 for Swish itself) and beta. */
+typedef double (*element_fn)(double x, double dy, double beta);
 
-static nb_code swish_kernel(nb_op_ctx *k) {
-  int64_t n = nb_num_elements(nb_opctx_input(k, 0));
+static double swish_at(double x, double dy, double beta) { return dy * x * sigmoid(beta * x); }
+
+static double swish_grad_at(double x, double dy, double beta) {
+  double s = sigmoid(beta * x);
+  return dy * (s + beta * x * s * (1 - s));
+}
+
+/* out[i] = f(x[i], dy[i], beta), x being input x_index and dy input 0 when x is input 1. */
+static nb_code elementwise(nb_op_ctx *k, int x_index, element_fn f) {
+  int64_t n = nb_num_elements(nb_opctx_input(k, x_index));
   double beta = nb_opctx_attr_float(k, "beta");
   int threads = nb_opctx_threads(k);
-  if (nb_dtype_of(nb_opctx_input(k, 0)) == NB_F32)
-    SWISH_LOOP(float);
-  else
-    SWISH_LOOP(double);
+  if (nb_dtype_of(nb_opctx_input(k, x_index)) == NB_F32) {
+    const float *x = nb_opctx_input_value(k, x_index), *dy = x_index ? nb_opctx_input_value(k, 0) : NULL;
+    float *out = nb_opctx_output_data(k, 0);
+#pragma omp parallel for num_threads(threads) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++) out[i] = (float)f(x[i], dy ? dy[i] : 1, beta);
+  } else {
+    const double *x = nb_opctx_input_value(k, x_index), *dy = x_index ? nb_opctx_input_value(k, 0) : NULL;
+    double *out = nb_opctx_output_data(k, 0);
+#pragma omp parallel for num_threads(threads) if (n >= PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++) out[i] = f(x[i], dy ? dy[i] : 1, beta);
+  }
   return NB_OK;
 }
 
-#define SWISH_GRAD_LOOP(type)                                                      \
-  do {                                                                             \
-    const type *dy = nb_opctx_input_value(k, 0), *x = nb_opctx_input_value(k, 1);  \
-    type *dx = nb_opctx_output_data(k, 0);                                         \
-    _Pragma("omp parallel for num_threads(threads) if (n >= PARALLEL_MIN)")        \
-    for (int64_t i = 0; i < n; i++) {                                              \
-      double s = sigmoid(beta * x[i]);                                             \
-      dx[i] = (type)(dy[i] * (s + beta * x[i] * s * (1 - s)));                     \
-    }                                                                              \
-  } while (0)
-
-static nb_code swish_grad_kernel(nb_op_ctx *k) {
-  int64_t n = nb_num_elements(nb_opctx_input(k, 1));
-  double beta = nb_opctx_attr_float(k, "beta");
-  int threads = nb_opctx_threads(k);
-  if (nb_dtype_of(nb_opctx_input(k, 1)) == NB_F32)
-    SWISH_GRAD_LOOP(float);
-  else
-    SWISH_GRAD_LOOP(double);
-  return NB_OK;
-}
+static nb_code swish_kernel(nb_op_ctx *k) { return elementwise(k, 0, swish_at); }
+static nb_code swish_grad_kernel(nb_op_ctx *k) { return elementwise(k, 1, swish_grad_at); }
 
 /* SwishGrad's dy and x have one shape (no broadcasting): the output's. */
 static nb_code swish_grad_shape(nb_op_ctx *k) {
