@@ -508,6 +508,30 @@ static void test_gradient_registration_errors(void **state) {
   assert_int_equal(nb_register_gradient_reads(NULL, 0, 0), NB_NOT_FOUND);
 }
 
+/* Registers ops until the registry is full: NB_NOMEM with a message, at exactly
+   NB_MAX_OPS. Runs last (the registry stays full). */
+static void test_registry_full(void **state) {
+  (void)state;
+  register_gradients();
+  int before = nb_num_op_types(), added = 0;
+  nb_op_attr_def t = type_attr("T", 0);
+  nb_op_spec s = {NULL, &x_t, 1, &y_t, 1, &t, 1, NULL, scale_kernel, false};
+  char name[32];
+  nb_code code = NB_OK;
+  while (code == NB_OK && added <= NB_MAX_OPS) {
+    snprintf(name, sizeof name, "UserFiller%d", added);
+    s.name = name;
+    code = nb_register_op(&s);
+    added += code == NB_OK;
+  }
+  assert_int_equal(code, NB_NOMEM);
+  assert_int_equal(before + added, NB_MAX_OPS);
+  char want[64];
+  snprintf(want, sizeof want, "the op registry is full (%d ops)", NB_MAX_OPS);
+  assert_non_null(strstr(nb_registry_error(), want));
+  assert_null(nb_op_lookup(name));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_eager_values_and_attrs, tu_setup, tu_teardown),
@@ -523,6 +547,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_gradient_tape_and_reads, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_no_gradient, gu_setup, gu_teardown),
       cmocka_unit_test(test_gradient_registration_errors),
+      cmocka_unit_test(test_registry_full),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
