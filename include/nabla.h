@@ -155,12 +155,12 @@ nb_tensor *nb_densify(nb_ctx *c, nb_tensor *x);
 /* ---- op attributes (names and kinds as in TF's op registry) --------------------- */
 typedef enum {
   NB_ATTR_INT, NB_ATTR_FLOAT, NB_ATTR_BOOL, NB_ATTR_STR, NB_ATTR_INTS, NB_ATTR_TYPE,
-  NB_ATTR_TENSOR
+  NB_ATTR_TENSOR, NB_ATTR_FLOATS, NB_ATTR_TYPES /* list(float), list(type): user ops' */
 } nb_attr_kind;
 typedef struct nb_attr {
   const char *name;
   nb_attr_kind kind;
-  int n;                      /* length of v.ints */
+  int n;                      /* length of v.ints, v.floats, v.types */
   union {
     int64_t i;
     double f;
@@ -169,6 +169,8 @@ typedef struct nb_attr {
     const int64_t *ints;      /* borrowed for the duration of the call */
     nb_dtype type;
     nb_tensor *tensor;        /* a concrete tensor, e.g. Const's "value" */
+    const double *floats;     /* borrowed, as ints */
+    const nb_dtype *types;    /* borrowed, as ints */
   } v;
 } nb_attr;
 nb_attr nb_attr_int(const char *name, int64_t v);
@@ -557,9 +559,10 @@ typedef struct nb_op_arg {
   const char *number_attr;
 } nb_op_arg;
 
-/* An attr of one of TF's kinds int, float, bool, string, type and list(int) (shapes too).
+/* An attr of one of TF's kinds int, float, bool, string, type, list(int) (shapes too: -1
+   for an unknown dim), list(float) and list(type).
    def is its default (its kind must be kind; the name is not read) unless required.
-   allowed_types: a type attr's allowed dtypes, bit (1u << dtype) each; 0: any. */
+   allowed_types: a type or list(type) attr's allowed dtypes, bit (1u << dtype) each; 0: any. */
 typedef struct nb_op_attr_def {
   const char *name;
   nb_attr_kind kind;
@@ -595,6 +598,12 @@ typedef struct nb_op_spec {
    NB_UNIMPLEMENTED for a list other than the first input; NB_NOMEM when out of memory or
    when the registry is full. The message: nb_registry_error(). */
 nb_code nb_register_op(const nb_op_spec *spec);
+/* Values of the list kinds (borrowed for the call, as nb_attr_ints'), and what gradient
+   functions read of them (an unknown name: NULL, *n 0). */
+nb_attr nb_attr_floats(const char *name, const double *v, int n);
+nb_attr nb_attr_types(const char *name, const nb_dtype *v, int n);
+const double *nb_fwd_attr_floats(const nb_fwd_op *op, const char *name, int *n);
+const nb_dtype *nb_fwd_attr_types(const nb_fwd_op *op, const char *name, int *n);
 /* The message of this thread's last failed nb_register_op, nb_register_gradient_reads or
    nb_load_op_library; "" after one that succeeded. */
 const char *nb_registry_error(void);
@@ -622,6 +631,8 @@ bool nb_opctx_attr_bool(nb_op_ctx *k, const char *name);
 const char *nb_opctx_attr_str(nb_op_ctx *k, const char *name);
 nb_dtype nb_opctx_attr_type(nb_op_ctx *k, const char *name);
 const int64_t *nb_opctx_attr_ints(nb_op_ctx *k, const char *name, int *n);
+const double *nb_opctx_attr_floats(nb_op_ctx *k, const char *name, int *n);
+const nb_dtype *nb_opctx_attr_types(nb_op_ctx *k, const char *name, int *n);
 int nb_opctx_threads(const nb_op_ctx *k);
 /* Fails the call with a message (prefixed with the op type and, in graphs, the node). */
 nb_code nb_opctx_fail(nb_op_ctx *k, nb_code code, const char *fmt, ...)

@@ -109,6 +109,19 @@ static nb_code no_shape(nb_op_ctx *k) {
   return NB_OK;
 }
 
+/* UserPoly: y = sum_j coeffs[j] x^j + the number of dtypes in tags (float64): list attrs. */
+static nb_code poly_kernel(nb_op_ctx *k) {
+  int nc, nt;
+  const double *c = nb_opctx_attr_floats(k, "coeffs", &nc), *x = nb_opctx_input_value(k, 0);
+  nb_opctx_attr_types(k, "tags", &nt);
+  double *y = nb_opctx_output_data(k, 0);
+  for (int64_t i = 0, n = nb_num_elements(nb_opctx_input(k, 0)); i < n; i++) {
+    y[i] = nt;
+    for (int j = nc - 1; j >= 0; j--) y[i] += c[j] * pow(x[i], j);
+  }
+  return NB_OK;
+}
+
 static void register_all(void) {
   static bool done;
   if (done) return;
@@ -135,6 +148,11 @@ static void register_all(void) {
   assert_int_equal(nb_register_op(&bad), NB_OK);
   bad.name = "UserNoShape", bad.kernel = scale_kernel, bad.shape_fn = no_shape;
   assert_int_equal(nb_register_op(&bad), NB_OK);
+  static const double identity[2] = {0, 1};
+  nb_op_attr_def lists[2] = {{"coeffs", NB_ATTR_FLOATS, false, nb_attr_floats("coeffs", identity, 2), 0},
+                             {"tags", NB_ATTR_TYPES, false, nb_attr_types("tags", NULL, 0), NB_M_FLOAT}};
+  nb_op_spec poly = {"UserPoly", &xm, 1, &rows, 1, lists, 2, NULL, poly_kernel, false};
+  assert_int_equal(nb_register_op(&poly), NB_OK);
   assert_string_equal(nb_registry_error(), "");
 }
 
@@ -202,6 +220,26 @@ static void test_eager_validation(void **state) {
   nb_attr n5 = nb_attr_int("N", 5);
   assert_int_equal(nb_op(c, "UserAddN", two, 2, &n5, 1, out, 1), NB_INVALID);
   tu_check_error(c, NB_INVALID, "attr N=5 does not match 2 list inputs", NULL);
+}
+
+/* list(float) and list(type) attrs: defaults, given values (copied by graphs), dtype checks. */
+static void test_list_attrs(void **state) {
+  gu_fixture *f = *state;
+  register_all();
+  nb_tensor *x = tu_make(f->e, NB_F64, 1, TU_SHAPE(4), x4);
+  tu_check(op1(f->e, "UserPoly", x, NULL, 0), NB_F64, 1, TU_SHAPE(4), x4, 0);
+  double coeffs[3] = {1, 0, 2};
+  nb_dtype tags[2] = {NB_F32, NB_F64};
+  nb_attr given[2] = {nb_attr_floats("coeffs", coeffs, 3), nb_attr_types("tags", tags, 2)};
+  tu_check(op1(f->e, "UserPoly", x, given, 2), NB_F64, 1, TU_SHAPE(4), TU_VALS(5, 11, 3.5, 21), 0);
+  nb_tensor *p = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(4), "x"), *y = op1(f->c, "UserPoly", p, given, 2);
+  coeffs[2] = 100, tags[1] = NB_I32; /* the node holds its own copies */
+  check_run(f, p, x, y, NB_F64, 1, TU_SHAPE(4), TU_VALS(5, 11, 3.5, 21));
+  assert_null(op1(f->e, "UserPoly", x, given, 2));
+  tu_check_error(f->e, NB_DTYPE, "UserPoly", "attr tags[1]=int32 is not supported; expected float32, float64");
+  given[0].v.floats = NULL;
+  assert_null(op1(f->e, "UserPoly", x, given, 1));
+  tu_check_error(f->e, NB_INVALID, "UserPoly", "attr 'coeffs' has a NULL value");
 }
 
 static void test_kernel_failures(void **state) {
@@ -346,7 +384,12 @@ static void test_refused_specs(void **state) {
   attrs[1] = (nb_op_attr_def){"k", NB_ATTR_INT, false, nb_attr_int("k", 1), NB_M(NB_F32)};
   expect_refused(&s, NB_INVALID, "attr 'k' has allowed_types");
   attrs[1] = (nb_op_attr_def){"out", NB_ATTR_TYPE, false, nb_attr_type("out", NB_I32), NB_M_FLOAT};
-  expect_refused(&s, NB_INVALID, "the default of type attr 'out' is not an allowed dtype");
+  expect_refused(&s, NB_INVALID, "the default of attr 'out' holds a dtype it does not allow");
+  attrs[1] = (nb_op_attr_def){"ws", NB_ATTR_FLOATS, false, nb_attr_floats("ws", NULL, 2), 0};
+  expect_refused(&s, NB_INVALID, "the default of attr 'ws' is NULL");
+  attrs[1] = (nb_op_attr_def){"ts", NB_ATTR_TYPES, false, nb_attr_types("ts", (nb_dtype[]){NB_F32, NB_I64}, 2),
+                              NB_M_FLOAT};
+  expect_refused(&s, NB_INVALID, "the default of attr 'ts' holds a dtype it does not allow");
   attrs[1] = (nb_op_attr_def){"9x", NB_ATTR_INT, true, {0}, 0};
   expect_refused(&s, NB_INVALID, "attr 1's name '9x'");
 }
@@ -537,6 +580,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_eager_values_and_attrs, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_eager_validation, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_kernel_failures, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_list_attrs, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_and_session, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_stateful_never_folded, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_inside_while, gu_setup, gu_teardown),

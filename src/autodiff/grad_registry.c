@@ -299,3 +299,13 @@ const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name) {
   const nb_attrval *a = attr_named(op, name);
   return a ? a->s : NULL;
 }
+const double *nb_fwd_attr_floats(const nb_fwd_op *op, const char *name, int *n) {
+  const nb_attrval *a = attr_named(op, name);
+  if (n) *n = a ? a->n : 0;
+  return a ? a->floats : NULL;
+}
+const nb_dtype *nb_fwd_attr_types(const nb_fwd_op *op, const char *name, int *n) {
+  const nb_attrval *a = attr_named(op, name);
+  if (n) *n = a ? a->n : 0;
+  return a ? a->types : NULL;
+}

@@ -28,7 +28,9 @@ typedef struct nb_attrval {
   bool b;
   const char *s;
   const int64_t *ints;
-  int n;
+  const double *floats;
+  const nb_dtype *types;
+  int n; /* length of ints, floats or types */
   nb_dtype type;
   nb_tensor *tensor;
 } nb_attrval;

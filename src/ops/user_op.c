@@ -47,7 +47,8 @@ const char *nb_registry_error(void) { return registry_error; }
 /* ---- checking a spec ---------------------------------------------------------------------- */
 
 static const char *kind_name(nb_attr_kind kind) {
-  static const char *const names[] = {"int", "float", "bool", "string", "list(int)", "type", "tensor"};
+  static const char *const names[] = {"int",    "float",       "bool",      "string", "list(int)",
+                                      "type",   "tensor",      "list(float)", "list(type)"};
   return (unsigned)kind < sizeof names / sizeof *names ? names[kind] : "invalid kind";
 }
 
@@ -79,11 +80,19 @@ static nb_code check_default(const nb_op_spec *spec, const nb_op_attr_def *a) {
   if (d->kind != a->kind)
     return nb_registry_fail(NB_INVALID, "op '%s': the default of attr '%s' has kind %s, the attr kind %s", spec->name,
                             a->name, kind_name(d->kind), kind_name(a->kind));
-  if ((a->kind == NB_ATTR_STR && !d->v.s) || (a->kind == NB_ATTR_INTS && (d->n < 0 || (d->n > 0 && !d->v.ints))))
+  const void *items = a->kind == NB_ATTR_INTS     ? (const void *)d->v.ints
+                      : a->kind == NB_ATTR_FLOATS ? (const void *)d->v.floats
+                      : a->kind == NB_ATTR_TYPES  ? (const void *)d->v.types
+                                                  : NULL;
+  bool list = a->kind == NB_ATTR_INTS || a->kind == NB_ATTR_FLOATS || a->kind == NB_ATTR_TYPES;
+  if ((a->kind == NB_ATTR_STR && !d->v.s) || (list && (d->n < 0 || (d->n > 0 && !items))))
     return nb_registry_fail(NB_INVALID, "op '%s': the default of attr '%s' is NULL", spec->name, a->name);
-  if (a->kind == NB_ATTR_TYPE &&
-      ((unsigned)d->v.type > NB_BOOL || (a->allowed_types && !(a->allowed_types & NB_M(d->v.type)))))
-    return nb_registry_fail(NB_INVALID, "op '%s': the default of type attr '%s' is not an allowed dtype", spec->name,
+  unsigned allowed = a->allowed_types ? a->allowed_types : NB_M_ALL;
+  bool types_ok = a->kind != NB_ATTR_TYPE || ((unsigned)d->v.type <= NB_BOOL && (allowed & NB_M(d->v.type)));
+  for (int i = 0; a->kind == NB_ATTR_TYPES && i < d->n; i++)
+    types_ok &= (unsigned)d->v.types[i] <= NB_BOOL && (allowed & NB_M(d->v.types[i]));
+  if (!types_ok)
+    return nb_registry_fail(NB_INVALID, "op '%s': the default of attr '%s' holds a dtype it does not allow", spec->name,
                             a->name);
   return NB_OK;
 }
@@ -95,10 +104,11 @@ static nb_code check_attr(const nb_op_spec *spec, int i) {
                             a->name ? a->name : "(null)");
   if (spec_attr(spec, a->name) != i)
     return nb_registry_fail(NB_INVALID, "op '%s': attr '%s' is declared twice", spec->name, a->name);
-  if ((unsigned)a->kind > NB_ATTR_TYPE)
+  if ((unsigned)a->kind > NB_ATTR_TYPES || a->kind == NB_ATTR_TENSOR)
     return nb_registry_fail(NB_INVALID, "op '%s': attr '%s' has kind %s; user ops take int, float, bool, string, "
-                            "type and list(int) attrs", spec->name, a->name, kind_name(a->kind));
-  if (a->allowed_types && (a->kind != NB_ATTR_TYPE || (a->allowed_types & ~(unsigned)NB_M_ALL)))
+                            "type, list(int), list(float) and list(type) attrs", spec->name, a->name, kind_name(a->kind));
+  bool typed = a->kind == NB_ATTR_TYPE || a->kind == NB_ATTR_TYPES;
+  if (a->allowed_types && (!typed || (a->allowed_types & ~(unsigned)NB_M_ALL)))
     return nb_registry_fail(NB_INVALID, "op '%s': attr '%s' has allowed_types that are not dtypes of a type attr",
                             spec->name, a->name);
   return a->required ? NB_OK : check_default(spec, a);
@@ -178,6 +188,8 @@ static void free_user_op(user_op *u) {
     free((char *)u->def.attrs[i].name);
     free((char *)u->def.attrs[i].def.s);
     free((int64_t *)u->def.attrs[i].def.ints);
+    free((double *)u->def.attrs[i].def.floats);
+    free((nb_dtype *)u->def.attrs[i].def.types);
   }
   for (int i = 0; i < u->ninputs; i++) free(u->in_names[i]);
   free(u);
@@ -188,6 +200,14 @@ static char *copy_str(const char *s, bool *ok) {
   char *c = malloc(strlen(s) + 1);
   *ok &= c != NULL;
   return c ? strcpy(c, s) : NULL;
+}
+
+/* A copy of n elements of size elem at v (NULL when v is NULL or n is not positive). */
+static void *copy_list(const void *v, int n, size_t elem, bool *ok) {
+  if (!v || n <= 0) return NULL;
+  void *c = malloc((size_t)n * elem);
+  *ok &= c != NULL;
+  return c ? memcpy(c, v, (size_t)n * elem) : NULL;
 }
 
 /* Whether attr name is the type attr of some input: then inferred from it (TF's "T"). */
@@ -212,13 +232,10 @@ static void set_attr(user_op *u, const nb_op_spec *spec, const nb_op_attr_def *a
   }
   if (a->required) return;
   d->def.s = copy_str(a->kind == NB_ATTR_STR ? a->def.v.s : NULL, ok);
-  if (a->kind == NB_ATTR_INTS && a->def.n > 0) {
-    int64_t *ints = malloc((size_t)a->def.n * sizeof *ints);
-    *ok &= ints != NULL;
-    if (ints) memcpy(ints, a->def.v.ints, (size_t)a->def.n * sizeof *ints);
-    d->def.ints = ints;
-  }
-  d->def.n = a->kind == NB_ATTR_INTS ? a->def.n : 0;
+  d->def.ints = copy_list(a->kind == NB_ATTR_INTS ? a->def.v.ints : NULL, a->def.n, sizeof *d->def.ints, ok);
+  d->def.floats = copy_list(a->kind == NB_ATTR_FLOATS ? a->def.v.floats : NULL, a->def.n, sizeof *d->def.floats, ok);
+  d->def.types = copy_list(a->kind == NB_ATTR_TYPES ? a->def.v.types : NULL, a->def.n, sizeof *d->def.types, ok);
+  d->def.n = a->kind == NB_ATTR_INTS || a->kind == NB_ATTR_FLOATS || a->kind == NB_ATTR_TYPES ? a->def.n : 0;
   if (a->kind == NB_ATTR_INT) d->def.i = a->def.v.i;
   if (a->kind == NB_ATTR_FLOAT) d->def.f = a->def.v.f;
   if (a->kind == NB_ATTR_BOOL) d->def.b = a->def.v.b;
@@ -445,4 +462,14 @@ const int64_t *nb_opctx_attr_ints(nb_op_ctx *k, const char *name, int *n) {
   const nb_attrval *a = attr_of(k, name, NB_ATTR_INTS);
   if (n) *n = a ? a->n : 0;
   return a ? a->ints : NULL;
+}
+const double *nb_opctx_attr_floats(nb_op_ctx *k, const char *name, int *n) {
+  const nb_attrval *a = attr_of(k, name, NB_ATTR_FLOATS);
+  if (n) *n = a ? a->n : 0;
+  return a ? a->floats : NULL;
+}
+const nb_dtype *nb_opctx_attr_types(nb_op_ctx *k, const char *name, int *n) {
+  const nb_attrval *a = attr_of(k, name, NB_ATTR_TYPES);
+  if (n) *n = a ? a->n : 0;
+  return a ? a->types : NULL;
 }
