@@ -4,7 +4,8 @@
  *
  * Contents (the order a user learns it):
  *   1. Contexts and tensors     names, contexts and scopes, tensors, IndexedSlices
- *   2. Ops                      attrs, the generic nb_op, one typed wrapper per TF op
+ *   2. Ops                      attrs, the generic nb_op, one typed wrapper per TF op,
+ *                               user-defined ops and op libraries
  *   3. Graphs and sessions      graph contexts, names, placeholders, nb_run
  *   4. Gradients                nb_gradients, forward mode, gradient functions, custom gradients,
  *                               host callbacks (nb_py_func)
@@ -154,12 +155,12 @@ nb_tensor *nb_densify(nb_ctx *c, nb_tensor *x);
 /* ---- op attributes (names and kinds as in TF's op registry) --------------------- */
 typedef enum {
   NB_ATTR_INT, NB_ATTR_FLOAT, NB_ATTR_BOOL, NB_ATTR_STR, NB_ATTR_INTS, NB_ATTR_TYPE,
-  NB_ATTR_TENSOR
+  NB_ATTR_TENSOR, NB_ATTR_FLOATS, NB_ATTR_TYPES /* list(float), list(type): user ops' */
 } nb_attr_kind;
 typedef struct nb_attr {
   const char *name;
   nb_attr_kind kind;
-  int n;                      /* length of v.ints */
+  int n;                      /* length of v.ints, v.floats, v.types */
   union {
     int64_t i;
     double f;
@@ -168,6 +169,8 @@ typedef struct nb_attr {
     const int64_t *ints;      /* borrowed for the duration of the call */
     nb_dtype type;
     nb_tensor *tensor;        /* a concrete tensor, e.g. Const's "value" */
+    const double *floats;     /* borrowed, as ints */
+    const nb_dtype *types;    /* borrowed, as ints */
   } v;
 } nb_attr;
 nb_attr nb_attr_int(const char *name, int64_t v);
@@ -477,6 +480,124 @@ nb_tensor *nb_avg_pool_grad(nb_ctx *c, nb_tensor *orig_input_shape, nb_tensor *g
    "NCHW" (the last when value is 2-D). BiasAddGrad: out_backprop summed over all other dims. */
 nb_tensor *nb_bias_add(nb_ctx *c, nb_tensor *value, nb_tensor *bias, const char *data_format);
 nb_tensor *nb_bias_add_grad(nb_ctx *c, nb_tensor *out_backprop, const char *data_format);
+
+/* ---- user-defined ops: REGISTER_OP + REGISTER_KERNEL_BUILDER, tf.load_op_library ----------
+   nb_register_op adds an op type that is then an op like the built-ins: nb_op(c, "MyOp",
+   ...) runs it eagerly, adds it to graphs (function graphs too), sessions run it, tapes
+   record it, DOT shows it, and its attrs are validated the same way (a bad attr is an error
+   naming the op and the attr). Its gradient is registered apart, with nb_register_gradient
+   (or nb_register_no_gradient); docs/writing_ops.md walks through one. Registration and
+   loading are thread-safe; ops cannot be unregistered. */
+typedef struct nb_op_ctx nb_op_ctx; /* what a shape function and a kernel see of one call */
+
+/* An input or output. Its dtype is dtype, or the value of type attr type_attr when set
+   (TF's "x: T"; a type attr an input names is inferred from that input, as TF's).
+   number_attr (TF's "x: N * T"): the input is a list of as many tensors as that int attr
+   says; only the first input may be a list, and no output. */
+typedef struct nb_op_arg {
+  const char *name;
+  nb_dtype dtype;
+  const char *type_attr;
+  const char *number_attr;
+} nb_op_arg;
+
+/* An attr of one of TF's kinds int, float, bool, string, type, list(int) (shapes too: -1
+   for an unknown dim), list(float) and list(type).
+   def is its default (its kind must be kind; the name is not read) unless required.
+   allowed_types: a type or list(type) attr's allowed dtypes, bit (1u << dtype) each; 0: any. */
+typedef struct nb_op_attr_def {
+  const char *name;
+  nb_attr_kind kind;
+  bool required;
+  nb_attr def;
+  unsigned allowed_types;
+} nb_op_attr_def;
+
+/* Shape functions set every output's shape (nb_opctx_set_output_shape) from the inputs'
+   dtypes and shapes, the attrs, and the values of inputs known at graph build time
+   (nb_opctx_input_value). In a graph an input dim may be unknown: the function then sees
+   stand-in dims and the dims of the outputs that follow them stay unknown. An output left
+   unset with an input value unknown defers its shape to run time; left unset otherwise, it
+   is an error. NULL: every output has input 0's shape (TF's UnchangedShape). Kernels read
+   the inputs and write the outputs, which the library allocated from the shape function's
+   shapes; they may use nb_opctx_threads() OpenMP threads. Both return NB_OK or the code
+   of nb_opctx_fail. stateful: the op reads or writes state outside its inputs, so a graph
+   never folds it at build time (TF's SetIsStateful). */
+typedef struct nb_op_spec {
+  const char *name;           /* TF-valid: [A-Z][A-Za-z0-9_>]* */
+  const nb_op_arg *inputs;
+  int ninputs;
+  const nb_op_arg *outputs;
+  int noutputs;
+  const nb_op_attr_def *attrs;
+  int nattrs;                 /* at most 6 */
+  nb_code (*shape_fn)(nb_op_ctx *k);
+  nb_code (*kernel)(nb_op_ctx *k);
+  bool stateful;
+} nb_op_spec;
+/* NB_INVALID for an invalid name, a name already registered, or a spec that contradicts
+   itself (an undeclared or mistyped attr, a default of the wrong kind, ...);
+   NB_UNIMPLEMENTED for a list other than the first input; NB_NOMEM when out of memory or
+   when the registry is full. The message: nb_registry_error(). */
+nb_code nb_register_op(const nb_op_spec *spec);
+/* Values of the list kinds (borrowed for the call, as nb_attr_ints'), and what gradient
+   functions read of them (an unknown name: NULL, *n 0). */
+nb_attr nb_attr_floats(const char *name, const double *v, int n);
+nb_attr nb_attr_types(const char *name, const nb_dtype *v, int n);
+const double *nb_fwd_attr_floats(const nb_fwd_op *op, const char *name, int *n);
+const nb_dtype *nb_fwd_attr_types(const nb_fwd_op *op, const char *name, int *n);
+/* The message of this thread's last failed nb_register_op, nb_register_gradient_reads or
+   nb_load_op_library; "" after one that succeeded. */
+const char *nb_registry_error(void);
+/* Declares which input and output values op_type's registered gradient reads (bit i:
+   input or output i), so a tape keeps only those (shapes, dtypes and attrs always). A
+   gradient registered without it keeps them all. NB_NOT_FOUND: no gradient registered. */
+nb_code nb_register_gradient_reads(const char *op_type, uint32_t inputs, uint32_t outputs);
+
+/* The kernel context. Inputs and outputs are numbered with list elements flattened. */
+int nb_opctx_num_inputs(const nb_op_ctx *k);
+int nb_opctx_num_outputs(const nb_op_ctx *k);
+/* Input i (nb_dtype_of, nb_rank, nb_shape, nb_num_elements apply); NULL out of range. */
+const nb_tensor *nb_opctx_input(const nb_op_ctx *k, int i);
+/* Input i's data: always in a kernel; in a shape function when known (NULL when not). */
+const void *nb_opctx_input_value(const nb_op_ctx *k, int i);
+/* Output i's tensor and data (kernels only; NULL in a shape function). */
+const nb_tensor *nb_opctx_output(const nb_op_ctx *k, int i);
+void *nb_opctx_output_data(nb_op_ctx *k, int i);
+nb_code nb_opctx_set_output_shape(nb_op_ctx *k, int i, int rank, const int64_t *shape);
+/* Attr values by name. A name the op does not declare with that kind fails the call (the
+   getter returns 0 / NULL; the function then returns the context's code). */
+int64_t nb_opctx_attr_int(nb_op_ctx *k, const char *name);
+double nb_opctx_attr_float(nb_op_ctx *k, const char *name);
+bool nb_opctx_attr_bool(nb_op_ctx *k, const char *name);
+const char *nb_opctx_attr_str(nb_op_ctx *k, const char *name);
+nb_dtype nb_opctx_attr_type(nb_op_ctx *k, const char *name);
+const int64_t *nb_opctx_attr_ints(nb_op_ctx *k, const char *name, int *n);
+const double *nb_opctx_attr_floats(nb_op_ctx *k, const char *name, int *n);
+const nb_dtype *nb_opctx_attr_types(nb_op_ctx *k, const char *name, int *n);
+int nb_opctx_threads(const nb_op_ctx *k);
+/* Fails the call with a message (prefixed with the op type and, in graphs, the node). */
+nb_code nb_opctx_fail(nb_op_ctx *k, nb_code code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Op libraries (tf.load_op_library). A library is a shared object that defines
+     NB_OP_LIBRARY_EXPORT int nabla_op_library_abi(void) { return NB_ABI_VERSION; }
+     NB_OP_LIBRARY_EXPORT nb_code nabla_op_library_init(int host_abi) { ...register... }
+   nb_load_op_library dlopens it (RTLD_NOW | RTLD_LOCAL), refuses a library whose
+   nabla_op_library_abi is not this nabla's NB_ABI_VERSION, then runs its init with that
+   version (which may refuse too). Errors: NB_IO for a file that cannot be loaded (the
+   loader's message), NB_NOT_FOUND for a missing symbol, NB_UNIMPLEMENTED for a version
+   mismatch, the init's code when it fails (ops it registered before stay). Loading the
+   same library again does nothing. Messages: nb_registry_error(). */
+#define NB_ABI_VERSION 1
+#define NB_OP_LIBRARY_EXPORT __attribute__((visibility("default")))
+nb_code nb_load_op_library(const char *path);
+/* What an op library defines (declared here so that its definitions are checked). */
+int nabla_op_library_abi(void);
+nb_code nabla_op_library_init(int host_abi);
 
 /* ==== 3. Graphs and sessions ============================================================== */
 

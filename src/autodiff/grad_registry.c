@@ -19,6 +19,7 @@ typedef struct named_grad {
 static nb_grad_fn op_fns[NB_MAX_OPS];
 static bool op_stops[NB_MAX_OPS];
 static bool op_reserved[NB_MAX_OPS]; /* the function layer's, until it installs them */
+static bool op_user[NB_MAX_OPS];     /* registered by nb_register_gradient */
 static uint32_t op_reads_in[NB_MAX_OPS], op_reads_out[NB_MAX_OPS]; /* what each op's rule reads */
 static named_grad *named;
 static int32_t nnamed, named_cap;
@@ -89,15 +90,48 @@ static nb_code register_grad(const char *name, nb_grad_fn f, uint32_t reads_in, 
   return code;
 }
 
-/* A user's rule declares nothing it reads, so a tape keeps every input and output for it. */
+/* The message of a failed user registration (register_grad's codes). */
+static nb_code user_registration(const char *who, const char *name, nb_code code) {
+  nb_registry_clear_error();
+  if (code == NB_INVALID)
+    return nb_registry_fail(code, "%s: %s", who, name && *name ? "a gradient is already registered for this op type"
+                                                             : "the name is NULL or empty, or the function NULL");
+  return code ? nb_registry_fail(code, "%s: no op type '%s'", who, name) : NB_OK;
+}
+
+/* A user's rule declares nothing it reads, so a tape keeps every input and output for it
+   (until nb_register_gradient_reads says what it reads). */
 nb_code nb_register_gradient(const char *name, nb_grad_fn f) {
   nb_grad_builtins_init();
-  return f ? register_grad(name, f, NBG_ALL, NBG_ALL) : NB_INVALID;
+  nb_code code = f ? register_grad(name, f, NBG_ALL, NBG_ALL) : NB_INVALID;
+  const nb_op_def *def = !code && name ? nb_op_lookup(name) : NULL;
+  if (def) {
+    pthread_mutex_lock(&registry_lock);
+    op_user[def->id] = true;
+    pthread_mutex_unlock(&registry_lock);
+  }
+  return user_registration("nb_register_gradient", name, code);
 }
 
 nb_code nb_register_no_gradient(const char *op_type) {
   nb_grad_builtins_init();
-  return register_grad(op_type, NULL, 0, 0);
+  return user_registration("nb_register_no_gradient", op_type, register_grad(op_type, NULL, 0, 0));
+}
+
+nb_code nb_register_gradient_reads(const char *op_type, uint32_t inputs, uint32_t outputs) {
+  nb_grad_builtins_init();
+  nb_registry_clear_error();
+  const nb_op_def *def = op_type ? nb_op_lookup(op_type) : NULL;
+  pthread_mutex_lock(&registry_lock);
+  bool mine = def && op_user[def->id];
+  if (mine) {
+    op_reads_in[def->id] = inputs;
+    op_reads_out[def->id] = outputs;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return mine ? NB_OK
+              : nb_registry_fail(NB_NOT_FOUND, "nb_register_gradient_reads: op type '%s' has no gradient registered "
+                                 "with nb_register_gradient", op_type ? op_type : "(null)");
 }
 
 /* Registrations used by the built-in gradient files (inside the once-block). */
@@ -264,4 +298,14 @@ const int64_t *nb_fwd_attr_ints(const nb_fwd_op *op, const char *name, int *n) {
 const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name) {
   const nb_attrval *a = attr_named(op, name);
   return a ? a->s : NULL;
+}
+const double *nb_fwd_attr_floats(const nb_fwd_op *op, const char *name, int *n) {
+  const nb_attrval *a = attr_named(op, name);
+  if (n) *n = a ? a->n : 0;
+  return a ? a->floats : NULL;
+}
+const nb_dtype *nb_fwd_attr_types(const nb_fwd_op *op, const char *name, int *n) {
+  const nb_attrval *a = attr_named(op, name);
+  if (n) *n = a ? a->n : 0;
+  return a ? a->types : NULL;
 }

@@ -48,7 +48,7 @@ static nb_code check_arity(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in
                  ? nb_fail(c, NB_INVALID, "%s: input %d is a graph tensor ('%s'); eager ops need values (run it in a session)",
                            def->name, i, nb_tensor_node_name(in[i]))
                  : nb_fail(c, NB_INTERNAL, "%s: input %d has no data: a tape kept only its shape, but a gradient "
-                           "function read it (its registration in src/grad does not list it as read)", def->name, i);
+                           "function read it (its registration does not list it as read: src/grad's, or nb_register_gradient_reads)", def->name, i);
   if (def->nout != NB_VARIADIC && nout != def->nout)
     return nb_fail(c, NB_INVALID, "%s: has %d outputs, caller asked for %d", def->name, def->nout, nout);
   if (nout < 0) return nb_fail(c, NB_INVALID, "%s: negative output count %d", def->name, nout);
@@ -149,6 +149,8 @@ static void attr_store(nb_attrval *v, const nb_attr *a) {
     case NB_ATTR_INTS: v->ints = a->v.ints, v->n = a->n; break;
     case NB_ATTR_TYPE: v->type = a->v.type; break;
     case NB_ATTR_TENSOR: v->tensor = a->v.tensor; break;
+    case NB_ATTR_FLOATS: v->floats = a->v.floats, v->n = a->n; break;
+    case NB_ATTR_TYPES: v->types = a->v.types, v->n = a->n; break;
   }
 }
 
@@ -171,6 +173,8 @@ static bool attr_value_missing(const nb_attr *a) {
     case NB_ATTR_STR: return !a->v.s;
     case NB_ATTR_TENSOR: return !a->v.tensor;
     case NB_ATTR_INTS: return a->n < 0 || (a->n > 0 && !a->v.ints);
+    case NB_ATTR_FLOATS: return a->n < 0 || (a->n > 0 && !a->v.floats);
+    case NB_ATTR_TYPES: return a->n < 0 || (a->n > 0 && !a->v.types);
     default: return false;
   }
 }
@@ -258,10 +262,30 @@ nb_attr nb_attr_type(const char *name, nb_dtype v) {
   return a;
 }
 
+nb_attr nb_attr_floats(const char *name, const double *v, int n) {
+  nb_attr a = {.name = name, .kind = NB_ATTR_FLOATS, .n = n};
+  a.v.floats = v;
+  return a;
+}
+nb_attr nb_attr_types(const char *name, const nb_dtype *v, int n) {
+  nb_attr a = {.name = name, .kind = NB_ATTR_TYPES, .n = n};
+  a.v.types = v;
+  return a;
+}
+
 nb_attr nb_attr_tensor(const char *name, nb_tensor *v) {
   nb_attr a = {.name = name, .kind = NB_ATTR_TENSOR};
   a.v.tensor = v;
   return a;
+}
+
+/* The list an attr of kind holds (NULL for the other kinds), and its element size. */
+static const void **attr_list(nb_attrval *v, nb_attr_kind kind, size_t *elem) {
+  *elem = kind == NB_ATTR_INTS ? sizeof *v->ints : kind == NB_ATTR_FLOATS ? sizeof *v->floats : sizeof *v->types;
+  return kind == NB_ATTR_INTS     ? (const void **)&v->ints
+         : kind == NB_ATTR_FLOATS ? (const void **)&v->floats
+         : kind == NB_ATTR_TYPES  ? (const void **)&v->types
+                                  : NULL;
 }
 
 nb_attrval *nb_attrs_copy(nb_arena *a, const nb_op_def *def, const nb_attrval *attr) {
@@ -270,10 +294,12 @@ nb_attrval *nb_attrs_copy(nb_arena *a, const nb_op_def *def, const nb_attrval *a
   for (int i = 0; out && i < def->nattrs; i++) {
     out[i] = attr[i];
     if (def->attrs[i].kind == NB_ATTR_STR && attr[i].s && !(out[i].s = nb_arena_strdup(a, attr[i].s))) return NULL;
-    if (def->attrs[i].kind == NB_ATTR_INTS && attr[i].n > 0) {
-      int64_t *ints = nb_arena_alloc(a, (size_t)attr[i].n * sizeof *ints);
-      if (!ints) return NULL;
-      out[i].ints = memcpy(ints, attr[i].ints, (size_t)attr[i].n * sizeof *ints);
+    size_t elem;
+    const void **list = attr_list(&out[i], def->attrs[i].kind, &elem);
+    if (list && attr[i].n > 0) {
+      void *copy = nb_arena_alloc(a, (size_t)attr[i].n * elem);
+      if (!copy) return NULL;
+      *list = memcpy(copy, *list, (size_t)attr[i].n * elem);
     }
   }
   return out;
@@ -311,16 +337,20 @@ nb_tensor *nb_const_int_list(nb_ctx *c, const int *v, int n) {
   return x;
 }
 
-nb_code nb_kfail(nb_kargs *k, nb_code code, const char *fmt, ...) {
+nb_code nb_vkfail(nb_kargs *k, nb_code code, const char *fmt, va_list ap) {
   char prefix[320];
   const char *node = k->ctx->run_node;
   if (node)
     snprintf(prefix, sizeof prefix, "%s (node '%s'): ", k->def->name, node);
   else
     snprintf(prefix, sizeof prefix, "%s: ", k->def->name);
+  return nb_vfail(k->ctx, code, prefix, fmt, ap);
+}
+
+nb_code nb_kfail(nb_kargs *k, nb_code code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  nb_vfail(k->ctx, code, prefix, fmt, ap);
+  nb_vkfail(k, code, fmt, ap);
   va_end(ap);
   return code;
 }
@@ -337,7 +367,7 @@ static const char *mask_str(char *buf, size_t cap, unsigned mask) {
 
 /* A type attr names a dtype its spec allows, and the dtype of its input when tied to one;
    NB_TYPE_UNSET is "not given" where that is the default. */
-static nb_code check_type_attr(nb_kargs *k, int slot) {
+nb_code nb_kcheck_type_attr(nb_kargs *k, int slot) {
   const nb_attr_spec *s = &k->def->attrs[slot];
   const nb_attr_check *rule = &k->def->checks[slot];
   nb_dtype t = k->attr[slot].type;
@@ -373,10 +403,23 @@ static nb_code check_choice_attr(nb_kargs *k, int slot) {
   return nb_kfail(k, NB_INVALID, "%s must be %s, got \"%s\"", k->def->attrs[slot].name, list, v ? v : "");
 }
 
+/* Each dtype of a list(type) attr is a dtype its spec allows. */
+static nb_code check_type_list_attr(nb_kargs *k, int slot) {
+  const nb_attrval *v = &k->attr[slot];
+  unsigned allowed = k->def->checks[slot].types ? k->def->checks[slot].types : NB_M_ALL;
+  char buf[96];
+  for (int i = 0; i < v->n; i++)
+    if ((unsigned)v->types[i] > NB_BOOL || !(allowed & NB_M(v->types[i])))
+      return nb_kfail(k, NB_DTYPE, "attr %s[%d]=%s is not supported; expected %s", k->def->attrs[slot].name, i,
+                      nb_dtype_name(v->types[i]), mask_str(buf, sizeof buf, allowed));
+  return NB_OK;
+}
+
 nb_code nb_kvalidate(nb_kargs *k) {
   const nb_op_def *def = k->def;
   for (int a = 0; a < def->nattrs; a++) {
-    nb_code code = def->attrs[a].kind == NB_ATTR_TYPE                          ? check_type_attr(k, a)
+    nb_code code = def->attrs[a].kind == NB_ATTR_TYPE                          ? nb_kcheck_type_attr(k, a)
+                   : def->attrs[a].kind == NB_ATTR_TYPES                        ? check_type_list_attr(k, a)
                    : def->attrs[a].kind == NB_ATTR_STR && def->checks[a].choices ? check_choice_attr(k, a)
                                                                                 : NB_OK;
     if (code) return code;

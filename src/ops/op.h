@@ -28,7 +28,9 @@ typedef struct nb_attrval {
   bool b;
   const char *s;
   const int64_t *ints;
-  int n;
+  const double *floats;
+  const nb_dtype *types;
+  int n; /* length of ints, floats or types */
   nb_dtype type;
   nb_tensor *tensor;
 } nb_attrval;
@@ -141,6 +143,12 @@ void nb_registry_init(void);
 const nb_op_def *nb_op_lookup(const char *type);
 int nb_op_count(void);
 const nb_op_def *nb_op_by_id(int id);
+/* Adds a user's op (nb_register_op) and sets its id: NB_INVALID when the name is taken,
+   NB_NOMEM when the registry is full. def must live as long as the process. */
+nb_code nb_op_add(nb_op_def *def);
+/* Records this thread's registry error (nb_registry_error) and returns code. */
+nb_code nb_registry_fail(nb_code code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void nb_registry_clear_error(void);
 
 /* dispatch: attrs NULL means the defaults */
 nb_code nb_dispatch(nb_ctx *c, const nb_op_def *def, nb_tensor *const *in, int nin,
@@ -176,6 +184,9 @@ nb_tensor *nb_const_int_list(nb_ctx *c, const int *v, int n);
 /* helpers for validate, infer and kernel functions */
 nb_code nb_kfail(nb_kargs *k, nb_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+nb_code nb_vkfail(nb_kargs *k, nb_code code, const char *fmt, va_list ap);
+/* Type attr slot's check (its spec's allowed types, of_input), which nb_kvalidate runs. */
+nb_code nb_kcheck_type_attr(nb_kargs *k, int slot);
 /* The attrs' checks (types, of_input, choices), then the op's validate. */
 nb_code nb_kvalidate(nb_kargs *k);
 /* The position of string attr slot's value among its choices (validated: present). */
