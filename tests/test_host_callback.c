@@ -253,6 +253,29 @@ static void test_mixed_dtypes_gradient(void **state) {
   nb_host_func_release(f);
 }
 
+/* A tape holds the functions it recorded, the gradients' too: on a persistent tape, which
+   records its own gradient pass, second order through a callback is none, with the
+   caller's reference gone; the last reference goes when the tape ends. */
+static void test_persistent_tape_second_order(void **state) {
+  nb_ctx *c = *state;
+  calls n = {0};
+  nb_host_func *sq = nb_host_func_new(square, square_grad, &n, count_destroy);
+  nb_tensor *x = nb_tensor_from(c, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, -1)), *dx = NULL, *ddx = x;
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = call1(c, sq, false, x, &f64_any);
+  nb_host_func_release(sq);
+  assert_int_equal(n.destroyed, 0); /* the tape's reference */
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_OK);
+  tu_check(dx, NB_F64, 1, TU_SHAPE(2), TU_VALS(6, -2), 0);
+  assert_int_equal(nb_tape_gradient(t, &dx, 1, &x, 1, NULL, &ddx), NB_OK);
+  assert_null(ddx); /* the gradient's function has no gradient */
+  assert_int_equal(n.gradient, 1);
+  assert_int_equal(n.destroyed, 0);
+  nb_tape_end(t);
+  assert_int_equal(n.destroyed, 1);
+}
+
 /* ---- errors ---------------------------------------------------------------------------- */
 
 static nb_code refuses(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
@@ -424,6 +447,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_not_differentiable, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradient_callback, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_mixed_dtypes_gradient, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_persistent_tape_second_order, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_callback_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_run_error_names_node, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_fold_error, gu_setup, gu_teardown),
