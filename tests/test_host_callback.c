@@ -140,6 +140,32 @@ static void test_folding(void **state) {
   nb_host_func_release(fi);
 }
 
+/* A vector of 2^16 + 1 copies of its scalar input: one element past the fold cap. */
+static nb_code fill_past_fold_cap(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout;
+  ((calls *)user)->forward++;
+  out[0] = nb_fill(c, TU_SHAPE((1 << 16) + 1), 1, in[0]);
+  return nb_status(c);
+}
+
+/* A stateless call declared of unknown shape whose result is too large to fold: the build
+   drops the result and the node runs at run time. */
+static void test_large_result_not_folded(void **state) {
+  gu_fixture *f = *state;
+  calls n = {0};
+  nb_host_func *fill = nb_host_func_new(fill_past_fold_cap, NULL, &n, NULL);
+  nb_tensor *x = nb_tensor_from(f->c, NB_F64, 0, NULL, TU_VALS(2));
+  nb_tensor *y = call1(f->c, fill, false, x, &f64_any);
+  nb_host_func_release(fill);
+  assert_int_equal(nb_rank(y), -1); /* the declared shape: no folded value */
+  int forward_at_build = n.forward;
+  nb_tensor *r = gu_run1(f, NULL, NULL, y);
+  tu_check_shape(r, NB_F64, 1, TU_SHAPE((1 << 16) + 1));
+  assert_true(nb_item(r, 1 << 16) == 2);
+  nb_tensor_free(r);
+  assert_int_equal(n.forward, forward_at_build + 1);
+}
+
 static nb_code always(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user) {
   (void)vars, (void)user;
   *pred = nb_scalar(c, NB_BOOL, 1);
@@ -443,6 +469,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_shared_outputs, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_session, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_folding, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_large_result_not_folded, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_in_while_body, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_not_differentiable, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradient_callback, gu_setup, gu_teardown),
