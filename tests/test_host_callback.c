@@ -302,6 +302,27 @@ static void test_persistent_tape_second_order(void **state) {
   assert_int_equal(n.destroyed, 1);
 }
 
+/* The gradient's function, called directly with counts that do not match its forward's:
+   inputs, then outputs and their gradients (nin + 2 nout, nout >= 1). */
+static void test_gradient_function_counts(void **state) {
+  nb_ctx *c = *state;
+  calls n = {0};
+  nb_host_func *sq = nb_host_func_new(square, square_grad, &n, NULL), *g = NULL;
+  assert_int_equal(nb_host_func_gradient(sq, &g), NB_OK);
+  nb_tensor *x = nb_scalar(c, NB_F64, 2), *in[4] = {x, x, x, x}, *dx = x;
+  const nb_host_output scalar = {NB_F64, 0, {0}};
+  assert_int_equal(nb_py_func(c, g, true, in, 2, &scalar, &dx, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "host callback gradient: got 2 inputs, expected 1 + 2 nout", NULL);
+  assert_int_equal(nb_py_func(c, g, true, in, 4, &scalar, &dx, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "host callback gradient: got 4 inputs, expected 1 + 2 nout", NULL);
+  assert_int_equal(n.gradient, 0);
+  assert_int_equal(nb_py_func(c, g, true, in, 3, &scalar, &dx, 1), NB_OK);
+  tu_check(dx, NB_F64, 0, NULL, TU_VALS(8), 0); /* 2 x dy, with x = dy = 2 */
+  assert_int_equal(n.gradient, 1);
+  nb_host_func_release(g);
+  nb_host_func_release(sq);
+}
+
 /* ---- errors ---------------------------------------------------------------------------- */
 
 static nb_code refuses(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
@@ -475,6 +496,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_gradient_callback, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_mixed_dtypes_gradient, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_persistent_tape_second_order, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_gradient_function_counts, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_callback_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_run_error_names_node, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_fold_error, gu_setup, gu_teardown),
