@@ -127,8 +127,9 @@ static nb_code host_validate(nb_kargs *k) {
   return check_shapes_attr(k);
 }
 
-/* The declared outputs. At run time (no graph) the metas only size placeholders the
-   kernel replaces, so unknown dims become 0 (unknown ranks: scalars). */
+/* The declared outputs in a graph. At run time (no graph) the metas only size the
+   placeholders the kernel replaces with the callback's results (take_output), so each is
+   an empty vector: nothing is allocated only to be dropped. */
 static nb_code host_infer(nb_kargs *k) {
   bool run_time = !k->ctx->graph;
   for (int i = 0; i < k->nout; i++) {
@@ -136,8 +137,9 @@ static nb_code host_infer(nb_kargs *k) {
     int rank = declared_shape(k->attr, i, &dims);
     nb_meta *m = &k->out[i];
     m->dtype = (nb_dtype)k->attr[HOST_TOUT].ints[i];
-    m->rank = run_time && rank < 0 ? 0 : rank;
-    for (int d = 0; d < rank; d++) m->shape[d] = run_time && dims[d] < 0 ? 0 : dims[d];
+    m->rank = run_time ? 1 : rank;
+    if (run_time) m->shape[0] = 0;
+    else if (rank > 0) memcpy(m->shape, dims, (size_t)rank * sizeof *dims);
   }
   return NB_OK;
 }
