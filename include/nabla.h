@@ -753,9 +753,8 @@ nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *con
    gradient is another host-callback node: grad receives the inputs, the outputs and the
    upstream gradients dys (NULL for int/bool outputs) and sets dxs[0..nin) with the
    inputs' dtypes and shapes (NULL: zeros); gradients of int/bool inputs are none. That
-   node has no gradient of its own, so second-order gradients through it are none. An
-   eager tape that recorded a call keeps only the function's address: the caller's
-   reference must outlive the tape's gradient computations. */
+   node has no gradient of its own, so second-order gradients through it are none. A
+   tape that recorded a call holds a reference to the function until it is reset or ended. */
 typedef struct nb_host_func nb_host_func;
 /* NULL when fn is NULL or out of memory. grad and destroy may be NULL. */
 nb_host_func *nb_host_func_new(nb_custom_fn fn, nb_custom_grad_fn grad, void *user, void (*destroy)(void *user));

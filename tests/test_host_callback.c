@@ -140,6 +140,32 @@ static void test_folding(void **state) {
   nb_host_func_release(fi);
 }
 
+/* A vector of 2^16 + 1 copies of its scalar input: one element past the fold cap. */
+static nb_code fill_past_fold_cap(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout;
+  ((calls *)user)->forward++;
+  out[0] = nb_fill(c, TU_SHAPE((1 << 16) + 1), 1, in[0]);
+  return nb_status(c);
+}
+
+/* A stateless call declared of unknown shape whose result is too large to fold: the build
+   drops the result and the node runs at run time. */
+static void test_large_result_not_folded(void **state) {
+  gu_fixture *f = *state;
+  calls n = {0};
+  nb_host_func *fill = nb_host_func_new(fill_past_fold_cap, NULL, &n, NULL);
+  nb_tensor *x = nb_tensor_from(f->c, NB_F64, 0, NULL, TU_VALS(2));
+  nb_tensor *y = call1(f->c, fill, false, x, &f64_any);
+  nb_host_func_release(fill);
+  assert_int_equal(nb_rank(y), -1); /* the declared shape: no folded value */
+  int forward_at_build = n.forward;
+  nb_tensor *r = gu_run1(f, NULL, NULL, y);
+  tu_check_shape(r, NB_F64, 1, TU_SHAPE((1 << 16) + 1));
+  assert_true(nb_item(r, 1 << 16) == 2);
+  nb_tensor_free(r);
+  assert_int_equal(n.forward, forward_at_build + 1);
+}
+
 static nb_code always(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user) {
   (void)vars, (void)user;
   *pred = nb_scalar(c, NB_BOOL, 1);
@@ -185,7 +211,6 @@ static void test_not_differentiable(void **state) {
   char report[256] = "unset";
   assert_int_equal(nb_find_non_differentiable(f->g, &p, 1, &q, 1, report, sizeof report), NB_OK);
   assert_string_equal(report, "");
-  assert_int_equal(n.gradient, 0);
   nb_host_func_release(sq);
 }
 
@@ -251,6 +276,50 @@ static void test_mixed_dtypes_gradient(void **state) {
   assert_null(d[1]);
   assert_int_equal(n.gradient, 1);
   nb_host_func_release(f);
+}
+
+/* A tape holds the functions it recorded, the gradients' too: on a persistent tape, which
+   records its own gradient pass, second order through a callback is none, with the
+   caller's reference gone; the last reference goes when the tape ends. */
+static void test_persistent_tape_second_order(void **state) {
+  nb_ctx *c = *state;
+  calls n = {0};
+  nb_host_func *sq = nb_host_func_new(square, square_grad, &n, count_destroy);
+  nb_tensor *x = nb_tensor_from(c, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, -1)), *dx = NULL, *ddx = x;
+  nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = call1(c, sq, false, x, &f64_any);
+  nb_host_func_release(sq);
+  assert_int_equal(n.destroyed, 0); /* the tape's reference */
+  assert_int_equal(nb_tape_gradient(t, &y, 1, &x, 1, NULL, &dx), NB_OK);
+  tu_check(dx, NB_F64, 1, TU_SHAPE(2), TU_VALS(6, -2), 0);
+  assert_int_equal(nb_tape_gradient(t, &dx, 1, &x, 1, NULL, &ddx), NB_OK);
+  assert_null(ddx); /* the gradient's function has no gradient */
+  assert_int_equal(n.gradient, 1);
+  assert_int_equal(n.destroyed, 0);
+  nb_tape_end(t);
+  assert_int_equal(n.destroyed, 1);
+}
+
+/* The gradient's function, called directly with counts that do not match its forward's:
+   inputs, then outputs and their gradients (nin + 2 nout, nout >= 1). */
+static void test_gradient_function_counts(void **state) {
+  nb_ctx *c = *state;
+  calls n = {0};
+  nb_host_func *sq = nb_host_func_new(square, square_grad, &n, NULL), *g = NULL;
+  assert_int_equal(nb_host_func_gradient(sq, &g), NB_OK);
+  nb_tensor *x = nb_scalar(c, NB_F64, 2), *in[4] = {x, x, x, x}, *dx = x;
+  const nb_host_output scalar = {NB_F64, 0, {0}};
+  assert_int_equal(nb_py_func(c, g, true, in, 2, &scalar, &dx, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "host callback gradient: got 2 inputs, expected 1 + 2 nout", NULL);
+  assert_int_equal(nb_py_func(c, g, true, in, 4, &scalar, &dx, 1), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "host callback gradient: got 4 inputs, expected 1 + 2 nout", NULL);
+  assert_int_equal(n.gradient, 0);
+  assert_int_equal(nb_py_func(c, g, true, in, 3, &scalar, &dx, 1), NB_OK);
+  tu_check(dx, NB_F64, 0, NULL, TU_VALS(8), 0); /* 2 x dy, with x = dy = 2 */
+  assert_int_equal(n.gradient, 1);
+  nb_host_func_release(g);
+  nb_host_func_release(sq);
 }
 
 /* ---- errors ---------------------------------------------------------------------------- */
@@ -420,10 +489,13 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_shared_outputs, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_session, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_folding, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_large_result_not_folded, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_in_while_body, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_not_differentiable, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradient_callback, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_mixed_dtypes_gradient, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_persistent_tape_second_order, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_gradient_function_counts, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_callback_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_run_error_names_node, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_fold_error, gu_setup, gu_teardown),

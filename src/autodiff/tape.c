@@ -84,9 +84,12 @@ static void map_clear(id_map *m) {
 
 /* ---- arena and storage ------------------------------------------------------------------ */
 
-/* Drops every entry (releasing kept data) but keeps the memory for the next use. */
+/* Drops every entry (releasing kept data and the references its attrs hold) but keeps the
+   memory for the next use. */
 static void tape_reset(nb_tape *t) {
   for (int32_t i = 0; i < t->nslots; i++) nb_buffer_release(t->c, t->slots[i].buf);
+  for (int32_t i = 0; i < t->nentries; i++)
+    if (t->entries[i].def->hold_attrs) t->entries[i].def->hold_attrs(t->entries[i].attr, -1);
   t->nslots = t->nentries = t->nvalues = t->noutputs = 0;
   t->last_out = 0;
   map_clear(&t->tracked);
@@ -173,6 +176,8 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
     t->last_value = v;
   }
   t->nentries++;
+  /* as a graph node does: an attr may name a host function, which must outlive the entry */
+  if (k->def->hold_attrs) k->def->hold_attrs(e->attr, +1);
   return true;
 }
 

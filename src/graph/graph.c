@@ -480,6 +480,14 @@ static nb_code copy_attrs(nb_graph *g, const nb_kargs *k, nb_node *n) {
   return NB_OK;
 }
 
+/* Whether folded results exceed the fold cap: foldable() checks the inferred sizes, which
+   an op declaring unknown output shapes (a host callback) leaves unbounded. */
+static bool results_too_large(nb_tensor *const *res, int n) {
+  int64_t elems = 0;
+  for (int i = 0; i < n; i++) elems += res[i]->size;
+  return elems > NB_FOLD_MAX_ELEMS;
+}
+
 /* Evaluates an op whose inputs are all known, at build time, into detached values. */
 static nb_code fold(nb_graph *g, const nb_kargs *k, nb_out *outs) {
   nb_tensor *tmp[16];
@@ -492,6 +500,10 @@ static nb_code fold(nb_graph *g, const nb_kargs *k, nb_out *outs) {
     nb_kfail((nb_kargs *)k, code, "%s", msg);
     nb_clear_error(g->fold);
     return code;
+  }
+  if (results_too_large(tmp, k->nout)) { /* the node computes them at run time instead */
+    for (int i = 0; i < k->nout; i++) nb_tensor_free(tmp[i]);
+    return NB_OK;
   }
   for (int i = 0; i < k->nout; i++) {
     outs[i].value = nb_detached_share(tmp[i]);

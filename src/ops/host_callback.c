@@ -62,11 +62,17 @@ static void release_forward(void *forward) { nb_host_func_release(forward); }
 /* The gradient node's function: its inputs are the forward's nin inputs (nin: the node's
    output count), its nout outputs, then nout upstream gradients (zeros for int/bool
    outputs, which the user's grad sees as NULL, as nb_grad_fn's dys). A dx grad leaves
-   NULL becomes zeros: the node must produce every output. */
+   NULL becomes zeros: the node must produce every output. Anyone may call it (through
+   nb_host_func_gradient), so the counts are checked: n = nin + 2 nout with nout >= 1. */
 static nb_code gradient_adapter(nb_ctx *c, nb_tensor *const *in, int n, nb_tensor **dxs, int nin, void *user) {
   const nb_host_func *forward = user;
+  if (n - nin < 2 || (n - nin) % 2)
+    return nb_set_error(c, NB_INVALID,
+                        "host callback gradient: got %d inputs, expected %d + 2 nout (the forward's inputs, "
+                        "then its nout >= 1 outputs and their gradients)",
+                        n, nin);
   int nout = (n - nin) / 2;
-  nb_tensor **dys = malloc((size_t)nout * sizeof *dys); /* nout >= 1: nb_py_func's rule */
+  nb_tensor **dys = malloc((size_t)nout * sizeof *dys);
   if (!dys) return nb_set_error(c, NB_NOMEM, "host callback gradient: out of memory");
   nb_tensor *const *outs = in + nin;
   for (int i = 0; i < nout; i++) dys[i] = nb_is_float(outs[i]->dtype) ? in[nin + nout + i] : NULL;
@@ -121,8 +127,9 @@ static nb_code host_validate(nb_kargs *k) {
   return check_shapes_attr(k);
 }
 
-/* The declared outputs. At run time (no graph) the metas only size placeholders the
-   kernel replaces, so unknown dims become 0 (unknown ranks: scalars). */
+/* The declared outputs in a graph. At run time (no graph) the metas only size the
+   placeholders the kernel replaces with the callback's results (take_output), so each is
+   an empty vector: nothing is allocated only to be dropped. */
 static nb_code host_infer(nb_kargs *k) {
   bool run_time = !k->ctx->graph;
   for (int i = 0; i < k->nout; i++) {
@@ -130,8 +137,9 @@ static nb_code host_infer(nb_kargs *k) {
     int rank = declared_shape(k->attr, i, &dims);
     nb_meta *m = &k->out[i];
     m->dtype = (nb_dtype)k->attr[HOST_TOUT].ints[i];
-    m->rank = run_time && rank < 0 ? 0 : rank;
-    for (int d = 0; d < rank; d++) m->shape[d] = run_time && dims[d] < 0 ? 0 : dims[d];
+    m->rank = run_time ? 1 : rank;
+    if (run_time) m->shape[0] = 0;
+    else if (rank > 0) memcpy(m->shape, dims, (size_t)rank * sizeof *dims);
   }
   return NB_OK;
 }
