@@ -163,8 +163,6 @@ static inline bool nbcore_buffer_exclusive(nbcore_buffer *b) {
   return b->size_class != NBCORE_VIEW_CLASS && atomic_load_explicit(&b->refs, memory_order_acquire) == 1;
 }
 void nbcore_buffer_release(nb_ctx *c, nbcore_buffer *b);
-/* Frees the pooled blocks of p and hands its released handles to the process's queue. */
-void nbcore_pool_clear(nbcore_pool *p);
 /* Handle memory (src/core/handles.c), never returned to malloc. take: a released handle of
    q past its quarantine, else of the process's queue, else a new one (NULL when out of
    memory); put: appends x (marked released) to q; give_back: empties q into the process's

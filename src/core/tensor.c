@@ -92,7 +92,8 @@ void nbcore_buffer_release(nb_ctx *c, nbcore_buffer *b) {
   free(b);
 }
 
-void nbcore_pool_clear(nbcore_pool *p) {
+/* Frees the pooled blocks of p and hands its released handles to the process's queue. */
+static void nbcore_pool_clear(nbcore_pool *p) {
   for (int i = 0; i < NBCORE_POOL_CLASSES; i++) {
     while (p->free[i]) {
       nbcore_buffer *b = p->free[i];

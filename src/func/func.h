@@ -23,12 +23,6 @@ typedef struct nbfunc_shape_inv {
   int64_t shape[NB_MAX_RANK];
 } nbfunc_shape_inv;
 
-/* The invariants of n loop variables from the public specs (malloc'd; NULL on error, set on c). */
-nbfunc_shape_inv *nbfunc_shape_inv_from(nb_ctx *c, const char *who, const nb_shape_spec *specs, int n);
-/* Checks that each declared shape admits its variable's initial shape. */
-nb_code nbfunc_shape_inv_check_vars(nb_ctx *c, const char *who, const nbfunc_shape_inv *inv, nb_tensor *const *vars, int n);
-/* Whether shape (rank, dims) is at least as specific as the invariant (inv NULL: var's own shape). */
-bool nbfunc_shape_inv_admits(const nbfunc_shape_inv *inv, const nb_tensor *var, const nb_tensor *next);
 /* Checks a body's results against the loop variables (dtype, shape invariant); errors name the variable. */
 nb_code nbfunc_cf_check_next(nb_ctx *c, const char *who, nb_tensor *const *vars, nb_tensor *const *next, int n,
                              const nbfunc_shape_inv *inv);

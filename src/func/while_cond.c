@@ -19,7 +19,8 @@ static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknow
 
 /* ---- shape invariants ------------------------------------------------------------------ */
 
-nbfunc_shape_inv *nbfunc_shape_inv_from(nb_ctx *c, const char *who, const nb_shape_spec *specs, int n) {
+/* The invariants of n loop variables from the public specs (malloc'd; NULL on error, set on c). */
+static nbfunc_shape_inv *nbfunc_shape_inv_from(nb_ctx *c, const char *who, const nb_shape_spec *specs, int n) {
   for (int i = 0; i < n; i++)
     if (specs[i].rank < -1 || specs[i].rank > NB_MAX_RANK || (specs[i].rank > 0 && !specs[i].dims)) {
       nbcore_fail(c, NB_SHAPE, "%s: the declared shape of loop variable %d has rank %d (need -1 .. %d, with dims)", who, i,
@@ -38,12 +39,14 @@ nbfunc_shape_inv *nbfunc_shape_inv_from(nb_ctx *c, const char *who, const nb_sha
   return inv;
 }
 
-bool nbfunc_shape_inv_admits(const nbfunc_shape_inv *inv, const nb_tensor *var, const nb_tensor *next) {
+/* Whether shape (rank, dims) is at least as specific as the invariant (inv NULL: var's own shape). */
+static bool nbfunc_shape_inv_admits(const nbfunc_shape_inv *inv, const nb_tensor *var, const nb_tensor *next) {
   return inv ? nbcore_shape_fits(next->rank, next->shape, inv->rank, inv->shape)
              : nbcore_shape_fits(next->rank, next->shape, var->rank, var->shape);
 }
 
-nb_code nbfunc_shape_inv_check_vars(nb_ctx *c, const char *who, const nbfunc_shape_inv *inv, nb_tensor *const *vars, int n) {
+/* Checks that each declared shape admits its variable's initial shape. */
+static nb_code nbfunc_shape_inv_check_vars(nb_ctx *c, const char *who, const nbfunc_shape_inv *inv, nb_tensor *const *vars, int n) {
   for (int i = 0; i < n; i++)
     if (!nbcore_shape_fits(vars[i]->rank, vars[i]->shape, inv[i].rank, inv[i].shape))
       return nbcore_fail(c, NB_SHAPE, "%s: loop variable %d has shape %s, which its declared shape %s does not admit", who,

@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+static nb_code nbgraph_infer(nb_ctx *c, nbop_kargs *k);
+static nb_code nbgraph_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out);
+static int32_t nbgraph_capture(nb_graph *g, const nb_tensor *x, bool *nomem);
+
 #define NBGRAPH_FOLD_MAX_ELEMS (1 << 16) /* larger constant results are computed at run time */
 
 /* ---- string map (open addressing; keys live in the arena) --------------------------- */
@@ -455,7 +459,8 @@ static nb_code infer_inputs(nb_ctx *c, nbop_kargs *k) {
   return infer_deferred(c, k);
 }
 
-nb_code nbgraph_infer(nb_ctx *c, nbop_kargs *k) {
+/* The graph context's hooks, installed by nb_graph_ctx_new. */
+static nb_code nbgraph_infer(nb_ctx *c, nbop_kargs *k) {
   const char *hint = c->next_name;
   c->next_name = NULL;
   if (hint && (!*hint || strchr(hint, '/')))
@@ -587,7 +592,7 @@ static nb_code reserve_node(nb_graph *g, int nin, int nout) {
 
 static nb_code add_node(nb_ctx *c, nb_graph *g, nbop_kargs *k, nb_tensor **out);
 
-nb_code nbgraph_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out) {
+static nb_code nbgraph_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out) {
   nb_graph *g = c->graph;
   if (reserve_node(g, k->nin, k->nout)) return nbop_kfail(k, NB_NOMEM, "out of memory adding a node");
   c->run_node = k->node_name;
@@ -645,7 +650,9 @@ int32_t nbgraph_capture_parent(nb_graph *g, int64_t key) {
   return id;
 }
 
-int32_t nbgraph_capture(nb_graph *g, const nb_tensor *x, bool *nomem) {
+/* The node in g standing for x, a tensor of an enclosing graph of g (captured level by
+   level down from x's graph); -1 when x's graph does not enclose g (or out of memory: *nomem). */
+static int32_t nbgraph_capture(nb_graph *g, const nb_tensor *x, bool *nomem) {
   int depth = 0; /* g is `depth` levels below x's graph */
   const nb_graph *h = g;
   while (h && h != x->graph) h = h->parent, depth++;

@@ -96,9 +96,6 @@ typedef struct nbgraph_capture_entry {
   int64_t key;
   int32_t arg;
 } nbgraph_capture_entry;
-/* The node in g standing for x, a tensor of an enclosing graph of g (captured level by
-   level down from x's graph); -1 when x's graph does not enclose g (or out of memory: *nomem). */
-int32_t nbgraph_capture(nb_graph *g, const nb_tensor *x, bool *nomem);
 /* The placeholder of g capturing the parent's tensor `key`, made on first use; -1 when out
    of memory. */
 int32_t nbgraph_capture_parent(nb_graph *g, int64_t key);
@@ -145,9 +142,6 @@ static inline bool nbgraph_node_values_known(const nb_graph *g, const nbgraph_no
 }
 /* A symbolic handle in c for output `out` of node `id`. */
 nb_tensor *nbgraph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out);
-/* The graph context's hooks, installed by nb_graph_ctx_new. */
-nb_code nbgraph_infer(nb_ctx *c, nbop_kargs *k);
-nb_code nbgraph_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out);
 /* Detached tensors: concrete, owned by no context (graph constants, session results). */
 nb_tensor *nbgraph_detached_share(const nb_tensor *x);
 

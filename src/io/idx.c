@@ -65,7 +65,10 @@ static nb_code read_dims(nb_ctx *c, const char *name, const uint8_t *bytes, nbio
   return NB_OK;
 }
 
-nb_code nbio_idx_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_idx *h) {
+/* Parses the header at bytes[0..n) (n may be just the header): NB_CORRUPT, with a
+   message naming `name`, for a header that is short, has a bad magic or type code, a
+   rank outside 1..NB_MAX_RANK, or dims whose byte count overflows. */
+static nb_code nbio_idx_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_idx *h) {
   memset(h, 0, sizeof *h);
   if (n == 0) return corrupt(c, name, "empty file, not an IDX file");
   if (n < 4)

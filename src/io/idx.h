@@ -35,11 +35,6 @@ typedef struct nbio_idx_file {
 /* The type code's name in the format's terms ("ubyte", "double", ...). */
 const char *nbio_idx_type_name(int type);
 
-/* Parses the header at bytes[0..n) (n may be just the header): NB_CORRUPT, with a
-   message naming `name`, for a header that is short, has a bad magic or type code, a
-   rank outside 1..NB_MAX_RANK, or dims whose byte count overflows. */
-nb_code nbio_idx_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_idx *h);
-
 /* Parses a whole file held in bytes[0..n): the header, then exactly data_bytes of data
    (NB_CORRUPT when there are fewer or more bytes). h->data points into bytes. */
 nb_code nbio_idx_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_idx *h);

@@ -26,7 +26,10 @@ static bool host_big_endian(void) {
 
 /* ---- the prefix: magic, version, header length ---- */
 
-nb_code nbio_npy_data_offset(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, uint64_t *offset) {
+/* The offset at which the data of the file starting with bytes[0..n) begins, read from the
+   prefix (magic, version, header length): NB_CORRUPT naming `name` when n is too short for
+   the prefix, the magic is wrong or the version is not 1.0, 2.0 or 3.0. */
+static nb_code nbio_npy_data_offset(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, uint64_t *offset) {
   if (n == 0) return nbcore_fail(c, NB_CORRUPT, "%s: empty file, not a .npy file", name);
   if (memcmp(bytes, npy_magic, n < 6 ? n : 6) != 0)
     return nbcore_fail(c, NB_CORRUPT, "%s: bad magic: a .npy file starts with \\x93NUMPY", name);
@@ -273,7 +276,10 @@ static nb_code parse_dict(cursor *k, nbio_npy *h) {
   return NB_OK;
 }
 
-nb_code nbio_npy_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_npy *h) {
+/* Parses the header at bytes[0..n) (n may stop where the data starts): NB_CORRUPT for a
+   header that is short or not the dict NumPy writes, NB_DTYPE for a descr nabla has no
+   dtype for, NB_UNIMPLEMENTED for Fortran order, NB_SHAPE for a rank above NB_MAX_RANK. */
+static nb_code nbio_npy_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_npy *h) {
   memset(h, 0, sizeof *h);
   uint64_t offset;
   nb_code rc = nbio_npy_data_offset(c, name, bytes, n, &offset);
@@ -298,7 +304,8 @@ nb_code nbio_npy_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes,
   return NB_OK;
 }
 
-nb_code nbio_npy_check_data_size(nb_ctx *c, const char *name, const nbio_npy *h, uint64_t have) {
+/* NB_CORRUPT unless `have` bytes of data are exactly the h->data_bytes the shape needs. */
+static nb_code nbio_npy_check_data_size(nb_ctx *c, const char *name, const nbio_npy *h, uint64_t have) {
   if (have == h->data_bytes) return NB_OK;
   char s[160];
   nbcore_shape_str(s, sizeof s, h->rank, h->dims);
@@ -331,7 +338,9 @@ static void store_uint(void *dst, int64_t i, size_t size, uint64_t u) {
   }
 }
 
-void nbio_npy_convert(const nbio_npy *h, const uint8_t *src, void *dst) {
+/* Converts the file's elements src to the tensor's dtype at dst (native byte order, bools
+   0 or 1). dst may equal src when the element sizes are equal. */
+static void nbio_npy_convert(const nbio_npy *h, const uint8_t *src, void *dst) {
   size_t out = nb_dtype_size(h->dtype);
   if (h->count == 0) return;
   if (h->big_endian == host_big_endian() && (size_t)h->file_size == out && h->kind != 'b') {

@@ -15,7 +15,7 @@
 
 uint32_t nbio_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA; }
 
-void nbio_bytes_put(nbio_bytes *b, const void *data, size_t n) {
+static void nbio_bytes_put(nbio_bytes *b, const void *data, size_t n) {
   if (b->oom || n == 0) return;
   if (b->n + n > b->cap) {
     size_t cap = b->cap ? b->cap : 256;

@@ -27,7 +27,6 @@ typedef struct nbio_bytes {
   size_t n, cap;
   bool oom;
 } nbio_bytes;
-void nbio_bytes_put(nbio_bytes *b, const void *data, size_t n);
 void nbio_bytes_free(nbio_bytes *b);
 
 /* One key and value; the key is NUL-terminated (klen excludes the NUL). */

@@ -20,8 +20,6 @@ typedef struct nbop_pair_impl {
   const char *names[2]; /* TF's input names, for messages */
 } nbop_pair_impl;
 
-/* The dtype mask of the non-NULL entries of a per-dtype table. */
-unsigned nbop_impl_mask(const void *const *fns);
 /* Input 0's dtype has a loop; the output is like input 0 (nbop_infer_same). */
 nb_code nbop_unary_validate(nbop_kargs *k);
 nb_code nbop_unary_kernel(nbop_kargs *k);

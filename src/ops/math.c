@@ -298,7 +298,8 @@ static nb_code check_int_pow(nbop_kargs *k) {
 
 /* ---- infer and kernels ------------------------------------------------------------ */
 
-unsigned nbop_impl_mask(const void *const *fns) {
+/* The dtype mask of the non-NULL entries of a per-dtype table. */
+static unsigned nbop_impl_mask(const void *const *fns) {
   unsigned m = 0;
   for (int t = 0; t <= NB_BOOL; t++)
     if (fns[t]) m |= NBOP_M(t);
