@@ -7,7 +7,7 @@ set -eu
 check=${1:?usage: check_layers_test.sh CHECK_LAYERS_SCRIPT}
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
-failures=0
+. "$(dirname "$0")/selftest.sh"
 
 mkdir -p "$tree/include" "$tree/src/core" "$tree/src/ops" "$tree/src/runtime" "$tree/src/grad" "$tree/src/io/proto"
 printf '/* public */\n' >"$tree/include/nabla.h"
@@ -31,13 +31,7 @@ seed() {
   mkdir -p "$tree/$(dirname "$1")"
   printf '/* seeded */\n%s\n' "$2" >"$tree/$1"
   for files in "$1" ""; do
-    if out=$(sh "$check" "$tree" $files 2>&1); then
-      echo "FAIL: $1 ($2) passed the check${files:+ given alone}"
-      failures=$((failures + 1))
-    elif ! printf '%s\n' "$out" | grep -q -- "$3"; then
-      echo "FAIL: $1 ($2): expected '$3' in: $out"
-      failures=$((failures + 1))
-    fi
+    expect_rejection "$1 ($2)${files:+ given alone}" "$3" sh "$check" "$tree" $files
   done
   rm -f "$tree/$1"
 }
