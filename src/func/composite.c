@@ -48,10 +48,12 @@ static nb_code add_locked(const char *name, nb_custom_fn fn, void *user, int nin
 nb_code nb_register_composite_op(const char *name, nb_custom_fn fn, void *user, int nin, int nout) {
   nb_registry_clear_error();
   if (!nb_valid_op_name(name))
-    return nb_registry_fail(NB_INVALID, "nb_register_composite_op: '%s' is not a valid op type name ([A-Z][A-Za-z0-9_>]*)",
+    return nb_registry_fail(NB_INVALID,
+                            "nb_register_composite_op: '%s' is not a valid op type name ([A-Z][A-Za-z0-9_>]*)",
                             name ? name : "(null)");
   if (!fn || nin < 0 || nout < 1)
-    return nb_registry_fail(NB_INVALID, "nb_register_composite_op: op '%s': NULL body or counts out of range (nin %d, nout %d)",
+    return nb_registry_fail(NB_INVALID,
+                            "nb_register_composite_op: op '%s': NULL body or counts out of range (nin %d, nout %d)",
                             name, nin, nout);
   pthread_mutex_lock(&composites_lock);
   nb_code code = add_locked(name, fn, user, nin, nout);
@@ -67,7 +69,6 @@ static nb_code body_adapter(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, vo
     if (!out[i]) code = nb_fail(c, NB_INVALID, "%s: the composite op's body left output %d NULL", op->name, i);
   return code;
 }
-
 
 /* One call node of the body traced as a function of c's graph, with the gradient
    registered under the op's name when there is one. */
@@ -97,7 +98,9 @@ nb_code nb_composite_op(nb_ctx *c, const char *name, nb_tensor *const *in, int n
   if (c->graph) return add_call(c, &op, in, out);
   nb_grad_fn registered;
   if (nb_grad_lookup(NULL, name, &registered) == NB_GRAD_FN)
-    return nb_fail(c, NB_UNIMPLEMENTED, "%s: an eager call of a composite op with a registered gradient (a tape would "
-                   "need one entry for it); call it in a graph context", name);
+    return nb_fail(c, NB_UNIMPLEMENTED,
+                   "%s: an eager call of a composite op with a registered gradient (a tape would "
+                   "need one entry for it); call it in a graph context",
+                   name);
   return nb_cf_call_body(c, name, body_adapter, in, out, nout, &op);
 }
