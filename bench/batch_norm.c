@@ -68,10 +68,10 @@ int main(void) {
     for (int threads = 1; threads <= 2; threads++) {
       nb_ctx_set_threads(c, threads);
       for (int grad = 0; grad <= 1; grad++) {
-        uint64_t before = nb_onednn_executions();
+        uint64_t before = nbop_onednn_executions();
         double t = time_calls(c, &b, grad);
         printf("name=%s_%s_t%d backend=%s us=%.1f pass_gbps=%.2f\n", grad ? "bn_grad" : "bn_fwd", s->name, threads,
-               nb_onednn_executions() > before ? "onednn" : "own", t * 1e6, (double)n * 4 / t / 1e9);
+               nbop_onednn_executions() > before ? "onednn" : "own", t * 1e6, (double)n * 4 / t / 1e9);
       }
     }
     free(v);

@@ -86,7 +86,7 @@ static void print_line(const char *name, int threads, const char *backend, doubl
 
 /* Which kernel op ran: oneDNN when it executed a primitive during the calls. */
 static const char *backend_of(const bench_op *op, uint64_t executions_before) {
-  if (nb_onednn_executions() > executions_before) return "onednn";
+  if (nbop_onednn_executions() > executions_before) return "onednn";
   return op->k >= POOL_FORWARD ? "own" : "im2col";
 }
 
@@ -131,11 +131,11 @@ int main(int argc, char **argv) {
   for (int threads = 1; threads <= 2; threads++)
     for (int own = 0; own <= 1; own++) { /* the library's choice, then its own kernels */
       nb_ctx_set_threads(c, threads);
-      nb_onednn_set_enabled(!own);
+      nbop_onednn_set_enabled(!own);
       double total = 0;
       for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         if (only && !strstr(ops[i].name, only)) continue;
-        uint64_t before = nb_onednn_executions();
+        uint64_t before = nbop_onednn_executions();
         double seconds = bench_per_call(c, call_op, &ops[i], RUNS, MIN_SECONDS);
         total += seconds;
         print_line(ops[i].name, threads, backend_of(&ops[i], before), seconds, ops[i].flops);

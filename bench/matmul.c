@@ -51,7 +51,7 @@ static bool bench_size(nb_ctx *c, nb_dtype t, int64_t n, int threads) {
   double seconds = best_per_call(c, &p);
   double gflops = 2.0 * (double)n * (double)n * (double)n / seconds * 1e-9;
   printf("name=matmul n=%lld dtype=%s threads=%d backend=%s kernel=%s ms=%.3f gflops=%.1f frac_peak=%.3f\n",
-         (long long)n, nb_dtype_name(t), threads, nb_gemm_backend_name(t), nb_gemm_kernel_name(t), 1e3 * seconds,
+         (long long)n, nb_dtype_name(t), threads, nbop_gemm_backend_name(t), nbop_gemm_kernel_name(t), 1e3 * seconds,
          gflops, bench_frac_peak(gflops, threads));
   fflush(stdout);
   nb_tensor_free(p.a);

@@ -67,15 +67,15 @@ static nb_tensor *loss_of(nb_ctx *c, rnn *r, nb_tensor **final_h) {
 static long long stacked_bytes(nb_tensor *const *acc, int n) {
   long long total = 0;
   for (int i = 0; i < n; i++) {
-    const nb_buffer *block = acc[i]->buf->size_class == NB_VIEW_CLASS ? acc[i]->buf->next : acc[i]->buf;
+    const nbcore_buffer *block = acc[i]->buf->size_class == NBCORE_VIEW_CLASS ? acc[i]->buf->next : acc[i]->buf;
     bool seen = false;
     for (int j = 0; j < i && !seen; j++)
-      seen = (acc[j]->buf->size_class == NB_VIEW_CLASS ? acc[j]->buf->next : acc[j]->buf) == block;
+      seen = (acc[j]->buf->size_class == NBCORE_VIEW_CLASS ? acc[j]->buf->next : acc[j]->buf) == block;
     if (seen) continue;
     const char *lo = NULL, *hi = NULL;
     for (int j = i; j < n; j++) {
-      const nb_buffer *b = acc[j]->buf;
-      if ((b->size_class == NB_VIEW_CLASS ? b->next : b) != block) continue;
+      const nbcore_buffer *b = acc[j]->buf;
+      if ((b->size_class == NBCORE_VIEW_CLASS ? b->next : b) != block) continue;
       const char *start = b->data, *end = start + nb_num_elements(acc[j]) * (int64_t)nb_dtype_size(nb_dtype_of(acc[j]));
       if (!lo || start < lo) lo = start;
       if (!hi || end > hi) hi = end;
@@ -115,7 +115,7 @@ static double eager_step(nb_ctx *c, rnn *r) {
 
 static void print_time(const char *mode, int threads, double seconds) {
   printf("name=nb_rnn_%s hidden=%d input=%d seq=%d batch=%d threads=%d backend=%s kernel=%s ms_median=%.2f\n", mode,
-         HIDDEN, INPUT, SEQ, BATCH, threads, nb_gemm_backend_name(NB_F32), nb_gemm_kernel_name(NB_F32), 1e3 * seconds);
+         HIDDEN, INPUT, SEQ, BATCH, threads, nbop_gemm_backend_name(NB_F32), nbop_gemm_kernel_name(NB_F32), 1e3 * seconds);
 }
 
 int main(int argc, char **argv) {
@@ -133,11 +133,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "nb_gradients: %s\n", nb_error(c));
     return 1;
   }
-  const nb_node *loop = &g->nodes[h->node];
+  const nbgraph_node *loop = &g->nodes[h->node];
   int nacc = loop->nout - loop->nin;
   nb_tensor *acc[8], *acc_vals[8];
   if (nacc > 8) return 1;
-  for (int a = 0; a < nacc; a++) acc[a] = nb_graph_handle(c, g, h->node, loop->nin + a);
+  for (int a = 0; a < nacc; a++) acc[a] = nbgraph_handle(c, g, h->node, loop->nin + a);
   nb_session *s = nb_session_new(g);
   nb_tensor *feeds[4] = {gv.wih, gv.whh, gv.b, gv.xs}, *vals[4] = {ev.wih, ev.whh, ev.b, ev.xs};
   if (nb_run(s, feeds, vals, 4, acc, nacc, acc_vals)) {

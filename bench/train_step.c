@@ -109,8 +109,8 @@ static double model_step_flops(const model *m) {
 static void print_step(const model *m, const char *mode, int threads, double ms) {
   double gflops = model_step_flops(m) / (ms * 1e-3) * 1e-9;
   printf("name=nb_train_step model=%s mode=%s batch=%lld threads=%d backend=%s kernel=%s", m->name, mode,
-         (long long)m->batch, threads, nb_gemm_backend_name(NB_F32), nb_gemm_kernel_name(NB_F32));
-  if (m->x_rank == 4) printf(" conv=%s", nb_conv_backend_name());
+         (long long)m->batch, threads, nbop_gemm_backend_name(NB_F32), nbop_gemm_kernel_name(NB_F32));
+  if (m->x_rank == 4) printf(" conv=%s", nbop_conv_backend_name());
   printf(" step_ms=%.3f gflops=%.1f frac_peak=%.3f\n", ms, gflops, bench_frac_peak(gflops, threads));
 }
 

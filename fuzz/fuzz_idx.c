@@ -1,6 +1,6 @@
 /* libFuzzer target for the IDX reader (make fuzz). Each input is used three ways:
-   - as an IDX file in memory: nb_idx_parse, then conversion to a tensor;
-   - as a file on disk (a memfd): nb_idx_load, which reads gzip too and bounds the sizes
+   - as an IDX file in memory: nbio_idx_parse, then conversion to a tensor;
+   - as a file on disk (a memfd): nbio_idx_load, which reads gzip too and bounds the sizes
      it allocates by the file's size;
    - split into a labels file and an images file (the first byte is the labels file's
      length) made into a dataset, shuffled and batched in every layout.
@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 static void fuzz_parse(nb_ctx *c, const uint8_t *data, size_t size) {
-  nb_idx h;
-  if (nb_idx_parse(c, "input", data, size, &h) == NB_OK) nb_idx_tensor(c, &h);
+  nbio_idx h;
+  if (nbio_idx_parse(c, "input", data, size, &h) == NB_OK) nbio_idx_tensor(c, &h);
 }
 
 /* The input as the content of a file: one memfd, rewritten for each input. */
@@ -29,20 +29,20 @@ static void fuzz_load(nb_ctx *c, const uint8_t *data, size_t size) {
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   }
   if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != (ssize_t)size) abort();
-  nb_idx_file f;
-  if (nb_idx_load(c, path, &f) == NB_OK) {
-    nb_idx_tensor(c, &f.idx);
+  nbio_idx_file f;
+  if (nbio_idx_load(c, path, &f) == NB_OK) {
+    nbio_idx_tensor(c, &f.idx);
     free(f.bytes);
   }
 }
 
 /* bytes[0..n) copied and parsed as the loader leaves a file; false (nothing kept) on error. */
-static bool parsed_copy(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nb_idx_file *f) {
+static bool parsed_copy(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_idx_file *f) {
   f->bytes = malloc(n + 1);
   if (!f->bytes) abort();
   memcpy(f->bytes, bytes, n);
   f->size = n;
-  if (nb_idx_parse(c, name, f->bytes, n, &f->idx) == NB_OK) return true;
+  if (nbio_idx_parse(c, name, f->bytes, n, &f->idx) == NB_OK) return true;
   free(f->bytes);
   return false;
 }
@@ -50,13 +50,13 @@ static bool parsed_copy(nb_ctx *c, const char *name, const uint8_t *bytes, size_
 static void fuzz_dataset(nb_ctx *c, const uint8_t *data, size_t size) {
   if (size == 0) return;
   size_t nlabels = data[0] < size - 1 ? data[0] : size - 1;
-  nb_idx_file labels, images;
+  nbio_idx_file labels, images;
   if (!parsed_copy(c, "labels", data + 1, nlabels, &labels)) return;
   if (!parsed_copy(c, "images", data + 1 + nlabels, size - 1 - nlabels, &images)) {
     free(labels.bytes);
     return;
   }
-  nb_dataset *d = nb_dataset_adopt(c, "images", images, "labels", labels);
+  nb_dataset *d = nbio_dataset_adopt(c, "images", images, "labels", labels);
   if (!d) return;
   int64_t n = nb_dataset_size(d);
   nb_dataset_shuffle(d, (uint64_t)n);

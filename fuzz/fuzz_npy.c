@@ -1,5 +1,5 @@
 /* libFuzzer target for the .npy reader (make fuzz). Each input is used two ways:
-   - as a .npy file in memory: nb_npy_parse; a tensor it yields is written back with
+   - as a .npy file in memory: nbio_npy_parse; a tensor it yields is written back with
      nb_npy_write and must read back with the same dtype, shape and bytes;
    - as a file on disk (a memfd): nb_npy_read, which bounds what it allocates by the
      file's size.
@@ -38,7 +38,7 @@ static void check_round_trip(nb_ctx *c, const nb_tensor *x) {
 }
 
 static void fuzz_parse(nb_ctx *c, const uint8_t *data, size_t size) {
-  nb_tensor *x = nb_npy_parse(c, "input", data, size);
+  nb_tensor *x = nbio_npy_parse(c, "input", data, size);
   if (x) check_round_trip(c, x);
 }
 

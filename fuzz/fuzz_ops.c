@@ -59,13 +59,13 @@ typedef struct {
 
 /* One op call: the op, indices into the pool for its inputs, its attrs. */
 typedef struct {
-  const nb_op_def *def;
+  const nbop_def *def;
   int nin, nout;
   int in[MAX_IN];
   int nattrs;
-  nb_attr attrs[NB_MAX_ATTRS + 1];
-  int64_t ints[NB_MAX_ATTRS + 1][5];
-  int tensor_attr_input[NB_MAX_ATTRS + 1]; /* pool index of a tensor attr, -1 none */
+  nb_attr attrs[NBOP_MAX_ATTRS + 1];
+  int64_t ints[NBOP_MAX_ATTRS + 1][5];
+  int tensor_attr_input[NBOP_MAX_ATTRS + 1]; /* pool index of a tensor attr, -1 none */
 } step_spec;
 
 typedef struct {
@@ -87,7 +87,7 @@ static void decode_leaf(bytes *b, leaf_spec *l) {
   }
 }
 
-static void decode_attr(bytes *b, const nb_attr_spec *spec, step_spec *s, int pool_n) {
+static void decode_attr(bytes *b, const nbop_attr_spec *spec, step_spec *s, int pool_n) {
   int a = s->nattrs++;
   nb_attr *at = &s->attrs[a];
   s->tensor_attr_input[a] = -1;
@@ -115,19 +115,19 @@ static void decode_attr(bytes *b, const nb_attr_spec *spec, step_spec *s, int po
 
 static void decode_step(bytes *b, step_spec *s, int pool_n) {
   unsigned id = (unsigned)next_byte(b) << 8 | next_byte(b);
-  s->def = nb_op_by_id((int)(id % (unsigned)nb_op_count()));
+  s->def = nbop_by_id((int)(id % (unsigned)nbop_count()));
   int nfixed = s->def->nin + (s->def->variadic ? 1 + (int)next_below(b, 3) : 0);
   s->nin = nfixed + (next_below(b, 16) == 15) - (next_below(b, 16) == 15);
   if (s->nin < 0) s->nin = 0;
   if (s->nin > MAX_IN) s->nin = MAX_IN;
   for (int i = 0; i < s->nin; i++) s->in[i] = (int)next_below(b, (unsigned)pool_n);
-  s->nout = s->def->nout == NB_VARIADIC ? 1 + (int)next_below(b, 3) : s->def->nout;
+  s->nout = s->def->nout == NBOP_VARIADIC ? 1 + (int)next_below(b, 3) : s->def->nout;
   if (s->nout > MAX_OUT) s->nout = MAX_OUT;
   s->nattrs = 0;
   for (int a = 0; a < s->def->nattrs; a++)
     if (next_below(b, 3)) decode_attr(b, &s->def->attrs[a], s, pool_n);
   if (next_below(b, 32) == 31) {
-    nb_attr_spec bogus = {.name = "no_such_attr", .kind = NB_ATTR_INT};
+    nbop_attr_spec bogus = {.name = "no_such_attr", .kind = NB_ATTR_INT};
     decode_attr(b, &bogus, s, pool_n);
   }
 }
@@ -182,7 +182,7 @@ static void run_steps(nb_ctx *c, const program *p, pool *pl) {
   for (int s = 0; s < p->nsteps; s++) {
     const step_spec *st = &p->step[s];
     nb_tensor *in[MAX_IN], *out[MAX_OUT] = {0};
-    nb_attr attrs[NB_MAX_ATTRS + 1];
+    nb_attr attrs[NBOP_MAX_ATTRS + 1];
     for (int i = 0; i < st->nin; i++) in[i] = pl->t[st->in[i] % pl->n];
     for (int a = 0; a < st->nattrs; a++) {
       attrs[a] = st->attrs[a];

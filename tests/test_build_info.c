@@ -27,10 +27,10 @@ static void test_build_info_fields(void **state) {
   assert_true(contains(info, want));
   const dnnl_version_t *v = dnnl_version();
   snprintf(want, sizeof want, "onednn %d.%d.%d (openmp, isa %s)", v->major, v->minor, v->patch,
-           nb_onednn_isa_name());
+           nbop_onednn_isa_name());
   assert_true(contains(info, want));
   snprintf(want, sizeof want, "gemm_f32=oneDNN (%s) gemm_f64=OpenBLAS (%s) conv=oneDNN (f32), im2col+GEMM (f64)",
-           nb_onednn_isa_name(), openblas_get_corename());
+           nbop_onednn_isa_name(), openblas_get_corename());
   assert_true(contains(info, want));
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -43,7 +43,7 @@ static void test_build_info_fields(void **state) {
    least for its JIT kernels), or the cap ctest sets through ONEDNN_MAX_CPU_ISA. */
 static void test_onednn_isa(void **state) {
   (void)state;
-  const char *isa = nb_onednn_isa_name(), *cap = getenv("ONEDNN_MAX_CPU_ISA");
+  const char *isa = nbop_onednn_isa_name(), *cap = getenv("ONEDNN_MAX_CPU_ISA");
   assert_non_null(isa);
   if (cap && strcasecmp(cap, "SSE41") == 0) {
     assert_string_equal(isa, "sse41");
@@ -73,13 +73,13 @@ static void test_build_info_threads(void **state) {
 static void test_blas_warning(void **state) {
   (void)state;
   char msg[160] = "untouched";
-  assert_false(build_info_blas_warning("Haswell", true, msg, sizeof msg));
-  assert_false(build_info_blas_warning("Zen", true, msg, sizeof msg));
-  assert_false(build_info_blas_warning("Prescott", false, msg, sizeof msg)); /* the CPU can do no better */
+  assert_false(nbop_build_info_blas_warning("Haswell", true, msg, sizeof msg));
+  assert_false(nbop_build_info_blas_warning("Zen", true, msg, sizeof msg));
+  assert_false(nbop_build_info_blas_warning("Prescott", false, msg, sizeof msg)); /* the CPU can do no better */
   assert_string_equal(msg, "untouched");
-  assert_true(build_info_blas_warning("Prescott", true, msg, sizeof msg));
+  assert_true(nbop_build_info_blas_warning("Prescott", true, msg, sizeof msg));
   assert_string_equal(msg, "OpenBLAS chose generic Prescott kernels on an AVX2 CPU: float64 GEMM runs far below peak");
-  assert_true(build_info_blas_warning("CORE2", true, msg, sizeof msg));
+  assert_true(nbop_build_info_blas_warning("CORE2", true, msg, sizeof msg));
   assert_true(contains(msg, "Core2"));
 }
 
@@ -93,7 +93,7 @@ static void test_build_info_warning_matches(void **state) {
   avx2 = __builtin_cpu_supports("avx2");
 #endif
   char msg[160];
-  bool want = build_info_blas_warning(openblas_get_corename(), avx2, msg, sizeof msg);
+  bool want = nbop_build_info_blas_warning(openblas_get_corename(), avx2, msg, sizeof msg);
   assert_int_equal(contains(nb_build_info(), "warning=\"OpenBLAS chose generic"), want);
   const char *forced = getenv("OPENBLAS_CORETYPE");
   if (forced && strcmp(forced, "Prescott") == 0) assert_int_equal(want, avx2);

@@ -54,15 +54,15 @@ static char *path_of(const fixture *f, const char *suffix) {
 
 static void test_crc32c_vectors(void **state) {
   (void)state;
-  assert_int_equal(nb_crc32c(0, "123456789", 9), 0xE3069283u); /* the standard check value */
-  assert_int_equal(nb_crc32c(0, "", 0), 0);
+  assert_int_equal(nbio_crc32c(0, "123456789", 9), 0xE3069283u); /* the standard check value */
+  assert_int_equal(nbio_crc32c(0, "", 0), 0);
   uint8_t zeros[32] = {0}, ones[32];
   memset(ones, 0xff, sizeof ones);
-  assert_int_equal(nb_crc32c(0, zeros, 32), 0x8A9136AAu); /* RFC 3720's test vectors */
-  assert_int_equal(nb_crc32c(0, ones, 32), 0x62A8AB43u);
-  assert_int_equal(nb_crc32c(nb_crc32c(0, "1234", 4), "56789", 5), 0xE3069283u); /* continues */
-  assert_int_equal(nb_crc32c_mask(0), 0xa282ead8u);
-  assert_int_equal(nb_crc32c_mask(0x00018000u), 0x00000003u + 0xa282ead8u); /* rotate right by 15 */
+  assert_int_equal(nbio_crc32c(0, zeros, 32), 0x8A9136AAu); /* RFC 3720's test vectors */
+  assert_int_equal(nbio_crc32c(0, ones, 32), 0x62A8AB43u);
+  assert_int_equal(nbio_crc32c(nbio_crc32c(0, "1234", 4), "56789", 5), 0xE3069283u); /* continues */
+  assert_int_equal(nbio_crc32c_mask(0), 0xa282ead8u);
+  assert_int_equal(nbio_crc32c_mask(0x00018000u), 0x00000003u + 0xa282ead8u); /* rotate right by 15 */
 }
 
 /* The definition, one bit at a time: the reference both fast paths must match. */
@@ -85,11 +85,11 @@ static void test_crc32c_paths_agree(void **state) {
   for (size_t start = 0; start < 9; start++)
     for (size_t n = 0; n + start <= sizeof buf; n += n < 40 ? 1 : 37) {
       uint32_t want = crc32c_bitwise(0, buf + start, n);
-      assert_int_equal(nb_crc32c(0, buf + start, n), want);
-      assert_int_equal(nb_crc32c_portable(0, buf + start, n), want);
+      assert_int_equal(nbio_crc32c(0, buf + start, n), want);
+      assert_int_equal(nbio_crc32c_portable(0, buf + start, n), want);
       size_t half = n / 3;
-      assert_int_equal(nb_crc32c(nb_crc32c(0, buf + start, half), buf + start + half, n - half), want);
-      assert_int_equal(nb_crc32c_portable(nb_crc32c_portable(0, buf + start, half), buf + start + half, n - half),
+      assert_int_equal(nbio_crc32c(nbio_crc32c(0, buf + start, half), buf + start + half, n - half), want);
+      assert_int_equal(nbio_crc32c_portable(nbio_crc32c_portable(0, buf + start, half), buf + start + half, n - half),
                        want);
     }
 }

@@ -552,7 +552,7 @@ static void check_same(gu_fixture *f, nb_tensor *const *feeds, nb_tensor *const 
 }
 
 static int accumulators(const nb_tensor *while_out) {
-  const nb_node *n = &while_out->graph->nodes[while_out->node];
+  const nbgraph_node *n = &while_out->graph->nodes[while_out->node];
   return n->nout - n->nin;
 }
 
@@ -561,7 +561,7 @@ static int fused_sums(const nb_graph *g) {
   int n = 0;
   for (int32_t i = 0; i < g->nnodes; i++) {
     if (strcmp(g->nodes[i].def->name, "While") != 0) continue;
-    const nb_graph *body = nb_function_from_bits(g->nodes[i].attr[2].i)->g;
+    const nb_graph *body = nbfunc_from_bits(g->nodes[i].attr[2].i)->g;
     for (int32_t j = 0; j < body->nnodes; j++) n += strcmp(body->nodes[j].def->name, "_MatMulAdd") == 0;
   }
   return n;
@@ -720,10 +720,10 @@ static void test_grad_rnn_shares_h_stack(void **state) {
   assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &rg, gvars, 2, -1, gout), NB_OK);
   nb_tensor *lg = nb_sum(f->c, gout[1], NULL, 0, false), *dw = NULL;
   assert_int_equal(nb_gradients(f->c, &lg, 1, &rg.w, 1, NULL, &dw), NB_OK);
-  const nb_node *loop = &f->g->nodes[gout[1]->node];
+  const nbgraph_node *loop = &f->g->nodes[gout[1]->node];
   assert_int_equal(loop->nout - loop->nin, 4);
   nb_tensor *acc[4], *val[4];
-  for (int a = 0; a < 4; a++) acc[a] = nb_graph_handle(f->c, f->g, gout[1]->node, loop->nin + a);
+  for (int a = 0; a < 4; a++) acc[a] = nbgraph_handle(f->c, f->g, gout[1]->node, loop->nin + a);
   nb_tensor *feeds[5] = {rg.w, rg.u, rg.b, rg.xs, hg};
   nb_tensor *vals[5] = {det(f->e, 2, TU_SHAPE(3, 3), 0.6), det(f->e, 2, TU_SHAPE(2, 3), 0.8),
                         det(f->e, 1, TU_SHAPE(3), 0.1), det(f->e, 3, TU_SHAPE(4, 2, 2), 1), det(f->e, 2, TU_SHAPE(2, 3), 0.5)};
@@ -752,9 +752,9 @@ static void test_grad_cond(void **state) {
   /* as cond_v2: the If now also outputs sin(x), which the else branch's gradient reads
      (Mul's); the then branch's reads only x, an input. The gradient If's else branch
      takes it instead of computing Sin again. */
-  const nb_node *n = &f->g->nodes[out[0]->node];
+  const nbgraph_node *n = &f->g->nodes[out[0]->node];
   assert_int_equal(n->nout, 2 + 1);
-  const nb_function *ge = nb_function_from_bits(f->g->nodes[d[0]->node].attr[2].i);
+  const nb_function *ge = nbfunc_from_bits(f->g->nodes[d[0]->node].attr[2].i);
   for (int32_t i = 0; i < ge->g->nnodes; i++) assert_string_not_equal(ge->g->nodes[i].def->name, "Sin");
   assert_int_equal(nb_gradients(f->c, &d[0], 1, &x, 1, NULL, &dd), NB_OK);
   for (int taken = 0; taken < 2; taken++) {

@@ -376,20 +376,20 @@ static void test_onednn_and_own_kernels_agree(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const conv_case *cc = &cases[i];
     nb_tensor *want[3], *abs_want[3], *got[3];
-    nb_onednn_set_enabled(false);
+    nbop_onednn_set_enabled(false);
     conv_three(c, cc, NB_F64, v, false, want);
     conv_three(c, cc, NB_F64, v, true, abs_want);
     int64_t oh_ow = nb_num_elements(want[0]) / (cc->xs[0] * cc->fs[3]);
     const int64_t terms[3] = {cc->fs[0] * cc->fs[1] * cc->fs[2], cc->fs[0] * cc->fs[1] * cc->fs[3], cc->xs[0] * oh_ow};
     for (int on = 0; on <= 1; on++) {
-      nb_onednn_set_enabled(on);
-      uint64_t before = nb_onednn_executions();
+      nbop_onednn_set_enabled(on);
+      uint64_t before = nbop_onednn_executions();
       conv_three(c, cc, NB_F32, v, false, got);
-      if (on) assert_int_equal(nb_onednn_executions() - before, 3);
+      if (on) assert_int_equal(nbop_onednn_executions() - before, 3);
       for (int k = 0; k < 3; k++) check_against_f64(got[k], want[k], abs_want[k], terms[k]);
     }
   }
-  nb_onednn_set_enabled(true);
+  nbop_onednn_set_enabled(true);
 }
 
 /* A training loop's later steps make no oneDNN primitive: a repeat of a convolution (new
@@ -402,20 +402,20 @@ static void test_onednn_primitives_cached(void **state) {
   for (int i = 0; i < 1024; i++) v[i] = (double)(i % 11) / 5 - 1;
   nb_tensor *r[3];
   conv_three(c, &cc, NB_F32, v, false, r);
-  uint64_t made = nb_onednn_primitives_made(), runs = nb_onednn_executions();
+  uint64_t made = nbop_onednn_primitives_made(), runs = nbop_onednn_executions();
   conv_three(c, &cc, NB_F32, v, true, r);
-  assert_int_equal(nb_onednn_executions() - runs, 3);
-  assert_int_equal(nb_onednn_primitives_made() - made, 0);
+  assert_int_equal(nbop_onednn_executions() - runs, 3);
+  assert_int_equal(nbop_onednn_primitives_made() - made, 0);
   conv_three(c, &other, NB_F32, v, false, r);
-  assert_int_equal(nb_onednn_primitives_made() - made, 3);
+  assert_int_equal(nbop_onednn_primitives_made() - made, 3);
 }
 
 /* The eager golden convolutions (float32 and float64) on the im2col kernels alone; by
    default their float32 cases take oneDNN. */
 static void test_conv_golden_on_own_kernels(void **state) {
-  nb_onednn_set_enabled(false);
+  nbop_onednn_set_enabled(false);
   test_conv_golden_eager(state);
-  nb_onednn_set_enabled(true);
+  nbop_onednn_set_enabled(true);
 }
 
 /* ---- errors ------------------------------------------------------------------------------ */

@@ -252,21 +252,21 @@ static void test_cross_context(void **state) {
    exclusive (nothing may write it in place), and a view of a view holds the block itself. */
 static void test_buffer_views(void **state) {
   nb_ctx *c = *state;
-  nb_buffer *block = nb_buffer_new(c, 64);
+  nbcore_buffer *block = nbcore_buffer_new(c, 64);
   assert_non_null(block);
   for (int i = 0; i < 16; i++) ((float *)block->data)[i] = (float)i;
-  assert_true(nb_buffer_exclusive(block));
-  nb_buffer *row = nb_buffer_view(block, 16, 32), *inner = nb_buffer_view(row, 8, 8);
+  assert_true(nbcore_buffer_exclusive(block));
+  nbcore_buffer *row = nbcore_buffer_view(block, 16, 32), *inner = nbcore_buffer_view(row, 8, 8);
   assert_non_null(row);
   assert_non_null(inner);
-  assert_false(nb_buffer_exclusive(row));
-  assert_false(nb_buffer_exclusive(block)); /* the views hold it */
+  assert_false(nbcore_buffer_exclusive(row));
+  assert_false(nbcore_buffer_exclusive(block)); /* the views hold it */
   assert_ptr_equal(inner->next, block);
   assert_true(((float *)row->data)[0] == 4 && ((float *)inner->data)[0] == 6);
-  nb_buffer_release(c, block); /* the views keep the bytes */
+  nbcore_buffer_release(c, block); /* the views keep the bytes */
   assert_true(((float *)inner->data)[1] == 7);
-  nb_buffer_release(c, row);
-  nb_buffer_release(c, inner); /* the last holder frees the block (ASan checks) */
+  nbcore_buffer_release(c, row);
+  nbcore_buffer_release(c, inner); /* the last holder frees the block (ASan checks) */
 }
 
 int main(void) {

@@ -511,7 +511,7 @@ static double *dense_of(const double *v, int64_t rows, int64_t cols, int64_t ld)
   return out;
 }
 
-/* nb_gemm's float32 path against its float64 path on the same values: C = op(A) op(B) +
+/* nbop_gemm's float32 path against its float64 path on the same values: C = op(A) op(B) +
    beta C with leading dims ld = cols + pad (the padding stays untouched). With beta 0, C
    starts as NaN: it must not be read. */
 static void check_gemm_f32_vs_f64(nb_ctx *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t pad,
@@ -531,9 +531,9 @@ static void check_gemm_f32_vs_f64(nb_ctx *c, bool ta, bool tb, int64_t m, int64_
     if (i % ldc < n) c64[i] = c32[i] = NAN;
   /* S of tu_check_sums: the same GEMM over magnitudes (|C| only where beta reads it) */
   for (int64_t i = 0; i < asz + bsz + csz; i++) abs_d[i] = beta == 0 && i >= asz + bsz ? 0 : fabs(d[i]);
-  nb_gemm(NB_F64, ta, tb, m, n, k, abs_d, lda, abs_d + asz, ldb, beta, abs_d + asz + bsz, ldc);
-  nb_gemm(NB_F64, ta, tb, m, n, k, a, lda, b, ldb, beta, c64, ldc);
-  nb_gemm(NB_F32, ta, tb, m, n, k, a32, lda, b32, ldb, beta, c32, ldc);
+  nbop_gemm(NB_F64, ta, tb, m, n, k, abs_d, lda, abs_d + asz, ldb, beta, abs_d + asz + bsz, ldc);
+  nbop_gemm(NB_F64, ta, tb, m, n, k, a, lda, b, ldb, beta, c64, ldc);
+  nbop_gemm(NB_F32, ta, tb, m, n, k, a32, lda, b32, ldb, beta, c32, ldc);
   double *got_v = malloc((size_t)csz * sizeof *got_v + 1);
   assert_non_null(got_v);
   for (int64_t i = 0; i < csz; i++) {
@@ -560,14 +560,14 @@ static void test_gemm_f32_against_f64(void **state) {
   uint64_t r = 42;
   int orig = omp_get_max_threads();
   for (int threads = 1, most = tu_set_threads(c, 2); threads <= most; threads++) {
-    nb_blas_set_threads(threads);
+    nbop_blas_set_threads(threads);
     for (int i = 0; i < 32; i++) {
       r = r * 6364136223846793005u + 1442695040888963407u;
       int64_t m = 1 + (int64_t)(r >> 33) % 90, n = 1 + (int64_t)(r >> 45) % 90, k = i % 8 == 7 ? 0 : (int64_t)(r >> 20) % 300;
       check_gemm_f32_vs_f64(c, i & 1, i & 2, m, n, k, i & 4 ? 3 : 0, i & 8 ? 1 : 0, r);
     }
   }
-  nb_blas_set_threads(orig);
+  nbop_blas_set_threads(orig);
   nb_ctx_set_threads(c, 1);
 }
 
@@ -585,9 +585,9 @@ static void test_matmul_f32_backends_agree(void **state) {
       nb_tensor *x = nb_stateless_random_uniform(c, xs, 2, (const int64_t[2]){3, tr}, NB_F32);
       nb_tensor *y = nb_stateless_random_uniform(c, ys, 2, (const int64_t[2]){4, tr}, NB_F32);
       nb_tensor *acc = nb_stateless_random_uniform(c, (const int64_t[]){m, n}, 2, (const int64_t[2]){5, tr}, NB_F32);
-      nb_gemm_set_f32_backend(NB_GEMM_OPENBLAS);
+      nbop_gemm_set_f32_backend(NBOP_GEMM_OPENBLAS);
       double *want = values_of(nb_matmul(c, x, y, ta, tb)), *want_add = values_of(nb_matmul_add(c, x, y, ta, tb, acc));
-      nb_gemm_set_f32_backend(NB_GEMM_ONEDNN);
+      nbop_gemm_set_f32_backend(NBOP_GEMM_ONEDNN);
       double *abs_sums = abs_sums_of(x, y, ta, tb, NULL), *abs_sums_add = abs_sums_of(x, y, ta, tb, acc);
       tu_check_sums(nb_matmul(c, x, y, ta, tb), want, NB_F32, k, abs_sums);
       tu_check_sums(nb_matmul_add(c, x, y, ta, tb, acc), want_add, NB_F32, k + 1, abs_sums_add);

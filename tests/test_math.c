@@ -349,14 +349,14 @@ static void test_equality_incompatible_shapes(void **state) {
 /* Which inputs and outputs each gradient reads, as in TF's gradient functions. */
 static void test_grad_reads(void **state) {
   (void)state;
-  nb_grad_builtins_init();
+  nbad_grad_builtins_init();
   uint32_t in, out;
-  nb_grad_reads(nb_op_lookup("Pow"), &in, &out);
+  nbad_grad_reads(nbop_lookup("Pow"), &in, &out);
   assert_int_equal(in, 3u);
   assert_int_equal(out, 1u);
-  nb_grad_reads(nb_op_lookup("Mul"), &in, &out);
+  nbad_grad_reads(nbop_lookup("Mul"), &in, &out);
   assert_int_equal(out, 0u);
-  nb_grad_reads(nb_op_lookup("Exp"), &in, &out);
+  nbad_grad_reads(nbop_lookup("Exp"), &in, &out);
   assert_int_equal(out, 1u);
 }
 

@@ -152,7 +152,7 @@ static void test_forward_keeps_no_intermediates(void **state) {
   assert_int_equal(re_saved, loss_saved + 3);
 }
 
-static bool under_gradients(const nb_node *n) { return strncmp(n->name, "gradients/", 10) == 0; }
+static bool under_gradients(const nbgraph_node *n) { return strncmp(n->name, "gradients/", 10) == 0; }
 
 /* Counts the Tanh nodes under the gradient scope, and the edges from forward MatMul and
    Tanh nodes (the block's intermediates) into the gradient graph. */
@@ -163,7 +163,7 @@ static void gradient_graph_reads(gu_fixture *f, bool recompute, int *grad_tanhs,
   const nb_graph *g = f->g;
   *grad_tanhs = *intermediate_reads = 0;
   for (int32_t i = 0; i < g->nnodes; i++) {
-    const nb_node *n = &g->nodes[i];
+    const nbgraph_node *n = &g->nodes[i];
     bool tanh = strcmp(n->def->name, "Tanh") == 0, matmul = strcmp(n->def->name, "MatMul") == 0;
     if (under_gradients(n)) {
       *grad_tanhs += tanh;

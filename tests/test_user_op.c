@@ -6,7 +6,7 @@
 #include "graphutil.h"
 #include "tempdir.h"
 
-#include "../src/ops/op.h" /* NB_MAX_ATTRS, nb_op_lookup */
+#include "../src/ops/op.h" /* NBOP_MAX_ATTRS, nbop_lookup */
 
 #include <stdio.h>
 
@@ -45,7 +45,7 @@ static nb_op_attr_def type_attr(const char *name, unsigned allowed) {
 }
 
 static nb_code register_scale(const char *name, nb_code (*kernel)(nb_op_ctx *), bool stateful) {
-  nb_op_attr_def attrs[2] = {type_attr("T", NB_M_FLOAT), float_attr("alpha", 2)};
+  nb_op_attr_def attrs[2] = {type_attr("T", NBOP_M_FLOAT), float_attr("alpha", 2)};
   nb_op_spec spec = {name, &x_t, 1, &y_t, 1, attrs, 2, NULL, kernel, stateful};
   return nb_register_op(&spec);
 }
@@ -150,7 +150,7 @@ static void register_all(void) {
   assert_int_equal(nb_register_op(&bad), NB_OK);
   static const double identity[2] = {0, 1};
   nb_op_attr_def lists[2] = {{"coeffs", NB_ATTR_FLOATS, false, nb_attr_floats("coeffs", identity, 2), 0},
-                             {"tags", NB_ATTR_TYPES, false, nb_attr_types("tags", NULL, 0), NB_M_FLOAT}};
+                             {"tags", NB_ATTR_TYPES, false, nb_attr_types("tags", NULL, 0), NBOP_M_FLOAT}};
   nb_op_spec poly = {"UserPoly", &xm, 1, &rows, 1, lists, 2, NULL, poly_kernel, false};
   assert_int_equal(nb_register_op(&poly), NB_OK);
   assert_string_equal(nb_registry_error(), "");
@@ -360,11 +360,11 @@ static void test_refused_names(void **state) {
 static void test_refused_specs(void **state) {
   (void)state;
   register_all();
-  nb_op_attr_def attrs[NB_MAX_ATTRS + 1];
-  for (int i = 0; i <= NB_MAX_ATTRS; i++) attrs[i] = float_attr("a", 1);
+  nb_op_attr_def attrs[NBOP_MAX_ATTRS + 1];
+  for (int i = 0; i <= NBOP_MAX_ATTRS; i++) attrs[i] = float_attr("a", 1);
   attrs[0] = type_attr("T", 0);
   nb_op_spec s = {"UserBad", &x_t, 1, &y_t, 1, attrs, 1, NULL, scale_kernel, false};
-  s.nattrs = NB_MAX_ATTRS + 1;
+  s.nattrs = NBOP_MAX_ATTRS + 1;
   expect_refused(&s, NB_INVALID, "attrs must be an array of 0 to 6 (got 7)");
   s.nattrs = 3;
   expect_refused(&s, NB_INVALID, "op 'UserBad': attr 'a' is declared twice");
@@ -381,14 +381,14 @@ static void test_refused_specs(void **state) {
   expect_refused(&s, NB_INVALID, "the default of attr 's' is NULL");
   attrs[1] = (nb_op_attr_def){"v", NB_ATTR_TENSOR, true, {0}, 0};
   expect_refused(&s, NB_INVALID, "attr 'v' has kind tensor");
-  attrs[1] = (nb_op_attr_def){"k", NB_ATTR_INT, false, nb_attr_int("k", 1), NB_M(NB_F32)};
+  attrs[1] = (nb_op_attr_def){"k", NB_ATTR_INT, false, nb_attr_int("k", 1), NBOP_M(NB_F32)};
   expect_refused(&s, NB_INVALID, "attr 'k' has allowed_types");
-  attrs[1] = (nb_op_attr_def){"out", NB_ATTR_TYPE, false, nb_attr_type("out", NB_I32), NB_M_FLOAT};
+  attrs[1] = (nb_op_attr_def){"out", NB_ATTR_TYPE, false, nb_attr_type("out", NB_I32), NBOP_M_FLOAT};
   expect_refused(&s, NB_INVALID, "the default of attr 'out' holds a dtype it does not allow");
   attrs[1] = (nb_op_attr_def){"ws", NB_ATTR_FLOATS, false, nb_attr_floats("ws", NULL, 2), 0};
   expect_refused(&s, NB_INVALID, "the default of attr 'ws' is NULL");
   attrs[1] = (nb_op_attr_def){"ts", NB_ATTR_TYPES, false, nb_attr_types("ts", (nb_dtype[]){NB_F32, NB_I64}, 2),
-                              NB_M_FLOAT};
+                              NBOP_M_FLOAT};
   expect_refused(&s, NB_INVALID, "the default of attr 'ts' holds a dtype it does not allow");
   attrs[1] = (nb_op_attr_def){"9x", NB_ATTR_INT, true, {0}, 0};
   expect_refused(&s, NB_INVALID, "attr 1's name '9x'");
@@ -419,7 +419,7 @@ static void test_refused_args(void **state) {
   s.ninputs = 0;
   out.name = "y";
   expect_refused(&s, NB_INVALID, "no shape function, and no input whose shape the outputs could take");
-  assert_null(nb_op_lookup("UserBad")); /* nothing refused was registered */
+  assert_null(nbop_lookup("UserBad")); /* nothing refused was registered */
 }
 
 /* ---- gradients ------------------------------------------------------------------------------- */
@@ -552,7 +552,7 @@ static void test_gradient_registration_errors(void **state) {
 }
 
 /* Registers ops until the registry is full: NB_NOMEM with a message, at exactly
-   NB_MAX_OPS. Runs last (the registry stays full). */
+   NBOP_MAX_OPS. Runs last (the registry stays full). */
 static void test_registry_full(void **state) {
   (void)state;
   register_gradients();
@@ -561,18 +561,18 @@ static void test_registry_full(void **state) {
   nb_op_spec s = {NULL, &x_t, 1, &y_t, 1, &t, 1, NULL, scale_kernel, false};
   char name[32];
   nb_code code = NB_OK;
-  while (code == NB_OK && added <= NB_MAX_OPS) {
+  while (code == NB_OK && added <= NBOP_MAX_OPS) {
     snprintf(name, sizeof name, "UserFiller%d", added);
     s.name = name;
     code = nb_register_op(&s);
     added += code == NB_OK;
   }
   assert_int_equal(code, NB_NOMEM);
-  assert_int_equal(before + added, NB_MAX_OPS);
+  assert_int_equal(before + added, NBOP_MAX_OPS);
   char want[64];
-  snprintf(want, sizeof want, "the op registry is full (%d ops)", NB_MAX_OPS);
+  snprintf(want, sizeof want, "the op registry is full (%d ops)", NBOP_MAX_OPS);
   assert_non_null(strstr(nb_registry_error(), want));
-  assert_null(nb_op_lookup(name));
+  assert_null(nbop_lookup(name));
 }
 
 int main(void) {

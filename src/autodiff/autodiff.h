@@ -1,42 +1,42 @@
 /* Internal autodiff: the gradient registry and the forward-op view gradient functions get. */
-#ifndef NB_AUTODIFF_H
-#define NB_AUTODIFF_H
+#ifndef NBAD_H
+#define NBAD_H
 
 #include "../graph/graph.h"
 
 /* TF's ForwardOperation: what a gradient function sees of the op it differentiates. */
 struct nb_fwd_op {
-  const nb_op_def *def;
+  const nbop_def *def;
   const char *name;
   int nin, nout;
   nb_tensor *const *in;
   nb_tensor *const *out;
-  const nb_attrval *attr;
+  const nbop_attrval *attr;
   const bool *needs_grad;  /* per input; NULL: every input */
 };
 
-typedef enum { NB_GRAD_NONE, NB_GRAD_FN, NB_GRAD_STOP } nb_grad_kind;
+typedef enum { NBAD_GRAD_NONE, NBAD_GRAD_FN, NBAD_GRAD_STOP } nbad_grad_kind;
 
 /* The gradient of def (or of the override name, when given): a function, a registered
    "no gradient", or nothing registered. */
-nb_grad_kind nb_grad_lookup(const nb_op_def *def, const char *override_name, nb_grad_fn *fn);
+nbad_grad_kind nbad_grad_lookup(const nbop_def *def, const char *override_name, nb_grad_fn *fn);
 /* dxs slots past a forward op's inputs, which catch a function returning extra gradients. */
-#define NB_GRAD_GUARDS 8
+#define NBAD_GRAD_GUARDS 8
 /* Handles one op's gradient call needs: inputs, outputs, dys, and dxs with guards. */
-static inline int32_t nb_grad_width(int32_t nin, int32_t nout) { return 2 * (nin + nout) + NB_GRAD_GUARDS; }
-/* Calls fn on op (dxs has nin + NB_GRAD_GUARDS slots), failing like TF when it returns more
+static inline int32_t nbad_grad_width(int32_t nin, int32_t nout) { return 2 * (nin + nout) + NBAD_GRAD_GUARDS; }
+/* Calls fn on op (dxs has nin + NBAD_GRAD_GUARDS slots), failing like TF when it returns more
    gradients than the op has inputs or a gradient whose dtype or static shape does not fit
    its float input, and naming the op when it fails without a message. Every mode (graph
    pass, tape, custom and overridden gradients) calls gradient functions through it. */
-nb_code nb_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
+nb_code nbad_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
 
 /* The gradient of _RecomputeGrad (recompute.c). */
-nb_code nb_recompute_gradient(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
+nb_code nbad_recompute_gradient(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
 
 /* Registers the built-in gradient functions once. */
-void nb_grad_builtins_init(void);
+void nbad_grad_builtins_init(void);
 /* Which of def's inputs and outputs (bit i, as nbg_entry's) its gradient rule reads the
-   values of: what a tape keeps. None for an op without a rule; after nb_grad_builtins_init. */
-void nb_grad_reads(const nb_op_def *def, uint32_t *reads_in, uint32_t *reads_out);
+   values of: what a tape keeps. None for an op without a rule; after nbad_grad_builtins_init. */
+void nbad_grad_reads(const nbop_def *def, uint32_t *reads_in, uint32_t *reads_out);
 
 #endif

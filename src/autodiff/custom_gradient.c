@@ -16,34 +16,34 @@ static nb_code run_forward(nb_ctx *c, const char *who, nb_custom_fn fwd, void *u
   char what[64];
   snprintf(what, sizeof what, "%s: forward function", who);
   c->tapes_paused++; /* tapes the function itself begins are paused too, and stay active */
-  nb_scope_frame f = nb_scope_enter_callback(c);
+  nbcore_scope_frame f = nbcore_scope_enter_callback(c);
   nb_code code = fwd(c, in, nin, tmp, nout, user);
-  nb_code left = nb_scope_leave_callback(c, f, tmp, nout, "%s: the callback", what);
+  nb_code left = nbcore_scope_leave_callback(c, f, tmp, nout, "%s: the callback", what);
   c->tapes_paused--;
-  code = nb_callback_code(c, what, code);
+  code = nbcore_callback_code(c, what, code);
   if (!code) code = left;
   for (int i = 0; i < nout && !code; i++)
-    if (!tmp[i]) code = nb_fail(c, NB_INVALID, "%s: the forward function left output %d NULL", who, i);
+    if (!tmp[i]) code = nbcore_fail(c, NB_INVALID, "%s: the forward function left output %d NULL", who, i);
   return code;
 }
 
 /* Runs fwd unrecorded and wraps its outputs in one node of type def, whose attrs carry
    the function pointer fn_bits (the gradient's or, for _RecomputeGrad, fwd's) and user. */
-static nb_code wrap_forward(nb_ctx *c, const char *who, const nb_op_def *def, nb_custom_fn fwd, int64_t fn_bits,
+static nb_code wrap_forward(nb_ctx *c, const char *who, const nbop_def *def, nb_custom_fn fwd, int64_t fn_bits,
                             void *user, nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
-  nb_grad_builtins_init();
+  nbad_grad_builtins_init();
   nb_tensor **args = calloc((size_t)(nout + nin), sizeof *args);
-  if (!args) return nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+  if (!args) return nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   nb_scope_begin(c); /* fwd's temporaries go at the end; the inputs it may return stay */
   nb_code code = run_forward(c, who, fwd, user, in, nin, args, nout);
   if (!code) {
     memcpy(args + nout, in, (size_t)nin * sizeof *in);
-    nb_attrval a[NB_MAX_ATTRS];
-    nb_attr_defaults(def, a);
-    a[NB_CUSTOM_NUM_OUTPUTS].i = nout;
-    a[NB_CUSTOM_GRAD_FN].i = fn_bits;
-    a[NB_CUSTOM_USER].i = nb_bits_of(&user, sizeof user);
-    code = nb_dispatch(c, def, args, nout + nin, a, out, nout);
+    nbop_attrval a[NBOP_MAX_ATTRS];
+    nbop_attr_defaults(def, a);
+    a[NBOP_CUSTOM_NUM_OUTPUTS].i = nout;
+    a[NBOP_CUSTOM_GRAD_FN].i = fn_bits;
+    a[NBOP_CUSTOM_USER].i = nbcore_bits_of(&user, sizeof user);
+    code = nbop_dispatch(c, def, args, nout + nin, a, out, nout);
   }
   nb_scope_end(c, out, code ? 0 : nout);
   free(args);
@@ -56,8 +56,8 @@ static nb_code check_args(nb_ctx *c, const char *who, bool fns, nb_tensor *const
   for (int i = 0; out && i < nout; i++) out[i] = NULL;
   if (c->status) return c->status;
   if (!fns || !out || nout < 1 || nin < 0 || (nin > 0 && !in))
-    return nb_fail(c, NB_INVALID, "%s: NULL function, arrays, or counts out of range (nin %d, nout %d)", who, nin,
-                   nout);
+    return nbcore_fail(c, NB_INVALID, "%s: NULL function, arrays, or counts out of range (nin %d, nout %d)", who, nin,
+                       nout);
   return NB_OK;
 }
 
@@ -67,7 +67,7 @@ nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, 
   if (!c) return NB_INVALID;
   nb_code code = check_args(c, who, fwd && grad, in, nin, out, nout);
   return code ? code
-              : wrap_forward(c, who, nb_custom_gradient_def(), fwd, nb_bits_of(&grad, sizeof grad), user, in, nin,
+              : wrap_forward(c, who, nbop_custom_gradient_def(), fwd, nbcore_bits_of(&grad, sizeof grad), user, in, nin,
                              out, nout);
 }
 
@@ -77,6 +77,6 @@ nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *con
   if (!c) return NB_INVALID;
   nb_code code = check_args(c, who, fn != NULL, in, nin, out, nout);
   return code ? code
-              : wrap_forward(c, who, nb_recompute_grad_def(), fn, nb_bits_of(&fn, sizeof fn), user, in, nin, out,
+              : wrap_forward(c, who, nbop_recompute_grad_def(), fn, nbcore_bits_of(&fn, sizeof fn), user, in, nin, out,
                              nout);
 }

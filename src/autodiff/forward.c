@@ -12,13 +12,13 @@
 enum { HESSIAN_MAX_ELEMENTS = 4096 };
 
 /* A static shape for messages ("<unknown rank>" when so). */
-static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknown rank>" : nb_tstr(x); }
+static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknown rank>" : nbop_tstr(x); }
 
 static nb_code check_graph_tensors(nb_ctx *c, const char *fn, const char *what, nb_tensor *const *ts, int n) {
-  if (n < 0 || (n > 0 && !ts)) return nb_fail(c, NB_INVALID, "%s: %s is NULL or has negative length", fn, what);
+  if (n < 0 || (n > 0 && !ts)) return nbcore_fail(c, NB_INVALID, "%s: %s is NULL or has negative length", fn, what);
   for (int i = 0; i < n; i++)
     if (!ts[i] || ts[i]->graph != c->graph)
-      return nb_fail(c, NB_INVALID, "%s: %s[%d] is not a tensor of this context's graph", fn, what, i);
+      return nbcore_fail(c, NB_INVALID, "%s: %s[%d] is not a tensor of this context's graph", fn, what, i);
   return NB_OK;
 }
 
@@ -27,21 +27,21 @@ static nb_code check_graph_tensors(nb_ctx *c, const char *fn, const char *what, 
 static nb_code check_call(nb_ctx *c, const char *fn, nb_tensor *const *xs, int nx, nb_tensor **out, int nout) {
   if (!c) return NB_INVALID;
   for (int i = 0; out && i < nout; i++) out[i] = NULL; /* what a failure does not reach stays NULL */
-  if (!nb_live(c)) return nb_status(c);
+  if (!nbop_live(c)) return nb_status(c);
   if (!c->graph)
-    return nb_fail(c, NB_UNIMPLEMENTED,
-                   "%s needs a graph context: eager forward mode (a forward accumulator) is not built yet", fn);
-  if (nout > 0 && !out) return nb_fail(c, NB_INVALID, "%s: out is NULL", fn);
+    return nbcore_fail(c, NB_UNIMPLEMENTED,
+                       "%s needs a graph context: eager forward mode (a forward accumulator) is not built yet", fn);
+  if (nout > 0 && !out) return nbcore_fail(c, NB_INVALID, "%s: out is NULL", fn);
   return check_graph_tensors(c, fn, "xs", xs, nx);
 }
 
 static nb_code check_tangents(nb_ctx *c, const char *fn, nb_tensor *const *xs, int nx, nb_tensor *const *ts) {
   nb_code code = check_graph_tensors(c, fn, "tangents", ts, nx);
   for (int j = 0; j < nx && !code; j++) {
-    if (nb_dtype_of(ts[j]) != nb_dtype_of(xs[j]) || !nb_shapes_compatible(ts[j], xs[j]))
-      code = nb_fail(c, nb_dtype_of(ts[j]) != nb_dtype_of(xs[j]) ? NB_DTYPE : NB_SHAPE,
-                     "%s: tangents[%d] is %s %s, xs[%d] is %s %s", fn, j, nb_dtype_name(nb_dtype_of(ts[j])),
-                     shape_str(ts[j]), j, nb_dtype_name(nb_dtype_of(xs[j])), shape_str(xs[j]));
+    if (nb_dtype_of(ts[j]) != nb_dtype_of(xs[j]) || !nbop_shapes_compatible(ts[j], xs[j]))
+      code = nbcore_fail(c, nb_dtype_of(ts[j]) != nb_dtype_of(xs[j]) ? NB_DTYPE : NB_SHAPE,
+                         "%s: tangents[%d] is %s %s, xs[%d] is %s %s", fn, j, nb_dtype_name(nb_dtype_of(ts[j])),
+                         shape_str(ts[j]), j, nb_dtype_name(nb_dtype_of(xs[j])), shape_str(xs[j]));
   }
   return code;
 }
@@ -70,11 +70,11 @@ static nb_code jvp_one(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb
 static nb_code jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
                    nb_tensor *const *tangents, nb_tensor **out) {
   nb_tensor **tmp = malloc((size_t)(3 * nx + 1) * sizeof *tmp);
-  if (!tmp) return nb_fail(c, NB_NOMEM, "nb_jvp: out of memory");
+  if (!tmp) return nbcore_fail(c, NB_NOMEM, "nb_jvp: out of memory");
   nb_code code = NB_OK;
   for (int i = 0; i < ny && !code; i++) {
     out[i] = NULL;
-    if (ys[i] && nb_is_float(nb_dtype_of(ys[i])))
+    if (ys[i] && nbcore_is_float(nb_dtype_of(ys[i])))
       code = jvp_one(c, ys[i], xs, nx, tangents, tmp, tmp + nx, tmp + 2 * nx, &out[i]);
   }
   free(tmp);
@@ -95,7 +95,7 @@ nb_code nb_hvp(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor 
   if (!code) code = check_tangents(c, "nb_hvp", xs, nx, vs);
   if (code) return code;
   nb_tensor **g = calloc((size_t)nx + 1, sizeof *g);
-  if (!g) return nb_fail(c, NB_NOMEM, "nb_hvp: out of memory");
+  if (!g) return nbcore_fail(c, NB_NOMEM, "nb_hvp: out of memory");
   code = nb_gradients(c, &y, 1, xs, nx, &(nb_grad_opts){.name = "hvp_gradients"}, g);
   if (!code) code = jvp(c, g, nx, xs, nx, vs, out);
   free(g);
@@ -112,7 +112,7 @@ static nb_tensor *element(nb_ctx *c, nb_tensor *flat, int64_t k) {
    x.shape + x.shape. */
 static nb_code hessian_block(nb_ctx *c, nb_tensor *g, nb_tensor *x, int64_t size, nb_tensor **out) {
   nb_tensor **rows = malloc((size_t)(size + 1) * sizeof *rows);
-  if (!rows) return nb_fail(c, NB_NOMEM, "nb_hessian: out of memory");
+  if (!rows) return nbcore_fail(c, NB_NOMEM, "nb_hessian: out of memory");
   nb_tensor *flat = nb_reshape(c, g, (const int64_t[]){-1}, 1);
   nb_code code = flat ? NB_OK : nb_status(c);
   for (int64_t k = 0; k < size && !code; k++) {
@@ -135,14 +135,14 @@ static nb_code hessian_size(nb_ctx *c, const nb_tensor *x, int i, int64_t *size)
   bool known = nb_rank(x) >= 0;
   for (int d = 0; d < nb_rank(x); d++) known &= nb_shape(x)[d] >= 0;
   if (!known)
-    return nb_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') has shape %s; Hessians need a fully known shape", i,
-                   nb_tensor_node_name(x), s);
+    return nbcore_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') has shape %s; Hessians need a fully known shape", i,
+                       nb_tensor_node_name(x), s);
   *size = 1;
   for (int d = 0; d < nb_rank(x) && *size <= HESSIAN_MAX_ELEMENTS; d++) /* past the cap: no overflow */
     *size = nb_shape(x)[d] > HESSIAN_MAX_ELEMENTS ? HESSIAN_MAX_ELEMENTS + 1 : *size * nb_shape(x)[d];
   if (2 * nb_rank(x) > NB_MAX_RANK || *size > HESSIAN_MAX_ELEMENTS || *size == 0)
-    return nb_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') of shape %s: need 1 to %d elements and rank at most %d", i,
-                   nb_tensor_node_name(x), s, HESSIAN_MAX_ELEMENTS, NB_MAX_RANK / 2);
+    return nbcore_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') of shape %s: need 1 to %d elements and rank at most %d", i,
+                       nb_tensor_node_name(x), s, HESSIAN_MAX_ELEMENTS, NB_MAX_RANK / 2);
   return NB_OK;
 }
 
@@ -151,7 +151,7 @@ nb_code nb_hessian(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_ten
   if (!code) code = check_graph_tensors(c, "nb_hessian", "y", &y, 1);
   int64_t *sizes = code ? NULL : malloc((size_t)(nx + 1) * sizeof *sizes);
   nb_tensor **g = code ? NULL : calloc((size_t)nx + 1, sizeof *g);
-  if (!code && (!sizes || !g)) code = nb_fail(c, NB_NOMEM, "nb_hessian: out of memory");
+  if (!code && (!sizes || !g)) code = nbcore_fail(c, NB_NOMEM, "nb_hessian: out of memory");
   for (int i = 0; i < nx && !code; i++) code = hessian_size(c, xs[i], i, &sizes[i]);
   if (!code) code = nb_gradients(c, &y, 1, xs, nx, &(nb_grad_opts){.name = "hessian_gradients"}, g);
   for (int i = 0; i < nx && !code; i++) {

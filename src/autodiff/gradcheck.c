@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NB_GRADCHECK_STEP 1e-6
+#define NBAD_GRADCHECK_STEP 1e-6
 
 typedef struct checker {
   nb_ctx *c, *e;           /* the graph context, an eager context for values */
@@ -22,25 +22,25 @@ typedef struct checker {
 } checker;
 
 static nb_code check_fail(checker *k, nb_code code, const char *msg) {
-  return nb_fail(k->c, code, "nb_gradcheck: %s", msg);
+  return nbcore_fail(k->c, code, "nb_gradcheck: %s", msg);
 }
 
 static nb_code run(checker *k, nb_tensor *const *feeds, nb_tensor *const *vals, int n, nb_tensor *const *fetch,
                    int nfetch, nb_tensor **out) {
   nb_code code = nb_run(k->s, feeds, vals, n, fetch, nfetch, out);
-  return code ? nb_fail(k->c, code, "nb_gradcheck: %s", nb_session_error(k->s)) : NB_OK;
+  return code ? nbcore_fail(k->c, code, "nb_gradcheck: %s", nb_session_error(k->s)) : NB_OK;
 }
 
 static nb_code check_args(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *x_values,
                           double *max_error) {
-  if (!c->graph) return nb_fail(c, NB_INVALID, "nb_gradcheck needs a graph context");
-  if (!y || !max_error || nx < 1 || !xs || !x_values) return nb_fail(c, NB_INVALID, "nb_gradcheck: NULL argument");
-  if (y->dtype != NB_F64) return nb_fail(c, NB_DTYPE, "nb_gradcheck: y must be float64, got %s", nb_dtype_name(y->dtype));
+  if (!c->graph) return nbcore_fail(c, NB_INVALID, "nb_gradcheck needs a graph context");
+  if (!y || !max_error || nx < 1 || !xs || !x_values) return nbcore_fail(c, NB_INVALID, "nb_gradcheck: NULL argument");
+  if (y->dtype != NB_F64) return nbcore_fail(c, NB_DTYPE, "nb_gradcheck: y must be float64, got %s", nb_dtype_name(y->dtype));
   for (int i = 0; i < nx; i++) {
     if (!xs[i] || !x_values[i] || !x_values[i]->buf)
-      return nb_fail(c, NB_INVALID, "nb_gradcheck: xs[%d] or its value is missing or not concrete", i);
+      return nbcore_fail(c, NB_INVALID, "nb_gradcheck: xs[%d] or its value is missing or not concrete", i);
     if (xs[i]->dtype != NB_F64 || x_values[i]->dtype != NB_F64)
-      return nb_fail(c, NB_DTYPE, "nb_gradcheck: xs[%d] and its value must be float64", i);
+      return nbcore_fail(c, NB_DTYPE, "nb_gradcheck: xs[%d] and its value must be float64", i);
   }
   return NB_OK;
 }
@@ -65,9 +65,9 @@ static nb_code numeric_jacobian(checker *k) {
   double *col = k->num;
   for (int i = 0; i < k->nx && !code; i++)
     for (int64_t e = 0; e < k->vals[i]->size && !code; e++, col += k->ny) {
-      code = add_y_at(k, i, e, NB_GRADCHECK_STEP, 1, col);
-      if (!code) code = add_y_at(k, i, e, -NB_GRADCHECK_STEP, -1, col);
-      for (int64_t j = 0; j < k->ny; j++) col[j] /= 2 * NB_GRADCHECK_STEP;
+      code = add_y_at(k, i, e, NBAD_GRADCHECK_STEP, 1, col);
+      if (!code) code = add_y_at(k, i, e, -NBAD_GRADCHECK_STEP, -1, col);
+      for (int64_t j = 0; j < k->ny; j++) col[j] /= 2 * NBAD_GRADCHECK_STEP;
     }
   return code;
 }
@@ -135,7 +135,7 @@ static nb_code gradcheck(checker *k, double *max_error) {
   nb_grad_opts o = {.grad_ys = &k->gy};
   if (!code && !dxs) code = check_fail(k, NB_NOMEM, "out of memory");
   if (!code) code = nb_gradients(k->c, &k->y, 1, k->xs, k->nx, &o, dxs);
-  if (!code) code = nb_densify_inputs(k->c, dxs, k->nx, dxs); /* IndexedSlices are checked as their dense value */
+  if (!code) code = nbop_densify_inputs(k->c, dxs, k->nx, dxs); /* IndexedSlices are checked as their dense value */
   if (!code) code = numeric_jacobian(k);
   *max_error = 0;
   if (!code) code = symbolic_rows(k, dxs, max_error);
@@ -151,10 +151,10 @@ nb_code nb_gradcheck(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_t
   if (code) return code;
   checker k = {.c = c, .e = nb_eager_new(), .s = nb_session_new(c->graph), .y = y, .xs = xs, .nx = nx};
   k.vals = calloc((size_t)nx, sizeof *k.vals);
-  if (!k.e || !k.s || !k.vals) code = nb_fail(c, NB_NOMEM, "nb_gradcheck: out of memory");
+  if (!k.e || !k.s || !k.vals) code = nbcore_fail(c, NB_NOMEM, "nb_gradcheck: out of memory");
   for (int i = 0; i < nx && !code; i++)
     if (!(k.vals[i] = nb_tensor_from(k.e, NB_F64, x_values[i]->rank, x_values[i]->shape, nb_data(x_values[i]))))
-      code = nb_fail(c, NB_NOMEM, "nb_gradcheck: out of memory");
+      code = nbcore_fail(c, NB_NOMEM, "nb_gradcheck: out of memory");
   nb_scope_begin(c);
   if (!code) code = gradcheck(&k, max_error);
   nb_scope_end(c, NULL, 0);

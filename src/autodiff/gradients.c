@@ -29,26 +29,26 @@ typedef struct pass {
   int32_t *queue;
   int32_t qhead, qtail;
   bool *needs;                 /* per input of the node being differentiated */
-  char scope[NB_SCOPE_CAP];    /* "gradients/" (made unique) */
+  char scope[NBGRAPH_SCOPE_CAP]; /* "gradients/" (made unique) */
 } pass;
 
 static nb_tensor *handle_of(pass *p, int64_t key) {
-  return nb_graph_handle(p->c, p->g, nb_key_node(key), nb_key_out(key));
+  return nbgraph_handle(p->c, p->g, nbgraph_key_node(key), nbgraph_key_out(key));
 }
 
 static grad_entry entry_of(const nb_tensor *dx, int32_t next) {
-  if (!nb_is_indexed_slices(dx)) return (grad_entry){nb_key_of(dx), -1, next};
-  return (grad_entry){nb_key_of(nb_indexed_slices_values(dx)), nb_key_of(nb_indexed_slices_indices(dx)), next};
+  if (!nb_is_indexed_slices(dx)) return (grad_entry){nbgraph_key_of(dx), -1, next};
+  return (grad_entry){nbgraph_key_of(nb_indexed_slices_values(dx)), nbgraph_key_of(nb_indexed_slices_indices(dx)), next};
 }
 
 /* The gradient e lists for a tensor of static facts m (the dense shape of slices). */
-static nb_tensor *entry_handle(pass *p, const grad_entry *e, const nb_meta *m) {
+static nb_tensor *entry_handle(pass *p, const grad_entry *e, const nbop_meta *m) {
   if (e->indices_key < 0) return handle_of(p, e->key);
   return nb_indexed_slices(p->c, handle_of(p, e->key), handle_of(p, e->indices_key), m->shape, m->rank);
 }
 
 static nb_code fail(pass *p, nb_code code, const char *fmt, const char *a, const char *b) {
-  return nb_fail(p->c, code, fmt, a, b);
+  return nbcore_fail(p->c, code, fmt, a, b);
 }
 
 /* ---- marking ------------------------------------------------------------------------- */
@@ -59,7 +59,7 @@ typedef struct id_stack {
 } id_stack;
 
 static bool push_id(id_stack *s, int32_t id) {
-  if (!nb_grow_array((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v)) return false;
+  if (!nbcore_grow_array((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v)) return false;
   s->v[s->n++] = id;
   return true;
 }
@@ -74,17 +74,17 @@ static bool visit(pass *p, id_stack *s, int32_t id, size_t field) {
 
 /* One step backwards: the inputs of the next ancestor of ys (stamp). */
 static bool step_back(pass *p, id_stack *s) {
-  const nb_node *n = &p->g->nodes[s->v[--s->n]];
+  const nbgraph_node *n = &p->g->nodes[s->v[--s->n]];
   for (int32_t i = 0; i < n->nin; i++)
-    if (!visit(p, s, p->g->edges[n->in0 + i].src, offsetof(nb_node, stamp))) return false;
+    if (!visit(p, s, p->g->edges[n->in0 + i].src, offsetof(nbgraph_node, stamp))) return false;
   return true;
 }
 
 /* One step forwards: the consumers of the next descendant of xs (stamp2). */
 static bool step_fwd(pass *p, id_stack *s) {
-  const nb_node *n = &p->g->nodes[s->v[--s->n]];
+  const nbgraph_node *n = &p->g->nodes[s->v[--s->n]];
   for (int32_t e = n->first_use; e >= 0; e = p->g->edges[e].next_use)
-    if (p->g->edges[e].out >= 0 && !visit(p, s, p->g->edges[e].consumer, offsetof(nb_node, stamp2))) return false;
+    if (p->g->edges[e].out >= 0 && !visit(p, s, p->g->edges[e].consumer, offsetof(nbgraph_node, stamp2))) return false;
   return true;
 }
 
@@ -95,30 +95,30 @@ static bool step_fwd(pass *p, id_stack *s) {
 static nb_code mark_between(pass *p, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx) {
   id_stack back = {0}, fwd = {0}, out = {0};
   bool ok = true;
-  for (int i = 0; ok && i < ny; i++) ok = visit(p, &back, ys[i]->node, offsetof(nb_node, stamp));
-  for (int i = 0; ok && i < nx; i++) ok = visit(p, &fwd, xs[i]->node, offsetof(nb_node, stamp2));
+  for (int i = 0; ok && i < ny; i++) ok = visit(p, &back, ys[i]->node, offsetof(nbgraph_node, stamp));
+  for (int i = 0; ok && i < nx; i++) ok = visit(p, &fwd, xs[i]->node, offsetof(nbgraph_node, stamp2));
   while (ok && back.n && fwd.n) ok = step_back(p, &back) && step_fwd(p, &fwd);
   bool in_descendants = fwd.n == 0; /* that side is complete */
   back.n = 0;
   nb_tensor *const *seeds = in_descendants ? ys : xs;
   for (int i = 0; ok && i < (in_descendants ? ny : nx); i++) {
-    const nb_node *n = &p->g->nodes[seeds[i]->node];
+    const nbgraph_node *n = &p->g->nodes[seeds[i]->node];
     if (in_descendants ? n->stamp2 == p->gen : n->stamp == p->gen)
-      ok = visit(p, &back, seeds[i]->node, offsetof(nb_node, stamp3));
+      ok = visit(p, &back, seeds[i]->node, offsetof(nbgraph_node, stamp3));
   }
   while (ok && back.n) {
     int32_t id = back.v[--back.n];
-    const nb_node *n = &p->g->nodes[id];
+    const nbgraph_node *n = &p->g->nodes[id];
     ok = push_id(&out, id);
     if (in_descendants) { /* backwards from ys through descendants of xs */
       for (int32_t i = 0; ok && i < n->nin; i++) {
         int32_t src = p->g->edges[n->in0 + i].src;
-        if (p->g->nodes[src].stamp2 == p->gen) ok = visit(p, &back, src, offsetof(nb_node, stamp3));
+        if (p->g->nodes[src].stamp2 == p->gen) ok = visit(p, &back, src, offsetof(nbgraph_node, stamp3));
       }
     } else { /* forwards from xs through ancestors of ys */
       for (int32_t e = n->first_use; ok && e >= 0; e = p->g->edges[e].next_use) {
         int32_t u = p->g->edges[e].consumer;
-        if (p->g->edges[e].out >= 0 && p->g->nodes[u].stamp == p->gen) ok = visit(p, &back, u, offsetof(nb_node, stamp3));
+        if (p->g->edges[e].out >= 0 && p->g->nodes[u].stamp == p->gen) ok = visit(p, &back, u, offsetof(nbgraph_node, stamp3));
       }
     }
   }
@@ -143,7 +143,7 @@ static nb_code prepare(pass *p) {
   p->queue = malloc((size_t)(p->nbetween + 1) * sizeof *p->queue);
   if (!p->out_base || !p->queue) return NB_NOMEM;
   for (int32_t i = 0; i < p->nbetween; i++) {
-    nb_node *n = &g->nodes[p->between[i]];
+    nbgraph_node *n = &g->nodes[p->between[i]];
     n->slot = i;
     n->pending = 0;
     p->out_base[i] = nouts;
@@ -153,7 +153,7 @@ static nb_code prepare(pass *p) {
   if (!p->heads) return NB_NOMEM;
   for (int32_t i = 0; i < nouts; i++) p->heads[i] = -1;
   for (int32_t i = 0; i < p->nbetween; i++) {
-    const nb_node *n = &g->nodes[p->between[i]];
+    const nbgraph_node *n = &g->nodes[p->between[i]];
     for (int32_t j = 0; j < n->nin; j++) {
       int32_t src = g->edges[n->in0 + j].src;
       if (in_between(p, src)) g->nodes[src].pending++;
@@ -165,9 +165,9 @@ static nb_code prepare(pass *p) {
 /* Records gradient `dx` (a tensor of the graph) for output `out` of between node `id`;
    integer and bool outputs never take gradients. */
 static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
-  const nb_node *n = &p->g->nodes[id];
-  if (!nb_is_float(p->g->outs[n->out0 + out].meta.dtype)) return NB_OK;
-  if (!nb_grow_array((void **)&p->entries, &p->entries_cap, p->nentries + 1, sizeof *p->entries)) return NB_NOMEM;
+  const nbgraph_node *n = &p->g->nodes[id];
+  if (!nbcore_is_float(p->g->outs[n->out0 + out].meta.dtype)) return NB_OK;
+  if (!nbcore_grow_array((void **)&p->entries, &p->entries_cap, p->nentries + 1, sizeof *p->entries)) return NB_NOMEM;
   int32_t *head = &p->heads[p->out_base[n->slot] + out];
   p->entries[p->nentries] = entry_of(dx, *head);
   *head = p->nentries++;
@@ -180,9 +180,9 @@ static nb_code add_grad(pass *p, int32_t id, int32_t out, const nb_tensor *dx) {
    is fully known (the accumulator's); otherwise AddN, whose sum (in input order) is the
    same as TF's fallback chain of pairwise AddNs. */
 static bool accumulates(nb_tensor *const *terms, int n) {
-  nb_meta m;
+  nbop_meta m;
   int conflict;
-  return n > 2 && nb_merge_shapes(terms, n, &m, &conflict) && nb_dims_known(m.rank, m.shape);
+  return n > 2 && nbop_merge_shapes(terms, n, &m, &conflict) && nbcore_dims_known(m.rank, m.shape);
 }
 
 /* The dense sum of n terms (slices among them densified): AddN, AccumulateNV2, or a
@@ -204,16 +204,16 @@ static nb_tensor *sum_dense(pass *p, nb_tensor **terms, int n) {
    concatenated while every term is one, densified when a dense term joins); the list then
    holds just the sum, so asking again (for an x) builds nothing. NULL when none. */
 static nb_tensor *aggregate(pass *p, int32_t id, int32_t out) {
-  const nb_node *node = &p->g->nodes[id]; /* read before sums add nodes (which may move it) */
+  const nbgraph_node *node = &p->g->nodes[id]; /* read before sums add nodes (which may move it) */
   int32_t head = p->heads[p->out_base[node->slot] + out];
-  nb_meta meta = p->g->outs[node->out0 + out].meta, *m = &meta;
+  nbop_meta meta = p->g->outs[node->out0 + out].meta, *m = &meta;
   if (head < 0) return NULL;
   int n = 0;
   for (int32_t e = head; e >= 0; e = p->entries[e].next) n++;
   if (n == 1) return entry_handle(p, &p->entries[head], m);
   nb_tensor **terms = malloc((size_t)n * sizeof *terms);
   if (!terms) {
-    nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
+    nbcore_fail(p->c, NB_NOMEM, "gradients: out of memory");
     return NULL;
   }
   int i = n, nsparse = 0;
@@ -221,7 +221,7 @@ static nb_tensor *aggregate(pass *p, int32_t id, int32_t out) {
     terms[--i] = entry_handle(p, &p->entries[e], m);
     nsparse += p->entries[e].indices_key >= 0;
   }
-  nb_tensor *sum = nsparse < n ? sum_dense(p, terms, n) : n == 1 ? terms[0] : nb_indexed_slices_concat_n(p->c, terms, n);
+  nb_tensor *sum = nsparse < n ? sum_dense(p, terms, n) : n == 1 ? terms[0] : nbop_indexed_slices_concat_n(p->c, terms, n);
   free(terms);
   if (sum) p->entries[head] = entry_of(sum, -1); /* the sum replaces the list */
   return sum;
@@ -233,7 +233,7 @@ static bool is_stopped(const pass *p, int32_t id) {
   return false;
 }
 
-static bool feeds_between(const pass *p, const nb_node *n) {
+static bool feeds_between(const pass *p, const nbgraph_node *n) {
   for (int32_t i = 0; i < n->nin; i++)
     if (in_between(p, p->g->edges[n->in0 + i].src)) return true;
   return false;
@@ -241,28 +241,28 @@ static bool feeds_between(const pass *p, const nb_node *n) {
 
 /* Output gradients of node id (which has some): aggregated and dense (gradient functions
    take dense tensors), with zeros for float outputs that got none while a sibling did. */
-static void output_grads(pass *p, int32_t id, const nb_node *n, nb_tensor **outs, nb_tensor **dys) {
+static void output_grads(pass *p, int32_t id, const nbgraph_node *n, nb_tensor **outs, nb_tensor **dys) {
   for (int32_t o = 0; o < n->nout; o++) dys[o] = nb_densify(p->c, aggregate(p, id, o));
   for (int32_t o = 0; o < n->nout; o++)
-    if (!dys[o] && nb_is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(p->c, outs[o]);
+    if (!dys[o] && nbcore_is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(p->c, outs[o]);
 }
 
 /* Sets the graph's name scope to "<gradients scope><node name>_grad/" (just the
    gradients scope if that would be too long). */
-static void enter_node_scope(pass *p, const nb_node *n) {
-  char scope[NB_SCOPE_CAP];
+static void enter_node_scope(pass *p, const nbgraph_node *n) {
+  char scope[NBGRAPH_SCOPE_CAP];
   int len = snprintf(scope, sizeof scope, "%s%s_grad/", p->scope, n->name);
-  if (len < 0 || len >= NB_SCOPE_CAP - 32) /* too long: shared scope, names through the map */
-    nb_graph_set_scope(p->g, p->scope, false);
+  if (len < 0 || len >= NBGRAPH_SCOPE_CAP - 32) /* too long: shared scope, names through the map */
+    nbgraph_set_scope(p->g, p->scope, false);
   else
-    nb_graph_set_scope(p->g, scope, true);
+    nbgraph_set_scope(p->g, scope, true);
 }
 
-static nb_code call_grad_fn(pass *p, const nb_node *n, nb_grad_fn fn, nb_tensor **ins, nb_tensor **outs,
+static nb_code call_grad_fn(pass *p, const nbgraph_node *n, nb_grad_fn fn, nb_tensor **ins, nb_tensor **outs,
                             nb_tensor **dys, nb_tensor **dxs) {
   for (int32_t i = 0; i < n->nin; i++) p->needs[i] = in_between(p, p->g->edges[n->in0 + i].src);
   nb_fwd_op op = {n->def, n->name, n->nin, n->nout, ins, outs, n->attr, p->needs};
-  return nb_grad_invoke(p->c, fn, &op, dys, dxs);
+  return nbad_grad_invoke(p->c, fn, &op, dys, dxs);
 }
 
 static const nb_graph *graph_of(const nb_tensor *x) {
@@ -270,22 +270,22 @@ static const nb_graph *graph_of(const nb_tensor *x) {
 }
 
 /* Distributes the input gradients and releases the inputs' pending counts. */
-static nb_code propagate(pass *p, const nb_node *n, nb_tensor *const *dxs) {
+static nb_code propagate(pass *p, const nbgraph_node *n, nb_tensor *const *dxs) {
   for (int32_t i = 0; i < n->nin; i++) {
-    const nb_edge *e = &p->g->edges[n->in0 + i];
+    const nbgraph_edge *e = &p->g->edges[n->in0 + i];
     if (!in_between(p, e->src)) continue;
     if (dxs && dxs[i]) {
       if (graph_of(dxs[i]) != p->g)
         return fail(p, NB_INVALID, "the gradient function of '%s' (op type: %s) returned a tensor outside the graph",
                     n->name, n->def->name);
-      if (add_grad(p, e->src, e->out, dxs[i])) return nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
+      if (add_grad(p, e->src, e->out, dxs[i])) return nbcore_fail(p->c, NB_NOMEM, "gradients: out of memory");
     }
     if (--p->g->nodes[e->src].pending == 0) p->queue[p->qtail++] = e->src;
   }
   return NB_OK;
 }
 
-static bool has_grads(const pass *p, const nb_node *n) {
+static bool has_grads(const pass *p, const nbgraph_node *n) {
   for (int32_t o = 0; o < n->nout; o++)
     if (p->heads[p->out_base[n->slot] + o] >= 0) return true;
   return false;
@@ -294,19 +294,19 @@ static bool has_grads(const pass *p, const nb_node *n) {
 static nb_code node_gradient(pass *p, int32_t id, nb_tensor **buf) {
   nb_graph *g = p->g;
   /* a copy: building gradient ops grows (and may move) the node array */
-  const nb_node node = g->nodes[id], *n = &node;
+  const nbgraph_node node = g->nodes[id], *n = &node;
   if (!has_grads(p, n) || is_stopped(p, id) || !feeds_between(p, n)) return propagate(p, n, NULL);
   nb_grad_fn fn;
-  nb_grad_kind kind = nb_grad_lookup(n->def, n->grad_name, &fn);
-  if (kind == NB_GRAD_STOP) return propagate(p, n, NULL);
-  if (kind == NB_GRAD_NONE)
+  nbad_grad_kind kind = nbad_grad_lookup(n->def, n->grad_name, &fn);
+  if (kind == NBAD_GRAD_STOP) return propagate(p, n, NULL);
+  if (kind == NBAD_GRAD_NONE)
     return fail(p, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", n->name, n->def->name);
   nb_tensor **ins = buf, **outs = ins + n->nin, **dys = outs + n->nout, **dxs = dys + n->nout;
   for (int32_t i = 0; i < n->nin; i++) {
-    const nb_edge *e = &g->edges[n->in0 + i];
-    ins[i] = nb_graph_handle(p->c, g, e->src, e->out);
+    const nbgraph_edge *e = &g->edges[n->in0 + i];
+    ins[i] = nbgraph_handle(p->c, g, e->src, e->out);
   }
-  for (int32_t o = 0; o < n->nout; o++) outs[o] = nb_graph_handle(p->c, g, id, o);
+  for (int32_t o = 0; o < n->nout; o++) outs[o] = nbgraph_handle(p->c, g, id, o);
   enter_node_scope(p, n);
   output_grads(p, id, n, outs, dys);
   nb_code code = nb_status(p->c);
@@ -319,14 +319,14 @@ static nb_code run_queue(pass *p) {
   nb_tensor *small[64], **buf = small;
   int32_t width = 0;
   for (int32_t i = 0; i < p->nbetween; i++) {
-    const nb_node *n = &p->g->nodes[p->between[i]];
-    if (nb_grad_width(n->nin, n->nout) > width) width = nb_grad_width(n->nin, n->nout);
+    const nbgraph_node *n = &p->g->nodes[p->between[i]];
+    if (nbad_grad_width(n->nin, n->nout) > width) width = nbad_grad_width(n->nin, n->nout);
     if (n->pending == 0) p->queue[p->qtail++] = p->between[i];
   }
   if ((width > 64 && !(buf = malloc((size_t)width * sizeof *buf))) ||
       !(p->needs = malloc((size_t)width * sizeof *p->needs))) {
     if (buf != small) free(buf);
-    return nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
+    return nbcore_fail(p->c, NB_NOMEM, "gradients: out of memory");
   }
   nb_code code = NB_OK;
   while (!code && p->qhead < p->qtail) {
@@ -341,56 +341,56 @@ static nb_code run_queue(pass *p) {
 /* ---- the entry ------------------------------------------------------------------------ */
 
 static nb_code check_tensors(nb_ctx *c, const char *what, nb_tensor *const *ts, int n) {
-  if (n < 0 || (n > 0 && !ts)) return nb_fail(c, NB_INVALID, "nb_gradients: %s is NULL or has negative length", what);
+  if (n < 0 || (n > 0 && !ts)) return nbcore_fail(c, NB_INVALID, "nb_gradients: %s is NULL or has negative length", what);
   for (int i = 0; i < n; i++)
     if (!ts[i] || ts[i]->graph != c->graph)
-      return nb_fail(c, NB_INVALID, "nb_gradients: %s[%d] is not a tensor of this context's graph", what, i);
+      return nbcore_fail(c, NB_INVALID, "nb_gradients: %s[%d] is not a tensor of this context's graph", what, i);
   return NB_OK;
 }
 
 static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
                           const nb_grad_opts *o, nb_tensor **dxs) {
-  if (!c->graph) return nb_fail(c, NB_INVALID, "nb_gradients needs a graph context; eager code uses a tape");
-  if (nx > 0 && !dxs) return nb_fail(c, NB_INVALID, "nb_gradients: dxs is NULL");
+  if (!c->graph) return nbcore_fail(c, NB_INVALID, "nb_gradients needs a graph context; eager code uses a tape");
+  if (nx > 0 && !dxs) return nbcore_fail(c, NB_INVALID, "nb_gradients: dxs is NULL");
   nb_code code = check_tensors(c, "ys", ys, ny);
   if (!code) code = check_tensors(c, "xs", xs, nx);
   for (int i = 0; !code && o->grad_ys && i < ny; i++) /* NULL entries mean ones */
     if (o->grad_ys[i] && o->grad_ys[i]->graph != c->graph)
-      code = nb_fail(c, NB_INVALID, "nb_gradients: grad_ys[%d] is not a tensor of this context's graph", i);
+      code = nbcore_fail(c, NB_INVALID, "nb_gradients: grad_ys[%d] is not a tensor of this context's graph", i);
   for (int i = 0; !code && o->grad_ys && i < ny; i++)
     if (o->grad_ys[i] && o->grad_ys[i]->dtype != ys[i]->dtype)
-      code = nb_fail(c, NB_DTYPE, "nb_gradients: grad_ys[%d] has dtype %s, ys[%d] has %s", i,
-                     nb_dtype_name(o->grad_ys[i]->dtype), i, nb_dtype_name(ys[i]->dtype));
+      code = nbcore_fail(c, NB_DTYPE, "nb_gradients: grad_ys[%d] has dtype %s, ys[%d] has %s", i,
+                         nb_dtype_name(o->grad_ys[i]->dtype), i, nb_dtype_name(ys[i]->dtype));
   for (int i = 0; !code && o->grad_ys && i < ny; i++)
-    if (o->grad_ys[i] && !nb_shapes_compatible(o->grad_ys[i], ys[i]))
-      code = nb_fail(c, NB_SHAPE, "nb_gradients: grad_ys[%d] has shape %s, incompatible with ys[%d] of shape %s", i,
-                     nb_tstr(o->grad_ys[i]), i, nb_tstr(ys[i]));
+    if (o->grad_ys[i] && !nbop_shapes_compatible(o->grad_ys[i], ys[i]))
+      code = nbcore_fail(c, NB_SHAPE, "nb_gradients: grad_ys[%d] has shape %s, incompatible with ys[%d] of shape %s", i,
+                         nbop_tstr(o->grad_ys[i]), i, nbop_tstr(ys[i]));
   if (!code && (o->nstop < 0 || (o->nstop > 0 && !o->stop)))
-    code = nb_fail(c, NB_INVALID, "nb_gradients: stop is NULL or has negative length");
+    code = nbcore_fail(c, NB_INVALID, "nb_gradients: stop is NULL or has negative length");
   if (!code && o->name && (!*o->name || strchr(o->name, '/')))
-    code = nb_fail(c, NB_INVALID, "nb_gradients: scope name '%s' must be non-empty without '/'", o->name);
+    code = nbcore_fail(c, NB_INVALID, "nb_gradients: scope name '%s' must be non-empty without '/'", o->name);
   if (!code && o->aggregation != NB_AGG_ADD_N && o->aggregation != NB_AGG_TREE && o->aggregation != NB_AGG_ACCUMULATE_N)
-    code = nb_fail(c, NB_INVALID, "nb_gradients: unknown aggregation %d", o->aggregation);
+    code = nbcore_fail(c, NB_INVALID, "nb_gradients: unknown aggregation %d", o->aggregation);
   return code;
 }
 
 /* The unique scope "gradients/" (or "gradients_1/", ... or opts.name) under the current one. */
 static nb_code open_scope(pass *p) {
-  const char *name = nb_graph_unique_name(p->g, p->o->name ? p->o->name : "gradients");
-  if (!name || strlen(name) + 2 > NB_SCOPE_CAP) return nb_fail(p->c, NB_INVALID, "nb_gradients: bad scope name");
+  const char *name = nbgraph_unique_name(p->g, p->o->name ? p->o->name : "gradients");
+  if (!name || strlen(name) + 2 > NBGRAPH_SCOPE_CAP) return nbcore_fail(p->c, NB_INVALID, "nb_gradients: bad scope name");
   snprintf(p->scope, sizeof p->scope, "%s/", name);
   return NB_OK;
 }
 
 /* ones_like(y), or grad_ys[i], as the incoming gradient of each y. */
 static nb_code seed(pass *p, nb_tensor *const *ys, int ny) {
-  nb_graph_set_scope(p->g, p->scope, false);
+  nbgraph_set_scope(p->g, p->scope, false);
   for (int i = 0; i < ny; i++) {
-    if (!in_between(p, ys[i]->node) || !nb_is_float(ys[i]->dtype)) continue;
+    if (!in_between(p, ys[i]->node) || !nbcore_is_float(ys[i]->dtype)) continue;
     nb_tensor *given = p->o->grad_ys ? p->o->grad_ys[i] : NULL;
     nb_tensor *g = given ? given : nb_ones_like(p->c, ys[i]);
     if (!g) return nb_status(p->c);
-    if (add_grad(p, ys[i]->node, ys[i]->out, g)) return nb_fail(p->c, NB_NOMEM, "gradients: out of memory");
+    if (add_grad(p, ys[i]->node, ys[i]->out, g)) return nbcore_fail(p->c, NB_NOMEM, "gradients: out of memory");
     if (!given) nb_tensor_free(g);
   }
   return NB_OK;
@@ -398,7 +398,7 @@ static nb_code seed(pass *p, nb_tensor *const *ys, int ny) {
 
 /* The gradient of each x: its aggregated list, or NULL/zeros when unconnected. */
 static nb_code results(pass *p, nb_tensor *const *xs, int nx, nb_tensor **dxs) {
-  nb_graph_set_scope(p->g, p->scope, false);
+  nbgraph_set_scope(p->g, p->scope, false);
   for (int i = 0; i < nx; i++) {
     dxs[i] = in_between(p, xs[i]->node) ? aggregate(p, xs[i]->node, xs[i]->out) : NULL;
     if (!dxs[i] && p->o->unconnected_zero) dxs[i] = nb_zeros_like(p->c, xs[i]); /* any dtype, as TF */
@@ -435,7 +435,7 @@ static node_scratch *save_outer_scratch(const nb_graph *g, int32_t *n, bool *nom
     return NULL;
   }
   for (int32_t i = 0; i < g->nnodes; i++) {
-    const nb_node *d = &g->nodes[i];
+    const nbgraph_node *d = &g->nodes[i];
     s[i] = (node_scratch){d->stamp, d->stamp2, d->stamp3, d->pending, d->slot};
   }
   *n = g->nnodes;
@@ -444,7 +444,7 @@ static node_scratch *save_outer_scratch(const nb_graph *g, int32_t *n, bool *nom
 
 static void restore_outer_scratch(nb_graph *g, node_scratch *s, int32_t n) {
   for (int32_t i = 0; i < n; i++) {
-    nb_node *d = &g->nodes[i];
+    nbgraph_node *d = &g->nodes[i];
     d->stamp = s[i].stamp, d->stamp2 = s[i].stamp2, d->stamp3 = s[i].stamp3;
     d->pending = s[i].pending, d->slot = s[i].slot;
   }
@@ -461,7 +461,7 @@ static nb_code gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *con
   int32_t nsaved;
   bool nomem;
   node_scratch *saved = save_outer_scratch(g, &nsaved, &nomem);
-  if (nomem) return nb_fail(c, NB_NOMEM, "gradients: out of memory");
+  if (nomem) return nbcore_fail(c, NB_NOMEM, "gradients: out of memory");
   g->grad_passes++;
   nb_code code = run_pass(c, ys, ny, xs, nx, o, dxs);
   g->grad_passes--;
@@ -475,19 +475,19 @@ static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *cons
   if (!o) o = &defaults;
   nb_code code = check_args(c, ys, ny, xs, nx, o, dxs);
   if (code) return code;
-  nb_grad_builtins_init();
+  nbad_grad_builtins_init();
   nb_graph *g = c->graph;
-  pass p = {.c = c, .g = g, .o = o, .gen = nb_graph_next_gen(g)};
-  nb_scope_state saved;
-  if (nb_graph_scope_save(g, &saved)) return nb_fail(c, NB_NOMEM, "gradients: out of memory");
+  pass p = {.c = c, .g = g, .o = o, .gen = nbgraph_next_gen(g)};
+  nbgraph_scope_state saved;
+  if (nbgraph_scope_save(g, &saved)) return nbcore_fail(c, NB_NOMEM, "gradients: out of memory");
   const char *pending = c->next_name; /* nb_name_next's name waits for the next op */
   c->next_name = NULL;
   code = open_scope(&p);
-  if (!code && (mark_between(&p, ys, ny, xs, nx) || prepare(&p))) code = nb_fail(c, NB_NOMEM, "gradients: out of memory");
+  if (!code && (mark_between(&p, ys, ny, xs, nx) || prepare(&p))) code = nbcore_fail(c, NB_NOMEM, "gradients: out of memory");
   if (!code) code = seed(&p, ys, ny);
   if (!code) code = run_queue(&p);
   if (!code) code = results(&p, xs, nx, dxs);
-  nb_graph_scope_restore(g, &saved);
+  nbgraph_scope_restore(g, &saved);
   c->next_name = pending;
   pass_free(&p);
   if (code)
@@ -507,7 +507,7 @@ nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *
   if (c->status) return c->status;
   nb_tensor *const *dense;
   nb_tensor **owned;
-  nb_code code = nb_densify_list(c, ys, ny, &dense, &owned);
+  nb_code code = nbop_densify_list(c, ys, ny, &dense, &owned);
   if (!code) code = gradients(c, dense, ny, xs, nx, o, dxs);
   free(owned);
   return code;
@@ -524,7 +524,7 @@ static size_t path_str(const pass *p, int32_t id, char *out, size_t cap) {
   for (int32_t cur = id; cur >= 0 && len < 64;) {
     chain[len++] = cur;
     int32_t next = -1;
-    const nb_node *n = &g->nodes[cur];
+    const nbgraph_node *n = &g->nodes[cur];
     for (int32_t i = 0; i < n->nin && next < 0; i++)
       if (in_between(p, g->edges[n->in0 + i].src)) next = g->edges[n->in0 + i].src;
     cur = next;
@@ -551,20 +551,20 @@ nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx, nb
     if (!xs[i] || xs[i]->graph != g) return NB_INVALID;
   for (int i = 0; i < ny; i++)
     if (!ys[i] || ys[i]->graph != g) return NB_INVALID;
-  nb_grad_builtins_init();
-  pass p = {.g = g, .gen = nb_graph_next_gen(g)};
+  nbad_grad_builtins_init();
+  pass p = {.g = g, .gen = nbgraph_next_gen(g)};
   report[0] = '\0';
   if (mark_between(&p, ys, ny, xs, nx)) return NB_NOMEM;
   size_t w = 0;
   char path[1024];
   for (int32_t i = 0; i < p.nbetween && w < cap; i++) {
-    const nb_node *n = &g->nodes[p.between[i]];
+    const nbgraph_node *n = &g->nodes[p.between[i]];
     nb_grad_fn fn;
-    nb_grad_kind kind = nb_grad_lookup(n->def, n->grad_name, &fn);
-    if (kind == NB_GRAD_FN || !feeds_between(&p, n)) continue;
+    nbad_grad_kind kind = nbad_grad_lookup(n->def, n->grad_name, &fn);
+    if (kind == NBAD_GRAD_FN || !feeds_between(&p, n)) continue;
     path_str(&p, p.between[i], path, sizeof path);
     w += (size_t)snprintf(report + w, cap - w, "%s '%s' (op type: %s): %s\n",
-                          kind == NB_GRAD_STOP ? "Not differentiable:" : "No gradient defined for operation",
+                          kind == NBAD_GRAD_STOP ? "Not differentiable:" : "No gradient defined for operation",
                           n->name, n->def->name, path);
   }
   free(p.between);

@@ -9,9 +9,9 @@
 
 static void set_one(nb_tensor *seed, int64_t i) {
   if (seed->dtype == NB_F32)
-    ((float *)nb_tdata(seed))[i] = 1;
+    ((float *)nbcore_tdata(seed))[i] = 1;
   else
-    ((double *)nb_tdata(seed))[i] = 1;
+    ((double *)nbcore_tdata(seed))[i] = 1;
 }
 
 /* Seeds element j of every one of `batch` rows of target (each of `per` elements). */
@@ -61,7 +61,7 @@ static nb_code jacobian_batched(nb_tape *t, nb_tensor *target, nb_tensor *source
     for (int64_t b = 0; b < batch; b++) set_one(seed, j * target->size + b * k + j);
   t->batch = k;
   t->seed_looped = 0;
-  nb_code code = seed ? nb_tape_run(t, &target, 1, &source, 1, &seed, &g) : nb_status(t->c);
+  nb_code code = seed ? nbad_tape_run(t, &target, 1, &source, 1, &seed, &g) : nb_status(t->c);
   t->batch = 0;
   t->last_path = t->seed_looped ? NB_JACOBIAN_MIXED : NB_JACOBIAN_VECTORIZED;
   if (!code && g && batch > 1) g = seed_dim_second(t, g);
@@ -78,14 +78,14 @@ static nb_code jacobian_rows(nb_tape *t, nb_tensor *target, nb_tensor *source, i
                              const int64_t *shape, int rank, nb_tensor **out) {
   int64_t per = batch ? target->size / batch : 0;
   nb_tensor **rows = malloc((size_t)(per + 1) * sizeof *rows);
-  if (!rows) return nb_fail(t->c, NB_NOMEM, "jacobian: out of memory");
+  if (!rows) return nbcore_fail(t->c, NB_NOMEM, "jacobian: out of memory");
   bool was_recording = t->recording;
   t->recording = false; /* the seeds and the stacking are not part of the taped function */
   nb_scope_begin(t->c);
   nb_code code = NB_OK;
   for (int64_t j = 0; j < per && !code; j++) {
     nb_tensor *seed = one_hot_rows(t, target, batch, per, j);
-    code = seed ? nb_tape_run(t, &target, 1, &source, 1, &seed, &rows[j]) : nb_status(t->c);
+    code = seed ? nbad_tape_run(t, &target, 1, &source, 1, &seed, &rows[j]) : nb_status(t->c);
     if (!code && !rows[j]) rows[j] = nb_zeros_like(t->c, source);
     /* flat ([batch, -1] for the batch Jacobian): a rank-8 source still stacks */
     if (!code) rows[j] = nb_reshape(t->c, rows[j], (const int64_t[]){axis ? batch : -1, -1}, axis + 1);
@@ -106,7 +106,7 @@ static nb_code jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_
   nb_code code = batch > 0 && batched_pass_fits(t, target->size / batch, target->rank)
                      ? jacobian_batched(t, target, source, batch, shape, rank, out)
                      : jacobian_rows(t, target, source, batch, batch > 1, shape, rank, out);
-  nb_tape_spend(t);
+  nbad_tape_spend(t);
   return code;
 }
 
@@ -118,17 +118,17 @@ static void join_shapes(int64_t *shape, const nb_tensor *target, const nb_tensor
 
 static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
   if (!t) return NB_INVALID;
-  if (!out) return nb_fail(t->c, NB_INVALID, "%s: out is NULL", fn);
+  if (!out) return nbcore_fail(t->c, NB_INVALID, "%s: out is NULL", fn);
   *out = NULL;
   t->last_path = NB_JACOBIAN_LOOP;
-  if (!nb_live(t->c)) return nb_status(t->c);
-  if (!t->active) return nb_fail(t->c, NB_INVALID, "%s: the tape was ended", fn);
+  if (!nbop_live(t->c)) return nb_status(t->c);
+  if (!t->active) return nbcore_fail(t->c, NB_INVALID, "%s: the tape was ended", fn);
   if (!target || !source || !target->buf || !source->buf)
-    return nb_fail(t->c, NB_INVALID, "%s: target and source must be concrete tensors", fn);
-  if (!nb_is_float(target->dtype) || !nb_is_float(source->dtype))
-    return nb_fail(t->c, NB_DTYPE, "%s: target and source must be float, got %s and %s", fn,
-                   nb_dtype_name(target->dtype), nb_dtype_name(source->dtype));
-  if (t->used && !t->persistent) return nb_fail(t->c, NB_INVALID, "%s: the tape was used already", fn);
+    return nbcore_fail(t->c, NB_INVALID, "%s: target and source must be concrete tensors", fn);
+  if (!nbcore_is_float(target->dtype) || !nbcore_is_float(source->dtype))
+    return nbcore_fail(t->c, NB_DTYPE, "%s: target and source must be float, got %s and %s", fn,
+                       nb_dtype_name(target->dtype), nb_dtype_name(source->dtype));
+  if (t->used && !t->persistent) return nbcore_fail(t->c, NB_INVALID, "%s: the tape was used already", fn);
   return NB_OK;
 }
 
@@ -139,7 +139,7 @@ nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_te
   if (code) return code;
   int rank = target->rank + source->rank;
   if (rank > NB_MAX_RANK)
-    return nb_fail(t->c, NB_SHAPE, "nb_tape_jacobian: the Jacobian's rank %d exceeds %d", rank, NB_MAX_RANK);
+    return nbcore_fail(t->c, NB_SHAPE, "nb_tape_jacobian: the Jacobian's rank %d exceeds %d", rank, NB_MAX_RANK);
   int64_t shape[NB_MAX_RANK];
   join_shapes(shape, target, source, 0);
   return jacobian(t, target, source, 1, shape, rank, out);
@@ -152,11 +152,11 @@ nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source,
   nb_code code = check_jacobian(t, "nb_tape_batch_jacobian", target, source, out);
   if (code) return code;
   if (target->rank < 1 || source->rank < 1 || target->shape[0] != source->shape[0])
-    return nb_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: target %s and source %s need the same first (batch) dim",
-                   nb_tstr(target), nb_tstr(source));
+    return nbcore_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: target %s and source %s need the same first (batch) dim",
+                       nbop_tstr(target), nbop_tstr(source));
   int rank = target->rank + source->rank - 1;
   if (rank > NB_MAX_RANK)
-    return nb_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: the result's rank %d exceeds %d", rank, NB_MAX_RANK);
+    return nbcore_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: the result's rank %d exceeds %d", rank, NB_MAX_RANK);
   int64_t shape[NB_MAX_RANK];
   join_shapes(shape, target, source, 1);
   return jacobian(t, target, source, target->shape[0], shape, rank, out);

@@ -26,11 +26,11 @@ static void *user_of(const nb_fwd_op *op) {
 
 /* Runs the function again (recorded, unlike the forward pass) into outs. */
 static nb_code rerun(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *ins, int nin, nb_tensor **outs, int nout) {
-  nb_code code = nb_callback_code(c, "nb_recompute_grad: the function, rerun for the gradient",
-                                  fn_of(op)(c, ins, nin, outs, nout, user_of(op)));
+  nb_code code = nbcore_callback_code(c, "nb_recompute_grad: the function, rerun for the gradient",
+                                      fn_of(op)(c, ins, nin, outs, nout, user_of(op)));
   for (int i = 0; i < nout && !code; i++)
     if (!outs[i])
-      code = nb_fail(c, NB_INVALID, "nb_recompute_grad: the function, rerun for the gradient, left output %d NULL", i);
+      code = nbcore_fail(c, NB_INVALID, "nb_recompute_grad: the function, rerun for the gradient, left output %d NULL", i);
   return code;
 }
 
@@ -38,7 +38,7 @@ static nb_code rerun(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *ins, int 
 static nb_code eager_vjp(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *ins, int nin, nb_tensor **outs, int nout,
                          nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tape *t = nb_tape_begin(c, 0);
-  if (!t) return nb_status(c) ? nb_status(c) : nb_fail(c, NB_NOMEM, "nb_recompute_grad: out of memory");
+  if (!t) return nb_status(c) ? nb_status(c) : nbcore_fail(c, NB_NOMEM, "nb_recompute_grad: out of memory");
   for (int i = 0; i < nin; i++) nb_tape_watch(t, ins[i]);
   nb_code code = rerun(c, op, ins, nin, outs, nout);
   if (!code) code = nb_tape_gradient(t, outs, nout, ins, nin, dys, dxs);
@@ -46,10 +46,10 @@ static nb_code eager_vjp(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *ins, 
   return code;
 }
 
-nb_code nb_recompute_gradient(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
+nb_code nbad_recompute_gradient(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   int nout = op->nout, nin = op->nin - nout;
   nb_tensor **ins = calloc((size_t)(nin + nout + 1), sizeof *ins), **outs = ins + nin;
-  if (!ins) return nb_fail(c, NB_NOMEM, "nb_recompute_grad: out of memory");
+  if (!ins) return nbcore_fail(c, NB_NOMEM, "nb_recompute_grad: out of memory");
   for (int i = 0; i < nin; i++) ins[i] = op->in[nout + i];
   nb_code code;
   if (c->graph) {

@@ -86,11 +86,11 @@ static void map_clear(id_map *m) {
 
 /* Drops every entry (releasing kept data) but keeps the memory for the next use. */
 static void tape_reset(nb_tape *t) {
-  for (int32_t i = 0; i < t->nslots; i++) nb_buffer_release(t->c, t->slots[i].buf);
+  for (int32_t i = 0; i < t->nslots; i++) nbcore_buffer_release(t->c, t->slots[i].buf);
   t->nslots = t->nentries = t->nvalues = t->noutputs = 0;
   t->last_out = 0;
   map_clear(&t->tracked);
-  nb_arena_reset(&t->arena);
+  nbcore_arena_reset(&t->arena);
 }
 
 /* ---- recording ------------------------------------------------------------------------ */
@@ -104,7 +104,7 @@ static const int64_t *saved_shape(nb_tape *t, const nb_tensor *x) {
   const tape_slot *prev = t->nslots ? &t->slots[t->nslots - 1] : NULL;
   if (prev && prev->rank == x->rank && (!x->rank || !memcmp(prev->shape, x->shape, (size_t)x->rank * sizeof *x->shape)))
     return prev->shape;
-  int64_t *shape = x->rank ? nb_arena_alloc(&t->arena, (size_t)x->rank * sizeof *shape) : NULL;
+  int64_t *shape = x->rank ? nbcore_arena_alloc(&t->arena, (size_t)x->rank * sizeof *shape) : NULL;
   if (shape) memcpy(shape, x->shape, (size_t)x->rank * sizeof *shape);
   return shape;
 }
@@ -114,7 +114,7 @@ static bool save_slot(nb_tape *t, const nb_tensor *x, bool keep, int32_t value) 
   if (x->rank && !shape) return false;
   tape_slot *s = &t->slots[t->nslots++];
   *s = (tape_slot){x->id, keep ? x->buf : NULL, shape, value, (uint8_t)x->dtype, (uint8_t)x->rank};
-  if (s->buf) nb_buffer_retain(s->buf);
+  if (s->buf) nbcore_buffer_retain(s->buf);
   return true;
 }
 
@@ -149,21 +149,21 @@ static int32_t track(nb_tape *t, uint64_t id) {
    map in the unexpected case of an id older than the newest); -1 when out of memory. */
 static int32_t track_output(nb_tape *t, uint64_t id) {
   if (t->noutputs && id <= t->outputs[t->noutputs - 1].id) return track(t, id);
-  if (!nb_grow_array((void **)&t->outputs, &t->outputs_cap, t->noutputs + 1, sizeof *t->outputs)) return -1;
+  if (!nbcore_grow_array((void **)&t->outputs, &t->outputs_cap, t->noutputs + 1, sizeof *t->outputs)) return -1;
   t->outputs[t->noutputs++] = (output_id){id, t->nvalues};
   return t->nvalues++;
 }
 
-static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
-  if (!nb_grow_array((void **)&t->entries, &t->entries_cap, t->nentries + 1, sizeof *t->entries) ||
-      !nb_grow_array((void **)&t->slots, &t->slots_cap, t->nslots + k->nin + k->nout, sizeof *t->slots))
+static bool record_entry(nb_tape *t, const nbop_kargs *k, nb_tensor *const *out) {
+  if (!nbcore_grow_array((void **)&t->entries, &t->entries_cap, t->nentries + 1, sizeof *t->entries) ||
+      !nbcore_grow_array((void **)&t->slots, &t->slots_cap, t->nslots + k->nin + k->nout, sizeof *t->slots))
     return false;
   tape_entry *e = &t->entries[t->nentries];
   *e = (tape_entry){k->def, NULL, t->nslots, k->nin, k->nout};
-  e->attr = nb_attrs_copy(&t->arena, k->def, k->attr);
+  e->attr = nbop_attrs_copy(&t->arena, k->def, k->attr);
   if (k->def->nattrs && !e->attr) return false;
   uint32_t reads_in, reads_out;
-  nb_grad_reads(k->def, &reads_in, &reads_out);
+  nbad_grad_reads(k->def, &reads_in, &reads_out);
   for (int i = 0; i < k->nin; i++)
     if (!save_slot(t, k->in[i], reads(reads_in, i), tracked_value(t, k->in[i]->id))) return false;
   for (int i = 0; i < k->nout; i++) {
@@ -176,17 +176,17 @@ static bool record_entry(nb_tape *t, const nb_kargs *k, nb_tensor *const *out) {
   return true;
 }
 
-static bool reads_tracked(const nb_tape *t, const nb_kargs *k) {
+static bool reads_tracked(const nb_tape *t, const nbop_kargs *k) {
   for (int i = 0; i < k->nin; i++)
     if (tracked_value(t, k->in[i]->id) >= 0) return true;
   return false;
 }
 
-static void record(nb_ctx *c, nb_kargs *k, nb_tensor *const *out) {
+static void record(nb_ctx *c, nbop_kargs *k, nb_tensor *const *out) {
   for (int i = 0; i < c->ntapes && !c->tapes_paused; i++) {
     nb_tape *t = c->tapes[i];
     if (t->recording && reads_tracked(t, k) && !record_entry(t, k, out))
-      nb_fail(c, NB_NOMEM, "%s: out of memory recording the op on a tape", k->def->name);
+      nbcore_fail(c, NB_NOMEM, "%s: out of memory recording the op on a tape", k->def->name);
   }
 }
 
@@ -208,16 +208,16 @@ static bool watch_variable(nb_tape *t, nb_variable *v) {
   if (track(t, v->id) < 0) return false;
   int32_t i = variable_slot(t, v->id);
   if (i < t->nvars && t->vars[i] == v) return true;
-  if (!nb_grow_array((void **)&t->vars, &t->vars_cap, t->nvars + 1, sizeof *t->vars)) return false;
+  if (!nbcore_grow_array((void **)&t->vars, &t->vars_cap, t->nvars + 1, sizeof *t->vars)) return false;
   memmove(&t->vars[i + 1], &t->vars[i], (size_t)(t->nvars - i) * sizeof *t->vars);
   t->vars[i] = v;
   t->nvars++;
-  nb_variable_retain(v); /* the list's pointers stay valid until the tape lets them go */
+  nbcore_variable_retain(v); /* the list's pointers stay valid until the tape lets them go */
   return true;
 }
 
 static void unwatch_variables(nb_tape *t) {
-  for (int32_t i = 0; i < t->nvars; i++) nb_variable_release(t->vars[i]);
+  for (int32_t i = 0; i < t->nvars; i++) nbcore_variable_release(t->vars[i]);
   t->nvars = 0;
 }
 
@@ -226,7 +226,7 @@ static void watch_read(nb_ctx *c, nb_variable *v) {
   for (int i = 0; i < c->ntapes && !c->tapes_paused; i++) {
     nb_tape *t = c->tapes[i];
     if (t->recording && t->watch_accessed && !watch_variable(t, v))
-      nb_fail(c, NB_NOMEM, "nb_variable_read: out of memory watching the variable on a tape");
+      nbcore_fail(c, NB_NOMEM, "nb_variable_read: out of memory watching the variable on a tape");
   }
 }
 
@@ -243,7 +243,7 @@ static void tape_destroy(nb_tape *t) {
   free(t->buf);
   free(t->needs);
   free(t->views);
-  nb_arena_free(&t->arena);
+  nbcore_arena_free(&t->arena);
   free(t);
 }
 
@@ -262,21 +262,21 @@ static void release_tapes(nb_ctx *c) {
 /* ---- the public tape --------------------------------------------------------------------- */
 
 nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
-  if (!nb_live(c)) return NULL;
-  nb_grad_builtins_init(); /* recording asks the rules what they read */
+  if (!nbop_live(c)) return NULL;
+  nbad_grad_builtins_init(); /* recording asks the rules what they read */
   if (c->graph) {
-    nb_fail(c, NB_INVALID, "nb_tape_begin: tapes record eager ops; graph contexts use nb_gradients");
+    nbcore_fail(c, NB_INVALID, "nb_tape_begin: tapes record eager ops; graph contexts use nb_gradients");
     return NULL;
   }
-  if (!nb_grow_array((void **)&c->tapes, &c->tapes_cap, c->ntapes + 1, sizeof *c->tapes)) {
-    nb_fail(c, NB_NOMEM, "nb_tape_begin: out of memory");
+  if (!nbcore_grow_array((void **)&c->tapes, &c->tapes_cap, c->ntapes + 1, sizeof *c->tapes)) {
+    nbcore_fail(c, NB_NOMEM, "nb_tape_begin: out of memory");
     return NULL;
   }
   nb_tape *t = c->spare_tapes;
   if (t)
     c->spare_tapes = t->next_spare;
   else if (!(t = calloc(1, sizeof *t))) {
-    nb_fail(c, NB_NOMEM, "nb_tape_begin: out of memory");
+    nbcore_fail(c, NB_NOMEM, "nb_tape_begin: out of memory");
     return NULL;
   }
   t->c = c;
@@ -294,26 +294,26 @@ nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
 }
 
 void nb_tape_watch(nb_tape *t, nb_tensor *x) {
-  if (!t || !t->active || !x || !nb_live(t->c)) return;
+  if (!t || !t->active || !x || !nbop_live(t->c)) return;
   if (!x->buf) {
-    nb_fail(t->c, NB_INVALID, "nb_tape_watch: only concrete (eager) tensors can be watched");
+    nbcore_fail(t->c, NB_INVALID, "nb_tape_watch: only concrete (eager) tensors can be watched");
     return;
   }
-  if (track(t, x->id) < 0) nb_fail(t->c, NB_NOMEM, "nb_tape_watch: out of memory");
+  if (track(t, x->id) < 0) nbcore_fail(t->c, NB_NOMEM, "nb_tape_watch: out of memory");
 }
 
 void nb_tape_watch_variable(nb_tape *t, nb_variable *v) {
-  if (!t || !t->active || !nb_live(t->c)) return;
+  if (!t || !t->active || !nbop_live(t->c)) return;
   if (!v || v->freed)
-    nb_fail(t->c, NB_INVALID, "nb_tape_watch_variable: %s variable", v ? "a freed" : "NULL");
+    nbcore_fail(t->c, NB_INVALID, "nb_tape_watch_variable: %s variable", v ? "a freed" : "NULL");
   else if (!watch_variable(t, v))
-    nb_fail(t->c, NB_NOMEM, "nb_tape_watch_variable: out of memory");
+    nbcore_fail(t->c, NB_NOMEM, "nb_tape_watch_variable: out of memory");
 }
 
 int nb_tape_watched_variables(const nb_tape *t, nb_variable **out, int cap) {
   if (!t) return -1;
   if (cap < 0 || (cap > 0 && !out)) {
-    nb_fail(t->c, NB_INVALID, "nb_tape_watched_variables: out is NULL or cap %d is negative", cap);
+    nbcore_fail(t->c, NB_INVALID, "nb_tape_watched_variables: out is NULL or cap %d is negative", cap);
     return -1;
   }
   int n = 0;
@@ -344,19 +344,19 @@ void nb_tape_set_unconnected_zero(nb_tape *t, bool zero) {
 /* NB_INVALID, naming fn, when t's own backward pass runs (a gradient function called fn). */
 static nb_code check_not_running(const nb_tape *t, const char *fn) {
   if (!t->running) return NB_OK;
-  return nb_fail(t->c, NB_INVALID, "%s: the tape is in its backward pass (called from a gradient function)", fn);
+  return nbcore_fail(t->c, NB_INVALID, "%s: the tape is in its backward pass (called from a gradient function)", fn);
 }
 
 nb_code nb_tape_reset(nb_tape *t) {
   if (!t) return NB_INVALID;
-  if (!nb_live(t->c)) return nb_status(t->c);
-  if (!t->active) return nb_fail(t->c, NB_INVALID, "nb_tape_reset: the tape was ended");
+  if (!nbop_live(t->c)) return nb_status(t->c);
+  if (!t->active) return nbcore_fail(t->c, NB_INVALID, "nb_tape_reset: the tape was ended");
   nb_code code = check_not_running(t, "nb_tape_reset");
   if (code) return code;
   if (!t->recording)
-    return nb_fail(t->c, NB_INVALID,
-                   "nb_tape_reset: the tape is not recording (stopped, or a one-shot tape after its gradient); "
-                   "resume it first");
+    return nbcore_fail(t->c, NB_INVALID,
+                       "nb_tape_reset: the tape is not recording (stopped, or a one-shot tape after its gradient); "
+                       "resume it first");
   tape_reset(t);
   unwatch_variables(t);
   t->used = false;
@@ -384,7 +384,7 @@ void nb_tape_end(nb_tape *t) {
    owns the data, so the view borrows it: no handle, no reference count, nothing to free. */
 static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
   nb_tensor *x = &t->views[i]; /* made a view by ensure_scratch */
-  nb_borrowed_set(x, (nb_dtype)s->dtype, s->rank, s->shape, s->buf, s->id);
+  nbcore_borrowed_set(x, (nb_dtype)s->dtype, s->rank, s->shape, s->buf, s->id);
   return x;
 }
 
@@ -401,17 +401,17 @@ static nb_tensor *slot_view(nb_tape *t, const tape_slot *s, int32_t i) {
    (invoke_per_seed). */
 
 /* 1 + the input of def rewritten for a batched pass (axes or a permutation), 0 none. */
-static int rewritten_input(const nb_op_def *def) { return def->axis_input ? def->axis_input : def->perm_input; }
+static int rewritten_input(const nbop_def *def) { return def->axis_input ? def->axis_input : def->perm_input; }
 
 /* The op whose gradient function takes e's tensors with the seed dim: e's own (elementwise,
    batch_leading, or an op whose axes or permutation the tape kept), its batched_as op, or
    NULL (then once per seed). */
-static const nb_op_def *batched_def(const nb_tape *t, const tape_entry *e, nb_grad_fn *fn) {
+static const nbop_def *batched_def(const nb_tape *t, const tape_entry *e, nb_grad_fn *fn) {
   if (e->def->elementwise || e->def->batch_leading) return e->def;
   int r = rewritten_input(e->def);
   if (r) return t->slots[e->slot0 + r - 1].buf ? e->def : NULL;
-  const nb_op_def *as = e->def->batched_as ? nb_op_lookup(e->def->batched_as) : NULL;
-  return as && nb_grad_lookup(as, NULL, fn) == NB_GRAD_FN ? as : NULL;
+  const nbop_def *as = e->def->batched_as ? nbop_lookup(e->def->batched_as) : NULL;
+  return as && nbad_grad_lookup(as, NULL, fn) == NBAD_GRAD_FN ? as : NULL;
 }
 
 /* The rank an entry's tensors are padded to: the largest among them. */
@@ -436,7 +436,7 @@ static nb_tensor *batched_view(nb_tape *t, const tape_slot *s, int32_t i, int ra
   nb_tensor *x = slot_view(t, s, i);
   batched_dims(s, rank, tile ? t->batch : 1, dims);
   if (!s->buf) {
-    nb_borrowed_init(x, (nb_dtype)s->dtype, rank + 1, dims, NULL, s->id);
+    nbcore_borrowed_init(x, (nb_dtype)s->dtype, rank + 1, dims, NULL, s->id);
     return x;
   }
   int64_t one_dims[NB_MAX_RANK];
@@ -461,12 +461,12 @@ static nb_tensor *prefixed_perm(nb_tape *t, const tape_slot *s, int32_t i) {
 }
 
 /* Tensor i of e (inputs, then outputs) for its batched gradient, which is as's. */
-static nb_tensor *entry_view(nb_tape *t, const tape_entry *e, const nb_op_def *as, int32_t i, const bool *needs) {
+static nb_tensor *entry_view(nb_tape *t, const tape_entry *e, const nbop_def *as, int32_t i, const bool *needs) {
   const tape_slot *s = &t->slots[e->slot0 + i];
   if (i == e->def->axis_input - 1) return shifted_axes(t, s, i);
   if (i == e->def->perm_input - 1) return prefixed_perm(t, s, i);
   if (rewritten_input(e->def) || e->def->batch_leading)
-    return nb_is_float((nb_dtype)s->dtype) ? batched_view(t, s, i, s->rank, true) : slot_view(t, s, i);
+    return nbcore_is_float((nb_dtype)s->dtype) ? batched_view(t, s, i, s->rank, true) : slot_view(t, s, i);
   /* a batched_as op's gradient broadcasts an input without a gradient (one GEMM for
      x W's dx); elementwise gradients may pair tensors of equal shapes, so those tile all */
   bool tile = as == e->def || i >= e->nin || needs[i];
@@ -490,8 +490,8 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
     if (s) s->id = g->id;
     return s;
   }
-  nb_buffer_retain(g->buf);
-  nb_tensor *h = nb_handle_new(t->c, g->dtype, g->rank, g->shape, g->buf);
+  nbcore_buffer_retain(g->buf);
+  nb_tensor *h = nbcore_handle_new(t->c, g->dtype, g->rank, g->shape, g->buf);
   if (h) h->id = g->id;
   return h;
 }
@@ -499,17 +499,17 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
 /* have += g in place: possible when both are dense, the tape alone holds have's data, the shapes match, and
    no tape records the pass (which would need the addition as a recorded op). */
 static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
-  if (t->c->ntapes > 1 || t->recording || !have->buf || !g->buf || !nb_buffer_exclusive(have->buf) ||
+  if (t->c->ntapes > 1 || t->recording || !have->buf || !g->buf || !nbcore_buffer_exclusive(have->buf) ||
       have->dtype != g->dtype || have->size != g->size || have->rank != g->rank ||
       memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
     return false;
   if (g->dtype == NB_F32) {
-    float *a = nb_tdata(have);
-    const float *b = nb_tdata(g);
+    float *a = nbcore_tdata(have);
+    const float *b = nbcore_tdata(g);
     for (int64_t i = 0; i < g->size; i++) a[i] += b[i];
   } else {
-    double *a = nb_tdata(have);
-    const double *b = nb_tdata(g);
+    double *a = nbcore_tdata(have);
+    const double *b = nbcore_tdata(g);
     for (int64_t i = 0; i < g->size; i++) a[i] += b[i];
   }
   return true;
@@ -521,7 +521,7 @@ static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
 /* g itself when the running entry made it (a live handle of its scope, slot >= fresh_from)
    and has not kept it already, so nothing else holds it; else a handle of the tape's own. */
 static nb_tensor *take_or_own(nb_tape *t, nb_tensor *g, uint32_t fresh_from, nb_tensor *const *kept, int nkept) {
-  bool fresh = g->state == NB_HANDLE_LIVE && g->ctx == t->c && g->slot >= fresh_from;
+  bool fresh = g->state == NBCORE_HANDLE_LIVE && g->ctx == t->c && g->slot >= fresh_from;
   for (int k = 0; k < nkept && fresh; k++) fresh = kept[k] != g;
   return fresh ? g : own(t, g);
 }
@@ -565,7 +565,7 @@ static bool entry_dys(nb_tape *t, const tape_entry *e, nb_tensor **dys) {
 /* Float outputs without a gradient get zeros when a sibling has one, as in the graph pass. */
 static void zeros_for_missing_dys(nb_tape *t, const tape_entry *e, nb_tensor **outs, nb_tensor **dys) {
   for (int32_t o = 0; o < e->nout; o++)
-    if (!dys[o] && nb_is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(t->c, outs[o]);
+    if (!dys[o] && nbcore_is_float(outs[o]->dtype)) dys[o] = nb_zeros_like(t->c, outs[o]);
 }
 
 /* One input's dxs from every seed stacked as [K, x dims], zeros for seeds without one;
@@ -587,15 +587,15 @@ static nb_code invoke_per_seed(nb_tape *t, nb_grad_fn fn, const nb_fwd_op *op, n
   int64_t k = t->batch;
   int32_t nin = op->nin, nout = op->nout;
   /* every batched dy's rows [nout][k], every seed's dxs [nin][k], one call's dys and dxs */
-  nb_tensor **dy_rows = calloc((size_t)((nout + nin) * k + nb_grad_width(nin, nout)), sizeof *dy_rows);
-  if (!dy_rows) return nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  nb_tensor **dy_rows = calloc((size_t)((nout + nin) * k + nbad_grad_width(nin, nout)), sizeof *dy_rows);
+  if (!dy_rows) return nbcore_fail(t->c, NB_NOMEM, "tape: out of memory");
   nb_tensor **dx_rows = dy_rows + nout * k, **call = dx_rows + nin * k;
   nb_code code = NB_OK;
   for (int32_t o = 0; o < nout && !code; o++)
     if (dys[o] && dys[o]->rank == op->out[o]->rank + 1) code = nb_unpack(t->c, dys[o], 0, (int)k, dy_rows + o * k);
   for (int64_t j = 0; j < k && !code; j++) {
     for (int32_t o = 0; o < nout; o++) call[o] = dy_rows[o * k + j] ? dy_rows[o * k + j] : dys[o];
-    code = nb_grad_invoke(t->c, fn, op, call, call + nout);
+    code = nbad_grad_invoke(t->c, fn, op, call, call + nout);
     for (int32_t i = 0; i < nin; i++) dx_rows[i * k + j] = call[nout + i];
   }
   for (int32_t i = 0; i < nin && !code; i++) dxs[i] = stack_seeds(t, op->in[i], dx_rows + i * k, op->needs_grad[i]);
@@ -608,17 +608,17 @@ static nb_code invoke_per_seed(nb_tape *t, nb_grad_fn fn, const nb_fwd_op *op, n
    buf holds the entry's dys already (entry_dys). */
 static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor **buf, bool *needs) {
   nb_tensor **ins = buf, **outs = ins + e->nin, **dys = outs + e->nout, **dxs = dys + e->nout;
-  const nb_op_def *as = t->batch ? batched_def(t, e, &fn) : NULL;
+  const nbop_def *as = t->batch ? batched_def(t, e, &fn) : NULL;
   bool batched = as != NULL, per_seed = t->batch && !batched;
   for (int32_t o = 0; o < e->nout; o++) dys[o] = nb_densify(t->c, dys[o]); /* gradient functions take dense dys */
   /* e's slots, valid until an op runs: a pass its tape records appends slots, which may move them */
   const tape_slot *s = &t->slots[e->slot0];
-  for (int32_t i = 0; i < e->nin; i++) needs[i] = nb_is_float((nb_dtype)s[i].dtype) && s[i].value >= 0;
+  for (int32_t i = 0; i < e->nin; i++) needs[i] = nbcore_is_float((nb_dtype)s[i].dtype) && s[i].value >= 0;
   for (int32_t i = 0; i < e->nin + e->nout; i++)
     ins[i] = batched ? entry_view(t, e, as, i, needs) : slot_view(t, &s[i], i);
   zeros_for_missing_dys(t, e, outs, dys);
   nb_fwd_op op = {batched ? as : e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
-  nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nb_grad_invoke(t->c, fn, &op, dys, dxs);
+  nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nbad_grad_invoke(t->c, fn, &op, dys, dxs);
   if (!code && batched) unbatch_dxs(t, &t->slots[e->slot0], e->nin, needs, dxs);
   nb_tensor **kept = ins; /* reused: the new gradients held, which must survive the scope */
   int nkept = 0;
@@ -640,7 +640,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
 static int32_t widest(const nb_tape *t) {
   int32_t w = 0;
   for (int32_t i = 0; i < t->nentries; i++) {
-    int32_t need = nb_grad_width(t->entries[i].nin, t->entries[i].nout);
+    int32_t need = nbad_grad_width(t->entries[i].nin, t->entries[i].nout);
     if (need > w) w = need;
   }
   return w;
@@ -656,7 +656,7 @@ static bool ensure_scratch(nb_tape *t, int32_t w) {
   nb_tensor *views = needs ? realloc(t->views, (size_t)w * sizeof *views) : NULL;
   if (views) t->views = views;
   if (!views) return false;
-  for (int32_t i = 0; i < w; i++) nb_borrowed_init(&views[i], NB_F32, 0, NULL, NULL, 0);
+  for (int32_t i = 0; i < w; i++) nbcore_borrowed_init(&views[i], NB_F32, 0, NULL, NULL, 0);
   t->buf_cap = w;
   return true;
 }
@@ -666,24 +666,24 @@ static bool ensure_scratch(nb_tape *t, int32_t w) {
    gradients that later entries allocate. */
 static void release_saved(nb_tape *t, const tape_entry *e) {
   for (int32_t i = e->slot0; i < e->slot0 + e->nin + e->nout; i++) {
-    nb_buffer_release(t->c, t->slots[i].buf);
+    nbcore_buffer_release(t->c, t->slots[i].buf);
     t->slots[i].buf = NULL;
   }
 }
 
 static nb_code run_backward(nb_tape *t) {
-  nb_code code = ensure_scratch(t, widest(t) + 1) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  nb_code code = ensure_scratch(t, widest(t) + 1) ? NB_OK : nbcore_fail(t->c, NB_NOMEM, "tape: out of memory");
   nb_tensor **buf = t->buf;
   bool *needs = t->needs;
   for (int32_t i = t->nentries - 1; i >= 0 && !code; i--) {
     const tape_entry entry = t->entries[i], *e = &entry; /* a copy: recording this pass may move the entries */
     if (!entry_dys(t, e, buf + e->nin + e->nout)) continue;
     nb_grad_fn fn;
-    nb_grad_kind kind = nb_grad_lookup(e->def, NULL, &fn);
-    if (kind == NB_GRAD_STOP) continue;
-    if (kind == NB_GRAD_NONE) {
-      code = nb_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
-                     e->def->name);
+    nbad_grad_kind kind = nbad_grad_lookup(e->def, NULL, &fn);
+    if (kind == NBAD_GRAD_STOP) continue;
+    if (kind == NBAD_GRAD_NONE) {
+      code = nbcore_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
+                         e->def->name);
       break;
     }
     int32_t depth = t->c->nscopes;
@@ -697,10 +697,10 @@ static nb_code run_backward(nb_tape *t) {
 }
 
 static nb_code check_list(nb_tape *t, const char *what, nb_tensor *const *xs, int n, bool allow_null) {
-  if (n < 0 || (n > 0 && !xs)) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: %s is NULL or has negative length", what);
+  if (n < 0 || (n > 0 && !xs)) return nbcore_fail(t->c, NB_INVALID, "nb_tape_gradient: %s is NULL or has negative length", what);
   for (int i = 0; i < n; i++)
     if (xs[i] ? !xs[i]->buf : !allow_null)
-      return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: %s[%d] is not a concrete tensor", what, i);
+      return nbcore_fail(t->c, NB_INVALID, "nb_tape_gradient: %s[%d] is not a concrete tensor", what, i);
   return NB_OK;
 }
 
@@ -720,20 +720,20 @@ static bool empty_grads(nb_tape *t) {
   return true;
 }
 
-nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
+nb_code nbad_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                         nb_tensor *const *output_grads, nb_tensor **out) {
   nb_code code = check_not_running(t, "nb_tape_gradient");
   if (code) return code;
-  code = empty_grads(t) ? NB_OK : nb_fail(t->c, NB_NOMEM, "tape: out of memory");
+  code = empty_grads(t) ? NB_OK : nbcore_fail(t->c, NB_NOMEM, "tape: out of memory");
   int32_t covered = t->nvalues; /* the values this pass has gradients for */
   bool was_recording = t->recording;
   t->recording = false; /* the seeds are constants */
   t->running = true;
-  nb_grad_builtins_init();
+  nbad_grad_builtins_init();
   nb_scope_begin(t->c);
   for (int i = 0; i < nt && !code; i++) {
     int32_t v = tracked_value(t, targets[i]->id);
-    if (!nb_is_float(targets[i]->dtype) || v < 0) continue;
+    if (!nbcore_is_float(targets[i]->dtype) || v < 0) continue;
     nb_tensor *seed = output_grads && output_grads[i] ? output_grads[i] : nb_ones_like(t->c, targets[i]), *owned, *old;
     code = seed ? accumulate(t, v, seed, UINT32_MAX, NULL, 0, &owned, &old) : nb_status(t->c);
   }
@@ -747,7 +747,7 @@ nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *co
   for (int i = 0; i < ns; i++) {
     int32_t v = code ? -1 : tracked_value(t, sources[i]->id);
     if (v >= covered) v = -1; /* watched during the pass (by a custom gradient function) */
-    out[i] = v < 0 || !nb_is_float(sources[i]->dtype) ? NULL : t->grads[v];
+    out[i] = v < 0 || !nbcore_is_float(sources[i]->dtype) ? NULL : t->grads[v];
     if (!code && !t->batch && !out[i] && t->unconnected_zero) out[i] = nb_zeros_like(t->c, sources[i]);
     for (int j = 0; j < i && out[i]; j++) /* a source listed twice gets a handle of its own */
       if (out[j] == out[i]) out[i] = own(t, out[i]);
@@ -761,7 +761,7 @@ nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *co
 }
 
 /* As TF's, a one-shot tape also stops recording: nothing could use what it recorded. */
-void nb_tape_spend(nb_tape *t) {
+void nbad_tape_spend(nb_tape *t) {
   if (t->persistent) return;
   t->used = true;
   t->recording = false;
@@ -770,27 +770,27 @@ void nb_tape_spend(nb_tape *t) {
 
 static nb_code tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                              nb_tensor *const *output_grads, nb_tensor **out) {
-  if (!nb_live(t->c)) return nb_status(t->c); /* t checked and out cleared by nb_tape_gradient */
-  if (ns > 0 && !out) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: out is NULL");
-  if (!t->active) return nb_fail(t->c, NB_INVALID, "nb_tape_gradient: the tape was ended");
+  if (!nbop_live(t->c)) return nb_status(t->c); /* t checked and out cleared by nb_tape_gradient */
+  if (ns > 0 && !out) return nbcore_fail(t->c, NB_INVALID, "nb_tape_gradient: out is NULL");
+  if (!t->active) return nbcore_fail(t->c, NB_INVALID, "nb_tape_gradient: the tape was ended");
   if (t->used && !t->persistent)
-    return nb_fail(t->c, NB_INVALID,
-                   "nb_tape_gradient: a non-persistent tape can be used for one gradient computation only; "
-                   "begin it with persistent = 1 to call it again");
+    return nbcore_fail(t->c, NB_INVALID,
+                       "nb_tape_gradient: a non-persistent tape can be used for one gradient computation only; "
+                       "begin it with persistent = 1 to call it again");
   /* bad arguments leave a one-shot tape usable */
   nb_code code = check_list(t, "targets", targets, nt, false);
   if (!code) code = check_list(t, "sources", sources, ns, false);
   if (!code && output_grads) code = check_list(t, "output_grads", output_grads, nt, true);
   for (int i = 0; !code && output_grads && i < nt; i++)
     if (output_grads[i] && (output_grads[i]->dtype != targets[i]->dtype || !nbg_same_shape(output_grads[i], targets[i])))
-      code = nb_fail(t->c, NB_SHAPE, "nb_tape_gradient: output_grads[%d] is %s %s, target %d is %s %s", i,
-                     nb_dtype_name(output_grads[i]->dtype), nb_tstr(output_grads[i]), i,
-                     nb_dtype_name(targets[i]->dtype), nb_tstr(targets[i]));
+      code = nbcore_fail(t->c, NB_SHAPE, "nb_tape_gradient: output_grads[%d] is %s %s, target %d is %s %s", i,
+                         nb_dtype_name(output_grads[i]->dtype), nbop_tstr(output_grads[i]), i,
+                         nb_dtype_name(targets[i]->dtype), nbop_tstr(targets[i]));
   if (code) return code;
   t->last_pass = !t->persistent;
-  code = nb_tape_run(t, targets, nt, sources, ns, output_grads, out);
+  code = nbad_tape_run(t, targets, nt, sources, ns, output_grads, out);
   t->last_pass = false;
-  nb_tape_spend(t);
+  nbad_tape_spend(t);
   return code;
 }
 
@@ -802,7 +802,7 @@ nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tenso
   nb_tensor *const *dense;
   nb_tensor **owned;
   for (int i = 0; out && i < ns; i++) out[i] = NULL;
-  nb_code code = nb_densify_list(t->c, targets, nt, &dense, &owned);
+  nb_code code = nbop_densify_list(t->c, targets, nt, &dense, &owned);
   if (!code) code = tape_gradient(t, dense, nt, sources, ns, output_grads, out);
   free(owned);
   return code;
@@ -813,17 +813,17 @@ nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_
                               nb_tensor **out) {
   if (!t) return NB_INVALID;
   for (int i = 0; out && i < nv; i++) out[i] = NULL;
-  if (!nb_live(t->c)) return nb_status(t->c);
+  if (!nbop_live(t->c)) return nb_status(t->c);
   if (nv < 0 || (nv > 0 && (!vars || !out)))
-    return nb_fail(t->c, NB_INVALID, "nb_tape_gradient_vars: vars or out is NULL, or nv is negative");
+    return nbcore_fail(t->c, NB_INVALID, "nb_tape_gradient_vars: vars or out is NULL, or nv is negative");
   nb_tensor *small[16], **src = nv <= 16 ? small : malloc((size_t)nv * sizeof *src);
-  if (!src) return nb_fail(t->c, NB_NOMEM, "nb_tape_gradient_vars: out of memory");
+  if (!src) return nbcore_fail(t->c, NB_NOMEM, "nb_tape_gradient_vars: out of memory");
   nb_code code = NB_OK;
   for (int i = 0; i < nv; i++) src[i] = NULL;
   for (int i = 0; i < nv && !code; i++) {
     if (!vars[i] || vars[i]->freed)
-      code = nb_fail(t->c, NB_INVALID, "nb_tape_gradient_vars: vars[%d] is %s", i, vars[i] ? "freed" : "NULL");
-    else if (!(src[i] = nb_variable_handle(t->c, vars[i])))
+      code = nbcore_fail(t->c, NB_INVALID, "nb_tape_gradient_vars: vars[%d] is %s", i, vars[i] ? "freed" : "NULL");
+    else if (!(src[i] = nbcore_variable_handle(t->c, vars[i])))
       code = nb_status(t->c);
   }
   if (!code) code = nb_tape_gradient(t, targets, nt, src, nv, NULL, out);

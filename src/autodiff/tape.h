@@ -1,13 +1,13 @@
 /* The eager tape's layout, shared by tape.c (recording and the backward pass) and
    jacobian.c (Jacobians built from batched backward passes). */
-#ifndef NB_TAPE_H
-#define NB_TAPE_H
+#ifndef NBAD_TAPE_H
+#define NBAD_TAPE_H
 
 #include "autodiff.h"
 
 typedef struct tape_slot {
   uint64_t id;
-  nb_buffer *buf;          /* kept data, or NULL when the gradient reads only the shape */
+  nbcore_buffer *buf;      /* kept data, or NULL when the gradient reads only the shape */
   const int64_t *shape;    /* rank dims, in the tape's arena */
   int32_t value;           /* the tape's number for the tensor (its gradient's index in the
                               backward pass): an output's own; an input's when the tape
@@ -16,8 +16,8 @@ typedef struct tape_slot {
 } tape_slot;
 
 typedef struct tape_entry {
-  const nb_op_def *def;
-  nb_attrval *attr;        /* in the tape's arena; NULL without attrs */
+  const nbop_def *def;
+  nbop_attrval *attr;      /* in the tape's arena; NULL without attrs */
   int32_t slot0, nin, nout;
 } tape_entry;
 
@@ -67,7 +67,7 @@ struct nb_tape {
   int32_t nentries, entries_cap;
   tape_slot *slots;
   int32_t nslots, slots_cap;
-  nb_arena arena;          /* attr values and lists */
+  nbcore_arena arena;      /* attr values and lists */
   nb_tensor **buf;         /* backward scratch: handles of one entry */
   bool *needs;
   nb_tensor *views;        /* borrowed views of one entry's saved tensors */
@@ -80,9 +80,9 @@ struct nb_tape {
 
 /* One backward pass: out[i] = d(sum of targets, weighted by output_grads)/d sources[i];
    with t->batch set, every gradient carries the leading seed dim. */
-nb_code nb_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
-                    nb_tensor *const *output_grads, nb_tensor **out);
+nb_code nbad_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
+                      nb_tensor *const *output_grads, nb_tensor **out);
 /* A one-shot tape's records are spent after one gradient computation: frees them. */
-void nb_tape_spend(nb_tape *t);
+void nbad_tape_spend(nb_tape *t);
 
 #endif

@@ -4,25 +4,25 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define NB_ARENA_BLOCK (64 * 1024)
+#define NBCORE_ARENA_BLOCK (64 * 1024)
 
-struct nb_arena_block {
-  nb_arena_block *next;
+struct nbcore_arena_block {
+  nbcore_arena_block *next;
   size_t used, cap;
   _Alignas(16) char data[];
 };
 
 /* Allocates from the cursor block, moving on to the next block (kept by a reset) or a new
    one at the end when it is full. */
-void *nb_arena_alloc(nb_arena *a, size_t bytes) {
+void *nbcore_arena_alloc(nbcore_arena *a, size_t bytes) {
   bytes = (bytes + 15) & ~(size_t)15;
   while (a->cursor && a->cursor->cap - a->cursor->used < bytes && a->cursor->next) a->cursor = a->cursor->next;
-  nb_arena_block *b = a->cursor;
+  nbcore_arena_block *b = a->cursor;
   if (!b || b->cap - b->used < bytes) {
-    size_t cap = bytes > NB_ARENA_BLOCK ? bytes : NB_ARENA_BLOCK;
-    nb_arena_block *fresh = malloc(sizeof *fresh + cap);
+    size_t cap = bytes > NBCORE_ARENA_BLOCK ? bytes : NBCORE_ARENA_BLOCK;
+    nbcore_arena_block *fresh = malloc(sizeof *fresh + cap);
     if (!fresh) return NULL;
-    *fresh = (nb_arena_block){NULL, 0, cap};
+    *fresh = (nbcore_arena_block){NULL, 0, cap};
     if (b)
       b->next = fresh;
     else
@@ -34,28 +34,28 @@ void *nb_arena_alloc(nb_arena *a, size_t bytes) {
   return p;
 }
 
-char *nb_arena_strdup(nb_arena *a, const char *s) {
+char *nbcore_arena_strdup(nbcore_arena *a, const char *s) {
   size_t n = strlen(s) + 1;
-  char *d = nb_arena_alloc(a, n);
+  char *d = nbcore_arena_alloc(a, n);
   if (d) memcpy(d, s, n);
   return d;
 }
 
-void nb_arena_reset(nb_arena *a) {
-  for (nb_arena_block *b = a->first; b; b = b->next) b->used = 0;
+void nbcore_arena_reset(nbcore_arena *a) {
+  for (nbcore_arena_block *b = a->first; b; b = b->next) b->used = 0;
   a->cursor = a->first;
 }
 
-void nb_arena_free(nb_arena *a) {
+void nbcore_arena_free(nbcore_arena *a) {
   while (a->first) {
-    nb_arena_block *b = a->first;
+    nbcore_arena_block *b = a->first;
     a->first = b->next;
     free(b);
   }
   a->cursor = NULL;
 }
 
-bool nb_grow_array(void **arr, int32_t *cap, int32_t need, size_t elem) {
+bool nbcore_grow_array(void **arr, int32_t *cap, int32_t need, size_t elem) {
   if (need <= *cap) return true;
   if (need > INT32_MAX / 2) return false; /* doubling past it would overflow n */
   int32_t n = *cap ? *cap : 64;

@@ -1,6 +1,6 @@
 /* Internal core: tensors, buffers, contexts, status, shapes. Not part of the public API. */
-#ifndef NB_CORE_H
-#define NB_CORE_H
+#ifndef NBCORE_H
+#define NBCORE_H
 
 #include "nabla.h"
 
@@ -8,43 +8,43 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define NB_ERR_CAP 512
-#define NB_ALIGN 64       /* blocks start on a cache line */
-#define NB_DATA_OFFSET 32 /* data follows the header within the block's first line: a small
+#define NBCORE_ERR_CAP 512
+#define NBCORE_ALIGN 64   /* blocks start on a cache line */
+#define NBCORE_DATA_OFFSET 32 /* data follows the header within the block's first line: a small
                              tensor's header and data are one cache miss, not two (the backward
                              pass reads saved tensors long after they were made). Data stays
                              32-byte aligned, what AVX2 loads want. */
 
-#define NB_VIEW_CLASS (-2) /* nb_buffer.size_class of a view of part of another block */
+#define NBCORE_VIEW_CLASS (-2) /* nbcore_buffer.size_class of a view of part of another block */
 
 /* A reference-counted data block. Header and data share one allocation, except for a
-   view (nb_buffer_view), whose data lies in the block it holds in next. */
-typedef struct nb_buffer {
+   view (nbcore_buffer_view), whose data lies in the block it holds in next. */
+typedef struct nbcore_buffer {
   atomic_int refs;
-  int size_class;          /* pool class, -1 when too large to pool, or NB_VIEW_CLASS */
+  int size_class;          /* pool class, -1 when too large to pool, or NBCORE_VIEW_CLASS */
   size_t cap;              /* usable bytes */
-  struct nb_buffer *next;  /* free-list link while pooled; a view's block */
+  struct nbcore_buffer *next; /* free-list link while pooled; a view's block */
   void *data;
-} nb_buffer;
+} nbcore_buffer;
 
 /* POOLED: released (src/core/handles.c keeps its memory). BORROWED: a view filled in place
    by its owner (a tape's saved tensor during a backward pass); it holds no buffer reference
    and nb_tensor_free ignores it. PART: a detached handle an IndexedSlices handle owns;
    nb_tensor_free ignores it too, the slices' release frees it. */
 typedef enum {
-  NB_HANDLE_LIVE, NB_HANDLE_POOLED, NB_HANDLE_DETACHED, NB_HANDLE_BORROWED, NB_HANDLE_PART
-} nb_handle_state;
+  NBCORE_HANDLE_LIVE, NBCORE_HANDLE_POOLED, NBCORE_HANDLE_DETACHED, NBCORE_HANDLE_BORROWED, NBCORE_HANDLE_PART
+} nbcore_handle_state;
 
 struct nb_tensor {
   nb_ctx *ctx;             /* owner; NULL when detached (owned by a graph or the caller) */
   uint32_t slot;           /* index in ctx->handles */
   uint8_t kept;            /* scratch flag for nb_scope_end */
-  uint8_t state;           /* nb_handle_state */
+  uint8_t state;           /* nbcore_handle_state */
   nb_dtype dtype;
   int rank;                /* -1: unknown (symbolic only) */
   int64_t shape[NB_MAX_RANK]; /* -1 dims: unknown (symbolic only) */
   int64_t size;            /* number of elements; -1 when unknown */
-  nb_buffer *buf;          /* data; NULL for a symbolic tensor */
+  nbcore_buffer *buf;      /* data; NULL for a symbolic tensor */
   /* symbolic tensors: output `out` of node `node` in `graph`, and its value when it is
      known at build time (a constant or a folded op) */
   struct nb_graph *graph;
@@ -58,33 +58,33 @@ struct nb_tensor {
   nb_tensor *slice_values, *slice_indices;
 };
 
-#define NB_POOL_CLASSES 27 /* 64 B .. 4 GiB in powers of two; larger is not pooled */
+#define NBCORE_POOL_CLASSES 27 /* 64 B .. 4 GiB in powers of two; larger is not pooled */
 
 /* Released handles, oldest first (src/core/handles.c). */
-typedef struct nb_handle_queue {
+typedef struct nbcore_handle_queue {
   nb_tensor *head, *tail;
   uint32_t n;
-} nb_handle_queue;
+} nbcore_handle_queue;
 
-typedef struct nb_pool {
-  nb_buffer *free[NB_POOL_CLASSES];
+typedef struct nbcore_pool {
+  nbcore_buffer *free[NBCORE_POOL_CLASSES];
   size_t cached_bytes;
-  nb_handle_queue handles;
-} nb_pool;
+  nbcore_handle_queue handles;
+} nbcore_pool;
 
-struct nb_kargs;
-struct nb_meta;
+struct nbop_kargs;
+struct nbop_meta;
 
 /* What a context does with an op once its inputs are checked and outputs inferred:
    eager contexts run the kernel, graph contexts add a node. */
-typedef nb_code (*nb_execute_fn)(nb_ctx *c, struct nb_kargs *k, nb_tensor **out);
+typedef nb_code (*nbcore_execute_fn)(nb_ctx *c, struct nbop_kargs *k, nb_tensor **out);
 
 struct nb_tape;
 
 struct nb_ctx {
-  nb_execute_fn execute;
+  nbcore_execute_fn execute;
   /* Eager contexts with active tapes: called after each op ran, to record it. */
-  void (*record)(nb_ctx *c, struct nb_kargs *k, nb_tensor *const *out);
+  void (*record)(nb_ctx *c, struct nbop_kargs *k, nb_tensor *const *out);
   /* Eager contexts with tapes: called when a trainable variable is read, so tapes that
      watch accessed variables watch it. */
   void (*watch_read)(nb_ctx *c, nb_variable *v);
@@ -97,7 +97,7 @@ struct nb_ctx {
   void (*release_tapes)(nb_ctx *c); /* frees the tapes when the context goes */
   /* Graph contexts infer through this hook (constants substituted, unknown shapes
      deferred); NULL: the op's own infer. */
-  nb_code (*infer)(nb_ctx *c, struct nb_kargs *k);
+  nb_code (*infer)(nb_ctx *c, struct nbop_kargs *k);
   struct nb_graph *graph;  /* the graph a graph context builds; NULL when eager */
   /* Graph contexts turn concrete values made by nb_tensor_from/nb_scalar into Const nodes. */
   nb_tensor *(*constant)(nb_ctx *c, nb_tensor *value);
@@ -106,7 +106,7 @@ struct nb_ctx {
   nb_tensor **subst;       /* graph contexts: inputs with known values substituted */
   int32_t subst_cap;
   nb_code status;
-  char error[NB_ERR_CAP];
+  char error[NBCORE_ERR_CAP];
   int threads;
   nb_tensor **handles;     /* live handles of every open scope, oldest first */
   uint32_t nhandles, handles_cap;
@@ -114,73 +114,73 @@ struct nb_ctx {
   uint32_t *scopes;        /* scope marks: handle count at nb_scope_begin */
   int nscopes, scopes_cap;
   int scope_floor;         /* scopes nb_scope_end may not close: those open when the running
-                              callback was called (nb_scope_enter_callback) */
-  nb_pool pool;
+                              callback was called (nbcore_scope_enter_callback) */
+  nbcore_pool pool;
   /* When set, data blocks come from and return to this context's pool instead: a session
      running a function graph for a kernel of that context (While, If), so the blocks
      cycle between the two instead of ending in malloc's hands each iteration. */
   struct nb_ctx *blocks_from;
-  struct nb_meta *metas;   /* inference output scratch, grown to the widest op */
+  struct nbop_meta *metas; /* inference output scratch, grown to the widest op */
   int metas_cap;
 };
 
 /* Bump arenas: many small allocations freed together (names, attrs, lists). */
-typedef struct nb_arena_block nb_arena_block;
-typedef struct nb_arena {
-  nb_arena_block *first, *cursor;
-} nb_arena;
-void *nb_arena_alloc(nb_arena *a, size_t bytes);
-char *nb_arena_strdup(nb_arena *a, const char *s);
-void nb_arena_reset(nb_arena *a); /* empties it, keeping its blocks */
-void nb_arena_free(nb_arena *a);
+typedef struct nbcore_arena_block nbcore_arena_block;
+typedef struct nbcore_arena {
+  nbcore_arena_block *first, *cursor;
+} nbcore_arena;
+void *nbcore_arena_alloc(nbcore_arena *a, size_t bytes);
+char *nbcore_arena_strdup(nbcore_arena *a, const char *s);
+void nbcore_arena_reset(nbcore_arena *a); /* empties it, keeping its blocks */
+void nbcore_arena_free(nbcore_arena *a);
 /* Grows *arr (of elem-sized items, capacity *cap) to hold need items; false when out of memory. */
-bool nb_grow_array(void **arr, int32_t *cap, int32_t need, size_t elem);
+bool nbcore_grow_array(void **arr, int32_t *cap, int32_t need, size_t elem);
 
 /* status */
-nb_code nb_fail(nb_ctx *c, nb_code code, const char *fmt, ...)
+nb_code nbcore_fail(nb_ctx *c, nb_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-nb_code nb_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, va_list ap);
+nb_code nbcore_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, va_list ap);
 /* Settles the code a user callback returned (who names it: "nb_while: body"): a failure
    that left c's status unset records one with a message naming the callback, so every
    failed call carries a message. Returns code, or c's status when code is NB_OK. */
-nb_code nb_callback_code(nb_ctx *c, const char *who, nb_code code);
+nb_code nbcore_callback_code(nb_ctx *c, const char *who, nb_code code);
 
 /* The bits of a pointer (n bytes at obj: a data or function pointer), for the int attrs
    that carry functions, variables and callbacks: copied, not converted. */
-static inline int64_t nb_bits_of(const void *obj, size_t n) {
+static inline int64_t nbcore_bits_of(const void *obj, size_t n) {
   int64_t bits = 0;
   memcpy(&bits, obj, n < sizeof bits ? n : sizeof bits);
   return bits;
 }
 
 /* buffers and handles */
-nb_buffer *nb_buffer_new(nb_ctx *c, size_t bytes);
-void nb_buffer_retain(nb_buffer *b);
+nbcore_buffer *nbcore_buffer_new(nb_ctx *c, size_t bytes);
+void nbcore_buffer_retain(nbcore_buffer *b);
 /* bytes of parent's data from offset, without copying; holds parent. NULL when out of memory. */
-nb_buffer *nb_buffer_view(nb_buffer *parent, size_t offset, size_t bytes);
+nbcore_buffer *nbcore_buffer_view(nbcore_buffer *parent, size_t offset, size_t bytes);
 /* Whether writing b in place changes no one else's value: its only reference, not a view. */
-static inline bool nb_buffer_exclusive(nb_buffer *b) {
-  return b->size_class != NB_VIEW_CLASS && atomic_load_explicit(&b->refs, memory_order_acquire) == 1;
+static inline bool nbcore_buffer_exclusive(nbcore_buffer *b) {
+  return b->size_class != NBCORE_VIEW_CLASS && atomic_load_explicit(&b->refs, memory_order_acquire) == 1;
 }
-void nb_buffer_release(nb_ctx *c, nb_buffer *b);
+void nbcore_buffer_release(nb_ctx *c, nbcore_buffer *b);
 /* Frees the pooled blocks of p and hands its released handles to the process's queue. */
-void nb_pool_clear(nb_pool *p);
+void nbcore_pool_clear(nbcore_pool *p);
 /* Handle memory (src/core/handles.c), never returned to malloc. take: a released handle of
    q past its quarantine, else of the process's queue, else a new one (NULL when out of
    memory); put: appends x (marked released) to q; give_back: empties q into the process's
    queue. The _shared forms use the process's queue (detached handles), under a lock. */
-#define NB_HANDLE_QUARANTINE 64 /* releases a queue holds before it reuses a handle */
-nb_tensor *nb_handle_take_shared(void);
-void nb_handle_put_shared(nb_tensor *x);
-void nb_handle_give_back(nb_handle_queue *q);
-static inline nb_tensor *nb_handle_take(nb_handle_queue *q) { /* inline: every op's output */
-  if (q->n <= NB_HANDLE_QUARANTINE) return nb_handle_take_shared();
+#define NBCORE_HANDLE_QUARANTINE 64 /* releases a queue holds before it reuses a handle */
+nb_tensor *nbcore_handle_take_shared(void);
+void nbcore_handle_put_shared(nb_tensor *x);
+void nbcore_handle_give_back(nbcore_handle_queue *q);
+static inline nb_tensor *nbcore_handle_take(nbcore_handle_queue *q) { /* inline: every op's output */
+  if (q->n <= NBCORE_HANDLE_QUARANTINE) return nbcore_handle_take_shared();
   nb_tensor *x = q->head;
   q->head = x->next_free;
   q->n--; /* the quarantine keeps the queue nonempty: tail stays valid */
   return x;
 }
-static inline void nb_handle_put(nb_handle_queue *q, nb_tensor *x) {
+static inline void nbcore_handle_put(nbcore_handle_queue *q, nb_tensor *x) {
   x->next_free = NULL;
   if (q->tail)
     q->tail->next_free = x;
@@ -190,85 +190,85 @@ static inline void nb_handle_put(nb_handle_queue *q, nb_tensor *x) {
   q->n++;
 }
 /* Whether x was released: an op given it fails instead of reading it. */
-static inline bool nb_released(const nb_tensor *x) { return x->state == NB_HANDLE_POOLED; }
+static inline bool nbcore_released(const nb_tensor *x) { return x->state == NBCORE_HANDLE_POOLED; }
 /* A user callback's view of c's scopes: enter before calling it, leave after. Leaving
    closes the scopes the callback left open, keeping keep[0..nkeep) (its results), and then
    fails with NB_INVALID ("<who> left 1 scope open"); meanwhile nb_scope_end cannot close
    scopes opened before the callback. */
-typedef struct nb_scope_frame {
+typedef struct nbcore_scope_frame {
   int depth, floor;
-} nb_scope_frame;
-nb_scope_frame nb_scope_enter_callback(nb_ctx *c);
-nb_code nb_scope_leave_callback(nb_ctx *c, nb_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
-                                ...) __attribute__((format(printf, 5, 6)));
+} nbcore_scope_frame;
+nbcore_scope_frame nbcore_scope_enter_callback(nb_ctx *c);
+nb_code nbcore_scope_leave_callback(nb_ctx *c, nbcore_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
+                                    ...) __attribute__((format(printf, 5, 6)));
 /* Frees every handle and pooled block of c (the end of a context). */
-void nb_ctx_release_all(nb_ctx *c);
+void nbcore_ctx_release_all(nb_ctx *c);
 /* A new handle registered in c's current scope; buf is taken over (may be NULL). */
-nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
+nb_tensor *nbcore_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf);
 /* Fills x as a borrowed view of buf (no reference taken) with the given id. */
-void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id);
-/* Points a view made by nb_borrowed_init elsewhere: only the fields views differ in (a
+void nbcore_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf, uint64_t id);
+/* Points a view made by nbcore_borrowed_init elsewhere: only the fields views differ in (a
    tape refills its views for every entry of a backward pass). */
-void nb_borrowed_set(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id);
+void nbcore_borrowed_set(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf, uint64_t id);
 /* A fresh process-unique tensor id (never 0). */
-uint64_t nb_next_tensor_id(void);
+uint64_t nbcore_next_tensor_id(void);
 /* A handle owned by no context, sharing buf (taken over). Freed with nb_tensor_free. */
-nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf);
+nb_tensor *nbcore_detached_new(nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf);
 /* A part for IndexedSlices: a copy of dense x under x's id (a reference to its data, or
    the same node) in state PART. NULL when out of memory. */
-nb_tensor *nb_detached_copy(const nb_tensor *x);
+nb_tensor *nbcore_detached_copy(const nb_tensor *x);
 /* Detached IndexedSlices of like's dtype and shape owning the detached parts given (they
    become PART; freed on failure: NULL when out of memory). */
-nb_tensor *nb_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tensor *indices);
+nb_tensor *nbcore_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tensor *indices);
 /* x (a dense detached handle, as sessions return) made a handle of c's current scope, so
    that its last release returns the block to c's pool instead of to malloc; other handles
    are left alone. Returns x, or NULL when out of memory (x released). */
-nb_tensor *nb_adopt_detached(nb_ctx *c, nb_tensor *x);
+nb_tensor *nbcore_adopt_detached(nb_ctx *c, nb_tensor *x);
 /* Kernel scratch from c's block pool: after warm-up no malloc and no fresh pages (large
    malloc blocks go back to the kernel on free and fault in again on every call). NULL when
-   out of memory; nb_scratch_free(c, NULL) does nothing. */
-void *nb_scratch_alloc(nb_ctx *c, size_t bytes);
-void nb_scratch_free(nb_ctx *c, void *p);
+   out of memory; nbcore_scratch_free(c, NULL) does nothing. */
+void *nbcore_scratch_alloc(nb_ctx *c, size_t bytes);
+void nbcore_scratch_free(nb_ctx *c, void *p);
 /* Allocates a concrete tensor with uninitialized data. */
-nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape);
-static inline void *nb_tdata(const nb_tensor *x) { return x->buf ? x->buf->data : NULL; }
+nb_tensor *nbcore_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape);
+static inline void *nbcore_tdata(const nb_tensor *x) { return x->buf ? x->buf->data : NULL; }
 
-static inline bool nb_is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
+static inline bool nbcore_is_float(nb_dtype t) { return t == NB_F32 || t == NB_F64; }
 
 /* shapes */
-int64_t nb_shape_size(int rank, const int64_t *shape);
+int64_t nbcore_shape_size(int rank, const int64_t *shape);
 /* Whether the rank and every dim are known (not -1). */
-static inline bool nb_dims_known(int rank, const int64_t *shape) { /* inline: every dispatch asks */
+static inline bool nbcore_dims_known(int rank, const int64_t *shape) { /* inline: every dispatch asks */
   if (rank < 0) return false;
   for (int i = 0; i < rank; i++)
     if (shape[i] < 0) return false;
   return true;
 }
 /* Writes "[2,3]" (or "[]" for a scalar) into buf; returns buf. */
-char *nb_shape_str(char *buf, size_t cap, int rank, const int64_t *shape);
+char *nbcore_shape_str(char *buf, size_t cap, int rank, const int64_t *shape);
 /* NumPy broadcasting of two shapes; false when incompatible. */
-bool nb_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb,
-                        int *rout, int64_t *sout);
+bool nbcore_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb,
+                            int *rout, int64_t *sout);
 /* Normalizes axis in [-rank, rank) to [0, rank); false when out of range. */
-bool nb_norm_axis(int64_t axis, int rank, int *out);
-bool nb_shape_checked_size(int rank, const int64_t *shape, int64_t *size);
+bool nbcore_norm_axis(int64_t axis, int rank, int *out);
+bool nbcore_shape_checked_size(int rank, const int64_t *shape, int64_t *size);
 /* TF's shape-invariant rule: a shape fits a declared one when it is at least as specific
    (declared rank -1: any shape; else the same rank, each declared dim -1 or equal). */
-bool nb_shape_fits(int rank, const int64_t *shape, int decl_rank, const int64_t *decl_shape);
+bool nbcore_shape_fits(int rank, const int64_t *shape, int decl_rank, const int64_t *decl_shape);
 
 /* An N-input broadcast iteration plan: dims collapsed where possible, each input with
    its element stride per dim (0 where broadcast). The last dim is the inner loop. */
-#define NB_BCAST_MAX_IN 3
-typedef struct nb_bcast {
+#define NBCORE_BCAST_MAX_IN 3
+typedef struct nbcore_bcast {
   int nin, rank;
   int64_t dims[NB_MAX_RANK];
-  int64_t strides[NB_BCAST_MAX_IN][NB_MAX_RANK];
+  int64_t strides[NBCORE_BCAST_MAX_IN][NB_MAX_RANK];
   int64_t outer;           /* product of dims[0..rank-1) */
-} nb_bcast;
-void nb_bcast_plan(nb_bcast *p, int nin, const nb_tensor *const *in, int rout, const int64_t *sout);
+} nbcore_bcast;
+void nbcore_bcast_plan(nbcore_bcast *p, int nin, const nb_tensor *const *in, int rout, const int64_t *sout);
 /* The plan for inputs that all have the output's shape: one flat contiguous run. */
-void nb_bcast_flat(nb_bcast *p, int nin, int64_t n);
+void nbcore_bcast_flat(nbcore_bcast *p, int nin, int64_t n);
 /* Element offsets of each input at the start of outer row r. */
-void nb_bcast_row(const nb_bcast *p, int64_t r, int64_t *off);
+void nbcore_bcast_row(const nbcore_bcast *p, int64_t r, int64_t *off);
 
 #endif

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int64_t nb_shape_size(int rank, const int64_t *shape) {
+int64_t nbcore_shape_size(int rank, const int64_t *shape) {
   int64_t n = 1;
   for (int i = 0; i < rank; i++) n *= shape[i];
   return n;
@@ -13,7 +13,7 @@ int64_t nb_shape_size(int rank, const int64_t *shape) {
 /* Size with overflow and negative-dim checks, for shapes that come from users. The
    product of the nonzero dims must fit too: ops that reorder or slice dims multiply
    subsets of them even when the whole tensor is empty. */
-bool nb_shape_checked_size(int rank, const int64_t *shape, int64_t *size) {
+bool nbcore_shape_checked_size(int rank, const int64_t *shape, int64_t *size) {
   int64_t nonzero = 1;
   bool empty = false;
   for (int i = 0; i < rank; i++) {
@@ -28,7 +28,7 @@ bool nb_shape_checked_size(int rank, const int64_t *shape, int64_t *size) {
   return true;
 }
 
-bool nb_shape_fits(int rank, const int64_t *shape, int decl_rank, const int64_t *decl_shape) {
+bool nbcore_shape_fits(int rank, const int64_t *shape, int decl_rank, const int64_t *decl_shape) {
   if (decl_rank < 0) return true;
   if (rank != decl_rank) return false;
   for (int d = 0; d < rank; d++)
@@ -36,7 +36,7 @@ bool nb_shape_fits(int rank, const int64_t *shape, int decl_rank, const int64_t 
   return true;
 }
 
-char *nb_shape_str(char *buf, size_t cap, int rank, const int64_t *shape) {
+char *nbcore_shape_str(char *buf, size_t cap, int rank, const int64_t *shape) {
   size_t n = (size_t)snprintf(buf, cap, "[");
   for (int i = 0; i < rank && n < cap; i++)
     n += (size_t)snprintf(buf + n, cap - n, i ? ",%lld" : "%lld", (long long)shape[i]);
@@ -44,8 +44,8 @@ char *nb_shape_str(char *buf, size_t cap, int rank, const int64_t *shape) {
   return buf;
 }
 
-bool nb_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb, int *rout,
-                        int64_t *sout) {
+bool nbcore_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb, int *rout,
+                            int64_t *sout) {
   int r = ra > rb ? ra : rb;
   for (int i = 0; i < r; i++) {
     int64_t da = i < r - ra ? 1 : sa[i - (r - ra)];
@@ -57,7 +57,7 @@ bool nb_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb, in
   return true;
 }
 
-bool nb_norm_axis(int64_t axis, int rank, int *out) {
+bool nbcore_norm_axis(int64_t axis, int rank, int *out) {
   if (axis < -rank || axis >= rank) return false;
   *out = (int)(axis < 0 ? axis + rank : axis);
   return true;
@@ -83,12 +83,12 @@ static bool mergeable(int nin, int64_t st[][NB_MAX_RANK], int i, int64_t cst[][N
   return true;
 }
 
-void nb_bcast_plan(nb_bcast *p, int nin, const nb_tensor *const *in, int rout, const int64_t *sout) {
-  int64_t st[NB_BCAST_MAX_IN][NB_MAX_RANK];
+void nbcore_bcast_plan(nbcore_bcast *p, int nin, const nb_tensor *const *in, int rout, const int64_t *sout) {
+  int64_t st[NBCORE_BCAST_MAX_IN][NB_MAX_RANK];
   p->nin = nin;
   for (int k = 0; k < nin; k++) input_strides(in[k], rout, sout, st[k]);
   /* Walk dims from the innermost out, merging into the current collapsed dim. */
-  int64_t dims[NB_MAX_RANK], cst[NB_BCAST_MAX_IN][NB_MAX_RANK];
+  int64_t dims[NB_MAX_RANK], cst[NBCORE_BCAST_MAX_IN][NB_MAX_RANK];
   int r = 0;
   for (int i = rout - 1; i >= 0; i--) {
     if (sout[i] == 1) continue; /* size-1 dims contribute nothing */
@@ -115,7 +115,7 @@ void nb_bcast_plan(nb_bcast *p, int nin, const nb_tensor *const *in, int rout, c
   }
 }
 
-void nb_bcast_row(const nb_bcast *p, int64_t r, int64_t *off) {
+void nbcore_bcast_row(const nbcore_bcast *p, int64_t r, int64_t *off) {
   for (int k = 0; k < p->nin; k++) off[k] = 0;
   for (int j = p->rank - 2; j >= 0; j--) {
     int64_t idx = r % p->dims[j];
@@ -124,7 +124,7 @@ void nb_bcast_row(const nb_bcast *p, int64_t r, int64_t *off) {
   }
 }
 
-void nb_bcast_flat(nb_bcast *p, int nin, int64_t n) {
+void nbcore_bcast_flat(nbcore_bcast *p, int nin, int64_t n) {
   p->nin = nin;
   p->rank = 1;
   p->outer = 1;

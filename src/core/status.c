@@ -8,7 +8,7 @@ const char *nb_code_name(nb_code code) {
   static const char *const names[] = {
       "NB_OK",        "NB_INVALID", "NB_SHAPE", "NB_DTYPE",         "NB_NOT_FOUND", "NB_NO_GRADIENT",
       "NB_NOMEM",     "NB_IO",      "NB_CORRUPT", "NB_UNIMPLEMENTED", "NB_INTERNAL"};
-  return (unsigned)code < sizeof names / sizeof *names ? names[code] : "NB_UNKNOWN_CODE";
+  return (unsigned)code < sizeof names / sizeof *names ? names[code] : "NBCORE_UNKNOWN_CODE";
 }
 
 const char *nb_dtype_name(nb_dtype t) {
@@ -37,19 +37,19 @@ void nb_clear_error(nb_ctx *c) {
 }
 
 /* Records the first error only: later ones are usually consequences of it. */
-nb_code nb_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, va_list ap) {
+nb_code nbcore_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, va_list ap) {
   if (!c || c->status != NB_OK) return code;
   c->status = code;
-  int n = snprintf(c->error, NB_ERR_CAP, "%s", prefix ? prefix : "");
-  if (n < 0 || n >= NB_ERR_CAP) return code;
-  vsnprintf(c->error + n, NB_ERR_CAP - (size_t)n, fmt, ap);
+  int n = snprintf(c->error, NBCORE_ERR_CAP, "%s", prefix ? prefix : "");
+  if (n < 0 || n >= NBCORE_ERR_CAP) return code;
+  vsnprintf(c->error + n, NBCORE_ERR_CAP - (size_t)n, fmt, ap);
   return code;
 }
 
-nb_code nb_fail(nb_ctx *c, nb_code code, const char *fmt, ...) {
+nb_code nbcore_fail(nb_ctx *c, nb_code code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  nb_vfail(c, code, NULL, fmt, ap);
+  nbcore_vfail(c, code, NULL, fmt, ap);
   va_end(ap);
   return code;
 }
@@ -58,14 +58,14 @@ nb_code nb_set_error(nb_ctx *c, nb_code code, const char *fmt, ...) {
   if (!c || !fmt) return code;
   va_list ap;
   va_start(ap, fmt);
-  nb_vfail(c, code, NULL, fmt, ap);
+  nbcore_vfail(c, code, NULL, fmt, ap);
   va_end(ap);
   return code;
 }
 
-nb_code nb_callback_code(nb_ctx *c, const char *who, nb_code code) {
+nb_code nbcore_callback_code(nb_ctx *c, const char *who, nb_code code) {
   if (!code) return c->status;
   if (!c->status)
-    nb_fail(c, code, "%s: the callback returned %s without setting an error message", who, nb_code_name(code));
+    nbcore_fail(c, code, "%s: the callback returned %s without setting an error message", who, nb_code_name(code));
   return code;
 }

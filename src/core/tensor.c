@@ -7,27 +7,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NB_MIN_CLASS_SHIFT 6               /* 64 bytes */
-#define NB_POOL_MAX_CACHED (256u << 20)    /* bytes kept for reuse per context */
+#define NBCORE_MIN_CLASS_SHIFT 6           /* 64 bytes */
+#define NBCORE_POOL_MAX_CACHED (256u << 20) /* bytes kept for reuse per context */
 
 static int size_class(size_t bytes) {
   int cls = 0;
-  size_t cap = (size_t)1 << NB_MIN_CLASS_SHIFT;
+  size_t cap = (size_t)1 << NBCORE_MIN_CLASS_SHIFT;
   while (cap < bytes) {
     cap <<= 1;
-    if (++cls >= NB_POOL_CLASSES) return -1;
+    if (++cls >= NBCORE_POOL_CLASSES) return -1;
   }
   return cls;
 }
 
-static size_t class_bytes(int cls) { return (size_t)1 << (cls + NB_MIN_CLASS_SHIFT); }
+static size_t class_bytes(int cls) { return (size_t)1 << (cls + NBCORE_MIN_CLASS_SHIFT); }
 
-static nb_buffer *buffer_alloc(size_t cap, int cls) {
-  _Static_assert(sizeof(nb_buffer) <= NB_DATA_OFFSET, "the buffer header must fit before the data");
-  size_t head = NB_DATA_OFFSET;
-  size_t total = (head + cap + NB_ALIGN - 1) / NB_ALIGN * NB_ALIGN;
-  if (cap > SIZE_MAX - 2 * NB_ALIGN - head) return NULL;
-  nb_buffer *b = aligned_alloc(NB_ALIGN, total);
+static nbcore_buffer *buffer_alloc(size_t cap, int cls) {
+  _Static_assert(sizeof(nbcore_buffer) <= NBCORE_DATA_OFFSET, "the buffer header must fit before the data");
+  size_t head = NBCORE_DATA_OFFSET;
+  size_t total = (head + cap + NBCORE_ALIGN - 1) / NBCORE_ALIGN * NBCORE_ALIGN;
+  if (cap > SIZE_MAX - 2 * NBCORE_ALIGN - head) return NULL;
+  nbcore_buffer *b = aligned_alloc(NBCORE_ALIGN, total);
   if (!b) return NULL;
   b->size_class = cls;
   b->cap = cap;
@@ -36,12 +36,12 @@ static nb_buffer *buffer_alloc(size_t cap, int cls) {
   return b;
 }
 
-static nb_pool *block_pool(nb_ctx *c) { return c->blocks_from ? &c->blocks_from->pool : &c->pool; }
+static nbcore_pool *block_pool(nb_ctx *c) { return c->blocks_from ? &c->blocks_from->pool : &c->pool; }
 
-nb_buffer *nb_buffer_new(nb_ctx *c, size_t bytes) {
+nbcore_buffer *nbcore_buffer_new(nb_ctx *c, size_t bytes) {
   int cls = size_class(bytes ? bytes : 1);
-  nb_pool *p = block_pool(c);
-  nb_buffer *b;
+  nbcore_pool *p = block_pool(c);
+  nbcore_buffer *b;
   if (cls >= 0 && p->free[cls]) {
     b = p->free[cls];
     p->free[cls] = b->next;
@@ -54,36 +54,36 @@ nb_buffer *nb_buffer_new(nb_ctx *c, size_t bytes) {
   return b;
 }
 
-void nb_buffer_retain(nb_buffer *b) { atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed); }
+void nbcore_buffer_retain(nbcore_buffer *b) { atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed); }
 
 /* The last release returns the block to the releasing context's pool (any pool may
    cache any block: they are plain aligned allocations). */
-nb_buffer *nb_buffer_view(nb_buffer *parent, size_t offset, size_t bytes) {
-  if (parent->size_class == NB_VIEW_CLASS) { /* a view of a view holds the block itself: one level deep */
+nbcore_buffer *nbcore_buffer_view(nbcore_buffer *parent, size_t offset, size_t bytes) {
+  if (parent->size_class == NBCORE_VIEW_CLASS) { /* a view of a view holds the block itself: one level deep */
     offset += (size_t)((char *)parent->data - (char *)parent->next->data);
     parent = parent->next;
   }
-  nb_buffer *v = malloc(sizeof *v);
+  nbcore_buffer *v = malloc(sizeof *v);
   if (!v) return NULL;
   atomic_init(&v->refs, 1);
-  v->size_class = NB_VIEW_CLASS;
+  v->size_class = NBCORE_VIEW_CLASS;
   v->cap = bytes;
   v->next = parent;
   v->data = (char *)parent->data + offset;
-  nb_buffer_retain(parent);
+  nbcore_buffer_retain(parent);
   return v;
 }
 
-void nb_buffer_release(nb_ctx *c, nb_buffer *b) {
+void nbcore_buffer_release(nb_ctx *c, nbcore_buffer *b) {
   if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
-  if (b->size_class == NB_VIEW_CLASS) {
-    nb_buffer *parent = b->next;
+  if (b->size_class == NBCORE_VIEW_CLASS) {
+    nbcore_buffer *parent = b->next;
     free(b);
-    nb_buffer_release(c, parent);
+    nbcore_buffer_release(c, parent);
     return;
   }
-  nb_pool *p = c ? block_pool(c) : NULL;
-  if (p && b->size_class >= 0 && p->cached_bytes + b->cap <= NB_POOL_MAX_CACHED) {
+  nbcore_pool *p = c ? block_pool(c) : NULL;
+  if (p && b->size_class >= 0 && p->cached_bytes + b->cap <= NBCORE_POOL_MAX_CACHED) {
     b->next = p->free[b->size_class];
     p->free[b->size_class] = b;
     p->cached_bytes += b->cap;
@@ -92,16 +92,16 @@ void nb_buffer_release(nb_ctx *c, nb_buffer *b) {
   free(b);
 }
 
-void nb_pool_clear(nb_pool *p) {
-  for (int i = 0; i < NB_POOL_CLASSES; i++) {
+void nbcore_pool_clear(nbcore_pool *p) {
+  for (int i = 0; i < NBCORE_POOL_CLASSES; i++) {
     while (p->free[i]) {
-      nb_buffer *b = p->free[i];
+      nbcore_buffer *b = p->free[i];
       p->free[i] = b->next;
       free(b);
     }
   }
   p->cached_bytes = 0;
-  nb_handle_give_back(&p->handles);
+  nbcore_handle_give_back(&p->handles);
 }
 
 static bool grow_handles(nb_ctx *c) {
@@ -114,14 +114,14 @@ static bool grow_handles(nb_ctx *c) {
 }
 
 /* Every field but the id. */
-static void handle_fill(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
+static void handle_fill(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf) {
   x->ctx = NULL;
   x->kept = 0;
-  x->state = NB_HANDLE_LIVE;
+  x->state = NBCORE_HANDLE_LIVE;
   x->dtype = t;
   x->rank = rank;
   if (rank > 0) memcpy(x->shape, shape, (size_t)rank * sizeof *shape);
-  x->size = nb_dims_known(rank, shape) ? nb_shape_size(rank, shape) : -1;
+  x->size = nbcore_dims_known(rank, shape) ? nbcore_shape_size(rank, shape) : -1;
   x->buf = buf;
   x->graph = NULL;
   x->node = x->out = -1;
@@ -130,27 +130,27 @@ static void handle_fill(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape
   x->slice_values = x->slice_indices = NULL;
 }
 
-static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
+static void handle_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf) {
   handle_fill(x, t, rank, shape, buf);
-  x->id = nb_next_tensor_id();
+  x->id = nbcore_next_tensor_id();
 }
 
-void nb_borrowed_set(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id) {
+void nbcore_borrowed_set(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf, uint64_t id) {
   x->dtype = t;
   x->rank = rank;
   if (rank > 0) memcpy(x->shape, shape, (size_t)rank * sizeof *shape);
-  x->size = nb_shape_size(rank, shape);
+  x->size = nbcore_shape_size(rank, shape);
   x->buf = buf;
   x->id = id;
 }
 
-void nb_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, uint64_t id) {
+void nbcore_borrowed_init(nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf, uint64_t id) {
   handle_fill(x, t, rank, shape, buf); /* its own id: no new one drawn (tapes fill these per entry) */
-  x->state = NB_HANDLE_BORROWED;
+  x->state = NBCORE_HANDLE_BORROWED;
   x->id = id;
 }
 
-uint64_t nb_next_tensor_id(void) {
+uint64_t nbcore_next_tensor_id(void) {
   static _Atomic uint64_t next = 1;
   return atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
 }
@@ -158,16 +158,16 @@ uint64_t nb_next_tensor_id(void) {
 /* Makes x a live handle of c's current scope; the caller made room in c->handles. */
 static void register_handle(nb_ctx *c, nb_tensor *x) {
   x->ctx = c;
-  x->state = NB_HANDLE_LIVE;
+  x->state = NBCORE_HANDLE_LIVE;
   x->slot = c->nhandles;
   c->handles[c->nhandles++] = x;
 }
 
-nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
-  nb_tensor *x = c->nhandles < c->handles_cap || grow_handles(c) ? nb_handle_take(&c->pool.handles) : NULL;
+nb_tensor *nbcore_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf) {
+  nb_tensor *x = c->nhandles < c->handles_cap || grow_handles(c) ? nbcore_handle_take(&c->pool.handles) : NULL;
   if (!x) {
-    nb_buffer_release(c, buf);
-    nb_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
+    nbcore_buffer_release(c, buf);
+    nbcore_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
     return NULL;
   }
   handle_init(x, t, rank, shape, buf);
@@ -175,31 +175,31 @@ nb_tensor *nb_handle_new(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, 
   return x;
 }
 
-nb_tensor *nb_detached_new(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf) {
-  nb_tensor *x = nb_handle_take_shared();
+nb_tensor *nbcore_detached_new(nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf) {
+  nb_tensor *x = nbcore_handle_take_shared();
   if (!x) {
-    nb_buffer_release(NULL, buf);
+    nbcore_buffer_release(NULL, buf);
     return NULL;
   }
   handle_init(x, t, rank, shape, buf);
-  x->state = NB_HANDLE_DETACHED;
+  x->state = NBCORE_HANDLE_DETACHED;
   return x;
 }
 
-nb_tensor *nb_detached_copy(const nb_tensor *x) {
-  nb_tensor *d = nb_handle_take_shared();
+nb_tensor *nbcore_detached_copy(const nb_tensor *x) {
+  nb_tensor *d = nbcore_handle_take_shared();
   if (!d) return NULL;
   *d = *x;
   d->ctx = NULL;
   d->kept = 0;
-  d->state = NB_HANDLE_PART;
+  d->state = NBCORE_HANDLE_PART;
   d->next_free = NULL;
-  if (d->buf) nb_buffer_retain(d->buf);
+  if (d->buf) nbcore_buffer_retain(d->buf);
   return d;
 }
 
-nb_tensor *nb_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tensor *indices) {
-  nb_tensor *x = nb_detached_new(like->dtype, like->rank, like->shape, NULL);
+nb_tensor *nbcore_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tensor *indices) {
+  nb_tensor *x = nbcore_detached_new(like->dtype, like->rank, like->shape, NULL);
   if (!x) {
     nb_tensor_free(values);
     nb_tensor_free(indices);
@@ -207,7 +207,7 @@ nb_tensor *nb_detached_slices(const nb_tensor *like, nb_tensor *values, nb_tenso
   }
   x->slice_values = values;
   x->slice_indices = indices;
-  values->state = indices->state = NB_HANDLE_PART;
+  values->state = indices->state = NBCORE_HANDLE_PART;
   return x;
 }
 
@@ -218,7 +218,7 @@ static void mark_released(nb_tensor *x) {
   x->graph = NULL;
   x->node = x->out = -1;
   x->known = NULL;
-  x->state = NB_HANDLE_POOLED;
+  x->state = NBCORE_HANDLE_POOLED;
 }
 
 static void release_slices(nb_tensor *x);
@@ -226,9 +226,9 @@ static void release_slices(nb_tensor *x);
 /* Releases a handle no context holds (detached, or an IndexedSlices part). */
 static void detached_release(nb_tensor *x) {
   if (x->slice_values) release_slices(x);
-  nb_buffer_release(NULL, x->buf);
+  nbcore_buffer_release(NULL, x->buf);
   mark_released(x);
-  nb_handle_put_shared(x);
+  nbcore_handle_put_shared(x);
 }
 
 /* An IndexedSlices handle's parts go with it. */
@@ -238,44 +238,44 @@ static void release_slices(nb_tensor *x) {
   x->slice_values = x->slice_indices = NULL;
 }
 
-nb_tensor *nb_adopt_detached(nb_ctx *c, nb_tensor *x) {
-  if (!x || x->state != NB_HANDLE_DETACHED || x->slice_values) return x;
+nb_tensor *nbcore_adopt_detached(nb_ctx *c, nb_tensor *x) {
+  if (!x || x->state != NBCORE_HANDLE_DETACHED || x->slice_values) return x;
   if (c->nhandles == c->handles_cap && !grow_handles(c)) {
     detached_release(x);
-    nb_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
+    nbcore_fail(c, NB_NOMEM, "out of memory allocating a tensor handle");
     return NULL;
   }
   register_handle(c, x);
   return x;
 }
 
-void *nb_scratch_alloc(nb_ctx *c, size_t bytes) {
-  nb_buffer *b = nb_buffer_new(c, bytes);
+void *nbcore_scratch_alloc(nb_ctx *c, size_t bytes) {
+  nbcore_buffer *b = nbcore_buffer_new(c, bytes);
   return b ? b->data : NULL;
 }
 
-void nb_scratch_free(nb_ctx *c, void *p) {
-  if (p) nb_buffer_release(c, (nb_buffer *)((char *)p - NB_DATA_OFFSET));
+void nbcore_scratch_free(nb_ctx *c, void *p) {
+  if (p) nbcore_buffer_release(c, (nbcore_buffer *)((char *)p - NBCORE_DATA_OFFSET));
 }
 
-nb_tensor *nb_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape) {
-  size_t bytes = (size_t)nb_shape_size(rank, shape) * nb_dtype_size(t);
-  nb_buffer *b = nb_buffer_new(c, bytes);
+nb_tensor *nbcore_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape) {
+  size_t bytes = (size_t)nbcore_shape_size(rank, shape) * nb_dtype_size(t);
+  nbcore_buffer *b = nbcore_buffer_new(c, bytes);
   if (!b) {
     char s[160];
-    nb_fail(c, NB_NOMEM, "out of memory allocating %zu bytes for a %s tensor of shape %s", bytes,
-            nb_dtype_name(t), nb_shape_str(s, sizeof s, rank, shape));
+    nbcore_fail(c, NB_NOMEM, "out of memory allocating %zu bytes for a %s tensor of shape %s", bytes,
+                nb_dtype_name(t), nbcore_shape_str(s, sizeof s, rank, shape));
     return NULL;
   }
-  return nb_handle_new(c, t, rank, shape, b);
+  return nbcore_handle_new(c, t, rank, shape, b);
 }
 
 /* Returns the handle to the pool; the caller has already unlinked it from handles. */
 static void handle_release(nb_ctx *c, nb_tensor *x) {
   if (x->slice_values) release_slices(x);
-  nb_buffer_release(c, x->buf);
+  nbcore_buffer_release(c, x->buf);
   mark_released(x);
-  nb_handle_put(&c->pool.handles, x);
+  nbcore_handle_put(&c->pool.handles, x);
 }
 
 /* Squeezes out the NULL slots of every scope, moving the scope marks along. */
@@ -298,8 +298,8 @@ static void compact_handles(nb_ctx *c) {
 void nb_tensor_free(nb_tensor *x) {
   /* released handles stay readable (src/core/handles.c): a second free does nothing;
      borrowed views and IndexedSlices parts are their owners' to release */
-  if (!x || (x->state != NB_HANDLE_LIVE && x->state != NB_HANDLE_DETACHED)) return;
-  if (x->state == NB_HANDLE_DETACHED) {
+  if (!x || (x->state != NBCORE_HANDLE_LIVE && x->state != NBCORE_HANDLE_DETACHED)) return;
+  if (x->state == NBCORE_HANDLE_DETACHED) {
     detached_release(x);
     return;
   }
@@ -322,7 +322,7 @@ void nb_scope_begin(nb_ctx *c) {
     int cap = c->scopes_cap ? c->scopes_cap * 2 : 16;
     uint32_t *s = realloc(c->scopes, (size_t)cap * sizeof *s);
     if (!s) {
-      nb_fail(c, NB_NOMEM, "nb_scope_begin: out of memory");
+      nbcore_fail(c, NB_NOMEM, "nb_scope_begin: out of memory");
       return;
     }
     c->scopes = s;
@@ -334,7 +334,7 @@ void nb_scope_begin(nb_ctx *c) {
 void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep) {
   if (!c) return;
   if (c->nscopes <= c->scope_floor) {
-    nb_fail(c, NB_INVALID, "nb_scope_end without a matching nb_scope_begin");
+    nbcore_fail(c, NB_INVALID, "nb_scope_end without a matching nb_scope_begin");
     return;
   }
   uint32_t mark = c->scopes[--c->nscopes];
@@ -355,33 +355,33 @@ void nb_scope_end(nb_ctx *c, nb_tensor *const *keep, int nkeep) {
   c->nhandles = w;
 }
 
-nb_scope_frame nb_scope_enter_callback(nb_ctx *c) {
-  nb_scope_frame f = {c->nscopes, c->scope_floor};
+nbcore_scope_frame nbcore_scope_enter_callback(nb_ctx *c) {
+  nbcore_scope_frame f = {c->nscopes, c->scope_floor};
   c->scope_floor = c->nscopes;
   return f;
 }
 
-nb_code nb_scope_leave_callback(nb_ctx *c, nb_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
-                                ...) {
+nb_code nbcore_scope_leave_callback(nb_ctx *c, nbcore_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
+                                    ...) {
   c->scope_floor = f.floor;
   int open = c->nscopes - f.depth;
   if (open <= 0) return NB_OK; /* fewer cannot be: the floor kept them */
   while (c->nscopes > f.depth) nb_scope_end(c, keep, nkeep);
-  char who[NB_ERR_CAP / 2];
+  char who[NBCORE_ERR_CAP / 2];
   va_list ap;
   va_start(ap, who_fmt);
   vsnprintf(who, sizeof who, who_fmt, ap);
   va_end(ap);
-  return nb_fail(c, NB_INVALID, "%s left %d scope%s open (an nb_scope_begin without its nb_scope_end)", who, open,
-                 open == 1 ? "" : "s");
+  return nbcore_fail(c, NB_INVALID, "%s left %d scope%s open (an nb_scope_begin without its nb_scope_end)", who, open,
+                     open == 1 ? "" : "s");
 }
 
 /* Frees every handle and pooled block: the end of a context. */
-void nb_ctx_release_all(nb_ctx *c) {
+void nbcore_ctx_release_all(nb_ctx *c) {
   for (uint32_t i = 0; i < c->nhandles; i++)
     if (c->handles[i]) handle_release(c, c->handles[i]);
   c->nhandles = 0;
-  nb_pool_clear(&c->pool);
+  nbcore_pool_clear(&c->pool);
   free(c->handles);
   free(c->scopes);
   c->handles = NULL;
@@ -404,26 +404,26 @@ nb_tensor *nb_tensor_from(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape,
   if (!c || c->status != NB_OK) return NULL;
   int64_t n;
   if (!valid_dtype(t)) {
-    nb_fail(c, NB_DTYPE, "nb_tensor_from: invalid dtype %d", (int)t);
+    nbcore_fail(c, NB_DTYPE, "nb_tensor_from: invalid dtype %d", (int)t);
     return NULL;
   }
   if (rank < 0 || rank > NB_MAX_RANK || (rank > 0 && !shape)) {
-    nb_fail(c, NB_SHAPE, "nb_tensor_from: rank %d must be in [0, %d] with a shape", rank, NB_MAX_RANK);
+    nbcore_fail(c, NB_SHAPE, "nb_tensor_from: rank %d must be in [0, %d] with a shape", rank, NB_MAX_RANK);
     return NULL;
   }
-  if (!nb_shape_checked_size(rank, shape, &n)) {
+  if (!nbcore_shape_checked_size(rank, shape, &n)) {
     char s[160];
-    nb_fail(c, NB_SHAPE, "nb_tensor_from: invalid shape %s (negative or too large)",
-            nb_shape_str(s, sizeof s, rank, shape));
+    nbcore_fail(c, NB_SHAPE, "nb_tensor_from: invalid shape %s (negative or too large)",
+                nbcore_shape_str(s, sizeof s, rank, shape));
     return NULL;
   }
-  nb_tensor *x = nb_tensor_alloc(c, t, rank, shape);
+  nb_tensor *x = nbcore_tensor_alloc(c, t, rank, shape);
   if (!x) return NULL;
   size_t bytes = (size_t)n * nb_dtype_size(t);
   if (data)
-    memcpy(nb_tdata(x), data, bytes);
+    memcpy(nbcore_tdata(x), data, bytes);
   else
-    memset(nb_tdata(x), 0, bytes);
+    memset(nbcore_tdata(x), 0, bytes);
   return as_constant(c, x);
 }
 
@@ -450,15 +450,15 @@ static bool representable(nb_dtype t, double v) {
 nb_tensor *nb_scalar(nb_ctx *c, nb_dtype t, double v) {
   if (!c || c->status != NB_OK) return NULL;
   if (!valid_dtype(t)) {
-    nb_fail(c, NB_DTYPE, "nb_scalar: invalid dtype %d", (int)t);
+    nbcore_fail(c, NB_DTYPE, "nb_scalar: invalid dtype %d", (int)t);
     return NULL;
   }
   if (!representable(t, v)) {
-    nb_fail(c, NB_INVALID, "nb_scalar: %g is not representable as %s", v, nb_dtype_name(t));
+    nbcore_fail(c, NB_INVALID, "nb_scalar: %g is not representable as %s", v, nb_dtype_name(t));
     return NULL;
   }
-  nb_tensor *x = nb_tensor_alloc(c, t, 0, NULL);
-  if (x) store_double(t, nb_tdata(x), 0, v);
+  nb_tensor *x = nbcore_tensor_alloc(c, t, 0, NULL);
+  if (x) store_double(t, nbcore_tdata(x), 0, v);
   return as_constant(c, x);
 }
 
@@ -466,11 +466,11 @@ nb_dtype nb_dtype_of(const nb_tensor *x) { return x ? x->dtype : NB_F32; }
 int nb_rank(const nb_tensor *x) { return x ? x->rank : -1; }
 const int64_t *nb_shape(const nb_tensor *x) { return x ? x->shape : NULL; }
 int64_t nb_num_elements(const nb_tensor *x) { return x ? x->size : -1; }
-const void *nb_data(const nb_tensor *x) { return x ? nb_tdata(x) : NULL; }
+const void *nb_data(const nb_tensor *x) { return x ? nbcore_tdata(x) : NULL; }
 
 /* Index i of an int32/int64 tensor. */
 static int64_t index_at(const nb_tensor *ix, int64_t i) {
-  const void *d = nb_tdata(ix);
+  const void *d = nbcore_tdata(ix);
   return ix->dtype == NB_I32 ? ((const int32_t *)d)[i] : ((const int64_t *)d)[i];
 }
 
@@ -486,9 +486,9 @@ static nb_code read_slices(const nb_tensor *x, void *dst) {
     if (at < 0 || at >= nrows) return NB_INVALID; /* checked when the slices were made */
     for (int64_t j = 0; j < row; j++)
       if (x->dtype == NB_F32)
-        ((float *)dst)[at * row + j] += ((const float *)nb_tdata(v))[r * row + j];
+        ((float *)dst)[at * row + j] += ((const float *)nbcore_tdata(v))[r * row + j];
       else
-        ((double *)dst)[at * row + j] += ((const double *)nb_tdata(v))[r * row + j];
+        ((double *)dst)[at * row + j] += ((const double *)nbcore_tdata(v))[r * row + j];
   }
   return NB_OK;
 }
@@ -498,7 +498,7 @@ nb_code nb_read(const nb_tensor *x, void *dst, size_t bytes) {
   if (!x->buf && !x->slice_values) return NB_INVALID; /* symbolic: run it in a session first */
   if (bytes != (size_t)x->size * nb_dtype_size(x->dtype)) return NB_SHAPE;
   if (x->slice_values) return read_slices(x, dst);
-  if (bytes) memcpy(dst, nb_tdata(x), bytes);
+  if (bytes) memcpy(dst, nbcore_tdata(x), bytes);
   return NB_OK;
 }
 
@@ -517,7 +517,7 @@ double nb_item(const nb_tensor *x, int64_t i) {
   if (!x || i < 0 || i >= x->size) return NAN;
   if (x->slice_values) return slices_item(x, i);
   if (!x->buf) return NAN;
-  const void *d = nb_tdata(x);
+  const void *d = nbcore_tdata(x);
   switch (x->dtype) {
     case NB_F32: return ((const float *)d)[i];
     case NB_F64: return ((const double *)d)[i];

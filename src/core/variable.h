@@ -1,6 +1,6 @@
 /* Internal variables: a named value that outlives every context scope. Not public API. */
-#ifndef NB_VARIABLE_H
-#define NB_VARIABLE_H
+#ifndef NBCORE_VARIABLE_H
+#define NBCORE_VARIABLE_H
 
 #include "core.h"
 
@@ -12,38 +12,38 @@ struct nb_variable {
   int rank;
   int64_t shape[NB_MAX_RANK];
   int64_t size;
-  nb_buffer *buf;          /* the current value; NULL once freed */
+  nbcore_buffer *buf;      /* the current value; NULL once freed */
   uint64_t id;             /* the tensor id every eager read carries (tapes key by it) */
   char *name;
 };
 
 /* A variable holding buf (taken over) with shape and dtype; NULL when out of memory. */
-nb_variable *nb_variable_make(nb_dtype t, int rank, const int64_t *shape, nb_buffer *buf, bool trainable,
-                              const char *name);
-void nb_variable_retain(nb_variable *v);
-void nb_variable_release(nb_variable *v);
+nb_variable *nbcore_variable_make(nb_dtype t, int rank, const int64_t *shape, nbcore_buffer *buf, bool trainable,
+                                  const char *name);
+void nbcore_variable_retain(nb_variable *v);
+void nbcore_variable_release(nb_variable *v);
 /* Makes v's buffer v's alone before an in-place write (copy-on-write): when anything else
    holds it (a read handle, a tape, a session value) v moves to a new buffer from c's pool,
    with the old contents when keep is set, and the holders keep seeing the old value.
    Returns the data to write, NULL when out of memory (c's status set). */
-void *nb_variable_writable(nb_ctx *c, nb_variable *v, bool keep);
+void *nbcore_variable_writable(nb_ctx *c, nb_variable *v, bool keep);
 /* Makes buf (taken over; v's dtype and byte size) v's value, releasing the old buffer to c's
    pool; holders of the old buffer keep seeing the old value. */
-void nb_variable_adopt(nb_ctx *c, nb_variable *v, nb_buffer *buf);
+void nbcore_variable_adopt(nb_ctx *c, nb_variable *v, nbcore_buffer *buf);
 /* An eager handle in c's scope sharing v's buffer, under v's id (no tape sees it). */
-nb_tensor *nb_variable_handle(nb_ctx *c, nb_variable *v);
+nb_tensor *nbcore_variable_handle(nb_ctx *c, nb_variable *v);
 /* Makes out (an op's output, allocated by dispatch) share v's buffer instead. */
-void nb_variable_share_into(nb_ctx *c, nb_tensor *out, nb_variable *v);
+void nbcore_variable_share_into(nb_ctx *c, nb_tensor *out, nb_variable *v);
 /* Whether x has v's dtype and a shape compatible with v's (unknown dims match anything). */
-bool nb_variable_accepts(const nb_variable *v, const nb_tensor *x);
+bool nbcore_variable_accepts(const nb_variable *v, const nb_tensor *x);
 /* The pointer carried in an op's int attr, and back. */
-int64_t nb_variable_bits(const nb_variable *v);
-nb_variable *nb_variable_from_bits(int64_t bits);
+int64_t nbcore_variable_bits(const nb_variable *v);
+nb_variable *nbcore_variable_from_bits(int64_t bits);
 
 /* What a checkpoint (src/io) needs of an optimizer, whose state src/train, a later layer,
    defines: an optimizer's struct begins with a pointer to these functions, as TF's
    optimizers are Trackable objects a checkpoint asks for their variables. */
-typedef struct nb_optim_state {
+typedef struct nbcore_optim_state {
   /* The names of o's slots, in its kernels' order; *n gets their count. */
   const char *const *(*slot_names)(const nb_optimizer *o, int *n);
   /* var's slot `name`, NULL while var has none (nb_optimizer_slot). */
@@ -56,10 +56,10 @@ typedef struct nb_optim_state {
   /* var's slots (as many as slot_names gives), made (zeros) when var has none yet; NULL
      when out of memory (c's status set). The array is o's. */
   nb_variable *const *(*slots)(nb_optimizer *o, nb_ctx *c, nb_variable *var);
-} nb_optim_state;
+} nbcore_optim_state;
 /* o's state functions, which its struct's first member points to. */
-static inline const nb_optim_state *nb_optim_state_of(const nb_optimizer *o) {
-  return *(const nb_optim_state *const *)(const void *)o;
+static inline const nbcore_optim_state *nbcore_optim_state_of(const nb_optimizer *o) {
+  return *(const nbcore_optim_state *const *)(const void *)o;
 }
 
 #endif

@@ -33,28 +33,28 @@ static const composite *find_locked(const char *name) {
 }
 
 static nb_code add_locked(const char *name, nb_custom_fn fn, void *user, int nin, int nout) {
-  if (find_locked(name) || nb_op_lookup(name))
-    return nb_registry_fail(NB_INVALID, "nb_register_composite_op: an op type '%s' is already registered", name);
-  if (!nb_grow_array((void **)&composites, &composites_cap, ncomposites + 1, sizeof *composites))
-    return nb_registry_fail(NB_NOMEM, "nb_register_composite_op: out of memory");
+  if (find_locked(name) || nbop_lookup(name))
+    return nbop_registry_fail(NB_INVALID, "nb_register_composite_op: an op type '%s' is already registered", name);
+  if (!nbcore_grow_array((void **)&composites, &composites_cap, ncomposites + 1, sizeof *composites))
+    return nbop_registry_fail(NB_NOMEM, "nb_register_composite_op: out of memory");
   size_t len = strlen(name) + 1;
   char *copy = malloc(len);
-  if (!copy) return nb_registry_fail(NB_NOMEM, "nb_register_composite_op: out of memory");
+  if (!copy) return nbop_registry_fail(NB_NOMEM, "nb_register_composite_op: out of memory");
   memcpy(copy, name, len);
   composites[ncomposites++] = (composite){copy, fn, user, nin, nout};
   return NB_OK;
 }
 
 nb_code nb_register_composite_op(const char *name, nb_custom_fn fn, void *user, int nin, int nout) {
-  nb_registry_clear_error();
-  if (!nb_valid_op_name(name))
-    return nb_registry_fail(NB_INVALID,
-                            "nb_register_composite_op: '%s' is not a valid op type name ([A-Z][A-Za-z0-9_>]*)",
-                            name ? name : "(null)");
+  nbop_registry_clear_error();
+  if (!nbop_valid_op_name(name))
+    return nbop_registry_fail(NB_INVALID,
+                              "nb_register_composite_op: '%s' is not a valid op type name ([A-Z][A-Za-z0-9_>]*)",
+                              name ? name : "(null)");
   if (!fn || nin < 0 || nout < 1)
-    return nb_registry_fail(NB_INVALID,
-                            "nb_register_composite_op: op '%s': NULL body or counts out of range (nin %d, nout %d)",
-                            name, nin, nout);
+    return nbop_registry_fail(NB_INVALID,
+                              "nb_register_composite_op: op '%s': NULL body or counts out of range (nin %d, nout %d)",
+                              name, nin, nout);
   pthread_mutex_lock(&composites_lock);
   nb_code code = add_locked(name, fn, user, nin, nout);
   pthread_mutex_unlock(&composites_lock);
@@ -66,7 +66,7 @@ static nb_code body_adapter(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, vo
   const composite *op = user;
   nb_code code = op->fn(c, in, op->nin, out, op->nout, op->user);
   for (int i = 0; i < op->nout && !code; i++)
-    if (!out[i]) code = nb_fail(c, NB_INVALID, "%s: the composite op's body left output %d NULL", op->name, i);
+    if (!out[i]) code = nbcore_fail(c, NB_INVALID, "%s: the composite op's body left output %d NULL", op->name, i);
   return code;
 }
 
@@ -76,7 +76,7 @@ static nb_code add_call(nb_ctx *c, const composite *op, nb_tensor *const *in, nb
   nb_function *f = nb_function_new(c, body_adapter, (void *)op, in, op->nin, op->nout);
   if (!f) return nb_status(c);
   nb_grad_fn registered;
-  if (nb_grad_lookup(NULL, op->name, &registered) == NB_GRAD_FN) nb_function_set_gradient(f, registered);
+  if (nbad_grad_lookup(NULL, op->name, &registered) == NBAD_GRAD_FN) nb_function_set_gradient(f, registered);
   return nb_call_function(c, f, in, op->nin, out, op->nout);
 }
 
@@ -84,23 +84,23 @@ nb_code nb_composite_op(nb_ctx *c, const char *name, nb_tensor *const *in, int n
   if (!c) return NB_INVALID;
   for (int i = 0; out && i < nout; i++) out[i] = NULL;
   if (c->status) return c->status;
-  if (!name || !out || (nin > 0 && !in)) return nb_fail(c, NB_INVALID, "nb_composite_op: NULL name, in or out");
+  if (!name || !out || (nin > 0 && !in)) return nbcore_fail(c, NB_INVALID, "nb_composite_op: NULL name, in or out");
   pthread_mutex_lock(&composites_lock);
   const composite *found = find_locked(name);
   composite op = found ? *found : (composite){0};
   pthread_mutex_unlock(&composites_lock);
-  if (!found) return nb_fail(c, NB_NOT_FOUND, "nb_composite_op: no composite op '%s' is registered", name);
+  if (!found) return nbcore_fail(c, NB_NOT_FOUND, "nb_composite_op: no composite op '%s' is registered", name);
   if (nin != op.nin || nout != op.nout)
-    return nb_fail(c, NB_INVALID, "%s: the composite op takes %d inputs and gives %d outputs, not %d and %d", name,
-                   op.nin, op.nout, nin, nout);
+    return nbcore_fail(c, NB_INVALID, "%s: the composite op takes %d inputs and gives %d outputs, not %d and %d", name,
+                       op.nin, op.nout, nin, nout);
   for (int i = 0; i < nin; i++)
-    if (!in[i]) return nb_fail(c, NB_INVALID, "%s: input %d is NULL", name, i);
+    if (!in[i]) return nbcore_fail(c, NB_INVALID, "%s: input %d is NULL", name, i);
   if (c->graph) return add_call(c, &op, in, out);
   nb_grad_fn registered;
-  if (nb_grad_lookup(NULL, name, &registered) == NB_GRAD_FN)
-    return nb_fail(c, NB_UNIMPLEMENTED,
-                   "%s: an eager call of a composite op with a registered gradient (a tape would "
-                   "need one entry for it); call it in a graph context",
-                   name);
-  return nb_cf_call_body(c, name, body_adapter, in, out, nout, &op);
+  if (nbad_grad_lookup(NULL, name, &registered) == NBAD_GRAD_FN)
+    return nbcore_fail(c, NB_UNIMPLEMENTED,
+                       "%s: an eager call of a composite op with a registered gradient (a tape would "
+                       "need one entry for it); call it in a graph context",
+                       name);
+  return nbfunc_cf_call_body(c, name, body_adapter, in, out, nout, &op);
 }

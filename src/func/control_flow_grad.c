@@ -31,24 +31,24 @@ static nb_tensor *ragged_get(nb_ctx *c, nb_tensor *values, nb_tensor *t, nb_tens
    (rank, dims): a static shape, rank -1 unknown. */
 static nb_tensor *shaped_call(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, int rank,
                               const int64_t *dims) {
-  const nb_op_def *def = nb_op_lookup(type);
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(def, a);
+  const nbop_def *def = nbop_lookup(type);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(def, a);
   a[0].ints = dims;
   a[0].n = rank;
   nb_tensor *out = NULL;
-  nb_dispatch(c, def, in, nin, a, &out, 1);
+  nbop_dispatch(c, def, in, nin, a, &out, 1);
   return out;
 }
 
-static nb_function *fn_of(const nb_fwd_op *op, const char *attr) { return nb_function_from_bits(nb_fwd_attr_int(op, attr)); }
+static nb_function *fn_of(const nb_fwd_op *op, const char *attr) { return nbfunc_from_bits(nb_fwd_attr_int(op, attr)); }
 
 /* A new argument placeholder of f with like's dtype and static shape. */
 static nb_tensor *new_arg(nb_function *f, const nb_tensor *like, const char *name) {
-  nb_meta m;
-  nb_meta_set(&m, like->dtype, like->rank, like->shape);
-  int32_t id = nb_graph_add_arg(f->g, &m, name);
-  return id < 0 ? NULL : nb_graph_handle(f->c, f->g, id, 0);
+  nbop_meta m;
+  nbop_meta_set(&m, like->dtype, like->rank, like->shape);
+  int32_t id = nbgraph_add_arg(f->g, &m, name);
+  return id < 0 ? NULL : nbgraph_handle(f->c, f->g, id, 0);
 }
 
 /* ---- calls and branches ------------------------------------------------------------------------ */
@@ -65,14 +65,14 @@ static nb_tensor **grad_fn_inputs(nb_ctx *c, const nb_fwd_op *op, const nb_funct
   *n = 0;
   for (int i = 0; i < nin; i++) ins[(*n)++] = nb_fwd_input(op, i);
   for (int o = 0; o < f->nres; o++)
-    if (nb_is_float(f->res[o]->dtype)) ins[(*n)++] = dys[o] ? dys[o] : nb_zeros_like(c, nb_fwd_output(op, o));
+    if (nbcore_is_float(f->res[o]->dtype)) ins[(*n)++] = dys[o] ? dys[o] : nb_zeros_like(c, nb_fwd_output(op, o));
   return ins;
 }
 
 /* dxs[first + i] = outs[i] for the float inputs; the others' results are dropped. */
 static void hand_out(const nb_fwd_op *op, nb_tensor **outs, int n, int first, nb_tensor **dxs) {
   for (int i = 0; i < n; i++) {
-    if (nb_is_float(nb_dtype_of(nb_fwd_input(op, first + i)))) dxs[first + i] = outs[i];
+    if (nbcore_is_float(nb_dtype_of(nb_fwd_input(op, first + i)))) dxs[first + i] = outs[i];
     else nb_tensor_free(outs[i]);
   }
 }
@@ -81,13 +81,13 @@ static void hand_out(const nb_fwd_op *op, nb_tensor **outs, int n, int first, nb
 static nb_code call_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_function *f = fn_of(op, "_f");
   if (f->user_grad) return f->user_grad(c, op, dys, dxs);
-  nb_function *g = nb_function_gradient(c, f);
+  nb_function *g = nbfunc_gradient(c, f);
   int n = 0;
   nb_tensor **ins = g ? grad_fn_inputs(c, op, f, dys, &n) : NULL;
   nb_tensor **outs = ins ? malloc(((size_t)f->nargs + 1) * sizeof *outs) : NULL;
   nb_code code = nb_status(c);
   if (!code && !outs) code = nb_set_error(c, NB_NOMEM, "StatefulPartitionedCall gradient: out of memory");
-  if (!code) code = nb_function_call_node(c, g, ins, outs);
+  if (!code) code = nbfunc_call_node(c, g, ins, outs);
   if (!code) hand_out(op, outs, f->nargs, 0, dxs);
   free(outs);
   free(ins);
@@ -109,7 +109,7 @@ static bool add_key(int64_t **keys, int *n, int *extra, int64_t key) {
 }
 
 /* Which forward tensors a gradient takes from the forward run instead of recomputing. */
-typedef bool (*read_filter)(const nb_graph *g, const nb_edge *e, uint32_t gen);
+typedef bool (*read_filter)(const nb_graph *g, const nbgraph_edge *e, uint32_t gen);
 
 /* The forward tensors (nodes below nfwd) that keep selects and the gradient nodes (from
    `from` on) read, appended to *keys unless present; *extra counts the new ones. */
@@ -117,28 +117,28 @@ static nb_code gradient_reads(const nb_graph *g, int32_t from, int32_t nfwd, rea
                               int64_t **keys, int *n, int *extra) {
   *extra = 0;
   for (int32_t id = from; id < g->nnodes; id++) {
-    const nb_node *u = &g->nodes[id];
+    const nbgraph_node *u = &g->nodes[id];
     for (int32_t i = 0; i < u->nin; i++) {
-      const nb_edge *e = &g->edges[u->in0 + i];
+      const nbgraph_edge *e = &g->edges[u->in0 + i];
       if (e->src >= nfwd || !keep(g, e, gen)) continue;
-      if (!add_key(keys, n, extra, nb_key(e->src, e->out))) return NB_NOMEM;
+      if (!add_key(keys, n, extra, nbgraph_key(e->src, e->out))) return NB_NOMEM;
     }
   }
   return NB_OK;
 }
 
 /* If branches: every computed tensor (not an argument, not known at build time). */
-static bool computed(const nb_graph *g, const nb_edge *e, uint32_t gen) {
+static bool computed(const nb_graph *g, const nbgraph_edge *e, uint32_t gen) {
   (void)gen;
-  const nb_node *src = &g->nodes[e->src];
+  const nbgraph_node *src = &g->nodes[e->src];
   return strcmp(src->def->name, "Placeholder") != 0 && !g->outs[src->out0 + e->out].value;
 }
 
 static nb_tensor *handle_at(nb_function *b, int64_t key) {
-  return nb_graph_handle(b->c, b->g, nb_key_node(key), nb_key_out(key));
+  return nbgraph_handle(b->c, b->g, nbgraph_key_node(key), nbgraph_key_out(key));
 }
 
-static bool own_slot(const nb_if_grad *w, int which, int a) { return (a < w->nread[0]) == (which == 0); }
+static bool own_slot(const nbfunc_if_grad *w, int which, int a) { return (a < w->nread[0]) == (which == 0); }
 
 /* A branch's gradient in its graph. Seeds: d of each float result, and when seeded, d of
    each float intermediate slot (its own are seeded, the other branch's get unused
@@ -149,30 +149,30 @@ typedef struct branch_grad {
   int nextra, nreads;
 } branch_grad;
 
-static nb_code seeds_of(nb_function *b, const nb_if_grad *w, int which, bool seeded, nb_tensor **ys, nb_tensor **gys,
+static nb_code seeds_of(nb_function *b, const nbfunc_if_grad *w, int which, bool seeded, nb_tensor **ys, nb_tensor **gys,
                         int *ny, branch_grad *r) {
   for (int o = 0; o < b->nres; o++) {
-    if (!nb_is_float(b->res[o]->dtype)) continue;
+    if (!nbcore_is_float(b->res[o]->dtype)) continue;
     nb_tensor *ph = new_arg(b, b->res[o], "dy");
     if (!ph) return NB_NOMEM;
     ys[*ny] = b->res[o];
     gys[(*ny)++] = ph;
-    r->extra[r->nextra++] = nb_key_of(ph);
+    r->extra[r->nextra++] = nbgraph_key_of(ph);
   }
   for (int a = 0; seeded && a < w->nread[0] + w->nread[1]; a++) {
     nb_tensor *slot = handle_at(b, w->slots[which][a]);
     if (!slot) return NB_NOMEM;
-    if (!nb_is_float(slot->dtype)) continue;
+    if (!nbcore_is_float(slot->dtype)) continue;
     bool own = own_slot(w, which, a);
     nb_tensor *ph = own ? new_arg(b, slot, "d_intermediate") : new_arg(b, &(nb_tensor){.dtype = slot->dtype, .rank = -1}, "unused");
     if (!ph) return NB_NOMEM;
     if (own) ys[*ny] = slot, gys[(*ny)++] = ph;
-    r->extra[r->nextra++] = nb_key_of(ph);
+    r->extra[r->nextra++] = nbgraph_key_of(ph);
   }
   return NB_OK;
 }
 
-static nb_code build_branch_grad(nb_ctx *c, nb_function *b, const nb_if_grad *w, int which, bool seeded,
+static nb_code build_branch_grad(nb_ctx *c, nb_function *b, const nbfunc_if_grad *w, int which, bool seeded,
                                  branch_grad *r) {
   int nexp = seeded ? w->nread[0] + w->nread[1] : 0, cap = b->nres + nexp + 1, ny = 0;
   nb_tensor **ys = malloc(((size_t)2 * cap + b->nargs + 1) * sizeof *ys), **gys = ys + cap, **dx = gys + cap;
@@ -180,14 +180,14 @@ static nb_code build_branch_grad(nb_ctx *c, nb_function *b, const nb_if_grad *w,
   r->dx = malloc(((size_t)b->nargs + 1) * sizeof *r->dx);
   nb_code code = !ys || !r->extra || !r->dx ? NB_NOMEM : seeds_of(b, w, which, seeded, ys, gys, &ny, r);
   int32_t from = b->g->nnodes;
-  if (!code) code = nb_function_grads(b, ys, gys, ny, b->args, b->nargs, dx);
-  for (int i = 0; i < b->nargs && !code; i++) r->dx[i] = nb_key_of(dx[i]);
+  if (!code) code = nbfunc_grads(b, ys, gys, ny, b->args, b->nargs, dx);
+  for (int i = 0; i < b->nargs && !code; i++) r->dx[i] = nbgraph_key_of(dx[i]);
   int extra = 0, nfwd = seeded ? w->nfwd[which] : from;
   if (!code && gradient_reads(b->g, from, nfwd, computed, 0, &r->reads, &r->nreads, &extra)) code = NB_NOMEM;
   if (!code && seeded && extra)
     code = nb_set_error(c, NB_UNIMPLEMENTED, "If gradient: this second-order gradient reads %d branch intermediates the "
                         "first-order gradient did not", extra);
-  nb_function_grad_done(c, b, "If gradient", code);
+  nbfunc_grad_done(c, b, "If gradient", code);
   free(ys);
   return code;
 }
@@ -200,7 +200,7 @@ static void branch_grad_free(branch_grad *r) {
 
 /* The branch gradient function: arguments (b's arguments..., the intermediate slots...,
    the seeds...), results the arguments' gradients. */
-static nb_function *extract_branch_grad(nb_ctx *c, nb_function *b, const nb_if_grad *w, int which,
+static nb_function *extract_branch_grad(nb_ctx *c, nb_function *b, const nbfunc_if_grad *w, int which,
                                         const branch_grad *r) {
   int nexp = w->nread[0] + w->nread[1], n = 0;
   int64_t *keys = malloc(((size_t)b->nargs + nexp + r->nextra + 1) * sizeof *keys);
@@ -208,16 +208,16 @@ static nb_function *extract_branch_grad(nb_ctx *c, nb_function *b, const nb_if_g
     nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
     return NULL;
   }
-  for (int i = 0; i < b->nargs; i++) keys[n++] = nb_key_of(b->args[i]);
+  for (int i = 0; i < b->nargs; i++) keys[n++] = nbgraph_key_of(b->args[i]);
   for (int a = 0; a < nexp; a++) keys[n++] = w->slots[which][a];
   for (int i = 0; i < r->nextra; i++) keys[n++] = r->extra[i];
-  nb_function *f = nb_function_extract(c, b->g, b->g, keys, n, r->dx, b->nargs);
+  nb_function *f = nbfunc_extract(c, b->g, b->g, keys, n, r->dx, b->nargs);
   free(keys);
   return f;
 }
 
 /* Each branch's slots: its own intermediates, and placeholders of the other's dtypes. */
-static nb_code make_slots(nb_function *const *br, nb_if_grad *w, branch_grad *r) {
+static nb_code make_slots(nb_function *const *br, nbfunc_if_grad *w, branch_grad *r) {
   int nexp = w->nread[0] + w->nread[1];
   for (int b = 0; b < 2; b++) {
     if (!(w->slots[b] = malloc(((size_t)nexp + 1) * sizeof *w->slots[b]))) return NB_NOMEM;
@@ -229,17 +229,17 @@ static nb_code make_slots(nb_function *const *br, nb_if_grad *w, branch_grad *r)
         continue;
       }
       const nb_graph *g = br[src]->g;
-      nb_tensor like = {.dtype = g->outs[g->nodes[nb_key_node(key)].out0 + nb_key_out(key)].meta.dtype, .rank = -1};
+      nb_tensor like = {.dtype = g->outs[g->nodes[nbgraph_key_node(key)].out0 + nbgraph_key_out(key)].meta.dtype, .rank = -1};
       nb_tensor *ph = new_arg(br[b], &like, "other_branch");
       if (!ph) return NB_NOMEM;
-      w->slots[b][a] = nb_key_of(ph);
+      w->slots[b][a] = nbgraph_key_of(ph);
     }
   }
   return NB_OK;
 }
 
 /* The If's extra results: branch b outputs its own intermediates and zeros for the other's. */
-static nb_code expose(nb_function *b, const nb_if_grad *w, int which) {
+static nb_code expose(nb_function *b, const nbfunc_if_grad *w, int which) {
   int nexp = w->nread[0] + w->nread[1];
   nb_tensor **res = realloc(b->res, ((size_t)b->nres + nexp + 1) * sizeof *res);
   if (!res) return NB_NOMEM;
@@ -260,10 +260,10 @@ static nb_code add_exposed_outputs(const nb_fwd_op *op, const nb_function *t, co
   nb_graph *g = first->graph;
   int have = g->nodes[first->node].nout - t->nres, n = t->nacc - have;
   if (n <= 0) return NB_OK;
-  nb_meta *m = malloc((size_t)n * sizeof *m);
+  nbop_meta *m = malloc((size_t)n * sizeof *m);
   if (!m) return NB_NOMEM;
-  for (int i = 0; i < n; i++) nb_cf_merged_meta(&m[i], t->res[t->nres + have + i], e->res[t->nres + have + i]);
-  nb_code code = nb_graph_add_outputs(g, first->node, m, n) ? NB_NOMEM : NB_OK;
+  for (int i = 0; i < n; i++) nbfunc_cf_merged_meta(&m[i], t->res[t->nres + have + i], e->res[t->nres + have + i]);
+  nb_code code = nbgraph_add_outputs(g, first->node, m, n) ? NB_NOMEM : NB_OK;
   free(m);
   return code;
 }
@@ -271,7 +271,7 @@ static nb_code add_exposed_outputs(const nb_fwd_op *op, const nb_function *t, co
 /* Builds both branches' gradients (finding their intermediates), the slots, the branch
    gradient functions, and exposes the intermediates as If outputs. */
 static nb_code build_if_grad(nb_ctx *c, nb_function *const *br) {
-  nb_if_grad *w = calloc(1, sizeof *w);
+  nbfunc_if_grad *w = calloc(1, sizeof *w);
   branch_grad r[2] = {{0}, {0}};
   nb_code code = w ? NB_OK : NB_NOMEM;
   for (int b = 0; b < 2 && !code; b++) {
@@ -288,14 +288,14 @@ static nb_code build_if_grad(nb_ctx *c, nb_function *const *br) {
   branch_grad_free(&r[1]);
   if (code == NB_NOMEM && !nb_status(c)) nb_set_error(c, code, "If gradient: out of memory");
   if (code) {
-    nb_if_grad_free(w);
+    nbfunc_if_grad_free(w);
     return nb_status(c);
   }
   br[0]->igrad = w;
   return NB_OK;
 }
 
-static nb_code build_seeded(nb_ctx *c, nb_function *const *br, nb_if_grad *w) {
+static nb_code build_seeded(nb_ctx *c, nb_function *const *br, nbfunc_if_grad *w) {
   nb_code code = NB_OK;
   for (int b = 0; b < 2 && !code; b++) {
     branch_grad r = {0};
@@ -312,7 +312,7 @@ static nb_code build_seeded(nb_ctx *c, nb_function *const *br, nb_if_grad *w) {
 /* Whether the exposed intermediates got real gradients (second order). */
 static bool exposed_have_grads(const nb_fwd_op *op, const nb_function *t, nb_tensor *const *dys) {
   for (int a = t->nres; a < nb_fwd_num_outputs(op); a++)
-    if (dys[a] && !nb_is_zeros_filler(dys[a])) return true;
+    if (dys[a] && !nbfunc_is_zeros_filler(dys[a])) return true;
   return false;
 }
 
@@ -322,7 +322,7 @@ static bool exposed_have_grads(const nb_fwd_op *op, const nb_function *t, nb_ten
 static nb_code if_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_function *br[2] = {fn_of(op, "_then_branch"), fn_of(op, "_else_branch")};
   if (!br[0]->igrad && build_if_grad(c, br)) return nb_status(c);
-  nb_if_grad *w = br[0]->igrad;
+  nbfunc_if_grad *w = br[0]->igrad;
   bool seeded = exposed_have_grads(op, br[0], dys);
   if (seeded && !w->fn[1][0] && build_seeded(c, br, w)) return nb_status(c);
   if (add_exposed_outputs(op, br[0], br[1])) return nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
@@ -333,16 +333,16 @@ static nb_code if_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb
   nb_code code = ins && outs ? NB_OK : nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
   for (int i = 0; i < nin && !code; i++) ins[n++] = nb_fwd_input(op, i);
   for (int a = 0; a < nexp && !code; a++)
-    if (!(ins[n++] = nb_graph_handle(c, first->graph, first->node, nres + a))) code = nb_status(c);
+    if (!(ins[n++] = nbgraph_handle(c, first->graph, first->node, nres + a))) code = nb_status(c);
   for (int o = 0; o < nres && !code; o++)
-    if (nb_is_float(br[0]->res[o]->dtype)) ins[n++] = dys[o] ? dys[o] : nb_zeros_like(c, nb_fwd_output(op, o));
+    if (nbcore_is_float(br[0]->res[o]->dtype)) ins[n++] = dys[o] ? dys[o] : nb_zeros_like(c, nb_fwd_output(op, o));
   for (int a = 0; seeded && a < nexp && !code; a++) {
-    if (!nb_is_float(br[0]->res[nres + a]->dtype)) continue;
+    if (!nbcore_is_float(br[0]->res[nres + a]->dtype)) continue;
     nb_tensor *d = nres + a < nb_fwd_num_outputs(op) ? dys[nres + a] : NULL;
     ins[n++] = d ? d : nb_zeros_like(c, ins[nin + a]);
   }
   if (!code) code = nb_status(c);
-  if (!code) code = nb_cf_node(c, "If", ins, n, w->fn[seeded][0], w->fn[seeded][1], outs, br[0]->nargs);
+  if (!code) code = nbfunc_cf_node(c, "If", ins, n, w->fn[seeded][0], w->fn[seeded][1], outs, br[0]->nargs);
   if (!code) hand_out(op, outs, br[0]->nargs, 1, dxs);
   free(ins);
   free(outs);
@@ -357,11 +357,11 @@ static nb_code mark_variant(nb_graph *g, const nb_function *b, int32_t nfwd, uin
   int32_t *stack = malloc(((size_t)nfwd + 1) * sizeof *stack), top = 0;
   if (!stack) return NB_NOMEM;
   for (int j = 0; j < b->nres; j++) {
-    nb_node *n = &g->nodes[b->args[j]->node];
+    nbgraph_node *n = &g->nodes[b->args[j]->node];
     if (n->stamp2 != gen) n->stamp2 = gen, stack[top++] = b->args[j]->node;
   }
   while (top > 0) {
-    const nb_node *n = &g->nodes[stack[--top]];
+    const nbgraph_node *n = &g->nodes[stack[--top]];
     for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
       int32_t u = g->edges[e].consumer;
       if (g->edges[e].out < 0 || u >= nfwd || g->nodes[u].stamp2 == gen) continue;
@@ -375,12 +375,12 @@ static nb_code mark_variant(nb_graph *g, const nb_function *b, int32_t nfwd, uin
 
 /* While bodies: the tensors mark_variant marked (those constant across iterations are
    read from the forward graph directly). */
-static bool variant(const nb_graph *g, const nb_edge *e, uint32_t gen) { return g->nodes[e->src].stamp2 == gen; }
+static bool variant(const nb_graph *g, const nbgraph_edge *e, uint32_t gen) { return g->nodes[e->src].stamp2 == gen; }
 
 /* The variant forward tensors the gradient nodes read (see gradient_reads). */
 static nb_code collect_reads(nb_graph *g, const nb_function *b, int32_t from, int32_t nfwd, int64_t **keys, int *n,
                              int *extra) {
-  uint32_t gen = nb_graph_next_gen(g);
+  uint32_t gen = nbgraph_next_gen(g);
   if (mark_variant(g, b, nfwd, gen)) return NB_NOMEM;
   return gradient_reads(g, from, nfwd, variant, gen, keys, n, extra);
 }
@@ -388,7 +388,7 @@ static nb_code collect_reads(nb_graph *g, const nb_function *b, int32_t from, in
 /* The gradient of the body's float results (and, with dacc, of the float accumulated
    intermediates) in the body graph, as the keys of the reverse step: arguments
    (accumulators..., captures..., d next..., [d acc...]), results (d vars..., d caps...). */
-static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t nfwd, bool dacc) {
+static nb_code build_step(nb_ctx *c, nb_function *b, nbfunc_while_grad *w, int32_t nfwd, bool dacc) {
   nb_graph *g = b->g;
   int ncap = b->nargs - b->nres, ny = w->nfv + (dacc ? w->nfa : 0), nx = w->nfv + w->nfc;
   int nargs = w->nacc + ncap + ny;
@@ -406,13 +406,13 @@ static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t n
   }
   for (int q = 0; dacc && q < w->nfa && !code; q++) {
     int64_t key = w->acc[w->facc[q]];
-    ys[w->nfv + q] = nb_graph_handle(b->c, g, nb_key_node(key), nb_key_out(key));
+    ys[w->nfv + q] = nbgraph_handle(b->c, g, nbgraph_key_node(key), nbgraph_key_out(key));
     if (!ys[w->nfv + q] || !(seeds[w->nfv + q] = new_arg(b, ys[w->nfv + q], "d_acc"))) code = NB_NOMEM;
   }
   for (int i = 0; i < w->nfv; i++) xs[i] = b->args[w->fvars[i]];
   for (int i = 0; i < w->nfc; i++) xs[w->nfv + i] = b->args[w->fcaps[i]];
   int32_t from = g->nnodes;
-  if (!code) code = nb_function_grads(b, ys, seeds, ny, xs, nx, dx);
+  if (!code) code = nbfunc_grads(b, ys, seeds, ny, xs, nx, dx);
   int extra = 0;
   if (!code && collect_reads(g, b, from, nfwd, &w->acc, &w->nacc, &extra)) code = NB_NOMEM;
   if (!code && dacc && extra) /* the accumulators are fixed once the first gradient exists */
@@ -427,14 +427,14 @@ static nb_code build_step(nb_ctx *c, nb_function *b, nb_while_grad *w, int32_t n
   if (!code) {
     int n = 0;
     for (int a = 0; a < w->nacc; a++) keys[n++] = w->acc[a];
-    for (int j = b->nres; j < b->nargs; j++) keys[n++] = nb_key_of(b->args[j]);
-    for (int i = 0; i < ny; i++) keys[n++] = nb_key_of(seeds[i]);
-    for (int i = 0; i < nx; i++) keys[n + i] = nb_key_of(dx[i]);
+    for (int j = b->nres; j < b->nargs; j++) keys[n++] = nbgraph_key_of(b->args[j]);
+    for (int i = 0; i < ny; i++) keys[n++] = nbgraph_key_of(seeds[i]);
+    for (int i = 0; i < nx; i++) keys[n + i] = nbgraph_key_of(dx[i]);
     w->keys[dacc] = keys;
     w->nkargs[dacc] = n;
     keys = NULL;
   }
-  nb_function_grad_done(c, b, "While gradient", code);
+  nbfunc_grad_done(c, b, "While gradient", code);
   free(ys), free(dx), free(keys);
   return code;
 }
@@ -444,14 +444,14 @@ static nb_code float_indices(const nb_function *b, int lo, int hi, int **out, in
   if (!*out) return NB_NOMEM;
   *n = 0;
   for (int j = lo; j < hi; j++)
-    if (nb_is_float(b->args[j]->dtype)) (*out)[(*n)++] = j;
+    if (nbcore_is_float(b->args[j]->dtype)) (*out)[(*n)++] = j;
   return NB_OK;
 }
 
 /* Makes the forward While node output its accumulators and the body fetch them. */
-static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, nb_while_grad *w) {
+static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, nbfunc_while_grad *w) {
   nb_tensor **res = realloc(b->res, ((size_t)b->nres + w->nacc + 1) * sizeof *res);
-  nb_meta *m = malloc((2 * (size_t)w->nacc + 1) * sizeof *m); /* stacks, and at most as many indexes */
+  nbop_meta *m = malloc((2 * (size_t)w->nacc + 1) * sizeof *m); /* stacks, and at most as many indexes */
   if (!res || !m) {
     if (res) b->res = res;
     free(m);
@@ -460,14 +460,14 @@ static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, 
   b->res = res;
   nb_code code = NB_OK;
   for (int a = 0; a < w->nacc && !code; a++) {
-    nb_tensor *t = nb_graph_handle(b->c, b->g, nb_key_node(w->acc[a]), nb_key_out(w->acc[a]));
+    nb_tensor *t = nbgraph_handle(b->c, b->g, nbgraph_key_node(w->acc[a]), nbgraph_key_out(w->acc[a]));
     if (!t) code = NB_NOMEM;
     else b->res[b->nres + a] = t;
   }
   nb_tensor *const *acc = b->res + b->nres;
-  if (!code) nb_cf_accumulator_metas(acc, w->nacc, m);
+  if (!code) nbfunc_cf_accumulator_metas(acc, w->nacc, m);
   nb_graph *g = nb_fwd_output(op, 0)->graph;
-  if (!code && nb_graph_add_outputs(g, nb_fwd_output(op, 0)->node, m, w->nacc + nb_cf_num_ragged(acc, w->nacc)))
+  if (!code && nbgraph_add_outputs(g, nb_fwd_output(op, 0)->node, m, w->nacc + nbfunc_cf_num_ragged(acc, w->nacc)))
     code = NB_NOMEM;
   if (!code) b->nacc = w->nacc;
   free(m);
@@ -475,7 +475,7 @@ static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, 
 }
 
 static nb_code build_while_grad(nb_ctx *c, const nb_fwd_op *op, nb_function *b) {
-  nb_while_grad *w = calloc(1, sizeof *w);
+  nbfunc_while_grad *w = calloc(1, sizeof *w);
   if (!w) return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
   w->nfwd = b->g->nnodes;
   nb_code code = float_indices(b, 1, b->nres, &w->fvars, &w->nfv) || float_indices(b, b->nres, b->nargs, &w->fcaps, &w->nfc)
@@ -484,13 +484,13 @@ static nb_code build_while_grad(nb_ctx *c, const nb_fwd_op *op, nb_function *b) 
   if (!code) code = build_step(c, b, w, w->nfwd, false);
   if (!code && !(w->facc = malloc(((size_t)w->nacc + 1) * sizeof *w->facc))) code = NB_NOMEM;
   for (int a = 0; a < w->nacc && !code; a++) {
-    const nb_node *n = &b->g->nodes[nb_key_node(w->acc[a])];
-    if (nb_is_float(b->g->outs[n->out0 + nb_key_out(w->acc[a])].meta.dtype)) w->facc[w->nfa++] = a;
+    const nbgraph_node *n = &b->g->nodes[nbgraph_key_node(w->acc[a])];
+    if (nbcore_is_float(b->g->outs[n->out0 + nbgraph_key_out(w->acc[a])].meta.dtype)) w->facc[w->nfa++] = a;
   }
   if (code == NB_NOMEM && !nb_status(c)) nb_set_error(c, code, "While gradient: out of memory");
   if (!code) code = add_accumulators(c, op, b, w);
   if (code) {
-    nb_while_grad_free(w);
+    nbfunc_while_grad_free(w);
     return code;
   }
   b->wgrad = w;
@@ -500,13 +500,13 @@ static nb_code build_while_grad(nb_ctx *c, const nb_fwd_op *op, nb_function *b) 
 /* The reverse step (seeded or not) giving the gradients of the loop variables and of the
    captures selected by mask: extracted from the body's gradient once per kind, so a
    capture nobody differentiates (the RNN's inputs) costs nothing per iteration. */
-static nb_function *step_for(nb_ctx *c, nb_function *b, nb_while_grad *w, bool seeded, uint64_t mask) {
+static nb_function *step_for(nb_ctx *c, nb_function *b, nbfunc_while_grad *w, bool seeded, uint64_t mask) {
   for (int i = 0; i < w->nsteps; i++)
     if (w->steps[i].mask == mask && w->steps[i].seeded == seeded) return w->steps[i].f;
   if (!w->keys[seeded] && build_step(c, b, w, w->nfwd, seeded)) return NULL;
   const int64_t *keys = w->keys[seeded], *dx = keys + w->nkargs[seeded];
   int64_t *res = malloc(((size_t)w->nfv + w->nfc + 1) * sizeof *res);
-  nb_step_fn *grown = realloc(w->steps, ((size_t)w->nsteps + 1) * sizeof *grown);
+  nbfunc_step_fn *grown = realloc(w->steps, ((size_t)w->nsteps + 1) * sizeof *grown);
   if (grown) w->steps = grown;
   if (!res || !grown) {
     free(res);
@@ -517,15 +517,15 @@ static nb_function *step_for(nb_ctx *c, nb_function *b, nb_while_grad *w, bool s
   for (int i = 0; i < w->nfv; i++) res[n++] = dx[i];
   for (int q = 0; q < w->nfc; q++)
     if (q >= 64 || (mask >> q & 1)) res[n++] = dx[w->nfv + q];
-  nb_function *f = nb_function_extract(c, b->g, b->g, keys, w->nkargs[seeded], res, n);
+  nb_function *f = nbfunc_extract(c, b->g, b->g, keys, w->nkargs[seeded], res, n);
   free(res);
-  if (f) w->steps[w->nsteps++] = (nb_step_fn){mask, seeded, f};
+  if (f) w->steps[w->nsteps++] = (nbfunc_step_fn){mask, seeded, f};
   return f;
 }
 
 /* What the reverse loop's callbacks read (tensors of the graph the gradient is built in). */
 typedef struct reverse {
-  nb_while_grad *w;
+  nbfunc_while_grad *w;
   nb_function *step;
   nb_tensor *iters;        /* the forward loop's iteration count */
   nb_tensor **stacks;      /* its accumulators */
@@ -546,7 +546,7 @@ typedef struct reverse {
    about their results than the loop does (a densified Gather gradient, a Reshape to a
    shape computed at run time). */
 static nb_tensor *with_shape(nb_ctx *c, nb_tensor *x, const nb_shape_spec *s) {
-  if (!x || nb_shape_fits(nb_rank(x), nb_shape(x), s->rank, s->dims)) return x;
+  if (!x || nbcore_shape_fits(nb_rank(x), nb_shape(x), s->rank, s->dims)) return x;
   return shaped_call(c, "_EnsureShape", &x, 1, s->rank, s->dims);
 }
 
@@ -567,11 +567,11 @@ static bool same_static_shape(const nb_tensor *a, const nb_tensor *b) {
    (the MatMul left unread is never run). */
 static nb_tensor *add_to_sum(nb_ctx *c, nb_tensor *sum, nb_tensor *x) {
   nb_graph *g = c->graph;
-  const nb_node *n = g && x && x->graph == g ? &g->nodes[x->node] : NULL;
+  const nbgraph_node *n = g && x && x->graph == g ? &g->nodes[x->node] : NULL;
   if (!n || strcmp(n->def->name, "MatMul") != 0 || n->first_use >= 0 || !same_static_shape(sum, x))
     return nb_add(c, sum, x);
-  const nb_edge *e = &g->edges[n->in0];
-  nb_tensor *a = nb_graph_handle(c, g, e[0].src, e[0].out), *b = nb_graph_handle(c, g, e[1].src, e[1].out);
+  const nbgraph_edge *e = &g->edges[n->in0];
+  nb_tensor *a = nbgraph_handle(c, g, e[0].src, e[0].out), *b = nbgraph_handle(c, g, e[1].src, e[1].out);
   if (!a || !b) return NULL;
   return nb_matmul_add(c, a, b, n->attr[0].b, n->attr[1].b, sum);
 }
@@ -580,7 +580,7 @@ static nb_tensor *add_to_sum(nb_ctx *c, nb_tensor *sum, nb_tensor *x) {
    the body's h W) reads the capture's transpose made once before the loop instead. GEMM
    packs a plain operand faster than a transposed one, and the loop would pack it every
    iteration (for bench/rnn's 256x256 W about a quarter of that product's time). */
-static bool plain_products(nb_ctx *c, const nb_node *n, nb_tensor *const *in, nb_tensor **out, void *user) {
+static bool plain_products(nb_ctx *c, const nbgraph_node *n, nb_tensor *const *in, nb_tensor **out, void *user) {
   const reverse *r = user;
   if (strcmp(n->def->name, "MatMul") != 0) return false;
   nb_tensor *x[2] = {in[0], in[1]};
@@ -598,11 +598,11 @@ static bool plain_products(nb_ctx *c, const nb_node *n, nb_tensor *const *in, nb
 
 /* The transposes plain_products reads: of each rank-2 capture that a product of the
    reverse step reads transposed. */
-static nb_code transpose_captures(nb_ctx *c, const nb_while_grad *w, reverse *r) {
+static nb_code transpose_captures(nb_ctx *c, const nbfunc_while_grad *w, reverse *r) {
   const nb_graph *g = r->step->g;
   for (int j = 0; j < r->ncap; j++) r->caps_t[j] = NULL;
   for (int32_t i = 0; i < g->nnodes; i++) {
-    const nb_node *n = &g->nodes[i];
+    const nbgraph_node *n = &g->nodes[i];
     for (int e = 0; e < 2 && strcmp(n->def->name, "MatMul") == 0; e++)
       for (int j = 0; n->attr[e].b && j < r->ncap; j++) {
         bool reads_capture = r->step->args[w->nacc + j]->node == g->edges[n->in0 + e].src;
@@ -624,7 +624,7 @@ static nb_tensor *acc_get(nb_ctx *c, const reverse *r, int a, nb_tensor *stack, 
    iteration T-1-i, inlined so that its products can add into the sums. */
 static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
   reverse *r = user;
-  nb_while_grad *w = r->w;
+  nbfunc_while_grad *w = r->w;
   nb_tensor *t = nb_sub(c, nb_sub(c, r->iters, v[0]), nb_scalar(c, NB_I64, 1));
   int n = 0;
   nb_tensor **ins = malloc(((size_t)r->step->nargs + r->step->nres + 1) * sizeof *ins), **outs = ins + r->step->nargs;
@@ -634,7 +634,7 @@ static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, vo
   for (int i = 0; i < w->nfv; i++) ins[n++] = v[1 + i];
   for (int q = 0; r->dstacks && q < w->nfa; q++) ins[n++] = acc_get(c, r, w->facc[q], r->dstacks[q], t);
   nb_code code = nb_status(c);
-  if (!code) code = nb_function_inline(c, r->step, ins, plain_products, r, outs);
+  if (!code) code = nbfunc_inline(c, r->step, ins, plain_products, r, outs);
   if (!code) {
     next[0] = nb_add(c, v[0], nb_scalar(c, NB_I64, 1));
     for (int i = 0; i < w->nfv; i++) next[1 + i] = with_shape(c, outs[i], &r->shapes[1 + i]);
@@ -650,7 +650,7 @@ static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, vo
    variable or capture may take (the loop's relaxed ones: unknown dims, unknown rank). */
 static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b, const reverse *r,
                             nb_tensor *const *dys, nb_tensor **vars, nb_shape_spec *shapes) {
-  const nb_while_grad *w = r->w;
+  const nbfunc_while_grad *w = r->w;
   vars[0] = nb_scalar(c, NB_I64, 0);
   shapes[0] = (nb_shape_spec){0, NULL};
   for (int i = 0; i < w->nfv; i++) {
@@ -667,19 +667,19 @@ static nb_code reverse_vars(nb_ctx *c, const nb_fwd_op *op, const nb_function *b
 }
 
 /* Whether the forward accumulators got real gradients (not a pass's zero fillers). */
-static bool accumulators_have_grads(const nb_fwd_op *op, const nb_while_grad *w, nb_tensor *const *dys) {
+static bool accumulators_have_grads(const nb_fwd_op *op, const nbfunc_while_grad *w, nb_tensor *const *dys) {
   int nin = nb_fwd_num_inputs(op);
   if (nb_fwd_num_outputs(op) < nin + w->nacc) return false; /* the accumulators are new */
   for (int q = 0; q < w->nfa; q++) {
     nb_tensor *d = dys[nin + w->facc[q]];
-    if (d && !nb_is_zeros_filler(d)) return true;
+    if (d && !nbfunc_is_zeros_filler(d)) return true;
   }
   return false;
 }
 
 static nb_code run_reverse(nb_ctx *c, const nb_fwd_op *op, nb_function *b, reverse *r, nb_tensor *const *dys,
                            nb_tensor **dxs) {
-  nb_while_grad *w = r->w;
+  nbfunc_while_grad *w = r->w;
   int nv = 1 + w->nfv + r->nsel;
   nb_tensor **vars = malloc((2 * (size_t)nv + 1) * sizeof *vars), **outs = vars + nv;
   nb_shape_spec *shapes = malloc(((size_t)nv + 1) * sizeof *shapes);
@@ -699,7 +699,7 @@ static nb_code run_reverse(nb_ctx *c, const nb_fwd_op *op, nb_function *b, rever
 }
 
 /* The float captures whose gradients are wanted (all past the 64 a mask holds). */
-static uint64_t wanted_captures(const nb_fwd_op *op, const nb_while_grad *w, int *sel, int *nsel) {
+static uint64_t wanted_captures(const nb_fwd_op *op, const nbfunc_while_grad *w, int *sel, int *nsel) {
   uint64_t mask = 0;
   *nsel = 0;
   for (int q = 0; q < w->nfc; q++)
@@ -716,9 +716,9 @@ static nb_code accumulator_outputs(nb_ctx *c, nb_tensor *const *acc, int nacc, n
                                    nb_tensor **stacks, nb_tensor **index) {
   int next_index = nin + nacc;
   for (int a = 0; a < nacc; a++) {
-    bool ragged = nb_cf_ragged(acc[a]);
-    stacks[a] = nb_graph_handle(c, first->graph, first->node, nin + a);
-    index[a] = ragged ? nb_graph_handle(c, first->graph, first->node, next_index++) : NULL;
+    bool ragged = nbfunc_cf_ragged(acc[a]);
+    stacks[a] = nbgraph_handle(c, first->graph, first->node, nin + a);
+    index[a] = ragged ? nbgraph_handle(c, first->graph, first->node, next_index++) : NULL;
     if (!stacks[a] || (ragged && !index[a])) return nb_status(c);
   }
   return NB_OK;
@@ -729,7 +729,7 @@ static nb_code accumulator_outputs(nb_ctx *c, nb_tensor *const *acc, int nacc, n
 static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_function *b = fn_of(op, "_body");
   if (!b->wgrad && build_while_grad(c, op, b)) return nb_status(c);
-  nb_while_grad *w = b->wgrad;
+  nbfunc_while_grad *w = b->wgrad;
   bool second = accumulators_have_grads(op, w, dys);
   nb_tensor *first = nb_fwd_output(op, 0);
   int nin = nb_fwd_num_inputs(op);
@@ -760,14 +760,14 @@ static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys,
 
 static nb_tensor *stack_get(nb_ctx *c, nb_tensor *stack, nb_tensor *t) {
   nb_tensor *in[2] = {stack, t}, *out = NULL;
-  nb_dispatch(c, nb_op_lookup("_StackGet"), in, 2, NULL, &out, 1);
+  nbop_dispatch(c, nbop_lookup("_StackGet"), in, 2, NULL, &out, 1);
   return out;
 }
 
 /* d stack = the zeros of its shape with dy at [t]; the index has none. */
 static nb_code stack_get_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *in[3] = {nb_fwd_input(op, 0), nb_fwd_input(op, 1), dys[0]};
-  return nb_dispatch(c, nb_op_lookup("_StackGetGrad"), in, 3, NULL, &dxs[0], 1);
+  return nbop_dispatch(c, nbop_lookup("_StackGetGrad"), in, 3, NULL, &dxs[0], 1);
 }
 
 /* Value t of a ragged stack, with like's static shape (an accumulated tensor's). */
@@ -779,7 +779,7 @@ static nb_tensor *ragged_get(nb_ctx *c, nb_tensor *values, nb_tensor *t, nb_tens
 /* d values = the zeros of their shape with dy at value t's place; t and the index have none. */
 static nb_code ragged_get_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *in[4] = {nb_fwd_input(op, 0), nb_fwd_input(op, 1), dys[0], nb_fwd_input(op, 2)};
-  return nb_dispatch(c, nb_op_lookup("_RaggedGetGrad"), in, 4, NULL, &dxs[0], 1);
+  return nbop_dispatch(c, nbop_lookup("_RaggedGetGrad"), in, 4, NULL, &dxs[0], 1);
 }
 
 /* _RaggedGetGrad is linear in dy, which gets _RaggedGet of the incoming gradient. */
@@ -801,7 +801,7 @@ static nb_code ensure_shape_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
   return NB_OK;
 }
 
-void nb_func_install_grads(void) {
+void nbfunc_install_grads(void) {
   static const nbg_entry rules[] = {
       {"_EnsureShape", ensure_shape_grad, 0, 0},
       {"_StackGet", stack_get_grad, NBG_IN(0) | NBG_IN(1), 0},
@@ -812,5 +812,5 @@ void nb_func_install_grads(void) {
       {"If", if_grad, NBG_ALL, NBG_ALL},
       {"While", while_grad, NBG_ALL, NBG_ALL},
   };
-  nb_install_function_grads(rules, sizeof rules / sizeof *rules);
+  nbad_install_function_grads(rules, sizeof rules / sizeof *rules);
 }

@@ -21,8 +21,8 @@ static void function_free(nb_function *f) {
   free(f->args);
   free(f->res);
   free(f->caps);
-  nb_while_grad_free(f->wgrad);
-  nb_if_grad_free(f->igrad);
+  nbfunc_while_grad_free(f->wgrad);
+  nbfunc_if_grad_free(f->igrad);
   free(f);
 }
 
@@ -37,8 +37,8 @@ static void free_functions(nb_graph *g) {
 /* The While, If and call kernels and the control-flow gradients go into the lower layers'
    registries here, before the first function: no node of those ops exists without one. */
 static void install(void) {
-  nb_func_install_ops();
-  nb_func_install_grads();
+  nbfunc_install_ops();
+  nbfunc_install_grads();
 }
 
 static nb_function *function_new(nb_graph *parent) {
@@ -60,31 +60,31 @@ static nb_function *function_new(nb_graph *parent) {
 
 /* Gives f to g (freed with it). */
 static nb_code own_function(nb_graph *g, nb_function *f) {
-  if (!nb_grow_array((void **)&g->funcs, &g->funcs_cap, g->nfuncs + 1, sizeof *g->funcs)) return NB_NOMEM;
+  if (!nbcore_grow_array((void **)&g->funcs, &g->funcs_cap, g->nfuncs + 1, sizeof *g->funcs)) return NB_NOMEM;
   g->funcs[g->nfuncs++] = f;
   g->free_funcs = free_functions;
   return NB_OK;
 }
 
-nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take,
-                        nb_tensor **res) {
+nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take,
+                   nb_tensor **res) {
   bool busy = atomic_exchange(&f->busy, true);
   nb_session *s = busy ? nb_session_new(f->g) : f->cached ? f->cached : (f->cached = nb_session_new(f->g));
   if (!s) {
     if (!busy) atomic_store(&f->busy, false);
     for (int i = 0; i < take; i++) nb_tensor_free(args[i]);
-    return nb_kfail(k, NB_NOMEM, "out of memory starting the %s", what);
+    return nbop_kfail(k, NB_NOMEM, "out of memory starting the %s", what);
   }
   nb_session_set_threads(s, k->threads);
   int nres = f->nres + f->nacc;
-  nb_session_share_blocks(s, k->ctx->blocks_from ? k->ctx->blocks_from : k->ctx);
-  nb_session_take_feeds(s, take);
+  nbrt_session_share_blocks(s, k->ctx->blocks_from ? k->ctx->blocks_from : k->ctx);
+  nbrt_session_take_feeds(s, take);
   nb_code code = nb_run(s, f->args, args, f->nargs, f->res, nres, res);
-  nb_session_share_blocks(s, NULL);
-  if (code) nb_kfail(k, code, "%s: %s", what, nb_session_error(s));
+  nbrt_session_share_blocks(s, NULL);
+  if (code) nbop_kfail(k, code, "%s: %s", what, nb_session_error(s));
   for (int i = 0; i < nres && !code; i++) /* released into the shared pool later, not to malloc */
-    if (!(res[i] = nb_adopt_detached(k->ctx, res[i]))) {
-      code = nb_status(k->ctx) ? nb_status(k->ctx) : nb_kfail(k, NB_NOMEM, "out of memory taking the %s's results", what);
+    if (!(res[i] = nbcore_adopt_detached(k->ctx, res[i]))) {
+      code = nb_status(k->ctx) ? nb_status(k->ctx) : nbop_kfail(k, NB_NOMEM, "out of memory taking the %s's results", what);
       for (int j = 0; j < nres; j++) /* the caller gets none of them */
         if (j != i) nb_tensor_free(res[j]);
     }
@@ -95,7 +95,7 @@ nb_code nb_function_run(nb_kargs *k, nb_function *f, const char *what, nb_tensor
   return code;
 }
 
-void nb_while_grad_free(nb_while_grad *w) {
+void nbfunc_while_grad_free(nbfunc_while_grad *w) {
   if (!w) return;
   free(w->acc);
   free(w->fvars);
@@ -107,7 +107,7 @@ void nb_while_grad_free(nb_while_grad *w) {
   free(w);
 }
 
-void nb_if_grad_free(nb_if_grad *w) {
+void nbfunc_if_grad_free(nbfunc_if_grad *w) {
   if (!w) return;
   free(w->slots[0]);
   free(w->slots[1]);
@@ -117,13 +117,13 @@ void nb_if_grad_free(nb_if_grad *w) {
 /* ---- tracing --------------------------------------------------------------------------------- */
 
 /* Appends n argument placeholders of the given metas to f. */
-static nb_code add_args(nb_function *f, const nb_meta *m, int n) {
+static nb_code add_args(nb_function *f, const nbop_meta *m, int n) {
   nb_tensor **args = realloc(f->args, ((size_t)(f->nargs + n) + 1) * sizeof *args);
   if (!args) return NB_NOMEM;
   f->args = args;
   for (int i = 0; i < n; i++) {
-    int32_t id = nb_graph_add_arg(f->g, &m[i], "arg");
-    if (id < 0 || !(f->args[f->nargs] = nb_graph_handle(f->c, f->g, id, 0))) return NB_NOMEM;
+    int32_t id = nbgraph_add_arg(f->g, &m[i], "arg");
+    if (id < 0 || !(f->args[f->nargs] = nbgraph_handle(f->c, f->g, id, 0))) return NB_NOMEM;
     f->nargs++;
   }
   return NB_OK;
@@ -132,18 +132,18 @@ static nb_code add_args(nb_function *f, const nb_meta *m, int n) {
 /* The error of a callback traced in f, reported on the outer context. */
 static nb_code trace_fail(nb_ctx *outer, nb_function *f, const char *who, nb_code code) {
   if (outer->status) return outer->status;
-  if (!f->c->status) return nb_callback_code(outer, who, code ? code : NB_INTERNAL);
-  return nb_fail(outer, code ? code : NB_INTERNAL, "%s: %s", who, nb_error(f->c));
+  if (!f->c->status) return nbcore_callback_code(outer, who, code ? code : NB_INTERNAL);
+  return nbcore_fail(outer, code ? code : NB_INTERNAL, "%s: %s", who, nb_error(f->c));
 }
 
 /* Stores the results of f; a result that is not a tensor of f's graph (a concrete value,
    an outer tensor) gets an Identity there. */
 static nb_code set_results(nb_ctx *outer, nb_function *f, const char *who, nb_tensor **res, int n) {
   for (int i = 0; i < n; i++) {
-    if (!res[i]) return nb_fail(outer, NB_INVALID, "%s left result %d NULL", who, i);
+    if (!res[i]) return nbcore_fail(outer, NB_INVALID, "%s left result %d NULL", who, i);
     if (res[i]->graph != f->g && !(res[i] = nb_identity(f->c, res[i]))) return trace_fail(outer, f, who, f->c->status);
   }
-  if (!(f->res = malloc((size_t)n * sizeof *f->res))) return nb_fail(outer, NB_NOMEM, "%s: out of memory", who);
+  if (!(f->res = malloc((size_t)n * sizeof *f->res))) return nbcore_fail(outer, NB_NOMEM, "%s: out of memory", who);
   memcpy(f->res, res, (size_t)n * sizeof *res);
   f->nres = n;
   return NB_OK;
@@ -171,8 +171,8 @@ static nb_code unify_captures(nb_function *const *fs, int nf, int64_t **keys, in
     if (!args) return NB_NOMEM;
     fn->args = args;
     for (int j = 0; j < n; j++) {
-      int32_t id = nb_graph_capture_parent(fn->g, (*keys)[j]);
-      if (id < 0 || !(fn->args[fn->nargs] = nb_graph_handle(fn->c, fn->g, id, 0))) return NB_NOMEM;
+      int32_t id = nbgraph_capture_parent(fn->g, (*keys)[j]);
+      if (id < 0 || !(fn->args[fn->nargs] = nbgraph_handle(fn->c, fn->g, id, 0))) return NB_NOMEM;
       fn->nargs++;
     }
   }
@@ -184,7 +184,7 @@ static nb_code unify_captures(nb_function *const *fs, int nf, int64_t **keys, in
 static nb_code own_pair(nb_ctx *c, const char *who, nb_function *a, nb_function *b, nb_code code) {
   nb_function *keep[2] = {a, b};
   for (int i = 0; i < 2 && !code; i++) {
-    if (own_function(c->graph, keep[i])) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+    if (own_function(c->graph, keep[i])) code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
     else keep[i] = NULL;
   }
   function_free(keep[0]);
@@ -195,28 +195,28 @@ static nb_code own_pair(nb_ctx *c, const char *who, nb_function *a, nb_function 
 /* Adds the node: inputs `first` then the captured tensors; functions as attrs. */
 static nb_code add_cf_node(nb_ctx *c, const char *type, nb_tensor *const *first, int nfirst, const int64_t *keys,
                            int nkeys, nb_function *fa, nb_function *fb, nb_tensor **outs, int nout) {
-  const nb_op_def *def = nb_op_lookup(type);
+  const nbop_def *def = nbop_lookup(type);
   nb_tensor **ins = malloc((size_t)(nfirst + nkeys) * sizeof *ins);
-  if (!ins) return nb_fail(c, NB_NOMEM, "%s: out of memory", type);
+  if (!ins) return nbcore_fail(c, NB_NOMEM, "%s: out of memory", type);
   memcpy(ins, first, (size_t)nfirst * sizeof *ins);
   int made = 0;
   for (int j = 0; j < nkeys; j++, made++)
-    if (!(ins[nfirst + j] = nb_graph_handle(c, c->graph, nb_key_node(keys[j]), nb_key_out(keys[j])))) break;
+    if (!(ins[nfirst + j] = nbgraph_handle(c, c->graph, nbgraph_key_node(keys[j]), nbgraph_key_out(keys[j])))) break;
   nb_code code = made < nkeys ? c->status : NB_OK;
   if (!code) {
-    nb_attrval a[NB_MAX_ATTRS];
-    nb_attr_defaults(def, a);
-    a[1].i = nb_bits_of(&fa, sizeof fa); /* every control-flow op: attrs N, then its two functions */
-    a[2].i = nb_bits_of(&fb, sizeof fb);
-    code = nb_dispatch(c, def, ins, nfirst + nkeys, a, outs, nout);
+    nbop_attrval a[NBOP_MAX_ATTRS];
+    nbop_attr_defaults(def, a);
+    a[1].i = nbcore_bits_of(&fa, sizeof fa); /* every control-flow op: attrs N, then its two functions */
+    a[2].i = nbcore_bits_of(&fb, sizeof fb);
+    code = nbop_dispatch(c, def, ins, nfirst + nkeys, a, outs, nout);
   }
   for (int j = 0; j < made; j++) nb_tensor_free(ins[nfirst + j]);
   free(ins);
   return code;
 }
 
-nb_code nb_cf_node(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, nb_function *fa, nb_function *fb,
-                   nb_tensor **out, int nout) {
+nb_code nbfunc_cf_node(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, nb_function *fa, nb_function *fb,
+                       nb_tensor **out, int nout) {
   return add_cf_node(c, type, in, nin, NULL, 0, fa, fb, out, nout);
 }
 
@@ -230,23 +230,23 @@ typedef struct while_trace {
   int nkeys;
 } while_trace;
 
-static void meta_of(nb_meta *m, const nb_tensor *x, const nb_shape_inv *inv) {
+static void meta_of(nbop_meta *m, const nb_tensor *x, const nbfunc_shape_inv *inv) {
   if (inv)
-    nb_meta_set(m, x->dtype, inv->rank, inv->shape);
+    nbop_meta_set(m, x->dtype, inv->rank, inv->shape);
   else
-    nb_meta_set(m, x->dtype, x->rank, x->shape);
+    nbop_meta_set(m, x->dtype, x->rank, x->shape);
 }
 
 /* cond's function: the user's predicate, and counter < max_iters when bounded. */
 static nb_code trace_cond(while_trace *w, nb_cond_fn cond, void *user, int64_t max_iters) {
   nb_function *f = w->cond;
   nb_tensor *pred = NULL;
-  nb_code code = nb_cf_call_cond(f->c, "the callback", cond, f->args + 1, &pred, user);
+  nb_code code = nbfunc_cf_call_cond(f->c, "the callback", cond, f->args + 1, &pred, user);
   if (code) return trace_fail(w->c, f, "nb_while: cond", code);
-  if (!pred) return nb_fail(w->c, NB_INVALID, "nb_while: the cond function left its predicate NULL");
+  if (!pred) return nbcore_fail(w->c, NB_INVALID, "nb_while: the cond function left its predicate NULL");
   if (pred->dtype != NB_BOOL || pred->rank > 0)
-    return nb_fail(w->c, NB_INVALID, "nb_while: the predicate must be a bool scalar, got %s %s",
-                   nb_dtype_name(pred->dtype), pred->rank < 0 ? "<unknown rank>" : nb_tstr(pred));
+    return nbcore_fail(w->c, NB_INVALID, "nb_while: the predicate must be a bool scalar, got %s %s",
+                       nb_dtype_name(pred->dtype), pred->rank < 0 ? "<unknown rank>" : nbop_tstr(pred));
   if (max_iters >= 0)
     pred = nb_logical_and(f->c, nb_less(f->c, f->args[0], nb_tensor_from(f->c, NB_I64, 0, NULL, &max_iters)), pred);
   if (!pred) return trace_fail(w->c, f, "nb_while: cond", f->c->status);
@@ -254,13 +254,13 @@ static nb_code trace_cond(while_trace *w, nb_cond_fn cond, void *user, int64_t m
 }
 
 /* body's function: [counter + 1, the user's next values...], checked against the vars. */
-static nb_code trace_body(while_trace *w, nb_body_fn body, void *user, const nb_shape_inv *inv) {
+static nb_code trace_body(while_trace *w, nb_body_fn body, void *user, const nbfunc_shape_inv *inv) {
   nb_function *f = w->body;
   nb_tensor **next = calloc((size_t)w->n + 1, sizeof *next);
-  if (!next) return nb_fail(w->c, NB_NOMEM, "nb_while: out of memory");
-  nb_code code = nb_cf_call_body(f->c, "the callback", body, f->args + 1, next + 1, w->n, user);
+  if (!next) return nbcore_fail(w->c, NB_NOMEM, "nb_while: out of memory");
+  nb_code code = nbfunc_cf_call_body(f->c, "the callback", body, f->args + 1, next + 1, w->n, user);
   if (code) code = trace_fail(w->c, f, "nb_while: body", code);
-  if (!code) code = nb_cf_check_next(w->c, "nb_while", f->args + 1, next + 1, w->n, inv);
+  if (!code) code = nbfunc_cf_check_next(w->c, "nb_while", f->args + 1, next + 1, w->n, inv);
   if (!code && !(next[0] = nb_add(f->c, f->args[0], nb_scalar(f->c, NB_I64, 1))))
     code = trace_fail(w->c, f, "nb_while: body", f->c->status);
   if (!code) code = set_results(w->c, f, "nb_while: body", next, w->n + 1);
@@ -269,31 +269,31 @@ static nb_code trace_body(while_trace *w, nb_body_fn body, void *user, const nb_
 }
 
 static nb_code trace_while(while_trace *w, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars,
-                           int64_t max_iters, const nb_shape_inv *inv) {
-  nb_meta *m = malloc(((size_t)w->n + 1) * sizeof *m);
-  if (!m) return nb_fail(w->c, NB_NOMEM, "nb_while: out of memory");
-  nb_meta_set(&m[0], NB_I64, 0, NULL);
+                           int64_t max_iters, const nbfunc_shape_inv *inv) {
+  nbop_meta *m = malloc(((size_t)w->n + 1) * sizeof *m);
+  if (!m) return nbcore_fail(w->c, NB_NOMEM, "nb_while: out of memory");
+  nbop_meta_set(&m[0], NB_I64, 0, NULL);
   for (int i = 0; i < w->n; i++) meta_of(&m[1 + i], vars[i], inv ? &inv[i] : NULL);
   nb_code code = add_args(w->cond, m, w->n + 1);
   if (!code) code = add_args(w->body, m, w->n + 1);
   free(m);
-  if (code) return nb_fail(w->c, code, "nb_while: out of memory");
+  if (code) return nbcore_fail(w->c, code, "nb_while: out of memory");
   code = trace_cond(w, cond, user, max_iters);
   if (!code) code = trace_body(w, body, user, inv);
   nb_function *fs[2] = {w->cond, w->body};
-  if (!code && unify_captures(fs, 2, &w->keys, &w->nkeys)) code = nb_fail(w->c, NB_NOMEM, "nb_while: out of memory");
+  if (!code && unify_captures(fs, 2, &w->keys, &w->nkeys)) code = nbcore_fail(w->c, NB_NOMEM, "nb_while: out of memory");
   return code;
 }
 
-nb_code nb_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
-                       int64_t max_iters, const nb_shape_inv *inv, nb_tensor **out) {
+nb_code nbfunc_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
+                           int64_t max_iters, const nbfunc_shape_inv *inv, nb_tensor **out) {
   while_trace w = {c, function_new(c->graph), function_new(c->graph), n, NULL, 0};
-  nb_code code = !w.cond || !w.body ? nb_fail(c, NB_NOMEM, "nb_while: out of memory") : NB_OK;
+  nb_code code = !w.cond || !w.body ? nbcore_fail(c, NB_NOMEM, "nb_while: out of memory") : NB_OK;
   if (!code) code = trace_while(&w, cond, body, user, vars, max_iters, inv);
   code = own_pair(c, "nb_while", w.cond, w.body, code);
   int total = 1 + n + w.nkeys;
   nb_tensor **first = code ? NULL : malloc((size_t)(2 * total) * sizeof *first);
-  if (!code && !first) code = nb_fail(c, NB_NOMEM, "nb_while: out of memory");
+  if (!code && !first) code = nbcore_fail(c, NB_NOMEM, "nb_while: out of memory");
   if (!code) {
     nb_tensor **outs = first + total;
     first[0] = nb_scalar(c, NB_I64, 0);
@@ -314,13 +314,13 @@ nb_code nb_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, 
 
 static nb_code trace_branch(nb_ctx *c, nb_function *f, const char *who, nb_body_fn fn, void *user, nb_tensor *const *in,
                             int nin, int nout) {
-  nb_meta *m = malloc(((size_t)nin + 1) * sizeof *m);
+  nbop_meta *m = malloc(((size_t)nin + 1) * sizeof *m);
   nb_tensor **res = calloc((size_t)nout, sizeof *res);
-  nb_code code = !m || !res ? nb_fail(c, NB_NOMEM, "%s: out of memory", who) : NB_OK;
+  nb_code code = !m || !res ? nbcore_fail(c, NB_NOMEM, "%s: out of memory", who) : NB_OK;
   for (int i = 0; i < nin && !code; i++) meta_of(&m[i], in[i], NULL);
-  if (!code && add_args(f, m, nin)) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+  if (!code && add_args(f, m, nin)) code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   if (!code) {
-    nb_code r = nb_cf_call_body(f->c, "the callback", fn, f->args, res, nout, user);
+    nb_code r = nbfunc_cf_call_body(f->c, "the callback", fn, f->args, res, nout, user);
     if (r) code = trace_fail(c, f, who, r);
   }
   if (!code) code = set_results(c, f, who, res, nout);
@@ -332,27 +332,27 @@ static nb_code trace_branch(nb_ctx *c, nb_function *f, const char *who, nb_body_
 static nb_code check_branches(nb_ctx *c, const nb_function *t, const nb_function *e) {
   for (int i = 0; i < t->nres; i++)
     if (t->res[i]->dtype != e->res[i]->dtype)
-      return nb_fail(c, NB_DTYPE, "nb_cond: output %d is %s in the then branch but %s in the else branch", i,
-                     nb_dtype_name(t->res[i]->dtype), nb_dtype_name(e->res[i]->dtype));
+      return nbcore_fail(c, NB_DTYPE, "nb_cond: output %d is %s in the then branch but %s in the else branch", i,
+                         nb_dtype_name(t->res[i]->dtype), nb_dtype_name(e->res[i]->dtype));
   return NB_OK;
 }
 
-nb_code nb_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
-                      nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
+nb_code nbfunc_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
+                          nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
   if (pred->dtype != NB_BOOL || pred->rank > 0)
-    return nb_fail(c, NB_INVALID, "nb_cond: the predicate must be a bool scalar, got %s %s", nb_dtype_name(pred->dtype),
-                   pred->rank < 0 ? "<unknown rank>" : nb_tstr(pred));
+    return nbcore_fail(c, NB_INVALID, "nb_cond: the predicate must be a bool scalar, got %s %s", nb_dtype_name(pred->dtype),
+                       pred->rank < 0 ? "<unknown rank>" : nbop_tstr(pred));
   nb_function *fs[2] = {function_new(c->graph), function_new(c->graph)};
-  nb_code code = !fs[0] || !fs[1] ? nb_fail(c, NB_NOMEM, "nb_cond: out of memory") : NB_OK;
+  nb_code code = !fs[0] || !fs[1] ? nbcore_fail(c, NB_NOMEM, "nb_cond: out of memory") : NB_OK;
   if (!code) code = trace_branch(c, fs[0], "nb_cond: then branch", then_fn, user, in, nin, nout);
   if (!code) code = trace_branch(c, fs[1], "nb_cond: else branch", else_fn, user, in, nin, nout);
   if (!code) code = check_branches(c, fs[0], fs[1]);
   int64_t *keys = NULL;
   int nkeys = 0;
-  if (!code && unify_captures(fs, 2, &keys, &nkeys)) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
+  if (!code && unify_captures(fs, 2, &keys, &nkeys)) code = nbcore_fail(c, NB_NOMEM, "nb_cond: out of memory");
   code = own_pair(c, "nb_cond", fs[0], fs[1], code);
   nb_tensor **first = code ? NULL : malloc(((size_t)nin + 1) * sizeof *first);
-  if (!code && !first) code = nb_fail(c, NB_NOMEM, "nb_cond: out of memory");
+  if (!code && !first) code = nbcore_fail(c, NB_NOMEM, "nb_cond: out of memory");
   if (!code) {
     first[0] = pred;
     memcpy(first + 1, in, (size_t)nin * sizeof *in);
@@ -374,7 +374,7 @@ typedef struct extractor {
   nb_tensor *const *subst;
   const int64_t *arg_keys;
   int nargs;
-  nb_inline_rewrite rewrite; /* inlining: may replace a node's copy */
+  nbfunc_inline_rewrite rewrite; /* inlining: may replace a node's copy */
   void *user;
   uint32_t gen;
   int32_t *order, norder;
@@ -402,17 +402,17 @@ static nb_code order_needed(extractor *x, const int64_t *res_keys, int nres) {
   }
   int32_t top = 0;
   for (int r = 0; r < nres; r++) {
-    int32_t id = nb_key_node(res_keys[r]);
+    int32_t id = nbgraph_key_node(res_keys[r]);
     if (arg_index(x, res_keys[r]) >= 0 || g->nodes[id].stamp == x->gen) continue;
     g->nodes[id].stamp = x->gen;
     stack[top++] = (dfs_frame){id, 0};
     while (top > 0) {
       dfs_frame *fr = &stack[top - 1];
-      const nb_node *n = &g->nodes[fr->id];
-      if (fr->next < n->nin && !nb_node_values_known(g, n)) {
-        const nb_edge *e = &g->edges[n->in0 + fr->next++];
-        nb_node *s = &g->nodes[e->src];
-        if (arg_index(x, nb_key(e->src, e->out)) < 0 && s->stamp != x->gen) {
+      const nbgraph_node *n = &g->nodes[fr->id];
+      if (fr->next < n->nin && !nbgraph_node_values_known(g, n)) {
+        const nbgraph_edge *e = &g->edges[n->in0 + fr->next++];
+        nbgraph_node *s = &g->nodes[e->src];
+        if (arg_index(x, nbgraph_key(e->src, e->out)) < 0 && s->stamp != x->gen) {
           s->stamp = x->gen;
           stack[top++] = (dfs_frame){e->src, 0};
         }
@@ -428,28 +428,28 @@ static nb_code order_needed(extractor *x, const int64_t *res_keys, int nres) {
 
 static nb_tensor *copied(const extractor *x, int64_t key) {
   int a = arg_index(x, key);
-  return a >= 0 ? x->subst[a] : x->h[x->src->nodes[nb_key_node(key)].slot + nb_key_out(key)];
+  return a >= 0 ? x->subst[a] : x->h[x->src->nodes[nbgraph_key_node(key)].slot + nbgraph_key_out(key)];
 }
 
 static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
-  const nb_node *n = &x->src->nodes[id];
+  const nbgraph_node *n = &x->src->nodes[id];
   nb_ctx *c = x->to;
   nb_tensor **outs = x->h + n->slot;
-  if (nb_node_values_known(x->src, n)) {
+  if (nbgraph_node_values_known(x->src, n)) {
     for (int32_t o = 0; o < n->nout; o++)
       if (!(outs[o] = nb_const(c, x->src->outs[n->out0 + o].value))) return c->status;
     return NB_OK;
   }
   if (strcmp(n->def->name, "Placeholder") == 0)
-    return nb_fail(x->err, NB_INVALID, "the function needs placeholder '%s', which is not one of its arguments", n->name);
+    return nbcore_fail(x->err, NB_INVALID, "the function needs placeholder '%s', which is not one of its arguments", n->name);
   for (int32_t i = 0; i < n->nin; i++) {
-    const nb_edge *e = &x->src->edges[n->in0 + i];
-    ins[i] = copied(x, nb_key(e->src, e->out));
+    const nbgraph_edge *e = &x->src->edges[n->in0 + i];
+    ins[i] = copied(x, nbgraph_key(e->src, e->out));
   }
   bool rewritten = x->rewrite && x->rewrite(c, n, ins, outs, x->user);
-  nb_code code = rewritten ? nb_status(c) : nb_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
+  nb_code code = rewritten ? nb_status(c) : nbop_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
   if (code) return code;
-  nb_node *copy = n->nout > 0 && c->graph && outs[0]->graph == c->graph ? &c->graph->nodes[outs[0]->node] : NULL;
+  nbgraph_node *copy = n->nout > 0 && c->graph && outs[0]->graph == c->graph ? &c->graph->nodes[outs[0]->node] : NULL;
   if (copy && copy->def == n->def) copy->grad_name = n->grad_name; /* a rewrite into the same op keeps its override */
   return NB_OK;
 }
@@ -457,7 +457,7 @@ static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
 static nb_code copy_all(extractor *x) {
   int32_t nh = 0, width = 1;
   for (int32_t i = 0; i < x->norder; i++) {
-    nb_node *n = &x->src->nodes[x->order[i]];
+    nbgraph_node *n = &x->src->nodes[x->order[i]];
     n->slot = nh;
     nh += n->nout;
     if (n->nin > width) width = n->nin;
@@ -472,7 +472,7 @@ static nb_code copy_all(extractor *x) {
 
 /* Copies what res_keys need into x->to as res[0..nres). */
 static nb_code copy_results(extractor *x, const int64_t *res_keys, int nres, nb_tensor **res) {
-  x->gen = nb_graph_next_gen(x->src);
+  x->gen = nbgraph_next_gen(x->src);
   nb_code code = order_needed(x, res_keys, nres);
   if (!code) code = copy_all(x);
   for (int r = 0; r < nres && !code; r++) res[r] = copied(x, res_keys[r]);
@@ -481,12 +481,12 @@ static nb_code copy_results(extractor *x, const int64_t *res_keys, int nres, nb_
   return code;
 }
 
-nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const int64_t *arg_keys, int nargs,
-                                 const int64_t *res_keys, int nres) {
+nb_function *nbfunc_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const int64_t *arg_keys, int nargs,
+                            const int64_t *res_keys, int nres) {
   nb_function *f = function_new(NULL);
-  nb_meta *m = malloc(((size_t)nargs + 1) * sizeof *m);
+  nbop_meta *m = malloc(((size_t)nargs + 1) * sizeof *m);
   nb_code code = !f || !m ? NB_NOMEM : NB_OK;
-  for (int i = 0; i < nargs && !code; i++) m[i] = src->outs[src->nodes[nb_key_node(arg_keys[i])].out0 + nb_key_out(arg_keys[i])].meta;
+  for (int i = 0; i < nargs && !code; i++) m[i] = src->outs[src->nodes[nbgraph_key_node(arg_keys[i])].out0 + nbgraph_key_out(arg_keys[i])].meta;
   if (!code) code = add_args(f, m, nargs);
   if (!code && !(f->res = malloc(((size_t)nres + 1) * sizeof *f->res))) code = NB_NOMEM;
   if (!code) { /* after add_args, which moves f->args */
@@ -496,7 +496,7 @@ nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, co
   if (!code) f->nres = nres;
   if (!code && own_function(owner, f)) code = NB_NOMEM;
   if (code && !err->status)
-    nb_fail(err, code, "extracting a function: %s", f && f->c->status ? nb_error(f->c) : "out of memory");
+    nbcore_fail(err, code, "extracting a function: %s", f && f->c->status ? nb_error(f->c) : "out of memory");
   free(m);
   if (code) {
     function_free(f);
@@ -505,24 +505,24 @@ nb_function *nb_function_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, co
   return f;
 }
 
-nb_code nb_function_inline(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_inline_rewrite rewrite, void *user,
-                           nb_tensor **out) {
+nb_code nbfunc_inline(nb_ctx *c, nb_function *f, nb_tensor *const *in, nbfunc_inline_rewrite rewrite, void *user,
+                      nb_tensor **out) {
   int64_t *keys = malloc(((size_t)f->nargs + f->nres + 1) * sizeof *keys);
-  if (!keys) return nb_fail(c, NB_NOMEM, "inlining a function: out of memory");
-  for (int i = 0; i < f->nargs; i++) keys[i] = nb_key_of(f->args[i]);
-  for (int r = 0; r < f->nres; r++) keys[f->nargs + r] = nb_key_of(f->res[r]);
+  if (!keys) return nbcore_fail(c, NB_NOMEM, "inlining a function: out of memory");
+  for (int i = 0; i < f->nargs; i++) keys[i] = nbgraph_key_of(f->args[i]);
+  for (int r = 0; r < f->nres; r++) keys[f->nargs + r] = nbgraph_key_of(f->res[r]);
   extractor x = {.err = c, .src = f->g, .to = c, .subst = in, .arg_keys = keys, .nargs = f->nargs,
                  .rewrite = rewrite, .user = user};
   nb_code code = copy_results(&x, keys + f->nargs, f->nres, out);
   free(keys);
-  if (code && !c->status) nb_fail(c, code, "inlining a function: out of memory");
+  if (code && !c->status) nbcore_fail(c, code, "inlining a function: out of memory");
   return code;
 }
 
 /* ---- symbolic gradients and calls ------------------------------------------------------------ */
 
-nb_code nb_function_grads(nb_function *f, nb_tensor *const *ys, nb_tensor *const *seeds, int ny, nb_tensor *const *xs,
-                          int nx, nb_tensor **dx) {
+nb_code nbfunc_grads(nb_function *f, nb_tensor *const *ys, nb_tensor *const *seeds, int ny, nb_tensor *const *xs,
+                     int nx, nb_tensor **dx) {
   nb_grad_opts o = {.grad_ys = seeds, .unconnected_zero = 1};
   nb_code code = nb_gradients(f->c, ys, ny, xs, nx, &o, dx);
   for (int i = 0; i < nx && !code; i++)
@@ -530,8 +530,8 @@ nb_code nb_function_grads(nb_function *f, nb_tensor *const *ys, nb_tensor *const
   return code;
 }
 
-void nb_function_grad_done(nb_ctx *err, nb_function *f, const char *who, nb_code code) {
-  if (code && !err->status) nb_fail(err, code, "%s: %s", who, f->c->status ? nb_error(f->c) : "out of memory");
+void nbfunc_grad_done(nb_ctx *err, nb_function *f, const char *who, nb_code code) {
+  if (code && !err->status) nbcore_fail(err, code, "%s: %s", who, f->c->status ? nb_error(f->c) : "out of memory");
   nb_clear_error(f->c);
 }
 
@@ -539,46 +539,46 @@ static nb_code build_gradient(nb_ctx *err, nb_function *f, nb_graph *owner) {
   int ny = 0;
   nb_tensor **ys = malloc((size_t)(2 * f->nres + f->nargs + 1) * sizeof *ys), **dys = ys + f->nres,
             **dxs = dys + f->nres;
-  if (!ys) return nb_fail(err, NB_NOMEM, "function gradient: out of memory");
+  if (!ys) return nbcore_fail(err, NB_NOMEM, "function gradient: out of memory");
   nb_code code = NB_OK;
   for (int i = 0; i < f->nres && !code; i++) {
-    if (!nb_is_float(f->res[i]->dtype)) continue;
-    nb_meta m;
-    nb_meta_set(&m, f->res[i]->dtype, f->res[i]->rank, f->res[i]->shape);
-    int32_t id = nb_graph_add_arg(f->g, &m, "dy");
+    if (!nbcore_is_float(f->res[i]->dtype)) continue;
+    nbop_meta m;
+    nbop_meta_set(&m, f->res[i]->dtype, f->res[i]->rank, f->res[i]->shape);
+    int32_t id = nbgraph_add_arg(f->g, &m, "dy");
     ys[ny] = f->res[i];
-    if (id < 0 || !(dys[ny++] = nb_graph_handle(f->c, f->g, id, 0))) code = NB_NOMEM;
+    if (id < 0 || !(dys[ny++] = nbgraph_handle(f->c, f->g, id, 0))) code = NB_NOMEM;
   }
-  if (!code) code = nb_function_grads(f, ys, dys, ny, f->args, f->nargs, dxs);
+  if (!code) code = nbfunc_grads(f, ys, dys, ny, f->args, f->nargs, dxs);
   int64_t *keys = code ? NULL : malloc(((size_t)f->nargs * 2 + (size_t)ny + 1) * sizeof *keys);
   if (!code && !keys) code = NB_NOMEM;
   if (!code) {
-    for (int i = 0; i < f->nargs; i++) keys[i] = nb_key_of(f->args[i]);
-    for (int i = 0; i < ny; i++) keys[f->nargs + i] = nb_key_of(dys[i]);
-    for (int i = 0; i < f->nargs; i++) keys[f->nargs + ny + i] = nb_key_of(dxs[i]);
-    f->grad = nb_function_extract(err, owner, f->g, keys, f->nargs + ny, keys + f->nargs + ny, f->nargs);
+    for (int i = 0; i < f->nargs; i++) keys[i] = nbgraph_key_of(f->args[i]);
+    for (int i = 0; i < ny; i++) keys[f->nargs + i] = nbgraph_key_of(dys[i]);
+    for (int i = 0; i < f->nargs; i++) keys[f->nargs + ny + i] = nbgraph_key_of(dxs[i]);
+    f->grad = nbfunc_extract(err, owner, f->g, keys, f->nargs + ny, keys + f->nargs + ny, f->nargs);
     if (!f->grad) code = err->status;
   }
-  nb_function_grad_done(err, f, "function gradient", code);
+  nbfunc_grad_done(err, f, "function gradient", code);
   free(keys);
   free(ys);
   return code;
 }
 
-nb_function *nb_function_gradient(nb_ctx *err, nb_function *f) {
+nb_function *nbfunc_gradient(nb_ctx *err, nb_function *f) {
   if (!f->grad) build_gradient(err, f, f->g);
   return f->grad;
 }
 
-nb_code nb_function_call_node(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out) {
-  const nb_op_def *def = nb_op_lookup("StatefulPartitionedCall");
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(def, a);
-  a[1].i = nb_bits_of(&f, sizeof f);
-  return nb_dispatch(c, def, in, f->nargs, a, out, f->nres);
+nb_code nbfunc_call_node(nb_ctx *c, nb_function *f, nb_tensor *const *in, nb_tensor **out) {
+  const nbop_def *def = nbop_lookup("StatefulPartitionedCall");
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(def, a);
+  a[1].i = nbcore_bits_of(&f, sizeof f);
+  return nbop_dispatch(c, def, in, f->nargs, a, out, f->nres);
 }
 
-bool nb_is_zeros_filler(const nb_tensor *x) {
+bool nbfunc_is_zeros_filler(const nb_tensor *x) {
   return x && x->graph && strcmp(x->graph->nodes[x->node].def->name, "ZerosLike") == 0;
 }
 
@@ -588,32 +588,32 @@ static nb_code trace_user(nb_ctx *c, nb_function *f, nb_body_fn fn, void *user, 
                           int nout) {
   nb_code code = trace_branch(c, f, "nb_function_new", fn, user, like, nin, nout);
   nb_function *fs[1] = {f};
-  if (!code && unify_captures(fs, 1, &f->caps, &f->ncaps)) code = nb_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+  if (!code && unify_captures(fs, 1, &f->caps, &f->ncaps)) code = nbcore_fail(c, NB_NOMEM, "nb_function_new: out of memory");
   if (!code && f->nargs < 1)
-    code = nb_fail(c, NB_INVALID, "nb_function_new: a function needs at least one argument or captured tensor");
-  if (!code && own_function(c->graph, f)) code = nb_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+    code = nbcore_fail(c, NB_INVALID, "nb_function_new: a function needs at least one argument or captured tensor");
+  if (!code && own_function(c->graph, f)) code = nbcore_fail(c, NB_NOMEM, "nb_function_new: out of memory");
   return code;
 }
 
 nb_function *nb_function_new(nb_ctx *c, nb_body_fn fn, void *user, nb_tensor *const *like, int nin, int nout) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   if (!c->graph) {
-    nb_fail(c, NB_INVALID, "nb_function_new needs a graph context (eager code calls C functions directly)");
+    nbcore_fail(c, NB_INVALID, "nb_function_new needs a graph context (eager code calls C functions directly)");
     return NULL;
   }
   if (!fn || nout < 1 || nin < 0 || (nin > 0 && !like)) {
-    nb_fail(c, NB_INVALID, "nb_function_new: NULL function or arguments, or counts out of range (nin %d, nout %d)", nin,
-            nout);
+    nbcore_fail(c, NB_INVALID, "nb_function_new: NULL function or arguments, or counts out of range (nin %d, nout %d)", nin,
+                nout);
     return NULL;
   }
   for (int i = 0; i < nin; i++)
     if (!like[i]) {
-      nb_fail(c, NB_INVALID, "nb_function_new: like[%d] is NULL", i);
+      nbcore_fail(c, NB_INVALID, "nb_function_new: like[%d] is NULL", i);
       return NULL;
     }
   nb_function *f = function_new(c->graph);
   if (!f) {
-    nb_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+    nbcore_fail(c, NB_NOMEM, "nb_function_new: out of memory");
     return NULL;
   }
   if (trace_user(c, f, fn, user, like, nin, nout)) {
@@ -627,19 +627,19 @@ nb_code nb_call_function(nb_ctx *c, nb_function *f, nb_tensor *const *in, int ni
   if (!c) return NB_INVALID;
   for (int i = 0; out && i < nout; i++) out[i] = NULL;
   if (c->status) return c->status;
-  if (!f || !out || (nin > 0 && !in)) return nb_fail(c, NB_INVALID, "nb_call_function: NULL function, in or out");
+  if (!f || !out || (nin > 0 && !in)) return nbcore_fail(c, NB_INVALID, "nb_call_function: NULL function, in or out");
   if (c->graph != f->g->parent)
-    return nb_fail(c, NB_INVALID, "nb_call_function: the function belongs to another graph");
+    return nbcore_fail(c, NB_INVALID, "nb_call_function: the function belongs to another graph");
   if (nin != f->nargs - f->ncaps || nout != f->nres)
-    return nb_fail(c, NB_INVALID, "nb_call_function: the function takes %d inputs and gives %d outputs, not %d and %d",
-                   f->nargs - f->ncaps, f->nres, nin, nout);
+    return nbcore_fail(c, NB_INVALID, "nb_call_function: the function takes %d inputs and gives %d outputs, not %d and %d",
+                       f->nargs - f->ncaps, f->nres, nin, nout);
   nb_tensor **ins = malloc(((size_t)f->nargs + 1) * sizeof *ins);
-  if (!ins) return nb_fail(c, NB_NOMEM, "nb_call_function: out of memory");
+  if (!ins) return nbcore_fail(c, NB_NOMEM, "nb_call_function: out of memory");
   memcpy(ins, in, (size_t)nin * sizeof *in);
   int made = 0;
   for (int j = 0; j < f->ncaps; j++, made++)
-    if (!(ins[nin + j] = nb_graph_handle(c, c->graph, nb_key_node(f->caps[j]), nb_key_out(f->caps[j])))) break;
-  nb_code code = made < f->ncaps ? c->status : nb_function_call_node(c, f, ins, out);
+    if (!(ins[nin + j] = nbgraph_handle(c, c->graph, nbgraph_key_node(f->caps[j]), nbgraph_key_out(f->caps[j])))) break;
+  nb_code code = made < f->ncaps ? c->status : nbfunc_call_node(c, f, ins, out);
   for (int j = 0; j < made; j++) nb_tensor_free(ins[nin + j]);
   free(ins);
   return code;

@@ -150,7 +150,7 @@ static nb_code fill_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
   return nb_status(c);
 }
 
-void nb_register_array_grads(void) {
+void nbg_register_array_grads(void) {
   static const nbg_entry rules[] = {
       {"Reshape", reshape_grad, 0, 0},
       {"ExpandDims", reshape_grad, 0, 0},
@@ -164,13 +164,13 @@ void nb_register_array_grads(void) {
       {"Pad", pad_grad, NBG_IN(1), 0},
       {"Fill", fill_grad, 0, 0},
   };
-  nbg_register_table(rules, sizeof rules / sizeof *rules);
+  nbad_register_table(rules, sizeof rules / sizeof *rules);
   /* outputs that depend on no input value, or only integer results */
-  nb_register_builtin("ZerosLike", NULL);
-  nb_register_builtin("OnesLike", NULL);
-  nb_register_builtin("Shape", NULL);
-  nb_register_builtin("Const", NULL);
-  nb_register_builtin("Placeholder", NULL);
-  nb_register_builtin("BroadcastGradientArgs", NULL);
-  nb_register_builtin("Range", NULL);
+  nbad_register_builtin("ZerosLike", NULL);
+  nbad_register_builtin("OnesLike", NULL);
+  nbad_register_builtin("Shape", NULL);
+  nbad_register_builtin("Const", NULL);
+  nbad_register_builtin("Placeholder", NULL);
+  nbad_register_builtin("BroadcastGradientArgs", NULL);
+  nbad_register_builtin("Range", NULL);
 }

@@ -144,7 +144,7 @@ static nb_code bias_add_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *con
   return nb_status(c);
 }
 
-void nb_register_conv_grads(void) {
+void nbg_register_conv_grads(void) {
   static const nbg_entry rules[] = {
       {"Conv2D", conv2d_grad, NBG_IN(0) | NBG_IN(1), 0},
       {"Conv2DBackpropInput", backprop_input_grad, NBG_IN(1) | NBG_IN(2), 0},
@@ -157,5 +157,5 @@ void nb_register_conv_grads(void) {
       {"BiasAdd", bias_add_grad, 0, 0},
       {"BiasAddGrad", bias_add_grad_grad, NBG_IN(0), 0},
   };
-  nbg_register_table(rules, sizeof rules / sizeof *rules);
+  nbad_register_table(rules, sizeof rules / sizeof *rules);
 }

@@ -1,19 +1,19 @@
 /* Built-in gradient registration and helpers shared by the gradient files. */
 #include "grad.h"
 
-void nb_register_builtin_gradients(void) {
-  nb_register_math_grads();
-  nb_register_reduce_grads();
-  nb_register_linalg_grads();
-  nb_register_array_grads();
-  nb_register_slicing_grads();
-  nb_register_custom_grads();
-  nb_register_nn_grads();
-  nb_register_variable_grads();
-  nb_register_norm_grads();
-  nb_register_random_grads();
-  nb_register_conv_grads();
-  nb_register_host_callback_grads();
+void nbg_register_builtin_gradients(void) {
+  nbg_register_math_grads();
+  nbg_register_reduce_grads();
+  nbg_register_linalg_grads();
+  nbg_register_array_grads();
+  nbg_register_slicing_grads();
+  nbg_register_custom_grads();
+  nbg_register_nn_grads();
+  nbg_register_variable_grads();
+  nbg_register_norm_grads();
+  nbg_register_random_grads();
+  nbg_register_conv_grads();
+  nbg_register_host_callback_grads();
 }
 
 nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x) {

@@ -1,15 +1,15 @@
 /* Shared by the built-in gradient files. Gradient functions are ordinary users of the
    public API (nabla.h only), which is what lets one function serve graphs, tapes and
    higher orders. */
-#ifndef NB_GRAD_H
-#define NB_GRAD_H
+#ifndef NBG_GRAD_H
+#define NBG_GRAD_H
 
 #include "nabla.h"
 
 /* Registration of the built-in gradients (called once by the registry). */
-void nb_register_builtin_gradients(void);
+void nbg_register_builtin_gradients(void);
 /* A registration that reads no input or output value: "no gradient" for an op type (f NULL). */
-nb_code nb_register_builtin(const char *name, nb_grad_fn f);
+nb_code nbad_register_builtin(const char *name, nb_grad_fn f);
 /* A rule and what it reads: bit i of reads_in (reads_out) says the rule reads the value of
    input (output) i, so a tape keeps that value for it; shapes, dtypes and attrs are always
    kept. A tape that kept only an input's shape fails any op reading its value with
@@ -24,22 +24,22 @@ typedef struct nbg_entry {
 #define NBG_OUT(i) (1u << (i))
 #define NBG_ALL (~0u)
 /* Registers a family's rules (fn NULL: "no gradient"). */
-void nbg_register_table(const nbg_entry *table, size_t n);
+void nbad_register_table(const nbg_entry *table, size_t n);
 /* The control-flow gradients (src/func/control_flow_grad.c), into the slots the registry
    reserves for them with the built-ins; src/func calls it once, before its first function. */
-void nb_install_function_grads(const nbg_entry *table, size_t n);
-void nb_register_math_grads(void);
-void nb_register_reduce_grads(void);
-void nb_register_linalg_grads(void);
-void nb_register_array_grads(void);
-void nb_register_slicing_grads(void);
-void nb_register_custom_grads(void);
-void nb_register_nn_grads(void);
-void nb_register_variable_grads(void);
-void nb_register_norm_grads(void);
-void nb_register_random_grads(void);
-void nb_register_conv_grads(void);
-void nb_register_host_callback_grads(void);
+void nbad_install_function_grads(const nbg_entry *table, size_t n);
+void nbg_register_math_grads(void);
+void nbg_register_reduce_grads(void);
+void nbg_register_linalg_grads(void);
+void nbg_register_array_grads(void);
+void nbg_register_slicing_grads(void);
+void nbg_register_custom_grads(void);
+void nbg_register_nn_grads(void);
+void nbg_register_variable_grads(void);
+void nbg_register_norm_grads(void);
+void nbg_register_random_grads(void);
+void nbg_register_conv_grads(void);
+void nbg_register_host_callback_grads(void);
 
 /* A rule of a one-output op (the math and nn families) starts from dy = dys[0] and returns
    NB_OK at once when it is NULL: an output without a gradient gives the inputs none. */

@@ -70,9 +70,9 @@ static nb_code py_func_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dy
   return code;
 }
 
-void nb_register_host_callback_grads(void) {
+void nbg_register_host_callback_grads(void) {
   /* a gradient callback may read any input or output */
   static const nbg_entry rules[] = {{"PyFunc", py_func_grad, NBG_ALL, NBG_ALL},
                                     {"PyFuncStateless", py_func_grad, NBG_ALL, NBG_ALL}};
-  nbg_register_table(rules, 2);
+  nbad_register_table(rules, 2);
 }

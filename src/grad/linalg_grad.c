@@ -54,11 +54,11 @@ static nb_code matmul_add_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const 
   return matmul_grad(c, op, dys, dxs);
 }
 
-void nb_register_linalg_grads(void) {
+void nbg_register_linalg_grads(void) {
   static const nbg_entry rules[] = {
       {"MatMul", matmul_grad, NBG_IN(0) | NBG_IN(1), 0},
       {"BatchMatMulV2", batch_matmul_grad, NBG_IN(0) | NBG_IN(1), 0},
       {"_MatMulAdd", matmul_add_grad, NBG_IN(0) | NBG_IN(1), 0},
   };
-  nbg_register_table(rules, sizeof rules / sizeof *rules);
+  nbad_register_table(rules, sizeof rules / sizeof *rules);
 }

@@ -372,7 +372,7 @@ static nb_code softplus_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *con
   return nb_status(c);
 }
 
-void nb_register_math_grads(void) {
+void nbg_register_math_grads(void) {
   /* What each rule reads is TF's choice: x, y or neither for y = f(x); only shapes for
      Add and Sub; Pow z too (dz/dy = z ln x); SelectV2 its condition; the fused gradient
      ops both inputs (SqrtGrad its output too). */
@@ -422,5 +422,5 @@ void nb_register_math_grads(void) {
       {"Equal", NULL, 0, 0}, {"NotEqual", NULL, 0, 0}, {"LogicalAnd", NULL, 0, 0}, {"LogicalOr", NULL, 0, 0},
       {"LogicalNot", NULL, 0, 0}, {"StopGradient", NULL, 0, 0},
   };
-  nbg_register_table(table, sizeof table / sizeof table[0]);
+  nbad_register_table(table, sizeof table / sizeof table[0]);
 }

@@ -190,7 +190,7 @@ static nb_code l2_loss_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dy
   return nb_status(c);
 }
 
-void nb_register_nn_grads(void) {
+void nbg_register_nn_grads(void) {
   /* Softmax, Relu6 and Selu rules read the output, LeakyRelu's the input; the cross
      entropies read the backprop output and the logits (for the second order). */
   static const nbg_entry table[] = {
@@ -211,5 +211,5 @@ void nb_register_nn_grads(void) {
          on_value/off_value get none either) */
       {"OneHot", NULL, 0, 0},
   };
-  nbg_register_table(table, sizeof table / sizeof table[0]);
+  nbad_register_table(table, sizeof table / sizeof table[0]);
 }

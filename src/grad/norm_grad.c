@@ -209,12 +209,12 @@ static nb_code fused_batch_norm_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_ten
   return nb_status(c);
 }
 
-void nb_register_norm_grads(void) {
+void nbg_register_norm_grads(void) {
   static const nbg_entry rules[] = {
       {"FusedBatchNormV3", fused_batch_norm_grad, NBG_IN(0) | NBG_IN(1) | NBG_IN(3) | NBG_IN(4),
        NBG_OUT(3) | NBG_OUT(4) | NBG_OUT(5)},
       {"FusedBatchNormGradV3", fused_batch_norm_grad_grad,
        NBG_IN(0) | NBG_IN(1) | NBG_IN(2) | NBG_IN(3) | NBG_IN(4), 0},
   };
-  nbg_register_table(rules, sizeof rules / sizeof *rules);
+  nbad_register_table(rules, sizeof rules / sizeof *rules);
 }

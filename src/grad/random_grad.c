@@ -3,8 +3,8 @@
    composites of public ops, differentiated through those. */
 #include "grad.h"
 
-void nb_register_random_grads(void) {
-  nb_register_builtin("StatelessRandomUniform", NULL);
-  nb_register_builtin("StatelessRandomNormal", NULL);
-  nb_register_builtin("StatelessTruncatedNormal", NULL);
+void nbg_register_random_grads(void) {
+  nbad_register_builtin("StatelessRandomUniform", NULL);
+  nbad_register_builtin("StatelessRandomNormal", NULL);
+  nbad_register_builtin("StatelessTruncatedNormal", NULL);
 }

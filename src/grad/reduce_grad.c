@@ -232,7 +232,7 @@ static nb_code cumprod_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dy
   return nb_status(c);
 }
 
-void nb_register_reduce_grads(void) {
+void nbg_register_reduce_grads(void) {
   /* Every rule reads the axes; Max, Min and Prod x's values too, Max, Min and Cumprod the
      output (TF's choices). */
   static const nbg_entry rules[] = {
@@ -245,5 +245,5 @@ void nb_register_reduce_grads(void) {
       {"Cumsum", cumsum_grad, NBG_IN(1), 0},
       {"Cumprod", cumprod_grad, NBG_IN(0) | NBG_IN(1), NBG_OUT(0)},
   };
-  nbg_register_table(rules, sizeof rules / sizeof *rules);
+  nbad_register_table(rules, sizeof rules / sizeof *rules);
 }

@@ -216,7 +216,7 @@ static nb_code segment_sum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const
   return nb_status(c);
 }
 
-void nb_register_slicing_grads(void) {
+void nbg_register_slicing_grads(void) {
   static const nbg_entry rules[] = {
       {"Slice", slice_grad, NBG_IN(1) | NBG_IN(2), 0},
       {"StridedSlice", strided_slice_grad, NBG_IN(1) | NBG_IN(2) | NBG_IN(3), 0},
@@ -224,5 +224,5 @@ void nb_register_slicing_grads(void) {
       {"GatherV2", gather_grad, NBG_IN(1) | NBG_IN(2), 0},
       {"UnsortedSegmentSum", segment_sum_grad, NBG_IN(1), 0},
   };
-  nbg_register_table(rules, sizeof rules / sizeof *rules);
+  nbad_register_table(rules, sizeof rules / sizeof *rules);
 }

@@ -3,7 +3,7 @@
    has no inputs: a gradient arriving at its output is the variable's gradient. */
 #include "grad.h"
 
-void nb_register_variable_grads(void) {
+void nbg_register_variable_grads(void) {
   static const char *const updates[] = {
       /* src/ops/variable.c */
       "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterAdd", "ResourceScatterSub",
@@ -12,5 +12,5 @@ void nb_register_variable_grads(void) {
       "ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp", "ResourceSparseApplyMomentum",
       "ResourceSparseApplyAdam", "ResourceSparseApplyAdamW", "ResourceSparseApplyRMSProp",
       "ResourceSparseApplyCenteredRMSProp"};
-  for (size_t i = 0; i < sizeof updates / sizeof *updates; i++) nb_register_builtin(updates[i], NULL);
+  for (size_t i = 0; i < sizeof updates / sizeof *updates; i++) nbad_register_builtin(updates[i], NULL);
 }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NB_FOLD_MAX_ELEMS (1 << 16) /* larger constant results are computed at run time */
+#define NBGRAPH_FOLD_MAX_ELEMS (1 << 16) /* larger constant results are computed at run time */
 
 /* ---- string map (open addressing; keys live in the arena) --------------------------- */
 
@@ -29,25 +29,25 @@ static uint32_t str_hash(const char *s) {
 
 /* The slot holding key, or the empty slot where it would go. Hashes are kept beside the
    keys, so a probe only compares strings when the hashes agree. */
-static nb_strmap_slot *strmap_slot(nb_strmap *m, const char *key, uint32_t h) {
+static nbgraph_strmap_slot *strmap_slot(nbgraph_strmap *m, const char *key, uint32_t h) {
   for (uint32_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-    nb_strmap_slot *s = &m->slots[i];
+    nbgraph_strmap_slot *s = &m->slots[i];
     if (!s->key || (s->hash == h && strcmp(s->key, key) == 0)) return s;
   }
 }
 
-static int32_t *strmap_find(nb_strmap *m, const char *key) {
+static int32_t *strmap_find(nbgraph_strmap *m, const char *key) {
   if (!m->cap) return NULL;
-  nb_strmap_slot *s = strmap_slot(m, key, str_hash(key));
+  nbgraph_strmap_slot *s = strmap_slot(m, key, str_hash(key));
   return s->key ? &s->val : NULL;
 }
 
-static bool strmap_grow(nb_strmap *m) {
+static bool strmap_grow(nbgraph_strmap *m) {
   uint32_t cap = m->cap ? m->cap * 2 : 1024;
-  nb_strmap_slot *slots = calloc(cap, sizeof *slots);
+  nbgraph_strmap_slot *slots = calloc(cap, sizeof *slots);
   if (!slots) return false;
   for (uint32_t i = 0; i < m->cap; i++) {
-    const nb_strmap_slot *old = &m->slots[i];
+    const nbgraph_strmap_slot *old = &m->slots[i];
     if (!old->key) continue;
     uint32_t j = old->hash & (cap - 1);
     while (slots[j].key) j = (j + 1) & (cap - 1);
@@ -60,10 +60,10 @@ static bool strmap_grow(nb_strmap *m) {
 }
 
 /* Inserts key (already in the arena, not yet present) with val; false when out of memory. */
-static bool strmap_put(nb_strmap *m, const char *key, int32_t val) {
+static bool strmap_put(nbgraph_strmap *m, const char *key, int32_t val) {
   if ((m->n + 1) * 2 > m->cap && !strmap_grow(m)) return false;
   uint32_t h = str_hash(key);
-  *strmap_slot(m, key, h) = (nb_strmap_slot){key, h, val};
+  *strmap_slot(m, key, h) = (nbgraph_strmap_slot){key, h, val};
   m->n++;
   return true;
 }
@@ -71,7 +71,7 @@ static bool strmap_put(nb_strmap *m, const char *key, int32_t val) {
 /* ---- graphs ------------------------------------------------------------------------------ */
 
 nb_graph *nb_graph_new(void) {
-  nb_registry_init();
+  nbop_registry_init();
   nb_graph *g = calloc(1, sizeof *g);
   if (!g) return NULL;
   g->fold = nb_eager_new();
@@ -87,16 +87,16 @@ void nb_graph_free(nb_graph *g) {
   if (!g) return;
   for (int32_t i = 0; i < g->nouts; i++) nb_tensor_free(g->outs[i].value);
   for (int32_t i = 0; i < g->nnodes; i++) {
-    const nb_node *n = &g->nodes[i];
+    const nbgraph_node *n = &g->nodes[i];
     for (int a = 0; a < n->def->nattrs; a++)
       if (n->def->attrs[a].kind == NB_ATTR_TENSOR) nb_tensor_free(n->attr[a].tensor);
     if (n->def->hold_attrs) n->def->hold_attrs(n->attr, -1);
   }
-  for (int32_t i = 0; i < g->nvars; i++) nb_variable_release(g->vars[i].var);
+  for (int32_t i = 0; i < g->nvars; i++) nbcore_variable_release(g->vars[i].var);
   if (g->free_funcs) g->free_funcs(g);
   free(g->caps);
   free(g->vars);
-  nb_arena_free(&g->arena);
+  nbcore_arena_free(&g->arena);
   free(g->names.slots);
   free(g->fresh_names);
   free(g->nodes);
@@ -109,7 +109,7 @@ void nb_graph_free(nb_graph *g) {
 
 int nb_graph_num_nodes(const nb_graph *g) { return g ? g->nnodes : 0; }
 
-uint32_t nb_graph_next_gen(nb_graph *g) {
+uint32_t nbgraph_next_gen(nb_graph *g) {
   if (++g->gen == 0) { /* wrapped: clear every stamp once */
     for (int32_t i = 0; i < g->nnodes; i++) g->nodes[i].stamp = g->nodes[i].stamp2 = g->nodes[i].stamp3 = 0;
     g->gen = 1;
@@ -125,14 +125,14 @@ static bool fresh_taken(const nb_graph *g, const char *leaf) {
 
 /* In a fresh scope: base, base_1, ... checked against the scope's own names only. */
 static const char *fresh_unique_name(nb_graph *g, const char *base) {
-  if (g->nfresh == g->fresh_cap && !nb_grow_array((void **)&g->fresh_names, &g->fresh_cap, g->nfresh + 1, sizeof *g->fresh_names))
+  if (g->nfresh == g->fresh_cap && !nbcore_grow_array((void **)&g->fresh_names, &g->fresh_cap, g->nfresh + 1, sizeof *g->fresh_names))
     return NULL;
   char leaf[288];
   int n = snprintf(leaf, sizeof leaf, "%s", base);
   if (n < 0 || (size_t)n >= sizeof leaf - 24) return NULL;
   for (int k = 1; fresh_taken(g, leaf); k++) snprintf(leaf + n, sizeof leaf - (size_t)n, "_%d", k);
   size_t scope = (size_t)g->scope_len, len = strlen(leaf) + 1;
-  char *name = nb_arena_alloc(&g->arena, scope + len);
+  char *name = nbcore_arena_alloc(&g->arena, scope + len);
   if (!name) return NULL;
   memcpy(name, g->scope, scope);
   memcpy(name + scope, leaf, len);
@@ -140,9 +140,9 @@ static const char *fresh_unique_name(nb_graph *g, const char *base) {
   return name;
 }
 
-const char *nb_graph_unique_name(nb_graph *g, const char *base) {
+const char *nbgraph_unique_name(nb_graph *g, const char *base) {
   if (g->fresh) return fresh_unique_name(g, base);
-  char buf[NB_SCOPE_CAP + 256];
+  char buf[NBGRAPH_SCOPE_CAP + 256];
   int n = snprintf(buf, sizeof buf, "%s%s", g->scope, base);
   if (n < 0 || (size_t)n >= sizeof buf - 24) return NULL;
   int32_t *next = strmap_find(&g->names, buf);
@@ -152,14 +152,14 @@ const char *nb_graph_unique_name(nb_graph *g, const char *base) {
     while (strmap_find(&g->names, buf));
     *next = k;
   }
-  char *name = nb_arena_strdup(&g->arena, buf);
+  char *name = nbcore_arena_strdup(&g->arena, buf);
   if (!name || !strmap_put(&g->names, name, 1)) return NULL;
   return name;
 }
 
-void nb_graph_set_scope(nb_graph *g, const char *scope, bool fresh) {
-  int len = snprintf(g->scope, NB_SCOPE_CAP, "%s", scope);
-  g->scope_len = len < 0 ? 0 : len >= NB_SCOPE_CAP ? NB_SCOPE_CAP - 1 : len;
+void nbgraph_set_scope(nb_graph *g, const char *scope, bool fresh) {
+  int len = snprintf(g->scope, NBGRAPH_SCOPE_CAP, "%s", scope);
+  g->scope_len = len < 0 ? 0 : len >= NBGRAPH_SCOPE_CAP ? NBGRAPH_SCOPE_CAP - 1 : len;
   g->fresh = fresh;
   g->nfresh = 0;
 }
@@ -168,10 +168,10 @@ void nb_graph_set_scope(nb_graph *g, const char *scope, bool fresh) {
    scopes never share names and nothing can be named inside a scope from outside it. */
 nb_code nb_name_scope_push(nb_graph *g, const char *name) {
   if (!g || !name || !*name || strchr(name, '/')) return NB_INVALID;
-  if (g->nscopes == NB_SCOPE_DEPTH) return NB_INVALID;
+  if (g->nscopes == NBGRAPH_SCOPE_DEPTH) return NB_INVALID;
   size_t n = strlen(name);
-  if ((size_t)g->scope_len + n + 32 > NB_SCOPE_CAP) return NB_INVALID;
-  const char *unique = nb_graph_unique_name(g, name);
+  if ((size_t)g->scope_len + n + 32 > NBGRAPH_SCOPE_CAP) return NB_INVALID;
+  const char *unique = nbgraph_unique_name(g, name);
   if (!unique) return NB_NOMEM;
   name = unique + g->scope_len;
   n = strlen(name);
@@ -214,18 +214,18 @@ nb_code nb_name_next(nb_ctx *c, const char *name) {
     return NB_OK;
   }
   if (strlen(name) > NAME_MAX_LEN)
-    return nb_fail(c, NB_INVALID, "nb_name_next: the name is longer than %d characters", NAME_MAX_LEN);
+    return nbcore_fail(c, NB_INVALID, "nb_name_next: the name is longer than %d characters", NAME_MAX_LEN);
   if (!valid_node_name(name))
-    return nb_fail(c, NB_INVALID,
-                   "nb_name_next: '%s' is not a valid node name ([A-Za-z0-9.][A-Za-z0-9_.\\->]*; scopes make paths)",
-                   name);
-  const char *copy = nb_arena_strdup(&c->graph->arena, name);
-  if (!copy) return nb_fail(c, NB_NOMEM, "nb_name_next: out of memory");
+    return nbcore_fail(c, NB_INVALID,
+                       "nb_name_next: '%s' is not a valid node name ([A-Za-z0-9.][A-Za-z0-9_.\\->]*; scopes make paths)",
+                       name);
+  const char *copy = nbcore_arena_strdup(&c->graph->arena, name);
+  if (!copy) return nbcore_fail(c, NB_NOMEM, "nb_name_next: out of memory");
   c->next_name = copy;
   return NB_OK;
 }
 
-nb_code nb_graph_scope_save(const nb_graph *g, nb_scope_state *st) {
+nb_code nbgraph_scope_save(const nb_graph *g, nbgraph_scope_state *st) {
   memcpy(st->scope, g->scope, sizeof st->scope);
   st->scope_len = g->scope_len;
   st->nscopes = g->nscopes;
@@ -238,14 +238,14 @@ nb_code nb_graph_scope_save(const nb_graph *g, nb_scope_state *st) {
   return NB_OK;
 }
 
-void nb_graph_scope_restore(nb_graph *g, nb_scope_state *st) {
+void nbgraph_scope_restore(nb_graph *g, nbgraph_scope_state *st) {
   memcpy(g->scope, st->scope, sizeof g->scope);
   g->scope_len = st->scope_len;
   g->nscopes = st->nscopes;
   memcpy(g->scope_marks, st->scope_marks, sizeof g->scope_marks);
   g->fresh = st->fresh;
   g->nfresh = 0;
-  if (st->nfresh && nb_grow_array((void **)&g->fresh_names, &g->fresh_cap, st->nfresh, sizeof *g->fresh_names)) {
+  if (st->nfresh && nbcore_grow_array((void **)&g->fresh_names, &g->fresh_cap, st->nfresh, sizeof *g->fresh_names)) {
     memcpy(g->fresh_names, st->fresh_names, (size_t)st->nfresh * sizeof *g->fresh_names);
     g->nfresh = st->nfresh;
   }
@@ -255,9 +255,9 @@ void nb_graph_scope_restore(nb_graph *g, nb_scope_state *st) {
 
 /* ---- handles --------------------------------------------------------------------------- */
 
-nb_tensor *nb_graph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out) {
-  const nb_out *o = &g->outs[g->nodes[id].out0 + out];
-  nb_tensor *x = nb_handle_new(c, o->meta.dtype, o->meta.rank, o->meta.shape, NULL);
+nb_tensor *nbgraph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out) {
+  const nbgraph_out *o = &g->outs[g->nodes[id].out0 + out];
+  nb_tensor *x = nbcore_handle_new(c, o->meta.dtype, o->meta.rank, o->meta.shape, NULL);
   if (!x) return NULL;
   x->graph = g;
   x->node = id;
@@ -266,9 +266,9 @@ nb_tensor *nb_graph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out) {
   return x;
 }
 
-nb_tensor *nb_detached_share(const nb_tensor *x) {
-  nb_buffer_retain(x->buf);
-  return nb_detached_new(x->dtype, x->rank, x->shape, x->buf);
+nb_tensor *nbgraph_detached_share(const nb_tensor *x) {
+  nbcore_buffer_retain(x->buf);
+  return nbcore_detached_new(x->dtype, x->rank, x->shape, x->buf);
 }
 
 const char *nb_tensor_node_name(const nb_tensor *x) {
@@ -287,24 +287,24 @@ static bool parse_tensor_name(const char *name, size_t *len, long *out) {
 
 /* A linear search: lookups are for users' fetches and feeds, not for inner loops. */
 nb_tensor *nb_graph_tensor_by_name(nb_ctx *c, const char *name) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   size_t len;
   long out;
   if (!c->graph || !name || !parse_tensor_name(name, &len, &out)) {
-    nb_fail(c, NB_INVALID, "nb_graph_tensor_by_name: needs a graph context and a name 'node' or 'node:k', got '%s'",
-            name ? name : "(null)");
+    nbcore_fail(c, NB_INVALID, "nb_graph_tensor_by_name: needs a graph context and a name 'node' or 'node:k', got '%s'",
+                name ? name : "(null)");
     return NULL;
   }
   const nb_graph *g = c->graph;
   for (int32_t id = 0; id < g->nnodes; id++) {
-    const nb_node *n = &g->nodes[id];
+    const nbgraph_node *n = &g->nodes[id];
     if (strncmp(n->name, name, len) || n->name[len]) continue;
-    if (out < n->nout) return nb_graph_handle(c, c->graph, id, (int32_t)out);
-    nb_fail(c, NB_NOT_FOUND, "nb_graph_tensor_by_name: node '%.*s' (op type: %s) has %d output%s, no output %ld",
-            (int)len, name, n->def->name, n->nout, n->nout == 1 ? "" : "s", out);
+    if (out < n->nout) return nbgraph_handle(c, c->graph, id, (int32_t)out);
+    nbcore_fail(c, NB_NOT_FOUND, "nb_graph_tensor_by_name: node '%.*s' (op type: %s) has %d output%s, no output %ld",
+                (int)len, name, n->def->name, n->nout, n->nout == 1 ? "" : "s", out);
     return NULL;
   }
-  nb_fail(c, NB_NOT_FOUND, "nb_graph_tensor_by_name: no node '%.*s' in the graph", (int)len, name);
+  nbcore_fail(c, NB_NOT_FOUND, "nb_graph_tensor_by_name: no node '%.*s' in the graph", (int)len, name);
   return NULL;
 }
 
@@ -319,19 +319,19 @@ nb_ctx *nb_graph_ctx_new(nb_graph *g) {
   nb_ctx *c = nb_eager_new();
   if (!c) return NULL;
   c->graph = g;
-  c->infer = nb_graph_infer;
-  c->execute = nb_graph_execute;
+  c->infer = nbgraph_infer;
+  c->execute = nbgraph_execute;
   c->constant = nb_const;
   return c;
 }
 
 static bool ensure_subst(nb_ctx *c, int n) {
-  return nb_grow_array((void **)&c->subst, &c->subst_cap, n, sizeof *c->subst);
+  return nbcore_grow_array((void **)&c->subst, &c->subst_cap, n, sizeof *c->subst);
 }
 
 /* The output dtype an op has whatever the shapes: the rule its def states. */
-static nb_dtype deferred_dtype(const nb_kargs *k) {
-  const nb_op_def *def = k->def;
+static nb_dtype deferred_dtype(const nbop_kargs *k) {
+  const nbop_def *def = k->def;
   if (def->bool_out) return NB_BOOL;
   if (def->dtype_attr) return k->attr[def->dtype_attr - 1].type;
   return k->in[def->t_input]->dtype;
@@ -344,14 +344,14 @@ static nb_dtype deferred_dtype(const nb_kargs *k) {
    probe that fails, or needs an unknown value, leaves the outputs' rank unknown: the
    op's validate has already passed, so such a failure is about made-up dims only. */
 static const int64_t probes[3] = {1, 61, 67};
-#define NB_PROBE_SMALL 16 /* inputs/outputs handled without allocating */
+#define NBGRAPH_PROBE_SMALL 16 /* inputs/outputs handled without allocating */
 
-static bool probe_infer(nb_ctx *c, nb_kargs *k, nb_tensor *const *real, nb_tensor *copies, int64_t probe) {
+static bool probe_infer(nb_ctx *c, nbop_kargs *k, nb_tensor *const *real, nb_tensor *copies, int64_t probe) {
   for (int i = 0; i < k->nin; i++) {
     copies[i] = *real[i];
     for (int d = 0; d < copies[i].rank; d++)
       if (copies[i].shape[d] < 0) copies[i].shape[d] = probe;
-    if (!nb_shape_checked_size(copies[i].rank, copies[i].shape, &copies[i].size)) return false;
+    if (!nbcore_shape_checked_size(copies[i].rank, copies[i].shape, &copies[i].size)) return false;
     c->subst[i] = &copies[i];
   }
   nb_code code = k->def->infer(k);
@@ -361,9 +361,9 @@ static bool probe_infer(nb_ctx *c, nb_kargs *k, nb_tensor *const *real, nb_tenso
 }
 
 /* Folds this probe's outputs into agreed (first probe: copies them). */
-static void agree(nb_kargs *k, nb_meta *agreed, bool first) {
+static void agree(nbop_kargs *k, nbop_meta *agreed, bool first) {
   for (int i = 0; i < k->nout; i++) {
-    const nb_meta *m = &k->out[i];
+    const nbop_meta *m = &k->out[i];
     if (first) {
       agreed[i] = *m;
     } else if (agreed[i].rank != m->rank) {
@@ -375,17 +375,17 @@ static void agree(nb_kargs *k, nb_meta *agreed, bool first) {
   }
 }
 
-static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
-  nb_tensor *saved_small[NB_PROBE_SMALL], copies_small[NB_PROBE_SMALL];
-  nb_meta agreed_small[NB_PROBE_SMALL];
-  bool big_in = k->nin > NB_PROBE_SMALL, big_out = k->nout > NB_PROBE_SMALL;
+static nb_code infer_deferred(nb_ctx *c, nbop_kargs *k) {
+  nb_tensor *saved_small[NBGRAPH_PROBE_SMALL], copies_small[NBGRAPH_PROBE_SMALL];
+  nbop_meta agreed_small[NBGRAPH_PROBE_SMALL];
+  bool big_in = k->nin > NBGRAPH_PROBE_SMALL, big_out = k->nout > NBGRAPH_PROBE_SMALL;
   nb_tensor **saved = big_in ? malloc((size_t)k->nin * sizeof *saved) : saved_small;
   nb_tensor *copies = big_in ? malloc((size_t)k->nin * sizeof *copies) : copies_small;
-  nb_meta *agreed = big_out ? malloc((size_t)k->nout * sizeof *agreed) : agreed_small;
+  nbop_meta *agreed = big_out ? malloc((size_t)k->nout * sizeof *agreed) : agreed_small;
   if (!saved || !copies || !agreed) {
     if (big_in) free(saved), free(copies);
     if (big_out) free(agreed);
-    return nb_kfail(k, NB_NOMEM, "out of memory inferring the output shapes");
+    return nbop_kfail(k, NB_NOMEM, "out of memory inferring the output shapes");
   }
   bool ok = true, direct = false;
   for (int i = 0; i < k->nin; i++) { /* every input saved: all are restored below */
@@ -423,46 +423,46 @@ static nb_code infer_deferred(nb_ctx *c, nb_kargs *k) {
 
 /* Input i from an enclosing graph (a function graph's body using an outer tensor): the
    handle of the placeholder that captures it. */
-static nb_tensor *captured(nb_ctx *c, nb_kargs *k, int i) {
+static nb_tensor *captured(nb_ctx *c, nbop_kargs *k, int i) {
   bool nomem = false;
-  int32_t id = nb_graph_capture(c->graph, k->in[i], &nomem);
+  int32_t id = nbgraph_capture(c->graph, k->in[i], &nomem);
   if (id < 0) {
-    nb_kfail(k, nomem ? NB_NOMEM : NB_INVALID, nomem ? "out of memory capturing input %d" : "input %d belongs to another graph", i);
+    nbop_kfail(k, nomem ? NB_NOMEM : NB_INVALID, nomem ? "out of memory capturing input %d" : "input %d belongs to another graph", i);
     return NULL;
   }
-  return nb_graph_handle(c, c->graph, id, 0);
+  return nbgraph_handle(c, c->graph, id, 0);
 }
 
 /* Build-time inference: inputs with known values are replaced by those values, so the
    op's validate, infer (and folding) see concrete tensors. Validation runs whatever the
    dims, so a bad dtype or attr fails the build; an input of unknown shape, or a needed
    value that is not known, defers only the outputs' shapes to run time. */
-static nb_code infer_inputs(nb_ctx *c, nb_kargs *k) {
+static nb_code infer_inputs(nb_ctx *c, nbop_kargs *k) {
   bool unknown = false;
   for (int i = 0; i < k->nin; i++) {
     nb_tensor *x = k->in[i];
     if (x->graph && x->graph != c->graph && !(x = captured(c, k, i))) return c->status;
     c->subst[i] = x->known ? (nb_tensor *)x->known : x;
-    unknown |= !nb_dims_known(x->rank, x->shape);
+    unknown |= !nbcore_dims_known(x->rank, x->shape);
   }
   k->in = c->subst;
-  nb_code invalid = nb_kvalidate(k);
+  nb_code invalid = nbop_kvalidate(k);
   if (invalid) return invalid;
   if (!unknown) {
     nb_code code = k->def->infer(k);
-    if (code != NB_DEFER) return code;
+    if (code != NBOP_DEFER) return code;
   }
   return infer_deferred(c, k);
 }
 
-nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k) {
+nb_code nbgraph_infer(nb_ctx *c, nbop_kargs *k) {
   const char *hint = c->next_name;
   c->next_name = NULL;
   if (hint && (!*hint || strchr(hint, '/')))
-    return nb_kfail(k, NB_INVALID, "node name '%s' must be non-empty without '/' (scopes make paths)", hint);
-  k->node_name = nb_graph_unique_name(c->graph, hint ? hint : k->def->name);
-  if (!k->node_name) return nb_kfail(k, NB_INVALID, "cannot name the node (name too long or out of memory)");
-  if (!ensure_subst(c, k->nin)) return nb_kfail(k, NB_NOMEM, "out of memory");
+    return nbop_kfail(k, NB_INVALID, "node name '%s' must be non-empty without '/' (scopes make paths)", hint);
+  k->node_name = nbgraph_unique_name(c->graph, hint ? hint : k->def->name);
+  if (!k->node_name) return nbop_kfail(k, NB_INVALID, "cannot name the node (name too long or out of memory)");
+  if (!ensure_subst(c, k->nin)) return nbop_kfail(k, NB_NOMEM, "out of memory");
   c->run_node = k->node_name; /* build errors name the node */
   nb_code code = infer_inputs(c, k);
   c->run_node = NULL;
@@ -470,34 +470,34 @@ nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k) {
 }
 
 /* The node's own copy of the attrs; a tensor value (Const's) becomes a detached share. */
-static nb_code copy_attrs(nb_graph *g, const nb_kargs *k, nb_node *n) {
-  n->attr = nb_attrs_copy(&g->arena, k->def, k->attr);
+static nb_code copy_attrs(nb_graph *g, const nbop_kargs *k, nbgraph_node *n) {
+  n->attr = nbop_attrs_copy(&g->arena, k->def, k->attr);
   if (k->def->nattrs && !n->attr) return NB_NOMEM;
   for (int a = 0; a < k->def->nattrs; a++)
     if (k->def->attrs[a].kind == NB_ATTR_TENSOR && n->attr[a].tensor &&
-        !(n->attr[a].tensor = nb_detached_share(n->attr[a].tensor)))
+        !(n->attr[a].tensor = nbgraph_detached_share(n->attr[a].tensor)))
       return NB_NOMEM;
   return NB_OK;
 }
 
 /* Evaluates an op whose inputs are all known, at build time, into detached values. */
-static nb_code fold(nb_graph *g, const nb_kargs *k, nb_out *outs) {
+static nb_code fold(nb_graph *g, const nbop_kargs *k, nbgraph_out *outs) {
   nb_tensor *tmp[16];
   if (k->nout > 16) return NB_OK;
-  nb_code code = nb_dispatch(g->fold, k->def, k->in, k->nin, k->attr, tmp, k->nout);
+  nb_code code = nbop_dispatch(g->fold, k->def, k->in, k->nin, k->attr, tmp, k->nout);
   if (code) { /* report as a build error of this node, without the op-name prefix */
     const char *msg = nb_error(g->fold);
     size_t n = strlen(k->def->name);
     if (strncmp(msg, k->def->name, n) == 0 && strncmp(msg + n, ": ", 2) == 0) msg += n + 2;
-    nb_kfail((nb_kargs *)k, code, "%s", msg);
+    nbop_kfail((nbop_kargs *)k, code, "%s", msg);
     nb_clear_error(g->fold);
     return code;
   }
   for (int i = 0; i < k->nout; i++) {
-    outs[i].value = nb_detached_share(tmp[i]);
+    outs[i].value = nbgraph_detached_share(tmp[i]);
     /* the value's shape: more specific than the inferred one where that left dims to
        run time (a host callback's declared outputs) */
-    if (outs[i].value) nb_meta_like(&outs[i].meta, outs[i].value);
+    if (outs[i].value) nbop_meta_like(&outs[i].meta, outs[i].value);
     nb_tensor_free(tmp[i]);
   }
   return NB_OK;
@@ -505,23 +505,23 @@ static nb_code fold(nb_graph *g, const nb_kargs *k, nb_out *outs) {
 
 /* Ops with a kernel, or views (a view of a known value is known too), whose inputs are
    all known and whose results are small. */
-static bool foldable(const nb_kargs *k) {
+static bool foldable(const nbop_kargs *k) {
   if (k->deferred || k->nin == 0 || k->def->stateful || (!k->def->kernel && k->def->alias < 0))
     return false; /* Const: see add_node */
   int64_t elems = 0;
   for (int i = 0; i < k->nin; i++)
     if (!k->in[i]->buf && !k->def->shape_only) return false;
-  for (int i = 0; i < k->nout; i++) elems += nb_shape_size(k->out[i].rank, k->out[i].shape);
-  return elems <= NB_FOLD_MAX_ELEMS;
+  for (int i = 0; i < k->nout; i++) elems += nbcore_shape_size(k->out[i].rank, k->out[i].shape);
+  return elems <= NBGRAPH_FOLD_MAX_ELEMS;
 }
 
 /* A concrete input (an eager tensor passed to a graph op) becomes a Const node. */
 static nb_code symbolic_input(nb_ctx *c, nb_tensor *x, int32_t *src, int32_t *out) {
   if (x->graph && x->graph != c->graph) { /* captured at inference */
     bool nomem = false;
-    *src = nb_graph_capture(c->graph, x, &nomem);
+    *src = nbgraph_capture(c->graph, x, &nomem);
     *out = 0;
-    return *src < 0 ? nb_fail(c, nomem ? NB_NOMEM : NB_INTERNAL, "capturing an outer tensor failed") : NB_OK;
+    return *src < 0 ? nbcore_fail(c, nomem ? NB_NOMEM : NB_INTERNAL, "capturing an outer tensor failed") : NB_OK;
   }
   if (x->graph) {
     *src = x->node;
@@ -554,7 +554,7 @@ static nb_code add_edges(nb_ctx *c, nb_graph *g, nb_tensor *const *orig, int nin
       g->nodes[id].nin = i;
       return code;
     }
-    nb_edge *e = &g->edges[g->nodes[id].in0 + i];
+    nbgraph_edge *e = &g->edges[g->nodes[id].in0 + i];
     e->src = src;
     e->out = out;
     e->consumer = id;
@@ -566,27 +566,27 @@ static nb_code add_edges(nb_ctx *c, nb_graph *g, nb_tensor *const *orig, int nin
 }
 
 static nb_code reserve_node(nb_graph *g, int nin, int nout) {
-  if (!nb_grow_array((void **)&g->nodes, &g->nodes_cap, g->nnodes + 1, sizeof *g->nodes) ||
-      !nb_grow_array((void **)&g->edges, &g->edges_cap, g->nedges + nin, sizeof *g->edges) ||
-      !nb_grow_array((void **)&g->outs, &g->outs_cap, g->nouts + nout, sizeof *g->outs))
+  if (!nbcore_grow_array((void **)&g->nodes, &g->nodes_cap, g->nnodes + 1, sizeof *g->nodes) ||
+      !nbcore_grow_array((void **)&g->edges, &g->edges_cap, g->nedges + nin, sizeof *g->edges) ||
+      !nbcore_grow_array((void **)&g->outs, &g->outs_cap, g->nouts + nout, sizeof *g->outs))
     return NB_NOMEM;
   return NB_OK;
 }
 
-static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out);
+static nb_code add_node(nb_ctx *c, nb_graph *g, nbop_kargs *k, nb_tensor **out);
 
-nb_code nb_graph_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out) {
+nb_code nbgraph_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out) {
   nb_graph *g = c->graph;
-  if (reserve_node(g, k->nin, k->nout)) return nb_kfail(k, NB_NOMEM, "out of memory adding a node");
+  if (reserve_node(g, k->nin, k->nout)) return nbop_kfail(k, NB_NOMEM, "out of memory adding a node");
   c->run_node = k->node_name;
   nb_code code = add_node(c, g, k, out);
   c->run_node = NULL;
   return code;
 }
 
-static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out) {
+static nb_code add_node(nb_ctx *c, nb_graph *g, nbop_kargs *k, nb_tensor **out) {
   int32_t id = g->nnodes;
-  nb_node *n = &g->nodes[id];
+  nbgraph_node *n = &g->nodes[id];
   memset(n, 0, sizeof *n);
   n->def = k->def;
   n->name = k->node_name;
@@ -596,17 +596,17 @@ static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out) {
   n->nout = k->nout;
   n->first_use = n->ctrl = -1;
   n->grad_name = override_for(g, k->def->name);
-  nb_out *outs = &g->outs[g->nouts];
-  for (int i = 0; i < k->nout; i++) outs[i] = (nb_out){k->out[i], NULL};
+  nbgraph_out *outs = &g->outs[g->nouts];
+  for (int i = 0; i < k->nout; i++) outs[i] = (nbgraph_out){k->out[i], NULL};
   nb_code code = copy_attrs(g, k, n);
   /* a constant (no inputs, its value the first attr) is known as it is */
   if (!code && k->nin == 0 && k->def->nattrs && k->def->attrs[0].kind == NB_ATTR_TENSOR)
-    outs[0].value = nb_detached_share(n->attr[0].tensor);
+    outs[0].value = nbgraph_detached_share(n->attr[0].tensor);
   else if (!code && foldable(k))
     code = fold(g, k, outs);
   if (code) {
     for (int i = 0; i < k->nout; i++) nb_tensor_free(outs[i].value);
-    return code == NB_NOMEM ? nb_kfail(k, code, "out of memory adding a node") : code;
+    return code == NB_NOMEM ? nbop_kfail(k, code, "out of memory adding a node") : code;
   }
   /* committed before add_edges: a concrete input becomes a Const node, which takes the
      next id */
@@ -616,68 +616,68 @@ static nb_code add_node(nb_ctx *c, nb_graph *g, nb_kargs *k, nb_tensor **out) {
   g->nouts += k->nout;
   code = add_edges(c, g, k->orig_in, k->nin, id);
   for (int i = 0; i < k->nout && !code; i++)
-    if (!(out[i] = nb_graph_handle(c, g, id, i))) code = c->status;
+    if (!(out[i] = nbgraph_handle(c, g, id, i))) code = c->status;
   return code;
 }
 
 /* ---- captures ------------------------------------------------------------------------------ */
 
-int32_t nb_graph_capture_parent(nb_graph *g, int64_t key) {
+int32_t nbgraph_capture_parent(nb_graph *g, int64_t key) {
   for (int32_t i = 0; i < g->ncaps; i++)
     if (g->caps[i].key == key) return g->caps[i].arg;
   const nb_graph *p = g->parent;
-  const nb_meta *m = &p->outs[p->nodes[nb_key_node(key)].out0 + nb_key_out(key)].meta;
-  if (!nb_grow_array((void **)&g->caps, &g->caps_cap, g->ncaps + 1, sizeof *g->caps)) return -1;
-  int32_t id = nb_graph_add_arg(g, m, "capture");
-  if (id >= 0) g->caps[g->ncaps++] = (nb_capture){key, id};
+  const nbop_meta *m = &p->outs[p->nodes[nbgraph_key_node(key)].out0 + nbgraph_key_out(key)].meta;
+  if (!nbcore_grow_array((void **)&g->caps, &g->caps_cap, g->ncaps + 1, sizeof *g->caps)) return -1;
+  int32_t id = nbgraph_add_arg(g, m, "capture");
+  if (id >= 0) g->caps[g->ncaps++] = (nbgraph_capture_entry){key, id};
   return id;
 }
 
-int32_t nb_graph_capture(nb_graph *g, const nb_tensor *x, bool *nomem) {
+int32_t nbgraph_capture(nb_graph *g, const nb_tensor *x, bool *nomem) {
   int depth = 0; /* g is `depth` levels below x's graph */
   const nb_graph *h = g;
   while (h && h != x->graph) h = h->parent, depth++;
   if (!h) return -1;
-  int64_t key = nb_key_of(x);
+  int64_t key = nbgraph_key_of(x);
   for (int level = depth - 1; level >= 0; level--) { /* from just below x's graph down to g */
     nb_graph *at = g;
     for (int i = 0; i < level; i++) at = at->parent;
-    int32_t id = nb_graph_capture_parent(at, key);
+    int32_t id = nbgraph_capture_parent(at, key);
     if (id < 0) {
       *nomem = true;
       return -1;
     }
-    key = nb_key(id, 0);
+    key = nbgraph_key(id, 0);
   }
-  return nb_key_node(key);
+  return nbgraph_key_node(key);
 }
 
-int32_t nb_graph_add_arg(nb_graph *g, const nb_meta *m, const char *base) {
-  const nb_op_def *def = nb_op_lookup("Placeholder");
+int32_t nbgraph_add_arg(nb_graph *g, const nbop_meta *m, const char *base) {
+  const nbop_def *def = nbop_lookup("Placeholder");
   if (reserve_node(g, 0, 1)) return -1;
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(def, a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(def, a);
   a[0].type = m->dtype; /* Placeholder's attrs: dtype, shape (n -1: unknown rank) */
   a[1].ints = m->shape;
   a[1].n = m->rank;
-  const char *name = nb_graph_unique_name(g, base);
-  nb_attrval *attr = name ? nb_attrs_copy(&g->arena, def, a) : NULL;
+  const char *name = nbgraph_unique_name(g, base);
+  nbop_attrval *attr = name ? nbop_attrs_copy(&g->arena, def, a) : NULL;
   if (!attr) return -1;
   int32_t id = g->nnodes++;
-  nb_node *n = &g->nodes[id];
+  nbgraph_node *n = &g->nodes[id];
   memset(n, 0, sizeof *n);
-  *n = (nb_node){.def = def, .name = name, .in0 = g->nedges, .ctrl = -1, .out0 = g->nouts, .nout = 1,
+  *n = (nbgraph_node){.def = def, .name = name, .in0 = g->nedges, .ctrl = -1, .out0 = g->nouts, .nout = 1,
                  .first_use = -1, .attr = attr};
-  g->outs[g->nouts++] = (nb_out){*m, NULL};
+  g->outs[g->nouts++] = (nbgraph_out){*m, NULL};
   return id;
 }
 
-nb_code nb_graph_add_outputs(nb_graph *g, int32_t id, const nb_meta *m, int n) {
+nb_code nbgraph_add_outputs(nb_graph *g, int32_t id, const nbop_meta *m, int n) {
   int32_t nout = g->nodes[id].nout, old = g->nodes[id].out0;
-  if (!nb_grow_array((void **)&g->outs, &g->outs_cap, g->nouts + nout + n, sizeof *g->outs)) return NB_NOMEM;
+  if (!nbcore_grow_array((void **)&g->outs, &g->outs_cap, g->nouts + nout + n, sizeof *g->outs)) return NB_NOMEM;
   memcpy(&g->outs[g->nouts], &g->outs[old], (size_t)nout * sizeof *g->outs);
   for (int32_t o = 0; o < nout; o++) g->outs[old + o].value = NULL; /* moved: freed once */
-  for (int i = 0; i < n; i++) g->outs[g->nouts + nout + i] = (nb_out){m[i], NULL};
+  for (int i = 0; i < n; i++) g->outs[g->nouts + nout + i] = (nbgraph_out){m[i], NULL};
   g->nodes[id].out0 = g->nouts;
   g->nodes[id].nout += n;
   g->nouts += nout + n;
@@ -688,10 +688,10 @@ nb_code nb_graph_add_outputs(nb_graph *g, int32_t id, const nb_meta *m, int n) {
 nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep) {
   if (!x || !dep || !x->graph || x->graph != dep->graph) return NB_INVALID;
   nb_graph *g = x->graph;
-  if (!nb_grow_array((void **)&g->edges, &g->edges_cap, g->nedges + 1, sizeof *g->edges)) return NB_NOMEM;
+  if (!nbcore_grow_array((void **)&g->edges, &g->edges_cap, g->nedges + 1, sizeof *g->edges)) return NB_NOMEM;
   int32_t id = g->nedges++;
-  nb_edge *e = &g->edges[id];
-  *e = (nb_edge){dep->node, -1, x->node, g->nodes[dep->node].first_use, g->nodes[x->node].ctrl};
+  nbgraph_edge *e = &g->edges[id];
+  *e = (nbgraph_edge){dep->node, -1, x->node, g->nodes[dep->node].first_use, g->nodes[x->node].ctrl};
   g->nodes[dep->node].first_use = id;
   g->nodes[x->node].ctrl = id;
   g->version++;

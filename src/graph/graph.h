@@ -1,71 +1,71 @@
 /* Internal graph IR: nodes in arrays addressed by id, edges with consumer links, outputs
    with static facts and build-time constant values. */
-#ifndef NB_GRAPH_H
-#define NB_GRAPH_H
+#ifndef NBGRAPH_H
+#define NBGRAPH_H
 
 #include "../ops/op.h"
 
 /* An input edge of `consumer`, linked into the consumer list of its source node.
    out < 0 marks a control edge (run src first; no data). */
-typedef struct nb_edge {
+typedef struct nbgraph_edge {
   int32_t src, out;
   int32_t consumer;
   int32_t next_use;        /* next edge in src's consumer list, -1 at the end */
   int32_t next_ctrl;       /* control edges: next in the consumer's control list */
-} nb_edge;
+} nbgraph_edge;
 
 /* One output: its static dtype/shape (dims -1 or rank -1 when unknown) and, when it is
    known at build time (Const, or folded), its value as a detached concrete tensor. */
-typedef struct nb_out {
-  nb_meta meta;
+typedef struct nbgraph_out {
+  nbop_meta meta;
   nb_tensor *value;
-} nb_out;
+} nbgraph_out;
 
-typedef struct nb_node {
-  const nb_op_def *def;
+typedef struct nbgraph_node {
+  const nbop_def *def;
   const char *name;
   int32_t in0, nin;        /* data inputs: edges[in0 .. in0+nin) */
   int32_t ctrl;            /* head of this node's control edges (a list through next_ctrl), -1 */
   int32_t out0, nout;      /* outs[out0 .. out0+nout) */
   int32_t first_use;       /* head of the list of edges consuming this node, -1 */
-  nb_attrval *attr;        /* def->nattrs values in the arena; NULL when the op has none */
+  nbop_attrval *attr;      /* def->nattrs values in the arena; NULL when the op has none */
   const char *grad_name;   /* gradient override recorded at creation, or NULL */
   /* traversal scratch, valid while stamp == the graph's current generation */
   uint32_t stamp, stamp2, stamp3;
   int32_t pending, slot;
-} nb_node;
+} nbgraph_node;
 
-typedef struct nb_strmap_slot {
+typedef struct nbgraph_strmap_slot {
   const char *key;         /* NULL: empty */
   uint32_t hash;
   int32_t val;
-} nb_strmap_slot;
+} nbgraph_strmap_slot;
 
-typedef struct nb_strmap {
-  nb_strmap_slot *slots;
+typedef struct nbgraph_strmap {
+  nbgraph_strmap_slot *slots;
   uint32_t cap, n;
-} nb_strmap;
+} nbgraph_strmap;
 
-typedef struct nb_override {
+typedef struct nbgraph_override {
   const char *op_type, *grad_name;
-} nb_override;
+} nbgraph_override;
 
-#define NB_SCOPE_CAP 1024
-#define NB_SCOPE_DEPTH 64
+#define NBGRAPH_SCOPE_CAP 1024
+#define NBGRAPH_SCOPE_DEPTH 64
 
 struct nb_graph {
-  nb_node *nodes;
+  nbgraph_node *nodes;
   int32_t nnodes, nodes_cap;
-  nb_edge *edges;
+  nbgraph_edge *edges;
   int32_t nedges, edges_cap;
-  nb_out *outs;
+  nbgraph_out *outs;
   int32_t nouts, outs_cap;
-  nb_arena arena;
-  nb_strmap names;         /* node names and scope names in use -> next free suffix */
-  char scope[NB_SCOPE_CAP];
+  nbcore_arena arena;
+  nbgraph_strmap names;    /* node names and scope names in use -> next free suffix */
+  char scope[NBGRAPH_SCOPE_CAP];
   int scope_len, nscopes;
-  int scope_marks[NB_SCOPE_DEPTH];
-  nb_override *overrides;
+  int scope_marks[NBGRAPH_SCOPE_DEPTH];
+  nbgraph_override *overrides;
   int32_t noverrides, overrides_cap;
   /* A fresh scope (opened by the gradient pass under its reserved scope name, so no other
      name can lie inside it) keeps its names in this small list instead of the name map:
@@ -77,7 +77,7 @@ struct nb_graph {
   int32_t grad_passes;     /* nb_gradients passes under way (a gradient function may start one) */
   uint32_t version;        /* bumped when edges are added to existing nodes (control inputs) */
   nb_ctx *fold;            /* eager context that folds constants */
-  struct nb_graph_var *vars; /* the variables its nodes use (each retained), with their read nodes */
+  struct nbgraph_var *vars; /* the variables its nodes use (each retained), with their read nodes */
   int32_t nvars, vars_cap;
   /* Control flow (src/func): the function graphs its While/If nodes run (owned: src/func
      sets free_funcs, which frees them, when it gives g the first), and, for a function
@@ -87,68 +87,68 @@ struct nb_graph {
   int32_t nfuncs, funcs_cap;
   void (*free_funcs)(struct nb_graph *g);
   struct nb_graph *parent;
-  struct nb_capture *caps;
+  struct nbgraph_capture_entry *caps;
   int32_t ncaps, caps_cap;
 };
 
 /* A tensor of the parent graph (key) that a function graph uses through placeholder `arg`. */
-typedef struct nb_capture {
+typedef struct nbgraph_capture_entry {
   int64_t key;
   int32_t arg;
-} nb_capture;
+} nbgraph_capture_entry;
 /* The node in g standing for x, a tensor of an enclosing graph of g (captured level by
    level down from x's graph); -1 when x's graph does not enclose g (or out of memory: *nomem). */
-int32_t nb_graph_capture(nb_graph *g, const nb_tensor *x, bool *nomem);
+int32_t nbgraph_capture(nb_graph *g, const nb_tensor *x, bool *nomem);
 /* The placeholder of g capturing the parent's tensor `key`, made on first use; -1 when out
    of memory. */
-int32_t nb_graph_capture_parent(nb_graph *g, int64_t key);
+int32_t nbgraph_capture_parent(nb_graph *g, int64_t key);
 /* Adds a Placeholder node of meta m named base (made unique) without dispatch, so it may
    be called while another node is being built; its id, or -1 when out of memory. */
-int32_t nb_graph_add_arg(nb_graph *g, const nb_meta *m, const char *base);
+int32_t nbgraph_add_arg(nb_graph *g, const nbop_meta *m, const char *base);
 /* Adds outputs of metas m[0..n) to node id (plans made before are dropped). */
-nb_code nb_graph_add_outputs(nb_graph *g, int32_t id, const nb_meta *m, int n);
+nb_code nbgraph_add_outputs(nb_graph *g, int32_t id, const nbop_meta *m, int n);
 
 /* A variable a graph's nodes use, and its one ReadVariableOp node (-1 until needed). */
-typedef struct nb_graph_var {
+typedef struct nbgraph_var {
   struct nb_variable *var;
   int32_t read_node;
-} nb_graph_var;
+} nbgraph_var;
 
 /* A (node, output) pair as one int64: node << 32 | output. */
-static inline int64_t nb_key(int32_t node, int32_t out) { return (int64_t)node << 32 | (uint32_t)out; }
-static inline int64_t nb_key_of(const nb_tensor *x) { return nb_key(x->node, x->out); }
-static inline int32_t nb_key_node(int64_t key) { return (int32_t)(key >> 32); }
-static inline int32_t nb_key_out(int64_t key) { return (int32_t)(uint32_t)key; }
+static inline int64_t nbgraph_key(int32_t node, int32_t out) { return (int64_t)node << 32 | (uint32_t)out; }
+static inline int64_t nbgraph_key_of(const nb_tensor *x) { return nbgraph_key(x->node, x->out); }
+static inline int32_t nbgraph_key_node(int64_t key) { return (int32_t)(key >> 32); }
+static inline int32_t nbgraph_key_out(int64_t key) { return (int32_t)(uint32_t)key; }
 
 /* Starts a traversal: nodes with stamp != the returned generation are unvisited. */
-uint32_t nb_graph_next_gen(nb_graph *g);
+uint32_t nbgraph_next_gen(nb_graph *g);
 /* A unique name "<scope><base>", or with "_N" appended; reserved in the name map. */
-const char *nb_graph_unique_name(nb_graph *g, const char *base);
+const char *nbgraph_unique_name(nb_graph *g, const char *base);
 /* Sets the current scope string; fresh: see nb_graph.fresh. */
-void nb_graph_set_scope(nb_graph *g, const char *scope, bool fresh);
+void nbgraph_set_scope(nb_graph *g, const char *scope, bool fresh);
 /* The whole name-scope state, saved around work that changes it (the gradient pass). */
-typedef struct nb_scope_state {
-  char scope[NB_SCOPE_CAP];
+typedef struct nbgraph_scope_state {
+  char scope[NBGRAPH_SCOPE_CAP];
   int scope_len, nscopes;
-  int scope_marks[NB_SCOPE_DEPTH];
+  int scope_marks[NBGRAPH_SCOPE_DEPTH];
   bool fresh;
   const char **fresh_names;
   int32_t nfresh;
-} nb_scope_state;
-nb_code nb_graph_scope_save(const nb_graph *g, nb_scope_state *st);
-void nb_graph_scope_restore(nb_graph *g, nb_scope_state *st);
+} nbgraph_scope_state;
+nb_code nbgraph_scope_save(const nb_graph *g, nbgraph_scope_state *st);
+void nbgraph_scope_restore(nb_graph *g, nbgraph_scope_state *st);
 /* Whether every output of n has a value known at build time (folded constants). */
-static inline bool nb_node_values_known(const nb_graph *g, const nb_node *n) {
+static inline bool nbgraph_node_values_known(const nb_graph *g, const nbgraph_node *n) {
   for (int32_t o = 0; o < n->nout; o++)
     if (!g->outs[n->out0 + o].value) return false;
   return n->nout > 0;
 }
 /* A symbolic handle in c for output `out` of node `id`. */
-nb_tensor *nb_graph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out);
+nb_tensor *nbgraph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out);
 /* The graph context's hooks, installed by nb_graph_ctx_new. */
-nb_code nb_graph_infer(nb_ctx *c, nb_kargs *k);
-nb_code nb_graph_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out);
+nb_code nbgraph_infer(nb_ctx *c, nbop_kargs *k);
+nb_code nbgraph_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out);
 /* Detached tensors: concrete, owned by no context (graph constants, session results). */
-nb_tensor *nb_detached_share(const nb_tensor *x);
+nb_tensor *nbgraph_detached_share(const nb_tensor *x);
 
 #endif

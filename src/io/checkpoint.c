@@ -45,7 +45,7 @@ typedef struct item {
   int rank;
   const int64_t *shape;
   const void *data;          /* save: the bytes */
-  nb_buffer *staged;         /* restore: the read bytes, handed to the variable */
+  nbcore_buffer *staged;     /* restore: the read bytes, handed to the variable */
   size_t bytes;
   bool missing;              /* restore: a slot absent from the checkpoint (zeros) */
 } item;
@@ -83,9 +83,9 @@ static char *slot_key(const char *key, const char *slot) {
 }
 
 static item *plan_add(plan *p, nb_ctx *c, char *key) {
-  if (!key || !nb_grow_array((void **)&p->items, &p->cap, p->n + 1, sizeof *p->items)) {
+  if (!key || !nbcore_grow_array((void **)&p->items, &p->cap, p->n + 1, sizeof *p->items)) {
     free(key);
-    nb_fail(c, NB_NOMEM, "checkpoint: out of memory");
+    nbcore_fail(c, NB_NOMEM, "checkpoint: out of memory");
     return NULL;
   }
   item *it = &p->items[p->n++];
@@ -96,7 +96,7 @@ static item *plan_add(plan *p, nb_ctx *c, char *key) {
 static void plan_free(nb_ctx *c, plan *p) {
   for (int32_t i = 0; i < p->n; i++) {
     free(p->items[i].key);
-    nb_buffer_release(c, p->items[i].staged);
+    nbcore_buffer_release(c, p->items[i].staged);
   }
   free(p->items);
 }
@@ -112,11 +112,11 @@ static void describe(item *it, const nb_variable *v) {
    slots that exist; restoring lists every slot. */
 static nb_code make_plan(nb_ctx *c, const char *who, nb_variable *const *vars, const char *const *keys, int n,
                          const nb_optimizer *opt, bool saving, plan *p) {
-  if (n < 0 || (n > 0 && !vars)) return nb_fail(c, NB_INVALID, "%s: %d variables at %p", who, n, (void *)vars);
+  if (n < 0 || (n > 0 && !vars)) return nbcore_fail(c, NB_INVALID, "%s: %d variables at %p", who, n, (void *)vars);
   for (int i = 0; i < n; i++) {
     const char *key = keys ? keys[i] : vars[i] ? vars[i]->name : NULL;
-    if (!vars[i] || vars[i]->freed) return nb_fail(c, NB_INVALID, "%s: variable %d is NULL or freed", who, i);
-    if (!key || !*key) return nb_fail(c, NB_INVALID, "%s: variable '%s' has an empty key", who, vars[i]->name);
+    if (!vars[i] || vars[i]->freed) return nbcore_fail(c, NB_INVALID, "%s: variable %d is NULL or freed", who, i);
+    if (!key || !*key) return nbcore_fail(c, NB_INVALID, "%s: variable '%s' has an empty key", who, vars[i]->name);
     item *it = plan_add(p, c, joined(key, "", ""));
     if (!it) return c->status;
     it->var = vars[i];
@@ -124,7 +124,7 @@ static nb_code make_plan(nb_ctx *c, const char *who, nb_variable *const *vars, c
   }
   if (!opt) return NB_OK;
   int nslots;
-  const nb_optim_state *state = nb_optim_state_of(opt);
+  const nbcore_optim_state *state = nbcore_optim_state_of(opt);
   const char *const *names = state->slot_names(opt, &nslots);
   for (int i = 0; i < n; i++)
     for (int s = 0; s < nslots; s++) {
@@ -152,14 +152,14 @@ static nb_code sort_plan(nb_ctx *c, const char *who, plan *p) {
   qsort(p->items, (size_t)p->n, sizeof *p->items, item_order);
   for (int32_t i = 1; i < p->n; i++)
     if (strcmp(p->items[i - 1].key, p->items[i].key) == 0)
-      return nb_fail(c, NB_INVALID, "%s: key '%s' is used twice", who, p->items[i].key);
+      return nbcore_fail(c, NB_INVALID, "%s: key '%s' is used twice", who, p->items[i].key);
   return NB_OK;
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
 
 static nb_code io_error(nb_ctx *c, const char *who, const char *what, const char *path) {
-  return nb_fail(c, NB_IO, "%s: %s %s: %s", who, what, path, strerror(errno));
+  return nbcore_fail(c, NB_IO, "%s: %s %s: %s", who, what, path, strerror(errno));
 }
 
 static nb_code write_all(nb_ctx *c, const char *who, int fd, const char *path, const void *data, size_t n) {
@@ -178,7 +178,7 @@ static nb_code write_all(nb_ctx *c, const char *who, int fd, const char *path, c
 static nb_code sync_dir(nb_ctx *c, const char *who, const char *path) {
   const char *slash = strrchr(path, '/');
   char *dir = slash ? malloc((size_t)(slash - path) + 2) : joined(".", "", "");
-  if (!dir) return nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+  if (!dir) return nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   if (slash) {
     size_t len = slash == path ? 1 : (size_t)(slash - path);
     memcpy(dir, path, len);
@@ -206,14 +206,14 @@ static nb_code write_data(nb_ctx *c, const char *who, const char *path, plan *p,
   nb_code code = NB_OK;
   for (int32_t i = 0; i < p->n && code == NB_OK; i++) {
     offsets[i] = offset;
-    crcs[i] = nb_crc32c_mask(nb_crc32c(0, p->items[i].data, p->items[i].bytes));
+    crcs[i] = nbio_crc32c_mask(nbio_crc32c(0, p->items[i].data, p->items[i].bytes));
     code = write_all(c, who, fd, path, p->items[i].data, p->items[i].bytes);
     offset += p->items[i].bytes;
   }
   return finish_file(c, who, fd, path, code);
 }
 
-static nb_code write_file(nb_ctx *c, const char *who, const char *path, const nb_bytes *b) {
+static nb_code write_file(nb_ctx *c, const char *who, const char *path, const nbio_bytes *b) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(c, who, "cannot create", path);
   return finish_file(c, who, fd, path, write_all(c, who, fd, path, b->p, b->n));
@@ -227,7 +227,7 @@ static nb_code read_file(nb_ctx *c, const char *who, const char *path, uint8_t *
   if (fd < 0) return io_error(c, who, "cannot open", path);
   struct stat st;
   nb_code bad = fstat(fd, &st) != 0   ? io_error(c, who, "cannot stat", path)
-                : !S_ISREG(st.st_mode) ? nb_fail(c, NB_IO, "%s: %s is not a regular file", who, path)
+                : !S_ISREG(st.st_mode) ? nbcore_fail(c, NB_IO, "%s: %s is not a regular file", who, path)
                                        : NB_OK;
   if (bad) {
     close(fd);
@@ -236,10 +236,10 @@ static nb_code read_file(nb_ctx *c, const char *who, const char *path, uint8_t *
   uint8_t *buf = malloc((size_t)st.st_size + 1);
   int64_t got = buf ? io_pread_full(fd, buf, (size_t)st.st_size, 0) : 0;
   close(fd);
-  if (!buf) return nb_fail(c, NB_NOMEM, "%s: out of memory reading %s", who, path);
+  if (!buf) return nbcore_fail(c, NB_NOMEM, "%s: out of memory reading %s", who, path);
   if (got < (int64_t)st.st_size) {
     free(buf);
-    return got >= 0 ? nb_fail(c, NB_CORRUPT, "%s: %s shrank while being read", who, path)
+    return got >= 0 ? nbcore_fail(c, NB_CORRUPT, "%s: %s shrank while being read", who, path)
                     : io_error(c, who, "cannot read", path);
   }
   *out = buf;
@@ -276,7 +276,7 @@ static uint8_t *pack_entry(const item *it, uint64_t offset, uint32_t crc, size_t
 
 /* The header (one little-endian shard, TF's bundle version 1) and every entry as a table. */
 static nb_code build_index(nb_ctx *c, const char *who, const plan *p, const uint64_t *offsets, const uint32_t *crcs,
-                           nb_bytes *out) {
+                           nbio_bytes *out) {
   Nbpb__VersionDef version;
   nbpb__version_def__init(&version);
   version.producer = 1;
@@ -286,30 +286,30 @@ static nb_code build_index(nb_ctx *c, const char *who, const plan *p, const uint
   h.endianness = NBPB__BUNDLE_HEADER__ENDIANNESS__LITTLE;
   h.version = &version;
   uint8_t header[64];
-  nb_table_kv *kv = calloc((size_t)p->n + 1, sizeof *kv);
+  nbio_table_kv *kv = calloc((size_t)p->n + 1, sizeof *kv);
   bool oom = !kv;
-  if (kv) kv[0] = (nb_table_kv){"", 0, header, nbpb__bundle_header__pack(&h, header)};
+  if (kv) kv[0] = (nbio_table_kv){"", 0, header, nbpb__bundle_header__pack(&h, header)};
   for (int32_t i = 0; !oom && i < p->n; i++) {
-    kv[i + 1] = (nb_table_kv){p->items[i].key, strlen(p->items[i].key), NULL, 0};
+    kv[i + 1] = (nbio_table_kv){p->items[i].key, strlen(p->items[i].key), NULL, 0};
     oom = !(kv[i + 1].val = pack_entry(&p->items[i], offsets[i], crcs[i], &kv[i + 1].vlen));
   }
-  if (!oom) nb_table_build(kv, p->n + 1, out);
+  if (!oom) nbio_table_build(kv, p->n + 1, out);
   for (int32_t i = 1; kv && i <= p->n; i++) free((void *)kv[i].val);
   free(kv);
-  return oom || out->oom ? nb_fail(c, NB_NOMEM, "%s: out of memory building the index", who) : NB_OK;
+  return oom || out->oom ? nbcore_fail(c, NB_NOMEM, "%s: out of memory building the index", who) : NB_OK;
 }
 
 /* An open checkpoint: its parsed index and its data file. */
 typedef struct bundle {
   char *index_path, *data_path;
   uint8_t *index_bytes;
-  nb_table table;
+  nbio_table table;
   int data_fd;
   uint64_t data_size;
 } bundle;
 
 static void bundle_close(bundle *b) {
-  nb_table_free(&b->table);
+  nbio_table_free(&b->table);
   free(b->index_bytes);
   free(b->index_path);
   free(b->data_path);
@@ -318,20 +318,20 @@ static void bundle_close(bundle *b) {
 }
 
 static nb_code corrupt(nb_ctx *c, const char *who, const char *path, const char *key, const char *what) {
-  if (key) return nb_fail(c, NB_CORRUPT, "%s: %s: tensor '%s': %s", who, path, key, what);
-  return nb_fail(c, NB_CORRUPT, "%s: %s: %s", who, path, what);
+  if (key) return nbcore_fail(c, NB_CORRUPT, "%s: %s: tensor '%s': %s", who, path, key, what);
+  return nbcore_fail(c, NB_CORRUPT, "%s: %s: %s", who, path, what);
 }
 
 static nb_code check_header(nb_ctx *c, const char *who, const bundle *b) {
-  const nb_table_kv *kv = nb_table_find(&b->table, "");
+  const nbio_table_kv *kv = nbio_table_find(&b->table, "");
   if (!kv) return corrupt(c, who, b->index_path, NULL, "no header entry");
   Nbpb__BundleHeader *h = nbpb__bundle_header__unpack(NULL, kv->vlen, kv->val);
   if (!h) return corrupt(c, who, b->index_path, NULL, "unreadable header entry");
   nb_code code = NB_OK;
   if (h->num_shards != 1)
-    code = nb_fail(c, NB_UNIMPLEMENTED, "%s: %s: %d shards (nabla reads one)", who, b->index_path, h->num_shards);
+    code = nbcore_fail(c, NB_UNIMPLEMENTED, "%s: %s: %d shards (nabla reads one)", who, b->index_path, h->num_shards);
   else if (h->endianness != NBPB__BUNDLE_HEADER__ENDIANNESS__LITTLE)
-    code = nb_fail(c, NB_UNIMPLEMENTED, "%s: %s: big-endian checkpoint", who, b->index_path);
+    code = nbcore_fail(c, NB_UNIMPLEMENTED, "%s: %s: big-endian checkpoint", who, b->index_path);
   nbpb__bundle_header__free_unpacked(h, NULL);
   return code;
 }
@@ -341,13 +341,13 @@ static nb_code bundle_open(nb_ctx *c, const char *who, const char *prefix, const
   *b = (bundle){.data_fd = -1};
   b->index_path = joined(index_path, "", "");
   b->data_path = joined(prefix, DATA_SUFFIX, "");
-  if (!b->index_path || !b->data_path) return nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+  if (!b->index_path || !b->data_path) return nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   size_t n;
   nb_code code = read_file(c, who, b->index_path, &b->index_bytes, &n);
   if (code != NB_OK) return code;
   bool oom;
-  const char *err = nb_table_parse(b->index_bytes, n, &b->table, &oom);
-  if (err) return oom ? nb_fail(c, NB_NOMEM, "%s: %s: %s", who, b->index_path, err)
+  const char *err = nbio_table_parse(b->index_bytes, n, &b->table, &oom);
+  if (err) return oom ? nbcore_fail(c, NB_NOMEM, "%s: %s: %s", who, b->index_path, err)
                       : corrupt(c, who, b->index_path, NULL, err);
   if ((code = check_header(c, who, b)) != NB_OK) return code;
   struct stat st;
@@ -377,21 +377,21 @@ static nb_code decode_shape(nb_ctx *c, const char *who, const bundle *b, const c
     out->shape[d] = e->shape->dim[d]->size;
     if (out->shape[d] < 0) return corrupt(c, who, b->index_path, key, "negative dimension");
   }
-  if (!nb_shape_checked_size(out->rank, out->shape, &count)) return corrupt(c, who, b->index_path, key, "dims overflow");
+  if (!nbcore_shape_checked_size(out->rank, out->shape, &count)) return corrupt(c, who, b->index_path, key, "dims overflow");
   if (out->known_dtype && (uint64_t)count * nb_dtype_size(out->dtype) != out->size)
     return corrupt(c, who, b->index_path, key, "byte size does not match the shape");
   return NB_OK;
 }
 
-static nb_code decode_entry(nb_ctx *c, const char *who, const bundle *b, const nb_table_kv *kv, entry *out) {
+static nb_code decode_entry(nb_ctx *c, const char *who, const bundle *b, const nbio_table_kv *kv, entry *out) {
   Nbpb__BundleEntry *e = nbpb__bundle_entry__unpack(NULL, kv->vlen, kv->val);
   if (!e) return corrupt(c, who, b->index_path, kv->key, "unreadable entry");
   *out = (entry){.offset = (uint64_t)e->offset, .size = (uint64_t)e->size, .crc = e->crc32c};
   out->known_dtype = dtype_from_tf(e->dtype, &out->dtype);
   nb_code code = NB_OK;
   if (e->n_slices > 0 || e->shard_id != 0)
-    code = nb_fail(c, NB_UNIMPLEMENTED, "%s: %s: tensor '%s' is sliced or in another shard", who, b->index_path,
-                   kv->key);
+    code = nbcore_fail(c, NB_UNIMPLEMENTED, "%s: %s: tensor '%s' is sliced or in another shard", who, b->index_path,
+                       kv->key);
   else if (e->offset < 0 || e->size < 0 || out->offset > b->data_size || out->size > b->data_size - out->offset)
     code = corrupt(c, who, b->data_path, kv->key, "the tensor's bytes lie past the end of the data (truncated?)");
   else
@@ -405,7 +405,7 @@ static nb_code read_tensor(nb_ctx *c, const char *who, const bundle *b, const ch
   int64_t got = io_pread_full(b->data_fd, buf, (size_t)e->size, (uint64_t)e->offset);
   if (got < 0) return io_error(c, who, "cannot read", b->data_path);
   if ((uint64_t)got < e->size) return corrupt(c, who, b->data_path, key, "cut short");
-  if (nb_crc32c_mask(nb_crc32c(0, buf, (size_t)got)) != e->crc) return corrupt(c, who, b->data_path, key, "CRC mismatch");
+  if (nbio_crc32c_mask(nbio_crc32c(0, buf, (size_t)got)) != e->crc) return corrupt(c, who, b->data_path, key, "CRC mismatch");
   return NB_OK;
 }
 
@@ -417,7 +417,7 @@ static nb_code verify_all(nb_ctx *c, const char *who, const bundle *b) {
     uint8_t *bytes = NULL;
     nb_code code = decode_entry(c, who, b, &b->table.kv[i], &e);
     if (code == NB_OK && e.known_dtype && !(bytes = malloc(e.size ? (size_t)e.size : 1)))
-      code = nb_fail(c, NB_NOMEM, "%s: out of memory reading '%s'", who, b->table.kv[i].key);
+      code = nbcore_fail(c, NB_NOMEM, "%s: out of memory reading '%s'", who, b->table.kv[i].key);
     if (code == NB_OK && e.known_dtype) code = read_tensor(c, who, b, b->table.kv[i].key, &e, bytes);
     free(bytes);
     if (code != NB_OK) return code;
@@ -441,7 +441,7 @@ static bool pair_is_whole(const char *prefix, const char *index_path) {
 static nb_code checkpoint_open(nb_ctx *c, const char *who, const char *prefix, bundle *b) {
   char *index = joined(prefix, ".index", ""), *tmp = joined(prefix, ".index", TMP_SUFFIX);
   nb_code code;
-  if (!index || !tmp) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+  if (!index || !tmp) code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   else if (access(tmp, F_OK) == 0 && !pair_is_whole(prefix, index) && pair_is_whole(prefix, tmp))
     code = bundle_open(c, who, prefix, tmp, b);
   else
@@ -468,8 +468,8 @@ static nb_code save_plan(nb_ctx *c, const char *who, const char *prefix, plan *p
   bool own_tmp = code == NB_OK; /* from here on the temporaries are this save's */
   uint64_t *offsets = calloc((size_t)p->n + 1, sizeof *offsets);
   uint32_t *crcs = calloc((size_t)p->n + 1, sizeof *crcs);
-  nb_bytes index = {0};
-  if (code == NB_OK && (!offsets || !crcs)) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+  nbio_bytes index = {0};
+  if (code == NB_OK && (!offsets || !crcs)) code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   if (code == NB_OK) code = write_data(c, who, paths[3], p, offsets, crcs);
   if (code == NB_OK) code = build_index(c, who, p, offsets, crcs, &index);
   if (code == NB_OK) code = write_file(c, who, paths[1], &index);
@@ -486,7 +486,7 @@ static nb_code save_plan(nb_ctx *c, const char *who, const char *prefix, plan *p
     unlink(paths[3]);
     unlink(paths[1]);
   }
-  nb_bytes_free(&index);
+  nbio_bytes_free(&index);
   free(offsets);
   free(crcs);
   return code;
@@ -497,14 +497,14 @@ nb_code nb_checkpoint_save(nb_ctx *c, const char *prefix, nb_variable *const *va
   const char *who = "nb_checkpoint_save";
   if (!c) return NB_INVALID;
   if (c->status != NB_OK) return c->status;
-  if (!prefix || !*prefix) return nb_fail(c, NB_INVALID, "%s: empty prefix", who);
+  if (!prefix || !*prefix) return nbcore_fail(c, NB_INVALID, "%s: empty prefix", who);
   plan p = {0};
   char *paths[4] = {joined(prefix, ".index", ""), joined(prefix, ".index", TMP_SUFFIX), joined(prefix, DATA_SUFFIX, ""),
                     joined(prefix, DATA_SUFFIX, TMP_SUFFIX)};
   nb_code code = make_plan(c, who, vars, keys, n, opt, true, &p);
   if (code == NB_OK) code = sort_plan(c, who, &p);
   for (int i = 0; i < 4; i++)
-    if (code == NB_OK && !paths[i]) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+    if (code == NB_OK && !paths[i]) code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   for (int32_t i = 0; code == NB_OK && i < p.n; i++)
     if (p.items[i].var) p.items[i].data = nb_variable_data(p.items[i].var);
   if (code == NB_OK) code = save_plan(c, who, prefix, &p, paths);
@@ -521,25 +521,25 @@ nb_code nb_checkpoint_save(nb_ctx *c, const char *prefix, nb_variable *const *va
 static nb_code stage(nb_ctx *c, const char *who, const bundle *b, plan *p) {
   for (int32_t i = 0; i < p->n; i++) {
     item *it = &p->items[i];
-    const nb_table_kv *kv = nb_table_find(&b->table, it->key);
+    const nbio_table_kv *kv = nbio_table_find(&b->table, it->key);
     if (!kv && it->slot >= 0) {
       it->missing = true;
       continue;
     }
-    if (!kv) return nb_fail(c, NB_NOT_FOUND, "%s: %s: no tensor '%s'", who, b->index_path, it->key);
+    if (!kv) return nbcore_fail(c, NB_NOT_FOUND, "%s: %s: no tensor '%s'", who, b->index_path, it->key);
     entry e;
     nb_code code = decode_entry(c, who, b, kv, &e);
     if (code != NB_OK) return code;
     if (!e.known_dtype || e.dtype != it->dtype)
-      return nb_fail(c, NB_DTYPE, "%s: %s: tensor '%s' is %s, its variable %s", who, b->index_path, it->key,
-                     e.known_dtype ? nb_dtype_name(e.dtype) : "of a dtype nabla lacks", nb_dtype_name(it->dtype));
+      return nbcore_fail(c, NB_DTYPE, "%s: %s: tensor '%s' is %s, its variable %s", who, b->index_path, it->key,
+                         e.known_dtype ? nb_dtype_name(e.dtype) : "of a dtype nabla lacks", nb_dtype_name(it->dtype));
     if (e.rank != it->rank || (e.rank > 0 && memcmp(e.shape, it->shape, (size_t)e.rank * sizeof *e.shape) != 0)) {
       char s1[160], s2[160];
-      return nb_fail(c, NB_SHAPE, "%s: %s: tensor '%s' has shape %s, its variable %s", who, b->index_path, it->key,
-                     nb_shape_str(s1, sizeof s1, e.rank, e.shape), nb_shape_str(s2, sizeof s2, it->rank, it->shape));
+      return nbcore_fail(c, NB_SHAPE, "%s: %s: tensor '%s' has shape %s, its variable %s", who, b->index_path, it->key,
+                         nbcore_shape_str(s1, sizeof s1, e.rank, e.shape), nbcore_shape_str(s2, sizeof s2, it->rank, it->shape));
     }
-    if (!(it->staged = nb_buffer_new(c, it->bytes)))
-      return nb_fail(c, NB_NOMEM, "%s: out of memory reading '%s'", who, it->key);
+    if (!(it->staged = nbcore_buffer_new(c, it->bytes)))
+      return nbcore_fail(c, NB_NOMEM, "%s: out of memory reading '%s'", who, it->key);
     if ((code = read_tensor(c, who, b, it->key, &e, it->staged->data)) != NB_OK) return code;
   }
   return NB_OK;
@@ -548,8 +548,8 @@ static nb_code stage(nb_ctx *c, const char *who, const bundle *b, plan *p) {
 /* The variable an item restores into, made (slot, step counter) when missing. */
 static nb_variable *target_of(nb_ctx *c, const item *it, nb_optimizer *opt) {
   if (it->var) return it->var;
-  if (it->slot < 0) return nb_optim_state_of(opt)->step_variable(opt, c);
-  nb_variable *const *slots = nb_optim_state_of(opt)->slots(opt, c, (nb_variable *)it->like);
+  if (it->slot < 0) return nbcore_optim_state_of(opt)->step_variable(opt, c);
+  nb_variable *const *slots = nbcore_optim_state_of(opt)->slots(opt, c, (nb_variable *)it->like);
   return slots ? slots[it->slot] : NULL;
 }
 
@@ -562,11 +562,11 @@ static nb_code commit(nb_ctx *c, plan *p, nb_optimizer *opt) {
   for (int32_t i = 0; i < p->n; i++) {
     item *it = &p->items[i];
     if (!it->missing) {
-      nb_variable_adopt(c, it->var, it->staged);
+      nbcore_variable_adopt(c, it->var, it->staged);
       it->staged = NULL;
       continue;
     }
-    void *dst = nb_variable_writable(c, it->var, false);
+    void *dst = nbcore_variable_writable(c, it->var, false);
     if (!dst) return c->status;
     memset(dst, 0, it->bytes);
   }
@@ -578,7 +578,7 @@ nb_code nb_checkpoint_restore(nb_ctx *c, const char *prefix, nb_variable *const 
   const char *who = "nb_checkpoint_restore";
   if (!c) return NB_INVALID;
   if (c->status != NB_OK) return c->status;
-  if (!prefix || !*prefix) return nb_fail(c, NB_INVALID, "%s: empty prefix", who);
+  if (!prefix || !*prefix) return nbcore_fail(c, NB_INVALID, "%s: empty prefix", who);
   plan p = {0};
   bundle b = {.data_fd = -1};
   nb_code code = make_plan(c, who, vars, keys, n, opt, false, &p);
@@ -601,13 +601,13 @@ nb_code nb_checkpoint_list(nb_ctx *c, const char *prefix, nb_checkpoint_entry **
   const char *who = "nb_checkpoint_list";
   if (!c) return NB_INVALID;
   if (c->status != NB_OK) return c->status;
-  if (!prefix || !entries || !n) return nb_fail(c, NB_INVALID, "%s: NULL argument", who);
+  if (!prefix || !entries || !n) return nbcore_fail(c, NB_INVALID, "%s: NULL argument", who);
   *entries = NULL;
   *n = 0;
   bundle b = {.data_fd = -1};
   nb_code code = checkpoint_open(c, who, prefix, &b);
   nb_checkpoint_entry *list = code == NB_OK ? calloc((size_t)b.table.n + 1, sizeof *list) : NULL;
-  if (code == NB_OK && !list) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+  if (code == NB_OK && !list) code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   int count = 0;
   for (int32_t i = 0; code == NB_OK && i < b.table.n; i++) {
     entry e;
@@ -616,7 +616,7 @@ nb_code nb_checkpoint_list(nb_ctx *c, const char *prefix, nb_checkpoint_entry **
     nb_checkpoint_entry *out = &list[count++];
     *out = (nb_checkpoint_entry){joined(b.table.kv[i].key, "", ""), e.dtype, e.rank, {0}};
     memcpy(out->shape, e.shape, sizeof e.shape);
-    if (!out->key) code = nb_fail(c, NB_NOMEM, "%s: out of memory", who);
+    if (!out->key) code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   }
   bundle_close(&b);
   if (code != NB_OK) {

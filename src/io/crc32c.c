@@ -24,7 +24,7 @@ static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 /* crc is the register (inverted): slicing-by-8 over whole words, bytes for the rest. */
 static uint32_t update_sliced(uint32_t crc, const uint8_t *p, size_t n) {
   for (; n >= 8; p += 8, n -= 8) {
-    uint32_t lo = crc ^ nb_load_le32(p), hi = nb_load_le32(p + 4);
+    uint32_t lo = crc ^ nbio_load_le32(p), hi = nbio_load_le32(p + 4);
     crc = crc_tables[7][lo & 0xff] ^ crc_tables[6][(lo >> 8) & 0xff] ^ crc_tables[5][(lo >> 16) & 0xff] ^
           crc_tables[4][lo >> 24] ^ crc_tables[3][hi & 0xff] ^ crc_tables[2][(hi >> 8) & 0xff] ^
           crc_tables[1][(hi >> 16) & 0xff] ^ crc_tables[0][hi >> 24];
@@ -62,12 +62,12 @@ static void crc_init(void) {
 #endif
 }
 
-uint32_t nb_crc32c(uint32_t crc, const void *data, size_t n) {
+uint32_t nbio_crc32c(uint32_t crc, const void *data, size_t n) {
   pthread_once(&crc_once, crc_init);
   return ~crc_update(~crc, data, n);
 }
 
-uint32_t nb_crc32c_portable(uint32_t crc, const void *data, size_t n) {
+uint32_t nbio_crc32c_portable(uint32_t crc, const void *data, size_t n) {
   pthread_once(&crc_once, crc_init);
   return ~update_sliced(~crc, data, n);
 }

@@ -15,24 +15,24 @@ struct nb_dataset {
 };
 
 /* NB_DTYPE / NB_SHAPE unless the file holds ubyte elements of the given rank. */
-static nb_code check_ubyte(nb_ctx *c, const char *name, const nb_idx *h, int rank, const char *what) {
+static nb_code check_ubyte(nb_ctx *c, const char *name, const nbio_idx *h, int rank, const char *what) {
   char s[160];
-  if (h->type != NB_IDX_UBYTE)
-    return nb_fail(c, NB_DTYPE, "%s: %s must be ubyte (type 0x08), the file has %s (0x%02x)", name,
-                   what, nb_idx_type_name(h->type), (unsigned)h->type);
+  if (h->type != NBIO_IDX_UBYTE)
+    return nbcore_fail(c, NB_DTYPE, "%s: %s must be ubyte (type 0x08), the file has %s (0x%02x)", name,
+                       what, nbio_idx_type_name(h->type), (unsigned)h->type);
   if (h->rank != rank)
-    return nb_fail(c, NB_SHAPE, "%s: %s must have rank %d, the file has dims %s", name, what, rank,
-                   nb_shape_str(s, sizeof s, h->rank, h->dims));
+    return nbcore_fail(c, NB_SHAPE, "%s: %s must have rank %d, the file has dims %s", name, what, rank,
+                       nbcore_shape_str(s, sizeof s, h->rank, h->dims));
   return NB_OK;
 }
 
-static nb_code check_files(nb_ctx *c, const char *images_name, const nb_idx *im,
-                           const char *labels_name, const nb_idx *lb) {
+static nb_code check_files(nb_ctx *c, const char *images_name, const nbio_idx *im,
+                           const char *labels_name, const nbio_idx *lb) {
   nb_code rc = check_ubyte(c, images_name, im, 3, "images [count, rows, cols]");
   if (rc == NB_OK) rc = check_ubyte(c, labels_name, lb, 1, "labels [count]");
   if (rc == NB_OK && im->dims[0] != lb->dims[0])
-    rc = nb_fail(c, NB_CORRUPT, "%s has %lld images but %s has %lld labels", images_name,
-                 (long long)im->dims[0], labels_name, (long long)lb->dims[0]);
+    rc = nbcore_fail(c, NB_CORRUPT, "%s has %lld images but %s has %lld labels", images_name,
+                     (long long)im->dims[0], labels_name, (long long)lb->dims[0]);
   return rc;
 }
 
@@ -41,7 +41,7 @@ static void identity_order(nb_dataset *d) {
 }
 
 /* A dataset over the two checked files, whose buffers it takes over; NULL when out of memory. */
-static nb_dataset *dataset_new(const nb_idx_file *images, const nb_idx_file *labels) {
+static nb_dataset *dataset_new(const nbio_idx_file *images, const nbio_idx_file *labels) {
   int64_t size = images->idx.dims[0];
   nb_dataset *d = malloc(sizeof *d);
   int64_t *order = malloc(((size_t)size + 1) * sizeof *order);
@@ -57,13 +57,13 @@ static nb_dataset *dataset_new(const nb_idx_file *images, const nb_idx_file *lab
   return d;
 }
 
-nb_dataset *nb_dataset_adopt(nb_ctx *c, const char *images_name, nb_idx_file images,
-                             const char *labels_name, nb_idx_file labels) {
+nb_dataset *nbio_dataset_adopt(nb_ctx *c, const char *images_name, nbio_idx_file images,
+                               const char *labels_name, nbio_idx_file labels) {
   nb_dataset *d = NULL;
   if (check_files(c, images_name, &images.idx, labels_name, &labels.idx) == NB_OK &&
       !(d = dataset_new(&images, &labels)))
-    nb_fail(c, NB_NOMEM, "%s: out of memory for a dataset of %lld items", images_name,
-            (long long)images.idx.dims[0]);
+    nbcore_fail(c, NB_NOMEM, "%s: out of memory for a dataset of %lld items", images_name,
+                (long long)images.idx.dims[0]);
   if (!d) {
     free(images.bytes);
     free(labels.bytes);
@@ -72,25 +72,25 @@ nb_dataset *nb_dataset_adopt(nb_ctx *c, const char *images_name, nb_idx_file ima
 }
 
 nb_dataset *nb_dataset_idx(nb_ctx *c, const char *images_path, const char *labels_path) {
-  nb_idx_file images, labels;
-  if (nb_idx_load(c, images_path, &images) != NB_OK) return NULL;
-  if (nb_idx_load(c, labels_path, &labels) != NB_OK) {
+  nbio_idx_file images, labels;
+  if (nbio_idx_load(c, images_path, &images) != NB_OK) return NULL;
+  if (nbio_idx_load(c, labels_path, &labels) != NB_OK) {
     free(images.bytes);
     return NULL;
   }
-  return nb_dataset_adopt(c, images_path, images, labels_path, labels);
+  return nbio_dataset_adopt(c, images_path, images, labels_path, labels);
 }
 
 /* NB_CORRUPT unless d looks like Fashion-MNIST: 28x28 images, labels 0..9. */
 static nb_code check_fashion_mnist(nb_ctx *c, const nb_dataset *d, const char *images_path,
                                    const char *labels_path) {
   if (d->rows != 28 || d->cols != 28)
-    return nb_fail(c, NB_CORRUPT, "%s: Fashion-MNIST images are 28x28, these are %lldx%lld",
-                   images_path, (long long)d->rows, (long long)d->cols);
+    return nbcore_fail(c, NB_CORRUPT, "%s: Fashion-MNIST images are 28x28, these are %lldx%lld",
+                       images_path, (long long)d->rows, (long long)d->cols);
   for (int64_t i = 0; i < d->size; i++)
     if (d->labels[i] > 9)
-      return nb_fail(c, NB_CORRUPT, "%s: label %d of item %lld is not a Fashion-MNIST class 0..9",
-                     labels_path, d->labels[i], (long long)i);
+      return nbcore_fail(c, NB_CORRUPT, "%s: label %d of item %lld is not a Fashion-MNIST class 0..9",
+                         labels_path, d->labels[i], (long long)i);
   return NB_OK;
 }
 
@@ -102,7 +102,7 @@ nb_dataset *nb_fashion_mnist(nb_ctx *c, const char *dir, bool train) {
   int ni = snprintf(images_path, sizeof images_path, "%s/%s-images-idx3-ubyte.gz", dir, set);
   int nl = snprintf(labels_path, sizeof labels_path, "%s/%s-labels-idx1-ubyte.gz", dir, set);
   if (ni < 0 || nl < 0 || (size_t)ni >= sizeof images_path || (size_t)nl >= sizeof labels_path) {
-    nb_fail(c, NB_INVALID, "nb_fashion_mnist: directory name too long: %.64s...", dir);
+    nbcore_fail(c, NB_INVALID, "nb_fashion_mnist: directory name too long: %.64s...", dir);
     return NULL;
   }
   nb_dataset *d = nb_dataset_idx(c, images_path, labels_path);
@@ -166,12 +166,12 @@ static int images_shape(const nb_dataset *d, int64_t n, nb_image_layout layout, 
 static nb_code check_batch(nb_ctx *c, const nb_dataset *d, int64_t first, int64_t n, nb_tensor **images,
                            nb_tensor **labels) {
   if (c->graph)
-    return nb_fail(c, NB_INVALID, "nb_dataset_batch: needs an eager context (feed batches to a graph "
+    return nbcore_fail(c, NB_INVALID, "nb_dataset_batch: needs an eager context (feed batches to a graph "
                                   "through placeholders)");
-  if (!d || !images || !labels) return nb_fail(c, NB_INVALID, "nb_dataset_batch: NULL dataset or output");
+  if (!d || !images || !labels) return nbcore_fail(c, NB_INVALID, "nb_dataset_batch: NULL dataset or output");
   if (first < 0 || n < 0 || first > d->size - n)
-    return nb_fail(c, NB_INVALID, "nb_dataset_batch: items [%lld, %lld + %lld) are outside the dataset's %lld",
-                   (long long)first, (long long)first, (long long)n, (long long)d->size);
+    return nbcore_fail(c, NB_INVALID, "nb_dataset_batch: items [%lld, %lld + %lld) are outside the dataset's %lld",
+                       (long long)first, (long long)first, (long long)n, (long long)d->size);
   return NB_OK;
 }
 
@@ -199,14 +199,14 @@ nb_code nb_dataset_batch(nb_ctx *c, const nb_dataset *d, int64_t first, int64_t 
   int64_t shape[4];
   int rank = images_shape(d, n, layout, shape);
   if (!rank)
-    return nb_fail(c, NB_INVALID, "nb_dataset_batch: unknown image layout %d", (int)layout);
-  nb_tensor *x = nb_tensor_alloc(c, NB_F32, rank, shape);
-  nb_tensor *y = x ? nb_tensor_alloc(c, NB_I32, 1, &n) : NULL;
+    return nbcore_fail(c, NB_INVALID, "nb_dataset_batch: unknown image layout %d", (int)layout);
+  nb_tensor *x = nbcore_tensor_alloc(c, NB_F32, rank, shape);
+  nb_tensor *y = x ? nbcore_tensor_alloc(c, NB_I32, 1, &n) : NULL;
   if (!y) {
     nb_tensor_free(x);
     return c->status;
   }
-  fill_batch(d, first, n, nb_tdata(x), nb_tdata(y));
+  fill_batch(d, first, n, nbcore_tdata(x), nbcore_tdata(y));
   *images = x;
   *labels = y;
   return NB_OK;

@@ -41,7 +41,7 @@ static const char *short_dtype(nb_dtype t) {
 }
 
 /* "f32[2,?]", "f32[]" (scalar) or "f32 <unknown>" (unknown rank). */
-static void put_meta(FILE *f, const nb_meta *m) {
+static void put_meta(FILE *f, const nbop_meta *m) {
   fputs(short_dtype(m->dtype), f);
   if (m->rank < 0) {
     fputs(" <unknown>", f);
@@ -59,7 +59,7 @@ static void put_meta(FILE *f, const nb_meta *m) {
 static void indent(FILE *f, int depth) { fprintf(f, "%*s", 2 * depth + 2, ""); }
 
 static void put_node(FILE *f, const nb_graph *g, int32_t id, int depth) {
-  const nb_node *n = &g->nodes[id];
+  const nbgraph_node *n = &g->nodes[id];
   indent(f, depth);
   put_quoted(f, n->name);
   fputs(" [label=\"", f);
@@ -121,7 +121,7 @@ static void put_clusters(FILE *f, const nb_graph *g, const named *sorted) {
   }
 }
 
-static void put_edge(FILE *f, const nb_graph *g, const nb_edge *e) {
+static void put_edge(FILE *f, const nb_graph *g, const nbgraph_edge *e) {
   fputs("  ", f);
   put_quoted(f, g->nodes[e->src].name);
   fputs(" -> ", f);
@@ -133,7 +133,7 @@ static void put_edge(FILE *f, const nb_graph *g, const nb_edge *e) {
 
 static void put_edges(FILE *f, const nb_graph *g) {
   for (int32_t id = 0; id < g->nnodes; id++) {
-    const nb_node *n = &g->nodes[id];
+    const nbgraph_node *n = &g->nodes[id];
     for (int32_t i = 0; i < n->nin; i++) put_edge(f, g, &g->edges[n->in0 + i]);
     for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl) put_edge(f, g, &g->edges[e]);
   }

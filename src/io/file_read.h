@@ -1,6 +1,6 @@
 /* Reading helpers the file readers (.npy, checkpoints) share. */
-#ifndef NB_IO_FILE_READ_H
-#define NB_IO_FILE_READ_H
+#ifndef NBIO_FILE_READ_H
+#define NBIO_FILE_READ_H
 
 #include <errno.h>
 #include <stdint.h>

@@ -21,9 +21,9 @@ typedef struct idx_type {
 } idx_type;
 
 static const idx_type idx_types[] = {
-    {NB_IDX_UBYTE, "ubyte", 1, NB_I32}, {NB_IDX_BYTE, "byte", 1, NB_I32},
-    {NB_IDX_SHORT, "short", 2, NB_I32}, {NB_IDX_INT, "int", 4, NB_I32},
-    {NB_IDX_FLOAT, "float", 4, NB_F32}, {NB_IDX_DOUBLE, "double", 8, NB_F64},
+    {NBIO_IDX_UBYTE, "ubyte", 1, NB_I32}, {NBIO_IDX_BYTE, "byte", 1, NB_I32},
+    {NBIO_IDX_SHORT, "short", 2, NB_I32}, {NBIO_IDX_INT, "int", 4, NB_I32},
+    {NBIO_IDX_FLOAT, "float", 4, NB_F32}, {NBIO_IDX_DOUBLE, "double", 8, NB_F64},
 };
 
 static const idx_type *find_type(int code) {
@@ -32,7 +32,7 @@ static const idx_type *find_type(int code) {
   return NULL;
 }
 
-const char *nb_idx_type_name(int type) {
+const char *nbio_idx_type_name(int type) {
   const idx_type *t = find_type(type);
   return t ? t->name : "unknown";
 }
@@ -44,65 +44,65 @@ static uint32_t be32(const uint8_t *p) {
 static uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
 
 static nb_code corrupt(nb_ctx *c, const char *name, const char *what) {
-  return nb_fail(c, NB_CORRUPT, "%s: %s", name, what);
+  return nbcore_fail(c, NB_CORRUPT, "%s: %s", name, what);
 }
 
 /* Fills h's rank, dims, count and byte sizes from a header already checked to be whole. */
-static nb_code read_dims(nb_ctx *c, const char *name, const uint8_t *bytes, nb_idx *h) {
+static nb_code read_dims(nb_ctx *c, const char *name, const uint8_t *bytes, nbio_idx *h) {
   size_t esize = find_type(h->type)->size;
   int64_t count;
   for (int i = 0; i < h->rank; i++) h->dims[i] = be32(bytes + 4 + 4 * i);
   /* checked_size keeps count * 16 within int64, so count * esize (esize <= 8) fits in
      uint64; the header and a spare byte (see load_body) must fit in size_t as well */
-  if (!nb_shape_checked_size(h->rank, h->dims, &count) ||
-      (uint64_t)count * esize > SIZE_MAX - NB_IDX_MAX_HEADER - 1) {
+  if (!nbcore_shape_checked_size(h->rank, h->dims, &count) ||
+      (uint64_t)count * esize > SIZE_MAX - NBIO_IDX_MAX_HEADER - 1) {
     char s[160];
-    return nb_fail(c, NB_CORRUPT, "%s: dims %s of %s elements overflow a byte count", name,
-                   nb_shape_str(s, sizeof s, h->rank, h->dims), nb_idx_type_name(h->type));
+    return nbcore_fail(c, NB_CORRUPT, "%s: dims %s of %s elements overflow a byte count", name,
+                       nbcore_shape_str(s, sizeof s, h->rank, h->dims), nbio_idx_type_name(h->type));
   }
   h->count = count;
   h->data_bytes = (size_t)count * esize;
   return NB_OK;
 }
 
-nb_code nb_idx_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nb_idx *h) {
+nb_code nbio_idx_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_idx *h) {
   memset(h, 0, sizeof *h);
   if (n == 0) return corrupt(c, name, "empty file, not an IDX file");
   if (n < 4)
-    return nb_fail(c, NB_CORRUPT, "%s: truncated header: %zu bytes, the magic alone takes 4", name, n);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated header: %zu bytes, the magic alone takes 4", name, n);
   if (bytes[0] != 0 || bytes[1] != 0)
-    return nb_fail(c, NB_CORRUPT, "%s: bad magic 0x%08x: an IDX file starts with two zero bytes",
-                   name, (unsigned)be32(bytes));
+    return nbcore_fail(c, NB_CORRUPT, "%s: bad magic 0x%08x: an IDX file starts with two zero bytes",
+                       name, (unsigned)be32(bytes));
   h->type = bytes[2];
   if (!find_type(h->type))
-    return nb_fail(c, NB_CORRUPT,
-                   "%s: bad type code 0x%02x (IDX has 0x08 ubyte, 0x09 byte, 0x0B short, 0x0C int, "
-                   "0x0D float, 0x0E double)", name, (unsigned)h->type);
+    return nbcore_fail(c, NB_CORRUPT,
+                       "%s: bad type code 0x%02x (IDX has 0x08 ubyte, 0x09 byte, 0x0B short, 0x0C int, "
+                       "0x0D float, 0x0E double)", name, (unsigned)h->type);
   h->rank = bytes[3];
   if (h->rank < 1 || h->rank > NB_MAX_RANK)
-    return nb_fail(c, NB_CORRUPT, "%s: rank %d is outside 1..%d", name, h->rank, NB_MAX_RANK);
+    return nbcore_fail(c, NB_CORRUPT, "%s: rank %d is outside 1..%d", name, h->rank, NB_MAX_RANK);
   h->header_bytes = 4 + 4 * (size_t)h->rank;
   if (n < h->header_bytes)
-    return nb_fail(c, NB_CORRUPT, "%s: truncated header: %zu bytes, rank %d needs %zu", name, n,
-                   h->rank, h->header_bytes);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated header: %zu bytes, rank %d needs %zu", name, n,
+                       h->rank, h->header_bytes);
   return read_dims(c, name, bytes, h);
 }
 
-nb_code nb_idx_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nb_idx *h) {
-  nb_code rc = nb_idx_parse_header(c, name, bytes, n, h);
+nb_code nbio_idx_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_idx *h) {
+  nb_code rc = nbio_idx_parse_header(c, name, bytes, n, h);
   if (rc != NB_OK) return rc;
   char s[160];
   size_t have = n - h->header_bytes;
   /* Extra bytes are an error (torchvision's reader agrees; TF's and Keras' ignore or
      misread them): they mean a wrong header or files run together. */
   if (have < h->data_bytes)
-    return nb_fail(c, NB_CORRUPT, "%s: truncated data: dims %s of %s take %zu bytes, the file has %zu",
-                   name, nb_shape_str(s, sizeof s, h->rank, h->dims), nb_idx_type_name(h->type),
-                   h->data_bytes, have);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated data: dims %s of %s take %zu bytes, the file has %zu",
+                       name, nbcore_shape_str(s, sizeof s, h->rank, h->dims), nbio_idx_type_name(h->type),
+                       h->data_bytes, have);
   if (have > h->data_bytes) /* the loader reads one byte past the data: no count */
-    return nb_fail(c, NB_CORRUPT, "%s: trailing bytes after the data: dims %s of %s take %zu bytes, "
-                   "the file has more", name, nb_shape_str(s, sizeof s, h->rank, h->dims),
-                   nb_idx_type_name(h->type), h->data_bytes);
+    return nbcore_fail(c, NB_CORRUPT, "%s: trailing bytes after the data: dims %s of %s take %zu bytes, "
+                       "the file has more", name, nbcore_shape_str(s, sizeof s, h->rank, h->dims),
+                       nbio_idx_type_name(h->type), h->data_bytes);
   h->data = bytes + h->header_bytes;
   return NB_OK;
 }
@@ -131,40 +131,40 @@ static uint64_t max_content(uint64_t file_size, bool compressed) {
 static nb_code read_error(nb_ctx *c, const char *path, gzFile gz) {
   int zerr;
   const char *msg = gzerror(gz, &zerr);
-  if (zerr == Z_ERRNO) return nb_fail(c, NB_IO, "%s: read error: %s", path, strerror(errno));
-  if (zerr == Z_MEM_ERROR) return nb_fail(c, NB_NOMEM, "%s: out of memory decompressing it", path);
-  return nb_fail(c, NB_CORRUPT, "%s: corrupt gzip data: %s", path, msg);
+  if (zerr == Z_ERRNO) return nbcore_fail(c, NB_IO, "%s: read error: %s", path, strerror(errno));
+  if (zerr == Z_MEM_ERROR) return nbcore_fail(c, NB_NOMEM, "%s: out of memory decompressing it", path);
+  return nbcore_fail(c, NB_CORRUPT, "%s: corrupt gzip data: %s", path, msg);
 }
 
 /* Reads the header (magic, then as many dims as the rank says) and parses it. */
-static nb_code load_header(nb_ctx *c, const char *path, gzFile gz, uint8_t *head, nb_idx *h) {
+static nb_code load_header(nb_ctx *c, const char *path, gzFile gz, uint8_t *head, nbio_idx *h) {
   int64_t n = read_upto(gz, head, 4);
   if (n == 4 && head[3] >= 1 && head[3] <= NB_MAX_RANK) {
     int64_t dims = read_upto(gz, head + 4, 4 * (size_t)head[3]);
     n = dims < 0 ? -1 : n + dims;
   }
   if (n < 0) return read_error(c, path, gz);
-  return nb_idx_parse_header(c, path, head, (size_t)n, h);
+  return nbio_idx_parse_header(c, path, head, (size_t)n, h);
 }
 
 /* Reads the rest of the file after the header into one buffer and parses the whole. */
 static nb_code load_body(nb_ctx *c, const char *path, gzFile gz, uint64_t file_size,
-                         const uint8_t *head, nb_idx_file *f) {
-  nb_idx *h = &f->idx;
+                         const uint8_t *head, nbio_idx_file *f) {
+  nbio_idx *h = &f->idx;
   char s[160];
   if (h->data_bytes > max_content(file_size, !gzdirect(gz)))
-    return nb_fail(c, NB_CORRUPT, "%s: truncated data: dims %s of %s take %zu bytes, more than a "
-                   "file of %llu bytes holds", path, nb_shape_str(s, sizeof s, h->rank, h->dims),
-                   nb_idx_type_name(h->type), h->data_bytes, (unsigned long long)file_size);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated data: dims %s of %s take %zu bytes, more than a "
+                       "file of %llu bytes holds", path, nbcore_shape_str(s, sizeof s, h->rank, h->dims),
+                       nbio_idx_type_name(h->type), h->data_bytes, (unsigned long long)file_size);
   /* one byte more than declared, to see trailing bytes */
   size_t cap = h->header_bytes + h->data_bytes + 1;
   f->bytes = malloc(cap);
   if (!f->bytes)
-    return nb_fail(c, NB_NOMEM, "%s: out of memory reading %zu bytes", path, h->data_bytes);
+    return nbcore_fail(c, NB_NOMEM, "%s: out of memory reading %zu bytes", path, h->data_bytes);
   memcpy(f->bytes, head, h->header_bytes);
   int64_t n = read_upto(gz, f->bytes + h->header_bytes, h->data_bytes + 1);
   nb_code rc = n < 0 ? read_error(c, path, gz)
-                     : nb_idx_parse(c, path, f->bytes, h->header_bytes + (size_t)n, h);
+                     : nbio_idx_parse(c, path, f->bytes, h->header_bytes + (size_t)n, h);
   if (rc != NB_OK) {
     free(f->bytes);
     f->bytes = NULL;
@@ -174,25 +174,25 @@ static nb_code load_body(nb_ctx *c, const char *path, gzFile gz, uint64_t file_s
   return NB_OK;
 }
 
-nb_code nb_idx_load(nb_ctx *c, const char *path, nb_idx_file *f) {
+nb_code nbio_idx_load(nb_ctx *c, const char *path, nbio_idx_file *f) {
   memset(f, 0, sizeof *f);
   if (!c || c->status != NB_OK) return c ? c->status : NB_INVALID;
-  if (!path) return nb_fail(c, NB_INVALID, "IDX file: NULL path");
+  if (!path) return nbcore_fail(c, NB_INVALID, "IDX file: NULL path");
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return nb_fail(c, NB_IO, "%s: cannot open: %s", path, strerror(errno));
+  if (fd < 0) return nbcore_fail(c, NB_IO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
   bool stat_failed = fstat(fd, &st) != 0;
   if (stat_failed || !S_ISREG(st.st_mode)) {
     const char *why = stat_failed ? strerror(errno) : "not a regular file";
     close(fd);
-    return nb_fail(c, NB_IO, "%s: %s", path, why);
+    return nbcore_fail(c, NB_IO, "%s: %s", path, why);
   }
   gzFile gz = gzdopen(fd, "rb");
   if (!gz) {
     close(fd);
-    return nb_fail(c, NB_NOMEM, "%s: out of memory opening it", path);
+    return nbcore_fail(c, NB_NOMEM, "%s: out of memory opening it", path);
   }
-  uint8_t head[NB_IDX_MAX_HEADER];
+  uint8_t head[NBIO_IDX_MAX_HEADER];
   nb_code rc = load_header(c, path, gz, head, &f->idx);
   if (rc == NB_OK) rc = load_body(c, path, gz, (uint64_t)st.st_size, head, f);
   gzclose(gz); /* closes fd too */
@@ -200,30 +200,30 @@ nb_code nb_idx_load(nb_ctx *c, const char *path, nb_idx_file *f) {
 }
 
 /* Widens the big-endian elements to the tensor's dtype (int32, float32 or float64). */
-static void convert(const nb_idx *h, void *dst) {
+static void convert(const nbio_idx *h, void *dst) {
   const uint8_t *p = h->data;
   int32_t *i32 = dst;
   switch (h->type) {
-    case NB_IDX_UBYTE:
+    case NBIO_IDX_UBYTE:
       for (int64_t i = 0; i < h->count; i++) i32[i] = p[i];
       break;
-    case NB_IDX_BYTE:
+    case NBIO_IDX_BYTE:
       for (int64_t i = 0; i < h->count; i++) i32[i] = (int32_t)p[i] - (p[i] & 0x80 ? 256 : 0);
       break;
-    case NB_IDX_SHORT:
+    case NBIO_IDX_SHORT:
       for (int64_t i = 0; i < h->count; i++) {
         int32_t v = p[2 * i] << 8 | p[2 * i + 1];
         i32[i] = v - (v & 0x8000 ? 65536 : 0);
       }
       break;
-    case NB_IDX_INT: /* int32, float32 and float64 keep their bit patterns */
-    case NB_IDX_FLOAT:
+    case NBIO_IDX_INT: /* int32, float32 and float64 keep their bit patterns */
+    case NBIO_IDX_FLOAT:
       for (int64_t i = 0; i < h->count; i++) {
         uint32_t u = be32(p + 4 * i);
         memcpy((uint8_t *)dst + 4 * i, &u, 4);
       }
       break;
-    case NB_IDX_DOUBLE:
+    case NBIO_IDX_DOUBLE:
       for (int64_t i = 0; i < h->count; i++) {
         uint64_t u = be64(p + 8 * i);
         memcpy((uint8_t *)dst + 8 * i, &u, 8);
@@ -232,22 +232,22 @@ static void convert(const nb_idx *h, void *dst) {
   }
 }
 
-nb_tensor *nb_idx_tensor(nb_ctx *c, const nb_idx *h) {
-  nb_tensor *x = nb_tensor_alloc(c, find_type(h->type)->dtype, h->rank, h->dims);
-  if (x) convert(h, nb_tdata(x));
+nb_tensor *nbio_idx_tensor(nb_ctx *c, const nbio_idx *h) {
+  nb_tensor *x = nbcore_tensor_alloc(c, find_type(h->type)->dtype, h->rank, h->dims);
+  if (x) convert(h, nbcore_tdata(x));
   return x;
 }
 
 nb_tensor *nb_idx_read(nb_ctx *c, const char *path) {
   if (!c || c->status != NB_OK) return NULL;
   if (c->graph) {
-    nb_fail(c, NB_INVALID, "nb_idx_read: needs an eager context (feed file data to a graph "
+    nbcore_fail(c, NB_INVALID, "nb_idx_read: needs an eager context (feed file data to a graph "
                            "through a placeholder)");
     return NULL;
   }
-  nb_idx_file f;
-  if (nb_idx_load(c, path, &f) != NB_OK) return NULL;
-  nb_tensor *x = nb_idx_tensor(c, &f.idx);
+  nbio_idx_file f;
+  if (nbio_idx_load(c, path, &f) != NB_OK) return NULL;
+  nb_tensor *x = nbio_idx_tensor(c, &f.idx);
   free(f.bytes);
   return x;
 }

@@ -26,19 +26,19 @@ static bool host_big_endian(void) {
 
 /* ---- the prefix: magic, version, header length ---- */
 
-nb_code nb_npy_data_offset(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, uint64_t *offset) {
-  if (n == 0) return nb_fail(c, NB_CORRUPT, "%s: empty file, not a .npy file", name);
+nb_code nbio_npy_data_offset(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, uint64_t *offset) {
+  if (n == 0) return nbcore_fail(c, NB_CORRUPT, "%s: empty file, not a .npy file", name);
   if (memcmp(bytes, npy_magic, n < 6 ? n : 6) != 0)
-    return nb_fail(c, NB_CORRUPT, "%s: bad magic: a .npy file starts with \\x93NUMPY", name);
-  if (n < 8) return nb_fail(c, NB_CORRUPT, "%s: truncated: %zu bytes, the magic and version take 8", name, n);
+    return nbcore_fail(c, NB_CORRUPT, "%s: bad magic: a .npy file starts with \\x93NUMPY", name);
+  if (n < 8) return nbcore_fail(c, NB_CORRUPT, "%s: truncated: %zu bytes, the magic and version take 8", name, n);
   int major = bytes[6], minor = bytes[7];
   if (major < 1 || major > 3 || minor != 0)
-    return nb_fail(c, NB_CORRUPT, "%s: .npy version %d.%d: nabla reads versions 1.0, 2.0 and 3.0", name,
-                   major, minor);
+    return nbcore_fail(c, NB_CORRUPT, "%s: .npy version %d.%d: nabla reads versions 1.0, 2.0 and 3.0", name,
+                       major, minor);
   size_t len_bytes = major == 1 ? 2 : 4;
   if (n < 8 + len_bytes)
-    return nb_fail(c, NB_CORRUPT, "%s: truncated: %zu bytes, the prefix of version %d.0 takes %zu", name, n,
-                   major, 8 + len_bytes);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated: %zu bytes, the prefix of version %d.0 takes %zu", name, n,
+                       major, 8 + len_bytes);
   uint64_t len = 0;
   for (size_t i = 0; i < len_bytes; i++) len |= (uint64_t)bytes[8 + i] << (8 * i);
   *offset = 8 + len_bytes + len;
@@ -61,7 +61,7 @@ static nb_code bad_header(cursor *k, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  return nb_fail(k->c, NB_CORRUPT, "%s: bad .npy header at byte %zu: %s", k->name, (size_t)(k->p - k->start), what);
+  return nbcore_fail(k->c, NB_CORRUPT, "%s: bad .npy header at byte %zu: %s", k->name, (size_t)(k->p - k->start), what);
 }
 
 /* Up to cap - 1 bytes of s for a message, bytes outside printable ASCII shown as '?'. */
@@ -133,7 +133,7 @@ static nb_code parse_dim(cursor *k, int64_t *v) {
 }
 
 /* A tuple of dims as Python writes it: (), (3,), (2, 3) and (2, 3,). */
-static nb_code parse_shape(cursor *k, nb_npy *h) {
+static nb_code parse_shape(cursor *k, nbio_npy *h) {
   if (!accept(k, '(')) return bad_header(k, "'shape' must be a tuple such as (2, 3)");
   int n = 0;
   bool comma = false;
@@ -143,7 +143,7 @@ static nb_code parse_shape(cursor *k, nb_npy *h) {
     nb_code rc = parse_dim(k, &d);
     if (rc != NB_OK) return rc;
     if (n == NB_MAX_RANK)
-      return nb_fail(k->c, NB_SHAPE, "%s: shape of rank more than %d, nabla's largest", k->name, NB_MAX_RANK);
+      return nbcore_fail(k->c, NB_SHAPE, "%s: shape of rank more than %d, nabla's largest", k->name, NB_MAX_RANK);
     h->dims[n++] = d;
     comma = accept(k, ',');
   }
@@ -185,7 +185,7 @@ static const char *kind_name(uint8_t kind) {
 
 /* Reads a descr such as '<f4': a byte order ('<', '>', '|' or '=', optional), a kind
    letter and a size in bytes. */
-static nb_code read_descr(cursor *k, const uint8_t *s, size_t n, nb_npy *h) {
+static nb_code read_descr(cursor *k, const uint8_t *s, size_t n, nbio_npy *h) {
   char shown[48];
   printable(shown, sizeof shown, s, n);
   size_t i = 0;
@@ -206,16 +206,16 @@ static nb_code read_descr(cursor *k, const uint8_t *s, size_t n, nb_npy *h) {
       return NB_OK;
     }
   if (plain)
-    return nb_fail(k->c, NB_DTYPE, "%s: dtype %s%d (descr '%s') has no nabla dtype: nabla reads float32, "
-                   "float64, int8 to int64, uint8 to uint32 and bool", k->name, kname, 8 * size, shown);
+    return nbcore_fail(k->c, NB_DTYPE, "%s: dtype %s%d (descr '%s') has no nabla dtype: nabla reads float32, "
+                       "float64, int8 to int64, uint8 to uint32 and bool", k->name, kname, 8 * size, shown);
   if (strchr("fiub", kind)) return bad_header(k, "descr '%s' is not a NumPy dtype", shown);
-  return nb_fail(k->c, NB_DTYPE, "%s: dtype %s (descr '%s') has no nabla dtype", k->name, kname, shown);
+  return nbcore_fail(k->c, NB_DTYPE, "%s: dtype %s (descr '%s') has no nabla dtype", k->name, kname, shown);
 }
 
-static nb_code parse_descr(cursor *k, nb_npy *h) {
+static nb_code parse_descr(cursor *k, nbio_npy *h) {
   skip_space(k);
   if (k->p < k->end && *k->p == '[')
-    return nb_fail(k->c, NB_DTYPE, "%s: structured dtype (descr is a list of fields) has no nabla dtype", k->name);
+    return nbcore_fail(k->c, NB_DTYPE, "%s: structured dtype (descr is a list of fields) has no nabla dtype", k->name);
   const uint8_t *s;
   size_t n;
   nb_code rc = parse_string(k, &s, &n);
@@ -225,7 +225,7 @@ static nb_code parse_descr(cursor *k, nb_npy *h) {
 static const char *const npy_keys[3] = {"descr", "fortran_order", "shape"};
 
 /* The value of key number `key` of npy_keys. */
-static nb_code parse_value(cursor *k, int key, nb_npy *h, bool *fortran) {
+static nb_code parse_value(cursor *k, int key, nbio_npy *h, bool *fortran) {
   switch (key) {
     case 0: return parse_descr(k, h);
     case 1: return parse_bool(k, fortran);
@@ -250,7 +250,7 @@ static nb_code parse_key(cursor *k, const bool seen[3], int *key) {
 
 /* {'descr': ..., 'fortran_order': ..., 'shape': ...}: the keys in any order, a trailing
    comma allowed, nothing but whitespace after. */
-static nb_code parse_dict(cursor *k, nb_npy *h) {
+static nb_code parse_dict(cursor *k, nbio_npy *h) {
   bool seen[3] = {false, false, false}, fortran = false;
   if (!accept(k, '{')) return bad_header(k, "expected '{': the header is a Python dict");
   while (!accept(k, '}')) {
@@ -268,19 +268,19 @@ static nb_code parse_dict(cursor *k, nb_npy *h) {
   for (int i = 0; i < 3; i++)
     if (!seen[i]) return bad_header(k, "no key '%s'", npy_keys[i]);
   if (fortran)
-    return nb_fail(k->c, NB_UNIMPLEMENTED, "%s: Fortran-order data is not read (save a C-order array: "
-                   "np.ascontiguousarray)", k->name);
+    return nbcore_fail(k->c, NB_UNIMPLEMENTED, "%s: Fortran-order data is not read (save a C-order array: "
+                       "np.ascontiguousarray)", k->name);
   return NB_OK;
 }
 
-nb_code nb_npy_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nb_npy *h) {
+nb_code nbio_npy_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_npy *h) {
   memset(h, 0, sizeof *h);
   uint64_t offset;
-  nb_code rc = nb_npy_data_offset(c, name, bytes, n, &offset);
+  nb_code rc = nbio_npy_data_offset(c, name, bytes, n, &offset);
   if (rc != NB_OK) return rc;
   if (offset > n)
-    return nb_fail(c, NB_CORRUPT, "%s: truncated header: it takes %llu bytes, the file has %zu", name,
-                   (unsigned long long)offset, n);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated header: it takes %llu bytes, the file has %zu", name,
+                       (unsigned long long)offset, n);
   h->major = bytes[6];
   h->header_bytes = (size_t)offset;
   cursor k = {c, name, bytes, bytes + (h->major == 1 ? 10 : 12), bytes + offset};
@@ -288,26 +288,26 @@ nb_code nb_npy_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, s
   if (rc != NB_OK) return rc;
   int64_t count;
   /* checked_size keeps count * 16 within int64: count * file_size (at most 8) fits */
-  if (!nb_shape_checked_size(h->rank, h->dims, &count)) {
+  if (!nbcore_shape_checked_size(h->rank, h->dims, &count)) {
     char s[160];
-    return nb_fail(c, NB_CORRUPT, "%s: shape %s of %s overflows a byte count", name,
-                   nb_shape_str(s, sizeof s, h->rank, h->dims), h->descr);
+    return nbcore_fail(c, NB_CORRUPT, "%s: shape %s of %s overflows a byte count", name,
+                       nbcore_shape_str(s, sizeof s, h->rank, h->dims), h->descr);
   }
   h->count = count;
   h->data_bytes = (size_t)count * (size_t)h->file_size;
   return NB_OK;
 }
 
-nb_code nb_npy_check_data_size(nb_ctx *c, const char *name, const nb_npy *h, uint64_t have) {
+nb_code nbio_npy_check_data_size(nb_ctx *c, const char *name, const nbio_npy *h, uint64_t have) {
   if (have == h->data_bytes) return NB_OK;
   char s[160];
-  nb_shape_str(s, sizeof s, h->rank, h->dims);
+  nbcore_shape_str(s, sizeof s, h->rank, h->dims);
   if (have < h->data_bytes)
-    return nb_fail(c, NB_CORRUPT, "%s: truncated data: shape %s of %s takes %zu bytes, the file has %llu", name,
-                   s, h->descr, h->data_bytes, (unsigned long long)have);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated data: shape %s of %s takes %zu bytes, the file has %llu", name,
+                       s, h->descr, h->data_bytes, (unsigned long long)have);
   /* NumPy's np.load ignores them; here they mean a wrong header or files run together */
-  return nb_fail(c, NB_CORRUPT, "%s: %llu bytes after the data (shape %s of %s takes %zu)", name,
-                 (unsigned long long)(have - h->data_bytes), s, h->descr, h->data_bytes);
+  return nbcore_fail(c, NB_CORRUPT, "%s: %llu bytes after the data (shape %s of %s takes %zu)", name,
+                     (unsigned long long)(have - h->data_bytes), s, h->descr, h->data_bytes);
 }
 
 /* ---- elements ---- */
@@ -331,7 +331,7 @@ static void store_uint(void *dst, int64_t i, size_t size, uint64_t u) {
   }
 }
 
-void nb_npy_convert(const nb_npy *h, const uint8_t *src, void *dst) {
+void nbio_npy_convert(const nbio_npy *h, const uint8_t *src, void *dst) {
   size_t out = nb_dtype_size(h->dtype);
   if (h->count == 0) return;
   if (h->big_endian == host_big_endian() && (size_t)h->file_size == out && h->kind != 'b') {
@@ -347,14 +347,14 @@ void nb_npy_convert(const nb_npy *h, const uint8_t *src, void *dst) {
   }
 }
 
-nb_tensor *nb_npy_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n) {
+nb_tensor *nbio_npy_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n) {
   if (!c || c->status != NB_OK) return NULL;
-  nb_npy h;
-  if (nb_npy_parse_header(c, name, bytes, n, &h) != NB_OK ||
-      nb_npy_check_data_size(c, name, &h, n - h.header_bytes) != NB_OK)
+  nbio_npy h;
+  if (nbio_npy_parse_header(c, name, bytes, n, &h) != NB_OK ||
+      nbio_npy_check_data_size(c, name, &h, n - h.header_bytes) != NB_OK)
     return NULL;
-  nb_tensor *x = nb_tensor_alloc(c, h.dtype, h.rank, h.dims);
-  if (x) nb_npy_convert(&h, bytes + h.header_bytes, nb_tdata(x));
+  nb_tensor *x = nbcore_tensor_alloc(c, h.dtype, h.rank, h.dims);
+  if (x) nbio_npy_convert(&h, bytes + h.header_bytes, nbcore_tdata(x));
   return x;
 }
 
@@ -363,41 +363,41 @@ nb_tensor *nb_npy_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_
 /* Reads up to n bytes at offset `at`; the count read (short only at the end of the file),
    or -1 with errno set. */
 static nb_code read_failed(nb_ctx *c, const char *path) {
-  return nb_fail(c, NB_IO, "%s: read error: %s", path, strerror(errno));
+  return nbcore_fail(c, NB_IO, "%s: read error: %s", path, strerror(errno));
 }
 
 /* Reads and parses the header of the file of `size` bytes; allocates no more than that. */
-static nb_code read_header(nb_ctx *c, const char *path, int fd, uint64_t size, nb_npy *h) {
-  uint8_t prefix[NB_NPY_PREFIX + 2];
+static nb_code read_header(nb_ctx *c, const char *path, int fd, uint64_t size, nbio_npy *h) {
+  uint8_t prefix[NBIO_NPY_PREFIX + 2];
   int64_t n = io_pread_full(fd, prefix, sizeof prefix, 0);
   if (n < 0) return read_failed(c, path);
   uint64_t offset;
-  nb_code rc = nb_npy_data_offset(c, path, prefix, (size_t)n, &offset);
+  nb_code rc = nbio_npy_data_offset(c, path, prefix, (size_t)n, &offset);
   if (rc != NB_OK) return rc;
   size_t want = (size_t)(offset < size ? offset : size); /* a shorter file: parse says truncated */
   uint8_t *head = malloc(want);
-  if (!head) return nb_fail(c, NB_NOMEM, "%s: out of memory reading a header of %zu bytes", path, want);
+  if (!head) return nbcore_fail(c, NB_NOMEM, "%s: out of memory reading a header of %zu bytes", path, want);
   n = io_pread_full(fd, head, want, 0);
-  rc = n < 0 ? read_failed(c, path) : nb_npy_parse_header(c, path, head, (size_t)n, h);
+  rc = n < 0 ? read_failed(c, path) : nbio_npy_parse_header(c, path, head, (size_t)n, h);
   free(head);
-  if (rc == NB_OK) rc = nb_npy_check_data_size(c, path, h, size - h->header_bytes);
+  if (rc == NB_OK) rc = nbio_npy_check_data_size(c, path, h, size - h->header_bytes);
   return rc;
 }
 
 /* Reads the data into x: straight into its buffer when the element sizes agree (converted
    in place), else through a buffer of the file's data. */
-static nb_code read_data(nb_ctx *c, const char *path, int fd, const nb_npy *h, nb_tensor *x) {
+static nb_code read_data(nb_ctx *c, const char *path, int fd, const nbio_npy *h, nb_tensor *x) {
   bool in_place = (size_t)h->file_size == nb_dtype_size(h->dtype);
-  uint8_t *src = in_place ? nb_tdata(x) : malloc(h->data_bytes ? h->data_bytes : 1);
-  if (!src) return nb_fail(c, NB_NOMEM, "%s: out of memory reading %zu bytes", path, h->data_bytes);
+  uint8_t *src = in_place ? nbcore_tdata(x) : malloc(h->data_bytes ? h->data_bytes : 1);
+  if (!src) return nbcore_fail(c, NB_NOMEM, "%s: out of memory reading %zu bytes", path, h->data_bytes);
   int64_t n = io_pread_full(fd, src, h->data_bytes, h->header_bytes);
   nb_code rc = NB_OK;
   if (n < 0)
     rc = read_failed(c, path);
   else if ((size_t)n < h->data_bytes)
-    rc = nb_fail(c, NB_CORRUPT, "%s: truncated data: the file shrank while being read", path);
+    rc = nbcore_fail(c, NB_CORRUPT, "%s: truncated data: the file shrank while being read", path);
   else
-    nb_npy_convert(h, src, nb_tdata(x));
+    nbio_npy_convert(h, src, nbcore_tdata(x));
   if (!in_place) free(src);
   return rc;
 }
@@ -405,8 +405,8 @@ static nb_code read_data(nb_ctx *c, const char *path, int fd, const nb_npy *h, n
 /* The size of the regular file open as fd, or NB_IO naming path. */
 static nb_code regular_file_size(nb_ctx *c, const char *path, int fd, uint64_t *size) {
   struct stat st;
-  if (fstat(fd, &st) != 0) return nb_fail(c, NB_IO, "%s: %s", path, strerror(errno));
-  if (!S_ISREG(st.st_mode)) return nb_fail(c, NB_IO, "%s: not a regular file", path);
+  if (fstat(fd, &st) != 0) return nbcore_fail(c, NB_IO, "%s: %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode)) return nbcore_fail(c, NB_IO, "%s: not a regular file", path);
   *size = (uint64_t)st.st_size;
   return NB_OK;
 }
@@ -414,23 +414,23 @@ static nb_code regular_file_size(nb_ctx *c, const char *path, int fd, uint64_t *
 nb_tensor *nb_npy_read(nb_ctx *c, const char *path) {
   if (!c || c->status != NB_OK) return NULL;
   if (c->graph) {
-    nb_fail(c, NB_INVALID, "nb_npy_read: needs an eager context (feed file data to a graph through a placeholder)");
+    nbcore_fail(c, NB_INVALID, "nb_npy_read: needs an eager context (feed file data to a graph through a placeholder)");
     return NULL;
   }
   if (!path) {
-    nb_fail(c, NB_INVALID, "nb_npy_read: NULL path");
+    nbcore_fail(c, NB_INVALID, "nb_npy_read: NULL path");
     return NULL;
   }
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    nb_fail(c, NB_IO, "%s: cannot open: %s", path, strerror(errno));
+    nbcore_fail(c, NB_IO, "%s: cannot open: %s", path, strerror(errno));
     return NULL;
   }
   uint64_t size = 0;
-  nb_npy h;
+  nbio_npy h;
   nb_tensor *x = NULL;
   if (regular_file_size(c, path, fd, &size) == NB_OK && read_header(c, path, fd, size, &h) == NB_OK)
-    x = nb_tensor_alloc(c, h.dtype, h.rank, h.dims);
+    x = nbcore_tensor_alloc(c, h.dtype, h.rank, h.dims);
   if (x && read_data(c, path, fd, &h, x) != NB_OK) {
     nb_tensor_free(x);
     x = NULL;
@@ -450,7 +450,7 @@ static size_t format_header(const nb_tensor *x, char out[NPY_MAX_HEADER]) {
   static const char *const kinds[] = {[NB_F32] = "f4", [NB_F64] = "f8", [NB_I32] = "i4", [NB_I64] = "i8",
                                       [NB_BOOL] = "b1"};
   char order = x->dtype == NB_BOOL ? '|' : host_big_endian() ? '>' : '<';
-  char *d = out + NB_NPY_PREFIX;
+  char *d = out + NBIO_NPY_PREFIX;
   char *end = out + NPY_MAX_HEADER;
   d += snprintf(d, (size_t)(end - d), "{'descr': '%c%s', 'fortran_order': False, 'shape': (", order, kinds[x->dtype]);
   for (int i = 0; i < x->rank; i++)
@@ -461,7 +461,7 @@ static size_t format_header(const nb_tensor *x, char out[NPY_MAX_HEADER]) {
   memset(d, ' ', total - 1 - (size_t)(d - out));
   out[total - 1] = '\n';
   memcpy(out, npy_magic, 6);
-  size_t len = total - NB_NPY_PREFIX;
+  size_t len = total - NBIO_NPY_PREFIX;
   out[6] = 1;
   out[7] = 0;
   out[8] = (char)(len & 0xff);
@@ -472,7 +472,7 @@ static size_t format_header(const nb_tensor *x, char out[NPY_MAX_HEADER]) {
 /* Writes the header and the data; NB_IO naming path on failure. */
 static nb_code write_file(nb_ctx *c, const char *path, const char *header, size_t hn, const void *data, size_t bytes) {
   FILE *f = fopen(path, "wb");
-  if (!f) return nb_fail(c, NB_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+  if (!f) return nbcore_fail(c, NB_IO, "%s: cannot open for writing: %s", path, strerror(errno));
   bool ok = fwrite(header, 1, hn, f) == hn && (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
   int err = errno;
   if (fclose(f) != 0 && ok) {
@@ -482,30 +482,30 @@ static nb_code write_file(nb_ctx *c, const char *path, const char *header, size_
   if (ok) return NB_OK;
   struct stat st; /* a truncated regular file goes, so no reader takes it as whole (not /dev/full) */
   if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
-  return nb_fail(c, NB_IO, "%s: write error: %s", path, strerror(err));
+  return nbcore_fail(c, NB_IO, "%s: write error: %s", path, strerror(err));
 }
 
 nb_code nb_npy_write(nb_ctx *c, const nb_tensor *x, const char *path) {
   if (!c) return NB_INVALID;
   if (c->status != NB_OK) return c->status;
-  if (!x || !path) return nb_fail(c, NB_INVALID, "nb_npy_write: NULL %s", x ? "path" : "tensor");
-  if (nb_released(x)) return nb_fail(c, NB_INVALID, "nb_npy_write: %s: the tensor was released", path);
+  if (!x || !path) return nbcore_fail(c, NB_INVALID, "nb_npy_write: NULL %s", x ? "path" : "tensor");
+  if (nbcore_released(x)) return nbcore_fail(c, NB_INVALID, "nb_npy_write: %s: the tensor was released", path);
   size_t bytes = (size_t)x->size * nb_dtype_size(x->dtype);
-  const void *data = nb_tdata(x);
+  const void *data = nbcore_tdata(x);
   void *dense = NULL;
   if (x->slice_values) { /* IndexedSlices: written as the dense tensor they stand for */
     dense = malloc(bytes ? bytes : 1);
-    if (!dense) return nb_fail(c, NB_NOMEM, "nb_npy_write: %s: out of memory densifying %zu bytes", path, bytes);
+    if (!dense) return nbcore_fail(c, NB_NOMEM, "nb_npy_write: %s: out of memory densifying %zu bytes", path, bytes);
     nb_code read = nb_read(x, dense, bytes);
     if (read) {
       free(dense);
-      return nb_fail(c, read, "nb_npy_write: %s: cannot densify the IndexedSlices", path);
+      return nbcore_fail(c, read, "nb_npy_write: %s: cannot densify the IndexedSlices", path);
     }
     data = dense;
   }
   if (!data) {
     free(dense);
-    return nb_fail(c, NB_INVALID, "nb_npy_write: %s: a symbolic tensor has no value (run it in a session)", path);
+    return nbcore_fail(c, NB_INVALID, "nb_npy_write: %s: a symbolic tensor has no value (run it in a session)", path);
   }
   char header[NPY_MAX_HEADER];
   nb_code rc = write_file(c, path, header, format_header(x, header), data, bytes);

@@ -1,14 +1,14 @@
 /* Internal: NumPy's .npy format, parsed from memory so that the file reader and the fuzzer
    (fuzz/fuzz_npy.c) run the same checks. */
-#ifndef NB_NPY_H
-#define NB_NPY_H
+#ifndef NBIO_NPY_H
+#define NBIO_NPY_H
 
 #include "../core/core.h"
 
 #include <stdint.h>
 
 /* A parsed .npy header. */
-typedef struct nb_npy {
+typedef struct nbio_npy {
   int major;              /* format version 1, 2 or 3 (minor is always 0) */
   char kind;              /* the descr's type letter: 'f', 'i', 'u' or 'b' */
   int file_size;          /* bytes per element in the file */
@@ -20,29 +20,29 @@ typedef struct nb_npy {
   int64_t count;          /* elements: the product of dims */
   size_t header_bytes;    /* magic, version, length and header dict: where the data starts */
   size_t data_bytes;      /* count * file_size */
-} nb_npy;
+} nbio_npy;
 
 /* Bytes of the magic, version and header length of version 1 (2 and 3 take 2 more). */
-#define NB_NPY_PREFIX 10
+#define NBIO_NPY_PREFIX 10
 
 /* The offset at which the data of the file starting with bytes[0..n) begins, read from the
    prefix (magic, version, header length): NB_CORRUPT naming `name` when n is too short for
    the prefix, the magic is wrong or the version is not 1.0, 2.0 or 3.0. */
-nb_code nb_npy_data_offset(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, uint64_t *offset);
+nb_code nbio_npy_data_offset(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, uint64_t *offset);
 
 /* Parses the header at bytes[0..n) (n may stop where the data starts): NB_CORRUPT for a
    header that is short or not the dict NumPy writes, NB_DTYPE for a descr nabla has no
    dtype for, NB_UNIMPLEMENTED for Fortran order, NB_SHAPE for a rank above NB_MAX_RANK. */
-nb_code nb_npy_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nb_npy *h);
+nb_code nbio_npy_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_npy *h);
 
 /* NB_CORRUPT unless `have` bytes of data are exactly the h->data_bytes the shape needs. */
-nb_code nb_npy_check_data_size(nb_ctx *c, const char *name, const nb_npy *h, uint64_t have);
+nb_code nbio_npy_check_data_size(nb_ctx *c, const char *name, const nbio_npy *h, uint64_t have);
 
 /* Converts the file's elements src to the tensor's dtype at dst (native byte order, bools
    0 or 1). dst may equal src when the element sizes are equal. */
-void nb_npy_convert(const nb_npy *h, const uint8_t *src, void *dst);
+void nbio_npy_convert(const nbio_npy *h, const uint8_t *src, void *dst);
 
 /* A whole .npy file held in bytes[0..n) as a new eager tensor; NULL on error (c's status). */
-nb_tensor *nb_npy_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n);
+nb_tensor *nbio_npy_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n);
 
 #endif

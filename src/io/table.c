@@ -13,9 +13,9 @@
 #define BLOCK_TRAILER 5  /* compression type byte + fixed32 CRC */
 #define CRC_MASK_DELTA 0xa282ead8u
 
-uint32_t nb_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA; }
+uint32_t nbio_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA; }
 
-void nb_bytes_put(nb_bytes *b, const void *data, size_t n) {
+void nbio_bytes_put(nbio_bytes *b, const void *data, size_t n) {
   if (b->oom || n == 0) return;
   if (b->n + n > b->cap) {
     size_t cap = b->cap ? b->cap : 256;
@@ -32,68 +32,68 @@ void nb_bytes_put(nb_bytes *b, const void *data, size_t n) {
   b->n += n;
 }
 
-void nb_bytes_free(nb_bytes *b) {
+void nbio_bytes_free(nbio_bytes *b) {
   free(b->p);
-  *b = (nb_bytes){0};
+  *b = (nbio_bytes){0};
 }
 
 /* ---- writing ------------------------------------------------------------------------------- */
 
-static void put_varint(nb_bytes *b, uint64_t v) {
+static void put_varint(nbio_bytes *b, uint64_t v) {
   uint8_t buf[10];
   int n = 0;
   for (; v >= 0x80; v >>= 7) buf[n++] = (uint8_t)(v | 0x80);
   buf[n++] = (uint8_t)v;
-  nb_bytes_put(b, buf, (size_t)n);
+  nbio_bytes_put(b, buf, (size_t)n);
 }
 
-static void put_fixed32(nb_bytes *b, uint32_t v) {
+static void put_fixed32(nbio_bytes *b, uint32_t v) {
   uint8_t buf[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-  nb_bytes_put(b, buf, 4);
+  nbio_bytes_put(b, buf, 4);
 }
 
 /* A block with a restart at every entry (no prefix sharing: simple, and valid). */
-static void put_block(nb_bytes *out, const nb_table_kv *kv, int n) {
+static void put_block(nbio_bytes *out, const nbio_table_kv *kv, int n) {
   size_t start = out->n;
-  nb_bytes restarts = {0};
+  nbio_bytes restarts = {0};
   for (int i = 0; i < n; i++) {
     put_fixed32(&restarts, (uint32_t)(out->n - start));
     put_varint(out, 0);
     put_varint(out, kv[i].klen);
     put_varint(out, kv[i].vlen);
-    nb_bytes_put(out, kv[i].key, kv[i].klen);
-    nb_bytes_put(out, kv[i].val, kv[i].vlen);
+    nbio_bytes_put(out, kv[i].key, kv[i].klen);
+    nbio_bytes_put(out, kv[i].val, kv[i].vlen);
   }
   if (n == 0) put_fixed32(&restarts, 0); /* an empty block still has one restart */
-  nb_bytes_put(out, restarts.p, restarts.n);
+  nbio_bytes_put(out, restarts.p, restarts.n);
   put_fixed32(out, (uint32_t)(restarts.n / 4));
   out->oom |= restarts.oom;
-  nb_bytes_free(&restarts);
+  nbio_bytes_free(&restarts);
 }
 
 /* Writes a block and its trailer; *handle gets its offset and size. */
-static void put_block_with_trailer(nb_bytes *out, const nb_table_kv *kv, int n, uint64_t handle[2]) {
+static void put_block_with_trailer(nbio_bytes *out, const nbio_table_kv *kv, int n, uint64_t handle[2]) {
   handle[0] = out->n;
   put_block(out, kv, n);
   handle[1] = out->n - handle[0];
   uint8_t type = 0; /* no compression */
-  nb_bytes_put(out, &type, 1);
-  uint32_t crc = out->oom ? 0 : nb_crc32c(0, out->p + handle[0], (size_t)handle[1] + 1);
-  put_fixed32(out, nb_crc32c_mask(crc));
+  nbio_bytes_put(out, &type, 1);
+  uint32_t crc = out->oom ? 0 : nbio_crc32c(0, out->p + handle[0], (size_t)handle[1] + 1);
+  put_fixed32(out, nbio_crc32c_mask(crc));
 }
 
-void nb_table_build(const nb_table_kv *kv, int n, nb_bytes *out) {
+void nbio_table_build(const nbio_table_kv *kv, int n, nbio_bytes *out) {
   uint64_t data[2], meta[2], index[2];
   put_block_with_trailer(out, kv, n, data);
   put_block_with_trailer(out, NULL, 0, meta);
-  nb_bytes handle = {0};
+  nbio_bytes handle = {0};
   put_varint(&handle, data[0]);
   put_varint(&handle, data[1]);
   /* the index's key for the data block: any key >= its last one; "" for an empty table */
-  nb_table_kv entry = {n ? kv[n - 1].key : "", n ? kv[n - 1].klen : 0, handle.p, handle.n};
+  nbio_table_kv entry = {n ? kv[n - 1].key : "", n ? kv[n - 1].klen : 0, handle.p, handle.n};
   if (!handle.oom) put_block_with_trailer(out, &entry, n ? 1 : 0, index);
   out->oom |= handle.oom;
-  nb_bytes_free(&handle);
+  nbio_bytes_free(&handle);
   if (out->oom) return;
   size_t footer = out->n;
   put_varint(out, meta[0]);
@@ -101,7 +101,7 @@ void nb_table_build(const nb_table_kv *kv, int n, nb_bytes *out) {
   put_varint(out, index[0]);
   put_varint(out, index[1]);
   uint8_t zeros[FOOTER_BYTES] = {0};
-  nb_bytes_put(out, zeros, FOOTER_BYTES - 8 - (out->n - footer));
+  nbio_bytes_put(out, zeros, FOOTER_BYTES - 8 - (out->n - footer));
   put_fixed32(out, (uint32_t)TABLE_MAGIC);
   put_fixed32(out, (uint32_t)(TABLE_MAGIC >> 32));
 }
@@ -131,21 +131,21 @@ static const char *read_block(const uint8_t *bytes, size_t size, const uint8_t *
   if (offset > size || len > size - offset || size - offset - len < BLOCK_TRAILER) return "block past the end of the file";
   const uint8_t *data = bytes + offset;
   if (data[len] != 0) return "compressed block (nabla reads uncompressed tables only)";
-  if (nb_crc32c_mask(nb_crc32c(0, data, (size_t)len + 1)) != nb_load_le32(data + len + 1)) return "block CRC mismatch";
+  if (nbio_crc32c_mask(nbio_crc32c(0, data, (size_t)len + 1)) != nbio_load_le32(data + len + 1)) return "block CRC mismatch";
   *b = (block){data, (size_t)len};
   return NULL;
 }
 
-static const char *append_kv(nb_table *t, const char *key, size_t klen, const uint8_t *val, size_t vlen, bool *oom) {
+static const char *append_kv(nbio_table *t, const char *key, size_t klen, const uint8_t *val, size_t vlen, bool *oom) {
   if (t->n > 0) {
-    const nb_table_kv *last = &t->kv[t->n - 1];
+    const nbio_table_kv *last = &t->kv[t->n - 1];
     size_t common = klen < last->klen ? klen : last->klen;
     int cmp = memcmp(last->key, key, common);
     if (cmp > 0 || (cmp == 0 && last->klen >= klen)) return "keys out of order";
   }
   if (t->n == t->cap) {
     int32_t cap = t->cap ? 2 * t->cap : 16;
-    nb_table_kv *kv = realloc(t->kv, (size_t)cap * sizeof *kv);
+    nbio_table_kv *kv = realloc(t->kv, (size_t)cap * sizeof *kv);
     if (!kv) return *oom = true, "out of memory";
     t->kv = kv;
     t->cap = cap;
@@ -154,7 +154,7 @@ static const char *append_kv(nb_table *t, const char *key, size_t klen, const ui
   if (!copy) return *oom = true, "out of memory";
   memcpy(copy, key, klen);
   copy[klen] = 0;
-  t->kv[t->n++] = (nb_table_kv){copy, klen, val, vlen};
+  t->kv[t->n++] = (nbio_table_kv){copy, klen, val, vlen};
   return NULL;
 }
 
@@ -163,10 +163,10 @@ typedef const char *(*entry_fn)(void *user, const char *key, size_t klen, const 
 
 static const char *walk_block(block b, entry_fn fn, void *user, bool *oom) {
   if (b.n < 4) return "block too short";
-  uint32_t restarts = nb_load_le32(b.p + b.n - 4);
+  uint32_t restarts = nbio_load_le32(b.p + b.n - 4);
   if (restarts == 0 || restarts > (b.n - 4) / 4) return "bad restart count";
   const uint8_t *p = b.p, *end = b.p + b.n - 4 - 4 * (size_t)restarts;
-  nb_bytes key = {0};
+  nbio_bytes key = {0};
   const char *err = NULL;
   while (!err && p < end) {
     uint64_t shared, unshared, vlen;
@@ -176,18 +176,18 @@ static const char *walk_block(block b, entry_fn fn, void *user, bool *oom) {
       break;
     }
     key.n = (size_t)shared;
-    nb_bytes_put(&key, p, (size_t)unshared);
-    nb_bytes_put(&key, "", 1); /* a NUL, then dropped: keys become C strings */
+    nbio_bytes_put(&key, p, (size_t)unshared);
+    nbio_bytes_put(&key, "", 1); /* a NUL, then dropped: keys become C strings */
     if (key.oom) err = (*oom = true, "out of memory");
     else err = fn(user, (const char *)key.p, --key.n, p + unshared, (size_t)vlen, oom);
     p += unshared + vlen;
   }
-  nb_bytes_free(&key);
+  nbio_bytes_free(&key);
   return err;
 }
 
 typedef struct table_walk {
-  nb_table *t;
+  nbio_table *t;
   const uint8_t *bytes;
   size_t size;
 } table_walk;
@@ -204,29 +204,29 @@ static const char *index_entry(void *user, const char *key, size_t klen, const u
   return err ? err : walk_block(b, data_entry, w, oom);
 }
 
-const char *nb_table_parse(const uint8_t *bytes, size_t n, nb_table *t, bool *oom) {
-  *t = (nb_table){0};
+const char *nbio_table_parse(const uint8_t *bytes, size_t n, nbio_table *t, bool *oom) {
+  *t = (nbio_table){0};
   *oom = false;
   if (n < FOOTER_BYTES) return "truncated: shorter than a table footer";
   const uint8_t *footer = bytes + n - FOOTER_BYTES, *magic = bytes + n - 8;
-  if (((uint64_t)nb_load_le32(magic + 4) << 32 | nb_load_le32(magic)) != TABLE_MAGIC)
+  if (((uint64_t)nbio_load_le32(magic + 4) << 32 | nbio_load_le32(magic)) != TABLE_MAGIC)
     return "bad table magic (truncated or not a checkpoint index)";
   block meta, index;
   const char *err = read_block(bytes, n, &footer, magic, &meta);
   if (!err) err = read_block(bytes, n, &footer, magic, &index);
   table_walk w = {t, bytes, n};
   if (!err) err = walk_block(index, index_entry, &w, oom);
-  if (err) nb_table_free(t);
+  if (err) nbio_table_free(t);
   return err;
 }
 
-void nb_table_free(nb_table *t) {
+void nbio_table_free(nbio_table *t) {
   for (int32_t i = 0; i < t->n; i++) free(t->kv[i].key);
   free(t->kv);
-  *t = (nb_table){0};
+  *t = (nbio_table){0};
 }
 
-const nb_table_kv *nb_table_find(const nb_table *t, const char *key) {
+const nbio_table_kv *nbio_table_find(const nbio_table *t, const char *key) {
   int32_t lo = 0, hi = t->n;
   while (lo < hi) {
     int32_t mid = lo + (hi - lo) / 2;

@@ -24,11 +24,11 @@
 #define BUILD_INFO_X86 1
 #endif
 
-#ifndef NB_BUILD_TYPE
-#define NB_BUILD_TYPE "unknown"
+#ifndef NBOP_BUILD_TYPE
+#define NBOP_BUILD_TYPE "unknown"
 #endif
-#ifndef NB_BUILD_SANITIZE
-#define NB_BUILD_SANITIZE 0
+#ifndef NBOP_BUILD_SANITIZE
+#define NBOP_BUILD_SANITIZE 0
 #endif
 
 /* OpenBLAS cores whose kernels stop short of AVX2 (SSE-only ones, and Sandybridge's AVX). */
@@ -38,7 +38,7 @@ static const char *const pre_avx2_cores[] = {
   "Bobcat", "Bulldozer", "Piledriver", "Sandybridge",
 };
 
-bool build_info_blas_warning(const char *corename, bool cpu_has_avx2, char *out, size_t size) {
+bool nbop_build_info_blas_warning(const char *corename, bool cpu_has_avx2, char *out, size_t size) {
   if (!cpu_has_avx2 || !corename) return false;
   for (size_t i = 0; i < sizeof pre_avx2_cores / sizeof *pre_avx2_cores; i++) {
     if (strcasecmp(corename, pre_avx2_cores[i]) == 0) {
@@ -82,7 +82,7 @@ static void cpu_brand(char out[49]) {
   out[n] = '\0';
 }
 
-/* The clone gcc's resolver runs for NB_SIMD_CLONES loops, from the features that define
+/* The clone gcc's resolver runs for NBOP_SIMD_CLONES loops, from the features that define
    x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) and x86-64-v3 (AVX2, FMA, BMI1/2). */
 static const char *running_clone(void) {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -103,8 +103,8 @@ static void add_cpu(size_t *len) {
            __builtin_cpu_supports("avx2") ? "yes" : "no", __builtin_cpu_supports("fma") ? "yes" : "no",
            __builtin_cpu_supports("avx512f") ? "yes" : "no", __builtin_cpu_supports("avx512bw") ? "yes" : "no",
            __builtin_cpu_supports("avx512vl") ? "yes" : "no", __builtin_cpu_supports("sse4.2") ? "yes" : "no");
-#ifdef NB_SIMD_CLONE_NAMES
-  info_add(len, "; elementwise target_clones %s, running %s", NB_SIMD_CLONE_NAMES, running_clone());
+#ifdef NBOP_SIMD_CLONE_NAMES
+  info_add(len, "; elementwise target_clones %s, running %s", NBOP_SIMD_CLONE_NAMES, running_clone());
 #else
   info_add(len, "; elementwise baseline only (no target_clones in this build)");
 #endif
@@ -117,7 +117,7 @@ static bool cpu_has_avx2(void) { return false; }
 
 /* The one place naming the convolution backend: oneDNN's convolutions for Conv2D and its
    backprops in float32; float64, and any case oneDNN refuses, stay on im2col + GEMM. */
-const char *nb_conv_backend_name(void) { return nb_onednn_enabled() ? "oneDNN (f32), im2col+GEMM (f64)" : "im2col+GEMM"; }
+const char *nbop_conv_backend_name(void) { return nbop_onednn_enabled() ? "oneDNN (f32), im2col+GEMM (f64)" : "im2col+GEMM"; }
 
 static const char *onednn_runtime_name(unsigned r) {
   return r == DNNL_RUNTIME_OMP   ? "openmp"
@@ -130,10 +130,10 @@ static const char *onednn_runtime_name(unsigned r) {
 static void add_backends(size_t *len) {
   const dnnl_version_t *v = dnnl_version();
   info_add(len, "; onednn %d.%d.%d (%s, isa %s)", v->major, v->minor, v->patch, onednn_runtime_name(v->cpu_runtime),
-           nb_onednn_isa_name());
-  info_add(len, "; backends gemm_f32=%s (%s) gemm_f64=%s (%s) conv=%s", nb_gemm_backend_name(NB_F32),
-           nb_gemm_kernel_name(NB_F32), nb_gemm_backend_name(NB_F64), nb_gemm_kernel_name(NB_F64),
-           nb_conv_backend_name());
+           nbop_onednn_isa_name());
+  info_add(len, "; backends gemm_f32=%s (%s) gemm_f64=%s (%s) conv=%s", nbop_gemm_backend_name(NB_F32),
+           nbop_gemm_kernel_name(NB_F32), nbop_gemm_backend_name(NB_F64), nbop_gemm_kernel_name(NB_F64),
+           nbop_conv_backend_name());
 }
 
 static const char *blas_parallel_name(int p) {
@@ -149,8 +149,8 @@ static const char *blas_parallel_name(int p) {
 
 static void build_info_init(void) {
   size_t len = 0;
-  info_add(&len, "nabla %s; compiler %s; build %s%s", nb_version(), BUILD_INFO_COMPILER, NB_BUILD_TYPE,
-           NB_BUILD_SANITIZE ? " asan+ubsan" : "");
+  info_add(&len, "nabla %s; compiler %s; build %s%s", nb_version(), BUILD_INFO_COMPILER, NBOP_BUILD_TYPE,
+           NBOP_BUILD_SANITIZE ? " asan+ubsan" : "");
   add_cpu(&len);
   const char *core = openblas_get_corename();
   info_add(&len, "; blas %s; blas core %s (%s, threads=%d)", openblas_get_config(), core,
@@ -158,7 +158,7 @@ static void build_info_init(void) {
   add_backends(&len);
   info_add(&len, "; openmp %d, %d procs; protobuf-c %s", _OPENMP, omp_get_num_procs(), protobuf_c_version());
   char warning[160];
-  if (build_info_blas_warning(core, cpu_has_avx2(), warning, sizeof warning))
+  if (nbop_build_info_blas_warning(core, cpu_has_avx2(), warning, sizeof warning))
     info_add(&len, "; warning=\"%s\"", warning);
 }
 

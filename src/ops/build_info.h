@@ -1,6 +1,6 @@
 /* Pieces of nb_build_info exposed for the tests. Internal to the library. */
-#ifndef NB_BUILD_INFO_H
-#define NB_BUILD_INFO_H
+#ifndef NBOP_BUILD_INFO_H
+#define NBOP_BUILD_INFO_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -9,9 +9,9 @@
    AVX2 kernels (Prescott, Core2, Sandybridge, ...) although the CPU has AVX2: true with
    the message in out (size bytes, truncated to fit), false and out untouched when there
    is none. */
-bool build_info_blas_warning(const char *corename, bool cpu_has_avx2, char *out, size_t size);
+bool nbop_build_info_blas_warning(const char *corename, bool cpu_has_avx2, char *out, size_t size);
 
 /* The library or method that runs Conv2D and its gradients (nb_build_info's conv=). */
-const char *nb_conv_backend_name(void);
+const char *nbop_conv_backend_name(void);
 
 #endif

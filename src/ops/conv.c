@@ -44,7 +44,7 @@ typedef struct geom {
   int64_t pt, pl;                 /* padding before the rows and the columns */
   bool nchw;
 } geom;
-_Static_assert(sizeof(geom) <= NB_SCRATCH_BYTES, "geom must fit the scratch");
+_Static_assert(sizeof(geom) <= NBOP_SCRATCH_BYTES, "geom must fit the scratch");
 
 /* Window attrs above this are refused, so window arithmetic cannot overflow. */
 #define WINDOW_MAX ((int64_t)1 << 30)
@@ -52,18 +52,18 @@ _Static_assert(sizeof(geom) <= NB_SCRATCH_BYTES, "geom must fit the scratch");
 
 /* A 4-value window attr (strides, dilations, ksize) in the layout's order: each in
    [1, WINDOW_MAX] and 1 on the batch and channel dims. Gives the (rows, cols) pair. */
-static nb_code parse_window_attr(nb_kargs *k, int slot, bool nchw, int64_t *rows, int64_t *cols) {
-  const nb_attrval *a = &k->attr[slot];
+static nb_code parse_window_attr(nbop_kargs *k, int slot, bool nchw, int64_t *rows, int64_t *cols) {
+  const nbop_attrval *a = &k->attr[slot];
   const char *name = k->def->attrs[slot].name;
-  if (a->n != 4) return nb_kfail(k, NB_INVALID, "%s must have 4 values, got %d", name, a->n);
+  if (a->n != 4) return nbop_kfail(k, NB_INVALID, "%s must have 4 values, got %d", name, a->n);
   for (int i = 0; i < 4; i++)
     if (a->ints[i] < 1 || a->ints[i] > WINDOW_MAX)
-      return nb_kfail(k, NB_INVALID, "%s must be in [1, %lld], got %s", name, (long long)WINDOW_MAX,
-                      nb_sstr(4, a->ints));
+      return nbop_kfail(k, NB_INVALID, "%s must be in [1, %lld], got %s", name, (long long)WINDOW_MAX,
+                        nbop_sstr(4, a->ints));
   int hd = nchw ? 2 : 1, cd = nchw ? 1 : 3;
   if (a->ints[0] != 1 || a->ints[cd] != 1)
-    return nb_kfail(k, NB_UNIMPLEMENTED, "%s on the batch and channel dims must be 1, got %s (data_format %s)", name,
-                    nb_sstr(4, a->ints), nchw ? "NCHW" : "NHWC");
+    return nbop_kfail(k, NB_UNIMPLEMENTED, "%s on the batch and channel dims must be 1, got %s (data_format %s)", name,
+                      nbop_sstr(4, a->ints), nchw ? "NCHW" : "NHWC");
   *rows = a->ints[hd];
   *cols = a->ints[hd + 1];
   return NB_OK;
@@ -71,25 +71,25 @@ static nb_code parse_window_attr(nb_kargs *k, int slot, bool nchw, int64_t *rows
 
 /* explicit_paddings: 8 values (a before/after pair per dim, layout order) with EXPLICIT,
    none otherwise; only the spatial pairs may be nonzero. pad = top, bottom, left, right. */
-static nb_code parse_explicit(nb_kargs *k, int slot, pad_mode m, bool nchw, int64_t pad[4]) {
-  const nb_attrval *a = &k->attr[slot];
+static nb_code parse_explicit(nbop_kargs *k, int slot, pad_mode m, bool nchw, int64_t pad[4]) {
+  const nbop_attrval *a = &k->attr[slot];
   memset(pad, 0, 4 * sizeof *pad);
   if (m != PAD_EXPLICIT) {
     if (a->n != 0)
-      return nb_kfail(k, NB_INVALID, "explicit_paddings must be empty unless padding is \"EXPLICIT\", got %d values",
-                      a->n);
+      return nbop_kfail(k, NB_INVALID, "explicit_paddings must be empty unless padding is \"EXPLICIT\", got %d values",
+                        a->n);
     return NB_OK;
   }
   if (a->n != 8)
-    return nb_kfail(k, NB_INVALID, "explicit_paddings must have 8 values with padding \"EXPLICIT\", got %d", a->n);
+    return nbop_kfail(k, NB_INVALID, "explicit_paddings must have 8 values with padding \"EXPLICIT\", got %d", a->n);
   int hd = nchw ? 2 : 1, cd = nchw ? 1 : 3;
   for (int i = 0; i < 8; i++)
     if (a->ints[i] < 0 || a->ints[i] > WINDOW_MAX)
-      return nb_kfail(k, NB_INVALID, "explicit_paddings must be in [0, %lld], got %s", (long long)WINDOW_MAX,
-                      nb_sstr(8, a->ints));
+      return nbop_kfail(k, NB_INVALID, "explicit_paddings must be in [0, %lld], got %s", (long long)WINDOW_MAX,
+                        nbop_sstr(8, a->ints));
   if (a->ints[0] || a->ints[1] || a->ints[2 * cd] || a->ints[2 * cd + 1])
-    return nb_kfail(k, NB_UNIMPLEMENTED, "explicit_paddings on the batch and channel dims must be 0, got %s",
-                    nb_sstr(8, a->ints));
+    return nbop_kfail(k, NB_UNIMPLEMENTED, "explicit_paddings on the batch and channel dims must be 0, got %s",
+                      nbop_sstr(8, a->ints));
   for (int i = 0; i < 4; i++) pad[i] = a->ints[2 * hd + i];
   return NB_OK;
 }
@@ -113,21 +113,21 @@ static int64_t out_size(int64_t in, int64_t k, int64_t d, int64_t s, pad_mode m,
 
 /* Fills g's output size and padding (g's input, window, strides and dilations set);
    shapes describes the operands for the message. */
-static nb_code finish_geom(nb_kargs *k, geom *g, pad_mode m, const int64_t pad[4], const char *shapes) {
+static nb_code finish_geom(nbop_kargs *k, geom *g, pad_mode m, const int64_t pad[4], const char *shapes) {
   /* an empty tensor, or a shape operand, can carry any dims: bounded, the window
      arithmetic below cannot overflow (window * dilation <= 2^61) */
   if (g->h > SPATIAL_MAX || g->w > SPATIAL_MAX || g->kh > SPATIAL_MAX || g->kw > SPATIAL_MAX)
-    return nb_kfail(k, NB_SHAPE, "spatial and window dims must be at most %lld, got input %lldx%lld, window %lldx%lld (%s)",
-                    (long long)SPATIAL_MAX, (long long)g->h, (long long)g->w, (long long)g->kh, (long long)g->kw,
-                    shapes);
+    return nbop_kfail(k, NB_SHAPE, "spatial and window dims must be at most %lld, got input %lldx%lld, window %lldx%lld (%s)",
+                      (long long)SPATIAL_MAX, (long long)g->h, (long long)g->w, (long long)g->kh, (long long)g->kw,
+                      shapes);
   g->oh = out_size(g->h, g->kh, g->dh, g->sh, m, pad[0], pad[1], &g->pt);
   g->ow = out_size(g->w, g->kw, g->dw, g->sw, m, pad[2], pad[3], &g->pl);
   if (g->oh < 0 || g->ow < 0)
-    return nb_kfail(k, NB_SHAPE,
-                    "computed output size would be negative: window %lldx%lld (dilations %lldx%lld) over input "
-                    "%lldx%lld with padding %s (%s)",
-                    (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw, (long long)g->h,
-                    (long long)g->w, m == PAD_VALID ? "VALID" : m == PAD_SAME ? "SAME" : "EXPLICIT", shapes);
+    return nbop_kfail(k, NB_SHAPE,
+                      "computed output size would be negative: window %lldx%lld (dilations %lldx%lld) over input "
+                      "%lldx%lld with padding %s (%s)",
+                      (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw, (long long)g->h,
+                      (long long)g->w, m == PAD_VALID ? "VALID" : m == PAD_SAME ? "SAME" : "EXPLICIT", shapes);
   return NB_OK;
 }
 
@@ -149,59 +149,59 @@ static void layout_dims(const geom *g, int64_t n, int64_t h, int64_t w, int64_t 
 
 /* The window attrs every conv and pool op has, checked: layout, padding mode, strides and
    explicit paddings into g and *m, pad (validate runs this too, so infer's call cannot fail). */
-static nb_code window_attrs(nb_kargs *k, int format_slot, int padding_slot, int strides_slot, int explicit_slot,
+static nb_code window_attrs(nbop_kargs *k, int format_slot, int padding_slot, int strides_slot, int explicit_slot,
                             geom *g, pad_mode *m, int64_t pad[4]) {
-  g->nchw = nb_kchoice(k, format_slot) == FORMAT_NCHW;
-  *m = (pad_mode)nb_kchoice(k, padding_slot);
+  g->nchw = nbop_kchoice(k, format_slot) == FORMAT_NCHW;
+  *m = (pad_mode)nbop_kchoice(k, padding_slot);
   memset(pad, 0, 4 * sizeof *pad);
   nb_code code = parse_window_attr(k, strides_slot, g->nchw, &g->sh, &g->sw);
   if (!code && explicit_slot >= 0) code = parse_explicit(k, explicit_slot, *m, g->nchw, pad);
   return code;
 }
 
-static nb_code check_float(nb_kargs *k, int i) {
-  if (!(NB_M(k->in[i]->dtype) & NB_M_FLOAT))
-    return nb_kfail(k, NB_DTYPE, "input %d has dtype %s; %s supports float32 and float64", i,
-                    nb_dtype_name(k->in[i]->dtype), k->def->name);
+static nb_code check_float(nbop_kargs *k, int i) {
+  if (!(NBOP_M(k->in[i]->dtype) & NBOP_M_FLOAT))
+    return nbop_kfail(k, NB_DTYPE, "input %d has dtype %s; %s supports float32 and float64", i,
+                      nb_dtype_name(k->in[i]->dtype), k->def->name);
   return NB_OK;
 }
 
-static nb_code check_float_pair(nb_kargs *k, int i, int j) {
+static nb_code check_float_pair(nbop_kargs *k, int i, int j) {
   nb_code code = check_float(k, i);
-  return code ? code : nb_kcheck_same_dtype(k, i, j);
+  return code ? code : nbop_kcheck_same_dtype(k, i, j);
 }
 
 /* The 4 values of int input i (a shape: input_sizes, filter_sizes, orig_input_shape);
-   NB_DEFER while not known. */
-static nb_code shape_input(nb_kargs *k, int i, const char *what, int64_t *s) {
+   NBOP_DEFER while not known. */
+static nb_code shape_input(nbop_kargs *k, int i, const char *what, int64_t *s) {
   int n = 0;
-  nb_code code = nb_kcheck_dtype(k, i, NB_M_INT);
-  if (!code) code = nb_kints(k, i, 1, s, 4, &n);
+  nb_code code = nbop_kcheck_dtype(k, i, NBOP_M_INT);
+  if (!code) code = nbop_kints(k, i, 1, s, 4, &n);
   if (code) return code;
-  if (n != 4) return nb_kfail(k, NB_SHAPE, "%s must have 4 values, got %d", what, n);
+  if (n != 4) return nbop_kfail(k, NB_SHAPE, "%s must have 4 values, got %d", what, n);
   for (int d = 0; d < 4; d++)
-    if (s[d] < 0) return nb_kfail(k, NB_SHAPE, "%s must be nonnegative, got %s", what, nb_sstr(4, s));
+    if (s[d] < 0) return nbop_kfail(k, NB_SHAPE, "%s must be nonnegative, got %s", what, nbop_sstr(4, s));
   return NB_OK;
 }
 
 /* Inputs of ranks[i] where known; ranks[i] 0 marks a shape operand: 4 int values >= 0
    where known. */
-static nb_code check_operands(nb_kargs *k, const int *ranks, const char *const *names) {
+static nb_code check_operands(nbop_kargs *k, const int *ranks, const char *const *names) {
   for (int i = 0; i < k->nin; i++) {
     int64_t s[4];
-    nb_code code = ranks[i] == 0 ? shape_input(k, i, names[i], s) : nb_kcheck_rank(k, i, ranks[i], ranks[i], names[i]);
-    if (code && code != NB_DEFER) return code;
+    nb_code code = ranks[i] == 0 ? shape_input(k, i, names[i], s) : nbop_kcheck_rank(k, i, ranks[i], ranks[i], names[i]);
+    if (code && code != NBOP_DEFER) return code;
   }
   return NB_OK;
 }
 
 /* Fails unless input i has shape want (what the op's other operands imply). */
-static nb_code check_shape(nb_kargs *k, int i, const char *what, const int64_t *want, const char *shapes) {
+static nb_code check_shape(nbop_kargs *k, int i, const char *what, const int64_t *want, const char *shapes) {
   const nb_tensor *x = k->in[i];
   bool same = x->rank == 4;
   for (int d = 0; same && d < 4; d++) same = x->shape[d] == want[d];
   if (!same)
-    return nb_kfail(k, NB_SHAPE, "%s has shape %s, expected %s (%s)", what, nb_tstr(x), nb_sstr(4, want), shapes);
+    return nbop_kfail(k, NB_SHAPE, "%s has shape %s, expected %s (%s)", what, nbop_tstr(x), nbop_sstr(4, want), shapes);
   return NB_OK;
 }
 
@@ -210,20 +210,20 @@ static nb_code check_shape(nb_kargs *k, int i, const char *what, const int64_t *
 enum { C_STRIDES, C_USE_CUDNN, C_PADDING, C_EXPLICIT, C_FORMAT, C_DILATIONS };
 
 /* A convolution's attrs into g (layout, strides, dilations) and *m, pad. */
-static nb_code conv_attrs(nb_kargs *k, geom *g, pad_mode *m, int64_t pad[4]) {
+static nb_code conv_attrs(nbop_kargs *k, geom *g, pad_mode *m, int64_t pad[4]) {
   nb_code code = window_attrs(k, C_FORMAT, C_PADDING, C_STRIDES, C_EXPLICIT, g, m, pad);
   return code ? code : parse_window_attr(k, C_DILATIONS, g->nchw, &g->dh, &g->dw);
 }
 
 /* The input's channels c match the filter's in_channels fc, where both are known. */
-static nb_code check_depth(nb_kargs *k, int64_t c, int64_t fc, const char *shapes) {
+static nb_code check_depth(nbop_kargs *k, int64_t c, int64_t fc, const char *shapes) {
   if (c < 0 || fc < 0 || c == fc) return NB_OK;
-  return nb_kfail(k, NB_SHAPE, "input depth %lld does not match filter in_channels %lld (%s)", (long long)c,
-                  (long long)fc, shapes);
+  return nbop_kfail(k, NB_SHAPE, "input depth %lld does not match filter in_channels %lld (%s)", (long long)c,
+                    (long long)fc, shapes);
 }
 
 /* Geometry of a convolution of input dims in[4] (layout order) with filter dims f[4]. */
-static nb_code conv_geom(nb_kargs *k, const int64_t *in, const int64_t *f, const char *shapes, geom *g) {
+static nb_code conv_geom(nbop_kargs *k, const int64_t *in, const int64_t *f, const char *shapes, geom *g) {
   pad_mode m = PAD_VALID;
   int64_t pad[4];
   nb_code code = conv_attrs(k, g, &m, pad);
@@ -235,7 +235,7 @@ static nb_code conv_geom(nb_kargs *k, const int64_t *in, const int64_t *f, const
   nb_code depth = check_depth(k, g->c, f[2], shapes);
   if (depth) return depth;
   if (g->kh == 0 || g->kw == 0)
-    return nb_kfail(k, NB_SHAPE, "filter window must be nonempty (%s)", shapes);
+    return nbop_kfail(k, NB_SHAPE, "filter window must be nonempty (%s)", shapes);
   return finish_geom(k, g, m, pad, shapes);
 }
 
@@ -243,7 +243,7 @@ static nb_code conv_geom(nb_kargs *k, const int64_t *in, const int64_t *f, const
    that is a difference of two unknown sizes (input minus window) can agree across probes
    by chance. So an output row or column count is marked unknown outright where the
    caller's input in_i (or filter f_i, -1 none) has that size unknown. */
-static void unknown_spatial(const nb_kargs *k, const geom *g, int in_i, int f_i, int64_t *s) {
+static void unknown_spatial(const nbop_kargs *k, const geom *g, int in_i, int f_i, int64_t *s) {
   int hd = g->nchw ? 2 : 1;
   const nb_tensor *x = k->orig_in[in_i], *f = f_i >= 0 ? k->orig_in[f_i] : NULL;
   for (int d = 0; d < 2; d++)
@@ -256,7 +256,7 @@ typedef enum { CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER } conv_ki
    of shape input_sizes; Conv2DBackpropFilter(input, filter_sizes, out_backprop) -> dW of
    shape filter_sizes. One of input and filter may come as a shape operand; the backprops'
    out_backprop must have the shape Conv2D would give. */
-static nb_code conv_validate_as(nb_kargs *k, conv_kind kind) {
+static nb_code conv_validate_as(nbop_kargs *k, conv_kind kind) {
   static const char *const names[3][3] = {{"input", "filter"},
                                           {"input_sizes", "filter", "out_backprop"},
                                           {"input", "filter_sizes", "out_backprop"}};
@@ -270,15 +270,15 @@ static nb_code conv_validate_as(nb_kargs *k, conv_kind kind) {
   const nb_tensor *x = k->in[0], *w = k->in[1];
   if (code || kind != CONV_FORWARD || x->rank < 0 || w->rank < 0) return code;
   char shapes[200];
-  snprintf(shapes, sizeof shapes, "input %s, filter %s", nb_tstr(x), nb_tstr(w));
+  snprintf(shapes, sizeof shapes, "input %s, filter %s", nbop_tstr(x), nbop_tstr(w));
   return check_depth(k, x->shape[g.nchw ? 1 : 3], w->shape[2], shapes);
 }
 
-static nb_code conv2d_validate(nb_kargs *k) { return conv_validate_as(k, CONV_FORWARD); }
-static nb_code backprop_input_validate(nb_kargs *k) { return conv_validate_as(k, CONV_BACKPROP_INPUT); }
-static nb_code backprop_filter_validate(nb_kargs *k) { return conv_validate_as(k, CONV_BACKPROP_FILTER); }
+static nb_code conv2d_validate(nbop_kargs *k) { return conv_validate_as(k, CONV_FORWARD); }
+static nb_code backprop_input_validate(nbop_kargs *k) { return conv_validate_as(k, CONV_BACKPROP_INPUT); }
+static nb_code backprop_filter_validate(nbop_kargs *k) { return conv_validate_as(k, CONV_BACKPROP_FILTER); }
 
-static nb_code conv_infer_as(nb_kargs *k, conv_kind kind) {
+static nb_code conv_infer_as(nbop_kargs *k, conv_kind kind) {
   bool input_sizes = kind == CONV_BACKPROP_INPUT, filter_sizes = kind == CONV_BACKPROP_FILTER;
   int first = input_sizes ? 1 : 0; /* the first operand that is not a shape */
   int64_t in[4], f[4], out[4];
@@ -288,9 +288,9 @@ static nb_code conv_infer_as(nb_kargs *k, conv_kind kind) {
   if (!input_sizes) memcpy(in, k->in[0]->shape, sizeof in);
   if (!filter_sizes) memcpy(f, k->in[1]->shape, sizeof f);
   char shapes[200];
-  snprintf(shapes, sizeof shapes, "%s %s, %s %s%s%s", input_sizes ? "input_sizes" : "input", nb_sstr(4, in),
-           filter_sizes ? "filter_sizes" : "filter", nb_sstr(4, f), kind == CONV_FORWARD ? "" : ", out_backprop ",
-           kind == CONV_FORWARD ? "" : nb_tstr(k->in[2]));
+  snprintf(shapes, sizeof shapes, "%s %s, %s %s%s%s", input_sizes ? "input_sizes" : "input", nbop_sstr(4, in),
+           filter_sizes ? "filter_sizes" : "filter", nbop_sstr(4, f), kind == CONV_FORWARD ? "" : ", out_backprop ",
+           kind == CONV_FORWARD ? "" : nbop_tstr(k->in[2]));
   geom *g = (geom *)k->scratch;
   code = conv_geom(k, in, f, shapes, g);
   if (code) return code;
@@ -298,17 +298,17 @@ static nb_code conv_infer_as(nb_kargs *k, conv_kind kind) {
   nb_dtype t = k->in[first]->dtype;
   if (kind == CONV_FORWARD) {
     unknown_spatial(k, g, 0, 1, out);
-    nb_meta_set(&k->out[0], t, 4, out);
+    nbop_meta_set(&k->out[0], t, 4, out);
     return NB_OK;
   }
   code = check_shape(k, 2, "out_backprop", out, shapes);
-  if (!code) nb_meta_set(&k->out[0], t, 4, input_sizes ? in : f);
+  if (!code) nbop_meta_set(&k->out[0], t, 4, input_sizes ? in : f);
   return code;
 }
 
-static nb_code conv2d_infer(nb_kargs *k) { return conv_infer_as(k, CONV_FORWARD); }
-static nb_code backprop_input_infer(nb_kargs *k) { return conv_infer_as(k, CONV_BACKPROP_INPUT); }
-static nb_code backprop_filter_infer(nb_kargs *k) { return conv_infer_as(k, CONV_BACKPROP_FILTER); }
+static nb_code conv2d_infer(nbop_kargs *k) { return conv_infer_as(k, CONV_FORWARD); }
+static nb_code backprop_input_infer(nbop_kargs *k) { return conv_infer_as(k, CONV_BACKPROP_INPUT); }
+static nb_code backprop_filter_infer(nbop_kargs *k) { return conv_infer_as(k, CONV_BACKPROP_FILTER); }
 
 /* ---- layout and element helpers ------------------------------------------------------ */
 
@@ -382,29 +382,29 @@ static void transpose_layout(const char *src, char *dst, int64_t n, int64_t c, i
    NULL when out of memory. dims: n, h, w, c. */
 static const char *as_nhwc(nb_ctx *c, const nb_tensor *x, bool nchw, const int64_t *dims, void **tmp) {
   *tmp = NULL;
-  if (!nchw || x->size == 0) return nb_tdata(x);
+  if (!nchw || x->size == 0) return nbcore_tdata(x);
   size_t esz = nb_dtype_size(x->dtype);
-  if (!(*tmp = nb_scratch_alloc(c, (size_t)x->size * esz))) return NULL;
-  transpose_layout(nb_tdata(x), *tmp, dims[0], dims[3], dims[1] * dims[2], esz, false);
+  if (!(*tmp = nbcore_scratch_alloc(c, (size_t)x->size * esz))) return NULL;
+  transpose_layout(nbcore_tdata(x), *tmp, dims[0], dims[3], dims[1] * dims[2], esz, false);
   return *tmp;
 }
 
 /* Where a kernel writes its NHWC result: res's buffer, or scratch for an NCHW result. */
 static char *out_nhwc(nb_ctx *c, nb_tensor *res, bool nchw, void **tmp) {
   *tmp = NULL;
-  if (!nchw || res->size == 0) return nb_tdata(res);
-  return *tmp = nb_scratch_alloc(c, (size_t)res->size * nb_dtype_size(res->dtype));
+  if (!nchw || res->size == 0) return nbcore_tdata(res);
+  return *tmp = nbcore_scratch_alloc(c, (size_t)res->size * nb_dtype_size(res->dtype));
 }
 
 static void release_all(nb_ctx *c, void *const *scratch, int n) {
-  for (int i = 0; i < n; i++) nb_scratch_free(c, scratch[i]);
+  for (int i = 0; i < n; i++) nbcore_scratch_free(c, scratch[i]);
 }
 
 /* Moves an NHWC result (dims n, h, w, c) from tmp into res (NCHW) and frees tmp. */
 static void finish_out(nb_ctx *c, nb_tensor *res, void *tmp, const int64_t *dims) {
   if (!tmp) return;
-  transpose_layout(tmp, nb_tdata(res), dims[0], dims[3], dims[1] * dims[2], nb_dtype_size(res->dtype), true);
-  nb_scratch_free(c, tmp);
+  transpose_layout(tmp, nbcore_tdata(res), dims[0], dims[3], dims[1] * dims[2], nb_dtype_size(res->dtype), true);
+  nbcore_scratch_free(c, tmp);
 }
 
 /* ---- convolution: kernels ------------------------------------------------------------ */
@@ -546,9 +546,9 @@ static void forward_range(void *arg, int64_t lo, int64_t hi) {
     char *y = j->out + (size_t)(n0 * pix * g->oc) * j->esz;
     if (j->planar) { /* y = (col^T)^T W */
       im2col_planar(j, n0, b, col);
-      nb_gemm(j->t, true, false, b * pix, g->oc, kk, col, b * pix, j->f, g->oc, 0, y, g->oc);
+      nbop_gemm(j->t, true, false, b * pix, g->oc, kk, col, b * pix, j->f, g->oc, 0, y, g->oc);
     } else {
-      nb_gemm(j->t, false, false, b * pix, g->oc, kk, im2col(j, n0, b, col), kk, j->f, g->oc, 0, y, g->oc);
+      nbop_gemm(j->t, false, false, b * pix, g->oc, kk, im2col(j, n0, b, col), kk, j->f, g->oc, 0, y, g->oc);
     }
   }
 }
@@ -563,16 +563,16 @@ static void backprop_input_range(void *arg, int64_t lo, int64_t hi) {
     char *dx = j->out + (size_t)(n0 * img) * j->esz;
     const char *dy = j->dy + (size_t)(n0 * pix * g->oc) * j->esz;
     if (j->direct) {
-      nb_gemm(j->t, false, true, b * pix, kk, g->oc, dy, g->oc, j->f, g->oc, 0, dx, kk);
+      nbop_gemm(j->t, false, true, b * pix, kk, g->oc, dy, g->oc, j->f, g->oc, 0, dx, kk);
       continue;
     }
     memset(dx, 0, (size_t)(b * img) * j->esz);
     if (j->planar) { /* col^T = W dy^T */
-      nb_gemm(j->t, false, true, kk, b * pix, g->oc, j->f, g->oc, dy, g->oc, 0, col, b * pix);
+      nbop_gemm(j->t, false, true, kk, b * pix, g->oc, j->f, g->oc, dy, g->oc, 0, col, b * pix);
       col2im_planar(j, b, col, dx);
       continue;
     }
-    nb_gemm(j->t, false, true, b * pix, kk, g->oc, dy, g->oc, j->f, g->oc, 0, col, kk);
+    nbop_gemm(j->t, false, true, b * pix, kk, g->oc, dy, g->oc, j->f, g->oc, 0, col, kk);
     const char *row = col;
     for (int64_t i = 0; i < b; i++)
       for (int64_t oy = 0; oy < g->oh; oy++)
@@ -592,21 +592,21 @@ static void backprop_filter_range(void *arg, int64_t lo, int64_t hi) {
     const char *dy = j->dy + (size_t)(n0 * pix * g->oc) * j->esz;
     if (j->planar) { /* dW += col^T dy */
       im2col_planar(j, n0, b, col);
-      nb_gemm(j->t, false, false, kk, g->oc, b * pix, col, b * pix, dy, g->oc, 1, dw, g->oc);
+      nbop_gemm(j->t, false, false, kk, g->oc, b * pix, col, b * pix, dy, g->oc, 1, dw, g->oc);
     } else {
-      nb_gemm(j->t, true, false, kk, g->oc, b * pix, im2col(j, n0, b, col), kk, dy, g->oc, 1, dw, g->oc);
+      nbop_gemm(j->t, true, false, kk, g->oc, b * pix, im2col(j, n0, b, col), kk, dy, g->oc, 1, dw, g->oc);
     }
   }
 }
 
 /* Threads worth using for a convolution: by its multiply-adds. */
-static int conv_threads(const nb_kargs *k, const geom *g) {
+static int conv_threads(const nbop_kargs *k, const geom *g) {
   double work = (double)g->n * (double)(g->oh * g->ow) * (double)patch_size(g) * (double)g->oc;
-  return nb_kthreads(k, work > 0x1p62 ? INT64_MAX : (int64_t)work);
+  return nbop_kthreads(k, work > 0x1p62 ? INT64_MAX : (int64_t)work);
 }
 
 /* Threads, image blocks and column buffers for a job over g->n images. */
-static nb_code plan_job(nb_kargs *k, conv_job *j, int *nt) {
+static nb_code plan_job(nbop_kargs *k, conv_job *j, int *nt) {
   const geom *g = j->g;
   int64_t pix = g->oh * g->ow, kk = patch_size(g);
   *nt = conv_threads(k, g);
@@ -620,8 +620,8 @@ static nb_code plan_job(nb_kargs *k, conv_job *j, int *nt) {
   j->col_elems = j->block * pix * kk;
   j->cols = NULL;
   if (!j->direct) {
-    j->cols = nb_scratch_alloc(k->ctx, (size_t)(*nt * j->col_elems) * j->esz + 1);
-    if (!j->cols) return nb_kfail(k, NB_NOMEM, "out of memory for %lld column elements", (long long)j->col_elems);
+    j->cols = nbcore_scratch_alloc(k->ctx, (size_t)(*nt * j->col_elems) * j->esz + 1);
+    if (!j->cols) return nbop_kfail(k, NB_NOMEM, "out of memory for %lld column elements", (long long)j->col_elems);
   }
   return NB_OK;
 }
@@ -640,11 +640,11 @@ static int64_t pad_after(int64_t in, int64_t out, int64_t k, int64_t d, int64_t 
 }
 
 /* The key of g's convolution of kind kind. */
-static void conv_key(const geom *g, conv_kind kind, nb_onednn_key *key) {
-  static const int kinds[] = {[CONV_FORWARD] = NB_ONEDNN_CONV_FORWARD,
-                              [CONV_BACKPROP_INPUT] = NB_ONEDNN_CONV_BACKPROP_INPUT,
-                              [CONV_BACKPROP_FILTER] = NB_ONEDNN_CONV_BACKPROP_FILTER};
-  *key = (nb_onednn_key){{kinds[kind], g->n, g->c, g->h, g->w, g->oc, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->dh,
+static void conv_key(const geom *g, conv_kind kind, nbop_onednn_key *key) {
+  static const int kinds[] = {[CONV_FORWARD] = NBOP_ONEDNN_CONV_FORWARD,
+                              [CONV_BACKPROP_INPUT] = NBOP_ONEDNN_CONV_BACKPROP_INPUT,
+                              [CONV_BACKPROP_FILTER] = NBOP_ONEDNN_CONV_BACKPROP_FILTER};
+  *key = (nbop_onednn_key){{kinds[kind], g->n, g->c, g->h, g->w, g->oc, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->dh,
                           g->dw, g->pt, pad_after(g->h, g->oh, g->kh, g->dh, g->sh, g->pt), g->pl,
                           pad_after(g->w, g->ow, g->kw, g->dw, g->sw, g->pl), g->nchw}};
 }
@@ -654,8 +654,8 @@ static void conv_key(const geom *g, conv_kind kind, nb_onednn_key *key) {
    direct kernels beat both its GEMM-based one and im2col 2-4x on bench/conv), reordered
    from and to TF's [kh, kw, in, out] (hwio). The backprops' descriptors take the
    forward's as a hint, as oneDNN requires. */
-static dnnl_status_t make_conv(const nb_onednn_key *key, dnnl_engine_t engine, const_dnnl_primitive_attr_t attr,
-                               nb_onednn_plan *plan) {
+static dnnl_status_t make_conv(const nbop_onednn_key *key, dnnl_engine_t engine, const_dnnl_primitive_attr_t attr,
+                               nbop_onednn_plan *plan) {
   const int64_t *v = key->v;
   dnnl_format_tag_t layout = v[K_NCHW] ? dnnl_nchw : dnnl_nhwc;
   dnnl_dims_t src_dims = {v[K_N], v[K_C], v[K_H], v[K_W]}, w_dims = {v[K_OC], v[K_C], v[K_KH], v[K_KW]},
@@ -665,8 +665,8 @@ static dnnl_status_t make_conv(const nb_onednn_key *key, dnnl_engine_t engine, c
               pad_r = {v[K_PB], v[K_PR]};
   dnnl_memory_desc_t src, w, dst;
   plan->nplain = 1;
-  plan->plain_arg[0] = v[0] == NB_ONEDNN_CONV_BACKPROP_FILTER ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS;
-  plan->plain_out[0] = v[0] == NB_ONEDNN_CONV_BACKPROP_FILTER;
+  plan->plain_arg[0] = v[0] == NBOP_ONEDNN_CONV_BACKPROP_FILTER ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS;
+  plan->plain_out[0] = v[0] == NBOP_ONEDNN_CONV_BACKPROP_FILTER;
   dnnl_status_t s = dnnl_memory_desc_init_by_tag(&src, 4, src_dims, dnnl_f32, layout);
   if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&plan->plain_md[0], 4, w_dims, dnnl_f32, dnnl_hwio);
   if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&w, 4, w_dims, dnnl_f32, dnnl_format_tag_any);
@@ -675,9 +675,9 @@ static dnnl_status_t make_conv(const nb_onednn_key *key, dnnl_engine_t engine, c
   if (s == dnnl_success)
     s = dnnl_dilated_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &src, &w,
                                                    NULL, &dst, strides, dilates, pad_l, pad_r);
-  if (s != dnnl_success || v[0] == NB_ONEDNN_CONV_FORWARD)
+  if (s != dnnl_success || v[0] == NBOP_ONEDNN_CONV_FORWARD)
     return s == dnnl_success ? dnnl_primitive_desc_create(&plan->pd, &fwd, attr, engine, NULL) : s;
-  if (v[0] == NB_ONEDNN_CONV_BACKPROP_INPUT)
+  if (v[0] == NBOP_ONEDNN_CONV_BACKPROP_INPUT)
     s = dnnl_dilated_convolution_backward_data_desc_init(&bwd, dnnl_convolution_direct, &src, &w, &dst, strides,
                                                          dilates, pad_l, pad_r);
   else
@@ -693,24 +693,24 @@ static dnnl_status_t make_conv(const nb_onednn_key *key, dnnl_engine_t engine, c
 /* Runs a float32 convolution through oneDNN; false (nothing written) where it did not:
    oneDNN switched off, float64, an empty operand (an empty filter's output is zeros, which
    the own kernel writes), or no oneDNN implementation. */
-static bool conv_onednn(nb_kargs *k, conv_kind kind) {
+static bool conv_onednn(nbop_kargs *k, conv_kind kind) {
   const geom *g = (const geom *)k->scratch;
   nb_tensor *res = k->res[0];
-  if (res->dtype != NB_F32 || !nb_onednn_enabled() || g->n * g->h * g->w * g->c == 0 || g->oh * g->ow * g->oc == 0)
+  if (res->dtype != NB_F32 || !nbop_onednn_enabled() || g->n * g->h * g->w * g->c == 0 || g->oh * g->ow * g->oc == 0)
     return false;
-  nb_onednn_key key;
+  nbop_onednn_key key;
   conv_key(g, kind, &key);
-  void *x = kind == CONV_BACKPROP_INPUT ? NULL : nb_tdata(k->in[0]);
-  void *f = kind == CONV_BACKPROP_FILTER ? NULL : nb_tdata(k->in[1]);
-  void *dy = kind == CONV_FORWARD ? NULL : nb_tdata(k->in[2]);
-  nb_onednn_arg args[3][3] = {
-      [CONV_FORWARD] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DST, nb_tdata(res)}},
-      [CONV_BACKPROP_INPUT] = {{DNNL_ARG_DIFF_SRC, nb_tdata(res)}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DIFF_DST, dy}},
-      [CONV_BACKPROP_FILTER] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_WEIGHTS, nb_tdata(res)}, {DNNL_ARG_DIFF_DST, dy}}};
-  return nb_onednn_run(k->ctx, &key, make_conv, conv_threads(k, g), args[kind], 3) == dnnl_success;
+  void *x = kind == CONV_BACKPROP_INPUT ? NULL : nbcore_tdata(k->in[0]);
+  void *f = kind == CONV_BACKPROP_FILTER ? NULL : nbcore_tdata(k->in[1]);
+  void *dy = kind == CONV_FORWARD ? NULL : nbcore_tdata(k->in[2]);
+  nbop_onednn_arg args[3][3] = {
+      [CONV_FORWARD] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DST, nbcore_tdata(res)}},
+      [CONV_BACKPROP_INPUT] = {{DNNL_ARG_DIFF_SRC, nbcore_tdata(res)}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DIFF_DST, dy}},
+      [CONV_BACKPROP_FILTER] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_WEIGHTS, nbcore_tdata(res)}, {DNNL_ARG_DIFF_DST, dy}}};
+  return nbop_onednn_run(k->ctx, &key, make_conv, conv_threads(k, g), args[kind], 3) == dnnl_success;
 }
 
-static nb_code run_conv(nb_kargs *k, conv_kind kind) {
+static nb_code run_conv(nbop_kargs *k, conv_kind kind) {
   const geom *g = (const geom *)k->scratch;
   nb_tensor *res = k->res[0];
   if (res->size == 0 || conv_onednn(k, kind)) return NB_OK;
@@ -719,33 +719,33 @@ static nb_code run_conv(nb_kargs *k, conv_kind kind) {
   conv_job j = {.g = g, .t = res->dtype, .esz = nb_dtype_size(res->dtype)};
   int64_t in_dims[4] = {g->n, g->h, g->w, g->c}, out_dims[4] = {g->n, g->oh, g->ow, g->oc};
   void *xt = NULL, *dyt = NULL, *outt = NULL;
-  j.f = f ? nb_tdata(f) : NULL;
+  j.f = f ? nbcore_tdata(f) : NULL;
   nb_ctx *c = k->ctx;
   j.x = x ? as_nhwc(c, x, g->nchw, in_dims, &xt) : NULL;
   j.dy = dy ? as_nhwc(c, dy, g->nchw, out_dims, &dyt) : NULL;
-  j.out = kind == CONV_BACKPROP_FILTER ? nb_tdata(res) : out_nhwc(c, res, g->nchw, &outt);
+  j.out = kind == CONV_BACKPROP_FILTER ? nbcore_tdata(res) : out_nhwc(c, res, g->nchw, &outt);
   int nt = 1;
   nb_code code = NB_OK;
   if ((x && x->size && !j.x) || (dy && dy->size && !j.dy) || !j.out || (code = plan_job(k, &j, &nt)) != NB_OK) {
     release_all(c, (void *[]){xt, dyt, outt}, 3);
-    return code ? code : nb_kfail(k, NB_NOMEM, "out of memory for a layout copy");
+    return code ? code : nbop_kfail(k, NB_NOMEM, "out of memory for a layout copy");
   }
   int64_t dw_elems = patch_size(g) * g->oc;
   if (kind == CONV_BACKPROP_FILTER && nt > 1 &&
-      !(j.partials = nb_scratch_alloc(c, (size_t)((nt - 1) * dw_elems) * j.esz))) {
+      !(j.partials = nbcore_scratch_alloc(c, (size_t)((nt - 1) * dw_elems) * j.esz))) {
     release_all(c, (void *[]){xt, dyt, outt, j.cols}, 4);
-    return nb_kfail(k, NB_NOMEM, "out of memory for filter partial sums");
+    return nbop_kfail(k, NB_NOMEM, "out of memory for filter partial sums");
   }
   int prev_threads = omp_get_max_threads();
-  nb_blas_set_threads(nt > 1 ? 1 : k->threads);
-  nb_range_fn fn = kind == CONV_FORWARD ? forward_range : kind == CONV_BACKPROP_INPUT ? backprop_input_range
+  nbop_blas_set_threads(nt > 1 ? 1 : k->threads);
+  nbop_range_fn fn = kind == CONV_FORWARD ? forward_range : kind == CONV_BACKPROP_INPUT ? backprop_input_range
                                                                                      : backprop_filter_range;
   if (kind == CONV_BACKPROP_FILTER) { /* sums start at zero (all of them: a thread may get no images) */
     memset(j.out, 0, (size_t)res->size * j.esz);
     if (j.partials) memset(j.partials, 0, (size_t)((nt - 1) * dw_elems) * j.esz);
   }
-  nb_parallel_range(nt, g->n, fn, &j);
-  nb_blas_set_threads(prev_threads);
+  nbop_parallel_range(nt, g->n, fn, &j);
+  nbop_blas_set_threads(prev_threads);
   for (int t = 1; kind == CONV_BACKPROP_FILTER && t < nt; t++)
     add_elems(j.t, j.out, j.partials + (size_t)((t - 1) * dw_elems) * j.esz, dw_elems);
   if (kind == CONV_BACKPROP_INPUT) finish_out(c, res, outt, in_dims);
@@ -754,9 +754,9 @@ static nb_code run_conv(nb_kargs *k, conv_kind kind) {
   return NB_OK;
 }
 
-static nb_code conv2d_kernel(nb_kargs *k) { return run_conv(k, CONV_FORWARD); }
-static nb_code backprop_input_kernel(nb_kargs *k) { return run_conv(k, CONV_BACKPROP_INPUT); }
-static nb_code backprop_filter_kernel(nb_kargs *k) { return run_conv(k, CONV_BACKPROP_FILTER); }
+static nb_code conv2d_kernel(nbop_kargs *k) { return run_conv(k, CONV_FORWARD); }
+static nb_code backprop_input_kernel(nbop_kargs *k) { return run_conv(k, CONV_BACKPROP_INPUT); }
+static nb_code backprop_filter_kernel(nbop_kargs *k) { return run_conv(k, CONV_BACKPROP_FILTER); }
 
 /* ---- pooling: infer ------------------------------------------------------------------ */
 
@@ -764,18 +764,18 @@ static nb_code backprop_filter_kernel(nb_kargs *k) { return run_conv(k, CONV_BAC
    other pools end with data_format in its place. */
 enum { P_KSIZE, P_STRIDES, P_PADDING, P_EXPLICIT };
 
-static bool pool_has_explicit(const nb_op_def *d) { return d->nattrs == 5; }
-static int pool_format_slot(const nb_op_def *d) { return pool_has_explicit(d) ? P_EXPLICIT + 1 : P_EXPLICIT; }
+static bool pool_has_explicit(const nbop_def *d) { return d->nattrs == 5; }
+static int pool_format_slot(const nbop_def *d) { return pool_has_explicit(d) ? P_EXPLICIT + 1 : P_EXPLICIT; }
 
 /* A pool's attrs into g (layout, window, strides) and *m, pad. */
-static nb_code pool_attrs(nb_kargs *k, geom *g, pad_mode *m, int64_t pad[4]) {
+static nb_code pool_attrs(nbop_kargs *k, geom *g, pad_mode *m, int64_t pad[4]) {
   int explicit_slot = pool_has_explicit(k->def) ? P_EXPLICIT : -1;
   nb_code code = window_attrs(k, pool_format_slot(k->def), P_PADDING, P_STRIDES, explicit_slot, g, m, pad);
   return code ? code : parse_window_attr(k, P_KSIZE, g->nchw, &g->kh, &g->kw);
 }
 
 /* Geometry of a pool over input dims in[4] (layout order); no dilation, c kept. */
-static nb_code pool_geom(nb_kargs *k, const int64_t *in, const char *shapes, geom *g) {
+static nb_code pool_geom(nbop_kargs *k, const int64_t *in, const char *shapes, geom *g) {
   pad_mode m = PAD_VALID;
   int64_t pad[4];
   nb_code code = pool_attrs(k, g, &m, pad);
@@ -791,7 +791,7 @@ static void pool_out_dims(const geom *g, int64_t *s) { layout_dims(g, g->n, g->o
 
 /* The pools' operands (by their count: MaxPool and AvgPool, AvgPoolGrad, MaxPoolGrad and
    MaxPoolGradGrad): float, of one dtype, 4-D but for AvgPoolGrad's shape operand. */
-static nb_code pool_validate(nb_kargs *k) {
+static nb_code pool_validate(nbop_kargs *k) {
   static const char *const names[3][3] = {{"input"}, {"orig_input_shape", "grad"}, {"orig_input", "orig_output", "grad"}};
   static const int ranks[3][3] = {{4}, {0, 4}, {4, 4, 4}};
   int first = k->nin == 2 ? 1 : 0;
@@ -799,31 +799,31 @@ static nb_code pool_validate(nb_kargs *k) {
   pad_mode m;
   int64_t pad[4];
   nb_code code = check_float(k, first);
-  for (int i = first + 1; i < k->nin && !code; i++) code = nb_kcheck_same_dtype(k, first, i);
+  for (int i = first + 1; i < k->nin && !code; i++) code = nbop_kcheck_same_dtype(k, first, i);
   if (!code) code = pool_attrs(k, &g, &m, pad);
   return code ? code : check_operands(k, ranks[k->nin - 1], names[k->nin - 1]);
 }
 
 /* MaxPool(input), AvgPool(value) */
-static nb_code pool_infer(nb_kargs *k) {
+static nb_code pool_infer(nbop_kargs *k) {
   char shapes[200];
-  snprintf(shapes, sizeof shapes, "input %s", nb_tstr(k->in[0]));
+  snprintf(shapes, sizeof shapes, "input %s", nbop_tstr(k->in[0]));
   geom *g = (geom *)k->scratch;
   nb_code code = pool_geom(k, k->in[0]->shape, shapes, g);
   if (code) return code;
   int64_t s[4];
   pool_out_dims(g, s);
   unknown_spatial(k, g, 0, -1, s);
-  nb_meta_set(&k->out[0], k->in[0]->dtype, 4, s);
+  nbop_meta_set(&k->out[0], k->in[0]->dtype, 4, s);
   return NB_OK;
 }
 
 /* MaxPoolGrad(orig_input, orig_output, grad) -> dx like orig_input;
    MaxPoolGradGrad(orig_input, orig_output, grad like orig_input) -> like orig_output. */
-static nb_code max_pool_grad_infer_as(nb_kargs *k, bool grad_grad) {
+static nb_code max_pool_grad_infer_as(nbop_kargs *k, bool grad_grad) {
   char shapes[200];
-  snprintf(shapes, sizeof shapes, "orig_input %s, orig_output %s, grad %s", nb_tstr(k->in[0]), nb_tstr(k->in[1]),
-           nb_tstr(k->in[2]));
+  snprintf(shapes, sizeof shapes, "orig_input %s, orig_output %s, grad %s", nbop_tstr(k->in[0]), nbop_tstr(k->in[1]),
+           nbop_tstr(k->in[2]));
   geom *g = (geom *)k->scratch;
   nb_code code = pool_geom(k, k->in[0]->shape, shapes, g);
   if (code) return code;
@@ -834,27 +834,27 @@ static nb_code max_pool_grad_infer_as(nb_kargs *k, bool grad_grad) {
   if (!code) code = check_shape(k, 2, "grad", grad_grad ? in : out, shapes);
   if (code) return code;
   if (grad_grad) unknown_spatial(k, g, 0, -1, out);
-  nb_meta_set(&k->out[0], k->in[0]->dtype, 4, grad_grad ? out : in);
+  nbop_meta_set(&k->out[0], k->in[0]->dtype, 4, grad_grad ? out : in);
   return NB_OK;
 }
 
-static nb_code max_pool_grad_infer(nb_kargs *k) { return max_pool_grad_infer_as(k, false); }
-static nb_code max_pool_grad_grad_infer(nb_kargs *k) { return max_pool_grad_infer_as(k, true); }
+static nb_code max_pool_grad_infer(nbop_kargs *k) { return max_pool_grad_infer_as(k, false); }
+static nb_code max_pool_grad_grad_infer(nbop_kargs *k) { return max_pool_grad_infer_as(k, true); }
 
 /* AvgPoolGrad(orig_input_shape, grad) -> dx of shape orig_input_shape. */
-static nb_code avg_pool_grad_infer(nb_kargs *k) {
+static nb_code avg_pool_grad_infer(nbop_kargs *k) {
   int64_t in[4], out[4];
   nb_code code = shape_input(k, 0, "orig_input_shape", in);
   if (code) return code;
   char shapes[200];
-  snprintf(shapes, sizeof shapes, "orig_input_shape %s, grad %s", nb_sstr(4, in), nb_tstr(k->in[1]));
+  snprintf(shapes, sizeof shapes, "orig_input_shape %s, grad %s", nbop_sstr(4, in), nbop_tstr(k->in[1]));
   geom *g = (geom *)k->scratch;
   code = pool_geom(k, in, shapes, g);
   if (code) return code;
   pool_out_dims(g, out);
   code = check_shape(k, 1, "grad", out, shapes);
   if (code) return code;
-  nb_meta_set(&k->out[0], k->in[1]->dtype, 4, in);
+  nbop_meta_set(&k->out[0], k->in[1]->dtype, 4, in);
   return NB_OK;
 }
 
@@ -1047,7 +1047,7 @@ static void pool_range(void *arg, int64_t lo, int64_t hi) {
   j->fn(j->g, j->a, j->b, j->out, j->rows ? j->rows + (size_t)omp_get_thread_num() * j->row_bytes : NULL, lo, hi);
 }
 
-static nb_code run_pool(nb_kargs *k, pool_kind kind) {
+static nb_code run_pool(nbop_kargs *k, pool_kind kind) {
   const geom *g = (const geom *)k->scratch;
   const struct pool_spec *sp = &pool_specs[kind];
   nb_tensor *res = k->res[0];
@@ -1061,29 +1061,29 @@ static nb_code run_pool(nb_kargs *k, pool_kind kind) {
   j.out = out_nhwc(c, res, g->nchw, &outt);
   if ((!j.a && k->in[sp->a]->size) || (sp->b >= 0 && !j.b && k->in[sp->b]->size) || !j.out) {
     release_all(c, (void *[]){at, bt, outt}, 3);
-    return nb_kfail(k, NB_NOMEM, "out of memory for a layout copy");
+    return nbop_kfail(k, NB_NOMEM, "out of memory for a layout copy");
   }
   int64_t work = (g->oh * g->ow + g->h * g->w) * g->c * g->n;
-  int nt = nb_kthreads(k, work);
+  int nt = nbop_kthreads(k, work);
   nt = nt > g->n ? (int)g->n : nt;
   if (kind == MAX_POOL_GRAD || kind == MAX_POOL_GRAD_GRAD) {
     j.row_bytes = 2 * (size_t)(g->ow * g->c) * nb_dtype_size(res->dtype);
-    if (!(j.rows = nb_scratch_alloc(c, (size_t)nt * j.row_bytes + 1))) {
+    if (!(j.rows = nbcore_scratch_alloc(c, (size_t)nt * j.row_bytes + 1))) {
       release_all(c, (void *[]){at, bt, outt}, 3);
-      return nb_kfail(k, NB_NOMEM, "out of memory for %lld row elements", (long long)(g->ow * g->c));
+      return nbop_kfail(k, NB_NOMEM, "out of memory for %lld row elements", (long long)(g->ow * g->c));
     }
   }
-  nb_parallel_range(nt, g->n, pool_range, &j);
+  nbop_parallel_range(nt, g->n, pool_range, &j);
   finish_out(c, res, outt, sp->res_out ? out_dims : in_dims);
   release_all(c, (void *[]){at, bt, j.rows}, 3);
   return NB_OK;
 }
 
-static nb_code max_pool_kernel(nb_kargs *k) { return run_pool(k, MAX_POOL); }
-static nb_code max_pool_grad_kernel(nb_kargs *k) { return run_pool(k, MAX_POOL_GRAD); }
-static nb_code max_pool_grad_grad_kernel(nb_kargs *k) { return run_pool(k, MAX_POOL_GRAD_GRAD); }
-static nb_code avg_pool_kernel(nb_kargs *k) { return run_pool(k, AVG_POOL); }
-static nb_code avg_pool_grad_kernel(nb_kargs *k) { return run_pool(k, AVG_POOL_GRAD); }
+static nb_code max_pool_kernel(nbop_kargs *k) { return run_pool(k, MAX_POOL); }
+static nb_code max_pool_grad_kernel(nbop_kargs *k) { return run_pool(k, MAX_POOL_GRAD); }
+static nb_code max_pool_grad_grad_kernel(nbop_kargs *k) { return run_pool(k, MAX_POOL_GRAD_GRAD); }
+static nb_code avg_pool_kernel(nbop_kargs *k) { return run_pool(k, AVG_POOL); }
+static nb_code avg_pool_grad_kernel(nbop_kargs *k) { return run_pool(k, AVG_POOL_GRAD); }
 
 /* ---- BiasAdd and BiasAddGrad --------------------------------------------------------- */
 
@@ -1093,41 +1093,41 @@ typedef struct bias_plan {
   int64_t outer, c, inner;
 } bias_plan;
 
-static void bias_plan_of(const nb_kargs *k, const nb_tensor *v, bias_plan *p) {
-  bool nchw = nb_kchoice(k, 0) == FORMAT_NCHW;
+static void bias_plan_of(const nbop_kargs *k, const nb_tensor *v, bias_plan *p) {
+  bool nchw = nbop_kchoice(k, 0) == FORMAT_NCHW;
   int cd = nchw && v->rank >= 3 ? 1 : v->rank - 1;
   p->c = v->shape[cd];
-  p->outer = nb_shape_size(cd, v->shape);
-  p->inner = nb_shape_size(v->rank - cd - 1, v->shape + cd + 1);
+  p->outer = nbcore_shape_size(cd, v->shape);
+  p->inner = nbcore_shape_size(v->rank - cd - 1, v->shape + cd + 1);
 }
 
 /* BiasAdd(value, bias) and BiasAddGrad(out_backprop): float, value at least 2-D, bias 1-D
    of the channel dim's size, where known. */
-static nb_code bias_validate(nb_kargs *k) {
+static nb_code bias_validate(nbop_kargs *k) {
   nb_code code = check_float(k, 0);
-  if (!code && k->nin == 2) code = nb_kcheck_same_dtype(k, 0, 1);
-  if (!code) code = nb_kcheck_rank(k, 0, 2, NB_MAX_RANK, "input");
-  if (!code && k->nin == 2) code = nb_kcheck_rank(k, 1, 1, 1, "bias");
+  if (!code && k->nin == 2) code = nbop_kcheck_same_dtype(k, 0, 1);
+  if (!code) code = nbop_kcheck_rank(k, 0, 2, NB_MAX_RANK, "input");
+  if (!code && k->nin == 2) code = nbop_kcheck_rank(k, 1, 1, 1, "bias");
   if (code || k->nin == 1 || k->in[0]->rank < 0 || k->in[1]->rank < 0) return code;
   bias_plan p;
   bias_plan_of(k, k->in[0], &p);
   const nb_tensor *b = k->in[1];
   if (b->shape[0] >= 0 && p.c >= 0 && b->shape[0] != p.c)
-    return nb_kfail(k, NB_SHAPE, "bias must be a vector of the channel dim's size %lld, got shape %s (value %s)",
-                    (long long)p.c, nb_tstr(b), nb_tstr(k->in[0]));
+    return nbop_kfail(k, NB_SHAPE, "bias must be a vector of the channel dim's size %lld, got shape %s (value %s)",
+                      (long long)p.c, nbop_tstr(b), nbop_tstr(k->in[0]));
   return NB_OK;
 }
 
-static nb_code bias_add_infer(nb_kargs *k) {
+static nb_code bias_add_infer(nbop_kargs *k) {
   bias_plan_of(k, k->in[0], (bias_plan *)k->scratch);
-  nb_meta_like(&k->out[0], k->in[0]);
+  nbop_meta_like(&k->out[0], k->in[0]);
   return NB_OK;
 }
 
-static nb_code bias_add_grad_infer(nb_kargs *k) {
+static nb_code bias_add_grad_infer(nbop_kargs *k) {
   bias_plan *p = (bias_plan *)k->scratch;
   bias_plan_of(k, k->in[0], p);
-  nb_meta_set(&k->out[0], k->in[0]->dtype, 1, &p->c);
+  nbop_meta_set(&k->out[0], k->in[0]->dtype, 1, &p->c);
   return NB_OK;
 }
 
@@ -1174,36 +1174,36 @@ typedef struct bias_job {
 static void bias_add_range(void *arg, int64_t lo, int64_t hi) {
   const bias_job *j = arg;
   if (j->y->dtype == NB_F32)
-    bias_add_f32(j->p, nb_tdata(j->x), nb_tdata(j->b), nb_tdata(j->y), lo, hi);
+    bias_add_f32(j->p, nbcore_tdata(j->x), nbcore_tdata(j->b), nbcore_tdata(j->y), lo, hi);
   else
-    bias_add_f64(j->p, nb_tdata(j->x), nb_tdata(j->b), nb_tdata(j->y), lo, hi);
+    bias_add_f64(j->p, nbcore_tdata(j->x), nbcore_tdata(j->b), nbcore_tdata(j->y), lo, hi);
 }
 
-static nb_code bias_add_kernel(nb_kargs *k) {
+static nb_code bias_add_kernel(nbop_kargs *k) {
   const bias_plan *p = (const bias_plan *)k->scratch;
   bias_job j = {p, k->in[0], k->in[1], k->res[0]};
-  if (k->res[0]->size) nb_parallel_range(nb_kthreads(k, k->res[0]->size), p->outer, bias_add_range, &j);
+  if (k->res[0]->size) nbop_parallel_range(nbop_kthreads(k, k->res[0]->size), p->outer, bias_add_range, &j);
   return NB_OK;
 }
 
-static nb_code bias_add_grad_kernel(nb_kargs *k) {
+static nb_code bias_add_grad_kernel(nbop_kargs *k) {
   const bias_plan *p = (const bias_plan *)k->scratch;
   nb_tensor *res = k->res[0];
   if (p->c == 0) return NB_OK;
-  double *acc = nb_scratch_alloc(k->ctx, (size_t)p->c * sizeof *acc);
-  if (!acc) return nb_kfail(k, NB_NOMEM, "out of memory for %lld sums", (long long)p->c);
+  double *acc = nbcore_scratch_alloc(k->ctx, (size_t)p->c * sizeof *acc);
+  if (!acc) return nbop_kfail(k, NB_NOMEM, "out of memory for %lld sums", (long long)p->c);
   memset(acc, 0, (size_t)p->c * sizeof *acc);
   if (res->dtype == NB_F32)
-    bias_add_grad_f32(p, nb_tdata(k->in[0]), acc);
+    bias_add_grad_f32(p, nbcore_tdata(k->in[0]), acc);
   else
-    bias_add_grad_f64(p, nb_tdata(k->in[0]), acc);
+    bias_add_grad_f64(p, nbcore_tdata(k->in[0]), acc);
   for (int64_t ch = 0; ch < p->c; ch++) {
     if (res->dtype == NB_F32)
-      ((float *)nb_tdata(res))[ch] = (float)acc[ch];
+      ((float *)nbcore_tdata(res))[ch] = (float)acc[ch];
     else
-      ((double *)nb_tdata(res))[ch] = acc[ch];
+      ((double *)nbcore_tdata(res))[ch] = acc[ch];
   }
-  nb_scratch_free(k->ctx, acc);
+  nbcore_scratch_free(k->ctx, acc);
   return NB_OK;
 }
 
@@ -1235,7 +1235,7 @@ enum {
   OP_MAX_POOL_GRAD_GRAD, OP_AVG_POOL, OP_AVG_POOL_GRAD, OP_BIAS_ADD, OP_BIAS_ADD_GRAD, OP_COUNT
 };
 
-static nb_op_def conv_ops[OP_COUNT] = {
+static nbop_def conv_ops[OP_COUNT] = {
     /* Conv2D's gradient reads input and filter; each backprop's gradient reads the two
        operands that are not a shape (the shapes come from Shape of them) */
     [OP_CONV2D] = {.name = "Conv2D", .nin = 2, .nout = 1, .alias = -1, CONV_ATTRS,
@@ -1273,18 +1273,18 @@ static nb_op_def conv_ops[OP_COUNT] = {
                           .kernel = bias_add_grad_kernel},
 };
 
-nb_op_family nb_conv_family(void) { return (nb_op_family){conv_ops, OP_COUNT}; }
+nbop_family nbop_conv_family(void) { return (nbop_family){conv_ops, OP_COUNT}; }
 
 /* ---- wrappers ------------------------------------------------------------------------ */
 
 static nb_tensor *call_conv(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b, nb_tensor *d, const nb_conv2d_attrs *at) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   if (!at || !at->strides || !at->padding) {
-    nb_fail(c, NB_INVALID, "%s: attrs, strides or padding is NULL", conv_ops[op].name);
+    nbcore_fail(c, NB_INVALID, "%s: attrs, strides or padding is NULL", conv_ops[op].name);
     return NULL;
   }
-  nb_attrval v[NB_MAX_ATTRS];
-  nb_attr_defaults(&conv_ops[op], v);
+  nbop_attrval v[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&conv_ops[op], v);
   v[C_STRIDES].ints = at->strides;
   v[C_STRIDES].n = 4;
   v[C_PADDING].s = at->padding;
@@ -1292,7 +1292,7 @@ static nb_tensor *call_conv(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b, nb_te
   if (at->data_format) v[C_FORMAT].s = at->data_format;
   if (at->dilations) v[C_DILATIONS].ints = at->dilations;
   nb_tensor *in[3] = {a, b, d};
-  return nb_call(c, &conv_ops[op], in, conv_ops[op].nin, v);
+  return nbop_call(c, &conv_ops[op], in, conv_ops[op].nin, v);
 }
 
 nb_tensor *nb_conv2d(nb_ctx *c, nb_tensor *input, nb_tensor *filter, const nb_conv2d_attrs *a) {
@@ -1310,17 +1310,17 @@ nb_tensor *nb_conv2d_backprop_filter(nb_ctx *c, nb_tensor *input, nb_tensor *fil
 }
 
 static nb_tensor *call_pool(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b, nb_tensor *d, const nb_pool_attrs *at) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   if (!at || !at->ksize || !at->strides || !at->padding) {
-    nb_fail(c, NB_INVALID, "%s: attrs, ksize, strides or padding is NULL", conv_ops[op].name);
+    nbcore_fail(c, NB_INVALID, "%s: attrs, ksize, strides or padding is NULL", conv_ops[op].name);
     return NULL;
   }
   if (at->explicit_paddings && !pool_has_explicit(&conv_ops[op])) {
-    nb_fail(c, NB_INVALID, "%s: takes no explicit_paddings", conv_ops[op].name);
+    nbcore_fail(c, NB_INVALID, "%s: takes no explicit_paddings", conv_ops[op].name);
     return NULL;
   }
-  nb_attrval v[NB_MAX_ATTRS];
-  nb_attr_defaults(&conv_ops[op], v);
+  nbop_attrval v[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&conv_ops[op], v);
   v[P_KSIZE].ints = at->ksize;
   v[P_KSIZE].n = 4;
   v[P_STRIDES].ints = at->strides;
@@ -1329,7 +1329,7 @@ static nb_tensor *call_pool(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b, nb_te
   if (at->explicit_paddings) v[P_EXPLICIT].ints = at->explicit_paddings, v[P_EXPLICIT].n = 8;
   if (at->data_format) v[pool_format_slot(&conv_ops[op])].s = at->data_format;
   nb_tensor *in[3] = {a, b, d};
-  return nb_call(c, &conv_ops[op], in, conv_ops[op].nin, v);
+  return nbop_call(c, &conv_ops[op], in, conv_ops[op].nin, v);
 }
 
 nb_tensor *nb_max_pool(nb_ctx *c, nb_tensor *input, const nb_pool_attrs *a) {
@@ -1355,11 +1355,11 @@ nb_tensor *nb_avg_pool_grad(nb_ctx *c, nb_tensor *orig_input_shape, nb_tensor *g
 }
 
 static nb_tensor *call_bias(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b, const char *data_format) {
-  nb_attrval v[NB_MAX_ATTRS];
-  nb_attr_defaults(&conv_ops[op], v);
+  nbop_attrval v[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&conv_ops[op], v);
   if (data_format) v[0].s = data_format;
   nb_tensor *in[2] = {a, b};
-  return nb_call(c, &conv_ops[op], in, conv_ops[op].nin, v);
+  return nbop_call(c, &conv_ops[op], in, conv_ops[op].nin, v);
 }
 
 nb_tensor *nb_bias_add(nb_ctx *c, nb_tensor *value, nb_tensor *bias, const char *data_format) {

@@ -8,29 +8,29 @@
 
 #include <string.h>
 
-static nb_code custom_validate(nb_kargs *k) {
-  int64_t n = k->attr[NB_CUSTOM_NUM_OUTPUTS].i;
+static nb_code custom_validate(nbop_kargs *k) {
+  int64_t n = k->attr[NBOP_CUSTOM_NUM_OUTPUTS].i;
   if (n < 1 || n > k->nin || n != k->nout)
-    return nb_kfail(k, NB_INVALID, "num_outputs %lld must be in [1, %d] and match the %d outputs", (long long)n,
-                    k->nin, k->nout);
+    return nbop_kfail(k, NB_INVALID, "num_outputs %lld must be in [1, %d] and match the %d outputs", (long long)n,
+                      k->nin, k->nout);
   return NB_OK;
 }
 
 /* Each output like its input, whatever the ranks (the op is any_rank: outputs of several
    dtypes must not take one). */
-static nb_code custom_infer(nb_kargs *k) {
-  for (int i = 0; i < k->nout; i++) nb_meta_like(&k->out[i], k->in[i]);
+static nb_code custom_infer(nbop_kargs *k) {
+  for (int i = 0; i < k->nout; i++) nbop_meta_like(&k->out[i], k->in[i]);
   return NB_OK;
 }
 
-static nb_code custom_kernel(nb_kargs *k) {
+static nb_code custom_kernel(nbop_kargs *k) {
   for (int i = 0; i < k->nout; i++)
-    memcpy(nb_tdata(k->res[i]), nb_tdata(k->in[i]), (size_t)k->in[i]->size * nb_dtype_size(k->in[i]->dtype));
+    memcpy(nbcore_tdata(k->res[i]), nbcore_tdata(k->in[i]), (size_t)k->in[i]->size * nb_dtype_size(k->in[i]->dtype));
   return NB_OK;
 }
 
-static nb_op_def custom_ops[] = {
-    {.name = "_CustomGradient", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .any_rank = true, .nattrs = 4,
+static nbop_def custom_ops[] = {
+    {.name = "_CustomGradient", .nin = 0, .variadic = true, .nout = NBOP_VARIADIC, .alias = -1, .any_rank = true, .nattrs = 4,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
                {"_grad_fn", NB_ATTR_INT, {.i = 0}, true},
@@ -38,7 +38,7 @@ static nb_op_def custom_ops[] = {
      .validate = custom_validate, .infer = custom_infer, .kernel = custom_kernel},
     /* nb_recompute_grad's node: the same pass-through, its attrs the forward function
        (_fn) and its user pointer; its gradient reruns the function (src/autodiff/recompute.c). */
-    {.name = "_RecomputeGrad", .nin = 0, .variadic = true, .nout = NB_VARIADIC, .alias = -1, .any_rank = true,
+    {.name = "_RecomputeGrad", .nin = 0, .variadic = true, .nout = NBOP_VARIADIC, .alias = -1, .any_rank = true,
      .nattrs = 4,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
@@ -47,8 +47,8 @@ static nb_op_def custom_ops[] = {
      .validate = custom_validate, .infer = custom_infer, .kernel = custom_kernel},
 };
 
-nb_op_family nb_custom_family(void) { return (nb_op_family){custom_ops, 2}; }
+nbop_family nbop_custom_family(void) { return (nbop_family){custom_ops, 2}; }
 
-const nb_op_def *nb_custom_gradient_def(void) { return &custom_ops[0]; }
+const nbop_def *nbop_custom_gradient_def(void) { return &custom_ops[0]; }
 
-const nb_op_def *nb_recompute_grad_def(void) { return &custom_ops[1]; }
+const nbop_def *nbop_recompute_grad_def(void) { return &custom_ops[1]; }

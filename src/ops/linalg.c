@@ -18,26 +18,26 @@
    keeps its own count, which openblas_set_num_threads sets together with that thread's
    nthreads-var. Comparing with it (rather than with a process-wide "last set" value)
    stays right when contexts with different thread counts run on different threads. */
-void nb_blas_set_threads(int n) {
+void nbop_blas_set_threads(int n) {
   if (omp_get_max_threads() != n) {
     openblas_set_num_threads(n);
     omp_set_num_threads(n);
   }
 }
 
-static _Atomic nb_gemm_backend f32_backend = NB_GEMM_ONEDNN;
+static _Atomic nbop_gemm_backend f32_backend = NBOP_GEMM_ONEDNN;
 
-void nb_gemm_set_f32_backend(nb_gemm_backend b) { f32_backend = b; }
+void nbop_gemm_set_f32_backend(nbop_gemm_backend b) { f32_backend = b; }
 
-static bool f32_on_onednn(nb_dtype t) { return t == NB_F32 && f32_backend == NB_GEMM_ONEDNN; }
+static bool f32_on_onednn(nb_dtype t) { return t == NB_F32 && f32_backend == NBOP_GEMM_ONEDNN; }
 
-const char *nb_gemm_backend_name(nb_dtype t) { return f32_on_onednn(t) ? "oneDNN" : "OpenBLAS"; }
+const char *nbop_gemm_backend_name(nb_dtype t) { return f32_on_onednn(t) ? "oneDNN" : "OpenBLAS"; }
 
-const char *nb_gemm_kernel_name(nb_dtype t) {
-  return f32_on_onednn(t) ? nb_onednn_isa_name() : openblas_get_corename();
+const char *nbop_gemm_kernel_name(nb_dtype t) {
+  return f32_on_onednn(t) ? nbop_onednn_isa_name() : openblas_get_corename();
 }
 
-const char *nb_onednn_isa_name(void) {
+const char *nbop_onednn_isa_name(void) {
   switch (dnnl_get_effective_cpu_isa()) {
   case dnnl_cpu_isa_sse41: return "sse41";
   case dnnl_cpu_isa_avx: return "avx";
@@ -67,7 +67,7 @@ static void scale_rows(nb_dtype t, int64_t m, int64_t n, double beta, void *c, i
   }
 }
 
-/* oneDNN's sgemm, row-major like nb_gemm. Its matmul primitive (cached per shape) was
+/* oneDNN's sgemm, row-major like nbop_gemm. Its matmul primitive (cached per shape) was
    measured too: on AVX2 it runs the same JIT GEMM ("gemm:jit") at the same speed, plus a
    primitive lookup per call, so sgemm it is. */
 static bool onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -75,8 +75,8 @@ static bool onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
   return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
 }
 
-void nb_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
-             int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+void nbop_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+               int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (beta != 1) scale_rows(t, m, n, beta, c, ldc);
@@ -107,18 +107,18 @@ typedef struct matmul_plan {
   int64_t xstep[NB_MAX_RANK], ystep[NB_MAX_RANK];
   bool y_shared;              /* every product uses the same y matrix */
 } matmul_plan;
-_Static_assert(sizeof(matmul_plan) <= NB_SCRATCH_BYTES, "matmul_plan must fit the scratch");
+_Static_assert(sizeof(matmul_plan) <= NBOP_SCRATCH_BYTES, "matmul_plan must fit the scratch");
 
 /* Attr slots: both ops keep their transpose flags first. grad_* are TF's hints for
    picking kernels in gradient graphs; they do not change the result. */
 enum { ATTR_TRANSPOSE_X, ATTR_TRANSPOSE_Y, ATTR_GRAD_X, ATTR_GRAD_Y };
 
-static nb_code check_dtypes(nb_kargs *k) {
+static nb_code check_dtypes(nbop_kargs *k) {
   for (int i = 0; i < 2; i++)
-    if (!(NB_M(k->in[i]->dtype) & NB_M_FLOAT))
-      return nb_kfail(k, NB_DTYPE, "input %d has dtype %s; %s supports float32 and float64 here", i,
-                      nb_dtype_name(k->in[i]->dtype), k->def->name);
-  return nb_kcheck_same_dtype(k, 0, 1);
+    if (!(NBOP_M(k->in[i]->dtype) & NBOP_M_FLOAT))
+      return nbop_kfail(k, NB_DTYPE, "input %d has dtype %s; %s supports float32 and float64 here", i,
+                        nb_dtype_name(k->in[i]->dtype), k->def->name);
+  return nbop_kcheck_same_dtype(k, 0, 1);
 }
 
 /* Elements per matrix in the last two dims of x. */
@@ -127,7 +127,7 @@ static int64_t matrix_size(const nb_tensor *x) {
 }
 
 /* The inner dims of the product: x's and y's (where known, they must agree). */
-static void inner_dims(const nb_kargs *k, int64_t *kx, int64_t *ky) {
+static void inner_dims(const nbop_kargs *k, int64_t *kx, int64_t *ky) {
   const nb_tensor *x = k->in[0], *y = k->in[1];
   *kx = x->shape[x->rank - (k->attr[ATTR_TRANSPOSE_X].b ? 2 : 1)];
   *ky = y->shape[y->rank - (k->attr[ATTR_TRANSPOSE_Y].b ? 1 : 2)];
@@ -135,33 +135,33 @@ static void inner_dims(const nb_kargs *k, int64_t *kx, int64_t *ky) {
 
 /* Both operands float of one dtype, of rank 2 (MatMul) or at least 2 with batch dims that
    broadcast, and inner dims that agree, where ranks and dims are known. */
-static nb_code matmul_validate_ranks(nb_kargs *k, bool batched) {
+static nb_code matmul_validate_ranks(nbop_kargs *k, bool batched) {
   const nb_tensor *x = k->in[0], *y = k->in[1];
   nb_code code = check_dtypes(k);
   for (int i = 0; i < 2 && !code; i++) {
     int r = k->in[i]->rank;
     if (r >= 0 && !batched && r != 2)
-      return nb_kfail(k, NB_SHAPE, "In[%d] is not a matrix. Instead it has shape %s", i, nb_tstr(k->in[i]));
+      return nbop_kfail(k, NB_SHAPE, "In[%d] is not a matrix. Instead it has shape %s", i, nbop_tstr(k->in[i]));
     if (r >= 0 && r < 2)
-      return nb_kfail(k, NB_SHAPE, "In[%d] ndims must be >= 2: %d (shape %s)", i, r, nb_tstr(k->in[i]));
+      return nbop_kfail(k, NB_SHAPE, "In[%d] ndims must be >= 2: %d (shape %s)", i, r, nbop_tstr(k->in[i]));
   }
   if (code || x->rank < 0 || y->rank < 0) return code;
-  if (!nb_broadcastable(x->rank - 2, x->shape, y->rank - 2, y->shape))
-    return nb_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s", nb_tstr(x),
-                    nb_tstr(y));
+  if (!nbop_broadcastable(x->rank - 2, x->shape, y->rank - 2, y->shape))
+    return nbop_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s", nbop_tstr(x),
+                      nbop_tstr(y));
   int64_t kx, ky;
   inner_dims(k, &kx, &ky);
   if (kx >= 0 && ky >= 0 && kx != ky)
-    return nb_kfail(k, NB_SHAPE, "Matrix size-incompatible: In[0]: %s, In[1]: %s", nb_tstr(x), nb_tstr(y));
+    return nbop_kfail(k, NB_SHAPE, "Matrix size-incompatible: In[0]: %s, In[1]: %s", nbop_tstr(x), nbop_tstr(y));
   return NB_OK;
 }
 
-static nb_code matmul_validate(nb_kargs *k) { return matmul_validate_ranks(k, false); }
-static nb_code batch_matmul_validate(nb_kargs *k) { return matmul_validate_ranks(k, true); }
+static nb_code matmul_validate(nbop_kargs *k) { return matmul_validate_ranks(k, false); }
+static nb_code batch_matmul_validate(nbop_kargs *k) { return matmul_validate_ranks(k, true); }
 
 /* Sizes of the product and its output meta, once the batch part of p is filled (a
    graph's probe with made-up dims may give inner dims that differ: the sizes are x's). */
-static nb_code finish_plan(nb_kargs *k, matmul_plan *p) {
+static nb_code finish_plan(nbop_kargs *k, matmul_plan *p) {
   const nb_tensor *x = k->in[0], *y = k->in[1];
   int64_t ky;
   p->ta = k->attr[ATTR_TRANSPOSE_X].b;
@@ -170,10 +170,10 @@ static nb_code finish_plan(nb_kargs *k, matmul_plan *p) {
   p->m = x->shape[x->rank - (p->ta ? 1 : 2)];
   p->n = y->shape[y->rank - (p->tb ? 2 : 1)];
   if (p->m && p->n && p->k &&
-      (p->m > NB_GEMM_MAX_DIM || p->n > NB_GEMM_MAX_DIM || p->k > NB_GEMM_MAX_DIM))
-    return nb_kfail(k, NB_UNIMPLEMENTED, "matrix dims of In[0]: %s, In[1]: %s exceed the BLAS limit %d",
-                    nb_tstr(x), nb_tstr(y), NB_GEMM_MAX_DIM);
-  nb_meta *o = &k->out[0];
+      (p->m > NBOP_GEMM_MAX_DIM || p->n > NBOP_GEMM_MAX_DIM || p->k > NBOP_GEMM_MAX_DIM))
+    return nbop_kfail(k, NB_UNIMPLEMENTED, "matrix dims of In[0]: %s, In[1]: %s exceed the BLAS limit %d",
+                      nbop_tstr(x), nbop_tstr(y), NBOP_GEMM_MAX_DIM);
+  nbop_meta *o = &k->out[0];
   o->dtype = x->dtype;
   o->rank = p->brank + 2;
   memcpy(o->shape, p->bdims, (size_t)p->brank * sizeof *p->bdims);
@@ -194,7 +194,7 @@ static void batch_steps(const nb_tensor *x, int brank, int64_t *step) {
   }
 }
 
-static nb_code matmul_infer(nb_kargs *k) {
+static nb_code matmul_infer(nbop_kargs *k) {
   matmul_plan *p = (matmul_plan *)k->scratch;
   p->brank = 0;
   p->batch = 1;
@@ -203,22 +203,22 @@ static nb_code matmul_infer(nb_kargs *k) {
 }
 
 /* A graph's probe with made-up batch dims may not broadcast: it fails and proves nothing. */
-static nb_code batch_matmul_infer(nb_kargs *k) {
+static nb_code batch_matmul_infer(nbop_kargs *k) {
   const nb_tensor *x = k->in[0], *y = k->in[1];
   matmul_plan *p = (matmul_plan *)k->scratch;
-  if (!nb_broadcast_shape(x->rank - 2, x->shape, y->rank - 2, y->shape, &p->brank, p->bdims))
-    return nb_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s",
-                    nb_tstr(x), nb_tstr(y));
+  if (!nbcore_broadcast_shape(x->rank - 2, x->shape, y->rank - 2, y->shape, &p->brank, p->bdims))
+    return nbop_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s",
+                      nbop_tstr(x), nbop_tstr(y));
   nb_code code = finish_plan(k, p);
   if (code) return code;
   /* Broadcasting can multiply dims that each fit into a count that does not, even
      with empty matrices, e.g. batch dims [2^40,1] and [1,2^40]. */
-  if (!nb_shape_checked_size(p->brank, p->bdims, &p->batch))
-    return nb_kfail(k, NB_SHAPE, "output shape %s is too large (In[0]: %s, In[1]: %s)",
-                    nb_sstr(k->out[0].rank, k->out[0].shape), nb_tstr(x), nb_tstr(y));
+  if (!nbcore_shape_checked_size(p->brank, p->bdims, &p->batch))
+    return nbop_kfail(k, NB_SHAPE, "output shape %s is too large (In[0]: %s, In[1]: %s)",
+                      nbop_sstr(k->out[0].rank, k->out[0].shape), nbop_tstr(x), nbop_tstr(y));
   batch_steps(x, p->brank, p->xstep);
   batch_steps(y, p->brank, p->ystep);
-  p->y_shared = nb_shape_size(y->rank - 2, y->shape) == 1;
+  p->y_shared = nbcore_shape_size(y->rank - 2, y->shape) == 1;
   return NB_OK;
 }
 
@@ -252,8 +252,8 @@ static void matmul_range(void *arg, int64_t lo, int64_t hi) {
   }
   size_t out_size = (size_t)(p->m * p->n);
   for (int64_t b = lo; b < hi; b++) {
-    nb_gemm(j->t, p->ta, p->tb, p->m, p->n, p->k, j->x + (size_t)xo * j->esz, j->lda,
-            j->y + (size_t)yo * j->esz, j->ldb, 0, j->out + (size_t)b * out_size * j->esz, p->n);
+    nbop_gemm(j->t, p->ta, p->tb, p->m, p->n, p->k, j->x + (size_t)xo * j->esz, j->lda,
+              j->y + (size_t)yo * j->esz, j->ldb, 0, j->out + (size_t)b * out_size * j->esz, p->n);
     for (int d = p->brank - 1; d >= 0; d--) {
       xo += p->xstep[d];
       yo += p->ystep[d];
@@ -286,56 +286,56 @@ static void split_range(void *arg, int64_t lo, int64_t hi) {
   int64_t extent = p->ta ? p->m : p->n, first = lo * s->block;
   int64_t count = (hi * s->block < extent ? hi * s->block : extent) - first;
   if (p->ta) /* rows first..: columns of x, rows of the output */
-    nb_gemm(j->t, true, p->tb, count, p->n, p->k, j->x + (size_t)first * j->esz, j->lda, j->y, j->ldb, s->beta,
-            j->out + (size_t)(first * p->n) * j->esz, p->n);
+    nbop_gemm(j->t, true, p->tb, count, p->n, p->k, j->x + (size_t)first * j->esz, j->lda, j->y, j->ldb, s->beta,
+              j->out + (size_t)(first * p->n) * j->esz, p->n);
   else /* columns first..: of op(y) and of the output */
-    nb_gemm(j->t, false, p->tb, p->m, count, p->k, j->x, j->lda, j->y + (size_t)(p->tb ? first * j->ldb : first) * j->esz,
-            j->ldb, s->beta, j->out + (size_t)first * j->esz, p->n);
+    nbop_gemm(j->t, false, p->tb, p->m, count, p->k, j->x, j->lda, j->y + (size_t)(p->tb ? first * j->ldb : first) * j->esz,
+              j->ldb, s->beta, j->out + (size_t)first * j->esz, p->n);
 }
 
 /* Whether split_range beats the GEMM's own threads for one product. */
-static bool split_pays(const nb_kargs *k, const matmul_plan *p) {
+static bool split_pays(const nbop_kargs *k, const matmul_plan *p) {
   double work = (double)p->m * (double)p->n * (double)p->k;
   return k->threads > 1 && p->batch == 1 && work >= SPLIT_GEMM_WORK && (p->ta ? p->k <= 64 : p->m < 128);
 }
 
 /* The single product of p, split across threads when that pays. */
-static void gemm_one(const nb_kargs *k, const matmul_job *j, double beta) {
+static void gemm_one(const nbop_kargs *k, const matmul_job *j, double beta) {
   const matmul_plan *p = j->p;
   if (!split_pays(k, p)) {
-    nb_gemm(j->t, p->ta, p->tb, p->m, p->n, p->k, j->x, j->lda, j->y, j->ldb, beta, j->out, p->n);
+    nbop_gemm(j->t, p->ta, p->tb, p->m, p->n, p->k, j->x, j->lda, j->y, j->ldb, beta, j->out, p->n);
     return;
   }
   int64_t extent = p->ta ? p->m : p->n, nblocks = k->threads, block = (extent + nblocks - 1) / nblocks;
   block = (block + 15) / 16 * 16; /* whole SIMD panels */
   split_job s = {j, beta, block};
-  nb_parallel_range(k->threads, (extent + block - 1) / block, split_range, &s);
+  nbop_parallel_range(k->threads, (extent + block - 1) / block, split_range, &s);
 }
 
-/* A multiply-add count for nb_kthreads, clamped so a huge product cannot overflow. */
+/* A multiply-add count for nbop_kthreads, clamped so a huge product cannot overflow. */
 static int64_t saturating_work(double w) { return w >= 0x1p62 ? INT64_MAX : (int64_t)w; }
 
-static nb_code matmul_kernel(nb_kargs *k) {
+static nb_code matmul_kernel(nbop_kargs *k) {
   const matmul_plan *p = (const matmul_plan *)k->scratch;
   if (k->res[0]->size == 0) return NB_OK;
   const nb_tensor *x = k->in[0], *y = k->in[1];
-  matmul_job j = {p, x->dtype, nb_dtype_size(x->dtype), nb_tdata(x), nb_tdata(y), nb_tdata(k->res[0]),
+  matmul_job j = {p, x->dtype, nb_dtype_size(x->dtype), nbcore_tdata(x), nbcore_tdata(y), nbcore_tdata(k->res[0]),
                   x->shape[x->rank - 1], y->shape[y->rank - 1]};
   int prev_threads = omp_get_max_threads();
-  nb_blas_set_threads(k->threads);
+  nbop_blas_set_threads(k->threads);
   /* One y for every x matrix, x not transposed: the x batch stacks into one tall GEMM. */
   if (p->batch == 1) {
     gemm_one(k, &j, 0);
-  } else if (p->y_shared && !p->ta && p->batch * p->m <= NB_GEMM_MAX_DIM) {
-    nb_gemm(j.t, false, p->tb, p->batch * p->m, p->n, p->k, j.x, j.lda, j.y, j.ldb, 0, j.out, p->n);
+  } else if (p->y_shared && !p->ta && p->batch * p->m <= NBOP_GEMM_MAX_DIM) {
+    nbop_gemm(j.t, false, p->tb, p->batch * p->m, p->n, p->k, j.x, j.lda, j.y, j.ldb, 0, j.out, p->n);
   } else {
     double gemm_work = (double)p->m * (double)p->n * (double)p->k;
     int nt = 1;
     if (p->batch >= 2 && gemm_work < SMALL_GEMM_WORK)
-      nt = nb_kthreads(k, saturating_work(gemm_work * (double)p->batch));
-    nb_parallel_range(nt, p->batch, matmul_range, &j);
+      nt = nbop_kthreads(k, saturating_work(gemm_work * (double)p->batch));
+    nbop_parallel_range(nt, p->batch, matmul_range, &j);
   }
-  nb_blas_set_threads(prev_threads); /* no lasting change to the caller's OpenMP settings */
+  nbop_blas_set_threads(prev_threads); /* no lasting change to the caller's OpenMP settings */
   return NB_OK;
 }
 
@@ -346,31 +346,31 @@ static nb_code matmul_kernel(nb_kargs *k) {
 enum { MATMUL_ADD_ACC = 2 };
 
 /* The accumulator is a matrix of the product's dtype and shape, where known. */
-static nb_code matmul_add_validate(nb_kargs *k) {
+static nb_code matmul_add_validate(nbop_kargs *k) {
   const nb_tensor *x = k->in[0], *y = k->in[1], *acc = k->in[MATMUL_ADD_ACC];
   nb_code code = matmul_validate(k);
-  if (!code) code = nb_kcheck_same_dtype(k, 0, MATMUL_ADD_ACC);
-  if (!code) code = nb_kcheck_rank(k, MATMUL_ADD_ACC, 2, 2, "the accumulator");
+  if (!code) code = nbop_kcheck_same_dtype(k, 0, MATMUL_ADD_ACC);
+  if (!code) code = nbop_kcheck_rank(k, MATMUL_ADD_ACC, 2, 2, "the accumulator");
   if (code || x->rank < 0 || y->rank < 0 || acc->rank < 0) return code;
   int64_t product[2] = {x->shape[k->attr[ATTR_TRANSPOSE_X].b ? 1 : 0], y->shape[k->attr[ATTR_TRANSPOSE_Y].b ? 0 : 1]};
   for (int d = 0; d < 2; d++)
     if (acc->shape[d] >= 0 && product[d] >= 0 && acc->shape[d] != product[d])
-      return nb_kfail(k, NB_SHAPE, "the accumulator %s does not match the product %s", nb_tstr(acc),
-                      nb_sstr(2, product));
+      return nbop_kfail(k, NB_SHAPE, "the accumulator %s does not match the product %s", nbop_tstr(acc),
+                        nbop_sstr(2, product));
   return NB_OK;
 }
 
-static nb_code matmul_add_kernel(nb_kargs *k) {
+static nb_code matmul_add_kernel(nbop_kargs *k) {
   const matmul_plan *p = (const matmul_plan *)k->scratch;
   const nb_tensor *x = k->in[0], *y = k->in[1], *acc = k->in[MATMUL_ADD_ACC];
-  void *out = nb_tdata(k->res[0]);
+  void *out = nbcore_tdata(k->res[0]);
   if (k->res[0]->size == 0) return NB_OK;
-  if (out != nb_tdata(acc)) memcpy(out, nb_tdata(acc), (size_t)acc->size * nb_dtype_size(acc->dtype));
-  matmul_job j = {p, x->dtype, nb_dtype_size(x->dtype), nb_tdata(x), nb_tdata(y), out, x->shape[1], y->shape[1]};
+  if (out != nbcore_tdata(acc)) memcpy(out, nbcore_tdata(acc), (size_t)acc->size * nb_dtype_size(acc->dtype));
+  matmul_job j = {p, x->dtype, nb_dtype_size(x->dtype), nbcore_tdata(x), nbcore_tdata(y), out, x->shape[1], y->shape[1]};
   int prev_threads = omp_get_max_threads();
-  nb_blas_set_threads(k->threads);
+  nbop_blas_set_threads(k->threads);
   gemm_one(k, &j, 1);
-  nb_blas_set_threads(prev_threads); /* no lasting change to the caller's OpenMP settings */
+  nbop_blas_set_threads(prev_threads); /* no lasting change to the caller's OpenMP settings */
   return NB_OK;
 }
 
@@ -380,7 +380,7 @@ static nb_code matmul_add_kernel(nb_kargs *k) {
 
 enum { OP_MATMUL, OP_BATCH_MATMUL_V2, OP_MATMUL_ADD, OP_COUNT };
 
-static nb_op_def linalg_ops[OP_COUNT] = {
+static nbop_def linalg_ops[OP_COUNT] = {
     /* both gradients multiply the incoming gradient by the other input */
     [OP_MATMUL] = {.name = "MatMul", .nin = 2, .nout = 1, .alias = -1, .nattrs = 4,
                    .batched_as = "BatchMatMulV2", /* transpose_a/b as adj_x/y, grad_a/b as grad_x/y */
@@ -400,18 +400,18 @@ static nb_op_def linalg_ops[OP_COUNT] = {
                        .validate = matmul_add_validate, .infer = matmul_infer, .kernel = matmul_add_kernel},
 };
 
-nb_op_family nb_linalg_family(void) { return (nb_op_family){linalg_ops, OP_COUNT}; }
+nbop_family nbop_linalg_family(void) { return (nbop_family){linalg_ops, OP_COUNT}; }
 
 /* ---- wrappers ----------------------------------------------------------------------- */
 
 /* op's product of x and y (plus acc when not NULL: _MatMulAdd). */
 static nb_tensor *call_product(nb_ctx *c, int op, nb_tensor *x, nb_tensor *y, bool tx, bool ty, nb_tensor *acc) {
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&linalg_ops[op], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&linalg_ops[op], a);
   a[ATTR_TRANSPOSE_X].b = tx;
   a[ATTR_TRANSPOSE_Y].b = ty;
   nb_tensor *in[3] = {x, y, acc};
-  return nb_call(c, &linalg_ops[op], in, acc ? 3 : 2, a);
+  return nbop_call(c, &linalg_ops[op], in, acc ? 3 : 2, a);
 }
 
 nb_tensor *nb_matmul(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb) {

@@ -163,9 +163,9 @@ static inline double softplus_grad_f64(double g, double f) { return g * sigmoid_
 
 /* ---- loops ------------------------------------------------------------------------ */
 
-/* Unary loops are compute-bound (exp, tanh, ...): NB_SIMD_CLONES (op.h). */
+/* Unary loops are compute-bound (exp, tanh, ...): NBOP_SIMD_CLONES (op.h). */
 #define UNARY_LOOP(name, sfx, T)                                          \
-  NB_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) { \
+  NBOP_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) { \
     (void)p;                                                              \
     const T *x = px;                                                      \
     T *y = py;                                                            \
@@ -202,7 +202,7 @@ typedef void (*binary_fn)(int64_t n, const void *a, int64_t sa, const void *b, i
 typedef struct binary_impl {
   binary_fn fn[NB_BOOL + 1];
   bool to_bool;                       /* comparisons produce bool */
-  nb_code (*check)(nb_kargs *k);      /* rejects inputs the loop cannot take */
+  nb_code (*check)(nbop_kargs *k);    /* rejects inputs the loop cannot take */
   bool mismatch_value;                /* Equal/NotEqual: the result for shapes that do not broadcast */
 } binary_impl;
 
@@ -254,7 +254,7 @@ BINARY_LOOP(logical_or, b, uint8_t, uint8_t)
 /* Fused gradient loops: both inputs have the output's shape, so one flat loop. */
 
 #define PAIR_LOOP(name, sfx, T)                                                          \
-  NB_SIMD_CLONES static void name##_pair_##sfx(const void *pa, const void *pb, void *po, int64_t n, double p) { \
+  NBOP_SIMD_CLONES static void name##_pair_##sfx(const void *pa, const void *pb, void *po, int64_t n, double p) { \
     (void)p;                                                                             \
     const T *a = pa, *b = pb;                                                            \
     T *o = po;                                                                           \
@@ -278,7 +278,7 @@ PAIR_FLOAT(softplus_grad)
 /* True when any element of int tensor x satisfies bad(v). */
 static bool any_int(const nb_tensor *x, bool (*bad)(int64_t)) {
   for (int64_t i = 0; i < x->size; i++) {
-    int64_t v = x->dtype == NB_I32 ? ((const int32_t *)nb_tdata(x))[i] : ((const int64_t *)nb_tdata(x))[i];
+    int64_t v = x->dtype == NB_I32 ? ((const int32_t *)nbcore_tdata(x))[i] : ((const int64_t *)nbcore_tdata(x))[i];
     if (bad(v)) return true;
   }
   return false;
@@ -286,41 +286,41 @@ static bool any_int(const nb_tensor *x, bool (*bad)(int64_t)) {
 static bool is_zero(int64_t v) { return v == 0; }
 static bool is_negative(int64_t v) { return v < 0; }
 
-static nb_code check_int_div(nb_kargs *k) {
-  if (!(NB_M(k->in[1]->dtype) & NB_M_INT) || !any_int(k->in[1], is_zero)) return NB_OK;
-  return nb_kfail(k, NB_INVALID, "Integer division by zero");
+static nb_code check_int_div(nbop_kargs *k) {
+  if (!(NBOP_M(k->in[1]->dtype) & NBOP_M_INT) || !any_int(k->in[1], is_zero)) return NB_OK;
+  return nbop_kfail(k, NB_INVALID, "Integer division by zero");
 }
 
-static nb_code check_int_pow(nb_kargs *k) {
-  if (!(NB_M(k->in[1]->dtype) & NB_M_INT) || !any_int(k->in[1], is_negative)) return NB_OK;
-  return nb_kfail(k, NB_INVALID, "Integers to negative integer powers are not allowed");
+static nb_code check_int_pow(nbop_kargs *k) {
+  if (!(NBOP_M(k->in[1]->dtype) & NBOP_M_INT) || !any_int(k->in[1], is_negative)) return NB_OK;
+  return nbop_kfail(k, NB_INVALID, "Integers to negative integer powers are not allowed");
 }
 
 /* ---- infer and kernels ------------------------------------------------------------ */
 
-unsigned nb_impl_mask(const void *const *fns) {
+unsigned nbop_impl_mask(const void *const *fns) {
   unsigned m = 0;
   for (int t = 0; t <= NB_BOOL; t++)
-    if (fns[t]) m |= NB_M(t);
+    if (fns[t]) m |= NBOP_M(t);
   return m;
 }
 
-nb_code nb_unary_validate(nb_kargs *k) {
-  const nb_unary_impl *u = k->def->impl;
-  return nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)u->fn));
+nb_code nbop_unary_validate(nbop_kargs *k) {
+  const nbop_unary_impl *u = k->def->impl;
+  return nbop_kcheck_dtype(k, 0, nbop_impl_mask((const void *const *)u->fn));
 }
 
 /* The op's parameter for its loops: attr 0 if it has attrs. TF's float attrs are 32-bit,
    so a float one is rounded to float as TF's float64 kernels see it. */
-static double loop_param(const nb_kargs *k) {
+static double loop_param(const nbop_kargs *k) {
   if (!k->def->nattrs) return 0;
   return k->def->attrs[0].kind == NB_ATTR_BOOL ? (double)k->attr[0].b : (double)(float)k->attr[0].f;
 }
 
 /* One flat loop split over threads: a unary loop (b NULL) or a pair loop. */
 typedef struct flat_job {
-  nb_unary_loop unary;
-  nb_pair_loop pair;
+  nbop_unary_loop unary;
+  nbop_pair_loop pair;
   const char *a, *b;
   char *o;
   size_t esz;
@@ -334,36 +334,36 @@ static void flat_range(void *arg, int64_t lo, int64_t hi) {
   else j->pair(j->a + off, j->b + off, j->o + off, hi - lo, j->p);
 }
 
-nb_code nb_unary_kernel(nb_kargs *k) {
+nb_code nbop_unary_kernel(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
-  const nb_unary_impl *u = k->def->impl;
-  flat_job j = {.unary = u->fn[x->dtype], .a = nb_tdata(x), .o = nb_tdata(k->res[0]),
+  const nbop_unary_impl *u = k->def->impl;
+  flat_job j = {.unary = u->fn[x->dtype], .a = nbcore_tdata(x), .o = nbcore_tdata(k->res[0]),
                 .esz = nb_dtype_size(x->dtype), .p = loop_param(k)};
-  nb_parallel_range(nb_kthreads(k, x->size), x->size, flat_range, &j);
+  nbop_parallel_range(nbop_kthreads(k, x->size), x->size, flat_range, &j);
   return NB_OK;
 }
 
 /* Inputs ins[0..nin) must broadcast together: pairwise, so with unknown dims too. */
-static nb_code check_broadcast(nb_kargs *k, int nin, const int *ins) {
+static nb_code check_broadcast(nbop_kargs *k, int nin, const int *ins) {
   for (int i = 0; i < nin; i++)
     for (int j = i + 1; j < nin; j++)
-      if (!nb_broadcastable(k->in[ins[i]]->rank, k->in[ins[i]]->shape, k->in[ins[j]]->rank, k->in[ins[j]]->shape))
-        return nb_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nb_tstr(k->in[ins[i]]), nb_tstr(k->in[ins[j]]));
+      if (!nbop_broadcastable(k->in[ins[i]]->rank, k->in[ins[i]]->shape, k->in[ins[j]]->rank, k->in[ins[j]]->shape))
+        return nbop_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nbop_tstr(k->in[ins[i]]), nbop_tstr(k->in[ins[j]]));
   return NB_OK;
 }
 
 /* The broadcast of inputs ins[0..nin), which validate found compatible (a graph's probe
    with made-up dims may not be: it then fails and proves nothing). */
-static nb_code broadcast_out(nb_kargs *k, int nin, const int *ins, nb_dtype t) {
-  nb_meta *m = &k->out[0];
+static nb_code broadcast_out(nbop_kargs *k, int nin, const int *ins, nb_dtype t) {
+  nbop_meta *m = &k->out[0];
   m->rank = k->in[ins[0]]->rank;
   memcpy(m->shape, k->in[ins[0]]->shape, sizeof m->shape);
   for (int i = 1; i < nin; i++) {
     const nb_tensor *x = k->in[ins[i]];
     int64_t s[NB_MAX_RANK];
     int r;
-    if (!nb_broadcast_shape(m->rank, m->shape, x->rank, x->shape, &r, s))
-      return nb_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nb_sstr(m->rank, m->shape), nb_tstr(x));
+    if (!nbcore_broadcast_shape(m->rank, m->shape, x->rank, x->shape, &r, s))
+      return nbop_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nbop_sstr(m->rank, m->shape), nbop_tstr(x));
     m->rank = r;
     memcpy(m->shape, s, sizeof s);
   }
@@ -373,27 +373,27 @@ static nb_code broadcast_out(nb_kargs *k, int nin, const int *ins, nb_dtype t) {
 
 static const int binary_ins[2] = {0, 1};
 
-static nb_code binary_check_dtypes(nb_kargs *k) {
+static nb_code binary_check_dtypes(nbop_kargs *k) {
   const binary_impl *b = k->def->impl;
-  nb_code code = nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)b->fn));
-  return code ? code : nb_kcheck_same_dtype(k, 0, 1);
+  nb_code code = nbop_kcheck_dtype(k, 0, nbop_impl_mask((const void *const *)b->fn));
+  return code ? code : nbop_kcheck_same_dtype(k, 0, 1);
 }
 
-static nb_code binary_validate(nb_kargs *k) {
+static nb_code binary_validate(nbop_kargs *k) {
   nb_code code = binary_check_dtypes(k);
   return code ? code : check_broadcast(k, 2, binary_ins);
 }
 
-static nb_code binary_infer(nb_kargs *k) {
+static nb_code binary_infer(nbop_kargs *k) {
   const binary_impl *b = k->def->impl;
   return broadcast_out(k, 2, binary_ins, b->to_bool ? NB_BOOL : k->in[0]->dtype);
 }
 
 /* Iteration over a broadcast plan: one range = rows (rank > 1) or elements (rank 1). */
 typedef struct bcast_job {
-  const nb_bcast *plan;
-  const char *in[NB_BCAST_MAX_IN];
-  size_t in_esz[NB_BCAST_MAX_IN];
+  const nbcore_bcast *plan;
+  const char *in[NBCORE_BCAST_MAX_IN];
+  size_t in_esz[NBCORE_BCAST_MAX_IN];
   char *out;
   size_t out_esz;
   binary_fn bfn;
@@ -402,10 +402,10 @@ typedef struct bcast_job {
 
 static void bcast_range(void *arg, int64_t lo, int64_t hi) {
   const bcast_job *j = arg;
-  const nb_bcast *p = j->plan;
+  const nbcore_bcast *p = j->plan;
   int last = p->rank - 1, nin = p->nin;
-  int64_t st[NB_BCAST_MAX_IN], off[NB_BCAST_MAX_IN];
-  const char *in[NB_BCAST_MAX_IN];
+  int64_t st[NBCORE_BCAST_MAX_IN], off[NBCORE_BCAST_MAX_IN];
+  const char *in[NBCORE_BCAST_MAX_IN];
   for (int i = 0; i < nin; i++) st[i] = p->strides[i][last];
   if (p->rank == 1) {
     for (int i = 0; i < nin; i++) in[i] = j->in[i] + (size_t)(lo * st[i]) * j->in_esz[i];
@@ -414,15 +414,15 @@ static void bcast_range(void *arg, int64_t lo, int64_t hi) {
   }
   int64_t inner = p->dims[last];
   for (int64_t r = lo; r < hi; r++) {
-    nb_bcast_row(p, r, off);
+    nbcore_bcast_row(p, r, off);
     for (int i = 0; i < nin; i++) in[i] = j->in[i] + (size_t)off[i] * j->in_esz[i];
     j->row(j, inner, in, st, j->out + (size_t)(r * inner) * j->out_esz);
   }
 }
 
-static void run_bcast(nb_kargs *k, bcast_job *j, int nin, const int *ins) {
-  nb_bcast *plan = (nb_bcast *)k->scratch;
-  const nb_tensor *xs[NB_BCAST_MAX_IN];
+static void run_bcast(nbop_kargs *k, bcast_job *j, int nin, const int *ins) {
+  nbcore_bcast *plan = (nbcore_bcast *)k->scratch;
+  const nb_tensor *xs[NBCORE_BCAST_MAX_IN];
   int64_t total = k->res[0]->size;
   bool same_shapes = true; /* equal size and rank with the output means equal shape */
   for (int i = 0; i < nin; i++) {
@@ -430,26 +430,26 @@ static void run_bcast(nb_kargs *k, bcast_job *j, int nin, const int *ins) {
     same_shapes &= xs[i]->size == total && xs[i]->rank == k->out[0].rank;
   }
   if (same_shapes)
-    nb_bcast_flat(plan, nin, total);
+    nbcore_bcast_flat(plan, nin, total);
   else
-    nb_bcast_plan(plan, nin, xs, k->out[0].rank, k->out[0].shape);
+    nbcore_bcast_plan(plan, nin, xs, k->out[0].rank, k->out[0].shape);
   j->plan = plan;
   for (int i = 0; i < nin; i++) {
-    j->in[i] = nb_tdata(xs[i]);
+    j->in[i] = nbcore_tdata(xs[i]);
     j->in_esz[i] = nb_dtype_size(xs[i]->dtype);
   }
-  j->out = nb_tdata(k->res[0]);
+  j->out = nbcore_tdata(k->res[0]);
   j->out_esz = nb_dtype_size(k->res[0]->dtype);
   if (total == 0) return;
   int64_t units = plan->rank == 1 ? total : plan->outer;
-  nb_parallel_range(nb_kthreads(k, total), units, bcast_range, j);
+  nbop_parallel_range(nbop_kthreads(k, total), units, bcast_range, j);
 }
 
 static void binary_row(const bcast_job *j, int64_t n, const char *const *in, const int64_t *st, char *out) {
   j->bfn(n, in[0], st[0], in[1], st[1], out);
 }
 
-static nb_code binary_kernel(nb_kargs *k) {
+static nb_code binary_kernel(nbop_kargs *k) {
   const binary_impl *b = k->def->impl;
   if (b->check) {
     nb_code code = b->check(k);
@@ -465,39 +465,39 @@ static nb_code binary_kernel(nb_kargs *k) {
    true for NotEqual). infer leaves in scratch whether that happened. */
 enum { ATTR_INCOMPATIBLE_SHAPE_ERROR };
 
-static nb_code equality_validate(nb_kargs *k) {
+static nb_code equality_validate(nbop_kargs *k) {
   return k->attr[ATTR_INCOMPATIBLE_SHAPE_ERROR].b ? binary_validate(k) : binary_check_dtypes(k);
 }
 
-static nb_code equality_infer(nb_kargs *k) {
+static nb_code equality_infer(nbop_kargs *k) {
   const nb_tensor *x = k->in[0], *y = k->in[1];
   int rank;
   int64_t shape[NB_MAX_RANK];
   bool *mismatch = (bool *)k->scratch;
   *mismatch = !k->attr[ATTR_INCOMPATIBLE_SHAPE_ERROR].b &&
-              !nb_broadcast_shape(x->rank, x->shape, y->rank, y->shape, &rank, shape);
+              !nbcore_broadcast_shape(x->rank, x->shape, y->rank, y->shape, &rank, shape);
   if (!*mismatch) return binary_infer(k);
-  nb_meta_set(&k->out[0], NB_BOOL, 0, NULL);
+  nbop_meta_set(&k->out[0], NB_BOOL, 0, NULL);
   return NB_OK;
 }
 
-static nb_code equality_kernel(nb_kargs *k) {
+static nb_code equality_kernel(nbop_kargs *k) {
   if (!*(const bool *)k->scratch) return binary_kernel(k);
   const binary_impl *b = k->def->impl;
-  *(uint8_t *)nb_tdata(k->res[0]) = b->mismatch_value;
+  *(uint8_t *)nbcore_tdata(k->res[0]) = b->mismatch_value;
   return NB_OK;
 }
 
 /* SelectV2(condition, t, e): all three broadcast. */
 static const int select_ins[3] = {0, 1, 2};
 
-static nb_code select_validate(nb_kargs *k) {
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M(NB_BOOL));
-  if (!code) code = nb_kcheck_same_dtype(k, 1, 2);
+static nb_code select_validate(nbop_kargs *k) {
+  nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M(NB_BOOL));
+  if (!code) code = nbop_kcheck_same_dtype(k, 1, 2);
   return code ? code : check_broadcast(k, 3, select_ins);
 }
 
-static nb_code select_infer(nb_kargs *k) { return broadcast_out(k, 3, select_ins, k->in[1]->dtype); }
+static nb_code select_infer(nbop_kargs *k) { return broadcast_out(k, 3, select_ins, k->in[1]->dtype); }
 
 static void select_row(const bcast_job *j, int64_t n, const char *const *in, const int64_t *st, char *out) {
   const uint8_t *c = (const uint8_t *)in[0];
@@ -508,7 +508,7 @@ static void select_row(const bcast_job *j, int64_t n, const char *const *in, con
   }
 }
 
-static nb_code select_kernel(nb_kargs *k) {
+static nb_code select_kernel(nbop_kargs *k) {
   bcast_job j = {.row = select_row};
   run_bcast(k, &j, 3, select_ins);
   return NB_OK;
@@ -516,24 +516,24 @@ static nb_code select_kernel(nb_kargs *k) {
 
 /* ---- fused gradient ops ------------------------------------------------------------ */
 
-nb_code nb_pair_validate(nb_kargs *k) {
-  const nb_pair_impl *p = k->def->impl;
+nb_code nbop_pair_validate(nbop_kargs *k) {
+  const nbop_pair_impl *p = k->def->impl;
   const nb_tensor *a = k->in[0], *b = k->in[1];
-  nb_code code = nb_kcheck_dtype(k, 0, nb_impl_mask((const void *const *)p->fn));
-  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
+  nb_code code = nbop_kcheck_dtype(k, 0, nbop_impl_mask((const void *const *)p->fn));
+  if (!code) code = nbop_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
-  if (!nb_shapes_compatible(a, b))
-    return nb_kfail(k, NB_SHAPE, "%s and %s must have the same shape, got %s and %s", p->names[0],
-                    p->names[1], nb_tstr(a), nb_tstr(b));
+  if (!nbop_shapes_compatible(a, b))
+    return nbop_kfail(k, NB_SHAPE, "%s and %s must have the same shape, got %s and %s", p->names[0],
+                      p->names[1], nbop_tstr(a), nbop_tstr(b));
   return NB_OK;
 }
 
-nb_code nb_pair_kernel(nb_kargs *k) {
-  const nb_pair_impl *p = k->def->impl;
+nb_code nbop_pair_kernel(nbop_kargs *k) {
+  const nbop_pair_impl *p = k->def->impl;
   const nb_tensor *a = k->in[0];
-  flat_job j = {.pair = p->fn[a->dtype], .a = nb_tdata(a), .b = nb_tdata(k->in[1]), .o = nb_tdata(k->res[0]),
+  flat_job j = {.pair = p->fn[a->dtype], .a = nbcore_tdata(a), .b = nbcore_tdata(k->in[1]), .o = nbcore_tdata(k->res[0]),
                 .esz = nb_dtype_size(a->dtype), .p = loop_param(k)};
-  nb_parallel_range(nb_kthreads(k, a->size), a->size, flat_range, &j);
+  nbop_parallel_range(nbop_kthreads(k, a->size), a->size, flat_range, &j);
   return NB_OK;
 }
 
@@ -583,19 +583,19 @@ static void cast_range(void *arg, int64_t lo, int64_t hi) {
 /* SrcT and DstT are checked by their specs: only an explicit SrcT must match the input. */
 enum { CAST_SRCT, CAST_DSTT, CAST_TRUNCATE };
 
-static nb_code cast_infer(nb_kargs *k) {
-  nb_meta_set(&k->out[0], k->attr[CAST_DSTT].type, k->in[0]->rank, k->in[0]->shape);
+static nb_code cast_infer(nbop_kargs *k) {
+  nbop_meta_set(&k->out[0], k->attr[CAST_DSTT].type, k->in[0]->rank, k->in[0]->shape);
   return NB_OK;
 }
 
-static nb_code cast_kernel(nb_kargs *k) {
+static nb_code cast_kernel(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
   if (x->dtype == k->res[0]->dtype) {
-    memcpy(nb_tdata(k->res[0]), nb_tdata(x), (size_t)x->size * nb_dtype_size(x->dtype));
+    memcpy(nbcore_tdata(k->res[0]), nbcore_tdata(x), (size_t)x->size * nb_dtype_size(x->dtype));
     return NB_OK;
   }
-  cast_job j = {x->dtype, k->res[0]->dtype, nb_tdata(x), nb_tdata(k->res[0])};
-  nb_parallel_range(nb_kthreads(k, x->size), x->size, cast_range, &j);
+  cast_job j = {x->dtype, k->res[0]->dtype, nbcore_tdata(x), nbcore_tdata(k->res[0])};
+  nbop_parallel_range(nbop_kthreads(k, x->size), x->size, cast_range, &j);
   return NB_OK;
 }
 
@@ -603,19 +603,19 @@ static nb_code cast_kernel(nb_kargs *k) {
 
 /* Every input of one dtype and shape: pairwise, so unknown dims of one input do not hide
    a mismatch of two others. */
-static nb_code add_n_validate(nb_kargs *k) {
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
-  for (int i = 1; i < k->nin && !code; i++) code = nb_kcheck_same_dtype(k, 0, i);
+static nb_code add_n_validate(nbop_kargs *k) {
+  nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_NUM);
+  for (int i = 1; i < k->nin && !code; i++) code = nbop_kcheck_same_dtype(k, 0, i);
   for (int i = 0; i < k->nin && !code; i++)
     for (int j = i + 1; j < k->nin && !code; j++)
-      if (!nb_shapes_compatible(k->in[i], k->in[j]))
-        code = nb_kfail(k, NB_SHAPE, "inputs must have the same shape: input %d is %s, input %d is %s", i,
-                        nb_tstr(k->in[i]), j, nb_tstr(k->in[j]));
+      if (!nbop_shapes_compatible(k->in[i], k->in[j]))
+        code = nbop_kfail(k, NB_SHAPE, "inputs must have the same shape: input %d is %s, input %d is %s", i,
+                          nbop_tstr(k->in[i]), j, nbop_tstr(k->in[j]));
   return code;
 }
 
 typedef struct add_n_job {
-  const nb_kargs *k;
+  const nbop_kargs *k;
   binary_fn add;
   size_t esz;
 } add_n_job;
@@ -623,29 +623,29 @@ typedef struct add_n_job {
 /* Sums the inputs pairwise into the output, one cache-sized block at a time. */
 static void add_n_range(void *arg, int64_t lo, int64_t hi) {
   const add_n_job *j = arg;
-  const nb_kargs *k = j->k;
-  char *out = (char *)nb_tdata(k->res[0]);
+  const nbop_kargs *k = j->k;
+  char *out = (char *)nbcore_tdata(k->res[0]);
   for (int64_t b = lo; b < hi; b += 4096) {
     int64_t n = hi - b < 4096 ? hi - b : 4096;
     size_t off = (size_t)b * j->esz;
-    if (k->nin == 1) memcpy(out + off, (const char *)nb_tdata(k->in[0]) + off, (size_t)n * j->esz);
-    else j->add(n, (const char *)nb_tdata(k->in[0]) + off, 1, (const char *)nb_tdata(k->in[1]) + off, 1, out + off);
-    for (int i = 2; i < k->nin; i++) j->add(n, out + off, 1, (const char *)nb_tdata(k->in[i]) + off, 1, out + off);
+    if (k->nin == 1) memcpy(out + off, (const char *)nbcore_tdata(k->in[0]) + off, (size_t)n * j->esz);
+    else j->add(n, (const char *)nbcore_tdata(k->in[0]) + off, 1, (const char *)nbcore_tdata(k->in[1]) + off, 1, out + off);
+    for (int i = 2; i < k->nin; i++) j->add(n, out + off, 1, (const char *)nbcore_tdata(k->in[i]) + off, 1, out + off);
   }
 }
 
-static nb_code add_n_kernel(nb_kargs *k) {
+static nb_code add_n_kernel(nbop_kargs *k) {
   static const binary_impl add = {.fn = {FLOAT_TABLE(add, bin), INT_TABLE(add, bin)}};
   add_n_job j = {k, add.fn[k->in[0]->dtype], nb_dtype_size(k->in[0]->dtype)};
   int64_t n = k->res[0]->size;
-  nb_parallel_range(nb_kthreads(k, n * k->nin), n, add_n_range, &j);
+  nbop_parallel_range(nbop_kthreads(k, n * k->nin), n, add_n_range, &j);
   return NB_OK;
 }
 
 enum { ACCUMULATE_N, ACCUMULATE_SHAPE };
 
 /* x fits the shape attr: same rank, dims equal where both are known. */
-static bool fits_shape_attr(const nb_tensor *x, const nb_attrval *shape) {
+static bool fits_shape_attr(const nb_tensor *x, const nbop_attrval *shape) {
   bool fits = x->rank < 0 || shape->n == x->rank;
   for (int d = 0; fits && x->rank >= 0 && d < shape->n; d++)
     fits = shape->ints[d] < 0 || x->shape[d] < 0 || shape->ints[d] == x->shape[d];
@@ -654,17 +654,17 @@ static bool fits_shape_attr(const nb_tensor *x, const nb_attrval *shape) {
 
 /* AccumulateNV2: AddN with the sum's shape stated in attr "shape" (dims -1: unknown),
    which the inputs must fit. */
-static nb_code accumulate_n_validate(nb_kargs *k) {
-  const nb_attrval *shape = &k->attr[ACCUMULATE_SHAPE];
+static nb_code accumulate_n_validate(nbop_kargs *k) {
+  const nbop_attrval *shape = &k->attr[ACCUMULATE_SHAPE];
   if (shape->n < 0 || shape->n > NB_MAX_RANK)
-    return nb_kfail(k, NB_SHAPE, "the shape attr has rank %d, not in [0, %d]", shape->n, NB_MAX_RANK);
+    return nbop_kfail(k, NB_SHAPE, "the shape attr has rank %d, not in [0, %d]", shape->n, NB_MAX_RANK);
   for (int d = 0; d < shape->n; d++)
-    if (shape->ints[d] < -1) return nb_kfail(k, NB_SHAPE, "the shape attr has dim %lld", (long long)shape->ints[d]);
+    if (shape->ints[d] < -1) return nbop_kfail(k, NB_SHAPE, "the shape attr has dim %lld", (long long)shape->ints[d]);
   nb_code code = add_n_validate(k);
   for (int i = 0; i < k->nin && !code; i++)
     if (!fits_shape_attr(k->in[i], shape))
-      code = nb_kfail(k, NB_SHAPE, "inputs of shape %s do not fit the shape attr %s", nb_tstr(k->in[i]),
-                      nb_sstr(shape->n, shape->ints));
+      code = nbop_kfail(k, NB_SHAPE, "inputs of shape %s do not fit the shape attr %s", nbop_tstr(k->in[i]),
+                        nbop_sstr(shape->n, shape->ints));
   return code;
 }
 
@@ -672,7 +672,7 @@ static nb_code accumulate_n_validate(nb_kargs *k) {
 
 #define UNARY(NAME, IMPL)                                                                   \
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .elementwise = true,                     \
-   .validate = nb_unary_validate, .infer = nb_infer_same, .kernel = nb_unary_kernel, .impl = &(const nb_unary_impl)IMPL}
+   .validate = nbop_unary_validate, .infer = nbop_infer_same, .kernel = nbop_unary_kernel, .impl = &(const nbop_unary_impl)IMPL}
 #define BINARY(NAME, FNS, TO_BOOL, CHECK)                                                          \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .bool_out = TO_BOOL, .elementwise = true,       \
    .validate = binary_validate, .infer = binary_infer, .kernel = binary_kernel,                  \
@@ -681,8 +681,8 @@ static nb_code accumulate_n_validate(nb_kargs *k) {
 #define BINARY_CMP_FNS(name) BINARY_NUM_FNS(name), [NB_BOOL] = name##_bin_b
 #define PAIR(NAME, FNS, IN0, IN1)                                                          \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .elementwise = true,                    \
-   .validate = nb_pair_validate, .infer = nb_infer_same, .kernel = nb_pair_kernel,         \
-   .impl = &(const nb_pair_impl){.fn = {FNS}, .names = {IN0, IN1}}}
+   .validate = nbop_pair_validate, .infer = nbop_infer_same, .kernel = nbop_pair_kernel,   \
+   .impl = &(const nbop_pair_impl){.fn = {FNS}, .names = {IN0, IN1}}}
 #define PAIR_NUM_FNS(name) FLOAT_TABLE(name, pair), INT_TABLE(name, pair)
 #define EQUALITY(NAME, FNS, MISMATCH)                                                              \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true, .elementwise = true, \
@@ -701,7 +701,7 @@ enum {
   OP_ELU_GRAD, OP_SOFTPLUS_GRAD, OP_COUNT
 };
 
-static nb_op_def math_ops[OP_COUNT] = {
+static nbop_def math_ops[OP_COUNT] = {
     [OP_NEG] = UNARY("Neg", UNARY_NUM_IMPL(neg)),
     [OP_EXP] = UNARY("Exp", UNARY_FLOAT_IMPL(exp)),
     [OP_LOG] = UNARY("Log", UNARY_FLOAT_IMPL(log)),
@@ -742,23 +742,23 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1,
      .elementwise = true, .validate = select_validate, .infer = select_infer, .kernel = select_kernel},
     [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3, .dtype_attr = 1 + CAST_DSTT, .elementwise = true,
-     .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = NB_TYPE_UNSET}, false},
+     .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false},
                {"DstT", NB_ATTR_TYPE, {.type = NB_F32}, true},
                {"Truncate", NB_ATTR_BOOL, {.b = false}, false}},
      .checks = {[CAST_SRCT] = {.of_input = 1}}, .infer = cast_infer, .kernel = cast_kernel},
     [OP_ADD_N] = {.name = "AddN", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 1, .elementwise = true,
-     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .validate = add_n_validate, .infer = nb_infer_same,
+     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .validate = add_n_validate, .infer = nbop_infer_same,
      .kernel = add_n_kernel},
     /* TF's shape fn takes the output shape from the attr; here it is the inputs' (they fit it) */
     [OP_ACCUMULATE_N] = {.name = "AccumulateNV2", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 2,
      .elementwise = true,
      .attrs = {[ACCUMULATE_N] = {"N", NB_ATTR_INT, {.i = 1}, true}, [ACCUMULATE_SHAPE] = {"shape", NB_ATTR_INTS, {.n = 0}, true}},
-     .validate = accumulate_n_validate, .infer = nb_infer_same, .kernel = add_n_kernel},
-    [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nb_infer_same},
-    [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nb_infer_same},
+     .validate = accumulate_n_validate, .infer = nbop_infer_same, .kernel = add_n_kernel},
+    [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nbop_infer_same},
+    [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nbop_infer_same},
     /* an identity whose gradient is an error quoting "message" (src/grad/math_grad.c) */
     [OP_PREVENT_GRADIENT] = {.name = "PreventGradient", .nin = 1, .nout = 1, .alias = 0, .nattrs = 1, .elementwise = true,
-     .attrs = {{"message", NB_ATTR_STR, {.s = ""}, false}}, .infer = nb_infer_same},
+     .attrs = {{"message", NB_ATTR_STR, {.s = ""}, false}}, .infer = nbop_infer_same},
     [OP_TANH_GRAD] = PAIR("TanhGrad", FLOAT_TABLE(tanh_grad, pair), "y", "dy"),
     [OP_SIGMOID_GRAD] = PAIR("SigmoidGrad", FLOAT_TABLE(sigmoid_grad, pair), "y", "dy"),
     [OP_RSQRT_GRAD] = PAIR("RsqrtGrad", FLOAT_TABLE(rsqrt_grad, pair), "y", "dy"),
@@ -769,15 +769,15 @@ static nb_op_def math_ops[OP_COUNT] = {
     [OP_SOFTPLUS_GRAD] = PAIR("SoftplusGrad", FLOAT_TABLE(softplus_grad, pair), "gradients", "features"),
 };
 
-nb_op_family nb_math_family(void) {
-  return (nb_op_family){math_ops, OP_COUNT};
+nbop_family nbop_math_family(void) {
+  return (nbop_family){math_ops, OP_COUNT};
 }
 
 /* ---- wrappers ----------------------------------------------------------------------- */
 
 /* The one output of op on x, or on a and b (attrs at their defaults). */
-static nb_tensor *unary(nb_ctx *c, int op, nb_tensor *x) { return nb_call(c, &math_ops[op], &x, 1, NULL); }
-static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) { return nb_call_pair(c, &math_ops[op], a, b); }
+static nb_tensor *unary(nb_ctx *c, int op, nb_tensor *x) { return nbop_call(c, &math_ops[op], &x, 1, NULL); }
+static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) { return nbop_call_pair(c, &math_ops[op], a, b); }
 
 nb_tensor *nb_neg(nb_ctx *c, nb_tensor *x) { return unary(c, OP_NEG, x); }
 nb_tensor *nb_exp(nb_ctx *c, nb_tensor *x) { return unary(c, OP_EXP, x); }
@@ -832,24 +832,24 @@ nb_tensor *nb_softplus_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features
 
 nb_tensor *nb_select(nb_ctx *c, nb_tensor *cond, nb_tensor *t, nb_tensor *e) {
   nb_tensor *in[3] = {cond, t, e};
-  return nb_call(c, &math_ops[OP_SELECT], in, 3, NULL);
+  return nbop_call(c, &math_ops[OP_SELECT], in, 3, NULL);
 }
 
 nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to) {
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&math_ops[OP_CAST], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&math_ops[OP_CAST], a);
   a[CAST_DSTT].type = to;
-  return nb_call(c, &math_ops[OP_CAST], &x, 1, a);
+  return nbop_call(c, &math_ops[OP_CAST], &x, 1, a);
 }
 
-bool nb_merge_shapes(nb_tensor *const *xs, int n, nb_meta *m, int *conflict) {
+bool nbop_merge_shapes(nb_tensor *const *xs, int n, nbop_meta *m, int *conflict) {
   m->rank = -1;
   *conflict = -1;
   for (int i = 0; i < n; i++) {
     const nb_tensor *x = xs[i];
     if (!x || x->rank < 0) continue;
     if (m->rank < 0) {
-      nb_meta_like(m, x);
+      nbop_meta_like(m, x);
       continue;
     }
     bool fits = x->rank == m->rank;
@@ -867,40 +867,40 @@ bool nb_merge_shapes(nb_tensor *const *xs, int n, nb_meta *m, int *conflict) {
 
 /* tf.math.accumulate_n's shape: the static shapes of xs merged, into *m; an error when
    they conflict or none has a known rank. */
-static nb_code accumulator_shape(nb_ctx *c, nb_tensor *const *xs, int n, nb_meta *m) {
+static nb_code accumulator_shape(nb_ctx *c, nb_tensor *const *xs, int n, nbop_meta *m) {
   int bad;
-  if (n < 1 || !xs) return nb_fail(c, NB_INVALID, "AccumulateNV2: needs at least one input, got %d", n);
+  if (n < 1 || !xs) return nbcore_fail(c, NB_INVALID, "AccumulateNV2: needs at least one input, got %d", n);
   for (int i = 0; i < n; i++)
-    if (!xs[i]) return nb_fail(c, NB_INVALID, "AccumulateNV2: input %d is NULL", i);
-  if (!nb_merge_shapes(xs, n, m, &bad))
-    return nb_fail(c, NB_SHAPE, "AccumulateNV2: input %d of shape %s does not fit the shape %s of those before it",
-                   bad, nb_tstr(xs[bad]), nb_sstr(m->rank, m->shape));
+    if (!xs[i]) return nbcore_fail(c, NB_INVALID, "AccumulateNV2: input %d is NULL", i);
+  if (!nbop_merge_shapes(xs, n, m, &bad))
+    return nbcore_fail(c, NB_SHAPE, "AccumulateNV2: input %d of shape %s does not fit the shape %s of those before it",
+                       bad, nbop_tstr(xs[bad]), nbop_sstr(m->rank, m->shape));
   if (m->rank < 0)
-    return nb_fail(c, NB_SHAPE, "AccumulateNV2: every input has an unknown rank; pass the shape attr through nb_op");
+    return nbcore_fail(c, NB_SHAPE, "AccumulateNV2: every input has an unknown rank; pass the shape attr through nb_op");
   return NB_OK;
 }
 
 nb_tensor *nb_accumulate_n(nb_ctx *c, nb_tensor *const *xs, int n) {
-  nb_meta m;
-  if (!nb_live(c) || accumulator_shape(c, xs, n, &m)) return NULL;
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&math_ops[OP_ACCUMULATE_N], a);
+  nbop_meta m;
+  if (!nbop_live(c) || accumulator_shape(c, xs, n, &m)) return NULL;
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&math_ops[OP_ACCUMULATE_N], a);
   a[ACCUMULATE_SHAPE].ints = m.shape;
   a[ACCUMULATE_SHAPE].n = m.rank;
-  return nb_call(c, &math_ops[OP_ACCUMULATE_N], xs, n, a);
+  return nbop_call(c, &math_ops[OP_ACCUMULATE_N], xs, n, a);
 }
 
 nb_tensor *nb_prevent_gradient(nb_ctx *c, nb_tensor *x, const char *message) {
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&math_ops[OP_PREVENT_GRADIENT], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&math_ops[OP_PREVENT_GRADIENT], a);
   if (message) a[0].s = message;
-  return nb_call(c, &math_ops[OP_PREVENT_GRADIENT], &x, 1, a);
+  return nbop_call(c, &math_ops[OP_PREVENT_GRADIENT], &x, 1, a);
 }
 
 nb_tensor *nb_add_n(nb_ctx *c, nb_tensor *const *xs, int n) {
-  if (nb_live(c) && (n < 1 || !xs)) {
-    nb_fail(c, NB_INVALID, "AddN: needs at least one input, got %d", n);
+  if (nbop_live(c) && (n < 1 || !xs)) {
+    nbcore_fail(c, NB_INVALID, "AddN: needs at least one input, got %d", n);
     return NULL;
   }
-  return nb_call(c, &math_ops[OP_ADD_N], xs, n, NULL);
+  return nbop_call(c, &math_ops[OP_ADD_N], xs, n, NULL);
 }

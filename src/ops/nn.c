@@ -123,13 +123,13 @@ static inline float gelu_tanh_grad_f32(float g, float x, double p) {
 }
 
 #define ACT_LOOP(name, sfx, T)                                                           \
-  NB_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) { \
+  NBOP_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) { \
     const T *x = px;                                                                     \
     T *y = py;                                                                           \
     for (int64_t i = 0; i < n; i++) y[i] = name##_##sfx(x[i], p);                        \
   }
 #define ACT_GRAD_LOOP(name, sfx, T)                                                               \
-  NB_SIMD_CLONES static void name##_loop_##sfx(const void *pa, const void *pb, void *po, int64_t n, double p) { \
+  NBOP_SIMD_CLONES static void name##_loop_##sfx(const void *pa, const void *pb, void *po, int64_t n, double p) { \
     const T *a = pa, *b = pb;                                                                     \
     T *o = po;                                                                                    \
     for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i], p);                           \
@@ -205,7 +205,7 @@ EXP_SHIFTED(f64, double, exp)
 
 /* softmax = e^(x - m) / s; log_softmax = (x - m) - log s */
 #define SOFTMAX_ROWS(sfx, T)                                                                    \
-  NB_SIMD_CLONES static void softmax_rows_##sfx(const T *x, T *y, int64_t lo, int64_t hi, int64_t n, bool log_out) { \
+  NBOP_SIMD_CLONES static void softmax_rows_##sfx(const T *x, T *y, int64_t lo, int64_t hi, int64_t n, bool log_out) { \
     for (int64_t r = lo; r < hi; r++) {                                                         \
       const T *xr = x + r * n;                                                                  \
       T *yr = y + r * n, m = row_max_##sfx(xr, 1, n), s = exp_shifted_##sfx(xr, 1, yr, n, m);   \
@@ -226,7 +226,7 @@ typedef struct softmax_impl {
 } softmax_impl;
 
 typedef struct rows_job {
-  const nb_kargs *k;
+  const nbop_kargs *k;
   int64_t n; /* row length */
 } rows_job;
 
@@ -234,23 +234,23 @@ static void softmax_range(void *arg, int64_t lo, int64_t hi) {
   const rows_job *j = arg;
   const nb_tensor *x = j->k->in[0];
   bool log_out = ((const softmax_impl *)j->k->def->impl)->log_out;
-  if (x->dtype == NB_F32) softmax_rows_f32(nb_tdata(x), nb_tdata(j->k->res[0]), lo, hi, j->n, log_out);
-  else softmax_rows_f64(nb_tdata(x), nb_tdata(j->k->res[0]), lo, hi, j->n, log_out);
+  if (x->dtype == NB_F32) softmax_rows_f32(nbcore_tdata(x), nbcore_tdata(j->k->res[0]), lo, hi, j->n, log_out);
+  else softmax_rows_f64(nbcore_tdata(x), nbcore_tdata(j->k->res[0]), lo, hi, j->n, log_out);
 }
 
-static nb_code softmax_validate(nb_kargs *k) {
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_FLOAT);
+static nb_code softmax_validate(nbop_kargs *k) {
+  nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_FLOAT);
   if (code) return code;
-  if (k->in[0]->rank == 0) return nb_kfail(k, NB_SHAPE, "logits must have >= 1 dimension, got shape %s", nb_tstr(k->in[0]));
+  if (k->in[0]->rank == 0) return nbop_kfail(k, NB_SHAPE, "logits must have >= 1 dimension, got shape %s", nbop_tstr(k->in[0]));
   return NB_OK;
 }
 
-static nb_code softmax_kernel(nb_kargs *k) {
+static nb_code softmax_kernel(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
   int64_t n = x->shape[x->rank - 1];
   if (n == 0) return NB_OK;
   rows_job j = {k, n};
-  nb_parallel_range(nb_kthreads(k, x->size), x->size / n, softmax_range, &j);
+  nbop_parallel_range(nbop_kthreads(k, x->size), x->size / n, softmax_range, &j);
   return NB_OK;
 }
 
@@ -263,7 +263,7 @@ typedef struct xent_plan {
   int64_t batch, classes;
   int64_t f_row, f_col, l_row, l_col; /* element steps; sparse: unused for labels */
 } xent_plan;
-_Static_assert(sizeof(xent_plan) <= NB_SCRATCH_BYTES, "xent_plan must fit the scratch");
+_Static_assert(sizeof(xent_plan) <= NBOP_SCRATCH_BYTES, "xent_plan must fit the scratch");
 
 /* x's steps per row and per column of the [batch, classes] broadcast. */
 static void broadcast_steps(const nb_tensor *x, int64_t *row, int64_t *col) {
@@ -272,76 +272,76 @@ static void broadcast_steps(const nb_tensor *x, int64_t *row, int64_t *col) {
   *row = x->rank == 2 && x->shape[0] != 1 ? cols : 0;
 }
 
-static nb_code xent_broadcast_fail(nb_kargs *k) {
-  return nb_kfail(k, NB_SHAPE, "logits and labels must be broadcastable: logits_size=%s labels_size=%s",
-                  nb_tstr(k->in[0]), nb_tstr(k->in[1]));
+static nb_code xent_broadcast_fail(nbop_kargs *k) {
+  return nbop_kfail(k, NB_SHAPE, "logits and labels must be broadcastable: logits_size=%s labels_size=%s",
+                    nbop_tstr(k->in[0]), nbop_tstr(k->in[1]));
 }
 
 /* The broadcast of logits and labels is 2-D: neither has a higher rank, one has rank 2. */
-static nb_code xent_validate(nb_kargs *k) {
+static nb_code xent_validate(nbop_kargs *k) {
   const nb_tensor *f = k->in[0], *l = k->in[1];
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_FLOAT);
-  if (!code) code = nb_kcheck_same_dtype(k, 0, 1);
+  nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_FLOAT);
+  if (!code) code = nbop_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
-  if (!nb_broadcastable(f->rank, f->shape, l->rank, l->shape)) return xent_broadcast_fail(k);
+  if (!nbop_broadcastable(f->rank, f->shape, l->rank, l->shape)) return xent_broadcast_fail(k);
   int hi = f->rank > l->rank ? f->rank : l->rank;
   if (hi > 2 || (f->rank >= 0 && l->rank >= 0 && hi != 2))
-    return nb_kfail(k, NB_SHAPE,
-                    "logits and labels must be either 2-dimensional, or broadcasted to be 2-dimensional, got "
-                    "logits shape %s and labels shape %s",
-                    nb_tstr(f), nb_tstr(l));
+    return nbop_kfail(k, NB_SHAPE,
+                      "logits and labels must be either 2-dimensional, or broadcasted to be 2-dimensional, got "
+                      "logits shape %s and labels shape %s",
+                      nbop_tstr(f), nbop_tstr(l));
   return NB_OK;
 }
 
-static nb_code xent_infer(nb_kargs *k) {
+static nb_code xent_infer(nbop_kargs *k) {
   const nb_tensor *f = k->in[0], *l = k->in[1];
   int rank;
   int64_t shape[NB_MAX_RANK];
-  if (!nb_broadcast_shape(f->rank, f->shape, l->rank, l->shape, &rank, shape)) return xent_broadcast_fail(k);
+  if (!nbcore_broadcast_shape(f->rank, f->shape, l->rank, l->shape, &rank, shape)) return xent_broadcast_fail(k);
   if (shape[0] > 0 && shape[1] == 0) /* no class to normalize over, as the sparse op refuses */
-    return nb_kfail(k, NB_SHAPE, "Must have at least one class, but got logits shape %s", nb_tstr(f));
+    return nbop_kfail(k, NB_SHAPE, "Must have at least one class, but got logits shape %s", nbop_tstr(f));
   xent_plan *p = (xent_plan *)k->scratch;
   p->batch = shape[0];
   p->classes = shape[1];
   broadcast_steps(f, &p->f_row, &p->f_col);
   broadcast_steps(l, &p->l_row, &p->l_col);
-  nb_meta_set(&k->out[0], f->dtype, 1, shape);
-  nb_meta_set(&k->out[1], f->dtype, 2, shape);
+  nbop_meta_set(&k->out[0], f->dtype, 1, shape);
+  nbop_meta_set(&k->out[1], f->dtype, 2, shape);
   return NB_OK;
 }
 
-static nb_code sparse_xent_validate(nb_kargs *k) {
+static nb_code sparse_xent_validate(nbop_kargs *k) {
   const nb_tensor *f = k->in[0], *l = k->in[1];
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_FLOAT);
-  if (!code) code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_FLOAT);
+  if (!code) code = nbop_kcheck_dtype(k, 1, NBOP_M_INT);
   if (code) return code;
-  if (f->rank >= 0 && f->rank != 2) return nb_kfail(k, NB_SHAPE, "logits must be 2-D, but got shape %s", nb_tstr(f));
-  if (l->rank >= 0 && l->rank != 1) return nb_kfail(k, NB_SHAPE, "labels must be 1-D, but got shape %s", nb_tstr(l));
+  if (f->rank >= 0 && f->rank != 2) return nbop_kfail(k, NB_SHAPE, "logits must be 2-D, but got shape %s", nbop_tstr(f));
+  if (l->rank >= 0 && l->rank != 1) return nbop_kfail(k, NB_SHAPE, "labels must be 1-D, but got shape %s", nbop_tstr(l));
   if (f->rank == 2 && l->rank == 1 && f->shape[0] >= 0 && l->shape[0] >= 0 && l->shape[0] != f->shape[0])
-    return nb_kfail(k, NB_SHAPE, "logits and labels must have the same first dimension, got logits shape %s and labels shape %s",
-                    nb_tstr(f), nb_tstr(l));
+    return nbop_kfail(k, NB_SHAPE, "logits and labels must have the same first dimension, got logits shape %s and labels shape %s",
+                      nbop_tstr(f), nbop_tstr(l));
   return NB_OK;
 }
 
-static nb_code sparse_xent_infer(nb_kargs *k) {
+static nb_code sparse_xent_infer(nbop_kargs *k) {
   const nb_tensor *f = k->in[0];
   if (f->shape[1] == 0 && f->shape[0] > 0)
-    return nb_kfail(k, NB_SHAPE, "Must have at least one class, but got logits shape %s", nb_tstr(f));
+    return nbop_kfail(k, NB_SHAPE, "Must have at least one class, but got logits shape %s", nbop_tstr(f));
   xent_plan *p = (xent_plan *)k->scratch;
   p->batch = f->shape[0];
   p->classes = f->shape[1];
   p->f_row = p->classes;
   p->f_col = 1;
-  nb_meta_set(&k->out[0], f->dtype, 1, f->shape);
-  nb_meta_like(&k->out[1], f);
+  nbop_meta_set(&k->out[0], f->dtype, 1, f->shape);
+  nbop_meta_like(&k->out[1], f);
   return NB_OK;
 }
 
 /* One row at a time: bp holds e^(f - m) until it is normalized. sparse: the labels as
    indices (else l holds dense labels). */
 #define XENT_ROWS(sfx, T)                                                                       \
-  NB_SIMD_CLONES static void xent_rows_##sfx(const xent_plan *p, const T *f, const T *l,        \
-                                             const int64_t *sparse, T *loss, T *bp, int64_t lo, int64_t hi) { \
+  NBOP_SIMD_CLONES static void xent_rows_##sfx(const xent_plan *p, const T *f, const T *l,      \
+                                               const int64_t *sparse, T *loss, T *bp, int64_t lo, int64_t hi) { \
     int64_t n = p->classes, fc = p->f_col, lc = p->l_col;                                        \
     for (int64_t r = lo; r < hi; r++) {                                                         \
       const T *fr = f + r * p->f_row;                                                           \
@@ -366,44 +366,44 @@ XENT_ROWS(f32, float)
 XENT_ROWS(f64, double)
 
 typedef struct xent_job {
-  const nb_kargs *k;
+  const nbop_kargs *k;
   const int64_t *sparse; /* labels as int64, sparse op only */
 } xent_job;
 
 static void xent_range(void *arg, int64_t lo, int64_t hi) {
   const xent_job *j = arg;
-  const nb_kargs *k = j->k;
+  const nbop_kargs *k = j->k;
   const xent_plan *p = (const xent_plan *)k->scratch;
-  const void *l = j->sparse ? NULL : nb_tdata(k->in[1]);
+  const void *l = j->sparse ? NULL : nbcore_tdata(k->in[1]);
   if (k->in[0]->dtype == NB_F32)
-    xent_rows_f32(p, nb_tdata(k->in[0]), l, j->sparse, nb_tdata(k->res[0]), nb_tdata(k->res[1]), lo, hi);
+    xent_rows_f32(p, nbcore_tdata(k->in[0]), l, j->sparse, nbcore_tdata(k->res[0]), nbcore_tdata(k->res[1]), lo, hi);
   else
-    xent_rows_f64(p, nb_tdata(k->in[0]), l, j->sparse, nb_tdata(k->res[0]), nb_tdata(k->res[1]), lo, hi);
+    xent_rows_f64(p, nbcore_tdata(k->in[0]), l, j->sparse, nbcore_tdata(k->res[0]), nbcore_tdata(k->res[1]), lo, hi);
 }
 
-static nb_code xent_kernel(nb_kargs *k) {
+static nb_code xent_kernel(nbop_kargs *k) {
   const xent_plan *p = (const xent_plan *)k->scratch;
   xent_job j = {k, NULL};
-  nb_parallel_range(nb_kthreads(k, p->batch * p->classes), p->batch, xent_range, &j);
+  nbop_parallel_range(nbop_kthreads(k, p->batch * p->classes), p->batch, xent_range, &j);
   return NB_OK;
 }
 
 /* Labels are checked before any row runs, so a bad one leaves no partial result. */
-static nb_code sparse_xent_kernel(nb_kargs *k) {
+static nb_code sparse_xent_kernel(nbop_kargs *k) {
   const xent_plan *p = (const xent_plan *)k->scratch;
   const nb_tensor *l = k->in[1];
   int64_t stack[256], *labels = p->batch <= 256 ? stack : malloc((size_t)p->batch * sizeof *labels);
-  if (!labels) return nb_kfail(k, NB_NOMEM, "out of memory for %lld labels", (long long)p->batch);
+  if (!labels) return nbop_kfail(k, NB_NOMEM, "out of memory for %lld labels", (long long)p->batch);
   nb_code code = NB_OK;
   for (int64_t i = 0; i < p->batch && !code; i++) {
-    labels[i] = l->dtype == NB_I32 ? ((const int32_t *)nb_tdata(l))[i] : ((const int64_t *)nb_tdata(l))[i];
+    labels[i] = l->dtype == NB_I32 ? ((const int32_t *)nbcore_tdata(l))[i] : ((const int64_t *)nbcore_tdata(l))[i];
     if (labels[i] < 0 || labels[i] >= p->classes)
-      code = nb_kfail(k, NB_INVALID, "Received a label value of %lld which is outside the valid range of [0, %lld) at labels[%lld]",
-                      (long long)labels[i], (long long)p->classes, (long long)i);
+      code = nbop_kfail(k, NB_INVALID, "Received a label value of %lld which is outside the valid range of [0, %lld) at labels[%lld]",
+                        (long long)labels[i], (long long)p->classes, (long long)i);
   }
   if (!code) {
     xent_job j = {k, labels};
-    nb_parallel_range(nb_kthreads(k, p->batch * p->classes), p->batch, xent_range, &j);
+    nbop_parallel_range(nbop_kthreads(k, p->batch * p->classes), p->batch, xent_range, &j);
   }
   if (labels != stack) free(labels);
   return code;
@@ -411,25 +411,25 @@ static nb_code sparse_xent_kernel(nb_kargs *k) {
 
 /* ---- L2Loss: sum(t^2) / 2 ----------------------------------------------------------------- */
 
-static nb_code float_input_validate(nb_kargs *k) { return nb_kcheck_dtype(k, 0, NB_M_FLOAT); }
+static nb_code float_input_validate(nbop_kargs *k) { return nbop_kcheck_dtype(k, 0, NBOP_M_FLOAT); }
 
-static nb_code l2_loss_infer(nb_kargs *k) {
-  nb_meta_set(&k->out[0], k->in[0]->dtype, 0, NULL);
+static nb_code l2_loss_infer(nbop_kargs *k) {
+  nbop_meta_set(&k->out[0], k->in[0]->dtype, 0, NULL);
   return NB_OK;
 }
 
 /* float32 sums in double: a million squares keep their digits */
-static nb_code l2_loss_kernel(nb_kargs *k) {
+static nb_code l2_loss_kernel(nbop_kargs *k) {
   const nb_tensor *t = k->in[0];
   double s = 0;
   if (t->dtype == NB_F32) {
-    const float *x = nb_tdata(t);
+    const float *x = nbcore_tdata(t);
     for (int64_t i = 0; i < t->size; i++) s += (double)x[i] * x[i];
-    *(float *)nb_tdata(k->res[0]) = (float)(s / 2);
+    *(float *)nbcore_tdata(k->res[0]) = (float)(s / 2);
   } else {
-    const double *x = nb_tdata(t);
+    const double *x = nbcore_tdata(t);
     for (int64_t i = 0; i < t->size; i++) s += x[i] * x[i];
-    *(double *)nb_tdata(k->res[0]) = s / 2;
+    *(double *)nbcore_tdata(k->res[0]) = s / 2;
   }
   return NB_OK;
 }
@@ -444,38 +444,38 @@ typedef struct one_hot_plan {
 
 /* depth, on_value and off_value are scalars; axis fits indices' rank plus one (where
    known), as does the result; depth is non-negative (where known). */
-static nb_code one_hot_validate(nb_kargs *k) {
+static nb_code one_hot_validate(nbop_kargs *k) {
   const nb_tensor *ind = k->in[0];
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
-  if (!code) code = nb_kcheck_dtype(k, 1, NB_M(NB_I32));
-  if (!code) code = nb_kcheck_same_dtype(k, 2, 3);
+  nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_INT);
+  if (!code) code = nbop_kcheck_dtype(k, 1, NBOP_M(NB_I32));
+  if (!code) code = nbop_kcheck_same_dtype(k, 2, 3);
   if (code) return code;
   static const char *const names[4] = {"indices", "depth", "on_value", "off_value"};
   for (int i = 1; i < 4; i++)
-    if (k->in[i]->rank > 0) return nb_kfail(k, NB_SHAPE, "%s must be a scalar, but got: %s", names[i], nb_tstr(k->in[i]));
+    if (k->in[i]->rank > 0) return nbop_kfail(k, NB_SHAPE, "%s must be a scalar, but got: %s", names[i], nbop_tstr(k->in[i]));
   int64_t axis = k->attr[ONE_HOT_AXIS].i, depth;
   if (axis < -1 || (ind->rank >= 0 && axis > ind->rank))
-    return nb_kfail(k, NB_INVALID, "Expected axis to be -1 or between [0, %d).  But received: %lld", ind->rank + 1,
-                    (long long)axis);
-  if (ind->rank >= 0 && (code = nb_kcheck_out_rank(k, ind->rank + 1, "output"))) return code;
+    return nbop_kfail(k, NB_INVALID, "Expected axis to be -1 or between [0, %d).  But received: %lld", ind->rank + 1,
+                      (long long)axis);
+  if (ind->rank >= 0 && (code = nbop_kcheck_out_rank(k, ind->rank + 1, "output"))) return code;
   int n;
-  code = nb_kints(k, 1, 0, &depth, 1, &n);
-  if (code == NB_DEFER) return NB_OK;
-  if (!code && depth < 0) return nb_kfail(k, NB_INVALID, "depth must be non-negative, got: %lld", (long long)depth);
+  code = nbop_kints(k, 1, 0, &depth, 1, &n);
+  if (code == NBOP_DEFER) return NB_OK;
+  if (!code && depth < 0) return nbop_kfail(k, NB_INVALID, "depth must be non-negative, got: %lld", (long long)depth);
   return code;
 }
 
-static nb_code one_hot_infer(nb_kargs *k) {
+static nb_code one_hot_infer(nbop_kargs *k) {
   const nb_tensor *ind = k->in[0];
   int64_t axis = k->attr[ONE_HOT_AXIS].i, depth;
   int n;
-  nb_code code = nb_kints(k, 1, 0, &depth, 1, &n);
+  nb_code code = nbop_kints(k, 1, 0, &depth, 1, &n);
   if (code) return code;
   int a = axis < 0 ? ind->rank : (int)axis;
   one_hot_plan *p = (one_hot_plan *)k->scratch;
   p->outer = p->inner = 1;
   p->depth = depth;
-  nb_meta *o = &k->out[0];
+  nbop_meta *o = &k->out[0];
   o->dtype = k->in[2]->dtype;
   o->rank = ind->rank + 1;
   for (int d = 0, s = 0; d < o->rank; d++) {
@@ -500,17 +500,17 @@ static void fill_value(void *dst, int64_t n, const void *v, size_t esz) {
 }
 
 /* out[o, d, i] = indices[o, i] == d ? on : off; indices outside [0, depth) give a row of off. */
-static nb_code one_hot_kernel(nb_kargs *k) {
+static nb_code one_hot_kernel(nbop_kargs *k) {
   const one_hot_plan *p = (const one_hot_plan *)k->scratch;
   const nb_tensor *ind = k->in[0];
   size_t esz = nb_dtype_size(k->res[0]->dtype);
-  char *out = nb_tdata(k->res[0]);
-  const void *on = nb_tdata(k->in[2]);
-  fill_value(out, k->res[0]->size, nb_tdata(k->in[3]), esz);
+  char *out = nbcore_tdata(k->res[0]);
+  const void *on = nbcore_tdata(k->in[2]);
+  fill_value(out, k->res[0]->size, nbcore_tdata(k->in[3]), esz);
   for (int64_t o = 0; o < p->outer; o++)
     for (int64_t i = 0; i < p->inner; i++) {
       int64_t at = o * p->inner + i;
-      int64_t d = ind->dtype == NB_I32 ? ((const int32_t *)nb_tdata(ind))[at] : ((const int64_t *)nb_tdata(ind))[at];
+      int64_t d = ind->dtype == NB_I32 ? ((const int32_t *)nbcore_tdata(ind))[at] : ((const int64_t *)nbcore_tdata(ind))[at];
       if (d >= 0 && d < p->depth) memcpy(out + (size_t)((o * p->depth + d) * p->inner + i) * esz, on, esz);
     }
   return NB_OK;
@@ -520,24 +520,24 @@ static nb_code one_hot_kernel(nb_kargs *k) {
 
 #define ACT(NAME, FNS, ...)                                                                            \
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .elementwise = true,                                      \
-   .validate = nb_unary_validate, .infer = nb_infer_same, .kernel = nb_unary_kernel,                         \
-   .impl = &(const nb_unary_impl){{FNS}}, __VA_ARGS__}
+   .validate = nbop_unary_validate, .infer = nbop_infer_same, .kernel = nbop_unary_kernel,                   \
+   .impl = &(const nbop_unary_impl){{FNS}}, __VA_ARGS__}
 #define ACT_GRAD(NAME, FNS, IN0, IN1, ...)                                                             \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .elementwise = true,                                      \
-   .validate = nb_pair_validate, .infer = nb_infer_same, .kernel = nb_pair_kernel,                           \
-   .impl = &(const nb_pair_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
+   .validate = nbop_pair_validate, .infer = nbop_infer_same, .kernel = nbop_pair_kernel,                     \
+   .impl = &(const nbop_pair_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
 #define ALPHA_ATTR .nattrs = 1, .attrs = {{"alpha", NB_ATTR_FLOAT, {.f = 0.2}, false}}
 #define APPROXIMATE_ATTR .nattrs = 1, .attrs = {{"approximate", NB_ATTR_BOOL, {.b = false}, false}}
 #define SOFTMAX(NAME, LOG_OUT)                                                                           \
   {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .batch_leading = true,                              \
-   .validate = softmax_validate, .infer = nb_infer_same, .kernel = softmax_kernel, .impl = &(const softmax_impl){LOG_OUT}}
+   .validate = softmax_validate, .infer = nbop_infer_same, .kernel = softmax_kernel, .impl = &(const softmax_impl){LOG_OUT}}
 
 enum {
   OP_SOFTMAX, OP_LOG_SOFTMAX, OP_XENT, OP_SPARSE_XENT, OP_RELU6, OP_RELU6_GRAD, OP_LEAKY_RELU,
   OP_LEAKY_RELU_GRAD, OP_SELU, OP_SELU_GRAD, OP_GELU, OP_GELU_GRAD, OP_L2_LOSS, OP_ONE_HOT, OP_COUNT
 };
 
-static nb_op_def nn_ops[OP_COUNT] = {
+static nbop_def nn_ops[OP_COUNT] = {
     /* softmax's tensors gain a seed dim freely */
     [OP_SOFTMAX] = SOFTMAX("Softmax", false),
     [OP_LOG_SOFTMAX] = SOFTMAX("LogSoftmax", true),
@@ -562,13 +562,13 @@ static nb_op_def nn_ops[OP_COUNT] = {
                     .infer = one_hot_infer, .kernel = one_hot_kernel},
 };
 
-nb_op_family nb_nn_family(void) { return (nb_op_family){nn_ops, OP_COUNT}; }
+nbop_family nbop_nn_family(void) { return (nbop_family){nn_ops, OP_COUNT}; }
 
 /* ---- wrappers ----------------------------------------------------------------------------- */
 
 /* The one output of op on x, or on a and b (attrs at their defaults). */
-static nb_tensor *unary(nb_ctx *c, int op, nb_tensor *x) { return nb_call(c, &nn_ops[op], &x, 1, NULL); }
-static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) { return nb_call_pair(c, &nn_ops[op], a, b); }
+static nb_tensor *unary(nb_ctx *c, int op, nb_tensor *x) { return nbop_call(c, &nn_ops[op], &x, 1, NULL); }
+static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) { return nbop_call_pair(c, &nn_ops[op], a, b); }
 
 nb_tensor *nb_softmax(nb_ctx *c, nb_tensor *x) { return unary(c, OP_SOFTMAX, x); }
 nb_tensor *nb_log_softmax(nb_ctx *c, nb_tensor *x) { return unary(c, OP_LOG_SOFTMAX, x); }
@@ -584,7 +584,7 @@ nb_tensor *nb_l2_loss(nb_ctx *c, nb_tensor *x) { return unary(c, OP_L2_LOSS, x);
 
 static nb_code call2(nb_ctx *c, int op, nb_tensor *features, nb_tensor *labels, nb_tensor **loss, nb_tensor **backprop) {
   nb_tensor *in[2] = {features, labels}, *out[2] = {NULL, NULL};
-  nb_code code = nb_dispatch(c, &nn_ops[op], in, 2, NULL, out, 2);
+  nb_code code = nbop_dispatch(c, &nn_ops[op], in, 2, NULL, out, 2);
   if (loss) *loss = out[0];
   else nb_tensor_free(out[0]);
   if (backprop) *backprop = out[1];
@@ -604,11 +604,11 @@ nb_code nb_sparse_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *featur
 
 /* An op whose attr 0 takes v (float or bool by the op's spec). */
 static nb_tensor *call_with_param(nb_ctx *c, int op, nb_tensor *const *in, int nin, double v) {
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&nn_ops[op], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&nn_ops[op], a);
   if (nn_ops[op].attrs[0].kind == NB_ATTR_BOOL) a[0].b = v != 0;
   else a[0].f = v;
-  return nb_call(c, &nn_ops[op], in, nin, a);
+  return nbop_call(c, &nn_ops[op], in, nin, a);
 }
 
 nb_tensor *nb_leaky_relu(nb_ctx *c, nb_tensor *x, double alpha) {
@@ -630,12 +630,12 @@ nb_tensor *nb_gelu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features, bo
 }
 
 nb_tensor *nb_one_hot(nb_ctx *c, nb_tensor *indices, int depth, nb_tensor *on_value, nb_tensor *off_value, int axis) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   nb_tensor *in[4] = {indices, nb_scalar(c, NB_I32, depth), on_value, off_value};
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&nn_ops[OP_ONE_HOT], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&nn_ops[OP_ONE_HOT], a);
   a[ONE_HOT_AXIS].i = axis;
-  nb_tensor *y = nb_call(c, &nn_ops[OP_ONE_HOT], in, 4, a);
+  nb_tensor *y = nbop_call(c, &nn_ops[OP_ONE_HOT], in, 4, a);
   nb_tensor_free(in[1]);
   return y;
 }

@@ -26,7 +26,7 @@ typedef struct bn_plan {
   int64_t count;                  /* elements per channel: outer * inner */
   int64_t units, units_per_block, nblocks;
 } bn_plan;
-_Static_assert(sizeof(bn_plan) <= NB_SCRATCH_BYTES, "bn_plan must fit the scratch");
+_Static_assert(sizeof(bn_plan) <= NBOP_SCRATCH_BYTES, "bn_plan must fit the scratch");
 
 /* ---- layout -------------------------------------------------------------------------- */
 
@@ -39,15 +39,15 @@ typedef struct layout {
 static const char *const formats[] = {"NHWC", "NCHW", "NDHWC", "NCDHW", NULL};
 static const layout layouts[] = {{4, 3}, {4, 1}, {5, 4}, {5, 1}};
 
-static layout layout_of(const nb_kargs *k, int format_slot) { return layouts[nb_kchoice(k, format_slot)]; }
+static layout layout_of(const nbop_kargs *k, int format_slot) { return layouts[nbop_kchoice(k, format_slot)]; }
 
 /* x (input xi) has the rank data_format implies, where known. */
-static nb_code check_format_rank(nb_kargs *k, int format_slot, int xi) {
+static nb_code check_format_rank(nbop_kargs *k, int format_slot, int xi) {
   const nb_tensor *x = k->in[xi];
   layout l = layout_of(k, format_slot);
   if (x->rank >= 0 && x->rank != l.rank)
-    return nb_kfail(k, NB_SHAPE, "x must be %d-dimensional for data_format %s, got shape %s", l.rank,
-                    k->attr[format_slot].s, nb_tstr(x));
+    return nbop_kfail(k, NB_SHAPE, "x must be %d-dimensional for data_format %s, got shape %s", l.rank,
+                      k->attr[format_slot].s, nbop_tstr(x));
   return NB_OK;
 }
 
@@ -68,54 +68,54 @@ static void make_plan(bn_plan *p, const nb_tensor *x, const layout *l) {
 
 /* x is float; inputs first..nin-1 have x's dtype (U equals T here: float32 with float32,
    and nabla's float64 with float64; an explicit U must name scale's, its spec says). */
-static nb_code check_dtypes(nb_kargs *k, const char *const *names, int first) {
+static nb_code check_dtypes(nbop_kargs *k, const char *const *names, int first) {
   const nb_tensor *x = k->in[first - 1];
-  if (!nb_is_float(x->dtype))
-    return nb_kfail(k, NB_DTYPE, "%s has dtype %s; supported: float32, float64", names[first - 1],
-                    nb_dtype_name(x->dtype));
+  if (!nbcore_is_float(x->dtype))
+    return nbop_kfail(k, NB_DTYPE, "%s has dtype %s; supported: float32, float64", names[first - 1],
+                      nb_dtype_name(x->dtype));
   for (int i = 0; i < first - 1; i++)
     if (k->in[i]->dtype != x->dtype)
-      return nb_kfail(k, NB_DTYPE, "%s has dtype %s, %s has %s; they must match", names[i],
-                      nb_dtype_name(k->in[i]->dtype), names[first - 1], nb_dtype_name(x->dtype));
+      return nbop_kfail(k, NB_DTYPE, "%s has dtype %s, %s has %s; they must match", names[i],
+                        nb_dtype_name(k->in[i]->dtype), names[first - 1], nb_dtype_name(x->dtype));
   for (int i = first; i < k->nin; i++)
     if (k->in[i]->dtype != x->dtype)
-      return nb_kfail(k, NB_DTYPE, "%s has dtype %s; U must equal x's dtype %s here", names[i],
-                      nb_dtype_name(k->in[i]->dtype), nb_dtype_name(x->dtype));
+      return nbop_kfail(k, NB_DTYPE, "%s has dtype %s; U must equal x's dtype %s here", names[i],
+                        nb_dtype_name(k->in[i]->dtype), nb_dtype_name(x->dtype));
   return NB_OK;
 }
 
 /* The checks of both ops: dtypes, an epsilon >= 0, x's rank for data_format, the
    statistics inputs (first..4) 1-D, where ranks are known. */
-static nb_code check_common(nb_kargs *k, const char *const *names, int xi, int eps_slot, int format_slot) {
+static nb_code check_common(nbop_kargs *k, const char *const *names, int xi, int eps_slot, int format_slot) {
   nb_code code = check_dtypes(k, names, xi + 1);
   if (code) return code;
-  if (!(k->attr[eps_slot].f >= 0)) return nb_kfail(k, NB_INVALID, "epsilon must be >= 0, got %g", k->attr[eps_slot].f);
+  if (!(k->attr[eps_slot].f >= 0)) return nbop_kfail(k, NB_INVALID, "epsilon must be >= 0, got %g", k->attr[eps_slot].f);
   code = check_format_rank(k, format_slot, xi);
-  for (int i = xi + 1; i < 5 && !code; i++) code = nb_kcheck_rank(k, i, 1, 1, names[i]);
+  for (int i = xi + 1; i < 5 && !code; i++) code = nbop_kcheck_rank(k, i, 1, 1, names[i]);
   return code;
 }
 
 /* Input i (1-D) has length channels when need_channels; why prefixes the message. */
-static nb_code check_vector(nb_kargs *k, int i, const char *name, int64_t channels, bool need_channels,
+static nb_code check_vector(nbop_kargs *k, int i, const char *name, int64_t channels, bool need_channels,
                             const char *why) {
   const nb_tensor *v = k->in[i], *x = k->in[0];
   if (need_channels && v->shape[0] != channels)
-    return nb_kfail(k, NB_SHAPE, "%s%s must have the same number of elements as the channels of x, got %lld and %lld "
-                    "(x %s)", why, name, (long long)v->shape[0], (long long)channels, nb_tstr(x));
+    return nbop_kfail(k, NB_SHAPE, "%s%s must have the same number of elements as the channels of x, got %lld and %lld "
+                      "(x %s)", why, name, (long long)v->shape[0], (long long)channels, nbop_tstr(x));
   return NB_OK;
 }
 
-static void set_vector_outputs(nb_kargs *k, int first, int last, nb_dtype t, int64_t len) {
-  for (int o = first; o <= last; o++) nb_meta_set(&k->out[o], t, 1, (const int64_t[]){len});
+static void set_vector_outputs(nbop_kargs *k, int first, int last, nb_dtype t, int64_t len) {
+  for (int o = first; o <= last; o++) nbop_meta_set(&k->out[o], t, 1, (const int64_t[]){len});
 }
 
 /* ---- FusedBatchNormV3: checks and output shapes ------------------------------------------ */
 
 static const char *const bn_names[] = {"x", "scale", "offset", "mean", "variance"};
 
-static nb_code bn_validate(nb_kargs *k) { return check_common(k, bn_names, 0, BN_EPSILON, BN_DATA_FORMAT); }
+static nb_code bn_validate(nbop_kargs *k) { return check_common(k, bn_names, 0, BN_EPSILON, BN_DATA_FORMAT); }
 
-static nb_code bn_infer(nb_kargs *k) {
+static nb_code bn_infer(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
   layout l = layout_of(k, BN_DATA_FORMAT);
   nb_code code = NB_OK;
@@ -125,9 +125,9 @@ static nb_code bn_infer(nb_kargs *k) {
   for (int i = 1; i < 5 && !code; i++)
     code = check_vector(k, i, bn_names[i], channels, i < 3 || stats_used, i < 3 ? "" : why);
   if (code) return code;
-  nb_meta_like(&k->out[0], x);
+  nbop_meta_like(&k->out[0], x);
   set_vector_outputs(k, 1, 4, x->dtype, channels);
-  nb_meta_set(&k->out[5], x->dtype, 0, NULL);
+  nbop_meta_set(&k->out[5], x->dtype, 0, NULL);
   make_plan((bn_plan *)k->scratch, x, &l);
   return NB_OK;
 }
@@ -297,7 +297,7 @@ static void affine_range(void *arg, int64_t lo, int64_t hi) {
 }
 
 /* Threads for one pass over x. */
-static int pass_threads(const nb_kargs *k, const bn_plan *p) { return nb_kthreads(k, p->count * p->channels); }
+static int pass_threads(const nbop_kargs *k, const bn_plan *p) { return nbop_kthreads(k, p->count * p->channels); }
 
 /* Per-channel totals of the block partials, added in block order. */
 static void add_blocks(const bn_plan *p, const double *part, double *total) {
@@ -307,14 +307,14 @@ static void add_blocks(const bn_plan *p, const double *part, double *total) {
 }
 
 /* j's sums over every block, totalled into sum1 (and sum2 with dy). */
-static void channel_sums(const nb_kargs *k, bn_job *j, double *sum1, double *sum2) {
-  nb_parallel_range(pass_threads(k, j->p), j->p->nblocks, sums_range, j);
+static void channel_sums(const nbop_kargs *k, bn_job *j, double *sum1, double *sum2) {
+  nbop_parallel_range(pass_threads(k, j->p), j->p->nblocks, sums_range, j);
   add_blocks(j->p, j->part1, sum1);
   if (j->dy) add_blocks(j->p, j->part2, sum2);
 }
 
-static void affine_pass(const nb_kargs *k, bn_job *j) {
-  nb_parallel_range(pass_threads(k, j->p), j->p->units, affine_range, j);
+static void affine_pass(const nbop_kargs *k, bn_job *j) {
+  nbop_parallel_range(pass_threads(k, j->p), j->p->units, affine_range, j);
 }
 
 /* Per-channel work arrays: n arrays of channels doubles, then two [nblocks][channels]
@@ -331,15 +331,15 @@ static double *work_alloc(const bn_plan *p, int n, double **parts) {
 
 static void read_vector(const nb_tensor *t, double *v, int64_t n) {
   for (int64_t i = 0; i < n; i++)
-    v[i] = t->dtype == NB_F32 ? ((const float *)nb_tdata(t))[i] : ((const double *)nb_tdata(t))[i];
+    v[i] = t->dtype == NB_F32 ? ((const float *)nbcore_tdata(t))[i] : ((const double *)nbcore_tdata(t))[i];
 }
 
 static void write_vector(nb_tensor *t, const double *v, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     if (t->dtype == NB_F32)
-      ((float *)nb_tdata(t))[i] = (float)v[i];
+      ((float *)nbcore_tdata(t))[i] = (float)v[i];
     else
-      ((double *)nb_tdata(t))[i] = v[i];
+      ((double *)nbcore_tdata(t))[i] = v[i];
   }
 }
 
@@ -352,7 +352,7 @@ enum { W_SCALE, W_OFFSET, W_MEAN, W_VAR, W_A, W_B, W_RUN, W_COUNT };
    the running averages (1 - f) old + f batch, the variance Bessel-corrected by
    n / max(n - 1, 1); reserve_space_1/2 keep the batch mean and biased variance for the
    gradient. Empty x gives NaN statistics (0/0), as TF sets them. */
-static void batch_moments(const nb_kargs *k, bn_job *j, double **w) {
+static void batch_moments(const nbop_kargs *k, bn_job *j, double **w) {
   const bn_plan *p = j->p;
   channel_sums(k, j, w[W_MEAN], NULL);
   for (int64_t c = 0; c < p->channels; c++) w[W_MEAN][c] /= (double)p->count;
@@ -361,7 +361,7 @@ static void batch_moments(const nb_kargs *k, bn_job *j, double **w) {
   for (int64_t c = 0; c < p->channels; c++) w[W_VAR][c] /= (double)p->count;
 }
 
-static void running_outputs(nb_kargs *k, double **w) {
+static void running_outputs(nbop_kargs *k, double **w) {
   const bn_plan *p = (const bn_plan *)k->scratch;
   double f = k->attr[BN_AVG_FACTOR].f, n = (double)p->count, bessel = n / (n > 1 ? n - 1 : 1);
   int64_t ch = p->channels;
@@ -375,17 +375,17 @@ static void running_outputs(nb_kargs *k, double **w) {
   write_vector(k->res[2], w[W_RUN], ch);
 }
 
-static nb_code bn_kernel(nb_kargs *k) {
+static nb_code bn_kernel(nbop_kargs *k) {
   const bn_plan *p = (const bn_plan *)k->scratch;
   const nb_tensor *x = k->in[0];
   int64_t ch = p->channels;
   double *parts[2], *w[W_COUNT];
   double *mem = work_alloc(p, W_COUNT, parts);
-  if (!mem) return nb_kfail(k, NB_NOMEM, "out of memory for the per-channel sums (x %s)", nb_tstr(x));
+  if (!mem) return nbop_kfail(k, NB_NOMEM, "out of memory for the per-channel sums (x %s)", nbop_tstr(x));
   for (int i = 0; i < W_COUNT; i++) w[i] = mem + (size_t)i * (size_t)ch;
   read_vector(k->in[1], w[W_SCALE], ch);
   read_vector(k->in[2], w[W_OFFSET], ch);
-  bn_job j = {.p = p, .f32 = x->dtype == NB_F32, .x = nb_tdata(x), .part1 = parts[0], .part2 = parts[1]};
+  bn_job j = {.p = p, .f32 = x->dtype == NB_F32, .x = nbcore_tdata(x), .part1 = parts[0], .part2 = parts[1]};
   bool training = k->attr[BN_IS_TRAINING].b;
   if (training) {
     batch_moments(k, &j, w);
@@ -411,7 +411,7 @@ static nb_code bn_kernel(nb_kargs *k) {
   j.u = j.x;
   j.alpha = w[W_A];
   j.gamma = w[W_B];
-  j.out = nb_tdata(k->res[0]);
+  j.out = nbcore_tdata(k->res[0]);
   affine_pass(k, &j);
   free(mem);
   return NB_OK;
@@ -423,23 +423,23 @@ static const char *const bng_names[] = {"y_backprop", "x", "scale", "reserve_spa
                                          "reserve_space_3"};
 
 /* y_backprop has x's shape where both are known. */
-static nb_code bng_validate(nb_kargs *k) {
+static nb_code bng_validate(nbop_kargs *k) {
   const nb_tensor *dy = k->in[0], *x = k->in[1];
   nb_code code = check_common(k, bng_names, 1, BNG_EPSILON, BNG_DATA_FORMAT);
-  if (!code && !nb_shapes_compatible(dy, x))
-    return nb_kfail(k, NB_SHAPE, "x and y_backprop must have same shape, but x has shape %s and y_backprop has "
-                    "shape %s", nb_tstr(x), nb_tstr(dy));
+  if (!code && !nbop_shapes_compatible(dy, x))
+    return nbop_kfail(k, NB_SHAPE, "x and y_backprop must have same shape, but x has shape %s and y_backprop has "
+                      "shape %s", nbop_tstr(x), nbop_tstr(dy));
   return code;
 }
 
-static nb_code bng_infer(nb_kargs *k) {
+static nb_code bng_infer(nbop_kargs *k) {
   const nb_tensor *x = k->in[1];
   layout l = layout_of(k, BNG_DATA_FORMAT);
   nb_code code = NB_OK;
   int64_t channels = x->shape[l.channel_axis];
   for (int i = 2; i < 5 && !code; i++) code = check_vector(k, i, bng_names[i], channels, true, "");
   if (code) return code;
-  nb_meta_like(&k->out[0], x);
+  nbop_meta_like(&k->out[0], x);
   set_vector_outputs(k, 1, 2, x->dtype, channels);
   set_vector_outputs(k, 3, 4, x->dtype, 0);
   /* the plan views x (input 1), which validate gave the rank of */
@@ -454,18 +454,18 @@ enum { G_SCALE, G_MEAN, G_VAR, G_SUM_DY, G_SUM_DYXC, G_ALPHA, G_BETA, G_GAMMA, G
      training:  scale r (dy - A/n - xc r^2 B/n) = alpha dy + beta x + gamma
      inference: scale r dy
    (the training form differentiates through the batch mean and variance too). */
-static nb_code bng_kernel(nb_kargs *k) {
+static nb_code bng_kernel(nbop_kargs *k) {
   const bn_plan *p = (const bn_plan *)k->scratch;
   const nb_tensor *x = k->in[1];
   int64_t ch = p->channels;
   double *parts[2], *w[G_COUNT];
   double *mem = work_alloc(p, G_COUNT, parts);
-  if (!mem) return nb_kfail(k, NB_NOMEM, "out of memory for the per-channel sums (x %s)", nb_tstr(x));
+  if (!mem) return nbop_kfail(k, NB_NOMEM, "out of memory for the per-channel sums (x %s)", nbop_tstr(x));
   for (int i = 0; i < G_COUNT; i++) w[i] = mem + (size_t)i * (size_t)ch;
   read_vector(k->in[2], w[G_SCALE], ch);
   read_vector(k->in[3], w[G_MEAN], ch);
   read_vector(k->in[4], w[G_VAR], ch);
-  bn_job j = {.p = p, .f32 = x->dtype == NB_F32, .x = nb_tdata(x), .dy = nb_tdata(k->in[0]),
+  bn_job j = {.p = p, .f32 = x->dtype == NB_F32, .x = nbcore_tdata(x), .dy = nbcore_tdata(k->in[0]),
               .center = w[G_MEAN], .part1 = parts[0], .part2 = parts[1]};
   channel_sums(k, &j, w[G_SUM_DY], w[G_SUM_DYXC]);
   double eps = k->attr[BNG_EPSILON].f, n = (double)p->count;
@@ -484,7 +484,7 @@ static nb_code bng_kernel(nb_kargs *k) {
   j.alpha = w[G_ALPHA];
   j.beta = w[G_BETA];
   j.gamma = w[G_GAMMA];
-  j.out = nb_tdata(k->res[0]);
+  j.out = nbcore_tdata(k->res[0]);
   affine_pass(k, &j);
   free(mem);
   return NB_OK;
@@ -492,17 +492,17 @@ static nb_code bng_kernel(nb_kargs *k) {
 
 /* ---- the table ---------------------------------------------------------------------------- */
 
-#define U_ATTR {"U", NB_ATTR_TYPE, {.type = NB_TYPE_UNSET}, false}
+#define U_ATTR {"U", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false}
 #define EPSILON_ATTR {"epsilon", NB_ATTR_FLOAT, {.f = 0.0001}, false}
 #define FORMAT_ATTR {"data_format", NB_ATTR_STR, {.s = "NHWC"}, false}
 /* U (slot U_SLOT) names scale's dtype (input SCALE), and with it x's */
 #define BN_CHECKS(U_SLOT, SCALE, FORMAT_SLOT) \
-  .checks = {[U_SLOT] = {.types = NB_M_FLOAT, .of_input = 1 + (SCALE)}, [FORMAT_SLOT] = {.choices = formats}}
+  .checks = {[U_SLOT] = {.types = NBOP_M_FLOAT, .of_input = 1 + (SCALE)}, [FORMAT_SLOT] = {.choices = formats}}
 #define TRAINING_ATTR {"is_training", NB_ATTR_BOOL, {.b = true}, false}
 
 enum { OP_FUSED_BATCH_NORM_V3, OP_FUSED_BATCH_NORM_GRAD_V3, OP_COUNT };
 
-static nb_op_def norm_ops[OP_COUNT] = {
+static nbop_def norm_ops[OP_COUNT] = {
     /* the gradient reads x, scale, mean and variance (inference) and the reserve spaces */
     [OP_FUSED_BATCH_NORM_V3] = {.name = "FusedBatchNormV3", .nin = 5, .nout = 6, .alias = -1,
                                 .nattrs = 5,
@@ -518,27 +518,27 @@ static nb_op_def norm_ops[OP_COUNT] = {
                                      .validate = bng_validate, .infer = bng_infer, .kernel = bng_kernel},
 };
 
-nb_op_family nb_norm_family(void) { return (nb_op_family){norm_ops, OP_COUNT}; }
+nbop_family nbop_norm_family(void) { return (nbop_family){norm_ops, OP_COUNT}; }
 
 /* ---- wrappers ------------------------------------------------------------------------------- */
 
 /* An empty vector of x's dtype, for the statistics training mode does not read. */
 static nb_tensor *empty_like_dtype(nb_ctx *c, nb_tensor *x) {
-  return nb_live(c) && x ? nb_tensor_from(c, x->dtype, 1, (const int64_t[]){0}, NULL) : NULL;
+  return nbop_live(c) && x ? nb_tensor_from(c, x->dtype, 1, (const int64_t[]){0}, NULL) : NULL;
 }
 
 nb_code nb_fused_batch_norm(nb_ctx *c, nb_tensor *x, nb_tensor *scale, nb_tensor *offset, nb_tensor *mean,
                             nb_tensor *variance, double epsilon, double exponential_avg_factor,
                             const char *data_format, bool is_training, nb_tensor **out) {
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&norm_ops[OP_FUSED_BATCH_NORM_V3], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&norm_ops[OP_FUSED_BATCH_NORM_V3], a);
   a[BN_EPSILON].f = epsilon;
   a[BN_AVG_FACTOR].f = exponential_avg_factor;
   if (data_format) a[BN_DATA_FORMAT].s = data_format;
   a[BN_IS_TRAINING].b = is_training;
   nb_tensor *in[5] = {x, scale, offset, mean ? mean : empty_like_dtype(c, x),
                       variance ? variance : empty_like_dtype(c, x)};
-  nb_code code = nb_dispatch(c, &norm_ops[OP_FUSED_BATCH_NORM_V3], in, 5, a, out, 6);
+  nb_code code = nbop_dispatch(c, &norm_ops[OP_FUSED_BATCH_NORM_V3], in, 5, a, out, 6);
   /* the placeholders are this call's own: release them now, not at the scope's end */
   if (!mean) nb_tensor_free(in[3]);
   if (!variance) nb_tensor_free(in[4]);
@@ -548,11 +548,11 @@ nb_code nb_fused_batch_norm(nb_ctx *c, nb_tensor *x, nb_tensor *scale, nb_tensor
 nb_code nb_fused_batch_norm_grad(nb_ctx *c, nb_tensor *y_backprop, nb_tensor *x, nb_tensor *scale,
                                  nb_tensor *reserve_space_1, nb_tensor *reserve_space_2, nb_tensor *reserve_space_3,
                                  double epsilon, const char *data_format, bool is_training, nb_tensor **out) {
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&norm_ops[OP_FUSED_BATCH_NORM_GRAD_V3], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&norm_ops[OP_FUSED_BATCH_NORM_GRAD_V3], a);
   a[BNG_EPSILON].f = epsilon;
   if (data_format) a[BNG_DATA_FORMAT].s = data_format;
   a[BNG_IS_TRAINING].b = is_training;
   nb_tensor *in[6] = {y_backprop, x, scale, reserve_space_1, reserve_space_2, reserve_space_3};
-  return nb_dispatch(c, &norm_ops[OP_FUSED_BATCH_NORM_GRAD_V3], in, 6, a, out, 5);
+  return nbop_dispatch(c, &norm_ops[OP_FUSED_BATCH_NORM_GRAD_V3], in, 6, a, out, 5);
 }

@@ -33,11 +33,11 @@ typedef struct reorder {
 typedef struct compiled {
   dnnl_primitive_t prim; /* NULL: none */
   int nreorders;
-  reorder reorders[NB_ONEDNN_MAX_PLAIN];
+  reorder reorders[NBOP_ONEDNN_MAX_PLAIN];
 } compiled;
 
 typedef struct entry {
-  nb_onednn_key key;
+  nbop_onednn_key key;
   int threads;
   compiled p; /* p.prim NULL: a free slot */
   uint64_t last_used;
@@ -77,10 +77,10 @@ static dnnl_engine_t engine(void) {
   return cache.engine;
 }
 
-bool nb_onednn_enabled(void) { return !atomic_load(&disabled) && engine() != NULL; }
-void nb_onednn_set_enabled(bool on) { atomic_store(&disabled, !on); }
-uint64_t nb_onednn_executions(void) { return atomic_load(&executions); }
-uint64_t nb_onednn_primitives_made(void) { return atomic_load(&primitives_made); }
+bool nbop_onednn_enabled(void) { return !atomic_load(&disabled) && engine() != NULL; }
+void nbop_onednn_set_enabled(bool on) { atomic_store(&disabled, !on); }
+uint64_t nbop_onednn_executions(void) { return atomic_load(&executions); }
+uint64_t nbop_onednn_primitives_made(void) { return atomic_load(&primitives_made); }
 
 /* A primitive from its descriptor; a scratchpad it would need beyond the user-managed
    one counts as unimplemented (reorders run without one). */
@@ -91,7 +91,7 @@ static dnnl_status_t primitive_of(const_dnnl_primitive_desc_t pd, bool scratch_a
 }
 
 /* The reorder of plan's plain argument i where the primitive wants another layout. */
-static dnnl_status_t add_reorder(const nb_onednn_plan *plan, int i, const_dnnl_primitive_attr_t attr, compiled *p) {
+static dnnl_status_t add_reorder(const nbop_onednn_plan *plan, int i, const_dnnl_primitive_attr_t attr, compiled *p) {
   const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(plan->pd, dnnl_query_exec_arg_md, plan->plain_arg[i]);
   if (!want) return dnnl_invalid_arguments;
   if (dnnl_memory_desc_equal(want, &plan->plain_md[i])) return dnnl_success;
@@ -108,12 +108,12 @@ static dnnl_status_t add_reorder(const nb_onednn_plan *plan, int i, const_dnnl_p
 }
 
 /* A new primitive for key with its reorders, running with a user-managed scratchpad. */
-static dnnl_status_t create(const nb_onednn_key *key, nb_onednn_make_fn make, compiled *p) {
+static dnnl_status_t create(const nbop_onednn_key *key, nbop_onednn_make_fn make, compiled *p) {
   *p = (compiled){0};
   dnnl_primitive_attr_t attr;
   dnnl_status_t s = dnnl_primitive_attr_create(&attr);
   if (s != dnnl_success) return s;
-  nb_onednn_plan plan = {0};
+  nbop_onednn_plan plan = {0};
   s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   if (s == dnnl_success) s = make(key, cache.engine, attr, &plan);
   if (s == dnnl_success) s = primitive_of(plan.pd, true, &p->prim);
@@ -126,7 +126,7 @@ static dnnl_status_t create(const nb_onednn_key *key, nb_onednn_make_fn make, co
 }
 
 /* The cached entry for (key, threads), or NULL when absent. Under the lock. */
-static entry *find(const nb_onednn_key *key, int threads) {
+static entry *find(const nbop_onednn_key *key, int threads) {
   for (int i = 0; i < CACHE_CAPACITY; i++) {
     entry *e = &cache.slots[i];
     if (e->p.prim && e->threads == threads && !memcmp(&e->key, key, sizeof *key)) return e;
@@ -150,7 +150,7 @@ static entry *free_slot(void) {
 /* The primitive for (key, threads) in *p, pinned in *pinned, or made uncached (*pinned
    NULL: the caller destroys it). Creation happens outside the lock: two threads may make
    the same primitive at once, and the second to finish keeps its own uncached. */
-static dnnl_status_t acquire(const nb_onednn_key *key, nb_onednn_make_fn make, int threads, compiled *p,
+static dnnl_status_t acquire(const nbop_onednn_key *key, nbop_onednn_make_fn make, int threads, compiled *p,
                              entry **pinned) {
   pthread_mutex_lock(&cache.lock);
   entry *e = find(key, threads);
@@ -214,18 +214,18 @@ static dnnl_status_t run_reorder(const reorder *r, dnnl_stream_t stream, void *p
 
 /* Executes p over args and a scratchpad from c: each argument over its buffer, or over a
    temporary in the primitive's layout that its reorder fills before or empties after. */
-static dnnl_status_t execute(nb_ctx *c, const compiled *p, const nb_onednn_arg *args, int nargs) {
+static dnnl_status_t execute(nb_ctx *c, const compiled *p, const nbop_onednn_arg *args, int nargs) {
   const_dnnl_primitive_desc_t pd;
   dnnl_status_t s = dnnl_primitive_get_primitive_desc(p->prim, &pd);
   if (s != dnnl_success) return s;
   bound b[MAX_ARGS + 1];
-  void *plain[NB_ONEDNN_MAX_PLAIN] = {NULL}, *tmp[NB_ONEDNN_MAX_PLAIN + 1] = {NULL}; /* last: the scratchpad */
+  void *plain[NBOP_ONEDNN_MAX_PLAIN] = {NULL}, *tmp[NBOP_ONEDNN_MAX_PLAIN + 1] = {NULL}; /* last: the scratchpad */
   for (int i = 0; i < nargs; i++) {
     b[i] = (bound){args[i].arg, dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, args[i].arg), args[i].data};
     for (int r = 0; r < p->nreorders; r++)
       if (p->reorders[r].arg == args[i].arg) {
         plain[r] = args[i].data;
-        b[i].data = tmp[r] = nb_scratch_alloc(c, dnnl_memory_desc_get_size(&p->reorders[r].prim_md));
+        b[i].data = tmp[r] = nbcore_scratch_alloc(c, dnnl_memory_desc_get_size(&p->reorders[r].prim_md));
         if (!tmp[r]) s = dnnl_out_of_memory;
       }
   }
@@ -233,7 +233,7 @@ static dnnl_status_t execute(nb_ctx *c, const compiled *p, const nb_onednn_arg *
   const dnnl_memory_desc_t *scratch_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   size_t scratch_bytes = scratch_md ? dnnl_memory_desc_get_size(scratch_md) : 0;
   if (scratch_bytes && s == dnnl_success) {
-    b[n++] = (bound){DNNL_ARG_SCRATCHPAD, scratch_md, tmp[NB_ONEDNN_MAX_PLAIN] = nb_scratch_alloc(c, scratch_bytes)};
+    b[n++] = (bound){DNNL_ARG_SCRATCHPAD, scratch_md, tmp[NBOP_ONEDNN_MAX_PLAIN] = nbcore_scratch_alloc(c, scratch_bytes)};
     if (!b[n - 1].data) s = dnnl_out_of_memory;
   }
   dnnl_stream_t stream = NULL;
@@ -245,18 +245,18 @@ static dnnl_status_t execute(nb_ctx *c, const compiled *p, const nb_onednn_arg *
     if (p->reorders[r].out) s = run_reorder(&p->reorders[r], stream, plain[r], tmp[r]);
   if (s == dnnl_success) s = dnnl_stream_wait(stream);
   if (stream) dnnl_stream_destroy(stream);
-  for (int i = 0; i <= NB_ONEDNN_MAX_PLAIN; i++) nb_scratch_free(c, tmp[i]);
+  for (int i = 0; i <= NBOP_ONEDNN_MAX_PLAIN; i++) nbcore_scratch_free(c, tmp[i]);
   if (s == dnnl_success) atomic_fetch_add(&executions, 1);
   return s;
 }
 
-dnnl_status_t nb_onednn_run(nb_ctx *c, const nb_onednn_key *key, nb_onednn_make_fn make, int threads,
-                            const nb_onednn_arg *args, int nargs) {
-  if (!nb_onednn_enabled() || nargs > MAX_ARGS) return dnnl_unimplemented;
+dnnl_status_t nbop_onednn_run(nb_ctx *c, const nbop_onednn_key *key, nbop_onednn_make_fn make, int threads,
+                              const nbop_onednn_arg *args, int nargs) {
+  if (!nbop_onednn_enabled() || nargs > MAX_ARGS) return dnnl_unimplemented;
   /* oneDNN's OpenMP runtime uses the calling thread's nthreads-var, at creation (its work
      split) and at execution */
   int prev_threads = omp_get_max_threads();
-  nb_blas_set_threads(threads);
+  nbop_blas_set_threads(threads);
   compiled p;
   entry *pinned;
   dnnl_status_t s = acquire(key, make, threads, &p, &pinned);
@@ -264,6 +264,6 @@ dnnl_status_t nb_onednn_run(nb_ctx *c, const nb_onednn_key *key, nb_onednn_make_
     s = execute(c, &p, args, nargs);
     release(&p, pinned);
   }
-  nb_blas_set_threads(prev_threads);
+  nbop_blas_set_threads(prev_threads);
   return s;
 }

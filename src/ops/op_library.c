@@ -37,23 +37,23 @@ static nb_code handshake(void *handle, const char *path, nb_code (**init)(int)) 
   int version = abi ? abi() : 0;
   nb_code code = NB_OK;
   if (!abi || !*init)
-    code = nb_registry_fail(NB_NOT_FOUND, "nb_load_op_library: '%s' is not a nabla op library: it does not define %s",
-                            path, abi ? "nabla_op_library_init" : "nabla_op_library_abi");
+    code = nbop_registry_fail(NB_NOT_FOUND, "nb_load_op_library: '%s' is not a nabla op library: it does not define %s",
+                              path, abi ? "nabla_op_library_init" : "nabla_op_library_abi");
   else if (version != NB_ABI_VERSION)
-    code = nb_registry_fail(NB_UNIMPLEMENTED, "nb_load_op_library: '%s' was built against nabla op ABI %d; this "
-                            "nabla's is %d (rebuild it against this nabla.h)", path, version, NB_ABI_VERSION);
-  else if (!nb_grow_array((void **)&loaded, &loaded_cap, nloaded + 1, sizeof *loaded))
-    code = nb_registry_fail(NB_NOMEM, "nb_load_op_library: out of memory loading '%s'", path);
+    code = nbop_registry_fail(NB_UNIMPLEMENTED, "nb_load_op_library: '%s' was built against nabla op ABI %d; this "
+                              "nabla's is %d (rebuild it against this nabla.h)", path, version, NB_ABI_VERSION);
+  else if (!nbcore_grow_array((void **)&loaded, &loaded_cap, nloaded + 1, sizeof *loaded))
+    code = nbop_registry_fail(NB_NOMEM, "nb_load_op_library: out of memory loading '%s'", path);
   if (code) dlclose(handle);
   return code;
 }
 
 /* The message for a failed init, after the registry's own (the registration that failed). */
 static nb_code init_failed(const char *path, nb_code code) {
-  char why[NB_ERR_CAP];
+  char why[NBCORE_ERR_CAP];
   snprintf(why, sizeof why, "%s", nb_registry_error());
-  return nb_registry_fail(code, "nb_load_op_library: the init of '%s' failed with %s%s%s", path, nb_code_name(code),
-                          *why ? ": " : "", why);
+  return nbop_registry_fail(code, "nb_load_op_library: the init of '%s' failed with %s%s%s", path, nb_code_name(code),
+                            *why ? ": " : "", why);
 }
 
 /* Runs the init of a library that passed the handshake; it stays loaded whatever the init
@@ -65,8 +65,8 @@ static nb_code initialize(void *handle, const char *path, nb_code (*init)(int)) 
 }
 
 nb_code nb_load_op_library(const char *path) {
-  nb_registry_clear_error();
-  if (!path) return nb_registry_fail(NB_INVALID, "nb_load_op_library: path is NULL");
+  nbop_registry_clear_error();
+  if (!path) return nbop_registry_fail(NB_INVALID, "nb_load_op_library: path is NULL");
   pthread_mutex_lock(&load_lock);
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   const loaded_library *before = handle ? find_loaded(handle) : NULL;
@@ -74,7 +74,7 @@ nb_code nb_load_op_library(const char *path) {
   nb_code code;
   if (!handle) {
     const char *why = dlerror();
-    code = nb_registry_fail(NB_IO, "nb_load_op_library: cannot load '%s': %s", path, why ? why : "unknown error");
+    code = nbop_registry_fail(NB_IO, "nb_load_op_library: cannot load '%s': %s", path, why ? why : "unknown error");
   } else if (before) { /* dlopen counted it again: one reference is enough */
     code = before->init_code ? init_failed(path, before->init_code) : NB_OK;
     dlclose(handle);

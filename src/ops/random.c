@@ -176,29 +176,29 @@ static void fill_group(philox base, dist_kind kind, bool f32, int64_t g, int n, 
 enum { ATTR_DTYPE, ATTR_TSEED };
 
 /* seed: 2 ints; shape: a vector of dims >= 0 (where known). */
-static nb_code stateless_validate(nb_kargs *k) {
+static nb_code stateless_validate(nbop_kargs *k) {
   const nb_tensor *shape = k->in[0], *seed = k->in[1];
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_INT);
-  if (!code) code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_INT);
+  if (!code) code = nbop_kcheck_dtype(k, 1, NBOP_M_INT);
   if (code) return code;
   if (seed->rank >= 0 && (seed->rank != 1 || (seed->shape[0] >= 0 && seed->shape[0] != 2)))
-    return nb_kfail(k, NB_SHAPE, "seed must have shape [2], not %s", nb_tstr(seed));
+    return nbop_kfail(k, NB_SHAPE, "seed must have shape [2], not %s", nbop_tstr(seed));
   if (shape->rank >= 0 && shape->rank != 1)
-    return nb_kfail(k, NB_SHAPE, "shape must be a vector, got shape %s", nb_tstr(shape));
+    return nbop_kfail(k, NB_SHAPE, "shape must be a vector, got shape %s", nbop_tstr(shape));
   int64_t dims[NB_MAX_RANK];
   int n;
-  code = nb_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
+  code = nbop_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
   for (int i = 0; !code && i < n; i++)
     if (dims[i] < 0)
-      return nb_kfail(k, NB_INVALID, "Dimension %lld must be >= 0 (shape %s)", (long long)dims[i], nb_sstr(n, dims));
-  return code == NB_DEFER ? NB_OK : code;
+      return nbop_kfail(k, NB_INVALID, "Dimension %lld must be >= 0 (shape %s)", (long long)dims[i], nbop_sstr(n, dims));
+  return code == NBOP_DEFER ? NB_OK : code;
 }
 
-static nb_code stateless_infer(nb_kargs *k) {
+static nb_code stateless_infer(nbop_kargs *k) {
   int64_t dims[NB_MAX_RANK];
   int n;
-  nb_code code = nb_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
-  if (!code) nb_meta_set(&k->out[0], k->attr[ATTR_DTYPE].type, n, dims);
+  nb_code code = nbop_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
+  if (!code) nbop_meta_set(&k->out[0], k->attr[ATTR_DTYPE].type, n, dims);
   return code;
 }
 
@@ -220,18 +220,18 @@ static void fill_range(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
-static nb_code stateless_kernel(nb_kargs *k) {
+static nb_code stateless_kernel(nbop_kargs *k) {
   const nb_tensor *seed = k->in[1];
   nb_tensor *y = k->res[0];
   uint64_t s[2];
   for (int i = 0; i < 2; i++) /* int32 seeds sign-extend, as TF's int32 -> uint64 conversion */
-    s[i] = seed->dtype == NB_I32 ? (uint64_t)(int64_t)((const int32_t *)nb_tdata(seed))[i]
-                                 : (uint64_t)((const int64_t *)nb_tdata(seed))[i];
+    s[i] = seed->dtype == NB_I32 ? (uint64_t)(int64_t)((const int32_t *)nbcore_tdata(seed))[i]
+                                 : (uint64_t)((const int64_t *)nbcore_tdata(seed))[i];
   fill_job j = {philox_from_seed(s[0], s[1]), *(const dist_kind *)k->def->impl, y->dtype == NB_F32, y->size,
-                nb_tdata(y)};
+                nbcore_tdata(y)};
   int64_t groups = (y->size + (j.f32 ? 3 : 1)) / (j.f32 ? 4 : 2);
   /* a truncated group may draw several blocks: weigh it so threads start sooner */
-  nb_parallel_range(nb_kthreads(k, y->size * (j.kind == DIST_UNIFORM ? 1 : 8)), groups, fill_range, &j);
+  nbop_parallel_range(nbop_kthreads(k, y->size * (j.kind == DIST_UNIFORM ? 1 : 8)), groups, fill_range, &j);
   return NB_OK;
 }
 
@@ -239,46 +239,46 @@ static const dist_kind uniform_kind = DIST_UNIFORM, normal_kind = DIST_NORMAL, t
 
 #define STATELESS_OP(NAME, KIND)                                                                        \
   {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .dtype_attr = 1 + ATTR_DTYPE, .nattrs = 2,           \
-   .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, false}, {"Tseed", NB_ATTR_TYPE, {.type = NB_TYPE_UNSET}, false}}, \
-   .checks = {{.types = NB_M_FLOAT}, {.types = NB_M_INT, .of_input = 2}},                                \
+   .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, false}, {"Tseed", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false}}, \
+   .checks = {{.types = NBOP_M_FLOAT}, {.types = NBOP_M_INT, .of_input = 2}},                            \
    .validate = stateless_validate, .infer = stateless_infer, .kernel = stateless_kernel, .impl = &KIND}
 
 enum { OP_UNIFORM, OP_NORMAL, OP_TRUNCATED, OP_COUNT };
 
-static nb_op_def random_ops[OP_COUNT] = {
+static nbop_def random_ops[OP_COUNT] = {
     [OP_UNIFORM] = STATELESS_OP("StatelessRandomUniform", uniform_kind),
     [OP_NORMAL] = STATELESS_OP("StatelessRandomNormal", normal_kind),
     [OP_TRUNCATED] = STATELESS_OP("StatelessTruncatedNormal", truncated_kind),
 };
 
-nb_op_family nb_random_family(void) { return (nb_op_family){random_ops, OP_COUNT}; }
+nbop_family nbop_random_family(void) { return (nbop_family){random_ops, OP_COUNT}; }
 
 /* ---- wrappers --------------------------------------------------------------------------- */
 
 static nb_tensor *call_stateless(nb_ctx *c, int op, nb_tensor *shape, const int64_t seed[2], nb_dtype dtype) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   if (!seed) {
     nb_set_error(c, NB_INVALID, "%s: seed is NULL", random_ops[op].name);
     return NULL;
   }
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&random_ops[op], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&random_ops[op], a);
   a[ATTR_DTYPE].type = dtype;
-  nb_tensor *in[2] = {shape, nb_const_ints(c, NB_I64, seed, 2)};
-  nb_tensor *y = nb_call(c, &random_ops[op], in, 2, a);
+  nb_tensor *in[2] = {shape, nbop_const_ints(c, NB_I64, seed, 2)};
+  nb_tensor *y = nbop_call(c, &random_ops[op], in, 2, a);
   nb_tensor_free(in[1]);
   return y;
 }
 
 static nb_tensor *call_with_dims(nb_ctx *c, int op, const int64_t *shape, int rank, const int64_t seed[2],
                                  nb_dtype dtype) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   if (rank < 0 || rank > NB_MAX_RANK || (rank > 0 && !shape)) {
     nb_set_error(c, NB_INVALID, "%s: rank %d is not in [0, %d] or shape is NULL", random_ops[op].name, rank,
                  NB_MAX_RANK);
     return NULL;
   }
-  nb_tensor *dims = nb_const_ints(c, NB_I64, shape, rank);
+  nb_tensor *dims = nbop_const_ints(c, NB_I64, shape, rank);
   nb_tensor *y = call_stateless(c, op, dims, seed, dtype);
   nb_tensor_free(dims);
   return y;
@@ -313,12 +313,12 @@ static nb_tensor *kept(nb_ctx *c, nb_tensor *r) {
    its gradient is theirs. */
 nb_tensor *nb_dropout(nb_ctx *c, nb_tensor *x, double rate, const int64_t *noise_shape, int noise_rank,
                       const int64_t seed[2]) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   if (!x) {
     nb_set_error(c, NB_INVALID, "dropout: x is NULL");
     return NULL;
   }
-  if (!nb_is_float(x->dtype)) {
+  if (!nbcore_is_float(x->dtype)) {
     nb_set_error(c, NB_DTYPE, "dropout: x has dtype %s; expected float32 or float64", nb_dtype_name(x->dtype));
     return NULL;
   }
@@ -353,8 +353,8 @@ static fans compute_fans(int rank, const int64_t *shape) {
 }
 
 static bool init_args_ok(nb_ctx *c, const char *name, nb_dtype t, int rank, const int64_t *shape) {
-  if (!nb_live(c)) return false;
-  if (!nb_is_float(t)) {
+  if (!nbop_live(c)) return false;
+  if (!nbcore_is_float(t)) {
     nb_set_error(c, NB_DTYPE, "%s: dtype %s is not supported; expected float32 or float64", name,
                  (unsigned)t <= NB_BOOL ? nb_dtype_name(t) : "(invalid)");
     return false;
@@ -365,7 +365,7 @@ static bool init_args_ok(nb_ctx *c, const char *name, nb_dtype t, int rank, cons
   }
   for (int i = 0; i < rank; i++)
     if (shape[i] < 0) {
-      nb_set_error(c, NB_INVALID, "%s: shape %s has a negative dimension", name, nb_sstr(rank, shape));
+      nb_set_error(c, NB_INVALID, "%s: shape %s has a negative dimension", name, nbop_sstr(rank, shape));
       return false;
     }
   return true;

@@ -10,7 +10,7 @@
    reductions to few outputs are split into a fixed number of pieces, so results do
    not depend on the thread count. */
 #include "op.h"
-#include "strided.h" /* nb_row_major_strides */
+#include "strided.h" /* nbop_row_major_strides */
 
 #include <float.h>
 #include <math.h>
@@ -162,7 +162,7 @@ typedef struct reduce_plan {
   bool reduced[NB_MAX_RANK];
   int64_t count;                /* input elements per output element (for Mean) */
 } reduce_plan;
-_Static_assert(sizeof(reduce_plan) <= NB_SCRATCH_BYTES, "reduce plan must fit the scratch");
+_Static_assert(sizeof(reduce_plan) <= NBOP_SCRATCH_BYTES, "reduce plan must fit the scratch");
 
 static void plan_build(reduce_plan *p, const nb_tensor *x, unsigned mask) {
   p->m = 0;
@@ -178,7 +178,7 @@ static void plan_build(reduce_plan *p, const nb_tensor *x, unsigned mask) {
       p->reduced[p->m++] = red;
     }
   }
-  nb_row_major_strides(p->m, p->dims, p->strides);
+  nbop_row_major_strides(p->m, p->dims, p->strides);
 }
 
 static bool plan_reduces(const reduce_plan *p) {
@@ -225,37 +225,37 @@ static void dimset_step(const dimset *s, int64_t *idx, int64_t *off) {
 enum { ATTR_KEEP_DIMS };
 
 /* Reads reduction_indices into a bitmap of input dims; repeats count once. Every axis
-   is in range where x's rank is known (NB_DEFER while the axes are not known). */
-static nb_code read_axes(nb_kargs *k, unsigned *mask) {
+   is in range where x's rank is known (NBOP_DEFER while the axes are not known). */
+static nb_code read_axes(nbop_kargs *k, unsigned *mask) {
   int64_t v[MAX_AXES];
   int n;
-  nb_code code = nb_kints(k, 1, 1, v, MAX_AXES, &n);
+  nb_code code = nbop_kints(k, 1, 1, v, MAX_AXES, &n);
   if (code) return code;
   int rank = k->in[0]->rank;
   *mask = 0;
   for (int i = 0; i < n && rank >= 0; i++) {
     int a;
-    if (!nb_norm_axis(v[i], rank, &a))
-      return nb_kfail(k, NB_INVALID, "Invalid reduction dimension (%lld for input with %d dimension(s)",
-                      (long long)v[i], rank);
+    if (!nbcore_norm_axis(v[i], rank, &a))
+      return nbop_kfail(k, NB_INVALID, "Invalid reduction dimension (%lld for input with %d dimension(s)",
+                        (long long)v[i], rank);
     *mask |= 1u << a;
   }
   return NB_OK;
 }
 
-static nb_code reduce_validate(nb_kargs *k) {
+static nb_code reduce_validate(nbop_kargs *k) {
   unsigned mask;
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
+  nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_NUM);
   if (!code) code = read_axes(k, &mask);
-  return code == NB_DEFER ? NB_OK : code;
+  return code == NBOP_DEFER ? NB_OK : code;
 }
 
-static nb_code reduce_infer(nb_kargs *k) {
+static nb_code reduce_infer(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
   unsigned mask;
   nb_code code = read_axes(k, &mask);
   if (code) return code;
-  nb_meta *m = &k->out[0];
+  nbop_meta *m = &k->out[0];
   m->dtype = x->dtype;
   m->rank = 0;
   for (int d = 0; d < x->rank; d++) {
@@ -283,10 +283,10 @@ typedef struct reduce_job {
   size_t part_stride;   /* part_stride bytes apart */
 } reduce_job;
 
-static void job_init(reduce_job *j, const nb_kargs *k, const reduce_plan *p) {
+static void job_init(reduce_job *j, const nbop_kargs *k, const reduce_plan *p) {
   j->r = ((const reduce_impl *)k->def->impl)->by[k->in[0]->dtype];
-  j->x = nb_tdata(k->in[0]);
-  j->y = nb_tdata(k->res[0]);
+  j->x = nbcore_tdata(k->in[0]);
+  j->y = nbcore_tdata(k->res[0]);
   j->esz = nb_dtype_size(k->in[0]->dtype);
   j->count = p->count;
   j->inner = p->dims[p->m - 1];
@@ -404,25 +404,25 @@ static void column_chunks(void *arg, int64_t lo, int64_t hi) {
 }
 
 /* Runs a split reduction and merges its NCHUNK partial blocks of n accumulators. */
-static void run_chunks(const nb_kargs *k, reduce_job *j, nb_range_fn fn, int64_t n) {
+static void run_chunks(const nbop_kargs *k, reduce_job *j, nbop_range_fn fn, int64_t n) {
   _Alignas(8) unsigned char parts[NCHUNK * SPLIT_COLS * 8];
   j->parts = parts;
   j->part_stride = (size_t)n * j->r->acc_size;
-  nb_parallel_range(nb_kthreads(k, k->in[0]->size), NCHUNK, fn, j);
+  nbop_parallel_range(nbop_kthreads(k, k->in[0]->size), NCHUNK, fn, j);
   for (int c = 1; c < NCHUNK; c++) j->r->merge(parts, parts + (size_t)c * j->part_stride, n);
   j->r->finish(j->y, parts, n, j->count);
 }
 
-static void reduce_inner(const nb_kargs *k, reduce_job *j) {
+static void reduce_inner(const nbop_kargs *k, reduce_job *j) {
   int64_t nout = k->res[0]->size;
   if (nout == 1 && j->red.total == 1 && k->in[0]->size >= SPLIT_MIN) {
     run_chunks(k, j, all_chunks, 1);
     return;
   }
-  nb_parallel_range(nb_kthreads(k, k->in[0]->size), nout, inner_range, j);
+  nbop_parallel_range(nbop_kthreads(k, k->in[0]->size), nout, inner_range, j);
 }
 
-static void reduce_outer(const nb_kargs *k, reduce_job *j) {
+static void reduce_outer(const nbop_kargs *k, reduce_job *j) {
   int64_t rows = j->kept.total;
   if (rows == 1 && j->inner <= SPLIT_COLS && k->in[0]->size >= SPLIT_MIN) {
     run_chunks(k, j, column_chunks, j->inner);
@@ -431,21 +431,21 @@ static void reduce_outer(const nb_kargs *k, reduce_job *j) {
   /* equal tiles, a multiple of 8 columns wide, so threads get balanced blocks */
   j->ntiles = (j->inner + TILE - 1) / TILE;
   j->tile = ((j->inner + j->ntiles - 1) / j->ntiles + 7) / 8 * 8;
-  nb_parallel_range(nb_kthreads(k, k->in[0]->size), rows * j->ntiles, outer_range, j);
+  nbop_parallel_range(nbop_kthreads(k, k->in[0]->size), rows * j->ntiles, outer_range, j);
 }
 
-static nb_code reduce_kernel(nb_kargs *k) {
+static nb_code reduce_kernel(nbop_kargs *k) {
   const reduce_plan *p = (const reduce_plan *)k->scratch;
   const nb_tensor *x = k->in[0];
   nb_tensor *y = k->res[0];
   size_t esz = nb_dtype_size(x->dtype);
   if (y->size == 0) return NB_OK;
   if (x->size == 0) {
-    fill_identity(((const reduce_impl *)k->def->impl)->by[x->dtype], nb_tdata(y), esz, y->size, p->count);
+    fill_identity(((const reduce_impl *)k->def->impl)->by[x->dtype], nbcore_tdata(y), esz, y->size, p->count);
     return NB_OK;
   }
   if (!plan_reduces(p)) { /* only size-1 dims (or none) are reduced: values pass through */
-    memcpy(nb_tdata(y), nb_tdata(x), (size_t)x->size * esz);
+    memcpy(nbcore_tdata(y), nbcore_tdata(x), (size_t)x->size * esz);
     return NB_OK;
   }
   reduce_job j;
@@ -526,27 +526,27 @@ enum { ATTR_OUTPUT_TYPE };
 
 /* validate's check of the scalar axis input 1 of an op on x = input 0 (name: TF's for it,
    range_name: TF's in the range message): an int scalar in range, where known. */
-static nb_code check_axis(nb_kargs *k, const char *name, const char *range_name) {
+static nb_code check_axis(nbop_kargs *k, const char *name, const char *range_name) {
   const nb_tensor *a = k->in[1];
   int64_t given;
   int axis, n;
-  nb_code code = nb_kcheck_dtype(k, 1, NB_M_INT);
+  nb_code code = nbop_kcheck_dtype(k, 1, NBOP_M_INT);
   if (code) return code;
   if (a->rank > 0)
-    return nb_kfail(k, NB_SHAPE, "%s must be a scalar, but received tensor of shape: %s", name, nb_tstr(a));
-  code = nb_kints(k, 1, 0, &given, 1, &n);
-  if (!code) code = nb_kaxis(k, given, k->in[0]->rank, range_name, &axis);
-  return code == NB_DEFER ? NB_OK : code;
+    return nbop_kfail(k, NB_SHAPE, "%s must be a scalar, but received tensor of shape: %s", name, nbop_tstr(a));
+  code = nbop_kints(k, 1, 0, &given, 1, &n);
+  if (!code) code = nbop_kaxis(k, given, k->in[0]->rank, range_name, &axis);
+  return code == NBOP_DEFER ? NB_OK : code;
 }
 
 /* The axis input 1 as given in *given, normalized into *axis, and x's [outer, n, inner]
    around it in the scratch plan. */
-static nb_code axis_plan(nb_kargs *k, int64_t *given, int *axis) {
+static nb_code axis_plan(nbop_kargs *k, int64_t *given, int *axis) {
   const nb_tensor *x = k->in[0];
   int n;
-  nb_code code = nb_kints(k, 1, 0, given, 1, &n);
+  nb_code code = nbop_kints(k, 1, 0, given, 1, &n);
   if (code) return code;
-  nb_norm_axis(*given, x->rank, axis);
+  nbcore_norm_axis(*given, x->rank, axis);
   axis_layout *p = (axis_layout *)k->scratch;
   *p = (axis_layout){1, x->shape[*axis], 1};
   for (int d = 0; d < x->rank; d++) {
@@ -564,17 +564,17 @@ static void tile_unit(int64_t u, int64_t ntiles, int64_t inner, int64_t *o, int6
 }
 
 /* output_type is checked by its spec */
-static nb_code argmax_validate(nb_kargs *k) { return check_axis(k, "dim", "dimension"); }
+static nb_code argmax_validate(nbop_kargs *k) { return check_axis(k, "dim", "dimension"); }
 
-static nb_code argmax_infer(nb_kargs *k) {
+static nb_code argmax_infer(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
   int64_t given;
   int axis;
   nb_code code = axis_plan(k, &given, &axis);
   if (code) return code;
   if (x->shape[axis] == 0)
-    return nb_kfail(k, NB_INVALID, "Reduction axis %lld is empty in shape %s", (long long)given, nb_tstr(x));
-  nb_meta *m = &k->out[0];
+    return nbop_kfail(k, NB_INVALID, "Reduction axis %lld is empty in shape %s", (long long)given, nbop_tstr(x));
+  nbop_meta *m = &k->out[0];
   m->dtype = k->attr[ATTR_OUTPUT_TYPE].type;
   m->rank = 0;
   for (int d = 0; d < x->rank; d++)
@@ -621,16 +621,16 @@ static void argmax_tiles(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
-static nb_code argmax_kernel(nb_kargs *k) {
+static nb_code argmax_kernel(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
-  argmax_job j = {&argmax_by_dtype[x->dtype], *(const axis_layout *)k->scratch, nb_tdata(x),
-                  nb_tdata(k->res[0]), nb_dtype_size(x->dtype), k->res[0]->dtype == NB_I32, 0};
-  int nt = nb_kthreads(k, x->size);
+  argmax_job j = {&argmax_by_dtype[x->dtype], *(const axis_layout *)k->scratch, nbcore_tdata(x),
+                  nbcore_tdata(k->res[0]), nb_dtype_size(x->dtype), k->res[0]->dtype == NB_I32, 0};
+  int nt = nbop_kthreads(k, x->size);
   if (j.p.inner == 1) {
-    nb_parallel_range(nt, j.p.outer, argmax_rows, &j);
+    nbop_parallel_range(nt, j.p.outer, argmax_rows, &j);
   } else {
     j.ntiles = (j.p.inner + TILE - 1) / TILE;
-    nb_parallel_range(nt, j.p.outer * j.ntiles, argmax_tiles, &j);
+    nbop_parallel_range(nt, j.p.outer * j.ntiles, argmax_tiles, &j);
   }
   return NB_OK;
 }
@@ -678,18 +678,18 @@ static const scan_impl cumprod_impl = BY_DTYPE(scan_prod);
 
 enum { ATTR_EXCLUSIVE, ATTR_REVERSE };
 
-static nb_code scan_validate(nb_kargs *k) {
-  nb_code code = nb_kcheck_dtype(k, 0, NB_M_NUM);
+static nb_code scan_validate(nbop_kargs *k) {
+  nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_NUM);
   return code ? code : check_axis(k, "axis", "scan axis");
 }
 
 /* The input as [outer, n, inner] around the scanned axis (axis_plan). */
-static nb_code scan_infer(nb_kargs *k) {
+static nb_code scan_infer(nbop_kargs *k) {
   int64_t given;
   int axis;
   nb_code code = axis_plan(k, &given, &axis);
   if (code) return code;
-  nb_meta_like(&k->out[0], k->in[0]);
+  nbop_meta_like(&k->out[0], k->in[0]);
   return NB_OK;
 }
 
@@ -714,14 +714,14 @@ static void scan_tiles(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
-static nb_code scan_kernel(nb_kargs *k) {
+static nb_code scan_kernel(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
   if (x->size == 0) return NB_OK;
-  scan_job j = {((const scan_impl *)k->def->impl)->by[x->dtype], *(const axis_layout *)k->scratch, nb_tdata(x),
-                nb_tdata(k->res[0]), nb_dtype_size(x->dtype), 0, k->attr[ATTR_EXCLUSIVE].b,
+  scan_job j = {((const scan_impl *)k->def->impl)->by[x->dtype], *(const axis_layout *)k->scratch, nbcore_tdata(x),
+                nbcore_tdata(k->res[0]), nb_dtype_size(x->dtype), 0, k->attr[ATTR_EXCLUSIVE].b,
                 k->attr[ATTR_REVERSE].b};
   j.ntiles = (j.p.inner + TILE - 1) / TILE;
-  nb_parallel_range(nb_kthreads(k, x->size), j.p.outer * j.ntiles, scan_tiles, &j);
+  nbop_parallel_range(nbop_kthreads(k, x->size), j.p.outer * j.ntiles, scan_tiles, &j);
   return NB_OK;
 }
 
@@ -740,39 +740,39 @@ static nb_code scan_kernel(nb_kargs *k) {
 
 enum { OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_PROD, OP_ARGMAX, OP_CUMSUM, OP_CUMPROD, OP_COUNT };
 
-static nb_op_def reduce_ops[OP_COUNT] = {
+static nbop_def reduce_ops[OP_COUNT] = {
     [OP_SUM] = REDUCTION("Sum", sum_impl),
     [OP_MEAN] = REDUCTION("Mean", mean_impl),
     [OP_MAX] = REDUCTION("Max", max_impl),
     [OP_MIN] = REDUCTION("Min", min_impl),
     [OP_PROD] = REDUCTION("Prod", prod_impl),
     [OP_ARGMAX] = {.name = "ArgMax", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + ATTR_OUTPUT_TYPE,
-                   .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}}, .checks = {{.types = NB_M_INT}},
+                   .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}}, .checks = {{.types = NBOP_M_INT}},
                    .validate = argmax_validate, .infer = argmax_infer, .kernel = argmax_kernel},
     [OP_CUMSUM] = SCAN_OP("Cumsum", cumsum_impl),
     [OP_CUMPROD] = SCAN_OP("Cumprod", cumprod_impl),
 };
 
-nb_op_family nb_reduce_family(void) { return (nb_op_family){reduce_ops, OP_COUNT}; }
+nbop_family nbop_reduce_family(void) { return (nbop_family){reduce_ops, OP_COUNT}; }
 
 /* ---- wrappers ----------------------------------------------------------------------- */
 
 /* Reduction op of x over the axes tensor axes. */
 static nb_tensor *reduce_over(nb_ctx *c, int op, nb_tensor *x, nb_tensor *axes, bool keepdims) {
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&reduce_ops[op], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&reduce_ops[op], a);
   a[ATTR_KEEP_DIMS].b = keepdims;
   nb_tensor *in[2] = {x, axes};
-  return nb_call(c, &reduce_ops[op], in, 2, a);
+  return nbop_call(c, &reduce_ops[op], in, 2, a);
 }
 
 /* axes NULL: every axis of x (x NULL is left for the dispatch to report). */
 static nb_tensor *reduce_call(nb_ctx *c, int op, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
-  const nb_op_def *def = &reduce_ops[op];
-  if (!nb_live(c)) return NULL;
+  const nbop_def *def = &reduce_ops[op];
+  if (!nbop_live(c)) return NULL;
   int all[NB_MAX_RANK];
   if (!axes && x && x->rank < 0) {
-    nb_fail(c, NB_INVALID, "%s: reducing every axis needs a known rank; pass the axes", def->name);
+    nbcore_fail(c, NB_INVALID, "%s: reducing every axis needs a known rank; pass the axes", def->name);
     return NULL;
   }
   if (!axes) {
@@ -780,10 +780,10 @@ static nb_tensor *reduce_call(nb_ctx *c, int op, nb_tensor *x, const int *axes, 
     for (int i = 0; i < naxes; i++) all[i] = i;
     axes = all;
   } else if (naxes < 0) {
-    nb_fail(c, NB_INVALID, "%s: negative axis count %d", def->name, naxes);
+    nbcore_fail(c, NB_INVALID, "%s: negative axis count %d", def->name, naxes);
     return NULL;
   }
-  nb_tensor *ax = nb_const_int_list(c, axes, naxes);
+  nb_tensor *ax = nbop_const_int_list(c, axes, naxes);
   if (!ax) return NULL;
   nb_tensor *y = reduce_over(c, op, x, ax, keepdims);
   nb_tensor_free(ax);
@@ -816,30 +816,30 @@ nb_tensor *nb_prod(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool kee
 
 
 nb_tensor *nb_argmax(nb_ctx *c, nb_tensor *x, int axis, nb_dtype output_type) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   nb_tensor *dim = nb_scalar(c, NB_I32, axis);
   if (!dim) return NULL;
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&reduce_ops[OP_ARGMAX], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&reduce_ops[OP_ARGMAX], a);
   a[ATTR_OUTPUT_TYPE].type = output_type;
   nb_tensor *in[2] = {x, dim};
-  nb_tensor *y = nb_call(c, &reduce_ops[OP_ARGMAX], in, 2, a);
+  nb_tensor *y = nbop_call(c, &reduce_ops[OP_ARGMAX], in, 2, a);
   nb_tensor_free(dim);
   return y;
 }
 
 /* Scan op of x along the axis tensor axis. */
 static nb_tensor *scan_over(nb_ctx *c, int op, nb_tensor *x, nb_tensor *axis, bool exclusive, bool reverse) {
-  nb_attrval a[NB_MAX_ATTRS];
-  nb_attr_defaults(&reduce_ops[op], a);
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(&reduce_ops[op], a);
   a[ATTR_EXCLUSIVE].b = exclusive;
   a[ATTR_REVERSE].b = reverse;
   nb_tensor *in[2] = {x, axis};
-  return nb_call(c, &reduce_ops[op], in, 2, a);
+  return nbop_call(c, &reduce_ops[op], in, 2, a);
 }
 
 static nb_tensor *scan_call(nb_ctx *c, int op, nb_tensor *x, int axis, bool exclusive, bool reverse) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   nb_tensor *ax = nb_scalar(c, NB_I32, axis);
   if (!ax) return NULL;
   nb_tensor *y = scan_over(c, op, x, ax, exclusive, reverse);

@@ -7,9 +7,9 @@
 #define BY_SIZE(esz, LOOP)          \
   switch (esz) {                    \
     case 1: LOOP(uint8_t); break;   \
-    case 2: LOOP(nb_u16a); break;   \
-    case 4: LOOP(nb_u32a); break;   \
-    default: LOOP(nb_u64a); break;  \
+    case 2: LOOP(nbop_u16a); break; \
+    case 4: LOOP(nbop_u32a); break; \
+    default: LOOP(nbop_u64a); break; \
   }
 
 #define FILL_LOOP(T)                          \
@@ -50,7 +50,7 @@ static void copy_run(char *dst, const char *src, int64_t step, size_t esz, int64
     BY_SIZE(esz, STEP_LOOP)
 }
 
-static void push(nb_strided *p, int64_t dim, int64_t in_st, int64_t out_st) {
+static void push(nbop_strided *p, int64_t dim, int64_t in_st, int64_t out_st) {
   p->dims[p->rank] = dim;
   p->in_st[p->rank] = in_st;
   p->out_st[p->rank] = out_st;
@@ -60,7 +60,7 @@ static void push(nb_strided *p, int64_t dim, int64_t in_st, int64_t out_st) {
 /* The new dim continues the outer one when stepping over all of it lands on the outer
    one's next index; the merged dim keeps the inner strides. Merging while adding gives
    the same plan as merging afterwards, since the condition only involves neighbours. */
-void nb_strided_add(nb_strided *p, int64_t dim, int64_t in_st, int64_t out_st) {
+void nbop_strided_add(nbop_strided *p, int64_t dim, int64_t in_st, int64_t out_st) {
   if (dim == 1) return;
   int o = p->rank - 1;
   if (o >= 0 && p->in_st[o] == in_st * dim && p->out_st[o] == out_st * dim) {
@@ -72,7 +72,7 @@ void nb_strided_add(nb_strided *p, int64_t dim, int64_t in_st, int64_t out_st) {
   }
 }
 
-void nb_odometer_seek(nb_odometer *w, const nb_strided *p, int n, int64_t pos) {
+void nbop_odometer_seek(nbop_odometer *w, const nbop_strided *p, int n, int64_t pos) {
   w->p = p;
   w->n = n;
   w->in = w->out = 0;
@@ -84,8 +84,8 @@ void nb_odometer_seek(nb_odometer *w, const nb_strided *p, int n, int64_t pos) {
   }
 }
 
-void nb_odometer_next(nb_odometer *w) {
-  const nb_strided *p = w->p;
+void nbop_odometer_next(nbop_odometer *w) {
+  const nbop_strided *p = w->p;
   for (int d = w->n - 1; d >= 0; d--) {
     w->in += p->in_st[d];
     w->out += p->out_st[d];
@@ -97,7 +97,7 @@ void nb_odometer_next(nb_odometer *w) {
 }
 
 typedef struct run_job {
-  const nb_strided *p; /* its innermost dim has output stride 1 */
+  const nbop_strided *p; /* its innermost dim has output stride 1 */
   const char *in;
   char *out;
   size_t esz;
@@ -107,21 +107,21 @@ typedef struct run_job {
    dim, with the outer dims walked by an odometer. */
 static void run_range(void *arg, int64_t lo, int64_t hi) {
   const run_job *j = arg;
-  const nb_strided *p = j->p;
+  const nbop_strided *p = j->p;
   int last = p->rank - 1;
   int64_t step = p->in_st[last], esz = (int64_t)j->esz;
   if (last == 0) {
     copy_run(j->out + lo * esz, j->in + lo * step * esz, step, j->esz, hi - lo);
     return;
   }
-  nb_odometer w;
-  nb_odometer_seek(&w, p, last, lo);
-  for (int64_t r = lo; r < hi; r++, nb_odometer_next(&w))
+  nbop_odometer w;
+  nbop_odometer_seek(&w, p, last, lo);
+  for (int64_t r = lo; r < hi; r++, nbop_odometer_next(&w))
     copy_run(j->out + w.out * esz, j->in + w.in * esz, step, j->esz, p->dims[last]);
 }
 
-void nb_strided_run(const nb_kargs *k, const nb_strided *p, const void *in, void *out, size_t esz) {
-  nb_strided q = *p;
+void nbop_strided_run(const nbop_kargs *k, const nbop_strided *p, const void *in, void *out, size_t esz) {
+  nbop_strided q = *p;
   int64_t total = 1;
   for (int d = 0; d < q.rank; d++) total *= q.dims[d];
   if (total == 0) return;
@@ -130,16 +130,16 @@ void nb_strided_run(const nb_kargs *k, const nb_strided *p, const void *in, void
   run_job j = {&q, in, out, esz};
   int last = q.rank - 1;
   int64_t units = last == 0 ? q.dims[0] : total / q.dims[last];
-  nb_parallel_range(nb_kthreads(k, total), units, run_range, &j);
+  nbop_parallel_range(nbop_kthreads(k, total), units, run_range, &j);
 }
 
-void nb_strided_fill(const nb_kargs *k, void *out, const void *val, size_t esz, int64_t n) {
-  nb_strided p = {0};
-  nb_strided_add(&p, n, 0, 1);
-  nb_strided_run(k, &p, val, out, esz);
+void nbop_strided_fill(const nbop_kargs *k, void *out, const void *val, size_t esz, int64_t n) {
+  nbop_strided p = {0};
+  nbop_strided_add(&p, n, 0, 1);
+  nbop_strided_run(k, &p, val, out, esz);
 }
 
-void nb_row_major_strides(int rank, const int64_t *shape, int64_t *st) {
+void nbop_row_major_strides(int rank, const int64_t *shape, int64_t *st) {
   int64_t s = 1;
   for (int i = rank - 1; i >= 0; i--) {
     st[i] = s;

@@ -29,17 +29,17 @@
 #define APPLY_PAR_MIN (1 << 15) /* elements below which an update stays on one thread, as elementwise ops */
 
 typedef struct apply_job {
-  nb_apply_kind kind;
-  void *p[NB_APPLY_MAX_VARS];  /* var and slot data */
+  nbop_apply_kind kind;
+  void *p[NBOP_APPLY_MAX_VARS]; /* var and slot data */
   const void *g;
-  nb_hyper h;
+  nbop_hyper h;
 } apply_job;
 
-int nb_apply_num_vars(nb_apply_kind kind) {
+int nbop_apply_num_vars(nbop_apply_kind kind) {
   switch (kind) {
-    case NB_APPLY_SGD: return 1;
-    case NB_APPLY_MOMENTUM: return 2;
-    case NB_APPLY_CENTERED_RMSPROP: return 4;
+    case NBOP_APPLY_SGD: return 1;
+    case NBOP_APPLY_MOMENTUM: return 2;
+    case NBOP_APPLY_CENTERED_RMSPROP: return 4;
     default: return 3;
   }
 }
@@ -52,32 +52,32 @@ int nb_apply_num_vars(nb_apply_kind kind) {
 #define UPDATE_FN update_f64
 #include "training_update.inc"
 
-nb_code nb_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const *vars, const void *grad, const nb_hyper *h,
-                        int threads) {
+nb_code nbop_apply_update(nb_ctx *c, nbop_apply_kind kind, nb_variable *const *vars, const void *grad, const nbop_hyper *h,
+                          int threads) {
   apply_job j = {.kind = kind, .g = grad, .h = *h};
-  int nv = nb_apply_num_vars(kind);
+  int nv = nbop_apply_num_vars(kind);
   for (int i = 0; i < nv; i++)
-    if (!(j.p[i] = nb_variable_writable(c, vars[i], true))) return c->status;
+    if (!(j.p[i] = nbcore_variable_writable(c, vars[i], true))) return c->status;
   int64_t n = vars[0]->size;
-  nb_parallel_range(n >= APPLY_PAR_MIN ? threads : 1, n, vars[0]->dtype == NB_F32 ? update_f32 : update_f64, &j);
+  nbop_parallel_range(n >= APPLY_PAR_MIN ? threads : 1, n, vars[0]->dtype == NB_F32 ? update_f32 : update_f64, &j);
   return NB_OK;
 }
 
 /* ---- sparse updates ------------------------------------------------------------------------ */
 
-int64_t nb_first_bad_index(const nb_tensor *indices, int64_t rows) {
+int64_t nbop_first_bad_index(const nb_tensor *indices, int64_t rows) {
   for (int64_t i = 0; i < indices->size; i++) {
-    int64_t at = nb_index_at(indices, i);
+    int64_t at = nbop_index_at(indices, i);
     if (at < 0 || at >= rows) return i;
   }
   return -1;
 }
 
-nb_code nb_kcheck_rows(nb_kargs *k, const nb_tensor *indices, const nb_variable *v) {
-  int64_t rows = v->shape[0], bad = nb_first_bad_index(indices, rows);
+nb_code nbop_kcheck_rows(nbop_kargs *k, const nb_tensor *indices, const nb_variable *v) {
+  int64_t rows = v->shape[0], bad = nbop_first_bad_index(indices, rows);
   if (bad < 0) return NB_OK;
-  return nb_kfail(k, NB_INVALID, "indices[%lld] = %lld is not in [0, %lld): variable '%s' has %lld rows",
-                  (long long)bad, (long long)nb_index_at(indices, bad), (long long)rows, v->name, (long long)rows);
+  return nbop_kfail(k, NB_INVALID, "indices[%lld] = %lld is not in [0, %lld): variable '%s' has %lld rows",
+                    (long long)bad, (long long)nbop_index_at(indices, bad), (long long)rows, v->name, (long long)rows);
 }
 
 typedef void (*update_fn)(void *arg, int64_t lo, int64_t hi);
@@ -166,7 +166,7 @@ static int64_t sum_repeated_rows(const nb_tensor *values, const nb_tensor *indic
                                  index_pos *order, int64_t *rows, char *g) {
   int64_t n = indices->size, distinct = 0;
   size_t row_bytes = (size_t)row_size * nb_dtype_size(values->dtype);
-  for (int64_t i = 0; i < n; i++) order[i] = (index_pos){nb_index_at(indices, i), i};
+  for (int64_t i = 0; i < n; i++) order[i] = (index_pos){nbop_index_at(indices, i), i};
   qsort(order, (size_t)n, sizeof *order, by_index_then_position);
   for (int64_t i = 0; i < n; i++) {
     if (i == 0 || order[i].index != order[i - 1].index) {
@@ -174,7 +174,7 @@ static int64_t sum_repeated_rows(const nb_tensor *values, const nb_tensor *indic
       memset(g + (size_t)distinct++ * row_bytes, 0, row_bytes);
     }
     char *dst = g + (size_t)(distinct - 1) * row_bytes;
-    const char *src = (const char *)nb_tdata(values) + (size_t)order[i].pos * row_bytes;
+    const char *src = (const char *)nbcore_tdata(values) + (size_t)order[i].pos * row_bytes;
     if (values->dtype == NB_F32) ADD_ROW(float);
     else ADD_ROW(double);
   }
@@ -185,39 +185,39 @@ static int64_t sum_repeated_rows(const nb_tensor *values, const nb_tensor *indic
 /* SGD: each listed row in turn, var -= lr values (the dense kernel on one row). */
 static void scatter_rows(sparse_job *s, const nb_tensor *values, const nb_tensor *indices) {
   for (int64_t i = 0; i < indices->size; i++)
-    update_rows(s, nb_index_at(indices, i), 1, (const char *)nb_tdata(values) + (size_t)i * s->row_bytes);
+    update_rows(s, nbop_index_at(indices, i), 1, (const char *)nbcore_tdata(values) + (size_t)i * s->row_bytes);
 }
 
-nb_code nb_sparse_apply_update(nb_ctx *c, nb_apply_kind kind, nb_variable *const *vars, const nb_tensor *values,
-                               const nb_tensor *indices, const nb_hyper *h, int threads) {
+nb_code nbop_sparse_apply_update(nb_ctx *c, nbop_apply_kind kind, nb_variable *const *vars, const nb_tensor *values,
+                                 const nb_tensor *indices, const nbop_hyper *h, int threads) {
   const nb_variable *var = vars[0];
   sparse_job s = {.base = {.kind = kind, .h = *h}, .fn = var->dtype == NB_F32 ? update_f32 : update_f64,
-                  .nvars = nb_apply_num_vars(kind)};
+                  .nvars = nbop_apply_num_vars(kind)};
   for (int i = 0; i < s.nvars; i++)
-    if (!(s.base.p[i] = nb_variable_writable(c, vars[i], true))) return c->status;
+    if (!(s.base.p[i] = nbcore_variable_writable(c, vars[i], true))) return c->status;
   if (var->size == 0) return NB_OK;
   s.row_size = var->size / var->shape[0];
   s.row_bytes = (size_t)s.row_size * nb_dtype_size(var->dtype);
-  if (kind == NB_APPLY_SGD) {
+  if (kind == NBOP_APPLY_SGD) {
     scatter_rows(&s, values, indices);
     return NB_OK;
   }
   int64_t n = indices->size;
-  bool dense = kind == NB_APPLY_ADAM || kind == NB_APPLY_ADAMW;
+  bool dense = kind == NBOP_APPLY_ADAM || kind == NBOP_APPLY_ADAMW;
   s.zero_rows = dense ? 1 + 4095 / s.row_size : 0; /* about 4096 elements per call */
   index_pos *order = malloc((size_t)n * sizeof *order + 1);
   int64_t *rows = malloc((size_t)n * sizeof *rows + 1);
   char *g = malloc((size_t)n * s.row_bytes + 1);
   char *zeros = calloc((size_t)s.zero_rows * s.row_bytes + 1, 1);
-  nb_code code = order && rows && g && zeros ? NB_OK : nb_fail(c, NB_NOMEM, "out of memory updating variable '%s' "
+  nb_code code = order && rows && g && zeros ? NB_OK : nbcore_fail(c, NB_NOMEM, "out of memory updating variable '%s' "
                                                                   "sparsely", var->name);
   if (!code) {
     s.n = sum_repeated_rows(values, indices, s.row_size, order, rows, g);
     s.rows = rows, s.g = g, s.zeros = zeros;
     if (dense)
-      nb_parallel_range(var->size >= APPLY_PAR_MIN ? threads : 1, var->shape[0], dense_range, &s);
+      nbop_parallel_range(var->size >= APPLY_PAR_MIN ? threads : 1, var->shape[0], dense_range, &s);
     else
-      nb_parallel_range(s.n * s.row_size >= APPLY_PAR_MIN ? threads : 1, s.n, lazy_range, &s);
+      nbop_parallel_range(s.n * s.row_size >= APPLY_PAR_MIN ? threads : 1, s.n, lazy_range, &s);
   }
   free(order);
   free(rows);
@@ -232,33 +232,33 @@ enum { ATTR_VARS, ATTR_LOCKING, ATTR_NESTEROV }; /* use_nesterov: Momentum only 
 #define GRAD (-1)
 #define INDICES (-2) /* sparse ops: the gradient's rows, after it */
 
-/* An op's inputs: for each, the nb_hyper field it sets (its offset), GRAD or INDICES. */
+/* An op's inputs: for each, the nbop_hyper field it sets (its offset), GRAD or INDICES. */
 typedef struct train_impl {
-  nb_apply_kind kind;
+  nbop_apply_kind kind;
   bool sparse;
   int16_t field[9];
 } train_impl;
 
-#define F(name) (int16_t) offsetof(nb_hyper, name)
-static const train_impl sgd_impl = {NB_APPLY_SGD, false, {F(lr), GRAD}};
-static const train_impl momentum_impl = {NB_APPLY_MOMENTUM, false, {F(lr), GRAD, F(momentum)}};
+#define F(name) (int16_t) offsetof(nbop_hyper, name)
+static const train_impl sgd_impl = {NBOP_APPLY_SGD, false, {F(lr), GRAD}};
+static const train_impl momentum_impl = {NBOP_APPLY_MOMENTUM, false, {F(lr), GRAD, F(momentum)}};
 static const train_impl adam_impl = {
-    NB_APPLY_ADAM, false, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD}};
+    NBOP_APPLY_ADAM, false, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD}};
 static const train_impl adamw_impl = {
-    NB_APPLY_ADAMW, false, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, F(weight_decay)}};
-static const train_impl rmsprop_impl = {NB_APPLY_RMSPROP, false, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
-static const train_impl centered_impl = {NB_APPLY_CENTERED_RMSPROP, false, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
+    NBOP_APPLY_ADAMW, false, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, F(weight_decay)}};
+static const train_impl rmsprop_impl = {NBOP_APPLY_RMSPROP, false, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
+static const train_impl centered_impl = {NBOP_APPLY_CENTERED_RMSPROP, false, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
 /* the sparse ops: TF's inputs with indices after grad */
-static const train_impl sparse_momentum_impl = {NB_APPLY_MOMENTUM, true, {F(lr), GRAD, INDICES, F(momentum)}};
+static const train_impl sparse_momentum_impl = {NBOP_APPLY_MOMENTUM, true, {F(lr), GRAD, INDICES, F(momentum)}};
 static const train_impl sparse_adam_impl = {
-    NB_APPLY_ADAM, true, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, INDICES}};
+    NBOP_APPLY_ADAM, true, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, INDICES}};
 static const train_impl sparse_adamw_impl = {
-    NB_APPLY_ADAMW, true,
+    NBOP_APPLY_ADAMW, true,
     {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, INDICES, F(weight_decay)}};
 static const train_impl sparse_rmsprop_impl = {
-    NB_APPLY_RMSPROP, true, {F(lr), F(rho), F(momentum), F(epsilon), GRAD, INDICES}};
+    NBOP_APPLY_RMSPROP, true, {F(lr), F(rho), F(momentum), F(epsilon), GRAD, INDICES}};
 static const train_impl sparse_centered_impl = {
-    NB_APPLY_CENTERED_RMSPROP, true, {F(lr), F(rho), F(momentum), F(epsilon), GRAD, INDICES}};
+    NBOP_APPLY_CENTERED_RMSPROP, true, {F(lr), F(rho), F(momentum), F(epsilon), GRAD, INDICES}};
 #undef F
 
 static int grad_input(const train_impl *impl) {
@@ -268,106 +268,106 @@ static int grad_input(const train_impl *impl) {
 }
 
 /* The variables named by _variables: the right count, each live, all of the var's dtype. */
-static nb_code attr_variables(nb_kargs *k, const train_impl *impl, nb_variable **vars) {
-  int n = nb_apply_num_vars(impl->kind);
+static nb_code attr_variables(nbop_kargs *k, const train_impl *impl, nb_variable **vars) {
+  int n = nbop_apply_num_vars(impl->kind);
   if (k->attr[ATTR_VARS].n != n)
-    return nb_kfail(k, NB_INVALID, "attr _variables has %d entries, expected %d", k->attr[ATTR_VARS].n, n);
+    return nbop_kfail(k, NB_INVALID, "attr _variables has %d entries, expected %d", k->attr[ATTR_VARS].n, n);
   for (int i = 0; i < n; i++) {
-    nb_variable *v = vars[i] = nb_variable_from_bits(k->attr[ATTR_VARS].ints[i]);
-    if (!v) return nb_kfail(k, NB_INVALID, "attr _variables entry %d is not set", i);
-    nb_code code = nb_kcheck_variable_live(k, v);
+    nb_variable *v = vars[i] = nbcore_variable_from_bits(k->attr[ATTR_VARS].ints[i]);
+    if (!v) return nbop_kfail(k, NB_INVALID, "attr _variables entry %d is not set", i);
+    nb_code code = nbop_kcheck_variable_live(k, v);
     if (code) return code;
-    if (!nb_is_float(v->dtype) || v->dtype != vars[0]->dtype || v->size != vars[0]->size)
-      return nb_kfail(k, NB_DTYPE, "variable '%s' is %s %s; expected a float variable like '%s' (%s %s)", v->name,
-                      nb_dtype_name(v->dtype), nb_sstr(v->rank, v->shape), vars[0]->name,
-                      nb_dtype_name(vars[0]->dtype), nb_sstr(vars[0]->rank, vars[0]->shape));
+    if (!nbcore_is_float(v->dtype) || v->dtype != vars[0]->dtype || v->size != vars[0]->size)
+      return nbop_kfail(k, NB_DTYPE, "variable '%s' is %s %s; expected a float variable like '%s' (%s %s)", v->name,
+                        nb_dtype_name(v->dtype), nbop_sstr(v->rank, v->shape), vars[0]->name,
+                        nb_dtype_name(vars[0]->dtype), nbop_sstr(vars[0]->rank, vars[0]->shape));
   }
   return NB_OK;
 }
 
-static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknown>" : nb_tstr(x); }
+static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknown>" : nbop_tstr(x); }
 
-static nb_code check_dense_grad(nb_kargs *k, const nb_variable *v, int i) {
+static nb_code check_dense_grad(nbop_kargs *k, const nb_variable *v, int i) {
   const nb_tensor *x = k->in[i];
-  if (nb_variable_accepts(v, x)) return NB_OK;
-  return nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
-                  "grad (input %d) has shape %s and dtype %s; variable '%s' needs a gradient of shape %s and dtype %s",
-                  i, shape_str(x), nb_dtype_name(x->dtype), v->name, nb_sstr(v->rank, v->shape),
-                  nb_dtype_name(v->dtype));
+  if (nbcore_variable_accepts(v, x)) return NB_OK;
+  return nbop_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
+                    "grad (input %d) has shape %s and dtype %s; variable '%s' needs a gradient of shape %s and dtype %s",
+                    i, shape_str(x), nb_dtype_name(x->dtype), v->name, nbop_sstr(v->rank, v->shape),
+                    nb_dtype_name(v->dtype));
 }
 
 /* Sparse ops: grad [N, the variable's dims 1..] and indices int [N] (unknown dims pass). */
-static nb_code check_sparse_grad(nb_kargs *k, const nb_variable *v, int i) {
+static nb_code check_sparse_grad(nbop_kargs *k, const nb_variable *v, int i) {
   const nb_tensor *x = k->in[i], *idx = k->in[i + 1];
   bool fits = x->dtype == v->dtype && (x->rank < 0 || x->rank == v->rank);
   for (int d = 1; fits && x->rank > 0 && d < v->rank; d++) fits = x->shape[d] < 0 || x->shape[d] == v->shape[d];
   if (!fits)
-    return nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
-                    "grad (input %d) has shape %s and dtype %s; variable '%s' (%s %s) needs %s rows of shape %s", i,
-                    shape_str(x), nb_dtype_name(x->dtype), v->name, nb_dtype_name(v->dtype),
-                    nb_sstr(v->rank, v->shape), nb_dtype_name(v->dtype), nb_sstr(v->rank - 1, v->shape + 1));
+    return nbop_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
+                      "grad (input %d) has shape %s and dtype %s; variable '%s' (%s %s) needs %s rows of shape %s", i,
+                      shape_str(x), nb_dtype_name(x->dtype), v->name, nb_dtype_name(v->dtype),
+                      nbop_sstr(v->rank, v->shape), nb_dtype_name(v->dtype), nbop_sstr(v->rank - 1, v->shape + 1));
   if (idx->dtype != NB_I32 && idx->dtype != NB_I64)
-    return nb_kfail(k, NB_DTYPE, "indices (input %d) has dtype %s; expected int32 or int64", i + 1,
-                    nb_dtype_name(idx->dtype));
+    return nbop_kfail(k, NB_DTYPE, "indices (input %d) has dtype %s; expected int32 or int64", i + 1,
+                      nb_dtype_name(idx->dtype));
   if (idx->rank >= 0 && (idx->rank != 1 || (x->rank > 0 && x->shape[0] >= 0 && idx->shape[0] >= 0 &&
                                             x->shape[0] != idx->shape[0])))
-    return nb_kfail(k, NB_SHAPE, "indices (input %d) has shape %s; expected one index per row of grad %s", i + 1,
-                    shape_str(idx), shape_str(x));
+    return nbop_kfail(k, NB_SHAPE, "indices (input %d) has shape %s; expected one index per row of grad %s", i + 1,
+                      shape_str(idx), shape_str(x));
   return NB_OK;
 }
 
 /* The variables, and each input fits them (unknown dims and ranks fit). */
-static nb_code train_validate(nb_kargs *k) {
+static nb_code train_validate(nbop_kargs *k) {
   const train_impl *impl = k->def->impl;
-  nb_variable *vars[NB_APPLY_MAX_VARS];
+  nb_variable *vars[NBOP_APPLY_MAX_VARS];
   nb_code code = attr_variables(k, impl, vars);
   if (code) return code;
   nb_variable *v = vars[0];
   if (impl->sparse && v->rank == 0)
-    return nb_kfail(k, NB_SHAPE, "variable '%s' is a scalar; sparse updates need rows", v->name);
+    return nbop_kfail(k, NB_SHAPE, "variable '%s' is a scalar; sparse updates need rows", v->name);
   for (int i = 0; i < k->nin && !code; i++) {
     const nb_tensor *x = k->in[i];
     if (impl->field[i] == GRAD)
       code = impl->sparse ? check_sparse_grad(k, v, i) : check_dense_grad(k, v, i);
     else if (impl->field[i] != INDICES && (x->dtype != v->dtype || x->rank > 0))
-      code = nb_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
-                      "input %d must be a %s scalar like variable '%s', got shape %s and dtype %s", i,
-                      nb_dtype_name(v->dtype), v->name, shape_str(x), nb_dtype_name(x->dtype));
+      code = nbop_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
+                        "input %d must be a %s scalar like variable '%s', got shape %s and dtype %s", i,
+                        nb_dtype_name(v->dtype), v->name, shape_str(x), nb_dtype_name(x->dtype));
   }
   return code;
 }
 
 /* The output is the variable's value after the update, whatever the inputs' ranks (the
    ops are any_rank). */
-static nb_code train_infer(nb_kargs *k) {
-  const nb_variable *v = nb_variable_from_bits(k->attr[ATTR_VARS].ints[0]);
-  nb_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
+static nb_code train_infer(nbop_kargs *k) {
+  const nb_variable *v = nbcore_variable_from_bits(k->attr[ATTR_VARS].ints[0]);
+  nbop_meta_set(&k->out[0], v->dtype, v->rank, v->shape);
   return NB_OK;
 }
 
 /* The sparse update, once every index is known to name a row of the variable. */
-static nb_code sparse_update(nb_kargs *k, const train_impl *impl, nb_variable **vars, const nb_hyper *h) {
+static nb_code sparse_update(nbop_kargs *k, const train_impl *impl, nb_variable **vars, const nbop_hyper *h) {
   int g = grad_input(impl);
   const nb_tensor *indices = k->in[g + 1];
-  nb_code code = nb_kcheck_rows(k, indices, vars[0]);
-  return code ? code : nb_sparse_apply_update(k->ctx, impl->kind, vars, k->in[g], indices, h, k->threads);
+  nb_code code = nbop_kcheck_rows(k, indices, vars[0]);
+  return code ? code : nbop_sparse_apply_update(k->ctx, impl->kind, vars, k->in[g], indices, h, k->threads);
 }
 
 /* validate has checked the variables and inputs of this very call */
-static nb_code train_kernel(nb_kargs *k) {
+static nb_code train_kernel(nbop_kargs *k) {
   const train_impl *impl = k->def->impl;
-  nb_variable *vars[NB_APPLY_MAX_VARS];
-  for (int i = 0; i < k->attr[ATTR_VARS].n; i++) vars[i] = nb_variable_from_bits(k->attr[ATTR_VARS].ints[i]);
-  nb_hyper h = {.nesterov = k->def->nattrs > ATTR_NESTEROV && k->attr[ATTR_NESTEROV].b};
+  nb_variable *vars[NBOP_APPLY_MAX_VARS];
+  for (int i = 0; i < k->attr[ATTR_VARS].n; i++) vars[i] = nbcore_variable_from_bits(k->attr[ATTR_VARS].ints[i]);
+  nbop_hyper h = {.nesterov = k->def->nattrs > ATTR_NESTEROV && k->attr[ATTR_NESTEROV].b};
   for (int i = 0; i < k->nin; i++) {
-    const void *d = nb_tdata(k->in[i]);
+    const void *d = nbcore_tdata(k->in[i]);
     if (impl->field[i] >= 0)
       *(double *)((char *)&h + impl->field[i]) = k->in[i]->dtype == NB_F32 ? *(const float *)d : *(const double *)d;
   }
   nb_code code = impl->sparse ? sparse_update(k, impl, vars, &h)
-                              : nb_apply_update(k->ctx, impl->kind, vars, nb_tdata(k->in[grad_input(impl)]), &h,
-                                                k->threads);
-  if (!code) nb_variable_share_into(k->ctx, k->res[0], vars[0]);
+                              : nbop_apply_update(k->ctx, impl->kind, vars, nbcore_tdata(k->in[grad_input(impl)]), &h,
+                                                  k->threads);
+  if (!code) nbcore_variable_share_into(k->ctx, k->res[0], vars[0]);
   return code;
 }
 
@@ -381,7 +381,7 @@ static nb_code train_kernel(nb_kargs *k) {
    .attrs = {TRAIN_ATTRS, {"use_nesterov", NB_ATTR_BOOL, {.b = false}, false}},                            \
    .validate = train_validate, .infer = train_infer, .kernel = train_kernel, .impl = &(impl_)}
 
-static nb_op_def training_ops[] = {
+static nbop_def training_ops[] = {
     TRAIN_OP("ResourceApplyGradientDescent", 2, sgd_impl),
     NESTEROV_OP("ResourceApplyMomentum", 3, momentum_impl),
     TRAIN_OP("ResourceApplyAdam", 7, adam_impl),
@@ -395,4 +395,4 @@ static nb_op_def training_ops[] = {
     TRAIN_OP("ResourceSparseApplyCenteredRMSProp", 6, sparse_centered_impl),
 };
 
-nb_op_family nb_training_family(void) { return (nb_op_family){training_ops, sizeof training_ops / sizeof *training_ops}; }
+nbop_family nbop_training_family(void) { return (nbop_family){training_ops, sizeof training_ops / sizeof *training_ops}; }

@@ -1,7 +1,7 @@
 /* Branch-free float32 exp and tanh, shared by the elementwise families so their loops
-   vectorize (their compute-bound loops take NB_SIMD_CLONES from op.h). */
-#ifndef NB_VMATH_H
-#define NB_VMATH_H
+   vectorize (their compute-bound loops take NBOP_SIMD_CLONES from op.h). */
+#ifndef NBOP_VMATH_H
+#define NBOP_VMATH_H
 
 #include <math.h>
 #include <stdint.h>

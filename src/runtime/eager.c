@@ -6,9 +6,9 @@
 #include <string.h>
 
 /* Output i as a view of an input's buffer (Reshape, Identity, ...): no copy. */
-static nb_tensor *alias_output(nb_ctx *c, const nb_meta *m, nb_tensor *src) {
-  nb_buffer_retain(src->buf);
-  return nb_handle_new(c, m->dtype, m->rank, m->shape, src->buf);
+static nb_tensor *alias_output(nb_ctx *c, const nbop_meta *m, nb_tensor *src) {
+  nbcore_buffer_retain(src->buf);
+  return nbcore_handle_new(c, m->dtype, m->rank, m->shape, src->buf);
 }
 
 static void free_outputs(nb_tensor **out, int n) {
@@ -20,13 +20,13 @@ static void free_outputs(nb_tensor **out, int n) {
 
 /* Whether input x's block can become output m: the caller lets x die at this op
    (forwardable bit i, from a session), nothing else holds the block, and it fits m. */
-static bool can_forward(const nb_tensor *x, int i, const nb_meta *m, uint32_t forwardable) {
+static bool can_forward(const nb_tensor *x, int i, const nbop_meta *m, uint32_t forwardable) {
   return ((forwardable >> i) & 1u) && x->buf && x->dtype == m->dtype && x->rank == m->rank &&
-         nb_buffer_exclusive(x->buf) && memcmp(x->shape, m->shape, (size_t)m->rank * sizeof *m->shape) == 0;
+         nbcore_buffer_exclusive(x->buf) && memcmp(x->shape, m->shape, (size_t)m->rank * sizeof *m->shape) == 0;
 }
 
 /* Whether input i's block is also another input of the op. */
-static bool read_twice(const nb_kargs *k, int i) {
+static bool read_twice(const nbop_kargs *k, int i) {
   for (int j = 0; j < k->nin; j++)
     if (j != i && k->in[j]->buf == k->in[i]->buf) return true;
   return false;
@@ -39,8 +39,8 @@ static bool read_twice(const nb_kargs *k, int i) {
    one input their kernel can update in place (inplace_input), unless that block is also
    another of their inputs (GEMM's factors must not overlap its result). NULL when none
    qualifies. */
-static nb_tensor *forwarded_output(nb_ctx *c, const nb_kargs *k, const nb_meta *m, uint32_t forwardable) {
-  const nb_op_def *def = k->def;
+static nb_tensor *forwarded_output(nb_ctx *c, const nbop_kargs *k, const nbop_meta *m, uint32_t forwardable) {
+  const nbop_def *def = k->def;
   if (!forwardable || def->alias >= 0) return NULL;
   if (def->inplace_input) {
     int i = def->inplace_input - 1;
@@ -53,18 +53,18 @@ static nb_tensor *forwarded_output(nb_ctx *c, const nb_kargs *k, const nb_meta *
   return NULL;
 }
 
-static nb_code eager_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out) {
-  const nb_op_def *def = k->def;
+static nb_code eager_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out) {
+  const nbop_def *def = k->def;
   uint32_t forwardable = c->forwardable;
   c->forwardable = 0; /* it was meant for this op: ops a kernel runs itself (a custom gradient's
                          forward function, on these very inputs) must not write over them */
   for (int i = 0; i < k->nout; i++) {
-    const nb_meta *m = &k->out[i];
+    const nbop_meta *m = &k->out[i];
     nb_tensor *src = (i == 0 && def->alias >= 0) ? k->in[def->alias] : NULL;
     nb_tensor *forwarded = i == 0 && k->nout == 1 ? forwarded_output(c, k, m, forwardable) : NULL;
     out[i] = forwarded                ? forwarded
              : src && src->buf       ? alias_output(c, m, src)
-                                     : nb_tensor_alloc(c, m->dtype, m->rank, m->shape);
+                                     : nbcore_tensor_alloc(c, m->dtype, m->rank, m->shape);
     if (!out[i]) {
       free_outputs(out, i);
       return c->status;
@@ -80,7 +80,7 @@ static nb_code eager_execute(nb_ctx *c, nb_kargs *k, nb_tensor **out) {
 }
 
 nb_ctx *nb_eager_new(void) {
-  nb_registry_init();
+  nbop_registry_init();
   nb_ctx *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->execute = eager_execute;
@@ -91,7 +91,7 @@ nb_ctx *nb_eager_new(void) {
 void nb_ctx_free(nb_ctx *c) {
   if (!c) return;
   if (c->release_tapes) c->release_tapes(c);
-  nb_ctx_release_all(c);
+  nbcore_ctx_release_all(c);
   free(c->metas);
   free(c->subst);
   free(c);
@@ -103,7 +103,7 @@ void nb_ctx_set_threads(nb_ctx *c, int n) {
      thousands can fail inside the runtime, which then exits the process. */
   int cores = omp_get_num_procs();
   if (n < 1 || n > cores) {
-    nb_fail(c, NB_INVALID, "nb_ctx_set_threads: thread count %d must be in [1, %d] (the cores here)", n, cores);
+    nbcore_fail(c, NB_INVALID, "nb_ctx_set_threads: thread count %d must be in [1, %d] (the cores here)", n, cores);
     return;
   }
   c->threads = n;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct nb_plan {
+typedef struct nbrt_plan {
   uint64_t hash;
   uint32_t version;        /* the graph's control-edge version it was planned for */
   int nfeed, nfetch;
@@ -24,17 +24,17 @@ typedef struct nb_plan {
   uint32_t *dying;         /* step i: bit j when its input j (j < 32) is freed right after it */
   int32_t *feed_vals, *fetch_vals;
   bool *from_value;        /* step i takes its node's build-time value instead of running */
-} nb_plan;
+} nbrt_plan;
 
 struct nb_session {
   nb_graph *g;
   nb_ctx *ctx;
-  nb_plan **plans;
+  nbrt_plan **plans;
   int nplans;
   nb_tensor **vals;
   int32_t vals_cap;
-  int take;                /* the next nb_run frees feed values [0, take) (nb_session_take_feeds) */
-  char error[NB_ERR_CAP];
+  int take;                /* the next nb_run frees feed values [0, take) (nbrt_session_take_feeds) */
+  char error[NBCORE_ERR_CAP];
 };
 
 nb_session *nb_session_new(nb_graph *g) {
@@ -48,7 +48,7 @@ nb_session *nb_session_new(nb_graph *g) {
   return s;
 }
 
-static void plan_free(nb_plan *p) {
+static void plan_free(nbrt_plan *p) {
   if (!p) return;
   free(p->keys);
   free(p->steps);
@@ -75,15 +75,15 @@ void nb_session_free(nb_session *s) {
 
 const char *nb_session_error(const nb_session *s) { return s ? s->error : "NULL session"; }
 
-void nb_session_share_blocks(nb_session *s, nb_ctx *from) {
+void nbrt_session_share_blocks(nb_session *s, nb_ctx *from) {
   if (s) s->ctx->blocks_from = from;
 }
 
-void nb_session_take_feeds(nb_session *s, int n) {
+void nbrt_session_take_feeds(nb_session *s, int n) {
   if (s) s->take = n;
 }
 
-/* Frees the feed values nb_session_take_feeds handed over that the run has not. */
+/* Frees the feed values nbrt_session_take_feeds handed over that the run has not. */
 static void drop_taken(nb_session *s, nb_tensor *const *feed_values, int nfeed) {
   for (int i = 0; feed_values && i < s->take && i < nfeed; i++)
     if (feed_values[i]) nb_tensor_free(feed_values[i]);
@@ -116,13 +116,13 @@ static uint64_t keys_hash(const int64_t *keys, int n) {
 typedef struct planner {
   nb_session *s;
   nb_graph *g;
-  nb_plan *p;
+  nbrt_plan *p;
   uint32_t gen;
   int32_t *needed, nneeded;  /* nodes to run, in discovery order */
 } planner;
 
 static bool push_stale(int32_t **stack, int32_t *top, int32_t *cap, int32_t id) {
-  if (!nb_grow_array((void **)stack, cap, *top + 1, sizeof **stack)) {
+  if (!nbcore_grow_array((void **)stack, cap, *top + 1, sizeof **stack)) {
     free(*stack);
     *stack = NULL;
     return false;
@@ -132,19 +132,19 @@ static bool push_stale(int32_t **stack, int32_t *top, int32_t *cap, int32_t id) 
 }
 
 /* Index of the feed that replaces (src, out), or -1. */
-static int fed_index(const nb_plan *p, int32_t src, int32_t out) {
-  int64_t key = nb_key(src, out);
+static int fed_index(const nbrt_plan *p, int32_t src, int32_t out) {
+  int64_t key = nbgraph_key(src, out);
   for (int i = 0; i < p->nfeed; i++)
     if (p->keys[i] == key) return i;
   return -1;
 }
 
-static bool edge_live(const nb_plan *p, const nb_edge *e) { return e->out < 0 || fed_index(p, e->src, e->out) < 0; }
+static bool edge_live(const nbrt_plan *p, const nbgraph_edge *e) { return e->out < 0 || fed_index(p, e->src, e->out) < 0; }
 
 /* A node whose outputs were all computed at build time needs none of its inputs, unless
    a feed replaces something those values came from (marked stale: stamp2 == gen). */
-static bool node_known(const planner *pl, const nb_node *n) {
-  return n->stamp2 != pl->gen && nb_node_values_known(pl->g, n);
+static bool node_known(const planner *pl, const nbgraph_node *n) {
+  return n->stamp2 != pl->gen && nbgraph_node_values_known(pl->g, n);
 }
 
 /* Marks the build-time values downstream of fed tensors as stale. Only nodes with known
@@ -154,15 +154,15 @@ static nb_code mark_stale(planner *pl) {
   nb_graph *g = pl->g;
   int32_t *stack = NULL, top = 0, cap = 0;
   for (int i = 0; i < pl->p->nfeed; i++) {
-    int32_t id = nb_key_node(pl->p->keys[i]);
+    int32_t id = nbgraph_key_node(pl->p->keys[i]);
     if (g->nodes[id].stamp2 == pl->gen) continue;
     g->nodes[id].stamp2 = pl->gen;
     if (!push_stale(&stack, &top, &cap, id)) return NB_NOMEM;
     while (top > 0) {
-      const nb_node *n = &g->nodes[stack[--top]];
+      const nbgraph_node *n = &g->nodes[stack[--top]];
       for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
-        nb_node *u = &g->nodes[g->edges[e].consumer];
-        if (g->edges[e].out < 0 || u->stamp2 == pl->gen || !nb_node_values_known(g, u)) continue;
+        nbgraph_node *u = &g->nodes[g->edges[e].consumer];
+        if (g->edges[e].out < 0 || u->stamp2 == pl->gen || !nbgraph_node_values_known(g, u)) continue;
         u->stamp2 = pl->gen;
         if (!push_stale(&stack, &top, &cap, g->edges[e].consumer)) {
           free(stack);
@@ -176,7 +176,7 @@ static nb_code mark_stale(planner *pl) {
 }
 
 static void push_needed(planner *pl, int32_t *stack, int *top, int32_t id) {
-  nb_node *n = &pl->g->nodes[id];
+  nbgraph_node *n = &pl->g->nodes[id];
   if (n->stamp == pl->gen) return;
   n->stamp = pl->gen;
   pl->needed[pl->nneeded++] = id;
@@ -196,13 +196,13 @@ static nb_code collect_needed(planner *pl) {
   int top = 0;
   for (int i = 0; i < pl->p->nfetch; i++) {
     int64_t key = pl->p->keys[pl->p->nfeed + i];
-    if (fed_index(pl->p, nb_key_node(key), nb_key_out(key)) < 0) push_needed(pl, stack, &top, nb_key_node(key));
+    if (fed_index(pl->p, nbgraph_key_node(key), nbgraph_key_out(key)) < 0) push_needed(pl, stack, &top, nbgraph_key_node(key));
   }
   while (top > 0) {
-    const nb_node *n = &g->nodes[stack[--top]];
+    const nbgraph_node *n = &g->nodes[stack[--top]];
     if (node_known(pl, n)) continue;
     for (int32_t i = 0; i < n->nin; i++) {
-      const nb_edge *e = &g->edges[n->in0 + i];
+      const nbgraph_edge *e = &g->edges[n->in0 + i];
       if (edge_live(pl->p, e)) push_needed(pl, stack, &top, e->src);
     }
     for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl) push_needed(pl, stack, &top, g->edges[e].src);
@@ -213,12 +213,12 @@ static nb_code collect_needed(planner *pl) {
 
 static nb_code check_placeholders(planner *pl) {
   for (int32_t i = 0; i < pl->nneeded; i++) {
-    const nb_node *n = &pl->g->nodes[pl->needed[i]];
+    const nbgraph_node *n = &pl->g->nodes[pl->needed[i]];
     if (strcmp(n->def->name, "Placeholder") != 0) continue;
-    const nb_meta *m = &pl->g->outs[n->out0].meta;
+    const nbop_meta *m = &pl->g->outs[n->out0].meta;
     return session_fail(pl->s, NB_INVALID,
                         "You must feed a value for placeholder tensor '%s' with dtype %s and shape %s", n->name,
-                        nb_dtype_name(m->dtype), m->rank < 0 ? "<unknown>" : nb_sstr(m->rank, m->shape));
+                        nb_dtype_name(m->dtype), m->rank < 0 ? "<unknown>" : nbop_sstr(m->rank, m->shape));
   }
   return NB_OK;
 }
@@ -227,12 +227,12 @@ static nb_code check_placeholders(planner *pl) {
    input edges. */
 static nb_code order_steps(planner *pl) {
   nb_graph *g = pl->g;
-  nb_plan *p = pl->p;
+  nbrt_plan *p = pl->p;
   p->steps = malloc((size_t)(pl->nneeded + 1) * sizeof *p->steps);
   if (!p->steps) return NB_NOMEM;
   int32_t head = 0;
   for (int32_t i = 0; i < pl->nneeded; i++) {
-    nb_node *n = &g->nodes[pl->needed[i]];
+    nbgraph_node *n = &g->nodes[pl->needed[i]];
     n->pending = 0;
     if (!node_known(pl, n)) {
       for (int32_t j = 0; j < n->nin; j++) n->pending += edge_live(p, &g->edges[n->in0 + j]);
@@ -241,16 +241,16 @@ static nb_code order_steps(planner *pl) {
     if (n->pending == 0) p->steps[p->nsteps++] = pl->needed[i];
   }
   while (head < p->nsteps) {
-    const nb_node *n = &g->nodes[p->steps[head++]];
+    const nbgraph_node *n = &g->nodes[p->steps[head++]];
     for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
-      nb_node *u = &g->nodes[g->edges[e].consumer];
+      nbgraph_node *u = &g->nodes[g->edges[e].consumer];
       if (u->stamp == pl->gen && !node_known(pl, u) && edge_live(p, &g->edges[e]) && --u->pending == 0)
         p->steps[p->nsteps++] = g->edges[e].consumer;
     }
   }
   if (p->nsteps == pl->nneeded) return NB_OK;
   for (int32_t i = 0; i < pl->nneeded; i++) {
-    const nb_node *n = &g->nodes[pl->needed[i]];
+    const nbgraph_node *n = &g->nodes[pl->needed[i]];
     if (n->pending > 0)
       return session_fail(pl->s, NB_INVALID, "Graph has a cycle through node '%s' (op %s)", n->name, n->def->name);
   }
@@ -260,7 +260,7 @@ static nb_code order_steps(planner *pl) {
 /* Value indices: feeds first, then each step's outputs; inputs resolved per step. */
 static nb_code assign_values(planner *pl) {
   nb_graph *g = pl->g;
-  nb_plan *p = pl->p;
+  nbrt_plan *p = pl->p;
   int32_t nin = 0, v = p->nfeed;
   p->out0 = malloc((size_t)(p->nsteps + 1) * sizeof *p->out0);
   p->in_off = malloc((size_t)(p->nsteps + 1) * sizeof *p->in_off);
@@ -270,7 +270,7 @@ static nb_code assign_values(planner *pl) {
   if (!p->out0 || !p->in_off || !p->feed_vals || !p->fetch_vals || !p->from_value) return NB_NOMEM;
   for (int i = 0; i < p->nfeed; i++) p->feed_vals[i] = i;
   for (int32_t i = 0; i < p->nsteps; i++) {
-    nb_node *n = &g->nodes[p->steps[i]];
+    nbgraph_node *n = &g->nodes[p->steps[i]];
     n->slot = v;
     p->out0[i] = v;
     v += n->nout;
@@ -282,10 +282,10 @@ static nb_code assign_values(planner *pl) {
   if (!p->in_vals) return NB_NOMEM;
   nin = 0;
   for (int32_t i = 0; i < p->nsteps; i++) {
-    const nb_node *n = &g->nodes[p->steps[i]];
+    const nbgraph_node *n = &g->nodes[p->steps[i]];
     p->in_off[i] = nin;
     for (int32_t j = 0; j < n->nin && !p->from_value[i]; j++) {
-      const nb_edge *e = &g->edges[n->in0 + j];
+      const nbgraph_edge *e = &g->edges[n->in0 + j];
       int f = fed_index(p, e->src, e->out);
       p->in_vals[nin++] = f >= 0 ? f : g->nodes[e->src].slot + e->out;
     }
@@ -293,14 +293,14 @@ static nb_code assign_values(planner *pl) {
   p->in_off[p->nsteps] = nin;
   for (int i = 0; i < p->nfetch; i++) {
     int64_t key = p->keys[p->nfeed + i];
-    int f = fed_index(p, nb_key_node(key), nb_key_out(key));
-    p->fetch_vals[i] = f >= 0 ? f : g->nodes[nb_key_node(key)].slot + nb_key_out(key);
+    int f = fed_index(p, nbgraph_key_node(key), nbgraph_key_out(key));
+    p->fetch_vals[i] = f >= 0 ? f : g->nodes[nbgraph_key_node(key)].slot + nbgraph_key_out(key);
   }
   return NB_OK;
 }
 
 /* Each value is freed after the last step that reads it; fetched values never are. */
-static nb_code plan_frees(nb_plan *p) {
+static nb_code plan_frees(nbrt_plan *p) {
   int32_t *last = malloc((size_t)(p->nvals + 1) * sizeof *last);
   p->free_off = calloc((size_t)p->nsteps + 2, sizeof *p->free_off);
   p->free_vals = malloc((size_t)(p->nvals + 1) * sizeof *p->free_vals);
@@ -335,8 +335,8 @@ static nb_code plan_frees(nb_plan *p) {
   return p->dying ? NB_OK : NB_NOMEM;
 }
 
-static nb_code build_plan(nb_session *s, nb_plan *p) {
-  planner pl = {s, s->g, p, nb_graph_next_gen(s->g), NULL, 0};
+static nb_code build_plan(nb_session *s, nbrt_plan *p) {
+  planner pl = {s, s->g, p, nbgraph_next_gen(s->g), NULL, 0};
   nb_code code = mark_stale(&pl);
   if (!code) code = collect_needed(&pl);
   if (!code) code = check_placeholders(&pl);
@@ -348,9 +348,9 @@ static nb_code build_plan(nb_session *s, nb_plan *p) {
   return code;
 }
 
-static nb_plan *find_plan(nb_session *s, const int64_t *keys, int nfeed, int nfetch, uint64_t h) {
+static nbrt_plan *find_plan(nb_session *s, const int64_t *keys, int nfeed, int nfetch, uint64_t h) {
   for (int i = 0; i < s->nplans; i++) {
-    nb_plan *p = s->plans[i];
+    nbrt_plan *p = s->plans[i];
     if (p->hash == h && p->nfeed == nfeed && p->nfetch == nfetch &&
         memcmp(p->keys, keys, (size_t)(nfeed + nfetch) * sizeof *keys) == 0)
       return p;
@@ -365,22 +365,22 @@ static void drop_stale_plans(nb_session *s) {
   s->nplans = 0;
 }
 
-static nb_code get_plan(nb_session *s, int64_t *keys, int nfeed, int nfetch, nb_plan **out) {
+static nb_code get_plan(nb_session *s, int64_t *keys, int nfeed, int nfetch, nbrt_plan **out) {
   uint64_t h = keys_hash(keys, nfeed + nfetch);
   drop_stale_plans(s);
   if ((*out = find_plan(s, keys, nfeed, nfetch, h))) {
     free(keys);
     return NB_OK;
   }
-  nb_plan *p = calloc(1, sizeof *p);
-  nb_plan **plans = realloc(s->plans, (size_t)(s->nplans + 1) * sizeof *plans);
+  nbrt_plan *p = calloc(1, sizeof *p);
+  nbrt_plan **plans = realloc(s->plans, (size_t)(s->nplans + 1) * sizeof *plans);
   if (plans) s->plans = plans;
   if (!p || !plans) {
     free(p);
     free(keys);
     return session_fail(s, NB_NOMEM, "out of memory planning the run");
   }
-  *p = (nb_plan){.hash = h, .version = s->g->version, .nfeed = nfeed, .nfetch = nfetch, .keys = keys};
+  *p = (nbrt_plan){.hash = h, .version = s->g->version, .nfeed = nfeed, .nfetch = nfetch, .keys = keys};
   nb_code code = build_plan(s, p);
   if (code) {
     plan_free(p);
@@ -411,7 +411,7 @@ static nb_code check_args(nb_session *s, nb_tensor *const *feed, nb_tensor *cons
 
 /* A fed value must match the tensor's static dtype and (where known) shape. */
 static nb_code check_feed(nb_session *s, const nb_tensor *t, const nb_tensor *v) {
-  const nb_meta *m = &s->g->outs[s->g->nodes[t->node].out0 + t->out].meta;
+  const nbop_meta *m = &s->g->outs[s->g->nodes[t->node].out0 + t->out].meta;
   const char *name = s->g->nodes[t->node].name;
   if (v->dtype != m->dtype)
     return session_fail(s, NB_DTYPE, "Cannot feed value of dtype %s for Tensor '%s:%d', which has dtype %s",
@@ -420,14 +420,14 @@ static nb_code check_feed(nb_session *s, const nb_tensor *t, const nb_tensor *v)
   for (int i = 0; ok && m->rank >= 0 && i < m->rank; i++) ok = m->shape[i] < 0 || m->shape[i] == v->shape[i];
   if (!ok)
     return session_fail(s, NB_SHAPE, "Cannot feed value of shape %s for Tensor '%s:%d', which has shape %s",
-                        nb_tstr(v), name, t->out, m->rank < 0 ? "<unknown>" : nb_sstr(m->rank, m->shape));
+                        nbop_tstr(v), name, t->out, m->rank < 0 ? "<unknown>" : nbop_sstr(m->rank, m->shape));
   return NB_OK;
 }
 
-static nb_code run_step(nb_session *s, const nb_plan *p, int32_t i, nb_tensor **ins) {
-  const nb_node *n = &s->g->nodes[p->steps[i]];
+static nb_code run_step(nb_session *s, const nbrt_plan *p, int32_t i, nb_tensor **ins) {
+  const nbgraph_node *n = &s->g->nodes[p->steps[i]];
   nb_tensor **outs = s->vals + p->out0[i];
-  const nb_out *o = &s->g->outs[n->out0];
+  const nbgraph_out *o = &s->g->outs[n->out0];
   if (p->from_value[i]) { /* known at build time */
     for (int32_t j = 0; j < n->nout; j++) outs[j] = nb_identity(s->ctx, (nb_tensor *)o[j].value);
     return nb_status(s->ctx);
@@ -435,13 +435,13 @@ static nb_code run_step(nb_session *s, const nb_plan *p, int32_t i, nb_tensor **
   for (int32_t j = p->in_off[i]; j < p->in_off[i + 1]; j++) ins[j - p->in_off[i]] = s->vals[p->in_vals[j]];
   s->ctx->run_node = n->name;
   s->ctx->forwardable = p->dying[i];
-  nb_code code = nb_dispatch(s->ctx, n->def, ins, n->nin, n->attr, outs, n->nout);
+  nb_code code = nbop_dispatch(s->ctx, n->def, ins, n->nin, n->attr, outs, n->nout);
   s->ctx->forwardable = 0;
   s->ctx->run_node = NULL;
   return code;
 }
 
-static nb_code execute(nb_session *s, const nb_plan *p, nb_tensor *const *feed_values, nb_tensor **results) {
+static nb_code execute(nb_session *s, const nbrt_plan *p, nb_tensor *const *feed_values, nb_tensor **results) {
   nb_tensor *ins_small[64], **ins = ins_small;
   if (p->max_in > 64 && !(ins = malloc((size_t)p->max_in * sizeof *ins))) return NB_NOMEM;
   for (int i = 0; i < p->nfeed; i++) s->vals[i] = nb_identity(s->ctx, feed_values[i]);
@@ -455,7 +455,7 @@ static nb_code execute(nb_session *s, const nb_plan *p, nb_tensor *const *feed_v
     }
   }
   for (int i = 0; i < p->nfetch && !code; i++)
-    if (!(results[i] = nb_detached_share(s->vals[p->fetch_vals[i]]))) code = NB_NOMEM;
+    if (!(results[i] = nbgraph_detached_share(s->vals[p->fetch_vals[i]]))) code = NB_NOMEM;
   if (ins != ins_small) free(ins);
   return code;
 }
@@ -467,9 +467,9 @@ static nb_code run_dense(nb_session *s, nb_tensor *const *feed, nb_tensor *const
   if (code) return code;
   int64_t *keys = malloc((size_t)(nfeed + nfetch + 1) * sizeof *keys);
   if (!keys) return session_fail(s, NB_NOMEM, "out of memory");
-  for (int i = 0; i < nfeed; i++) keys[i] = nb_key_of(feed[i]);
-  for (int i = 0; i < nfetch; i++) keys[nfeed + i] = nb_key_of(fetch[i]);
-  nb_plan *p;
+  for (int i = 0; i < nfeed; i++) keys[i] = nbgraph_key_of(feed[i]);
+  for (int i = 0; i < nfetch; i++) keys[nfeed + i] = nbgraph_key_of(fetch[i]);
+  nbrt_plan *p;
   if ((code = get_plan(s, keys, nfeed, nfetch, &p))) return code;
   if (p->nvals > s->vals_cap) {
     nb_tensor **v = realloc(s->vals, (size_t)p->nvals * sizeof *v);
@@ -509,7 +509,7 @@ static nb_code run_with_slices(nb_session *s, nb_tensor *const *feed, nb_tensor 
   int k = 0; /* vals[k..) not yet taken by a result */
   for (int i = 0; i < nfetch && !code; i++) {
     bool sparse = nb_is_indexed_slices(fetch[i]);
-    results[i] = sparse ? nb_detached_slices(fetch[i], vals[k], vals[k + 1]) : vals[k];
+    results[i] = sparse ? nbcore_detached_slices(fetch[i], vals[k], vals[k + 1]) : vals[k];
     k += 1 + sparse;
     if (!results[i]) code = session_fail(s, NB_NOMEM, "out of memory");
   }

@@ -22,24 +22,24 @@
 #include <string.h>
 
 nb_variable *nb_variable_new(nb_ctx *c, nb_tensor *initial, bool trainable, const char *name) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   if (!initial || !initial->buf) {
-    nb_fail(c, NB_INVALID, "nb_variable_new: the initial value of variable '%s' must be a concrete tensor",
-            name ? name : "Variable");
+    nbcore_fail(c, NB_INVALID, "nb_variable_new: the initial value of variable '%s' must be a concrete tensor",
+                name ? name : "Variable");
     return NULL;
   }
-  nb_buffer_retain(initial->buf); /* shared: the first in-place write copies it while initial lives */
-  nb_variable *v = nb_variable_make(initial->dtype, initial->rank, initial->shape, initial->buf, trainable, name);
-  if (!v) nb_fail(c, NB_NOMEM, "nb_variable_new: out of memory");
+  nbcore_buffer_retain(initial->buf); /* shared: the first in-place write copies it while initial lives */
+  nb_variable *v = nbcore_variable_make(initial->dtype, initial->rank, initial->shape, initial->buf, trainable, name);
+  if (!v) nbcore_fail(c, NB_NOMEM, "nb_variable_new: out of memory");
   return v;
 }
 
 void nb_variable_free(nb_variable *v) {
   if (!v || v->freed) return;
   v->freed = true;
-  nb_buffer_release(NULL, v->buf);
+  nbcore_buffer_release(NULL, v->buf);
   v->buf = NULL;
-  nb_variable_release(v);
+  nbcore_variable_release(v);
 }
 
 const char *nb_variable_name(const nb_variable *v) { return v ? v->name : NULL; }
@@ -52,39 +52,39 @@ const void *nb_variable_data(const nb_variable *v) { return v && v->buf ? v->buf
 /* ---- graphs ------------------------------------------------------------------------------ */
 
 /* v's entry in c's graph, added (and v retained) on first use; NULL when out of memory. */
-static nb_graph_var *graph_var(nb_ctx *c, nb_variable *v) {
+static nbgraph_var *graph_var(nb_ctx *c, nb_variable *v) {
   nb_graph *g = c->graph;
   for (int32_t i = 0; i < g->nvars; i++)
     if (g->vars[i].var == v) return &g->vars[i];
-  if (!nb_grow_array((void **)&g->vars, &g->vars_cap, g->nvars + 1, sizeof *g->vars)) {
-    nb_fail(c, NB_NOMEM, "out of memory adding variable '%s' to a graph", v->name);
+  if (!nbcore_grow_array((void **)&g->vars, &g->vars_cap, g->nvars + 1, sizeof *g->vars)) {
+    nbcore_fail(c, NB_NOMEM, "out of memory adding variable '%s' to a graph", v->name);
     return NULL;
   }
-  nb_variable_retain(v);
-  g->vars[g->nvars] = (nb_graph_var){v, -1};
+  nbcore_variable_retain(v);
+  g->vars[g->nvars] = (nbgraph_var){v, -1};
   return &g->vars[g->nvars++];
 }
 
 /* Calls def with its node named "<variable>_<suffix>" ('/' in the name become '_'). */
-static nb_tensor *named_call(nb_ctx *c, const nb_op_def *def, const nb_variable *v, nb_tensor *const *in, int nin,
-                             const nb_attrval *attrs, const char *suffix) {
+static nb_tensor *named_call(nb_ctx *c, const nbop_def *def, const nb_variable *v, nb_tensor *const *in, int nin,
+                             const nbop_attrval *attrs, const char *suffix) {
   char name[256];
   snprintf(name, sizeof name, "%s_%s", v->name, suffix);
   for (char *p = name; *p; p++)
     if (*p == '/') *p = '_';
   if (c->graph) c->next_name = name;
-  nb_tensor *out = nb_call(c, def, in, nin, attrs);
+  nb_tensor *out = nbop_call(c, def, in, nin, attrs);
   c->next_name = NULL;
   return out;
 }
 
 /* The id of v's ReadVariableOp node in c's graph, made on first use; -1 on error. */
 static int32_t read_node(nb_ctx *c, nb_variable *v) {
-  nb_graph_var *gv = graph_var(c, v);
+  nbgraph_var *gv = graph_var(c, v);
   if (!gv) return -1;
   if (gv->read_node >= 0) return gv->read_node;
-  nb_attrval attrs[NB_MAX_ATTRS] = {{.type = v->dtype}, {.i = nb_variable_bits(v)}};
-  nb_tensor *x = named_call(c, nb_op_lookup("ReadVariableOp"), v, NULL, 0, attrs, "read");
+  nbop_attrval attrs[NBOP_MAX_ATTRS] = {{.type = v->dtype}, {.i = nbcore_variable_bits(v)}};
+  nb_tensor *x = named_call(c, nbop_lookup("ReadVariableOp"), v, NULL, 0, attrs, "read");
   if (!x) return -1;
   gv->read_node = x->node;
   nb_tensor_free(x);
@@ -92,30 +92,30 @@ static int32_t read_node(nb_ctx *c, nb_variable *v) {
 }
 
 nb_tensor *nb_variable_read(nb_ctx *c, nb_variable *v) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   if (!v || v->freed) {
-    nb_fail(c, NB_INVALID, "nb_variable_read: %s variable", v ? "a freed" : "NULL");
+    nbcore_fail(c, NB_INVALID, "nb_variable_read: %s variable", v ? "a freed" : "NULL");
     return NULL;
   }
   if (c->graph) {
     int32_t node = read_node(c, v);
-    return node < 0 ? NULL : nb_graph_handle(c, c->graph, node, 0);
+    return node < 0 ? NULL : nbgraph_handle(c, c->graph, node, 0);
   }
-  nb_tensor *x = nb_variable_handle(c, v);
+  nb_tensor *x = nbcore_variable_handle(c, v);
   if (x && v->trainable && c->watch_read) c->watch_read(c, v);
   return x;
 }
 
-nb_tensor *nb_variable_update(nb_ctx *c, const nb_op_def *def, nb_variable *const *uses, int nuses,
-                              nb_tensor *const *in, int nin, const void *attrs, const char *suffix) {
+nb_tensor *nbrt_variable_update(nb_ctx *c, const nbop_def *def, nb_variable *const *uses, int nuses,
+                                nb_tensor *const *in, int nin, const void *attrs, const char *suffix) {
   if (!c->graph) return named_call(c, def, uses[0], in, nin, attrs, suffix);
   for (int i = 1; i < nuses; i++)
     if (!graph_var(c, uses[i])) return NULL;
   int32_t read = read_node(c, uses[0]);
   nb_tensor *op = read < 0 ? NULL : named_call(c, def, uses[0], in, nin, attrs, suffix);
-  nb_tensor *r = op ? nb_graph_handle(c, c->graph, read, 0) : NULL;
+  nb_tensor *r = op ? nbgraph_handle(c, c->graph, read, 0) : NULL;
   if (r && nb_add_control_input(op, r) != NB_OK) {
-    nb_fail(c, NB_NOMEM, "out of memory ordering an update of variable '%s' after its read", uses[0]->name);
+    nbcore_fail(c, NB_NOMEM, "out of memory ordering an update of variable '%s' after its read", uses[0]->name);
     nb_tensor_free(op);
     op = NULL;
   }
@@ -127,16 +127,16 @@ nb_tensor *nb_variable_update(nb_ctx *c, const nb_op_def *def, nb_variable *cons
    read of the new value is returned. Graph: the update's node, to fetch. */
 static nb_tensor *update(nb_ctx *c, nb_variable *v, nb_tensor *const *in, int nin, const char *type,
                          const char *suffix) {
-  if (!nb_live(c)) return NULL;
+  if (!nbop_live(c)) return NULL;
   bool null_input = false;
   for (int i = 0; i < nin; i++) null_input |= !in[i];
   if (!v || null_input || v->freed) {
-    nb_fail(c, NB_INVALID, "%s: %s", type,
-            !v ? "NULL variable" : v->freed ? "a freed variable" : nin == 1 ? "NULL value" : "NULL indices or updates");
+    nbcore_fail(c, NB_INVALID, "%s: %s", type,
+                !v ? "NULL variable" : v->freed ? "a freed variable" : nin == 1 ? "NULL value" : "NULL indices or updates");
     return NULL;
   }
-  nb_attrval attrs[NB_MAX_ATTRS] = {{.type = v->dtype}, {.i = nb_variable_bits(v)}};
-  nb_tensor *op = nb_variable_update(c, nb_op_lookup(type), &v, 1, in, nin, attrs, suffix);
+  nbop_attrval attrs[NBOP_MAX_ATTRS] = {{.type = v->dtype}, {.i = nbcore_variable_bits(v)}};
+  nb_tensor *op = nbrt_variable_update(c, nbop_lookup(type), &v, 1, in, nin, attrs, suffix);
   if (!op || c->graph) return op;
   nb_tensor_free(op);
   return nb_variable_read(c, v);
