@@ -487,7 +487,8 @@ nb_tensor *nb_bias_add_grad(nb_ctx *c, nb_tensor *out_backprop, const char *data
    record it, DOT shows it, and its attrs are validated the same way (a bad attr is an error
    naming the op and the attr). Its gradient is registered apart, with nb_register_gradient
    (or nb_register_no_gradient); docs/writing_ops.md walks through one. Registration and
-   loading are thread-safe; ops cannot be unregistered. */
+   loading are thread-safe; ops cannot be unregistered. An op whose body is other ops:
+   nb_register_composite_op (section 4, after nb_custom_fn). */
 typedef struct nb_op_ctx nb_op_ctx; /* what a shape function and a kernel see of one call */
 
 /* An input or output. Its dtype is dtype, or the value of type attr type_attr when set
@@ -730,6 +731,22 @@ nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, 
    differentiate as an input (a variable read inside gets no gradient). */
 nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *const *in, int nin,
                           nb_tensor **out, int nout);
+
+/* ---- composite ops (user-defined ops whose body is other ops) ------------------------------
+   TF's composite-op framework: an op type whose body fn is written with
+   public ops (as nb_custom_gradient's functions), taking nin inputs to nout outputs.
+   nb_composite_op calls it: in a graph context the body is traced into a function graph
+   (shaped like in) and the call is one StatefulPartitionedCall node of it, differentiated
+   by the gradient nb_register_gradient registered under name (it sees the call node:
+   inputs the body's arguments, then the graph tensors the body captured) or, without one,
+   through the body; eagerly the body runs at once, so a tape differentiates through it
+   (with a registered gradient an eager call is NB_UNIMPLEMENTED). user must outlive every
+   call. Registration: NB_INVALID for an invalid or taken name (a composite or any op
+   type), a NULL fn or counts out of range (message: nb_registry_error()). A call:
+   NB_NOT_FOUND for an unknown name, NB_INVALID for wrong counts; a failing body fails
+   the call with its code. Composites cannot be unregistered. */
+nb_code nb_register_composite_op(const char *name, nb_custom_fn fn, void *user, int nin, int nout);
+nb_code nb_composite_op(nb_ctx *c, const char *name, nb_tensor *const *in, int nin, nb_tensor **out, int nout);
 
 /* ---- host callbacks: tf.py_func, tf.numpy_function, tf.py_function ------------------------
    A node that calls a C function at run time. nb_host_func_new wraps fn (and optionally

@@ -146,6 +146,8 @@ const nbop_def *nbop_by_id(int id);
 /* Adds a user's op (nb_register_op) and sets its id: NB_INVALID when the name is taken,
    NB_NOMEM when the registry is full. def must live as long as the process. */
 nb_code nbop_add(nbop_def *def);
+/* TF's op names: [A-Z][A-Za-z0-9_>]*, at most 128 characters. */
+bool nbop_valid_op_name(const char *s);
 /* Records this thread's registry error (nb_registry_error) and returns code. */
 nb_code nbop_registry_fail(nb_code code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void nbop_registry_clear_error(void);

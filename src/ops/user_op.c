@@ -53,7 +53,7 @@ static const char *kind_name(nb_attr_kind kind) {
 }
 
 /* TF's op names: [A-Z][A-Za-z0-9_>]* (the '>' for nested names such as "A>B"). */
-static bool valid_op_name(const char *s) {
+bool nbop_valid_op_name(const char *s) {
   if (!s || !(*s >= 'A' && *s <= 'Z') || strlen(s) > NBOP_USER_MAX_NAME) return false;
   for (; *s; s++)
     if (!(*s >= 'A' && *s <= 'Z') && !(*s >= 'a' && *s <= 'z') && !(*s >= '0' && *s <= '9') && *s != '_' && *s != '>')
@@ -169,7 +169,7 @@ static nb_code check_counts(const nb_op_spec *spec) {
 
 static nb_code check_spec(const nb_op_spec *spec) {
   if (!spec) return nbop_registry_fail(NB_INVALID, "nb_register_op: spec is NULL");
-  if (!valid_op_name(spec->name))
+  if (!nbop_valid_op_name(spec->name))
     return nbop_registry_fail(NB_INVALID, "nb_register_op: op name '%s' is not [A-Z][A-Za-z0-9_>]* (at most %d chars)",
                               spec->name ? spec->name : "(null)", NBOP_USER_MAX_NAME);
   if (nbop_lookup(spec->name)) return nbop_registry_fail(NB_INVALID, "op '%s' is already registered", spec->name);
