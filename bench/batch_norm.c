@@ -30,7 +30,8 @@ typedef struct bn_call {
 static void run_once(nb_ctx *c, const bn_call *b, bool grad) {
   nb_tensor *out[6];
   if (grad)
-    nb_fused_batch_norm_grad(c, b->x, b->x, b->scale, b->stats[0], b->stats[1], b->stats[2], 0.001, b->format, true, out);
+    nb_fused_batch_norm_grad(c, b->x, b->x, b->scale, b->stats[0], b->stats[1], b->stats[2], 0.001, b->format, true,
+                             out);
   else
     nb_fused_batch_norm(c, b->x, b->scale, b->scale, NULL, NULL, 0.001, 1, b->format, true, out);
 }

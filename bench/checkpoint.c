@@ -41,12 +41,24 @@ extern char **environ;
 /* Shapes of a model of ~25M float32 parameters (100 MB). */
 static const int var_ranks[NVARS] = {2, 2, 2, 2, 2, 1, 1, 1, 1, 4, 4, 4, 4, 1, 1, 1, 1, 2};
 static const int64_t var_shapes[NVARS][4] = {
-    {10000, 512},                                                       /* embedding */
-    {1024, 4096}, {4096, 1024}, {1024, 4096}, {4096, 1024},             /* dense kernels */
-    {4096}, {1024}, {4096}, {1024},                                     /* their biases */
-    {3, 3, 256, 256}, {3, 3, 256, 256}, {3, 3, 256, 256}, {3, 3, 256, 256}, /* conv filters */
-    {256}, {256}, {256}, {256},                                         /* batch-norm scales */
-    {1024, 726},                                                        /* output layer */
+    {10000, 512}, /* embedding */
+    {1024, 4096},
+    {4096, 1024},
+    {1024, 4096},
+    {4096, 1024}, /* dense kernels */
+    {4096},
+    {1024},
+    {4096},
+    {1024}, /* their biases */
+    {3, 3, 256, 256},
+    {3, 3, 256, 256},
+    {3, 3, 256, 256},
+    {3, 3, 256, 256}, /* conv filters */
+    {256},
+    {256},
+    {256},
+    {256},       /* batch-norm scales */
+    {1024, 726}, /* output layer */
 };
 
 typedef struct model {
@@ -148,7 +160,8 @@ static int bench_in(nb_ctx *c, const model *m, const char *dir) {
   double restore = time_checkpoint(c, m, prefix, 1), cp = time_cp(src, dst, 0, 1);
   double cp_read = time_cp(src, "/dev/null", 0, 0);
   if (save < 0 || restore < 0) return fprintf(stderr, "bench/checkpoint: %s\n", nb_error(c)), -1;
-  if (cp_fsync < 0 || cp < 0 || cp_read < 0) return fprintf(stderr, "bench/checkpoint: cp or sync failed in %s\n", dir), -1;
+  if (cp_fsync < 0 || cp < 0 || cp_read < 0)
+    return fprintf(stderr, "bench/checkpoint: cp or sync failed in %s\n", dir), -1;
   print_line("nb_checkpoint_save", m, save);
   print_line("cp_fsync", m, cp_fsync);
   print_line("nb_checkpoint_restore", m, restore);

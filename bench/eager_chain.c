@@ -157,9 +157,10 @@ static bool bench_width(nb_ctx *c, int64_t width) {
     print_line("nb_eager_chain_fwd_record", width, tm.record);
     print_line("nb_eager_chain_bwd", width, tm.backward);
     print_line("nb_eager_chain_record_plus_bwd", width, sum);
-    printf("name=nb_eager_chain_rss width=%lld threads=1 rss_kib_start=%ld rss_kib_after_warmup=%ld "
-           "rss_kib_after_%d_runs=%ld max_rel_err=%.2e\n",
-           (long long)width, rss_start, rss_warm, RUNS, rss_end, ok ? max_rel_err(&ch, dw, db) : NAN);
+    printf(
+        "name=nb_eager_chain_rss width=%lld threads=1 rss_kib_start=%ld rss_kib_after_warmup=%ld "
+        "rss_kib_after_%d_runs=%ld max_rel_err=%.2e\n",
+        (long long)width, rss_start, rss_warm, RUNS, rss_end, ok ? max_rel_err(&ch, dw, db) : NAN);
   }
   chain_free(&ch);
   free(dw);
@@ -192,9 +193,10 @@ static bool train_loop(nb_ctx *c, long steps) {
     if (i == steps / 100) rss_early = bench_rss_kib();
   }
   double us = (bench_now() - t0) * 1e6 / (double)steps;
-  printf("name=nb_eager_train_loop shape=1x8 steps=%ld threads=1 us_per_step=%.2f rss_kib_start=%ld "
-         "rss_kib_at_1pct=%ld rss_kib_end=%ld\n",
-         steps, us, rss_start, rss_early, bench_rss_kib());
+  printf(
+      "name=nb_eager_train_loop shape=1x8 steps=%ld threads=1 us_per_step=%.2f rss_kib_start=%ld "
+      "rss_kib_at_1pct=%ld rss_kib_end=%ld\n",
+      steps, us, rss_start, rss_early, bench_rss_kib());
   return nb_status(c) == NB_OK;
 }
 
@@ -251,10 +253,11 @@ static bool bench_jacobian(nb_ctx *c, bool mlp) {
   }
   double vec = bench_median(vec_us, RUNS), by_loop = bench_median(loop_us, RUNS);
   if (ok)
-    printf("name=nb_eager_jacobian model=%s shape=1x%d steps=%d threads=1 runs=%d path=%s us=%.1f loop_us=%.1f "
-           "speedup=%.1f max_abs_diff=%.2e\n",
-           mlp ? "mlp" : "chain", JAC_WIDTH, JAC_STEPS, RUNS, path_names[nb_tape_jacobian_path(t)],
-           vec, by_loop, by_loop / vec, diff);
+    printf(
+        "name=nb_eager_jacobian model=%s shape=1x%d steps=%d threads=1 runs=%d path=%s us=%.1f loop_us=%.1f "
+        "speedup=%.1f max_abs_diff=%.2e\n",
+        mlp ? "mlp" : "chain", JAC_WIDTH, JAC_STEPS, RUNS, path_names[nb_tape_jacobian_path(t)], vec, by_loop,
+        by_loop / vec, diff);
   nb_tape_end(t);
   nb_scope_end(c, NULL, 0);
   return ok;

@@ -19,10 +19,22 @@ typedef nb_tensor *(*op_fn)(nb_ctx *c, nb_tensor *a, nb_tensor *b);
 
 static nb_tensor *op_add(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return nb_add(c, a, b); }
 static nb_tensor *op_mul(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return nb_mul(c, a, b); }
-static nb_tensor *op_tanh(nb_ctx *c, nb_tensor *a, nb_tensor *b) { (void)b; return nb_tanh(c, a); }
-static nb_tensor *op_exp(nb_ctx *c, nb_tensor *a, nb_tensor *b) { (void)b; return nb_exp(c, a); }
-static nb_tensor *op_relu(nb_ctx *c, nb_tensor *a, nb_tensor *b) { (void)b; return nb_relu(c, a); }
-static nb_tensor *op_sigmoid(nb_ctx *c, nb_tensor *a, nb_tensor *b) { (void)b; return nb_sigmoid(c, a); }
+static nb_tensor *op_tanh(nb_ctx *c, nb_tensor *a, nb_tensor *b) {
+  (void)b;
+  return nb_tanh(c, a);
+}
+static nb_tensor *op_exp(nb_ctx *c, nb_tensor *a, nb_tensor *b) {
+  (void)b;
+  return nb_exp(c, a);
+}
+static nb_tensor *op_relu(nb_ctx *c, nb_tensor *a, nb_tensor *b) {
+  (void)b;
+  return nb_relu(c, a);
+}
+static nb_tensor *op_sigmoid(nb_ctx *c, nb_tensor *a, nb_tensor *b) {
+  (void)b;
+  return nb_sigmoid(c, a);
+}
 
 typedef struct op_call {
   op_fn op;
@@ -65,14 +77,14 @@ static void throughput(nb_ctx *c, int threads) {
   for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
     double s = time_op(c, ops[i].fn, a, b);
     double bytes = (double)n * 4.0 * (ops[i].nin + 1);
-    printf("name=eager_%s dtype=f32 n=%lld threads=%d gbps=%.2f us_per_op=%.1f\n", ops[i].name,
-           (long long)n, threads, bytes / s / 1e9, s * 1e6);
+    printf("name=eager_%s dtype=f32 n=%lld threads=%d gbps=%.2f us_per_op=%.1f\n", ops[i].name, (long long)n, threads,
+           bytes / s / 1e9, s * 1e6);
   }
   /* broadcasting a row over a matrix: [1024,1024] + [1024] */
   nb_tensor *m = random_tensor(c, 2, mat), *r = random_tensor(c, 1, row);
   double s = time_op(c, op_add, m, r);
-  printf("name=eager_add_bcast_row dtype=f32 n=%lld threads=%d gbps=%.2f us_per_op=%.1f\n",
-         (long long)n, threads, (double)n * 8.0 / s / 1e9, s * 1e6);
+  printf("name=eager_add_bcast_row dtype=f32 n=%lld threads=%d gbps=%.2f us_per_op=%.1f\n", (long long)n, threads,
+         (double)n * 8.0 / s / 1e9, s * 1e6);
 }
 
 static void overhead(nb_ctx *c) {
@@ -95,9 +107,10 @@ static void overhead(nb_ctx *c) {
     if (i == steps / 100) rss_mid = bench_rss_kib();
   }
   double per_op = (bench_now() - t0) / (double)steps / 3.0;
-  printf("name=eager_chain shape=1x8 steps=%ld threads=1 ns_per_op=%.1f rss_kib_start=%ld "
-         "rss_kib_at_1pct=%ld rss_kib_end=%ld\n",
-         steps, per_op * 1e9, rss_start, rss_mid, bench_rss_kib());
+  printf(
+      "name=eager_chain shape=1x8 steps=%ld threads=1 ns_per_op=%.1f rss_kib_start=%ld "
+      "rss_kib_at_1pct=%ld rss_kib_end=%ld\n",
+      steps, per_op * 1e9, rss_start, rss_mid, bench_rss_kib());
 }
 
 int main(void) {

@@ -17,14 +17,14 @@
 
 /* Each runs iters rounds of PEAK_CHAINS vector FMAs (x * y + acc) and returns a value
    depending on every one, so none can be dropped; y is slightly below 1 so nothing grows. */
-#define PEAK_LOOP(VEC, SET1, FMA, ADD, STORE, LANES)                                   \
-  VEC acc[PEAK_CHAINS], x = SET1(1.0f), y = SET1(seed);                                \
-  for (int i = 0; i < PEAK_CHAINS; i++) acc[i] = SET1((float)i);                       \
-  for (long it = 0; it < iters; it++)                                                  \
-    for (int i = 0; i < PEAK_CHAINS; i++) acc[i] = FMA(acc[i], y, x);                  \
-  for (int i = 1; i < PEAK_CHAINS; i++) acc[0] = ADD(acc[0], acc[i]);                  \
-  float out[LANES];                                                                    \
-  STORE(out, acc[0]);                                                                  \
+#define PEAK_LOOP(VEC, SET1, FMA, ADD, STORE, LANES)                  \
+  VEC acc[PEAK_CHAINS], x = SET1(1.0f), y = SET1(seed);               \
+  for (int i = 0; i < PEAK_CHAINS; i++) acc[i] = SET1((float)i);      \
+  for (long it = 0; it < iters; it++)                                 \
+    for (int i = 0; i < PEAK_CHAINS; i++) acc[i] = FMA(acc[i], y, x); \
+  for (int i = 1; i < PEAK_CHAINS; i++) acc[0] = ADD(acc[0], acc[i]); \
+  float out[LANES];                                                   \
+  STORE(out, acc[0]);                                                 \
   return out[0];
 
 #if defined(__x86_64__)

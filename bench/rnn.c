@@ -11,7 +11,7 @@
 #include <nabla.h>
 
 #include "../src/graph/graph.h" /* the While node's accumulators and the blocks behind them */
-#include "../src/ops/blas.h"     /* the float32 GEMM's backend and kernel */
+#include "../src/ops/blas.h"    /* the float32 GEMM's backend and kernel */
 #include "benchutil.h"
 
 #include <math.h>
@@ -48,7 +48,8 @@ static nb_code step_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void 
 static nb_code step_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
   rnn *r = user;
   nb_tensor *xt = nb_gather(c, r->xs, v[0], 0, 0);
-  nb_tensor *z = nb_add(c, nb_add(c, nb_matmul(c, xt, r->wih, false, false), nb_matmul(c, v[1], r->whh, false, false)), r->b);
+  nb_tensor *z =
+      nb_add(c, nb_add(c, nb_matmul(c, xt, r->wih, false, false), nb_matmul(c, v[1], r->whh, false, false)), r->b);
   next[0] = nb_add(c, v[0], nb_scalar(c, NB_I64, 1));
   next[1] = nb_tanh(c, z);
   return nb_status(c);
@@ -115,7 +116,8 @@ static double eager_step(nb_ctx *c, rnn *r) {
 
 static void print_time(const char *mode, int threads, double seconds) {
   printf("name=nb_rnn_%s hidden=%d input=%d seq=%d batch=%d threads=%d backend=%s kernel=%s ms_median=%.2f\n", mode,
-         HIDDEN, INPUT, SEQ, BATCH, threads, nbop_gemm_backend_name(NB_F32), nbop_gemm_kernel_name(NB_F32), 1e3 * seconds);
+         HIDDEN, INPUT, SEQ, BATCH, threads, nbop_gemm_backend_name(NB_F32), nbop_gemm_kernel_name(NB_F32),
+         1e3 * seconds);
 }
 
 int main(int argc, char **argv) {
@@ -123,7 +125,8 @@ int main(int argc, char **argv) {
   srand(1);
   nb_ctx *e = nb_eager_new();
   int64_t swih[2] = {INPUT, HIDDEN}, swhh[2] = {HIDDEN, HIDDEN}, sb[1] = {HIDDEN}, sxs[3] = {SEQ, BATCH, INPUT};
-  rnn ev = {uniform(e, 2, swih, 0.125f), uniform(e, 2, swhh, 0.0625f), uniform(e, 1, sb, 0.0625f), uniform(e, 3, sxs, 1)};
+  rnn ev = {uniform(e, 2, swih, 0.125f), uniform(e, 2, swhh, 0.0625f), uniform(e, 1, sb, 0.0625f),
+            uniform(e, 3, sxs, 1)};
   nb_graph *g = nb_graph_new();
   nb_ctx *c = nb_graph_ctx_new(g);
   rnn gv = {nb_placeholder(c, NB_F32, 2, swih, "w_ih"), nb_placeholder(c, NB_F32, 2, swhh, "w_hh"),

@@ -89,8 +89,9 @@ static bool make_mlp(nb_ctx *c, model *m) {
 static bool make_lenet(nb_ctx *c, model *m) {
   *m = (model){.name = "lenet", .batch = 64, .logits = lenet_logits, .x_rank = 4, .x_shape = {64, 28, 28, 1}};
   return add_layer(c, m, 4, (const int64_t[]){5, 5, 1, 6}, 24 * 24) &&
-         add_layer(c, m, 4, (const int64_t[]){5, 5, 6, 16}, 8 * 8) && add_layer(c, m, 2, (const int64_t[]){256, 120}, 1) &&
-         add_layer(c, m, 2, (const int64_t[]){120, 84}, 1) && add_layer(c, m, 2, (const int64_t[]){84, 10}, 1);
+         add_layer(c, m, 4, (const int64_t[]){5, 5, 6, 16}, 8 * 8) &&
+         add_layer(c, m, 2, (const int64_t[]){256, 120}, 1) && add_layer(c, m, 2, (const int64_t[]){120, 84}, 1) &&
+         add_layer(c, m, 2, (const int64_t[]){84, 10}, 1);
 }
 
 /* A step's flops: per layer the forward product, the weight gradient (as many

@@ -8,7 +8,8 @@ static nb_tensor *logits_of(nb_ctx *c, nb_variable **v, nb_tensor *images) {
   static const int64_t ones[4] = {1, 1, 1, 1}, window[4] = {1, 2, 2, 1};
   nb_conv2d_attrs conv = {.strides = ones, .padding = "SAME"};
   nb_pool_attrs pool = {.ksize = window, .strides = window, .padding = "VALID"};
-  nb_tensor *h = nb_bias_add(c, nb_conv2d(c, images, nb_variable_read(c, v[0]), &conv), nb_variable_read(c, v[1]), NULL);
+  nb_tensor *h =
+      nb_bias_add(c, nb_conv2d(c, images, nb_variable_read(c, v[0]), &conv), nb_variable_read(c, v[1]), NULL);
   h = nb_reshape(c, nb_max_pool(c, nb_relu(c, h), &pool), (const int64_t[]){-1, 14 * 14 * 8}, 2);
   return nb_bias_add(c, nb_matmul(c, h, nb_variable_read(c, v[2]), false, false), nb_variable_read(c, v[3]), NULL);
 }
@@ -42,8 +43,10 @@ int main(void) {
   nb_dataset_batch(c, test, 0, nb_dataset_size(test), NB_IMAGES_NHWC, &x, &y);
   nb_tensor *right = nb_equal(c, nb_cast(c, nb_argmax(c, logits_of(c, v, x), 1, NB_I64), NB_I32), y);
   nb_tensor *accuracy = nb_mean(c, nb_cast(c, right, NB_F32), NULL, 0, false);
-  if (nb_status(c) == NB_OK) printf("test accuracy after one epoch: %.2f%%\n", 100 * nb_item(accuracy, 0));
-  else fprintf(stderr, "error: %s\n", nb_error(c));
+  if (nb_status(c) == NB_OK)
+    printf("test accuracy after one epoch: %.2f%%\n", 100 * nb_item(accuracy, 0));
+  else
+    fprintf(stderr, "error: %s\n", nb_error(c));
   int failed = nb_status(c) != NB_OK;
   nb_optimizer_free(adam);
   for (int i = 0; i < 4; i++) nb_variable_free(v[i]);

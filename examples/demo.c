@@ -36,7 +36,7 @@ typedef struct options {
 
 typedef struct trainer {
   options opt;
-  nb_ctx *c;            /* eager: batches, eager steps, evaluation */
+  nb_ctx *c; /* eager: batches, eager steps, evaluation */
   nb_dataset *train, *test;
   nb_variable *params[NPARAMS];
   nb_optimizer *adam;
@@ -49,7 +49,7 @@ typedef struct trainer {
 } trainer;
 
 /* The checkpoint keys of the parameters, Keras' layer/variable names. */
-static const char *const param_keys[NPARAMS] = {"conv1/kernel", "conv1/bias",  "conv2/kernel",  "conv2/bias",
+static const char *const param_keys[NPARAMS] = {"conv1/kernel",  "conv1/bias",  "conv2/kernel",  "conv2/bias",
                                                 "dense1/kernel", "dense1/bias", "dense2/kernel", "dense2/bias"};
 
 static double now(void) {
@@ -76,7 +76,8 @@ static nb_tensor *model(nb_ctx *c, nb_tensor *const *p, nb_tensor *images) {
 }
 
 static bool make_params(trainer *t) {
-  static const int64_t shapes[NPARAMS][4] = {{3, 3, 1, 16}, {16}, {3, 3, 16, 32}, {32}, {1568, 128}, {128}, {128, 10}, {10}};
+  static const int64_t shapes[NPARAMS][4] = {{3, 3, 1, 16}, {16},  {3, 3, 16, 32}, {32},
+                                             {1568, 128},   {128}, {128, 10},      {10}};
   static const int ranks[NPARAMS] = {4, 1, 4, 1, 2, 1, 2, 1};
   for (int i = 0; i < NPARAMS; i++) {
     const int64_t seed[2] = {2024, i};
@@ -115,7 +116,8 @@ static bool build_graph(trainer *t) {
 }
 
 /* Runs the fetches on one batch; results[i] belong to the caller. */
-static bool run_graph(trainer *t, nb_tensor *x, nb_tensor *labels, nb_tensor *const *fetch, int n, nb_tensor **results) {
+static bool run_graph(trainer *t, nb_tensor *x, nb_tensor *labels, nb_tensor *const *fetch, int n,
+                      nb_tensor **results) {
   nb_tensor *feed[2] = {t->x, t->labels}, *vals[2] = {x, labels};
   if (nb_run(t->s, feed, vals, 2, fetch, n, results) == NB_OK) return true;
   fprintf(stderr, "\ndemo: %s\n", nb_session_error(t->s));
@@ -205,8 +207,8 @@ static void progress(const trainer *t, int epoch, int64_t batch, int64_t nbatche
   bool tty = isatty(STDERR_FILENO);
   if (!tty && !final) return; /* a log file gets one line per epoch */
   fprintf(stderr, "%sepoch %d/%d [%s] %lld/%lld loss %.4f acc %5.2f%% %6.0f img/s ETA %d:%02d%s", tty ? "\r" : "",
-          epoch, t->first_epoch + t->opt.epochs - 1, bar, (long long)batch, (long long)nbatches, loss, 100 * acc, images_per_s,
-          (int)eta_s / 60, (int)eta_s % 60, final ? "\n" : "");
+          epoch, t->first_epoch + t->opt.epochs - 1, bar, (long long)batch, (long long)nbatches, loss, 100 * acc,
+          images_per_s, (int)eta_s / 60, (int)eta_s % 60, final ? "\n" : "");
   fflush(stderr);
 }
 
@@ -220,15 +222,17 @@ static bool train(trainer *t) {
     for (int64_t b = 0; b < nbatches; b++, done++) {
       nb_tensor *x, *labels;
       nb_scope_begin(t->c);
-      bool ok = nb_dataset_batch(t->c, t->train, b * t->opt.batch, t->opt.batch, NB_IMAGES_NHWC, &x, &labels) == NB_OK &&
-                train_step(t, x, labels, &loss_sum, &correct);
+      bool ok =
+          nb_dataset_batch(t->c, t->train, b * t->opt.batch, t->opt.batch, NB_IMAGES_NHWC, &x, &labels) == NB_OK &&
+          train_step(t, x, labels, &loss_sum, &correct);
       nb_scope_end(t->c, NULL, 0);
       if (!ok) return false;
       double elapsed = now() - start, rate = (double)(done + 1) * t->opt.batch / elapsed;
       bool last = b + 1 == nbatches;
       if (last || now() - last_draw > 0.1) {
-        progress(t, epoch, b + 1, nbatches, loss_sum / (double)(b + 1), (double)correct / (double)((b + 1) * t->opt.batch),
-                 rate, (double)(total - done - 1) * t->opt.batch / rate, last);
+        progress(t, epoch, b + 1, nbatches, loss_sum / (double)(b + 1),
+                 (double)correct / (double)((b + 1) * t->opt.batch), rate,
+                 (double)(total - done - 1) * t->opt.batch / rate, last);
         last_draw = now();
       }
     }
@@ -244,15 +248,24 @@ static bool parse(int argc, char **argv, options *o) {
   for (int i = 1; i < argc; i += 2) { /* flag, value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) return false;
-    if (strcmp(a, "--epochs") == 0) o->epochs = atoi(v);
-    else if (strcmp(a, "--batch") == 0) o->batch = atoi(v);
-    else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
-    else if (strcmp(a, "--lr") == 0) o->lr = atof(v);
-    else if (strcmp(a, "--data") == 0) o->data = v;
-    else if (strcmp(a, "--save") == 0) o->save = v;
-    else if (strcmp(a, "--restore") == 0) o->restore = v;
-    else if (strcmp(a, "--mode") == 0 && (strcmp(v, "graph") == 0 || strcmp(v, "eager") == 0)) o->eager = v[0] == 'e';
-    else return false;
+    if (strcmp(a, "--epochs") == 0)
+      o->epochs = atoi(v);
+    else if (strcmp(a, "--batch") == 0)
+      o->batch = atoi(v);
+    else if (strcmp(a, "--threads") == 0)
+      o->threads = atoi(v);
+    else if (strcmp(a, "--lr") == 0)
+      o->lr = atof(v);
+    else if (strcmp(a, "--data") == 0)
+      o->data = v;
+    else if (strcmp(a, "--save") == 0)
+      o->save = v;
+    else if (strcmp(a, "--restore") == 0)
+      o->restore = v;
+    else if (strcmp(a, "--mode") == 0 && (strcmp(v, "graph") == 0 || strcmp(v, "eager") == 0))
+      o->eager = v[0] == 'e';
+    else
+      return false;
   }
   return o->epochs > 0 && o->batch > 0 && o->threads > 0 && o->lr > 0;
 }
@@ -309,8 +322,9 @@ static void teardown(trainer *t) {
 int main(int argc, char **argv) {
   trainer t = {0};
   if (!parse(argc, argv, &t.opt)) {
-    fprintf(stderr, "usage: demo [--epochs N] [--batch N] [--threads N] [--mode graph|eager] [--lr X] [--data DIR]\n"
-                    "            [--save PREFIX] [--restore PREFIX]\n");
+    fprintf(stderr,
+            "usage: demo [--epochs N] [--batch N] [--threads N] [--mode graph|eager] [--lr X] [--data DIR]\n"
+            "            [--save PREFIX] [--restore PREFIX]\n");
     return 2;
   }
   printf("nabla %s: a CNN on Fashion-MNIST, %s mode, %d epochs, batch %d, %d thread%s\n", nb_version(),
@@ -320,7 +334,8 @@ int main(int argc, char **argv) {
   bool ok = setup(&t) && train(&t);
   double acc = ok ? evaluate(&t) : -1;
   if (acc >= 0)
-    printf("test accuracy %.2f%% (%lld images), %.1f s\n", 100 * acc, (long long)nb_dataset_size(t.test), now() - start);
+    printf("test accuracy %.2f%% (%lld images), %.1f s\n", 100 * acc, (long long)nb_dataset_size(t.test),
+           now() - start);
   if (acc >= 0 && !save(&t)) acc = -1;
   teardown(&t);
   return acc >= 0 ? 0 : 1;

@@ -41,8 +41,10 @@ int main(void) {
   nb_dataset_batch(c, test, 0, nb_dataset_size(test), NB_IMAGES_FLAT, &x, &y);
   nb_tensor *right = nb_equal(c, nb_cast(c, nb_argmax(c, logits_of(c, v, x), 1, NB_I64), NB_I32), y);
   nb_tensor *accuracy = nb_mean(c, nb_cast(c, right, NB_F32), NULL, 0, false);
-  if (nb_status(c) == NB_OK) printf("test accuracy after one epoch: %.2f%%\n", 100 * nb_item(accuracy, 0));
-  else fprintf(stderr, "error: %s\n", nb_error(c));
+  if (nb_status(c) == NB_OK)
+    printf("test accuracy after one epoch: %.2f%%\n", 100 * nb_item(accuracy, 0));
+  else
+    fprintf(stderr, "error: %s\n", nb_error(c));
   int failed = nb_status(c) != NB_OK;
   nb_optimizer_free(adam);
   for (int i = 0; i < 4; i++) nb_variable_free(v[i]);

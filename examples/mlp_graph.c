@@ -42,7 +42,8 @@ int main(void) {
   nb_tensor *feed[2] = {x, y}, *batch[2], *acc = NULL;
   if (!code) code = nb_dataset_batch(e, test, 0, nb_dataset_size(test), NB_IMAGES_FLAT, &batch[0], &batch[1]);
   if (!code) code = nb_run(s, feed, batch, 2, &accuracy, 1, &acc);
-  if (!code) printf("test accuracy after one epoch: %.2f%%\n", 100 * nb_item(acc, 0));
+  if (!code)
+    printf("test accuracy after one epoch: %.2f%%\n", 100 * nb_item(acc, 0));
   else /* the first context that failed */
     fprintf(stderr, "error: %s\n", *nb_error(c) ? nb_error(c) : *nb_error(e) ? nb_error(e) : nb_session_error(s));
   nb_tensor_free(acc);

@@ -95,21 +95,21 @@ static void decode_attr(bytes *b, const nbop_attr_spec *spec, step_spec *s, int 
   nb_attr_kind kind = next_below(b, 8) == 7 ? (nb_attr_kind)next_below(b, 7) : spec->kind;
   const char *name = spec->name;
   switch (kind) {
-  case NB_ATTR_INT: *at = nb_attr_int(name, (int64_t)next_below(b, 12) - 3); break;
-  case NB_ATTR_FLOAT: *at = nb_attr_float(name, floats[next_below(b, 8)]); break;
-  case NB_ATTR_BOOL: *at = nb_attr_bool(name, next_below(b, 2)); break;
-  case NB_ATTR_STR: *at = nb_attr_str(name, strings[next_below(b, 8)]); break;
-  case NB_ATTR_TYPE: *at = nb_attr_type(name, (nb_dtype)next_below(b, 7)); break;
-  case NB_ATTR_INTS: {
-    int n = (int)next_below(b, 6);
-    for (int i = 0; i < n; i++) s->ints[a][i] = (int64_t)next_below(b, 6) - 1;
-    *at = nb_attr_ints(name, s->ints[a], n);
-    break;
-  }
-  default:
-    *at = nb_attr_tensor(name, NULL);
-    s->tensor_attr_input[a] = (int)next_below(b, (unsigned)pool_n);
-    break;
+    case NB_ATTR_INT: *at = nb_attr_int(name, (int64_t)next_below(b, 12) - 3); break;
+    case NB_ATTR_FLOAT: *at = nb_attr_float(name, floats[next_below(b, 8)]); break;
+    case NB_ATTR_BOOL: *at = nb_attr_bool(name, next_below(b, 2)); break;
+    case NB_ATTR_STR: *at = nb_attr_str(name, strings[next_below(b, 8)]); break;
+    case NB_ATTR_TYPE: *at = nb_attr_type(name, (nb_dtype)next_below(b, 7)); break;
+    case NB_ATTR_INTS: {
+      int n = (int)next_below(b, 6);
+      for (int i = 0; i < n; i++) s->ints[a][i] = (int64_t)next_below(b, 6) - 1;
+      *at = nb_attr_ints(name, s->ints[a], n);
+      break;
+    }
+    default:
+      *at = nb_attr_tensor(name, NULL);
+      s->tensor_attr_input[a] = (int)next_below(b, (unsigned)pool_n);
+      break;
   }
 }
 
@@ -200,9 +200,7 @@ static void run_steps(nb_ctx *c, const program *p, pool *pl) {
   }
 }
 
-static bool is_float(const nb_tensor *x) {
-  return x && (nb_dtype_of(x) == NB_F32 || nb_dtype_of(x) == NB_F64);
-}
+static bool is_float(const nb_tensor *x) { return x && (nb_dtype_of(x) == NB_F32 || nb_dtype_of(x) == NB_F64); }
 
 /* The sum of the last float tensor made after the leaves; NULL when there is none. */
 static nb_tensor *target_of(nb_ctx *c, const pool *pl, int nleaves) {

@@ -70,8 +70,17 @@ extern "C" {
 
 typedef enum { NB_F32, NB_F64, NB_I32, NB_I64, NB_BOOL } nb_dtype;
 typedef enum {
-  NB_OK, NB_INVALID, NB_SHAPE, NB_DTYPE, NB_NOT_FOUND, NB_NO_GRADIENT,
-  NB_NOMEM, NB_IO, NB_CORRUPT, NB_UNIMPLEMENTED, NB_INTERNAL
+  NB_OK,
+  NB_INVALID,
+  NB_SHAPE,
+  NB_DTYPE,
+  NB_NOT_FOUND,
+  NB_NO_GRADIENT,
+  NB_NOMEM,
+  NB_IO,
+  NB_CORRUPT,
+  NB_UNIMPLEMENTED,
+  NB_INTERNAL
 } nb_code;
 
 typedef struct nb_ctx nb_ctx;
@@ -85,18 +94,18 @@ typedef struct nb_variable nb_variable;
 /* ==== 1. Contexts and tensors ============================================================= */
 
 /* ---- names ---------------------------------------------------------------- */
-const char *nb_code_name(nb_code code);     /* "NB_SHAPE", ... */
-const char *nb_dtype_name(nb_dtype t);      /* TF's names: "float32", "int64", "bool" */
-size_t nb_dtype_size(nb_dtype t);           /* bytes per element; bool is one byte */
-const char *nb_version(void);               /* "0.1.0" */
+const char *nb_code_name(nb_code code); /* "NB_SHAPE", ... */
+const char *nb_dtype_name(nb_dtype t);  /* TF's names: "float32", "int64", "bool" */
+size_t nb_dtype_size(nb_dtype t);       /* bytes per element; bool is one byte */
+const char *nb_version(void);           /* "0.1.0" */
 /* One "; "-separated line saying what this build runs on (compiler, CPU, libraries) and a
    warning= field for a known slow path. Static storage: the same pointer on every call. */
 const char *nb_build_info(void);
 
 /* ---- contexts --------------------------------------------------------------- */
-nb_ctx *nb_eager_new(void);                 /* NULL only when out of memory */
-nb_code nb_status(const nb_ctx *c);         /* first error since the last clear */
-const char *nb_error(const nb_ctx *c);      /* its message; "" when NB_OK */
+nb_ctx *nb_eager_new(void);            /* NULL only when out of memory */
+nb_code nb_status(const nb_ctx *c);    /* first error since the last clear */
+const char *nb_error(const nb_ctx *c); /* its message; "" when NB_OK */
 /* Records an error on c (first one wins), e.g. from a gradient function; returns code. */
 nb_code nb_set_error(nb_ctx *c, nb_code code, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -104,7 +113,7 @@ nb_code nb_set_error(nb_ctx *c, nb_code code, const char *fmt, ...)
 #endif
     ;
 void nb_clear_error(nb_ctx *c);
-void nb_ctx_free(nb_ctx *c);                /* frees every tensor made in c */
+void nb_ctx_free(nb_ctx *c); /* frees every tensor made in c */
 /* Threads the kernels of one op may use; default: all cores. */
 void nb_ctx_set_threads(nb_ctx *c, int n);
 int nb_ctx_threads(const nb_ctx *c);
@@ -154,23 +163,30 @@ nb_tensor *nb_densify(nb_ctx *c, nb_tensor *x);
 
 /* ---- op attributes (names and kinds as in TF's op registry) --------------------- */
 typedef enum {
-  NB_ATTR_INT, NB_ATTR_FLOAT, NB_ATTR_BOOL, NB_ATTR_STR, NB_ATTR_INTS, NB_ATTR_TYPE,
-  NB_ATTR_TENSOR, NB_ATTR_FLOATS, NB_ATTR_TYPES /* list(float), list(type): user ops' */
+  NB_ATTR_INT,
+  NB_ATTR_FLOAT,
+  NB_ATTR_BOOL,
+  NB_ATTR_STR,
+  NB_ATTR_INTS,
+  NB_ATTR_TYPE,
+  NB_ATTR_TENSOR,
+  NB_ATTR_FLOATS,
+  NB_ATTR_TYPES /* list(float), list(type): user ops' */
 } nb_attr_kind;
 typedef struct nb_attr {
   const char *name;
   nb_attr_kind kind;
-  int n;                      /* length of v.ints, v.floats, v.types */
+  int n; /* length of v.ints, v.floats, v.types */
   union {
     int64_t i;
     double f;
     bool b;
     const char *s;
-    const int64_t *ints;      /* borrowed for the duration of the call */
+    const int64_t *ints; /* borrowed for the duration of the call */
     nb_dtype type;
-    nb_tensor *tensor;        /* a concrete tensor, e.g. Const's "value" */
-    const double *floats;     /* borrowed, as ints */
-    const nb_dtype *types;    /* borrowed, as ints */
+    nb_tensor *tensor;     /* a concrete tensor, e.g. Const's "value" */
+    const double *floats;  /* borrowed, as ints */
+    const nb_dtype *types; /* borrowed, as ints */
   } v;
 } nb_attr;
 nb_attr nb_attr_int(const char *name, int64_t v);
@@ -185,22 +201,22 @@ nb_attr nb_attr_tensor(const char *name, nb_tensor *v);
 /* Runs (or, in a graph context, adds) op `type` with TF's inputs and attrs. Attrs not
    given take TF's defaults. TF's inferred type attrs ("T", "Tidx", "Tshape", ...) may be
    passed and are checked against the inputs. nout must equal the op's output count. */
-nb_code nb_op(nb_ctx *c, const char *type, nb_tensor *const *in, int nin,
-              const nb_attr *attrs, int nattrs, nb_tensor **out, int nout);
+nb_code nb_op(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs,
+              nb_tensor **out, int nout);
 
 /* ---- ops: one function per TF op ---------------------------------------------------
    All return NULL on error (and set the context's status). Binary ops broadcast like
    NumPy/TF. Axis arguments may be negative (counted from the end). */
 
 /* elementwise binary (f32 f64 i32 i64 unless noted) */
-nb_tensor *nb_add(nb_ctx *c, nb_tensor *a, nb_tensor *b);                  /* AddV2 */
-nb_tensor *nb_sub(nb_ctx *c, nb_tensor *a, nb_tensor *b);                  /* Sub */
-nb_tensor *nb_mul(nb_ctx *c, nb_tensor *a, nb_tensor *b);                  /* Mul */
-nb_tensor *nb_real_div(nb_ctx *c, nb_tensor *a, nb_tensor *b);             /* RealDiv; ints: error on /0 */
-nb_tensor *nb_pow(nb_ctx *c, nb_tensor *a, nb_tensor *b);                  /* Pow */
-nb_tensor *nb_squared_difference(nb_ctx *c, nb_tensor *a, nb_tensor *b);   /* SquaredDifference */
-nb_tensor *nb_maximum(nb_ctx *c, nb_tensor *a, nb_tensor *b);              /* Maximum */
-nb_tensor *nb_minimum(nb_ctx *c, nb_tensor *a, nb_tensor *b);              /* Minimum */
+nb_tensor *nb_add(nb_ctx *c, nb_tensor *a, nb_tensor *b);                /* AddV2 */
+nb_tensor *nb_sub(nb_ctx *c, nb_tensor *a, nb_tensor *b);                /* Sub */
+nb_tensor *nb_mul(nb_ctx *c, nb_tensor *a, nb_tensor *b);                /* Mul */
+nb_tensor *nb_real_div(nb_ctx *c, nb_tensor *a, nb_tensor *b);           /* RealDiv; ints: error on /0 */
+nb_tensor *nb_pow(nb_ctx *c, nb_tensor *a, nb_tensor *b);                /* Pow */
+nb_tensor *nb_squared_difference(nb_ctx *c, nb_tensor *a, nb_tensor *b); /* SquaredDifference */
+nb_tensor *nb_maximum(nb_ctx *c, nb_tensor *a, nb_tensor *b);            /* Maximum */
+nb_tensor *nb_minimum(nb_ctx *c, nb_tensor *a, nb_tensor *b);            /* Minimum */
 /* comparisons -> bool (Equal/NotEqual also take bool) */
 nb_tensor *nb_less(nb_ctx *c, nb_tensor *a, nb_tensor *b);
 nb_tensor *nb_less_equal(nb_ctx *c, nb_tensor *a, nb_tensor *b);
@@ -237,11 +253,11 @@ nb_tensor *nb_cos(nb_ctx *c, nb_tensor *x);
 /* TF's fused gradient ops (f32 f64; ReluGrad also i32 i64). Both inputs must have the
    same shape and dtype (no broadcasting); inputs in TF's order. y is the forward output,
    dy the incoming gradient: */
-nb_tensor *nb_tanh_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);        /* TanhGrad: dy (1 - y^2) */
-nb_tensor *nb_sigmoid_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);     /* SigmoidGrad: dy y (1 - y) */
-nb_tensor *nb_rsqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);       /* RsqrtGrad: -dy y^3 / 2 */
-nb_tensor *nb_sqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);        /* SqrtGrad: dy / (2 y) */
-nb_tensor *nb_reciprocal_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);  /* ReciprocalGrad: -dy y^2 */
+nb_tensor *nb_tanh_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);       /* TanhGrad: dy (1 - y^2) */
+nb_tensor *nb_sigmoid_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);    /* SigmoidGrad: dy y (1 - y) */
+nb_tensor *nb_rsqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);      /* RsqrtGrad: -dy y^3 / 2 */
+nb_tensor *nb_sqrt_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy);       /* SqrtGrad: dy / (2 y) */
+nb_tensor *nb_reciprocal_grad(nb_ctx *c, nb_tensor *y, nb_tensor *dy); /* ReciprocalGrad: -dy y^2 */
 /* ReluGrad: gradients * (features > 0) */
 nb_tensor *nb_relu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features);
 /* EluGrad: outputs < 0 ? gradients * (outputs + 1) : gradients */
@@ -249,8 +265,8 @@ nb_tensor *nb_elu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *outputs);
 /* SoftplusGrad: gradients * sigmoid(features) */
 nb_tensor *nb_softplus_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features);
 
-nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to);                  /* Cast: DstT */
-nb_tensor *nb_add_n(nb_ctx *c, nb_tensor *const *xs, int n);               /* AddN: same shapes */
+nb_tensor *nb_cast(nb_ctx *c, nb_tensor *x, nb_dtype to);    /* Cast: DstT */
+nb_tensor *nb_add_n(nb_ctx *c, nb_tensor *const *xs, int n); /* AddN: same shapes */
 /* AccumulateNV2 (tf.math.accumulate_n): AddN's sum, with attr "shape" (dims -1: unknown)
    the inputs must fit; here the inputs' static shapes merged (one must have a known rank). */
 nb_tensor *nb_accumulate_n(nb_ctx *c, nb_tensor *const *xs, int n);
@@ -285,14 +301,14 @@ nb_tensor *nb_matmul_add(nb_ctx *c, nb_tensor *a, nb_tensor *b, bool ta, bool tb
 nb_tensor *nb_batch_matmul(nb_ctx *c, nb_tensor *x, nb_tensor *y, bool adj_x, bool adj_y);
 
 /* shapes and indexing */
-nb_tensor *nb_reshape(nb_ctx *c, nb_tensor *x, const int64_t *shape, int rank);   /* one -1 allowed */
+nb_tensor *nb_reshape(nb_ctx *c, nb_tensor *x, const int64_t *shape, int rank); /* one -1 allowed */
 nb_tensor *nb_transpose(nb_ctx *c, nb_tensor *x, const int *perm, int n);
 nb_tensor *nb_expand_dims(nb_ctx *c, nb_tensor *x, int axis);
 /* Squeeze: axes NULL/naxes 0 removes every size-1 dim; otherwise exactly those. */
 nb_tensor *nb_squeeze(nb_ctx *c, nb_tensor *x, const int *axes, int naxes);
 nb_tensor *nb_broadcast_to(nb_ctx *c, nb_tensor *x, const int64_t *shape, int rank);
-nb_tensor *nb_concat(nb_ctx *c, nb_tensor *const *xs, int n, int axis);          /* ConcatV2 */
-nb_tensor *nb_pack(nb_ctx *c, nb_tensor *const *xs, int n, int axis);            /* Pack (tf.stack) */
+nb_tensor *nb_concat(nb_ctx *c, nb_tensor *const *xs, int n, int axis); /* ConcatV2 */
+nb_tensor *nb_pack(nb_ctx *c, nb_tensor *const *xs, int n, int axis);   /* Pack (tf.stack) */
 /* Unpack (tf.unstack): num must equal x's size along axis; fills out[0..num). */
 nb_code nb_unpack(nb_ctx *c, nb_tensor *x, int axis, int num, nb_tensor **out);
 /* Slice: size -1 takes the rest of the dim. */
@@ -301,8 +317,8 @@ nb_tensor *nb_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t
 typedef struct nb_slice_masks {
   int64_t begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask;
 } nb_slice_masks;
-nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *end,
-                            const int64_t *strides, int n, const nb_slice_masks *masks);
+nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *end, const int64_t *strides,
+                            int n, const nb_slice_masks *masks);
 /* TF's StridedSliceGrad: zeros of the 1-D int tensor `shape` (the forward input's shape)
    with dy written where StridedSlice(x, begin, end, strides, masks) reads. */
 nb_tensor *nb_strided_slice_grad(nb_ctx *c, nb_tensor *shape, const int64_t *begin, const int64_t *end,
@@ -313,8 +329,7 @@ nb_tensor *nb_pad(nb_ctx *c, nb_tensor *x, const int64_t *paddings, int n);
 /* GatherV2 along axis with batch_dims; out-of-range indices are an error. */
 nb_tensor *nb_gather(nb_ctx *c, nb_tensor *params, nb_tensor *indices, int axis, int batch_dims);
 /* UnsortedSegmentSum: negative ids are dropped, ids >= num_segments are an error. */
-nb_tensor *nb_unsorted_segment_sum(nb_ctx *c, nb_tensor *data, nb_tensor *segment_ids,
-                                   int64_t num_segments);
+nb_tensor *nb_unsorted_segment_sum(nb_ctx *c, nb_tensor *data, nb_tensor *segment_ids, int64_t num_segments);
 nb_tensor *nb_fill(nb_ctx *c, const int64_t *dims, int rank, nb_tensor *value);
 /* Range: the 1-D sequence start, start + delta, ... stopping before limit; three scalars of
    one dtype (f32 f64 i32 i64), which the output has. Its length is known at graph build
@@ -363,8 +378,8 @@ nb_code nb_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *features, nb_
                                              nb_tensor **backprop);
 /* SparseSoftmaxCrossEntropyWithLogits: features [batch, classes], labels int32/int64 [batch]
    with values in [0, classes) (others: NB_INVALID naming the value and its position). */
-nb_code nb_sparse_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *features, nb_tensor *labels,
-                                                    nb_tensor **loss, nb_tensor **backprop);
+nb_code nb_sparse_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *features, nb_tensor *labels, nb_tensor **loss,
+                                                    nb_tensor **backprop);
 /* Relu6: min(max(x, 0), 6) (also int32/int64); Relu6Grad(gradients, features). */
 nb_tensor *nb_relu6(nb_ctx *c, nb_tensor *x);
 nb_tensor *nb_relu6_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *features);
@@ -393,8 +408,8 @@ nb_tensor *nb_one_hot(nb_ctx *c, nb_tensor *indices, int depth, nb_tensor *on_va
    (1 - f) old + f batch for f = exponential_avg_factor (mean/variance may be NULL when
    f == 1); inference: normalizes with mean/variance. epsilon >= 0 (TF: 1e-4). */
 nb_code nb_fused_batch_norm(nb_ctx *c, nb_tensor *x, nb_tensor *scale, nb_tensor *offset, nb_tensor *mean,
-                            nb_tensor *variance, double epsilon, double exponential_avg_factor,
-                            const char *data_format, bool is_training, nb_tensor **out);
+                            nb_tensor *variance, double epsilon, double exponential_avg_factor, const char *data_format,
+                            bool is_training, nb_tensor **out);
 /* FusedBatchNormGradV3: out[0..5) = x_backprop, scale_backprop, offset_backprop and two
    empty reserve spaces, from y_backprop and the forward op's x, scale and reserve spaces
    (inference: its mean and variance inputs). */
@@ -409,8 +424,7 @@ nb_code nb_fused_batch_norm_grad(nb_ctx *c, nb_tensor *y_backprop, nb_tensor *x,
    (1-D int32/int64) and seed (int32/int64 [2]); attr dtype. They have no gradient. */
 nb_tensor *nb_stateless_random_uniform(nb_ctx *c, const int64_t *shape, int rank, const int64_t seed[2],
                                        nb_dtype dtype);
-nb_tensor *nb_stateless_random_normal(nb_ctx *c, const int64_t *shape, int rank, const int64_t seed[2],
-                                      nb_dtype dtype);
+nb_tensor *nb_stateless_random_normal(nb_ctx *c, const int64_t *shape, int rank, const int64_t seed[2], nb_dtype dtype);
 nb_tensor *nb_stateless_truncated_normal(nb_ctx *c, const int64_t *shape, int rank, const int64_t seed[2],
                                          nb_dtype dtype);
 /* tf.nn.experimental.stateless_dropout: x * (u >= rate) / (1 - rate) with u uniform of
@@ -429,8 +443,8 @@ nb_tensor *nb_init_glorot_uniform(nb_ctx *c, nb_dtype t, int rank, const int64_t
 /* truncated normal (within 2 stddev) with stddev sqrt(2 / fan_in) / .87962566103423978 */
 nb_tensor *nb_init_he_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const int64_t seed[2]);
 /* mean + stddev * a standard normal truncated to (-2, 2) */
-nb_tensor *nb_init_truncated_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, double mean,
-                                    double stddev, const int64_t seed[2]);
+nb_tensor *nb_init_truncated_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, double mean, double stddev,
+                                    const int64_t seed[2]);
 /* ---- convolution, pooling and bias (f32 f64) ---------------------------------------------
    Images are 4-D: [batch, height, width, channels] for data_format "NHWC" (NULL means
    "NHWC"), [batch, channels, height, width] for "NCHW". Window attrs (strides, dilations, ksize) have 4 values in data_format's
@@ -525,13 +539,13 @@ typedef struct nb_op_attr_def {
    of nb_opctx_fail. stateful: the op reads or writes state outside its inputs, so a graph
    never folds it at build time (TF's SetIsStateful). */
 typedef struct nb_op_spec {
-  const char *name;           /* TF-valid: [A-Z][A-Za-z0-9_>]* */
+  const char *name; /* TF-valid: [A-Z][A-Za-z0-9_>]* */
   const nb_op_arg *inputs;
   int ninputs;
   const nb_op_arg *outputs;
   int noutputs;
   const nb_op_attr_def *attrs;
-  int nattrs;                 /* at most 6 */
+  int nattrs; /* at most 6 */
   nb_code (*shape_fn)(nb_op_ctx *k);
   nb_code (*kernel)(nb_op_ctx *k);
   bool stateful;
@@ -608,7 +622,7 @@ nb_code nabla_op_library_init(int host_abi);
    naming the node; only checks that need unknown values wait for nb_run. Ops on known
    constants are folded at build time. */
 nb_graph *nb_graph_new(void);
-void nb_graph_free(nb_graph *g);                  /* after every context and session on it */
+void nb_graph_free(nb_graph *g); /* after every context and session on it */
 nb_ctx *nb_graph_ctx_new(nb_graph *g);
 int nb_graph_num_nodes(const nb_graph *g);
 /* Name scopes: nodes made while a scope is pushed are named "scope/Type" (unique: "_1", ...). */
@@ -641,8 +655,8 @@ nb_code nb_graph_to_dot(const nb_graph *g, const char *path);
    caller (nb_tensor_free). On error nb_session_error says which node failed and why. */
 nb_session *nb_session_new(nb_graph *g);
 void nb_session_free(nb_session *s);
-nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
-               nb_tensor *const *fetch, int nfetch, nb_tensor **results);
+nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed, nb_tensor *const *fetch,
+               int nfetch, nb_tensor **results);
 const char *nb_session_error(const nb_session *s);
 void nb_session_set_threads(nb_session *s, int n);
 
@@ -653,24 +667,25 @@ void nb_session_set_threads(nb_session *s, int n);
    pairwise tree of AddV2, or one AccumulateNV2 where the shape is fully known (else AddN). */
 enum { NB_AGG_ADD_N = 0, NB_AGG_TREE = 1, NB_AGG_ACCUMULATE_N = 2 };
 typedef struct nb_grad_opts {
-  nb_tensor *const *grad_ys;          /* NULL: ones */
-  nb_tensor *const *stop; int nstop;  /* stop_gradients */
-  int unconnected_zero;               /* 0: NULL for unconnected xs; 1: zeros */
-  int aggregation;                    /* NB_AGG_ADD_N (default), NB_AGG_TREE, NB_AGG_ACCUMULATE_N */
-  const char *name;                   /* scope, default "gradients" */
+  nb_tensor *const *grad_ys; /* NULL: ones */
+  nb_tensor *const *stop;
+  int nstop;            /* stop_gradients */
+  int unconnected_zero; /* 0: NULL for unconnected xs; 1: zeros */
+  int aggregation;      /* NB_AGG_ADD_N (default), NB_AGG_TREE, NB_AGG_ACCUMULATE_N */
+  const char *name;     /* scope, default "gradients" */
 } nb_grad_opts;
 /* dxs[i] = sum over ys of d ys / d xs[i] (with grad_ys weights), as graph tensors in c's
    graph, under the scope "gradients/<op name>_grad/". c must be a graph context. */
-nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
-                     const nb_grad_opts *o, nb_tensor **dxs);
+nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, const nb_grad_opts *o,
+                     nb_tensor **dxs);
 
 /* ---- forward mode ------------------------------------------------------------------------- */
 /* Graph contexts only (eager: NB_UNIMPLEMENTED): out[i] = J_{ys[i]}(xs) ·
    tangents, summed over xs, built by transposing the gradient (TF's forwardprop fallback).
    tangents[j] has xs[j]'s dtype and shape; int/bool or unconnected ys give NULL. It needs
    each gradient op's own gradient (MaxPool with EXPLICIT padding has none: an error). */
-nb_code nb_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
-               nb_tensor *const *tangents, nb_tensor **out);
+nb_code nb_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, nb_tensor *const *tangents,
+               nb_tensor **out);
 /* Hessian-vector product of y (its sum when not scalar), forward over reverse: out[j] =
    sum over k of d²y/dxs[j]dxs[k] · vs[k]; NULL where xs[j]'s gradient is unconnected. */
 nb_code nb_hvp(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *vs, nb_tensor **out);
@@ -724,13 +739,13 @@ const char *nb_fwd_attr_str(const nb_fwd_op *op, const char *name);
 typedef nb_code (*nb_custom_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user);
 typedef nb_code (*nb_custom_grad_fn)(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
                                      nb_tensor *const *dys, nb_tensor **dxs, void *user);
-nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user,
-                           nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user, nb_tensor *const *in,
+                           int nin, nb_tensor **out, int nout);
 /* tf.recompute_grad: out = fn(in) as one op that keeps only in and out; its gradient runs
    fn again and differentiates that run. fn must be deterministic and take every tensor to
    differentiate as an input (a variable read inside gets no gradient). */
-nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *const *in, int nin,
-                          nb_tensor **out, int nout);
+nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *const *in, int nin, nb_tensor **out,
+                          int nout);
 
 /* ---- composite ops (user-defined ops whose body is other ops) ------------------------------
    TF's composite-op framework: an op type whose body fn is written with
@@ -786,8 +801,8 @@ typedef struct nb_host_output {
   int rank;                   /* -1: any rank */
   int64_t shape[NB_MAX_RANK]; /* the first rank dims; -1: any size */
 } nb_host_output;
-nb_code nb_py_func(nb_ctx *c, nb_host_func *f, bool stateful, nb_tensor *const *in, int nin,
-                   const nb_host_output *spec, nb_tensor **out, int nout);
+nb_code nb_py_func(nb_ctx *c, nb_host_func *f, bool stateful, nb_tensor *const *in, int nin, const nb_host_output *spec,
+                   nb_tensor **out, int nout);
 
 /* ==== 5. The eager tape =================================================================== */
 
@@ -800,7 +815,7 @@ nb_code nb_py_func(nb_ctx *c, nb_host_func *f, bool stateful, nb_tensor *const *
    to c's current scope; a tape is invalid after nb_tape_end or nb_ctx_free. */
 nb_tape *nb_tape_begin(nb_ctx *c, int persistent);
 void nb_tape_watch(nb_tape *t, nb_tensor *x);
-void nb_tape_stop_recording(nb_tape *t);   /* ops run until resume are not recorded */
+void nb_tape_stop_recording(nb_tape *t); /* ops run until resume are not recorded */
 void nb_tape_resume_recording(nb_tape *t);
 void nb_tape_set_unconnected_zero(nb_tape *t, bool zero);
 /* TF's reset(): drops every record and watch (variables too); the tape goes on recording,
@@ -824,7 +839,7 @@ typedef enum nb_jacobian_path {
 } nb_jacobian_path;
 /* How t's last nb_tape_jacobian or nb_tape_batch_jacobian ran (LOOP after an error). */
 nb_jacobian_path nb_tape_jacobian_path(const nb_tape *t);
-void nb_tape_end(nb_tape *t);               /* also frees everything it recorded */
+void nb_tape_end(nb_tape *t); /* also frees everything it recorded */
 
 /* ---- tapes and variables ---------------------------------------------------------------- */
 /* TF's watch_accessed_variables (default true): whether t watches trainable variables read
@@ -855,17 +870,17 @@ nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_
    an error, or leaves c's scopes unbalanced, fails its call with a message naming it. */
 typedef nb_code (*nb_body_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **next, void *user);
 typedef nb_code (*nb_cond_fn)(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred, void *user);
-nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user,
-                 nb_tensor *const *vars, int n, int64_t max_iters, nb_tensor **out);
-nb_code nb_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
-                nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+nb_code nb_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
+                 int64_t max_iters, nb_tensor **out);
+nb_code nb_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user, nb_tensor *const *in,
+                int nin, nb_tensor **out, int nout);
 /* A declared shape (TF's shape_invariants): rank -1 any rank, dims -1 any size. */
 typedef struct nb_shape_spec {
   int rank;
   const int64_t *dims;
 } nb_shape_spec;
 typedef struct nb_while_opts {
-  const nb_shape_spec *shapes;  /* NULL, or one per loop variable: the shapes it may take */
+  const nb_shape_spec *shapes; /* NULL, or one per loop variable: the shapes it may take */
 } nb_while_opts;
 /* nb_while with options (o may be NULL). */
 nb_code nb_while_ex(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *user, nb_tensor *const *vars, int n,
@@ -938,7 +953,7 @@ const void *nb_variable_data(const nb_variable *v);
    the dense update of the densified gradient, Momentum and RMSProp lazily as TF (untouched
    rows and their slots unchanged); docs/variables.md. Indices out of range: NB_INVALID. */
 typedef struct nb_optimizer nb_optimizer;
-nb_optimizer *nb_sgd_new(double learning_rate);                /* NULL only when out of memory */
+nb_optimizer *nb_sgd_new(double learning_rate); /* NULL only when out of memory */
 nb_optimizer *nb_momentum_new(double learning_rate, double momentum, bool nesterov);
 nb_optimizer *nb_adam_new(double learning_rate, double beta1, double beta2, double epsilon);
 nb_optimizer *nb_adamw_new(double learning_rate, double beta1, double beta2, double epsilon, double weight_decay);
@@ -964,10 +979,10 @@ nb_variable *nb_optimizer_slot(const nb_optimizer *o, const nb_variable *var, co
 typedef enum { NB_LR_CONSTANT, NB_LR_STEP_DECAY, NB_LR_COSINE_DECAY } nb_lr_kind;
 typedef struct nb_lr_schedule {
   nb_lr_kind kind;
-  double initial;             /* the learning rate at step 0 */
-  int64_t decay_steps;        /* > 0 */
-  double decay_rate;          /* step decay */
-  double alpha;               /* cosine decay: the final fraction of initial */
+  double initial;      /* the learning rate at step 0 */
+  int64_t decay_steps; /* > 0 */
+  double decay_rate;   /* step decay */
+  double alpha;        /* cosine decay: the final fraction of initial */
 } nb_lr_schedule;
 /* initial * decay_rate^floor(step / decay_steps) (Keras's ExponentialDecay, staircase). */
 nb_lr_schedule nb_step_decay(double initial, int64_t decay_steps, double decay_rate);
@@ -1012,16 +1027,16 @@ nb_dataset *nb_dataset_idx(nb_ctx *c, const char *images_path, const char *label
    Also NB_CORRUPT unless the images are 28x28 and the labels 0..9. */
 nb_dataset *nb_fashion_mnist(nb_ctx *c, const char *dir, bool train);
 
-int64_t nb_dataset_size(const nb_dataset *d);     /* items; -1 for NULL */
+int64_t nb_dataset_size(const nb_dataset *d); /* items; -1 for NULL */
 void nb_dataset_image_dims(const nb_dataset *d, int64_t *rows, int64_t *cols);
 /* Sets the batch order to a permutation that depends on seed alone (not on earlier
    shuffles, the machine or the C library). Shuffle with seed + epoch for a new order. */
 nb_code nb_dataset_shuffle(nb_dataset *d, uint64_t seed);
 
 typedef enum {
-  NB_IMAGES_NHWC,  /* [n, rows, cols, 1] (TF's default for Conv2D) */
-  NB_IMAGES_NCHW,  /* [n, 1, rows, cols] */
-  NB_IMAGES_FLAT   /* [n, rows * cols] (dense layers) */
+  NB_IMAGES_NHWC, /* [n, rows, cols, 1] (TF's default for Conv2D) */
+  NB_IMAGES_NCHW, /* [n, 1, rows, cols] */
+  NB_IMAGES_FLAT  /* [n, rows * cols] (dense layers) */
 } nb_image_layout;
 /* Items first .. first + n - 1 of the current order: *images float32 in layout with each
    pixel scaled to [0, 1] (pixel / 255), *labels int32 [n]. Allocates those two tensors
@@ -1057,8 +1072,8 @@ nb_code nb_checkpoint_save(nb_ctx *c, const char *prefix, nb_variable *const *va
 /* Reads vars (and opt's counter and slots; a missing slot restarts from zeros) back from
    prefix, CRCs checked. All or nothing: on an error (short of running out of memory) no
    variable, slot or counter changes. */
-nb_code nb_checkpoint_restore(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys,
-                              int n, nb_optimizer *opt);
+nb_code nb_checkpoint_restore(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys, int n,
+                              nb_optimizer *opt);
 /* One tensor of a checkpoint (tf.train.list_variables). */
 typedef struct nb_checkpoint_entry {
   char *key;
@@ -1076,12 +1091,12 @@ void nb_checkpoint_list_free(nb_checkpoint_entry *entries, int n);
 /* ---- checking -------------------------------------------------------------------------- */
 /* Numeric Jacobian of y with respect to xs (float64 central differences at x_values, fed
    to xs) against the symbolic one; *max_error is the largest absolute difference. */
-nb_code nb_gradcheck(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx,
-                     nb_tensor *const *x_values, double *max_error);
+nb_code nb_gradcheck(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *x_values,
+                     double *max_error);
 /* Writes into report every op on a path from xs to ys that has no gradient, with its name,
    type and a path; returns NB_OK (report "" when there is none). */
-nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx,
-                                   nb_tensor *const *ys, int ny, char *report, size_t cap);
+nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx, nb_tensor *const *ys, int ny,
+                                   char *report, size_t cap);
 
 #if defined(NB_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

@@ -63,8 +63,7 @@ static inline nb_tensor *gu_feed(gu_fixture *f, nb_tensor *placeholder, nb_tenso
 
 /* Runs one fetch with n (placeholder, value) pairs plus f's standing feeds; fails the test
    on a run error. The result belongs to the caller. */
-static inline nb_tensor *gu_run(gu_fixture *f, nb_tensor *const *ph, nb_tensor *const *vals, int n,
-                                nb_tensor *fetch) {
+static inline nb_tensor *gu_run(gu_fixture *f, nb_tensor *const *ph, nb_tensor *const *vals, int n, nb_tensor *fetch) {
   nb_tensor *feed[GU_MAX_FEEDS + GU_MAX_INPUTS + 2], *val[GU_MAX_FEEDS + GU_MAX_INPUTS + 2], *out = NULL;
   assert_true(n <= GU_MAX_INPUTS + 2);
   int m = 0;

@@ -118,11 +118,10 @@ static void test_refused_libraries(void **state) {
   expect_refused(c, NULL, NB_INVALID, "path is NULL", NULL);
   expect_refused(c, "no-such-dir/no_such_library.so", NB_IO, "cannot load 'no-such-dir/no_such_library.so': ", NULL);
   assert_non_null(strstr(nb_registry_error(), "cannot open shared object file")); /* the loader's words */
-  expect_refused(c, __FILE__, NB_IO, "cannot load", NULL); /* not a shared object */
-  expect_refused(c, NB_LIBRARY_NO_ABI, NB_NOT_FOUND, "is not a nabla op library: it does not define nabla_op_library_abi",
-                 "NoAbiOp");
-  expect_refused(c, NB_LIBRARY_NO_INIT, NB_NOT_FOUND, "it does not define nabla_op_library_init",
-                 "MisnamedInitOp");
+  expect_refused(c, __FILE__, NB_IO, "cannot load", NULL);                        /* not a shared object */
+  expect_refused(c, NB_LIBRARY_NO_ABI, NB_NOT_FOUND,
+                 "is not a nabla op library: it does not define nabla_op_library_abi", "NoAbiOp");
+  expect_refused(c, NB_LIBRARY_NO_INIT, NB_NOT_FOUND, "it does not define nabla_op_library_init", "MisnamedInitOp");
   expect_refused(c, NB_LIBRARY_OLD_ABI, NB_UNIMPLEMENTED, "was built against nabla op ABI 2; this nabla's is 1",
                  "OldAbiOp");
   expect_refused(c, NB_LIBRARY_INIT_FAILS, NB_INVALID, "failed with NB_INVALID: op 'MatMul' is already registered",

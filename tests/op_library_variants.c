@@ -19,14 +19,14 @@ NB_OP_LIBRARY_EXPORT nb_code nabla_op_library_init(int host_abi) {
   (void)host_abi;
   return register_never("NoAbiOp");
 }
-#elif defined(NB_VARIANT_NO_INIT) /* its init misnamed */
+#elif defined(NB_VARIANT_NO_INIT)    /* its init misnamed */
 NB_OP_LIBRARY_EXPORT int nabla_op_library_abi(void) { return NB_ABI_VERSION; }
 NB_OP_LIBRARY_EXPORT nb_code nabla_op_library_initialize(int host_abi);
 NB_OP_LIBRARY_EXPORT nb_code nabla_op_library_initialize(int host_abi) {
   (void)host_abi;
   return register_never("MisnamedInitOp");
 }
-#elif defined(NB_VARIANT_OLD_ABI) /* built against another nabla.h */
+#elif defined(NB_VARIANT_OLD_ABI)    /* built against another nabla.h */
 NB_OP_LIBRARY_EXPORT int nabla_op_library_abi(void) { return NB_ABI_VERSION + 1; }
 NB_OP_LIBRARY_EXPORT nb_code nabla_op_library_init(int host_abi) {
   (void)host_abi;

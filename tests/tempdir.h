@@ -14,8 +14,8 @@
 typedef struct tu_files {
   nb_ctx *c;
   char dir[256];
-  char path[512];   /* a file the test names */
-  char path2[512];  /* a second one */
+  char path[512];  /* a file the test names */
+  char path2[512]; /* a second one */
 } tu_files;
 
 /* Makes a fresh directory $TMPDIR/nabla-test-XXXXXX (/tmp without TMPDIR) and writes its

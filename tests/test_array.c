@@ -122,9 +122,9 @@ static void test_reshape_errors(void **state) {
   tu_check_error(c, NB_SHAPE, "requested shape has 0", NULL);
   /* the input has no zero dim, so divisibility still counts with a zero in the request */
   assert_null(nb_reshape(c, x, TU_SHAPE(0, -1, 4), 3));
-  tu_check_error(c, NB_SHAPE,
-                 "Reshape: Input to reshape is a tensor with 6 values, but the requested shape requires a multiple of 4",
-                 NULL);
+  tu_check_error(
+      c, NB_SHAPE,
+      "Reshape: Input to reshape is a tensor with 6 values, but the requested shape requires a multiple of 4", NULL);
   /* messages give an empty input's real element count, 0 */
   nb_tensor *e = tu_make(c, F32, 2, TU_SHAPE(0, 3), NULL);
   assert_null(nb_reshape(c, e, TU_SHAPE(2, 3), 2));
@@ -279,7 +279,8 @@ static void test_transpose_rank8_and_large(void **state) {
   const float *bd = nb_data(bt);
   for (int64_t i = 0; i < 777; i++)
     for (int64_t j = 0; j < 1000; j++)
-      if (bd[i * 1000 + j] != (float)(j * 777 + i)) fail_msg("big[%lld][%lld] = %g", (long long)i, (long long)j, bd[i * 1000 + j]);
+      if (bd[i * 1000 + j] != (float)(j * 777 + i))
+        fail_msg("big[%lld][%lld] = %g", (long long)i, (long long)j, bd[i * 1000 + j]);
   const int t3[3] = {0, 2, 1};
   nb_tensor *batch = iota(c, I64, 3, TU_SHAPE(5, 65, 129));
   check_transpose_iota(batch, nb_transpose(c, batch, t3, 3), t3);
@@ -327,11 +328,9 @@ static void test_broadcast_to(void **state) {
     check_t(nb_broadcast_to(c, row, TU_SHAPE(2, 3), 2), t, 2, TU_SHAPE(2, 3), TU_VALS(1, 0, 2, 1, 0, 2));
     nb_tensor *col = tu_make(c, t, 2, TU_SHAPE(2, 1), TU_VALS(1, 3));
     check_t(nb_broadcast_to(c, col, TU_SHAPE(2, 3), 2), t, 2, TU_SHAPE(2, 3), TU_VALS(1, 1, 1, 3, 3, 3));
-    check_t(nb_broadcast_to(c, col, TU_SHAPE(2, 2, 2), 3), t, 3, TU_SHAPE(2, 2, 2),
-             TU_VALS(1, 1, 3, 3, 1, 1, 3, 3));
+    check_t(nb_broadcast_to(c, col, TU_SHAPE(2, 2, 2), 3), t, 3, TU_SHAPE(2, 2, 2), TU_VALS(1, 1, 3, 3, 1, 1, 3, 3));
   }
-  tu_check(nb_broadcast_to(c, nb_scalar(c, I32, 4), TU_SHAPE(2, 2), 2), I32, 2, TU_SHAPE(2, 2), TU_VALS(4, 4, 4, 4),
-           0);
+  tu_check(nb_broadcast_to(c, nb_scalar(c, I32, 4), TU_SHAPE(2, 2), 2), I32, 2, TU_SHAPE(2, 2), TU_VALS(4, 4, 4, 4), 0);
   tu_check(nb_broadcast_to(c, nb_scalar(c, I32, 4), NULL, 0), I32, 0, NULL, TU_VALS(4), 0);
   tu_check_shape(nb_broadcast_to(c, tu_make(c, F32, 2, TU_SHAPE(1, 3), NULL), TU_SHAPE(0, 3), 2), F32, 2,
                  TU_SHAPE(0, 3));
@@ -350,8 +349,7 @@ static void test_broadcast_to(void **state) {
   check_ok(c);
   nb_tensor *m = tu_make(c, F32, 2, TU_SHAPE(2, 3), NULL);
   assert_null(nb_broadcast_to(c, m, TU_SHAPE(4, 3), 2));
-  tu_check_error(c, NB_SHAPE, "BroadcastTo: Unable to broadcast tensor of shape [2,3] to tensor of shape [4,3]",
-                 NULL);
+  tu_check_error(c, NB_SHAPE, "BroadcastTo: Unable to broadcast tensor of shape [2,3] to tensor of shape [4,3]", NULL);
   assert_null(nb_broadcast_to(c, m, TU_SHAPE(3), 1));
   tu_check_error(c, NB_SHAPE, "Rank of input (2) must be no greater than rank of output shape (1)", "[2,3] vs. [3]");
   assert_null(nb_broadcast_to(c, m, TU_SHAPE(-1, 3), 2));
@@ -392,8 +390,7 @@ static void test_tile(void **state) {
           fail_msg("y[%lld][%lld][%lld]", (long long)i, (long long)j, (long long)k);
   check_ok(c);
   assert_null(nb_tile(c, v, TU_SHAPE(2), 1));
-  tu_check_error(c, NB_INVALID, "Tile: Expected multiples argument to be a vector of length 2 but got length 1",
-                 NULL);
+  tu_check_error(c, NB_INVALID, "Tile: Expected multiples argument to be a vector of length 2 but got length 1", NULL);
   assert_null(nb_tile(c, v, TU_SHAPE(1, -1), 2));
   tu_check_error(c, NB_INVALID, "Expected multiples[1] >= 0, but got -1", NULL);
   assert_null(nb_tile(c, v, TU_SHAPE(INT64_MAX, 1), 2));
@@ -555,8 +552,8 @@ static void test_pack(void **state) {
   check_ok(c);
   nb_tensor *bad[2] = {m, tu_make(c, I64, 2, TU_SHAPE(2, 1), NULL)};
   assert_null(nb_pack(c, bad, 2, 0));
-  tu_check_error(c, NB_SHAPE, "Pack: Shapes of all inputs must match: values[0].shape = [2,2] != values[1].shape = [2,1]",
-                 NULL);
+  tu_check_error(c, NB_SHAPE,
+                 "Pack: Shapes of all inputs must match: values[0].shape = [2,2] != values[1].shape = [2,1]", NULL);
   nb_tensor *dt[2] = {m, tu_make(c, F64, 2, TU_SHAPE(2, 2), NULL)};
   assert_null(nb_pack(c, dt, 2, 0));
   tu_check_error(c, NB_DTYPE, "Pack", "int64 and float64");
@@ -807,7 +804,8 @@ static void test_range_errors(void **state) {
   nb_tensor *bs[3];
   for (int i = 0; i < 3; i++) bs[i] = nb_tensor_from(c, I64, 0, NULL, &big[i]);
   assert_null(nb_range(c, bs[0], bs[1], bs[2]));
-  tu_check_error(c, NB_INVALID, "Requires start <= limit when delta > 0: 4611686018427387908/4611686018427387904", NULL);
+  tu_check_error(c, NB_INVALID, "Requires start <= limit when delta > 0: 4611686018427387908/4611686018427387904",
+                 NULL);
   assert_null(range_of(c, F64, 0, NAN, 1));
   tu_check_error(c, NB_INVALID, "finite", NULL);
   assert_null(range_of(c, F64, 0, 1e300, 1e-300));
@@ -880,16 +878,20 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_INVALID, "ExpandDims (node", "Tried to expand dim index 3 for tensor with 2 dimensions.");
   nb_tensor *mixed[2] = {x2, tu_unknown_rank(c, NB_F64)};
   assert_null(nb_concat(c, mixed, 2, 0));
-  tu_check_error(c, NB_DTYPE, "ConcatV2 (node 'ConcatV2')", "inputs 0 and 1 must have the same dtype, got float32 and float64");
+  tu_check_error(c, NB_DTYPE, "ConcatV2 (node 'ConcatV2')",
+                 "inputs 0 and 1 must have the same dtype, got float32 and float64");
   nb_tensor *ranks[3] = {fr, x2, tu_unknown_dims(c, NB_F32, 1)};
   assert_null(nb_concat(c, ranks, 3, 0));
-  tu_check_error(c, NB_SHAPE, "ConcatV2 (node", "Ranks of all input tensors should match: shape[1] = [-1,-1] vs. shape[2] = [-1]");
+  tu_check_error(c, NB_SHAPE, "ConcatV2 (node",
+                 "Ranks of all input tensors should match: shape[1] = [-1,-1] vs. shape[2] = [-1]");
   nb_tensor *pair[2] = {x2, fr};
   assert_null(nb_concat(c, pair, 2, 2));
   tu_check_error(c, NB_INVALID, "ConcatV2 (node", "Expected concatenating dimensions in the range [-2, 2), but got 2");
-  nb_tensor *cols[2] = {nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 2), "c2"), nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "c3")};
+  nb_tensor *cols[2] = {nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 2), "c2"),
+                        nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "c3")};
   assert_null(nb_concat(c, cols, 2, 0));
-  tu_check_error(c, NB_SHAPE, "ConcatV2 (node", "Dimensions of inputs should match: shape[0] = [-1,2] vs. shape[1] = [-1,3]");
+  tu_check_error(c, NB_SHAPE, "ConcatV2 (node",
+                 "Dimensions of inputs should match: shape[0] = [-1,2] vs. shape[1] = [-1,3]");
   tu_check_shape(nb_concat(c, cols, 2, 1), NB_F32, 2, TU_SHAPE(-1, 5));
   nb_tensor *scalars[2] = {tu_unknown_dims(c, NB_F32, 0), fr};
   assert_null(nb_concat(c, scalars, 2, 0));
@@ -909,7 +911,8 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_INVALID, "Squeeze (node", "Tried to squeeze dim index -3 for tensor with 2 dimensions.");
   nb_tensor *x3 = tu_unknown_dims(c, NB_F32, 3);
   assert_null(nb_transpose(c, x3, (const int[]){1, 0}, 2));
-  tu_check_error(c, NB_INVALID, "Transpose (node", "transpose expects a vector of size 3. But input(1) is a vector of size 2");
+  tu_check_error(c, NB_INVALID, "Transpose (node",
+                 "transpose expects a vector of size 3. But input(1) is a vector of size 2");
   assert_null(nb_transpose(c, fr, (const int[]){0, 0, 1}, 3));
   tu_check_error(c, NB_INVALID, "Transpose (node", "2 is missing from perm [0,0,1]");
   assert_null(nb_reshape(c, x2, TU_SHAPE(-1, 2, -1), 3));
@@ -921,9 +924,11 @@ static void test_graph_validation(void **state) {
   assert_null(nb_tile(c, fr, TU_SHAPE(2, -1), 2));
   tu_check_error(c, NB_INVALID, "Tile (node", "Expected multiples[1] >= 0, but got -1");
   assert_null(nb_pad(c, x3, TU_SHAPE(1, 1, 1, 1), 2));
-  tu_check_error(c, NB_SHAPE, "Pad (node", "The first dimension of paddings must be the rank of inputs[2,2] [-1,-1,-1]");
+  tu_check_error(c, NB_SHAPE, "Pad (node",
+                 "The first dimension of paddings must be the rank of inputs[2,2] [-1,-1,-1]");
   assert_null(nb_broadcast_to(c, x3, TU_SHAPE(2, 2), 2));
-  tu_check_error(c, NB_SHAPE, "BroadcastTo (node", "Rank of input (3) must be no greater than rank of output shape (2)");
+  tu_check_error(c, NB_SHAPE, "BroadcastTo (node",
+                 "Rank of input (3) must be no greater than rank of output shape (2)");
   assert_null(nb_fill(c, TU_SHAPE(2, -3), 2, tu_unknown_dims(c, NB_F32, 0)));
   tu_check_error(c, NB_INVALID, "Fill (node", "Dimension -3 must be >= 0");
   assert_null(nb_fill(c, TU_SHAPE(2), 1, x2));
@@ -952,8 +957,8 @@ static void test_tensor_arguments(void **state) {
   nb_tensor *row = tu_make(c, I32, 1, TU_SHAPE(2), TU_VALS(1, 2));
   tu_check(nb_pad_t(c, row, tu_make(c, I64, 2, TU_SHAPE(1, 2), TU_VALS(1, 2))), I32, 1, TU_SHAPE(5),
            TU_VALS(0, 1, 2, 0, 0), 0);
-  tu_check(nb_fill_t(c, tu_make(c, I32, 1, TU_SHAPE(2), TU_VALS(1, 3)), nb_scalar(c, I64, 4)), I64, 2,
-           TU_SHAPE(1, 3), TU_VALS(4, 4, 4), 0);
+  tu_check(nb_fill_t(c, tu_make(c, I32, 1, TU_SHAPE(2), TU_VALS(1, 3)), nb_scalar(c, I64, 4)), I64, 2, TU_SHAPE(1, 3),
+           TU_VALS(4, 4, 4), 0);
   check_ok(c);
   assert_null(nb_reshape_t(c, x, tu_make(c, I32, 1, TU_SHAPE(2), TU_VALS(4, -1))));
   tu_check_error(c, NB_SHAPE, "Reshape: Input to reshape is a tensor with 6 values", NULL);

@@ -321,8 +321,8 @@ static void test_unknown_rank_unimplemented(void **state) {
                       NB_UNIMPLEMENTED, "Transpose gradient: the permutation's length must be known");
   gu_check_grad_fails(gu_case1(2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_tile_unknown, NULL, NULL), NB_UNIMPLEMENTED,
                       "Tile gradient: with unknown shapes the rank must be known");
-  gu_check_grad_fails(gu_case1(2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_concat_unknown, NULL, NULL),
-                      NB_UNIMPLEMENTED, "ConcatV2 gradient: the inputs' rank must be known");
+  gu_check_grad_fails(gu_case1(2, TU_SHAPE(2, 3), TU_SHAPE(2, 3), build_concat_unknown, NULL, NULL), NB_UNIMPLEMENTED,
+                      "ConcatV2 gradient: the inputs' rank must be known");
 }
 
 int main(void) {

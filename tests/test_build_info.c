@@ -26,8 +26,7 @@ static void test_build_info_fields(void **state) {
   snprintf(want, sizeof want, "blas core %s (", openblas_get_corename());
   assert_true(contains(info, want));
   const dnnl_version_t *v = dnnl_version();
-  snprintf(want, sizeof want, "onednn %d.%d.%d (openmp, isa %s)", v->major, v->minor, v->patch,
-           nbop_onednn_isa_name());
+  snprintf(want, sizeof want, "onednn %d.%d.%d (openmp, isa %s)", v->major, v->minor, v->patch, nbop_onednn_isa_name());
   assert_true(contains(info, want));
   snprintf(want, sizeof want, "gemm_f32=oneDNN (%s) gemm_f64=OpenBLAS (%s) conv=oneDNN (f32), im2col+GEMM (f64)",
            nbop_onednn_isa_name(), openblas_get_corename());
@@ -101,10 +100,8 @@ static void test_build_info_warning_matches(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_build_info_fields),
-      cmocka_unit_test(test_onednn_isa),
-      cmocka_unit_test(test_build_info_threads),
-      cmocka_unit_test(test_blas_warning),
+      cmocka_unit_test(test_build_info_fields),          cmocka_unit_test(test_onednn_isa),
+      cmocka_unit_test(test_build_info_threads),         cmocka_unit_test(test_blas_warning),
       cmocka_unit_test(test_build_info_warning_matches),
   };
   return cmocka_run_group_tests_name("build_info", tests, NULL, NULL);

@@ -236,8 +236,7 @@ static void expect_restore_fails(fixture *f, nb_code code, const char *what) {
   make_vars(f->c, 100, before);
   nb_code got = nb_checkpoint_restore(f->c, f->prefix, v, NULL, NVARS, NULL);
   if (got != code || !strstr(nb_error(f->c), what))
-    fail_msg("expected %s naming '%s', got %s: %s", nb_code_name(code), what, nb_code_name(got),
-             nb_error(f->c));
+    fail_msg("expected %s naming '%s', got %s: %s", nb_code_name(code), what, nb_code_name(got), nb_error(f->c));
   assert_true(same_bits(v, before, NVARS));
   nb_clear_error(f->c);
   free_vars(v, NVARS);
@@ -493,8 +492,8 @@ static void test_save_killed_between_renames(void **state) {
 
 /* y = x w + b, w [3, 2] and b [2], fitted by Adam on fixed data. */
 static void make_model(nb_ctx *c, nb_variable **v) {
-  v[0] = nb_variable_new(c, tu_make(c, NB_F32, 2, TU_SHAPE(3, 2), TU_VALS(0.1, -0.2, 0.3, 0.05, -0.4, 0.25)), true,
-                         "w");
+  v[0] =
+      nb_variable_new(c, tu_make(c, NB_F32, 2, TU_SHAPE(3, 2), TU_VALS(0.1, -0.2, 0.3, 0.05, -0.4, 0.25)), true, "w");
   v[1] = nb_variable_new(c, tu_make(c, NB_F32, 1, TU_SHAPE(2), TU_VALS(0, 0.1)), true, "b");
 }
 
@@ -595,10 +594,13 @@ static void test_optimizer_keys(void **state) {
   train_epoch(f->c, v, adam);
   const char *keys[2] = {"model/w/.ATTRIBUTES/VARIABLE_VALUE", "model/b"};
   assert_int_equal(nb_checkpoint_save(f->c, f->prefix, v, keys, 2, adam), NB_OK);
-  static const char *const expected[] = {
-      "model/b", "model/b/m", "model/b/v", "model/w/.ATTRIBUTES/VARIABLE_VALUE",
-      "model/w/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE",
-      "model/w/.OPTIMIZER_SLOT/optimizer/v/.ATTRIBUTES/VARIABLE_VALUE", "optimizer/iterations"};
+  static const char *const expected[] = {"model/b",
+                                         "model/b/m",
+                                         "model/b/v",
+                                         "model/w/.ATTRIBUTES/VARIABLE_VALUE",
+                                         "model/w/.OPTIMIZER_SLOT/optimizer/m/.ATTRIBUTES/VARIABLE_VALUE",
+                                         "model/w/.OPTIMIZER_SLOT/optimizer/v/.ATTRIBUTES/VARIABLE_VALUE",
+                                         "optimizer/iterations"};
   nb_checkpoint_entry *e;
   int n;
   assert_int_equal(nb_checkpoint_list(f->c, f->prefix, &e, &n), NB_OK);
@@ -634,8 +636,8 @@ static size_t golden_bytes(const ckpt_golden *g) {
 /* Variables (zeros) of the golden entries' dtypes and shapes, and their keys. */
 static void golden_vars(nb_ctx *c, const ckpt_golden *g, int n, nb_variable **v, const char **keys, bool values) {
   for (int i = 0; i < n; i++) {
-    v[i] = nb_variable_new(c, nb_tensor_from(c, g[i].dtype, g[i].rank, g[i].shape, values ? g[i].values : NULL),
-                           true, NULL);
+    v[i] = nb_variable_new(c, nb_tensor_from(c, g[i].dtype, g[i].rank, g[i].shape, values ? g[i].values : NULL), true,
+                           NULL);
     assert_non_null(v[i]);
     keys[i] = g[i].key;
   }
@@ -652,7 +654,8 @@ static void check_tf_checkpoint(fixture *f, const char *name, const ckpt_golden 
   golden_vars(f->c, g, n, v, keys, false);
   if (nb_checkpoint_restore(f->c, prefix, v, keys, n, NULL) != NB_OK) fail_msg("%s", nb_error(f->c));
   for (int i = 0; i < n; i++)
-    if (memcmp(nb_variable_data(v[i]), g[i].values, golden_bytes(&g[i])) != 0) fail_msg("%s: %s differs", name, g[i].key);
+    if (memcmp(nb_variable_data(v[i]), g[i].values, golden_bytes(&g[i])) != 0)
+      fail_msg("%s: %s differs", name, g[i].key);
   nb_checkpoint_entry *e;
   int count;
   assert_int_equal(nb_checkpoint_list(f->c, prefix, &e, &count), NB_OK);

@@ -146,7 +146,8 @@ static void test_eager_cond_both_branches(void **state) {
   gu_fixture *f = *state;
   nb_tensor *x = nb_scalar(f->e, NB_F64, 0.9), *w = nb_scalar(f->e, NB_F64, 2), *z = nb_scalar(f->e, NB_F64, 5);
   for (int taken = 0; taken < 2; taken++) {
-    nb_tensor *pred = nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){(uint8_t)taken}), *in[2] = {x, z}, *out[2];
+    nb_tensor *pred = nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){(uint8_t)taken}), *in[2] = {x, z},
+              *out[2];
     nb_tape *t = nb_tape_begin(f->e, 0);
     nb_tape_watch(t, x);
     assert_int_equal(nb_cond(f->e, pred, sq_branch, sin_branch, w, in, 2, out, 2), NB_OK);
@@ -276,7 +277,8 @@ static void test_relaxed_shape(void **state) {
 
 static void test_graph_poly_equals_eager(void **state) {
   gu_fixture *f = *state;
-  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *k = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "k");
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"),
+            *k = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "k");
   nb_tensor *vars[2] = {nb_scalar(f->c, NB_I32, 0), x}, *out[2];
   assert_int_equal(nb_while(f->c, poly_cond, poly_body, k, vars, 2, -1, out), NB_OK);
   tu_check_shape(out[1], NB_F64, 1, TU_SHAPE(3));
@@ -326,7 +328,8 @@ static void test_graph_in_place_loop_vars(void **state) {
   nb_tensor *b0 = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.25, 3, -1));
   nb_tensor *ev[4] = {nb_scalar(f->e, NB_I32, 0), a0, b0, a0}, *eo[4];
   assert_int_equal(nb_while(f->e, count_to_5, shuffle_body, NULL, ev, 4, -1, eo), NB_OK);
-  nb_tensor *a = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "a"), *b = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b");
+  nb_tensor *a = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "a"),
+            *b = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b");
   nb_tensor *gv[4] = {nb_scalar(f->c, NB_I32, 0), a, b, a}, *go[4];
   assert_int_equal(nb_while(f->c, count_to_5, shuffle_body, NULL, gv, 4, -1, go), NB_OK);
   nb_tensor *feeds[2] = {a, b}, *vals[2] = {a0, b0};
@@ -352,7 +355,9 @@ static void check_scalar_loop(gu_fixture *f, nb_body_fn body, int64_t max_iters,
 static void test_graph_max_iters(void **state) { check_scalar_loop(*state, times_x, 5, 1.2, pow(1.2, 5), 1e-15); }
 
 /* Nested loops in a graph: the inner body captures x, a tensor two levels out. */
-static void test_graph_nested_loops(void **state) { check_scalar_loop(*state, nested_body, 3, 1.1, pow(1.1, 6), 1e-14); }
+static void test_graph_nested_loops(void **state) {
+  check_scalar_loop(*state, nested_body, 3, 1.1, pow(1.1, 6), 1e-14);
+}
 
 static void test_graph_cond_both_branches(void **state) {
   gu_fixture *f = *state;
@@ -420,7 +425,8 @@ static nb_code rnn_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *
   rnn *r = user;
   nb_tensor *xt = nb_squeeze(c, nb_gather(c, r->xs, nb_reshape(c, v[0], TU_SHAPE(1), 1), 0, 0), (const int[]){0}, 1);
   next[0] = nb_add(c, v[0], nb_scalar(c, NB_I64, 1));
-  next[1] = nb_tanh(c, nb_add(c, nb_add(c, nb_matmul(c, v[1], r->w, false, false), nb_matmul(c, xt, r->u, false, false)), r->b));
+  next[1] = nb_tanh(
+      c, nb_add(c, nb_add(c, nb_matmul(c, v[1], r->w, false, false), nb_matmul(c, xt, r->u, false, false)), r->b));
   return nb_status(c);
 }
 
@@ -438,8 +444,10 @@ static void test_rnn_graph_equals_eager(void **state) {
   nb_tensor *h0 = det(f->e, 2, TU_SHAPE(2, 3), 0.5), *vars[2] = {nb_scalar(f->e, NB_I64, 0), h0}, *out[2];
   assert_int_equal(nb_while(f->e, rnn_cond, rnn_body, &re, vars, 2, -1, out), NB_OK);
   rnn rg = {nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "w"), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "u"),
-            nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"), nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(4, 2, 2), "xs")};
-  nb_tensor *hg = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0"), *gvars[2] = {nb_scalar(f->c, NB_I64, 0), hg}, *gout[2];
+            nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"),
+            nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(4, 2, 2), "xs")};
+  nb_tensor *hg = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0"), *gvars[2] = {nb_scalar(f->c, NB_I64, 0), hg},
+            *gout[2];
   assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &rg, gvars, 2, -1, gout), NB_OK);
   tu_check_shape(gout[1], NB_F64, 2, TU_SHAPE(2, 3));
   nb_tensor *feeds[5] = {rg.w, rg.u, rg.b, rg.xs, hg}, *vals[5] = {re.w, re.u, re.b, re.xs, h0};
@@ -453,7 +461,6 @@ static void test_rnn_graph_equals_eager(void **state) {
   tu_check(r, NB_F64, 2, TU_SHAPE(2, 3), want, 1e-15);
   nb_tensor_free(r);
 }
-
 
 /* Callbacks that fail with a code alone, leaving the context's status unset. */
 static nb_code silent_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
@@ -515,9 +522,11 @@ static void test_errors_graph(void **state) {
   nb_tensor *v2 = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 2)), *xv = nb_scalar(f->e, NB_F64, 2);
   nb_tensor *feeds[2] = {any, x}, *vals[2] = {v2, xv};
   assert_int_equal(nb_run(f->s, feeds, vals, 2, &y, 1, &r), NB_INVALID);
-  assert_non_null(strstr(nb_session_error(f->s), "While (node 'While'): the predicate must be a bool scalar, got bool [2]"));
-  rnn short_rnn = {nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "w"), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "u"),
-                   nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"), nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(3, 2, 2), "xs")};
+  assert_non_null(
+      strstr(nb_session_error(f->s), "While (node 'While'): the predicate must be a bool scalar, got bool [2]"));
+  rnn short_rnn = {
+      nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "w"), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "u"),
+      nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"), nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(3, 2, 2), "xs")};
   nb_tensor *vars[2] = {nb_scalar(f->c, NB_I64, 0), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0")}, *o2[2];
   assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &short_rnn, vars, 2, -1, o2), NB_OK); /* 4 steps over 3 inputs */
   nb_tensor *rf[5] = {short_rnn.w, short_rnn.u, short_rnn.b, short_rnn.xs, vars[1]};
@@ -570,7 +579,8 @@ static int fused_sums(const nb_graph *g) {
 /* The while gradient equals the unrolled loop's, for x and the captured k, and gradcheck agrees. */
 static void test_grad_poly_equals_unrolled(void **state) {
   gu_fixture *f = *state;
-  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *k = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "k");
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"),
+            *k = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "k");
   nb_tensor *vars[2] = {nb_scalar(f->c, NB_I32, 0), x}, *out[2];
   assert_int_equal(nb_while(f->c, poly_cond, poly_body, k, vars, 2, -1, out), NB_OK);
   nb_tensor *loss = nb_sum(f->c, nb_square(f->c, out[1]), NULL, 0, false);
@@ -600,12 +610,14 @@ static nb_code add_k(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *use
 
 static void test_grad_accumulates_nothing_for_add(void **state) {
   gu_fixture *f = *state;
-  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x"), *k = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "k"), *y;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x"),
+            *k = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "k"), *y;
   assert_int_equal(nb_while(f->c, always, add_k, k, &x, 1, 7, &y), NB_OK);
   nb_tensor *loss = nb_sum(f->c, y, NULL, 0, false), *xs[2] = {x, k}, *d[2];
   assert_int_equal(nb_gradients(f->c, &loss, 1, xs, 2, NULL, d), NB_OK);
   assert_int_equal(accumulators(y), 0);
-  nb_tensor *vals[2] = {tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 2)), tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, 4))};
+  nb_tensor *vals[2] = {tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 2)),
+                        tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, 4))};
   nb_tensor *r0 = run_n(f, xs, vals, 2, d[0]), *r1 = run_n(f, xs, vals, 2, d[1]);
   tu_check(r0, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, 1), 0);
   tu_check(r1, NB_F64, 1, TU_SHAPE(2), TU_VALS(7, 7), 0); /* summed over the 7 iterations */
@@ -669,10 +681,13 @@ static void test_grad_rnn_graph_equals_eager(void **state) {
   assert_int_equal(nb_tape_gradient(t, &le, 1, srcs, 5, NULL, ge), NB_OK);
   nb_tape_end(t);
   rnn rg = {nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "w"), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "u"),
-            nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"), nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(4, 2, 2), "xs")};
-  nb_tensor *hg = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0"), *gvars[2] = {nb_scalar(f->c, NB_I64, 0), hg}, *gout[2];
+            nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"),
+            nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(4, 2, 2), "xs")};
+  nb_tensor *hg = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0"), *gvars[2] = {nb_scalar(f->c, NB_I64, 0), hg},
+            *gout[2];
   assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &rg, gvars, 2, -1, gout), NB_OK);
-  nb_tensor *lg = nb_mean(f->c, nb_square(f->c, gout[1]), NULL, 0, false), *xs[5] = {rg.w, rg.u, rg.b, rg.xs, hg}, *gg[5];
+  nb_tensor *lg = nb_mean(f->c, nb_square(f->c, gout[1]), NULL, 0, false), *xs[5] = {rg.w, rg.u, rg.b, rg.xs, hg},
+            *gg[5];
   assert_int_equal(nb_gradients(f->c, &lg, 1, xs, 5, NULL, gg), NB_OK);
   /* the reverse loop adds x_t^T dz_t into the sums for W and U with one GEMM each, and
      its dz W^T and dz U^T read W and U transposed once before the loop */
@@ -715,8 +730,10 @@ static void test_grad_rnn_graph_equals_eager(void **state) {
 static void test_grad_rnn_shares_h_stack(void **state) {
   gu_fixture *f = *state;
   rnn rg = {nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "w"), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "u"),
-            nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"), nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(4, 2, 2), "xs")};
-  nb_tensor *hg = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0"), *gvars[2] = {nb_scalar(f->c, NB_I64, 0), hg}, *gout[2];
+            nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"),
+            nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(4, 2, 2), "xs")};
+  nb_tensor *hg = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "h0"), *gvars[2] = {nb_scalar(f->c, NB_I64, 0), hg},
+            *gout[2];
   assert_int_equal(nb_while(f->c, rnn_cond, rnn_body, &rg, gvars, 2, -1, gout), NB_OK);
   nb_tensor *lg = nb_sum(f->c, gout[1], NULL, 0, false), *dw = NULL;
   assert_int_equal(nb_gradients(f->c, &lg, 1, &rg.w, 1, NULL, &dw), NB_OK);
@@ -726,7 +743,8 @@ static void test_grad_rnn_shares_h_stack(void **state) {
   for (int a = 0; a < 4; a++) acc[a] = nbgraph_handle(f->c, f->g, gout[1]->node, loop->nin + a);
   nb_tensor *feeds[5] = {rg.w, rg.u, rg.b, rg.xs, hg};
   nb_tensor *vals[5] = {det(f->e, 2, TU_SHAPE(3, 3), 0.6), det(f->e, 2, TU_SHAPE(2, 3), 0.8),
-                        det(f->e, 1, TU_SHAPE(3), 0.1), det(f->e, 3, TU_SHAPE(4, 2, 2), 1), det(f->e, 2, TU_SHAPE(2, 3), 0.5)};
+                        det(f->e, 1, TU_SHAPE(3), 0.1), det(f->e, 3, TU_SHAPE(4, 2, 2), 1),
+                        det(f->e, 2, TU_SHAPE(2, 3), 0.5)};
   assert_int_equal(nb_run(f->s, feeds, vals, 5, acc, 4, val), NB_OK);
   int h = -1, y = -1; /* the stack starting with h0, the one starting with h_1 */
   for (int a = 0; a < 4; a++)
@@ -809,13 +827,15 @@ static nb_code double_branch(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, v
 
 static void test_grad_loop_in_cond(void **state) {
   gu_fixture *f = *state;
-  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *p = nb_placeholder(f->c, NB_BOOL, 0, NULL, "p"), *y, *d, *dd;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *p = nb_placeholder(f->c, NB_BOOL, 0, NULL, "p"), *y, *d,
+            *dd;
   assert_int_equal(nb_cond(f->c, p, cube_branch, double_branch, NULL, &x, 1, &y, 1), NB_OK);
   assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &d), NB_OK);
   assert_int_equal(nb_gradients(f->c, &d, 1, &x, 1, NULL, &dd), NB_OK);
   for (int taken = 0; taken < 2; taken++) {
-    nb_tensor *feeds[2] = {x, p}, *vals[2] = {nb_scalar(f->e, NB_F64, 0.8),
-                                              nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){(uint8_t)taken})};
+    nb_tensor *feeds[2] = {x, p},
+              *vals[2] = {nb_scalar(f->e, NB_F64, 0.8),
+                          nb_tensor_from(f->e, NB_BOOL, 0, NULL, (const uint8_t[]){(uint8_t)taken})};
     const double want[3] = {taken ? 0.512 : 1.6, taken ? 3 * 0.64 : 2, taken ? 6 * 0.8 : 0};
     nb_tensor *fetch[3] = {y, d, dd};
     for (int i = 0; i < 3; i++) {
@@ -1025,7 +1045,8 @@ static void test_grad_nested_growing(void **state) {
     assert_int_equal(grow_tanh_body(f->c, &u, &next, NULL), NB_OK);
     u = next;
   }
-  nb_tensor *loss = nb_sum(f->c, nb_square(f->c, y), NULL, 0, false), *lu = nb_sum(f->c, nb_square(f->c, u), NULL, 0, false);
+  nb_tensor *loss = nb_sum(f->c, nb_square(f->c, y), NULL, 0, false),
+            *lu = nb_sum(f->c, nb_square(f->c, u), NULL, 0, false);
   if (nb_gradients(f->c, &loss, 1, &v, 1, NULL, &dv)) fail_msg("%s", nb_error(f->c));
   assert_int_equal(nb_gradients(f->c, &lu, 1, &v, 1, NULL, &du), NB_OK);
   nb_tensor *vv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(0.3, -0.7));

@@ -109,8 +109,11 @@ static void test_bias_by_hand(void **state) {
 
 static nb_conv2d_attrs golden_conv_attrs(const conv_golden *g) {
   bool expl = !strcmp(g->padding, "EXPLICIT");
-  return (nb_conv2d_attrs){.strides = g->strides, .padding = g->padding, .data_format = g->data_format,
-                           .dilations = g->dilations, .explicit_paddings = expl ? g->explicit_paddings : NULL};
+  return (nb_conv2d_attrs){.strides = g->strides,
+                           .padding = g->padding,
+                           .data_format = g->data_format,
+                           .dilations = g->dilations,
+                           .explicit_paddings = expl ? g->explicit_paddings : NULL};
 }
 
 static void test_conv_golden_eager(void **state) {
@@ -119,7 +122,8 @@ static void test_conv_golden_eager(void **state) {
     for (int t = 0; t < 2; t++) {
       const conv_golden *g = &conv_cases[i];
       nb_conv2d_attrs a = golden_conv_attrs(g);
-      nb_tensor *x = tu_make_float(c, float_types[t], 4, g->x_shape, g->x), *f = tu_make_float(c, float_types[t], 4, g->f_shape, g->f);
+      nb_tensor *x = tu_make_float(c, float_types[t], 4, g->x_shape, g->x),
+                *f = tu_make_float(c, float_types[t], 4, g->f_shape, g->f);
       nb_tensor *dy = tu_make_float(c, float_types[t], 4, g->y_shape, g->dy);
       print_message("conv case %s %s\n", g->name, nb_dtype_name(float_types[t]));
       tu_check(nb_conv2d(c, x, f, &a), float_types[t], 4, g->y_shape, g->y, 0);
@@ -160,8 +164,11 @@ static void test_conv_golden_graph(void **state) {
 
 static nb_pool_attrs golden_pool_attrs(const pool_golden *g) {
   bool expl = !strcmp(g->padding, "EXPLICIT");
-  return (nb_pool_attrs){.ksize = g->ksize, .strides = g->strides, .padding = g->padding,
-                         .data_format = g->data_format, .explicit_paddings = expl ? g->explicit_paddings : NULL};
+  return (nb_pool_attrs){.ksize = g->ksize,
+                         .strides = g->strides,
+                         .padding = g->padding,
+                         .data_format = g->data_format,
+                         .explicit_paddings = expl ? g->explicit_paddings : NULL};
 }
 
 static void test_pool_golden_eager(void **state) {
@@ -171,15 +178,16 @@ static void test_pool_golden_eager(void **state) {
       const pool_golden *g = &pool_cases[i];
       double tol = float_types[t] == NB_F32 ? POOL_F32_TOL : POOL_F64_TOL;
       nb_pool_attrs a = golden_pool_attrs(g);
-      nb_tensor *x = tu_make_float(c, float_types[t], 4, g->x_shape, g->x), *dy = tu_make_float(c, float_types[t], 4, g->y_shape, g->dy);
+      nb_tensor *x = tu_make_float(c, float_types[t], 4, g->x_shape, g->x),
+                *dy = tu_make_float(c, float_types[t], 4, g->y_shape, g->dy);
       print_message("pool case %s %s\n", g->name, nb_dtype_name(float_types[t]));
       if (g->is_max) {
         nb_tensor *y = nb_max_pool(c, x, &a);
         tu_check(y, float_types[t], 4, g->y_shape, g->y, tol);
         tu_check(nb_max_pool_grad(c, x, y, dy, &a), float_types[t], 4, g->x_shape, g->dx, tol);
         if (!a.explicit_paddings)
-          tu_check(nb_max_pool_grad_grad(c, x, y, tu_make_float(c, float_types[t], 4, g->x_shape, g->ddx), &a), float_types[t],
-                   4, g->y_shape, g->gg, tol);
+          tu_check(nb_max_pool_grad_grad(c, x, y, tu_make_float(c, float_types[t], 4, g->x_shape, g->ddx), &a),
+                   float_types[t], 4, g->y_shape, g->gg, tol);
       } else {
         tu_check(nb_avg_pool(c, x, &a), float_types[t], 4, g->y_shape, g->y, tol);
         tu_check(nb_avg_pool_grad(c, shape_tensor(c, g->x_shape), dy, &a), float_types[t], 4, g->x_shape, g->dx, tol);
@@ -218,7 +226,8 @@ static void test_bias_golden(void **state) {
     for (int t = 0; t < 2; t++) {
       const bias_golden *g = &bias_cases[i];
       int64_t nc = !strcmp(g->data_format, "NCHW") && g->rank > 2 ? g->x_shape[1] : g->x_shape[g->rank - 1];
-      nb_tensor *x = tu_make_float(c, float_types[t], g->rank, g->x_shape, g->x), *b = tu_make_float(c, float_types[t], 1, &nc, g->b);
+      nb_tensor *x = tu_make_float(c, float_types[t], g->rank, g->x_shape, g->x),
+                *b = tu_make_float(c, float_types[t], 1, &nc, g->b);
       tu_check(nb_bias_add(c, x, b, g->data_format), float_types[t], g->rank, g->x_shape, g->y, 0);
       tu_check(nb_bias_add_grad(c, x, g->data_format), float_types[t], 1, &nc, g->db, 0);
     }
@@ -288,7 +297,8 @@ static void test_threads_agree(void **state) {
   assert_non_null(v);
   for (int64_t i = 0; i < nv; i++) v[i] = (double)((i * 7919) % 23) / 11 - 1;
   nb_conv2d_attrs a = {.strides = unit4, .padding = "VALID"};
-  nb_tensor *x = tu_make_float(c, NB_F64, 4, xs, v), *w = tu_make_float(c, NB_F64, 4, fs, v), *dy = tu_make_float(c, NB_F64, 4, ys, v + 7);
+  nb_tensor *x = tu_make_float(c, NB_F64, 4, xs, v), *w = tu_make_float(c, NB_F64, 4, fs, v),
+            *dy = tu_make_float(c, NB_F64, 4, ys, v + 7);
   nb_tensor *r[3][3];
   for (int t = 0; t < 3; t++) { /* 1 thread, 2 threads, then 1 thread on |x|, |w|, |dy| */
     nb_ctx_set_threads(c, t == 1 ? 2 : 1);
@@ -326,8 +336,11 @@ typedef struct conv_case {
 
 /* Conv2D and its two backprops (k = 0, 1, 2) of case cc in dtype t on the current path. */
 static void conv_three(nb_ctx *c, const conv_case *cc, nb_dtype t, const double *v, bool abs_inputs, nb_tensor **r) {
-  nb_conv2d_attrs a = {.strides = cc->strides, .padding = cc->padding, .data_format = cc->format,
-                       .dilations = cc->dilations, .explicit_paddings = cc->explicit_paddings};
+  nb_conv2d_attrs a = {.strides = cc->strides,
+                       .padding = cc->padding,
+                       .data_format = cc->format,
+                       .dilations = cc->dilations,
+                       .explicit_paddings = cc->explicit_paddings};
   nb_tensor *x = tu_make_float(c, t, 4, cc->xs, v), *w = tu_make_float(c, t, 4, cc->fs, v + 3);
   if (abs_inputs) x = nb_abs(c, x), w = nb_abs(c, w);
   r[0] = nb_conv2d(c, x, w, &a);
@@ -422,7 +435,8 @@ static void test_conv_golden_on_own_kernels(void **state) {
 
 static void test_conv_errors(void **state) {
   nb_ctx *c = *state;
-  nb_tensor *x = tu_make(c, NB_F32, 4, TU_SHAPE(1, 5, 5, 3), NULL), *w = tu_make(c, NB_F32, 4, TU_SHAPE(3, 3, 4, 8), NULL);
+  nb_tensor *x = tu_make(c, NB_F32, 4, TU_SHAPE(1, 5, 5, 3), NULL),
+            *w = tu_make(c, NB_F32, 4, TU_SHAPE(3, 3, 4, 8), NULL);
   nb_conv2d_attrs a = {.strides = unit4, .padding = "VALID"};
   assert_null(nb_conv2d(c, x, w, &a));
   tu_check_error(c, NB_SHAPE, "Conv2D: input depth 3 does not match filter in_channels 4",
@@ -483,7 +497,8 @@ static void test_conv_errors(void **state) {
 
 static void test_backprop_errors(void **state) {
   nb_ctx *c = *state;
-  nb_tensor *x = tu_make(c, NB_F64, 4, TU_SHAPE(1, 5, 5, 3), NULL), *w = tu_make(c, NB_F64, 4, TU_SHAPE(3, 3, 3, 2), NULL);
+  nb_tensor *x = tu_make(c, NB_F64, 4, TU_SHAPE(1, 5, 5, 3), NULL),
+            *w = tu_make(c, NB_F64, 4, TU_SHAPE(3, 3, 3, 2), NULL);
   nb_tensor *dy = tu_make(c, NB_F64, 4, TU_SHAPE(1, 3, 4, 2), NULL);
   nb_conv2d_attrs a = {.strides = unit4, .padding = "VALID"};
   assert_null(nb_conv2d_backprop_input(c, shape_tensor(c, TU_SHAPE(1, 5, 5, 3)), w, dy, &a));
@@ -522,7 +537,8 @@ static void test_backprop_errors(void **state) {
                  "window 4611686018427387903x1");
   nb_conv2d_attrs same2 = {.strides = (const int64_t[]){1, 2, 2, 1}, .padding = "SAME"};
   assert_null(nb_conv2d_backprop_input(c, huge_input, w, dy, &same2));
-  tu_check_error(c, NB_SHAPE, "Conv2DBackpropInput: spatial and window dims must be at most", "input 9223372036854775807x4");
+  tu_check_error(c, NB_SHAPE, "Conv2DBackpropInput: spatial and window dims must be at most",
+                 "input 9223372036854775807x4");
 }
 
 static void test_pool_errors(void **state) {
@@ -558,14 +574,16 @@ static void test_pool_errors(void **state) {
   assert_null(nb_max_pool_grad_grad(c, x, y, y, &a));
   tu_check_error(c, NB_SHAPE, "MaxPoolGradGrad: grad has shape [1,1,1,1], expected [1,2,2,1]", NULL);
   assert_null(nb_avg_pool_grad(c, shape_tensor(c, TU_SHAPE(1, 4, 4, 1)), y, &a));
-  tu_check_error(c, NB_SHAPE, "AvgPoolGrad: grad has shape [1,1,1,1], expected [1,2,2,1]", "orig_input_shape [1,4,4,1]");
+  tu_check_error(c, NB_SHAPE, "AvgPoolGrad: grad has shape [1,1,1,1], expected [1,2,2,1]",
+                 "orig_input_shape [1,4,4,1]");
 }
 
 static void test_bias_errors(void **state) {
   nb_ctx *c = *state;
   nb_tensor *x = tu_make(c, NB_F32, 2, TU_SHAPE(2, 3), NULL);
   assert_null(nb_bias_add(c, x, tu_make(c, NB_F32, 1, TU_SHAPE(2), NULL), NULL));
-  tu_check_error(c, NB_SHAPE, "BiasAdd: bias must be a vector of the channel dim's size 3", "got shape [2] (value [2,3])");
+  tu_check_error(c, NB_SHAPE, "BiasAdd: bias must be a vector of the channel dim's size 3",
+                 "got shape [2] (value [2,3])");
   assert_null(nb_bias_add(c, tu_make(c, NB_F32, 1, TU_SHAPE(3), NULL), tu_make(c, NB_F32, 1, TU_SHAPE(3), NULL), NULL));
   tu_check_error(c, NB_SHAPE, "BiasAdd: input must be at least 2-dimensional", "[3]");
   assert_null(nb_bias_add_grad(c, x, "CHWN"));
@@ -608,7 +626,8 @@ static void test_graph_validation(void **state) {
   nb_tensor *x = tu_unknown_dims(c, NB_F32, 4), *w = tu_unknown_rank(c, NB_F32), *sizes = tu_unknown_dims(c, NB_I32, 1);
   nb_conv2d_attrs ca = {.strides = unit4, .padding = "bogus"};
   assert_null(nb_conv2d(c, x, w, &ca));
-  tu_check_error(c, NB_INVALID, "Conv2D (node 'Conv2D'): padding must be \"SAME\", \"VALID\" or \"EXPLICIT\", got \"bogus\"", NULL);
+  tu_check_error(c, NB_INVALID,
+                 "Conv2D (node 'Conv2D'): padding must be \"SAME\", \"VALID\" or \"EXPLICIT\", got \"bogus\"", NULL);
   ca = (nb_conv2d_attrs){.strides = unit4, .padding = "SAME", .data_format = "NWHC"};
   assert_null(nb_conv2d_backprop_input(c, sizes, w, x, &ca));
   tu_check_error(c, NB_INVALID, "Conv2DBackpropInput (node", "data_format must be \"NHWC\" or \"NCHW\", got \"NWHC\"");
@@ -637,9 +656,10 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_INVALID, "MaxPool (node 'MaxPool'): padding must be", "got \"bogus\"");
   pa = (nb_pool_attrs){.ksize = two4, .strides = two4, .padding = "EXPLICIT"};
   assert_null(nb_avg_pool(c, w, &pa));
-  tu_check_error(c, NB_INVALID, "AvgPool (node 'AvgPool'): padding must be \"SAME\" or \"VALID\", got \"EXPLICIT\"", NULL);
+  tu_check_error(c, NB_INVALID, "AvgPool (node 'AvgPool'): padding must be \"SAME\" or \"VALID\", got \"EXPLICIT\"",
+                 NULL);
   nb_attr short_ksize[3] = {nb_attr_ints("ksize", three, 3), nb_attr_ints("strides", two4, 4),
-                           nb_attr_str("padding", "SAME")};
+                            nb_attr_str("padding", "SAME")};
   nb_tensor *grad_in[3] = {x, w, x}, *out[1];
   assert_int_equal(nb_op(c, "MaxPoolGrad", grad_in, 3, short_ksize, 3, out, 1), NB_INVALID);
   tu_check_error(c, NB_INVALID, "MaxPoolGrad (node", "ksize must have 4 values, got 3");

@@ -150,9 +150,10 @@ static nb_code seven_ones_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tens
    custom op's input: its inputs are the forward's outputs, then the forward's inputs. */
 static void test_wrong_gradient_shape(void **state) {
   gu_fixture *f = *state;
-  const char *want = "Incompatible shapes between op input and calculated input gradient. Forward operation: "
-                     "_CustomGradient (op type: _CustomGradient). Input index: 1. Original input shape: [3]. "
-                     "Calculated input gradient shape: [7]";
+  const char *want =
+      "Incompatible shapes between op input and calculated input gradient. Forward operation: "
+      "_CustomGradient (op type: _CustomGradient). Input index: 1. Original input shape: [3]. "
+      "Calculated input gradient shape: [7]";
   nb_tensor *x = nb_tensor_from(f->e, NB_F64, 1, TU_SHAPE(3), xs3), *y, *dx = x;
   nb_tape *t = nb_tape_begin(f->e, 0);
   nb_tape_watch(t, x);
@@ -252,7 +253,8 @@ static nb_code reread_fwd(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **
    input), but the ops its forward function runs must not: x * 2 is read twice there. */
 static void test_graph_forward_rereads_dying_input(void **state) {
   gu_fixture *f = *state;
-  nb_tensor *p = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "p"), *x = nb_mul(f->c, p, nb_scalar(f->c, NB_F64, 2)), *y;
+  nb_tensor *p = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "p"), *x = nb_mul(f->c, p, nb_scalar(f->c, NB_F64, 2)),
+            *y;
   assert_int_equal(nb_custom_gradient(f->c, reread_fwd, softplus_grad, NULL, &x, 1, &y, 1), NB_OK);
   nb_tensor *pv = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.1, -0.3, 0.7));
   nb_tensor *got = gu_run1(f, p, pv, y);

@@ -57,10 +57,14 @@ static int check_braces(const char *s) {
   int depth = 0, deepest = 0;
   bool quoted = false;
   for (; *s; s++) {
-    if (quoted && *s == '\\' && s[1]) s++;
-    else if (*s == '"') quoted = !quoted;
-    else if (!quoted && *s == '{') deepest = ++depth > deepest ? depth : deepest;
-    else if (!quoted && *s == '}') assert_true(--depth >= 0);
+    if (quoted && *s == '\\' && s[1])
+      s++;
+    else if (*s == '"')
+      quoted = !quoted;
+    else if (!quoted && *s == '{')
+      deepest = ++depth > deepest ? depth : deepest;
+    else if (!quoted && *s == '}')
+      assert_true(--depth >= 0);
   }
   assert_false(quoted);
   assert_int_equal(depth, 0);
@@ -220,9 +224,10 @@ static void test_named_node_and_its_gradient(void **state) {
   assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, NULL, &dx), NB_OK);
   char *text = dot_text(f);
   assert_non_null(strstr(text, "  \"squash\" [label=\"squash\\nTanh\\nf32[2]\"];\n"));
-  assert_non_null(strstr(text, "      label=\"squash_grad\";\n"
-                               "      \"gradients/squash_grad/TanhGrad\" [label=\"gradients/squash_grad/TanhGrad\\n"
-                               "TanhGrad\\nf32[2]\"];\n"));
+  assert_non_null(strstr(text,
+                         "      label=\"squash_grad\";\n"
+                         "      \"gradients/squash_grad/TanhGrad\" [label=\"gradients/squash_grad/TanhGrad\\n"
+                         "TanhGrad\\nf32[2]\"];\n"));
   assert_non_null(strstr(text, "  \"squash\" -> \"gradients/squash_grad/TanhGrad\";\n"));
   free(text);
 }

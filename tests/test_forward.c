@@ -136,7 +136,8 @@ static void test_hvp_quadratic_and_mixed(void **state) {
   nb_tensor *z = tu_make(f.c, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.3, -0.6, 0.9));
   nb_tensor *xz = nb_placeholder(f.c, NB_F64, 1, TU_SHAPE(3), "xz"), *xs[] = {xz, z}, *out[2] = {0};
   nb_tensor *y = nb_sum(f.c, nb_mul(f.c, xz, nb_square(f.c, z)), (const int[]){0}, 1, false);
-  nb_tensor *vx = tu_make(f.c, NB_F64, 1, TU_SHAPE(3), v3), *vz = tu_make(f.c, NB_F64, 1, TU_SHAPE(3), TU_VALS(1, 2, 3));
+  nb_tensor *vx = tu_make(f.c, NB_F64, 1, TU_SHAPE(3), v3),
+            *vz = tu_make(f.c, NB_F64, 1, TU_SHAPE(3), TU_VALS(1, 2, 3));
   assert_int_equal(nb_hvp(f.c, y, xs, 2, (nb_tensor *const[]){vx, vz}, out), NB_OK);
   nb_tensor *xv = tu_make(f.e, NB_F64, 1, TU_SHAPE(3), x3);
   nb_tensor *gx = eval(&f, xz, xv, out[0]), *gz = eval(&f, xz, xv, out[1]);
@@ -183,7 +184,8 @@ static void test_hessian_against_differences(void **state) {
   fixture f = open_graph();
   nb_tensor *x = nb_placeholder(f.c, NB_F64, 1, TU_SHAPE(3), "x"), *h = NULL, *g = NULL;
   nb_tensor *sm = nb_softmax(f.c, nb_reshape(f.c, x, TU_SHAPE(1, 3), 2));
-  nb_tensor *y = nb_sum(f.c, nb_mul(f.c, nb_reshape(f.c, sm, TU_SHAPE(3), 1), nb_square(f.c, x)), (const int[]){0}, 1, false);
+  nb_tensor *y =
+      nb_sum(f.c, nb_mul(f.c, nb_reshape(f.c, sm, TU_SHAPE(3), 1), nb_square(f.c, x)), (const int[]){0}, 1, false);
   assert_int_equal(nb_hessian(f.c, y, &x, 1, &h), NB_OK);
   assert_int_equal(nb_gradients(f.c, &y, 1, &x, 1, NULL, &g), NB_OK);
   nb_tensor *got = eval(&f, x, tu_make(f.e, NB_F64, 1, TU_SHAPE(3), x3), h);
@@ -197,7 +199,8 @@ static void test_hessian_against_differences(void **state) {
     nb_tensor *gd = eval(&f, x, tu_make(f.e, NB_F64, 1, TU_SHAPE(3), down), g);
     for (int i = 0; i < 3; i++) {
       double fd = (nb_item(gu, i) - nb_item(gd, i)) / (2 * step);
-      if (!(fabs(nb_item(got, k * 3 + i) - fd) <= 1e-7)) fail_msg("H[%d][%d] = %g, differences %g", k, i, nb_item(got, k * 3 + i), fd);
+      if (!(fabs(nb_item(got, k * 3 + i) - fd) <= 1e-7))
+        fail_msg("H[%d][%d] = %g, differences %g", k, i, nb_item(got, k * 3 + i), fd);
     }
   }
   close_graph(&f);
@@ -230,7 +233,8 @@ static void test_sparse_gradient_second_order(void **state) {
 static void test_unconnected_and_integer_ys(void **state) {
   (void)state;
   fixture f = open_graph();
-  nb_tensor *x = nb_placeholder(f.c, NB_F64, 1, TU_SHAPE(3), "x"), *p = nb_placeholder(f.c, NB_F64, 1, TU_SHAPE(3), "p");
+  nb_tensor *x = nb_placeholder(f.c, NB_F64, 1, TU_SHAPE(3), "x"),
+            *p = nb_placeholder(f.c, NB_F64, 1, TU_SHAPE(3), "p");
   nb_tensor *ys[] = {nb_exp(f.c, p), nb_cast(f.c, x, NB_I32), nb_exp(f.c, x)}, *out[3] = {x, x, NULL};
   nb_tensor *v = tu_make(f.c, NB_F64, 1, TU_SHAPE(3), v3);
   assert_int_equal(nb_jvp(f.c, ys, 3, &x, 1, &v, out), NB_OK);
@@ -253,7 +257,8 @@ static void test_errors(void **state) {
   (void)state;
   fixture f = open_graph();
   nb_tensor *x = nb_placeholder(f.c, NB_F64, 2, TU_SHAPE(2, 3), "x"), *y = nb_exp(f.c, x), *out[2] = {0};
-  nb_tensor *bad_shape = tu_make(f.c, NB_F64, 2, TU_SHAPE(3, 2), NULL), *bad_type = tu_make(f.c, NB_F32, 2, TU_SHAPE(2, 3), NULL);
+  nb_tensor *bad_shape = tu_make(f.c, NB_F64, 2, TU_SHAPE(3, 2), NULL),
+            *bad_type = tu_make(f.c, NB_F32, 2, TU_SHAPE(2, 3), NULL);
   nb_tensor *xs[] = {x, x}, *ok = tu_make(f.c, NB_F64, 2, TU_SHAPE(2, 3), NULL);
   expect_error(f.c, nb_jvp(f.c, &y, 1, xs, 2, (nb_tensor *const[]){ok, bad_shape}, out), NB_SHAPE,
                "tangents[1] is float64 [3,2], xs[1] is float64 [2,3]");

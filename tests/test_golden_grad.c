@@ -61,14 +61,14 @@ static nb_tensor *f5(nb_ctx *c, nb_tensor *const *x) {
   nb_tensor *rows = nb_slice(c, x[0], (const int64_t[]){1, 0}, (const int64_t[]){2, -1}, 2);
   nb_tensor *cat = nb_concat(c, (nb_tensor *[]){g, rows}, 2, 0);
   nb_slice_masks m = {.end_mask = 3};
-  nb_tensor *s = nb_strided_slice(c, cat, (const int64_t[]){0, 1}, (const int64_t[]){0, 0},
-                                  (const int64_t[]){2, 1}, 2, &m);
+  nb_tensor *s =
+      nb_strided_slice(c, cat, (const int64_t[]){0, 1}, (const int64_t[]){0, 0}, (const int64_t[]){2, 1}, 2, &m);
   return nb_sum(c, nb_pow(c, s, nb_scalar(c, NB_F64, 3)), NULL, 0, false);
 }
 
 static void test_dense_tanh(void **state) {
-  input in[3] = {{2, {3, 4}, f1_x0, f1_dx0, N(f1_dx0)}, {2, {4, 2}, f1_x1, f1_dx1, N(f1_dx1)},
-                 {1, {2}, f1_x2, f1_dx2, N(f1_dx2)}};
+  input in[3] = {
+      {2, {3, 4}, f1_x0, f1_dx0, N(f1_dx0)}, {2, {4, 2}, f1_x1, f1_dx1, N(f1_dx1)}, {1, {2}, f1_x2, f1_dx2, N(f1_dx2)}};
   check(*state, f1, in, 3, f1_y);
 }
 

@@ -39,7 +39,8 @@ static void test_sqrt_rsqrt_reciprocal_grad(void **state) {
     check4(c, nb_reciprocal_grad, floats[i], TU_VALS(1, 2, -0.5, INFINITY), TU_VALS(3, 1, 4, 0),
            TU_VALS(-3, -4, -1, 0));
     /* a nonzero dy still sees y = 0 */
-    check4(c, nb_sqrt_grad, floats[i], TU_VALS(0, 0, 1, 1), TU_VALS(1, -1, NAN, 0), TU_VALS(INFINITY, -INFINITY, NAN, 0));
+    check4(c, nb_sqrt_grad, floats[i], TU_VALS(0, 0, 1, 1), TU_VALS(1, -1, NAN, 0),
+           TU_VALS(INFINITY, -INFINITY, NAN, 0));
   }
 }
 
@@ -139,10 +140,14 @@ static void test_grad_generic_entry(void **state) {
                       tu_make(c, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, 4))};
   nb_tensor *out[1];
   nb_attr t64 = nb_attr_type("T", NB_F64), t32 = nb_attr_type("T", NB_F32);
-  static const struct { const char *type; double want[2]; } cases[] = {
-      {"TanhGrad", {0, 0}},           {"SigmoidGrad", {0, -8}},     {"RsqrtGrad", {-1.5, 2}},
-      {"SqrtGrad", {1.5, -2}},        {"ReciprocalGrad", {-3, -4}}, {"ReluGrad", {1, -1}},
-      {"EluGrad", {1, -1}},           {"SoftplusGrad", {0.952574126822433, -0.982013790037908}},
+  static const struct {
+    const char *type;
+    double want[2];
+  } cases[] = {
+      {"TanhGrad", {0, 0}},         {"SigmoidGrad", {0, -8}},
+      {"RsqrtGrad", {-1.5, 2}},     {"SqrtGrad", {1.5, -2}},
+      {"ReciprocalGrad", {-3, -4}}, {"ReluGrad", {1, -1}},
+      {"EluGrad", {1, -1}},         {"SoftplusGrad", {0.952574126822433, -0.982013790037908}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     assert_int_equal(nb_op(c, cases[i].type, in, 2, &t64, 1, out, 1), NB_OK);
@@ -188,14 +193,15 @@ static void test_bga_values(void **state) {
   /* empty dims broadcast against 1 like any other */
   check_bga(c, NB_I32, 2, TU_VALS(0, 3), 2, TU_VALS(1, 3), 0, NULL, 1, TU_VALS(0));
   check_bga(c, NB_I64, 3, TU_VALS(3, 1, 2), 2, TU_VALS(4, 2), 1, TU_VALS(1), 1, TU_VALS(0));
-  check_bga(c, NB_I64, 8, TU_VALS(1, 2, 1, 2, 1, 2, 1, 2), 8, TU_VALS(2, 1, 2, 1, 2, 1, 2, 1), 4,
-            TU_VALS(0, 2, 4, 6), 4, TU_VALS(1, 3, 5, 7));
+  check_bga(c, NB_I64, 8, TU_VALS(1, 2, 1, 2, 1, 2, 1, 2), 8, TU_VALS(2, 1, 2, 1, 2, 1, 2, 1), 4, TU_VALS(0, 2, 4, 6),
+            4, TU_VALS(1, 3, 5, 7));
 }
 
 static void test_bga_errors(void **state) {
   nb_ctx *c = *state;
   nb_tensor *r0 = NULL, *r1 = NULL;
-  nb_tensor *s23 = tu_make(c, NB_I32, 1, TU_SHAPE(2), TU_VALS(2, 3)), *s4 = tu_make(c, NB_I32, 1, TU_SHAPE(1), TU_VALS(4));
+  nb_tensor *s23 = tu_make(c, NB_I32, 1, TU_SHAPE(2), TU_VALS(2, 3)),
+            *s4 = tu_make(c, NB_I32, 1, TU_SHAPE(1), TU_VALS(4));
   assert_int_equal(nb_broadcast_gradient_args(c, s23, s4, &r0, &r1), NB_SHAPE);
   assert_null(r0);
   assert_null(r1);
@@ -277,8 +283,8 @@ static void test_bga_graph(void **state) {
 
   /* shapes that do not broadcast fail at run time */
   nb_tensor *bad[2];
-  assert_int_equal(nb_broadcast_gradient_args(c, nb_shape_op(c, u, NB_I32), nb_shape_op(c, b, NB_I32), &bad[0], &bad[1]),
-                   NB_OK);
+  assert_int_equal(
+      nb_broadcast_gradient_args(c, nb_shape_op(c, u, NB_I32), nb_shape_op(c, b, NB_I32), &bad[0], &bad[1]), NB_OK);
   vals[2] = tu_make(e, NB_F32, 2, TU_SHAPE(2, 3), NULL);
   if (nb_run(s, feeds, vals, 3, bad, 2, out) != NB_SHAPE) fail_msg("%s", nb_session_error(s));
   if (!strstr(nb_session_error(s), "Incompatible shapes: [2,3] vs. [4,1]")) fail_msg("%s", nb_session_error(s));

@@ -56,35 +56,67 @@ typedef struct in_spec {
 
 typedef struct gc_spec {
   const char *op;
-  in_spec in[MAX_IN];     /* ends at the first IN_NONE */
+  in_spec in[MAX_IN];       /* ends at the first IN_NONE */
   nb_attr attrs[MAX_ATTRS]; /* ends at the first NULL name */
-  int nout;               /* 0: one output */
-  bool first_only;        /* a tie or a kink on purpose: the gradient jumps there, so only
+  int nout;                 /* 0: one output */
+  bool first_only;          /* a tie or a kink on purpose: the gradient jumps there, so only
                              the first order (TF's rule there) is checkable */
 } gc_spec;
 
 #define UNPAREN(...) __VA_ARGS__
 #define NVALS(...) ((int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)))
 /* a float64 variable of the given shape */
-#define X(dom, ...) {IN_VAR, dom, TU_RANK(__VA_ARGS__), {__VA_ARGS__}, NULL}
-#define S(dom) {IN_VAR, dom, 0, {0}, NULL}
+#define X(dom, ...) \
+  { IN_VAR, dom, TU_RANK(__VA_ARGS__), {__VA_ARGS__}, NULL }
+#define S(dom) \
+  { IN_VAR, dom, 0, {0}, NULL }
 /* a float64 variable at fixed values: XF((2, 3), (1, 2, 3, 4, 5, 6)) */
-#define XF(dims, vals) {IN_VAR, D_FIXED, TU_RANK dims, {UNPAREN dims}, (const double[]){UNPAREN vals}}
+#define XF(dims, vals)                                                               \
+  {                                                                                  \
+    IN_VAR, D_FIXED, TU_RANK dims, {UNPAREN dims}, (const double[]) { UNPAREN vals } \
+  }
 /* integer constants: 1-D int32 / int64, an int32 scalar, an empty int32 list, any shape */
-#define IV(...) {IN_I32, D_FIXED, 1, {NVALS(__VA_ARGS__)}, (const double[]){__VA_ARGS__}}
-#define IV64(...) {IN_I64, D_FIXED, 1, {NVALS(__VA_ARGS__)}, (const double[]){__VA_ARGS__}}
-#define IS(v) {IN_I32, D_FIXED, 0, {0}, (const double[]){v}}
-#define IS64(v) {IN_I64, D_FIXED, 0, {0}, (const double[]){v}}
-#define IV0 {IN_I32, D_FIXED, 1, {0}, NULL}
-#define K(kind, dims, vals) {kind, D_FIXED, TU_RANK dims, {UNPAREN dims}, (const double[]){UNPAREN vals}}
-#define BS(v) {IN_BOOL, D_FIXED, 0, {0}, (const double[]){v}}
+#define IV(...)                                                                \
+  {                                                                            \
+    IN_I32, D_FIXED, 1, {NVALS(__VA_ARGS__)}, (const double[]) { __VA_ARGS__ } \
+  }
+#define IV64(...)                                                              \
+  {                                                                            \
+    IN_I64, D_FIXED, 1, {NVALS(__VA_ARGS__)}, (const double[]) { __VA_ARGS__ } \
+  }
+#define IS(v)                                       \
+  {                                                 \
+    IN_I32, D_FIXED, 0, {0}, (const double[]) { v } \
+  }
+#define IS64(v)                                     \
+  {                                                 \
+    IN_I64, D_FIXED, 0, {0}, (const double[]) { v } \
+  }
+#define IV0 \
+  { IN_I32, D_FIXED, 1, {0}, NULL }
+#define K(kind, dims, vals)                                                        \
+  {                                                                                \
+    kind, D_FIXED, TU_RANK dims, {UNPAREN dims}, (const double[]) { UNPAREN vals } \
+  }
+#define BS(v)                                        \
+  {                                                  \
+    IN_BOOL, D_FIXED, 0, {0}, (const double[]) { v } \
+  }
 
-#define AB(n, val) {.name = n, .kind = NB_ATTR_BOOL, .v.b = val}
-#define AI(n, val) {.name = n, .kind = NB_ATTR_INT, .v.i = val}
-#define AT(n, val) {.name = n, .kind = NB_ATTR_TYPE, .v.type = val}
-#define AF(n, val) {.name = n, .kind = NB_ATTR_FLOAT, .v.f = val}
-#define AS(n, val) {.name = n, .kind = NB_ATTR_STR, .v.s = val}
-#define AL(key, ...) {.name = key, .kind = NB_ATTR_INTS, .n = TU_RANK(__VA_ARGS__), .v.ints = (const int64_t[]){__VA_ARGS__}}
+#define AB(n, val) \
+  { .name = n, .kind = NB_ATTR_BOOL, .v.b = val }
+#define AI(n, val) \
+  { .name = n, .kind = NB_ATTR_INT, .v.i = val }
+#define AT(n, val) \
+  { .name = n, .kind = NB_ATTR_TYPE, .v.type = val }
+#define AF(n, val) \
+  { .name = n, .kind = NB_ATTR_FLOAT, .v.f = val }
+#define AS(n, val) \
+  { .name = n, .kind = NB_ATTR_STR, .v.s = val }
+#define AL(key, ...)                                                                                          \
+  {                                                                                                           \
+    .name = key, .kind = NB_ATTR_INTS, .n = TU_RANK(__VA_ARGS__), .v.ints = (const int64_t[]) { __VA_ARGS__ } \
+  }
 
 /* ---- elementwise ops: each op over each shape case of its arity ------------------------- */
 
@@ -94,10 +126,24 @@ typedef struct unary_op {
 } unary_op;
 
 static const unary_op unary_ops[] = {
-    {"Neg", D_ANY},      {"Exp", D_ANY},     {"Log", D_POS},      {"Log1p", D_LOG1P},   {"Sqrt", D_POS},
-    {"Rsqrt", D_POS},    {"Reciprocal", D_NONZERO}, {"Square", D_ANY}, {"Abs", D_NONZERO}, {"Sign", D_NONZERO},
-    {"Tanh", D_ANY},     {"Sigmoid", D_ANY}, {"Relu", D_NONZERO}, {"Elu", D_NONZERO},  {"Softplus", D_ANY},
-    {"Sin", D_ANY},      {"Cos", D_ANY},     {"Identity", D_ANY},
+    {"Neg", D_ANY},
+    {"Exp", D_ANY},
+    {"Log", D_POS},
+    {"Log1p", D_LOG1P},
+    {"Sqrt", D_POS},
+    {"Rsqrt", D_POS},
+    {"Reciprocal", D_NONZERO},
+    {"Square", D_ANY},
+    {"Abs", D_NONZERO},
+    {"Sign", D_NONZERO},
+    {"Tanh", D_ANY},
+    {"Sigmoid", D_ANY},
+    {"Relu", D_NONZERO},
+    {"Elu", D_NONZERO},
+    {"Softplus", D_ANY},
+    {"Sin", D_ANY},
+    {"Cos", D_ANY},
+    {"Identity", D_ANY},
 };
 
 typedef struct shape_case {
@@ -113,29 +159,39 @@ typedef struct binary_op {
 } binary_op;
 
 static const binary_op binary_ops[] = {
-    {"AddV2", D_ANY, D_ANY},       {"Add", D_ANY, D_ANY},
-    {"Sub", D_ANY, D_ANY},         {"Mul", D_ANY, D_ANY},
-    {"RealDiv", D_ANY, D_NONZERO}, {"Pow", D_POS, D_ANY},
+    {"AddV2", D_ANY, D_ANY},
+    {"Add", D_ANY, D_ANY},
+    {"Sub", D_ANY, D_ANY},
+    {"Mul", D_ANY, D_ANY},
+    {"RealDiv", D_ANY, D_NONZERO},
+    {"Pow", D_POS, D_ANY},
     {"SquaredDifference", D_ANY, D_ANY},
-    {"Maximum", D_DISTINCT, D_DISTINCT}, {"Minimum", D_DISTINCT, D_DISTINCT},
+    {"Maximum", D_DISTINCT, D_DISTINCT},
+    {"Minimum", D_DISTINCT, D_DISTINCT},
 };
 
 /* the two operands' shapes: equal, scalar on either side, both broadcasting, rank mismatch,
    size-1 dims, rank 8 */
 static const shape_case binary_shapes[][2] = {
-    {{2, {2, 3}}, {2, {2, 3}}}, {{0, {0}}, {2, {2, 3}}}, {{2, {2, 3}}, {0, {0}}},
-    {{2, {3, 1}}, {2, {1, 4}}}, {{3, {2, 3, 2}}, {1, {2}}}, {{1, {1}}, {3, {2, 1, 3}}},
-    {{3, {2, 1, 3}}, {2, {2, 1}}}, {{0, {0}}, {0, {0}}},
-    {{4, {2, 1, 3, 1}}, {4, {1, 2, 1, 2}}}, {{8, {1, 1, 1, 1, 1, 1, 2, 1}}, {8, {2, 1, 1, 1, 1, 1, 1, 3}}},
+    {{2, {2, 3}}, {2, {2, 3}}},
+    {{0, {0}}, {2, {2, 3}}},
+    {{2, {2, 3}}, {0, {0}}},
+    {{2, {3, 1}}, {2, {1, 4}}},
+    {{3, {2, 3, 2}}, {1, {2}}},
+    {{1, {1}}, {3, {2, 1, 3}}},
+    {{3, {2, 1, 3}}, {2, {2, 1}}},
+    {{0, {0}}, {0, {0}}},
+    {{4, {2, 1, 3, 1}}, {4, {1, 2, 1, 2}}},
+    {{8, {1, 1, 1, 1, 1, 1, 2, 1}}, {8, {2, 1, 1, 1, 1, 1, 1, 3}}},
 };
 
 /* TF's fused gradient ops: two same-shape inputs in TF's order */
 static const binary_op fused_ops[] = {
-    {"TanhGrad", D_ANY, D_ANY},       {"SigmoidGrad", D_ANY, D_ANY}, {"RsqrtGrad", D_ANY, D_ANY},
-    {"SqrtGrad", D_POS, D_ANY},       {"ReciprocalGrad", D_ANY, D_ANY},
-    {"ReluGrad", D_ANY, D_NONZERO},   /* (gradients, features) */
-    {"EluGrad", D_ANY, D_ELU_OUT},    /* (gradients, outputs) */
-    {"SoftplusGrad", D_ANY, D_ANY},   /* (gradients, features) */
+    {"TanhGrad", D_ANY, D_ANY},       {"SigmoidGrad", D_ANY, D_ANY},
+    {"RsqrtGrad", D_ANY, D_ANY},      {"SqrtGrad", D_POS, D_ANY},
+    {"ReciprocalGrad", D_ANY, D_ANY}, {"ReluGrad", D_ANY, D_NONZERO}, /* (gradients, features) */
+    {"EluGrad", D_ANY, D_ELU_OUT},                                    /* (gradients, outputs) */
+    {"SoftplusGrad", D_ANY, D_ANY},                                   /* (gradients, features) */
 };
 
 static const shape_case fused_shapes[] = {{0, {0}}, {2, {2, 3}}};
@@ -152,11 +208,16 @@ typedef struct reduce_case {
 } reduce_case;
 
 static const reduce_case reduce_cases[] = {
-    {X(D_ANY, 2, 3), IV(1), false},     {X(D_ANY, 2, 3), IV(0), true},
-    {X(D_ANY, 2, 3, 2), IV(0, 2), false}, {X(D_ANY, 2, 3, 2), IV(-1), true},
-    {X(D_ANY, 2, 3), IV(0, 1), false},  {X(D_ANY, 2, 3), IV0, false},
-    {S(D_ANY), IV0, true},              {X(D_ANY, 1, 3), IV64(0), false},
-    {X(D_ANY, 2, 3), IV(1, -1), false}, {X(D_ANY, 3), IS(0), true},
+    {X(D_ANY, 2, 3), IV(1), false},
+    {X(D_ANY, 2, 3), IV(0), true},
+    {X(D_ANY, 2, 3, 2), IV(0, 2), false},
+    {X(D_ANY, 2, 3, 2), IV(-1), true},
+    {X(D_ANY, 2, 3), IV(0, 1), false},
+    {X(D_ANY, 2, 3), IV0, false},
+    {S(D_ANY), IV0, true},
+    {X(D_ANY, 1, 3), IV64(0), false},
+    {X(D_ANY, 2, 3), IV(1, -1), false},
+    {X(D_ANY, 3), IS(0), true},
 };
 
 /* ---- every other differentiable op, case by case ---------------------------------------- */
@@ -199,7 +260,9 @@ static const gc_spec other_specs[] = {
     {.op = "MatMul", .in = {X(D_ANY, 2, 3), X(D_ANY, 3, 2)}},
     {.op = "MatMul", .in = {X(D_ANY, 3, 2), X(D_ANY, 3, 2)}, .attrs = {AB("transpose_a", true)}},
     {.op = "MatMul", .in = {X(D_ANY, 2, 3), X(D_ANY, 2, 3)}, .attrs = {AB("transpose_b", true)}},
-    {.op = "MatMul", .in = {X(D_ANY, 3, 2), X(D_ANY, 2, 3)}, .attrs = {AB("transpose_a", true), AB("transpose_b", true)}},
+    {.op = "MatMul",
+     .in = {X(D_ANY, 3, 2), X(D_ANY, 2, 3)},
+     .attrs = {AB("transpose_a", true), AB("transpose_b", true)}},
     {.op = "MatMul", .in = {X(D_ANY, 1, 3), X(D_ANY, 3, 1)}},
     {.op = "BatchMatMulV2", .in = {X(D_ANY, 2, 2, 3), X(D_ANY, 2, 3, 2)}},
     {.op = "BatchMatMulV2", .in = {X(D_ANY, 2, 1, 2, 3), X(D_ANY, 3, 2)}},
@@ -261,14 +324,17 @@ static const gc_spec other_specs[] = {
     {.op = "Slice", .in = {X(D_ANY, 2, 3), IV64(0, 0), IV64(2, 3)}},
     {.op = "Slice", .in = {X(D_ANY, 4), IV(3), IV(1)}},
     {.op = "StridedSlice", .in = {X(D_ANY, 4, 5), IV(1, 0), IV(3, 5), IV(1, 2)}},
-    {.op = "StridedSliceGrad", .in = {IV(3, 4), IV(0, 3), IV(0, 0), IV(2, -2), X(D_ANY, 2, 2)}, .attrs = {AI("end_mask", 1)}},
+    {.op = "StridedSliceGrad",
+     .in = {IV(3, 4), IV(0, 3), IV(0, 0), IV(2, -2), X(D_ANY, 2, 2)},
+     .attrs = {AI("end_mask", 1)}},
     {.op = "StridedSliceGrad", .in = {IV(4, 5), IV(1, 0), IV(3, 5), IV(1, 2), X(D_ANY, 2, 3)}},
     /* rows 3..0 backwards (end_mask on dim 0), columns 4 and 2 */
     {.op = "StridedSlice", .in = {X(D_ANY, 4, 5), IV(3, -1), IV(0, 0), IV(-1, -2)}, .attrs = {AI("end_mask", 1)}},
     /* x[1, :] */
     {.op = "StridedSlice", .in = {X(D_ANY, 3, 4), IV(1, 0), IV(2, 4), IV(1, 1)}, .attrs = {AI("shrink_axis_mask", 1)}},
     /* x[..., newaxis, 1:3] */
-    {.op = "StridedSlice", .in = {X(D_ANY, 2, 3, 4), IV(0, 0, 1), IV(0, 0, 3), IV(1, 1, 1)},
+    {.op = "StridedSlice",
+     .in = {X(D_ANY, 2, 3, 4), IV(0, 0, 1), IV(0, 0, 3), IV(1, 1, 1)},
      .attrs = {AI("ellipsis_mask", 1), AI("new_axis_mask", 2)}},
     /* x[:-1:2] */
     {.op = "StridedSlice", .in = {X(D_ANY, 6), IV64(0), IV64(-1), IV64(2)}, .attrs = {AI("begin_mask", 1)}},
@@ -296,8 +362,12 @@ static const gc_spec other_specs[] = {
     /* labels are distributions (rows sum to 1), where TF's backprop is d loss/d features;
        features and labels broadcast to [batch, classes] */
     {.op = "SoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 2, 3), XF((2, 3), (0.2, 0.5, 0.3, 1, 0, 0))}, .nout = 2},
-    {.op = "SoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 1, 3), XF((2, 3), (0.1, 0.1, 0.8, 0.4, 0.4, 0.2))}, .nout = 2},
-    {.op = "SoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 4), XF((2, 4), (0.25, 0.25, 0.25, 0.25, 0, 0.7, 0.3, 0))}, .nout = 2},
+    {.op = "SoftmaxCrossEntropyWithLogits",
+     .in = {X(D_ANY, 1, 3), XF((2, 3), (0.1, 0.1, 0.8, 0.4, 0.4, 0.2))},
+     .nout = 2},
+    {.op = "SoftmaxCrossEntropyWithLogits",
+     .in = {X(D_ANY, 4), XF((2, 4), (0.25, 0.25, 0.25, 0.25, 0, 0.7, 0.3, 0))},
+     .nout = 2},
     {.op = "SoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 3, 2), XF((2), (0.6, 0.4))}, .nout = 2},
     {.op = "SparseSoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 3, 4), IV(1, 0, 3)}, .nout = 2},
     {.op = "SparseSoftmaxCrossEntropyWithLogits", .in = {X(D_ANY, 2, 3), IV64(2, 2)}, .nout = 2},
@@ -326,67 +396,101 @@ static const gc_spec other_specs[] = {
     {.op = "L2Loss", .in = {X(D_ANY, 1, 4, 1)}},
     /* ---- norm family: batch normalization. Every output counts (y and the statistics);
        variances are positive. FusedBatchNormV3: x, scale, offset, mean, variance. ---- */
-    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 2, 2, 1, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3)},
+    {.op = "FusedBatchNormV3",
+     .in = {X(D_ANY, 2, 2, 1, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3)},
      .nout = 6},
-    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 2, 3, 1, 2), X(D_ANY, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3)},
-     .attrs = {AS("data_format", "NCHW"), AF("exponential_avg_factor", 0.1), AF("epsilon", 0.01)}, .nout = 6},
-    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 1, 3, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2)},
-     .attrs = {AB("is_training", false)}, .nout = 6},
-    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 2, 2, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2)},
-     .attrs = {AS("data_format", "NCHW"), AB("is_training", false)}, .nout = 6},
-    {.op = "FusedBatchNormV3", .in = {X(D_ANY, 1, 2, 2, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2)},
-     .attrs = {AS("data_format", "NCDHW")}, .nout = 6},
+    {.op = "FusedBatchNormV3",
+     .in = {X(D_ANY, 2, 3, 1, 2), X(D_ANY, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3)},
+     .attrs = {AS("data_format", "NCHW"), AF("exponential_avg_factor", 0.1), AF("epsilon", 0.01)},
+     .nout = 6},
+    {.op = "FusedBatchNormV3",
+     .in = {X(D_ANY, 1, 3, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2)},
+     .attrs = {AB("is_training", false)},
+     .nout = 6},
+    {.op = "FusedBatchNormV3",
+     .in = {X(D_ANY, 2, 2, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2)},
+     .attrs = {AS("data_format", "NCHW"), AB("is_training", false)},
+     .nout = 6},
+    {.op = "FusedBatchNormV3",
+     .in = {X(D_ANY, 1, 2, 2, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2)},
+     .attrs = {AS("data_format", "NCDHW")},
+     .nout = 6},
     /* FusedBatchNormGradV3: y_backprop, x, scale, reserve_space_1 (mean), reserve_space_2
        (variance), reserve_space_3; its statistics are independent inputs here */
     {.op = "FusedBatchNormGradV3",
-     .in = {X(D_ANY, 2, 2, 1, 3), X(D_ANY, 2, 2, 1, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3), S(D_ANY)}, .nout = 5},
+     .in = {X(D_ANY, 2, 2, 1, 3), X(D_ANY, 2, 2, 1, 3), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3), S(D_ANY)},
+     .nout = 5},
     {.op = "FusedBatchNormGradV3",
      .in = {X(D_ANY, 2, 3, 1, 2), X(D_ANY, 2, 3, 1, 2), X(D_ANY, 3), X(D_ANY, 3), X(D_POS, 3), S(D_ANY)},
-     .attrs = {AS("data_format", "NCHW"), AF("epsilon", 0.01)}, .nout = 5},
+     .attrs = {AS("data_format", "NCHW"), AF("epsilon", 0.01)},
+     .nout = 5},
     {.op = "FusedBatchNormGradV3",
      .in = {X(D_ANY, 1, 2, 2, 2), X(D_ANY, 1, 2, 2, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2), S(D_ANY)},
-     .attrs = {AB("is_training", false)}, .nout = 5},
+     .attrs = {AB("is_training", false)},
+     .nout = 5},
     {.op = "FusedBatchNormGradV3",
      .in = {X(D_ANY, 2, 2, 1, 2), X(D_ANY, 2, 2, 1, 2), X(D_ANY, 2), X(D_ANY, 2), X(D_POS, 2), S(D_ANY)},
-     .attrs = {AS("data_format", "NCHW"), AB("is_training", false)}, .nout = 5},
-    /* ---- conv family: convolutions, pools, bias (small images keep the float64
+     .attrs = {AS("data_format", "NCHW"), AB("is_training", false)},
+     .nout = 5},
+/* ---- conv family: convolutions, pools, bias (small images keep the float64
        differences cheap); MaxPool inputs are distinct so no window has a tie ---- */
 #define STRIDES1 AL("strides", 1, 1, 1, 1)
 #define STRIDES2 AL("strides", 1, 2, 2, 1)
     {.op = "Conv2D", .in = {X(D_ANY, 1, 4, 4, 2), X(D_ANY, 2, 2, 2, 2)}, .attrs = {STRIDES1, AS("padding", "VALID")}},
     {.op = "Conv2D", .in = {X(D_ANY, 2, 3, 4, 1), X(D_ANY, 2, 2, 1, 2)}, .attrs = {STRIDES2, AS("padding", "SAME")}},
-    {.op = "Conv2D", .in = {X(D_ANY, 1, 3, 3, 2), X(D_ANY, 2, 2, 2, 1)},
+    {.op = "Conv2D",
+     .in = {X(D_ANY, 1, 3, 3, 2), X(D_ANY, 2, 2, 2, 1)},
      .attrs = {STRIDES1, AS("padding", "EXPLICIT"), AL("explicit_paddings", 0, 0, 1, 0, 0, 1, 0, 0)}},
-    {.op = "Conv2D", .in = {X(D_ANY, 1, 2, 5, 4), X(D_ANY, 2, 2, 2, 2)},
+    {.op = "Conv2D",
+     .in = {X(D_ANY, 1, 2, 5, 4), X(D_ANY, 2, 2, 2, 2)},
      .attrs = {STRIDES1, AS("padding", "VALID"), AS("data_format", "NCHW"), AL("dilations", 1, 1, 2, 2)}},
-    {.op = "Conv2D", .in = {X(D_ANY, 1, 1, 5, 5), X(D_ANY, 3, 3, 1, 2)},
+    {.op = "Conv2D",
+     .in = {X(D_ANY, 1, 1, 5, 5), X(D_ANY, 3, 3, 1, 2)},
      .attrs = {AL("strides", 1, 1, 2, 2), AS("padding", "SAME"), AS("data_format", "NCHW")}},
-    {.op = "Conv2DBackpropInput", .in = {IV(1, 4, 4, 2), X(D_ANY, 2, 2, 2, 2), X(D_ANY, 1, 3, 3, 2)},
+    {.op = "Conv2DBackpropInput",
+     .in = {IV(1, 4, 4, 2), X(D_ANY, 2, 2, 2, 2), X(D_ANY, 1, 3, 3, 2)},
      .attrs = {STRIDES1, AS("padding", "VALID")}},
-    {.op = "Conv2DBackpropInput", .in = {IV(1, 2, 4, 4), X(D_ANY, 3, 3, 2, 1), X(D_ANY, 1, 1, 2, 2)},
+    {.op = "Conv2DBackpropInput",
+     .in = {IV(1, 2, 4, 4), X(D_ANY, 3, 3, 2, 1), X(D_ANY, 1, 1, 2, 2)},
      .attrs = {AL("strides", 1, 1, 2, 2), AS("padding", "SAME"), AS("data_format", "NCHW")}},
-    {.op = "Conv2DBackpropFilter", .in = {X(D_ANY, 1, 4, 4, 2), IV(2, 2, 2, 2), X(D_ANY, 1, 3, 3, 2)},
+    {.op = "Conv2DBackpropFilter",
+     .in = {X(D_ANY, 1, 4, 4, 2), IV(2, 2, 2, 2), X(D_ANY, 1, 3, 3, 2)},
      .attrs = {STRIDES1, AS("padding", "VALID")}},
-    {.op = "Conv2DBackpropFilter", .in = {X(D_ANY, 2, 3, 3, 1), IV(2, 2, 1, 2), X(D_ANY, 2, 2, 2, 2)},
+    {.op = "Conv2DBackpropFilter",
+     .in = {X(D_ANY, 2, 3, 3, 1), IV(2, 2, 1, 2), X(D_ANY, 2, 2, 2, 2)},
      .attrs = {STRIDES2, AS("padding", "SAME"), AL("dilations", 1, 1, 1, 1)}},
-    {.op = "MaxPool", .in = {X(D_DISTINCT, 1, 4, 4, 2)}, .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES2, AS("padding", "VALID")}},
-    {.op = "MaxPool", .in = {X(D_DISTINCT, 1, 5, 4, 1)}, .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
-    {.op = "MaxPool", .in = {X(D_DISTINCT, 1, 2, 3, 4)},
+    {.op = "MaxPool",
+     .in = {X(D_DISTINCT, 1, 4, 4, 2)},
+     .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES2, AS("padding", "VALID")}},
+    {.op = "MaxPool",
+     .in = {X(D_DISTINCT, 1, 5, 4, 1)},
+     .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
+    {.op = "MaxPool",
+     .in = {X(D_DISTINCT, 1, 2, 3, 4)},
      .attrs = {AL("ksize", 1, 1, 2, 2), AL("strides", 1, 1, 1, 1), AS("padding", "VALID"), AS("data_format", "NCHW")}},
     /* TF's MaxPoolGradGrad takes no EXPLICIT padding, so the second order is not defined */
-    {.op = "MaxPool", .in = {X(D_DISTINCT, 1, 3, 3, 1)},
-     .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES2, AS("padding", "EXPLICIT"), AL("explicit_paddings", 0, 0, 1, 0, 0, 1, 0, 0)},
+    {.op = "MaxPool",
+     .in = {X(D_DISTINCT, 1, 3, 3, 1)},
+     .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES2, AS("padding", "EXPLICIT"),
+               AL("explicit_paddings", 0, 0, 1, 0, 0, 1, 0, 0)},
      .first_only = true},
-    {.op = "MaxPoolGrad", .in = {X(D_DISTINCT, 1, 4, 4, 1), X(D_ANY, 1, 2, 2, 1), X(D_ANY, 1, 2, 2, 1)},
+    {.op = "MaxPoolGrad",
+     .in = {X(D_DISTINCT, 1, 4, 4, 1), X(D_ANY, 1, 2, 2, 1), X(D_ANY, 1, 2, 2, 1)},
      .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES2, AS("padding", "VALID")}},
-    {.op = "MaxPoolGrad", .in = {X(D_DISTINCT, 1, 3, 3, 2), X(D_ANY, 1, 3, 3, 2), X(D_ANY, 1, 3, 3, 2)},
+    {.op = "MaxPoolGrad",
+     .in = {X(D_DISTINCT, 1, 3, 3, 2), X(D_ANY, 1, 3, 3, 2), X(D_ANY, 1, 3, 3, 2)},
      .attrs = {AL("ksize", 1, 2, 2, 1), STRIDES1, AS("padding", "SAME")}},
-    {.op = "MaxPoolGradGrad", .in = {X(D_DISTINCT, 1, 4, 4, 1), X(D_ANY, 1, 2, 2, 1), X(D_ANY, 1, 4, 4, 1)},
+    {.op = "MaxPoolGradGrad",
+     .in = {X(D_DISTINCT, 1, 4, 4, 1), X(D_ANY, 1, 2, 2, 1), X(D_ANY, 1, 4, 4, 1)},
      .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
-    {.op = "AvgPool", .in = {X(D_ANY, 1, 4, 5, 2)}, .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
-    {.op = "AvgPool", .in = {X(D_ANY, 1, 2, 3, 3)},
+    {.op = "AvgPool",
+     .in = {X(D_ANY, 1, 4, 5, 2)},
+     .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
+    {.op = "AvgPool",
+     .in = {X(D_ANY, 1, 2, 3, 3)},
      .attrs = {AL("ksize", 1, 1, 2, 2), AL("strides", 1, 1, 1, 1), AS("padding", "VALID"), AS("data_format", "NCHW")}},
-    {.op = "AvgPoolGrad", .in = {IV(1, 4, 5, 2), X(D_ANY, 1, 2, 3, 2)},
+    {.op = "AvgPoolGrad",
+     .in = {IV(1, 4, 5, 2), X(D_ANY, 1, 2, 3, 2)},
      .attrs = {AL("ksize", 1, 3, 3, 1), STRIDES2, AS("padding", "SAME")}},
     {.op = "BiasAdd", .in = {X(D_ANY, 2, 3, 4), X(D_ANY, 4)}},
     {.op = "BiasAdd", .in = {X(D_ANY, 2, 3, 2, 2), X(D_ANY, 3)}, .attrs = {AS("data_format", "NCHW")}},
@@ -568,7 +672,8 @@ static void describe(const gc_spec *sp, char *buf, size_t cap) {
       len += (size_t)snprintf(buf + len, cap - len, "%s%lld", d ? "," : "", (long long)in->shape[d]);
     if (len < cap) len += (size_t)snprintf(buf + len, cap - len, "]");
     for (int64_t j = 0; in->kind != IN_VAR && in->vals && j < elems(in) && len < cap; j++)
-      len += (size_t)snprintf(buf + len, cap - len, "%s%g%s", j ? "," : "=(", in->vals[j], j + 1 < elems(in) ? "" : ")");
+      len +=
+          (size_t)snprintf(buf + len, cap - len, "%s%g%s", j ? "," : "=(", in->vals[j], j + 1 < elems(in) ? "" : ")");
   }
   for (int i = 0; i < MAX_ATTRS && sp->attrs[i].name && len < cap; i++) {
     const nb_attr *a = &sp->attrs[i];
@@ -629,11 +734,13 @@ static void check_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bo
     describe(sp, what, sizeof what);
     t->failures++;
     if (!ok)
-      print_error("[%s] %s case %d (%s%s): %s failed: %s %s\n", t->table, sp->op, index, what, unknown_dims ? "; dims unknown" : "",
-                  stage, nb_code_name(nb_status(k.c)), nb_status(k.c) ? nb_error(k.c) : nb_session_error(k.s));
+      print_error("[%s] %s case %d (%s%s): %s failed: %s %s\n", t->table, sp->op, index, what,
+                  unknown_dims ? "; dims unknown" : "", stage, nb_code_name(nb_status(k.c)),
+                  nb_status(k.c) ? nb_error(k.c) : nb_session_error(k.s));
     else
       print_error("[%s] %s case %d (%s%s): first-order err %.3g (bound %.3g), second-order err %.3g (bound %.3g)\n",
-                  t->table, sp->op, index, what, unknown_dims ? "; dims unknown" : "", err1, GC_TOL * scale1, err2, GC_TOL * scale2);
+                  t->table, sp->op, index, what, unknown_dims ? "; dims unknown" : "", err1, GC_TOL * scale1, err2,
+                  GC_TOL * scale2);
   }
   nb_session_free(k.s);
   nb_ctx_free(k.c);
@@ -668,8 +775,8 @@ static void random_pair(gc_case *k, int rank, const int64_t *shape, nb_tensor **
    g2_i = d(sum_j sum(g_j * V_j))/dx_i. With one_tape, a single persistent tape records
    its own first pass and gives both. The weights go to gw too. NULL, or the error (and
    *stage, the step that failed). */
-static const char *tape_grads(gc_case *k, const gc_spec *sp, bool one_tape, weights *gw, nb_tensor **g1,
-                              nb_tensor **g2, const char **stage) {
+static const char *tape_grads(gc_case *k, const gc_spec *sp, bool one_tape, weights *gw, nb_tensor **g1, nb_tensor **g2,
+                              const char **stage) {
   nb_tape *outer = nb_tape_begin(k->e, one_tape), *inner = one_tape ? outer : nb_tape_begin(k->e, 0);
   for (int i = 0; i < k->nx; i++) {
     nb_tape_watch(outer, k->vals[i]);
@@ -821,14 +928,14 @@ static nb_jacobian_path expected_path(const char *op, nb_tensor *const *in, int 
   bool elementwise = in_table(op, binary_ops, COUNT(binary_ops)) || in_table(op, fused_ops, COUNT(fused_ops)) ||
                      !strcmp(op, "SelectV2") || !strcmp(op, "Cast") || !strcmp(op, "AddN") ||
                      !strcmp(op, "AccumulateNV2") || !strcmp(op, "MatMul") ||
-                     in_unary_table(op, reduce_ops, COUNT(reduce_ops)) || !strcmp(op, "Cumsum") || !strcmp(op, "Cumprod") ||
-                     !strcmp(op, "Reshape") || !strcmp(op, "ExpandDims") || !strcmp(op, "Squeeze") ||
-                     !strcmp(op, "Transpose");
+                     in_unary_table(op, reduce_ops, COUNT(reduce_ops)) || !strcmp(op, "Cumsum") ||
+                     !strcmp(op, "Cumprod") || !strcmp(op, "Reshape") || !strcmp(op, "ExpandDims") ||
+                     !strcmp(op, "Squeeze") || !strcmp(op, "Transpose");
   elementwise |= in_unary_table(op, unary_ops, COUNT(unary_ops));
   /* nn: the activations and their fused gradients are elementwise; Softmax and LogSoftmax
      take the seed dim as a leading batch dim */
-  static const char *const nn_batched[] = {"Relu6", "Relu6Grad", "LeakyRelu", "LeakyReluGrad", "Selu", "SeluGrad",
-                                           "Gelu", "GeluGrad", "Softmax", "LogSoftmax"};
+  static const char *const nn_batched[] = {"Relu6",    "Relu6Grad", "LeakyRelu", "LeakyReluGrad", "Selu",
+                                           "SeluGrad", "Gelu",      "GeluGrad",  "Softmax",       "LogSoftmax"};
   for (int i = 0; i < COUNT(nn_batched); i++) elementwise |= !strcmp(op, nn_batched[i]);
   return elementwise ? NB_JACOBIAN_VECTORIZED : NB_JACOBIAN_MIXED;
 }
@@ -853,7 +960,8 @@ static void check_jacobian_case(tally *t, const gc_spec *sp, int index, uint64_t
     nb_jacobian_path path = nb_tape_jacobian_path(tape), want = expected_path(sp->op, k.ein, k.nin, y);
     if (!failed) rows = jacobian_by_rows(k.e, tape, y, k.vals[i], jac);
     failed = !rows;
-    if (!failed && path != want) snprintf(why, sizeof why, "the Jacobian took path %d, not %d", (int)path, (int)want);
+    if (!failed && path != want)
+      snprintf(why, sizeof why, "the Jacobian took path %d, not %d", (int)path, (int)want);
     else if (failed || !differs(jac, rows, why, sizeof why))
       *why = 0;
     failed |= *why != 0;
@@ -971,8 +1079,7 @@ static void append(char *buf, size_t cap, const char *fmt, const char *op) {
    spec can; tests/test_control_flow.c gradchecks them (first and second order). Host
    callbacks (PyFunc, PyFuncStateless) likewise hold their function in an internal attr:
    only nb_py_func builds them, and tests/test_host_callback.c checks their gradients. */
-static const char *const built_by_callers[] = {"While", "If", "StatefulPartitionedCall", "PyFunc",
-                                               "PyFuncStateless"};
+static const char *const built_by_callers[] = {"While", "If", "StatefulPartitionedCall", "PyFunc", "PyFuncStateless"};
 
 static bool built_by_caller(const char *op) {
   for (int i = 0; i < COUNT(built_by_callers); i++)
@@ -1082,12 +1189,12 @@ static void walk_all(tally *t, bool unknown_dims) {
   walk_others(t, unknown_dims);
 }
 
-#define WALK_TEST(name, walk, what)      \
-  static void name(void **state) {       \
-    (void)state;                         \
-    tally t = {.check = check_case};     \
-    walk(&t, false);                     \
-    finish(&t, what);                    \
+#define WALK_TEST(name, walk, what)  \
+  static void name(void **state) {   \
+    (void)state;                     \
+    tally t = {.check = check_case}; \
+    walk(&t, false);                 \
+    finish(&t, what);                \
   }
 
 WALK_TEST(test_unary, walk_unary, "unary ops")

@@ -41,7 +41,7 @@ static void test_stop_gradients(void **state) {
 static void test_grad_ys_and_several_ys(void **state) {
   gu_fixture *f = *state;
   nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "x");
-  nb_tensor *y1 = nb_square(f->c, x);                 /* dy1/dx = 2x */
+  nb_tensor *y1 = nb_square(f->c, x);                          /* dy1/dx = 2x */
   nb_tensor *y2 = nb_mul(f->c, x, nb_scalar(f->c, NB_F64, 3)); /* dy2/dx = 3 */
   nb_tensor *xv = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(1, -2));
   expect(f, x, xv, grad1(f, y1, x, NULL), TU_VALS(2, -4)); /* grad_ys default: ones */
@@ -154,7 +154,8 @@ static nb_tensor *gradient_of_n_paths(gu_fixture *f, nb_tensor *x, int n, int ag
    for more than two terms of a fully known shape, else AddN; the same values as ADD_N's. */
 static void test_aggregation_accumulate_n(void **state) {
   gu_fixture *f = *state;
-  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"), *u = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "u");
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x"),
+            *u = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(-1), "u");
   nb_tensor *xv = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.3, -1.7, 2.9));
   nb_tensor *acc = gradient_of_n_paths(f, x, 5, NB_AGG_ACCUMULATE_N), *add = gradient_of_n_paths(f, x, 5, NB_AGG_ADD_N);
   assert_non_null(strstr(nb_tensor_node_name(acc), "AccumulateNV2"));
@@ -276,7 +277,8 @@ static void test_prevent_gradient(void **state) {
   nb_grad_opts o = {.stop = &p, .nstop = 1};
   assert_int_equal(nb_gradients(f->c, &y, 1, &x, 1, &o, &dx), NB_OK);
   assert_null(dx);
-  nb_tensor *y2 = nb_add(f->c, nb_sum(f->c, nb_stop_gradient(f->c, p), NULL, 0, false), nb_sum(f->c, x, NULL, 0, false));
+  nb_tensor *y2 =
+      nb_add(f->c, nb_sum(f->c, nb_stop_gradient(f->c, p), NULL, 0, false), nb_sum(f->c, x, NULL, 0, false));
   expect(f, x, tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, -2)), grad1(f, y2, x, NULL), TU_VALS(1, 1));
   /* on a tape, with the default message through nb_op */
   nb_tensor *xe = tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, -2)), *pe;

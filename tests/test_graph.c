@@ -149,7 +149,8 @@ static void test_build_errors_name_the_node(void **state) {
   assert_int_equal(nb_name_scope_push(f->g, "dense"), NB_OK);
   assert_null(nb_matmul(f->c, x, w, false, false));
   nb_name_scope_pop(f->g);
-  tu_check_error(f->c, NB_SHAPE, "MatMul (node 'dense/MatMul')", "Matrix size-incompatible: In[0]: [2,3], In[1]: [4,5]");
+  tu_check_error(f->c, NB_SHAPE, "MatMul (node 'dense/MatMul')",
+                 "Matrix size-incompatible: In[0]: [2,3], In[1]: [4,5]");
   assert_null(nb_add(f->c, x, nb_scalar(f->c, NB_F64, 1)));
   tu_check_error(f->c, NB_DTYPE, "AddV2 (node 'AddV2')", "float32 and float64");
   /* graph tensors are no eager values */
@@ -179,11 +180,13 @@ static void test_session_errors(void **state) {
   nb_tensor *out[1];
   /* unfed placeholder */
   assert_int_equal(nb_run(f->s, NULL, NULL, 0, &y, 1, out), NB_INVALID);
-  assert_non_null(strstr(nb_session_error(f->s), "You must feed a value for placeholder tensor 'x' with dtype float32 and shape [2,-1]"));
+  assert_non_null(strstr(nb_session_error(f->s),
+                         "You must feed a value for placeholder tensor 'x' with dtype float32 and shape [2,-1]"));
   /* wrong feed shape and dtype */
   nb_tensor *bad = tu_make(f->e, NB_F32, 2, TU_SHAPE(3, 3), NULL);
   assert_int_equal(nb_run(f->s, &x, &bad, 1, &y, 1, out), NB_SHAPE);
-  assert_non_null(strstr(nb_session_error(f->s), "Cannot feed value of shape [3,3] for Tensor 'x:0', which has shape [2,-1]"));
+  assert_non_null(
+      strstr(nb_session_error(f->s), "Cannot feed value of shape [3,3] for Tensor 'x:0', which has shape [2,-1]"));
   nb_tensor *badt = tu_make(f->e, NB_F64, 2, TU_SHAPE(2, 3), NULL);
   assert_int_equal(nb_run(f->s, &x, &badt, 1, &y, 1, out), NB_DTYPE);
   assert_non_null(strstr(nb_session_error(f->s), "Cannot feed value of dtype float64 for Tensor 'x:0'"));
@@ -296,7 +299,8 @@ static void test_unknown_dims(void **state) {
   tu_check_shape(nb_sum(f->c, x, axis0, 1, false), NB_F32, 1, TU_SHAPE(3));
   /* dims that could clamp or vanish with the unknown size stay unknown */
   nb_tensor *p = nb_placeholder(f->c, NB_F32, 1, TU_SHAPE(-1), "p");
-  nb_tensor *head = nb_strided_slice(f->c, p, (const int64_t[]){0}, (const int64_t[]){5}, (const int64_t[]){1}, 1, NULL);
+  nb_tensor *head =
+      nb_strided_slice(f->c, p, (const int64_t[]){0}, (const int64_t[]){5}, (const int64_t[]){1}, 1, NULL);
   tu_check_shape(head, NB_F32, 1, TU_SHAPE(-1));
   nb_tensor *q = nb_placeholder(f->c, NB_F32, 2, TU_SHAPE(-1, 1), "q");
   assert_int_equal(nb_rank(nb_squeeze(f->c, q, NULL, 0)), -1);
@@ -378,7 +382,8 @@ static nb_tensor *bad_conv(nb_ctx *c, nb_tensor *const *in) {
   return nb_conv2d(c, in[0], in[1], &(nb_conv2d_attrs){.strides = ones4, .padding = "bogus"});
 }
 static nb_tensor *bad_pool(nb_ctx *c, nb_tensor *const *in) {
-  return nb_avg_pool(c, in[0], &(nb_pool_attrs){.ksize = ones4, .strides = ones4, .padding = "SAME", .data_format = "CHWN"});
+  return nb_avg_pool(c, in[0],
+                     &(nb_pool_attrs){.ksize = ones4, .strides = ones4, .padding = "SAME", .data_format = "CHWN"});
 }
 static nb_tensor *bad_random(nb_ctx *c, nb_tensor *const *in) {
   nb_attr dtype = nb_attr_type("dtype", (nb_dtype)7);
@@ -405,11 +410,16 @@ typedef struct bad_call {
 } bad_call;
 
 static const bad_call bad_calls[] = {
-    {bad_add, 2, {NB_F32, NB_I32}, {1, 1}},      {bad_conv, 2, {NB_F32, NB_F32}, {4, 4}},
-    {bad_pool, 1, {NB_F32}, {4}},                 {bad_random, 2, {NB_I32, NB_I64}, {1, 1}},
-    {bad_expand, 1, {NB_F32}, {8}},               {bad_sum, 1, {NB_F64}, {2}},
-    {bad_matmul, 2, {NB_F32, NB_F64}, {2, 2}},    {bad_concat, 2, {NB_F32, NB_F64}, {1, 1}},
-    {bad_cast, 1, {NB_I32}, {3}},                 {bad_bn_grad, 2, {NB_F32, NB_F32}, {4, 1}},
+    {bad_add, 2, {NB_F32, NB_I32}, {1, 1}},
+    {bad_conv, 2, {NB_F32, NB_F32}, {4, 4}},
+    {bad_pool, 1, {NB_F32}, {4}},
+    {bad_random, 2, {NB_I32, NB_I64}, {1, 1}},
+    {bad_expand, 1, {NB_F32}, {8}},
+    {bad_sum, 1, {NB_F64}, {2}},
+    {bad_matmul, 2, {NB_F32, NB_F64}, {2, 2}},
+    {bad_concat, 2, {NB_F32, NB_F64}, {1, 1}},
+    {bad_cast, 1, {NB_I32}, {3}},
+    {bad_bn_grad, 2, {NB_F32, NB_F32}, {4, 1}},
 };
 
 /* What follows the op's (and node's) name in a message. */

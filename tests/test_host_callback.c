@@ -68,8 +68,8 @@ static void test_eager(void **state) {
   nb_ctx *c = *state;
   calls n = {0};
   static const double v[3] = {1, 2, 3};
-  nb_host_func *f = nb_host_func_new(square, NULL, &n, count_destroy), *k = nb_host_func_new(constant_vector, NULL,
-                                                                                             (void *)v, NULL);
+  nb_host_func *f = nb_host_func_new(square, NULL, &n, count_destroy),
+               *k = nb_host_func_new(constant_vector, NULL, (void *)v, NULL);
   nb_tensor *x = nb_tensor_from(c, NB_F64, 1, TU_SHAPE(3), TU_VALS(1, -2, 0.5));
   tu_check(call1(c, f, true, x, &f64_vec3), NB_F64, 1, TU_SHAPE(3), TU_VALS(1, 4, 0.25), 0);
   tu_check(call1(c, f, false, x, &f64_any), NB_F64, 1, TU_SHAPE(3), TU_VALS(1, 4, 0.25), 0);
@@ -399,8 +399,7 @@ static void test_callback_errors(void **state) {
   expect_eager_error(c, returns_int, NULL, &f64_any, NB_DTYPE, "output 0 is int32 but Tout declares float64", NULL);
   expect_eager_error(c, returns_one, NULL, &(nb_host_output){NB_F64, 1, {4}}, NB_SHAPE,
                      "output 0 has shape [3], which does not fit the declared [4]", NULL);
-  expect_eager_error(c, returns_one, NULL, &(nb_host_output){NB_F64, 2, {-1, -1}}, NB_SHAPE, "declared [-1,-1]",
-                     NULL);
+  expect_eager_error(c, returns_one, NULL, &(nb_host_output){NB_F64, 2, {-1, -1}}, NB_SHAPE, "declared [-1,-1]", NULL);
   expect_eager_error(c, leaves_scope_open, NULL, &f64_any, NB_INVALID, "left 1 scope open", NULL);
   expect_eager_error(c, returns_freed, NULL, &f64_any, NB_INVALID, "output 0 is not a concrete tensor", NULL);
   nb_tensor *p = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "p");

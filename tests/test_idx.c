@@ -40,8 +40,8 @@ static size_t idx_bytes(uint8_t *out, int type, int rank, const uint32_t *dims, 
 }
 
 /* Writes an IDX file to dir/name; returns its path, written to out (512 bytes). */
-static const char *write_idx(fixture *f, char *out, const char *name, int type, int rank,
-                             const uint32_t *dims, const void *data, size_t n, bool gz) {
+static const char *write_idx(fixture *f, char *out, const char *name, int type, int rank, const uint32_t *dims,
+                             const void *data, size_t n, bool gz) {
   uint8_t buf[4096];
   assert_true(4 + 4 * (size_t)rank + n <= sizeof buf);
   return write_file(f, out, name, buf, idx_bytes(buf, type, rank, dims, data, n), gz);
@@ -50,8 +50,7 @@ static const char *write_idx(fixture *f, char *out, const char *name, int type, 
 #define DIMS(...) ((const uint32_t[]){__VA_ARGS__})
 
 /* Reads path and checks the tensor's dtype, shape and values. */
-static void check_read(fixture *f, const char *path, nb_dtype t, int rank, const int64_t *shape,
-                       const double *want) {
+static void check_read(fixture *f, const char *path, nb_dtype t, int rank, const int64_t *shape, const double *want) {
   nb_tensor *x = nb_idx_read(f->c, path);
   if (!x) fail_msg("%s", nb_error(f->c));
   tu_check(x, t, rank, shape, want, 0);
@@ -125,7 +124,8 @@ static void test_data_errors(void **state) {
   n = idx_bytes(buf, 0x0C, 1, DIMS(2), data, 7);
   expect_error(f, buf, n, NB_CORRUPT, "truncated data: dims [2] of int take 8 bytes, the file has 7");
   n = idx_bytes(buf, 0x08, 2, DIMS(2, 3), data, 7);
-  expect_error(f, buf, n, NB_CORRUPT, "trailing bytes after the data: dims [2,3] of ubyte take 6 bytes, the file has more");
+  expect_error(f, buf, n, NB_CORRUPT,
+               "trailing bytes after the data: dims [2,3] of ubyte take 6 bytes, the file has more");
   /* 2^32-1 elements declared in a file of a few bytes: found without allocating them */
   n = idx_bytes(buf, 0x0E, 1, DIMS(0xFFFFFFFFu), data, 7);
   expect_error(f, buf, n, NB_CORRUPT, "more than a file of");
@@ -214,16 +214,14 @@ static nb_dataset *small_dataset(fixture *f) {
 }
 
 /* Checks a batch holds items[0..n) of small_dataset in the given images shape. */
-static void check_batch(nb_tensor *images, nb_tensor *labels, const int *items, int n, int rank,
-                        const int64_t *shape) {
+static void check_batch(nb_tensor *images, nb_tensor *labels, const int *items, int n, int rank, const int64_t *shape) {
   tu_check_shape(images, NB_F32, rank, shape);
   tu_check_shape(labels, NB_I32, 1, TU_SHAPE(n));
   const float *px = nb_data(images);
   const int32_t *lb = nb_data(labels);
   for (int k = 0; k < n; k++) {
     assert_int_equal(lb[k], 2 * items[k]);
-    for (int p = 0; p < ROWS * COLS; p++)
-      assert_true(px[k * ROWS * COLS + p] == (float)(10 * items[k] + p) / 255.0f);
+    for (int p = 0; p < ROWS * COLS; p++) assert_true(px[k * ROWS * COLS + p] == (float)(10 * items[k] + p) / 255.0f);
   }
 }
 
@@ -284,8 +282,8 @@ static void test_batch_errors(void **state) {
 }
 
 /* Loads a dataset from two files expected to be rejected with code and fragment. */
-static void expect_dataset_error(fixture *f, const char *images, const char *labels, nb_code code,
-                                 const char *named, const char *fragment) {
+static void expect_dataset_error(fixture *f, const char *images, const char *labels, nb_code code, const char *named,
+                                 const char *fragment) {
   assert_null(nb_dataset_idx(f->c, images, labels));
   tu_check_error(f->c, code, named, fragment);
 }
@@ -405,12 +403,10 @@ static void test_fashion_mnist_checks(void **state) {
   assert_int_equal(nb_dataset_size(d), 2);
   nb_dataset_free(d);
   assert_null(nb_fashion_mnist(f->c, f->dir, false));
-  tu_check_error(f->c, NB_CORRUPT, "t10k-labels-idx1-ubyte.gz: label 10 of item 0",
-                 "not a Fashion-MNIST class 0..9");
+  tu_check_error(f->c, NB_CORRUPT, "t10k-labels-idx1-ubyte.gz: label 10 of item 0", "not a Fashion-MNIST class 0..9");
   write_fashion_files(f, "t10k", 27, 1);
   assert_null(nb_fashion_mnist(f->c, f->dir, false));
-  tu_check_error(f->c, NB_CORRUPT, "t10k-images-idx3-ubyte.gz: Fashion-MNIST images are 28x28",
-                 "these are 27x28");
+  tu_check_error(f->c, NB_CORRUPT, "t10k-images-idx3-ubyte.gz: Fashion-MNIST images are 28x28", "these are 27x28");
   char missing[600];
   snprintf(missing, sizeof missing, "%s/none", f->dir);
   assert_null(nb_fashion_mnist(f->c, missing, true));

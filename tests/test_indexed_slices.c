@@ -259,11 +259,11 @@ static void test_jacobian_of_lookup(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_construct_and_read),   cmocka_unit_test(test_construct_errors),
+      cmocka_unit_test(test_construct_and_read),    cmocka_unit_test(test_construct_errors),
       cmocka_unit_test(test_graph_sparse_gradient), cmocka_unit_test(test_graph_three_sparse_terms),
-      cmocka_unit_test(test_graph_mixed_gradient),
-      cmocka_unit_test(test_graph_second_order),    cmocka_unit_test(test_tape_sparse_gradient),
-      cmocka_unit_test(test_tape_second_order),     cmocka_unit_test(test_jacobian_of_lookup),
+      cmocka_unit_test(test_graph_mixed_gradient),  cmocka_unit_test(test_graph_second_order),
+      cmocka_unit_test(test_tape_sparse_gradient),  cmocka_unit_test(test_tape_second_order),
+      cmocka_unit_test(test_jacobian_of_lookup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,7 +25,6 @@ static void fill_random(double *v, int64_t n, uint64_t seed) {
   }
 }
 
-
 /* Element of the last two dims of a [rows, cols] matrix at logical (i, j) after an
    optional transpose. */
 static double mat_at(const double *m, int64_t cols, bool t, int64_t i, int64_t j) {
@@ -36,8 +35,8 @@ static double mat_at(const double *m, int64_t cols, bool t, int64_t i, int64_t j
    index arithmetic. Writes the output shape to oshape (rank max(xr, yr)), and when out is
    not NULL the products to out and the sums of their terms' magnitudes to abs_out (the S of
    tu_check_sums). */
-static void ref_batch_matmul(int xr, const int64_t *xs, const double *xv, int yr, const int64_t *ys,
-                             const double *yv, bool ax, bool ay, int64_t *oshape, double *out, double *abs_out) {
+static void ref_batch_matmul(int xr, const int64_t *xs, const double *xv, int yr, const int64_t *ys, const double *yv,
+                             bool ax, bool ay, int64_t *oshape, double *out, double *abs_out) {
   int br = (xr > yr ? xr : yr) - 2;
   int64_t xrows = xs[xr - 2], xcols = xs[xr - 1], yrows = ys[yr - 2], ycols = ys[yr - 1];
   int64_t m = ax ? xcols : xrows, k = ax ? xrows : xcols, n = ay ? yrows : ycols;
@@ -116,8 +115,8 @@ static double *abs_sums_of(const nb_tensor *x, const nb_tensor *y, bool tx, bool
 /* Random x and y of the given shapes, BatchMatMulV2 (or MatMul when use_matmul) against
    the reference: each element is a dot product of depth k in t's GEMM and in the float64
    loop, so the two agree within tu_check_sums' bound. */
-static void check_random(nb_ctx *c, nb_dtype t, bool use_matmul, int xr, const int64_t *xs, int yr,
-                         const int64_t *ys, bool ax, bool ay) {
+static void check_random(nb_ctx *c, nb_dtype t, bool use_matmul, int xr, const int64_t *xs, int yr, const int64_t *ys,
+                         bool ax, bool ay) {
   int64_t nx = count(xr, xs), ny = count(yr, ys);
   double *xv = malloc((size_t)(nx + 1) * sizeof *xv), *yv = malloc((size_t)(ny + 1) * sizeof *yv);
   assert_non_null(xv);
@@ -161,10 +160,8 @@ static void test_matmul_transposes(void **state) {
     tu_check(nb_matmul(c, a, bt, false, true), t, 2, TU_SHAPE(2, 2), AB_VALS, 0);
     tu_check(nb_matmul(c, at, bt, true, true), t, 2, TU_SHAPE(2, 2), AB_VALS, 0);
     /* b @ a is 3x3: [[39,54,69],[49,68,87],[59,82,105]] */
-    tu_check(nb_matmul(c, b, a, false, false), t, 2, TU_SHAPE(3, 3),
-             TU_VALS(39, 54, 69, 49, 68, 87, 59, 82, 105), 0);
-    tu_check(nb_matmul(c, bt, at, true, true), t, 2, TU_SHAPE(3, 3),
-             TU_VALS(39, 54, 69, 49, 68, 87, 59, 82, 105), 0);
+    tu_check(nb_matmul(c, b, a, false, false), t, 2, TU_SHAPE(3, 3), TU_VALS(39, 54, 69, 49, 68, 87, 59, 82, 105), 0);
+    tu_check(nb_matmul(c, bt, at, true, true), t, 2, TU_SHAPE(3, 3), TU_VALS(39, 54, 69, 49, 68, 87, 59, 82, 105), 0);
   }
 }
 
@@ -191,7 +188,8 @@ static void test_matmul_add_in_place(void **state) {
   nb_ctx *c = *state;
   nb_graph *g = nb_graph_new();
   nb_ctx *gc = nb_graph_ctx_new(g);
-  nb_tensor *a = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(2, 3), "a"), *b = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(3, 2), "b");
+  nb_tensor *a = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(2, 3), "a"),
+            *b = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(3, 2), "b");
   nb_tensor *p = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(2, 2), "p");
   nb_tensor *dying = nb_add(gc, p, p), *kept = nb_add(gc, p, p);
   nb_tensor *fetch[3] = {nb_matmul_add(gc, a, b, false, false, dying), nb_matmul_add(gc, a, b, false, false, kept),
@@ -221,10 +219,13 @@ static void test_matmul_add_acc_is_factor(void **state) {
   fill_random(wv, N * N, 8);
   nb_graph *g = nb_graph_new();
   nb_ctx *gc = nb_graph_ctx_new(g);
-  nb_tensor *p = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(N, N), "p"), *w = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(N, N), "w");
+  nb_tensor *p = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(N, N), "p"),
+            *w = nb_placeholder(gc, NB_F64, 2, TU_SHAPE(N, N), "w");
   nb_tensor *sum = nb_mul(gc, p, nb_scalar(gc, NB_F64, 1)), *y = nb_matmul_add(gc, sum, w, false, false, sum);
-  nb_tensor *feeds[2] = {p, w}, *vals[2] = {tu_make_float(c, NB_F64, 2, TU_SHAPE(N, N), pv),
-                                            tu_make_float(c, NB_F64, 2, TU_SHAPE(N, N), wv)}, *res = NULL;
+  nb_tensor *feeds[2] = {p, w},
+            *vals[2] = {tu_make_float(c, NB_F64, 2, TU_SHAPE(N, N), pv),
+                        tu_make_float(c, NB_F64, 2, TU_SHAPE(N, N), wv)},
+            *res = NULL;
   nb_session *s = nb_session_new(g);
   assert_int_equal(nb_run(s, feeds, vals, 2, &y, 1, &res), NB_OK);
   /* one GEMM adding into s against a product then an Add: sums of N + 1 terms in other orders */
@@ -245,11 +246,9 @@ static void test_matmul_size_one_dims(void **state) {
   nb_tensor *row = tu_make(c, NB_F64, 2, TU_SHAPE(1, 3), TU_VALS(1, 2, 3));
   nb_tensor *col = tu_make(c, NB_F64, 2, TU_SHAPE(3, 1), TU_VALS(4, 5, 6));
   tu_check(nb_matmul(c, row, col, false, false), NB_F64, 2, TU_SHAPE(1, 1), TU_VALS(32), 0);
-  tu_check(nb_matmul(c, col, row, false, false), NB_F64, 2, TU_SHAPE(3, 3),
-           TU_VALS(4, 8, 12, 5, 10, 15, 6, 12, 18), 0);
+  tu_check(nb_matmul(c, col, row, false, false), NB_F64, 2, TU_SHAPE(3, 3), TU_VALS(4, 8, 12, 5, 10, 15, 6, 12, 18), 0);
   tu_check(nb_matmul(c, row, row, false, true), NB_F64, 2, TU_SHAPE(1, 1), TU_VALS(14), 0);
-  tu_check(nb_matmul(c, row, row, true, false), NB_F64, 2, TU_SHAPE(3, 3),
-           TU_VALS(1, 2, 3, 2, 4, 6, 3, 6, 9), 0);
+  tu_check(nb_matmul(c, row, row, true, false), NB_F64, 2, TU_SHAPE(3, 3), TU_VALS(1, 2, 3, 2, 4, 6, 3, 6, 9), 0);
 }
 
 static void test_matmul_large_random(void **state) {
@@ -342,8 +341,7 @@ static void test_batch_matmul_broadcast_hand(void **state) {
   /* x [2,1,1,2]: rows [1,2], [3,4]; y [3,2,1]: columns [1,0], [0,1], [1,1] */
   nb_tensor *x = tu_make(c, NB_F32, 4, TU_SHAPE(2, 1, 1, 2), TU_VALS(1, 2, 3, 4));
   nb_tensor *y = tu_make(c, NB_F32, 3, TU_SHAPE(3, 2, 1), TU_VALS(1, 0, 0, 1, 1, 1));
-  tu_check(nb_batch_matmul(c, x, y, false, false), NB_F32, 4, TU_SHAPE(2, 3, 1, 1),
-           TU_VALS(1, 2, 3, 3, 4, 7), 0);
+  tu_check(nb_batch_matmul(c, x, y, false, false), NB_F32, 4, TU_SHAPE(2, 3, 1, 1), TU_VALS(1, 2, 3, 3, 4, 7), 0);
   /* one y for a batch of x (a single stacked GEMM), then the same with adj_x */
   nb_tensor *xs = tu_make(c, NB_F64, 3, TU_SHAPE(2, 2, 2), TU_VALS(1, 2, 3, 4, 5, 6, 7, 8));
   nb_tensor *w = tu_make(c, NB_F64, 3, TU_SHAPE(1, 2, 1), TU_VALS(1, 10));
@@ -351,8 +349,7 @@ static void test_batch_matmul_broadcast_hand(void **state) {
   tu_check(nb_batch_matmul(c, xs, w, true, false), NB_F64, 3, TU_SHAPE(2, 2, 1), TU_VALS(31, 42, 75, 86), 0);
   /* one x for a batch of y */
   nb_tensor *row = tu_make(c, NB_F64, 2, TU_SHAPE(1, 2), TU_VALS(1, 10));
-  tu_check(nb_batch_matmul(c, row, xs, false, false), NB_F64, 3, TU_SHAPE(2, 1, 2),
-           TU_VALS(31, 42, 75, 86), 0);
+  tu_check(nb_batch_matmul(c, row, xs, false, false), NB_F64, 3, TU_SHAPE(2, 1, 2), TU_VALS(31, 42, 75, 86), 0);
 }
 
 static void test_batch_matmul_broadcast_random(void **state) {
@@ -368,12 +365,11 @@ static void test_batch_matmul_broadcast_random(void **state) {
       check_random(c, t, false, 3, ax ? TU_SHAPE(4, 6, 5) : TU_SHAPE(4, 5, 6), 4,
                    ay ? TU_SHAPE(1, 1, 7, 6) : TU_SHAPE(1, 1, 6, 7), ax, ay);
       /* x shared by the whole batch */
-      check_random(c, t, false, 2, ax ? TU_SHAPE(6, 5) : TU_SHAPE(5, 6), 3,
-                   ay ? TU_SHAPE(3, 7, 6) : TU_SHAPE(3, 6, 7), ax, ay);
+      check_random(c, t, false, 2, ax ? TU_SHAPE(6, 5) : TU_SHAPE(5, 6), 3, ay ? TU_SHAPE(3, 7, 6) : TU_SHAPE(3, 6, 7),
+                   ax, ay);
     }
     /* rank 8: batch dims broadcast on both sides */
-    check_random(c, t, false, 8, TU_SHAPE(2, 1, 3, 1, 2, 1, 2, 3), 8, TU_SHAPE(1, 2, 3, 2, 1, 1, 3, 2),
-                 false, false);
+    check_random(c, t, false, 8, TU_SHAPE(2, 1, 3, 1, 2, 1, 2, 3), 8, TU_SHAPE(1, 2, 3, 2, 1, 1, 3, 2), false, false);
     /* many small products: split across threads by batch */
     check_random(c, t, false, 3, TU_SHAPE(200, 8, 9), 3, TU_SHAPE(200, 9, 7), false, false);
   }
@@ -426,8 +422,7 @@ static void test_batch_matmul_empty(void **state) {
    single-threaded paths may round differently (its kernels treat edge blocks differently
    as the partition moves): there a rerun with the same count, the same path, must match
    bit for bit, and the two counts agree within the bound of two dot products of depth k. */
-static void check_threads(nb_ctx *c, bool batched, bool exact, int xr, const int64_t *xs, int yr,
-                          const int64_t *ys) {
+static void check_threads(nb_ctx *c, bool batched, bool exact, int xr, const int64_t *xs, int yr, const int64_t *ys) {
   int64_t nx = count(xr, xs), ny = count(yr, ys);
   double *xv = malloc((size_t)nx * sizeof *xv), *yv = malloc((size_t)ny * sizeof *yv);
   assert_non_null(xv);
@@ -563,7 +558,8 @@ static void test_gemm_f32_against_f64(void **state) {
     nbop_blas_set_threads(threads);
     for (int i = 0; i < 32; i++) {
       r = r * 6364136223846793005u + 1442695040888963407u;
-      int64_t m = 1 + (int64_t)(r >> 33) % 90, n = 1 + (int64_t)(r >> 45) % 90, k = i % 8 == 7 ? 0 : (int64_t)(r >> 20) % 300;
+      int64_t m = 1 + (int64_t)(r >> 33) % 90, n = 1 + (int64_t)(r >> 45) % 90,
+              k = i % 8 == 7 ? 0 : (int64_t)(r >> 20) % 300;
       check_gemm_f32_vs_f64(c, i & 1, i & 2, m, n, k, i & 4 ? 3 : 0, i & 8 ? 1 : 0, r);
     }
   }
@@ -608,8 +604,8 @@ static void test_nb_op_attrs(void **state) {
   nb_tensor *at = tu_make(c, NB_F32, 2, TU_SHAPE(3, 2), AT_VALS);
   nb_tensor *bt = tu_make(c, NB_F32, 2, TU_SHAPE(2, 3), BT_VALS);
   nb_tensor *in[2] = {at, bt}, *out = NULL;
-  nb_attr attrs[5] = {nb_attr_bool("transpose_a", true), nb_attr_bool("transpose_b", true),
-                      nb_attr_type("T", NB_F32), nb_attr_bool("grad_a", true), nb_attr_bool("grad_b", false)};
+  nb_attr attrs[5] = {nb_attr_bool("transpose_a", true), nb_attr_bool("transpose_b", true), nb_attr_type("T", NB_F32),
+                      nb_attr_bool("grad_a", true), nb_attr_bool("grad_b", false)};
   assert_int_equal(nb_op(c, "MatMul", in, 2, attrs, 5, &out, 1), NB_OK);
   tu_check(out, NB_F32, 2, TU_SHAPE(2, 2), AB_VALS, 0);
   /* defaults: no transposes, so [3,2] @ [2,3] is 3x3 */
@@ -671,16 +667,14 @@ static void test_shape_errors(void **state) {
   nb_tensor *x = tu_make(c, NB_F32, 3, TU_SHAPE(2, 2, 3), NULL);
   nb_tensor *y = tu_make(c, NB_F32, 3, TU_SHAPE(2, 4, 2), NULL);
   assert_null(nb_batch_matmul(c, x, y, false, false));
-  tu_check_error(c, NB_SHAPE, "BatchMatMulV2: Matrix size-incompatible: In[0]: [2,2,3], In[1]: [2,4,2]",
-                 NULL);
+  tu_check_error(c, NB_SHAPE, "BatchMatMulV2: Matrix size-incompatible: In[0]: [2,2,3], In[1]: [2,4,2]", NULL);
   assert_null(nb_batch_matmul(c, x, y, true, false));
   tu_check_error(c, NB_SHAPE, "Matrix size-incompatible", NULL);
 
   nb_tensor *xb = tu_make(c, NB_F32, 4, TU_SHAPE(2, 3, 2, 3), NULL);
   nb_tensor *yb = tu_make(c, NB_F32, 3, TU_SHAPE(2, 3, 2), NULL);
   assert_null(nb_batch_matmul(c, xb, yb, false, false));
-  tu_check_error(c, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions",
-                 "[2,3,2,3] vs. [2,3,2]");
+  tu_check_error(c, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions", "[2,3,2,3] vs. [2,3,2]");
 
   /* empty matrices, but the broadcast batch count 2^40 * 2^40 does not fit in int64 */
   nb_tensor *wide0 = tu_make(c, NB_F32, 4, TU_SHAPE(INT64_C(1) << 40, 1, 0, 0), NULL);
@@ -689,8 +683,7 @@ static void test_shape_errors(void **state) {
   tu_check_error(c, NB_SHAPE, "BatchMatMulV2: output shape [1099511627776,1099511627776,0,0] is too large",
                  "In[1]: [1,1099511627776,0,0]");
   /* one such batch dim alone is fine: an empty [2^40,1,0,0] result */
-  tu_check_shape(nb_batch_matmul(c, wide0, wide0, false, false), NB_F32, 4,
-                 TU_SHAPE(INT64_C(1) << 40, 1, 0, 0));
+  tu_check_shape(nb_batch_matmul(c, wide0, wide0, false, false), NB_F32, 4, TU_SHAPE(INT64_C(1) << 40, 1, 0, 0));
 }
 
 static void test_dtype_errors(void **state) {
@@ -739,18 +732,21 @@ static void test_graph_validation(void **state) {
   nb_ctx *c = f->c;
   nb_tensor *a = tu_unknown_dims(c, NB_F32, 2), *ar = tu_unknown_rank(c, NB_F32), *out[1];
   assert_null(nb_matmul(c, a, tu_unknown_dims(c, NB_F64, 2), false, false));
-  tu_check_error(c, NB_DTYPE, "MatMul (node 'MatMul'): inputs 0 and 1 must have the same dtype, got float32 and float64", NULL);
+  tu_check_error(c, NB_DTYPE,
+                 "MatMul (node 'MatMul'): inputs 0 and 1 must have the same dtype, got float32 and float64", NULL);
   assert_null(nb_matmul(c, ar, tu_unknown_rank(c, NB_I32), false, false));
   tu_check_error(c, NB_DTYPE, "MatMul (node", "input 1 has dtype int32");
   assert_null(nb_matmul(c, tu_unknown_dims(c, NB_F32, 3), ar, false, false));
   tu_check_error(c, NB_SHAPE, "MatMul (node", "In[0] is not a matrix. Instead it has shape [-1,-1,-1]");
-  nb_tensor *k3 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "k3"), *k4 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(4, -1), "k4");
+  nb_tensor *k3 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "k3"),
+            *k4 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(4, -1), "k4");
   assert_null(nb_matmul(c, k3, k4, false, false));
   tu_check_error(c, NB_SHAPE, "MatMul (node", "Matrix size-incompatible: In[0]: [-1,3], In[1]: [4,-1]");
   tu_check_shape(nb_matmul(c, k3, k4, false, true), NB_F32, 2, TU_SHAPE(-1, 4)); /* k3 [?, 3] times k4^T [?, 4] */
   assert_null(nb_batch_matmul(c, ar, tu_unknown_dims(c, NB_F32, 1), false, false));
   tu_check_error(c, NB_SHAPE, "BatchMatMulV2 (node", "In[1] ndims must be >= 2: 1");
-  nb_tensor *b2 = nb_placeholder(c, NB_F32, 3, TU_SHAPE(2, -1, -1), "b2"), *b3 = nb_placeholder(c, NB_F32, 3, TU_SHAPE(3, -1, -1), "b3");
+  nb_tensor *b2 = nb_placeholder(c, NB_F32, 3, TU_SHAPE(2, -1, -1), "b2"),
+            *b3 = nb_placeholder(c, NB_F32, 3, TU_SHAPE(3, -1, -1), "b3");
   assert_null(nb_batch_matmul(c, b2, b3, false, false));
   tu_check_error(c, NB_SHAPE, "BatchMatMulV2 (node", "must have compatible batch dimensions: [2,-1,-1] vs. [3,-1,-1]");
   assert_null(nb_matmul_add(c, a, a, false, false, tu_unknown_dims(c, NB_F64, 2)));

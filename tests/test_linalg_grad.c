@@ -28,13 +28,13 @@ static void check_product(bool batch, int ra, const int64_t *sa, int rb, const i
   fill_values(av, gu_count(ra, sa), 0.3);
   fill_values(bv, gu_count(rb, sb), 1.1);
   const product_arg arg = {batch, t1, t2, false};
-  gu_check_grad(&(gu_grad_case){.build = build_product,
-                                .arg = &arg,
-                                .n = 2,
-                                .in = {{.rank = ra, .shape = sa, .values = av},
-                                       {.rank = rb, .shape = sb, .values = bv}},
-                                .dynamic = dynamic,
-                                .static_dx = true});
+  gu_check_grad(
+      &(gu_grad_case){.build = build_product,
+                      .arg = &arg,
+                      .n = 2,
+                      .in = {{.rank = ra, .shape = sa, .values = av}, {.rank = rb, .shape = sb, .values = bv}},
+                      .dynamic = dynamic,
+                      .static_dx = true});
 }
 
 /* dy = ones: dA = ones B^T, dB = A^T ones, by hand. */
@@ -101,7 +101,7 @@ static void test_batch_matmul(void **state) {
 static void test_batch_matmul_broadcast(void **state) {
   (void)state;
   for (int dynamic = 0; dynamic < 2; dynamic++) {
-    check_product(true, 3, TU_SHAPE(2, 2, 3), 2, TU_SHAPE(3, 2), false, false, dynamic);       /* rank mismatch */
+    check_product(true, 3, TU_SHAPE(2, 2, 3), 2, TU_SHAPE(3, 2), false, false, dynamic);         /* rank mismatch */
     check_product(true, 4, TU_SHAPE(2, 1, 2, 3), 4, TU_SHAPE(1, 3, 2, 3), false, true, dynamic); /* size-1 dims */
     check_product(true, 2, TU_SHAPE(3, 2), 3, TU_SHAPE(2, 3, 2), true, false, dynamic);
   }

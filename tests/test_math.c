@@ -46,7 +46,8 @@ static void test_unary_values(void **state) {
   check_unary(c, nb_sigmoid, TU_VALS(0, 2, -800, 800), TU_VALS(0.5, 0.8807970779778823, 0, 1), 4);
   check_unary(c, nb_relu, TU_VALS(-1, 0, 2.5), TU_VALS(0, 0, 2.5), 3);
   check_unary(c, nb_elu, TU_VALS(-1, 0, 2), TU_VALS(1 / e - 1, 0, 2), 3);
-  check_unary(c, nb_softplus, TU_VALS(0, 1, -1, 100, -100), TU_VALS(log(2.0), log(1 + e), log(1 + 1 / e), 100, 3.720075976020836e-44), 5);
+  check_unary(c, nb_softplus, TU_VALS(0, 1, -1, 100, -100),
+              TU_VALS(log(2.0), log(1 + e), log(1 + 1 / e), 100, 3.720075976020836e-44), 5);
   check_unary(c, nb_sin, TU_VALS(0, M_PI / 2, -M_PI / 6), TU_VALS(0, 1, -0.5), 3);
   check_unary(c, nb_cos, TU_VALS(0, M_PI, M_PI / 3), TU_VALS(1, -1, 0.5), 3);
 }
@@ -64,7 +65,8 @@ static void test_f32_transcendental_accuracy(void **state) {
   for (int i = 0; i < N; i++) {
     double v = x[i], we = (float)exp(v), wt = tanh(v), ws = 1 / (1 + exp(-v));
     /* 4 ulp relative, or absolute below the smallest normal float */
-    if (isinf(we) ? e[i] != we : fabs(e[i] - we) > 4.8e-7 * we && fabs(e[i] - we) > 1.2e-38) fail_msg("exp(%g) = %g, want %g", v, e[i], we);
+    if (isinf(we) ? e[i] != we : fabs(e[i] - we) > 4.8e-7 * we && fabs(e[i] - we) > 1.2e-38)
+      fail_msg("exp(%g) = %g, want %g", v, e[i], we);
     if (fabs(t[i] - wt) > 4.8e-7 * fabs(wt) + 1e-45) fail_msg("tanh(%g) = %g, want %g", v, t[i], wt);
     if (fabs(s[i] - ws) > 4.8e-7 * ws && fabs(s[i] - ws) > 1.2e-38) fail_msg("sigmoid(%g) = %g, want %g", v, s[i], ws);
   }
@@ -169,8 +171,7 @@ static void test_broadcasting(void **state) {
   /* size-1 dims on both sides: [3,1] + [1,4] -> [3,4] */
   nb_tensor *col = tu_make(c, F64, 2, TU_SHAPE(3, 1), TU_VALS(0, 10, 20));
   nb_tensor *row = tu_make(c, F64, 2, TU_SHAPE(1, 4), TU_VALS(1, 2, 3, 4));
-  tu_check(nb_add(c, col, row), F64, 2, TU_SHAPE(3, 4),
-           TU_VALS(1, 2, 3, 4, 11, 12, 13, 14, 21, 22, 23, 24), 0);
+  tu_check(nb_add(c, col, row), F64, 2, TU_SHAPE(3, 4), TU_VALS(1, 2, 3, 4, 11, 12, 13, 14, 21, 22, 23, 24), 0);
   /* rank mismatch: [2,2,3] - [3] and [2,1,3] - [2,1] */
   nb_tensor *t = tu_make(c, I32, 3, TU_SHAPE(2, 2, 3), TU_VALS(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11));
   nb_tensor *v = tu_make(c, I32, 1, TU_SHAPE(3), TU_VALS(100, 200, 300));
@@ -178,18 +179,16 @@ static void test_broadcasting(void **state) {
            TU_VALS(-100, -199, -298, -97, -196, -295, -94, -193, -292, -91, -190, -289), 0);
   nb_tensor *u = tu_make(c, I32, 3, TU_SHAPE(2, 1, 3), TU_VALS(1, 2, 3, 4, 5, 6));
   nb_tensor *w = tu_make(c, I32, 2, TU_SHAPE(2, 1), TU_VALS(10, 20));
-  tu_check(nb_mul(c, u, w), I32, 3, TU_SHAPE(2, 2, 3),
-           TU_VALS(10, 20, 30, 20, 40, 60, 40, 50, 60, 80, 100, 120), 0);
+  tu_check(nb_mul(c, u, w), I32, 3, TU_SHAPE(2, 2, 3), TU_VALS(10, 20, 30, 20, 40, 60, 40, 50, 60, 80, 100, 120), 0);
   /* middle broadcast dim: [2,1,2] * [2,3,1] -> [2,3,2] */
   nb_tensor *m1 = tu_make(c, F32, 3, TU_SHAPE(2, 1, 2), TU_VALS(1, 2, 3, 4));
   nb_tensor *m2 = tu_make(c, F32, 3, TU_SHAPE(2, 3, 1), TU_VALS(1, 10, 100, 2, 20, 200));
-  tu_check(nb_mul(c, m1, m2), F32, 3, TU_SHAPE(2, 3, 2),
-           TU_VALS(1, 2, 10, 20, 100, 200, 6, 8, 60, 80, 600, 800), 0);
+  tu_check(nb_mul(c, m1, m2), F32, 3, TU_SHAPE(2, 3, 2), TU_VALS(1, 2, 10, 20, 100, 200, 6, 8, 60, 80, 600, 800), 0);
   /* empty tensors: [0,3] + [1,3] -> [0,3]; [0] + [1] -> [0]; [2,0] + scalar */
   nb_tensor *e = tu_make(c, F32, 2, TU_SHAPE(0, 3), NULL);
   tu_check_shape(nb_add(c, e, tu_make(c, F32, 2, TU_SHAPE(1, 3), TU_VALS(1, 2, 3))), F32, 2, TU_SHAPE(0, 3));
-  tu_check_shape(nb_add(c, tu_make(c, F32, 1, TU_SHAPE(0), NULL), tu_make(c, F32, 1, TU_SHAPE(1), TU_VALS(1))),
-                 F32, 1, TU_SHAPE(0));
+  tu_check_shape(nb_add(c, tu_make(c, F32, 1, TU_SHAPE(0), NULL), tu_make(c, F32, 1, TU_SHAPE(1), TU_VALS(1))), F32, 1,
+                 TU_SHAPE(0));
   tu_check_shape(nb_greater(c, tu_make(c, F64, 2, TU_SHAPE(2, 0), NULL), nb_scalar(c, F64, 0)), BOOL, 2,
                  TU_SHAPE(2, 0));
   /* incompatible shapes name both */
@@ -227,10 +226,13 @@ static void test_broadcast_large(void **state) {
         assert_true(s[i * C + j] == a[i * C + j] + b[j]);
         assert_true(p[i * C + j] == col[i] * a[i * C + j]);
         double wt = tanh(a[i * C + j]);
-        if (fabs(t[i * C + j] - wt) > 4.8e-7 * fabs(wt)) fail_msg("tanh(%g) = %g, want %g", a[i * C + j], t[i * C + j], wt);
+        if (fabs(t[i * C + j] - wt) > 4.8e-7 * fabs(wt))
+          fail_msg("tanh(%g) = %g, want %g", a[i * C + j], t[i * C + j], wt);
       }
-    if (threads == 1) memcpy(first_tanh, t, sizeof first_tanh);
-    else assert_memory_equal(t, first_tanh, sizeof first_tanh);
+    if (threads == 1)
+      memcpy(first_tanh, t, sizeof first_tanh);
+    else
+      assert_memory_equal(t, first_tanh, sizeof first_tanh);
   }
 }
 
@@ -246,7 +248,8 @@ static void test_select(void **state) {
   tu_check(nb_select(c, c2, tf, ef), F64, 2, TU_SHAPE(2, 3), TU_VALS(-1, 2, -1, -2, 5, -2), 0);
   nb_tensor *cb = tu_make(c, BOOL, 0, NULL, TU_VALS(1));
   nb_tensor *tb = tu_make(c, BOOL, 1, TU_SHAPE(2), TU_VALS(1, 0));
-  tu_check(nb_select(c, cb, tb, tu_make(c, BOOL, 1, TU_SHAPE(2), TU_VALS(0, 0))), BOOL, 1, TU_SHAPE(2), TU_VALS(1, 0), 0);
+  tu_check(nb_select(c, cb, tb, tu_make(c, BOOL, 1, TU_SHAPE(2), TU_VALS(0, 0))), BOOL, 1, TU_SHAPE(2), TU_VALS(1, 0),
+           0);
   assert_null(nb_select(c, t, t, t));
   tu_check_error(c, NB_DTYPE, "SelectV2: input 0 has dtype int64", "bool");
   assert_null(nb_select(c, cond, t, nb_scalar(c, F32, 1)));
@@ -411,7 +414,8 @@ static void test_accumulate_n(void **state) {
   /* in a graph: inputs of unknown rank leave the wrapper no shape to state */
   nb_graph *g = nb_graph_new();
   nb_ctx *gc = nb_graph_ctx_new(g);
-  nb_tensor *in[2] = {nb_placeholder(gc, F32, 1, TU_SHAPE(4), "x"), nb_placeholder(gc, NB_I32, 1, TU_SHAPE(-1), "s")}, *any;
+  nb_tensor *in[2] = {nb_placeholder(gc, F32, 1, TU_SHAPE(4), "x"), nb_placeholder(gc, NB_I32, 1, TU_SHAPE(-1), "s")},
+            *any;
   assert_int_equal(nb_op(gc, "Reshape", in, 2, NULL, 0, &any, 1), NB_OK);
   assert_int_equal(nb_rank(any), -1);
   assert_null(nb_accumulate_n(gc, (nb_tensor *[]){any, any}, 2));
@@ -463,7 +467,8 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_DTYPE, "SelectV2 (node 'SelectV2'): input 0 has dtype float32", NULL);
   assert_null(nb_tanh_grad(c, fr, iu));
   tu_check_error(c, NB_DTYPE, "TanhGrad", "float32 and int32");
-  nb_tensor *u3 = nb_placeholder(c, F32, 2, TU_SHAPE(-1, 3), "u3"), *u4 = nb_placeholder(c, F32, 2, TU_SHAPE(-1, 4), "u4");
+  nb_tensor *u3 = nb_placeholder(c, F32, 2, TU_SHAPE(-1, 3), "u3"),
+            *u4 = nb_placeholder(c, F32, 2, TU_SHAPE(-1, 4), "u4");
   assert_null(nb_sub(c, u3, u4));
   tu_check_error(c, NB_SHAPE, "Sub (node 'Sub'): Incompatible shapes: [-1,3] vs. [-1,4]", NULL);
   nb_tensor *bs[3] = {tu_unknown_dims(c, BOOL, 2), u3, u4};

@@ -54,15 +54,24 @@ static const struct {
   deriv_fn d;
   bool positive_only;
 } unary_table[] = {
-    {"Neg", nb_neg, d_neg, false},           {"Exp", nb_exp, d_exp, false},
-    {"Log", nb_log, d_log, true},            {"Log1p", nb_log1p, d_log1p, true},
-    {"Sqrt", nb_sqrt, d_sqrt, true},         {"Rsqrt", nb_rsqrt, d_rsqrt, true},
-    {"Reciprocal", nb_reciprocal, d_reciprocal, false}, {"Square", nb_square, d_square, false},
-    {"Abs", nb_abs, d_abs, false},           {"Sign", nb_sign, d_sign, false},
-    {"Tanh", nb_tanh, d_tanh, false},        {"Sigmoid", nb_sigmoid, d_sigmoid, false},
-    {"Relu", nb_relu, d_relu, false},        {"Elu", nb_elu, d_elu, false},
-    {"Softplus", nb_softplus, d_softplus, false}, {"Sin", nb_sin, d_sin, false},
-    {"Cos", nb_cos, d_cos, false},           {"Identity", nb_identity, d_identity, false},
+    {"Neg", nb_neg, d_neg, false},
+    {"Exp", nb_exp, d_exp, false},
+    {"Log", nb_log, d_log, true},
+    {"Log1p", nb_log1p, d_log1p, true},
+    {"Sqrt", nb_sqrt, d_sqrt, true},
+    {"Rsqrt", nb_rsqrt, d_rsqrt, true},
+    {"Reciprocal", nb_reciprocal, d_reciprocal, false},
+    {"Square", nb_square, d_square, false},
+    {"Abs", nb_abs, d_abs, false},
+    {"Sign", nb_sign, d_sign, false},
+    {"Tanh", nb_tanh, d_tanh, false},
+    {"Sigmoid", nb_sigmoid, d_sigmoid, false},
+    {"Relu", nb_relu, d_relu, false},
+    {"Elu", nb_elu, d_elu, false},
+    {"Softplus", nb_softplus, d_softplus, false},
+    {"Sin", nb_sin, d_sin, false},
+    {"Cos", nb_cos, d_cos, false},
+    {"Identity", nb_identity, d_identity, false},
 };
 
 /* Each unary rule in float32 and float64 against its closed-form derivative; signed inputs
@@ -229,9 +238,9 @@ static void test_fused_grad_values(void **state) {
   nb_tensor *a = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "a");
   nb_tensor *b = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(2), "b");
   nb_tensor *ab[2] = {a, b}, *dt[2], *dr[2], *de[2];
-  grads(f, nb_tanh_grad(f->c, a, b), ab, 2, dt);  /* (-2 y dy, 1 - y^2) */
-  grads(f, nb_relu_grad(f->c, a, b), ab, 2, dr);  /* ([f > 0], 0) */
-  grads(f, nb_elu_grad(f->c, a, b), ab, 2, de);   /* (o < 0 ? o + 1 : 1, o < 0 ? g : 0) */
+  grads(f, nb_tanh_grad(f->c, a, b), ab, 2, dt); /* (-2 y dy, 1 - y^2) */
+  grads(f, nb_relu_grad(f->c, a, b), ab, 2, dr); /* ([f > 0], 0) */
+  grads(f, nb_elu_grad(f->c, a, b), ab, 2, de);  /* (o < 0 ? o + 1 : 1, o < 0 ? g : 0) */
   nb_tensor *feeds[2] = {a, b};
   nb_tensor *vals[2] = {tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(0.5, 3)),
                         tu_make(f->e, NB_F64, 1, TU_SHAPE(2), TU_VALS(-0.25, 2))};
@@ -249,14 +258,15 @@ static void test_fused_grad_values(void **state) {
 /* TF's NotDifferentiable math ops are registered as "no gradient"; the rest have one. */
 static void test_registrations(void **state) {
   (void)state;
-  static const char *none[] = {"Less", "LessEqual", "Greater", "GreaterEqual", "Equal",
-                               "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "StopGradient"};
-  static const char *some[] = {"AddV2", "Add", "Sub", "Mul", "RealDiv", "Pow", "SquaredDifference",
-                               "Maximum", "Minimum", "Neg", "Exp", "Log", "Log1p", "Sqrt", "Rsqrt",
-                               "Reciprocal", "Square", "Abs", "Sign", "Tanh", "Sigmoid", "Relu", "Elu",
-                               "Softplus", "Sin", "Cos", "SelectV2", "Cast", "AddN", "Identity",
-                               "TanhGrad", "SigmoidGrad", "RsqrtGrad", "SqrtGrad", "ReciprocalGrad",
-                               "ReluGrad", "EluGrad", "SoftplusGrad"};
+  static const char *none[] = {"Less",     "LessEqual",  "Greater",   "GreaterEqual", "Equal",
+                               "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot",   "StopGradient"};
+  static const char *some[] = {
+      "AddV2",    "Add",        "Sub",         "Mul",         "RealDiv",   "Pow",      "SquaredDifference",
+      "Maximum",  "Minimum",    "Neg",         "Exp",         "Log",       "Log1p",    "Sqrt",
+      "Rsqrt",    "Reciprocal", "Square",      "Abs",         "Sign",      "Tanh",     "Sigmoid",
+      "Relu",     "Elu",        "Softplus",    "Sin",         "Cos",       "SelectV2", "Cast",
+      "AddN",     "Identity",   "TanhGrad",    "SigmoidGrad", "RsqrtGrad", "SqrtGrad", "ReciprocalGrad",
+      "ReluGrad", "EluGrad",    "SoftplusGrad"};
   for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
     if (nb_has_gradient(none[i])) fail_msg("%s has a gradient", none[i]);
   for (size_t i = 0; i < sizeof some / sizeof some[0]; i++)
@@ -308,11 +318,11 @@ static void check_case(const gcase *k) {
   gu_check_grad(&g);
 }
 
-#define UN(NAME, FN)                                                                       \
+#define UN(NAME, FN) \
   static nb_tensor *b_##NAME(gu_fixture *f, nb_tensor *const *x, const void *arg) { return (void)arg, FN(f->c, x[0]); }
-#define BIN(NAME, FN)                                                                      \
-  static nb_tensor *b_##NAME(gu_fixture *f, nb_tensor *const *x, const void *arg) {         \
-    return (void)arg, FN(f->c, x[0], x[1]);                                                \
+#define BIN(NAME, FN)                                                               \
+  static nb_tensor *b_##NAME(gu_fixture *f, nb_tensor *const *x, const void *arg) { \
+    return (void)arg, FN(f->c, x[0], x[1]);                                         \
   }
 UN(neg, nb_neg)
 UN(exp, nb_exp)
@@ -368,27 +378,41 @@ static nb_tensor *b_add_legacy(gu_fixture *f, nb_tensor *const *x, const void *a
   return out;
 }
 
-#define S23 {2, {2, 3}, D_ANY}
-#define UNARY_CASE(NAME, DOMAIN) {#NAME, b_##NAME, 1, {{2, {2, 3}, DOMAIN}}, false}
-#define PAIR_CASE(NAME, D0, D1) {#NAME, b_##NAME, 2, {{2, {2, 3}, D0}, {2, {2, 3}, D1}}, false}
+#define S23 \
+  { 2, {2, 3}, D_ANY }
+#define UNARY_CASE(NAME, DOMAIN) \
+  { #NAME, b_##NAME, 1, {{2, {2, 3 }, DOMAIN } }, false }
+#define PAIR_CASE(NAME, D0, D1) \
+  { #NAME, b_##NAME, 2, {{2, {2, 3 }, D0 }, {2, {2, 3 }, D1 } }, false }
 
 static const gcase unary_cases[] = {
-    UNARY_CASE(neg, D_ANY),        UNARY_CASE(exp, D_ANY),     UNARY_CASE(log, D_POS),
-    UNARY_CASE(log1p, D_POS),      UNARY_CASE(sqrt, D_POS),    UNARY_CASE(rsqrt, D_POS),
-    UNARY_CASE(reciprocal, D_AWAY), UNARY_CASE(square, D_ANY), UNARY_CASE(abs, D_ANY),
-    UNARY_CASE(sign, D_ANY),       UNARY_CASE(tanh, D_ANY),    UNARY_CASE(sigmoid, D_ANY),
-    UNARY_CASE(relu, D_ANY),       UNARY_CASE(elu, D_ANY),     UNARY_CASE(softplus, D_ANY),
-    UNARY_CASE(sin, D_ANY),        UNARY_CASE(cos, D_ANY),     UNARY_CASE(identity, D_ANY),
+    UNARY_CASE(neg, D_ANY),
+    UNARY_CASE(exp, D_ANY),
+    UNARY_CASE(log, D_POS),
+    UNARY_CASE(log1p, D_POS),
+    UNARY_CASE(sqrt, D_POS),
+    UNARY_CASE(rsqrt, D_POS),
+    UNARY_CASE(reciprocal, D_AWAY),
+    UNARY_CASE(square, D_ANY),
+    UNARY_CASE(abs, D_ANY),
+    UNARY_CASE(sign, D_ANY),
+    UNARY_CASE(tanh, D_ANY),
+    UNARY_CASE(sigmoid, D_ANY),
+    UNARY_CASE(relu, D_ANY),
+    UNARY_CASE(elu, D_ANY),
+    UNARY_CASE(softplus, D_ANY),
+    UNARY_CASE(sin, D_ANY),
+    UNARY_CASE(cos, D_ANY),
+    UNARY_CASE(identity, D_ANY),
     UNARY_CASE(cast, D_ANY),
     {"tanh scalar", b_tanh, 1, {{0, {0}, D_ANY}}, false},
     {"exp dynamic", b_exp, 1, {{3, {2, 1, 2}, D_ANY}}, true},
 };
 
 static const gcase fused_cases[] = {
-    PAIR_CASE(tanh_grad, D_ANY, D_ANY),       PAIR_CASE(sigmoid_grad, D_ANY, D_ANY),
-    PAIR_CASE(rsqrt_grad, D_POS, D_ANY),      PAIR_CASE(sqrt_grad, D_POS, D_ANY),
-    PAIR_CASE(reciprocal_grad, D_AWAY, D_ANY), PAIR_CASE(relu_grad, D_ANY, D_ANY),
-    PAIR_CASE(elu_grad, D_ANY, D_ANY),        PAIR_CASE(softplus_grad, D_ANY, D_ANY),
+    PAIR_CASE(tanh_grad, D_ANY, D_ANY), PAIR_CASE(sigmoid_grad, D_ANY, D_ANY),     PAIR_CASE(rsqrt_grad, D_POS, D_ANY),
+    PAIR_CASE(sqrt_grad, D_POS, D_ANY), PAIR_CASE(reciprocal_grad, D_AWAY, D_ANY), PAIR_CASE(relu_grad, D_ANY, D_ANY),
+    PAIR_CASE(elu_grad, D_ANY, D_ANY),  PAIR_CASE(softplus_grad, D_ANY, D_ANY),
 };
 
 /* Each broadcasting binary op over five shape pairs: equal, rank mismatch, size-1 dims on
@@ -398,9 +422,14 @@ static const struct {
   gu_build_fn build;
   int d0, d1;
 } binary_ops[] = {
-    {"AddV2", b_add, D_ANY, D_ANY}, {"Add", b_add_legacy, D_ANY, D_ANY}, {"Sub", b_sub, D_ANY, D_ANY},
-    {"Mul", b_mul, D_ANY, D_ANY},   {"RealDiv", b_div, D_ANY, D_AWAY},   {"Pow", b_pow, D_POS, D_ANY},
-    {"SquaredDifference", b_sqdiff, D_ANY, D_ANY}, {"Maximum", b_maximum, D_ANY, D_ANY},
+    {"AddV2", b_add, D_ANY, D_ANY},
+    {"Add", b_add_legacy, D_ANY, D_ANY},
+    {"Sub", b_sub, D_ANY, D_ANY},
+    {"Mul", b_mul, D_ANY, D_ANY},
+    {"RealDiv", b_div, D_ANY, D_AWAY},
+    {"Pow", b_pow, D_POS, D_ANY},
+    {"SquaredDifference", b_sqdiff, D_ANY, D_ANY},
+    {"Maximum", b_maximum, D_ANY, D_ANY},
     {"Minimum", b_minimum, D_ANY, D_ANY},
 };
 
@@ -448,8 +477,7 @@ static void test_select_add_n_numeric(void **state) {
   static const gcase cases[] = {
       {"SelectV2", b_select, 3, {{2, {2, 3}, D_BOOL}, S23, S23}, false},
       {"SelectV2 broadcast", b_select, 3, {{1, {3}, D_BOOL}, {2, {2, 1}, D_ANY}, {0, {0}, D_ANY}}, false},
-      {"SelectV2 cond broadcast", b_select, 3,
-       {{2, {2, 3}, D_BOOL}, {1, {3}, D_ANY}, {2, {2, 1}, D_ANY}}, false},
+      {"SelectV2 cond broadcast", b_select, 3, {{2, {2, 3}, D_BOOL}, {1, {3}, D_ANY}, {2, {2, 1}, D_ANY}}, false},
       {"SelectV2 dynamic", b_select, 3, {{2, {2, 1}, D_BOOL}, {1, {3}, D_ANY}, {2, {2, 3}, D_ANY}}, true},
       {"AddN", b_add_n, 3, {S23, S23, S23}, false},
   };

@@ -82,8 +82,14 @@ static nb_tensor *leaky_relu_default(nb_ctx *c, nb_tensor *x) {
 
 static const act_golden act_goldens[] = {
     {"relu6", nb_relu6, {nn_relu6_f32, nn_relu6_f64}, {nn_relu6_dx_f32, nn_relu6_dx_f64}},
-    {"leaky_relu", leaky_relu_default, {nn_leaky_relu_f32, nn_leaky_relu_f64}, {nn_leaky_relu_dx_f32, nn_leaky_relu_dx_f64}},
-    {"leaky_relu_01", leaky_relu_01, {nn_leaky_relu_01_f32, nn_leaky_relu_01_f64}, {nn_leaky_relu_01_dx_f32, nn_leaky_relu_01_dx_f64}},
+    {"leaky_relu",
+     leaky_relu_default,
+     {nn_leaky_relu_f32, nn_leaky_relu_f64},
+     {nn_leaky_relu_dx_f32, nn_leaky_relu_dx_f64}},
+    {"leaky_relu_01",
+     leaky_relu_01,
+     {nn_leaky_relu_01_f32, nn_leaky_relu_01_f64},
+     {nn_leaky_relu_01_dx_f32, nn_leaky_relu_01_dx_f64}},
     {"selu", nb_selu, {nn_selu_f32, nn_selu_f64}, {nn_selu_dx_f32, nn_selu_dx_f64}},
     {"gelu", gelu_exact, {nn_gelu_f32, nn_gelu_f64}, {nn_gelu_dx_f32, nn_gelu_dx_f64}},
     {"gelu_tanh", gelu_tanh, {nn_gelu_tanh_f32, nn_gelu_tanh_f64}, {nn_gelu_tanh_dx_f32, nn_gelu_tanh_dx_f64}},
@@ -169,7 +175,8 @@ static void test_graph_equals_eager(void **state) {
   assert_int_equal(nb_rank(sbp), 2);
   assert_int_equal(nb_shape(sbp)[1], 5);
   nb_tensor *ph[3] = {x, l, sl};
-  nb_tensor *vals[3] = {tu_make(f->e, NB_F64, 2, LOGITS_SHAPE, nn_logits), tu_make(f->e, NB_F64, 2, LOGITS_SHAPE, nn_labels),
+  nb_tensor *vals[3] = {tu_make(f->e, NB_F64, 2, LOGITS_SHAPE, nn_logits),
+                        tu_make(f->e, NB_F64, 2, LOGITS_SHAPE, nn_labels),
                         nb_tensor_from(f->e, NB_I64, 1, TU_SHAPE(3), nn_sparse_labels)};
   nb_tensor *fetch[5] = {loss, bp, sloss, sbp, nb_softmax(f->c, x)}, *out[5];
   assert_int_equal(nb_run(f->s, ph, vals, 3, fetch, 5, out), NB_OK);
@@ -502,10 +509,12 @@ static void test_graph_label_error(void **state) {
   nb_tensor *l = nb_placeholder(f->c, NB_I32, 1, TU_SHAPE(-1), "labels"), *loss, *out = NULL;
   assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(f->c, x, l, &loss, NULL), NB_OK);
   nb_tensor *ph[2] = {x, l};
-  nb_tensor *vals[2] = {tu_make(f->e, NB_F32, 2, TU_SHAPE(1, 3), NULL), tu_make(f->e, NB_I32, 1, TU_SHAPE(1), TU_VALS(7))};
+  nb_tensor *vals[2] = {tu_make(f->e, NB_F32, 2, TU_SHAPE(1, 3), NULL),
+                        tu_make(f->e, NB_I32, 1, TU_SHAPE(1), TU_VALS(7))};
   assert_int_equal(nb_run(f->s, ph, vals, 2, &loss, 1, &out), NB_INVALID);
   assert_non_null(strstr(nb_session_error(f->s), "SparseSoftmaxCrossEntropyWithLogits"));
-  assert_non_null(strstr(nb_session_error(f->s), "Received a label value of 7 which is outside the valid range of [0, 3)"));
+  assert_non_null(
+      strstr(nb_session_error(f->s), "Received a label value of 7 which is outside the valid range of [0, 3)"));
 }
 
 /* A graph refuses bad dtypes, ranks and attrs when it is built, whatever the dims. */
@@ -523,14 +532,17 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_DTYPE, "SoftmaxCrossEntropyWithLogits (node", "float32 and float64");
   assert_int_equal(nb_softmax_cross_entropy_with_logits(c, tu_unknown_dims(c, NB_F32, 3), fr, &loss, &bp), NB_SHAPE);
   tu_check_error(c, NB_SHAPE, "SoftmaxCrossEntropyWithLogits (node", "broadcasted to be 2-dimensional");
-  assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, tu_unknown_dims(c, NB_F32, 3), ir, &loss, &bp), NB_SHAPE);
-  tu_check_error(c, NB_SHAPE, "SparseSoftmaxCrossEntropyWithLogits (node", "logits must be 2-D, but got shape [-1,-1,-1]");
+  assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, tu_unknown_dims(c, NB_F32, 3), ir, &loss, &bp),
+                   NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "SparseSoftmaxCrossEntropyWithLogits (node",
+                 "logits must be 2-D, but got shape [-1,-1,-1]");
   assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, fr, fr, &loss, &bp), NB_DTYPE);
   tu_check_error(c, NB_DTYPE, "SparseSoftmaxCrossEntropyWithLogits (node", "input 1 has dtype float32");
   nb_tensor *logits = nb_placeholder(c, NB_F32, 2, TU_SHAPE(3, -1), "logits");
   nb_tensor *labels = nb_placeholder(c, NB_I64, 1, TU_SHAPE(4), "labels");
   assert_int_equal(nb_sparse_softmax_cross_entropy_with_logits(c, logits, labels, &loss, &bp), NB_SHAPE);
-  tu_check_error(c, NB_SHAPE, "SparseSoftmaxCrossEntropyWithLogits (node", "the same first dimension, got logits shape [3,-1]");
+  tu_check_error(c, NB_SHAPE, "SparseSoftmaxCrossEntropyWithLogits (node",
+                 "the same first dimension, got logits shape [3,-1]");
   assert_null(nb_l2_loss(c, ir));
   tu_check_error(c, NB_DTYPE, "L2Loss (node 'L2Loss')", "int32");
   nb_tensor *on = nb_scalar(c, NB_F32, 1), *off = nb_scalar(c, NB_F32, 0);

@@ -74,8 +74,8 @@ static void test_grad_op_by_hand(void **state) {
   tu_check_shape(out[4], NB_F64, 1, TU_SHAPE(0));
   /* training with the batch's own statistics: dy - mean(dy) - xc mean(dy xc) / var, times
      scale / sqrt(var): mean(dy) = -0.5, xc = -1, 1, mean(dy xc) = -1.5, var 1 */
-  assert_int_equal(nb_fused_batch_norm_grad(c, dy, x, scale, mean, vec(c, NB_F64, TU_VALS(1), 1), rs3, 0, NULL,
-                                            true, out), NB_OK);
+  assert_int_equal(
+      nb_fused_batch_norm_grad(c, dy, x, scale, mean, vec(c, NB_F64, TU_VALS(1), 1), rs3, 0, NULL, true, out), NB_OK);
   tu_check_vals(out[0], TU_VALS(3 * (1 + 0.5 - 1.5), 3 * (-2 + 0.5 + 1.5)), 1e-15);
 }
 
@@ -91,10 +91,12 @@ typedef struct golden_case {
   const double *v, *ddx, *ddscale; /* second order: d sum(dx * v) / d(x, scale) */
 } golden_case;
 
-#define GOLDEN(name, fmt, tr, f, s0, s1, s2, s3, ch, r1, r2)                                                   \
-  {fmt, tr, f, {s0, s1, s2, s3}, ch, name##_x, name##_scale, name##_offset, name##_mean, name##_variance,     \
-   name##_w, name##_y, name##_batch_mean, name##_batch_variance, r1, r2, name##_dx, name##_dscale,           \
-   name##_doffset, name##_v, name##_ddx, name##_ddscale}
+#define GOLDEN(name, fmt, tr, f, s0, s1, s2, s3, ch, r1, r2)                                                         \
+  {                                                                                                                  \
+    fmt, tr, f, {s0, s1, s2, s3}, ch, name##_x, name##_scale, name##_offset, name##_mean, name##_variance, name##_w, \
+        name##_y, name##_batch_mean, name##_batch_variance, r1, r2, name##_dx, name##_dscale, name##_doffset,        \
+        name##_v, name##_ddx, name##_ddscale                                                                         \
+  }
 
 static const golden_case golden_cases[] = {
     GOLDEN(train_nhwc, "NHWC", true, 1.0, 2, 3, 2, 3, 3, train_nhwc_reserve_1, train_nhwc_reserve_2),
@@ -160,8 +162,8 @@ static void test_golden_forward_and_gradients(void **state) {
 }
 
 static void check_grad_op(nb_ctx *c, const char *format, bool training, const int64_t *shape, const double *dy,
-                          const double *x, const double *scale, const double *mean, const double *var,
-                          const double *dx, const double *dscale, const double *doffset) {
+                          const double *x, const double *scale, const double *mean, const double *var, const double *dx,
+                          const double *dscale, const double *doffset) {
   nb_tensor *out[5];
   assert_int_equal(nb_fused_batch_norm_grad(c, tu_make(c, NB_F32, 4, shape, dy), tu_make(c, NB_F32, 4, shape, x),
                                             vec(c, NB_F32, scale, 3), vec(c, NB_F32, mean, 3), vec(c, NB_F32, var, 3),
@@ -302,8 +304,8 @@ static bn_inputs good_inputs(nb_ctx *c, nb_dtype t) {
 static void expect_bn_error(nb_ctx *c, bn_inputs in, double eps, double factor, const char *format, bool training,
                             nb_code code, const char *frag1, const char *frag2) {
   nb_tensor *out[6];
-  assert_int_equal(nb_fused_batch_norm(c, in.x, in.scale, in.offset, in.mean, in.var, eps, factor, format, training,
-                                       out), code);
+  assert_int_equal(
+      nb_fused_batch_norm(c, in.x, in.scale, in.offset, in.mean, in.var, eps, factor, format, training, out), code);
   assert_null(out[0]);
   tu_check_error(c, code, frag1, frag2);
 }
@@ -312,10 +314,12 @@ static void test_forward_errors(void **state) {
   nb_ctx *c = *state;
   bn_inputs in = good_inputs(c, NB_F32), bad = in;
   bad.x = tu_make(c, NB_F32, 3, TU_SHAPE(2, 2, 3), NULL);
-  expect_bn_error(c, bad, 0.001, 1, "NHWC", true, NB_SHAPE, "FusedBatchNormV3: x must be 4-dimensional for data_format NHWC",
-                  "[2,2,3]");
-  expect_bn_error(c, in, 0.001, 1, "NDHWC", true, NB_SHAPE, "x must be 5-dimensional for data_format NDHWC", "[1,2,2,3]");
-  expect_bn_error(c, in, 0.001, 1, "NWHC", true, NB_INVALID, "data_format must be \"NHWC\", \"NCHW\", \"NDHWC\" or \"NCDHW\"", "got \"NWHC\"");
+  expect_bn_error(c, bad, 0.001, 1, "NHWC", true, NB_SHAPE,
+                  "FusedBatchNormV3: x must be 4-dimensional for data_format NHWC", "[2,2,3]");
+  expect_bn_error(c, in, 0.001, 1, "NDHWC", true, NB_SHAPE, "x must be 5-dimensional for data_format NDHWC",
+                  "[1,2,2,3]");
+  expect_bn_error(c, in, 0.001, 1, "NWHC", true, NB_INVALID,
+                  "data_format must be \"NHWC\", \"NCHW\", \"NDHWC\" or \"NCDHW\"", "got \"NWHC\"");
   expect_bn_error(c, in, -0.5, 1, "NHWC", true, NB_INVALID, "FusedBatchNormV3: epsilon must be >= 0", "-0.5");
   bad = in, bad.scale = vec(c, NB_F32, TU_VALS(1, 1), 2);
   expect_bn_error(c, bad, 0.001, 1, "NHWC", true, NB_SHAPE,
@@ -333,7 +337,8 @@ static void test_forward_errors(void **state) {
   bn_inputs ints = good_inputs(c, NB_I32);
   expect_bn_error(c, ints, 0.001, 1, "NHWC", true, NB_DTYPE, "x has dtype int32", "float32, float64");
   bad = in, bad.scale = vec(c, NB_F64, TU_VALS(1, 1, 1), 3);
-  expect_bn_error(c, bad, 0.001, 1, "NHWC", true, NB_DTYPE, "scale has dtype float64", "U must equal x's dtype float32");
+  expect_bn_error(c, bad, 0.001, 1, "NHWC", true, NB_DTYPE, "scale has dtype float64",
+                  "U must equal x's dtype float32");
   /* training with factor 1 reads no statistics: empty ones are fine */
   bad = in, bad.mean = bad.var = vec(c, NB_F32, NULL, 0);
   nb_tensor *out[6];
@@ -366,11 +371,14 @@ static void test_grad_op_errors(void **state) {
                    NB_SHAPE);
   tu_check_error(c, NB_SHAPE, "FusedBatchNormGradV3: x and y_backprop must have same shape",
                  "x has shape [1,2,2,3] and y_backprop has shape [1,2,3,2]");
-  assert_int_equal(nb_fused_batch_norm_grad(c, in.x, in.x, in.scale, vec(c, NB_F32, TU_VALS(0), 1), in.var, rs3,
-                                            0.001, NULL, true, out), NB_SHAPE);
-  tu_check_error(c, NB_SHAPE, "reserve_space_1 must have the same number of elements as the channels of x", "got 1 and 3");
+  assert_int_equal(nb_fused_batch_norm_grad(c, in.x, in.x, in.scale, vec(c, NB_F32, TU_VALS(0), 1), in.var, rs3, 0.001,
+                                            NULL, true, out),
+                   NB_SHAPE);
+  tu_check_error(c, NB_SHAPE, "reserve_space_1 must have the same number of elements as the channels of x",
+                 "got 1 and 3");
   assert_int_equal(nb_fused_batch_norm_grad(c, nb_cast(c, in.x, NB_F64), in.x, in.scale, in.mean, in.var, rs3, 0.001,
-                                            NULL, true, out), NB_DTYPE);
+                                            NULL, true, out),
+                   NB_DTYPE);
   tu_check_error(c, NB_DTYPE, "y_backprop has dtype float64, x has float32", NULL);
   assert_int_equal(nb_fused_batch_norm_grad(c, in.x, in.x, in.scale, in.mean, in.var, rs3, 0.001, "HWCN", true, out),
                    NB_INVALID);
@@ -388,7 +396,8 @@ static void test_graph_error_names_node(void **state) {
   nb_tensor *x = nb_placeholder(c, NB_F32, 4, TU_SHAPE(2, 4, 4, 3), "x"), *out[6];
   nb_tensor *scale = nb_placeholder(c, NB_F32, 1, TU_SHAPE(2), "scale");
   assert_int_equal(nb_fused_batch_norm(c, x, scale, scale, NULL, NULL, 0.001, 1, NULL, true, out), NB_SHAPE);
-  tu_check_error(c, NB_SHAPE, "FusedBatchNormV3 (node 'FusedBatchNormV3')", "scale must have the same number of elements");
+  tu_check_error(c, NB_SHAPE, "FusedBatchNormV3 (node 'FusedBatchNormV3')",
+                 "scale must have the same number of elements");
   nb_ctx_free(c);
   nb_graph_free(g);
 }
@@ -404,9 +413,11 @@ static void test_graph_validation(void **state) {
   assert_int_equal(nb_fused_batch_norm(c, x, tu_unknown_rank(c, NB_F64), v, v, v, 0.001, 1, NULL, true, out), NB_DTYPE);
   tu_check_error(c, NB_DTYPE, "FusedBatchNormV3 (node 'FusedBatchNormV3'): scale has dtype float64", NULL);
   assert_int_equal(nb_fused_batch_norm(c, xr, v, v, v, v, 0.001, 1, "bogus", true, out), NB_INVALID);
-  tu_check_error(c, NB_INVALID, "FusedBatchNormV3 (node", "data_format must be \"NHWC\", \"NCHW\", \"NDHWC\" or \"NCDHW\", got \"bogus\"");
+  tu_check_error(c, NB_INVALID, "FusedBatchNormV3 (node",
+                 "data_format must be \"NHWC\", \"NCHW\", \"NDHWC\" or \"NCDHW\", got \"bogus\"");
   assert_int_equal(nb_fused_batch_norm(c, x, v, v, v, v, 0.001, 1, "NCDHW", true, out), NB_SHAPE);
-  tu_check_error(c, NB_SHAPE, "FusedBatchNormV3 (node", "x must be 5-dimensional for data_format NCDHW, got shape [-1,-1,-1,-1]");
+  tu_check_error(c, NB_SHAPE, "FusedBatchNormV3 (node",
+                 "x must be 5-dimensional for data_format NCDHW, got shape [-1,-1,-1,-1]");
   assert_int_equal(nb_fused_batch_norm(c, xr, v, v, v, v, -1, 1, NULL, true, out), NB_INVALID);
   tu_check_error(c, NB_INVALID, "FusedBatchNormV3 (node", "epsilon must be >= 0, got -1");
   assert_int_equal(nb_fused_batch_norm(c, x, v, x, v, v, 0.001, 1, NULL, true, out), NB_SHAPE);
@@ -421,7 +432,8 @@ static void test_graph_validation(void **state) {
   nb_tensor *dy = nb_placeholder(c, NB_F32, 4, TU_SHAPE(-1, 2, -1, -1), "dy");
   nb_tensor *x3 = nb_placeholder(c, NB_F32, 4, TU_SHAPE(-1, 3, -1, -1), "x3");
   assert_int_equal(nb_fused_batch_norm_grad(c, dy, x3, v, v, v, v, 0.001, "NCHW", true, out), NB_SHAPE);
-  tu_check_error(c, NB_SHAPE, "FusedBatchNormGradV3 (node", "x has shape [-1,3,-1,-1] and y_backprop has shape [-1,2,-1,-1]");
+  tu_check_error(c, NB_SHAPE, "FusedBatchNormGradV3 (node",
+                 "x has shape [-1,3,-1,-1] and y_backprop has shape [-1,2,-1,-1]");
   assert_int_equal(nb_fused_batch_norm_grad(c, xr, xr, v, tu_unknown_dims(c, NB_F32, 0), v, v, 0.001, NULL, true, out),
                    NB_SHAPE);
   tu_check_error(c, NB_SHAPE, "FusedBatchNormGradV3 (node", "reserve_space_1 must be 1-dimensional, got shape []");

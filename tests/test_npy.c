@@ -95,10 +95,12 @@ static void test_golden_refused(void **state) {
   expect_read_error(f, golden(f, "uint64.npy"), NB_DTYPE, "dtype uint64");
   expect_read_error(f, golden(f, "structured.npy"), NB_DTYPE, "structured dtype");
   expect_read_error(f, golden(f, "rank9.npy"), NB_SHAPE, "rank more than 8");
-  expect_read_error(f, golden(f, "truncated.npy"), NB_CORRUPT, "truncated data: shape [2,3] of <f4 takes 24 bytes, the file has 21");
+  expect_read_error(f, golden(f, "truncated.npy"), NB_CORRUPT,
+                    "truncated data: shape [2,3] of <f4 takes 24 bytes, the file has 21");
   expect_read_error(f, golden(f, "trailing.npy"), NB_CORRUPT, "1 bytes after the data");
   expect_read_error(f, golden(f, "bad_magic.npy"), NB_CORRUPT, "bad magic");
-  expect_read_error(f, golden(f, "header_cut.npy"), NB_CORRUPT, "truncated header: it takes 128 bytes, the file has 40");
+  expect_read_error(f, golden(f, "header_cut.npy"), NB_CORRUPT,
+                    "truncated header: it takes 128 bytes, the file has 40");
 }
 
 /* ---- hand-written files ---- */
@@ -185,8 +187,7 @@ static void test_header_syntax_refused(void **state) {
       {"{'descr': '<i4', 'fortran_order': True, 'shape': (3,)}", "Fortran-order", NB_UNIMPLEMENTED},
       {"{'descr': '<M8[ns]', 'fortran_order': False, 'shape': (3,)}", "dtype datetime64", NB_DTYPE},
       {"{'descr': '|V4', 'fortran_order': False, 'shape': (3,)}", "dtype void", NB_DTYPE},
-      {"{'descr': '<i4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1, 1)}", "rank more than 8",
-       NB_SHAPE},
+      {"{'descr': '<i4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1, 1)}", "rank more than 8", NB_SHAPE},
   };
   const int32_t v[3] = {1, 2, 3};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -267,7 +268,13 @@ static void test_round_trip(void **state) {
 
 static void test_written_headers(void **state) {
   fixture *f = *state;
-  const char *order = (const union { uint16_t u; uint8_t b[2]; }){.u = 1}.b[0] ? "<" : ">";
+  const char *order = (const union {
+                        uint16_t u;
+                        uint8_t b[2];
+                      }){.u = 1}
+                              .b[0]
+                          ? "<"
+                          : ">";
   char want[128];
   nb_tensor *m = nb_tensor_from(f->c, NB_F32, 2, TU_SHAPE(2, 3), NULL);
   assert_int_equal(nb_npy_write(f->c, m, temp_path(f, "m.npy")), NB_OK);

@@ -82,9 +82,12 @@ static nb_optimizer *make_rmsprop(void) { return nb_rmsprop_new(LR, RHO, MU, EPS
 static nb_optimizer *make_centered(void) { return nb_rmsprop_new(LR, RHO, MU, EPS, true); }
 
 static const opt_case cases[] = {
-    {"sgd", make_sgd, sgd_ref},           {"momentum", make_momentum, momentum_ref},
-    {"nesterov", make_nesterov, nesterov_ref}, {"adam", make_adam, adam_ref},
-    {"adamw", make_adamw, adamw_ref},     {"rmsprop", make_rmsprop, rmsprop_ref},
+    {"sgd", make_sgd, sgd_ref},
+    {"momentum", make_momentum, momentum_ref},
+    {"nesterov", make_nesterov, nesterov_ref},
+    {"adam", make_adam, adam_ref},
+    {"adamw", make_adamw, adamw_ref},
+    {"rmsprop", make_rmsprop, rmsprop_ref},
     {"centered_rmsprop", make_centered, centered_ref},
 };
 
@@ -163,7 +166,8 @@ static void test_float32_and_threads(void **state) {
   enum { BIG = 1 << 16 };
   float *init = malloc(BIG * sizeof *init), *gv = malloc(BIG * sizeof *gv);
   for (int i = 0; i < BIG; i++) init[i] = (float)sin(i), gv[i] = (float)cos(0.3 * i);
-  nb_tensor *w0t = nb_tensor_from(c, NB_F32, 1, TU_SHAPE(BIG), init), *g = nb_tensor_from(c, NB_F32, 1, TU_SHAPE(BIG), gv);
+  nb_tensor *w0t = nb_tensor_from(c, NB_F32, 1, TU_SHAPE(BIG), init),
+            *g = nb_tensor_from(c, NB_F32, 1, TU_SHAPE(BIG), gv);
   nb_variable *w = nb_variable_new(c, w0t, true, "big");
   nb_optimizer *o = nb_rmsprop_new(LR, RHO, MU, EPS, true);
   for (int t = 0; t < 2; t++) assert_int_equal(nb_optimizer_apply(o, c, &g, &w, 1, NULL), NB_OK);
@@ -251,7 +255,8 @@ static void test_schedules_drive_updates(void **state) {
 static void test_clip_by_global_norm(void **state) {
   nb_ctx *c = *state;
   /* norms 5 and 12: global norm 13 */
-  nb_tensor *g[3] = {tu_make(c, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, 4)), NULL, tu_make(c, NB_F64, 1, TU_SHAPE(1), TU_VALS(12))};
+  nb_tensor *g[3] = {tu_make(c, NB_F64, 1, TU_SHAPE(2), TU_VALS(3, 4)), NULL,
+                     tu_make(c, NB_F64, 1, TU_SHAPE(1), TU_VALS(12))};
   nb_tensor *out[3], *norm;
   assert_int_equal(nb_clip_by_global_norm(c, g, 3, 6.5, out, &norm), NB_OK);
   tu_check_vals(norm, TU_VALS(13), 1e-15);
@@ -294,7 +299,8 @@ static void test_apply_errors(void **state) {
   nb_variable *both[2] = {w, w};
   nb_tensor *gs[2] = {g, g32};
   assert_int_equal(nb_optimizer_apply(o, c, gs, both, 2, NULL), NB_DTYPE);
-  tu_check_error(c, NB_DTYPE, "gradient 1 has shape [2] and dtype float32", "variable 'w' has shape [2] and dtype float64");
+  tu_check_error(c, NB_DTYPE, "gradient 1 has shape [2] and dtype float32",
+                 "variable 'w' has shape [2] and dtype float64");
   check_close("w", nb_variable_data(w), TU_VALS(1, 2), 2, 0); /* nothing was updated */
   assert_int_equal(nb_optimizer_apply(o, c, &g3, &w, 1, NULL), NB_SHAPE);
   tu_check_error(c, NB_SHAPE, "gradient 0 has shape [3]", "'w' has shape [2]");
@@ -381,7 +387,8 @@ static void train_linear(nb_optimizer *(*make)(void), int steps, bool graph) {
   } else {
     gu_fixture f;
     assert_true(gu_open(&f));
-    nb_tensor *xp = nb_placeholder(f.c, NB_F64, 2, TU_SHAPE(-1, 3), "x"), *yp = nb_placeholder(f.c, NB_F64, 2, TU_SHAPE(-1, 1), "y");
+    nb_tensor *xp = nb_placeholder(f.c, NB_F64, 2, TU_SHAPE(-1, 3), "x"),
+              *yp = nb_placeholder(f.c, NB_F64, 2, TU_SHAPE(-1, 1), "y");
     nb_tensor *r[2] = {nb_variable_read(f.c, vars[0]), nb_variable_read(f.c, vars[1])}, *d[2], *train = NULL;
     nb_tensor *loss = mse(f.c, xp, yp, r[0], r[1]);
     assert_int_equal(nb_gradients(f.c, &loss, 1, r, 2, NULL, d), NB_OK);
@@ -429,9 +436,12 @@ static void test_eager_loop_in_place_and_flat(void **state) {
     nb_scope_end(c, d, 2);
     assert_int_equal(nb_optimizer_apply(o, c, d, vars, 2, NULL), NB_OK);
     nb_scope_end(c, NULL, 0);
-    const void *now[6] = {nb_variable_data(vars[0]), nb_variable_data(vars[1]),
-                          nb_variable_data(nb_optimizer_slot(o, vars[0], "m")), nb_variable_data(nb_optimizer_slot(o, vars[0], "v")),
-                          nb_variable_data(nb_optimizer_slot(o, vars[1], "m")), nb_variable_data(nb_optimizer_slot(o, vars[1], "v"))};
+    const void *now[6] = {nb_variable_data(vars[0]),
+                          nb_variable_data(vars[1]),
+                          nb_variable_data(nb_optimizer_slot(o, vars[0], "m")),
+                          nb_variable_data(nb_optimizer_slot(o, vars[0], "v")),
+                          nb_variable_data(nb_optimizer_slot(o, vars[1], "m")),
+                          nb_variable_data(nb_optimizer_slot(o, vars[1], "v"))};
     if (s == 2) {
       memcpy(data, now, sizeof now);
       handles = c->nhandles;

@@ -21,7 +21,8 @@ typedef struct golden_case {
   int64_t n;
 } golden_case;
 
-#define G(op, r, s0, s1, a, b, st, t, name) {op, r, {s0, s1}, {a, b}, st, t, name, N(name)}
+#define G(op, r, s0, s1, a, b, st, t, name) \
+  { op, r, {s0, s1}, {a, b}, st, t, name, N(name) }
 
 static const golden_case golden_cases[] = {
     G("StatelessRandomUniform", 2, 3, 5, 1, 2, NB_I64, NB_F32, uniform_f32),
@@ -64,8 +65,8 @@ static void test_wrappers_and_graphs_agree(void **state) {
   nb_ctx *c = *state;
   check_bits(nb_stateless_random_normal(c, TU_SHAPE(2, 5), 2, (const int64_t[]){4, 5}, NB_F32), NB_F32, normal_f32,
              N(normal_f32));
-  check_bits(nb_stateless_truncated_normal(c, TU_SHAPE(5), 1, (const int64_t[]){6, 7}, NB_F64), NB_F64,
-             truncated_f64, N(truncated_f64));
+  check_bits(nb_stateless_truncated_normal(c, TU_SHAPE(5), 1, (const int64_t[]){6, 7}, NB_F64), NB_F64, truncated_f64,
+             N(truncated_f64));
   gu_fixture f;
   assert_true(gu_open(&f));
   nb_tensor *y = nb_stateless_random_uniform(f.c, TU_SHAPE(3, 5), 2, (const int64_t[]){1, 2}, NB_F32), *out;
@@ -214,7 +215,8 @@ static void test_graph_validation(void **state) {
   }
   nb_attr int_dtype = nb_attr_type("dtype", NB_I64);
   assert_int_equal(nb_op(c, "StatelessRandomNormal", in, 2, &int_dtype, 1, &y, 1), NB_DTYPE);
-  tu_check_error(c, NB_DTYPE, "StatelessRandomNormal (node", "attr dtype=int64 is not supported; expected float32, float64");
+  tu_check_error(c, NB_DTYPE, "StatelessRandomNormal (node",
+                 "attr dtype=int64 is not supported; expected float32, float64");
   nb_attr tseed = nb_attr_type("Tseed", NB_I32);
   assert_int_equal(nb_op(c, "StatelessRandomUniform", in, 2, &tseed, 1, &y, 1), NB_DTYPE);
   tu_check_error(c, NB_DTYPE, "StatelessRandomUniform (node", "attr Tseed=int32 does not match input 1 of dtype int64");

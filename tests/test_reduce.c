@@ -174,8 +174,10 @@ static void ref_reduce(int op, bool integer, const double *x, int rank, const in
   int64_t n = 1, nout = 1, count = 1;
   for (int d = 0; d < rank; d++) {
     n *= shape[d];
-    if (mask >> d & 1u) count *= shape[d];
-    else nout *= shape[d];
+    if (mask >> d & 1u)
+      count *= shape[d];
+    else
+      nout *= shape[d];
   }
   for (int64_t o = 0; o < nout; o++) out[o] = identity(op);
   for (int64_t i = 0; i < n; i++) {
@@ -210,8 +212,10 @@ static void check_all_subsets(nb_ctx *c, int rank, const int64_t *shape) {
     int64_t kshape[NB_MAX_RANK], oshape[NB_MAX_RANK];
     int orank = 0;
     for (int d = 0; d < rank; d++) {
-      if (mask >> d & 1u) axes[na++] = d - (d % 2 ? rank : 0); /* some axes negative */
-      else oshape[orank++] = shape[d];
+      if (mask >> d & 1u)
+        axes[na++] = d - (d % 2 ? rank : 0); /* some axes negative */
+      else
+        oshape[orank++] = shape[d];
       kshape[d] = mask >> d & 1u ? 1 : shape[d];
     }
     for (int op = 0; op < NOPS; op++) {
@@ -238,7 +242,7 @@ static void test_axis_patterns(void **state) {
   check_all_subsets(c, 4, TU_SHAPE(3, 4, 5, 6));
   check_all_subsets(c, 5, TU_SHAPE(3, 1, 4, 1, 2));
   check_all_subsets(c, 8, TU_SHAPE(2, 1, 3, 2, 1, 2, 3, 2)); /* rank 8 */
-  check_all_subsets(c, 2, TU_SHAPE(3, 1100)); /* columns wider than one tile */
+  check_all_subsets(c, 2, TU_SHAPE(3, 1100));                /* columns wider than one tile */
 }
 
 /* ---- large inputs: accuracy, split paths, threads ---------------------------------- */
@@ -252,8 +256,14 @@ static nb_tensor *filled_f32(nb_ctx *c, int rank, const int64_t *shape, float (*
   free(v);
   return x;
 }
-static float one(int64_t i) { (void)i; return 1.0f; }
-static float tenth(int64_t i) { (void)i; return 0.1f; }
+static float one(int64_t i) {
+  (void)i;
+  return 1.0f;
+}
+static float tenth(int64_t i) {
+  (void)i;
+  return 0.1f;
+}
 static float ramp(int64_t i) { return (float)(i % 1000) * 0.001f - 0.3f; }
 static float col_index(int64_t i) { return (float)(i % 3); }
 
@@ -606,10 +616,8 @@ static void test_tensor_axes(void **state) {
   tu_check(nb_sum_t(c, x, nb_scalar(c, I32, 1), false), F64, 1, TU_SHAPE(2), TU_VALS(6, 15), 0);
   tu_check(nb_sum_t(c, x, tu_make(c, I64, 1, TU_SHAPE(3), TU_VALS(-1, 0, 1)), true), F64, 2, TU_SHAPE(1, 1),
            TU_VALS(21), 0);
-  tu_check(nb_cumsum_t(c, x, nb_scalar(c, I64, 0), false, false), F64, 2, TU_SHAPE(2, 3),
-           TU_VALS(1, 2, 3, 5, 7, 9), 0);
-  tu_check(nb_cumsum_t(c, x, nb_scalar(c, I32, -1), true, true), F64, 2, TU_SHAPE(2, 3),
-           TU_VALS(5, 3, 0, 11, 6, 0), 0);
+  tu_check(nb_cumsum_t(c, x, nb_scalar(c, I64, 0), false, false), F64, 2, TU_SHAPE(2, 3), TU_VALS(1, 2, 3, 5, 7, 9), 0);
+  tu_check(nb_cumsum_t(c, x, nb_scalar(c, I32, -1), true, true), F64, 2, TU_SHAPE(2, 3), TU_VALS(5, 3, 0, 11, 6, 0), 0);
   assert_int_equal(nb_status(c), NB_OK);
   assert_null(nb_sum_t(c, x, nb_scalar(c, I32, 2), false));
   tu_check_error(c, NB_INVALID, "Sum", NULL);

@@ -48,8 +48,8 @@ static nb_tensor *grad_at(gu_fixture *f, const char *type, int rank, const int64
   return gu_run1(f, x, tu_make(f->e, NB_F64, rank, shape, xv), dx);
 }
 
-static const double X24[24] = {0.3, -1.2, 0.7, 1.9, -0.4, 0.25, 1.1, -0.8, 0.45, 1.6, -1.5, 0.9,
-                               -0.6, 1.3, 0.05, -1.1, 0.8, 1.45, -0.3, 0.6, -1.7, 1.2, 0.35, -0.9};
+static const double X24[24] = {0.3,  -1.2, 0.7,  1.9,  -0.4, 0.25, 1.1,  -0.8, 0.45, 1.6, -1.5, 0.9,
+                               -0.6, 1.3,  0.05, -1.1, 0.8,  1.45, -0.3, 0.6,  -1.7, 1.2, 0.35, -0.9};
 
 static void test_sum(void **state) {
   gu_fixture *f = *state;
@@ -60,9 +60,9 @@ static void test_sum(void **state) {
   check_reduction("Sum", 3, TU_SHAPE(2, 3, 4), X24, (int[]){1}, 1, false);
   check_reduction("Sum", 3, TU_SHAPE(2, 3, 4), X24, (int[]){-1, 0}, 2, true);
   check_reduction("Sum", 3, TU_SHAPE(2, 3, 4), X24, (int[]){2, -1, 0}, 3, false); /* repeated */
-  check_reduction("Sum", 3, TU_SHAPE(2, 3, 4), X24, NULL, 0, false);             /* no axes */
-  check_reduction("Sum", 3, TU_SHAPE(2, 1, 3), X24, (int[]){0, 1, 2}, 3, false); /* all, size-1 */
-  check_reduction("Sum", 0, NULL, X24, NULL, 0, false);                          /* scalar */
+  check_reduction("Sum", 3, TU_SHAPE(2, 3, 4), X24, NULL, 0, false);              /* no axes */
+  check_reduction("Sum", 3, TU_SHAPE(2, 1, 3), X24, (int[]){0, 1, 2}, 3, false);  /* all, size-1 */
+  check_reduction("Sum", 0, NULL, X24, NULL, 0, false);                           /* scalar */
 }
 
 static void test_mean(void **state) {
@@ -125,9 +125,9 @@ static void test_prod(void **state) {
     int64_t shape[3];
     int axes[3], naxes;
     bool keep;
-  } cases[] = {{3, {2, 3, 4}, {1}, 1, false},     {3, {2, 3, 4}, {0, 2}, 2, true}, {3, {2, 3, 4}, {-1}, 1, false},
-               {2, {5, 2}, {0}, 1, false},        {2, {7, 1}, {0, 1}, 2, false},   {1, {1}, {0}, 1, false},
-               {2, {3, 4}, {0, 0}, 2, true},      {2, {3, 4}, {0}, 0, false},      {3, {2, 3, 4}, {2, 0}, 2, false}};
+  } cases[] = {{3, {2, 3, 4}, {1}, 1, false}, {3, {2, 3, 4}, {0, 2}, 2, true}, {3, {2, 3, 4}, {-1}, 1, false},
+               {2, {5, 2}, {0}, 1, false},    {2, {7, 1}, {0, 1}, 2, false},   {1, {1}, {0}, 1, false},
+               {2, {3, 4}, {0, 0}, 2, true},  {2, {3, 4}, {0}, 0, false},      {3, {2, 3, 4}, {2, 0}, 2, false}};
   double xz[24];
   memcpy(xz, X24, sizeof xz);
   xz[3] = 0; /* a zero inside a reduced group */
@@ -243,17 +243,14 @@ static void test_axis_fed(void **state) {
   const char *types[] = {"Sum", "Mean", "Max", "Min", "Prod"};
   const double wbuf[8] = {0.5, -1, 2, 0.25, 1.5, -0.75, 3, 1};
   for (int t = 0; t < 5; t++)
-    gu_check_grad(&(gu_grad_case){.build = build_reduce_fed_axis,
-                                  .arg = types[t],
-                                  .n = 2,
-                                  .in = {{.rank = 3, .shape = TU_SHAPE(2, 3, 4), .values = X24},
-                                         {.rank = 1,
-                                          .shape = TU_SHAPE(1),
-                                          .values = TU_VALS(-2),
-                                          .fed_only = true,
-                                          .dtype = NB_I64}},
-                                  .w = wbuf,
-                                  .first_only = true});
+    gu_check_grad(&(gu_grad_case){
+        .build = build_reduce_fed_axis,
+        .arg = types[t],
+        .n = 2,
+        .in = {{.rank = 3, .shape = TU_SHAPE(2, 3, 4), .values = X24},
+               {.rank = 1, .shape = TU_SHAPE(1), .values = TU_VALS(-2), .fed_only = true, .dtype = NB_I64}},
+        .w = wbuf,
+        .first_only = true});
 }
 
 static void test_registry(void **state) {

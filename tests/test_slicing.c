@@ -15,9 +15,7 @@ static nb_tensor *iota(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape) {
   return tu_make(c, t, rank, shape, v);
 }
 
-static nb_tensor *ints(nb_ctx *c, nb_dtype t, int n, const double *v) {
-  return tu_make(c, t, 1, TU_SHAPE(n), v);
-}
+static nb_tensor *ints(nb_ctx *c, nb_dtype t, int n, const double *v) { return tu_make(c, t, 1, TU_SHAPE(n), v); }
 
 /* want[] as dtype t stores it: bool keeps only zero / non-zero. */
 static const double *as_dtype(nb_dtype t, const double *v, int n) {
@@ -142,18 +140,15 @@ static void test_strided_basic_1d(void **state) {
            TU_SHAPE(6), TU_VALS(5, 4, 3, 2, 1, 0), 0);
   /* x[5:100] and x[-100:2]: clamped */
   tu_check(ss(c, x, 1, TU_SHAPE(5), TU_SHAPE(100), TU_SHAPE(1), MASKS(0)), NB_F32, 1, TU_SHAPE(1), TU_VALS(5), 0);
-  tu_check(ss(c, x, 1, TU_SHAPE(-100), TU_SHAPE(2), TU_SHAPE(1), MASKS(0)), NB_F32, 1, TU_SHAPE(2), TU_VALS(0, 1),
-           0);
+  tu_check(ss(c, x, 1, TU_SHAPE(-100), TU_SHAPE(2), TU_SHAPE(1), MASKS(0)), NB_F32, 1, TU_SHAPE(2), TU_VALS(0, 1), 0);
   /* x[3:1] and x[100:] are empty */
   tu_check_shape(ss(c, x, 1, TU_SHAPE(3), TU_SHAPE(1), TU_SHAPE(1), MASKS(0)), NB_F32, 1, TU_SHAPE(0));
-  tu_check_shape(ss(c, x, 1, TU_SHAPE(100), TU_SHAPE(0), TU_SHAPE(1), MASKS(.end_mask = 1)), NB_F32, 1,
-                 TU_SHAPE(0));
+  tu_check_shape(ss(c, x, 1, TU_SHAPE(100), TU_SHAPE(0), TU_SHAPE(1), MASKS(.end_mask = 1)), NB_F32, 1, TU_SHAPE(0));
   /* x[4:1:-2], x[10:-10:-3] (both ends clamped), x[-2:-5:-1] */
   tu_check(ss(c, x, 1, TU_SHAPE(4), TU_SHAPE(1), TU_SHAPE(-2), MASKS(0)), NB_F32, 1, TU_SHAPE(2), TU_VALS(4, 2), 0);
-  tu_check(ss(c, x, 1, TU_SHAPE(10), TU_SHAPE(-10), TU_SHAPE(-3), MASKS(0)), NB_F32, 1, TU_SHAPE(2), TU_VALS(5, 2),
+  tu_check(ss(c, x, 1, TU_SHAPE(10), TU_SHAPE(-10), TU_SHAPE(-3), MASKS(0)), NB_F32, 1, TU_SHAPE(2), TU_VALS(5, 2), 0);
+  tu_check(ss(c, x, 1, TU_SHAPE(-2), TU_SHAPE(-5), TU_SHAPE(-1), MASKS(0)), NB_F32, 1, TU_SHAPE(3), TU_VALS(4, 3, 2),
            0);
-  tu_check(ss(c, x, 1, TU_SHAPE(-2), TU_SHAPE(-5), TU_SHAPE(-1), MASKS(0)), NB_F32, 1, TU_SHAPE(3),
-           TU_VALS(4, 3, 2), 0);
   /* x[1:6:4] and x[-1] */
   tu_check(ss(c, x, 1, TU_SHAPE(1), TU_SHAPE(6), TU_SHAPE(4), MASKS(0)), NB_F32, 1, TU_SHAPE(2), TU_VALS(1, 5), 0);
   tu_check(ss(c, x, 1, TU_SHAPE(-1), TU_SHAPE(0), TU_SHAPE(1), MASKS(.shrink_axis_mask = 1)), NB_F32, 0, NULL,
@@ -169,24 +164,24 @@ static void test_strided_2d(void **state) {
               MASKS(.begin_mask = 1, .end_mask = 1, .shrink_axis_mask = 2)),
            NB_I32, 1, TU_SHAPE(2), TU_VALS(1, 7), 0);
   /* x[..., 0] */
-  tu_check(ss(c, x, 2, TU_SHAPE(0, 0), TU_SHAPE(0, 1), TU_SHAPE(1, 1),
-              MASKS(.ellipsis_mask = 1, .shrink_axis_mask = 2)),
-           NB_I32, 1, TU_SHAPE(4), TU_VALS(0, 3, 6, 9), 0);
+  tu_check(
+      ss(c, x, 2, TU_SHAPE(0, 0), TU_SHAPE(0, 1), TU_SHAPE(1, 1), MASKS(.ellipsis_mask = 1, .shrink_axis_mask = 2)),
+      NB_I32, 1, TU_SHAPE(4), TU_VALS(0, 3, 6, 9), 0);
   /* x[:, tf.newaxis] */
   tu_check(ss(c, x, 2, TU_SHAPE(0, 0), TU_SHAPE(0, 0), TU_SHAPE(1, 1),
               MASKS(.begin_mask = 1, .end_mask = 1, .new_axis_mask = 2)),
            NB_I32, 3, TU_SHAPE(4, 1, 3), TU_VALS(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11), 0);
   /* x[-1]: the remaining dim is implied */
-  tu_check(ss(c, x, 1, TU_SHAPE(-1), TU_SHAPE(0), TU_SHAPE(1), MASKS(.shrink_axis_mask = 1)), NB_I32, 1,
-           TU_SHAPE(3), TU_VALS(9, 10, 11), 0);
+  tu_check(ss(c, x, 1, TU_SHAPE(-1), TU_SHAPE(0), TU_SHAPE(1), MASKS(.shrink_axis_mask = 1)), NB_I32, 1, TU_SHAPE(3),
+           TU_VALS(9, 10, 11), 0);
   /* x[1:3, ::-1] and x[:, 1:2] */
-  tu_check(ss(c, x, 2, TU_SHAPE(1, 0), TU_SHAPE(3, 0), TU_SHAPE(1, -1), MASKS(.begin_mask = 2, .end_mask = 2)),
-           NB_I32, 2, TU_SHAPE(2, 3), TU_VALS(5, 4, 3, 8, 7, 6), 0);
-  tu_check(ss(c, x, 2, TU_SHAPE(0, 1), TU_SHAPE(0, 2), TU_SHAPE(1, 1), MASKS(.begin_mask = 1, .end_mask = 1)),
-           NB_I32, 2, TU_SHAPE(4, 1), TU_VALS(1, 4, 7, 10), 0);
+  tu_check(ss(c, x, 2, TU_SHAPE(1, 0), TU_SHAPE(3, 0), TU_SHAPE(1, -1), MASKS(.begin_mask = 2, .end_mask = 2)), NB_I32,
+           2, TU_SHAPE(2, 3), TU_VALS(5, 4, 3, 8, 7, 6), 0);
+  tu_check(ss(c, x, 2, TU_SHAPE(0, 1), TU_SHAPE(0, 2), TU_SHAPE(1, 1), MASKS(.begin_mask = 1, .end_mask = 1)), NB_I32,
+           2, TU_SHAPE(4, 1), TU_VALS(1, 4, 7, 10), 0);
   /* x[1, 2]: a scalar */
-  tu_check(ss(c, x, 2, TU_SHAPE(1, 2), TU_SHAPE(2, 3), TU_SHAPE(1, 1), MASKS(.shrink_axis_mask = 3)), NB_I32, 0,
-           NULL, TU_VALS(5), 0);
+  tu_check(ss(c, x, 2, TU_SHAPE(1, 2), TU_SHAPE(2, 3), TU_SHAPE(1, 1), MASKS(.shrink_axis_mask = 3)), NB_I32, 0, NULL,
+           TU_VALS(5), 0);
   /* masked begin/end ignore their values */
   tu_check(ss(c, x, 1, TU_SHAPE(77), TU_SHAPE(-77), TU_SHAPE(3), MASKS(.begin_mask = 1, .end_mask = 1)), NB_I32, 2,
            TU_SHAPE(2, 3), TU_VALS(0, 1, 2, 9, 10, 11), 0);
@@ -208,13 +203,12 @@ static void test_strided_rank3_combined_masks(void **state) {
               MASKS(.end_mask = 4, .new_axis_mask = 9, .shrink_axis_mask = 18)),
            NB_F64, 3, TU_SHAPE(1, 2, 1), TU_VALS(19, 23), 0);
   /* x[...]: everything (a shrink bit on the ellipsis is ignored) */
-  nb_tensor *all =
-      ss(c, x, 1, TU_SHAPE(0), TU_SHAPE(0), TU_SHAPE(1), MASKS(.ellipsis_mask = 1, .shrink_axis_mask = 1));
+  nb_tensor *all = ss(c, x, 1, TU_SHAPE(0), TU_SHAPE(0), TU_SHAPE(1), MASKS(.ellipsis_mask = 1, .shrink_axis_mask = 1));
   tu_check_shape(all, NB_F64, 3, TU_SHAPE(2, 3, 4));
   assert_true(nb_item(all, 23) == 23);
   /* x[::-1, ::-1, ::-1] reverses all */
-  nb_tensor *r = ss(c, x, 3, TU_SHAPE(0, 0, 0), TU_SHAPE(0, 0, 0), TU_SHAPE(-1, -1, -1),
-                    MASKS(.begin_mask = 7, .end_mask = 7));
+  nb_tensor *r =
+      ss(c, x, 3, TU_SHAPE(0, 0, 0), TU_SHAPE(0, 0, 0), TU_SHAPE(-1, -1, -1), MASKS(.begin_mask = 7, .end_mask = 7));
   tu_check_shape(r, NB_F64, 3, TU_SHAPE(2, 3, 4));
   for (int i = 0; i < 24; i++) assert_true(nb_item(r, i) == 23 - i);
 }
@@ -225,8 +219,7 @@ static void test_strided_all_dtypes(void **state) {
     nb_dtype dt = all_dtypes[t];
     nb_tensor *x = tu_make(c, dt, 2, TU_SHAPE(2, 3), TU_VALS(1, 0, 3, 0, 5, 6));
     /* x[::-1, ::2] */
-    nb_tensor *y =
-        ss(c, x, 2, TU_SHAPE(0, 0), TU_SHAPE(0, 0), TU_SHAPE(-1, 2), MASKS(.begin_mask = 3, .end_mask = 3));
+    nb_tensor *y = ss(c, x, 2, TU_SHAPE(0, 0), TU_SHAPE(0, 0), TU_SHAPE(-1, 2), MASKS(.begin_mask = 3, .end_mask = 3));
     tu_check(y, dt, 2, TU_SHAPE(2, 2), as_dtype(dt, TU_VALS(0, 6, 1, 3), 4), 0);
   }
 }
@@ -333,8 +326,8 @@ static void test_strided_nb_op(void **state) {
   nb_tensor *in[4] = {x, ints(c, NB_I32, 2, TU_VALS(0, 1)), ints(c, NB_I32, 2, TU_VALS(0, 2)),
                       ints(c, NB_I32, 2, TU_VALS(-1, 1))};
   /* x[::-1, 1] through TF's attr names */
-  nb_attr attrs[6] = {nb_attr_int("begin_mask", 1), nb_attr_int("end_mask", 1), nb_attr_int("shrink_axis_mask", 2),
-                      nb_attr_type("T", NB_I64), nb_attr_type("Index", NB_I32), nb_attr_int("new_axis_mask", 0)};
+  nb_attr attrs[6] = {nb_attr_int("begin_mask", 1), nb_attr_int("end_mask", 1),    nb_attr_int("shrink_axis_mask", 2),
+                      nb_attr_type("T", NB_I64),    nb_attr_type("Index", NB_I32), nb_attr_int("new_axis_mask", 0)};
   nb_tensor *out = NULL;
   assert_int_equal(nb_op(c, "StridedSlice", in, 4, attrs, 6, &out, 1), NB_OK);
   tu_check(out, NB_I64, 1, TU_SHAPE(3), TU_VALS(5, 3, 1), 0);
@@ -373,8 +366,9 @@ static void test_strided_grad_1d_all_dtypes(void **state) {
              as_dtype(dt, TU_VALS(0, 7, 0, 9, 0), 5), 0);
     /* x[::-1] (begin and end masks) */
     dy = tu_make(c, dt, 1, TU_SHAPE(3), TU_VALS(1, 0, 3));
-    tu_check(ssg(c, 1, TU_SHAPE(3), 1, TU_SHAPE(0), TU_SHAPE(0), TU_SHAPE(-1), dy, MASKS(.begin_mask = 1, .end_mask = 1)),
-             dt, 1, TU_SHAPE(3), as_dtype(dt, TU_VALS(3, 0, 1), 3), 0);
+    tu_check(
+        ssg(c, 1, TU_SHAPE(3), 1, TU_SHAPE(0), TU_SHAPE(0), TU_SHAPE(-1), dy, MASKS(.begin_mask = 1, .end_mask = 1)),
+        dt, 1, TU_SHAPE(3), as_dtype(dt, TU_VALS(3, 0, 1), 3), 0);
   }
 }
 
@@ -417,8 +411,8 @@ static void test_strided_grad_rank0_empty_rank8(void **state) {
   tu_check(ssg(c, 1, TU_SHAPE(3), 1, TU_SHAPE(2), TU_SHAPE(1), TU_SHAPE(1), none, MASKS(0)), NB_F32, 1, TU_SHAPE(3),
            TU_VALS(0, 0, 0), 0);
   /* an empty x */
-  tu_check(ssg(c, 2, TU_SHAPE(0, 2), 1, TU_SHAPE(0), TU_SHAPE(1), TU_SHAPE(1), tu_make(c, NB_I32, 2, TU_SHAPE(0, 2), NULL),
-               MASKS(0)),
+  tu_check(ssg(c, 2, TU_SHAPE(0, 2), 1, TU_SHAPE(0), TU_SHAPE(1), TU_SHAPE(1),
+               tu_make(c, NB_I32, 2, TU_SHAPE(0, 2), NULL), MASKS(0)),
            NB_I32, 2, TU_SHAPE(0, 2), NULL, 0);
   /* rank 8, x[..., 1] of [2, 1, 1, 1, 1, 1, 1, 2] */
   nb_tensor *dy = tu_make(c, NB_BOOL, 7, TU_SHAPE(2, 1, 1, 1, 1, 1, 1), TU_VALS(1, 1));
@@ -489,8 +483,8 @@ static void test_strided_grad_nb_op(void **state) {
   nb_tensor *in[5] = {ints(c, NB_I32, 2, TU_VALS(3, 2)), ints(c, NB_I32, 2, TU_VALS(0, 1)),
                       ints(c, NB_I32, 2, TU_VALS(0, 2)), ints(c, NB_I32, 2, TU_VALS(-1, 1)),
                       tu_make(c, NB_F64, 1, TU_SHAPE(3), TU_VALS(1, 2, 3))};
-  nb_attr attrs[6] = {nb_attr_int("begin_mask", 1), nb_attr_int("end_mask", 1), nb_attr_int("shrink_axis_mask", 2),
-                      nb_attr_type("T", NB_F64), nb_attr_type("Index", NB_I32), nb_attr_int("ellipsis_mask", 0)};
+  nb_attr attrs[6] = {nb_attr_int("begin_mask", 1), nb_attr_int("end_mask", 1),    nb_attr_int("shrink_axis_mask", 2),
+                      nb_attr_type("T", NB_F64),    nb_attr_type("Index", NB_I32), nb_attr_int("ellipsis_mask", 0)};
   nb_tensor *out = NULL;
   assert_int_equal(nb_op(c, "StridedSliceGrad", in, 5, attrs, 6, &out, 1), NB_OK);
   tu_check(out, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(0, 3, 0, 2, 0, 1), 0);
@@ -511,8 +505,7 @@ static void test_strided_grad_nb_op(void **state) {
 static void test_gather_axes(void **state) {
   nb_ctx *c = *state;
   nb_tensor *p = iota(c, NB_F32, 2, TU_SHAPE(3, 2));
-  tu_check(nb_gather(c, p, ints(c, NB_I32, 2, TU_VALS(2, 0)), 0, 0), NB_F32, 2, TU_SHAPE(2, 2), TU_VALS(4, 5, 0, 1),
-           0);
+  tu_check(nb_gather(c, p, ints(c, NB_I32, 2, TU_VALS(2, 0)), 0, 0), NB_F32, 2, TU_SHAPE(2, 2), TU_VALS(4, 5, 0, 1), 0);
   nb_tensor *q = iota(c, NB_I64, 2, TU_SHAPE(2, 3));
   nb_tensor *ix = ints(c, NB_I64, 3, TU_VALS(2, 2, 0));
   tu_check(nb_gather(c, q, ix, 1, 0), NB_I64, 2, TU_SHAPE(2, 3), TU_VALS(2, 2, 0, 5, 5, 3), 0);
@@ -535,8 +528,8 @@ static void test_gather_index_shapes(void **state) {
   tu_check(nb_gather(c, q, col, 1, 0), NB_F64, 3, TU_SHAPE(2, 2, 1), TU_VALS(0, 2, 3, 5), 0);
   /* bool params */
   nb_tensor *b = tu_make(c, NB_BOOL, 1, TU_SHAPE(3), TU_VALS(1, 0, 1));
-  tu_check(nb_gather(c, b, ints(c, NB_I32, 4, TU_VALS(1, 2, 0, 1)), 0, 0), NB_BOOL, 1, TU_SHAPE(4),
-           TU_VALS(0, 1, 1, 0), 0);
+  tu_check(nb_gather(c, b, ints(c, NB_I32, 4, TU_VALS(1, 2, 0, 1)), 0, 0), NB_BOOL, 1, TU_SHAPE(4), TU_VALS(0, 1, 1, 0),
+           0);
   /* empty indices, and an empty slice with out-of-range indices (TF checks nothing then) */
   tu_check_shape(nb_gather(c, p, tu_make(c, NB_I32, 1, TU_SHAPE(0), NULL), 0, 0), NB_I32, 2, TU_SHAPE(0, 2));
   nb_tensor *e = tu_make(c, NB_F32, 2, TU_SHAPE(3, 0), NULL);
@@ -783,7 +776,8 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_INVALID, "StridedSlice (node 'StridedSlice'): strides[1] must be non-zero", NULL);
   assert_null(nb_strided_slice(c, x, zero, one, (const int64_t[]){-1, 1}, 2, &(nb_slice_masks){.shrink_axis_mask = 1}));
   tu_check_error(c, NB_INVALID, "StridedSlice (node", "only stride 1 allowed on non-range indexing.");
-  assert_null(nb_strided_slice(c, tu_unknown_dims(c, NB_F32, 8), zero, one, one, 1, &(nb_slice_masks){.new_axis_mask = 1}));
+  assert_null(
+      nb_strided_slice(c, tu_unknown_dims(c, NB_F32, 8), zero, one, one, 1, &(nb_slice_masks){.new_axis_mask = 1}));
   tu_check_error(c, NB_SHAPE, "StridedSlice (node", "output rank 9 exceeds the maximum rank 8");
   assert_null(nb_strided_slice(c, xr, zero, one, one, 2, &(nb_slice_masks){.ellipsis_mask = 3}));
   tu_check_error(c, NB_INVALID, "StridedSlice (node", "Multiple ellipses in slice spec not allowed");
@@ -814,16 +808,19 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_INVALID, "GatherV2 (node", "Expected batch_dims in the range [-1, 1], but got 2");
   assert_null(nb_gather(c, x, tu_unknown_dims(c, NB_I32, 2), 0, 1));
   tu_check_error(c, NB_INVALID, "GatherV2 (node", "batch_dims (1) must be less than or equal to axis (0).");
-  nb_tensor *p2 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(2, -1), "p2"), *i3 = nb_placeholder(c, NB_I32, 2, TU_SHAPE(3, -1), "i3");
+  nb_tensor *p2 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(2, -1), "p2"),
+            *i3 = nb_placeholder(c, NB_I32, 2, TU_SHAPE(3, -1), "i3");
   assert_null(nb_gather(c, p2, i3, 1, 1));
   tu_check_error(c, NB_INVALID, "GatherV2 (node", "params.shape[0]: 2 should be equal to indices.shape[0]: 3");
   assert_null(nb_gather(c, tu_unknown_dims(c, NB_F32, 8), tu_unknown_dims(c, NB_I64, 2), 0, 0));
   tu_check_error(c, NB_SHAPE, "GatherV2 (node", "output rank 9 exceeds the maximum rank 8");
   assert_null(nb_gather(c, x, tu_unknown_rank(c, NB_F32), 0, 0));
   tu_check_error(c, NB_DTYPE, "GatherV2 (node", "input 1 has dtype float32");
-  nb_tensor *d3 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "d3"), *ids4 = nb_placeholder(c, NB_I32, 2, TU_SHAPE(-1, 4), "ids4");
+  nb_tensor *d3 = nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 3), "d3"),
+            *ids4 = nb_placeholder(c, NB_I32, 2, TU_SHAPE(-1, 4), "ids4");
   assert_null(nb_unsorted_segment_sum(c, d3, ids4, 5));
-  tu_check_error(c, NB_INVALID, "UnsortedSegmentSum (node", "data.shape = [-1,3] does not start with segment_ids.shape = [-1,4]");
+  tu_check_error(c, NB_INVALID, "UnsortedSegmentSum (node",
+                 "data.shape = [-1,3] does not start with segment_ids.shape = [-1,4]");
   assert_null(nb_unsorted_segment_sum(c, xr, tu_unknown_dims(c, NB_I32, 1), -1));
   tu_check_error(c, NB_INVALID, "UnsortedSegmentSum (node", "Input num_segments == -1 must not be negative.");
   assert_null(nb_unsorted_segment_sum(c, tu_unknown_rank(c, NB_BOOL), xr, 2));
@@ -853,8 +850,8 @@ static void test_tensor_arguments(void **state) {
   tu_check(nb_strided_slice_grad_t(c, shape, b, e, s, dy, NULL), NB_F32, 2, TU_SHAPE(3, 4),
            TU_VALS(0, 2, 0, 1, 0, 0, 0, 0, 0, 4, 0, 3), 0);
   nb_tensor *ids = tu_make(c, NB_I32, 1, TU_SHAPE(2), TU_VALS(2, 0));
-  tu_check(nb_gather_t(c, x, ids, nb_scalar(c, NB_I64, 1), 0), NB_F32, 2, TU_SHAPE(3, 2),
-           TU_VALS(2, 0, 6, 4, 10, 8), 0);
+  tu_check(nb_gather_t(c, x, ids, nb_scalar(c, NB_I64, 1), 0), NB_F32, 2, TU_SHAPE(3, 2), TU_VALS(2, 0, 6, 4, 10, 8),
+           0);
   nb_tensor *seg = tu_make(c, NB_I64, 1, TU_SHAPE(3), TU_VALS(1, -1, 1));
   tu_check(nb_unsorted_segment_sum_t(c, x, seg, nb_scalar(c, NB_I32, 2)), NB_F32, 2, TU_SHAPE(2, 4),
            TU_VALS(0, 0, 0, 0, 8, 10, 12, 14), 0);

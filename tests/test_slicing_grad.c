@@ -85,7 +85,8 @@ static nb_tensor *build_gather_fed_axis(gu_fixture *v, nb_tensor *const *xs, con
 /* GatherV2 with indices fed at run time through a placeholder of unknown shape */
 static nb_tensor *build_gather_fed_indices(gu_fixture *v, nb_tensor *const *xs, const void *arg) {
   const gather_arg *a = arg;
-  nb_tensor *ix = gu_feed(v, nb_placeholder(v->c, a->t, a->rank, TU_SHAPE(-1, -1, -1), "indices"), gather_indices(v, a));
+  nb_tensor *ix =
+      gu_feed(v, nb_placeholder(v->c, a->t, a->rank, TU_SHAPE(-1, -1, -1), "indices"), gather_indices(v, a));
   return nb_gather(v->c, xs[0], ix, a->axis, a->batch_dims);
 }
 
@@ -147,8 +148,7 @@ static void test_strided_slice(void **state) {
   gu_check_grad1(1, TU_SHAPE(3), TU_SHAPE(3), build_strided, &none, TU_VALS(0, 0, 0));
   gu_check_grad1(0, NULL, NULL, build_strided, &all, TU_VALS(1));
   /* begin fed at run time: x[1:3, 0:2] of [3, 3] */
-  gu_check_grad1(2, TU_SHAPE(3, 3), TU_SHAPE(3, 3), build_strided_fed_begin, NULL,
-                      TU_VALS(0, 0, 0, 1, 2, 0, 3, 4, 0));
+  gu_check_grad1(2, TU_SHAPE(3, 3), TU_SHAPE(3, 3), build_strided_fed_begin, NULL, TU_VALS(0, 0, 0, 1, 2, 0, 3, 4, 0));
 }
 
 static void test_gather_axis0(void **state) {
@@ -214,8 +214,8 @@ static void test_strided_slice_unknown_shapes(void **state) {
     const slice_arg *a;
     int rank;
     const int64_t *shape;
-  } cases[] = {{&steps, 2, TU_SHAPE(4, 5)}, {&row, 2, TU_SHAPE(3, 4)}, {&ell, 3, TU_SHAPE(2, 3, 4)},
-               {&rev, 2, TU_SHAPE(2, 3)}};
+  } cases[] = {
+      {&steps, 2, TU_SHAPE(4, 5)}, {&row, 2, TU_SHAPE(3, 4)}, {&ell, 3, TU_SHAPE(2, 3, 4)}, {&rev, 2, TU_SHAPE(2, 3)}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     for (int dynamic = 0; dynamic < 2; dynamic++) {
       gu_grad_case k = gu_case1(cases[i].rank, NULL, cases[i].shape, build_strided, cases[i].a, NULL);
@@ -282,7 +282,7 @@ static void test_segment_sum(void **state) {
   /* ids [[1, 0], [-1, 1]] over data [2, 2, 3] */
   const segment_arg two = {NB_I64, 2, {2, 2}, {1, 0, -1, 1}, 2, false};
   gu_check_grad1(3, TU_SHAPE(2, 2, 3), TU_SHAPE(2, 2, 3), build_segment_sum, &two,
-                      TU_VALS(4, 5, 6, 1, 2, 3, 0, 0, 0, 4, 5, 6));
+                 TU_VALS(4, 5, 6, 1, 2, 3, 0, 0, 0, 4, 5, 6));
   /* ids with data's own shape */
   const segment_arg flat = {NB_I32, 1, {4}, {1, 1, 0, -1}, 2, false};
   gu_check_grad1(1, TU_SHAPE(4), TU_SHAPE(4), build_segment_sum, &flat, TU_VALS(2, 2, 1, 0));

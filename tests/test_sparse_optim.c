@@ -20,7 +20,9 @@ static const int32_t STEP_IDS[STEPS][N] = {{1, 3, 1, 4}, {3, 3, 0, 3}, {5, 1, 1,
 static const int UNTOUCHED = 2;
 
 static double table_value(int64_t i) { return sin(1.3 * (double)(i / COLS) + 0.7 * (double)(i % COLS) + 0.2); }
-static double weight_value(int step, int64_t i) { return cos(0.9 * (double)(i / COLS) + 0.4 * (double)(i % COLS) + step); }
+static double weight_value(int step, int64_t i) {
+  return cos(0.9 * (double)(i / COLS) + 0.4 * (double)(i % COLS) + step);
+}
 
 static nb_tensor *initial_table(nb_ctx *c) {
   double v[ROWS * COLS];
@@ -28,9 +30,7 @@ static nb_tensor *initial_table(nb_ctx *c) {
   return nb_tensor_from(c, NB_F64, 2, TABLE, v);
 }
 
-static nb_tensor *step_ids(nb_ctx *c, int step) {
-  return nb_tensor_from(c, NB_I32, 1, (int64_t[]){N}, STEP_IDS[step]);
-}
+static nb_tensor *step_ids(nb_ctx *c, int step) { return nb_tensor_from(c, NB_I32, 1, (int64_t[]){N}, STEP_IDS[step]); }
 
 static nb_tensor *step_weights(nb_ctx *c, int step) {
   double v[N * COLS];
@@ -259,7 +259,7 @@ static void test_graph_lookups_of_unknown_length(void **state) {
   assert_int_equal(nb_optimizer_apply(os, f->c, &g, &u, 1, &train[1]), NB_OK);
   const double dyv[3 * COLS] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   nb_tensor *feed[2] = {ids, dy}, *vals[2] = {nb_tensor_from(f->e, NB_I32, 1, TU_SHAPE(3), (const int32_t[]){1, 3, 1}),
-                                               nb_tensor_from(f->e, NB_F64, 2, TU_SHAPE(3, COLS), dyv)};
+                                              nb_tensor_from(f->e, NB_F64, 2, TU_SHAPE(3, COLS), dyv)};
   nb_tensor *out[2];
   assert_int_equal(nb_run(f->s, feed, vals, 2, train, 2, out), NB_OK);
   nb_tensor_free(out[0]);
@@ -409,8 +409,9 @@ static void test_float32(void **state) {
   const float init[4] = {1, 2, 3, 4}, vals[3] = {0.5f, 0.25f, 1};
   nb_variable *v = nb_variable_new(c, nb_tensor_from(c, NB_F32, 2, TU_SHAPE(4, 1), init), true, "t");
   nb_optimizer *o = nb_momentum_new(0.5, MU, true);
-  nb_tensor *g = nb_indexed_slices(c, nb_tensor_from(c, NB_F32, 2, TU_SHAPE(3, 1), vals),
-                                   nb_tensor_from(c, NB_I32, 1, TU_SHAPE(3), (const int32_t[]){3, 0, 3}), TU_SHAPE(4, 1), 2);
+  nb_tensor *g =
+      nb_indexed_slices(c, nb_tensor_from(c, NB_F32, 2, TU_SHAPE(3, 1), vals),
+                        nb_tensor_from(c, NB_I32, 1, TU_SHAPE(3), (const int32_t[]){3, 0, 3}), TU_SHAPE(4, 1), 2);
   assert_int_equal(nb_optimizer_apply(o, c, &g, &v, 1, NULL), NB_OK);
   /* nesterov from zero accum: accum = g, var -= lr (g + mu g) */
   const float *w = nb_variable_data(v);
@@ -427,7 +428,8 @@ static void test_empty_slices(void **state) {
   nb_ctx *c = *state;
   nb_optimizer *(*makes[2])(void) = {make_momentum, make_adam};
   for (int m = 0; m < 2; m++) {
-    nb_variable *vs = nb_variable_new(c, initial_table(c), true, "s"), *vd = nb_variable_new(c, initial_table(c), true, "d");
+    nb_variable *vs = nb_variable_new(c, initial_table(c), true, "s"),
+                *vd = nb_variable_new(c, initial_table(c), true, "d");
     nb_optimizer *os = makes[m](), *od = makes[m]();
     for (int step = 0; step < 2; step++) { /* step 0 dense for both, so the slots are not zero */
       nb_tensor *dense = tu_make(c, NB_F64, 2, TABLE, TU_VALS(1, -2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9));
@@ -439,8 +441,10 @@ static void test_empty_slices(void **state) {
     }
     const char *slot = m == 0 ? "momentum" : "m";
     const double *accum = nb_variable_data(nb_optimizer_slot(os, vs, slot));
-    if (m == 0) assert_true(accum[1] == -2); /* lazy: the first step's accumulator, not decayed */
-    else check_close("adam", nb_variable_data(vs), nb_variable_data(vd), ROWS * COLS, 1e-15);
+    if (m == 0)
+      assert_true(accum[1] == -2); /* lazy: the first step's accumulator, not decayed */
+    else
+      check_close("adam", nb_variable_data(vs), nb_variable_data(vd), ROWS * COLS, 1e-15);
     nb_optimizer_free(os);
     nb_optimizer_free(od);
     nb_variable_free(vs);
@@ -460,10 +464,10 @@ static void test_empty_slices(void **state) {
    1 with values 3 and 4 count 3^2 + 4^2, not (3 + 4)^2; with a dense 12 the norm is 13. */
 static void test_clip_keeps_slices(void **state) {
   nb_ctx *c = *state;
-  nb_tensor *g[2] = {nb_indexed_slices(c, tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(3, 0, 4, 0)),
-                                       nb_tensor_from(c, NB_I32, 1, TU_SHAPE(2), (const int32_t[]){1, 1}),
-                                       TU_SHAPE(3, 2), 2),
-                     tu_make(c, NB_F64, 1, TU_SHAPE(1), TU_VALS(12))};
+  nb_tensor *g[2] = {
+      nb_indexed_slices(c, tu_make(c, NB_F64, 2, TU_SHAPE(2, 2), TU_VALS(3, 0, 4, 0)),
+                        nb_tensor_from(c, NB_I32, 1, TU_SHAPE(2), (const int32_t[]){1, 1}), TU_SHAPE(3, 2), 2),
+      tu_make(c, NB_F64, 1, TU_SHAPE(1), TU_VALS(12))};
   nb_tensor *out[2], *norm;
   assert_int_equal(nb_clip_by_global_norm(c, g, 2, 6.5, out, &norm), NB_OK);
   tu_check_vals(norm, TU_VALS(13), 1e-15);
@@ -485,8 +489,8 @@ static void test_eager_errors(void **state) {
   assert_int_equal(nb_optimizer_apply(o, c, &g32, &v, 1, NULL), NB_DTYPE);
   tu_check_error(c, NB_DTYPE, "gradient 0 has IndexedSlices of dense shape [6,3] and dtype float32",
                  "variable 'emb' has shape [6,3] and dtype float64");
-  nb_tensor *short_table = nb_indexed_slices(c, nb_tensor_from(c, NB_F64, 2, TU_SHAPE(2, COLS), NULL), ix,
-                                             TU_SHAPE(7, COLS), 2);
+  nb_tensor *short_table =
+      nb_indexed_slices(c, nb_tensor_from(c, NB_F64, 2, TU_SHAPE(2, COLS), NULL), ix, TU_SHAPE(7, COLS), 2);
   assert_int_equal(nb_optimizer_apply(o, c, &short_table, &v, 1, NULL), NB_SHAPE);
   tu_check_error(c, NB_SHAPE, "dense shape [7,3]", "'emb' has shape [6,3]");
   assert_null(nb_optimizer_slot(o, v, "momentum")); /* nothing was made or updated */
@@ -527,7 +531,9 @@ static void test_graph_errors(void **state) {
     assert_non_null(strstr(nb_session_error(f->s), k == 0 ? "needs float64 rows of shape [3]" : "row shape [3]"));
     fed[1] = tu_make(c, NB_F64, 2, TU_SHAPE(3, COLS), NULL);
     assert_int_equal(nb_run(f->s, feed, fed, 2, &train, 1, &out), NB_SHAPE);
-    assert_non_null(strstr(nb_session_error(f->s), k == 0 ? "indices (input 2) has shape [2]; expected one index per row of grad [3,3]" : "indices.shape [2]"));
+    assert_non_null(strstr(
+        nb_session_error(f->s),
+        k == 0 ? "indices (input 2) has shape [2]; expected one index per row of grad [3,3]" : "indices.shape [2]"));
     nb_variable_free(v);
   }
   nb_optimizer_free(opts[0]);
@@ -538,12 +544,14 @@ static void test_graph_errors(void **state) {
 
 static void test_scatter(void **state) {
   nb_ctx *c = *state;
-  nb_variable *v = nb_variable_new(c, tu_make(c, NB_F64, 2, TU_SHAPE(4, 2), TU_VALS(0, 1, 2, 3, 4, 5, 6, 7)), true, "t");
+  nb_variable *v =
+      nb_variable_new(c, tu_make(c, NB_F64, 2, TU_SHAPE(4, 2), TU_VALS(0, 1, 2, 3, 4, 5, 6, 7)), true, "t");
   nb_tensor *ix = nb_tensor_from(c, NB_I64, 1, TU_SHAPE(3), (const int64_t[]){3, 0, 3});
   nb_tensor *r = nb_variable_scatter_add(c, v, ix, tu_make(c, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(1, 2, 3, 4, 5, 6)));
   tu_check(r, NB_F64, 2, TU_SHAPE(4, 2), TU_VALS(3, 5, 2, 3, 4, 5, 12, 15), 0); /* row 3 gets both */
   /* int32, indices of rank 2: updates [2, 2] + the row shape [2] */
-  nb_variable *k = nb_variable_new(c, tu_make(c, NB_I32, 2, TU_SHAPE(3, 2), TU_VALS(10, 10, 10, 10, 10, 10)), false, "k");
+  nb_variable *k =
+      nb_variable_new(c, tu_make(c, NB_I32, 2, TU_SHAPE(3, 2), TU_VALS(10, 10, 10, 10, 10, 10)), false, "k");
   nb_tensor *ix2 = nb_tensor_from(c, NB_I32, 2, TU_SHAPE(2, 2), (const int32_t[]){1, 1, 0, 2});
   r = nb_variable_scatter_sub(c, k, ix2, tu_make(c, NB_I32, 3, TU_SHAPE(2, 2, 2), TU_VALS(1, 2, 3, 4, 5, 6, 7, 8)));
   tu_check(r, NB_I32, 2, TU_SHAPE(3, 2), TU_VALS(5, 4, 6, 4, 3, 2), 0);
@@ -555,7 +563,8 @@ static void test_scatter(void **state) {
   tu_check_error(c, NB_SHAPE, "updates [3,3] must have shape indices.shape [3]", "row shape [2]");
   assert_null(nb_variable_scatter_sub(c, v, ix, tu_make(c, NB_F32, 2, TU_SHAPE(3, 2), NULL)));
   tu_check_error(c, NB_DTYPE, "ResourceScatterSub", "updates have dtype float32; variable 't' has dtype float64");
-  assert_null(nb_variable_scatter_add(c, v, tu_make(c, NB_F64, 1, TU_SHAPE(3), NULL), tu_make(c, NB_F64, 2, TU_SHAPE(3, 2), NULL)));
+  assert_null(nb_variable_scatter_add(c, v, tu_make(c, NB_F64, 1, TU_SHAPE(3), NULL),
+                                      tu_make(c, NB_F64, 2, TU_SHAPE(3, 2), NULL)));
   tu_check_error(c, NB_DTYPE, "input 0 has dtype float64", NULL);
   nb_variable *s = nb_variable_new(c, nb_scalar(c, NB_F64, 1), true, "s");
   assert_null(nb_variable_scatter_add(c, s, ix, tu_make(c, NB_F64, 1, TU_SHAPE(3), NULL)));

@@ -244,7 +244,7 @@ static void test_stop_resume(void **state) {
   nb_tensor *a = nb_square(c, x);
   nb_tape_stop_recording(t);
   nb_tensor *b = nb_mul(c, x, nb_scalar(c, NB_F64, 3)); /* not recorded: its part is missing */
-  nb_tensor *b2 = nb_exp(c, a);                          /* neither (it reads a tracked tensor) */
+  nb_tensor *b2 = nb_exp(c, a);                         /* neither (it reads a tracked tensor) */
   nb_tape_resume_recording(t);
   nb_tensor *y = nb_add(c, nb_add(c, a, b), nb_add(c, b2, nb_sin(c, x)));
   tu_check_vals(grad1(c, t, y, x), TU_VALS(2 + cos(1.0), 4 + cos(2.0)), 1e-15);
@@ -342,8 +342,8 @@ static void test_reset(void **state) {
   nb_tensor *y = nb_mul(c, x, x), *loss = nb_mul(c, nb_variable_read(c, w), nb_variable_read(c, w));
   assert_int_equal(nb_tape_reset(t), NB_OK);
   check_watched(t, NULL, 0);
-  assert_null(grad1(c, t, y, x));                      /* recorded before: dropped */
-  assert_null(grad1(c, t, nb_mul(c, x, x), x));         /* x is not watched any more */
+  assert_null(grad1(c, t, y, x));               /* recorded before: dropped */
+  assert_null(grad1(c, t, nb_mul(c, x, x), x)); /* x is not watched any more */
   loss = nb_add(c, loss, nb_mul(c, nb_variable_read(c, w), nb_variable_read(c, w)));
   check_watched(t, (nb_variable *[]){w}, 1);
   assert_int_equal(nb_tape_gradient_vars(t, &loss, 1, &w, 1, &dx), NB_OK);
@@ -562,7 +562,7 @@ static void test_nested_partial_watch(void **state) {
   nb_tape_end(inner);
   assert_int_equal(nb_tape_gradient(outer, &g[0], 1, xs, 2, NULL, h), NB_OK);
   tu_check_vals(h[0], TU_VALS(4, 10), 1e-15); /* 2z */
-  assert_null(h[1]);                           /* the outer tape does not watch z */
+  assert_null(h[1]);                          /* the outer tape does not watch z */
   assert_int_equal(nb_tape_gradient(outer, &g[1], 1, xs, 2, NULL, h), NB_OK);
   tu_check_vals(h[0], TU_VALS(6, -2), 1e-15); /* 2x */
   assert_null(h[1]);
@@ -695,8 +695,8 @@ static void test_jacobian_vectorized(void **state) {
   nb_tape *t = nb_tape_begin(c, 1);
   nb_tensor *src[3] = {x, w, b};
   for (int i = 0; i < 3; i++) nb_tape_watch(t, src[i]);
-  nb_tensor *h = nb_tanh(c, nb_add(c, nb_mul(c, x, w), b));                 /* [3, 4] */
-  nb_tensor *p = nb_pow(c, nb_exp(c, x), nb_sub(c, w, b));                 /* [3, 4] */
+  nb_tensor *h = nb_tanh(c, nb_add(c, nb_mul(c, x, w), b)); /* [3, 4] */
+  nb_tensor *p = nb_pow(c, nb_exp(c, x), nb_sub(c, w, b));  /* [3, 4] */
   nb_tensor *y = nb_select(c, nb_greater(c, h, nb_scalar(c, NB_F64, 0)), nb_sigmoid(c, p), nb_maximum(c, h, p));
   for (int i = 0; i < 3; i++) {
     assert_int_equal(nb_tape_jacobian(t, y, src[i], &jac), NB_OK);
@@ -1196,7 +1196,8 @@ static void test_threads(void **state) {
   for (int i = 0; i < 2; i++) {
     assert_int_equal(par[i].status, NB_OK);
     for (int k = 0; k < 4; k++)
-      if (fabs(par[i].w[k] - ref[i].w[k]) > 1e-12) fail_msg("thread %d w[%d]: %.17g vs %.17g", i, k, par[i].w[k], ref[i].w[k]);
+      if (fabs(par[i].w[k] - ref[i].w[k]) > 1e-12)
+        fail_msg("thread %d w[%d]: %.17g vs %.17g", i, k, par[i].w[k], ref[i].w[k]);
     assert_true(fabs(par[i].loss - ref[i].loss) <= 1e-12);
   }
 }

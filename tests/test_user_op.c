@@ -94,7 +94,6 @@ static nb_code add_n_kernel(nb_op_ctx *k) {
   return NB_OK;
 }
 
-
 static nb_code refusing_kernel(nb_op_ctx *k) { return nb_opctx_fail(k, NB_INVALID, "this kernel refuses"); }
 static nb_code silent_kernel(nb_op_ctx *k) {
   (void)k;
@@ -138,7 +137,7 @@ static void register_all(void) {
   nb_op_attr_def count = {"N", NB_ATTR_INT, true, {0}, 0};
   nb_op_spec add_n = {"UserAddN", &xs, 1, &sum, 1, &count, 1, NULL, add_n_kernel, false};
   assert_int_equal(nb_register_op(&add_n), NB_OK);
-  nb_op_spec bad = {"UserRefuses", &x_t, 1, &y_t, 1, (nb_op_attr_def[]){type_attr("T", 0)}, 1, NULL,
+  nb_op_spec bad = {"UserRefuses",   &x_t, 1, &y_t, 1, (nb_op_attr_def[]){type_attr("T", 0)}, 1, NULL,
                     refusing_kernel, false};
   assert_int_equal(nb_register_op(&bad), NB_OK);
   bad.name = "UserSilent", bad.kernel = silent_kernel;
@@ -387,8 +386,8 @@ static void test_refused_specs(void **state) {
   expect_refused(&s, NB_INVALID, "the default of attr 'out' holds a dtype it does not allow");
   attrs[1] = (nb_op_attr_def){"ws", NB_ATTR_FLOATS, false, nb_attr_floats("ws", NULL, 2), 0};
   expect_refused(&s, NB_INVALID, "the default of attr 'ws' is NULL");
-  attrs[1] = (nb_op_attr_def){"ts", NB_ATTR_TYPES, false, nb_attr_types("ts", (nb_dtype[]){NB_F32, NB_I64}, 2),
-                              NBOP_M_FLOAT};
+  attrs[1] =
+      (nb_op_attr_def){"ts", NB_ATTR_TYPES, false, nb_attr_types("ts", (nb_dtype[]){NB_F32, NB_I64}, 2), NBOP_M_FLOAT};
   expect_refused(&s, NB_INVALID, "the default of attr 'ts' holds a dtype it does not allow");
   attrs[1] = (nb_op_attr_def){"9x", NB_ATTR_INT, true, {0}, 0};
   expect_refused(&s, NB_INVALID, "attr 1's name '9x'");

@@ -220,9 +220,9 @@ static void test_graph_updates_after_reads(void **state) {
   nb_tensor *fetch[3] = {r, doubled, inc}, *out[3];
   for (int run = 0; run < 3; run++) {
     assert_int_equal(nb_run(f->s, NULL, NULL, 0, fetch, 3, out), NB_OK);
-    tu_check_vals(out[0], TU_VALS(1 + run, 2 + run), 0);             /* the value at the run's start */
+    tu_check_vals(out[0], TU_VALS(1 + run, 2 + run), 0); /* the value at the run's start */
     tu_check_vals(out[1], TU_VALS(2 * (1 + run), 2 * (2 + run)), 0);
-    tu_check_vals(out[2], TU_VALS(2 + run, 3 + run), 0);             /* the update's output: the new value */
+    tu_check_vals(out[2], TU_VALS(2 + run, 3 + run), 0); /* the update's output: the new value */
     for (int i = 0; i < 3; i++) nb_tensor_free(out[i]);
   }
   check_data(w, 2, TU_VALS(4, 5));
@@ -289,8 +289,10 @@ static void test_graph_validation(void **state) {
   tu_check_error(c, NB_DTYPE, "AssignSubVariableOp (node", "input 0 has dtype bool");
   assert_null(nb_variable_scatter_add(c, v, tu_unknown_dims(c, NB_F32, 1), tu_unknown_dims(c, NB_F32, 2)));
   tu_check_error(c, NB_DTYPE, "ResourceScatterAdd (node", "input 0 has dtype float32");
-  assert_null(nb_variable_scatter_sub(c, v, tu_unknown_dims(c, NB_I32, 1), nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 4), "rows")));
-  tu_check_error(c, NB_SHAPE, "ResourceScatterSub (node", "must have shape indices.shape [-1] + variable 'v' row shape [3]");
+  assert_null(nb_variable_scatter_sub(c, v, tu_unknown_dims(c, NB_I32, 1),
+                                      nb_placeholder(c, NB_F32, 2, TU_SHAPE(-1, 4), "rows")));
+  tu_check_error(c, NB_SHAPE, "ResourceScatterSub (node",
+                 "must have shape indices.shape [-1] + variable 'v' row shape [3]");
   tu_check_shape(nb_variable_assign(c, v, tu_unknown_dims(c, NB_F32, 2)), NB_F32, 2, TU_SHAPE(2, 3));
   tu_check_shape(nb_variable_scatter_add(c, v, tu_unknown_rank(c, NB_I64), tu_unknown_rank(c, NB_F32)), NB_F32, 2,
                  TU_SHAPE(2, 3));

@@ -19,8 +19,7 @@
 static inline double tu_clamp(double v, double lo, double hi) { return v != v ? 0 : v < lo ? lo : v > hi ? hi : v; }
 
 /* Builds a tensor from a shape list and a value list given as doubles. */
-static inline nb_tensor *tu_make(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape,
-                                 const double *vals) {
+static inline nb_tensor *tu_make(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, const double *vals) {
   int64_t n = 1;
   for (int i = 0; i < rank; i++) n *= shape[i];
   unsigned char buf[8 * 4096];
@@ -84,8 +83,8 @@ static inline void tu_check_vals(const nb_tensor *x, const double *want, double 
 }
 
 /* Asserts dtype, shape and values at once. */
-static inline void tu_check(const nb_tensor *x, nb_dtype t, int rank, const int64_t *shape,
-                            const double *want, double tol) {
+static inline void tu_check(const nb_tensor *x, nb_dtype t, int rank, const int64_t *shape, const double *want,
+                            double tol) {
   tu_check_shape(x, t, rank, shape);
   tu_check_vals(x, want, tol);
 }

@@ -105,7 +105,8 @@ NB_OP_LIBRARY_EXPORT nb_code nabla_op_library_init(int host_abi) {
   };
   const nb_op_arg grad_in[2] = {dy_arg, x_arg};
   nb_op_spec swish = {"Swish", &x_arg, 1, &y_arg, 1, attrs, 2, NULL, swish_kernel, false};
-  nb_op_spec swish_grad_op = {"SwishGrad", grad_in, 2, &dx_arg, 1, attrs, 2, swish_grad_shape, swish_grad_kernel, false};
+  nb_op_spec swish_grad_op = {"SwishGrad",      grad_in,           2,    &dx_arg, 1, attrs, 2,
+                              swish_grad_shape, swish_grad_kernel, false};
   nb_code code = nb_register_op(&swish);
   if (!code) code = nb_register_op(&swish_grad_op);
   if (!code) code = nb_register_gradient("Swish", swish_grad);

@@ -12,7 +12,7 @@ struct nb_fwd_op {
   nb_tensor *const *in;
   nb_tensor *const *out;
   const nbop_attrval *attr;
-  const bool *needs_grad;  /* per input; NULL: every input */
+  const bool *needs_grad; /* per input; NULL: every input */
 };
 
 typedef enum { NBAD_GRAD_NONE, NBAD_GRAD_FN, NBAD_GRAD_STOP } nbad_grad_kind;

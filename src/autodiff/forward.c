@@ -50,8 +50,8 @@ static nb_code check_tangents(nb_ctx *c, const char *fn, nb_tensor *const *xs, i
    dummy u = ones_like(y), then the gradient of <g, v> with respect to u. u is ones, as
    TF's aid, not zeros: gradient functions skip a dy they see is zero (TF's IsZero), and
    that would cut g off from u. */
-static nb_code jvp_one(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *tangents,
-                       nb_tensor **g, nb_tensor **gs, nb_tensor **vs, nb_tensor **out) {
+static nb_code jvp_one(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *tangents, nb_tensor **g,
+                       nb_tensor **gs, nb_tensor **vs, nb_tensor **out) {
   *out = NULL;
   nb_tensor *u = nb_ones_like(c, y);
   if (!u) return nb_status(c);
@@ -67,8 +67,8 @@ static nb_code jvp_one(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb
 }
 
 /* ys entries may be NULL (nb_hvp passes gradients that are), giving NULL. */
-static nb_code jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
-                   nb_tensor *const *tangents, nb_tensor **out) {
+static nb_code jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, nb_tensor *const *tangents,
+                   nb_tensor **out) {
   nb_tensor **tmp = malloc((size_t)(3 * nx + 1) * sizeof *tmp);
   if (!tmp) return nbcore_fail(c, NB_NOMEM, "nb_jvp: out of memory");
   nb_code code = NB_OK;
@@ -141,8 +141,8 @@ static nb_code hessian_size(nb_ctx *c, const nb_tensor *x, int i, int64_t *size)
   for (int d = 0; d < nb_rank(x) && *size <= HESSIAN_MAX_ELEMENTS; d++) /* past the cap: no overflow */
     *size = nb_shape(x)[d] > HESSIAN_MAX_ELEMENTS ? HESSIAN_MAX_ELEMENTS + 1 : *size * nb_shape(x)[d];
   if (2 * nb_rank(x) > NB_MAX_RANK || *size > HESSIAN_MAX_ELEMENTS || *size == 0)
-    return nbcore_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') of shape %s: need 1 to %d elements and rank at most %d", i,
-                       nb_tensor_node_name(x), s, HESSIAN_MAX_ELEMENTS, NB_MAX_RANK / 2);
+    return nbcore_fail(c, NB_SHAPE, "nb_hessian: xs[%d] ('%s') of shape %s: need 1 to %d elements and rank at most %d",
+                       i, nb_tensor_node_name(x), s, HESSIAN_MAX_ELEMENTS, NB_MAX_RANK / 2);
   return NB_OK;
 }
 

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 typedef struct named_grad {
   char *name;
   nb_grad_fn fn;
@@ -19,7 +18,7 @@ typedef struct named_grad {
 static nb_grad_fn op_fns[NBOP_MAX_OPS];
 static bool op_stops[NBOP_MAX_OPS];
 static bool op_reserved[NBOP_MAX_OPS]; /* the function layer's, until it installs them */
-static bool op_user[NBOP_MAX_OPS];   /* registered by nb_register_gradient */
+static bool op_user[NBOP_MAX_OPS];     /* registered by nb_register_gradient */
 static uint32_t op_reads_in[NBOP_MAX_OPS], op_reads_out[NBOP_MAX_OPS]; /* what each op's rule reads */
 static named_grad *named;
 static int32_t nnamed, named_cap;
@@ -33,9 +32,9 @@ static nb_code register_grad(const char *name, nb_grad_fn f, uint32_t reads_in, 
    function, so before any node of these ops exists. Their slots are reserved with the
    built-ins, so that nb_has_gradient and a user's duplicate registration see them from
    the start, whether or not a function was made yet. */
-static const char *const function_grad_ops[] = {"While",     "If",           "StatefulPartitionedCall",
-                                                "_StackGet", "_StackGetGrad", "_RaggedGet",
-                                                "_RaggedGetGrad", "_EnsureShape"};
+static const char *const function_grad_ops[] = {
+    "While",         "If",         "StatefulPartitionedCall", "_StackGet",
+    "_StackGetGrad", "_RaggedGet", "_RaggedGetGrad",          "_EnsureShape"};
 
 /* src/grad's rules, the function layer's slots, and the one autodiff defines itself: it
    reruns the user's function on the inputs, so it reads every input and no output. */
@@ -94,8 +93,9 @@ static nb_code register_grad(const char *name, nb_grad_fn f, uint32_t reads_in, 
 static nb_code user_registration(const char *who, const char *name, nb_code code) {
   nbop_registry_clear_error();
   if (code == NB_INVALID)
-    return nbop_registry_fail(code, "%s: %s", who, name && *name ? "a gradient is already registered for this op type"
-                                                             : "the name is NULL or empty, or the function NULL");
+    return nbop_registry_fail(code, "%s: %s", who,
+                              name && *name ? "a gradient is already registered for this op type"
+                                            : "the name is NULL or empty, or the function NULL");
   return code ? nbop_registry_fail(code, "%s: no op type '%s'", who, name) : NB_OK;
 }
 
@@ -130,8 +130,10 @@ nb_code nb_register_gradient_reads(const char *op_type, uint32_t inputs, uint32_
   }
   pthread_mutex_unlock(&registry_lock);
   return mine ? NB_OK
-              : nbop_registry_fail(NB_NOT_FOUND, "nb_register_gradient_reads: op type '%s' has no gradient registered "
-                                   "with nb_register_gradient", op_type ? op_type : "(null)");
+              : nbop_registry_fail(NB_NOT_FOUND,
+                                   "nb_register_gradient_reads: op type '%s' has no gradient registered "
+                                   "with nb_register_gradient",
+                                   op_type ? op_type : "(null)");
 }
 
 /* Registrations used by the built-in gradient files (inside the once-block). */
@@ -197,7 +199,7 @@ const char *nb_op_type_name(int i) {
    gradient of that input. Integer and bool inputs take no gradient, so theirs is not
    checked; IndexedSlices carry their values' dtype and their dense shape. */
 static nb_code mismatch(nb_ctx *c, nb_code code, const nb_fwd_op *op, int i, const char *what, const char *had,
-                       const char *got) {
+                        const char *got) {
   return nbcore_fail(c, code,
                      "Incompatible %ss between op input and calculated input gradient. Forward operation: %s (op type: "
                      "%s). Input index: %d. Original input %s: %s. Calculated input gradient %s: %s",
@@ -221,8 +223,8 @@ nb_code nbad_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tenso
   for (int i = 0; i < NBAD_GRAD_GUARDS; i++) dxs[op->nin + i] = guard;
   nbcore_scope_frame f = nbcore_scope_enter_callback(c);
   nb_code code = fn(c, op, dys, dxs);
-  nb_code left = nbcore_scope_leave_callback(c, f, dxs, op->nin, "the gradient function of '%s' (op type: %s)", op->name,
-                                             op->def->name);
+  nb_code left = nbcore_scope_leave_callback(c, f, dxs, op->nin, "the gradient function of '%s' (op type: %s)",
+                                             op->name, op->def->name);
   if (!code) code = left;
   int extra = 0;
   while (extra < NBAD_GRAD_GUARDS && dxs[op->nin + extra] != guard) extra++;

@@ -10,15 +10,15 @@
 #define NBAD_GRADCHECK_STEP 1e-6
 
 typedef struct checker {
-  nb_ctx *c, *e;           /* the graph context, an eager context for values */
+  nb_ctx *c, *e; /* the graph context, an eager context for values */
   nb_session *s;
-  nb_tensor *y, *gy;       /* y and its grad_ys placeholder */
+  nb_tensor *y, *gy; /* y and its grad_ys placeholder */
   nb_tensor *const *xs;
   int nx;
-  nb_tensor **vals;        /* values fed to xs (copies, perturbed in place) */
-  nb_tensor *seed;         /* the value fed to gy, one-hot at the row being checked */
-  int64_t ny;              /* number of elements of y */
-  double *num;             /* numeric Jacobian, column-major: num[g * ny + j] = dy_j/dx_g */
+  nb_tensor **vals; /* values fed to xs (copies, perturbed in place) */
+  nb_tensor *seed;  /* the value fed to gy, one-hot at the row being checked */
+  int64_t ny;       /* number of elements of y */
+  double *num;      /* numeric Jacobian, column-major: num[g * ny + j] = dy_j/dx_g */
 } checker;
 
 static nb_code check_fail(checker *k, nb_code code, const char *msg) {
@@ -35,7 +35,8 @@ static nb_code check_args(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx,
                           double *max_error) {
   if (!c->graph) return nbcore_fail(c, NB_INVALID, "nb_gradcheck needs a graph context");
   if (!y || !max_error || nx < 1 || !xs || !x_values) return nbcore_fail(c, NB_INVALID, "nb_gradcheck: NULL argument");
-  if (y->dtype != NB_F64) return nbcore_fail(c, NB_DTYPE, "nb_gradcheck: y must be float64, got %s", nb_dtype_name(y->dtype));
+  if (y->dtype != NB_F64)
+    return nbcore_fail(c, NB_DTYPE, "nb_gradcheck: y must be float64, got %s", nb_dtype_name(y->dtype));
   for (int i = 0; i < nx; i++) {
     if (!xs[i] || !x_values[i] || !x_values[i]->buf)
       return nbcore_fail(c, NB_INVALID, "nb_gradcheck: xs[%d] or its value is missing or not concrete", i);

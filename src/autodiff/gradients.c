@@ -11,8 +11,8 @@
 #include <string.h>
 
 typedef struct grad_entry {
-  int64_t key;             /* node << 32 | output of the gradient tensor (IndexedSlices: of its values) */
-  int64_t indices_key;     /* IndexedSlices: the key of its indices; -1 when dense */
+  int64_t key;         /* node << 32 | output of the gradient tensor (IndexedSlices: of its values) */
+  int64_t indices_key; /* IndexedSlices: the key of its indices; -1 when dense */
   int32_t next;
 } grad_entry;
 
@@ -21,14 +21,14 @@ typedef struct pass {
   nb_graph *g;
   const nb_grad_opts *o;
   uint32_t gen;
-  int32_t *between, nbetween;  /* node ids; node->slot indexes heads via out_base */
+  int32_t *between, nbetween; /* node ids; node->slot indexes heads via out_base */
   int32_t *out_base;
-  int32_t *heads;              /* per (between node, output): first grad_entry, -1 */
+  int32_t *heads; /* per (between node, output): first grad_entry, -1 */
   grad_entry *entries;
   int32_t nentries, entries_cap;
   int32_t *queue;
   int32_t qhead, qtail;
-  bool *needs;                 /* per input of the node being differentiated */
+  bool *needs;                   /* per input of the node being differentiated */
   char scope[NBGRAPH_SCOPE_CAP]; /* "gradients/" (made unique) */
 } pass;
 
@@ -38,7 +38,8 @@ static nb_tensor *handle_of(pass *p, int64_t key) {
 
 static grad_entry entry_of(const nb_tensor *dx, int32_t next) {
   if (!nb_is_indexed_slices(dx)) return (grad_entry){nbgraph_key_of(dx), -1, next};
-  return (grad_entry){nbgraph_key_of(nb_indexed_slices_values(dx)), nbgraph_key_of(nb_indexed_slices_indices(dx)), next};
+  return (grad_entry){nbgraph_key_of(nb_indexed_slices_values(dx)), nbgraph_key_of(nb_indexed_slices_indices(dx)),
+                      next};
 }
 
 /* The gradient e lists for a tensor of static facts m (the dense shape of slices). */
@@ -118,7 +119,8 @@ static nb_code mark_between(pass *p, nb_tensor *const *ys, int ny, nb_tensor *co
     } else { /* forwards from xs through ancestors of ys */
       for (int32_t e = n->first_use; ok && e >= 0; e = p->g->edges[e].next_use) {
         int32_t u = p->g->edges[e].consumer;
-        if (p->g->edges[e].out >= 0 && p->g->nodes[u].stamp == p->gen) ok = visit(p, &back, u, offsetof(nbgraph_node, stamp3));
+        if (p->g->edges[e].out >= 0 && p->g->nodes[u].stamp == p->gen)
+          ok = visit(p, &back, u, offsetof(nbgraph_node, stamp3));
       }
     }
   }
@@ -221,7 +223,9 @@ static nb_tensor *aggregate(pass *p, int32_t id, int32_t out) {
     terms[--i] = entry_handle(p, &p->entries[e], m);
     nsparse += p->entries[e].indices_key >= 0;
   }
-  nb_tensor *sum = nsparse < n ? sum_dense(p, terms, n) : n == 1 ? terms[0] : nbop_indexed_slices_concat_n(p->c, terms, n);
+  nb_tensor *sum = nsparse < n ? sum_dense(p, terms, n)
+                   : n == 1    ? terms[0]
+                               : nbop_indexed_slices_concat_n(p->c, terms, n);
   free(terms);
   if (sum) p->entries[head] = entry_of(sum, -1); /* the sum replaces the list */
   return sum;
@@ -341,15 +345,16 @@ static nb_code run_queue(pass *p) {
 /* ---- the entry ------------------------------------------------------------------------ */
 
 static nb_code check_tensors(nb_ctx *c, const char *what, nb_tensor *const *ts, int n) {
-  if (n < 0 || (n > 0 && !ts)) return nbcore_fail(c, NB_INVALID, "nb_gradients: %s is NULL or has negative length", what);
+  if (n < 0 || (n > 0 && !ts))
+    return nbcore_fail(c, NB_INVALID, "nb_gradients: %s is NULL or has negative length", what);
   for (int i = 0; i < n; i++)
     if (!ts[i] || ts[i]->graph != c->graph)
       return nbcore_fail(c, NB_INVALID, "nb_gradients: %s[%d] is not a tensor of this context's graph", what, i);
   return NB_OK;
 }
 
-static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
-                          const nb_grad_opts *o, nb_tensor **dxs) {
+static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, const nb_grad_opts *o,
+                          nb_tensor **dxs) {
   if (!c->graph) return nbcore_fail(c, NB_INVALID, "nb_gradients needs a graph context; eager code uses a tape");
   if (nx > 0 && !dxs) return nbcore_fail(c, NB_INVALID, "nb_gradients: dxs is NULL");
   nb_code code = check_tensors(c, "ys", ys, ny);
@@ -377,7 +382,8 @@ static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *co
 /* The unique scope "gradients/" (or "gradients_1/", ... or opts.name) under the current one. */
 static nb_code open_scope(pass *p) {
   const char *name = nbgraph_unique_name(p->g, p->o->name ? p->o->name : "gradients");
-  if (!name || strlen(name) + 2 > NBGRAPH_SCOPE_CAP) return nbcore_fail(p->c, NB_INVALID, "nb_gradients: bad scope name");
+  if (!name || strlen(name) + 2 > NBGRAPH_SCOPE_CAP)
+    return nbcore_fail(p->c, NB_INVALID, "nb_gradients: bad scope name");
   snprintf(p->scope, sizeof p->scope, "%s/", name);
   return NB_OK;
 }
@@ -451,11 +457,11 @@ static void restore_outer_scratch(nb_graph *g, node_scratch *s, int32_t n) {
   free(s);
 }
 
-static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
-                        const nb_grad_opts *o, nb_tensor **dxs);
+static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, const nb_grad_opts *o,
+                        nb_tensor **dxs);
 
-static nb_code gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
-                         const nb_grad_opts *o, nb_tensor **dxs) {
+static nb_code gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, const nb_grad_opts *o,
+                         nb_tensor **dxs) {
   nb_graph *g = c->graph;
   if (!g) return run_pass(c, ys, ny, xs, nx, o, dxs); /* which refuses an eager context */
   int32_t nsaved;
@@ -469,8 +475,8 @@ static nb_code gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *con
   return code;
 }
 
-static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
-                        const nb_grad_opts *o, nb_tensor **dxs) {
+static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, const nb_grad_opts *o,
+                        nb_tensor **dxs) {
   nb_grad_opts defaults = {0};
   if (!o) o = &defaults;
   nb_code code = check_args(c, ys, ny, xs, nx, o, dxs);
@@ -483,7 +489,8 @@ static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *cons
   const char *pending = c->next_name; /* nb_name_next's name waits for the next op */
   c->next_name = NULL;
   code = open_scope(&p);
-  if (!code && (mark_between(&p, ys, ny, xs, nx) || prepare(&p))) code = nbcore_fail(c, NB_NOMEM, "gradients: out of memory");
+  if (!code && (mark_between(&p, ys, ny, xs, nx) || prepare(&p)))
+    code = nbcore_fail(c, NB_NOMEM, "gradients: out of memory");
   if (!code) code = seed(&p, ys, ny);
   if (!code) code = run_queue(&p);
   if (!code) code = results(&p, xs, nx, dxs);
@@ -500,8 +507,8 @@ static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *cons
 
 /* ys that are IndexedSlices (a gradient differentiated again) are densified first, as
    tf.gradients converts them to tensors. */
-nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
-                     const nb_grad_opts *o, nb_tensor **dxs) {
+nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, const nb_grad_opts *o,
+                     nb_tensor **dxs) {
   if (!c) return NB_INVALID;
   for (int i = 0; dxs && i < nx; i++) dxs[i] = NULL;
   if (c->status) return c->status;
@@ -564,8 +571,8 @@ nb_code nb_find_non_differentiable(nb_graph *g, nb_tensor *const *xs, int nx, nb
     if (kind == NBAD_GRAD_FN || !feeds_between(&p, n)) continue;
     path_str(&p, p.between[i], path, sizeof path);
     w += (size_t)snprintf(report + w, cap - w, "%s '%s' (op type: %s): %s\n",
-                          kind == NBAD_GRAD_STOP ? "Not differentiable:" : "No gradient defined for operation",
-                          n->name, n->def->name, path);
+                          kind == NBAD_GRAD_STOP ? "Not differentiable:" : "No gradient defined for operation", n->name,
+                          n->def->name, path);
   }
   free(p.between);
   return NB_OK;

@@ -152,7 +152,8 @@ nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source,
   nb_code code = check_jacobian(t, "nb_tape_batch_jacobian", target, source, out);
   if (code) return code;
   if (target->rank < 1 || source->rank < 1 || target->shape[0] != source->shape[0])
-    return nbcore_fail(t->c, NB_SHAPE, "nb_tape_batch_jacobian: target %s and source %s need the same first (batch) dim",
+    return nbcore_fail(t->c, NB_SHAPE,
+                       "nb_tape_batch_jacobian: target %s and source %s need the same first (batch) dim",
                        nbop_tstr(target), nbop_tstr(source));
   int rank = target->rank + source->rank - 1;
   if (rank > NB_MAX_RANK)

@@ -30,7 +30,8 @@ static nb_code rerun(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *ins, int 
                                       fn_of(op)(c, ins, nin, outs, nout, user_of(op)));
   for (int i = 0; i < nout && !code; i++)
     if (!outs[i])
-      code = nbcore_fail(c, NB_INVALID, "nb_recompute_grad: the function, rerun for the gradient, left output %d NULL", i);
+      code =
+          nbcore_fail(c, NB_INVALID, "nb_recompute_grad: the function, rerun for the gradient, left output %d NULL", i);
   return code;
 }
 

@@ -127,8 +127,10 @@ static int32_t output_value(const nb_tape *t, uint64_t id) {
   if (!hi || id < t->outputs[0].id || id > t->outputs[hi - 1].id) return -1;
   while (lo < hi) {
     int32_t mid = lo + (hi - lo) / 2;
-    if (t->outputs[mid].id < id) lo = mid + 1;
-    else hi = mid;
+    if (t->outputs[mid].id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo < t->noutputs && t->outputs[lo].id == id ? t->outputs[lo].value : -1;
 }
@@ -202,8 +204,10 @@ static int32_t variable_slot(const nb_tape *t, uint64_t id) {
   int32_t lo = 0, hi = t->nvars;
   while (lo < hi) {
     int32_t mid = lo + (hi - lo) / 2;
-    if (t->vars[mid]->id < id) lo = mid + 1;
-    else hi = mid;
+    if (t->vars[mid]->id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -702,7 +706,8 @@ static nb_code run_backward(nb_tape *t) {
 }
 
 static nb_code check_list(nb_tape *t, const char *what, nb_tensor *const *xs, int n, bool allow_null) {
-  if (n < 0 || (n > 0 && !xs)) return nbcore_fail(t->c, NB_INVALID, "nb_tape_gradient: %s is NULL or has negative length", what);
+  if (n < 0 || (n > 0 && !xs))
+    return nbcore_fail(t->c, NB_INVALID, "nb_tape_gradient: %s is NULL or has negative length", what);
   for (int i = 0; i < n; i++)
     if (xs[i] ? !xs[i]->buf : !allow_null)
       return nbcore_fail(t->c, NB_INVALID, "nb_tape_gradient: %s[%d] is not a concrete tensor", what, i);
@@ -726,7 +731,7 @@ static bool empty_grads(nb_tape *t) {
 }
 
 nb_code nbad_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
-                        nb_tensor *const *output_grads, nb_tensor **out) {
+                      nb_tensor *const *output_grads, nb_tensor **out) {
   nb_code code = check_not_running(t, "nb_tape_gradient");
   if (code) return code;
   code = empty_grads(t) ? NB_OK : nbcore_fail(t->c, NB_NOMEM, "tape: out of memory");
@@ -787,7 +792,8 @@ static nb_code tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_t
   if (!code) code = check_list(t, "sources", sources, ns, false);
   if (!code && output_grads) code = check_list(t, "output_grads", output_grads, nt, true);
   for (int i = 0; !code && output_grads && i < nt; i++)
-    if (output_grads[i] && (output_grads[i]->dtype != targets[i]->dtype || !nbg_same_shape(output_grads[i], targets[i])))
+    if (output_grads[i] &&
+        (output_grads[i]->dtype != targets[i]->dtype || !nbg_same_shape(output_grads[i], targets[i])))
       code = nbcore_fail(t->c, NB_SHAPE, "nb_tape_gradient: output_grads[%d] is %s %s, target %d is %s %s", i,
                          nb_dtype_name(output_grads[i]->dtype), nbop_tstr(output_grads[i]), i,
                          nb_dtype_name(targets[i]->dtype), nbop_tstr(targets[i]));

@@ -7,9 +7,9 @@
 
 typedef struct tape_slot {
   uint64_t id;
-  nbcore_buffer *buf;      /* kept data, or NULL when the gradient reads only the shape */
-  const int64_t *shape;    /* rank dims, in the tape's arena */
-  int32_t value;           /* the tape's number for the tensor (its gradient's index in the
+  nbcore_buffer *buf;   /* kept data, or NULL when the gradient reads only the shape */
+  const int64_t *shape; /* rank dims, in the tape's arena */
+  int32_t value;        /* the tape's number for the tensor (its gradient's index in the
                               backward pass): an output's own; an input's when the tape
                               tracked it (it needs a gradient); -1 otherwise */
   uint8_t dtype, rank;
@@ -17,7 +17,7 @@ typedef struct tape_slot {
 
 typedef struct tape_entry {
   const nbop_def *def;
-  nbop_attrval *attr;      /* in the tape's arena; NULL without attrs */
+  nbop_attrval *attr; /* in the tape's arena; NULL without attrs */
   int32_t slot0, nin, nout;
 } tape_entry;
 
@@ -36,44 +36,44 @@ typedef struct output_id {
 } output_id;
 
 typedef struct id_map {
-  id_slot *slots;          /* one array: a probe touches one cache line */
+  id_slot *slots; /* one array: a probe touches one cache line */
   uint32_t cap, n, epoch;
 } id_map;
 
 struct nb_tape {
   nb_ctx *c;
   bool active, persistent, recording, used, unconnected_zero;
-  bool last_pass;          /* the running backward pass is the tape's last: it frees saved data as it goes */
-  bool running;            /* a backward pass of this tape is under way */
-  bool watch_accessed;     /* watches trainable variables read while it records (TF's default) */
-  id_map tracked;          /* watched ids and outputs of recorded ops -> value numbers */
-  int32_t nvalues;         /* value numbers given so far */
+  bool last_pass;      /* the running backward pass is the tape's last: it frees saved data as it goes */
+  bool running;        /* a backward pass of this tape is under way */
+  bool watch_accessed; /* watches trainable variables read while it records (TF's default) */
+  id_map tracked;      /* watched ids and outputs of recorded ops -> value numbers */
+  int32_t nvalues;     /* value numbers given so far */
   /* Recorded outputs by increasing id (ids are handed out in order): appending costs no
      hashing and no cache miss, and a lookup that misses the map bisects it. Most outputs
      are read only as the newest output (last_out) or never again. */
   output_id *outputs;
   int32_t noutputs, outputs_cap;
-  uint64_t last_out;       /* the newest recorded output: most ops read it (a chain) */
-  int32_t last_value;      /* and its value number */
+  uint64_t last_out;  /* the newest recorded output: most ops read it (a chain) */
+  int32_t last_value; /* and its value number */
   /* During a backward pass, per value number: the accumulated gradient, and whether it is
      a source (its gradient is an answer, not consumed). Dense arrays, not maps: the pass
      reaches each gradient by the slot's number, with no hashing. */
   nb_tensor **grads;
   bool *wanted;
   int32_t grads_cap;
-  nb_variable **vars;      /* the variables it watches, each retained once, by increasing id */
+  nb_variable **vars; /* the variables it watches, each retained once, by increasing id */
   int32_t nvars, vars_cap;
   tape_entry *entries;
   int32_t nentries, entries_cap;
   tape_slot *slots;
   int32_t nslots, slots_cap;
-  nbcore_arena arena;      /* attr values and lists */
-  nb_tensor **buf;         /* backward scratch: handles of one entry */
+  nbcore_arena arena; /* attr values and lists */
+  nb_tensor **buf;    /* backward scratch: handles of one entry */
   bool *needs;
-  nb_tensor *views;        /* borrowed views of one entry's saved tensors */
+  nb_tensor *views; /* borrowed views of one entry's saved tensors */
   int32_t buf_cap;
-  int64_t batch;           /* vectorized Jacobian pass: every gradient has this leading dim; 0 otherwise */
-  int32_t seed_looped;     /* entries that pass ran once per seed (not batchable) */
+  int64_t batch;              /* vectorized Jacobian pass: every gradient has this leading dim; 0 otherwise */
+  int32_t seed_looped;        /* entries that pass ran once per seed (not batchable) */
   nb_jacobian_path last_path; /* how the last Jacobian ran */
   nb_tape *next_spare;
 };

@@ -9,8 +9,9 @@
 #include <string.h>
 
 #define NBCORE_ERR_CAP 512
-#define NBCORE_ALIGN 64   /* blocks start on a cache line */
-#define NBCORE_DATA_OFFSET 32 /* data follows the header within the block's first line: a small
+#define NBCORE_ALIGN 64 /* blocks start on a cache line */
+#define NBCORE_DATA_OFFSET \
+  32 /* data follows the header within the block's first line: a small
                              tensor's header and data are one cache miss, not two (the backward
                              pass reads saved tensors long after they were made). Data stays
                              32-byte aligned, what AVX2 loads want. */
@@ -21,8 +22,8 @@
    view (nbcore_buffer_view), whose data lies in the block it holds in next. */
 typedef struct nbcore_buffer {
   atomic_int refs;
-  int size_class;          /* pool class, -1 when too large to pool, or NBCORE_VIEW_CLASS */
-  size_t cap;              /* usable bytes */
+  int size_class;             /* pool class, -1 when too large to pool, or NBCORE_VIEW_CLASS */
+  size_t cap;                 /* usable bytes */
   struct nbcore_buffer *next; /* free-list link while pooled; a view's block */
   void *data;
 } nbcore_buffer;
@@ -32,26 +33,30 @@ typedef struct nbcore_buffer {
    and nb_tensor_free ignores it. PART: a detached handle an IndexedSlices handle owns;
    nb_tensor_free ignores it too, the slices' release frees it. */
 typedef enum {
-  NBCORE_HANDLE_LIVE, NBCORE_HANDLE_POOLED, NBCORE_HANDLE_DETACHED, NBCORE_HANDLE_BORROWED, NBCORE_HANDLE_PART
+  NBCORE_HANDLE_LIVE,
+  NBCORE_HANDLE_POOLED,
+  NBCORE_HANDLE_DETACHED,
+  NBCORE_HANDLE_BORROWED,
+  NBCORE_HANDLE_PART
 } nbcore_handle_state;
 
 struct nb_tensor {
-  nb_ctx *ctx;             /* owner; NULL when detached (owned by a graph or the caller) */
-  uint32_t slot;           /* index in ctx->handles */
-  uint8_t kept;            /* scratch flag for nb_scope_end */
-  uint8_t state;           /* nbcore_handle_state */
+  nb_ctx *ctx;   /* owner; NULL when detached (owned by a graph or the caller) */
+  uint32_t slot; /* index in ctx->handles */
+  uint8_t kept;  /* scratch flag for nb_scope_end */
+  uint8_t state; /* nbcore_handle_state */
   nb_dtype dtype;
-  int rank;                /* -1: unknown (symbolic only) */
+  int rank;                   /* -1: unknown (symbolic only) */
   int64_t shape[NB_MAX_RANK]; /* -1 dims: unknown (symbolic only) */
-  int64_t size;            /* number of elements; -1 when unknown */
-  nbcore_buffer *buf;      /* data; NULL for a symbolic tensor */
+  int64_t size;               /* number of elements; -1 when unknown */
+  nbcore_buffer *buf;         /* data; NULL for a symbolic tensor */
   /* symbolic tensors: output `out` of node `node` in `graph`, and its value when it is
      known at build time (a constant or a folded op) */
   struct nb_graph *graph;
   int32_t node, out;
   const nb_tensor *known;
-  uint64_t id;             /* unique in the process: how tapes recognise a tensor */
-  nb_tensor *next_free;    /* next in its release queue (src/core/handles.c) */
+  uint64_t id;          /* unique in the process: how tapes recognise a tensor */
+  nb_tensor *next_free; /* next in its release queue (src/core/handles.c) */
   /* IndexedSlices (TF's sparse gradient): the tensor of this handle's shape that is zero
      except rows indices[i] += values[i]. Such a handle has neither data nor node; the two
      parts are detached handles it owns (see src/ops/indexed_slices.c). NULL when dense. */
@@ -88,32 +93,32 @@ struct nb_ctx {
   /* Eager contexts with tapes: called when a trainable variable is read, so tapes that
      watch accessed variables watch it. */
   void (*watch_read)(nb_ctx *c, nb_variable *v);
-  int tapes_paused;        /* > 0: no tape records (a custom gradient's forward function runs) */
-  uint32_t forwardable;    /* set by a session around one op: bit i when input i dies after it
+  int tapes_paused;       /* > 0: no tape records (a custom gradient's forward function runs) */
+  uint32_t forwardable;   /* set by a session around one op: bit i when input i dies after it
                               (input forwarding, see eager.c) */
-  struct nb_tape **tapes;  /* active tapes, innermost last */
+  struct nb_tape **tapes; /* active tapes, innermost last */
   int ntapes, tapes_cap;
-  struct nb_tape *spare_tapes; /* ended tapes kept for reuse (no allocation per step) */
+  struct nb_tape *spare_tapes;      /* ended tapes kept for reuse (no allocation per step) */
   void (*release_tapes)(nb_ctx *c); /* frees the tapes when the context goes */
   /* Graph contexts infer through this hook (constants substituted, unknown shapes
      deferred); NULL: the op's own infer. */
   nb_code (*infer)(nb_ctx *c, struct nbop_kargs *k);
-  struct nb_graph *graph;  /* the graph a graph context builds; NULL when eager */
+  struct nb_graph *graph; /* the graph a graph context builds; NULL when eager */
   /* Graph contexts turn concrete values made by nb_tensor_from/nb_scalar into Const nodes. */
   nb_tensor *(*constant)(nb_ctx *c, nb_tensor *value);
-  const char *next_name;   /* name for the next node (graph contexts) */
-  const char *run_node;    /* node being run by a session, named in errors */
-  nb_tensor **subst;       /* graph contexts: inputs with known values substituted */
+  const char *next_name; /* name for the next node (graph contexts) */
+  const char *run_node;  /* node being run by a session, named in errors */
+  nb_tensor **subst;     /* graph contexts: inputs with known values substituted */
   int32_t subst_cap;
   nb_code status;
   char error[NBCORE_ERR_CAP];
   int threads;
-  nb_tensor **handles;     /* live handles of every open scope, oldest first */
+  nb_tensor **handles; /* live handles of every open scope, oldest first */
   uint32_t nhandles, handles_cap;
-  uint32_t holes;          /* upper bound on NULL slots left by nb_tensor_free */
-  uint32_t *scopes;        /* scope marks: handle count at nb_scope_begin */
+  uint32_t holes;   /* upper bound on NULL slots left by nb_tensor_free */
+  uint32_t *scopes; /* scope marks: handle count at nb_scope_begin */
   int nscopes, scopes_cap;
-  int scope_floor;         /* scopes nb_scope_end may not close: those open when the running
+  int scope_floor; /* scopes nb_scope_end may not close: those open when the running
                               callback was called (nbcore_scope_enter_callback) */
   nbcore_pool pool;
   /* When set, data blocks come from and return to this context's pool instead: a session
@@ -137,8 +142,7 @@ void nbcore_arena_free(nbcore_arena *a);
 bool nbcore_grow_array(void **arr, int32_t *cap, int32_t need, size_t elem);
 
 /* status */
-nb_code nbcore_fail(nb_ctx *c, nb_code code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+nb_code nbcore_fail(nb_ctx *c, nb_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 nb_code nbcore_vfail(nb_ctx *c, nb_code code, const char *prefix, const char *fmt, va_list ap);
 /* Settles the code a user callback returned (who names it: "nb_while: body"): a failure
    that left c's status unset records one with a message naming the callback, so every
@@ -197,8 +201,8 @@ typedef struct nbcore_scope_frame {
   int depth, floor;
 } nbcore_scope_frame;
 nbcore_scope_frame nbcore_scope_enter_callback(nb_ctx *c);
-nb_code nbcore_scope_leave_callback(nb_ctx *c, nbcore_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
-                                    ...) __attribute__((format(printf, 5, 6)));
+nb_code nbcore_scope_leave_callback(nb_ctx *c, nbcore_scope_frame f, nb_tensor *const *keep, int nkeep,
+                                    const char *who_fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Frees every handle and pooled block of c (the end of a context). */
 void nbcore_ctx_release_all(nb_ctx *c);
 /* A new handle registered in c's current scope; buf is taken over (may be NULL). */
@@ -245,8 +249,7 @@ static inline bool nbcore_dims_known(int rank, const int64_t *shape) { /* inline
 /* Writes "[2,3]" (or "[]" for a scalar) into buf; returns buf. */
 char *nbcore_shape_str(char *buf, size_t cap, int rank, const int64_t *shape);
 /* NumPy broadcasting of two shapes; false when incompatible. */
-bool nbcore_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb,
-                            int *rout, int64_t *sout);
+bool nbcore_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb, int *rout, int64_t *sout);
 /* Normalizes axis in [-rank, rank) to [0, rank); false when out of range. */
 bool nbcore_norm_axis(int64_t axis, int rank, int *out);
 bool nbcore_shape_checked_size(int rank, const int64_t *shape, int64_t *size);
@@ -261,7 +264,7 @@ typedef struct nbcore_bcast {
   int nin, rank;
   int64_t dims[NB_MAX_RANK];
   int64_t strides[NBCORE_BCAST_MAX_IN][NB_MAX_RANK];
-  int64_t outer;           /* product of dims[0..rank-1) */
+  int64_t outer; /* product of dims[0..rank-1) */
 } nbcore_bcast;
 void nbcore_bcast_plan(nbcore_bcast *p, int nin, const nb_tensor *const *in, int rout, const int64_t *sout);
 /* The plan for inputs that all have the output's shape: one flat contiguous run. */

@@ -44,8 +44,7 @@ char *nbcore_shape_str(char *buf, size_t cap, int rank, const int64_t *shape) {
   return buf;
 }
 
-bool nbcore_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb, int *rout,
-                            int64_t *sout) {
+bool nbcore_broadcast_shape(int ra, const int64_t *sa, int rb, const int64_t *sb, int *rout, int64_t *sout) {
   int r = ra > rb ? ra : rb;
   for (int i = 0; i < r; i++) {
     int64_t da = i < r - ra ? 1 : sa[i - (r - ra)];
@@ -76,8 +75,7 @@ static void input_strides(const nb_tensor *x, int rout, const int64_t *sout, int
 
 /* Dim i merges into the collapsed dim j (inner to it) when, for every input, stepping
    over all of dim j lands exactly on the next index of dim i (zero strides included). */
-static bool mergeable(int nin, int64_t st[][NB_MAX_RANK], int i, int64_t cst[][NB_MAX_RANK],
-                      int j, int64_t dj) {
+static bool mergeable(int nin, int64_t st[][NB_MAX_RANK], int i, int64_t cst[][NB_MAX_RANK], int j, int64_t dj) {
   for (int k = 0; k < nin; k++)
     if (st[k][i] != cst[k][j] * dj) return false;
   return true;

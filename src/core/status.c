@@ -5,9 +5,9 @@
 #include <string.h>
 
 const char *nb_code_name(nb_code code) {
-  static const char *const names[] = {
-      "NB_OK",        "NB_INVALID", "NB_SHAPE", "NB_DTYPE",         "NB_NOT_FOUND", "NB_NO_GRADIENT",
-      "NB_NOMEM",     "NB_IO",      "NB_CORRUPT", "NB_UNIMPLEMENTED", "NB_INTERNAL"};
+  static const char *const names[] = {"NB_OK",        "NB_INVALID",       "NB_SHAPE",   "NB_DTYPE",
+                                      "NB_NOT_FOUND", "NB_NO_GRADIENT",   "NB_NOMEM",   "NB_IO",
+                                      "NB_CORRUPT",   "NB_UNIMPLEMENTED", "NB_INTERNAL"};
   return (unsigned)code < sizeof names / sizeof *names ? names[code] : "NBCORE_UNKNOWN_CODE";
 }
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NBCORE_MIN_CLASS_SHIFT 6           /* 64 bytes */
+#define NBCORE_MIN_CLASS_SHIFT 6            /* 64 bytes */
 #define NBCORE_POOL_MAX_CACHED (256u << 20) /* bytes kept for reuse per context */
 
 static int size_class(size_t bytes) {
@@ -264,8 +264,8 @@ nb_tensor *nbcore_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *s
   nbcore_buffer *b = nbcore_buffer_new(c, bytes);
   if (!b) {
     char s[160];
-    nbcore_fail(c, NB_NOMEM, "out of memory allocating %zu bytes for a %s tensor of shape %s", bytes,
-                nb_dtype_name(t), nbcore_shape_str(s, sizeof s, rank, shape));
+    nbcore_fail(c, NB_NOMEM, "out of memory allocating %zu bytes for a %s tensor of shape %s", bytes, nb_dtype_name(t),
+                nbcore_shape_str(s, sizeof s, rank, shape));
     return NULL;
   }
   return nbcore_handle_new(c, t, rank, shape, b);
@@ -362,8 +362,8 @@ nbcore_scope_frame nbcore_scope_enter_callback(nb_ctx *c) {
   return f;
 }
 
-nb_code nbcore_scope_leave_callback(nb_ctx *c, nbcore_scope_frame f, nb_tensor *const *keep, int nkeep, const char *who_fmt,
-                                    ...) {
+nb_code nbcore_scope_leave_callback(nb_ctx *c, nbcore_scope_frame f, nb_tensor *const *keep, int nkeep,
+                                    const char *who_fmt, ...) {
   c->scope_floor = f.floor;
   int open = c->nscopes - f.depth;
   if (open <= 0) return NB_OK; /* fewer cannot be: the floor kept them */

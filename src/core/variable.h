@@ -5,15 +5,15 @@
 #include "core.h"
 
 struct nb_variable {
-  atomic_int refs;         /* the user's handle, plus one per graph whose nodes use it */
-  bool freed;              /* nb_variable_free ran: the value is gone, graphs still refer to it */
+  atomic_int refs; /* the user's handle, plus one per graph whose nodes use it */
+  bool freed;      /* nb_variable_free ran: the value is gone, graphs still refer to it */
   bool trainable;
   nb_dtype dtype;
   int rank;
   int64_t shape[NB_MAX_RANK];
   int64_t size;
-  nbcore_buffer *buf;      /* the current value; NULL once freed */
-  uint64_t id;             /* the tensor id every eager read carries (tapes key by it) */
+  nbcore_buffer *buf; /* the current value; NULL once freed */
+  uint64_t id;        /* the tensor id every eager read carries (tapes key by it) */
   char *name;
 };
 

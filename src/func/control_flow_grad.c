@@ -72,8 +72,10 @@ static nb_tensor **grad_fn_inputs(nb_ctx *c, const nb_fwd_op *op, const nb_funct
 /* dxs[first + i] = outs[i] for the float inputs; the others' results are dropped. */
 static void hand_out(const nb_fwd_op *op, nb_tensor **outs, int n, int first, nb_tensor **dxs) {
   for (int i = 0; i < n; i++) {
-    if (nbcore_is_float(nb_dtype_of(nb_fwd_input(op, first + i)))) dxs[first + i] = outs[i];
-    else nb_tensor_free(outs[i]);
+    if (nbcore_is_float(nb_dtype_of(nb_fwd_input(op, first + i))))
+      dxs[first + i] = outs[i];
+    else
+      nb_tensor_free(outs[i]);
   }
 }
 
@@ -149,8 +151,8 @@ typedef struct branch_grad {
   int nextra, nreads;
 } branch_grad;
 
-static nb_code seeds_of(nb_function *b, const nbfunc_if_grad *w, int which, bool seeded, nb_tensor **ys, nb_tensor **gys,
-                        int *ny, branch_grad *r) {
+static nb_code seeds_of(nb_function *b, const nbfunc_if_grad *w, int which, bool seeded, nb_tensor **ys,
+                        nb_tensor **gys, int *ny, branch_grad *r) {
   for (int o = 0; o < b->nres; o++) {
     if (!nbcore_is_float(b->res[o]->dtype)) continue;
     nb_tensor *ph = new_arg(b, b->res[o], "dy");
@@ -164,7 +166,8 @@ static nb_code seeds_of(nb_function *b, const nbfunc_if_grad *w, int which, bool
     if (!slot) return NB_NOMEM;
     if (!nbcore_is_float(slot->dtype)) continue;
     bool own = own_slot(w, which, a);
-    nb_tensor *ph = own ? new_arg(b, slot, "d_intermediate") : new_arg(b, &(nb_tensor){.dtype = slot->dtype, .rank = -1}, "unused");
+    nb_tensor *ph =
+        own ? new_arg(b, slot, "d_intermediate") : new_arg(b, &(nb_tensor){.dtype = slot->dtype, .rank = -1}, "unused");
     if (!ph) return NB_NOMEM;
     if (own) ys[*ny] = slot, gys[(*ny)++] = ph;
     r->extra[r->nextra++] = nbgraph_key_of(ph);
@@ -185,8 +188,10 @@ static nb_code build_branch_grad(nb_ctx *c, nb_function *b, const nbfunc_if_grad
   int extra = 0, nfwd = seeded ? w->nfwd[which] : from;
   if (!code && gradient_reads(b->g, from, nfwd, computed, 0, &r->reads, &r->nreads, &extra)) code = NB_NOMEM;
   if (!code && seeded && extra)
-    code = nb_set_error(c, NB_UNIMPLEMENTED, "If gradient: this second-order gradient reads %d branch intermediates the "
-                        "first-order gradient did not", extra);
+    code = nb_set_error(c, NB_UNIMPLEMENTED,
+                        "If gradient: this second-order gradient reads %d branch intermediates the "
+                        "first-order gradient did not",
+                        extra);
   nbfunc_grad_done(c, b, "If gradient", code);
   free(ys);
   return code;
@@ -229,7 +234,8 @@ static nb_code make_slots(nb_function *const *br, nbfunc_if_grad *w, branch_grad
         continue;
       }
       const nb_graph *g = br[src]->g;
-      nb_tensor like = {.dtype = g->outs[g->nodes[nbgraph_key_node(key)].out0 + nbgraph_key_out(key)].meta.dtype, .rank = -1};
+      nb_tensor like = {.dtype = g->outs[g->nodes[nbgraph_key_node(key)].out0 + nbgraph_key_out(key)].meta.dtype,
+                        .rank = -1};
       nb_tensor *ph = new_arg(br[b], &like, "other_branch");
       if (!ph) return NB_NOMEM;
       w->slots[b][a] = nbgraph_key_of(ph);
@@ -300,7 +306,8 @@ static nb_code build_seeded(nb_ctx *c, nb_function *const *br, nbfunc_if_grad *w
   for (int b = 0; b < 2 && !code; b++) {
     branch_grad r = {0};
     int first = b ? w->nread[0] : 0; /* its own intermediates: a seeded build must read no others */
-    if (!(r.reads = malloc(((size_t)w->nread[b] + 1) * sizeof *r.reads))) code = nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
+    if (!(r.reads = malloc(((size_t)w->nread[b] + 1) * sizeof *r.reads)))
+      code = nb_set_error(c, NB_NOMEM, "If gradient: out of memory");
     for (int a = 0; a < w->nread[b] && !code; a++) r.reads[r.nreads++] = w->slots[b][first + a];
     if (!code) code = build_branch_grad(c, br[b], w, b, true, &r);
     if (!code && !(w->fn[1][b] = extract_branch_grad(c, br[b], w, b, &r))) code = nb_status(c);
@@ -416,13 +423,17 @@ static nb_code build_step(nb_ctx *c, nb_function *b, nbfunc_while_grad *w, int32
   int extra = 0;
   if (!code && collect_reads(g, b, from, nfwd, &w->acc, &w->nacc, &extra)) code = NB_NOMEM;
   if (!code && dacc && extra) /* the accumulators are fixed once the first gradient exists */
-    code = nb_set_error(c, NB_UNIMPLEMENTED, "While gradient: this second-order gradient reads %d loop intermediates "
-                        "the first-order gradient did not accumulate", extra);
+    code = nb_set_error(c, NB_UNIMPLEMENTED,
+                        "While gradient: this second-order gradient reads %d loop intermediates "
+                        "the first-order gradient did not accumulate",
+                        extra);
   if (!code) {
     nargs = w->nacc + ncap + ny;
     int64_t *k = realloc(keys, ((size_t)nargs + nx + 1) * sizeof *k);
-    if (!k) code = NB_NOMEM;
-    else keys = k;
+    if (!k)
+      code = NB_NOMEM;
+    else
+      keys = k;
   }
   if (!code) {
     int n = 0;
@@ -461,8 +472,10 @@ static nb_code add_accumulators(nb_ctx *c, const nb_fwd_op *op, nb_function *b, 
   nb_code code = NB_OK;
   for (int a = 0; a < w->nacc && !code; a++) {
     nb_tensor *t = nbgraph_handle(b->c, b->g, nbgraph_key_node(w->acc[a]), nbgraph_key_out(w->acc[a]));
-    if (!t) code = NB_NOMEM;
-    else b->res[b->nres + a] = t;
+    if (!t)
+      code = NB_NOMEM;
+    else
+      b->res[b->nres + a] = t;
   }
   nb_tensor *const *acc = b->res + b->nres;
   if (!code) nbfunc_cf_accumulator_metas(acc, w->nacc, m);
@@ -478,9 +491,10 @@ static nb_code build_while_grad(nb_ctx *c, const nb_fwd_op *op, nb_function *b) 
   nbfunc_while_grad *w = calloc(1, sizeof *w);
   if (!w) return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
   w->nfwd = b->g->nnodes;
-  nb_code code = float_indices(b, 1, b->nres, &w->fvars, &w->nfv) || float_indices(b, b->nres, b->nargs, &w->fcaps, &w->nfc)
-                     ? nb_set_error(c, NB_NOMEM, "While gradient: out of memory")
-                     : NB_OK;
+  nb_code code =
+      float_indices(b, 1, b->nres, &w->fvars, &w->nfv) || float_indices(b, b->nres, b->nargs, &w->fcaps, &w->nfc)
+          ? nb_set_error(c, NB_NOMEM, "While gradient: out of memory")
+          : NB_OK;
   if (!code) code = build_step(c, b, w, w->nfwd, false);
   if (!code && !(w->facc = malloc(((size_t)w->nacc + 1) * sizeof *w->facc))) code = NB_NOMEM;
   for (int a = 0; a < w->nacc && !code; a++) {
@@ -527,16 +541,16 @@ static nb_function *step_for(nb_ctx *c, nb_function *b, nbfunc_while_grad *w, bo
 typedef struct reverse {
   nbfunc_while_grad *w;
   nb_function *step;
-  nb_tensor *iters;        /* the forward loop's iteration count */
-  nb_tensor **stacks;      /* its accumulators */
-  nb_tensor **index;       /* per accumulator: a ragged one's index, else NULL */
-  nb_tensor *const *acc;   /* the accumulated tensors, in the body (their static shapes) */
-  nb_tensor **dstacks;     /* the gradients of its float accumulators (second order), or NULL */
-  nb_tensor *const *caps;  /* its captured inputs */
-  nb_tensor **caps_t;      /* per capture: its transpose, made before the loop for the
+  nb_tensor *iters;       /* the forward loop's iteration count */
+  nb_tensor **stacks;     /* its accumulators */
+  nb_tensor **index;      /* per accumulator: a ragged one's index, else NULL */
+  nb_tensor *const *acc;  /* the accumulated tensors, in the body (their static shapes) */
+  nb_tensor **dstacks;    /* the gradients of its float accumulators (second order), or NULL */
+  nb_tensor *const *caps; /* its captured inputs */
+  nb_tensor **caps_t;     /* per capture: its transpose, made before the loop for the
                               products that read it transposed (see plain_products), or NULL */
   int ncap;
-  const int *sel;          /* the float captures (indices into w->fcaps) differentiated */
+  const int *sel; /* the float captures (indices into w->fcaps) differentiated */
   int nsel;
   const nb_shape_spec *shapes; /* the reverse loop variables' shapes */
 } reverse;
@@ -639,7 +653,8 @@ static nb_code reverse_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, vo
     next[0] = nb_add(c, v[0], nb_scalar(c, NB_I64, 1));
     for (int i = 0; i < w->nfv; i++) next[1 + i] = with_shape(c, outs[i], &r->shapes[1 + i]);
     for (int q = 0; q < r->nsel; q++)
-      next[1 + w->nfv + q] = with_shape(c, add_to_sum(c, v[1 + w->nfv + q], outs[w->nfv + q]), &r->shapes[1 + w->nfv + q]);
+      next[1 + w->nfv + q] =
+          with_shape(c, add_to_sum(c, v[1 + w->nfv + q], outs[w->nfv + q]), &r->shapes[1 + w->nfv + q]);
     code = nb_status(c);
   }
   free(ins);
@@ -740,9 +755,16 @@ static nb_code while_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys,
     return nb_set_error(c, NB_NOMEM, "While gradient: out of memory");
   }
   nb_tensor **index = stacks + w->nacc, **dstacks = index + w->nacc, **caps = dstacks + w->nfa;
-  reverse r = {.w = w, .iters = first, .stacks = stacks, .index = index, .acc = b->res + b->nres,
-               .dstacks = second ? dstacks : NULL, .caps = caps, .caps_t = caps + b->nargs,
-               .ncap = b->nargs - b->nres, .sel = sel};
+  reverse r = {.w = w,
+               .iters = first,
+               .stacks = stacks,
+               .index = index,
+               .acc = b->res + b->nres,
+               .dstacks = second ? dstacks : NULL,
+               .caps = caps,
+               .caps_t = caps + b->nargs,
+               .ncap = b->nargs - b->nres,
+               .sel = sel};
   uint64_t mask = wanted_captures(op, w, sel, &r.nsel);
   r.step = step_for(c, b, w, second, mask);
   nb_code code = r.step ? NB_OK : nb_status(c);

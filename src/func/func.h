@@ -32,7 +32,8 @@ nb_code nbfunc_cf_check_next(nb_ctx *c, const char *who, nb_tensor *const *vars,
 nb_code nbfunc_cf_call_body(nb_ctx *c, const char *who, nb_body_fn fn, nb_tensor *const *in, nb_tensor **out, int nout,
                             void *user);
 /* The same for a cond function writing *pred. */
-nb_code nbfunc_cf_call_cond(nb_ctx *c, const char *who, nb_cond_fn fn, nb_tensor *const *in, nb_tensor **pred, void *user);
+nb_code nbfunc_cf_call_cond(nb_ctx *c, const char *who, nb_cond_fn fn, nb_tensor *const *in, nb_tensor **pred,
+                            void *user);
 
 /* A function graph (TF's FunctionDef): a graph, arguments (placeholders) and results, all
    handles of the context it was traced in. A session over it runs it; one is cached for
@@ -48,10 +49,10 @@ struct nb_function {
   atomic_llong iters_hint; /* While bodies: the iterations the last run took (sizes the stacks) */
   int64_t *caps;           /* the parent-graph tensors its last ncaps arguments capture */
   int ncaps;
-  nb_function *grad;       /* its symbolic gradient, built on first use */
-  nb_grad_fn user_grad;    /* a gradient the user set for calls of it, or NULL */
+  nb_function *grad;               /* its symbolic gradient, built on first use */
+  nb_grad_fn user_grad;            /* a gradient the user set for calls of it, or NULL */
   struct nbfunc_while_grad *wgrad; /* While bodies: the loop gradient's pieces, built on first use */
-  struct nbfunc_if_grad *igrad; /* If then-branches: the If gradient's pieces, built on first use */
+  struct nbfunc_if_grad *igrad;    /* If then-branches: the If gradient's pieces, built on first use */
   nb_session *cached;
   atomic_bool busy;
 };
@@ -65,7 +66,8 @@ nb_function *nbfunc_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const i
 /* A rewrite of one node as nbfunc_inline copies it: given the node and its inputs in
    c, it may make the outputs itself (out[0..n->nout)) and return true (errors on c); false
    copies the node as it is. */
-typedef bool (*nbfunc_inline_rewrite)(nb_ctx *c, const nbgraph_node *n, nb_tensor *const *in, nb_tensor **out, void *user);
+typedef bool (*nbfunc_inline_rewrite)(nb_ctx *c, const nbgraph_node *n, nb_tensor *const *in, nb_tensor **out,
+                                      void *user);
 /* f's nodes copied into c (a graph context: added there; eager: run) on arguments
    in[0..f->nargs), giving its results out[0..f->nres): a call without a call node, so
    its ops can fuse with the caller's. rewrite (may be NULL) sees each node first. */
@@ -97,16 +99,15 @@ static inline nb_function *nbfunc_from_bits(int64_t bits) {
    threads for its ops. It takes over (frees) args[0..take), whatever the outcome, so its
    ops may write over those that die in it. On error sets the message on k and returns
    its code. */
-nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take,
-                   nb_tensor **res);
+nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take, nb_tensor **res);
 
 /* The pieces of a While's gradient (control_flow_grad.c), kept on its body. */
 typedef struct nbfunc_while_grad {
-  int64_t *acc;            /* the accumulated intermediates (keys in the body graph) */
+  int64_t *acc; /* the accumulated intermediates (keys in the body graph) */
   int nacc;
-  int *fvars, nfv;         /* body arguments that are float loop variables */
-  int *fcaps, nfc;         /* body arguments that are float captures */
-  int *facc, nfa;          /* accumulators that are float (second order seeds them) */
+  int *fvars, nfv; /* body arguments that are float loop variables */
+  int *fcaps, nfc; /* body arguments that are float captures */
+  int *facc, nfa;  /* accumulators that are float (second order seeds them) */
   /* The gradient in the body graph, as the keys of one reverse step: arguments
      (acc..., caps..., d next..., [d acc...]) then results (d vars..., d caps...); [1]
      with the accumulators seeded (second order), built on need. */
@@ -114,10 +115,10 @@ typedef struct nbfunc_while_grad {
   int nkargs[2];
   struct nbfunc_step_fn *steps; /* reverse steps extracted, per (seeded, captures differentiated) */
   int nsteps;
-  int32_t nfwd;            /* the body's nodes before any gradient: the forward ones */
+  int32_t nfwd; /* the body's nodes before any gradient: the forward ones */
 } nbfunc_while_grad;
 typedef struct nbfunc_step_fn {
-  uint64_t mask;           /* bit q: the gradient of float capture q is a result */
+  uint64_t mask; /* bit q: the gradient of float capture q is a result */
   bool seeded;
   nb_function *f;
 } nbfunc_step_fn;
@@ -130,11 +131,11 @@ void nbfunc_while_grad_free(nbfunc_while_grad *w);
    else-intermediates..., d results..., [d intermediates...]), results d arguments; [1]
    with the intermediates seeded (second order), built on need. */
 typedef struct nbfunc_if_grad {
-  int nread[2];            /* intermediates of the then and the else branch */
-  int32_t nfwd[2];         /* each branch's nodes before any gradient: the forward ones */
-  int64_t *slots[2];       /* per branch: its tensors standing for [then's..., else's...]:
+  int nread[2];          /* intermediates of the then and the else branch */
+  int32_t nfwd[2];       /* each branch's nodes before any gradient: the forward ones */
+  int64_t *slots[2];     /* per branch: its tensors standing for [then's..., else's...]:
                               its own intermediates, placeholders for the other's */
-  nb_function *fn[2][2];   /* [seeded][branch] */
+  nb_function *fn[2][2]; /* [seeded][branch] */
 } nbfunc_if_grad;
 void nbfunc_if_grad_free(nbfunc_if_grad *w);
 

@@ -66,8 +66,7 @@ static nb_code own_function(nb_graph *g, nb_function *f) {
   return NB_OK;
 }
 
-nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take,
-                   nb_tensor **res) {
+nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take, nb_tensor **res) {
   bool busy = atomic_exchange(&f->busy, true);
   nb_session *s = busy ? nb_session_new(f->g) : f->cached ? f->cached : (f->cached = nb_session_new(f->g));
   if (!s) {
@@ -84,7 +83,8 @@ nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *c
   if (code) nbop_kfail(k, code, "%s: %s", what, nb_session_error(s));
   for (int i = 0; i < nres && !code; i++) /* released into the shared pool later, not to malloc */
     if (!(res[i] = nbcore_adopt_detached(k->ctx, res[i]))) {
-      code = nb_status(k->ctx) ? nb_status(k->ctx) : nbop_kfail(k, NB_NOMEM, "out of memory taking the %s's results", what);
+      code = nb_status(k->ctx) ? nb_status(k->ctx)
+                               : nbop_kfail(k, NB_NOMEM, "out of memory taking the %s's results", what);
       for (int j = 0; j < nres; j++) /* the caller gets none of them */
         if (j != i) nb_tensor_free(res[j]);
     }
@@ -184,8 +184,10 @@ static nb_code unify_captures(nb_function *const *fs, int nf, int64_t **keys, in
 static nb_code own_pair(nb_ctx *c, const char *who, nb_function *a, nb_function *b, nb_code code) {
   nb_function *keep[2] = {a, b};
   for (int i = 0; i < 2 && !code; i++) {
-    if (own_function(c->graph, keep[i])) code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
-    else keep[i] = NULL;
+    if (own_function(c->graph, keep[i]))
+      code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
+    else
+      keep[i] = NULL;
   }
   function_free(keep[0]);
   function_free(keep[1]);
@@ -225,7 +227,7 @@ nb_code nbfunc_cf_node(nb_ctx *c, const char *type, nb_tensor *const *in, int ni
 typedef struct while_trace {
   nb_ctx *c;
   nb_function *cond, *body;
-  int n;                   /* user loop variables; the loop's are [counter, vars..., captures...] */
+  int n; /* user loop variables; the loop's are [counter, vars..., captures...] */
   int64_t *keys;
   int nkeys;
 } while_trace;
@@ -281,7 +283,8 @@ static nb_code trace_while(while_trace *w, nb_cond_fn cond, nb_body_fn body, voi
   code = trace_cond(w, cond, user, max_iters);
   if (!code) code = trace_body(w, body, user, inv);
   nb_function *fs[2] = {w->cond, w->body};
-  if (!code && unify_captures(fs, 2, &w->keys, &w->nkeys)) code = nbcore_fail(w->c, NB_NOMEM, "nb_while: out of memory");
+  if (!code && unify_captures(fs, 2, &w->keys, &w->nkeys))
+    code = nbcore_fail(w->c, NB_NOMEM, "nb_while: out of memory");
   return code;
 }
 
@@ -301,8 +304,10 @@ nb_code nbfunc_graph_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *us
     code = first[0] ? add_cf_node(c, "While", first, 1 + n, w.keys, w.nkeys, w.cond, w.body, outs, total) : c->status;
     nb_tensor_free(first[0]);
     for (int i = 0; i < total && !code; i++) {
-      if (i >= 1 && i <= n) out[i - 1] = outs[i];
-      else nb_tensor_free(outs[i]);
+      if (i >= 1 && i <= n)
+        out[i - 1] = outs[i];
+      else
+        nb_tensor_free(outs[i]);
     }
   }
   free(first);
@@ -340,8 +345,8 @@ static nb_code check_branches(nb_ctx *c, const nb_function *t, const nb_function
 nb_code nbfunc_graph_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
                           nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
   if (pred->dtype != NB_BOOL || pred->rank > 0)
-    return nbcore_fail(c, NB_INVALID, "nb_cond: the predicate must be a bool scalar, got %s %s", nb_dtype_name(pred->dtype),
-                       pred->rank < 0 ? "<unknown rank>" : nbop_tstr(pred));
+    return nbcore_fail(c, NB_INVALID, "nb_cond: the predicate must be a bool scalar, got %s %s",
+                       nb_dtype_name(pred->dtype), pred->rank < 0 ? "<unknown rank>" : nbop_tstr(pred));
   nb_function *fs[2] = {function_new(c->graph), function_new(c->graph)};
   nb_code code = !fs[0] || !fs[1] ? nbcore_fail(c, NB_NOMEM, "nb_cond: out of memory") : NB_OK;
   if (!code) code = trace_branch(c, fs[0], "nb_cond: then branch", then_fn, user, in, nin, nout);
@@ -378,7 +383,7 @@ typedef struct extractor {
   void *user;
   uint32_t gen;
   int32_t *order, norder;
-  nb_tensor **h;           /* copies of the outputs of ordered nodes, at node->slot */
+  nb_tensor **h; /* copies of the outputs of ordered nodes, at node->slot */
 } extractor;
 
 static int arg_index(const extractor *x, int64_t key) {
@@ -441,7 +446,8 @@ static nb_code copy_node(extractor *x, int32_t id, nb_tensor **ins) {
     return NB_OK;
   }
   if (strcmp(n->def->name, "Placeholder") == 0)
-    return nbcore_fail(x->err, NB_INVALID, "the function needs placeholder '%s', which is not one of its arguments", n->name);
+    return nbcore_fail(x->err, NB_INVALID, "the function needs placeholder '%s', which is not one of its arguments",
+                       n->name);
   for (int32_t i = 0; i < n->nin; i++) {
     const nbgraph_edge *e = &x->src->edges[n->in0 + i];
     ins[i] = copied(x, nbgraph_key(e->src, e->out));
@@ -486,7 +492,8 @@ nb_function *nbfunc_extract(nb_ctx *err, nb_graph *owner, nb_graph *src, const i
   nb_function *f = function_new(NULL);
   nbop_meta *m = malloc(((size_t)nargs + 1) * sizeof *m);
   nb_code code = !f || !m ? NB_NOMEM : NB_OK;
-  for (int i = 0; i < nargs && !code; i++) m[i] = src->outs[src->nodes[nbgraph_key_node(arg_keys[i])].out0 + nbgraph_key_out(arg_keys[i])].meta;
+  for (int i = 0; i < nargs && !code; i++)
+    m[i] = src->outs[src->nodes[nbgraph_key_node(arg_keys[i])].out0 + nbgraph_key_out(arg_keys[i])].meta;
   if (!code) code = add_args(f, m, nargs);
   if (!code && !(f->res = malloc(((size_t)nres + 1) * sizeof *f->res))) code = NB_NOMEM;
   if (!code) { /* after add_args, which moves f->args */
@@ -511,8 +518,14 @@ nb_code nbfunc_inline(nb_ctx *c, nb_function *f, nb_tensor *const *in, nbfunc_in
   if (!keys) return nbcore_fail(c, NB_NOMEM, "inlining a function: out of memory");
   for (int i = 0; i < f->nargs; i++) keys[i] = nbgraph_key_of(f->args[i]);
   for (int r = 0; r < f->nres; r++) keys[f->nargs + r] = nbgraph_key_of(f->res[r]);
-  extractor x = {.err = c, .src = f->g, .to = c, .subst = in, .arg_keys = keys, .nargs = f->nargs,
-                 .rewrite = rewrite, .user = user};
+  extractor x = {.err = c,
+                 .src = f->g,
+                 .to = c,
+                 .subst = in,
+                 .arg_keys = keys,
+                 .nargs = f->nargs,
+                 .rewrite = rewrite,
+                 .user = user};
   nb_code code = copy_results(&x, keys + f->nargs, f->nres, out);
   free(keys);
   if (code && !c->status) nbcore_fail(c, code, "inlining a function: out of memory");
@@ -588,7 +601,8 @@ static nb_code trace_user(nb_ctx *c, nb_function *f, nb_body_fn fn, void *user, 
                           int nout) {
   nb_code code = trace_branch(c, f, "nb_function_new", fn, user, like, nin, nout);
   nb_function *fs[1] = {f};
-  if (!code && unify_captures(fs, 1, &f->caps, &f->ncaps)) code = nbcore_fail(c, NB_NOMEM, "nb_function_new: out of memory");
+  if (!code && unify_captures(fs, 1, &f->caps, &f->ncaps))
+    code = nbcore_fail(c, NB_NOMEM, "nb_function_new: out of memory");
   if (!code && f->nargs < 1)
     code = nbcore_fail(c, NB_INVALID, "nb_function_new: a function needs at least one argument or captured tensor");
   if (!code && own_function(c->graph, f)) code = nbcore_fail(c, NB_NOMEM, "nb_function_new: out of memory");
@@ -602,8 +616,8 @@ nb_function *nb_function_new(nb_ctx *c, nb_body_fn fn, void *user, nb_tensor *co
     return NULL;
   }
   if (!fn || nout < 1 || nin < 0 || (nin > 0 && !like)) {
-    nbcore_fail(c, NB_INVALID, "nb_function_new: NULL function or arguments, or counts out of range (nin %d, nout %d)", nin,
-                nout);
+    nbcore_fail(c, NB_INVALID, "nb_function_new: NULL function or arguments, or counts out of range (nin %d, nout %d)",
+                nin, nout);
     return NULL;
   }
   for (int i = 0; i < nin; i++)
@@ -631,7 +645,8 @@ nb_code nb_call_function(nb_ctx *c, nb_function *f, nb_tensor *const *in, int ni
   if (c->graph != f->g->parent)
     return nbcore_fail(c, NB_INVALID, "nb_call_function: the function belongs to another graph");
   if (nin != f->nargs - f->ncaps || nout != f->nres)
-    return nbcore_fail(c, NB_INVALID, "nb_call_function: the function takes %d inputs and gives %d outputs, not %d and %d",
+    return nbcore_fail(c, NB_INVALID,
+                       "nb_call_function: the function takes %d inputs and gives %d outputs, not %d and %d",
                        f->nargs - f->ncaps, f->nres, nin, nout);
   nb_tensor **ins = malloc(((size_t)f->nargs + 1) * sizeof *ins);
   if (!ins) return nbcore_fail(c, NB_NOMEM, "nb_call_function: out of memory");

@@ -63,8 +63,8 @@ static bool while_accumulates(const nbop_kargs *k) {
 static nb_code while_validate(nbop_kargs *k) {
   const nb_function *cond = fn_attr(k, CF_FIRST_FN), *body = fn_attr(k, CF_SECOND_FN);
   if (k->nin != body->nargs || k->nin != cond->nargs || (k->nout != k->nin && !while_accumulates(k)) || cond->nres != 1)
-    return nbop_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its functions (%d arguments)", k->nin, k->nout,
-                      body->nargs);
+    return nbop_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its functions (%d arguments)", k->nin,
+                      k->nout, body->nargs);
   return check_arg_dtypes(k, body, 0);
 }
 
@@ -114,14 +114,14 @@ static nb_code run_cond(nbop_kargs *k, nb_function *cond, nb_tensor **cur, bool 
    that variable (an RNN's h_{t-1} and h_t), is that result one iteration late: the two
    share one stack [initial value, result 0, result 1, ...] and output views of it. */
 typedef struct accumulator {
-  nb_tensor *stack;        /* dense: [capacity, shape]; ragged: the values, flat; NULL before any */
-  nb_tensor *index;        /* ragged: [capacity, NBOP_CF_INDEX_COLS] */
-  int64_t n;               /* values pushed */
-  int64_t cap;             /* rows of room: in the stack (dense) or the index (ragged) */
-  int64_t used, room;      /* ragged: elements of the flat stack used, and allocated */
+  nb_tensor *stack;   /* dense: [capacity, shape]; ragged: the values, flat; NULL before any */
+  nb_tensor *index;   /* ragged: [capacity, NBOP_CF_INDEX_COLS] */
+  int64_t n;          /* values pushed */
+  int64_t cap;        /* rows of room: in the stack (dense) or the index (ragged) */
+  int64_t used, room; /* ragged: elements of the flat stack used, and allocated */
   bool ragged;
-  int late;                /* >= 0: this argument's values are accumulator `late`'s, one behind */
-  int first_var;           /* >= 0: the stack starts with this loop variable's initial value */
+  int late;      /* >= 0: this argument's values are accumulator `late`'s, one behind */
+  int first_var; /* >= 0: the stack starts with this loop variable's initial value */
 } accumulator;
 
 /* Which loop variable j < nv accumulated value x of the body is the argument of, or -1. */
@@ -189,12 +189,13 @@ static nb_code push_dense(nbop_kargs *k, accumulator *acc, int a, const nb_tenso
 /* Appends x's elements to the flat stack and its place and shape to the index. */
 static nb_code push_ragged(nbop_kargs *k, accumulator *acc, const nb_tensor *x, int64_t first) {
   static const int64_t cols = NBOP_CF_INDEX_COLS;
-  nb_code code = reserve_rows(k, &acc->stack, &acc->room, acc->used, acc->used + x->size, first * x->size, x->dtype, 0,
-                              NULL);
+  nb_code code =
+      reserve_rows(k, &acc->stack, &acc->room, acc->used, acc->used + x->size, first * x->size, x->dtype, 0, NULL);
   if (!code) code = reserve_rows(k, &acc->index, &acc->cap, acc->n, acc->n + 1, first, NB_I64, 1, &cols);
   if (code) return code;
   size_t size = nb_dtype_size(x->dtype);
-  if (x->size) memcpy((char *)nbcore_tdata(acc->stack) + (size_t)acc->used * size, nbcore_tdata(x), (size_t)x->size * size);
+  if (x->size)
+    memcpy((char *)nbcore_tdata(acc->stack) + (size_t)acc->used * size, nbcore_tdata(x), (size_t)x->size * size);
   int64_t *row = (int64_t *)nbcore_tdata(acc->index) + acc->n * NBOP_CF_INDEX_COLS;
   memset(row, 0, NBOP_CF_INDEX_COLS * sizeof *row);
   row[0] = acc->used;
@@ -386,8 +387,8 @@ static nb_code if_kernel(nbop_kargs *k) {
 static nb_code call_validate(nbop_kargs *k) {
   const nb_function *f = fn_attr(k, CF_FIRST_FN);
   if (k->nin != f->nargs || k->nout != f->nres)
-    return nbop_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its function (%d arguments, %d results)", k->nin,
-                      k->nout, f->nargs, f->nres);
+    return nbop_kfail(k, NB_INVALID, "%d inputs and %d outputs do not fit its function (%d arguments, %d results)",
+                      k->nin, k->nout, f->nargs, f->nres);
   return check_arg_dtypes(k, f, 0);
 }
 

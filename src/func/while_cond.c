@@ -23,8 +23,8 @@ static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknow
 static nbfunc_shape_inv *nbfunc_shape_inv_from(nb_ctx *c, const char *who, const nb_shape_spec *specs, int n) {
   for (int i = 0; i < n; i++)
     if (specs[i].rank < -1 || specs[i].rank > NB_MAX_RANK || (specs[i].rank > 0 && !specs[i].dims)) {
-      nbcore_fail(c, NB_SHAPE, "%s: the declared shape of loop variable %d has rank %d (need -1 .. %d, with dims)", who, i,
-                  specs[i].rank, NB_MAX_RANK);
+      nbcore_fail(c, NB_SHAPE, "%s: the declared shape of loop variable %d has rank %d (need -1 .. %d, with dims)", who,
+                  i, specs[i].rank, NB_MAX_RANK);
       return NULL;
     }
   nbfunc_shape_inv *inv = malloc((size_t)n * sizeof *inv);
@@ -46,11 +46,13 @@ static bool nbfunc_shape_inv_admits(const nbfunc_shape_inv *inv, const nb_tensor
 }
 
 /* Checks that each declared shape admits its variable's initial shape. */
-static nb_code nbfunc_shape_inv_check_vars(nb_ctx *c, const char *who, const nbfunc_shape_inv *inv, nb_tensor *const *vars, int n) {
+static nb_code nbfunc_shape_inv_check_vars(nb_ctx *c, const char *who, const nbfunc_shape_inv *inv,
+                                           nb_tensor *const *vars, int n) {
   for (int i = 0; i < n; i++)
     if (!nbcore_shape_fits(vars[i]->rank, vars[i]->shape, inv[i].rank, inv[i].shape))
-      return nbcore_fail(c, NB_SHAPE, "%s: loop variable %d has shape %s, which its declared shape %s does not admit", who,
-                         i, shape_str(vars[i]), inv[i].rank < 0 ? "<unknown rank>" : nbop_sstr(inv[i].rank, inv[i].shape));
+      return nbcore_fail(c, NB_SHAPE, "%s: loop variable %d has shape %s, which its declared shape %s does not admit",
+                         who, i, shape_str(vars[i]),
+                         inv[i].rank < 0 ? "<unknown rank>" : nbop_sstr(inv[i].rank, inv[i].shape));
   return NB_OK;
 }
 
@@ -80,7 +82,8 @@ nb_code nbfunc_cf_call_body(nb_ctx *c, const char *who, nb_body_fn fn, nb_tensor
   return code ? code : left ? left : nb_status(c);
 }
 
-nb_code nbfunc_cf_call_cond(nb_ctx *c, const char *who, nb_cond_fn fn, nb_tensor *const *in, nb_tensor **pred, void *user) {
+nb_code nbfunc_cf_call_cond(nb_ctx *c, const char *who, nb_cond_fn fn, nb_tensor *const *in, nb_tensor **pred,
+                            void *user) {
   nbcore_scope_frame f = nbcore_scope_enter_callback(c);
   nb_code code = fn(c, in, pred, user);
   nb_code left = nbcore_scope_leave_callback(c, f, pred, 1, "%s", who);
@@ -93,7 +96,8 @@ static nb_code read_pred(nb_ctx *c, const char *who, const nb_tensor *pred, bool
   if (pred->dtype != NB_BOOL || pred->rank != 0)
     return nbcore_fail(c, NB_INVALID, "%s: the predicate must be a bool scalar, got %s %s", who,
                        nb_dtype_name(pred->dtype), shape_str(pred));
-  if (!pred->buf) return nbcore_fail(c, NB_INVALID, "%s: the predicate has no value (a graph tensor in an eager loop)", who);
+  if (!pred->buf)
+    return nbcore_fail(c, NB_INVALID, "%s: the predicate has no value (a graph tensor in an eager loop)", who);
   *value = *(const uint8_t *)nbcore_tdata(pred) != 0;
   return NB_OK;
 }
@@ -165,8 +169,10 @@ static nb_code eager_while(nb_ctx *c, nb_cond_fn cond, nb_body_fn body, void *us
     code = own_results(c, cur, n, mark);
     owned = !code;
   }
-  if (!code) memcpy(out, cur, (size_t)n * sizeof *out);
-  else if (owned) free_vars(cur, n);
+  if (!code)
+    memcpy(out, cur, (size_t)n * sizeof *out);
+  else if (owned)
+    free_vars(cur, n);
   free(cur);
   return code;
 }
@@ -218,7 +224,8 @@ static nb_code eager_cond(nb_ctx *c, bool taken, nb_body_fn then_fn, nb_body_fn 
   const char *callback = taken ? "nb_cond: then branch: the callback" : "nb_cond: else branch: the callback";
   if (!code) code = nbcore_callback_code(c, who, nbfunc_cf_call_body(c, callback, fn, in, out, nout, user));
   for (int i = 0; i < nout && !code; i++)
-    if (!out[i]) code = nbcore_fail(c, NB_INVALID, "nb_cond: the %s branch left output %d NULL", taken ? "then" : "else", i);
+    if (!out[i])
+      code = nbcore_fail(c, NB_INVALID, "nb_cond: the %s branch left output %d NULL", taken ? "then" : "else", i);
   if (!code) code = own_results(c, out, nout, mark);
   nb_scope_end(c, out, code ? 0 : nout);
   if (code)
@@ -226,14 +233,15 @@ static nb_code eager_cond(nb_ctx *c, bool taken, nb_body_fn then_fn, nb_body_fn 
   return code;
 }
 
-nb_code nb_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user,
-                nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
+nb_code nb_cond(nb_ctx *c, nb_tensor *pred, nb_body_fn then_fn, nb_body_fn else_fn, void *user, nb_tensor *const *in,
+                int nin, nb_tensor **out, int nout) {
   if (!c) return NB_INVALID;
   for (int i = 0; out && i < nout; i++) out[i] = NULL;
   if (c->status) return c->status;
   if (!pred || !then_fn || !else_fn || !out || nout < 1 || nin < 0 || (nin > 0 && !in))
-    return nbcore_fail(c, NB_INVALID, "nb_cond: NULL predicate, branch, in or out, or counts out of range (nin %d, nout %d)",
-                       nin, nout);
+    return nbcore_fail(c, NB_INVALID,
+                       "nb_cond: NULL predicate, branch, in or out, or counts out of range (nin %d, nout %d)", nin,
+                       nout);
   for (int i = 0; i < nin; i++)
     if (!in[i]) return nbcore_fail(c, NB_INVALID, "nb_cond: input %d is NULL", i);
   if (c->graph) return nbfunc_graph_cond(c, pred, then_fn, else_fn, user, in, nin, out, nout);

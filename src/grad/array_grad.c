@@ -123,7 +123,8 @@ static nb_code tile_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, 
   int r = nb_rank(multiples) == 1 ? (int)nb_shape(multiples)[0] : -1;
   /* the split view has rank 2r; an unknown rank leaves no static list of axes to sum */
   if (r < 0 || 2 * r > NB_MAX_RANK)
-    return nb_set_error(c, NB_UNIMPLEMENTED, "Tile gradient: with unknown shapes the rank must be known and <= %d", NB_MAX_RANK / 2);
+    return nb_set_error(c, NB_UNIMPLEMENTED, "Tile gradient: with unknown shapes the rank must be known and <= %d",
+                        NB_MAX_RANK / 2);
   dxs[0] = untile_dynamic(c, dy, x, multiples, r);
   return nb_status(c);
 }

@@ -135,8 +135,8 @@ static nb_code bias_add_grad_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *con
   int rank = nb_rank(g);
   if (format && !strcmp(format, "NCHW") && rank != 2) {
     if (rank < 0)
-      return nb_set_error(c, NB_UNIMPLEMENTED, "BiasAddGrad gradient: NCHW needs a known rank (out_backprop of node %s)",
-                          nb_fwd_name(op));
+      return nb_set_error(c, NB_UNIMPLEMENTED,
+                          "BiasAddGrad gradient: NCHW needs a known rank (out_backprop of node %s)", nb_fwd_name(op));
     int64_t dims[NB_MAX_RANK] = {1, -1, 1, 1, 1, 1, 1, 1};
     dy = nb_reshape(c, dy, dims, rank);
   }

@@ -16,9 +16,7 @@ void nbg_register_builtin_gradients(void) {
   nbg_register_host_callback_grads();
 }
 
-nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x) {
-  return x && nb_dtype_of(x) != NB_I64 ? nb_cast(c, x, NB_I64) : x;
-}
+nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x) { return x && nb_dtype_of(x) != NB_I64 ? nb_cast(c, x, NB_I64) : x; }
 
 nb_tensor *nbg_scalar_like(nb_ctx *c, nb_tensor *x, double v) { return nb_scalar(c, nb_dtype_of(x), v); }
 

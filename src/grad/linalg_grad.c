@@ -40,10 +40,8 @@ static nb_code batch_matmul_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *cons
   if (!dys[0]) return NB_OK;
   nb_tensor *x = nb_fwd_input(op, 0), *y = nb_fwd_input(op, 1);
   bool adj_x = nb_fwd_attr_bool(op, "adj_x"), adj_y = nb_fwd_attr_bool(op, "adj_y");
-  if (nb_fwd_input_needs_grad(op, 0))
-    dxs[0] = nbg_reduce_to(c, grad_a(c, nb_batch_matmul, y, adj_x, adj_y, dys[0]), x);
-  if (nb_fwd_input_needs_grad(op, 1))
-    dxs[1] = nbg_reduce_to(c, grad_b(c, nb_batch_matmul, x, adj_x, adj_y, dys[0]), y);
+  if (nb_fwd_input_needs_grad(op, 0)) dxs[0] = nbg_reduce_to(c, grad_a(c, nb_batch_matmul, y, adj_x, adj_y, dys[0]), x);
+  if (nb_fwd_input_needs_grad(op, 1)) dxs[1] = nbg_reduce_to(c, grad_b(c, nb_batch_matmul, x, adj_x, adj_y, dys[0]), y);
   return nb_status(c);
 }
 

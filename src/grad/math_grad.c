@@ -418,9 +418,16 @@ void nbg_register_math_grads(void) {
       {"EluGrad", elu_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
       {"SoftplusGrad", softplus_grad_grad, NBG_IN(0) | NBG_IN(1), 0},
       /* TF's NotDifferentiable math ops: bool results, and StopGradient by definition */
-      {"Less", NULL, 0, 0}, {"LessEqual", NULL, 0, 0}, {"Greater", NULL, 0, 0}, {"GreaterEqual", NULL, 0, 0},
-      {"Equal", NULL, 0, 0}, {"NotEqual", NULL, 0, 0}, {"LogicalAnd", NULL, 0, 0}, {"LogicalOr", NULL, 0, 0},
-      {"LogicalNot", NULL, 0, 0}, {"StopGradient", NULL, 0, 0},
+      {"Less", NULL, 0, 0},
+      {"LessEqual", NULL, 0, 0},
+      {"Greater", NULL, 0, 0},
+      {"GreaterEqual", NULL, 0, 0},
+      {"Equal", NULL, 0, 0},
+      {"NotEqual", NULL, 0, 0},
+      {"LogicalAnd", NULL, 0, 0},
+      {"LogicalOr", NULL, 0, 0},
+      {"LogicalNot", NULL, 0, 0},
+      {"StopGradient", NULL, 0, 0},
   };
   nbad_register_table(table, sizeof table / sizeof table[0]);
 }

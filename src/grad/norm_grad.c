@@ -167,15 +167,16 @@ static void bng_training(nb_ctx *c, const nb_fwd_op *op, const bn_axes *ax, cons
   nb_tensor *gs_r = nb_mul(c, t->gs, t->r), *coef_xc = nb_sub(c, gs_r, nb_mul(c, sr3, t->q));
   nb_tensor *d_ap = nb_sub(c, t->d, nb_mul(c, t->a, t->p)), *bq = nb_mul(c, t->sum_b, t->q);
   if (nb_fwd_input_needs_grad(op, 0))
-    dxs[0] = nb_add(c, nb_add(c, nb_mul(c, bcast(c, ax, sr), nb_sub(c, t->gx, bcast(c, ax, t->p))),
-                              nb_mul(c, t->xc, bcast(c, ax, coef_xc))),
+    dxs[0] = nb_add(c,
+                    nb_add(c, nb_mul(c, bcast(c, ax, sr), nb_sub(c, t->gx, bcast(c, ax, t->p))),
+                           nb_mul(c, t->xc, bcast(c, ax, coef_xc))),
                     bcast(c, ax, t->go));
   if (nb_fwd_input_needs_grad(op, 1))
     dxs[1] = nb_sub(c, nb_mul(c, t->g, bcast(c, ax, coef_xc)), nb_mul(c, t->gx, bcast(c, ax, nb_mul(c, sr3, t->b))));
   if (nb_fwd_input_needs_grad(op, 2)) dxs[2] = nb_sub(c, nb_mul(c, t->r, d_ap), nb_mul(c, r3, bq));
   if (nb_fwd_input_needs_grad(op, 3))
-    dxs[3] = nb_sub(c, nb_mul(c, sr3, nb_add(c, nb_mul(c, t->sum_p, t->b), nb_mul(c, t->a, t->q))),
-                    nb_mul(c, gs_r, t->a));
+    dxs[3] =
+        nb_sub(c, nb_mul(c, sr3, nb_add(c, nb_mul(c, t->sum_p, t->b), nb_mul(c, t->a, t->q))), nb_mul(c, gs_r, t->a));
   if (nb_fwd_input_needs_grad(op, 4)) {
     nb_tensor *first = nb_add(c, nb_mul(c, t->s, d_ap), nb_mul(c, t->gs, t->sum_b));
     nb_tensor *half = nbg_scalar_like(c, t->x, 0.5), *r5 = nb_mul(c, r3, nb_square(c, t->r));
@@ -186,8 +187,9 @@ static void bng_training(nb_ctx *c, const nb_fwd_op *op, const bn_axes *ax, cons
 static void bng_inference(nb_ctx *c, const nb_fwd_op *op, const bn_axes *ax, const bng_terms *t, nb_tensor **dxs) {
   nb_tensor *gs_r = nb_mul(c, t->gs, t->r);
   if (nb_fwd_input_needs_grad(op, 0))
-    dxs[0] = nb_add(c, nb_add(c, nb_mul(c, bcast(c, ax, nb_mul(c, t->s, t->r)), t->gx), nb_mul(c, t->xc, bcast(c, ax, gs_r))),
-                    bcast(c, ax, t->go));
+    dxs[0] = nb_add(
+        c, nb_add(c, nb_mul(c, bcast(c, ax, nb_mul(c, t->s, t->r)), t->gx), nb_mul(c, t->xc, bcast(c, ax, gs_r))),
+        bcast(c, ax, t->go));
   if (nb_fwd_input_needs_grad(op, 1)) dxs[1] = nb_mul(c, t->g, bcast(c, ax, gs_r));
   if (nb_fwd_input_needs_grad(op, 2)) dxs[2] = nb_mul(c, t->r, t->d);
   if (nb_fwd_input_needs_grad(op, 3)) dxs[3] = nb_neg(c, nb_mul(c, gs_r, t->a));
@@ -213,8 +215,8 @@ void nbg_register_norm_grads(void) {
   static const nbg_entry rules[] = {
       {"FusedBatchNormV3", fused_batch_norm_grad, NBG_IN(0) | NBG_IN(1) | NBG_IN(3) | NBG_IN(4),
        NBG_OUT(3) | NBG_OUT(4) | NBG_OUT(5)},
-      {"FusedBatchNormGradV3", fused_batch_norm_grad_grad,
-       NBG_IN(0) | NBG_IN(1) | NBG_IN(2) | NBG_IN(3) | NBG_IN(4), 0},
+      {"FusedBatchNormGradV3", fused_batch_norm_grad_grad, NBG_IN(0) | NBG_IN(1) | NBG_IN(2) | NBG_IN(3) | NBG_IN(4),
+       0},
   };
   nbad_register_table(rules, sizeof rules / sizeof *rules);
 }

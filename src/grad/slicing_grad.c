@@ -178,7 +178,8 @@ static nb_code gather_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys
   if (batch_dims < 0 && nb_rank(indices) >= 0) batch_dims += nb_rank(indices);
   if (batch_dims == 0) return plain_gather_grad(c, op, dys, dxs);
   if (batch_dims < 0)
-    return nb_set_error(c, NB_UNIMPLEMENTED, "GatherV2 gradient: batch_dims < 0 needs the indices' rank when the graph is built");
+    return nb_set_error(c, NB_UNIMPLEMENTED,
+                        "GatherV2 gradient: batch_dims < 0 needs the indices' rank when the graph is built");
   return batch_gather_grad(c, op, (int)batch_dims, dys, dxs);
 }
 
@@ -204,8 +205,9 @@ static nb_tensor *mask_shape(nb_ctx *c, nb_tensor *data, nb_tensor *ids, int inn
    GatherDropNegatives); ids and num_segments get none. */
 static nb_code segment_sum_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
   nb_tensor *data = nb_fwd_input(op, 0), *ids = nb_fwd_input(op, 1), *dy = dys[0];
-  int inner = nb_rank(dy) >= 0 ? nb_rank(dy) - 1
-              : nb_rank(data) >= 0 && nb_rank(ids) >= 0 ? nb_rank(data) - nb_rank(ids) : -1;
+  int inner = nb_rank(dy) >= 0                          ? nb_rank(dy) - 1
+              : nb_rank(data) >= 0 && nb_rank(ids) >= 0 ? nb_rank(data) - nb_rank(ids)
+                                                        : -1;
   nb_tensor *zero = nb_scalar(c, nb_dtype_of(ids), 0);
   nb_tensor *gathered = nb_gather(c, dy, nb_maximum(c, ids, zero), 0, 0);
   nb_tensor *keep = nb_greater_equal(c, ids, zero);

@@ -9,8 +9,7 @@ void nbg_register_variable_grads(void) {
       "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterAdd", "ResourceScatterSub",
       /* src/ops/training.c */
       "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyAdam", "ResourceApplyAdamW",
-      "ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp", "ResourceSparseApplyMomentum",
-      "ResourceSparseApplyAdam", "ResourceSparseApplyAdamW", "ResourceSparseApplyRMSProp",
-      "ResourceSparseApplyCenteredRMSProp"};
+      "ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp", "ResourceSparseApplyMomentum", "ResourceSparseApplyAdam",
+      "ResourceSparseApplyAdamW", "ResourceSparseApplyRMSProp", "ResourceSparseApplyCenteredRMSProp"};
   for (size_t i = 0; i < sizeof updates / sizeof *updates; i++) nbad_register_builtin(updates[i], NULL);
 }

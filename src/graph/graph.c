@@ -129,7 +129,8 @@ static bool fresh_taken(const nb_graph *g, const char *leaf) {
 
 /* In a fresh scope: base, base_1, ... checked against the scope's own names only. */
 static const char *fresh_unique_name(nb_graph *g, const char *base) {
-  if (g->nfresh == g->fresh_cap && !nbcore_grow_array((void **)&g->fresh_names, &g->fresh_cap, g->nfresh + 1, sizeof *g->fresh_names))
+  if (g->nfresh == g->fresh_cap &&
+      !nbcore_grow_array((void **)&g->fresh_names, &g->fresh_cap, g->nfresh + 1, sizeof *g->fresh_names))
     return NULL;
   char leaf[288];
   int n = snprintf(leaf, sizeof leaf, "%s", base);
@@ -220,9 +221,9 @@ nb_code nb_name_next(nb_ctx *c, const char *name) {
   if (strlen(name) > NAME_MAX_LEN)
     return nbcore_fail(c, NB_INVALID, "nb_name_next: the name is longer than %d characters", NAME_MAX_LEN);
   if (!valid_node_name(name))
-    return nbcore_fail(c, NB_INVALID,
-                       "nb_name_next: '%s' is not a valid node name ([A-Za-z0-9.][A-Za-z0-9_.\\->]*; scopes make paths)",
-                       name);
+    return nbcore_fail(
+        c, NB_INVALID,
+        "nb_name_next: '%s' is not a valid node name ([A-Za-z0-9.][A-Za-z0-9_.\\->]*; scopes make paths)", name);
   const char *copy = nbcore_arena_strdup(&c->graph->arena, name);
   if (!copy) return nbcore_fail(c, NB_NOMEM, "nb_name_next: out of memory");
   c->next_name = copy;
@@ -275,9 +276,7 @@ nb_tensor *nbgraph_detached_share(const nb_tensor *x) {
   return nbcore_detached_new(x->dtype, x->rank, x->shape, x->buf);
 }
 
-const char *nb_tensor_node_name(const nb_tensor *x) {
-  return x && x->graph ? x->graph->nodes[x->node].name : NULL;
-}
+const char *nb_tensor_node_name(const nb_tensor *x) { return x && x->graph ? x->graph->nodes[x->node].name : NULL; }
 /* "name:k" splits into the node name's length and k; a bare name is output 0. */
 static bool parse_tensor_name(const char *name, size_t *len, long *out) {
   const char *colon = strrchr(name, ':');
@@ -431,7 +430,8 @@ static nb_tensor *captured(nb_ctx *c, nbop_kargs *k, int i) {
   bool nomem = false;
   int32_t id = nbgraph_capture(c->graph, k->in[i], &nomem);
   if (id < 0) {
-    nbop_kfail(k, nomem ? NB_NOMEM : NB_INVALID, nomem ? "out of memory capturing input %d" : "input %d belongs to another graph", i);
+    nbop_kfail(k, nomem ? NB_NOMEM : NB_INVALID,
+               nomem ? "out of memory capturing input %d" : "input %d belongs to another graph", i);
     return NULL;
   }
   return nbgraph_handle(c, c->graph, id, 0);
@@ -685,8 +685,14 @@ int32_t nbgraph_add_arg(nb_graph *g, const nbop_meta *m, const char *base) {
   int32_t id = g->nnodes++;
   nbgraph_node *n = &g->nodes[id];
   memset(n, 0, sizeof *n);
-  *n = (nbgraph_node){.def = def, .name = name, .in0 = g->nedges, .ctrl = -1, .out0 = g->nouts, .nout = 1,
-                 .first_use = -1, .attr = attr};
+  *n = (nbgraph_node){.def = def,
+                      .name = name,
+                      .in0 = g->nedges,
+                      .ctrl = -1,
+                      .out0 = g->nouts,
+                      .nout = 1,
+                      .first_use = -1,
+                      .attr = attr};
   g->outs[g->nouts++] = (nbgraph_out){*m, NULL};
   return id;
 }

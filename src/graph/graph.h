@@ -10,8 +10,8 @@
 typedef struct nbgraph_edge {
   int32_t src, out;
   int32_t consumer;
-  int32_t next_use;        /* next edge in src's consumer list, -1 at the end */
-  int32_t next_ctrl;       /* control edges: next in the consumer's control list */
+  int32_t next_use;  /* next edge in src's consumer list, -1 at the end */
+  int32_t next_ctrl; /* control edges: next in the consumer's control list */
 } nbgraph_edge;
 
 /* One output: its static dtype/shape (dims -1 or rank -1 when unknown) and, when it is
@@ -24,19 +24,19 @@ typedef struct nbgraph_out {
 typedef struct nbgraph_node {
   const nbop_def *def;
   const char *name;
-  int32_t in0, nin;        /* data inputs: edges[in0 .. in0+nin) */
-  int32_t ctrl;            /* head of this node's control edges (a list through next_ctrl), -1 */
-  int32_t out0, nout;      /* outs[out0 .. out0+nout) */
-  int32_t first_use;       /* head of the list of edges consuming this node, -1 */
-  nbop_attrval *attr;      /* def->nattrs values in the arena; NULL when the op has none */
-  const char *grad_name;   /* gradient override recorded at creation, or NULL */
+  int32_t in0, nin;      /* data inputs: edges[in0 .. in0+nin) */
+  int32_t ctrl;          /* head of this node's control edges (a list through next_ctrl), -1 */
+  int32_t out0, nout;    /* outs[out0 .. out0+nout) */
+  int32_t first_use;     /* head of the list of edges consuming this node, -1 */
+  nbop_attrval *attr;    /* def->nattrs values in the arena; NULL when the op has none */
+  const char *grad_name; /* gradient override recorded at creation, or NULL */
   /* traversal scratch, valid while stamp == the graph's current generation */
   uint32_t stamp, stamp2, stamp3;
   int32_t pending, slot;
 } nbgraph_node;
 
 typedef struct nbgraph_strmap_slot {
-  const char *key;         /* NULL: empty */
+  const char *key; /* NULL: empty */
   uint32_t hash;
   int32_t val;
 } nbgraph_strmap_slot;
@@ -61,7 +61,7 @@ struct nb_graph {
   nbgraph_out *outs;
   int32_t nouts, outs_cap;
   nbcore_arena arena;
-  nbgraph_strmap names;    /* node names and scope names in use -> next free suffix */
+  nbgraph_strmap names; /* node names and scope names in use -> next free suffix */
   char scope[NBGRAPH_SCOPE_CAP];
   int scope_len, nscopes;
   int scope_marks[NBGRAPH_SCOPE_DEPTH];
@@ -73,10 +73,10 @@ struct nb_graph {
   bool fresh;
   const char **fresh_names;
   int32_t nfresh, fresh_cap;
-  uint32_t gen;            /* traversal generation for node stamps */
-  int32_t grad_passes;     /* nb_gradients passes under way (a gradient function may start one) */
-  uint32_t version;        /* bumped when edges are added to existing nodes (control inputs) */
-  nb_ctx *fold;            /* eager context that folds constants */
+  uint32_t gen;             /* traversal generation for node stamps */
+  int32_t grad_passes;      /* nb_gradients passes under way (a gradient function may start one) */
+  uint32_t version;         /* bumped when edges are added to existing nodes (control inputs) */
+  nb_ctx *fold;             /* eager context that folds constants */
   struct nbgraph_var *vars; /* the variables its nodes use (each retained), with their read nodes */
   int32_t nvars, vars_cap;
   /* Control flow (src/func): the function graphs its While/If nodes run (owned: src/func

@@ -38,16 +38,16 @@ static bool dtype_from_tf(int tf, nb_dtype *t) {
 /* One tensor to save or restore. */
 typedef struct item {
   char *key;
-  nb_variable *var;          /* NULL: the optimizer's step counter or a slot (below) */
-  const nb_variable *like;   /* a slot's variable (dtype and shape) */
-  int slot;                  /* the slot's index, -1 for none */
+  nb_variable *var;        /* NULL: the optimizer's step counter or a slot (below) */
+  const nb_variable *like; /* a slot's variable (dtype and shape) */
+  int slot;                /* the slot's index, -1 for none */
   nb_dtype dtype;
   int rank;
   const int64_t *shape;
-  const void *data;          /* save: the bytes */
-  nbcore_buffer *staged;     /* restore: the read bytes, handed to the variable */
+  const void *data;      /* save: the bytes */
+  nbcore_buffer *staged; /* restore: the read bytes, handed to the variable */
   size_t bytes;
-  bool missing;              /* restore: a slot absent from the checkpoint (zeros) */
+  bool missing; /* restore: a slot absent from the checkpoint (zeros) */
 } item;
 
 typedef struct plan {
@@ -140,8 +140,8 @@ static nb_code make_plan(nb_ctx *c, const char *who, nb_variable *const *vars, c
   item *step = plan_add(p, c, joined(STEP_KEY, "", ""));
   if (!step) return c->status;
   p->step = state->iterations(opt);
-  *step = (item){.key = step->key, .slot = -1, .dtype = NB_I64, .bytes = sizeof(int64_t),
-                 .data = saving ? &p->step : NULL};
+  *step =
+      (item){.key = step->key, .slot = -1, .dtype = NB_I64, .bytes = sizeof(int64_t), .data = saving ? &p->step : NULL};
   return NB_OK;
 }
 
@@ -226,7 +226,7 @@ static nb_code read_file(nb_ctx *c, const char *who, const char *path, uint8_t *
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return io_error(c, who, "cannot open", path);
   struct stat st;
-  nb_code bad = fstat(fd, &st) != 0   ? io_error(c, who, "cannot stat", path)
+  nb_code bad = fstat(fd, &st) != 0    ? io_error(c, who, "cannot stat", path)
                 : !S_ISREG(st.st_mode) ? nbcore_fail(c, NB_IO, "%s: %s is not a regular file", who, path)
                                        : NB_OK;
   if (bad) {
@@ -347,8 +347,9 @@ static nb_code bundle_open(nb_ctx *c, const char *who, const char *prefix, const
   if (code != NB_OK) return code;
   bool oom;
   const char *err = nbio_table_parse(b->index_bytes, n, &b->table, &oom);
-  if (err) return oom ? nbcore_fail(c, NB_NOMEM, "%s: %s: %s", who, b->index_path, err)
-                      : corrupt(c, who, b->index_path, NULL, err);
+  if (err)
+    return oom ? nbcore_fail(c, NB_NOMEM, "%s: %s: %s", who, b->index_path, err)
+               : corrupt(c, who, b->index_path, NULL, err);
   if ((code = check_header(c, who, b)) != NB_OK) return code;
   struct stat st;
   b->data_fd = open(b->data_path, O_RDONLY | O_CLOEXEC);
@@ -359,7 +360,7 @@ static nb_code bundle_open(nb_ctx *c, const char *who, const char *prefix, const
 
 /* What an index entry says of its tensor. */
 typedef struct entry {
-  bool known_dtype;          /* one of nabla's dtypes */
+  bool known_dtype; /* one of nabla's dtypes */
   nb_dtype dtype;
   int rank;
   int64_t shape[NB_MAX_RANK];
@@ -367,8 +368,8 @@ typedef struct entry {
   uint32_t crc;
 } entry;
 
-static nb_code decode_shape(nb_ctx *c, const char *who, const bundle *b, const char *key,
-                            const Nbpb__BundleEntry *e, entry *out) {
+static nb_code decode_shape(nb_ctx *c, const char *who, const bundle *b, const char *key, const Nbpb__BundleEntry *e,
+                            entry *out) {
   if (!e->shape || e->shape->unknown_rank || e->shape->n_dim > NB_MAX_RANK)
     return corrupt(c, who, b->index_path, key, "unknown rank or rank above 8");
   out->rank = (int)e->shape->n_dim;
@@ -377,7 +378,8 @@ static nb_code decode_shape(nb_ctx *c, const char *who, const bundle *b, const c
     out->shape[d] = e->shape->dim[d]->size;
     if (out->shape[d] < 0) return corrupt(c, who, b->index_path, key, "negative dimension");
   }
-  if (!nbcore_shape_checked_size(out->rank, out->shape, &count)) return corrupt(c, who, b->index_path, key, "dims overflow");
+  if (!nbcore_shape_checked_size(out->rank, out->shape, &count))
+    return corrupt(c, who, b->index_path, key, "dims overflow");
   if (out->known_dtype && (uint64_t)count * nb_dtype_size(out->dtype) != out->size)
     return corrupt(c, who, b->index_path, key, "byte size does not match the shape");
   return NB_OK;
@@ -405,7 +407,8 @@ static nb_code read_tensor(nb_ctx *c, const char *who, const bundle *b, const ch
   int64_t got = io_pread_full(b->data_fd, buf, (size_t)e->size, (uint64_t)e->offset);
   if (got < 0) return io_error(c, who, "cannot read", b->data_path);
   if ((uint64_t)got < e->size) return corrupt(c, who, b->data_path, key, "cut short");
-  if (nbio_crc32c_mask(nbio_crc32c(0, buf, (size_t)got)) != e->crc) return corrupt(c, who, b->data_path, key, "CRC mismatch");
+  if (nbio_crc32c_mask(nbio_crc32c(0, buf, (size_t)got)) != e->crc)
+    return corrupt(c, who, b->data_path, key, "CRC mismatch");
   return NB_OK;
 }
 
@@ -429,8 +432,8 @@ static nb_code verify_all(nb_ctx *c, const char *who, const bundle *b) {
 static bool pair_is_whole(const char *prefix, const char *index_path) {
   nb_ctx *scratch = nb_eager_new();
   bundle b = {.data_fd = -1};
-  bool whole = scratch && bundle_open(scratch, "", prefix, index_path, &b) == NB_OK &&
-               verify_all(scratch, "", &b) == NB_OK;
+  bool whole =
+      scratch && bundle_open(scratch, "", prefix, index_path, &b) == NB_OK && verify_all(scratch, "", &b) == NB_OK;
   bundle_close(&b);
   nb_ctx_free(scratch);
   return whole;
@@ -441,7 +444,8 @@ static bool pair_is_whole(const char *prefix, const char *index_path) {
 static nb_code checkpoint_open(nb_ctx *c, const char *who, const char *prefix, bundle *b) {
   char *index = joined(prefix, ".index", ""), *tmp = joined(prefix, ".index", TMP_SUFFIX);
   nb_code code;
-  if (!index || !tmp) code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
+  if (!index || !tmp)
+    code = nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   else if (access(tmp, F_OK) == 0 && !pair_is_whole(prefix, index) && pair_is_whole(prefix, tmp))
     code = bundle_open(c, who, prefix, tmp, b);
   else
@@ -536,7 +540,8 @@ static nb_code stage(nb_ctx *c, const char *who, const bundle *b, plan *p) {
     if (e.rank != it->rank || (e.rank > 0 && memcmp(e.shape, it->shape, (size_t)e.rank * sizeof *e.shape) != 0)) {
       char s1[160], s2[160];
       return nbcore_fail(c, NB_SHAPE, "%s: %s: tensor '%s' has shape %s, its variable %s", who, b->index_path, it->key,
-                         nbcore_shape_str(s1, sizeof s1, e.rank, e.shape), nbcore_shape_str(s2, sizeof s2, it->rank, it->shape));
+                         nbcore_shape_str(s1, sizeof s1, e.rank, e.shape),
+                         nbcore_shape_str(s2, sizeof s2, it->rank, it->shape));
     }
     if (!(it->staged = nbcore_buffer_new(c, it->bytes)))
       return nbcore_fail(c, NB_NOMEM, "%s: out of memory reading '%s'", who, it->key);
@@ -573,8 +578,8 @@ static nb_code commit(nb_ctx *c, plan *p, nb_optimizer *opt) {
   return NB_OK;
 }
 
-nb_code nb_checkpoint_restore(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys,
-                              int n, nb_optimizer *opt) {
+nb_code nb_checkpoint_restore(nb_ctx *c, const char *prefix, nb_variable *const *vars, const char *const *keys, int n,
+                              nb_optimizer *opt) {
   const char *who = "nb_checkpoint_restore";
   if (!c) return NB_INVALID;
   if (c->status != NB_OK) return c->status;

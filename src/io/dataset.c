@@ -6,33 +6,33 @@
 #include <stdlib.h>
 
 struct nb_dataset {
-  int64_t size;              /* items */
+  int64_t size; /* items */
   int64_t rows, cols;
   uint8_t *image_file, *label_file; /* the two files, read whole */
-  const uint8_t *pixels;     /* [size, rows, cols], in image_file */
-  const uint8_t *labels;     /* [size], in label_file */
-  int64_t *order;            /* batches read items order[first..first+n) */
+  const uint8_t *pixels;            /* [size, rows, cols], in image_file */
+  const uint8_t *labels;            /* [size], in label_file */
+  int64_t *order;                   /* batches read items order[first..first+n) */
 };
 
 /* NB_DTYPE / NB_SHAPE unless the file holds ubyte elements of the given rank. */
 static nb_code check_ubyte(nb_ctx *c, const char *name, const nbio_idx *h, int rank, const char *what) {
   char s[160];
   if (h->type != NBIO_IDX_UBYTE)
-    return nbcore_fail(c, NB_DTYPE, "%s: %s must be ubyte (type 0x08), the file has %s (0x%02x)", name,
-                       what, nbio_idx_type_name(h->type), (unsigned)h->type);
+    return nbcore_fail(c, NB_DTYPE, "%s: %s must be ubyte (type 0x08), the file has %s (0x%02x)", name, what,
+                       nbio_idx_type_name(h->type), (unsigned)h->type);
   if (h->rank != rank)
     return nbcore_fail(c, NB_SHAPE, "%s: %s must have rank %d, the file has dims %s", name, what, rank,
                        nbcore_shape_str(s, sizeof s, h->rank, h->dims));
   return NB_OK;
 }
 
-static nb_code check_files(nb_ctx *c, const char *images_name, const nbio_idx *im,
-                           const char *labels_name, const nbio_idx *lb) {
+static nb_code check_files(nb_ctx *c, const char *images_name, const nbio_idx *im, const char *labels_name,
+                           const nbio_idx *lb) {
   nb_code rc = check_ubyte(c, images_name, im, 3, "images [count, rows, cols]");
   if (rc == NB_OK) rc = check_ubyte(c, labels_name, lb, 1, "labels [count]");
   if (rc == NB_OK && im->dims[0] != lb->dims[0])
-    rc = nbcore_fail(c, NB_CORRUPT, "%s has %lld images but %s has %lld labels", images_name,
-                     (long long)im->dims[0], labels_name, (long long)lb->dims[0]);
+    rc = nbcore_fail(c, NB_CORRUPT, "%s has %lld images but %s has %lld labels", images_name, (long long)im->dims[0],
+                     labels_name, (long long)lb->dims[0]);
   return rc;
 }
 
@@ -50,15 +50,20 @@ static nb_dataset *dataset_new(const nbio_idx_file *images, const nbio_idx_file 
     free(order);
     return NULL;
   }
-  *d = (nb_dataset){.size = size, .rows = images->idx.dims[1], .cols = images->idx.dims[2],
-                    .image_file = images->bytes, .label_file = labels->bytes,
-                    .pixels = images->idx.data, .labels = labels->idx.data, .order = order};
+  *d = (nb_dataset){.size = size,
+                    .rows = images->idx.dims[1],
+                    .cols = images->idx.dims[2],
+                    .image_file = images->bytes,
+                    .label_file = labels->bytes,
+                    .pixels = images->idx.data,
+                    .labels = labels->idx.data,
+                    .order = order};
   identity_order(d);
   return d;
 }
 
-nb_dataset *nbio_dataset_adopt(nb_ctx *c, const char *images_name, nbio_idx_file images,
-                               const char *labels_name, nbio_idx_file labels) {
+nb_dataset *nbio_dataset_adopt(nb_ctx *c, const char *images_name, nbio_idx_file images, const char *labels_name,
+                               nbio_idx_file labels) {
   nb_dataset *d = NULL;
   if (check_files(c, images_name, &images.idx, labels_name, &labels.idx) == NB_OK &&
       !(d = dataset_new(&images, &labels)))
@@ -82,15 +87,14 @@ nb_dataset *nb_dataset_idx(nb_ctx *c, const char *images_path, const char *label
 }
 
 /* NB_CORRUPT unless d looks like Fashion-MNIST: 28x28 images, labels 0..9. */
-static nb_code check_fashion_mnist(nb_ctx *c, const nb_dataset *d, const char *images_path,
-                                   const char *labels_path) {
+static nb_code check_fashion_mnist(nb_ctx *c, const nb_dataset *d, const char *images_path, const char *labels_path) {
   if (d->rows != 28 || d->cols != 28)
-    return nbcore_fail(c, NB_CORRUPT, "%s: Fashion-MNIST images are 28x28, these are %lldx%lld",
-                       images_path, (long long)d->rows, (long long)d->cols);
+    return nbcore_fail(c, NB_CORRUPT, "%s: Fashion-MNIST images are 28x28, these are %lldx%lld", images_path,
+                       (long long)d->rows, (long long)d->cols);
   for (int64_t i = 0; i < d->size; i++)
     if (d->labels[i] > 9)
-      return nbcore_fail(c, NB_CORRUPT, "%s: label %d of item %lld is not a Fashion-MNIST class 0..9",
-                         labels_path, d->labels[i], (long long)i);
+      return nbcore_fail(c, NB_CORRUPT, "%s: label %d of item %lld is not a Fashion-MNIST class 0..9", labels_path,
+                         d->labels[i], (long long)i);
   return NB_OK;
 }
 
@@ -156,8 +160,16 @@ nb_code nb_dataset_shuffle(nb_dataset *d, uint64_t seed) {
 static int images_shape(const nb_dataset *d, int64_t n, nb_image_layout layout, int64_t shape[4]) {
   shape[0] = n;
   switch (layout) {
-    case NB_IMAGES_NHWC: shape[1] = d->rows; shape[2] = d->cols; shape[3] = 1; return 4;
-    case NB_IMAGES_NCHW: shape[1] = 1; shape[2] = d->rows; shape[3] = d->cols; return 4;
+    case NB_IMAGES_NHWC:
+      shape[1] = d->rows;
+      shape[2] = d->cols;
+      shape[3] = 1;
+      return 4;
+    case NB_IMAGES_NCHW:
+      shape[1] = 1;
+      shape[2] = d->rows;
+      shape[3] = d->cols;
+      return 4;
     case NB_IMAGES_FLAT: shape[1] = d->rows * d->cols; return 2;
   }
   return 0;
@@ -166,8 +178,9 @@ static int images_shape(const nb_dataset *d, int64_t n, nb_image_layout layout, 
 static nb_code check_batch(nb_ctx *c, const nb_dataset *d, int64_t first, int64_t n, nb_tensor **images,
                            nb_tensor **labels) {
   if (c->graph)
-    return nbcore_fail(c, NB_INVALID, "nb_dataset_batch: needs an eager context (feed batches to a graph "
-                                  "through placeholders)");
+    return nbcore_fail(c, NB_INVALID,
+                       "nb_dataset_batch: needs an eager context (feed batches to a graph "
+                       "through placeholders)");
   if (!d || !images || !labels) return nbcore_fail(c, NB_INVALID, "nb_dataset_batch: NULL dataset or output");
   if (first < 0 || n < 0 || first > d->size - n)
     return nbcore_fail(c, NB_INVALID, "nb_dataset_batch: items [%lld, %lld + %lld) are outside the dataset's %lld",
@@ -198,8 +211,7 @@ nb_code nb_dataset_batch(nb_ctx *c, const nb_dataset *d, int64_t first, int64_t 
   if (check_batch(c, d, first, n, images, labels) != NB_OK) return c->status;
   int64_t shape[4];
   int rank = images_shape(d, n, layout, shape);
-  if (!rank)
-    return nbcore_fail(c, NB_INVALID, "nb_dataset_batch: unknown image layout %d", (int)layout);
+  if (!rank) return nbcore_fail(c, NB_INVALID, "nb_dataset_batch: unknown image layout %d", (int)layout);
   nb_tensor *x = nbcore_tensor_alloc(c, NB_F32, rank, shape);
   nb_tensor *y = x ? nbcore_tensor_alloc(c, NB_I32, 1, &n) : NULL;
   if (!y) {

@@ -13,9 +13,7 @@ typedef struct named {
   int32_t id;
 } named;
 
-static int by_name(const void *a, const void *b) {
-  return strcmp(((const named *)a)->name, ((const named *)b)->name);
-}
+static int by_name(const void *a, const void *b) { return strcmp(((const named *)a)->name, ((const named *)b)->name); }
 
 /* Writes s[0..n) escaped for a DOT quoted string. */
 static void put_escaped(FILE *f, const char *s, size_t n) {
@@ -50,8 +48,10 @@ static void put_meta(FILE *f, const nbop_meta *m) {
   putc('[', f);
   for (int i = 0; i < m->rank; i++) {
     if (i) putc(',', f);
-    if (m->shape[i] < 0) putc('?', f);
-    else fprintf(f, "%lld", (long long)m->shape[i]);
+    if (m->shape[i] < 0)
+      putc('?', f);
+    else
+      fprintf(f, "%lld", (long long)m->shape[i]);
   }
   putc(']', f);
 }
@@ -126,8 +126,10 @@ static void put_edge(FILE *f, const nb_graph *g, const nbgraph_edge *e) {
   put_quoted(f, g->nodes[e->src].name);
   fputs(" -> ", f);
   put_quoted(f, g->nodes[e->consumer].name);
-  if (e->out < 0) fputs(" [style=dashed]", f);
-  else if (g->nodes[e->src].nout > 1) fprintf(f, " [label=\"%d\"]", e->out);
+  if (e->out < 0)
+    fputs(" [style=dashed]", f);
+  else if (g->nodes[e->src].nout > 1)
+    fprintf(f, " [label=\"%d\"]", e->out);
   fputs(";\n", f);
 }
 

@@ -16,14 +16,13 @@
 typedef struct idx_type {
   int code;
   const char *name;
-  size_t size;            /* bytes per element in the file */
-  nb_dtype dtype;         /* what nb_idx_read makes of it */
+  size_t size;    /* bytes per element in the file */
+  nb_dtype dtype; /* what nb_idx_read makes of it */
 } idx_type;
 
 static const idx_type idx_types[] = {
-    {NBIO_IDX_UBYTE, "ubyte", 1, NB_I32}, {NBIO_IDX_BYTE, "byte", 1, NB_I32},
-    {NBIO_IDX_SHORT, "short", 2, NB_I32}, {NBIO_IDX_INT, "int", 4, NB_I32},
-    {NBIO_IDX_FLOAT, "float", 4, NB_F32}, {NBIO_IDX_DOUBLE, "double", 8, NB_F64},
+    {NBIO_IDX_UBYTE, "ubyte", 1, NB_I32}, {NBIO_IDX_BYTE, "byte", 1, NB_I32},   {NBIO_IDX_SHORT, "short", 2, NB_I32},
+    {NBIO_IDX_INT, "int", 4, NB_I32},     {NBIO_IDX_FLOAT, "float", 4, NB_F32}, {NBIO_IDX_DOUBLE, "double", 8, NB_F64},
 };
 
 static const idx_type *find_type(int code) {
@@ -71,23 +70,23 @@ static nb_code read_dims(nb_ctx *c, const char *name, const uint8_t *bytes, nbio
 static nb_code nbio_idx_parse_header(nb_ctx *c, const char *name, const uint8_t *bytes, size_t n, nbio_idx *h) {
   memset(h, 0, sizeof *h);
   if (n == 0) return corrupt(c, name, "empty file, not an IDX file");
-  if (n < 4)
-    return nbcore_fail(c, NB_CORRUPT, "%s: truncated header: %zu bytes, the magic alone takes 4", name, n);
+  if (n < 4) return nbcore_fail(c, NB_CORRUPT, "%s: truncated header: %zu bytes, the magic alone takes 4", name, n);
   if (bytes[0] != 0 || bytes[1] != 0)
-    return nbcore_fail(c, NB_CORRUPT, "%s: bad magic 0x%08x: an IDX file starts with two zero bytes",
-                       name, (unsigned)be32(bytes));
+    return nbcore_fail(c, NB_CORRUPT, "%s: bad magic 0x%08x: an IDX file starts with two zero bytes", name,
+                       (unsigned)be32(bytes));
   h->type = bytes[2];
   if (!find_type(h->type))
     return nbcore_fail(c, NB_CORRUPT,
                        "%s: bad type code 0x%02x (IDX has 0x08 ubyte, 0x09 byte, 0x0B short, 0x0C int, "
-                       "0x0D float, 0x0E double)", name, (unsigned)h->type);
+                       "0x0D float, 0x0E double)",
+                       name, (unsigned)h->type);
   h->rank = bytes[3];
   if (h->rank < 1 || h->rank > NB_MAX_RANK)
     return nbcore_fail(c, NB_CORRUPT, "%s: rank %d is outside 1..%d", name, h->rank, NB_MAX_RANK);
   h->header_bytes = 4 + 4 * (size_t)h->rank;
   if (n < h->header_bytes)
-    return nbcore_fail(c, NB_CORRUPT, "%s: truncated header: %zu bytes, rank %d needs %zu", name, n,
-                       h->rank, h->header_bytes);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated header: %zu bytes, rank %d needs %zu", name, n, h->rank,
+                       h->header_bytes);
   return read_dims(c, name, bytes, h);
 }
 
@@ -99,13 +98,15 @@ nb_code nbio_idx_parse(nb_ctx *c, const char *name, const uint8_t *bytes, size_t
   /* Extra bytes are an error (torchvision's reader agrees; TF's and Keras' ignore or
      misread them): they mean a wrong header or files run together. */
   if (have < h->data_bytes)
-    return nbcore_fail(c, NB_CORRUPT, "%s: truncated data: dims %s of %s take %zu bytes, the file has %zu",
-                       name, nbcore_shape_str(s, sizeof s, h->rank, h->dims), nbio_idx_type_name(h->type),
-                       h->data_bytes, have);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated data: dims %s of %s take %zu bytes, the file has %zu", name,
+                       nbcore_shape_str(s, sizeof s, h->rank, h->dims), nbio_idx_type_name(h->type), h->data_bytes,
+                       have);
   if (have > h->data_bytes) /* the loader reads one byte past the data: no count */
-    return nbcore_fail(c, NB_CORRUPT, "%s: trailing bytes after the data: dims %s of %s take %zu bytes, "
-                       "the file has more", name, nbcore_shape_str(s, sizeof s, h->rank, h->dims),
-                       nbio_idx_type_name(h->type), h->data_bytes);
+    return nbcore_fail(c, NB_CORRUPT,
+                       "%s: trailing bytes after the data: dims %s of %s take %zu bytes, "
+                       "the file has more",
+                       name, nbcore_shape_str(s, sizeof s, h->rank, h->dims), nbio_idx_type_name(h->type),
+                       h->data_bytes);
   h->data = bytes + h->header_bytes;
   return NB_OK;
 }
@@ -126,9 +127,7 @@ static int64_t read_upto(gzFile gz, uint8_t *dst, size_t n) {
 /* The most bytes a file of file_size bytes can hold: deflate expands at most 1032-fold,
    which bounds what a gzip file decompresses to. A header declaring more is truncated
    data, found without trying to allocate it. */
-static uint64_t max_content(uint64_t file_size, bool compressed) {
-  return compressed ? file_size * 1032 : file_size;
-}
+static uint64_t max_content(uint64_t file_size, bool compressed) { return compressed ? file_size * 1032 : file_size; }
 
 /* A failed gzread: the system's read failed (NB_IO) or the gzip data is damaged. */
 static nb_code read_error(nb_ctx *c, const char *path, gzFile gz) {
@@ -151,23 +150,23 @@ static nb_code load_header(nb_ctx *c, const char *path, gzFile gz, uint8_t *head
 }
 
 /* Reads the rest of the file after the header into one buffer and parses the whole. */
-static nb_code load_body(nb_ctx *c, const char *path, gzFile gz, uint64_t file_size,
-                         const uint8_t *head, nbio_idx_file *f) {
+static nb_code load_body(nb_ctx *c, const char *path, gzFile gz, uint64_t file_size, const uint8_t *head,
+                         nbio_idx_file *f) {
   nbio_idx *h = &f->idx;
   char s[160];
   if (h->data_bytes > max_content(file_size, !gzdirect(gz)))
-    return nbcore_fail(c, NB_CORRUPT, "%s: truncated data: dims %s of %s take %zu bytes, more than a "
-                       "file of %llu bytes holds", path, nbcore_shape_str(s, sizeof s, h->rank, h->dims),
-                       nbio_idx_type_name(h->type), h->data_bytes, (unsigned long long)file_size);
+    return nbcore_fail(c, NB_CORRUPT,
+                       "%s: truncated data: dims %s of %s take %zu bytes, more than a "
+                       "file of %llu bytes holds",
+                       path, nbcore_shape_str(s, sizeof s, h->rank, h->dims), nbio_idx_type_name(h->type),
+                       h->data_bytes, (unsigned long long)file_size);
   /* one byte more than declared, to see trailing bytes */
   size_t cap = h->header_bytes + h->data_bytes + 1;
   f->bytes = malloc(cap);
-  if (!f->bytes)
-    return nbcore_fail(c, NB_NOMEM, "%s: out of memory reading %zu bytes", path, h->data_bytes);
+  if (!f->bytes) return nbcore_fail(c, NB_NOMEM, "%s: out of memory reading %zu bytes", path, h->data_bytes);
   memcpy(f->bytes, head, h->header_bytes);
   int64_t n = read_upto(gz, f->bytes + h->header_bytes, h->data_bytes + 1);
-  nb_code rc = n < 0 ? read_error(c, path, gz)
-                     : nbio_idx_parse(c, path, f->bytes, h->header_bytes + (size_t)n, h);
+  nb_code rc = n < 0 ? read_error(c, path, gz) : nbio_idx_parse(c, path, f->bytes, h->header_bytes + (size_t)n, h);
   if (rc != NB_OK) {
     free(f->bytes);
     f->bytes = NULL;
@@ -244,8 +243,9 @@ nb_tensor *nbio_idx_tensor(nb_ctx *c, const nbio_idx *h) {
 nb_tensor *nb_idx_read(nb_ctx *c, const char *path) {
   if (!c || c->status != NB_OK) return NULL;
   if (c->graph) {
-    nbcore_fail(c, NB_INVALID, "nb_idx_read: needs an eager context (feed file data to a graph "
-                           "through a placeholder)");
+    nbcore_fail(c, NB_INVALID,
+                "nb_idx_read: needs an eager context (feed file data to a graph "
+                "through a placeholder)");
     return NULL;
   }
   nbio_idx_file f;

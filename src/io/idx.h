@@ -11,25 +11,31 @@
 #define NBIO_IDX_MAX_HEADER (4 + 4 * NB_MAX_RANK)
 
 /* The IDX type codes. */
-enum { NBIO_IDX_UBYTE = 0x08, NBIO_IDX_BYTE = 0x09, NBIO_IDX_SHORT = 0x0B, NBIO_IDX_INT = 0x0C,
-       NBIO_IDX_FLOAT = 0x0D, NBIO_IDX_DOUBLE = 0x0E };
+enum {
+  NBIO_IDX_UBYTE = 0x08,
+  NBIO_IDX_BYTE = 0x09,
+  NBIO_IDX_SHORT = 0x0B,
+  NBIO_IDX_INT = 0x0C,
+  NBIO_IDX_FLOAT = 0x0D,
+  NBIO_IDX_DOUBLE = 0x0E
+};
 
 /* A parsed IDX file. */
 typedef struct nbio_idx {
-  int type;               /* NBIO_IDX_UBYTE ... */
-  int rank;               /* 1..NB_MAX_RANK */
+  int type; /* NBIO_IDX_UBYTE ... */
+  int rank; /* 1..NB_MAX_RANK */
   int64_t dims[NB_MAX_RANK];
-  int64_t count;          /* elements: the product of dims */
-  size_t header_bytes;    /* 4 + 4 * rank */
-  size_t data_bytes;      /* count * element size */
-  const uint8_t *data;    /* the big-endian elements (set by nbio_idx_parse only) */
+  int64_t count;       /* elements: the product of dims */
+  size_t header_bytes; /* 4 + 4 * rank */
+  size_t data_bytes;   /* count * element size */
+  const uint8_t *data; /* the big-endian elements (set by nbio_idx_parse only) */
 } nbio_idx;
 
 /* A file read whole into memory (raw or gzip-decompressed) and parsed; bytes is malloc'd. */
 typedef struct nbio_idx_file {
   uint8_t *bytes;
   size_t size;
-  nbio_idx idx;           /* idx.data points into bytes */
+  nbio_idx idx; /* idx.data points into bytes */
 } nbio_idx_file;
 
 /* The type code's name in the format's terms ("ubyte", "double", ...). */
@@ -51,7 +57,7 @@ nb_tensor *nbio_idx_tensor(nb_ctx *c, const nbio_idx *h);
 /* A dataset from an images file ([n, rows, cols] ubyte) and a labels file ([n] ubyte)
    held in memory, named in errors by the two names. Takes over the two malloc'd files
    (freed on error too). */
-nb_dataset *nbio_dataset_adopt(nb_ctx *c, const char *images_name, nbio_idx_file images,
-                               const char *labels_name, nbio_idx_file labels);
+nb_dataset *nbio_dataset_adopt(nb_ctx *c, const char *images_name, nbio_idx_file images, const char *labels_name,
+                               nbio_idx_file labels);
 
 #endif

@@ -36,12 +36,12 @@ static nb_code nbio_npy_data_offset(nb_ctx *c, const char *name, const uint8_t *
   if (n < 8) return nbcore_fail(c, NB_CORRUPT, "%s: truncated: %zu bytes, the magic and version take 8", name, n);
   int major = bytes[6], minor = bytes[7];
   if (major < 1 || major > 3 || minor != 0)
-    return nbcore_fail(c, NB_CORRUPT, "%s: .npy version %d.%d: nabla reads versions 1.0, 2.0 and 3.0", name,
-                       major, minor);
+    return nbcore_fail(c, NB_CORRUPT, "%s: .npy version %d.%d: nabla reads versions 1.0, 2.0 and 3.0", name, major,
+                       minor);
   size_t len_bytes = major == 1 ? 2 : 4;
   if (n < 8 + len_bytes)
-    return nbcore_fail(c, NB_CORRUPT, "%s: truncated: %zu bytes, the prefix of version %d.0 takes %zu", name, n,
-                       major, 8 + len_bytes);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated: %zu bytes, the prefix of version %d.0 takes %zu", name, n, major,
+                       8 + len_bytes);
   uint64_t len = 0;
   for (size_t i = 0; i < len_bytes; i++) len |= (uint64_t)bytes[8 + i] << (8 * i);
   *offset = 8 + len_bytes + len;
@@ -178,7 +178,8 @@ static const char *kind_name(uint8_t kind) {
     case 'c': return "complex";
     case 'O': return "object (pickled Python objects, never read)";
     case 'U': return "str";
-    case 'S': case 'a': return "bytes";
+    case 'S':
+    case 'a': return "bytes";
     case 'V': return "void";
     case 'M': return "datetime64";
     case 'm': return "timedelta64";
@@ -209,8 +210,10 @@ static nb_code read_descr(cursor *k, const uint8_t *s, size_t n, nbio_npy *h) {
       return NB_OK;
     }
   if (plain)
-    return nbcore_fail(k->c, NB_DTYPE, "%s: dtype %s%d (descr '%s') has no nabla dtype: nabla reads float32, "
-                       "float64, int8 to int64, uint8 to uint32 and bool", k->name, kname, 8 * size, shown);
+    return nbcore_fail(k->c, NB_DTYPE,
+                       "%s: dtype %s%d (descr '%s') has no nabla dtype: nabla reads float32, "
+                       "float64, int8 to int64, uint8 to uint32 and bool",
+                       k->name, kname, 8 * size, shown);
   if (strchr("fiub", kind)) return bad_header(k, "descr '%s' is not a NumPy dtype", shown);
   return nbcore_fail(k->c, NB_DTYPE, "%s: dtype %s (descr '%s') has no nabla dtype", k->name, kname, shown);
 }
@@ -271,8 +274,10 @@ static nb_code parse_dict(cursor *k, nbio_npy *h) {
   for (int i = 0; i < 3; i++)
     if (!seen[i]) return bad_header(k, "no key '%s'", npy_keys[i]);
   if (fortran)
-    return nbcore_fail(k->c, NB_UNIMPLEMENTED, "%s: Fortran-order data is not read (save a C-order array: "
-                       "np.ascontiguousarray)", k->name);
+    return nbcore_fail(k->c, NB_UNIMPLEMENTED,
+                       "%s: Fortran-order data is not read (save a C-order array: "
+                       "np.ascontiguousarray)",
+                       k->name);
   return NB_OK;
 }
 
@@ -310,8 +315,8 @@ static nb_code nbio_npy_check_data_size(nb_ctx *c, const char *name, const nbio_
   char s[160];
   nbcore_shape_str(s, sizeof s, h->rank, h->dims);
   if (have < h->data_bytes)
-    return nbcore_fail(c, NB_CORRUPT, "%s: truncated data: shape %s of %s takes %zu bytes, the file has %llu", name,
-                       s, h->descr, h->data_bytes, (unsigned long long)have);
+    return nbcore_fail(c, NB_CORRUPT, "%s: truncated data: shape %s of %s takes %zu bytes, the file has %llu", name, s,
+                       h->descr, h->data_bytes, (unsigned long long)have);
   /* NumPy's np.load ignores them; here they mean a wrong header or files run together */
   return nbcore_fail(c, NB_CORRUPT, "%s: %llu bytes after the data (shape %s of %s takes %zu)", name,
                      (unsigned long long)(have - h->data_bytes), s, h->descr, h->data_bytes);
@@ -456,14 +461,17 @@ nb_tensor *nb_npy_read(nb_ctx *c, const char *path) {
 /* The version 1.0 header for x (a dtype in this machine's byte order), padded with spaces
    and a '\n' so that the data starts at a multiple of 64 bytes, as NumPy aligns it. */
 static size_t format_header(const nb_tensor *x, char out[NPY_MAX_HEADER]) {
-  static const char *const kinds[] = {[NB_F32] = "f4", [NB_F64] = "f8", [NB_I32] = "i4", [NB_I64] = "i8",
-                                      [NB_BOOL] = "b1"};
+  static const char *const kinds[] = {
+      [NB_F32] = "f4", [NB_F64] = "f8", [NB_I32] = "i4", [NB_I64] = "i8", [NB_BOOL] = "b1"};
   char order = x->dtype == NB_BOOL ? '|' : host_big_endian() ? '>' : '<';
   char *d = out + NBIO_NPY_PREFIX;
   char *end = out + NPY_MAX_HEADER;
   d += snprintf(d, (size_t)(end - d), "{'descr': '%c%s', 'fortran_order': False, 'shape': (", order, kinds[x->dtype]);
   for (int i = 0; i < x->rank; i++)
-    d += snprintf(d, (size_t)(end - d), i + 1 < x->rank ? "%lld, " : x->rank == 1 ? "%lld," : "%lld",
+    d += snprintf(d, (size_t)(end - d),
+                  i + 1 < x->rank ? "%lld, "
+                  : x->rank == 1  ? "%lld,"
+                                  : "%lld",
                   (long long)x->shape[i]);
   d += snprintf(d, (size_t)(end - d), "), }");
   size_t total = ((size_t)(d - out) + 1 + 63) / 64 * 64; /* + 1: the '\n' */

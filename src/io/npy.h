@@ -9,17 +9,17 @@
 
 /* A parsed .npy header. */
 typedef struct nbio_npy {
-  int major;              /* format version 1, 2 or 3 (minor is always 0) */
-  char kind;              /* the descr's type letter: 'f', 'i', 'u' or 'b' */
-  int file_size;          /* bytes per element in the file */
-  bool big_endian;        /* the file's byte order (1-byte types: this machine's) */
-  char descr[16];         /* normalized, for messages: "<f4" */
-  nb_dtype dtype;         /* the tensor it becomes */
+  int major;       /* format version 1, 2 or 3 (minor is always 0) */
+  char kind;       /* the descr's type letter: 'f', 'i', 'u' or 'b' */
+  int file_size;   /* bytes per element in the file */
+  bool big_endian; /* the file's byte order (1-byte types: this machine's) */
+  char descr[16];  /* normalized, for messages: "<f4" */
+  nb_dtype dtype;  /* the tensor it becomes */
   int rank;
   int64_t dims[NB_MAX_RANK];
-  int64_t count;          /* elements: the product of dims */
-  size_t header_bytes;    /* magic, version, length and header dict: where the data starts */
-  size_t data_bytes;      /* count * file_size */
+  int64_t count;       /* elements: the product of dims */
+  size_t header_bytes; /* magic, version, length and header dict: where the data starts */
+  size_t data_bytes;   /* count * file_size */
 } nbio_npy;
 
 /* Bytes of the magic, version and header length of version 1 (2 and 3 take 2 more). */

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #define TABLE_MAGIC 0xdb4775248b80fb57ull
-#define FOOTER_BYTES 48  /* two handles of at most 2 x 10 varint bytes, padded, + magic */
-#define BLOCK_TRAILER 5  /* compression type byte + fixed32 CRC */
+#define FOOTER_BYTES 48 /* two handles of at most 2 x 10 varint bytes, padded, + magic */
+#define BLOCK_TRAILER 5 /* compression type byte + fixed32 CRC */
 #define CRC_MASK_DELTA 0xa282ead8u
 
 uint32_t nbio_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA; }
@@ -128,10 +128,12 @@ typedef struct block {
 static const char *read_block(const uint8_t *bytes, size_t size, const uint8_t **p, const uint8_t *end, block *b) {
   uint64_t offset, len;
   if (!get_varint(p, end, &offset) || !get_varint(p, end, &len)) return "bad block handle";
-  if (offset > size || len > size - offset || size - offset - len < BLOCK_TRAILER) return "block past the end of the file";
+  if (offset > size || len > size - offset || size - offset - len < BLOCK_TRAILER)
+    return "block past the end of the file";
   const uint8_t *data = bytes + offset;
   if (data[len] != 0) return "compressed block (nabla reads uncompressed tables only)";
-  if (nbio_crc32c_mask(nbio_crc32c(0, data, (size_t)len + 1)) != nbio_load_le32(data + len + 1)) return "block CRC mismatch";
+  if (nbio_crc32c_mask(nbio_crc32c(0, data, (size_t)len + 1)) != nbio_load_le32(data + len + 1))
+    return "block CRC mismatch";
   *b = (block){data, (size_t)len};
   return NULL;
 }
@@ -178,8 +180,10 @@ static const char *walk_block(block b, entry_fn fn, void *user, bool *oom) {
     key.n = (size_t)shared;
     nbio_bytes_put(&key, p, (size_t)unshared);
     nbio_bytes_put(&key, "", 1); /* a NUL, then dropped: keys become C strings */
-    if (key.oom) err = (*oom = true, "out of memory");
-    else err = fn(user, (const char *)key.p, --key.n, p + unshared, (size_t)vlen, oom);
+    if (key.oom)
+      err = (*oom = true, "out of memory");
+    else
+      err = fn(user, (const char *)key.p, --key.n, p + unshared, (size_t)vlen, oom);
     p += unshared + vlen;
   }
   nbio_bytes_free(&key);
@@ -232,8 +236,10 @@ const nbio_table_kv *nbio_table_find(const nbio_table *t, const char *key) {
     int32_t mid = lo + (hi - lo) / 2;
     int cmp = strcmp(t->kv[mid].key, key);
     if (cmp == 0) return &t->kv[mid];
-    if (cmp < 0) lo = mid + 1;
-    else hi = mid;
+    if (cmp < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return NULL;
 }

@@ -46,8 +46,7 @@ static nb_code read_single(nbop_kargs *k, int i, const char *what, int64_t *v) {
   nb_code code = nbop_kcheck_dtype(k, i, NBOP_M_INT);
   if (code) return code;
   if (k->in[i]->size >= 0 && k->in[i]->size != 1)
-    return nbop_kfail(k, NB_SHAPE, "%s must be a tensor with a single value, got shape %s", what,
-                      nbop_tstr(k->in[i]));
+    return nbop_kfail(k, NB_SHAPE, "%s must be a tensor with a single value, got shape %s", what, nbop_tstr(k->in[i]));
   int n;
   return nbop_kints(k, i, NB_MAX_RANK, v, 1, &n);
 }
@@ -90,8 +89,10 @@ static nb_code reshape_validate(nbop_kargs *k) {
   for (int i = 0; !code && i < n; i++) {
     if (dims[i] == -1 && unknown >= 0)
       return nbop_kfail(k, NB_INVALID, "Only one input size may be -1, not both %d and %d", unknown, i);
-    if (dims[i] == -1) unknown = i;
-    else if (dims[i] < 0) return nbop_kfail(k, NB_INVALID, "Size %d must be non-negative, not %lld", i, (long long)dims[i]);
+    if (dims[i] == -1)
+      unknown = i;
+    else if (dims[i] < 0)
+      return nbop_kfail(k, NB_INVALID, "Size %d must be non-negative, not %lld", i, (long long)dims[i]);
   }
   return known_or_later(code);
 }
@@ -121,9 +122,10 @@ static nb_code reshape_infer(nbop_kargs *k) {
     /* Zero dims on both sides leave the result empty whatever -1 becomes, so TF asks
        no divisibility then and rounds down: [0,3] to [0,-1,2] gives [0,1,2]. */
     if (!skipped && known % product)
-      return nbop_kfail(k, NB_SHAPE,
-                        "Input to reshape is a tensor with %lld values, but the requested shape requires a multiple of %lld",
-                        (long long)x->size, (long long)product);
+      return nbop_kfail(
+          k, NB_SHAPE,
+          "Input to reshape is a tensor with %lld values, but the requested shape requires a multiple of %lld",
+          (long long)x->size, (long long)product);
     dims[unknown] = known / product;
   }
   if (!nbcore_shape_checked_size(n, dims, &size))
@@ -142,8 +144,8 @@ static nb_code expand_dims_validate(nbop_kargs *k) {
   int64_t axis;
   nb_code code = read_single(k, 1, "'dim'", &axis);
   if (!code && x->rank >= 0 && (axis < -x->rank - 1 || axis > x->rank))
-    return nbop_kfail(k, NB_INVALID, "Tried to expand dim index %lld for tensor with %d dimensions.",
-                      (long long)axis, x->rank);
+    return nbop_kfail(k, NB_INVALID, "Tried to expand dim index %lld for tensor with %d dimensions.", (long long)axis,
+                      x->rank);
   if (!code || code == NBOP_DEFER) code = nbop_kcheck_out_rank(k, x->rank + 1, "output");
   return code;
 }
@@ -234,13 +236,13 @@ static nb_code transpose_infer(nbop_kargs *k) {
   return NB_OK;
 }
 
-#define TRANSPOSE_BLOCK(NAME, T)                                                                 \
-  static void NAME(const char *pin, char *pout, int64_t q0, int64_t q1, int64_t l0, int64_t l1, \
-                   int64_t in_ld, int64_t out_ld) {                                              \
-    const T *in = (const T *)pin;                                                                \
-    T *out = (T *)pout;                                                                          \
-    for (int64_t q = q0; q < q1; q++)                                                            \
-      for (int64_t l = l0; l < l1; l++) out[q * out_ld + l] = in[l * in_ld + q];                 \
+#define TRANSPOSE_BLOCK(NAME, T)                                                                               \
+  static void NAME(const char *pin, char *pout, int64_t q0, int64_t q1, int64_t l0, int64_t l1, int64_t in_ld, \
+                   int64_t out_ld) {                                                                           \
+    const T *in = (const T *)pin;                                                                              \
+    T *out = (T *)pout;                                                                                        \
+    for (int64_t q = q0; q < q1; q++)                                                                          \
+      for (int64_t l = l0; l < l1; l++) out[q * out_ld + l] = in[l * in_ld + q];                               \
   }
 TRANSPOSE_BLOCK(block_1, uint8_t)
 TRANSPOSE_BLOCK(block_4, nbop_u32a)
@@ -258,8 +260,9 @@ typedef struct tiled_job {
 
 static void tiled_range(void *arg, int64_t lo, int64_t hi) {
   const tiled_job *j = arg;
-  void (*block)(const char *, char *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t) =
-      j->esz == 1 ? block_1 : j->esz == 4 ? block_4 : block_8;
+  void (*block)(const char *, char *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t) = j->esz == 1   ? block_1
+                                                                                              : j->esz == 4 ? block_4
+                                                                                                            : block_8;
   nbop_odometer w;
   nbop_odometer_seek(&w, &j->batch, j->batch.rank, lo / j->nblk);
   int64_t blk = lo % j->nblk;
@@ -280,8 +283,13 @@ static void tiled_range(void *arg, int64_t lo, int64_t hi) {
 static void run_tiled(const nbop_kargs *k, const nbop_strided *p, const void *in, void *out, size_t esz) {
   int last = p->rank - 1, q = 0;
   while (p->in_st[q] != 1) q++; /* the input's innermost dim (size-1 dims are gone) */
-  tiled_job j = {.nq = p->dims[q], .nl = p->dims[last], .in_ld = p->in_st[last], .out_ld = p->out_st[q],
-                 .in = in, .out = out, .esz = esz};
+  tiled_job j = {.nq = p->dims[q],
+                 .nl = p->dims[last],
+                 .in_ld = p->in_st[last],
+                 .out_ld = p->out_st[q],
+                 .in = in,
+                 .out = out,
+                 .esz = esz};
   int64_t batches = 1;
   for (int d = 0; d < last; d++)
     if (d != q) {
@@ -580,9 +588,7 @@ typedef struct join_job {
   size_t esz;
 } join_job;
 
-static int64_t segment(const join_job *j, int i) {
-  return j->pack ? j->inner : j->k->in[i]->shape[j->axis] * j->inner;
-}
+static int64_t segment(const join_job *j, int i) { return j->pack ? j->inner : j->k->in[i]->shape[j->axis] * j->inner; }
 
 /* Moves to the next nonempty segment, wrapping to the next row. */
 static void next_segment(const join_job *j, int *i, int64_t *row, int64_t *seg) {
@@ -622,8 +628,12 @@ static nb_code join_kernel(nbop_kargs *k) {
   const join_plan *p = (const join_plan *)k->scratch;
   nb_tensor *y = k->res[0];
   if (y->size == 0) return NB_OK;
-  join_job j = {.k = k, .pack = p->pack, .n = p->pack ? k->nin : k->nin - 1,
-                .axis = p->axis, .inner = 1, .esz = nb_dtype_size(y->dtype)};
+  join_job j = {.k = k,
+                .pack = p->pack,
+                .n = p->pack ? k->nin : k->nin - 1,
+                .axis = p->axis,
+                .inner = 1,
+                .esz = nb_dtype_size(y->dtype)};
   for (int d = p->axis + 1; d < y->rank; d++) j.inner *= y->shape[d];
   j.row = y->shape[p->axis] * j.inner;
   nbop_parallel_range(nbop_kthreads(k, y->size), y->size, join_range, &j);
@@ -986,10 +996,10 @@ static nb_code range_infer(nbop_kargs *k) {
 
 /* value i = start + i * delta (a product, not a running sum, so float errors do not add up;
    integers wrap as two's complement like TF's). */
-#define RANGE_FILL(sfx, T, START, DELTA)                                               \
-  static void range_fill_##sfx(void *py, const range_plan *p, int64_t n) {             \
-    T *y = py;                                                                         \
-    for (int64_t i = 0; i < n; i++) y[i] = (T)(START + (DELTA) * (T)i);                \
+#define RANGE_FILL(sfx, T, START, DELTA)                                   \
+  static void range_fill_##sfx(void *py, const range_plan *p, int64_t n) { \
+    T *y = py;                                                             \
+    for (int64_t i = 0; i < n; i++) y[i] = (T)(START + (DELTA) * (T)i);    \
   }
 RANGE_FILL(f32, float, (float)p->fstart, (float)p->fdelta)
 RANGE_FILL(f64, double, p->fstart, p->fdelta)
@@ -1011,64 +1021,180 @@ static nb_code range_kernel(nbop_kargs *k) {
 /* ---- the table ------------------------------------------------------------------------------ */
 
 enum {
-  OP_RESHAPE, OP_EXPAND_DIMS, OP_SQUEEZE, OP_TRANSPOSE, OP_BROADCAST_TO, OP_CONCAT, OP_PACK, OP_UNPACK,
-  OP_TILE, OP_PAD, OP_FILL, OP_ZEROS_LIKE, OP_ONES_LIKE, OP_SHAPE, OP_CONST, OP_PLACEHOLDER,
-  OP_BROADCAST_GRADIENT_ARGS, OP_RANGE, OP_COUNT
+  OP_RESHAPE,
+  OP_EXPAND_DIMS,
+  OP_SQUEEZE,
+  OP_TRANSPOSE,
+  OP_BROADCAST_TO,
+  OP_CONCAT,
+  OP_PACK,
+  OP_UNPACK,
+  OP_TILE,
+  OP_PAD,
+  OP_FILL,
+  OP_ZEROS_LIKE,
+  OP_ONES_LIKE,
+  OP_SHAPE,
+  OP_CONST,
+  OP_PLACEHOLDER,
+  OP_BROADCAST_GRADIENT_ARGS,
+  OP_RANGE,
+  OP_COUNT
 };
 
 static nbop_def array_ops[OP_COUNT] = {
-    [OP_RESHAPE] = {.name = "Reshape", .nin = 2, .nout = 1, .alias = 0, .batch_leading = true,
-                    .validate = reshape_validate, .infer = reshape_infer},
-    [OP_EXPAND_DIMS] = {.name = "ExpandDims", .nin = 2, .nout = 1, .alias = 0, .batch_leading = true,
-                        .validate = expand_dims_validate, .infer = expand_dims_infer},
-    [OP_SQUEEZE] = {.name = "Squeeze", .nin = 1, .nout = 1, .alias = 0, .batch_leading = true, .nattrs = 1,
-                    .attrs = {{"squeeze_dims", NB_ATTR_INTS, {.n = 0}, false}}, .validate = squeeze_validate,
+    [OP_RESHAPE] = {.name = "Reshape",
+                    .nin = 2,
+                    .nout = 1,
+                    .alias = 0,
+                    .batch_leading = true,
+                    .validate = reshape_validate,
+                    .infer = reshape_infer},
+    [OP_EXPAND_DIMS] = {.name = "ExpandDims",
+                        .nin = 2,
+                        .nout = 1,
+                        .alias = 0,
+                        .batch_leading = true,
+                        .validate = expand_dims_validate,
+                        .infer = expand_dims_infer},
+    [OP_SQUEEZE] = {.name = "Squeeze",
+                    .nin = 1,
+                    .nout = 1,
+                    .alias = 0,
+                    .batch_leading = true,
+                    .nattrs = 1,
+                    .attrs = {{"squeeze_dims", NB_ATTR_INTS, {.n = 0}, false}},
+                    .validate = squeeze_validate,
                     .infer = squeeze_infer},
-    [OP_TRANSPOSE] = {.name = "Transpose", .nin = 2, .nout = 1, .alias = -1, .perm_input = 2,
-                      .validate = transpose_validate, .infer = transpose_infer, .kernel = transpose_kernel},
-    [OP_BROADCAST_TO] = {.name = "BroadcastTo", .nin = 2, .nout = 1, .alias = -1,
-                         .validate = broadcast_to_validate, .infer = broadcast_to_infer, .kernel = broadcast_to_kernel},
+    [OP_TRANSPOSE] = {.name = "Transpose",
+                      .nin = 2,
+                      .nout = 1,
+                      .alias = -1,
+                      .perm_input = 2,
+                      .validate = transpose_validate,
+                      .infer = transpose_infer,
+                      .kernel = transpose_kernel},
+    [OP_BROADCAST_TO] = {.name = "BroadcastTo",
+                         .nin = 2,
+                         .nout = 1,
+                         .alias = -1,
+                         .validate = broadcast_to_validate,
+                         .infer = broadcast_to_infer,
+                         .kernel = broadcast_to_kernel},
     /* TF's ConcatV2 requires N >= 2; N = 1 is accepted here on purpose, returning a copy
        of the one input, as tf.concat does for a one-tensor list. */
-    [OP_CONCAT] = {.name = "ConcatV2", .nin = 1, .variadic = true, .nout = 1, .alias = -1,
-                   .nattrs = 1, .attrs = {{"N", NB_ATTR_INT, {.i = 2}, true}}, .validate = concat_validate, .infer = concat_infer,
+    [OP_CONCAT] = {.name = "ConcatV2",
+                   .nin = 1,
+                   .variadic = true,
+                   .nout = 1,
+                   .alias = -1,
+                   .nattrs = 1,
+                   .attrs = {{"N", NB_ATTR_INT, {.i = 2}, true}},
+                   .validate = concat_validate,
+                   .infer = concat_infer,
                    .kernel = join_kernel},
-    [OP_PACK] = {.name = "Pack", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 2,
+    [OP_PACK] = {.name = "Pack",
+                 .nin = 0,
+                 .variadic = true,
+                 .nout = 1,
+                 .alias = -1,
+                 .nattrs = 2,
                  .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}, {"axis", NB_ATTR_INT, {.i = 0}, false}},
-                 .validate = pack_validate, .infer = pack_infer, .kernel = join_kernel},
-    [OP_UNPACK] = {.name = "Unpack", .nin = 1, .nout = NBOP_VARIADIC, .alias = -1, .nattrs = 2,
+                 .validate = pack_validate,
+                 .infer = pack_infer,
+                 .kernel = join_kernel},
+    [OP_UNPACK] = {.name = "Unpack",
+                   .nin = 1,
+                   .nout = NBOP_VARIADIC,
+                   .alias = -1,
+                   .nattrs = 2,
                    .attrs = {{"num", NB_ATTR_INT, {.i = 0}, true}, {"axis", NB_ATTR_INT, {.i = 0}, false}},
-                   .validate = unpack_validate, .infer = unpack_infer, .kernel = unpack_kernel},
-    [OP_TILE] = {.name = "Tile", .nin = 2, .nout = 1, .alias = -1, .validate = tile_validate,
-                 .infer = tile_infer, .kernel = tile_kernel},
-    [OP_PAD] = {.name = "Pad", .nin = 2, .nout = 1, .alias = -1, .validate = pad_validate,
-                .infer = pad_infer, .kernel = pad_kernel},
-    [OP_FILL] = {.name = "Fill", .nin = 2, .nout = 1, .alias = -1, .t_input = 1, .validate = fill_validate,
-                 .infer = fill_infer, .kernel = fill_kernel},
-    [OP_ZEROS_LIKE] = {.name = "ZerosLike", .nin = 1, .nout = 1, .alias = -1, .shape_only = true, .infer = nbop_infer_same,
+                   .validate = unpack_validate,
+                   .infer = unpack_infer,
+                   .kernel = unpack_kernel},
+    [OP_TILE] = {.name = "Tile",
+                 .nin = 2,
+                 .nout = 1,
+                 .alias = -1,
+                 .validate = tile_validate,
+                 .infer = tile_infer,
+                 .kernel = tile_kernel},
+    [OP_PAD] = {.name = "Pad",
+                .nin = 2,
+                .nout = 1,
+                .alias = -1,
+                .validate = pad_validate,
+                .infer = pad_infer,
+                .kernel = pad_kernel},
+    [OP_FILL] = {.name = "Fill",
+                 .nin = 2,
+                 .nout = 1,
+                 .alias = -1,
+                 .t_input = 1,
+                 .validate = fill_validate,
+                 .infer = fill_infer,
+                 .kernel = fill_kernel},
+    [OP_ZEROS_LIKE] = {.name = "ZerosLike",
+                       .nin = 1,
+                       .nout = 1,
+                       .alias = -1,
+                       .shape_only = true,
+                       .infer = nbop_infer_same,
                        .kernel = zeros_like_kernel},
-    [OP_ONES_LIKE] = {.name = "OnesLike", .nin = 1, .nout = 1, .alias = -1, .shape_only = true, .infer = nbop_infer_same,
+    [OP_ONES_LIKE] = {.name = "OnesLike",
+                      .nin = 1,
+                      .nout = 1,
+                      .alias = -1,
+                      .shape_only = true,
+                      .infer = nbop_infer_same,
                       .kernel = ones_like_kernel},
-    [OP_SHAPE] = {.name = "Shape", .nin = 1, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + SHAPE_OUT_TYPE,
+    [OP_SHAPE] = {.name = "Shape",
+                  .nin = 1,
+                  .nout = 1,
+                  .alias = -1,
+                  .nattrs = 1,
+                  .dtype_attr = 1 + SHAPE_OUT_TYPE,
                   .shape_only = true,
-                  .attrs = {{"out_type", NB_ATTR_TYPE, {.type = NB_I32}, false}}, .checks = {{.types = NBOP_M_INT}},
+                  .attrs = {{"out_type", NB_ATTR_TYPE, {.type = NB_I32}, false}},
+                  .checks = {{.types = NBOP_M_INT}},
                   .infer = shape_infer,
                   .kernel = shape_kernel},
-    [OP_CONST] = {.name = "Const", .nin = 0, .nout = 1, .alias = -1, .nattrs = 2,
+    [OP_CONST] = {.name = "Const",
+                  .nin = 0,
+                  .nout = 1,
+                  .alias = -1,
+                  .nattrs = 2,
                   .attrs = {{"value", NB_ATTR_TENSOR, {.tensor = NULL}, true},
                             {"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true}},
-                  .validate = const_validate, .infer = const_infer, .kernel = const_kernel},
-    [OP_PLACEHOLDER] = {.name = "Placeholder", .nin = 0, .nout = 1, .alias = -1, .nattrs = 2,
+                  .validate = const_validate,
+                  .infer = const_infer,
+                  .kernel = const_kernel},
+    [OP_PLACEHOLDER] = {.name = "Placeholder",
+                        .nin = 0,
+                        .nout = 1,
+                        .alias = -1,
+                        .nattrs = 2,
                         .dtype_attr = 1 + PLACEHOLDER_DTYPE,
                         .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true},
                                   {"shape", NB_ATTR_INTS, {.n = -1}, false}},
-                        .validate = placeholder_validate, .infer = placeholder_infer},
+                        .validate = placeholder_validate,
+                        .infer = placeholder_infer},
     /* reads its inputs' values, not just their shapes; has no gradient */
-    [OP_BROADCAST_GRADIENT_ARGS] = {.name = "BroadcastGradientArgs", .nin = 2, .nout = 2, .alias = -1,
-                                    .shape_only = false, .validate = bgrad_validate, .infer = bgrad_infer,
+    [OP_BROADCAST_GRADIENT_ARGS] = {.name = "BroadcastGradientArgs",
+                                    .nin = 2,
+                                    .nout = 2,
+                                    .alias = -1,
+                                    .shape_only = false,
+                                    .validate = bgrad_validate,
+                                    .infer = bgrad_infer,
                                     .kernel = bgrad_kernel},
     /* reads its inputs' values; has no gradient */
-    [OP_RANGE] = {.name = "Range", .nin = 3, .nout = 1, .alias = -1, .validate = range_validate, .infer = range_infer,
+    [OP_RANGE] = {.name = "Range",
+                  .nin = 3,
+                  .nout = 1,
+                  .alias = -1,
+                  .validate = range_validate,
+                  .infer = range_infer,
                   .kernel = range_kernel},
 };
 
@@ -1242,7 +1368,8 @@ nb_tensor *nb_placeholder(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape,
 }
 
 nb_code nb_broadcast_gradient_args(nb_ctx *c, nb_tensor *s0, nb_tensor *s1, nb_tensor **r0, nb_tensor **r1) {
-  if (nbop_live(c) && (!r0 || !r1)) return nbcore_fail(c, NB_INVALID, "BroadcastGradientArgs: r0 and r1 must not be NULL");
+  if (nbop_live(c) && (!r0 || !r1))
+    return nbcore_fail(c, NB_INVALID, "BroadcastGradientArgs: r0 and r1 must not be NULL");
   nb_tensor *in[2] = {s0, s1}, *out[2] = {NULL, NULL};
   nb_code code = nbop_dispatch(c, &array_ops[OP_BROADCAST_GRADIENT_ARGS], in, 2, NULL, out, 2);
   if (r0) *r0 = out[0];

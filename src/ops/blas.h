@@ -17,8 +17,8 @@
    stored k x m when ta), op(B) is k x n (B stored n x k when tb) and C is m x n. lda, ldb
    and ldc are the row strides of A, B and C in elements. m, n or k may be 0 (k == 0
    gives beta C); every dimension and stride must be <= NBOP_GEMM_MAX_DIM. */
-void nbop_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
-               int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+void nbop_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
+               int64_t ldb, double beta, void *c, int64_t ldc);
 
 /* Makes GEMMs called from this thread use n threads, on both backends (a no-op when they
    already do). Call it outside parallel regions; inside one, a GEMM runs single-threaded. */

@@ -33,9 +33,9 @@
 
 /* OpenBLAS cores whose kernels stop short of AVX2 (SSE-only ones, and Sandybridge's AVX). */
 static const char *const pre_avx2_cores[] = {
-  "Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Core2", "Penryn",
-  "Dunnington", "Nehalem", "Atom", "Athlon", "Opteron", "Opteron_SSE3", "Barcelona",
-  "Bobcat", "Bulldozer", "Piledriver", "Sandybridge",
+    "Katmai",       "Coppermine", "Northwood", "Prescott",  "Banias",     "Core2",
+    "Penryn",       "Dunnington", "Nehalem",   "Atom",      "Athlon",     "Opteron",
+    "Opteron_SSE3", "Barcelona",  "Bobcat",    "Bulldozer", "Piledriver", "Sandybridge",
 };
 
 bool nbop_build_info_blas_warning(const char *corename, bool cpu_has_avx2, char *out, size_t size) {
@@ -85,12 +85,11 @@ static void cpu_brand(char out[49]) {
 /* The clone gcc's resolver runs for NBOP_SIMD_CLONES loops, from the features that define
    x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) and x86-64-v3 (AVX2, FMA, BMI1/2). */
 static const char *running_clone(void) {
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl"))
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     return "x86-64-v4";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+      __builtin_cpu_supports("bmi2"))
     return "x86-64-v3";
   return "default";
 }
@@ -117,7 +116,9 @@ static bool cpu_has_avx2(void) { return false; }
 
 /* The one place naming the convolution backend: oneDNN's convolutions for Conv2D and its
    backprops in float32; float64, and any case oneDNN refuses, stay on im2col + GEMM. */
-const char *nbop_conv_backend_name(void) { return nbop_onednn_enabled() ? "oneDNN (f32), im2col+GEMM (f64)" : "im2col+GEMM"; }
+const char *nbop_conv_backend_name(void) {
+  return nbop_onednn_enabled() ? "oneDNN (f32), im2col+GEMM (f64)" : "im2col+GEMM";
+}
 
 static const char *onednn_runtime_name(unsigned r) {
   return r == DNNL_RUNTIME_OMP   ? "openmp"

@@ -20,8 +20,8 @@ enum { STACK_T = 1 };
    value is not known. validate checks this; the kernels read t through it. */
 static nb_code stack_index(nbop_kargs *k, const nb_tensor *stack, int64_t *t) {
   if (k->in[STACK_T]->dtype != NB_I64 || k->in[STACK_T]->rank > 0)
-    return nbop_kfail(k, NB_INVALID, "the index must be an int64 scalar, got %s %s", nb_dtype_name(k->in[STACK_T]->dtype),
-                      nbop_tstr(k->in[STACK_T]));
+    return nbop_kfail(k, NB_INVALID, "the index must be an int64 scalar, got %s %s",
+                      nb_dtype_name(k->in[STACK_T]->dtype), nbop_tstr(k->in[STACK_T]));
   if (stack->rank == 0) return nbop_kfail(k, NB_SHAPE, "the stack must have rank >= 1, got %s", nbop_tstr(stack));
   *t = -1;
   if (k->in[STACK_T]->buf) {
@@ -70,7 +70,8 @@ static nb_code stack_get_grad_kernel(nbop_kargs *k) {
   int64_t t = 0;
   nb_code code = stack_index(k, k->in[0], &t);
   if (!code && k->in[2]->size * (int64_t)nb_dtype_size(k->in[2]->dtype) != (int64_t)entry_bytes(k->in[0]))
-    code = nbop_kfail(k, NB_SHAPE, "dy %s does not match an entry of the stack %s", nbop_tstr(k->in[2]), nbop_tstr(k->in[0]));
+    code = nbop_kfail(k, NB_SHAPE, "dy %s does not match an entry of the stack %s", nbop_tstr(k->in[2]),
+                      nbop_tstr(k->in[0]));
   if (code) return code;
   size_t bytes = entry_bytes(k->in[0]);
   memset(nbcore_tdata(k->res[0]), 0, (size_t)k->in[0]->size * nb_dtype_size(k->in[0]->dtype));
@@ -97,8 +98,10 @@ typedef struct ragged_entry {
 static nb_code ragged_entry_of(nbop_kargs *k, int index_input, ragged_entry *e) {
   const nb_tensor *values = k->in[0], *t = k->in[STACK_T], *index = k->in[index_input];
   if (t->dtype != NB_I64 || t->rank != 0)
-    return nbop_kfail(k, NB_INVALID, "the index must be an int64 scalar, got %s %s", nb_dtype_name(t->dtype), nbop_tstr(t));
-  bool index_ok = index->rank < 0 || (index->rank == 2 && (index->shape[1] < 0 || index->shape[1] == NBOP_CF_INDEX_COLS));
+    return nbop_kfail(k, NB_INVALID, "the index must be an int64 scalar, got %s %s", nb_dtype_name(t->dtype),
+                      nbop_tstr(t));
+  bool index_ok =
+      index->rank < 0 || (index->rank == 2 && (index->shape[1] < 0 || index->shape[1] == NBOP_CF_INDEX_COLS));
   if (index->dtype != NB_I64 || !index_ok)
     return nbop_kfail(k, NB_INVALID, "the stack index must be int64 [T, %d], got %s %s", NBOP_CF_INDEX_COLS,
                       nb_dtype_name(index->dtype), nbop_tstr(index));
@@ -131,8 +134,10 @@ static nb_code ragged_get_infer(nbop_kargs *k) {
   nb_code code = ragged_entry_of(k, 2, &e);
   if (code) return code;
   const nbop_attrval *s = &k->attr[RAGGED_SHAPE];
-  if (k->ctx->graph) nbop_meta_set(&k->out[0], k->in[0]->dtype, s->n, s->ints);
-  else nbop_meta_set(&k->out[0], k->in[0]->dtype, e.rank, e.shape);
+  if (k->ctx->graph)
+    nbop_meta_set(&k->out[0], k->in[0]->dtype, s->n, s->ints);
+  else
+    nbop_meta_set(&k->out[0], k->in[0]->dtype, e.rank, e.shape);
   return NB_OK;
 }
 
@@ -171,7 +176,8 @@ static nb_code ragged_get_grad_kernel(nbop_kargs *k) {
   if (code) return code;
   size_t size = nb_dtype_size(k->in[0]->dtype);
   if (k->res[0]->size) memset(nbcore_tdata(k->res[0]), 0, (size_t)k->res[0]->size * size);
-  if (e.size) memcpy((char *)nbcore_tdata(k->res[0]) + (size_t)e.offset * size, nbcore_tdata(k->in[2]), (size_t)e.size * size);
+  if (e.size)
+    memcpy((char *)nbcore_tdata(k->res[0]) + (size_t)e.offset * size, nbcore_tdata(k->in[2]), (size_t)e.size * size);
   return NB_OK;
 }
 
@@ -209,29 +215,81 @@ static nb_code ensure_shape_infer(nbop_kargs *k) {
 /* The first NBOP_FUNCTION_OPS entries, in the order of their enum, get src/func's
    functions from nbop_install_function_ops. */
 static nbop_def control_flow_ops[] = {
-    {.name = "While", .nin = 0, .variadic = true, .nout = NBOP_VARIADIC, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 4,
+    {.name = "While",
+     .nin = 0,
+     .variadic = true,
+     .nout = NBOP_VARIADIC,
+     .alias = -1,
+     .stateful = true,
+     .any_rank = true,
+     .nattrs = 4,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"_cond", NB_ATTR_INT, {.i = 0}, true},
                {"_body", NB_ATTR_INT, {.i = 0}, true},
                {"parallel_iterations", NB_ATTR_INT, {.i = 10}, false}}},
-    {.name = "If", .nin = 0, .variadic = true, .nout = NBOP_VARIADIC, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 3,
+    {.name = "If",
+     .nin = 0,
+     .variadic = true,
+     .nout = NBOP_VARIADIC,
+     .alias = -1,
+     .stateful = true,
+     .any_rank = true,
+     .nattrs = 3,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"_then_branch", NB_ATTR_INT, {.i = 0}, true},
                {"_else_branch", NB_ATTR_INT, {.i = 0}, true}}},
-    {.name = "StatefulPartitionedCall", .nin = 0, .variadic = true, .nout = NBOP_VARIADIC, .alias = -1, .stateful = true, .any_rank = true,
+    {.name = "StatefulPartitionedCall",
+     .nin = 0,
+     .variadic = true,
+     .nout = NBOP_VARIADIC,
+     .alias = -1,
+     .stateful = true,
+     .any_rank = true,
      .nattrs = 2,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}, {"_f", NB_ATTR_INT, {.i = 0}, true}}},
-    {.name = "_StackGet", .nin = 2, .nout = 1, .alias = -1, .validate = stack_get_validate,
-     .infer = stack_get_infer, .kernel = stack_get_kernel},
-    {.name = "_StackGetGrad", .nin = 3, .nout = 1, .alias = -1, .t_input = 2,
-     .validate = stack_get_grad_validate, .infer = nbop_infer_same, .kernel = stack_get_grad_kernel},
-    {.name = "_RaggedGet", .nin = 3, .nout = 1, .alias = -1, .any_rank = true, .nattrs = 1,
-     .attrs = {{"shape", NB_ATTR_INTS, {.n = -1}, false}}, .validate = ragged_get_validate, .infer = ragged_get_infer,
+    {.name = "_StackGet",
+     .nin = 2,
+     .nout = 1,
+     .alias = -1,
+     .validate = stack_get_validate,
+     .infer = stack_get_infer,
+     .kernel = stack_get_kernel},
+    {.name = "_StackGetGrad",
+     .nin = 3,
+     .nout = 1,
+     .alias = -1,
+     .t_input = 2,
+     .validate = stack_get_grad_validate,
+     .infer = nbop_infer_same,
+     .kernel = stack_get_grad_kernel},
+    {.name = "_RaggedGet",
+     .nin = 3,
+     .nout = 1,
+     .alias = -1,
+     .any_rank = true,
+     .nattrs = 1,
+     .attrs = {{"shape", NB_ATTR_INTS, {.n = -1}, false}},
+     .validate = ragged_get_validate,
+     .infer = ragged_get_infer,
      .kernel = ragged_get_kernel},
-    {.name = "_RaggedGetGrad", .nin = 4, .nout = 1, .alias = -1, .t_input = 2, .any_rank = true,
-     .validate = ragged_get_grad_validate, .infer = ragged_get_grad_infer, .kernel = ragged_get_grad_kernel},
-    {.name = "_EnsureShape", .nin = 1, .nout = 1, .alias = 0, .any_rank = true, .nattrs = 1,
-     .attrs = {{"shape", NB_ATTR_INTS, {.n = -1}, false}}, .validate = ensure_shape_validate, .infer = ensure_shape_infer},
+    {.name = "_RaggedGetGrad",
+     .nin = 4,
+     .nout = 1,
+     .alias = -1,
+     .t_input = 2,
+     .any_rank = true,
+     .validate = ragged_get_grad_validate,
+     .infer = ragged_get_grad_infer,
+     .kernel = ragged_get_grad_kernel},
+    {.name = "_EnsureShape",
+     .nin = 1,
+     .nout = 1,
+     .alias = 0,
+     .any_rank = true,
+     .nattrs = 1,
+     .attrs = {{"shape", NB_ATTR_INTS, {.n = -1}, false}},
+     .validate = ensure_shape_validate,
+     .infer = ensure_shape_infer},
 };
 
 nbop_family nbop_control_flow_family(void) {

@@ -117,9 +117,9 @@ static nb_code finish_geom(nbop_kargs *k, geom *g, pad_mode m, const int64_t pad
   /* an empty tensor, or a shape operand, can carry any dims: bounded, the window
      arithmetic below cannot overflow (window * dilation <= 2^61) */
   if (g->h > SPATIAL_MAX || g->w > SPATIAL_MAX || g->kh > SPATIAL_MAX || g->kw > SPATIAL_MAX)
-    return nbop_kfail(k, NB_SHAPE, "spatial and window dims must be at most %lld, got input %lldx%lld, window %lldx%lld (%s)",
-                      (long long)SPATIAL_MAX, (long long)g->h, (long long)g->w, (long long)g->kh, (long long)g->kw,
-                      shapes);
+    return nbop_kfail(
+        k, NB_SHAPE, "spatial and window dims must be at most %lld, got input %lldx%lld, window %lldx%lld (%s)",
+        (long long)SPATIAL_MAX, (long long)g->h, (long long)g->w, (long long)g->kh, (long long)g->kw, shapes);
   g->oh = out_size(g->h, g->kh, g->dh, g->sh, m, pad[0], pad[1], &g->pt);
   g->ow = out_size(g->w, g->kw, g->dw, g->sw, m, pad[2], pad[3], &g->pl);
   if (g->oh < 0 || g->ow < 0)
@@ -127,7 +127,11 @@ static nb_code finish_geom(nbop_kargs *k, geom *g, pad_mode m, const int64_t pad
                       "computed output size would be negative: window %lldx%lld (dilations %lldx%lld) over input "
                       "%lldx%lld with padding %s (%s)",
                       (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw, (long long)g->h,
-                      (long long)g->w, m == PAD_VALID ? "VALID" : m == PAD_SAME ? "SAME" : "EXPLICIT", shapes);
+                      (long long)g->w,
+                      m == PAD_VALID  ? "VALID"
+                      : m == PAD_SAME ? "SAME"
+                                      : "EXPLICIT",
+                      shapes);
   return NB_OK;
 }
 
@@ -189,7 +193,8 @@ static nb_code shape_input(nbop_kargs *k, int i, const char *what, int64_t *s) {
 static nb_code check_operands(nbop_kargs *k, const int *ranks, const char *const *names) {
   for (int i = 0; i < k->nin; i++) {
     int64_t s[4];
-    nb_code code = ranks[i] == 0 ? shape_input(k, i, names[i], s) : nbop_kcheck_rank(k, i, ranks[i], ranks[i], names[i]);
+    nb_code code =
+        ranks[i] == 0 ? shape_input(k, i, names[i], s) : nbop_kcheck_rank(k, i, ranks[i], ranks[i], names[i]);
     if (code && code != NBOP_DEFER) return code;
   }
   return NB_OK;
@@ -234,8 +239,7 @@ static nb_code conv_geom(nbop_kargs *k, const int64_t *in, const int64_t *f, con
   g->oc = f[3];
   nb_code depth = check_depth(k, g->c, f[2], shapes);
   if (depth) return depth;
-  if (g->kh == 0 || g->kw == 0)
-    return nbop_kfail(k, NB_SHAPE, "filter window must be nonempty (%s)", shapes);
+  if (g->kh == 0 || g->kw == 0) return nbop_kfail(k, NB_SHAPE, "filter window must be nonempty (%s)", shapes);
   return finish_geom(k, g, m, pad, shapes);
 }
 
@@ -257,9 +261,8 @@ typedef enum { CONV_FORWARD, CONV_BACKPROP_INPUT, CONV_BACKPROP_FILTER } conv_ki
    shape filter_sizes. One of input and filter may come as a shape operand; the backprops'
    out_backprop must have the shape Conv2D would give. */
 static nb_code conv_validate_as(nbop_kargs *k, conv_kind kind) {
-  static const char *const names[3][3] = {{"input", "filter"},
-                                          {"input_sizes", "filter", "out_backprop"},
-                                          {"input", "filter_sizes", "out_backprop"}};
+  static const char *const names[3][3] = {
+      {"input", "filter"}, {"input_sizes", "filter", "out_backprop"}, {"input", "filter_sizes", "out_backprop"}};
   static const int ranks[3][3] = {{4, 4}, {0, 4, 4}, {4, 0, 4}};
   geom g;
   pad_mode m;
@@ -362,12 +365,12 @@ static inline void add_elems(nb_dtype t, char *dst, const char *src, int64_t n) 
 
 /* n images of c channels and hw pixels: [n, c, hw] -> [n, hw, c], or back when to_nchw.
    Elements move as same-size integers. */
-#define TRANSPOSE_LOOP(U)                                                            \
-  for (int64_t b = 0; b < n; b++)                                                    \
-    for (int64_t ch = 0; ch < c; ch++)                                               \
-      for (int64_t p = 0; p < hw; p++) {                                             \
-        int64_t chw = (b * c + ch) * hw + p, hwc = (b * hw + p) * c + ch;            \
-        ((U *)dst)[to_nchw ? chw : hwc] = ((const U *)src)[to_nchw ? hwc : chw];     \
+#define TRANSPOSE_LOOP(U)                                                        \
+  for (int64_t b = 0; b < n; b++)                                                \
+    for (int64_t ch = 0; ch < c; ch++)                                           \
+      for (int64_t p = 0; p < hw; p++) {                                         \
+        int64_t chw = (b * c + ch) * hw + p, hwc = (b * hw + p) * c + ch;        \
+        ((U *)dst)[to_nchw ? chw : hwc] = ((const U *)src)[to_nchw ? hwc : chw]; \
       }
 
 static void transpose_layout(const char *src, char *dst, int64_t n, int64_t c, int64_t hw, size_t esz, bool to_nchw) {
@@ -614,8 +617,8 @@ static nb_code plan_job(nbop_kargs *k, conv_job *j, int *nt) {
   int64_t per_image = pix * kk * (int64_t)j->esz;
   j->block = per_image > 0 ? COL_BLOCK_BYTES / per_image : g->n;
   if (j->block < 1) j->block = 1;
-  j->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 && g->pl == 0 &&
-              g->oh == g->h && g->ow == g->w;
+  j->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 && g->pl == 0 && g->oh == g->h &&
+              g->ow == g->w;
   j->planar = !j->direct && g->c == 1;
   j->col_elems = j->block * pix * kk;
   j->cols = NULL;
@@ -645,8 +648,8 @@ static void conv_key(const geom *g, conv_kind kind, nbop_onednn_key *key) {
                               [CONV_BACKPROP_INPUT] = NBOP_ONEDNN_CONV_BACKPROP_INPUT,
                               [CONV_BACKPROP_FILTER] = NBOP_ONEDNN_CONV_BACKPROP_FILTER};
   *key = (nbop_onednn_key){{kinds[kind], g->n, g->c, g->h, g->w, g->oc, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->dh,
-                          g->dw, g->pt, pad_after(g->h, g->oh, g->kh, g->dh, g->sh, g->pt), g->pl,
-                          pad_after(g->w, g->ow, g->kw, g->dw, g->sw, g->pl), g->nchw}};
+                            g->dw, g->pt, pad_after(g->h, g->oh, g->kh, g->dh, g->sh, g->pt), g->pl,
+                            pad_after(g->w, g->ow, g->kw, g->dw, g->sw, g->pl), g->nchw}};
 }
 
 /* The plan of the convolution key names: activations in the tensors' own layout (NHWC or
@@ -673,8 +676,8 @@ static dnnl_status_t make_conv(const nbop_onednn_key *key, dnnl_engine_t engine,
   if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&dst, 4, dst_dims, dnnl_f32, layout);
   dnnl_convolution_desc_t fwd, bwd;
   if (s == dnnl_success)
-    s = dnnl_dilated_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &src, &w,
-                                                   NULL, &dst, strides, dilates, pad_l, pad_r);
+    s = dnnl_dilated_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &src, &w, NULL,
+                                                   &dst, strides, dilates, pad_l, pad_r);
   if (s != dnnl_success || v[0] == NBOP_ONEDNN_CONV_FORWARD)
     return s == dnnl_success ? dnnl_primitive_desc_create(&plan->pd, &fwd, attr, engine, NULL) : s;
   if (v[0] == NBOP_ONEDNN_CONV_BACKPROP_INPUT)
@@ -706,7 +709,8 @@ static bool conv_onednn(nbop_kargs *k, conv_kind kind) {
   nbop_onednn_arg args[3][3] = {
       [CONV_FORWARD] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DST, nbcore_tdata(res)}},
       [CONV_BACKPROP_INPUT] = {{DNNL_ARG_DIFF_SRC, nbcore_tdata(res)}, {DNNL_ARG_WEIGHTS, f}, {DNNL_ARG_DIFF_DST, dy}},
-      [CONV_BACKPROP_FILTER] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_WEIGHTS, nbcore_tdata(res)}, {DNNL_ARG_DIFF_DST, dy}}};
+      [CONV_BACKPROP_FILTER] = {
+          {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_WEIGHTS, nbcore_tdata(res)}, {DNNL_ARG_DIFF_DST, dy}}};
   return nbop_onednn_run(k->ctx, &key, make_conv, conv_threads(k, g), args[kind], 3) == dnnl_success;
 }
 
@@ -738,8 +742,9 @@ static nb_code run_conv(nbop_kargs *k, conv_kind kind) {
   }
   int prev_threads = omp_get_max_threads();
   nbop_blas_set_threads(nt > 1 ? 1 : k->threads);
-  nbop_range_fn fn = kind == CONV_FORWARD ? forward_range : kind == CONV_BACKPROP_INPUT ? backprop_input_range
-                                                                                     : backprop_filter_range;
+  nbop_range_fn fn = kind == CONV_FORWARD          ? forward_range
+                     : kind == CONV_BACKPROP_INPUT ? backprop_input_range
+                                                   : backprop_filter_range;
   if (kind == CONV_BACKPROP_FILTER) { /* sums start at zero (all of them: a thread may get no images) */
     memset(j.out, 0, (size_t)res->size * j.esz);
     if (j.partials) memset(j.partials, 0, (size_t)((nt - 1) * dw_elems) * j.esz);
@@ -792,7 +797,8 @@ static void pool_out_dims(const geom *g, int64_t *s) { layout_dims(g, g->n, g->o
 /* The pools' operands (by their count: MaxPool and AvgPool, AvgPoolGrad, MaxPoolGrad and
    MaxPoolGradGrad): float, of one dtype, 4-D but for AvgPoolGrad's shape operand. */
 static nb_code pool_validate(nbop_kargs *k) {
-  static const char *const names[3][3] = {{"input"}, {"orig_input_shape", "grad"}, {"orig_input", "orig_output", "grad"}};
+  static const char *const names[3][3] = {
+      {"input"}, {"orig_input_shape", "grad"}, {"orig_input", "orig_output", "grad"}};
   static const int ranks[3][3] = {{4}, {0, 4}, {4, 4, 4}};
   int first = k->nin == 2 ? 1 : 0;
   geom g;
@@ -879,26 +885,25 @@ static void window(const geom *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *
    kx), so consecutive updates touch different pixels and need not wait for each other.
    VISIT sees at (the element's offset in the image) and q (its pixel and channel's offset
    in the output row). */
-#define ROW_WINDOWS(VISIT)                                                      \
-  for (int64_t ky = 0; ky < g->kh; ky++) {                                      \
-    int64_t iy = oy * g->sh - g->pt + ky, o0, o1;                               \
-    if (iy < 0 || iy >= g->h) continue;                                         \
-    for (int64_t kx = 0; kx < g->kw; kx++) {                                    \
-      inside(kx - g->pl, g->sw, g->w, g->ow, &o0, &o1);                         \
-      for (int64_t ox = o0; ox < o1; ox++)                                      \
-        for (int64_t ch = 0; ch < g->c; ch++) {                                 \
-          int64_t at = (iy * g->w + ox * g->sw + kx - g->pl) * g->c + ch;       \
-          int64_t q = ox * g->c + ch;                                           \
-          VISIT                                                                 \
-        }                                                                       \
-    }                                                                           \
+#define ROW_WINDOWS(VISIT)                                                \
+  for (int64_t ky = 0; ky < g->kh; ky++) {                                \
+    int64_t iy = oy * g->sh - g->pt + ky, o0, o1;                         \
+    if (iy < 0 || iy >= g->h) continue;                                   \
+    for (int64_t kx = 0; kx < g->kw; kx++) {                              \
+      inside(kx - g->pl, g->sw, g->w, g->ow, &o0, &o1);                   \
+      for (int64_t ox = o0; ox < o1; ox++)                                \
+        for (int64_t ch = 0; ch < g->c; ch++) {                           \
+          int64_t at = (iy * g->w + ox * g->sw + kx - g->pl) * g->c + ch; \
+          int64_t q = ox * g->c + ch;                                     \
+          VISIT                                                           \
+        }                                                                 \
+    }                                                                     \
   }
 
 /* A pool loop over images [lo, hi): a is the first operand, b the second (or NULL), out
    the result, all NHWC; rows is the thread's scratch of 2 output rows (MaxPool's
    gradient ops). */
-typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,
-                        int64_t hi);
+typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo, int64_t hi);
 
 /* Per dtype:
    max_pool       y = max over the window (-inf for a window wholly in the padding)
@@ -911,107 +916,107 @@ typedef void (*pool_fn)(const geom *g, const void *a, const void *b, void *out, 
    equal to each (no index tracking, no branches).
    avg_pool       y = mean over the window's real elements (TF: padding is not counted)
    avg_pool_grad  dx[window] += dy / count */
-#define POOL_LOOPS(S, T)                                                                                       \
-  static void row_max_##S(const geom *g, const T *img, int64_t oy, T *best) {                                  \
-    for (int64_t q = 0; q < g->ow * g->c; q++) best[q] = -INFINITY;                                           \
-    for (int64_t ky = 0; ky < g->kh; ky++) {                                                                   \
-      int64_t iy = oy * g->sh - g->pt + ky, o0, o1;                                                            \
-      if (iy < 0 || iy >= g->h) continue;                                                                      \
-      for (int64_t kx = 0; kx < g->kw; kx++) {                                                                 \
-        inside(kx - g->pl, g->sw, g->w, g->ow, &o0, &o1);                                                      \
-        for (int64_t ox = o0; ox < o1; ox++) {                                                                 \
-          const T *p = img + (iy * g->w + ox * g->sw + kx - g->pl) * g->c;                                     \
-          T *q = best + ox * g->c;                                                                             \
-          for (int64_t ch = 0; ch < g->c; ch++) q[ch] = NAN_MAX(q[ch], p[ch]);                                 \
-        }                                                                                                      \
-      }                                                                                                        \
-    }                                                                                                          \
-  }                                                                                                            \
-  static void max_pool_##S(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,    \
-                           int64_t hi) {                                                                       \
-    (void)b, (void)rows;                                                                                       \
-    for (int64_t n = lo; n < hi; n++)                                                                          \
-      for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
-        row_max_##S(g, (const T *)a + n * g->h * g->w * g->c, oy, (T *)out + (n * g->oh + oy) * g->ow * g->c); \
-  }                                                                                                            \
-  static void max_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, void *rows,          \
-                                int64_t lo, int64_t hi) {                                                      \
-    int64_t img = g->h * g->w * g->c, row = g->ow * g->c;                                                      \
-    T *best = rows, *done = best + row;                                                                        \
-    memset((T *)out + lo * img, 0, (size_t)((hi - lo) * img) * sizeof(T));                                    \
-    for (int64_t n = lo; n < hi; n++) {                                                                        \
-      const T *x = (const T *)a + n * img;                                                                     \
-      T *dx = (T *)out + n * img;                                                                              \
-      for (int64_t oy = 0; oy < g->oh; oy++) {                                                                 \
-        const T *dy = (const T *)b + (n * g->oh + oy) * row;                                                   \
-        row_max_##S(g, x, oy, best);                                                                           \
-        for (int64_t q = 0; q < row; q++) done[q] = 0;                                                         \
-        ROW_WINDOWS({                                                                                          \
-          T hit = (T)((done[q] == 0) & IS_MAX(x[at], best[q]));                                                \
-          dx[at] += hit * dy[q];                                                                               \
-          done[q] += hit;                                                                                      \
-        })                                                                                                     \
-      }                                                                                                        \
-    }                                                                                                          \
-  }                                                                                                            \
-  static void max_pool_grad_grad_##S(const geom *g, const void *a, const void *b, void *out, void *rows,     \
-                                     int64_t lo, int64_t hi) {                                                 \
-    int64_t img = g->h * g->w * g->c, row = g->ow * g->c;                                                      \
-    T *best = rows, *done = best + row;                                                                        \
-    for (int64_t n = lo; n < hi; n++) {                                                                        \
-      const T *x = (const T *)a + n * img, *gx = (const T *)b + n * img;                                       \
-      for (int64_t oy = 0; oy < g->oh; oy++) {                                                                 \
-        T *o = (T *)out + (n * g->oh + oy) * row;                                                              \
-        row_max_##S(g, x, oy, best);                                                                           \
-        for (int64_t q = 0; q < row; q++) done[q] = 0, o[q] = 0;                                               \
-        ROW_WINDOWS({                                                                                          \
-          bool hit = (done[q] == 0) & IS_MAX(x[at], best[q]);                                                  \
-          o[q] = hit ? gx[at] : o[q];                                                                          \
-          done[q] += hit;                                                                                      \
-        })                                                                                                     \
-      }                                                                                                        \
-    }                                                                                                          \
-  }                                                                                                            \
-  static void avg_pool_##S(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,    \
-                           int64_t hi) {                                                                       \
-    (void)b, (void)rows;                                                                                       \
-    const T *x = a;                                                                                            \
-    for (int64_t n = lo; n < hi; n++)                                                                          \
-      for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
-        for (int64_t ox = 0; ox < g->ow; ox++) {                                                               \
-          T *o = (T *)out + ((n * g->oh + oy) * g->ow + ox) * g->c;                                            \
-          int64_t y0, y1, x0, x1;                                                                              \
-          window(g, oy, ox, &y0, &y1, &x0, &x1);                                                               \
-          for (int64_t ch = 0; ch < g->c; ch++) o[ch] = 0;                                                     \
-          for (int64_t iy = y0; iy < y1; iy++)                                                                 \
-            for (int64_t ix = x0; ix < x1; ix++) {                                                             \
-              const T *p = x + ((n * g->h + iy) * g->w + ix) * g->c;                                           \
-              for (int64_t ch = 0; ch < g->c; ch++) o[ch] += p[ch];                                            \
-            }                                                                                                  \
-          T scale = (T)1 / (T)((y1 - y0) * (x1 - x0));                                                         \
-          for (int64_t ch = 0; ch < g->c; ch++) o[ch] *= scale;                                                \
-        }                                                                                                      \
-  }                                                                                                            \
-  static void avg_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, void *rows,          \
-                                int64_t lo, int64_t hi) {                                                      \
-    (void)b, (void)rows;                                                                                       \
-    int64_t img = g->h * g->w * g->c;                                                                          \
-    memset((T *)out + lo * img, 0, (size_t)((hi - lo) * img) * sizeof(T));                                    \
-    for (int64_t n = lo; n < hi; n++) {                                                                        \
-      const T *dy = (const T *)a + n * g->oh * g->ow * g->c;                                                   \
-      T *dx = (T *)out + n * img;                                                                              \
-      for (int64_t oy = 0; oy < g->oh; oy++)                                                                   \
-        for (int64_t ox = 0; ox < g->ow; ox++, dy += g->c) {                                                   \
-          int64_t y0, y1, x0, x1;                                                                              \
-          window(g, oy, ox, &y0, &y1, &x0, &x1);                                                               \
-          T scale = (T)1 / (T)((y1 - y0) * (x1 - x0));                                                         \
-          for (int64_t iy = y0; iy < y1; iy++)                                                                 \
-            for (int64_t ix = x0; ix < x1; ix++) {                                                             \
-              T *p = dx + (iy * g->w + ix) * g->c;                                                             \
-              for (int64_t ch = 0; ch < g->c; ch++) p[ch] += dy[ch] * scale;                                   \
-            }                                                                                                  \
-        }                                                                                                      \
-    }                                                                                                          \
+#define POOL_LOOPS(S, T)                                                                                             \
+  static void row_max_##S(const geom *g, const T *img, int64_t oy, T *best) {                                        \
+    for (int64_t q = 0; q < g->ow * g->c; q++) best[q] = -INFINITY;                                                  \
+    for (int64_t ky = 0; ky < g->kh; ky++) {                                                                         \
+      int64_t iy = oy * g->sh - g->pt + ky, o0, o1;                                                                  \
+      if (iy < 0 || iy >= g->h) continue;                                                                            \
+      for (int64_t kx = 0; kx < g->kw; kx++) {                                                                       \
+        inside(kx - g->pl, g->sw, g->w, g->ow, &o0, &o1);                                                            \
+        for (int64_t ox = o0; ox < o1; ox++) {                                                                       \
+          const T *p = img + (iy * g->w + ox * g->sw + kx - g->pl) * g->c;                                           \
+          T *q = best + ox * g->c;                                                                                   \
+          for (int64_t ch = 0; ch < g->c; ch++) q[ch] = NAN_MAX(q[ch], p[ch]);                                       \
+        }                                                                                                            \
+      }                                                                                                              \
+    }                                                                                                                \
+  }                                                                                                                  \
+  static void max_pool_##S(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,           \
+                           int64_t hi) {                                                                             \
+    (void)b, (void)rows;                                                                                             \
+    for (int64_t n = lo; n < hi; n++)                                                                                \
+      for (int64_t oy = 0; oy < g->oh; oy++)                                                                         \
+        row_max_##S(g, (const T *)a + n * g->h * g->w * g->c, oy, (T *)out + (n * g->oh + oy) * g->ow * g->c);       \
+  }                                                                                                                  \
+  static void max_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,      \
+                                int64_t hi) {                                                                        \
+    int64_t img = g->h * g->w * g->c, row = g->ow * g->c;                                                            \
+    T *best = rows, *done = best + row;                                                                              \
+    memset((T *)out + lo * img, 0, (size_t)((hi - lo) * img) * sizeof(T));                                           \
+    for (int64_t n = lo; n < hi; n++) {                                                                              \
+      const T *x = (const T *)a + n * img;                                                                           \
+      T *dx = (T *)out + n * img;                                                                                    \
+      for (int64_t oy = 0; oy < g->oh; oy++) {                                                                       \
+        const T *dy = (const T *)b + (n * g->oh + oy) * row;                                                         \
+        row_max_##S(g, x, oy, best);                                                                                 \
+        for (int64_t q = 0; q < row; q++) done[q] = 0;                                                               \
+        ROW_WINDOWS({                                                                                                \
+          T hit = (T)((done[q] == 0) & IS_MAX(x[at], best[q]));                                                      \
+          dx[at] += hit * dy[q];                                                                                     \
+          done[q] += hit;                                                                                            \
+        })                                                                                                           \
+      }                                                                                                              \
+    }                                                                                                                \
+  }                                                                                                                  \
+  static void max_pool_grad_grad_##S(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo, \
+                                     int64_t hi) {                                                                   \
+    int64_t img = g->h * g->w * g->c, row = g->ow * g->c;                                                            \
+    T *best = rows, *done = best + row;                                                                              \
+    for (int64_t n = lo; n < hi; n++) {                                                                              \
+      const T *x = (const T *)a + n * img, *gx = (const T *)b + n * img;                                             \
+      for (int64_t oy = 0; oy < g->oh; oy++) {                                                                       \
+        T *o = (T *)out + (n * g->oh + oy) * row;                                                                    \
+        row_max_##S(g, x, oy, best);                                                                                 \
+        for (int64_t q = 0; q < row; q++) done[q] = 0, o[q] = 0;                                                     \
+        ROW_WINDOWS({                                                                                                \
+          bool hit = (done[q] == 0) & IS_MAX(x[at], best[q]);                                                        \
+          o[q] = hit ? gx[at] : o[q];                                                                                \
+          done[q] += hit;                                                                                            \
+        })                                                                                                           \
+      }                                                                                                              \
+    }                                                                                                                \
+  }                                                                                                                  \
+  static void avg_pool_##S(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,           \
+                           int64_t hi) {                                                                             \
+    (void)b, (void)rows;                                                                                             \
+    const T *x = a;                                                                                                  \
+    for (int64_t n = lo; n < hi; n++)                                                                                \
+      for (int64_t oy = 0; oy < g->oh; oy++)                                                                         \
+        for (int64_t ox = 0; ox < g->ow; ox++) {                                                                     \
+          T *o = (T *)out + ((n * g->oh + oy) * g->ow + ox) * g->c;                                                  \
+          int64_t y0, y1, x0, x1;                                                                                    \
+          window(g, oy, ox, &y0, &y1, &x0, &x1);                                                                     \
+          for (int64_t ch = 0; ch < g->c; ch++) o[ch] = 0;                                                           \
+          for (int64_t iy = y0; iy < y1; iy++)                                                                       \
+            for (int64_t ix = x0; ix < x1; ix++) {                                                                   \
+              const T *p = x + ((n * g->h + iy) * g->w + ix) * g->c;                                                 \
+              for (int64_t ch = 0; ch < g->c; ch++) o[ch] += p[ch];                                                  \
+            }                                                                                                        \
+          T scale = (T)1 / (T)((y1 - y0) * (x1 - x0));                                                               \
+          for (int64_t ch = 0; ch < g->c; ch++) o[ch] *= scale;                                                      \
+        }                                                                                                            \
+  }                                                                                                                  \
+  static void avg_pool_grad_##S(const geom *g, const void *a, const void *b, void *out, void *rows, int64_t lo,      \
+                                int64_t hi) {                                                                        \
+    (void)b, (void)rows;                                                                                             \
+    int64_t img = g->h * g->w * g->c;                                                                                \
+    memset((T *)out + lo * img, 0, (size_t)((hi - lo) * img) * sizeof(T));                                           \
+    for (int64_t n = lo; n < hi; n++) {                                                                              \
+      const T *dy = (const T *)a + n * g->oh * g->ow * g->c;                                                         \
+      T *dx = (T *)out + n * img;                                                                                    \
+      for (int64_t oy = 0; oy < g->oh; oy++)                                                                         \
+        for (int64_t ox = 0; ox < g->ow; ox++, dy += g->c) {                                                         \
+          int64_t y0, y1, x0, x1;                                                                                    \
+          window(g, oy, ox, &y0, &y1, &x0, &x1);                                                                     \
+          T scale = (T)1 / (T)((y1 - y0) * (x1 - x0));                                                               \
+          for (int64_t iy = y0; iy < y1; iy++)                                                                       \
+            for (int64_t ix = x0; ix < x1; ix++) {                                                                   \
+              T *p = dx + (iy * g->w + ix) * g->c;                                                                   \
+              for (int64_t ch = 0; ch < g->c; ch++) p[ch] += dy[ch] * scale;                                         \
+            }                                                                                                        \
+        }                                                                                                            \
+    }                                                                                                                \
   }
 
 POOL_LOOPS(f32, float)
@@ -1038,7 +1043,7 @@ typedef struct pool_job {
   pool_fn fn;
   const char *a, *b;
   char *out;
-  char *rows;        /* per-thread row scratch, row_bytes each (NULL when not needed) */
+  char *rows; /* per-thread row scratch, row_bytes each (NULL when not needed) */
   size_t row_bytes;
 } pool_job;
 
@@ -1134,32 +1139,32 @@ static nb_code bias_add_grad_infer(nbop_kargs *k) {
 /* y[o, ch, i] = x[o, ch, i] + bias[ch] for rows o in [lo, hi); BiasAddGrad's
    db[ch] = sum over o and i of dy[o, ch, i], accumulated in double. Channels last (NHWC,
    inner 1) runs along the channels instead, so the loops vectorize either way. */
-#define BIAS_LOOPS(S, T)                                                                      \
+#define BIAS_LOOPS(S, T)                                                                               \
   static void bias_add_##S(const bias_plan *p, const T *x, const T *b, T *y, int64_t lo, int64_t hi) { \
-    if (p->inner == 1) {                                                                      \
-      for (int64_t o = lo; o < hi; o++)                                                       \
-        for (int64_t ch = 0; ch < p->c; ch++) y[o * p->c + ch] = x[o * p->c + ch] + b[ch];     \
-      return;                                                                                 \
-    }                                                                                         \
-    for (int64_t o = lo; o < hi; o++)                                                         \
-      for (int64_t ch = 0; ch < p->c; ch++) {                                                 \
-        int64_t base = (o * p->c + ch) * p->inner;                                            \
-        for (int64_t i = 0; i < p->inner; i++) y[base + i] = x[base + i] + b[ch];             \
-      }                                                                                       \
-  }                                                                                           \
-  static void bias_add_grad_##S(const bias_plan *p, const T *dy, double *acc) {               \
-    if (p->inner == 1) {                                                                      \
-      for (int64_t o = 0; o < p->outer; o++)                                                  \
-        for (int64_t ch = 0; ch < p->c; ch++) acc[ch] += dy[o * p->c + ch];                   \
-      return;                                                                                 \
-    }                                                                                         \
-    for (int64_t o = 0; o < p->outer; o++)                                                    \
-      for (int64_t ch = 0; ch < p->c; ch++) {                                                 \
-        const T *row = dy + (o * p->c + ch) * p->inner;                                       \
-        double s = 0;                                                                         \
-        for (int64_t i = 0; i < p->inner; i++) s += row[i];                                   \
-        acc[ch] += s;                                                                         \
-      }                                                                                       \
+    if (p->inner == 1) {                                                                               \
+      for (int64_t o = lo; o < hi; o++)                                                                \
+        for (int64_t ch = 0; ch < p->c; ch++) y[o * p->c + ch] = x[o * p->c + ch] + b[ch];             \
+      return;                                                                                          \
+    }                                                                                                  \
+    for (int64_t o = lo; o < hi; o++)                                                                  \
+      for (int64_t ch = 0; ch < p->c; ch++) {                                                          \
+        int64_t base = (o * p->c + ch) * p->inner;                                                     \
+        for (int64_t i = 0; i < p->inner; i++) y[base + i] = x[base + i] + b[ch];                      \
+      }                                                                                                \
+  }                                                                                                    \
+  static void bias_add_grad_##S(const bias_plan *p, const T *dy, double *acc) {                        \
+    if (p->inner == 1) {                                                                               \
+      for (int64_t o = 0; o < p->outer; o++)                                                           \
+        for (int64_t ch = 0; ch < p->c; ch++) acc[ch] += dy[o * p->c + ch];                            \
+      return;                                                                                          \
+    }                                                                                                  \
+    for (int64_t o = 0; o < p->outer; o++)                                                             \
+      for (int64_t ch = 0; ch < p->c; ch++) {                                                          \
+        const T *row = dy + (o * p->c + ch) * p->inner;                                                \
+        double s = 0;                                                                                  \
+        for (int64_t i = 0; i < p->inner; i++) s += row[i];                                            \
+        acc[ch] += s;                                                                                  \
+      }                                                                                                \
   }
 
 BIAS_LOOPS(f32, float)
@@ -1211,64 +1216,141 @@ static nb_code bias_add_grad_kernel(nbop_kargs *k) {
 
 static const int64_t unit_dilations[4] = {1, 1, 1, 1};
 
-#define REQUIRED_INTS(NAME) {NAME, NB_ATTR_INTS, {.n = 0}, true}
-#define INTS_ATTR(NAME, V, N) {NAME, NB_ATTR_INTS, {.ints = V, .n = N}, false}
-#define PADDING_ATTR {"padding", NB_ATTR_STR, {.s = NULL}, true}
-#define FORMAT_ATTR {"data_format", NB_ATTR_STR, {.s = "NHWC"}, false}
-#define FORMAT_CHECK {.choices = formats}
+#define REQUIRED_INTS(NAME) \
+  { NAME, NB_ATTR_INTS, {.n = 0}, true }
+#define INTS_ATTR(NAME, V, N) \
+  { NAME, NB_ATTR_INTS, {.ints = V, .n = N}, false }
+#define PADDING_ATTR \
+  { "padding", NB_ATTR_STR, {.s = NULL}, true }
+#define FORMAT_ATTR \
+  { "data_format", NB_ATTR_STR, {.s = "NHWC"}, false }
+#define FORMAT_CHECK \
+  { .choices = formats }
 /* use_cudnn_on_gpu picks a GPU library in TF; it changes nothing here */
-#define CONV_ATTRS                                                                                          \
-  .nattrs = 6, .attrs = {REQUIRED_INTS("strides"), {"use_cudnn_on_gpu", NB_ATTR_BOOL, {.b = true}, false}, \
-                         PADDING_ATTR, INTS_ATTR("explicit_paddings", NULL, 0), FORMAT_ATTR,                \
-                         INTS_ATTR("dilations", unit_dilations, 4)},                                        \
+#define CONV_ATTRS                                                  \
+  .nattrs = 6,                                                      \
+  .attrs = {REQUIRED_INTS("strides"),                               \
+            {"use_cudnn_on_gpu", NB_ATTR_BOOL, {.b = true}, false}, \
+            PADDING_ATTR,                                           \
+            INTS_ATTR("explicit_paddings", NULL, 0),                \
+            FORMAT_ATTR,                                            \
+            INTS_ATTR("dilations", unit_dilations, 4)},             \
   .checks = {[C_PADDING] = {.choices = paddings}, [C_FORMAT] = FORMAT_CHECK}
-#define MAX_POOL_ATTRS                                                                                      \
-  .nattrs = 5, .attrs = {REQUIRED_INTS("ksize"), REQUIRED_INTS("strides"), PADDING_ATTR,                   \
-                         INTS_ATTR("explicit_paddings", NULL, 0), FORMAT_ATTR},                             \
+#define MAX_POOL_ATTRS                                                                                               \
+  .nattrs = 5,                                                                                                       \
+  .attrs = {REQUIRED_INTS("ksize"), REQUIRED_INTS("strides"), PADDING_ATTR, INTS_ATTR("explicit_paddings", NULL, 0), \
+            FORMAT_ATTR},                                                                                            \
   .checks = {[P_PADDING] = {.choices = paddings}, [P_EXPLICIT + 1] = FORMAT_CHECK}
-#define POOL_ATTRS                                                                                          \
-  .nattrs = 4, .attrs = {REQUIRED_INTS("ksize"), REQUIRED_INTS("strides"), PADDING_ATTR, FORMAT_ATTR},     \
+#define POOL_ATTRS                                                                                     \
+  .nattrs = 4, .attrs = {REQUIRED_INTS("ksize"), REQUIRED_INTS("strides"), PADDING_ATTR, FORMAT_ATTR}, \
   .checks = {[P_PADDING] = {.choices = implicit_paddings}, [P_EXPLICIT] = FORMAT_CHECK}
 
 enum {
-  OP_CONV2D, OP_CONV2D_BACKPROP_INPUT, OP_CONV2D_BACKPROP_FILTER, OP_MAX_POOL, OP_MAX_POOL_GRAD,
-  OP_MAX_POOL_GRAD_GRAD, OP_AVG_POOL, OP_AVG_POOL_GRAD, OP_BIAS_ADD, OP_BIAS_ADD_GRAD, OP_COUNT
+  OP_CONV2D,
+  OP_CONV2D_BACKPROP_INPUT,
+  OP_CONV2D_BACKPROP_FILTER,
+  OP_MAX_POOL,
+  OP_MAX_POOL_GRAD,
+  OP_MAX_POOL_GRAD_GRAD,
+  OP_AVG_POOL,
+  OP_AVG_POOL_GRAD,
+  OP_BIAS_ADD,
+  OP_BIAS_ADD_GRAD,
+  OP_COUNT
 };
 
 static nbop_def conv_ops[OP_COUNT] = {
     /* Conv2D's gradient reads input and filter; each backprop's gradient reads the two
        operands that are not a shape (the shapes come from Shape of them) */
-    [OP_CONV2D] = {.name = "Conv2D", .nin = 2, .nout = 1, .alias = -1, CONV_ATTRS,
-                   .validate = conv2d_validate, .infer = conv2d_infer, .kernel = conv2d_kernel},
-    [OP_CONV2D_BACKPROP_INPUT] = {.name = "Conv2DBackpropInput", .nin = 3, .nout = 1, .alias = -1, .t_input = 1,
-                                  CONV_ATTRS, .validate = backprop_input_validate,
+    [OP_CONV2D] = {.name = "Conv2D",
+                   .nin = 2,
+                   .nout = 1,
+                   .alias = -1,
+                   CONV_ATTRS,
+                   .validate = conv2d_validate,
+                   .infer = conv2d_infer,
+                   .kernel = conv2d_kernel},
+    [OP_CONV2D_BACKPROP_INPUT] = {.name = "Conv2DBackpropInput",
+                                  .nin = 3,
+                                  .nout = 1,
+                                  .alias = -1,
+                                  .t_input = 1,
+                                  CONV_ATTRS,
+                                  .validate = backprop_input_validate,
                                   .infer = backprop_input_infer,
                                   .kernel = backprop_input_kernel},
-    [OP_CONV2D_BACKPROP_FILTER] = {.name = "Conv2DBackpropFilter", .nin = 3, .nout = 1, .alias = -1,
-                                   CONV_ATTRS, .validate = backprop_filter_validate,
+    [OP_CONV2D_BACKPROP_FILTER] = {.name = "Conv2DBackpropFilter",
+                                   .nin = 3,
+                                   .nout = 1,
+                                   .alias = -1,
+                                   CONV_ATTRS,
+                                   .validate = backprop_filter_validate,
                                    .infer = backprop_filter_infer,
                                    .kernel = backprop_filter_kernel},
     /* MaxPool's gradient routes dy through its input and output; the gradients of its
        gradient ops read orig_input and orig_output */
-    [OP_MAX_POOL] = {.name = "MaxPool", .nin = 1, .nout = 1, .alias = -1,
-                     MAX_POOL_ATTRS, .validate = pool_validate, .infer = pool_infer, .kernel = max_pool_kernel},
-    [OP_MAX_POOL_GRAD] = {.name = "MaxPoolGrad", .nin = 3, .nout = 1, .alias = -1,
-                          MAX_POOL_ATTRS, .validate = pool_validate, .infer = max_pool_grad_infer,
+    [OP_MAX_POOL] = {.name = "MaxPool",
+                     .nin = 1,
+                     .nout = 1,
+                     .alias = -1,
+                     MAX_POOL_ATTRS,
+                     .validate = pool_validate,
+                     .infer = pool_infer,
+                     .kernel = max_pool_kernel},
+    [OP_MAX_POOL_GRAD] = {.name = "MaxPoolGrad",
+                          .nin = 3,
+                          .nout = 1,
+                          .alias = -1,
+                          MAX_POOL_ATTRS,
+                          .validate = pool_validate,
+                          .infer = max_pool_grad_infer,
                           .kernel = max_pool_grad_kernel},
-    [OP_MAX_POOL_GRAD_GRAD] = {.name = "MaxPoolGradGrad", .nin = 3, .nout = 1, .alias = -1,
-                               POOL_ATTRS, .validate = pool_validate, .infer = max_pool_grad_grad_infer,
+    [OP_MAX_POOL_GRAD_GRAD] = {.name = "MaxPoolGradGrad",
+                               .nin = 3,
+                               .nout = 1,
+                               .alias = -1,
+                               POOL_ATTRS,
+                               .validate = pool_validate,
+                               .infer = max_pool_grad_grad_infer,
                                .kernel = max_pool_grad_grad_kernel},
     /* AvgPool's gradient needs only its input's shape; AvgPoolGrad's only dy */
-    [OP_AVG_POOL] = {.name = "AvgPool", .nin = 1, .nout = 1, .alias = -1, POOL_ATTRS,
-                     .validate = pool_validate, .infer = pool_infer, .kernel = avg_pool_kernel},
-    [OP_AVG_POOL_GRAD] = {.name = "AvgPoolGrad", .nin = 2, .nout = 1, .alias = -1, .t_input = 1, POOL_ATTRS,
-                          .validate = pool_validate, .infer = avg_pool_grad_infer, .kernel = avg_pool_grad_kernel},
+    [OP_AVG_POOL] = {.name = "AvgPool",
+                     .nin = 1,
+                     .nout = 1,
+                     .alias = -1,
+                     POOL_ATTRS,
+                     .validate = pool_validate,
+                     .infer = pool_infer,
+                     .kernel = avg_pool_kernel},
+    [OP_AVG_POOL_GRAD] = {.name = "AvgPoolGrad",
+                          .nin = 2,
+                          .nout = 1,
+                          .alias = -1,
+                          .t_input = 1,
+                          POOL_ATTRS,
+                          .validate = pool_validate,
+                          .infer = avg_pool_grad_infer,
+                          .kernel = avg_pool_grad_kernel},
     /* BiasAdd's gradient is dy and BiasAddGrad(dy); BiasAddGrad's broadcasts dy back to
        its input's shape */
-    [OP_BIAS_ADD] = {.name = "BiasAdd", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .attrs = {FORMAT_ATTR},
-                     .checks = {FORMAT_CHECK}, .validate = bias_validate, .infer = bias_add_infer, .kernel = bias_add_kernel},
-    [OP_BIAS_ADD_GRAD] = {.name = "BiasAddGrad", .nin = 1, .nout = 1, .alias = -1, .nattrs = 1,
-                          .attrs = {FORMAT_ATTR}, .checks = {FORMAT_CHECK}, .validate = bias_validate,
+    [OP_BIAS_ADD] = {.name = "BiasAdd",
+                     .nin = 2,
+                     .nout = 1,
+                     .alias = -1,
+                     .nattrs = 1,
+                     .attrs = {FORMAT_ATTR},
+                     .checks = {FORMAT_CHECK},
+                     .validate = bias_validate,
+                     .infer = bias_add_infer,
+                     .kernel = bias_add_kernel},
+    [OP_BIAS_ADD_GRAD] = {.name = "BiasAddGrad",
+                          .nin = 1,
+                          .nout = 1,
+                          .alias = -1,
+                          .nattrs = 1,
+                          .attrs = {FORMAT_ATTR},
+                          .checks = {FORMAT_CHECK},
+                          .validate = bias_validate,
                           .infer = bias_add_grad_infer,
                           .kernel = bias_add_grad_kernel},
 };

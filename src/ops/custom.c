@@ -30,21 +30,36 @@ static nb_code custom_kernel(nbop_kargs *k) {
 }
 
 static nbop_def custom_ops[] = {
-    {.name = "_CustomGradient", .nin = 0, .variadic = true, .nout = NBOP_VARIADIC, .alias = -1, .any_rank = true, .nattrs = 4,
+    {.name = "_CustomGradient",
+     .nin = 0,
+     .variadic = true,
+     .nout = NBOP_VARIADIC,
+     .alias = -1,
+     .any_rank = true,
+     .nattrs = 4,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
                {"_grad_fn", NB_ATTR_INT, {.i = 0}, true},
                {"_user", NB_ATTR_INT, {.i = 0}, false}},
-     .validate = custom_validate, .infer = custom_infer, .kernel = custom_kernel},
+     .validate = custom_validate,
+     .infer = custom_infer,
+     .kernel = custom_kernel},
     /* nb_recompute_grad's node: the same pass-through, its attrs the forward function
        (_fn) and its user pointer; its gradient reruns the function (src/autodiff/recompute.c). */
-    {.name = "_RecomputeGrad", .nin = 0, .variadic = true, .nout = NBOP_VARIADIC, .alias = -1, .any_rank = true,
+    {.name = "_RecomputeGrad",
+     .nin = 0,
+     .variadic = true,
+     .nout = NBOP_VARIADIC,
+     .alias = -1,
+     .any_rank = true,
      .nattrs = 4,
      .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true},
                {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
                {"_fn", NB_ATTR_INT, {.i = 0}, true},
                {"_user", NB_ATTR_INT, {.i = 0}, false}},
-     .validate = custom_validate, .infer = custom_infer, .kernel = custom_kernel},
+     .validate = custom_validate,
+     .infer = custom_infer,
+     .kernel = custom_kernel},
 };
 
 nbop_family nbop_custom_family(void) { return (nbop_family){custom_ops, 2}; }

@@ -12,8 +12,8 @@
 
 /* TF's type attrs that are inferred from the inputs; nb_op accepts and checks them. */
 static const char *const inferred_type_attrs[] = {
-    "T", "Tidx", "Tshape", "Tperm", "Tpaddings", "Tmultiples", "Tparams", "Tindices",
-    "Taxis", "Tnumsegments", "index_type", "SrcT", "Tcond", "Index", "Tdim", "Tlabels", "TI"};
+    "T",          "Tidx", "Tshape", "Tperm", "Tpaddings", "Tmultiples", "Tparams", "Tindices", "Taxis", "Tnumsegments",
+    "index_type", "SrcT", "Tcond",  "Index", "Tdim",      "Tlabels",    "TI"};
 
 bool nbop_live(nb_ctx *c) { return c && c->status == NB_OK; }
 
@@ -40,15 +40,20 @@ static nb_code check_arity(nb_ctx *c, const nbop_def *def, nb_tensor *const *in,
   for (int i = 0; i < nin; i++) {
     if (!in[i]) return nbcore_fail(c, NB_INVALID, "%s: input %d is NULL", def->name, i);
     if (nbcore_released(in[i]))
-      return nbcore_fail(c, NB_INVALID, "%s: input %d was released (nb_tensor_free, or the end of its scope)", def->name, i);
+      return nbcore_fail(c, NB_INVALID, "%s: input %d was released (nb_tensor_free, or the end of its scope)",
+                         def->name, i);
   }
   for (int i = 0; i < nin && !c->graph; i++)
     if (!in[i]->buf && (!def->shape_only || in[i]->size < 0))
       return in[i]->graph
-                 ? nbcore_fail(c, NB_INVALID, "%s: input %d is a graph tensor ('%s'); eager ops need values (run it in a session)",
+                 ? nbcore_fail(c, NB_INVALID,
+                               "%s: input %d is a graph tensor ('%s'); eager ops need values (run it in a session)",
                                def->name, i, nb_tensor_node_name(in[i]))
-                 : nbcore_fail(c, NB_INTERNAL, "%s: input %d has no data: a tape kept only its shape, but a gradient "
-                               "function read it (its registration does not list it as read: src/grad's, or nb_register_gradient_reads)", def->name, i);
+                 : nbcore_fail(c, NB_INTERNAL,
+                               "%s: input %d has no data: a tape kept only its shape, but a gradient "
+                               "function read it (its registration does not list it as read: src/grad's, or "
+                               "nb_register_gradient_reads)",
+                               def->name, i);
   if (def->nout != NBOP_VARIADIC && nout != def->nout)
     return nbcore_fail(c, NB_INVALID, "%s: has %d outputs, caller asked for %d", def->name, def->nout, nout);
   if (nout < 0) return nbcore_fail(c, NB_INVALID, "%s: negative output count %d", def->name, nout);
@@ -85,8 +90,8 @@ static nb_code dispatch_densified(nb_ctx *c, const nbop_def *def, nb_tensor *con
   return code;
 }
 
-nb_code nbop_dispatch(nb_ctx *c, const nbop_def *def, nb_tensor *const *in, int nin,
-                      const nbop_attrval *attrs, nb_tensor **out, int nout) {
+nb_code nbop_dispatch(nb_ctx *c, const nbop_def *def, nb_tensor *const *in, int nin, const nbop_attrval *attrs,
+                      nb_tensor **out, int nout) {
   if (!c) return NB_INVALID;
   if (out)
     for (int i = 0; i < nout; i++) out[i] = NULL;
@@ -119,8 +124,7 @@ nb_code nbop_dispatch(nb_ctx *c, const nbop_def *def, nb_tensor *const *in, int 
   return c->execute(c, &k, out);
 }
 
-nb_tensor *nbop_call(nb_ctx *c, const nbop_def *def, nb_tensor *const *in, int nin,
-                     const nbop_attrval *attrs) {
+nb_tensor *nbop_call(nb_ctx *c, const nbop_def *def, nb_tensor *const *in, int nin, const nbop_attrval *attrs) {
   nb_tensor *out = NULL;
   nbop_dispatch(c, def, in, nin, attrs, &out, 1);
   return out;
@@ -157,12 +161,9 @@ static void attr_store(nbop_attrval *v, const nb_attr *a) {
 /* An inferred type attr must name the dtype TF would infer: "T" is checked against the
    op's T input; the others (index types) must be types; the op's kernel reads the
    actual dtypes from its inputs, so a wrong index type cannot mislead it. */
-static nb_code check_inferred(nb_ctx *c, const nbop_def *def, const nb_attr *a,
-                              nb_tensor *const *in, int nin) {
-  if (a->kind != NB_ATTR_TYPE)
-    return nbcore_fail(c, NB_INVALID, "%s: attr '%s' must be a type", def->name, a->name);
-  if (strcmp(a->name, "T") == 0 && def->t_input < nin && in && in[def->t_input] &&
-      in[def->t_input]->dtype != a->v.type)
+static nb_code check_inferred(nb_ctx *c, const nbop_def *def, const nb_attr *a, nb_tensor *const *in, int nin) {
+  if (a->kind != NB_ATTR_TYPE) return nbcore_fail(c, NB_INVALID, "%s: attr '%s' must be a type", def->name, a->name);
+  if (strcmp(a->name, "T") == 0 && def->t_input < nin && in && in[def->t_input] && in[def->t_input]->dtype != a->v.type)
     return nbcore_fail(c, NB_DTYPE, "%s: attr T=%s does not match input %d of dtype %s", def->name,
                        nb_dtype_name(a->v.type), def->t_input, nb_dtype_name(in[def->t_input]->dtype));
   return NB_OK;
@@ -179,8 +180,8 @@ static bool attr_value_missing(const nb_attr *a) {
   }
 }
 
-static nb_code resolve_attrs(nb_ctx *c, const nbop_def *def, const nb_attr *attrs, int nattrs,
-                             nb_tensor *const *in, int nin, nbop_attrval *vals) {
+static nb_code resolve_attrs(nb_ctx *c, const nbop_def *def, const nb_attr *attrs, int nattrs, nb_tensor *const *in,
+                             int nin, nbop_attrval *vals) {
   bool given[NBOP_MAX_ATTRS] = {false};
   nbop_attr_defaults(def, vals);
   if (nattrs > 0 && !attrs) return nbcore_fail(c, NB_INVALID, "%s: attrs array is NULL", def->name);
@@ -188,7 +189,8 @@ static nb_code resolve_attrs(nb_ctx *c, const nbop_def *def, const nb_attr *attr
     const nb_attr *a = &attrs[i];
     if (!a->name) return nbcore_fail(c, NB_INVALID, "%s: attr %d has no name", def->name, i);
     if (a->name[0] == '_') /* internal attrs carry pointers (variables): only nabla sets them */
-      return nbcore_fail(c, NB_INVALID, "%s: attr '%s' is internal and cannot be set through nb_op", def->name, a->name);
+      return nbcore_fail(c, NB_INVALID, "%s: attr '%s' is internal and cannot be set through nb_op", def->name,
+                         a->name);
     int slot = find_attr(def, a->name);
     if (slot < 0) {
       if (is_inferred_type_attr(a->name)) {
@@ -200,8 +202,7 @@ static nb_code resolve_attrs(nb_ctx *c, const nbop_def *def, const nb_attr *attr
     }
     if (a->kind != def->attrs[slot].kind)
       return nbcore_fail(c, NB_INVALID, "%s: attr '%s' has the wrong kind", def->name, a->name);
-    if (attr_value_missing(a))
-      return nbcore_fail(c, NB_INVALID, "%s: attr '%s' has a NULL value", def->name, a->name);
+    if (attr_value_missing(a)) return nbcore_fail(c, NB_INVALID, "%s: attr '%s' has a NULL value", def->name, a->name);
     attr_store(&vals[slot], a);
     given[slot] = true;
   }
@@ -209,13 +210,13 @@ static nb_code resolve_attrs(nb_ctx *c, const nbop_def *def, const nb_attr *attr
     if (def->attrs[i].required && !given[i] && !(def->variadic && i == 0))
       return nbcore_fail(c, NB_INVALID, "%s: missing required attr '%s'", def->name, def->attrs[i].name);
   if (def->variadic && given[0] && vals[0].i != nin - def->nin)
-    return nbcore_fail(c, NB_INVALID, "%s: attr N=%lld does not match %d list inputs", def->name,
-                       (long long)vals[0].i, nin - def->nin);
+    return nbcore_fail(c, NB_INVALID, "%s: attr N=%lld does not match %d list inputs", def->name, (long long)vals[0].i,
+                       nin - def->nin);
   return NB_OK;
 }
 
-nb_code nb_op(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs,
-              int nattrs, nb_tensor **out, int nout) {
+nb_code nb_op(nb_ctx *c, const char *type, nb_tensor *const *in, int nin, const nb_attr *attrs, int nattrs,
+              nb_tensor **out, int nout) {
   if (!c) return NB_INVALID;
   if (out)
     for (int i = 0; i < nout; i++) out[i] = NULL;
@@ -398,7 +399,10 @@ static nb_code check_choice_attr(nbop_kargs *k, int slot) {
   size_t n = 0;
   list[0] = '\0';
   for (int i = 0; choices[i] && n < sizeof list; i++)
-    n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", i == 0 ? "" : choices[i + 1] ? ", " : " or ",
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"",
+                          i == 0           ? ""
+                          : choices[i + 1] ? ", "
+                                           : " or ",
                           choices[i]);
   return nbop_kfail(k, NB_INVALID, "%s must be %s, got \"%s\"", k->def->attrs[slot].name, list, v ? v : "");
 }
@@ -418,10 +422,10 @@ static nb_code check_type_list_attr(nbop_kargs *k, int slot) {
 nb_code nbop_kvalidate(nbop_kargs *k) {
   const nbop_def *def = k->def;
   for (int a = 0; a < def->nattrs; a++) {
-    nb_code code = def->attrs[a].kind == NB_ATTR_TYPE                          ? nbop_kcheck_type_attr(k, a)
-                   : def->attrs[a].kind == NB_ATTR_TYPES                        ? check_type_list_attr(k, a)
+    nb_code code = def->attrs[a].kind == NB_ATTR_TYPE                            ? nbop_kcheck_type_attr(k, a)
+                   : def->attrs[a].kind == NB_ATTR_TYPES                         ? check_type_list_attr(k, a)
                    : def->attrs[a].kind == NB_ATTR_STR && def->checks[a].choices ? check_choice_attr(k, a)
-                                                                                : NB_OK;
+                                                                                 : NB_OK;
     if (code) return code;
   }
   return def->validate ? def->validate(k) : NB_OK;
@@ -468,14 +472,15 @@ nb_code nbop_infer_same(nbop_kargs *k) {
 nb_code nbop_kaxis(nbop_kargs *k, int64_t axis, int rank, const char *what, int *a) {
   *a = -1;
   if (rank < 0 || nbcore_norm_axis(axis, rank, a)) return NB_OK;
-  return nbop_kfail(k, NB_INVALID, "Expected %s in the range [%d, %d), but got %lld", what, -rank, rank, (long long)axis);
+  return nbop_kfail(k, NB_INVALID, "Expected %s in the range [%d, %d), but got %lld", what, -rank, rank,
+                    (long long)axis);
 }
 
 nb_code nbop_kcheck_dtype(nbop_kargs *k, int i, unsigned mask) {
   if (mask & NBOP_M(k->in[i]->dtype)) return NB_OK;
   char buf[96];
-  return nbop_kfail(k, NB_DTYPE, "input %d has dtype %s; expected %s", i,
-                    nb_dtype_name(k->in[i]->dtype), mask_str(buf, sizeof buf, mask));
+  return nbop_kfail(k, NB_DTYPE, "input %d has dtype %s; expected %s", i, nb_dtype_name(k->in[i]->dtype),
+                    mask_str(buf, sizeof buf, mask));
 }
 
 nb_code nbop_kcheck_same_dtype(nbop_kargs *k, int i, int j) {

@@ -138,8 +138,10 @@ static nb_code host_infer(nbop_kargs *k) {
     nbop_meta *m = &k->out[i];
     m->dtype = (nb_dtype)k->attr[HOST_TOUT].ints[i];
     m->rank = run_time ? 1 : rank;
-    if (run_time) m->shape[0] = 0;
-    else if (rank > 0) memcpy(m->shape, dims, (size_t)rank * sizeof *dims);
+    if (run_time)
+      m->shape[0] = 0;
+    else if (rank > 0)
+      memcpy(m->shape, dims, (size_t)rank * sizeof *dims);
   }
   return NB_OK;
 }
@@ -161,8 +163,10 @@ static nb_code take_output(nbop_kargs *k, int i, const nb_tensor *x) {
   int rank = declared_shape(k->attr, i, &dims);
   if (!x) return nbop_kfail(k, NB_INVALID, "the host callback left output %d NULL", i);
   if (nbcore_released(x) || !x->buf)
-    return nbop_kfail(k, NB_INVALID, "the host callback's output %d is not a concrete tensor (a graph tensor, "
-                      "IndexedSlices, or a released one)", i);
+    return nbop_kfail(k, NB_INVALID,
+                      "the host callback's output %d is not a concrete tensor (a graph tensor, "
+                      "IndexedSlices, or a released one)",
+                      i);
   if (x->dtype != want)
     return nbop_kfail(k, NB_DTYPE, "the host callback's output %d is %s but Tout declares %s", i,
                       nb_dtype_name(x->dtype), nb_dtype_name(want));
@@ -202,14 +206,16 @@ static nb_code host_kernel(nbop_kargs *k) {
 
 static const int64_t no_ints[1] = {0};
 
-#define HOST_CALLBACK_OP(type, is_stateful)                                                                    \
-  {.name = type, .nin = 0, .variadic = true, .empty_list = true, .nout = NBOP_VARIADIC, .alias = -1,             \
-   .any_rank = true, .stateful = is_stateful, .hold_attrs = host_hold_attrs, .nattrs = 4,                         \
-   .attrs = {{"N", NB_ATTR_INT, {.i = 0}, true},                                                                 \
-             {"Tout", NB_ATTR_INTS, {.ints = no_ints, .n = 0}, true},                                            \
-             {"_shapes", NB_ATTR_INTS, {.ints = no_ints, .n = 0}, true},                                         \
-             {"_func", NB_ATTR_INT, {.i = 0}, true}},                                                            \
-   .validate = host_validate, .infer = host_infer, .kernel = host_kernel}
+#define HOST_CALLBACK_OP(type, is_stateful)                                                           \
+  {                                                                                                   \
+    .name = type, .nin = 0, .variadic = true, .empty_list = true, .nout = NBOP_VARIADIC, .alias = -1, \
+    .any_rank = true, .stateful = is_stateful, .hold_attrs = host_hold_attrs, .nattrs = 4,            \
+    .attrs = {{"N", NB_ATTR_INT, {.i = 0}, true},                                                     \
+              {"Tout", NB_ATTR_INTS, {.ints = no_ints, .n = 0}, true},                                \
+              {"_shapes", NB_ATTR_INTS, {.ints = no_ints, .n = 0}, true},                             \
+              {"_func", NB_ATTR_INT, {.i = 0}, true}},                                                \
+    .validate = host_validate, .infer = host_infer, .kernel = host_kernel                             \
+  }
 
 static nbop_def host_callback_ops[] = {HOST_CALLBACK_OP("PyFunc", true), HOST_CALLBACK_OP("PyFuncStateless", false)};
 
@@ -232,14 +238,14 @@ static void spec_attrs(const nb_host_output *spec, int nout, int64_t *ints, nbop
   attr[HOST_SHAPES].n = pos;
 }
 
-nb_code nb_py_func(nb_ctx *c, nb_host_func *f, bool stateful, nb_tensor *const *in, int nin,
-                   const nb_host_output *spec, nb_tensor **out, int nout) {
+nb_code nb_py_func(nb_ctx *c, nb_host_func *f, bool stateful, nb_tensor *const *in, int nin, const nb_host_output *spec,
+                   nb_tensor **out, int nout) {
   if (!c) return NB_INVALID;
   for (int i = 0; out && i < nout; i++) out[i] = NULL;
   if (c->status) return c->status;
   if (!f || !spec || !out || nout < 1 || nin < 0 || (nin > 0 && !in))
-    return nbcore_fail(c, NB_INVALID, "nb_py_func: NULL function, arrays, or counts out of range (nin %d, nout %d)", nin,
-                       nout);
+    return nbcore_fail(c, NB_INVALID, "nb_py_func: NULL function, arrays, or counts out of range (nin %d, nout %d)",
+                       nin, nout);
   const nbop_def *def = &host_callback_ops[stateful ? 0 : 1];
   int64_t *ints = malloc((size_t)nout * (2 + NB_MAX_RANK) * sizeof *ints);
   if (!ints) return nbcore_fail(c, NB_NOMEM, "nb_py_func: out of memory");

@@ -33,12 +33,13 @@ static nb_code check_parts(nb_ctx *c, const nb_tensor *values, const nb_tensor *
               (values->shape[0] < 0 || indices->shape[0] < 0 || values->shape[0] == indices->shape[0]);
   for (int d = 1; d < rank && fits; d++) fits = values->shape[d] < 0 || values->shape[d] == dense[d];
   if (!fits)
-    return nbcore_fail(c, NB_SHAPE, "nb_indexed_slices: values %s and indices %s do not fit dense shape %s", nbop_tstr(values),
-                       nbop_tstr(indices), nbop_sstr(rank, dense));
+    return nbcore_fail(c, NB_SHAPE, "nb_indexed_slices: values %s and indices %s do not fit dense shape %s",
+                       nbop_tstr(values), nbop_tstr(indices), nbop_sstr(rank, dense));
   return NB_OK;
 }
 
-static nb_code check_args(nb_ctx *c, const nb_tensor *values, const nb_tensor *indices, int rank, const int64_t *dense) {
+static nb_code check_args(nb_ctx *c, const nb_tensor *values, const nb_tensor *indices, int rank,
+                          const int64_t *dense) {
   if (!values || !indices || (rank > 0 && !dense) || values->slice_values || indices->slice_values)
     return nbcore_fail(c, NB_INVALID, "nb_indexed_slices: values and indices must be dense tensors");
   if (nbcore_released(values) || nbcore_released(indices))
@@ -87,7 +88,8 @@ nb_tensor *nbop_indexed_slices_concat_n(nb_ctx *c, nb_tensor *const *x, int n) {
     mixed |= ok && x[i]->slice_indices->dtype != x[0]->slice_indices->dtype;
   }
   if (!ok) {
-    nbcore_fail(c, NB_INVALID, "nb_indexed_slices_concat: needs two IndexedSlices (or more) of one dtype and dense shape");
+    nbcore_fail(c, NB_INVALID,
+                "nb_indexed_slices_concat: needs two IndexedSlices (or more) of one dtype and dense shape");
     return NULL;
   }
   nb_tensor **parts = malloc((size_t)n * 2 * sizeof *parts), **values = parts, **indices = parts + n;
@@ -95,7 +97,7 @@ nb_tensor *nbop_indexed_slices_concat_n(nb_ctx *c, nb_tensor *const *x, int n) {
     nbcore_fail(c, NB_NOMEM, "nb_indexed_slices_concat: out of memory");
     return NULL;
   }
-  nb_scope_begin(c); /* the casts and concatenations: the result copies them */
+  nb_scope_begin(c);            /* the casts and concatenations: the result copies them */
   for (int i = 0; i < n; i++) { /* int32 and int64 parts meet as int64 */
     values[i] = x[i]->slice_values;
     indices[i] = mixed ? nb_cast(c, x[i]->slice_indices, NB_I64) : x[i]->slice_indices;
@@ -123,7 +125,8 @@ nb_code nbop_densify_list(nb_ctx *c, nb_tensor *const *in, int n, nb_tensor *con
   *dense = in;
   *owned = NULL;
   if (!sparse) return NB_OK;
-  if (!(*owned = malloc((size_t)n * sizeof **owned))) return nbcore_fail(c, NB_NOMEM, "densifying IndexedSlices: out of memory");
+  if (!(*owned = malloc((size_t)n * sizeof **owned)))
+    return nbcore_fail(c, NB_NOMEM, "densifying IndexedSlices: out of memory");
   *dense = *owned;
   return nbop_densify_inputs(c, in, n, *owned);
 }

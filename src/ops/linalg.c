@@ -39,17 +39,17 @@ const char *nbop_gemm_kernel_name(nb_dtype t) {
 
 const char *nbop_onednn_isa_name(void) {
   switch (dnnl_get_effective_cpu_isa()) {
-  case dnnl_cpu_isa_sse41: return "sse41";
-  case dnnl_cpu_isa_avx: return "avx";
-  case dnnl_cpu_isa_avx2: return "avx2";
-  case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-  case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-  case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
-  case dnnl_cpu_isa_avx512_core: return "avx512_core";
-  case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-  case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-  case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-  default: return "generic";
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "generic";
   }
 }
 
@@ -70,13 +70,13 @@ static void scale_rows(nb_dtype t, int64_t m, int64_t n, double beta, void *c, i
 /* oneDNN's sgemm, row-major like nbop_gemm. Its matmul primitive (cached per shape) was
    measured too: on AVX2 it runs the same JIT GEMM ("gemm:jit") at the same speed, plus a
    primitive lookup per call, so sgemm it is. */
-static bool onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+static bool onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                         int64_t ldb, float beta, float *c, int64_t ldc) {
   return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
 }
 
-void nbop_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
-               int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+void nbop_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
+               int64_t ldb, double beta, void *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (beta != 1) scale_rows(t, m, n, beta, c, ldc);
@@ -87,11 +87,10 @@ void nbop_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, co
   if (f32_on_onednn(t) && onednn_sgemm(ta, tb, m, n, k, a, lda, b, ldb, (float)beta, c, ldc)) return;
   enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   if (t == NB_F32)
-    cblas_sgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
-                (float)beta, c, (int)ldc);
+    cblas_sgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, (float)beta, c,
+                (int)ldc);
   else
-    cblas_dgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb,
-                beta, c, (int)ldc);
+    cblas_dgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
 /* ---- plans ------------------------------------------------------------------------- */
@@ -105,7 +104,7 @@ typedef struct matmul_plan {
   int64_t bdims[NB_MAX_RANK]; /* output batch dims */
   /* elements to advance x and y by per step of each batch dim; 0 where broadcast */
   int64_t xstep[NB_MAX_RANK], ystep[NB_MAX_RANK];
-  bool y_shared;              /* every product uses the same y matrix */
+  bool y_shared; /* every product uses the same y matrix */
 } matmul_plan;
 _Static_assert(sizeof(matmul_plan) <= NBOP_SCRATCH_BYTES, "matmul_plan must fit the scratch");
 
@@ -122,9 +121,7 @@ static nb_code check_dtypes(nbop_kargs *k) {
 }
 
 /* Elements per matrix in the last two dims of x. */
-static int64_t matrix_size(const nb_tensor *x) {
-  return x->shape[x->rank - 2] * x->shape[x->rank - 1];
-}
+static int64_t matrix_size(const nb_tensor *x) { return x->shape[x->rank - 2] * x->shape[x->rank - 1]; }
 
 /* The inner dims of the product: x's and y's (where known, they must agree). */
 static void inner_dims(const nbop_kargs *k, int64_t *kx, int64_t *ky) {
@@ -169,10 +166,9 @@ static nb_code finish_plan(nbop_kargs *k, matmul_plan *p) {
   inner_dims(k, &p->k, &ky);
   p->m = x->shape[x->rank - (p->ta ? 1 : 2)];
   p->n = y->shape[y->rank - (p->tb ? 2 : 1)];
-  if (p->m && p->n && p->k &&
-      (p->m > NBOP_GEMM_MAX_DIM || p->n > NBOP_GEMM_MAX_DIM || p->k > NBOP_GEMM_MAX_DIM))
-    return nbop_kfail(k, NB_UNIMPLEMENTED, "matrix dims of In[0]: %s, In[1]: %s exceed the BLAS limit %d",
-                      nbop_tstr(x), nbop_tstr(y), NBOP_GEMM_MAX_DIM);
+  if (p->m && p->n && p->k && (p->m > NBOP_GEMM_MAX_DIM || p->n > NBOP_GEMM_MAX_DIM || p->k > NBOP_GEMM_MAX_DIM))
+    return nbop_kfail(k, NB_UNIMPLEMENTED, "matrix dims of In[0]: %s, In[1]: %s exceed the BLAS limit %d", nbop_tstr(x),
+                      nbop_tstr(y), NBOP_GEMM_MAX_DIM);
   nbop_meta *o = &k->out[0];
   o->dtype = x->dtype;
   o->rank = p->brank + 2;
@@ -207,8 +203,8 @@ static nb_code batch_matmul_infer(nbop_kargs *k) {
   const nb_tensor *x = k->in[0], *y = k->in[1];
   matmul_plan *p = (matmul_plan *)k->scratch;
   if (!nbcore_broadcast_shape(x->rank - 2, x->shape, y->rank - 2, y->shape, &p->brank, p->bdims))
-    return nbop_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s",
-                      nbop_tstr(x), nbop_tstr(y));
+    return nbop_kfail(k, NB_SHAPE, "In[0] and In[1] must have compatible batch dimensions: %s vs. %s", nbop_tstr(x),
+                      nbop_tstr(y));
   nb_code code = finish_plan(k, p);
   if (code) return code;
   /* Broadcasting can multiply dims that each fit into a count that does not, even
@@ -252,8 +248,8 @@ static void matmul_range(void *arg, int64_t lo, int64_t hi) {
   }
   size_t out_size = (size_t)(p->m * p->n);
   for (int64_t b = lo; b < hi; b++) {
-    nbop_gemm(j->t, p->ta, p->tb, p->m, p->n, p->k, j->x + (size_t)xo * j->esz, j->lda,
-              j->y + (size_t)yo * j->esz, j->ldb, 0, j->out + (size_t)b * out_size * j->esz, p->n);
+    nbop_gemm(j->t, p->ta, p->tb, p->m, p->n, p->k, j->x + (size_t)xo * j->esz, j->lda, j->y + (size_t)yo * j->esz,
+              j->ldb, 0, j->out + (size_t)b * out_size * j->esz, p->n);
     for (int d = p->brank - 1; d >= 0; d--) {
       xo += p->xstep[d];
       yo += p->ystep[d];
@@ -276,7 +272,7 @@ static void matmul_range(void *arg, int64_t lo, int64_t hi) {
 typedef struct split_job {
   const matmul_job *j;
   double beta;
-  int64_t block;           /* columns (rows) per block */
+  int64_t block; /* columns (rows) per block */
 } split_job;
 
 static void split_range(void *arg, int64_t lo, int64_t hi) {
@@ -289,8 +285,9 @@ static void split_range(void *arg, int64_t lo, int64_t hi) {
     nbop_gemm(j->t, true, p->tb, count, p->n, p->k, j->x + (size_t)first * j->esz, j->lda, j->y, j->ldb, s->beta,
               j->out + (size_t)(first * p->n) * j->esz, p->n);
   else /* columns first..: of op(y) and of the output */
-    nbop_gemm(j->t, false, p->tb, p->m, count, p->k, j->x, j->lda, j->y + (size_t)(p->tb ? first * j->ldb : first) * j->esz,
-              j->ldb, s->beta, j->out + (size_t)first * j->esz, p->n);
+    nbop_gemm(j->t, false, p->tb, p->m, count, p->k, j->x, j->lda,
+              j->y + (size_t)(p->tb ? first * j->ldb : first) * j->esz, j->ldb, s->beta,
+              j->out + (size_t)first * j->esz, p->n);
 }
 
 /* Whether split_range beats the GEMM's own threads for one product. */
@@ -319,8 +316,14 @@ static nb_code matmul_kernel(nbop_kargs *k) {
   const matmul_plan *p = (const matmul_plan *)k->scratch;
   if (k->res[0]->size == 0) return NB_OK;
   const nb_tensor *x = k->in[0], *y = k->in[1];
-  matmul_job j = {p, x->dtype, nb_dtype_size(x->dtype), nbcore_tdata(x), nbcore_tdata(y), nbcore_tdata(k->res[0]),
-                  x->shape[x->rank - 1], y->shape[y->rank - 1]};
+  matmul_job j = {p,
+                  x->dtype,
+                  nb_dtype_size(x->dtype),
+                  nbcore_tdata(x),
+                  nbcore_tdata(y),
+                  nbcore_tdata(k->res[0]),
+                  x->shape[x->rank - 1],
+                  y->shape[y->rank - 1]};
   int prev_threads = omp_get_max_threads();
   nbop_blas_set_threads(k->threads);
   /* One y for every x matrix, x not transposed: the x batch stacks into one tall GEMM. */
@@ -366,7 +369,8 @@ static nb_code matmul_add_kernel(nbop_kargs *k) {
   void *out = nbcore_tdata(k->res[0]);
   if (k->res[0]->size == 0) return NB_OK;
   if (out != nbcore_tdata(acc)) memcpy(out, nbcore_tdata(acc), (size_t)acc->size * nb_dtype_size(acc->dtype));
-  matmul_job j = {p, x->dtype, nb_dtype_size(x->dtype), nbcore_tdata(x), nbcore_tdata(y), out, x->shape[1], y->shape[1]};
+  matmul_job j = {p,           x->dtype,   nb_dtype_size(x->dtype), nbcore_tdata(x), nbcore_tdata(y), out,
+                  x->shape[1], y->shape[1]};
   int prev_threads = omp_get_max_threads();
   nbop_blas_set_threads(k->threads);
   gemm_one(k, &j, 1);
@@ -376,28 +380,45 @@ static nb_code matmul_add_kernel(nbop_kargs *k) {
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-#define BOOL_ATTR(NAME) {NAME, NB_ATTR_BOOL, {.b = false}, false}
+#define BOOL_ATTR(NAME) \
+  { NAME, NB_ATTR_BOOL, {.b = false}, false }
 
 enum { OP_MATMUL, OP_BATCH_MATMUL_V2, OP_MATMUL_ADD, OP_COUNT };
 
 static nbop_def linalg_ops[OP_COUNT] = {
     /* both gradients multiply the incoming gradient by the other input */
-    [OP_MATMUL] = {.name = "MatMul", .nin = 2, .nout = 1, .alias = -1, .nattrs = 4,
+    [OP_MATMUL] = {.name = "MatMul",
+                   .nin = 2,
+                   .nout = 1,
+                   .alias = -1,
+                   .nattrs = 4,
                    .batched_as = "BatchMatMulV2", /* transpose_a/b as adj_x/y, grad_a/b as grad_x/y */
                    .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
                              BOOL_ATTR("grad_b")},
-                   .validate = matmul_validate, .infer = matmul_infer, .kernel = matmul_kernel},
-    [OP_BATCH_MATMUL_V2] = {.name = "BatchMatMulV2", .nin = 2, .nout = 1, .alias = -1,
+                   .validate = matmul_validate,
+                   .infer = matmul_infer,
+                   .kernel = matmul_kernel},
+    [OP_BATCH_MATMUL_V2] = {.name = "BatchMatMulV2",
+                            .nin = 2,
+                            .nout = 1,
+                            .alias = -1,
                             .nattrs = 4,
-                            .attrs = {BOOL_ATTR("adj_x"), BOOL_ATTR("adj_y"), BOOL_ATTR("grad_x"),
-                                      BOOL_ATTR("grad_y")},
-                            .validate = batch_matmul_validate, .infer = batch_matmul_infer, .kernel = matmul_kernel},
+                            .attrs = {BOOL_ATTR("adj_x"), BOOL_ATTR("adj_y"), BOOL_ATTR("grad_x"), BOOL_ATTR("grad_y")},
+                            .validate = batch_matmul_validate,
+                            .infer = batch_matmul_infer,
+                            .kernel = matmul_kernel},
     /* MatMul's attrs, then the accumulator as input 2, whose block output 0 may take over */
-    [OP_MATMUL_ADD] = {.name = "_MatMulAdd", .nin = 3, .nout = 1, .alias = -1, .nattrs = 4,
+    [OP_MATMUL_ADD] = {.name = "_MatMulAdd",
+                       .nin = 3,
+                       .nout = 1,
+                       .alias = -1,
+                       .nattrs = 4,
                        .inplace_input = 1 + MATMUL_ADD_ACC,
                        .attrs = {BOOL_ATTR("transpose_a"), BOOL_ATTR("transpose_b"), BOOL_ATTR("grad_a"),
                                  BOOL_ATTR("grad_b")},
-                       .validate = matmul_add_validate, .infer = matmul_infer, .kernel = matmul_add_kernel},
+                       .validate = matmul_add_validate,
+                       .infer = matmul_infer,
+                       .kernel = matmul_add_kernel},
 };
 
 nbop_family nbop_linalg_family(void) { return (nbop_family){linalg_ops, OP_COUNT}; }

@@ -12,45 +12,45 @@
 
 /* ---- element functions ----------------------------------------------------------- */
 
-#define FLOAT_FN1(name, expr)                                    \
-  static inline float name##_f32(float v) {                      \
-    typedef float T __attribute__((unused));                                             \
-    return (T)(expr);                                            \
-  }                                                              \
-  static inline double name##_f64(double v) {                    \
-    typedef double T __attribute__((unused));                                            \
-    return (T)(expr);                                            \
+#define FLOAT_FN1(name, expr)                 \
+  static inline float name##_f32(float v) {   \
+    typedef float T __attribute__((unused));  \
+    return (T)(expr);                         \
+  }                                           \
+  static inline double name##_f64(double v) { \
+    typedef double T __attribute__((unused)); \
+    return (T)(expr);                         \
   }
-#define INT_FN1(name, expr)                                      \
-  static inline int32_t name##_i32(int32_t v) {                  \
-    typedef int32_t T __attribute__((unused));                                           \
-    typedef uint32_t U __attribute__((unused));                                          \
-    return (T)(expr);                                            \
-  }                                                              \
-  static inline int64_t name##_i64(int64_t v) {                  \
-    typedef int64_t T __attribute__((unused));                                           \
-    typedef uint64_t U __attribute__((unused));                                          \
-    return (T)(expr);                                            \
+#define INT_FN1(name, expr)                     \
+  static inline int32_t name##_i32(int32_t v) { \
+    typedef int32_t T __attribute__((unused));  \
+    typedef uint32_t U __attribute__((unused)); \
+    return (T)(expr);                           \
+  }                                             \
+  static inline int64_t name##_i64(int64_t v) { \
+    typedef int64_t T __attribute__((unused));  \
+    typedef uint64_t U __attribute__((unused)); \
+    return (T)(expr);                           \
   }
-#define FLOAT_FN2(name, expr)                                    \
-  static inline float name##_f32(float x, float y) {             \
-    typedef float T __attribute__((unused));                                             \
-    return (T)(expr);                                            \
-  }                                                              \
-  static inline double name##_f64(double x, double y) {          \
-    typedef double T __attribute__((unused));                                            \
-    return (T)(expr);                                            \
+#define FLOAT_FN2(name, expr)                           \
+  static inline float name##_f32(float x, float y) {    \
+    typedef float T __attribute__((unused));            \
+    return (T)(expr);                                   \
+  }                                                     \
+  static inline double name##_f64(double x, double y) { \
+    typedef double T __attribute__((unused));           \
+    return (T)(expr);                                   \
   }
-#define INT_FN2(name, expr)                                      \
-  static inline int32_t name##_i32(int32_t x, int32_t y) {       \
-    typedef int32_t T __attribute__((unused));                                           \
-    typedef uint32_t U __attribute__((unused));                                          \
-    return (T)(expr);                                            \
-  }                                                              \
-  static inline int64_t name##_i64(int64_t x, int64_t y) {       \
-    typedef int64_t T __attribute__((unused));                                           \
-    typedef uint64_t U __attribute__((unused));                                          \
-    return (T)(expr);                                            \
+#define INT_FN2(name, expr)                                \
+  static inline int32_t name##_i32(int32_t x, int32_t y) { \
+    typedef int32_t T __attribute__((unused));             \
+    typedef uint32_t U __attribute__((unused));            \
+    return (T)(expr);                                      \
+  }                                                        \
+  static inline int64_t name##_i64(int64_t x, int64_t y) { \
+    typedef int64_t T __attribute__((unused));             \
+    typedef uint64_t U __attribute__((unused));            \
+    return (T)(expr);                                      \
   }
 
 /* unary */
@@ -64,7 +64,7 @@ FLOAT_FN1(sqrt, sqrt(v))
 FLOAT_FN1(rsqrt, 1 / sqrt(v))
 FLOAT_FN1(reciprocal, 1 / v)
 FLOAT_FN1(square, v *v)
-INT_FN1(square, (U)v * (U)v)
+INT_FN1(square, (U)v *(U)v)
 FLOAT_FN1(abs, fabs(v))
 INT_FN1(abs, v < 0 ? (U)0 - (U)v : (U)v)
 FLOAT_FN1(sign, v > 0 ? 1 : v < 0 ? -1 : v) /* sign(NaN) = NaN, sign(-0) = -0 */
@@ -90,7 +90,7 @@ INT_FN2(add, (U)x + (U)y)
 FLOAT_FN2(sub, x - y)
 INT_FN2(sub, (U)x - (U)y)
 FLOAT_FN2(mul, x *y)
-INT_FN2(mul, (U)x * (U)y)
+INT_FN2(mul, (U)x *(U)y)
 FLOAT_FN2(div, x / y)
 /* y == -1 is negation (INT_MIN / -1 traps in hardware); y == 0 is rejected up front. */
 INT_FN2(div, y == -1 ? (U)0 - (U)x : (U)(x / y))
@@ -117,10 +117,10 @@ static inline int64_t pow_i64(int64_t x, int64_t y) {
   return (int64_t)r;
 }
 
-#define CMP_FN(name, op)                                                          \
-  static inline uint8_t name##_f32(float x, float y) { return x op y; }           \
-  static inline uint8_t name##_f64(double x, double y) { return x op y; }         \
-  static inline uint8_t name##_i32(int32_t x, int32_t y) { return x op y; }       \
+#define CMP_FN(name, op)                                                    \
+  static inline uint8_t name##_f32(float x, float y) { return x op y; }     \
+  static inline uint8_t name##_f64(double x, double y) { return x op y; }   \
+  static inline uint8_t name##_i32(int32_t x, int32_t y) { return x op y; } \
   static inline uint8_t name##_i64(int64_t x, int64_t y) { return x op y; }
 CMP_FN(less, <)
 CMP_FN(less_equal, <=)
@@ -135,27 +135,25 @@ static inline uint8_t logical_or_b(uint8_t x, uint8_t y) { return x || y; }
 
 /* Fused gradients, parameters in TF's input order: GRAD_FN makes one for one type (T
    names that type inside expr), the FLOAT/INT forms one per float or integer type. */
-#define GRAD_FN(name, sfx, TYPE, a, b, expr)                              \
-  static inline TYPE name##_##sfx(TYPE a, TYPE b) {                       \
-    typedef TYPE T __attribute__((unused));                               \
-    return (T)(expr);                                                     \
+#define GRAD_FN(name, sfx, TYPE, a, b, expr)        \
+  static inline TYPE name##_##sfx(TYPE a, TYPE b) { \
+    typedef TYPE T __attribute__((unused));         \
+    return (T)(expr);                               \
   }
-#define FLOAT_GRAD_FN(name, a, b, expr) \
-  GRAD_FN(name, f32, float, a, b, expr) GRAD_FN(name, f64, double, a, b, expr)
-#define INT_GRAD_FN(name, a, b, expr) \
-  GRAD_FN(name, i32, int32_t, a, b, expr) GRAD_FN(name, i64, int64_t, a, b, expr)
+#define FLOAT_GRAD_FN(name, a, b, expr) GRAD_FN(name, f32, float, a, b, expr) GRAD_FN(name, f64, double, a, b, expr)
+#define INT_GRAD_FN(name, a, b, expr) GRAD_FN(name, i32, int32_t, a, b, expr) GRAD_FN(name, i64, int64_t, a, b, expr)
 
 /* y is the forward output, dy the incoming gradient. As in TF, Sqrt/Rsqrt/Reciprocal
    gradients are 0 where dy is 0, even where y is 0 or inf (which would give NaN). */
-FLOAT_GRAD_FN(tanh_grad, y, dy, dy * (1 - y * y))
-FLOAT_GRAD_FN(sigmoid_grad, y, dy, dy * y * (1 - y))
+FLOAT_GRAD_FN(tanh_grad, y, dy, dy *(1 - y * y))
+FLOAT_GRAD_FN(sigmoid_grad, y, dy, dy *y *(1 - y))
 FLOAT_GRAD_FN(rsqrt_grad, y, dy, dy == 0 ? 0 : (T)-0.5 * (dy * y) * (y * y))
 FLOAT_GRAD_FN(sqrt_grad, y, dy, dy == 0 ? 0 : (T)0.5 * dy / y)
 FLOAT_GRAD_FN(reciprocal_grad, y, dy, dy == 0 ? 0 : -y * y * dy)
 /* g is the incoming gradient. ReluGrad multiplies (so a NaN g stays NaN, as in TF);
    EluGrad reads the forward output o: d elu/dx = o + 1 where o < 0. */
-FLOAT_GRAD_FN(relu_grad, g, f, g * (T)(f > 0))
-INT_GRAD_FN(relu_grad, g, f, g * (T)(f > 0))
+FLOAT_GRAD_FN(relu_grad, g, f, g *(T)(f > 0))
+INT_GRAD_FN(relu_grad, g, f, g *(T)(f > 0))
 FLOAT_GRAD_FN(elu_grad, g, o, o < 0 ? g * (o + 1) : g)
 /* d softplus/dx = sigmoid(x) */
 static inline float softplus_grad_f32(float g, float f) { return g * sigmoid_f32(f); }
@@ -164,19 +162,25 @@ static inline double softplus_grad_f64(double g, double f) { return g * sigmoid_
 /* ---- loops ------------------------------------------------------------------------ */
 
 /* Unary loops are compute-bound (exp, tanh, ...): NBOP_SIMD_CLONES (op.h). */
-#define UNARY_LOOP(name, sfx, T)                                          \
+#define UNARY_LOOP(name, sfx, T)                                                                  \
   NBOP_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) { \
-    (void)p;                                                              \
-    const T *x = px;                                                      \
-    T *y = py;                                                            \
-    for (int64_t i = 0; i < n; i++) y[i] = name##_##sfx(x[i]);            \
+    (void)p;                                                                                      \
+    const T *x = px;                                                                              \
+    T *y = py;                                                                                    \
+    for (int64_t i = 0; i < n; i++) y[i] = name##_##sfx(x[i]);                                    \
   }
 #define UNARY_FLOAT(name) UNARY_LOOP(name, f32, float) UNARY_LOOP(name, f64, double)
 #define UNARY_NUM(name) UNARY_FLOAT(name) UNARY_LOOP(name, i32, int32_t) UNARY_LOOP(name, i64, int64_t)
 #define FLOAT_TABLE(name, loop) [NB_F32] = name##_##loop##_f32, [NB_F64] = name##_##loop##_f64
 #define INT_TABLE(name, loop) [NB_I32] = name##_##loop##_i32, [NB_I64] = name##_##loop##_i64
-#define UNARY_FLOAT_IMPL(name) {{FLOAT_TABLE(name, loop)}}
-#define UNARY_NUM_IMPL(name) {{FLOAT_TABLE(name, loop), INT_TABLE(name, loop)}}
+#define UNARY_FLOAT_IMPL(name)  \
+  {                             \
+    { FLOAT_TABLE(name, loop) } \
+  }
+#define UNARY_NUM_IMPL(name)                           \
+  {                                                    \
+    { FLOAT_TABLE(name, loop), INT_TABLE(name, loop) } \
+  }
 
 UNARY_NUM(neg)
 UNARY_FLOAT(exp)
@@ -201,35 +205,35 @@ UNARY_LOOP(logical_not, b, uint8_t)
 typedef void (*binary_fn)(int64_t n, const void *a, int64_t sa, const void *b, int64_t sb, void *o);
 typedef struct binary_impl {
   binary_fn fn[NB_BOOL + 1];
-  bool to_bool;                       /* comparisons produce bool */
-  nb_code (*check)(nbop_kargs *k);    /* rejects inputs the loop cannot take */
-  bool mismatch_value;                /* Equal/NotEqual: the result for shapes that do not broadcast */
+  bool to_bool;                    /* comparisons produce bool */
+  nb_code (*check)(nbop_kargs *k); /* rejects inputs the loop cannot take */
+  bool mismatch_value;             /* Equal/NotEqual: the result for shapes that do not broadcast */
 } binary_impl;
 
 /* Separate loops per stride case so each one vectorizes. */
-#define BINARY_LOOP(name, sfx, T, TO)                                                          \
-  static void name##_bin_##sfx(int64_t n, const void *pa, int64_t sa, const void *pb, int64_t sb, \
-                               void *po) {                                                     \
-    const T *a = pa, *b = pb;                                                                  \
-    TO *o = po;                                                                                \
-    if (sa && sb) {                                                                            \
-      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                         \
-    } else if (sb) {                                                                           \
-      const T x = a[0];                                                                        \
-      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(x, b[i]);                            \
-    } else if (sa) {                                                                           \
-      const T y = b[0];                                                                        \
-      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], y);                            \
-    } else {                                                                                   \
-      const TO v = name##_##sfx(a[0], b[0]);                                                   \
-      for (int64_t i = 0; i < n; i++) o[i] = v;                                                \
-    }                                                                                          \
+#define BINARY_LOOP(name, sfx, T, TO)                                                                         \
+  static void name##_bin_##sfx(int64_t n, const void *pa, int64_t sa, const void *pb, int64_t sb, void *po) { \
+    const T *a = pa, *b = pb;                                                                                 \
+    TO *o = po;                                                                                               \
+    if (sa && sb) {                                                                                           \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                                        \
+    } else if (sb) {                                                                                          \
+      const T x = a[0];                                                                                       \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(x, b[i]);                                           \
+    } else if (sa) {                                                                                          \
+      const T y = b[0];                                                                                       \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], y);                                           \
+    } else {                                                                                                  \
+      const TO v = name##_##sfx(a[0], b[0]);                                                                  \
+      for (int64_t i = 0; i < n; i++) o[i] = v;                                                               \
+    }                                                                                                         \
   }
 #define BINARY_FLOAT(name) BINARY_LOOP(name, f32, float, float) BINARY_LOOP(name, f64, double, double)
 #define BINARY_NUM(name) \
   BINARY_FLOAT(name) BINARY_LOOP(name, i32, int32_t, int32_t) BINARY_LOOP(name, i64, int64_t, int64_t)
-#define BINARY_CMP(name)                                                                  \
-  BINARY_LOOP(name, f32, float, uint8_t) BINARY_LOOP(name, f64, double, uint8_t)          \
+#define BINARY_CMP(name)                  \
+  BINARY_LOOP(name, f32, float, uint8_t)  \
+  BINARY_LOOP(name, f64, double, uint8_t) \
   BINARY_LOOP(name, i32, int32_t, uint8_t) BINARY_LOOP(name, i64, int64_t, uint8_t)
 
 BINARY_NUM(add)
@@ -253,12 +257,12 @@ BINARY_LOOP(logical_or, b, uint8_t, uint8_t)
 
 /* Fused gradient loops: both inputs have the output's shape, so one flat loop. */
 
-#define PAIR_LOOP(name, sfx, T)                                                          \
+#define PAIR_LOOP(name, sfx, T)                                                                                   \
   NBOP_SIMD_CLONES static void name##_pair_##sfx(const void *pa, const void *pb, void *po, int64_t n, double p) { \
-    (void)p;                                                                             \
-    const T *a = pa, *b = pb;                                                            \
-    T *o = po;                                                                           \
-    for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                     \
+    (void)p;                                                                                                      \
+    const T *a = pa, *b = pb;                                                                                     \
+    T *o = po;                                                                                                    \
+    for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                                              \
   }
 #define PAIR_FLOAT(name) PAIR_LOOP(name, f32, float) PAIR_LOOP(name, f64, double)
 
@@ -331,15 +335,20 @@ typedef struct flat_job {
 static void flat_range(void *arg, int64_t lo, int64_t hi) {
   const flat_job *j = arg;
   size_t off = (size_t)lo * j->esz;
-  if (j->unary) j->unary(j->a + off, j->o + off, hi - lo, j->p);
-  else j->pair(j->a + off, j->b + off, j->o + off, hi - lo, j->p);
+  if (j->unary)
+    j->unary(j->a + off, j->o + off, hi - lo, j->p);
+  else
+    j->pair(j->a + off, j->b + off, j->o + off, hi - lo, j->p);
 }
 
 nb_code nbop_unary_kernel(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
   const nbop_unary_impl *u = k->def->impl;
-  flat_job j = {.unary = u->fn[x->dtype], .a = nbcore_tdata(x), .o = nbcore_tdata(k->res[0]),
-                .esz = nb_dtype_size(x->dtype), .p = loop_param(k)};
+  flat_job j = {.unary = u->fn[x->dtype],
+                .a = nbcore_tdata(x),
+                .o = nbcore_tdata(k->res[0]),
+                .esz = nb_dtype_size(x->dtype),
+                .p = loop_param(k)};
   nbop_parallel_range(nbop_kthreads(k, x->size), x->size, flat_range, &j);
   return NB_OK;
 }
@@ -349,7 +358,8 @@ static nb_code check_broadcast(nbop_kargs *k, int nin, const int *ins) {
   for (int i = 0; i < nin; i++)
     for (int j = i + 1; j < nin; j++)
       if (!nbop_broadcastable(k->in[ins[i]]->rank, k->in[ins[i]]->shape, k->in[ins[j]]->rank, k->in[ins[j]]->shape))
-        return nbop_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nbop_tstr(k->in[ins[i]]), nbop_tstr(k->in[ins[j]]));
+        return nbop_kfail(k, NB_SHAPE, "Incompatible shapes: %s vs. %s", nbop_tstr(k->in[ins[i]]),
+                          nbop_tstr(k->in[ins[j]]));
   return NB_OK;
 }
 
@@ -524,16 +534,20 @@ nb_code nbop_pair_validate(nbop_kargs *k) {
   if (!code) code = nbop_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
   if (!nbop_shapes_compatible(a, b))
-    return nbop_kfail(k, NB_SHAPE, "%s and %s must have the same shape, got %s and %s", p->names[0],
-                      p->names[1], nbop_tstr(a), nbop_tstr(b));
+    return nbop_kfail(k, NB_SHAPE, "%s and %s must have the same shape, got %s and %s", p->names[0], p->names[1],
+                      nbop_tstr(a), nbop_tstr(b));
   return NB_OK;
 }
 
 nb_code nbop_pair_kernel(nbop_kargs *k) {
   const nbop_pair_impl *p = k->def->impl;
   const nb_tensor *a = k->in[0];
-  flat_job j = {.pair = p->fn[a->dtype], .a = nbcore_tdata(a), .b = nbcore_tdata(k->in[1]), .o = nbcore_tdata(k->res[0]),
-                .esz = nb_dtype_size(a->dtype), .p = loop_param(k)};
+  flat_job j = {.pair = p->fn[a->dtype],
+                .a = nbcore_tdata(a),
+                .b = nbcore_tdata(k->in[1]),
+                .o = nbcore_tdata(k->res[0]),
+                .esz = nb_dtype_size(a->dtype),
+                .p = loop_param(k)};
   nbop_parallel_range(nbop_kthreads(k, a->size), a->size, flat_range, &j);
   return NB_OK;
 }
@@ -541,8 +555,8 @@ nb_code nbop_pair_kernel(nbop_kargs *k) {
 /* ---- Cast ------------------------------------------------------------------------- */
 
 /* Float to int saturates and maps NaN to 0 (C leaves out-of-range conversion undefined). */
-#define SAT(T, MIN, MAX)                                                   \
-  static inline T sat_##T(double v) {                                      \
+#define SAT(T, MIN, MAX)                                                                \
+  static inline T sat_##T(double v) {                                                   \
     return v != v ? 0 : v <= (double)(MIN) ? (MIN) : v >= (double)(MAX) ? (MAX) : (T)v; \
   }
 SAT(int32_t, INT32_MIN, INT32_MAX)
@@ -629,8 +643,11 @@ static void add_n_range(void *arg, int64_t lo, int64_t hi) {
   for (int64_t b = lo; b < hi; b += 4096) {
     int64_t n = hi - b < 4096 ? hi - b : 4096;
     size_t off = (size_t)b * j->esz;
-    if (k->nin == 1) memcpy(out + off, (const char *)nbcore_tdata(k->in[0]) + off, (size_t)n * j->esz);
-    else j->add(n, (const char *)nbcore_tdata(k->in[0]) + off, 1, (const char *)nbcore_tdata(k->in[1]) + off, 1, out + off);
+    if (k->nin == 1)
+      memcpy(out + off, (const char *)nbcore_tdata(k->in[0]) + off, (size_t)n * j->esz);
+    else
+      j->add(n, (const char *)nbcore_tdata(k->in[0]) + off, 1, (const char *)nbcore_tdata(k->in[1]) + off, 1,
+             out + off);
     for (int i = 2; i < k->nin; i++) j->add(n, out + off, 1, (const char *)nbcore_tdata(k->in[i]) + off, 1, out + off);
   }
 }
@@ -671,35 +688,89 @@ static nb_code accumulate_n_validate(nbop_kargs *k) {
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-#define UNARY(NAME, IMPL)                                                                   \
-  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .elementwise = true,                     \
-   .validate = nbop_unary_validate, .infer = nbop_infer_same, .kernel = nbop_unary_kernel, .impl = &(const nbop_unary_impl)IMPL}
-#define BINARY(NAME, FNS, TO_BOOL, CHECK)                                                          \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .bool_out = TO_BOOL, .elementwise = true,       \
-   .validate = binary_validate, .infer = binary_infer, .kernel = binary_kernel,                  \
-   .impl = &(const binary_impl){.fn = {FNS}, .to_bool = TO_BOOL, .check = CHECK}}
+#define UNARY(NAME, IMPL)                                                                                 \
+  {                                                                                                       \
+    .name = NAME, .nin = 1, .nout = 1, .alias = -1, .elementwise = true, .validate = nbop_unary_validate, \
+    .infer = nbop_infer_same, .kernel = nbop_unary_kernel, .impl = &(const nbop_unary_impl)IMPL           \
+  }
+#define BINARY(NAME, FNS, TO_BOOL, CHECK)                                                                       \
+  {                                                                                                             \
+    .name = NAME, .nin = 2, .nout = 1, .alias = -1, .bool_out = TO_BOOL, .elementwise = true,                   \
+    .validate = binary_validate, .infer = binary_infer, .kernel = binary_kernel, .impl = &(const binary_impl) { \
+      .fn = {FNS}, .to_bool = TO_BOOL, .check = CHECK                                                           \
+    }                                                                                                           \
+  }
 #define BINARY_NUM_FNS(name) FLOAT_TABLE(name, bin), INT_TABLE(name, bin)
 #define BINARY_CMP_FNS(name) BINARY_NUM_FNS(name), [NB_BOOL] = name##_bin_b
-#define PAIR(NAME, FNS, IN0, IN1)                                                          \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .elementwise = true,                    \
-   .validate = nbop_pair_validate, .infer = nbop_infer_same, .kernel = nbop_pair_kernel,   \
-   .impl = &(const nbop_pair_impl){.fn = {FNS}, .names = {IN0, IN1}}}
+#define PAIR(NAME, FNS, IN0, IN1)                                                                        \
+  {                                                                                                      \
+    .name = NAME, .nin = 2, .nout = 1, .alias = -1, .elementwise = true, .validate = nbop_pair_validate, \
+    .infer = nbop_infer_same, .kernel = nbop_pair_kernel, .impl = &(const nbop_pair_impl) {              \
+      .fn = {FNS}, .names = { IN0, IN1 }                                                                 \
+    }                                                                                                    \
+  }
 #define PAIR_NUM_FNS(name) FLOAT_TABLE(name, pair), INT_TABLE(name, pair)
-#define EQUALITY(NAME, FNS, MISMATCH)                                                              \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true, .elementwise = true, \
-   .attrs = {{"incompatible_shape_error", NB_ATTR_BOOL, {.b = true}, false}},                     \
-   .validate = equality_validate, .infer = equality_infer, .kernel = equality_kernel,               \
-   .impl = &(const binary_impl){.fn = {FNS}, .to_bool = true, .mismatch_value = MISMATCH}}
+#define EQUALITY(NAME, FNS, MISMATCH)                                                                         \
+  {                                                                                                           \
+    .name = NAME, .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .bool_out = true, .elementwise = true,       \
+    .attrs = {{"incompatible_shape_error", NB_ATTR_BOOL, {.b = true}, false}}, .validate = equality_validate, \
+    .infer = equality_infer, .kernel = equality_kernel, .impl = &(const binary_impl) {                        \
+      .fn = {FNS}, .to_bool = true, .mismatch_value = MISMATCH                                                \
+    }                                                                                                         \
+  }
 
 enum {
-  OP_NEG, OP_EXP, OP_LOG, OP_LOG1P, OP_SQRT, OP_RSQRT, OP_RECIPROCAL, OP_SQUARE, OP_ABS,
-  OP_SIGN, OP_TANH, OP_SIGMOID, OP_RELU, OP_ELU, OP_SOFTPLUS, OP_SIN, OP_COS, OP_LOGICAL_NOT,
-  OP_ADDV2, OP_ADD, OP_SUB, OP_MUL, OP_REALDIV, OP_POW, OP_SQDIFF, OP_MAXIMUM, OP_MINIMUM,
-  OP_LESS, OP_LESS_EQUAL, OP_GREATER, OP_GREATER_EQUAL, OP_EQUAL, OP_NOT_EQUAL,
-  OP_LOGICAL_AND, OP_LOGICAL_OR, OP_SELECT, OP_CAST, OP_ADD_N, OP_IDENTITY, OP_STOP_GRADIENT,
-  OP_PREVENT_GRADIENT, OP_ACCUMULATE_N,
-  OP_TANH_GRAD, OP_SIGMOID_GRAD, OP_RSQRT_GRAD, OP_SQRT_GRAD, OP_RECIPROCAL_GRAD, OP_RELU_GRAD,
-  OP_ELU_GRAD, OP_SOFTPLUS_GRAD, OP_COUNT
+  OP_NEG,
+  OP_EXP,
+  OP_LOG,
+  OP_LOG1P,
+  OP_SQRT,
+  OP_RSQRT,
+  OP_RECIPROCAL,
+  OP_SQUARE,
+  OP_ABS,
+  OP_SIGN,
+  OP_TANH,
+  OP_SIGMOID,
+  OP_RELU,
+  OP_ELU,
+  OP_SOFTPLUS,
+  OP_SIN,
+  OP_COS,
+  OP_LOGICAL_NOT,
+  OP_ADDV2,
+  OP_ADD,
+  OP_SUB,
+  OP_MUL,
+  OP_REALDIV,
+  OP_POW,
+  OP_SQDIFF,
+  OP_MAXIMUM,
+  OP_MINIMUM,
+  OP_LESS,
+  OP_LESS_EQUAL,
+  OP_GREATER,
+  OP_GREATER_EQUAL,
+  OP_EQUAL,
+  OP_NOT_EQUAL,
+  OP_LOGICAL_AND,
+  OP_LOGICAL_OR,
+  OP_SELECT,
+  OP_CAST,
+  OP_ADD_N,
+  OP_IDENTITY,
+  OP_STOP_GRADIENT,
+  OP_PREVENT_GRADIENT,
+  OP_ACCUMULATE_N,
+  OP_TANH_GRAD,
+  OP_SIGMOID_GRAD,
+  OP_RSQRT_GRAD,
+  OP_SQRT_GRAD,
+  OP_RECIPROCAL_GRAD,
+  OP_RELU_GRAD,
+  OP_ELU_GRAD,
+  OP_SOFTPLUS_GRAD,
+  OP_COUNT
 };
 
 static nbop_def math_ops[OP_COUNT] = {
@@ -720,14 +791,20 @@ static nbop_def math_ops[OP_COUNT] = {
     [OP_SOFTPLUS] = UNARY("Softplus", UNARY_FLOAT_IMPL(softplus)),
     [OP_SIN] = UNARY("Sin", UNARY_FLOAT_IMPL(sin)),
     [OP_COS] = UNARY("Cos", UNARY_FLOAT_IMPL(cos)),
-    [OP_LOGICAL_NOT] = UNARY("LogicalNot", {{[NB_BOOL] = logical_not_loop_b}}),  /* bool in, bool out */
+    [OP_LOGICAL_NOT] = UNARY("LogicalNot", {{[NB_BOOL] = logical_not_loop_b}}), /* bool in, bool out */
     [OP_ADDV2] = BINARY("AddV2", BINARY_NUM_FNS(add), false, NULL),
     [OP_ADD] = BINARY("Add", BINARY_NUM_FNS(add), false, NULL),
     [OP_SUB] = BINARY("Sub", BINARY_NUM_FNS(sub), false, NULL),
     [OP_MUL] = BINARY("Mul", BINARY_NUM_FNS(mul), false, NULL),
     [OP_REALDIV] = BINARY("RealDiv", BINARY_NUM_FNS(div), false, check_int_div),
-    [OP_POW] = {.name = "Pow", .nin = 2, .nout = 1, .alias = -1, .elementwise = true,
-                .validate = binary_validate, .infer = binary_infer, .kernel = binary_kernel,
+    [OP_POW] = {.name = "Pow",
+                .nin = 2,
+                .nout = 1,
+                .alias = -1,
+                .elementwise = true,
+                .validate = binary_validate,
+                .infer = binary_infer,
+                .kernel = binary_kernel,
                 .impl = &(const binary_impl){.fn = {BINARY_NUM_FNS(pow)}, .check = check_int_pow}},
     [OP_SQDIFF] = BINARY("SquaredDifference", BINARY_NUM_FNS(sqdiff), false, NULL),
     [OP_MAXIMUM] = BINARY("Maximum", BINARY_NUM_FNS(maximum), false, NULL),
@@ -740,26 +817,65 @@ static nbop_def math_ops[OP_COUNT] = {
     [OP_NOT_EQUAL] = EQUALITY("NotEqual", BINARY_CMP_FNS(not_equal), true),
     [OP_LOGICAL_AND] = BINARY("LogicalAnd", [NB_BOOL] = logical_and_bin_b, true, NULL),
     [OP_LOGICAL_OR] = BINARY("LogicalOr", [NB_BOOL] = logical_or_bin_b, true, NULL),
-    [OP_SELECT] = {.name = "SelectV2", .nin = 3, .nout = 1, .alias = -1, .t_input = 1,
-     .elementwise = true, .validate = select_validate, .infer = select_infer, .kernel = select_kernel},
-    [OP_CAST] = {.name = "Cast", .nin = 1, .nout = 1, .alias = -1, .nattrs = 3, .dtype_attr = 1 + CAST_DSTT, .elementwise = true,
-     .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false},
-               {"DstT", NB_ATTR_TYPE, {.type = NB_F32}, true},
-               {"Truncate", NB_ATTR_BOOL, {.b = false}, false}},
-     .checks = {[CAST_SRCT] = {.of_input = 1}}, .infer = cast_infer, .kernel = cast_kernel},
-    [OP_ADD_N] = {.name = "AddN", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 1, .elementwise = true,
-     .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}}, .validate = add_n_validate, .infer = nbop_infer_same,
-     .kernel = add_n_kernel},
+    [OP_SELECT] = {.name = "SelectV2",
+                   .nin = 3,
+                   .nout = 1,
+                   .alias = -1,
+                   .t_input = 1,
+                   .elementwise = true,
+                   .validate = select_validate,
+                   .infer = select_infer,
+                   .kernel = select_kernel},
+    [OP_CAST] = {.name = "Cast",
+                 .nin = 1,
+                 .nout = 1,
+                 .alias = -1,
+                 .nattrs = 3,
+                 .dtype_attr = 1 + CAST_DSTT,
+                 .elementwise = true,
+                 .attrs = {{"SrcT", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false},
+                           {"DstT", NB_ATTR_TYPE, {.type = NB_F32}, true},
+                           {"Truncate", NB_ATTR_BOOL, {.b = false}, false}},
+                 .checks = {[CAST_SRCT] = {.of_input = 1}},
+                 .infer = cast_infer,
+                 .kernel = cast_kernel},
+    [OP_ADD_N] = {.name = "AddN",
+                  .nin = 0,
+                  .variadic = true,
+                  .nout = 1,
+                  .alias = -1,
+                  .nattrs = 1,
+                  .elementwise = true,
+                  .attrs = {{"N", NB_ATTR_INT, {.i = 1}, true}},
+                  .validate = add_n_validate,
+                  .infer = nbop_infer_same,
+                  .kernel = add_n_kernel},
     /* TF's shape fn takes the output shape from the attr; here it is the inputs' (they fit it) */
-    [OP_ACCUMULATE_N] = {.name = "AccumulateNV2", .nin = 0, .variadic = true, .nout = 1, .alias = -1, .nattrs = 2,
-     .elementwise = true,
-     .attrs = {[ACCUMULATE_N] = {"N", NB_ATTR_INT, {.i = 1}, true}, [ACCUMULATE_SHAPE] = {"shape", NB_ATTR_INTS, {.n = 0}, true}},
-     .validate = accumulate_n_validate, .infer = nbop_infer_same, .kernel = add_n_kernel},
-    [OP_IDENTITY] = {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nbop_infer_same},
-    [OP_STOP_GRADIENT] = {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nbop_infer_same},
+    [OP_ACCUMULATE_N] = {.name = "AccumulateNV2",
+                         .nin = 0,
+                         .variadic = true,
+                         .nout = 1,
+                         .alias = -1,
+                         .nattrs = 2,
+                         .elementwise = true,
+                         .attrs = {[ACCUMULATE_N] = {"N", NB_ATTR_INT, {.i = 1}, true},
+                                   [ACCUMULATE_SHAPE] = {"shape", NB_ATTR_INTS, {.n = 0}, true}},
+                         .validate = accumulate_n_validate,
+                         .infer = nbop_infer_same,
+                         .kernel = add_n_kernel},
+    [OP_IDENTITY] =
+        {.name = "Identity", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nbop_infer_same},
+    [OP_STOP_GRADIENT] =
+        {.name = "StopGradient", .nin = 1, .nout = 1, .alias = 0, .elementwise = true, .infer = nbop_infer_same},
     /* an identity whose gradient is an error quoting "message" (src/grad/math_grad.c) */
-    [OP_PREVENT_GRADIENT] = {.name = "PreventGradient", .nin = 1, .nout = 1, .alias = 0, .nattrs = 1, .elementwise = true,
-     .attrs = {{"message", NB_ATTR_STR, {.s = ""}, false}}, .infer = nbop_infer_same},
+    [OP_PREVENT_GRADIENT] = {.name = "PreventGradient",
+                             .nin = 1,
+                             .nout = 1,
+                             .alias = 0,
+                             .nattrs = 1,
+                             .elementwise = true,
+                             .attrs = {{"message", NB_ATTR_STR, {.s = ""}, false}},
+                             .infer = nbop_infer_same},
     [OP_TANH_GRAD] = PAIR("TanhGrad", FLOAT_TABLE(tanh_grad, pair), "y", "dy"),
     [OP_SIGMOID_GRAD] = PAIR("SigmoidGrad", FLOAT_TABLE(sigmoid_grad, pair), "y", "dy"),
     [OP_RSQRT_GRAD] = PAIR("RsqrtGrad", FLOAT_TABLE(rsqrt_grad, pair), "y", "dy"),
@@ -770,15 +886,15 @@ static nbop_def math_ops[OP_COUNT] = {
     [OP_SOFTPLUS_GRAD] = PAIR("SoftplusGrad", FLOAT_TABLE(softplus_grad, pair), "gradients", "features"),
 };
 
-nbop_family nbop_math_family(void) {
-  return (nbop_family){math_ops, OP_COUNT};
-}
+nbop_family nbop_math_family(void) { return (nbop_family){math_ops, OP_COUNT}; }
 
 /* ---- wrappers ----------------------------------------------------------------------- */
 
 /* The one output of op on x, or on a and b (attrs at their defaults). */
 static nb_tensor *unary(nb_ctx *c, int op, nb_tensor *x) { return nbop_call(c, &math_ops[op], &x, 1, NULL); }
-static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) { return nbop_call_pair(c, &math_ops[op], a, b); }
+static nb_tensor *binary(nb_ctx *c, int op, nb_tensor *a, nb_tensor *b) {
+  return nbop_call_pair(c, &math_ops[op], a, b);
+}
 
 nb_tensor *nb_neg(nb_ctx *c, nb_tensor *x) { return unary(c, OP_NEG, x); }
 nb_tensor *nb_exp(nb_ctx *c, nb_tensor *x) { return unary(c, OP_EXP, x); }
@@ -877,7 +993,8 @@ static nb_code accumulator_shape(nb_ctx *c, nb_tensor *const *xs, int n, nbop_me
     return nbcore_fail(c, NB_SHAPE, "AccumulateNV2: input %d of shape %s does not fit the shape %s of those before it",
                        bad, nbop_tstr(xs[bad]), nbop_sstr(m->rank, m->shape));
   if (m->rank < 0)
-    return nbcore_fail(c, NB_SHAPE, "AccumulateNV2: every input has an unknown rank; pass the shape attr through nb_op");
+    return nbcore_fail(c, NB_SHAPE,
+                       "AccumulateNV2: every input has an unknown rank; pass the shape attr through nb_op");
   return NB_OK;
 }
 

@@ -19,25 +19,25 @@
 
 /* ---- activations: y = f(x; p), with p the op's one attr (alpha, approximate) ---------- */
 
-#define ACT_FN(name, expr)                                                       \
-  static inline float name##_f32(float v, double p) {                            \
-    typedef float T __attribute__((unused));                                     \
-    (void)p;                                                                     \
-    return (T)(expr);                                                            \
-  }                                                                              \
-  static inline double name##_f64(double v, double p) {                          \
-    typedef double T __attribute__((unused));                                    \
-    (void)p;                                                                     \
-    return (T)(expr);                                                            \
+#define ACT_FN(name, expr)                              \
+  static inline float name##_f32(float v, double p) {   \
+    typedef float T __attribute__((unused));            \
+    (void)p;                                            \
+    return (T)(expr);                                   \
+  }                                                     \
+  static inline double name##_f64(double v, double p) { \
+    typedef double T __attribute__((unused));           \
+    (void)p;                                            \
+    return (T)(expr);                                   \
   }
-#define ACT_INT_FN(name, expr)                                                   \
-  static inline int32_t name##_i32(int32_t v, double p) {                        \
-    (void)p;                                                                     \
-    return (int32_t)(expr);                                                      \
-  }                                                                              \
-  static inline int64_t name##_i64(int64_t v, double p) {                        \
-    (void)p;                                                                     \
-    return (int64_t)(expr);                                                      \
+#define ACT_INT_FN(name, expr)                            \
+  static inline int32_t name##_i32(int32_t v, double p) { \
+    (void)p;                                              \
+    return (int32_t)(expr);                               \
+  }                                                       \
+  static inline int64_t name##_i64(int64_t v, double p) { \
+    (void)p;                                              \
+    return (int64_t)(expr);                               \
   }
 
 /* NaN maps to 0, as Relu's does */
@@ -75,27 +75,45 @@ static inline float verfcf(float x) {
    computed as x sigmoid(2u) = x / (1 + e^(-2u)), where 1 + tanh u cannot cancel */
 static inline double gelu_u(double v) { return SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v); }
 static inline float gelu_uf(float v) { return (float)SQRT_2_OVER_PI * (v + (float)GELU_CUBIC * v * v * v); }
-static inline float gelu_tanh_f32(float v, double p) { (void)p; return v / (1 + vexpf(-2 * gelu_uf(v))); }
-static inline float gelu_exact_f32(float v, double p) { (void)p; return 0.5f * v * verfcf(v * -0.70710678f); }
-static inline double gelu_tanh_f64(double v, double p) { (void)p; return v / (1 + exp(-2 * gelu_u(v))); }
-static inline double gelu_exact_f64(double v, double p) { (void)p; return 0.5 * v * erfc(v * -0.70710678118654752440); }
+static inline float gelu_tanh_f32(float v, double p) {
+  (void)p;
+  return v / (1 + vexpf(-2 * gelu_uf(v)));
+}
+static inline float gelu_exact_f32(float v, double p) {
+  (void)p;
+  return 0.5f * v * verfcf(v * -0.70710678f);
+}
+static inline double gelu_tanh_f64(double v, double p) {
+  (void)p;
+  return v / (1 + exp(-2 * gelu_u(v)));
+}
+static inline double gelu_exact_f64(double v, double p) {
+  (void)p;
+  return 0.5 * v * erfc(v * -0.70710678118654752440);
+}
 
 /* fused gradients g(a, b; p) in TF's input order (gradients, features|outputs) */
-#define ACT_GRAD_FN(name, a, b, expr)                                             \
-  static inline float name##_f32(float a, float b, double p) {                    \
-    typedef float T __attribute__((unused));                                      \
-    (void)p;                                                                      \
-    return (T)(expr);                                                             \
-  }                                                                               \
-  static inline double name##_f64(double a, double b, double p) {                 \
-    typedef double T __attribute__((unused));                                     \
-    (void)p;                                                                      \
-    return (T)(expr);                                                             \
+#define ACT_GRAD_FN(name, a, b, expr)                             \
+  static inline float name##_f32(float a, float b, double p) {    \
+    typedef float T __attribute__((unused));                      \
+    (void)p;                                                      \
+    return (T)(expr);                                             \
+  }                                                               \
+  static inline double name##_f64(double a, double b, double p) { \
+    typedef double T __attribute__((unused));                     \
+    (void)p;                                                      \
+    return (T)(expr);                                             \
   }
 
-ACT_GRAD_FN(relu6_grad, g, f, g * (T)(f > 0 && f < 6))
-static inline int32_t relu6_grad_i32(int32_t g, int32_t f, double p) { (void)p; return g * (f > 0 && f < 6); }
-static inline int64_t relu6_grad_i64(int64_t g, int64_t f, double p) { (void)p; return g * (f > 0 && f < 6); }
+ACT_GRAD_FN(relu6_grad, g, f, g *(T)(f > 0 && f < 6))
+static inline int32_t relu6_grad_i32(int32_t g, int32_t f, double p) {
+  (void)p;
+  return g * (f > 0 && f < 6);
+}
+static inline int64_t relu6_grad_i64(int64_t g, int64_t f, double p) {
+  (void)p;
+  return g * (f > 0 && f < 6);
+}
 ACT_GRAD_FN(leaky_relu_grad, g, f, f > 0 ? g : g * (T)p)
 /* d selu/dx = scale alpha e^x = outputs + scale alpha where x < 0, scale above */
 ACT_GRAD_FN(selu_grad, g, o, o < 0 ? g * (o + (T)(SELU_SCALE * SELU_ALPHA)) : g * (T)SELU_SCALE)
@@ -122,17 +140,17 @@ static inline float gelu_tanh_grad_f32(float g, float x, double p) {
   return g * (s + 2 * x * s * (e * s) * du);
 }
 
-#define ACT_LOOP(name, sfx, T)                                                           \
+#define ACT_LOOP(name, sfx, T)                                                                    \
   NBOP_SIMD_CLONES static void name##_loop_##sfx(const void *px, void *py, int64_t n, double p) { \
-    const T *x = px;                                                                     \
-    T *y = py;                                                                           \
-    for (int64_t i = 0; i < n; i++) y[i] = name##_##sfx(x[i], p);                        \
+    const T *x = px;                                                                              \
+    T *y = py;                                                                                    \
+    for (int64_t i = 0; i < n; i++) y[i] = name##_##sfx(x[i], p);                                 \
   }
-#define ACT_GRAD_LOOP(name, sfx, T)                                                               \
+#define ACT_GRAD_LOOP(name, sfx, T)                                                                               \
   NBOP_SIMD_CLONES static void name##_loop_##sfx(const void *pa, const void *pb, void *po, int64_t n, double p) { \
-    const T *a = pa, *b = pb;                                                                     \
-    T *o = po;                                                                                    \
-    for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i], p);                           \
+    const T *a = pa, *b = pb;                                                                                     \
+    T *o = po;                                                                                                    \
+    for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i], p);                                           \
   }
 #define LOOPS_FLOAT(KIND, name) KIND(name, f32, float) KIND(name, f64, double)
 #define LOOPS_NUM(KIND, name) LOOPS_FLOAT(KIND, name) KIND(name, i32, int32_t) KIND(name, i64, int64_t)
@@ -146,12 +164,16 @@ LOOPS_FLOAT(ACT_LOOP, gelu_tanh)
 LOOPS_FLOAT(ACT_LOOP, gelu_exact)
 /* one loop per form, so neither computes the other's function */
 static void gelu_loop_f32(const void *x, void *y, int64_t n, double p) {
-  if (p != 0) gelu_tanh_loop_f32(x, y, n, p);
-  else gelu_exact_loop_f32(x, y, n, p);
+  if (p != 0)
+    gelu_tanh_loop_f32(x, y, n, p);
+  else
+    gelu_exact_loop_f32(x, y, n, p);
 }
 static void gelu_loop_f64(const void *x, void *y, int64_t n, double p) {
-  if (p != 0) gelu_tanh_loop_f64(x, y, n, p);
-  else gelu_exact_loop_f64(x, y, n, p);
+  if (p != 0)
+    gelu_tanh_loop_f64(x, y, n, p);
+  else
+    gelu_exact_loop_f64(x, y, n, p);
 }
 LOOPS_NUM(ACT_GRAD_LOOP, relu6_grad)
 LOOPS_FLOAT(ACT_GRAD_LOOP, leaky_relu_grad)
@@ -159,12 +181,16 @@ LOOPS_FLOAT(ACT_GRAD_LOOP, selu_grad)
 LOOPS_FLOAT(ACT_GRAD_LOOP, gelu_exact_grad)
 LOOPS_FLOAT(ACT_GRAD_LOOP, gelu_tanh_grad)
 static void gelu_grad_loop_f32(const void *g, const void *x, void *o, int64_t n, double p) {
-  if (p != 0) gelu_tanh_grad_loop_f32(g, x, o, n, p);
-  else gelu_exact_grad_loop_f32(g, x, o, n, p);
+  if (p != 0)
+    gelu_tanh_grad_loop_f32(g, x, o, n, p);
+  else
+    gelu_exact_grad_loop_f32(g, x, o, n, p);
 }
 static void gelu_grad_loop_f64(const void *g, const void *x, void *o, int64_t n, double p) {
-  if (p != 0) gelu_tanh_grad_loop_f64(g, x, o, n, p);
-  else gelu_exact_grad_loop_f64(g, x, o, n, p);
+  if (p != 0)
+    gelu_tanh_grad_loop_f64(g, x, o, n, p);
+  else
+    gelu_exact_grad_loop_f64(g, x, o, n, p);
 }
 
 /* ---- Softmax, LogSoftmax: rows of the last dim, shifted by the row max ------------------ */
@@ -172,51 +198,51 @@ static void gelu_grad_loop_f64(const void *g, const void *x, void *o, int64_t n,
 /* y = e^(x - m) over a row, returning its sum, and the row max. The sum and the max keep
    8 partial results (a float reduction does not reorder itself), so they vectorize too. */
 #define LANES 8
-#define EXP_SHIFTED(sfx, T, EXP)                                                                \
-  static inline T exp_shifted_##sfx(const T *x, int64_t stride, T *y, int64_t n, T m) {        \
-    T acc[LANES] = {0}, s = 0;                                                                  \
-    int64_t j = 0;                                                                              \
-    for (j = 0; j < n; j++) y[j] = EXP(x[j * stride] - m);                                      \
-    for (j = 0; j + LANES <= n; j += LANES)                                                     \
-      for (int k = 0; k < LANES; k++) acc[k] += y[j + k];                                       \
-    for (; j < n; j++) s += y[j];                                                               \
-    for (int k = 0; k < LANES; k++) s += acc[k];                                                \
-    return s;                                                                                   \
-  }                                                                                             \
-  /* NaN anywhere gives a NaN row either way: as m, or through e^(NaN - m) */                   \
-  static inline T row_max_##sfx(const T *x, int64_t stride, int64_t n) {                        \
-    if (n < LANES) {                                                                            \
-      T m = n ? x[0] : 0;                                                                       \
-      for (int64_t j = 1; j < n; j++) m = x[j * stride] > m ? x[j * stride] : m;                \
-      return m;                                                                                 \
-    }                                                                                           \
-    T acc[LANES];                                                                               \
-    for (int k = 0; k < LANES; k++) acc[k] = x[k * stride];                                     \
-    int64_t j = LANES;                                                                          \
-    for (; j + LANES <= n; j += LANES)                                                          \
+#define EXP_SHIFTED(sfx, T, EXP)                                                                            \
+  static inline T exp_shifted_##sfx(const T *x, int64_t stride, T *y, int64_t n, T m) {                     \
+    T acc[LANES] = {0}, s = 0;                                                                              \
+    int64_t j = 0;                                                                                          \
+    for (j = 0; j < n; j++) y[j] = EXP(x[j * stride] - m);                                                  \
+    for (j = 0; j + LANES <= n; j += LANES)                                                                 \
+      for (int k = 0; k < LANES; k++) acc[k] += y[j + k];                                                   \
+    for (; j < n; j++) s += y[j];                                                                           \
+    for (int k = 0; k < LANES; k++) s += acc[k];                                                            \
+    return s;                                                                                               \
+  }                                                                                                         \
+  /* NaN anywhere gives a NaN row either way: as m, or through e^(NaN - m) */                               \
+  static inline T row_max_##sfx(const T *x, int64_t stride, int64_t n) {                                    \
+    if (n < LANES) {                                                                                        \
+      T m = n ? x[0] : 0;                                                                                   \
+      for (int64_t j = 1; j < n; j++) m = x[j * stride] > m ? x[j * stride] : m;                            \
+      return m;                                                                                             \
+    }                                                                                                       \
+    T acc[LANES];                                                                                           \
+    for (int k = 0; k < LANES; k++) acc[k] = x[k * stride];                                                 \
+    int64_t j = LANES;                                                                                      \
+    for (; j + LANES <= n; j += LANES)                                                                      \
       for (int k = 0; k < LANES; k++) acc[k] = x[(j + k) * stride] > acc[k] ? x[(j + k) * stride] : acc[k]; \
-    for (; j < n; j++) acc[0] = x[j * stride] > acc[0] ? x[j * stride] : acc[0];               \
-    T m = acc[0];                                                                               \
-    for (int k = 1; k < LANES; k++) m = acc[k] > m ? acc[k] : m;                                \
-    return m;                                                                                   \
+    for (; j < n; j++) acc[0] = x[j * stride] > acc[0] ? x[j * stride] : acc[0];                            \
+    T m = acc[0];                                                                                           \
+    for (int k = 1; k < LANES; k++) m = acc[k] > m ? acc[k] : m;                                            \
+    return m;                                                                                               \
   }
 EXP_SHIFTED(f32, float, vexpf)
 EXP_SHIFTED(f64, double, exp)
 
 /* softmax = e^(x - m) / s; log_softmax = (x - m) - log s */
-#define SOFTMAX_ROWS(sfx, T)                                                                    \
+#define SOFTMAX_ROWS(sfx, T)                                                                                           \
   NBOP_SIMD_CLONES static void softmax_rows_##sfx(const T *x, T *y, int64_t lo, int64_t hi, int64_t n, bool log_out) { \
-    for (int64_t r = lo; r < hi; r++) {                                                         \
-      const T *xr = x + r * n;                                                                  \
-      T *yr = y + r * n, m = row_max_##sfx(xr, 1, n), s = exp_shifted_##sfx(xr, 1, yr, n, m);   \
-      if (log_out) {                                                                            \
-        T ls = log(s);                                                                          \
-        for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - m) - ls;                               \
-      } else {                                                                                  \
-        T inv = 1 / s;                                                                          \
-        for (int64_t j = 0; j < n; j++) yr[j] *= inv;                                           \
-      }                                                                                         \
-    }                                                                                           \
+    for (int64_t r = lo; r < hi; r++) {                                                                                \
+      const T *xr = x + r * n;                                                                                         \
+      T *yr = y + r * n, m = row_max_##sfx(xr, 1, n), s = exp_shifted_##sfx(xr, 1, yr, n, m);                          \
+      if (log_out) {                                                                                                   \
+        T ls = log(s);                                                                                                 \
+        for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - m) - ls;                                                      \
+      } else {                                                                                                         \
+        T inv = 1 / s;                                                                                                 \
+        for (int64_t j = 0; j < n; j++) yr[j] *= inv;                                                                  \
+      }                                                                                                                \
+    }                                                                                                                  \
   }
 SOFTMAX_ROWS(f32, float)
 SOFTMAX_ROWS(f64, double)
@@ -234,14 +260,17 @@ static void softmax_range(void *arg, int64_t lo, int64_t hi) {
   const rows_job *j = arg;
   const nb_tensor *x = j->k->in[0];
   bool log_out = ((const softmax_impl *)j->k->def->impl)->log_out;
-  if (x->dtype == NB_F32) softmax_rows_f32(nbcore_tdata(x), nbcore_tdata(j->k->res[0]), lo, hi, j->n, log_out);
-  else softmax_rows_f64(nbcore_tdata(x), nbcore_tdata(j->k->res[0]), lo, hi, j->n, log_out);
+  if (x->dtype == NB_F32)
+    softmax_rows_f32(nbcore_tdata(x), nbcore_tdata(j->k->res[0]), lo, hi, j->n, log_out);
+  else
+    softmax_rows_f64(nbcore_tdata(x), nbcore_tdata(j->k->res[0]), lo, hi, j->n, log_out);
 }
 
 static nb_code softmax_validate(nbop_kargs *k) {
   nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_FLOAT);
   if (code) return code;
-  if (k->in[0]->rank == 0) return nbop_kfail(k, NB_SHAPE, "logits must have >= 1 dimension, got shape %s", nbop_tstr(k->in[0]));
+  if (k->in[0]->rank == 0)
+    return nbop_kfail(k, NB_SHAPE, "logits must have >= 1 dimension, got shape %s", nbop_tstr(k->in[0]));
   return NB_OK;
 }
 
@@ -315,10 +344,13 @@ static nb_code sparse_xent_validate(nbop_kargs *k) {
   nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_FLOAT);
   if (!code) code = nbop_kcheck_dtype(k, 1, NBOP_M_INT);
   if (code) return code;
-  if (f->rank >= 0 && f->rank != 2) return nbop_kfail(k, NB_SHAPE, "logits must be 2-D, but got shape %s", nbop_tstr(f));
-  if (l->rank >= 0 && l->rank != 1) return nbop_kfail(k, NB_SHAPE, "labels must be 1-D, but got shape %s", nbop_tstr(l));
+  if (f->rank >= 0 && f->rank != 2)
+    return nbop_kfail(k, NB_SHAPE, "logits must be 2-D, but got shape %s", nbop_tstr(f));
+  if (l->rank >= 0 && l->rank != 1)
+    return nbop_kfail(k, NB_SHAPE, "labels must be 1-D, but got shape %s", nbop_tstr(l));
   if (f->rank == 2 && l->rank == 1 && f->shape[0] >= 0 && l->shape[0] >= 0 && l->shape[0] != f->shape[0])
-    return nbop_kfail(k, NB_SHAPE, "logits and labels must have the same first dimension, got logits shape %s and labels shape %s",
+    return nbop_kfail(k, NB_SHAPE,
+                      "logits and labels must have the same first dimension, got logits shape %s and labels shape %s",
                       nbop_tstr(f), nbop_tstr(l));
   return NB_OK;
 }
@@ -339,28 +371,28 @@ static nb_code sparse_xent_infer(nbop_kargs *k) {
 
 /* One row at a time: bp holds e^(f - m) until it is normalized. sparse: the labels as
    indices (else l holds dense labels). */
-#define XENT_ROWS(sfx, T)                                                                       \
-  NBOP_SIMD_CLONES static void xent_rows_##sfx(const xent_plan *p, const T *f, const T *l,      \
-                                               const int64_t *sparse, T *loss, T *bp, int64_t lo, int64_t hi) { \
-    int64_t n = p->classes, fc = p->f_col, lc = p->l_col;                                        \
-    for (int64_t r = lo; r < hi; r++) {                                                         \
-      const T *fr = f + r * p->f_row;                                                           \
-      T *br = bp + r * n, m = row_max_##sfx(fr, fc, n), s = exp_shifted_##sfx(fr, fc, br, n, m); \
-      T ls = log(s), inv = 1 / s, sum = 0;                                                      \
-      for (int64_t j = 0; j < n; j++) br[j] *= inv;                                             \
-      if (sparse) {                                                                             \
-        int64_t c = sparse[r];                                                                  \
-        br[c] -= 1;                                                                             \
-        sum = ls - (fr[c * fc] - m);                                                            \
-      } else {                                                                                  \
-        const T *lr = l + r * p->l_row;                                                         \
-        for (int64_t j = 0; j < n; j++) {                                                       \
-          sum += lr[j * lc] * (ls - (fr[j * fc] - m));                                          \
-          br[j] -= lr[j * lc];                                                                  \
-        }                                                                                       \
-      }                                                                                         \
-      loss[r] = sum;                                                                            \
-    }                                                                                           \
+#define XENT_ROWS(sfx, T)                                                                                         \
+  NBOP_SIMD_CLONES static void xent_rows_##sfx(const xent_plan *p, const T *f, const T *l, const int64_t *sparse, \
+                                               T *loss, T *bp, int64_t lo, int64_t hi) {                          \
+    int64_t n = p->classes, fc = p->f_col, lc = p->l_col;                                                         \
+    for (int64_t r = lo; r < hi; r++) {                                                                           \
+      const T *fr = f + r * p->f_row;                                                                             \
+      T *br = bp + r * n, m = row_max_##sfx(fr, fc, n), s = exp_shifted_##sfx(fr, fc, br, n, m);                  \
+      T ls = log(s), inv = 1 / s, sum = 0;                                                                        \
+      for (int64_t j = 0; j < n; j++) br[j] *= inv;                                                               \
+      if (sparse) {                                                                                               \
+        int64_t c = sparse[r];                                                                                    \
+        br[c] -= 1;                                                                                               \
+        sum = ls - (fr[c * fc] - m);                                                                              \
+      } else {                                                                                                    \
+        const T *lr = l + r * p->l_row;                                                                           \
+        for (int64_t j = 0; j < n; j++) {                                                                         \
+          sum += lr[j * lc] * (ls - (fr[j * fc] - m));                                                            \
+          br[j] -= lr[j * lc];                                                                                    \
+        }                                                                                                         \
+      }                                                                                                           \
+      loss[r] = sum;                                                                                              \
+    }                                                                                                             \
   }
 XENT_ROWS(f32, float)
 XENT_ROWS(f64, double)
@@ -398,7 +430,8 @@ static nb_code sparse_xent_kernel(nbop_kargs *k) {
   for (int64_t i = 0; i < p->batch && !code; i++) {
     labels[i] = l->dtype == NB_I32 ? ((const int32_t *)nbcore_tdata(l))[i] : ((const int64_t *)nbcore_tdata(l))[i];
     if (labels[i] < 0 || labels[i] >= p->classes)
-      code = nbop_kfail(k, NB_INVALID, "Received a label value of %lld which is outside the valid range of [0, %lld) at labels[%lld]",
+      code = nbop_kfail(k, NB_INVALID,
+                        "Received a label value of %lld which is outside the valid range of [0, %lld) at labels[%lld]",
                         (long long)labels[i], (long long)p->classes, (long long)i);
   }
   if (!code) {
@@ -452,7 +485,8 @@ static nb_code one_hot_validate(nbop_kargs *k) {
   if (code) return code;
   static const char *const names[4] = {"indices", "depth", "on_value", "off_value"};
   for (int i = 1; i < 4; i++)
-    if (k->in[i]->rank > 0) return nbop_kfail(k, NB_SHAPE, "%s must be a scalar, but got: %s", names[i], nbop_tstr(k->in[i]));
+    if (k->in[i]->rank > 0)
+      return nbop_kfail(k, NB_SHAPE, "%s must be a scalar, but got: %s", names[i], nbop_tstr(k->in[i]));
   int64_t axis = k->attr[ONE_HOT_AXIS].i, depth;
   if (axis < -1 || (ind->rank >= 0 && axis > ind->rank))
     return nbop_kfail(k, NB_INVALID, "Expected axis to be -1 or between [0, %d).  But received: %lld", ind->rank + 1,
@@ -484,8 +518,10 @@ static nb_code one_hot_infer(nbop_kargs *k) {
       continue;
     }
     o->shape[d] = ind->shape[s++];
-    if (d < a) p->outer *= o->shape[d];
-    else p->inner *= o->shape[d];
+    if (d < a)
+      p->outer *= o->shape[d];
+    else
+      p->inner *= o->shape[d];
   }
   return NB_OK;
 }
@@ -494,8 +530,12 @@ static nb_code one_hot_infer(nbop_kargs *k) {
 static void fill_value(void *dst, int64_t n, const void *v, size_t esz) {
   switch (esz) {
     case 1: memset(dst, *(const uint8_t *)v, (size_t)n); break;
-    case 4: for (int64_t i = 0; i < n; i++) memcpy((char *)dst + 4 * i, v, 4); break;
-    default: for (int64_t i = 0; i < n; i++) memcpy((char *)dst + 8 * i, v, 8); break;
+    case 4:
+      for (int64_t i = 0; i < n; i++) memcpy((char *)dst + 4 * i, v, 4);
+      break;
+    default:
+      for (int64_t i = 0; i < n; i++) memcpy((char *)dst + 8 * i, v, 8);
+      break;
   }
 }
 
@@ -510,7 +550,8 @@ static nb_code one_hot_kernel(nbop_kargs *k) {
   for (int64_t o = 0; o < p->outer; o++)
     for (int64_t i = 0; i < p->inner; i++) {
       int64_t at = o * p->inner + i;
-      int64_t d = ind->dtype == NB_I32 ? ((const int32_t *)nbcore_tdata(ind))[at] : ((const int64_t *)nbcore_tdata(ind))[at];
+      int64_t d =
+          ind->dtype == NB_I32 ? ((const int32_t *)nbcore_tdata(ind))[at] : ((const int64_t *)nbcore_tdata(ind))[at];
       if (d >= 0 && d < p->depth) memcpy(out + (size_t)((o * p->depth + d) * p->inner + i) * esz, on, esz);
     }
   return NB_OK;
@@ -518,34 +559,63 @@ static nb_code one_hot_kernel(nbop_kargs *k) {
 
 /* ---- the table ------------------------------------------------------------------------- */
 
-#define ACT(NAME, FNS, ...)                                                                            \
-  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .elementwise = true,                                      \
-   .validate = nbop_unary_validate, .infer = nbop_infer_same, .kernel = nbop_unary_kernel,                   \
-   .impl = &(const nbop_unary_impl){{FNS}}, __VA_ARGS__}
-#define ACT_GRAD(NAME, FNS, IN0, IN1, ...)                                                             \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .elementwise = true,                                      \
-   .validate = nbop_pair_validate, .infer = nbop_infer_same, .kernel = nbop_pair_kernel,                     \
-   .impl = &(const nbop_pair_impl){{FNS}, {IN0, IN1}}, __VA_ARGS__}
+#define ACT(NAME, FNS, ...)                                                                                     \
+  {                                                                                                             \
+    .name = NAME, .nin = 1, .nout = 1, .alias = -1, .elementwise = true, .validate = nbop_unary_validate,       \
+    .infer = nbop_infer_same, .kernel = nbop_unary_kernel, .impl = &(const nbop_unary_impl){{FNS}}, __VA_ARGS__ \
+  }
+#define ACT_GRAD(NAME, FNS, IN0, IN1, ...)                                                                    \
+  {                                                                                                           \
+    .name = NAME, .nin = 2, .nout = 1, .alias = -1, .elementwise = true, .validate = nbop_pair_validate,      \
+    .infer = nbop_infer_same, .kernel = nbop_pair_kernel, .impl = &(const nbop_pair_impl){{FNS}, {IN0, IN1}}, \
+    __VA_ARGS__                                                                                               \
+  }
 #define ALPHA_ATTR .nattrs = 1, .attrs = {{"alpha", NB_ATTR_FLOAT, {.f = 0.2}, false}}
 #define APPROXIMATE_ATTR .nattrs = 1, .attrs = {{"approximate", NB_ATTR_BOOL, {.b = false}, false}}
 #define SOFTMAX(NAME, LOG_OUT)                                                                           \
-  {.name = NAME, .nin = 1, .nout = 1, .alias = -1, .batch_leading = true,                              \
-   .validate = softmax_validate, .infer = nbop_infer_same, .kernel = softmax_kernel, .impl = &(const softmax_impl){LOG_OUT}}
+  {                                                                                                      \
+    .name = NAME, .nin = 1, .nout = 1, .alias = -1, .batch_leading = true, .validate = softmax_validate, \
+    .infer = nbop_infer_same, .kernel = softmax_kernel, .impl = &(const softmax_impl) {                  \
+      LOG_OUT                                                                                            \
+    }                                                                                                    \
+  }
 
 enum {
-  OP_SOFTMAX, OP_LOG_SOFTMAX, OP_XENT, OP_SPARSE_XENT, OP_RELU6, OP_RELU6_GRAD, OP_LEAKY_RELU,
-  OP_LEAKY_RELU_GRAD, OP_SELU, OP_SELU_GRAD, OP_GELU, OP_GELU_GRAD, OP_L2_LOSS, OP_ONE_HOT, OP_COUNT
+  OP_SOFTMAX,
+  OP_LOG_SOFTMAX,
+  OP_XENT,
+  OP_SPARSE_XENT,
+  OP_RELU6,
+  OP_RELU6_GRAD,
+  OP_LEAKY_RELU,
+  OP_LEAKY_RELU_GRAD,
+  OP_SELU,
+  OP_SELU_GRAD,
+  OP_GELU,
+  OP_GELU_GRAD,
+  OP_L2_LOSS,
+  OP_ONE_HOT,
+  OP_COUNT
 };
 
 static nbop_def nn_ops[OP_COUNT] = {
     /* softmax's tensors gain a seed dim freely */
     [OP_SOFTMAX] = SOFTMAX("Softmax", false),
     [OP_LOG_SOFTMAX] = SOFTMAX("LogSoftmax", true),
-    [OP_XENT] = {.name = "SoftmaxCrossEntropyWithLogits", .nin = 2, .nout = 2, .alias = -1,
-                 .validate = xent_validate, .infer = xent_infer, .kernel = xent_kernel},
-    [OP_SPARSE_XENT] = {.name = "SparseSoftmaxCrossEntropyWithLogits", .nin = 2, .nout = 2, .alias = -1,
+    [OP_XENT] = {.name = "SoftmaxCrossEntropyWithLogits",
+                 .nin = 2,
+                 .nout = 2,
+                 .alias = -1,
+                 .validate = xent_validate,
+                 .infer = xent_infer,
+                 .kernel = xent_kernel},
+    [OP_SPARSE_XENT] = {.name = "SparseSoftmaxCrossEntropyWithLogits",
+                        .nin = 2,
+                        .nout = 2,
+                        .alias = -1,
                         .validate = sparse_xent_validate,
-                        .infer = sparse_xent_infer, .kernel = sparse_xent_kernel},
+                        .infer = sparse_xent_infer,
+                        .kernel = sparse_xent_kernel},
     [OP_RELU6] = ACT("Relu6", TABLE_NUM(relu6)),
     [OP_RELU6_GRAD] = ACT_GRAD("Relu6Grad", TABLE_NUM(relu6_grad), "gradients", "features"),
     [OP_LEAKY_RELU] = ACT("LeakyRelu", TABLE_FLOAT(leaky_relu), ALPHA_ATTR),
@@ -554,12 +624,24 @@ static nbop_def nn_ops[OP_COUNT] = {
     [OP_SELU_GRAD] = ACT_GRAD("SeluGrad", TABLE_FLOAT(selu_grad), "gradients", "outputs"),
     [OP_GELU] = ACT("Gelu", TABLE_FLOAT(gelu), APPROXIMATE_ATTR),
     [OP_GELU_GRAD] = ACT_GRAD("GeluGrad", TABLE_FLOAT(gelu_grad), "gradients", "features", APPROXIMATE_ATTR),
-    [OP_L2_LOSS] = {.name = "L2Loss", .nin = 1, .nout = 1, .alias = -1,
-                    .validate = float_input_validate, .infer = l2_loss_infer, .kernel = l2_loss_kernel},
+    [OP_L2_LOSS] = {.name = "L2Loss",
+                    .nin = 1,
+                    .nout = 1,
+                    .alias = -1,
+                    .validate = float_input_validate,
+                    .infer = l2_loss_infer,
+                    .kernel = l2_loss_kernel},
     /* T comes from on_value; TF gives no input a gradient */
-    [OP_ONE_HOT] = {.name = "OneHot", .nin = 4, .nout = 1, .alias = -1, .t_input = 2, .nattrs = 1,
-                    .attrs = {{"axis", NB_ATTR_INT, {.i = -1}, false}}, .validate = one_hot_validate,
-                    .infer = one_hot_infer, .kernel = one_hot_kernel},
+    [OP_ONE_HOT] = {.name = "OneHot",
+                    .nin = 4,
+                    .nout = 1,
+                    .alias = -1,
+                    .t_input = 2,
+                    .nattrs = 1,
+                    .attrs = {{"axis", NB_ATTR_INT, {.i = -1}, false}},
+                    .validate = one_hot_validate,
+                    .infer = one_hot_infer,
+                    .kernel = one_hot_kernel},
 };
 
 nbop_family nbop_nn_family(void) { return (nbop_family){nn_ops, OP_COUNT}; }
@@ -582,13 +664,18 @@ nb_tensor *nb_selu_grad(nb_ctx *c, nb_tensor *gradients, nb_tensor *outputs) {
 }
 nb_tensor *nb_l2_loss(nb_ctx *c, nb_tensor *x) { return unary(c, OP_L2_LOSS, x); }
 
-static nb_code call2(nb_ctx *c, int op, nb_tensor *features, nb_tensor *labels, nb_tensor **loss, nb_tensor **backprop) {
+static nb_code call2(nb_ctx *c, int op, nb_tensor *features, nb_tensor *labels, nb_tensor **loss,
+                     nb_tensor **backprop) {
   nb_tensor *in[2] = {features, labels}, *out[2] = {NULL, NULL};
   nb_code code = nbop_dispatch(c, &nn_ops[op], in, 2, NULL, out, 2);
-  if (loss) *loss = out[0];
-  else nb_tensor_free(out[0]);
-  if (backprop) *backprop = out[1];
-  else nb_tensor_free(out[1]);
+  if (loss)
+    *loss = out[0];
+  else
+    nb_tensor_free(out[0]);
+  if (backprop)
+    *backprop = out[1];
+  else
+    nb_tensor_free(out[1]);
   return code;
 }
 
@@ -597,8 +684,8 @@ nb_code nb_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *features, nb_
   return call2(c, OP_XENT, features, labels, loss, backprop);
 }
 
-nb_code nb_sparse_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *features, nb_tensor *labels,
-                                                    nb_tensor **loss, nb_tensor **backprop) {
+nb_code nb_sparse_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *features, nb_tensor *labels, nb_tensor **loss,
+                                                    nb_tensor **backprop) {
   return call2(c, OP_SPARSE_XENT, features, labels, loss, backprop);
 }
 
@@ -606,8 +693,10 @@ nb_code nb_sparse_softmax_cross_entropy_with_logits(nb_ctx *c, nb_tensor *featur
 static nb_tensor *call_with_param(nb_ctx *c, int op, nb_tensor *const *in, int nin, double v) {
   nbop_attrval a[NBOP_MAX_ATTRS];
   nbop_attr_defaults(&nn_ops[op], a);
-  if (nn_ops[op].attrs[0].kind == NB_ATTR_BOOL) a[0].b = v != 0;
-  else a[0].f = v;
+  if (nn_ops[op].attrs[0].kind == NB_ATTR_BOOL)
+    a[0].b = v != 0;
+  else
+    a[0].f = v;
   return nbop_call(c, &nn_ops[op], in, nin, a);
 }
 

@@ -31,7 +31,7 @@ _Static_assert(sizeof(bn_plan) <= NBOP_SCRATCH_BYTES, "bn_plan must fit the scra
 /* ---- layout -------------------------------------------------------------------------- */
 
 typedef struct layout {
-  int rank;         /* the rank data_format implies */
+  int rank; /* the rank data_format implies */
   int channel_axis;
 } layout;
 
@@ -89,7 +89,8 @@ static nb_code check_dtypes(nbop_kargs *k, const char *const *names, int first) 
 static nb_code check_common(nbop_kargs *k, const char *const *names, int xi, int eps_slot, int format_slot) {
   nb_code code = check_dtypes(k, names, xi + 1);
   if (code) return code;
-  if (!(k->attr[eps_slot].f >= 0)) return nbop_kfail(k, NB_INVALID, "epsilon must be >= 0, got %g", k->attr[eps_slot].f);
+  if (!(k->attr[eps_slot].f >= 0))
+    return nbop_kfail(k, NB_INVALID, "epsilon must be >= 0, got %g", k->attr[eps_slot].f);
   code = check_format_rank(k, format_slot, xi);
   for (int i = xi + 1; i < 5 && !code; i++) code = nbop_kcheck_rank(k, i, 1, 1, names[i]);
   return code;
@@ -100,8 +101,10 @@ static nb_code check_vector(nbop_kargs *k, int i, const char *name, int64_t chan
                             const char *why) {
   const nb_tensor *v = k->in[i], *x = k->in[0];
   if (need_channels && v->shape[0] != channels)
-    return nbop_kfail(k, NB_SHAPE, "%s%s must have the same number of elements as the channels of x, got %lld and %lld "
-                      "(x %s)", why, name, (long long)v->shape[0], (long long)channels, nbop_tstr(x));
+    return nbop_kfail(k, NB_SHAPE,
+                      "%s%s must have the same number of elements as the channels of x, got %lld and %lld "
+                      "(x %s)",
+                      why, name, (long long)v->shape[0], (long long)channels, nbop_tstr(x));
   return NB_OK;
 }
 
@@ -140,8 +143,8 @@ static nb_code bn_infer(nbop_kargs *k) {
    l % channels), which keeps the loops free of index arithmetic and lets them vectorize;
    the lanes fold into the per-channel sums at the end of the run. */
 
-#define LANES 256    /* lanes of a channels-last run, when the channels fit */
-#define RUN_LANES 8  /* lanes of a channels-first run */
+#define LANES 256   /* lanes of a channels-last run, when the channels fit */
+#define RUN_LANES 8 /* lanes of a channels-first run */
 
 /* One pass over x (and dy): per-block sums into part1 (and part2), and the elementwise
    out = alpha[c] u + beta[c] v + gamma[c] (v optional). */
@@ -171,116 +174,115 @@ static void fold(const double *lane, int64_t w, int64_t ch, int64_t c, double *s
   for (int64_t l = 0; l < w; l++) sum[c >= 0 ? c : l % ch] += lane[l];
 }
 
-#define DEFINE_LOOPS(T)                                                                              \
-  /* lane[l] += x (m NULL) or (x - m[l])^2 over a run of len elements */                           \
-  static void run_moment_##T(const T *x, const double *m, int64_t len, int64_t w, double *lane) {    \
-    int64_t j = 0;                                                                                   \
-    if (!m) {                                                                                        \
-      for (; j + w <= len; j += w)                                                                   \
-        for (int64_t l = 0; l < w; l++) lane[l] += x[j + l];                                         \
-      for (int64_t l = 0; j + l < len; l++) lane[l] += x[j + l];                                     \
-      return;                                                                                        \
-    }                                                                                                \
-    for (; j + w <= len; j += w)                                                                     \
-      for (int64_t l = 0; l < w; l++) {                                                              \
-        double d = x[j + l] - m[l];                                                                  \
-        lane[l] += d * d;                                                                            \
-      }                                                                                              \
-    for (int64_t l = 0; j + l < len; l++) {                                                          \
-      double d = x[j + l] - m[l];                                                                    \
-      lane[l] += d * d;                                                                              \
-    }                                                                                                \
-  }                                                                                                  \
-  /* l1[l] += dy, l2[l] += dy (x - m[l]) over a run */                                             \
-  static void run_grad_##T(const T *x, const T *dy, const double *m, int64_t len, int64_t w, double *l1, \
-                           double *l2) {                                                             \
-    int64_t j = 0;                                                                                   \
-    for (; j + w <= len; j += w)                                                                     \
-      for (int64_t l = 0; l < w; l++) {                                                              \
-        l1[l] += dy[j + l];                                                                          \
-        l2[l] += dy[j + l] * (x[j + l] - m[l]);                                                      \
-      }                                                                                              \
-    for (int64_t l = 0; j + l < len; l++) {                                                          \
-      l1[l] += dy[j + l];                                                                            \
-      l2[l] += dy[j + l] * (x[j + l] - m[l]);                                                        \
-    }                                                                                                \
-  }                                                                                                  \
-  /* out = a u + b v + g, lane-wise coefficients (v NULL: no b v) */                               \
-  static void run_affine_##T(const T *u, const T *v, const double *a, const double *b, const double *g, \
-                             int64_t len, int64_t w, T *out) {                                       \
-    for (int64_t j = 0; j < len; j += w) {                                                           \
-      int64_t n = len - j < w ? len - j : w;                                                         \
-      if (v)                                                                                         \
-        for (int64_t l = 0; l < n; l++) out[j + l] = (T)(a[l] * u[j + l] + b[l] * v[j + l] + g[l]);  \
-      else                                                                                           \
-        for (int64_t l = 0; l < n; l++) out[j + l] = (T)(a[l] * u[j + l] + g[l]);                    \
-    }                                                                                                \
-  }                                                                                                  \
-  /* out = a u + b v + g with one channel's coefficients (v NULL: no b v) */                         \
-  static void run_affine1_##T(const T *u, const T *v, double a, double b, double g, int64_t len, T *out) { \
-    if (v)                                                                                           \
-      for (int64_t i = 0; i < len; i++) out[i] = (T)(a * u[i] + b * v[i] + g);                       \
-    else                                                                                             \
-      for (int64_t i = 0; i < len; i++) out[i] = (T)(a * u[i] + g);                                  \
-  }                                                                                                  \
-  /* Block b's sums into part1 (and part2 with dy). */                                             \
-  static void sums_##T(const bn_job *j, int64_t b) {                                                 \
-    const bn_plan *p = j->p;                                                                         \
-    int64_t ch = p->channels, inner = p->inner, lo = b * p->units_per_block;                         \
-    int64_t hi = lo + p->units_per_block < p->units ? lo + p->units_per_block : p->units;            \
-    double *s1 = j->part1 + b * ch, *s2 = j->dy ? j->part2 + b * ch : NULL;                          \
-    double l1[LANES], l2[LANES], mbuf[LANES];                                                        \
-    memset(s1, 0, (size_t)ch * sizeof *s1);                                                          \
-    if (s2) memset(s2, 0, (size_t)ch * sizeof *s2);                                                  \
-    if (inner == 1) {                                                                                \
-      int64_t w = last_lanes(ch), len = (hi - lo) * ch;                                              \
-      double *a1 = w == ch ? s1 : l1, *a2 = w == ch ? s2 : l2;                                       \
-      const double *m = tile(j->center, ch, w, mbuf);                                                \
-      const T *x = (const T *)j->x + lo * ch;                                                        \
-      if (w != ch) {                                                                                 \
-        memset(l1, 0, (size_t)w * sizeof *l1);                                                       \
-        memset(l2, 0, (size_t)w * sizeof *l2);                                                       \
-      }                                                                                              \
-      if (j->dy)                                                                                     \
-        run_grad_##T(x, (const T *)j->dy + lo * ch, m, len, w, a1, a2);                              \
-      else                                                                                           \
-        run_moment_##T(x, m, len, w, a1);                                                            \
-      if (w != ch) {                                                                                 \
-        fold(l1, w, ch, -1, s1);                                                                     \
-        if (s2) fold(l2, w, ch, -1, s2);                                                             \
-      }                                                                                              \
-      return;                                                                                        \
-    }                                                                                                \
-    for (int64_t u = lo; u < hi; u++) {                                                              \
-      int64_t c = u % ch;                                                                            \
-      const T *x = (const T *)j->x + u * inner;                                                      \
-      for (int l = 0; l < RUN_LANES; l++) l1[l] = l2[l] = 0, mbuf[l] = j->center ? j->center[c] : 0; \
-      if (j->dy)                                                                                     \
-        run_grad_##T(x, (const T *)j->dy + u * inner, mbuf, inner, RUN_LANES, l1, l2);               \
-      else                                                                                           \
-        run_moment_##T(x, j->center ? mbuf : NULL, inner, RUN_LANES, l1);                            \
-      fold(l1, RUN_LANES, ch, c, s1);                                                                \
-      if (s2) fold(l2, RUN_LANES, ch, c, s2);                                                        \
-    }                                                                                                \
-  }                                                                                                  \
-  /* Units lo..hi-1 of out = alpha u + beta v + gamma. */                                          \
-  static void affine_##T(const bn_job *j, int64_t lo, int64_t hi) {                                  \
-    const bn_plan *p = j->p;                                                                         \
-    int64_t ch = p->channels, inner = p->inner;                                                      \
-    const T *u = (const T *)j->u, *v = (const T *)j->v;                                              \
-    T *out = (T *)j->out;                                                                            \
-    if (inner == 1) {                                                                                \
-      double abuf[LANES], bbuf[LANES], gbuf[LANES];                                                  \
-      int64_t w = last_lanes(ch), off = lo * ch;                                                     \
-      run_affine_##T(u + off, v ? v + off : NULL, tile(j->alpha, ch, w, abuf), tile(j->beta, ch, w, bbuf), \
-                     tile(j->gamma, ch, w, gbuf), (hi - lo) * ch, w, out + off);                     \
-      return;                                                                                        \
-    }                                                                                                \
-    for (int64_t i = lo; i < hi; i++) {                                                              \
-      int64_t c = i % ch, off = i * inner;                                                           \
-      run_affine1_##T(u + off, v ? v + off : NULL, j->alpha[c], j->beta ? j->beta[c] : 0, j->gamma[c], inner, \
-                      out + off);                                                                    \
-    }                                                                                                \
+#define DEFINE_LOOPS(T)                                                                                                \
+  /* lane[l] += x (m NULL) or (x - m[l])^2 over a run of len elements */                                               \
+  static void run_moment_##T(const T *x, const double *m, int64_t len, int64_t w, double *lane) {                      \
+    int64_t j = 0;                                                                                                     \
+    if (!m) {                                                                                                          \
+      for (; j + w <= len; j += w)                                                                                     \
+        for (int64_t l = 0; l < w; l++) lane[l] += x[j + l];                                                           \
+      for (int64_t l = 0; j + l < len; l++) lane[l] += x[j + l];                                                       \
+      return;                                                                                                          \
+    }                                                                                                                  \
+    for (; j + w <= len; j += w)                                                                                       \
+      for (int64_t l = 0; l < w; l++) {                                                                                \
+        double d = x[j + l] - m[l];                                                                                    \
+        lane[l] += d * d;                                                                                              \
+      }                                                                                                                \
+    for (int64_t l = 0; j + l < len; l++) {                                                                            \
+      double d = x[j + l] - m[l];                                                                                      \
+      lane[l] += d * d;                                                                                                \
+    }                                                                                                                  \
+  }                                                                                                                    \
+  /* l1[l] += dy, l2[l] += dy (x - m[l]) over a run */                                                                 \
+  static void run_grad_##T(const T *x, const T *dy, const double *m, int64_t len, int64_t w, double *l1, double *l2) { \
+    int64_t j = 0;                                                                                                     \
+    for (; j + w <= len; j += w)                                                                                       \
+      for (int64_t l = 0; l < w; l++) {                                                                                \
+        l1[l] += dy[j + l];                                                                                            \
+        l2[l] += dy[j + l] * (x[j + l] - m[l]);                                                                        \
+      }                                                                                                                \
+    for (int64_t l = 0; j + l < len; l++) {                                                                            \
+      l1[l] += dy[j + l];                                                                                              \
+      l2[l] += dy[j + l] * (x[j + l] - m[l]);                                                                          \
+    }                                                                                                                  \
+  }                                                                                                                    \
+  /* out = a u + b v + g, lane-wise coefficients (v NULL: no b v) */                                                   \
+  static void run_affine_##T(const T *u, const T *v, const double *a, const double *b, const double *g, int64_t len,   \
+                             int64_t w, T *out) {                                                                      \
+    for (int64_t j = 0; j < len; j += w) {                                                                             \
+      int64_t n = len - j < w ? len - j : w;                                                                           \
+      if (v)                                                                                                           \
+        for (int64_t l = 0; l < n; l++) out[j + l] = (T)(a[l] * u[j + l] + b[l] * v[j + l] + g[l]);                    \
+      else                                                                                                             \
+        for (int64_t l = 0; l < n; l++) out[j + l] = (T)(a[l] * u[j + l] + g[l]);                                      \
+    }                                                                                                                  \
+  }                                                                                                                    \
+  /* out = a u + b v + g with one channel's coefficients (v NULL: no b v) */                                           \
+  static void run_affine1_##T(const T *u, const T *v, double a, double b, double g, int64_t len, T *out) {             \
+    if (v)                                                                                                             \
+      for (int64_t i = 0; i < len; i++) out[i] = (T)(a * u[i] + b * v[i] + g);                                         \
+    else                                                                                                               \
+      for (int64_t i = 0; i < len; i++) out[i] = (T)(a * u[i] + g);                                                    \
+  }                                                                                                                    \
+  /* Block b's sums into part1 (and part2 with dy). */                                                                 \
+  static void sums_##T(const bn_job *j, int64_t b) {                                                                   \
+    const bn_plan *p = j->p;                                                                                           \
+    int64_t ch = p->channels, inner = p->inner, lo = b * p->units_per_block;                                           \
+    int64_t hi = lo + p->units_per_block < p->units ? lo + p->units_per_block : p->units;                              \
+    double *s1 = j->part1 + b * ch, *s2 = j->dy ? j->part2 + b * ch : NULL;                                            \
+    double l1[LANES], l2[LANES], mbuf[LANES];                                                                          \
+    memset(s1, 0, (size_t)ch * sizeof *s1);                                                                            \
+    if (s2) memset(s2, 0, (size_t)ch * sizeof *s2);                                                                    \
+    if (inner == 1) {                                                                                                  \
+      int64_t w = last_lanes(ch), len = (hi - lo) * ch;                                                                \
+      double *a1 = w == ch ? s1 : l1, *a2 = w == ch ? s2 : l2;                                                         \
+      const double *m = tile(j->center, ch, w, mbuf);                                                                  \
+      const T *x = (const T *)j->x + lo * ch;                                                                          \
+      if (w != ch) {                                                                                                   \
+        memset(l1, 0, (size_t)w * sizeof *l1);                                                                         \
+        memset(l2, 0, (size_t)w * sizeof *l2);                                                                         \
+      }                                                                                                                \
+      if (j->dy)                                                                                                       \
+        run_grad_##T(x, (const T *)j->dy + lo * ch, m, len, w, a1, a2);                                                \
+      else                                                                                                             \
+        run_moment_##T(x, m, len, w, a1);                                                                              \
+      if (w != ch) {                                                                                                   \
+        fold(l1, w, ch, -1, s1);                                                                                       \
+        if (s2) fold(l2, w, ch, -1, s2);                                                                               \
+      }                                                                                                                \
+      return;                                                                                                          \
+    }                                                                                                                  \
+    for (int64_t u = lo; u < hi; u++) {                                                                                \
+      int64_t c = u % ch;                                                                                              \
+      const T *x = (const T *)j->x + u * inner;                                                                        \
+      for (int l = 0; l < RUN_LANES; l++) l1[l] = l2[l] = 0, mbuf[l] = j->center ? j->center[c] : 0;                   \
+      if (j->dy)                                                                                                       \
+        run_grad_##T(x, (const T *)j->dy + u * inner, mbuf, inner, RUN_LANES, l1, l2);                                 \
+      else                                                                                                             \
+        run_moment_##T(x, j->center ? mbuf : NULL, inner, RUN_LANES, l1);                                              \
+      fold(l1, RUN_LANES, ch, c, s1);                                                                                  \
+      if (s2) fold(l2, RUN_LANES, ch, c, s2);                                                                          \
+    }                                                                                                                  \
+  }                                                                                                                    \
+  /* Units lo..hi-1 of out = alpha u + beta v + gamma. */                                                              \
+  static void affine_##T(const bn_job *j, int64_t lo, int64_t hi) {                                                    \
+    const bn_plan *p = j->p;                                                                                           \
+    int64_t ch = p->channels, inner = p->inner;                                                                        \
+    const T *u = (const T *)j->u, *v = (const T *)j->v;                                                                \
+    T *out = (T *)j->out;                                                                                              \
+    if (inner == 1) {                                                                                                  \
+      double abuf[LANES], bbuf[LANES], gbuf[LANES];                                                                    \
+      int64_t w = last_lanes(ch), off = lo * ch;                                                                       \
+      run_affine_##T(u + off, v ? v + off : NULL, tile(j->alpha, ch, w, abuf), tile(j->beta, ch, w, bbuf),             \
+                     tile(j->gamma, ch, w, gbuf), (hi - lo) * ch, w, out + off);                                       \
+      return;                                                                                                          \
+    }                                                                                                                  \
+    for (int64_t i = lo; i < hi; i++) {                                                                                \
+      int64_t c = i % ch, off = i * inner;                                                                             \
+      run_affine1_##T(u + off, v ? v + off : NULL, j->alpha[c], j->beta ? j->beta[c] : 0, j->gamma[c], inner,          \
+                      out + off);                                                                                      \
+    }                                                                                                                  \
   }
 
 DEFINE_LOOPS(float)
@@ -370,8 +372,7 @@ static void running_outputs(nbop_kargs *k, double **w) {
   for (int64_t c = 0; c < ch; c++) w[W_RUN][c] = (blend ? (1 - f) * w[W_RUN][c] : 0) + f * w[W_MEAN][c];
   write_vector(k->res[1], w[W_RUN], ch);
   if (blend) read_vector(k->in[4], w[W_RUN], ch);
-  for (int64_t c = 0; c < ch; c++)
-    w[W_RUN][c] = (blend ? (1 - f) * w[W_RUN][c] : 0) + f * bessel * w[W_VAR][c];
+  for (int64_t c = 0; c < ch; c++) w[W_RUN][c] = (blend ? (1 - f) * w[W_RUN][c] : 0) + f * bessel * w[W_VAR][c];
   write_vector(k->res[2], w[W_RUN], ch);
 }
 
@@ -419,16 +420,18 @@ static nb_code bn_kernel(nbop_kargs *k) {
 
 /* ---- FusedBatchNormGradV3 ------------------------------------------------------------------ */
 
-static const char *const bng_names[] = {"y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2",
-                                         "reserve_space_3"};
+static const char *const bng_names[] = {"y_backprop",     "x", "scale", "reserve_space_1", "reserve_space_2",
+                                        "reserve_space_3"};
 
 /* y_backprop has x's shape where both are known. */
 static nb_code bng_validate(nbop_kargs *k) {
   const nb_tensor *dy = k->in[0], *x = k->in[1];
   nb_code code = check_common(k, bng_names, 1, BNG_EPSILON, BNG_DATA_FORMAT);
   if (!code && !nbop_shapes_compatible(dy, x))
-    return nbop_kfail(k, NB_SHAPE, "x and y_backprop must have same shape, but x has shape %s and y_backprop has "
-                      "shape %s", nbop_tstr(x), nbop_tstr(dy));
+    return nbop_kfail(k, NB_SHAPE,
+                      "x and y_backprop must have same shape, but x has shape %s and y_backprop has "
+                      "shape %s",
+                      nbop_tstr(x), nbop_tstr(dy));
   return code;
 }
 
@@ -465,8 +468,13 @@ static nb_code bng_kernel(nbop_kargs *k) {
   read_vector(k->in[2], w[G_SCALE], ch);
   read_vector(k->in[3], w[G_MEAN], ch);
   read_vector(k->in[4], w[G_VAR], ch);
-  bn_job j = {.p = p, .f32 = x->dtype == NB_F32, .x = nbcore_tdata(x), .dy = nbcore_tdata(k->in[0]),
-              .center = w[G_MEAN], .part1 = parts[0], .part2 = parts[1]};
+  bn_job j = {.p = p,
+              .f32 = x->dtype == NB_F32,
+              .x = nbcore_tdata(x),
+              .dy = nbcore_tdata(k->in[0]),
+              .center = w[G_MEAN],
+              .part1 = parts[0],
+              .part2 = parts[1]};
   channel_sums(k, &j, w[G_SUM_DY], w[G_SUM_DYXC]);
   double eps = k->attr[BNG_EPSILON].f, n = (double)p->count;
   bool training = k->attr[BNG_IS_TRAINING].b;
@@ -492,30 +500,48 @@ static nb_code bng_kernel(nbop_kargs *k) {
 
 /* ---- the table ---------------------------------------------------------------------------- */
 
-#define U_ATTR {"U", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false}
-#define EPSILON_ATTR {"epsilon", NB_ATTR_FLOAT, {.f = 0.0001}, false}
-#define FORMAT_ATTR {"data_format", NB_ATTR_STR, {.s = "NHWC"}, false}
+#define U_ATTR \
+  { "U", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false }
+#define EPSILON_ATTR \
+  { "epsilon", NB_ATTR_FLOAT, {.f = 0.0001}, false }
+#define FORMAT_ATTR \
+  { "data_format", NB_ATTR_STR, {.s = "NHWC"}, false }
 /* U (slot U_SLOT) names scale's dtype (input SCALE), and with it x's */
 #define BN_CHECKS(U_SLOT, SCALE, FORMAT_SLOT) \
   .checks = {[U_SLOT] = {.types = NBOP_M_FLOAT, .of_input = 1 + (SCALE)}, [FORMAT_SLOT] = {.choices = formats}}
-#define TRAINING_ATTR {"is_training", NB_ATTR_BOOL, {.b = true}, false}
+#define TRAINING_ATTR \
+  { "is_training", NB_ATTR_BOOL, {.b = true}, false }
 
 enum { OP_FUSED_BATCH_NORM_V3, OP_FUSED_BATCH_NORM_GRAD_V3, OP_COUNT };
 
 static nbop_def norm_ops[OP_COUNT] = {
     /* the gradient reads x, scale, mean and variance (inference) and the reserve spaces */
-    [OP_FUSED_BATCH_NORM_V3] = {.name = "FusedBatchNormV3", .nin = 5, .nout = 6, .alias = -1,
+    [OP_FUSED_BATCH_NORM_V3] = {.name = "FusedBatchNormV3",
+                                .nin = 5,
+                                .nout = 6,
+                                .alias = -1,
                                 .nattrs = 5,
-                                .attrs = {U_ATTR, EPSILON_ATTR, {"exponential_avg_factor", NB_ATTR_FLOAT, {.f = 1}, false},
-                                          FORMAT_ATTR, TRAINING_ATTR},
+                                .attrs = {U_ATTR,
+                                          EPSILON_ATTR,
+                                          {"exponential_avg_factor", NB_ATTR_FLOAT, {.f = 1}, false},
+                                          FORMAT_ATTR,
+                                          TRAINING_ATTR},
                                 BN_CHECKS(BN_U, 1, BN_DATA_FORMAT),
-                                .validate = bn_validate, .infer = bn_infer, .kernel = bn_kernel},
+                                .validate = bn_validate,
+                                .infer = bn_infer,
+                                .kernel = bn_kernel},
     /* its gradient recomputes everything from y_backprop, x, scale and the statistics */
-    [OP_FUSED_BATCH_NORM_GRAD_V3] = {.name = "FusedBatchNormGradV3", .nin = 6, .nout = 5, .alias = -1, .t_input = 1,
+    [OP_FUSED_BATCH_NORM_GRAD_V3] = {.name = "FusedBatchNormGradV3",
+                                     .nin = 6,
+                                     .nout = 5,
+                                     .alias = -1,
+                                     .t_input = 1,
                                      .nattrs = 4,
                                      .attrs = {U_ATTR, EPSILON_ATTR, FORMAT_ATTR, TRAINING_ATTR},
                                      BN_CHECKS(BNG_U, 2, BNG_DATA_FORMAT),
-                                     .validate = bng_validate, .infer = bng_infer, .kernel = bng_kernel},
+                                     .validate = bng_validate,
+                                     .infer = bng_infer,
+                                     .kernel = bng_kernel},
 };
 
 nbop_family nbop_norm_family(void) { return (nbop_family){norm_ops, OP_COUNT}; }
@@ -528,8 +554,8 @@ static nb_tensor *empty_like_dtype(nb_ctx *c, nb_tensor *x) {
 }
 
 nb_code nb_fused_batch_norm(nb_ctx *c, nb_tensor *x, nb_tensor *scale, nb_tensor *offset, nb_tensor *mean,
-                            nb_tensor *variance, double epsilon, double exponential_avg_factor,
-                            const char *data_format, bool is_training, nb_tensor **out) {
+                            nb_tensor *variance, double epsilon, double exponential_avg_factor, const char *data_format,
+                            bool is_training, nb_tensor **out) {
   nbop_attrval a[NBOP_MAX_ATTRS];
   nbop_attr_defaults(&norm_ops[OP_FUSED_BATCH_NORM_V3], a);
   a[BN_EPSILON].f = epsilon;

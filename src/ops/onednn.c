@@ -233,7 +233,8 @@ static dnnl_status_t execute(nb_ctx *c, const compiled *p, const nbop_onednn_arg
   const dnnl_memory_desc_t *scratch_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   size_t scratch_bytes = scratch_md ? dnnl_memory_desc_get_size(scratch_md) : 0;
   if (scratch_bytes && s == dnnl_success) {
-    b[n++] = (bound){DNNL_ARG_SCRATCHPAD, scratch_md, tmp[NBOP_ONEDNN_MAX_PLAIN] = nbcore_scratch_alloc(c, scratch_bytes)};
+    b[n++] =
+        (bound){DNNL_ARG_SCRATCHPAD, scratch_md, tmp[NBOP_ONEDNN_MAX_PLAIN] = nbcore_scratch_alloc(c, scratch_bytes)};
     if (!b[n - 1].data) s = dnnl_out_of_memory;
   }
   dnnl_stream_t stream = NULL;

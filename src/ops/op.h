@@ -38,8 +38,8 @@ typedef struct nbop_attrval {
 typedef struct nbop_attr_spec {
   const char *name;
   nb_attr_kind kind;
-  nbop_attrval def;        /* TF's default */
-  bool required;           /* no default: must be given */
+  nbop_attrval def; /* TF's default */
+  bool required;    /* no default: must be given */
 } nbop_attr_spec;
 
 /* What an attr may hold beyond its kind, checked on every call (nbop_kvalidate). Beside
@@ -64,48 +64,48 @@ typedef struct nbop_kargs {
   nb_ctx *ctx;
   const nbop_def *def;
   int nin, nout;
-  nb_tensor *const *in;     /* what infer and kernel read (graphs: known values substituted) */
+  nb_tensor *const *in;      /* what infer and kernel read (graphs: known values substituted) */
   nb_tensor *const *orig_in; /* the caller's inputs */
   bool deferred;             /* graphs: output shapes unknown until run time */
   const char *node_name;     /* graphs: the name of the node being built */
   nbop_attrval attr[NBOP_MAX_ATTRS];
-  nbop_meta *out;          /* infer fills out[0..nout) */
-  nb_tensor **res;         /* the kernel writes res[i]'s data (allocated from out[i]) */
+  nbop_meta *out;  /* infer fills out[0..nout) */
+  nb_tensor **res; /* the kernel writes res[i]'s data (allocated from out[i]) */
   int threads;
   /* State infer hands to the kernel (a broadcast plan, a reduction plan, ...). */
   _Alignas(16) unsigned char scratch[NBOP_SCRATCH_BYTES];
 } nbop_kargs;
 
 struct nbop_def {
-  const char *name;        /* TF's op type */
-  int8_t nin;              /* fixed inputs (those after the list when variadic) */
-  bool variadic;           /* inputs begin with a list of N >= 1 tensors (attr "N") */
-  bool empty_list;         /* variadic: the list may be empty, N >= 0 (PyFunc's Tin) */
-  int8_t nout;             /* NBOP_VARIADIC: infer sets k->nout's metas from attrs */
-  int8_t alias;            /* output 0 shares the buffer of this input (a view); -1 none */
-  int8_t t_input;          /* the input whose dtype TF's attr "T" names, and by default
+  const char *name;       /* TF's op type */
+  int8_t nin;             /* fixed inputs (those after the list when variadic) */
+  bool variadic;          /* inputs begin with a list of N >= 1 tensors (attr "N") */
+  bool empty_list;        /* variadic: the list may be empty, N >= 0 (PyFunc's Tin) */
+  int8_t nout;            /* NBOP_VARIADIC: infer sets k->nout's metas from attrs */
+  int8_t alias;           /* output 0 shares the buffer of this input (a view); -1 none */
+  int8_t t_input;         /* the input whose dtype TF's attr "T" names, and by default
                               the output dtype */
-  int8_t dtype_attr;       /* 1 + slot of the type attr that gives the output dtype; 0 none */
-  bool bool_out;           /* outputs are bool (comparisons, logical ops) */
-  bool shape_only;         /* reads only its inputs' shapes (Shape): foldable when they are known */
-  bool elementwise;        /* output = broadcast of the inputs, each element from the inputs'
+  int8_t dtype_attr;      /* 1 + slot of the type attr that gives the output dtype; 0 none */
+  bool bool_out;          /* outputs are bool (comparisons, logical ops) */
+  bool shape_only;        /* reads only its inputs' shapes (Shape): foldable when they are known */
+  bool elementwise;       /* output = broadcast of the inputs, each element from the inputs'
                               elements at its position, and the gradient function likewise
                               (elementwise ops and broadcast reductions only): it stays right
                               when every tensor gains a leading batch dim (vectorized Jacobians) */
-  bool batch_leading;      /* the gradient stays right when every float tensor gains a
+  bool batch_leading;     /* the gradient stays right when every float tensor gains a
                               leading batch dim (its other inputs unchanged): Reshape's,
                               which reshapes dy to x's shape (vectorized Jacobians) */
-  int8_t axis_input;       /* 1 + the input holding axes (Sum, Cumsum, ...), 0 none: as
+  int8_t axis_input;      /* 1 + the input holding axes (Sum, Cumsum, ...), 0 none: as
                               batch_leading, with these axes moved past the batch dim */
-  int8_t perm_input;       /* 1 + the input holding a permutation (Transpose), 0 none: as
+  int8_t perm_input;      /* 1 + the input holding a permutation (Transpose), 0 none: as
                               batch_leading, with the permutation [0, perm + 1] */
-  const char *batched_as;  /* vectorized Jacobians: the op whose gradient, run on this op's
+  const char *batched_as; /* vectorized Jacobians: the op whose gradient, run on this op's
                               tensors with a leading batch dim (same attr layout), is this
                               op's batched gradient (BatchMatMulV2 for MatMul) */
-  int8_t inplace_input;    /* 1 + an input whose block output 0 (same dtype and shape) may
+  int8_t inplace_input;   /* 1 + an input whose block output 0 (same dtype and shape) may
                               take over when the input dies at this op and nothing else holds
                               it (input forwarding; elementwise ops consider inputs 0 and 1), 0 none */
-  bool stateful;           /* reads or writes state outside its inputs (variables): never
+  bool stateful;          /* reads or writes state outside its inputs (variables): never
                               folded at graph build time (TF's SetIsStateful) */
   uint8_t nattrs;
   nbop_attr_spec attrs[NBOP_MAX_ATTRS];
@@ -117,10 +117,10 @@ struct nbop_def {
   nb_code (*validate)(nbop_kargs *k);
   nb_code (*infer)(nbop_kargs *k);
   nb_code (*kernel)(nbop_kargs *k);
-  const void *impl;        /* family data: per-dtype loops, a scalar function, ... */
-  int id;                  /* dense index assigned by the registry: the op's slot in
+  const void *impl; /* family data: per-dtype loops, a scalar function, ... */
+  int id;           /* dense index assigned by the registry: the op's slot in
                               per-op tables such as the gradient registry */
-  bool any_rank;           /* infer handles inputs of unknown rank itself (control flow:
+  bool any_rank;    /* infer handles inputs of unknown rank itself (control flow:
                               the outputs come from function graphs), so graphs call it
                               where they would otherwise give up on the output shapes */
   /* Ops whose attrs hold a counted reference (a host callback's function): a graph node
@@ -153,10 +153,9 @@ nb_code nbop_registry_fail(nb_code code, const char *fmt, ...) __attribute__((fo
 void nbop_registry_clear_error(void);
 
 /* dispatch: attrs NULL means the defaults */
-nb_code nbop_dispatch(nb_ctx *c, const nbop_def *def, nb_tensor *const *in, int nin,
-                      const nbop_attrval *attrs, nb_tensor **out, int nout);
-nb_tensor *nbop_call(nb_ctx *c, const nbop_def *def, nb_tensor *const *in, int nin,
-                     const nbop_attrval *attrs);
+nb_code nbop_dispatch(nb_ctx *c, const nbop_def *def, nb_tensor *const *in, int nin, const nbop_attrval *attrs,
+                      nb_tensor **out, int nout);
+nb_tensor *nbop_call(nb_ctx *c, const nbop_def *def, nb_tensor *const *in, int nin, const nbop_attrval *attrs);
 /* The one output of op def on inputs a and b (attrs at their defaults). */
 static inline nb_tensor *nbop_call_pair(nb_ctx *c, const nbop_def *def, nb_tensor *a, nb_tensor *b) {
   nb_tensor *in[2] = {a, b};
@@ -184,8 +183,7 @@ nb_tensor *nbop_const_ints(nb_ctx *c, nb_dtype t, const int64_t *v, int n);
 nb_tensor *nbop_const_int_list(nb_ctx *c, const int *v, int n);
 
 /* helpers for validate, infer and kernel functions */
-nb_code nbop_kfail(nbop_kargs *k, nb_code code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+nb_code nbop_kfail(nbop_kargs *k, nb_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 nb_code nbop_vkfail(nbop_kargs *k, nb_code code, const char *fmt, va_list ap);
 /* Type attr slot's check (its spec's allowed types, of_input), which nbop_kvalidate runs. */
 nb_code nbop_kcheck_type_attr(nbop_kargs *k, int slot);
@@ -222,9 +220,7 @@ static inline void nbop_meta_set(nbop_meta *m, nb_dtype t, int rank, const int64
   m->rank = rank;
   for (int i = 0; i < rank; i++) m->shape[i] = shape[i];
 }
-static inline void nbop_meta_like(nbop_meta *m, const nb_tensor *x) {
-  nbop_meta_set(m, x->dtype, x->rank, x->shape);
-}
+static inline void nbop_meta_like(nbop_meta *m, const nb_tensor *x) { nbop_meta_set(m, x->dtype, x->rank, x->shape); }
 /* Runs fn(arg, lo, hi) over [0, n) split into nt contiguous ranges (nt 1: one call). */
 typedef void (*nbop_range_fn)(void *arg, int64_t lo, int64_t hi);
 void nbop_parallel_range(int nt, int64_t n, nbop_range_fn fn, void *arg);

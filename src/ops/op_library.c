@@ -33,15 +33,17 @@ static const loaded_library *find_loaded(const void *handle) {
    slot for it is ready and *init is its init. On failure the handle is closed. */
 static nb_code handshake(void *handle, const char *path, nb_code (**init)(int)) {
   int (*abi)(void) = LIBRARY_FN(int (*)(void), handle, "nabla_op_library_abi");
-  *init = LIBRARY_FN(nb_code (*)(int), handle, "nabla_op_library_init");
+  *init = LIBRARY_FN(nb_code(*)(int), handle, "nabla_op_library_init");
   int version = abi ? abi() : 0;
   nb_code code = NB_OK;
   if (!abi || !*init)
     code = nbop_registry_fail(NB_NOT_FOUND, "nb_load_op_library: '%s' is not a nabla op library: it does not define %s",
                               path, abi ? "nabla_op_library_init" : "nabla_op_library_abi");
   else if (version != NB_ABI_VERSION)
-    code = nbop_registry_fail(NB_UNIMPLEMENTED, "nb_load_op_library: '%s' was built against nabla op ABI %d; this "
-                              "nabla's is %d (rebuild it against this nabla.h)", path, version, NB_ABI_VERSION);
+    code = nbop_registry_fail(NB_UNIMPLEMENTED,
+                              "nb_load_op_library: '%s' was built against nabla op ABI %d; this "
+                              "nabla's is %d (rebuild it against this nabla.h)",
+                              path, version, NB_ABI_VERSION);
   else if (!nbcore_grow_array((void **)&loaded, &loaded_cap, nloaded + 1, sizeof *loaded))
     code = nbop_registry_fail(NB_NOMEM, "nb_load_op_library: out of memory loading '%s'", path);
   if (code) dlclose(handle);

@@ -22,8 +22,7 @@ typedef struct philox {
 /* One Philox round: two 32x32->64 products mixed with the other words and the key. */
 static void philox_round(uint32_t *c, const uint32_t *k) {
   uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
-  uint32_t r[4] = {(uint32_t)(p1 >> 32) ^ c[1] ^ k[0], (uint32_t)p1, (uint32_t)(p0 >> 32) ^ c[3] ^ k[1],
-                   (uint32_t)p0};
+  uint32_t r[4] = {(uint32_t)(p1 >> 32) ^ c[1] ^ k[0], (uint32_t)p1, (uint32_t)(p0 >> 32) ^ c[3] ^ k[1], (uint32_t)p0};
   memcpy(c, r, sizeof r);
 }
 
@@ -190,7 +189,8 @@ static nb_code stateless_validate(nbop_kargs *k) {
   code = nbop_kints(k, 0, 1, dims, NB_MAX_RANK, &n);
   for (int i = 0; !code && i < n; i++)
     if (dims[i] < 0)
-      return nbop_kfail(k, NB_INVALID, "Dimension %lld must be >= 0 (shape %s)", (long long)dims[i], nbop_sstr(n, dims));
+      return nbop_kfail(k, NB_INVALID, "Dimension %lld must be >= 0 (shape %s)", (long long)dims[i],
+                        nbop_sstr(n, dims));
   return code == NBOP_DEFER ? NB_OK : code;
 }
 
@@ -237,11 +237,14 @@ static nb_code stateless_kernel(nbop_kargs *k) {
 
 static const dist_kind uniform_kind = DIST_UNIFORM, normal_kind = DIST_NORMAL, truncated_kind = DIST_TRUNCATED;
 
-#define STATELESS_OP(NAME, KIND)                                                                        \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .dtype_attr = 1 + ATTR_DTYPE, .nattrs = 2,           \
-   .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, false}, {"Tseed", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false}}, \
-   .checks = {{.types = NBOP_M_FLOAT}, {.types = NBOP_M_INT, .of_input = 2}},                            \
-   .validate = stateless_validate, .infer = stateless_infer, .kernel = stateless_kernel, .impl = &KIND}
+#define STATELESS_OP(NAME, KIND)                                                                               \
+  {                                                                                                            \
+    .name = NAME, .nin = 2, .nout = 1, .alias = -1, .dtype_attr = 1 + ATTR_DTYPE, .nattrs = 2,                 \
+    .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, false},                                                \
+              {"Tseed", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false}},                                      \
+    .checks = {{.types = NBOP_M_FLOAT}, {.types = NBOP_M_INT, .of_input = 2}}, .validate = stateless_validate, \
+    .infer = stateless_infer, .kernel = stateless_kernel, .impl = &KIND                                        \
+  }
 
 enum { OP_UNIFORM, OP_NORMAL, OP_TRUNCATED, OP_COUNT };
 
@@ -300,7 +303,6 @@ nb_tensor *nb_stateless_truncated_normal(nb_ctx *c, const int64_t *shape, int ra
 }
 
 /* ---- dropout ------------------------------------------------------------------------------ */
-
 
 /* Ends the scope begun for r's intermediates, keeping r alone. */
 static nb_tensor *kept(nb_ctx *c, nb_tensor *r) {
@@ -401,8 +403,8 @@ nb_tensor *nb_init_glorot_uniform(nb_ctx *c, nb_dtype t, int rank, const int64_t
   return affine(c, nb_stateless_random_uniform(c, shape, rank, seed, t), 2 * limit, -limit);
 }
 
-nb_tensor *nb_init_truncated_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, double mean,
-                                    double stddev, const int64_t seed[2]) {
+nb_tensor *nb_init_truncated_normal(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape, double mean, double stddev,
+                                    const int64_t seed[2]) {
   if (!init_args_ok(c, "truncated_normal", t, rank, shape)) return NULL;
   nb_scope_begin(c);
   return affine(c, nb_stateless_truncated_normal(c, shape, rank, seed, t), stddev, mean);

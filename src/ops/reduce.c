@@ -16,23 +16,23 @@
 #include <math.h>
 #include <string.h>
 
-#define LANES 8              /* independent accumulators in a contiguous reduction */
-#define TILE 1024            /* output accumulators a kernel keeps on its stack */
-#define NCHUNK 16            /* partial results a large reduction to few outputs uses */
-#define SPLIT_MIN (1 << 16)  /* input elements from which that split is made */
-#define SPLIT_COLS 256       /* the most columns a split column reduction keeps */
-#define MAX_AXES 64          /* values the axis input may hold (repeats included) */
+#define LANES 8             /* independent accumulators in a contiguous reduction */
+#define TILE 1024           /* output accumulators a kernel keeps on its stack */
+#define NCHUNK 16           /* partial results a large reduction to few outputs uses */
+#define SPLIT_MIN (1 << 16) /* input elements from which that split is made */
+#define SPLIT_COLS 256      /* the most columns a split column reduction keeps */
+#define MAX_AXES 64         /* values the axis input may hold (repeats included) */
 
 /* ---- element loops ------------------------------------------------------------------ */
 
 /* A reducer works on accumulators of type ACC (wider than T for float32 sums; unsigned
    for integer sums and products, so overflow wraps as in TF instead of being UB). */
 typedef struct reducer {
-  void (*init)(void *acc, int64_t n);                      /* acc[j] = identity */
-  void (*rows)(void *acc, const void *x, int64_t n);       /* acc[j] op= x[j] */
-  void (*seg)(void *acc, const void *x, int64_t n);        /* acc[0] op= every x[j] */
+  void (*init)(void *acc, int64_t n);                                /* acc[j] = identity */
+  void (*rows)(void *acc, const void *x, int64_t n);                 /* acc[j] op= x[j] */
+  void (*seg)(void *acc, const void *x, int64_t n);                  /* acc[0] op= every x[j] */
   void (*segs)(void *acc, const void *x, int64_t nseg, int64_t len); /* seg, nseg times */
-  void (*merge)(void *acc, const void *part, int64_t n);   /* acc[j] op= part[j] */
+  void (*merge)(void *acc, const void *part, int64_t n);             /* acc[j] op= part[j] */
   void (*finish)(void *out, const void *acc, int64_t n, int64_t count);
   size_t acc_size;
 } reducer;
@@ -45,79 +45,75 @@ typedef struct reducer {
 #define IMAX(a, v) ((v) > (a) ? (v) : (a))
 #define IMIN(a, v) ((v) < (a) ? (v) : (a))
 
-#define REDUCER_LOOPS(op, sfx, T, ACC, INIT, OP)                                     \
-  static void op##_init_##sfx(void *pa, int64_t n) {                                 \
-    ACC *a = pa;                                                                     \
-    for (int64_t j = 0; j < n; j++) a[j] = INIT;                                     \
-  }                                                                                  \
-  static void op##_rows_##sfx(void *pa, const void *px, int64_t n) {                 \
-    ACC *a = pa;                                                                     \
-    const T *x = px;                                                                 \
-    for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], (ACC)x[j]);                      \
-  }                                                                                  \
-  static void op##_merge_##sfx(void *pa, const void *pb, int64_t n) {                \
-    ACC *a = pa;                                                                     \
-    const ACC *b = pb;                                                               \
-    for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], b[j]);                           \
-  }                                                                                  \
-  static void op##_seg_##sfx(void *pa, const void *px, int64_t n) {                  \
-    const T *x = px;                                                                 \
-    if (n < 2 * LANES) {                                                             \
-      ACC a = *(ACC *)pa;                                                            \
-      for (int64_t i = 0; i < n; i++) a = OP(a, (ACC)x[i]);                          \
-      *(ACC *)pa = a;                                                                \
-      return;                                                                        \
-    }                                                                                \
-    ACC lane[LANES];                                                                 \
-    for (int j = 0; j < LANES; j++) lane[j] = INIT;                                  \
-    int64_t i = 0;                                                                   \
-    for (; i + LANES <= n; i += LANES)                                               \
-      for (int j = 0; j < LANES; j++) lane[j] = OP(lane[j], (ACC)x[i + j]);          \
-    for (; i < n; i++) lane[0] = OP(lane[0], (ACC)x[i]);                             \
-    ACC a = *(ACC *)pa;                                                              \
-    for (int j = 0; j < LANES; j++) a = OP(a, lane[j]);                              \
-    *(ACC *)pa = a;                                                                  \
-  }                                                                                  \
-  static void op##_segs_##sfx(void *pa, const void *px, int64_t nseg, int64_t len) {  \
-    for (int64_t s = 0; s < nseg; s++)                                               \
-      op##_seg_##sfx((ACC *)pa + s, (const T *)px + s * len, len);                   \
+#define REDUCER_LOOPS(op, sfx, T, ACC, INIT, OP)                                                    \
+  static void op##_init_##sfx(void *pa, int64_t n) {                                                \
+    ACC *a = pa;                                                                                    \
+    for (int64_t j = 0; j < n; j++) a[j] = INIT;                                                    \
+  }                                                                                                 \
+  static void op##_rows_##sfx(void *pa, const void *px, int64_t n) {                                \
+    ACC *a = pa;                                                                                    \
+    const T *x = px;                                                                                \
+    for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], (ACC)x[j]);                                     \
+  }                                                                                                 \
+  static void op##_merge_##sfx(void *pa, const void *pb, int64_t n) {                               \
+    ACC *a = pa;                                                                                    \
+    const ACC *b = pb;                                                                              \
+    for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], b[j]);                                          \
+  }                                                                                                 \
+  static void op##_seg_##sfx(void *pa, const void *px, int64_t n) {                                 \
+    const T *x = px;                                                                                \
+    if (n < 2 * LANES) {                                                                            \
+      ACC a = *(ACC *)pa;                                                                           \
+      for (int64_t i = 0; i < n; i++) a = OP(a, (ACC)x[i]);                                         \
+      *(ACC *)pa = a;                                                                               \
+      return;                                                                                       \
+    }                                                                                               \
+    ACC lane[LANES];                                                                                \
+    for (int j = 0; j < LANES; j++) lane[j] = INIT;                                                 \
+    int64_t i = 0;                                                                                  \
+    for (; i + LANES <= n; i += LANES)                                                              \
+      for (int j = 0; j < LANES; j++) lane[j] = OP(lane[j], (ACC)x[i + j]);                         \
+    for (; i < n; i++) lane[0] = OP(lane[0], (ACC)x[i]);                                            \
+    ACC a = *(ACC *)pa;                                                                             \
+    for (int j = 0; j < LANES; j++) a = OP(a, lane[j]);                                             \
+    *(ACC *)pa = a;                                                                                 \
+  }                                                                                                 \
+  static void op##_segs_##sfx(void *pa, const void *px, int64_t nseg, int64_t len) {                \
+    for (int64_t s = 0; s < nseg; s++) op##_seg_##sfx((ACC *)pa + s, (const T *)px + s * len, len); \
   }
 
 /* Sum, Prod, Max, Min: the accumulator converted back to T. */
-#define REDUCER(op, sfx, T, ACC, INIT, OP)                                           \
-  REDUCER_LOOPS(op, sfx, T, ACC, INIT, OP)                                           \
-  static void op##_finish_##sfx(void *po, const void *pa, int64_t n, int64_t count) { \
-    (void)count;                                                                     \
-    T *o = po;                                                                       \
-    const ACC *a = pa;                                                               \
-    for (int64_t j = 0; j < n; j++) o[j] = (T)a[j];                                  \
-  }                                                                                  \
-  static const reducer op##_##sfx = {op##_init_##sfx, op##_rows_##sfx, op##_seg_##sfx, \
-                                     op##_segs_##sfx, op##_merge_##sfx, op##_finish_##sfx, \
-                                     sizeof(ACC)};
+#define REDUCER(op, sfx, T, ACC, INIT, OP)                                                                 \
+  REDUCER_LOOPS(op, sfx, T, ACC, INIT, OP)                                                                 \
+  static void op##_finish_##sfx(void *po, const void *pa, int64_t n, int64_t count) {                      \
+    (void)count;                                                                                           \
+    T *o = po;                                                                                             \
+    const ACC *a = pa;                                                                                     \
+    for (int64_t j = 0; j < n; j++) o[j] = (T)a[j];                                                        \
+  }                                                                                                        \
+  static const reducer op##_##sfx = {op##_init_##sfx,  op##_rows_##sfx,   op##_seg_##sfx, op##_segs_##sfx, \
+                                     op##_merge_##sfx, op##_finish_##sfx, sizeof(ACC)};
 
 /* Mean: the sum's loops, then a division. 0/0 is NaN for floats. */
-#define MEAN_FLOAT(sfx, T, ACC)                                                      \
-  static void mean_finish_##sfx(void *po, const void *pa, int64_t n, int64_t count) { \
-    T *o = po;                                                                       \
-    const ACC *a = pa;                                                               \
-    for (int64_t j = 0; j < n; j++) o[j] = (T)(a[j] / (ACC)count);                   \
-  }                                                                                  \
-  static const reducer mean_##sfx = {sum_init_##sfx, sum_rows_##sfx, sum_seg_##sfx,  \
-                                     sum_segs_##sfx, sum_merge_##sfx, mean_finish_##sfx, \
-                                     sizeof(ACC)};
+#define MEAN_FLOAT(sfx, T, ACC)                                                                         \
+  static void mean_finish_##sfx(void *po, const void *pa, int64_t n, int64_t count) {                   \
+    T *o = po;                                                                                          \
+    const ACC *a = pa;                                                                                  \
+    for (int64_t j = 0; j < n; j++) o[j] = (T)(a[j] / (ACC)count);                                      \
+  }                                                                                                     \
+  static const reducer mean_##sfx = {sum_init_##sfx,  sum_rows_##sfx,    sum_seg_##sfx, sum_segs_##sfx, \
+                                     sum_merge_##sfx, mean_finish_##sfx, sizeof(ACC)};
 /* Integer means sum in 64 bits (as TF does for int32) and truncate like TF; TF divides
    by zero on an empty integer mean (a crash), so nabla returns 0 there. */
-#define MEAN_INT(sfx, T)                                                             \
-  REDUCER_LOOPS(mean, sfx, T, uint64_t, 0, ADD)                                      \
-  static void mean_finish_##sfx(void *po, const void *pa, int64_t n, int64_t count) { \
-    T *o = po;                                                                       \
-    const uint64_t *a = pa;                                                          \
-    for (int64_t j = 0; j < n; j++) o[j] = count ? (T)((int64_t)a[j] / count) : 0;   \
-  }                                                                                  \
-  static const reducer mean_##sfx = {mean_init_##sfx, mean_rows_##sfx, mean_seg_##sfx, \
-                                     mean_segs_##sfx, mean_merge_##sfx, mean_finish_##sfx, \
-                                     sizeof(uint64_t)};
+#define MEAN_INT(sfx, T)                                                                                    \
+  REDUCER_LOOPS(mean, sfx, T, uint64_t, 0, ADD)                                                             \
+  static void mean_finish_##sfx(void *po, const void *pa, int64_t n, int64_t count) {                       \
+    T *o = po;                                                                                              \
+    const uint64_t *a = pa;                                                                                 \
+    for (int64_t j = 0; j < n; j++) o[j] = count ? (T)((int64_t)a[j] / count) : 0;                          \
+  }                                                                                                         \
+  static const reducer mean_##sfx = {mean_init_##sfx,  mean_rows_##sfx,   mean_seg_##sfx,  mean_segs_##sfx, \
+                                     mean_merge_##sfx, mean_finish_##sfx, sizeof(uint64_t)};
 
 REDUCER(sum, f32, float, double, 0, ADD)
 REDUCER(sum, f64, double, double, 0, ADD)
@@ -145,7 +141,10 @@ typedef struct reduce_impl {
 } reduce_impl;
 
 /* The four numeric dtypes' versions of op (reducers, scan loops) as an impl table. */
-#define BY_DTYPE(op) {{[NB_F32] = &op##_f32, [NB_F64] = &op##_f64, [NB_I32] = &op##_i32, [NB_I64] = &op##_i64}}
+#define BY_DTYPE(op)                                                                           \
+  {                                                                                            \
+    { [NB_F32] = &op##_f32, [NB_F64] = &op##_f64, [NB_I32] = &op##_i32, [NB_I64] = &op##_i64 } \
+  }
 static const reduce_impl sum_impl = BY_DTYPE(sum);
 static const reduce_impl mean_impl = BY_DTYPE(mean);
 static const reduce_impl max_impl = BY_DTYPE(max);
@@ -160,7 +159,7 @@ typedef struct reduce_plan {
   int64_t dims[NB_MAX_RANK];
   int64_t strides[NB_MAX_RANK]; /* input element strides */
   bool reduced[NB_MAX_RANK];
-  int64_t count;                /* input elements per output element (for Mean) */
+  int64_t count; /* input elements per output element (for Mean) */
 } reduce_plan;
 _Static_assert(sizeof(reduce_plan) <= NBOP_SCRATCH_BYTES, "reduce plan must fit the scratch");
 
@@ -274,10 +273,10 @@ typedef struct reduce_job {
   const reducer *r;
   const char *x;
   char *y;
-  size_t esz;          /* input and output element size */
+  size_t esz; /* input and output element size */
   int64_t count;
-  int64_t inner;       /* length of the innermost merged run */
-  dimset kept, red;    /* the outer runs (all but the innermost), by status */
+  int64_t inner;        /* length of the innermost merged run */
+  dimset kept, red;     /* the outer runs (all but the innermost), by status */
   int64_t tile, ntiles; /* column blocks of a kept inner run */
   unsigned char *parts; /* NCHUNK partial accumulator blocks of a split reduction, */
   size_t part_stride;   /* part_stride bytes apart */
@@ -462,43 +461,42 @@ static nb_code reduce_kernel(nbop_kargs *k) {
 /* Like TF's Eigen reducer: start from the type's lowest finite value at index 0 and
    move on only to a strictly greater value. So the first maximum wins ties, NaN is
    never selected, and a slice holding only NaN or -inf gives 0. */
-#define ARGMAX_LOOPS(sfx, T, LOWEST)                                                   \
-  static int64_t argmax_row_##sfx(const void *px, int64_t n) {                         \
-    const T *x = px;                                                                   \
-    T best[LANES], b = LOWEST;                                                         \
-    int64_t at[LANES], a = 0, i = 0;                                                   \
-    for (int j = 0; j < LANES; j++) best[j] = LOWEST, at[j] = 0;                       \
-    for (; i + LANES <= n; i += LANES)                                                 \
-      for (int j = 0; j < LANES; j++) {                                                \
-        bool gt = x[i + j] > best[j];                                                  \
-        best[j] = gt ? x[i + j] : best[j];                                             \
-        at[j] = gt ? i + j : at[j];                                                    \
-      }                                                                                \
+#define ARGMAX_LOOPS(sfx, T, LOWEST)                                                                   \
+  static int64_t argmax_row_##sfx(const void *px, int64_t n) {                                         \
+    const T *x = px;                                                                                   \
+    T best[LANES], b = LOWEST;                                                                         \
+    int64_t at[LANES], a = 0, i = 0;                                                                   \
+    for (int j = 0; j < LANES; j++) best[j] = LOWEST, at[j] = 0;                                       \
+    for (; i + LANES <= n; i += LANES)                                                                 \
+      for (int j = 0; j < LANES; j++) {                                                                \
+        bool gt = x[i + j] > best[j];                                                                  \
+        best[j] = gt ? x[i + j] : best[j];                                                             \
+        at[j] = gt ? i + j : at[j];                                                                    \
+      }                                                                                                \
     /* each lane holds the first maximum of its elements; of the lanes with the        \
-       greatest value, the lowest index is the first maximum overall */                \
-    for (int j = 0; j < LANES; j++)                                                    \
-      if (best[j] > b || (best[j] == b && at[j] < a)) {                                \
-        b = best[j];                                                                   \
-        a = at[j];                                                                     \
-      }                                                                                \
-    for (; i < n; i++)                                                                 \
-      if (x[i] > b) {                                                                  \
-        b = x[i];                                                                      \
-        a = i;                                                                         \
-      }                                                                                \
-    return a;                                                                          \
-  }                                                                                    \
-  static void argmax_cols_##sfx(const void *px, int64_t n, int64_t stride, int64_t len, \
-                                int64_t *at) {                                         \
-    const T *x = px;                                                                   \
-    T best[TILE];                                                                      \
-    for (int64_t j = 0; j < len; j++) best[j] = LOWEST, at[j] = 0;                     \
-    for (int64_t i = 0; i < n; i++, x += stride)                                       \
-      for (int64_t j = 0; j < len; j++) {                                              \
-        bool gt = x[j] > best[j];                                                      \
-        best[j] = gt ? x[j] : best[j];                                                 \
-        at[j] = gt ? i : at[j];                                                        \
-      }                                                                                \
+       greatest value, the lowest index is the first maximum overall */               \
+    for (int j = 0; j < LANES; j++)                                                                    \
+      if (best[j] > b || (best[j] == b && at[j] < a)) {                                                \
+        b = best[j];                                                                                   \
+        a = at[j];                                                                                     \
+      }                                                                                                \
+    for (; i < n; i++)                                                                                 \
+      if (x[i] > b) {                                                                                  \
+        b = x[i];                                                                                      \
+        a = i;                                                                                         \
+      }                                                                                                \
+    return a;                                                                                          \
+  }                                                                                                    \
+  static void argmax_cols_##sfx(const void *px, int64_t n, int64_t stride, int64_t len, int64_t *at) { \
+    const T *x = px;                                                                                   \
+    T best[TILE];                                                                                      \
+    for (int64_t j = 0; j < len; j++) best[j] = LOWEST, at[j] = 0;                                     \
+    for (int64_t i = 0; i < n; i++, x += stride)                                                       \
+      for (int64_t j = 0; j < len; j++) {                                                              \
+        bool gt = x[j] > best[j];                                                                      \
+        best[j] = gt ? x[j] : best[j];                                                                 \
+        at[j] = gt ? i : at[j];                                                                        \
+      }                                                                                                \
   }
 
 ARGMAX_LOOPS(f32, float, -FLT_MAX)
@@ -512,10 +510,11 @@ typedef struct argmax_impl {
   void (*cols)(const void *x, int64_t n, int64_t stride, int64_t len, int64_t *at);
 } argmax_impl;
 
-static const argmax_impl argmax_by_dtype[NB_BOOL + 1] = {
-    [NB_F32] = {argmax_row_f32, argmax_cols_f32}, [NB_F64] = {argmax_row_f64, argmax_cols_f64},
-    [NB_I32] = {argmax_row_i32, argmax_cols_i32}, [NB_I64] = {argmax_row_i64, argmax_cols_i64},
-    [NB_BOOL] = {argmax_row_b, argmax_cols_b}};
+static const argmax_impl argmax_by_dtype[NB_BOOL + 1] = {[NB_F32] = {argmax_row_f32, argmax_cols_f32},
+                                                         [NB_F64] = {argmax_row_f64, argmax_cols_f64},
+                                                         [NB_I32] = {argmax_row_i32, argmax_cols_i32},
+                                                         [NB_I64] = {argmax_row_i64, argmax_cols_i64},
+                                                         [NB_BOOL] = {argmax_row_b, argmax_cols_b}};
 
 /* The input as [outer, n, inner] around the reduced axis. */
 typedef struct axis_layout {
@@ -623,8 +622,13 @@ static void argmax_tiles(void *arg, int64_t lo, int64_t hi) {
 
 static nb_code argmax_kernel(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
-  argmax_job j = {&argmax_by_dtype[x->dtype], *(const axis_layout *)k->scratch, nbcore_tdata(x),
-                  nbcore_tdata(k->res[0]), nb_dtype_size(x->dtype), k->res[0]->dtype == NB_I32, 0};
+  argmax_job j = {&argmax_by_dtype[x->dtype],
+                  *(const axis_layout *)k->scratch,
+                  nbcore_tdata(x),
+                  nbcore_tdata(k->res[0]),
+                  nb_dtype_size(x->dtype),
+                  k->res[0]->dtype == NB_I32,
+                  0};
   int nt = nbop_kthreads(k, x->size);
   if (j.p.inner == 1) {
     nbop_parallel_range(nt, j.p.outer, argmax_rows, &j);
@@ -644,20 +648,20 @@ static nb_code argmax_kernel(nbop_kargs *k) {
    overflow wraps as in TF. */
 typedef void (*scan_fn)(char *y, const char *x, int64_t n, int64_t stride, int64_t len, bool excl, bool rev);
 
-#define SCAN(op, sfx, T, U, IDENT, OP)                                                         \
-  static void scan_##op##_##sfx(char *py, const char *px, int64_t n, int64_t stride, int64_t len, \
-                                bool excl, bool rev) {                                         \
-    U *y = (U *)(void *)py;                                                                    \
-    const T *x = (const T *)(const void *)px;                                                  \
-    int64_t first = rev ? n - 1 : 0, step = rev ? -stride : stride;                            \
-    U *row = y + first * stride;                                                               \
-    for (int64_t j = 0; j < len; j++) row[j] = excl ? (U)(IDENT) : (U)x[first * stride + j];    \
-    for (int64_t i = 1; i < n; i++) {                                                          \
-      const U *prev = row;                                                                     \
-      row += step;                                                                             \
-      const T *src = x + (row - y) - (excl ? step : 0);                                        \
-      for (int64_t j = 0; j < len; j++) row[j] = OP(prev[j], (U)src[j]);                       \
-    }                                                                                          \
+#define SCAN(op, sfx, T, U, IDENT, OP)                                                                       \
+  static void scan_##op##_##sfx(char *py, const char *px, int64_t n, int64_t stride, int64_t len, bool excl, \
+                                bool rev) {                                                                  \
+    U *y = (U *)(void *)py;                                                                                  \
+    const T *x = (const T *)(const void *)px;                                                                \
+    int64_t first = rev ? n - 1 : 0, step = rev ? -stride : stride;                                          \
+    U *row = y + first * stride;                                                                             \
+    for (int64_t j = 0; j < len; j++) row[j] = excl ? (U)(IDENT) : (U)x[first * stride + j];                 \
+    for (int64_t i = 1; i < n; i++) {                                                                        \
+      const U *prev = row;                                                                                   \
+      row += step;                                                                                           \
+      const T *src = x + (row - y) - (excl ? step : 0);                                                      \
+      for (int64_t j = 0; j < len; j++) row[j] = OP(prev[j], (U)src[j]);                                     \
+    }                                                                                                        \
   }
 
 SCAN(sum, f32, float, float, 0, ADD)
@@ -717,8 +721,13 @@ static void scan_tiles(void *arg, int64_t lo, int64_t hi) {
 static nb_code scan_kernel(nbop_kargs *k) {
   const nb_tensor *x = k->in[0];
   if (x->size == 0) return NB_OK;
-  scan_job j = {((const scan_impl *)k->def->impl)->by[x->dtype], *(const axis_layout *)k->scratch, nbcore_tdata(x),
-                nbcore_tdata(k->res[0]), nb_dtype_size(x->dtype), 0, k->attr[ATTR_EXCLUSIVE].b,
+  scan_job j = {((const scan_impl *)k->def->impl)->by[x->dtype],
+                *(const axis_layout *)k->scratch,
+                nbcore_tdata(x),
+                nbcore_tdata(k->res[0]),
+                nb_dtype_size(x->dtype),
+                0,
+                k->attr[ATTR_EXCLUSIVE].b,
                 k->attr[ATTR_REVERSE].b};
   j.ntiles = (j.p.inner + TILE - 1) / TILE;
   nbop_parallel_range(nbop_kthreads(k, x->size), j.p.outer * j.ntiles, scan_tiles, &j);
@@ -727,16 +736,19 @@ static nb_code scan_kernel(nbop_kargs *k) {
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-#define REDUCTION(NAME, IMPL)                                                              \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .axis_input = 2,                       \
-   .nattrs = 1, .attrs = {{"keep_dims", NB_ATTR_BOOL, {.b = false}, false}},              \
-   .validate = reduce_validate, .infer = reduce_infer, .kernel = reduce_kernel, .impl = &IMPL}
+#define REDUCTION(NAME, IMPL)                                                                                        \
+  {                                                                                                                  \
+    .name = NAME, .nin = 2, .nout = 1, .alias = -1, .axis_input = 2, .nattrs = 1,                                    \
+    .attrs = {{"keep_dims", NB_ATTR_BOOL, {.b = false}, false}}, .validate = reduce_validate, .infer = reduce_infer, \
+    .kernel = reduce_kernel, .impl = &IMPL                                                                           \
+  }
 
-#define SCAN_OP(NAME, IMPL)                                                                     \
-  {.name = NAME, .nin = 2, .nout = 1, .alias = -1, .axis_input = 2,                            \
-   .nattrs = 2, .attrs = {{"exclusive", NB_ATTR_BOOL, {.b = false}, false},                     \
-                          {"reverse", NB_ATTR_BOOL, {.b = false}, false}},                      \
-   .validate = scan_validate, .infer = scan_infer, .kernel = scan_kernel, .impl = &IMPL}
+#define SCAN_OP(NAME, IMPL)                                                                                      \
+  {                                                                                                              \
+    .name = NAME, .nin = 2, .nout = 1, .alias = -1, .axis_input = 2, .nattrs = 2,                                \
+    .attrs = {{"exclusive", NB_ATTR_BOOL, {.b = false}, false}, {"reverse", NB_ATTR_BOOL, {.b = false}, false}}, \
+    .validate = scan_validate, .infer = scan_infer, .kernel = scan_kernel, .impl = &IMPL                         \
+  }
 
 enum { OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_PROD, OP_ARGMAX, OP_CUMSUM, OP_CUMPROD, OP_COUNT };
 
@@ -746,9 +758,17 @@ static nbop_def reduce_ops[OP_COUNT] = {
     [OP_MAX] = REDUCTION("Max", max_impl),
     [OP_MIN] = REDUCTION("Min", min_impl),
     [OP_PROD] = REDUCTION("Prod", prod_impl),
-    [OP_ARGMAX] = {.name = "ArgMax", .nin = 2, .nout = 1, .alias = -1, .nattrs = 1, .dtype_attr = 1 + ATTR_OUTPUT_TYPE,
-                   .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}}, .checks = {{.types = NBOP_M_INT}},
-                   .validate = argmax_validate, .infer = argmax_infer, .kernel = argmax_kernel},
+    [OP_ARGMAX] = {.name = "ArgMax",
+                   .nin = 2,
+                   .nout = 1,
+                   .alias = -1,
+                   .nattrs = 1,
+                   .dtype_attr = 1 + ATTR_OUTPUT_TYPE,
+                   .attrs = {{"output_type", NB_ATTR_TYPE, {.type = NB_I64}, false}},
+                   .checks = {{.types = NBOP_M_INT}},
+                   .validate = argmax_validate,
+                   .infer = argmax_infer,
+                   .kernel = argmax_kernel},
     [OP_CUMSUM] = SCAN_OP("Cumsum", cumsum_impl),
     [OP_CUMPROD] = SCAN_OP("Cumprod", cumprod_impl),
 };
@@ -813,7 +833,6 @@ nb_tensor *nb_min(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keep
 nb_tensor *nb_prod(nb_ctx *c, nb_tensor *x, const int *axes, int naxes, bool keepdims) {
   return reduce_call(c, OP_PROD, x, axes, naxes, keepdims);
 }
-
 
 nb_tensor *nb_argmax(nb_ctx *c, nb_tensor *x, int axis, nb_dtype output_type) {
   if (!nbop_live(c)) return NULL;

@@ -8,7 +8,6 @@
 
 #include <string.h>
 
-
 /* The largest begin/end/strides length: TF's masks are 32-bit. */
 #define MAX_SPARSE 31
 
@@ -231,8 +230,7 @@ static nb_code build_dense(nbop_kargs *k, const sparse_spec *s, int rank, dense_
       d->final_dims[d->nfinal++] = DIM_NEW;
     } else {
       if (full == rank)
-        return nbop_kfail(k, NB_INVALID, "Index out of range using input dim %d; input has only %d dims", full,
-                          rank);
+        return nbop_kfail(k, NB_INVALID, "Index out of range using input dim %d; input has only %d dims", full, rank);
       d->begin[full] = s->begin[i];
       d->end[full] = s->end[i];
       d->stride[full] = s->stride[i];
@@ -269,8 +267,7 @@ static nb_code canonical_dim(nbop_kargs *k, const dense_spec *d, int i, int64_t 
   if (d->shrink_mask >> i & 1) {
     int64_t b = d->begin[i] < 0 ? dim + d->begin[i] : d->begin[i];
     if (b < 0 || b >= dim)
-      return nbop_kfail(k, NB_INVALID, "slice index %lld of dimension %d out of bounds.", (long long)d->begin[i],
-                        i);
+      return nbop_kfail(k, NB_INVALID, "slice index %lld of dimension %d out of bounds.", (long long)d->begin[i], i);
     out->begin[i] = b;
     out->size[i] = 1;
     return NB_OK;
@@ -346,15 +343,15 @@ static nb_code grad_input_shape(nbop_kargs *k, int *rank, int64_t *shape) {
   nb_code code = nbop_kcheck_dtype(k, 0, NBOP_M_INT);
   if (!code) code = nbop_kcheck_same_dtype(k, 0, 1);
   if (code) return code;
-  if (s->rank >= 0 && s->rank != 1) return nbop_kfail(k, NB_INVALID, "shape must be 1-D, got shape.shape = %s", nbop_tstr(s));
+  if (s->rank >= 0 && s->rank != 1)
+    return nbop_kfail(k, NB_INVALID, "shape must be 1-D, got shape.shape = %s", nbop_tstr(s));
   if (s->size > NB_MAX_RANK)
     return nbop_kfail(k, NB_SHAPE, "shape has %lld dims, more than the maximum rank %d", (long long)s->size,
                       NB_MAX_RANK);
   code = nbop_kints(k, 0, 1, shape, NB_MAX_RANK, rank);
   if (code) return code;
   for (int i = 0; i < *rank; i++)
-    if (shape[i] < 0)
-      return nbop_kfail(k, NB_INVALID, "shape %s has a negative dim", nbop_sstr(*rank, shape));
+    if (shape[i] < 0) return nbop_kfail(k, NB_INVALID, "shape %s has a negative dim", nbop_sstr(*rank, shape));
   return NB_OK;
 }
 
@@ -440,11 +437,9 @@ static nb_code gather_batch_dims(nbop_kargs *k, int axis, int *bd) {
                       (long long)b);
   b = batch_dims_of(k);
   if (p->rank >= 0 && b >= p->rank)
-    return nbop_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than rank(params) (%d).", (long long)b,
-                      p->rank);
+    return nbop_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than rank(params) (%d).", (long long)b, p->rank);
   if (axis >= 0 && axis < b)
-    return nbop_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than or equal to axis (%d).", (long long)b,
-                      axis);
+    return nbop_kfail(k, NB_INVALID, "batch_dims (%lld) must be less than or equal to axis (%d).", (long long)b, axis);
   for (int i = 0; p->rank >= 0 && i < b; i++)
     if (p->shape[i] >= 0 && ix->shape[i] >= 0 && p->shape[i] != ix->shape[i])
       return nbop_kfail(k, NB_INVALID, "params.shape[%d]: %lld should be equal to indices.shape[%d]: %lld", i,
@@ -461,7 +456,8 @@ static nb_code gather_validate(nbop_kargs *k) {
   int axis = -1, bd = 0;
   nb_code code = nbop_kcheck_dtype(k, 1, NBOP_M_INT);
   if (code) return code;
-  if (p->rank == 0) return nbop_kfail(k, NB_INVALID, "params must be at least 1 dimensional, got shape %s", nbop_tstr(p));
+  if (p->rank == 0)
+    return nbop_kfail(k, NB_INVALID, "params must be at least 1 dimensional, got shape %s", nbop_tstr(p));
   code = scalar_int(k, 2, "axis", &axis64);
   if (!code) code = nbop_kaxis(k, axis64, p->rank, "axis", &axis);
   if (code && code != NBOP_DEFER) return code;
@@ -566,7 +562,8 @@ static nb_code segment_sum_validate(nbop_kargs *k) {
                       nbop_tstr(ids));
   if (known && (code = nbop_kcheck_out_rank(k, 1 + data->rank - ids->rank, "output"))) return code;
   code = scalar_int(k, 2, "num_segments", &num);
-  if (!code && num < 0) return nbop_kfail(k, NB_INVALID, "Input num_segments == %lld must not be negative.", (long long)num);
+  if (!code && num < 0)
+    return nbop_kfail(k, NB_INVALID, "Input num_segments == %lld must not be negative.", (long long)num);
   return known_or_later(code);
 }
 
@@ -584,11 +581,11 @@ static nb_code segment_sum_infer(nbop_kargs *k) {
   return NB_OK;
 }
 
-#define ADD_ROW(T, EXPR)                                                           \
-  do {                                                                             \
-    T *restrict o = (T *)out;                                                      \
-    const T *restrict v = (const T *)in;                                           \
-    for (int64_t c = 0; c < n; c++) o[c] = EXPR;                                   \
+#define ADD_ROW(T, EXPR)                         \
+  do {                                           \
+    T *restrict o = (T *)out;                    \
+    const T *restrict v = (const T *)in;         \
+    for (int64_t c = 0; c < n; c++) o[c] = EXPR; \
   } while (0)
 
 /* out[0..n) += in[0..n); integers wrap like TF's. */
@@ -643,39 +640,69 @@ static nb_code segment_sum_kernel(nbop_kargs *k) {
 
 enum { OP_SLICE, OP_STRIDED_SLICE, OP_STRIDED_SLICE_GRAD, OP_GATHER_V2, OP_UNSORTED_SEGMENT_SUM, OP_COUNT };
 
-#define MASK_ATTR(NAME) {NAME, NB_ATTR_INT, {.i = 0}, false}
+#define MASK_ATTR(NAME) \
+  { NAME, NB_ATTR_INT, {.i = 0}, false }
 /* TF's Index is inferred from begin's dtype: only an explicit one must name it */
-#define INDEX_ATTR {"Index", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false}
-#define INDEX_CHECK {.types = NBOP_M_INT, .of_input = 2}
+#define INDEX_ATTR \
+  { "Index", NB_ATTR_TYPE, {.type = NBOP_TYPE_UNSET}, false }
+#define INDEX_CHECK \
+  { .types = NBOP_M_INT, .of_input = 2 }
 
 static nbop_def slicing_ops[OP_COUNT] = {
     /* gradients: Slice and StridedSlice pad/scatter into the input's shape at begin */
-    [OP_SLICE] = {.name = "Slice", .nin = 3, .nout = 1, .alias = -1, .nattrs = 1,
-                  .attrs = {INDEX_ATTR}, .checks = {INDEX_CHECK}, .validate = slice_validate, .infer = slice_infer,
+    [OP_SLICE] = {.name = "Slice",
+                  .nin = 3,
+                  .nout = 1,
+                  .alias = -1,
+                  .nattrs = 1,
+                  .attrs = {INDEX_ATTR},
+                  .checks = {INDEX_CHECK},
+                  .validate = slice_validate,
+                  .infer = slice_infer,
                   .kernel = strided_copy_kernel},
-    [OP_STRIDED_SLICE] = {.name = "StridedSlice", .nin = 4, .nout = 1, .alias = -1,
+    [OP_STRIDED_SLICE] = {.name = "StridedSlice",
+                          .nin = 4,
+                          .nout = 1,
+                          .alias = -1,
                           .nattrs = 6,
                           .attrs = {INDEX_ATTR, MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"),
                                     MASK_ATTR("ellipsis_mask"), MASK_ATTR("new_axis_mask"),
                                     MASK_ATTR("shrink_axis_mask")},
-                          .checks = {INDEX_CHECK}, .validate = strided_slice_validate, .infer = strided_slice_infer,
+                          .checks = {INDEX_CHECK},
+                          .validate = strided_slice_validate,
+                          .infer = strided_slice_infer,
                           .kernel = strided_copy_kernel},
     /* its gradient slices the incoming gradient the same way; begin/end/strides are read */
-    [OP_STRIDED_SLICE_GRAD] = {.name = "StridedSliceGrad", .nin = 5, .nout = 1, .alias = -1, .t_input = 4,
+    [OP_STRIDED_SLICE_GRAD] = {.name = "StridedSliceGrad",
+                               .nin = 5,
+                               .nout = 1,
+                               .alias = -1,
+                               .t_input = 4,
                                .nattrs = 6,
                                .attrs = {INDEX_ATTR, MASK_ATTR("begin_mask"), MASK_ATTR("end_mask"),
                                          MASK_ATTR("ellipsis_mask"), MASK_ATTR("new_axis_mask"),
                                          MASK_ATTR("shrink_axis_mask")},
-                               .checks = {INDEX_CHECK}, .validate = strided_slice_grad_validate,
+                               .checks = {INDEX_CHECK},
+                               .validate = strided_slice_grad_validate,
                                .infer = strided_slice_grad_infer,
                                .kernel = strided_scatter_kernel},
     /* GatherV2's gradient scatters into params' shape at the indices along axis */
-    [OP_GATHER_V2] = {.name = "GatherV2", .nin = 3, .nout = 1, .alias = -1, .nattrs = 1,
+    [OP_GATHER_V2] = {.name = "GatherV2",
+                      .nin = 3,
+                      .nout = 1,
+                      .alias = -1,
+                      .nattrs = 1,
                       .attrs = {{"batch_dims", NB_ATTR_INT, {.i = 0}, false}},
-                      .validate = gather_validate, .infer = gather_infer, .kernel = gather_kernel},
+                      .validate = gather_validate,
+                      .infer = gather_infer,
+                      .kernel = gather_kernel},
     /* its gradient gathers the output gradient at segment_ids */
-    [OP_UNSORTED_SEGMENT_SUM] = {.name = "UnsortedSegmentSum", .nin = 3, .nout = 1, .alias = -1,
-                                 .validate = segment_sum_validate, .infer = segment_sum_infer,
+    [OP_UNSORTED_SEGMENT_SUM] = {.name = "UnsortedSegmentSum",
+                                 .nin = 3,
+                                 .nout = 1,
+                                 .alias = -1,
+                                 .validate = segment_sum_validate,
+                                 .infer = segment_sum_infer,
                                  .kernel = segment_sum_kernel},
 };
 
@@ -684,8 +711,8 @@ nbop_family nbop_slicing_family(void) { return (nbop_family){slicing_ops, OP_COU
 /* ---- wrappers ----------------------------------------------------------------------------- */
 
 /* Runs a slice op on x and the temporary index vectors, freeing them after. */
-static nb_tensor *call_with_lists(nb_ctx *c, int op, nb_tensor *x, const int64_t *const *lists, int nlists,
-                                  int n, const nbop_attrval *attrs) {
+static nb_tensor *call_with_lists(nb_ctx *c, int op, nb_tensor *x, const int64_t *const *lists, int nlists, int n,
+                                  const nbop_attrval *attrs) {
   nb_tensor *in[4] = {x, NULL, NULL, NULL};
   for (int i = 0; i < nlists; i++) in[1 + i] = nbop_const_ints(c, NB_I64, lists[i], n);
   nb_tensor *y = nbop_call(c, &slicing_ops[op], in, 1 + nlists, attrs);
@@ -742,8 +769,8 @@ nb_tensor *nb_strided_slice_grad_t(nb_ctx *c, nb_tensor *shape, nb_tensor *begin
   return nbop_call(c, &slicing_ops[OP_STRIDED_SLICE_GRAD], in, 5, a);
 }
 
-nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *end,
-                            const int64_t *strides, int n, const nb_slice_masks *masks) {
+nb_tensor *nb_strided_slice(nb_ctx *c, nb_tensor *x, const int64_t *begin, const int64_t *end, const int64_t *strides,
+                            int n, const nb_slice_masks *masks) {
   if (!nbop_live(c) || !check_slice_lists(c, "StridedSlice", begin, end, strides, n)) return NULL;
   nbop_attrval a[NBOP_MAX_ATTRS];
   slice_mask_attrs(OP_STRIDED_SLICE, masks, a);
@@ -756,7 +783,8 @@ nb_tensor *nb_strided_slice_grad(nb_ctx *c, nb_tensor *shape, const int64_t *beg
   if (!nbop_live(c) || !check_slice_lists(c, "StridedSliceGrad", begin, end, strides, n)) return NULL;
   /* begin/end/strides take shape's dtype, as TF's Index attr requires */
   nb_dtype t = shape && nb_dtype_of(shape) == NB_I32 ? NB_I32 : NB_I64;
-  nb_tensor *lists[3] = {nbop_const_ints(c, t, begin, n), nbop_const_ints(c, t, end, n), nbop_const_ints(c, t, strides, n)};
+  nb_tensor *lists[3] = {nbop_const_ints(c, t, begin, n), nbop_const_ints(c, t, end, n),
+                         nbop_const_ints(c, t, strides, n)};
   nb_tensor *dx = nb_strided_slice_grad_t(c, shape, lists[0], lists[1], lists[2], dy, masks);
   for (int i = 0; i < 3; i++) nb_tensor_free(lists[i]);
   return dx;

@@ -4,11 +4,11 @@
 #include <string.h>
 
 /* Runs LOOP(T) with T the element type of esz bytes. */
-#define BY_SIZE(esz, LOOP)          \
-  switch (esz) {                    \
-    case 1: LOOP(uint8_t); break;   \
-    case 2: LOOP(nbop_u16a); break; \
-    case 4: LOOP(nbop_u32a); break; \
+#define BY_SIZE(esz, LOOP)           \
+  switch (esz) {                     \
+    case 1: LOOP(uint8_t); break;    \
+    case 2: LOOP(nbop_u16a); break;  \
+    case 4: LOOP(nbop_u32a); break;  \
     default: LOOP(nbop_u64a); break; \
   }
 

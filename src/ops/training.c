@@ -52,8 +52,8 @@ int nbop_apply_num_vars(nbop_apply_kind kind) {
 #define UPDATE_FN update_f64
 #include "training_update.inc"
 
-nb_code nbop_apply_update(nb_ctx *c, nbop_apply_kind kind, nb_variable *const *vars, const void *grad, const nbop_hyper *h,
-                          int threads) {
+nb_code nbop_apply_update(nb_ctx *c, nbop_apply_kind kind, nb_variable *const *vars, const void *grad,
+                          const nbop_hyper *h, int threads) {
   apply_job j = {.kind = kind, .g = grad, .h = *h};
   int nv = nbop_apply_num_vars(kind);
   for (int i = 0; i < nv; i++)
@@ -85,15 +85,15 @@ typedef void (*update_fn)(void *arg, int64_t lo, int64_t hi);
 /* A sparse update: the dense kernel run row by row on the listed rows (and, for Adam, with
    a zero gradient on the others). */
 typedef struct sparse_job {
-  apply_job base;            /* kind, hyperparameters and the variables' data */
+  apply_job base; /* kind, hyperparameters and the variables' data */
   update_fn fn;
   int nvars;
-  int64_t row_size;          /* elements per row */
+  int64_t row_size; /* elements per row */
   size_t row_bytes;
-  const int64_t *rows;       /* the distinct listed rows, ascending */
-  const char *g;             /* their summed gradient rows */
+  const int64_t *rows; /* the distinct listed rows, ascending */
+  const char *g;       /* their summed gradient rows */
   int64_t n;
-  const char *zeros;         /* zero gradient rows for the untouched rows, zero_rows of them */
+  const char *zeros; /* zero gradient rows for the untouched rows, zero_rows of them */
   int64_t zero_rows;
 } sparse_job;
 
@@ -128,8 +128,10 @@ static void dense_range(void *arg, int64_t lo, int64_t hi) {
   int64_t u = 0, end = s->n; /* u: the first listed row >= lo, by bisection */
   while (u < end) {
     int64_t mid = u + (end - u) / 2;
-    if (s->rows[mid] < lo) u = mid + 1;
-    else end = mid;
+    if (s->rows[mid] < lo)
+      u = mid + 1;
+    else
+      end = mid;
   }
   for (int64_t r = lo; r < hi;) {
     if (u < s->n && s->rows[u] == r) {
@@ -162,8 +164,8 @@ static int by_index_then_position(const void *a, const void *b) {
 /* The distinct rows of indices, ascending, into rows[] and their values summed in position
    order from zero into g (as the densified gradient, UnsortedSegmentSum, sums them);
    returns how many. */
-static int64_t sum_repeated_rows(const nb_tensor *values, const nb_tensor *indices, int64_t row_size,
-                                 index_pos *order, int64_t *rows, char *g) {
+static int64_t sum_repeated_rows(const nb_tensor *values, const nb_tensor *indices, int64_t row_size, index_pos *order,
+                                 int64_t *rows, char *g) {
   int64_t n = indices->size, distinct = 0;
   size_t row_bytes = (size_t)row_size * nb_dtype_size(values->dtype);
   for (int64_t i = 0; i < n; i++) order[i] = (index_pos){nbop_index_at(indices, i), i};
@@ -175,8 +177,10 @@ static int64_t sum_repeated_rows(const nb_tensor *values, const nb_tensor *indic
     }
     char *dst = g + (size_t)(distinct - 1) * row_bytes;
     const char *src = (const char *)nbcore_tdata(values) + (size_t)order[i].pos * row_bytes;
-    if (values->dtype == NB_F32) ADD_ROW(float);
-    else ADD_ROW(double);
+    if (values->dtype == NB_F32)
+      ADD_ROW(float);
+    else
+      ADD_ROW(double);
   }
   return distinct;
 }
@@ -191,7 +195,8 @@ static void scatter_rows(sparse_job *s, const nb_tensor *values, const nb_tensor
 nb_code nbop_sparse_apply_update(nb_ctx *c, nbop_apply_kind kind, nb_variable *const *vars, const nb_tensor *values,
                                  const nb_tensor *indices, const nbop_hyper *h, int threads) {
   const nb_variable *var = vars[0];
-  sparse_job s = {.base = {.kind = kind, .h = *h}, .fn = var->dtype == NB_F32 ? update_f32 : update_f64,
+  sparse_job s = {.base = {.kind = kind, .h = *h},
+                  .fn = var->dtype == NB_F32 ? update_f32 : update_f64,
                   .nvars = nbop_apply_num_vars(kind)};
   for (int i = 0; i < s.nvars; i++)
     if (!(s.base.p[i] = nbcore_variable_writable(c, vars[i], true))) return c->status;
@@ -209,8 +214,11 @@ nb_code nbop_sparse_apply_update(nb_ctx *c, nbop_apply_kind kind, nb_variable *c
   int64_t *rows = malloc((size_t)n * sizeof *rows + 1);
   char *g = malloc((size_t)n * s.row_bytes + 1);
   char *zeros = calloc((size_t)s.zero_rows * s.row_bytes + 1, 1);
-  nb_code code = order && rows && g && zeros ? NB_OK : nbcore_fail(c, NB_NOMEM, "out of memory updating variable '%s' "
-                                                                  "sparsely", var->name);
+  nb_code code = order && rows && g && zeros ? NB_OK
+                                             : nbcore_fail(c, NB_NOMEM,
+                                                           "out of memory updating variable '%s' "
+                                                           "sparsely",
+                                                           var->name);
   if (!code) {
     s.n = sum_repeated_rows(values, indices, s.row_size, order, rows, g);
     s.rows = rows, s.g = g, s.zeros = zeros;
@@ -245,15 +253,19 @@ static const train_impl momentum_impl = {NBOP_APPLY_MOMENTUM, false, {F(lr), GRA
 static const train_impl adam_impl = {
     NBOP_APPLY_ADAM, false, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD}};
 static const train_impl adamw_impl = {
-    NBOP_APPLY_ADAMW, false, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, F(weight_decay)}};
+    NBOP_APPLY_ADAMW,
+    false,
+    {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, F(weight_decay)}};
 static const train_impl rmsprop_impl = {NBOP_APPLY_RMSPROP, false, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
-static const train_impl centered_impl = {NBOP_APPLY_CENTERED_RMSPROP, false, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
+static const train_impl centered_impl = {
+    NBOP_APPLY_CENTERED_RMSPROP, false, {F(lr), F(rho), F(momentum), F(epsilon), GRAD}};
 /* the sparse ops: TF's inputs with indices after grad */
 static const train_impl sparse_momentum_impl = {NBOP_APPLY_MOMENTUM, true, {F(lr), GRAD, INDICES, F(momentum)}};
 static const train_impl sparse_adam_impl = {
     NBOP_APPLY_ADAM, true, {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, INDICES}};
 static const train_impl sparse_adamw_impl = {
-    NBOP_APPLY_ADAMW, true,
+    NBOP_APPLY_ADAMW,
+    true,
     {F(beta1_power), F(beta2_power), F(lr), F(beta1), F(beta2), F(epsilon), GRAD, INDICES, F(weight_decay)}};
 static const train_impl sparse_rmsprop_impl = {
     NBOP_APPLY_RMSPROP, true, {F(lr), F(rho), F(momentum), F(epsilon), GRAD, INDICES}};
@@ -290,10 +302,10 @@ static const char *shape_str(const nb_tensor *x) { return x->rank < 0 ? "<unknow
 static nb_code check_dense_grad(nbop_kargs *k, const nb_variable *v, int i) {
   const nb_tensor *x = k->in[i];
   if (nbcore_variable_accepts(v, x)) return NB_OK;
-  return nbop_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
-                    "grad (input %d) has shape %s and dtype %s; variable '%s' needs a gradient of shape %s and dtype %s",
-                    i, shape_str(x), nb_dtype_name(x->dtype), v->name, nbop_sstr(v->rank, v->shape),
-                    nb_dtype_name(v->dtype));
+  return nbop_kfail(
+      k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
+      "grad (input %d) has shape %s and dtype %s; variable '%s' needs a gradient of shape %s and dtype %s", i,
+      shape_str(x), nb_dtype_name(x->dtype), v->name, nbop_sstr(v->rank, v->shape), nb_dtype_name(v->dtype));
 }
 
 /* Sparse ops: grad [N, the variable's dims 1..] and indices int [N] (unknown dims pass). */
@@ -309,8 +321,8 @@ static nb_code check_sparse_grad(nbop_kargs *k, const nb_variable *v, int i) {
   if (idx->dtype != NB_I32 && idx->dtype != NB_I64)
     return nbop_kfail(k, NB_DTYPE, "indices (input %d) has dtype %s; expected int32 or int64", i + 1,
                       nb_dtype_name(idx->dtype));
-  if (idx->rank >= 0 && (idx->rank != 1 || (x->rank > 0 && x->shape[0] >= 0 && idx->shape[0] >= 0 &&
-                                            x->shape[0] != idx->shape[0])))
+  if (idx->rank >= 0 &&
+      (idx->rank != 1 || (x->rank > 0 && x->shape[0] >= 0 && idx->shape[0] >= 0 && x->shape[0] != idx->shape[0])))
     return nbop_kfail(k, NB_SHAPE, "indices (input %d) has shape %s; expected one index per row of grad %s", i + 1,
                       shape_str(idx), shape_str(x));
   return NB_OK;
@@ -364,22 +376,26 @@ static nb_code train_kernel(nbop_kargs *k) {
     if (impl->field[i] >= 0)
       *(double *)((char *)&h + impl->field[i]) = k->in[i]->dtype == NB_F32 ? *(const float *)d : *(const double *)d;
   }
-  nb_code code = impl->sparse ? sparse_update(k, impl, vars, &h)
-                              : nbop_apply_update(k->ctx, impl->kind, vars, nbcore_tdata(k->in[grad_input(impl)]), &h,
-                                                  k->threads);
+  nb_code code =
+      impl->sparse ? sparse_update(k, impl, vars, &h)
+                   : nbop_apply_update(k->ctx, impl->kind, vars, nbcore_tdata(k->in[grad_input(impl)]), &h, k->threads);
   if (!code) nbcore_variable_share_into(k->ctx, k->res[0], vars[0]);
   return code;
 }
 
-#define TRAIN_ATTRS {"_variables", NB_ATTR_INTS, {.n = 0}, true}, {"use_locking", NB_ATTR_BOOL, {.b = false}, false}
-#define TRAIN_OP(op_name, n, impl_)                                                                         \
-  {.name = op_name, .nin = n, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 2,       \
-   .attrs = {TRAIN_ATTRS},                                                                                    \
-   .validate = train_validate, .infer = train_infer, .kernel = train_kernel, .impl = &(impl_)}
-#define NESTEROV_OP(op_name, n, impl_)                                                                      \
-  {.name = op_name, .nin = n, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 3,       \
-   .attrs = {TRAIN_ATTRS, {"use_nesterov", NB_ATTR_BOOL, {.b = false}, false}},                            \
-   .validate = train_validate, .infer = train_infer, .kernel = train_kernel, .impl = &(impl_)}
+#define TRAIN_ATTRS \
+  {"_variables", NB_ATTR_INTS, {.n = 0}, true}, { "use_locking", NB_ATTR_BOOL, {.b = false}, false }
+#define TRAIN_OP(op_name, n, impl_)                                                                                    \
+  {                                                                                                                    \
+    .name = op_name, .nin = n, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 2,                \
+    .attrs = {TRAIN_ATTRS}, .validate = train_validate, .infer = train_infer, .kernel = train_kernel, .impl = &(impl_) \
+  }
+#define NESTEROV_OP(op_name, n, impl_)                                                                       \
+  {                                                                                                          \
+    .name = op_name, .nin = n, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, .nattrs = 3,      \
+    .attrs = {TRAIN_ATTRS, {"use_nesterov", NB_ATTR_BOOL, {.b = false}, false}}, .validate = train_validate, \
+    .infer = train_infer, .kernel = train_kernel, .impl = &(impl_)                                           \
+  }
 
 static nbop_def training_ops[] = {
     TRAIN_OP("ResourceApplyGradientDescent", 2, sgd_impl),
@@ -395,4 +411,6 @@ static nbop_def training_ops[] = {
     TRAIN_OP("ResourceSparseApplyCenteredRMSProp", 6, sparse_centered_impl),
 };
 
-nbop_family nbop_training_family(void) { return (nbop_family){training_ops, sizeof training_ops / sizeof *training_ops}; }
+nbop_family nbop_training_family(void) {
+  return (nbop_family){training_ops, sizeof training_ops / sizeof *training_ops};
+}

@@ -8,11 +8,11 @@
 #include "../core/variable.h"
 
 typedef enum {
-  NBOP_APPLY_SGD,            /* var */
-  NBOP_APPLY_MOMENTUM,       /* var, accum */
-  NBOP_APPLY_ADAM,           /* var, m, v */
-  NBOP_APPLY_ADAMW,          /* var, m, v */
-  NBOP_APPLY_RMSPROP,        /* var, ms, mom */
+  NBOP_APPLY_SGD,             /* var */
+  NBOP_APPLY_MOMENTUM,        /* var, accum */
+  NBOP_APPLY_ADAM,            /* var, m, v */
+  NBOP_APPLY_ADAMW,           /* var, m, v */
+  NBOP_APPLY_RMSPROP,         /* var, ms, mom */
   NBOP_APPLY_CENTERED_RMSPROP /* var, mg, ms, mom */
 } nbop_apply_kind;
 
@@ -31,8 +31,8 @@ int nbop_apply_num_vars(nbop_apply_kind kind);
 /* One fused pass updating vars[0] and its slots vars[1..] from grad (the variable's dtype,
    f32 or f64, and size), in place unless a variable's buffer is shared (then it is copied
    first: copy-on-write). The caller has checked dtypes and shapes. */
-nb_code nbop_apply_update(nb_ctx *c, nbop_apply_kind kind, nb_variable *const *vars, const void *grad, const nbop_hyper *h,
-                          int threads);
+nb_code nbop_apply_update(nb_ctx *c, nbop_apply_kind kind, nb_variable *const *vars, const void *grad,
+                          const nbop_hyper *h, int threads);
 
 /* A sparse update from IndexedSlices' parts: values [n, row...] of the variable's dtype for
    the rows indices [n] (int32 or int64, each in [0, rows): the caller has checked) of

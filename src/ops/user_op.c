@@ -19,7 +19,7 @@ typedef struct user_op {
   nb_code (*kernel)(nb_op_ctx *k);
   int ninputs, noutputs;
   char *in_names[NBOP_USER_MAX_ARGS];
-  int8_t in_type_slot[NBOP_USER_MAX_ARGS], out_type_slot[NBOP_USER_MAX_ARGS]; /* -1: fixed dtype */
+  int16_t in_type_slot[NBOP_USER_MAX_ARGS], out_type_slot[NBOP_USER_MAX_ARGS]; /* -1: fixed dtype */
   nb_dtype in_dtype[NBOP_USER_MAX_ARGS], out_dtype[NBOP_USER_MAX_ARGS];
 } user_op;
 
@@ -47,8 +47,8 @@ const char *nb_registry_error(void) { return registry_error; }
 /* ---- checking a spec ---------------------------------------------------------------------- */
 
 static const char *kind_name(nb_attr_kind kind) {
-  static const char *const names[] = {"int",    "float",       "bool",      "string", "list(int)",
-                                      "type",   "tensor",      "list(float)", "list(type)"};
+  static const char *const names[] = {"int",  "float",  "bool",        "string",    "list(int)",
+                                      "type", "tensor", "list(float)", "list(type)"};
   return (unsigned)kind < sizeof names / sizeof *names ? names[kind] : "invalid kind";
 }
 
@@ -92,8 +92,8 @@ static nb_code check_default(const nb_op_spec *spec, const nb_op_attr_def *a) {
   for (int i = 0; a->kind == NB_ATTR_TYPES && i < d->n; i++)
     types_ok &= (unsigned)d->v.types[i] <= NB_BOOL && (allowed & NBOP_M(d->v.types[i]));
   if (!types_ok)
-    return nbop_registry_fail(NB_INVALID, "op '%s': the default of attr '%s' holds a dtype it does not allow", spec->name,
-                              a->name);
+    return nbop_registry_fail(NB_INVALID, "op '%s': the default of attr '%s' holds a dtype it does not allow",
+                              spec->name, a->name);
   return NB_OK;
 }
 
@@ -105,8 +105,10 @@ static nb_code check_attr(const nb_op_spec *spec, int i) {
   if (spec_attr(spec, a->name) != i)
     return nbop_registry_fail(NB_INVALID, "op '%s': attr '%s' is declared twice", spec->name, a->name);
   if ((unsigned)a->kind > NB_ATTR_TYPES || a->kind == NB_ATTR_TENSOR)
-    return nbop_registry_fail(NB_INVALID, "op '%s': attr '%s' has kind %s; user ops take int, float, bool, string, "
-                              "type, list(int), list(float) and list(type) attrs", spec->name, a->name, kind_name(a->kind));
+    return nbop_registry_fail(NB_INVALID,
+                              "op '%s': attr '%s' has kind %s; user ops take int, float, bool, string, "
+                              "type, list(int), list(float) and list(type) attrs",
+                              spec->name, a->name, kind_name(a->kind));
   bool typed = a->kind == NB_ATTR_TYPE || a->kind == NB_ATTR_TYPES;
   if (a->allowed_types && (!typed || (a->allowed_types & ~(unsigned)NBOP_M_ALL)))
     return nbop_registry_fail(NB_INVALID, "op '%s': attr '%s' has allowed_types that are not dtypes of a type attr",
@@ -122,8 +124,8 @@ static nb_code check_arg_attr(const nb_op_spec *spec, const char *what, const nb
     return nbop_registry_fail(NB_INVALID, "op '%s': %s '%s' names attr '%s', which is not declared", spec->name, what,
                               arg->name, attr);
   if (spec->attrs[slot].kind != kind)
-    return nbop_registry_fail(NB_INVALID, "op '%s': %s '%s' names attr '%s' of kind %s; it must be of kind %s", spec->name,
-                              what, arg->name, attr, kind_name(spec->attrs[slot].kind), kind_name(kind));
+    return nbop_registry_fail(NB_INVALID, "op '%s': %s '%s' names attr '%s' of kind %s; it must be of kind %s",
+                              spec->name, what, arg->name, attr, kind_name(spec->attrs[slot].kind), kind_name(kind));
   return NB_OK;
 }
 
@@ -255,11 +257,11 @@ static int def_slot(const nbop_def *def, const char *name) {
 static void set_args(user_op *u, const nb_op_spec *spec, bool *ok) {
   for (int i = 0; i < spec->ninputs; i++) {
     u->in_names[i] = copy_str(spec->inputs[i].name, ok);
-    u->in_type_slot[i] = (int8_t)def_slot(&u->def, spec->inputs[i].type_attr);
+    u->in_type_slot[i] = (int16_t)def_slot(&u->def, spec->inputs[i].type_attr);
     u->in_dtype[i] = spec->inputs[i].dtype;
   }
   for (int i = 0; i < spec->noutputs; i++) {
-    u->out_type_slot[i] = (int8_t)def_slot(&u->def, spec->outputs[i].type_attr);
+    u->out_type_slot[i] = (int16_t)def_slot(&u->def, spec->outputs[i].type_attr);
     u->out_dtype[i] = spec->outputs[i].dtype;
   }
 }
@@ -310,8 +312,9 @@ nb_code nb_register_op(const nb_op_spec *spec) {
   code = nbop_add(&u->def);
   if (!code) return NB_OK;
   free_user_op(u);
-  return code == NB_NOMEM ? nbop_registry_fail(code, "op '%s': the op registry is full (%d ops)", spec->name, NBOP_MAX_OPS)
-                          : nbop_registry_fail(code, "op '%s' is already registered", spec->name);
+  return code == NB_NOMEM
+             ? nbop_registry_fail(code, "op '%s': the op registry is full (%d ops)", spec->name, NBOP_MAX_OPS)
+             : nbop_registry_fail(code, "op '%s' is already registered", spec->name);
 }
 
 /* ---- the trampolines ----------------------------------------------------------------------- */
@@ -395,9 +398,7 @@ int nb_opctx_num_inputs(const nb_op_ctx *k) { return k ? k->k->nin : 0; }
 int nb_opctx_num_outputs(const nb_op_ctx *k) { return k ? k->k->nout : 0; }
 int nb_opctx_threads(const nb_op_ctx *k) { return k ? k->k->threads : 1; }
 
-const nb_tensor *nb_opctx_input(const nb_op_ctx *k, int i) {
-  return k && i >= 0 && i < k->k->nin ? k->k->in[i] : NULL;
-}
+const nb_tensor *nb_opctx_input(const nb_op_ctx *k, int i) { return k && i >= 0 && i < k->k->nin ? k->k->in[i] : NULL; }
 
 const void *nb_opctx_input_value(const nb_op_ctx *k, int i) { return data_of(nb_opctx_input(k, i)); }
 
@@ -419,12 +420,13 @@ nb_code nb_opctx_fail(nb_op_ctx *k, nb_code code, const char *fmt, ...) {
 nb_code nb_opctx_set_output_shape(nb_op_ctx *k, int i, int rank, const int64_t *shape) {
   if (!k) return NB_INVALID;
   if (k->in_kernel) return nb_opctx_fail(k, NB_INVALID, "output shapes are set by the shape function, not the kernel");
-  if (i < 0 || i >= k->k->nout) return nb_opctx_fail(k, NB_INVALID, "no output %d to shape (%d outputs)", i, k->k->nout);
+  if (i < 0 || i >= k->k->nout)
+    return nb_opctx_fail(k, NB_INVALID, "no output %d to shape (%d outputs)", i, k->k->nout);
   if (rank < 0 || rank > NB_MAX_RANK || (rank > 0 && !shape))
-    return nb_opctx_fail(k, NB_SHAPE, "output %d: rank %d is not in [0, %d] or its shape is NULL", i, rank, NB_MAX_RANK);
+    return nb_opctx_fail(k, NB_SHAPE, "output %d: rank %d is not in [0, %d] or its shape is NULL", i, rank,
+                         NB_MAX_RANK);
   for (int d = 0; d < rank; d++)
-    if (shape[d] < 0)
-      return nb_opctx_fail(k, NB_SHAPE, "output %d: dim %d is %lld", i, d, (long long)shape[d]);
+    if (shape[d] < 0) return nb_opctx_fail(k, NB_SHAPE, "output %d: dim %d is %lld", i, d, (long long)shape[d]);
   nbop_meta_set(&k->k->out[i], k->k->out[i].dtype, rank, shape);
   return NB_OK;
 }

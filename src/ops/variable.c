@@ -62,25 +62,45 @@ static nb_code assign_validate(nbop_kargs *k) {
   if (!nbcore_variable_accepts(v, x))
     return nbop_kfail(k, x->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
                       "variable '%s' has shape %s and dtype %s; the value has shape %s and dtype %s", v->name,
-                      nbop_sstr(v->rank, v->shape), nb_dtype_name(v->dtype),
-                      x->rank < 0 ? "<unknown>" : nbop_tstr(x), nb_dtype_name(x->dtype));
+                      nbop_sstr(v->rank, v->shape), nb_dtype_name(v->dtype), x->rank < 0 ? "<unknown>" : nbop_tstr(x),
+                      nb_dtype_name(x->dtype));
   return (assign_kind)(intptr_t)k->def->impl != ASSIGN_SET ? nbop_kcheck_dtype(k, 0, NBOP_M_NUM) : NB_OK;
 }
 
-#define ADD_LOOP(T, U, op)                                   \
-  do {                                                       \
-    T *restrict d = dst;                                     \
-    const T *restrict s = src;                               \
-    for (int64_t i = 0; i < n; i++) d[i] = (T)((U)d[i] op (U)s[i]); \
+#define ADD_LOOP(T, U, op)                                          \
+  do {                                                              \
+    T *restrict d = dst;                                            \
+    const T *restrict s = src;                                      \
+    for (int64_t i = 0; i < n; i++) d[i] = (T)((U)d[i] op(U) s[i]); \
   } while (0)
 
 /* dst op= src over n elements; integers wrap (through unsigned types). */
 static void add_into(nb_dtype t, bool subtract, void *dst, const void *src, int64_t n) {
   switch (t) {
-    case NB_F32: if (subtract) ADD_LOOP(float, float, -); else ADD_LOOP(float, float, +); break;
-    case NB_F64: if (subtract) ADD_LOOP(double, double, -); else ADD_LOOP(double, double, +); break;
-    case NB_I32: if (subtract) ADD_LOOP(int32_t, uint32_t, -); else ADD_LOOP(int32_t, uint32_t, +); break;
-    case NB_I64: if (subtract) ADD_LOOP(int64_t, uint64_t, -); else ADD_LOOP(int64_t, uint64_t, +); break;
+    case NB_F32:
+      if (subtract)
+        ADD_LOOP(float, float, -);
+      else
+        ADD_LOOP(float, float, +);
+      break;
+    case NB_F64:
+      if (subtract)
+        ADD_LOOP(double, double, -);
+      else
+        ADD_LOOP(double, double, +);
+      break;
+    case NB_I32:
+      if (subtract)
+        ADD_LOOP(int32_t, uint32_t, -);
+      else
+        ADD_LOOP(int32_t, uint32_t, +);
+      break;
+    case NB_I64:
+      if (subtract)
+        ADD_LOOP(int64_t, uint64_t, -);
+      else
+        ADD_LOOP(int64_t, uint64_t, +);
+      break;
     case NB_BOOL: break; /* refused by assign_validate */
   }
 }
@@ -141,26 +161,52 @@ static nb_code scatter_kernel(nbop_kargs *k) {
   return NB_OK;
 }
 
-#define VAR_ATTRS                                                   \
-  .nattrs = 2, .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true}, \
-                         {"_variable", NB_ATTR_INT, {.i = 0}, true}}
-#define ASSIGN_OP(op_name, kind)                                                                       \
-  {.name = op_name, .nin = 1, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, VAR_ATTRS,   \
-   .validate = assign_validate, .infer = variable_infer, .kernel = assign_kernel,                      \
-   .impl = (const void *)(intptr_t)(kind)}
+#define VAR_ATTRS \
+  .nattrs = 2, .attrs = {{"dtype", NB_ATTR_TYPE, {.type = NB_F32}, true}, {"_variable", NB_ATTR_INT, {.i = 0}, true}}
+#define ASSIGN_OP(op_name, kind)                                                                      \
+  {                                                                                                   \
+    .name = op_name, .nin = 1, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, VAR_ATTRS, \
+    .validate = assign_validate, .infer = variable_infer, .kernel = assign_kernel,                    \
+    .impl = (const void *)(intptr_t)(kind)                                                            \
+  }
 
 static nbop_def variable_ops[] = {
-    {.name = "ReadVariableOp", .nin = 0, .nout = 1, .alias = -1, .stateful = true, VAR_ATTRS, .validate = read_validate,
-     .infer = variable_infer, .kernel = read_kernel},
+    {.name = "ReadVariableOp",
+     .nin = 0,
+     .nout = 1,
+     .alias = -1,
+     .stateful = true,
+     VAR_ATTRS,
+     .validate = read_validate,
+     .infer = variable_infer,
+     .kernel = read_kernel},
     ASSIGN_OP("AssignVariableOp", ASSIGN_SET),
     ASSIGN_OP("AssignAddVariableOp", ASSIGN_ADD),
     ASSIGN_OP("AssignSubVariableOp", ASSIGN_SUB),
-    {.name = "ResourceScatterAdd", .nin = 2, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, VAR_ATTRS,
-     .validate = scatter_validate, .infer = variable_infer, .kernel = scatter_kernel,
+    {.name = "ResourceScatterAdd",
+     .nin = 2,
+     .nout = 1,
+     .alias = -1,
+     .stateful = true,
+     .any_rank = true,
+     VAR_ATTRS,
+     .validate = scatter_validate,
+     .infer = variable_infer,
+     .kernel = scatter_kernel,
      .impl = (const void *)(intptr_t)ASSIGN_ADD},
-    {.name = "ResourceScatterSub", .nin = 2, .nout = 1, .alias = -1, .stateful = true, .any_rank = true, VAR_ATTRS,
-     .validate = scatter_validate, .infer = variable_infer, .kernel = scatter_kernel,
+    {.name = "ResourceScatterSub",
+     .nin = 2,
+     .nout = 1,
+     .alias = -1,
+     .stateful = true,
+     .any_rank = true,
+     VAR_ATTRS,
+     .validate = scatter_validate,
+     .infer = variable_infer,
+     .kernel = scatter_kernel,
      .impl = (const void *)(intptr_t)ASSIGN_SUB},
 };
 
-nbop_family nbop_variable_family(void) { return (nbop_family){variable_ops, sizeof variable_ops / sizeof *variable_ops}; }
+nbop_family nbop_variable_family(void) {
+  return (nbop_family){variable_ops, sizeof variable_ops / sizeof *variable_ops};
+}

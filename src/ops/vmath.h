@@ -58,5 +58,4 @@ static inline float vtanhf(float x) {
   return ax < 0.625f ? small : big;
 }
 
-
 #endif

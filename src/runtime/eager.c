@@ -62,9 +62,9 @@ static nb_code eager_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out) {
     const nbop_meta *m = &k->out[i];
     nb_tensor *src = (i == 0 && def->alias >= 0) ? k->in[def->alias] : NULL;
     nb_tensor *forwarded = i == 0 && k->nout == 1 ? forwarded_output(c, k, m, forwardable) : NULL;
-    out[i] = forwarded                ? forwarded
-             : src && src->buf       ? alias_output(c, m, src)
-                                     : nbcore_tensor_alloc(c, m->dtype, m->rank, m->shape);
+    out[i] = forwarded         ? forwarded
+             : src && src->buf ? alias_output(c, m, src)
+                               : nbcore_tensor_alloc(c, m->dtype, m->rank, m->shape);
     if (!out[i]) {
       free_outputs(out, i);
       return c->status;

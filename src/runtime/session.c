@@ -10,20 +10,20 @@
 
 typedef struct nbrt_plan {
   uint64_t hash;
-  uint32_t version;        /* the graph's control-edge version it was planned for */
+  uint32_t version; /* the graph's control-edge version it was planned for */
   int nfeed, nfetch;
-  int64_t *keys;           /* feed keys then fetch keys: node << 32 | output */
+  int64_t *keys; /* feed keys then fetch keys: node << 32 | output */
   int32_t nsteps, nvals;
-  int32_t max_in;          /* the most inputs one step reads */
-  int32_t *steps;          /* node ids in run order */
-  int32_t *in_off;         /* step i reads vals in_vals[in_off[i] .. in_off[i+1]) */
+  int32_t max_in;  /* the most inputs one step reads */
+  int32_t *steps;  /* node ids in run order */
+  int32_t *in_off; /* step i reads vals in_vals[in_off[i] .. in_off[i+1]) */
   int32_t *in_vals;
-  int32_t *out0;           /* step i writes vals out0[i] .. out0[i] + nout */
-  int32_t *free_off;       /* after step i, free free_vals[free_off[i] .. free_off[i+1]) */
+  int32_t *out0;     /* step i writes vals out0[i] .. out0[i] + nout */
+  int32_t *free_off; /* after step i, free free_vals[free_off[i] .. free_off[i+1]) */
   int32_t *free_vals;
-  uint32_t *dying;         /* step i: bit j when its input j (j < 32) is freed right after it */
+  uint32_t *dying; /* step i: bit j when its input j (j < 32) is freed right after it */
   int32_t *feed_vals, *fetch_vals;
-  bool *from_value;        /* step i takes its node's build-time value instead of running */
+  bool *from_value; /* step i takes its node's build-time value instead of running */
 } nbrt_plan;
 
 struct nb_session {
@@ -33,7 +33,7 @@ struct nb_session {
   int nplans;
   nb_tensor **vals;
   int32_t vals_cap;
-  int take;                /* the next nb_run frees feed values [0, take) (nbrt_session_take_feeds) */
+  int take; /* the next nb_run frees feed values [0, take) (nbrt_session_take_feeds) */
   char error[NBCORE_ERR_CAP];
 };
 
@@ -94,8 +94,7 @@ void nb_session_set_threads(nb_session *s, int n) {
   if (s) nb_ctx_set_threads(s->ctx, n);
 }
 
-static nb_code session_fail(nb_session *s, nb_code code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static nb_code session_fail(nb_session *s, nb_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static nb_code session_fail(nb_session *s, nb_code code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -103,7 +102,6 @@ static nb_code session_fail(nb_session *s, nb_code code, const char *fmt, ...) {
   va_end(ap);
   return code;
 }
-
 
 static uint64_t keys_hash(const int64_t *keys, int n) {
   uint64_t h = 1469598103934665603ull;
@@ -118,7 +116,7 @@ typedef struct planner {
   nb_graph *g;
   nbrt_plan *p;
   uint32_t gen;
-  int32_t *needed, nneeded;  /* nodes to run, in discovery order */
+  int32_t *needed, nneeded; /* nodes to run, in discovery order */
 } planner;
 
 static bool push_stale(int32_t **stack, int32_t *top, int32_t *cap, int32_t id) {
@@ -139,7 +137,9 @@ static int fed_index(const nbrt_plan *p, int32_t src, int32_t out) {
   return -1;
 }
 
-static bool edge_live(const nbrt_plan *p, const nbgraph_edge *e) { return e->out < 0 || fed_index(p, e->src, e->out) < 0; }
+static bool edge_live(const nbrt_plan *p, const nbgraph_edge *e) {
+  return e->out < 0 || fed_index(p, e->src, e->out) < 0;
+}
 
 /* A node whose outputs were all computed at build time needs none of its inputs, unless
    a feed replaces something those values came from (marked stale: stamp2 == gen). */
@@ -196,7 +196,8 @@ static nb_code collect_needed(planner *pl) {
   int top = 0;
   for (int i = 0; i < pl->p->nfetch; i++) {
     int64_t key = pl->p->keys[pl->p->nfeed + i];
-    if (fed_index(pl->p, nbgraph_key_node(key), nbgraph_key_out(key)) < 0) push_needed(pl, stack, &top, nbgraph_key_node(key));
+    if (fed_index(pl->p, nbgraph_key_node(key), nbgraph_key_out(key)) < 0)
+      push_needed(pl, stack, &top, nbgraph_key_node(key));
   }
   while (top > 0) {
     const nbgraph_node *n = &g->nodes[stack[--top]];
@@ -519,8 +520,8 @@ static nb_code run_with_slices(nb_session *s, nb_tensor *const *feed, nb_tensor 
   return code;
 }
 
-nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
-               nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
+nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed, nb_tensor *const *fetch,
+               int nfetch, nb_tensor **results) {
   if (!s) return NB_INVALID;
   s->error[0] = '\0';
   for (int i = 0; results && i < nfetch; i++) results[i] = NULL;

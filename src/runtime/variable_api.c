@@ -132,7 +132,10 @@ static nb_tensor *update(nb_ctx *c, nb_variable *v, nb_tensor *const *in, int ni
   for (int i = 0; i < nin; i++) null_input |= !in[i];
   if (!v || null_input || v->freed) {
     nbcore_fail(c, NB_INVALID, "%s: %s", type,
-                !v ? "NULL variable" : v->freed ? "a freed variable" : nin == 1 ? "NULL value" : "NULL indices or updates");
+                !v         ? "NULL variable"
+                : v->freed ? "a freed variable"
+                : nin == 1 ? "NULL value"
+                           : "NULL indices or updates");
     return NULL;
   }
   nbop_attrval attrs[NBOP_MAX_ATTRS] = {{.type = v->dtype}, {.i = nbcore_variable_bits(v)}};

@@ -24,12 +24,12 @@ typedef struct slot_set {
 struct nb_optimizer {
   const nbcore_optim_state *state; /* first: what checkpoints read of it (src/core/variable.h) */
   nbop_apply_kind kind;
-  nbop_hyper h;            /* lr unused: the schedule gives it */
+  nbop_hyper h; /* lr unused: the schedule gives it */
   nb_lr_schedule lr;
   nb_variable *iterations; /* int64 scalar, made on the first update */
   slot_set *slots;
   int32_t nslots, slots_cap;
-  int32_t next;            /* where the next lookup starts: updates come in the same order each step */
+  int32_t next; /* where the next lookup starts: updates come in the same order each step */
 };
 
 /* Slot names per kind, in the order the kernels take them after the variable. */
@@ -61,7 +61,8 @@ nb_optimizer *nb_momentum_new(double learning_rate, double momentum, bool nester
 }
 
 nb_optimizer *nb_adam_new(double learning_rate, double beta1, double beta2, double epsilon) {
-  return optimizer_new(NBOP_APPLY_ADAM, learning_rate, (nbop_hyper){.beta1 = beta1, .beta2 = beta2, .epsilon = epsilon});
+  return optimizer_new(NBOP_APPLY_ADAM, learning_rate,
+                       (nbop_hyper){.beta1 = beta1, .beta2 = beta2, .epsilon = epsilon});
 }
 
 nb_optimizer *nb_adamw_new(double learning_rate, double beta1, double beta2, double epsilon, double weight_decay) {
@@ -129,8 +130,9 @@ static nb_tensor *schedule_tensor(nb_ctx *c, const nb_lr_schedule *s, nb_tensor 
     case NB_LR_COSINE_DECAY: {
       nb_tensor *steps = nb_scalar(c, t, (double)s->decay_steps);
       nb_tensor *done = nb_real_div(c, nb_minimum(c, nb_cast(c, step, t), steps), steps);
-      nb_tensor *cosine = nb_mul(c, nb_scalar(c, t, 0.5),
-                                 nb_add(c, nb_scalar(c, t, 1), nb_cos(c, nb_mul(c, nb_scalar(c, t, NBTRAIN_PI), done))));
+      nb_tensor *cosine =
+          nb_mul(c, nb_scalar(c, t, 0.5),
+                 nb_add(c, nb_scalar(c, t, 1), nb_cos(c, nb_mul(c, nb_scalar(c, t, NBTRAIN_PI), done))));
       nb_tensor *decayed = nb_add(c, nb_mul(c, nb_scalar(c, t, 1 - s->alpha), cosine), nb_scalar(c, t, s->alpha));
       return nb_mul(c, nb_scalar(c, t, s->initial), decayed);
     }
@@ -209,19 +211,25 @@ static nb_code check_apply(nb_ctx *c, nb_tensor *const *grads, nb_variable *cons
   for (int i = 0; i < n; i++) {
     const nb_variable *v = vars[i];
     const nb_tensor *g = grads[i];
-    if (!v || v->freed) return nbcore_fail(c, NB_INVALID, "nb_optimizer_apply: vars[%d] is %s", i, v ? "freed" : "NULL");
+    if (!v || v->freed)
+      return nbcore_fail(c, NB_INVALID, "nb_optimizer_apply: vars[%d] is %s", i, v ? "freed" : "NULL");
     if (!g) continue;
     if (!nbcore_is_float(v->dtype))
-      return nbcore_fail(c, NB_DTYPE, "nb_optimizer_apply: variable '%s' has dtype %s; optimizers update float32 and "
-                         "float64 variables", v->name, nb_dtype_name(v->dtype));
+      return nbcore_fail(c, NB_DTYPE,
+                         "nb_optimizer_apply: variable '%s' has dtype %s; optimizers update float32 and "
+                         "float64 variables",
+                         v->name, nb_dtype_name(v->dtype));
     bool sparse = nb_is_indexed_slices(g);
     if (!c->graph && !(sparse ? nb_indexed_slices_values(g) : g)->buf)
-      return nbcore_fail(c, NB_INVALID, "nb_optimizer_apply: gradient %d (for variable '%s') is a graph tensor; eager "
-                         "updates need values", i, v->name);
+      return nbcore_fail(c, NB_INVALID,
+                         "nb_optimizer_apply: gradient %d (for variable '%s') is a graph tensor; eager "
+                         "updates need values",
+                         i, v->name);
     if (!nbcore_variable_accepts(v, g))
       return nbcore_fail(c, g->dtype != v->dtype ? NB_DTYPE : NB_SHAPE,
                          "nb_optimizer_apply: gradient %d has %sshape %s and dtype %s; variable '%s' has shape %s and "
-                         "dtype %s", i, sparse ? "IndexedSlices of dense " : "", g->rank < 0 ? "<unknown>" : nbop_tstr(g),
+                         "dtype %s",
+                         i, sparse ? "IndexedSlices of dense " : "", g->rank < 0 ? "<unknown>" : nbop_tstr(g),
                          nb_dtype_name(g->dtype), v->name, nbop_sstr(v->rank, v->shape), nb_dtype_name(v->dtype));
   }
   return NB_OK;
@@ -248,7 +256,7 @@ static nb_variable *const *optim_slots(nb_optimizer *o, nb_ctx *c, nb_variable *
 }
 
 static const nbcore_optim_state optim_state = {optim_slot_names, nb_optimizer_slot, nb_optimizer_iterations,
-                                           optim_step_variable, optim_slots};
+                                               optim_step_variable, optim_slots};
 
 /* The step counter and every updated variable's slots exist. */
 static nb_code prepare(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n) {
@@ -279,7 +287,7 @@ static nb_code apply_eager(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, 
     update_vars(o, vars[i], uses);
     nb_tensor *g = grads[i];
     nb_code code = nb_is_indexed_slices(g) ? nbop_sparse_apply_update(c, o->kind, uses, nb_indexed_slices_values(g),
-                                                                     nb_indexed_slices_indices(g), &h, c->threads)
+                                                                      nb_indexed_slices_indices(g), &h, c->threads)
                                            : nbop_apply_update(c, o->kind, uses, nbcore_tdata(g), &h, c->threads);
     if (code) return code;
   }
@@ -308,7 +316,8 @@ static void hyper_tensors(nb_optimizer *o, nb_ctx *c, nb_tensor *step, nb_dtype 
       nb_tensor *local = nb_add(c, nb_cast(c, step, t), S(1));
       nb_tensor *b1p = nb_pow(c, S(h->beta1), local), *b2p = nb_pow(c, S(h->beta2), local);
       *gh = (graph_hyper){{b1p, b2p, lr, S(h->beta1), S(h->beta2), S(h->epsilon), NULL, S(h->weight_decay)},
-                          o->kind == NBOP_APPLY_ADAMW ? 8 : 7, 6};
+                          o->kind == NBOP_APPLY_ADAMW ? 8 : 7,
+                          6};
       break;
     }
     default: *gh = (graph_hyper){{lr, S(h->rho), S(h->momentum), S(h->epsilon), NULL}, 5, 4}; break;
@@ -324,8 +333,10 @@ static const char *const op_types[] = {
 
 /* For IndexedSlices gradients; SGD's is ResourceScatterSub of lr values, as Keras's. */
 static const char *const sparse_op_types[] = {
-    [NBOP_APPLY_SGD] = "ResourceScatterSub",         [NBOP_APPLY_MOMENTUM] = "ResourceSparseApplyMomentum",
-    [NBOP_APPLY_ADAM] = "ResourceSparseApplyAdam",   [NBOP_APPLY_ADAMW] = "ResourceSparseApplyAdamW",
+    [NBOP_APPLY_SGD] = "ResourceScatterSub",
+    [NBOP_APPLY_MOMENTUM] = "ResourceSparseApplyMomentum",
+    [NBOP_APPLY_ADAM] = "ResourceSparseApplyAdam",
+    [NBOP_APPLY_ADAMW] = "ResourceSparseApplyAdamW",
     [NBOP_APPLY_RMSPROP] = "ResourceSparseApplyRMSProp",
     [NBOP_APPLY_CENTERED_RMSPROP] = "ResourceSparseApplyCenteredRMSProp",
 };
@@ -352,8 +363,7 @@ static nb_tensor *update_node(nb_optimizer *o, nb_ctx *c, graph_hyper gh, nb_ten
   gh.in[gh.grad] = values;
   gh.in[gh.grad + 1] = indices;
   nbop_attrval attrs[NBOP_MAX_ATTRS] = {{.ints = bits, .n = nuses}, {.b = false}, {.b = o->h.nesterov}};
-  return nbrt_variable_update(c, nbop_lookup(sparse_op_types[o->kind]), uses, nuses, gh.in, gh.nin + 1, attrs,
-                              "apply");
+  return nbrt_variable_update(c, nbop_lookup(sparse_op_types[o->kind]), uses, nuses, gh.in, gh.nin + 1, attrs, "apply");
 }
 
 static nb_tensor *apply_graph(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grads, nb_variable *const *vars, int n) {
@@ -375,7 +385,8 @@ static nb_tensor *apply_graph(nb_optimizer *o, nb_ctx *c, nb_tensor *const *grad
   }
   nb_tensor *inc = nb_variable_assign_add(c, o->iterations, nb_scalar(c, NB_I64, 1));
   for (int i = 0; i < nupdates && inc; i++)
-    if (nb_add_control_input(inc, updates[i]) != NB_OK) inc = NULL, nbcore_fail(c, NB_NOMEM, "nb_optimizer_apply: out of memory");
+    if (nb_add_control_input(inc, updates[i]) != NB_OK)
+      inc = NULL, nbcore_fail(c, NB_NOMEM, "nb_optimizer_apply: out of memory");
   free(updates);
   return inc;
 }
@@ -415,7 +426,8 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
   if (!nbop_live(c)) return c->status;
   if (n < 0 || (n > 0 && (!grads || !out)))
     return nbcore_fail(c, NB_INVALID, "nb_clip_by_global_norm: grads or out is NULL, or n is negative");
-  if (!(clip_norm > 0)) return nbcore_fail(c, NB_INVALID, "nb_clip_by_global_norm: clip_norm %g must be > 0", clip_norm);
+  if (!(clip_norm > 0))
+    return nbcore_fail(c, NB_INVALID, "nb_clip_by_global_norm: clip_norm %g must be > 0", clip_norm);
   nb_tensor *small[16], **squares = n <= 16 ? small : malloc((size_t)n * sizeof *squares);
   if (!squares) return nbcore_fail(c, NB_NOMEM, "nb_clip_by_global_norm: out of memory");
   int m = 0, first = -1;
@@ -424,7 +436,8 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
     if (first < 0) first = i;
     if (!nbcore_is_float(grads[i]->dtype) || grads[i]->dtype != grads[first]->dtype)
       nbcore_fail(c, NB_DTYPE, "nb_clip_by_global_norm: gradient %d has dtype %s; expected %s like gradient %d", i,
-                  nb_dtype_name(grads[i]->dtype), nbcore_is_float(grads[first]->dtype) ? nb_dtype_name(grads[first]->dtype) : "a float dtype", first);
+                  nb_dtype_name(grads[i]->dtype),
+                  nbcore_is_float(grads[first]->dtype) ? nb_dtype_name(grads[first]->dtype) : "a float dtype", first);
     else
       squares[m++] = nb_sum(c, nb_square(c, dense_part(grads[i])), NULL, 0, false);
   }
@@ -433,8 +446,8 @@ nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double
   if (squares != small) free(squares);
   /* norm - norm is NaN exactly when norm is inf or NaN: then every output is NaN, as TF */
   nb_tensor *use = nb_add(c, norm, nb_sub(c, norm, norm));
-  nb_tensor *scale = nb_mul(c, nb_scalar(c, t, clip_norm),
-                            nb_minimum(c, nb_reciprocal(c, use), nb_scalar(c, t, 1 / clip_norm)));
+  nb_tensor *scale =
+      nb_mul(c, nb_scalar(c, t, clip_norm), nb_minimum(c, nb_reciprocal(c, use), nb_scalar(c, t, 1 / clip_norm)));
   for (int i = 0; i < n && nbop_live(c); i++) out[i] = grads[i] ? scaled(c, grads[i], scale) : NULL;
   if (!nbop_live(c)) {
     for (int i = 0; i < n; i++) out[i] = NULL;
