@@ -62,6 +62,9 @@ function fail(msg) {
 # nm -A: "lib.a:object.o:address T name", or "object.o:address T name" for an object given alone
 NF >= 2 && $(NF - 1) ~ /^[A-Z]$/ {
   sym = $NF
+  # A name with a dot is no C identifier but one the compiler made: clang makes each
+  # target_clones function (static ones too) a global "name.resolver" for its ifunc.
+  if (sym ~ /\./) next
   object = $1
   sub(/:[^:]*$/, "", object)
   base = object
