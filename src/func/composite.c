@@ -101,20 +101,22 @@ static nb_code add_call(nb_ctx *c, const composite *op, nb_tensor *const *in, nb
 /* The registered gradient of a composite on its eager tape entry (user: the composite). It
    sees the call as the graph's call node shows it: type StatefulPartitionedCall, inputs the
    body's arguments (eagerly there are no captured tensors), the outputs, attr N the input
-   count (_f, the traced function, is 0: there is none). Its gradients go through a buffer
-   of its own, as nbad_grad_invoke guards the slots past them, which the entry's also are. */
+   count (_f, the traced function, is 0: there is none); every input counts as needing a
+   gradient (the custom-gradient entry does not pass which do). Its gradients go through a
+   buffer of its own, as nbad_grad_invoke guards the slots past them, which the entry's
+   also are. */
 static nb_code eager_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
                           nb_tensor *const *dys, nb_tensor **dxs, void *user) {
   const composite *op = user;
   nb_grad_fn rule;
   if (nbad_grad_lookup(NULL, op->name, &rule) != NBAD_GRAD_FN)
-    return nb_set_error(c, NB_INTERNAL, "%s: the composite op's registered gradient is gone", op->name);
+    return nb_set_error(c, NB_INTERNAL, "%s: no gradient is registered for the composite op", op->name);
   const nbop_def *def = nbop_lookup("StatefulPartitionedCall");
   nbop_attrval a[NBOP_MAX_ATTRS];
   nbop_attr_defaults(def, a);
   a[0].i = nin; /* N */
   nb_fwd_op call = {def, op->name, nin, nout, in, out, a, NULL};
-  nb_tensor **got = calloc((size_t)nbad_grad_width(nin, nout), sizeof *got);
+  nb_tensor **got = calloc((size_t)nin + NBAD_GRAD_GUARDS, sizeof *got);
   if (!got) return nb_set_error(c, NB_NOMEM, "%s gradient: out of memory", op->name);
   nb_code code = nbad_grad_invoke(c, rule, &call, dys, got);
   if (!code) memcpy(dxs, got, (size_t)nin * sizeof *got);
