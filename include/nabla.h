@@ -754,10 +754,13 @@ nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *con
    (shaped like in) and the call is one StatefulPartitionedCall node of it, differentiated
    by the gradient nb_register_gradient registered under name (it sees the call node:
    inputs the body's arguments, then the graph tensors the body captured) or, without one,
-   through the body; eagerly the body runs at once, so a tape differentiates through it
-   (with a registered gradient an eager call is NB_UNIMPLEMENTED). user must outlive every
+   through the body; eagerly the body runs at once, so a tape differentiates through it,
+   or, with a registered gradient, records the call as one entry whose gradient is that
+   one, seeing the call as a graph's call node (type StatefulPartitionedCall, inputs the
+   arguments, attr N their count; eagerly nothing is captured). user must outlive every
    call. Registration: NB_INVALID for an invalid or taken name (a composite or any op
-   type), a NULL fn or counts out of range (message: nb_registry_error()). A call:
+   type; a later nb_register_op of a composite's name fails too), a NULL fn or counts out
+   of range (message: nb_registry_error()). A call:
    NB_NOT_FOUND for an unknown name, NB_INVALID for wrong counts; a failing body fails
    the call with its code. Composites cannot be unregistered. */
 nb_code nb_register_composite_op(const char *name, nb_custom_fn fn, void *user, int nin, int nout);

@@ -30,6 +30,10 @@ static inline int32_t nbad_grad_width(int32_t nin, int32_t nout) { return 2 * (n
    pass, tape, custom and overridden gradients) calls gradient functions through it. */
 nb_code nbad_grad_invoke(nb_ctx *c, nb_grad_fn fn, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
 
+/* nb_custom_gradient, with who naming the caller in errors (a composite op's name). */
+nb_code nbad_custom_gradient(nb_ctx *c, const char *who, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user,
+                             nb_tensor *const *in, int nin, nb_tensor **out, int nout);
+
 /* The gradient of _RecomputeGrad (recompute.c). */
 nb_code nbad_recompute_gradient(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
 

@@ -61,14 +61,18 @@ static nb_code check_args(nb_ctx *c, const char *who, bool fns, nb_tensor *const
   return NB_OK;
 }
 
-nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user, nb_tensor *const *in,
-                           int nin, nb_tensor **out, int nout) {
-  const char *who = "nb_custom_gradient";
+nb_code nbad_custom_gradient(nb_ctx *c, const char *who, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user,
+                             nb_tensor *const *in, int nin, nb_tensor **out, int nout) {
   if (!c) return NB_INVALID;
   nb_code code = check_args(c, who, fwd && grad, in, nin, out, nout);
   return code ? code
               : wrap_forward(c, who, nbop_custom_gradient_def(), fwd, nbcore_bits_of(&grad, sizeof grad), user, in, nin,
                              out, nout);
+}
+
+nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, void *user, nb_tensor *const *in,
+                           int nin, nb_tensor **out, int nout) {
+  return nbad_custom_gradient(c, "nb_custom_gradient", fwd, grad, user, in, nin, out, nout);
 }
 
 nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *const *in, int nin, nb_tensor **out,

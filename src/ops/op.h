@@ -143,9 +143,13 @@ void nbop_registry_init(void);
 const nbop_def *nbop_lookup(const char *type);
 int nbop_count(void);
 const nbop_def *nbop_by_id(int id);
-/* Adds a user's op (nb_register_op) and sets its id: NB_INVALID when the name is taken,
-   NB_NOMEM when the registry is full. def must live as long as the process. */
+/* Adds a user's op (nb_register_op) and sets its id: NB_INVALID when the name is taken
+   (by an op or a reservation), NB_NOMEM when the registry is full. def must live as long as the process. */
 nb_code nbop_add(nbop_def *def);
+/* Reserves name for a type the layers above define (a composite op): later nbop_add and
+   nbop_reserve_name calls with it fail. NB_INVALID when an op or a reservation holds it,
+   NB_NOMEM when out of memory. name must live as long as the process. */
+nb_code nbop_reserve_name(const char *name);
 /* TF's op names: [A-Z][A-Za-z0-9_>]*, at most 128 characters. */
 bool nbop_valid_op_name(const char *s);
 /* Records this thread's registry error (nb_registry_error) and returns code. */

@@ -1,6 +1,7 @@
 /* The op registry: every family's table, interned by name once, then the ops users
    register (nb_register_op). Lookups take no lock: an entry is published, complete, with
-   a release store, and never changes or goes away after. */
+   a release store, and never changes or goes away after. Layers above reserve names of
+   types that are not ops here (composite ops), which no op may then take. */
 #include "op.h"
 
 #include <assert.h>
@@ -16,6 +17,9 @@ static const nbop_def *_Atomic hash_slots[NBOP_HASH_SLOTS];
 static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t add_lock = PTHREAD_MUTEX_INITIALIZER; /* one writer at a time */
 
+static const char **reserved; /* under add_lock */
+static int32_t nreserved, reserved_cap;
+
 static uint32_t name_hash(const char *s) {
   uint32_t h = 2166136261u; /* FNV-1a */
   while (*s) h = (h ^ (uint8_t)*s++) * 16777619u;
@@ -24,8 +28,16 @@ static uint32_t name_hash(const char *s) {
 
 static const nbop_def *slot_at(uint32_t i) { return atomic_load_explicit(&hash_slots[i], memory_order_acquire); }
 
-/* The free hash slot for name, or -1 when name is taken. */
+static bool is_reserved(const char *name) {
+  for (int32_t i = 0; i < nreserved; i++)
+    if (strcmp(reserved[i], name) == 0) return true;
+  return false;
+}
+
+/* The free hash slot for name, or -1 when an op or a reservation holds name. Callers
+   hold add_lock or build the registry. */
 static int64_t free_slot(const char *name) {
+  if (is_reserved(name)) return -1;
   uint32_t i = name_hash(name) & (NBOP_HASH_SLOTS - 1);
   for (const nbop_def *d; (d = slot_at(i)); i = (i + 1) & (NBOP_HASH_SLOTS - 1))
     if (strcmp(d->name, name) == 0) return -1;
@@ -68,6 +80,17 @@ nb_code nbop_add(nbop_def *def) {
   int64_t slot = free_slot(def->name);
   nb_code code = slot < 0 ? NB_INVALID : atomic_load(&nops) >= NBOP_MAX_OPS ? NB_NOMEM : NB_OK;
   if (!code) publish(def, slot);
+  pthread_mutex_unlock(&add_lock);
+  return code;
+}
+
+nb_code nbop_reserve_name(const char *name) {
+  nbop_registry_init();
+  pthread_mutex_lock(&add_lock);
+  nb_code code = free_slot(name) < 0                                                                     ? NB_INVALID
+                 : nbcore_grow_array((void **)&reserved, &reserved_cap, nreserved + 1, sizeof *reserved) ? NB_OK
+                                                                                                         : NB_NOMEM;
+  if (!code) reserved[nreserved++] = name;
   pthread_mutex_unlock(&add_lock);
   return code;
 }
