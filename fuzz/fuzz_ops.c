@@ -1,7 +1,9 @@
 /* libFuzzer target for op programs (make fuzz). Each input decodes into a small program
    over the op registry: leaves of random dtypes, ranks 0-4 and dims 0-3 (unknown, -1, in
    graphs), then up to four op calls through nb_op with random inputs from the pool,
-   random arities and random (often wrong) attrs. The program runs
+   random arities and random (often wrong) attrs. The registry includes a user op
+   (nb_register_op) with list(float) and list(type) attrs, so their validation is fuzzed
+   too. The program runs
    - eagerly under two nested tapes (first and second order gradients of the last float
      output with respect to the float leaves), and
    - as a graph: placeholders, the ops, nb_gradients and the gradient of the gradient's
@@ -65,6 +67,8 @@ typedef struct {
   int nattrs;
   nb_attr attrs[NBOP_MAX_ATTRS + 1];
   int64_t ints[NBOP_MAX_ATTRS + 1][5];
+  double float_list[NBOP_MAX_ATTRS + 1][5];
+  nb_dtype type_list[NBOP_MAX_ATTRS + 1][5];
   int tensor_attr_input[NBOP_MAX_ATTRS + 1]; /* pool index of a tensor attr, -1 none */
 } step_spec;
 
@@ -92,7 +96,7 @@ static void decode_attr(bytes *b, const nbop_attr_spec *spec, step_spec *s, int 
   nb_attr *at = &s->attrs[a];
   s->tensor_attr_input[a] = -1;
   /* Mostly the spec's own name and kind; sometimes another kind under its name. */
-  nb_attr_kind kind = next_below(b, 8) == 7 ? (nb_attr_kind)next_below(b, 7) : spec->kind;
+  nb_attr_kind kind = next_below(b, 8) == 7 ? (nb_attr_kind)next_below(b, NB_ATTR_TYPES + 1) : spec->kind;
   const char *name = spec->name;
   switch (kind) {
     case NB_ATTR_INT: *at = nb_attr_int(name, (int64_t)next_below(b, 12) - 3); break;
@@ -104,6 +108,18 @@ static void decode_attr(bytes *b, const nbop_attr_spec *spec, step_spec *s, int 
       int n = (int)next_below(b, 6);
       for (int i = 0; i < n; i++) s->ints[a][i] = (int64_t)next_below(b, 6) - 1;
       *at = nb_attr_ints(name, s->ints[a], n);
+      break;
+    }
+    case NB_ATTR_FLOATS: {
+      int n = (int)next_below(b, 6);
+      for (int i = 0; i < n; i++) s->float_list[a][i] = floats[next_below(b, 8)];
+      *at = nb_attr_floats(name, s->float_list[a], n);
+      break;
+    }
+    case NB_ATTR_TYPES: {
+      int n = (int)next_below(b, 6);
+      for (int i = 0; i < n; i++) s->type_list[a][i] = (nb_dtype)next_below(b, 7);
+      *at = nb_attr_types(name, s->type_list[a], n);
       break;
     }
     default:
@@ -301,6 +317,52 @@ static void fuzz_graph(const program *p) {
   if (nfetch) run_session(g, p, pl.t, fetch, nfetch);
   nb_ctx_free(c);
   nb_graph_free(g);
+}
+
+/* The user op: y = x * prod(scales) for float x (a copy otherwise); "types" lists the
+   dtypes it accepts, restricted to float32 and float64. */
+static nb_code scale_kernel(nb_op_ctx *k) {
+  int nscales = 0, ntypes = 0;
+  const double *scales = nb_opctx_attr_floats(k, "scales", &nscales);
+  nb_opctx_attr_types(k, "types", &ntypes);
+  const nb_tensor *x = nb_opctx_input(k, 0);
+  double factor = 1.0;
+  for (int i = 0; i < nscales; i++) factor *= scales[i];
+  int64_t n = nb_num_elements(x);
+  const void *in = nb_opctx_input_value(k, 0);
+  void *out = nb_opctx_output_data(k, 0);
+  if (nb_dtype_of(x) == NB_F32)
+    for (int64_t i = 0; i < n; i++) ((float *)out)[i] = (float)(((const float *)in)[i] * factor);
+  else if (nb_dtype_of(x) == NB_F64)
+    for (int64_t i = 0; i < n; i++) ((double *)out)[i] = ((const double *)in)[i] * factor;
+  else
+    memcpy(out, in, (size_t)n * nb_dtype_size(nb_dtype_of(x)));
+  return NB_OK;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  static const double unit[] = {1.0};
+  static const nb_dtype f32[] = {NB_F32};
+  static const nb_op_arg x = {.name = "x", .type_attr = "T"}, y = {.name = "y", .type_attr = "T"};
+  static nb_op_attr_def attrs[3] = {
+      {.name = "T", .kind = NB_ATTR_TYPE, .required = true},
+      {.name = "scales", .kind = NB_ATTR_FLOATS},
+      {.name = "types", .kind = NB_ATTR_TYPES, .allowed_types = 1u << NB_F32 | 1u << NB_F64},
+  };
+  attrs[1].def = nb_attr_floats("", unit, 1);
+  attrs[2].def = nb_attr_types("", f32, 1);
+  nb_op_spec spec = {.name = "FuzzScale",
+                     .inputs = &x,
+                     .ninputs = 1,
+                     .outputs = &y,
+                     .noutputs = 1,
+                     .attrs = attrs,
+                     .nattrs = 3,
+                     .kernel = scale_kernel};
+  check(nb_register_op(&spec) == NB_OK, nb_registry_error());
+  return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
