@@ -89,6 +89,7 @@ struct nb_graph {
   struct nb_graph *parent;
   struct nbgraph_capture_entry *caps;
   int32_t ncaps, caps_cap;
+  char error[512]; /* the last graph-level error (GraphDef export): nb_graph_error */
 };
 
 /* A tensor of the parent graph (key) that a function graph uses through placeholder `arg`. */

@@ -1,0 +1,58 @@
+/* What TensorFlow's GraphDef reader and writer share: nabla's dtypes as TF's DataType
+   numbers, shapes as TensorShapeProto, and concrete tensors as TensorProto (both ways).
+   Messages built here point into an arena, which frees them together. */
+#ifndef NBIO_GRAPHDEF_COMMON_H
+#define NBIO_GRAPHDEF_COMMON_H
+
+#include "../core/core.h"
+
+#include "graph.pb-c.h"
+
+/* TF's DataType numbers the writer uses beside nabla's dtypes. */
+enum {
+  NBIO_TF_FLOAT = 1,
+  NBIO_TF_DOUBLE = 2,
+  NBIO_TF_INT32 = 3,
+  NBIO_TF_INT64 = 9,
+  NBIO_TF_BOOL = 10,
+  NBIO_TF_RESOURCE = 20,
+  NBIO_TF_VARIANT = 21
+};
+
+/* TF's DataType number of t. */
+int nbio_tf_dtype(nb_dtype t);
+/* nabla's dtype of TF's DataType tf; false for a type nabla lacks. */
+bool nbio_dtype_from_tf(int tf, nb_dtype *t);
+
+/* A TensorShapeProto of rank dims (rank -1: unknown_rank; dims -1: unknown) in a; NULL
+   when out of memory. */
+Nbpb__TensorShape *nbio_shape_proto(nbcore_arena *a, int rank, const int64_t *dims);
+/* The rank and dims of s (unknown_rank: -1); false for a rank above NB_MAX_RANK. */
+bool nbio_shape_from_proto(const Nbpb__TensorShape *s, int *rank, int64_t *dims);
+
+/* A TensorProto of concrete x in a: dtype, shape and its little-endian bytes as
+   tensor_content (bool one byte per element, as TF). NULL when out of memory. */
+Nbpb__TensorProto *nbio_tensor_proto(nbcore_arena *a, const nb_tensor *x);
+/* The value of p as a concrete tensor of c: from tensor_content or from the typed field of
+   its dtype (shorter than the shape: the last element repeats, none: zeros, as TF). NULL
+   with c's error set (NB_DTYPE for a type nabla lacks, NB_CORRUPT for a size that does not
+   fit the shape); who names the node in messages. */
+nb_tensor *nbio_tensor_from_proto(nb_ctx *c, const Nbpb__TensorProto *p, const char *who);
+
+/* AttrValue constructors in a (NULL when out of memory). */
+Nbpb__AttrValue *nbio_attr_int(nbcore_arena *a, int64_t v);
+Nbpb__AttrValue *nbio_attr_float(nbcore_arena *a, double v);
+Nbpb__AttrValue *nbio_attr_bool(nbcore_arena *a, bool v);
+Nbpb__AttrValue *nbio_attr_str(nbcore_arena *a, const char *v);
+Nbpb__AttrValue *nbio_attr_type(nbcore_arena *a, int tf_type);
+Nbpb__AttrValue *nbio_attr_shape(nbcore_arena *a, int rank, const int64_t *dims);
+Nbpb__AttrValue *nbio_attr_tensor(nbcore_arena *a, const nb_tensor *x);
+Nbpb__AttrValue *nbio_attr_func(nbcore_arena *a, const char *name);
+/* An empty list(...) attr; fill its ListValue's arrays. */
+Nbpb__AttrValue *nbio_attr_list(nbcore_arena *a);
+Nbpb__AttrValue *nbio_attr_ints(nbcore_arena *a, const int64_t *v, int n);
+Nbpb__AttrValue *nbio_attr_floats(nbcore_arena *a, const double *v, int n);
+/* list(type) of TF type numbers. */
+Nbpb__AttrValue *nbio_attr_types(nbcore_arena *a, const int *tf_types, int n);
+
+#endif

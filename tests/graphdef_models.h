@@ -1,0 +1,154 @@
+/* The graphs whose GraphDef export TensorFlow checked (tests/golden/tf_runs_nabla.py):
+   built the same way by the program that wrote the files (tests/golden/
+   write_graphdef_export.c) and by test_graphdef_write.c, which requires the same bytes.
+   Every value is a small dyadic rational, exact in float32, so the bytes do not depend on
+   the machine's libm. */
+#ifndef NB_GRAPHDEF_MODELS_H
+#define NB_GRAPHDEF_MODELS_H
+
+#include "nabla.h"
+
+#include <stdlib.h>
+
+#define GDM_MAX 16
+
+typedef struct gdm_model {
+  const char *name;
+  nb_graph *g;
+  nb_ctx *c, *e; /* the graph's context; an eager one for the feed values */
+  nb_tensor *feed[GDM_MAX], *feed_value[GDM_MAX];
+  int nfeed;
+  nb_tensor *fetch[GDM_MAX];
+  int nfetch;
+  nb_variable *var[GDM_MAX]; /* initialized in TF from their values before the run */
+  int nvar;
+  nb_tensor *update; /* a second run fetches it, then the variables are compared */
+  nb_optimizer *opt;
+} gdm_model;
+
+/* Element i of a deterministic pattern: multiples of 1/8 in [-5/8, 5/8]. */
+static inline double gdm_value(int64_t i, int salt) { return (double)((i * 7 + salt * 3) % 11 - 5) / 8.0; }
+
+static inline nb_tensor *gdm_tensor(nb_ctx *e, int rank, const int64_t *shape, int salt) {
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++) n *= shape[d];
+  float *v = malloc((size_t)n * sizeof *v);
+  if (!v) return NULL;
+  for (int64_t i = 0; i < n; i++) v[i] = (float)gdm_value(i, salt);
+  nb_tensor *x = nb_tensor_from(e, NB_F32, rank, shape, v);
+  free(v);
+  return x;
+}
+
+static inline nb_tensor *gdm_feed(gdm_model *m, const char *name, int rank, const int64_t *shape, int salt) {
+  nb_tensor *p = nb_placeholder(m->c, NB_F32, rank, shape, name);
+  m->feed[m->nfeed] = p;
+  m->feed_value[m->nfeed++] = gdm_tensor(m->e, rank, shape, salt);
+  return p;
+}
+
+static inline void gdm_fetch(gdm_model *m, nb_tensor *x) { m->fetch[m->nfetch++] = x; }
+
+/* An MLP with a softmax cross-entropy loss: the loss and its gradients. */
+static inline void gdm_mlp(gdm_model *m) {
+  nb_ctx *c = m->c;
+  nb_tensor *x = gdm_feed(m, "x", 2, (int64_t[]){4, 3}, 1);
+  nb_tensor *labels = gdm_feed(m, "labels", 2, (int64_t[]){4, 2}, 2);
+  nb_tensor *w1 = nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){3, 5}, 3));
+  nb_tensor *b1 = nb_const(c, gdm_tensor(m->e, 1, (int64_t[]){5}, 4));
+  nb_tensor *w2 = nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){5, 2}, 5));
+  nb_tensor *h = nb_tanh(c, nb_bias_add(c, nb_matmul(c, x, w1, false, false), b1, NULL));
+  nb_tensor *logits = nb_matmul(c, h, w2, false, false), *loss;
+  nb_softmax_cross_entropy_with_logits(c, logits, labels, &loss, NULL);
+  nb_tensor *mean = nb_mean(c, loss, NULL, 0, false);
+  nb_tensor *xs[4] = {w1, b1, w2, x}, *dx[4];
+  nb_gradients(c, &mean, 1, xs, 4, NULL, dx);
+  gdm_fetch(m, mean);
+  for (int i = 0; i < 4; i++) gdm_fetch(m, dx[i]);
+}
+
+/* A conv net: Conv2D, BiasAdd, Relu, MaxPool, a dense layer; the loss and gradients. */
+static inline void gdm_conv(gdm_model *m) {
+  nb_ctx *c = m->c;
+  nb_tensor *x = gdm_feed(m, "images", 4, (int64_t[]){2, 6, 6, 1}, 1);
+  nb_tensor *k = nb_const(c, gdm_tensor(m->e, 4, (int64_t[]){3, 3, 1, 2}, 2));
+  nb_tensor *bias = nb_const(c, gdm_tensor(m->e, 1, (int64_t[]){2}, 3));
+  nb_tensor *w = nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){18, 3}, 4));
+  nb_conv2d_attrs ca = {.strides = (int64_t[]){1, 1, 1, 1}, .padding = "SAME"};
+  nb_pool_attrs pa = {.ksize = (int64_t[]){1, 2, 2, 1}, .strides = (int64_t[]){1, 2, 2, 1}, .padding = "VALID"};
+  nb_tensor *h = nb_max_pool(c, nb_relu(c, nb_bias_add(c, nb_conv2d(c, x, k, &ca), bias, NULL)), &pa);
+  nb_tensor *flat = nb_reshape(c, h, (int64_t[]){2, 18}, 2);
+  nb_tensor *y = nb_sum(c, nb_square(c, nb_matmul(c, flat, w, false, false)), NULL, 0, false);
+  nb_tensor *xs[4] = {k, bias, w, x}, *dx[4];
+  nb_gradients(c, &y, 1, xs, 4, NULL, dx);
+  gdm_fetch(m, y);
+  for (int i = 0; i < 4; i++) gdm_fetch(m, dx[i]);
+}
+
+/* Second order: the gradient g of y = sum(tanh(x w)^2) and the gradient of sum(g v)
+   (a Hessian-vector product), through TanhGrad's own gradient. */
+static inline void gdm_second_order(gdm_model *m) {
+  nb_ctx *c = m->c;
+  nb_tensor *x = gdm_feed(m, "x", 2, (int64_t[]){3, 4}, 1);
+  nb_tensor *v = gdm_feed(m, "v", 2, (int64_t[]){3, 4}, 2);
+  nb_tensor *w = nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){4, 4}, 3));
+  nb_tensor *y = nb_sum(c, nb_square(c, nb_tanh(c, nb_matmul(c, x, w, false, false))), NULL, 0, false);
+  nb_tensor *g, *hv;
+  nb_gradients(c, &y, 1, &x, 1, NULL, &g);
+  nb_tensor *gv = nb_sum(c, nb_mul(c, g, v), NULL, 0, false);
+  nb_gradients(c, &gv, 1, &x, 1, NULL, &hv);
+  gdm_fetch(m, y);
+  gdm_fetch(m, g);
+  gdm_fetch(m, hv);
+}
+
+/* Resource variables: a linear model's loss and gradients, then one SGD step. */
+static inline void gdm_variables(gdm_model *m) {
+  nb_ctx *c = m->c;
+  nb_tensor *x = gdm_feed(m, "x", 2, (int64_t[]){4, 3}, 1);
+  m->var[m->nvar++] = nb_variable_new(c, gdm_tensor(m->e, 2, (int64_t[]){3, 2}, 2), true, "dense/kernel");
+  m->var[m->nvar++] = nb_variable_new(c, gdm_tensor(m->e, 1, (int64_t[]){2}, 3), true, "dense/bias");
+  nb_tensor *w = nb_variable_read(c, m->var[0]), *b = nb_variable_read(c, m->var[1]);
+  nb_tensor *y = nb_add(c, nb_matmul(c, x, w, false, false), b);
+  nb_tensor *loss = nb_mean(c, nb_square(c, y), NULL, 0, false);
+  nb_tensor *xs[2] = {w, b}, *dx[2];
+  nb_gradients(c, &loss, 1, xs, 2, NULL, dx);
+  gdm_fetch(m, loss);
+  gdm_fetch(m, dx[0]);
+  gdm_fetch(m, dx[1]);
+  m->opt = nb_sgd_new(0.25);
+  nb_optimizer_apply(m->opt, c, dx, m->var, 2, &m->update);
+}
+
+typedef void (*gdm_builder)(gdm_model *m);
+static const struct {
+  const char *name;
+  gdm_builder build;
+} gdm_models[] = {
+    {"mlp", gdm_mlp},
+    {"conv", gdm_conv},
+    {"second_order", gdm_second_order},
+    {"variables", gdm_variables},
+};
+#define GDM_COUNT ((int)(sizeof gdm_models / sizeof *gdm_models))
+
+/* Builds model i into m; false on an error (m's contexts say which). */
+static inline bool gdm_build(int i, gdm_model *m) {
+  *m = (gdm_model){.name = gdm_models[i].name};
+  m->g = nb_graph_new();
+  m->c = m->g ? nb_graph_ctx_new(m->g) : NULL;
+  m->e = nb_eager_new();
+  if (!m->c || !m->e) return false;
+  gdm_models[i].build(m);
+  return nb_status(m->c) == NB_OK && nb_status(m->e) == NB_OK;
+}
+
+static inline void gdm_free(gdm_model *m) {
+  nb_optimizer_free(m->opt);
+  nb_ctx_free(m->c);
+  nb_ctx_free(m->e);
+  nb_graph_free(m->g);
+  for (int i = 0; i < m->nvar; i++) nb_variable_free(m->var[i]);
+}
+
+#endif
