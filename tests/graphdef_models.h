@@ -120,6 +120,88 @@ static inline void gdm_variables(gdm_model *m) {
   nb_optimizer_apply(m->opt, c, dx, m->var, 2, &m->update);
 }
 
+/* An RNN through nb_while: h = tanh(h W + x_t U) over the rows of x; its gradients
+   (a gradient loop reading the forward loop's stacked intermediates). */
+typedef struct gdm_rnn {
+  nb_tensor *w, *u, *xs;
+} gdm_rnn;
+
+static inline nb_code gdm_rnn_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
+  (void)user;
+  *pred = nb_less(c, v[0], nb_scalar(c, NB_I32, 4));
+  return nb_status(c);
+}
+
+static inline nb_code gdm_rnn_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  const gdm_rnn *r = user;
+  nb_tensor *xt = nb_reshape(c, nb_gather(c, r->xs, v[0], 0, 0), (int64_t[]){1, 3}, 2);
+  next[0] = nb_add(c, v[0], nb_scalar(c, NB_I32, 1));
+  next[1] = nb_tanh(c, nb_add(c, nb_matmul(c, v[1], r->w, false, false), nb_matmul(c, xt, r->u, false, false)));
+  return nb_status(c);
+}
+
+static inline void gdm_while_rnn(gdm_model *m) {
+  nb_ctx *c = m->c;
+  gdm_rnn r = {nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){2, 2}, 1)),
+               nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){3, 2}, 2)), gdm_feed(m, "xs", 2, (int64_t[]){4, 3}, 3)};
+  nb_tensor *h0 = gdm_feed(m, "h0", 2, (int64_t[]){1, 2}, 4);
+  nb_tensor *init[2] = {nb_const(c, nb_scalar(m->e, NB_I32, 0)), h0}, *out[2];
+  nb_while(c, gdm_rnn_cond, gdm_rnn_body, &r, init, 2, -1, out);
+  nb_tensor *y = nb_sum(c, nb_square(c, out[1]), NULL, 0, false);
+  nb_tensor *xs[4] = {r.w, r.u, r.xs, h0}, *dx[4];
+  nb_gradients(c, &y, 1, xs, 4, NULL, dx);
+  gdm_fetch(m, y);
+  for (int i = 0; i < 4; i++) gdm_fetch(m, dx[i]);
+}
+
+/* nb_cond: relu(x W) when sum(x) > 0, else x W squared; its gradients. */
+static inline nb_code gdm_then(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
+  (void)user;
+  out[0] = nb_relu(c, nb_matmul(c, in[0], in[1], false, false));
+  return nb_status(c);
+}
+
+static inline nb_code gdm_else(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
+  (void)user;
+  out[0] = nb_square(c, nb_matmul(c, in[0], in[1], false, false));
+  return nb_status(c);
+}
+
+static inline void gdm_cond(gdm_model *m) {
+  nb_ctx *c = m->c;
+  nb_tensor *x = gdm_feed(m, "x", 2, (int64_t[]){2, 3}, 1);
+  nb_tensor *w = nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){3, 3}, 2));
+  nb_tensor *pred = nb_greater(c, nb_sum(c, x, NULL, 0, false), nb_scalar(c, NB_F32, 0));
+  nb_tensor *in[2] = {x, w}, *out;
+  nb_cond(c, pred, gdm_then, gdm_else, NULL, in, 2, &out, 1);
+  nb_tensor *y = nb_sum(c, nb_tanh(c, out), NULL, 0, false);
+  nb_tensor *dx[2];
+  nb_gradients(c, &y, 1, in, 2, NULL, dx);
+  gdm_fetch(m, y);
+  gdm_fetch(m, dx[0]);
+  gdm_fetch(m, dx[1]);
+}
+
+/* A function called twice (StatefulPartitionedCall) and its gradient (SymbolicGradient). */
+static inline nb_code gdm_fn(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
+  out[0] = nb_mul(c, nb_sin(c, in[0]), user);
+  return nb_status(c);
+}
+
+static inline void gdm_function(gdm_model *m) {
+  nb_ctx *c = m->c;
+  nb_tensor *x = gdm_feed(m, "x", 1, (int64_t[]){5}, 1);
+  nb_tensor *w = nb_const(c, gdm_tensor(m->e, 1, (int64_t[]){5}, 2));
+  nb_function *f = nb_function_new(c, gdm_fn, w, &x, 1, 1);
+  nb_tensor *y1, *y2, *dx;
+  nb_call_function(c, f, &x, 1, &y1, 1);
+  nb_call_function(c, f, &y1, 1, &y2, 1);
+  nb_tensor *y = nb_sum(c, y2, NULL, 0, false);
+  nb_gradients(c, &y, 1, &x, 1, NULL, &dx);
+  gdm_fetch(m, y);
+  gdm_fetch(m, dx);
+}
+
 typedef void (*gdm_builder)(gdm_model *m);
 static const struct {
   const char *name;
@@ -129,6 +211,9 @@ static const struct {
     {"conv", gdm_conv},
     {"second_order", gdm_second_order},
     {"variables", gdm_variables},
+    {"while_rnn", gdm_while_rnn},
+    {"cond", gdm_cond},
+    {"function", gdm_function},
 };
 #define GDM_COUNT ((int)(sizeof gdm_models / sizeof *gdm_models))
 

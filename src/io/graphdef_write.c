@@ -187,6 +187,7 @@ void nbio_sort_attrs(Nbpb__NodeDef *nd) { qsort(nd->attr, nd->n_attr, sizeof *nd
 
 const char *nbio_ref(nbio_writer *w, const nbio_body *b, int32_t node, int32_t out) {
   const nbio_ref_info *r = &b->refs[node];
+  if (r->out_refs) return r->out_refs[out];
   if (!r->name) return nbio_fail(w, NB_INTERNAL, "node '%s' has no exported form", b->g->nodes[node].name), NULL;
   if (b->fn && r->arg) return r->name; /* a function argument: its name */
   if (!b->fn) return out == 0 ? r->name : nbio_strf(w, "%s:%d", r->name, out);
@@ -324,7 +325,11 @@ static int node_variables(const nbgraph_node *n, nb_variable **vars, int cap) {
 static const char *handle_ref(nbio_writer *w, const nb_variable *v) {
   for (int32_t i = 0; i < w->nhandles; i++)
     if (w->handles[i].var == v) return w->handles[i].name;
-  return nbio_fail(w, NB_INTERNAL, "variable '%s' has no VarHandleOp", v->name), NULL;
+  return nbio_fail(w, NB_UNIMPLEMENTED,
+                   "variable '%s' is used inside a function graph (nb_while, nb_cond, a function): only the outer "
+                   "graph's variables are exported",
+                   v->name),
+         NULL;
 }
 
 /* A node as itself: TF's op of its type, inputs (resource arguments from its variables),
@@ -399,6 +404,20 @@ static bool write_ensure_shape(nbio_writer *w, nbio_body *b, int32_t id) {
          nbio_node_attr(w, nd, "shape", nbio_attr_shape(&w->arena, n->attr[slot].n, n->attr[slot].ints));
 }
 
+/* _StackGet(stack, t) = stack[t]: GatherV2 on axis 0 ("<name>/axis", an int32 Const). */
+static bool write_stack_get(nbio_writer *w, nbio_body *b, int32_t id) {
+  const nbgraph_node *n = &b->g->nodes[id];
+  const char *axis = nbio_write_int32_const(w, b, nbio_strf(w, "%s/axis", n->name), (int32_t[]){0}, -1);
+  Nbpb__NodeDef *nd = nbio_node_new(w, b, n->name, "GatherV2");
+  if (!axis || !nd || !nbio_data_inputs(w, b, nd, id, 0, 2) || !nbio_node_input(w, nd, axis) ||
+      !nbio_control_inputs(w, b, nd, id))
+    return false;
+  return nbio_node_attr(w, nd, "Taxis", nbio_attr_type(&w->arena, NBIO_TF_INT32)) &&
+         nbio_node_attr(w, nd, "Tindices", nbio_attr_type(&w->arena, NBIO_TF_INT64)) &&
+         nbio_node_attr(w, nd, "Tparams", nbio_attr_type(&w->arena, nbio_tf_dtype(b->g->outs[n->out0].meta.dtype))) &&
+         nbio_node_attr(w, nd, "batch_dims", nbio_attr_int(&w->arena, 0));
+}
+
 static bool is_host_callback(const nbgraph_node *n) {
   return strcmp(n->def->name, "PyFunc") == 0 || strcmp(n->def->name, "PyFuncStateless") == 0;
 }
@@ -440,6 +459,7 @@ nb_code nbio_plan_node(nbio_writer *w, nbio_body *b, int32_t id) {
   const char *type = n->def->name;
   if (strcmp(type, "_MatMulAdd") == 0) type = "AddV2";
   if (strcmp(type, "_EnsureShape") == 0) type = "EnsureShape";
+  if (strcmp(type, "_StackGet") == 0) type = "GatherV2";
   if (nbio_tf_signature(w, type, &r->sig) && is_update(r->sig, n)) {
     r->ctrl = n->name;
     r->name = has_data_consumer(b->g, id) ? nbio_strf(w, "%s/value", n->name) : NULL;
@@ -454,6 +474,7 @@ nb_code nbio_write_node(nbio_writer *w, nbio_body *b, int32_t id) {
   const char *type = n->def->name;
   if (strcmp(type, "_MatMulAdd") == 0) return write_matmul_add(w, b, id), w->code;
   if (strcmp(type, "_EnsureShape") == 0) return write_ensure_shape(w, b, id), w->code;
+  if (strcmp(type, "_StackGet") == 0) return write_stack_get(w, b, id), w->code;
   if (nbio_write_function_node(w, b, id)) return w->code;
   const nbio_tf_sig *s;
   if (!nbio_tf_signature(w, type, &s)) {
@@ -464,6 +485,30 @@ nb_code nbio_write_node(nbio_writer *w, nbio_body *b, int32_t id) {
   }
   if (is_update(s, n)) return write_update(w, b, id, s), w->code;
   return write_plain(w, b, id, n->name, type, s), w->code;
+}
+
+const char *nbio_write_int32_const(nbio_writer *w, nbio_body *b, const char *name, const int32_t *v, int n) {
+  if (!name) return NULL;
+  int count = n >= 0 ? n : 1;
+  int64_t dim = n;
+  Nbpb__NodeDef *nd = nbio_node_new(w, b, name, "Const");
+  Nbpb__TensorProto *p = nbcore_arena_alloc(&w->arena, sizeof *p);
+  Nbpb__AttrValue *value = nbcore_arena_alloc(&w->arena, sizeof *value);
+  uint8_t *data = nbcore_arena_alloc(&w->arena, (size_t)count * sizeof *v + 1);
+  if (!nd || !p || !value || !data) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
+  nbpb__tensor_proto__init(p);
+  p->dtype = NBIO_TF_INT32;
+  p->tensor_shape = nbio_shape_proto(&w->arena, n >= 0 ? 1 : 0, &dim);
+  if (count) memcpy(data, v, (size_t)count * sizeof *v);
+  p->tensor_content.data = data;
+  p->tensor_content.len = (size_t)count * sizeof *v;
+  nbpb__attr_value__init(value);
+  value->value_case = NBPB__ATTR_VALUE__VALUE_TENSOR;
+  value->tensor = p;
+  if (!p->tensor_shape || !nbio_node_attr(w, nd, "dtype", nbio_attr_type(&w->arena, NBIO_TF_INT32)) ||
+      !nbio_node_attr(w, nd, "value", value))
+    return NULL;
+  return b->fn ? nbio_strf(w, "%s:output:0", name) : name;
 }
 
 /* ---- the graph ------------------------------------------------------------------------------ */
@@ -505,15 +550,20 @@ static nb_code write_handles(nbio_writer *w, nbio_body *b) {
   return w->code;
 }
 
-nb_code nbio_write_body(nbio_writer *w, nbio_body *b, const bool *skip) {
+bool nbio_body_refs(nbio_writer *w, nbio_body *b) {
+  b->refs = nbcore_arena_alloc(&w->arena, ((size_t)b->g->nnodes + 1) * sizeof *b->refs);
+  if (!b->refs) return nbio_fail(w, NB_NOMEM, "out of memory"), false;
+  memset(b->refs, 0, ((size_t)b->g->nnodes + 1) * sizeof *b->refs);
+  return true;
+}
+
+nb_code nbio_write_body(nbio_writer *w, nbio_body *b) {
   const nb_graph *g = b->g;
-  b->refs = nbcore_arena_alloc(&w->arena, ((size_t)g->nnodes + 1) * sizeof *b->refs);
-  if (!b->refs) return nbio_fail(w, NB_NOMEM, "out of memory");
-  memset(b->refs, 0, ((size_t)g->nnodes + 1) * sizeof *b->refs);
+  if (!b->refs && !nbio_body_refs(w, b)) return w->code;
   for (int32_t id = 0; id < g->nnodes && !w->code; id++)
-    if (!skip || !skip[id]) nbio_plan_node(w, b, id);
+    if (!b->refs[id].arg) nbio_plan_node(w, b, id);
   for (int32_t id = 0; id < g->nnodes && !w->code; id++)
-    if (!skip || !skip[id]) nbio_write_node(w, b, id);
+    if (!b->refs[id].arg) nbio_write_node(w, b, id);
   return w->code;
 }
 
@@ -523,7 +573,7 @@ enum { TF_PRODUCER = 2474 };
 /* g as a packed GraphDef in *data (malloc'd), *size bytes. */
 static nb_code write_graph(nbio_writer *w, const nb_graph *g, void **data, size_t *size) {
   nbio_body b = {.g = g};
-  if (write_handles(w, &b) || nbio_write_body(w, &b, NULL)) return w->code;
+  if (write_handles(w, &b) || nbio_write_body(w, &b)) return w->code;
   Nbpb__VersionDef versions;
   nbpb__version_def__init(&versions);
   versions.producer = TF_PRODUCER;

@@ -37,6 +37,7 @@ typedef struct nbio_ref_info {
   const nbio_tf_sig *sig;
   int nout;
   bool arg;
+  const char **out_refs; /* when set: each output's reference, whatever the above say */
 } nbio_ref_info;
 
 /* One graph being written: the top graph (a GraphDef's nodes) or a function graph (a
@@ -63,7 +64,7 @@ typedef struct nbio_writer {
   int32_t nhandles;
   Nbpb__FunctionDef **funcs; /* the library, in the order written */
   size_t nfuncs;
-  const nb_function **func_keys; /* funcs[i] is the export of func_keys[i] */
+  struct nbio_func_key *func_keys; /* what funcs[i] is the export of */
 } nbio_writer;
 
 nb_code nbio_fail(nbio_writer *w, nb_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -90,8 +91,12 @@ bool nbio_write_attrs(nbio_writer *w, const nbio_body *b, Nbpb__NodeDef *nd, int
 nb_code nbio_plan_node(nbio_writer *w, nbio_body *b, int32_t id);
 /* Writes node id of b (after every node was planned). */
 nb_code nbio_write_node(nbio_writer *w, nbio_body *b, int32_t id);
-/* Plans and writes every node of b->g but those for which skip[id] is set (may be NULL). */
-nb_code nbio_write_body(nbio_writer *w, nbio_body *b, const bool *skip);
+/* Allocates b->refs, zeroed; false when out of memory (w failed). */
+bool nbio_body_refs(nbio_writer *w, nbio_body *b);
+/* Plans and writes every node of b->g but function arguments (refs[id].arg). */
+nb_code nbio_write_body(nbio_writer *w, nbio_body *b);
+/* Adds an int32 Const node: the vector v[0..n), or (n -1) the scalar v[0]; the reference to its value. */
+const char *nbio_write_int32_const(nbio_writer *w, nbio_body *b, const char *name, const int32_t *v, int n);
 
 /* graphdef_func.c: writes node id when it is a While, If or function call (true), with its
    functions added to the library; false for other nodes. */
