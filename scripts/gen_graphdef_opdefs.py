@@ -16,7 +16,8 @@ from tensorflow.python.framework import op_def_registry
 LOWERED = [
     "VarHandleOp", "NoOp", "EnsureShape", "EmptyTensorList", "TensorListPushBack",
     "TensorListPopBack", "TensorListStack", "TensorListGetItem", "TensorListLength",
-    "TensorListFromTensor", "TensorListReserve", "TensorListSetItem", "GatherV2",
+    "TensorListFromTensor", "TensorListReserve", "TensorListSetItem", "GatherV2", "IdentityN",
+    "TensorScatterUpdate",
 ]
 
 

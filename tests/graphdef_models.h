@@ -154,6 +154,62 @@ static inline void gdm_while_rnn(gdm_model *m) {
   for (int i = 0; i < 4; i++) gdm_fetch(m, dx[i]);
 }
 
+/* Second order through the loop: the gradient g of the RNN's loss with respect to U,
+   then the gradient of sum(g V) with respect to W and xs (the gradient loop's own
+   gradient, which reads the stacks through _StackGetGrad). */
+static inline void gdm_while_second_order(gdm_model *m) {
+  nb_ctx *c = m->c;
+  gdm_rnn r = {nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){2, 2}, 1)),
+               nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){3, 2}, 2)), gdm_feed(m, "xs", 2, (int64_t[]){4, 3}, 3)};
+  nb_tensor *h0 = gdm_feed(m, "h0", 2, (int64_t[]){1, 2}, 4);
+  nb_tensor *v = gdm_feed(m, "v", 2, (int64_t[]){3, 2}, 5);
+  nb_tensor *init[2] = {nb_const(c, nb_scalar(m->e, NB_I32, 0)), h0}, *out[2];
+  nb_while(c, gdm_rnn_cond, gdm_rnn_body, &r, init, 2, -1, out);
+  nb_tensor *y = nb_sum(c, nb_square(c, out[1]), NULL, 0, false), *g, *dx[2];
+  nb_gradients(c, &y, 1, &r.u, 1, NULL, &g);
+  nb_tensor *gv = nb_sum(c, nb_mul(c, g, v), NULL, 0, false), *xs[2] = {r.w, r.xs};
+  nb_gradients(c, &gv, 1, xs, 2, NULL, dx);
+  gdm_fetch(m, y);
+  gdm_fetch(m, g);
+  gdm_fetch(m, dx[0]);
+  gdm_fetch(m, dx[1]);
+}
+
+/* nb_custom_gradient: y = x^3 with the gradient 3 x^2 dy written by hand, and
+   nb_recompute_grad of tanh(x) w; the loss's gradients. */
+static inline nb_code gdm_cube(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout, (void)user;
+  out[0] = nb_mul(c, nb_square(c, in[0]), in[0]);
+  return nb_status(c);
+}
+
+static inline nb_code gdm_cube_grad(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor *const *out, int nout,
+                                    nb_tensor *const *dys, nb_tensor **dxs, void *user) {
+  (void)nin, (void)out, (void)nout, (void)user;
+  dxs[0] = nb_mul(c, nb_mul(c, nb_scalar(c, NB_F32, 3), nb_square(c, in[0])), dys[0]);
+  return nb_status(c);
+}
+
+static inline nb_code gdm_tanh_w(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
+  (void)nin, (void)nout, (void)user;
+  out[0] = nb_mul(c, nb_tanh(c, in[0]), in[1]);
+  return nb_status(c);
+}
+
+static inline void gdm_custom_gradient(gdm_model *m) {
+  nb_ctx *c = m->c;
+  nb_tensor *x = gdm_feed(m, "x", 1, (int64_t[]){6}, 1);
+  nb_tensor *w = nb_const(c, gdm_tensor(m->e, 1, (int64_t[]){6}, 2)), *cube, *rec;
+  nb_custom_gradient(c, gdm_cube, gdm_cube_grad, NULL, &x, 1, &cube, 1);
+  nb_tensor *in[2] = {cube, w}, *dx[2];
+  nb_recompute_grad(c, gdm_tanh_w, NULL, in, 2, &rec, 1);
+  nb_tensor *y = nb_sum(c, rec, NULL, 0, false), *xs[2] = {x, w};
+  nb_gradients(c, &y, 1, xs, 2, NULL, dx);
+  gdm_fetch(m, y);
+  gdm_fetch(m, dx[0]);
+  gdm_fetch(m, dx[1]);
+}
+
 /* nb_cond: relu(x W) when sum(x) > 0, else x W squared; its gradients. */
 static inline nb_code gdm_then(nb_ctx *c, nb_tensor *const *in, nb_tensor **out, void *user) {
   (void)user;
@@ -212,8 +268,10 @@ static const struct {
     {"second_order", gdm_second_order},
     {"variables", gdm_variables},
     {"while_rnn", gdm_while_rnn},
+    {"while_second_order", gdm_while_second_order},
     {"cond", gdm_cond},
     {"function", gdm_function},
+    {"custom_gradient", gdm_custom_gradient},
 };
 #define GDM_COUNT ((int)(sizeof gdm_models / sizeof *gdm_models))
 

@@ -172,7 +172,7 @@ static Nbpb__AttrValue *output_types(nbio_writer *w, const nbio_body *b, int32_t
 static bool write_call(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
   const char *f = export_function(w, fn_attr(n, "_f"), "function", n->nout, 0, false);
-  Nbpb__NodeDef *nd = f ? nbio_node_new(w, b, n->name, "StatefulPartitionedCall") : NULL;
+  Nbpb__NodeDef *nd = f ? nbio_node_new(w, b, b->refs[id].node, "StatefulPartitionedCall") : NULL;
   if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin) || !nbio_control_inputs(w, b, nd, id)) return false;
   return nbio_node_attr(w, nd, "Tin", input_types(w, b, id, 0, 0)) &&
          nbio_node_attr(w, nd, "Tout", output_types(w, b, id, n->nout)) &&
@@ -186,7 +186,7 @@ static bool write_if(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
   const char *then_f = export_function(w, fn_attr(n, "_then_branch"), "then", n->nout, 0, false);
   const char *else_f = then_f ? export_function(w, fn_attr(n, "_else_branch"), "else", n->nout, 0, false) : NULL;
-  Nbpb__NodeDef *nd = else_f ? nbio_node_new(w, b, n->name, "If") : NULL;
+  Nbpb__NodeDef *nd = else_f ? nbio_node_new(w, b, b->refs[id].node, "If") : NULL;
   if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin) || !nbio_control_inputs(w, b, nd, id)) return false;
   return nbio_node_attr(w, nd, "Tcond", nbio_attr_type(&w->arena, NBIO_TF_BOOL)) &&
          nbio_node_attr(w, nd, "Tin", input_types(w, b, id, 1, 0)) &&
@@ -198,7 +198,7 @@ static bool write_if(nbio_writer *w, nbio_body *b, int32_t id) {
 /* The TensorList each stack of a While starts from: "<while>/accumulator_j" (an
    EmptyTensorList of the value's shape), j counted over the stacks. */
 static const char *empty_list(nbio_writer *w, nbio_body *b, int32_t id, int j, const nbop_meta *elem) {
-  const char *prefix = nbio_strf(w, "%s/accumulator_%d", b->g->nodes[id].name, j);
+  const char *prefix = nbio_strf(w, "%s/accumulator_%d", b->refs[id].node, j);
   int32_t dims[NB_MAX_RANK + 1], max_elems = -1;
   for (int d = 1; d < elem->rank; d++) dims[d - 1] = (int32_t)elem->shape[d];
   const char *shape = nbio_write_int32_const(w, b, nbio_strf(w, "%s/element_shape", prefix), dims, elem->rank - 1);
@@ -213,13 +213,13 @@ static const char *empty_list(nbio_writer *w, nbio_body *b, int32_t id, int j, c
 
 /* The stacked values of the list in output `out` of the While: "<while>/stack_j". */
 static const char *stack_list(nbio_writer *w, nbio_body *b, int32_t id, int out, int j, const nbop_meta *elem) {
-  const char *name = nbio_strf(w, "%s/stack_%d", b->g->nodes[id].name, j);
+  const char *name = nbio_strf(w, "%s/stack_%d", b->refs[id].node, j);
   int32_t dims[NB_MAX_RANK + 1];
   for (int d = 1; d < elem->rank; d++) dims[d - 1] = (int32_t)elem->shape[d];
   const char *shape = nbio_write_int32_const(w, b, nbio_strf(w, "%s/element_shape", name), dims, elem->rank - 1);
   Nbpb__NodeDef *nd = shape ? nbio_node_new(w, b, name, "TensorListStack") : NULL;
-  const char *list = b->fn ? nbio_strf(w, "%s:output:%d", b->g->nodes[id].name, out)
-                           : nbio_strf(w, "%s:%d", b->g->nodes[id].name, out);
+  const char *list =
+      b->fn ? nbio_strf(w, "%s:output:%d", b->refs[id].node, out) : nbio_strf(w, "%s:%d", b->refs[id].node, out);
   if (!nd || !nbio_node_input(w, nd, list) || !nbio_node_input(w, nd, shape) ||
       !nbio_node_attr(w, nd, "element_dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(elem->dtype))) ||
       !nbio_node_attr(w, nd, "num_elements", nbio_attr_int(&w->arena, -1)))
@@ -245,7 +245,7 @@ static bool write_while(nbio_writer *w, nbio_body *b, int32_t id) {
     if (!(heads[j] = empty_list(w, b, id, j, &b->g->outs[n->out0 + n->nin + j].meta))) return false;
   const char *cond = export_function(w, fn_attr(n, "_cond"), "cond", 1, lists, false);
   const char *bodyf = cond ? export_function(w, body, "body", n->nin, lists, true) : NULL;
-  Nbpb__NodeDef *nd = bodyf ? nbio_node_new(w, b, n->name, "While") : NULL;
+  Nbpb__NodeDef *nd = bodyf ? nbio_node_new(w, b, b->refs[id].node, "While") : NULL;
   if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin)) return false;
   for (int j = 0; j < lists; j++)
     if (!nbio_node_input(w, nd, heads[j])) return false;

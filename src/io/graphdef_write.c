@@ -407,8 +407,8 @@ static bool write_ensure_shape(nbio_writer *w, nbio_body *b, int32_t id) {
 /* _StackGet(stack, t) = stack[t]: GatherV2 on axis 0 ("<name>/axis", an int32 Const). */
 static bool write_stack_get(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
-  const char *axis = nbio_write_int32_const(w, b, nbio_strf(w, "%s/axis", n->name), (int32_t[]){0}, -1);
-  Nbpb__NodeDef *nd = nbio_node_new(w, b, n->name, "GatherV2");
+  const char *axis = nbio_write_int32_const(w, b, nbio_strf(w, "%s/axis", b->refs[id].node), (int32_t[]){0}, -1);
+  Nbpb__NodeDef *nd = nbio_node_new(w, b, b->refs[id].node, "GatherV2");
   if (!axis || !nd || !nbio_data_inputs(w, b, nd, id, 0, 2) || !nbio_node_input(w, nd, axis) ||
       !nbio_control_inputs(w, b, nd, id))
     return false;
@@ -416,6 +416,84 @@ static bool write_stack_get(nbio_writer *w, nbio_body *b, int32_t id) {
          nbio_node_attr(w, nd, "Tindices", nbio_attr_type(&w->arena, NBIO_TF_INT64)) &&
          nbio_node_attr(w, nd, "Tparams", nbio_attr_type(&w->arena, nbio_tf_dtype(b->g->outs[n->out0].meta.dtype))) &&
          nbio_node_attr(w, nd, "batch_dims", nbio_attr_int(&w->arena, 0));
+}
+
+/* The reference to output arg `arg` (its first tensor) of node `name` written in b. */
+static const char *local_ref(nbio_writer *w, const nbio_body *b, const char *name, const char *arg) {
+  return b->fn ? nbio_strf(w, "%s:%s:0", name, arg) : name;
+}
+
+/* A node of one type attr T (and one more type attr when extra is set) on inputs in[0..n). */
+static Nbpb__NodeDef *typed_node(nbio_writer *w, nbio_body *b, const char *name, const char *op, int dtype,
+                                 const char *const *in, int n, const char *extra, int extra_type) {
+  Nbpb__NodeDef *nd = name ? nbio_node_new(w, b, name, op) : NULL;
+  for (int i = 0; i < n && nd; i++)
+    if (!nbio_node_input(w, nd, in[i])) return NULL;
+  if (!nd || !nbio_node_attr(w, nd, "T", nbio_attr_type(&w->arena, dtype)) ||
+      (extra && !nbio_node_attr(w, nd, extra, nbio_attr_type(&w->arena, extra_type))))
+    return NULL;
+  nbio_sort_attrs(nd);
+  return nd;
+}
+
+/* _StackGetGrad(stack, t, dy): zeros of the stack's shape with dy at [t], as
+   TensorScatterUpdate(ZerosLike(stack), Reshape(t, [1, 1]), ExpandDims(dy, 0)). */
+static bool write_stack_get_grad(nbio_writer *w, nbio_body *b, int32_t id) {
+  const nbgraph_node *n = &b->g->nodes[id];
+  int dt = nbio_tf_dtype(b->g->outs[n->out0].meta.dtype);
+  const char *in[3];
+  for (int i = 0; i < 3; i++) {
+    const nbgraph_edge *e = &b->g->edges[n->in0 + i];
+    in[i] = nbio_ref(w, b, e->src, e->out);
+  }
+  const char *zeros = nbio_strf(w, "%s/zeros", b->refs[id].node),
+             *indices = nbio_strf(w, "%s/indices", b->refs[id].node);
+  const char *updates = nbio_strf(w, "%s/updates", b->refs[id].node);
+  const char *shape =
+      nbio_write_int32_const(w, b, nbio_strf(w, "%s/indices_shape", b->refs[id].node), (int32_t[]){1, 1}, 2);
+  const char *axis = nbio_write_int32_const(w, b, nbio_strf(w, "%s/axis", b->refs[id].node), (int32_t[]){0}, -1);
+  if (!shape || !axis || !typed_node(w, b, zeros, "ZerosLike", dt, &in[0], 1, NULL, 0) ||
+      !typed_node(w, b, indices, "Reshape", NBIO_TF_INT64, (const char *[]){in[1], shape}, 2, "Tshape",
+                  NBIO_TF_INT32) ||
+      !typed_node(w, b, updates, "ExpandDims", dt, (const char *[]){in[2], axis}, 2, "Tdim", NBIO_TF_INT32))
+    return false;
+  const char *parts[3] = {local_ref(w, b, zeros, "y"), local_ref(w, b, indices, "output"),
+                          local_ref(w, b, updates, "output")};
+  Nbpb__NodeDef *nd =
+      typed_node(w, b, b->refs[id].node, "TensorScatterUpdate", dt, parts, 3, "Tindices", NBIO_TF_INT64);
+  return nd && nbio_control_inputs(w, b, nd, id);
+}
+
+/* _CustomGradient and _RecomputeGrad (inputs: the forward function's outputs, then its
+   inputs) pass their first num_outputs inputs through: IdentityN of those, as TF's
+   custom_gradient writes in graphs. */
+static bool write_custom_gradient(nbio_writer *w, nbio_body *b, int32_t id) {
+  const nbgraph_node *n = &b->g->nodes[id];
+  Nbpb__NodeDef *nd = nbio_node_new(w, b, b->refs[id].node, "IdentityN");
+  int *types = nbcore_arena_alloc(&w->arena, ((size_t)n->nout + 1) * sizeof *types);
+  if (!nd || !types || !nbio_data_inputs(w, b, nd, id, 0, n->nout) || !nbio_control_inputs(w, b, nd, id))
+    return nbio_fail(w, NB_NOMEM, "out of memory"), false;
+  for (int i = 0; i < n->nout; i++) types[i] = nbio_tf_dtype(b->g->outs[n->out0 + i].meta.dtype);
+  return nbio_node_attr(w, nd, "T", nbio_attr_types(&w->arena, types, n->nout));
+}
+
+/* nabla's internal ops, the TF op whose outputs stand for theirs, and their writers. */
+static const struct {
+  const char *type, *tf_type;
+  bool (*write)(nbio_writer *w, nbio_body *b, int32_t id);
+} lowered[] = {
+    {"_CustomGradient", "IdentityN", write_custom_gradient},
+    {"_EnsureShape", "EnsureShape", write_ensure_shape},
+    {"_MatMulAdd", "AddV2", write_matmul_add},
+    {"_RecomputeGrad", "IdentityN", write_custom_gradient},
+    {"_StackGet", "GatherV2", write_stack_get},
+    {"_StackGetGrad", "TensorScatterUpdate", write_stack_get_grad},
+};
+
+static int lowered_index(const char *type) {
+  for (int i = 0; i < (int)(sizeof lowered / sizeof *lowered); i++)
+    if (strcmp(lowered[i].type, type) == 0) return i;
+  return -1;
 }
 
 static bool is_host_callback(const nbgraph_node *n) {
@@ -436,7 +514,7 @@ static bool has_data_consumer(const nb_graph *g, int32_t id) {
    TF reports as an unknown op when it loads the graph. */
 static bool write_unknown_op(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
-  Nbpb__NodeDef *nd = nbio_node_new(w, b, n->name, n->def->name);
+  Nbpb__NodeDef *nd = nbio_node_new(w, b, b->refs[id].node, n->def->name);
   if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin) || !nbio_control_inputs(w, b, nd, id)) return false;
   for (int a = 0; a < n->def->nattrs; a++) {
     const nbop_attr_spec *spec = &n->def->attrs[a];
@@ -447,22 +525,26 @@ static bool write_unknown_op(nbio_writer *w, nbio_body *b, int32_t id) {
   return true;
 }
 
+/* TF's node names start with a letter, digit or '.': nabla's names of internal ops
+   ("_CustomGradient") get the prefix "nb". */
+static const char *tf_node_name(nbio_writer *w, const char *name) {
+  return name[0] == '_' ? nbio_strf(w, "nb%s", name) : name;
+}
+
 nb_code nbio_plan_node(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
   nbio_ref_info *r = &b->refs[id];
   r->nout = n->nout;
-  r->name = n->name;
+  r->node = r->name = tf_node_name(w, n->name);
   if (is_host_callback(n))
     return nbio_fail(w, NB_UNIMPLEMENTED,
                      "node '%s' is a host callback (%s), which runs C code of this process: TensorFlow cannot run it",
                      n->name, n->def->name);
-  const char *type = n->def->name;
-  if (strcmp(type, "_MatMulAdd") == 0) type = "AddV2";
-  if (strcmp(type, "_EnsureShape") == 0) type = "EnsureShape";
-  if (strcmp(type, "_StackGet") == 0) type = "GatherV2";
+  int low = lowered_index(n->def->name);
+  const char *type = low >= 0 ? lowered[low].tf_type : n->def->name;
   if (nbio_tf_signature(w, type, &r->sig) && is_update(r->sig, n)) {
-    r->ctrl = n->name;
-    r->name = has_data_consumer(b->g, id) ? nbio_strf(w, "%s/value", n->name) : NULL;
+    r->ctrl = r->node;
+    r->name = has_data_consumer(b->g, id) ? nbio_strf(w, "%s/value", r->node) : NULL;
     nbio_tf_signature(w, "ReadVariableOp", &r->sig);
     r->nout = 1;
   }
@@ -472,9 +554,8 @@ nb_code nbio_plan_node(nbio_writer *w, nbio_body *b, int32_t id) {
 nb_code nbio_write_node(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
   const char *type = n->def->name;
-  if (strcmp(type, "_MatMulAdd") == 0) return write_matmul_add(w, b, id), w->code;
-  if (strcmp(type, "_EnsureShape") == 0) return write_ensure_shape(w, b, id), w->code;
-  if (strcmp(type, "_StackGet") == 0) return write_stack_get(w, b, id), w->code;
+  int low = lowered_index(type);
+  if (low >= 0) return lowered[low].write(w, b, id), w->code;
   if (nbio_write_function_node(w, b, id)) return w->code;
   const nbio_tf_sig *s;
   if (!nbio_tf_signature(w, type, &s)) {
@@ -484,7 +565,7 @@ nb_code nbio_write_node(nbio_writer *w, nbio_body *b, int32_t id) {
     return write_unknown_op(w, b, id), w->code;
   }
   if (is_update(s, n)) return write_update(w, b, id, s), w->code;
-  return write_plain(w, b, id, n->name, type, s), w->code;
+  return write_plain(w, b, id, b->refs[id].node, type, s), w->code;
 }
 
 const char *nbio_write_int32_const(nbio_writer *w, nbio_body *b, const char *name, const int32_t *v, int n) {

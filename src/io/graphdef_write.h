@@ -33,6 +33,7 @@ typedef struct nbio_tf_sig {
    outputs (name, signature, output count), the node control inputs name (ctrl: when it
    differs from name), and for function bodies whether it is an argument. */
 typedef struct nbio_ref_info {
+  const char *node; /* the TF name of the node itself */
   const char *name, *ctrl;
   const nbio_tf_sig *sig;
   int nout;
