@@ -154,6 +154,30 @@ static inline void gdm_while_rnn(gdm_model *m) {
   for (int i = 0; i < 4; i++) gdm_fetch(m, dx[i]);
 }
 
+/* The RNN with W a variable read inside the loop body (the loop functions take its
+   resource); gradients with respect to the inputs. */
+static inline nb_code gdm_rnn_var_body(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  gdm_model *m = user;
+  gdm_rnn r = {nb_variable_read(c, m->var[0]), m->fetch[GDM_MAX - 1], m->fetch[GDM_MAX - 2]};
+  return gdm_rnn_body(c, v, next, &r);
+}
+
+static inline void gdm_while_variable(gdm_model *m) {
+  nb_ctx *c = m->c;
+  m->var[m->nvar++] = nb_variable_new(c, gdm_tensor(m->e, 2, (int64_t[]){2, 2}, 1), true, "rnn/w");
+  /* the loop body reads U and xs through these slots, which gdm_fetch does not reach */
+  m->fetch[GDM_MAX - 1] = nb_const(c, gdm_tensor(m->e, 2, (int64_t[]){3, 2}, 2));
+  m->fetch[GDM_MAX - 2] = gdm_feed(m, "xs", 2, (int64_t[]){4, 3}, 3);
+  nb_tensor *h0 = gdm_feed(m, "h0", 2, (int64_t[]){1, 2}, 4);
+  nb_tensor *init[2] = {nb_const(c, nb_scalar(m->e, NB_I32, 0)), h0}, *out[2];
+  nb_while(c, gdm_rnn_cond, gdm_rnn_var_body, m, init, 2, -1, out);
+  nb_tensor *y = nb_sum(c, nb_square(c, out[1]), NULL, 0, false), *xs[2] = {m->fetch[GDM_MAX - 2], h0}, *dx[2];
+  nb_gradients(c, &y, 1, xs, 2, NULL, dx);
+  gdm_fetch(m, y);
+  gdm_fetch(m, dx[0]);
+  gdm_fetch(m, dx[1]);
+}
+
 /* Second order through the loop: the gradient g of the RNN's loss with respect to U,
    then the gradient of sum(g V) with respect to W and xs (the gradient loop's own
    gradient, which reads the stacks through _StackGetGrad). */
@@ -269,6 +293,7 @@ static const struct {
     {"variables", gdm_variables},
     {"while_rnn", gdm_while_rnn},
     {"while_second_order", gdm_while_second_order},
+    {"while_variable", gdm_while_variable},
     {"cond", gdm_cond},
     {"function", gdm_function},
     {"custom_gradient", gdm_custom_gradient},

@@ -14,31 +14,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A function written to the library: f with `lists` extra TensorList arguments, pushing
-   its last `lists` results onto them when push is set (a While body) or ignoring them. */
+/* How a function graph is exported beside its own arguments and results: its first nres
+   results (a While body returns its captures after its results, as they came), `lists`
+   TensorList arguments after f's (a While's stacks: a body pushes its last `lists`
+   results onto them), then a resource argument per variable it (or a function it runs)
+   uses, which a While body returns as it came. */
+typedef struct fn_form {
+  int nres, lists;
+  bool push;
+  const nb_variable **vars;
+  int nvars;
+} fn_form;
+
+/* A function written to the library: f in form `form`. */
 typedef struct nbio_func_key {
   const nb_function *f;
-  int lists;
-  bool push;
+  fn_form form;
   const char *name;
 } nbio_func_key;
 
-static Nbpb__OpDef__ArgDef *arg_def(nbio_writer *w, const char *name, int type) {
-  Nbpb__OpDef__ArgDef *a = nbcore_arena_alloc(&w->arena, sizeof *a);
-  if (!a || !name) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
-  nbpb__op_def__arg_def__init(a);
-  a->name = (char *)(uintptr_t)name;
-  a->type = type;
-  return a;
+static bool same_form(const fn_form *a, const fn_form *b) {
+  return a->nres == b->nres && a->lists == b->lists && a->push == b->push && a->nvars == b->nvars &&
+         (!a->nvars || memcmp(a->vars, b->vars, (size_t)a->nvars * sizeof *a->vars) == 0);
 }
 
-static Nbpb__OpDef__ArgDef **arg_defs(nbio_writer *w, const char *prefix, nb_tensor *const *x, int n, int lists) {
-  Nbpb__OpDef__ArgDef **a = nbcore_arena_alloc(&w->arena, ((size_t)(n + lists) + 1) * sizeof *a);
+static Nbpb__OpDef__ArgDef **arg_defs(nbio_writer *w, const char *prefix, const int *types, int n) {
+  Nbpb__OpDef__ArgDef **a = nbcore_arena_alloc(&w->arena, ((size_t)n + 1) * sizeof *a);
   if (!a) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
-  for (int i = 0; i < n + lists; i++)
-    if (!(a[i] = arg_def(w, nbio_strf(w, "%s_%d", prefix, i), i < n ? nbio_tf_dtype(x[i]->dtype) : NBIO_TF_VARIANT)))
-      return NULL;
-  return a;
+  for (int i = 0; i < n; i++) {
+    a[i] = nbcore_arena_alloc(&w->arena, sizeof **a);
+    if (!a[i]) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
+    nbpb__op_def__arg_def__init(a[i]);
+    a[i]->name = nbio_strf(w, "%s_%d", prefix, i);
+    a[i]->type = types[i];
+  }
+  return w->code ? NULL : a;
 }
 
 static int by_ret_key(const void *a, const void *b) {
@@ -62,16 +72,34 @@ static bool write_rets(nbio_writer *w, Nbpb__FunctionDef *fd, const char **refs,
   return !w->code;
 }
 
-/* The references of f's first nres results (a While body's last are its captures,
-   which it returns as they came), then (push) TensorListPushBack of each of
-   the last `lists` results onto the list arguments. */
-static const char **result_refs(nbio_writer *w, nbio_body *b, const nb_function *f, int nres, int lists, bool push) {
-  int nout = nres + (push ? lists : 0);
-  const char **refs = nbcore_arena_alloc(&w->arena, ((size_t)nout + 1) * sizeof *refs);
+static int num_inputs(const nb_function *f, const fn_form *m) { return f->nargs + m->lists + m->nvars; }
+static int num_outputs(const fn_form *m) { return m->nres + (m->push ? m->lists + m->nvars : 0); }
+
+/* The dtypes of the exported arguments (inputs) or results. */
+static int *form_types(nbio_writer *w, const nb_function *f, const fn_form *m, bool inputs) {
+  int n = inputs ? num_inputs(f, m) : num_outputs(m), k = 0;
+  int *t = nbcore_arena_alloc(&w->arena, ((size_t)n + 1) * sizeof *t);
+  if (!t) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
+  int own = inputs ? f->nargs : m->nres;
+  for (int i = 0; i < own; i++) {
+    const nb_tensor *x = inputs || (m->push && i >= f->nres) ? f->args[i] : f->res[i];
+    t[k++] = nbio_tf_dtype(x->dtype);
+  }
+  bool extra = inputs || m->push;
+  for (int j = 0; extra && j < m->lists; j++) t[k++] = NBIO_TF_VARIANT;
+  for (int v = 0; extra && v < m->nvars; v++) t[k++] = NBIO_TF_RESOURCE;
+  return t;
+}
+
+/* The references of the exported results: f's first nres results, then (push) a
+   TensorListPushBack of each of the last `lists` results onto the list arguments and the
+   resource arguments as they came. */
+static const char **result_refs(nbio_writer *w, nbio_body *b, const nb_function *f, const fn_form *m) {
+  const char **refs = nbcore_arena_alloc(&w->arena, ((size_t)num_outputs(m) + 1) * sizeof *refs);
   if (!refs) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
-  for (int i = 0; i < nres; i++) /* a While body passes its captures through */
-    refs[i] = push && i >= f->nres ? nbio_strf(w, "arg_%d", i) : nbio_ref(w, b, f->res[i]->node, f->res[i]->out);
-  for (int j = 0; push && j < lists && !w->code; j++) {
+  for (int i = 0; i < m->nres; i++) /* a While body passes its captures through */
+    refs[i] = m->push && i >= f->nres ? nbio_strf(w, "arg_%d", i) : nbio_ref(w, b, f->res[i]->node, f->res[i]->out);
+  for (int j = 0; m->push && j < m->lists && !w->code; j++) {
     const nb_tensor *x = f->res[f->nres + j];
     const char *name = nbio_strf(w, "accumulator_%d/push", j);
     Nbpb__NodeDef *nd = nbio_node_new(w, b, name, "TensorListPushBack");
@@ -79,52 +107,20 @@ static const char **result_refs(nbio_writer *w, nbio_body *b, const nb_function 
         !nbio_node_input(w, nd, nbio_ref(w, b, x->node, x->out)) ||
         !nbio_node_attr(w, nd, "element_dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(x->dtype))))
       return NULL;
-    refs[nres + j] = nbio_strf(w, "%s:output_handle:0", name);
+    refs[m->nres + j] = nbio_strf(w, "%s:output_handle:0", name);
   }
+  for (int v = 0; m->push && v < m->nvars; v++) refs[m->nres + m->lists + v] = b->handles[v].name;
   return w->code ? NULL : refs;
 }
 
-/* The name of f's FunctionDef in the library (written on first use). nres: the results
-   it returns before the list pushes. */
-static const char *export_function(nbio_writer *w, const nb_function *f, const char *role, int nres, int lists,
-                                   bool push) {
-  for (size_t i = 0; i < w->nfuncs; i++) {
-    const nbio_func_key *k = &w->func_keys[i];
-    if (k->f == f && k->lists == lists && k->push == push) return k->name;
-  }
-  if (nres > (push ? f->nargs : f->nres + f->nacc))
-    return nbio_fail(w, NB_INTERNAL, "a %s function has %d results, its node %d", role, f->nres + f->nacc, nres), NULL;
-  nbio_body b = {.g = f->g, .fn = true};
-  if (!nbio_body_refs(w, &b)) return NULL;
-  for (int i = 0; i < f->nargs; i++)
-    b.refs[f->args[i]->node] = (nbio_ref_info){.name = nbio_strf(w, "arg_%d", i), .arg = true};
-  const char *name = nbio_strf(w, "%s_%zu", role, w->nfuncs);
-  if (!name || nbio_write_body(w, &b)) return NULL;
-  const char **refs = result_refs(w, &b, f, nres, lists, push);
-  Nbpb__FunctionDef *fd = nbcore_arena_alloc(&w->arena, sizeof *fd);
-  Nbpb__OpDef *sig = nbcore_arena_alloc(&w->arena, sizeof *sig);
-  if (!refs || !fd || !sig) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
-  nbpb__function_def__init(fd);
-  nbpb__op_def__init(sig);
-  sig->name = (char *)(uintptr_t)name;
-  sig->input_arg = arg_defs(w, "arg", f->args, f->nargs, lists);
-  sig->n_input_arg = (size_t)(f->nargs + lists);
-  int nout = nres + (push ? lists : 0);
-  nb_tensor **outs = nbcore_arena_alloc(&w->arena, ((size_t)nres + 1) * sizeof *outs);
-  if (!outs) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
-  for (int i = 0; i < nres; i++) outs[i] = push && i >= f->nres ? f->args[i] : f->res[i];
-  sig->output_arg = arg_defs(w, "out", outs, nres, push ? lists : 0);
-  sig->n_output_arg = (size_t)nout;
-  fd->signature = sig;
-  fd->node_def = b.nodes;
-  fd->n_node_def = b.nnodes;
-  if (w->code || !write_rets(w, fd, refs, nout)) return NULL;
-  /* nested functions were added while the body was written: this one goes after them */
-  if ((w->nfuncs & (w->nfuncs - 1)) == 0) {
+/* Appends fd (the export of f in form m) to the library. */
+static bool add_function(nbio_writer *w, Nbpb__FunctionDef *fd, const nb_function *f, const fn_form *m,
+                         const char *name) {
+  if ((w->nfuncs & (w->nfuncs - 1)) == 0) { /* 0 or a power of two: double */
     size_t cap = w->nfuncs ? 2 * w->nfuncs : 4;
     Nbpb__FunctionDef **fs = nbcore_arena_alloc(&w->arena, cap * sizeof *fs);
     nbio_func_key *ks = nbcore_arena_alloc(&w->arena, cap * sizeof *ks);
-    if (!fs || !ks) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
+    if (!fs || !ks) return nbio_fail(w, NB_NOMEM, "out of memory"), false;
     if (w->nfuncs) {
       memcpy(fs, w->funcs, w->nfuncs * sizeof *fs);
       memcpy(ks, w->func_keys, w->nfuncs * sizeof *ks);
@@ -133,7 +129,43 @@ static const char *export_function(nbio_writer *w, const nb_function *f, const c
     w->func_keys = ks;
   }
   w->funcs[w->nfuncs] = fd;
-  w->func_keys[w->nfuncs++] = (nbio_func_key){f, lists, push, name};
+  w->func_keys[w->nfuncs++] = (nbio_func_key){f, *m, name};
+  return true;
+}
+
+/* The name of f's FunctionDef in form m in the library (written on first use, after the
+   functions its body runs). */
+static const char *export_function(nbio_writer *w, const nb_function *f, const char *role, const fn_form *m) {
+  for (size_t i = 0; i < w->nfuncs; i++)
+    if (w->func_keys[i].f == f && same_form(&w->func_keys[i].form, m)) return w->func_keys[i].name;
+  if (m->nres > (m->push ? f->nargs : f->nres + f->nacc))
+    return nbio_fail(w, NB_INTERNAL, "a %s function has %d results, its node %d", role, f->nres + f->nacc, m->nres),
+           NULL;
+  nbio_body b = {.g = f->g, .fn = true};
+  b.handles = nbcore_arena_alloc(&w->arena, ((size_t)m->nvars + 1) * sizeof *b.handles);
+  if (!b.handles || !nbio_body_refs(w, &b)) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
+  for (int i = 0; i < f->nargs; i++)
+    b.refs[f->args[i]->node] = (nbio_ref_info){.name = nbio_strf(w, "arg_%d", i), .arg = true};
+  for (int v = 0; v < m->nvars; v++)
+    b.handles[b.nhandles++] = (nbio_handle){m->vars[v], nbio_strf(w, "arg_%d", f->nargs + m->lists + v)};
+  const char *name = nbio_strf(w, "%s_%zu", role, w->nfuncs);
+  if (!name || nbio_write_body(w, &b)) return NULL;
+  const char **refs = result_refs(w, &b, f, m);
+  Nbpb__FunctionDef *fd = nbcore_arena_alloc(&w->arena, sizeof *fd);
+  Nbpb__OpDef *sig = nbcore_arena_alloc(&w->arena, sizeof *sig);
+  const int *in_types = form_types(w, f, m, true), *out_types = form_types(w, f, m, false);
+  if (!refs || !fd || !sig || !in_types || !out_types) return nbio_fail(w, NB_NOMEM, "out of memory"), NULL;
+  nbpb__function_def__init(fd);
+  nbpb__op_def__init(sig);
+  sig->name = (char *)(uintptr_t)name;
+  sig->input_arg = arg_defs(w, "arg", in_types, num_inputs(f, m));
+  sig->n_input_arg = (size_t)num_inputs(f, m);
+  sig->output_arg = arg_defs(w, "out", out_types, num_outputs(m));
+  sig->n_output_arg = (size_t)num_outputs(m);
+  fd->signature = sig;
+  fd->node_def = b.nodes;
+  fd->n_node_def = b.nnodes;
+  if (w->code || !write_rets(w, fd, refs, num_outputs(m)) || !add_function(w, fd, f, m, name)) return NULL;
   return name;
 }
 
@@ -143,17 +175,69 @@ static const nb_function *fn_attr(const nbgraph_node *n, const char *attr) {
   return NULL;
 }
 
-/* list(type) of the dtypes of node id's data inputs first .. nin, then `lists` variants. */
-static Nbpb__AttrValue *input_types(nbio_writer *w, const nbio_body *b, int32_t id, int first, int lists) {
+/* The functions node n runs (While: cond, body; If: then, else; a call: f); their count. */
+static int node_functions(const nbgraph_node *n, const nb_function **fs) {
+  static const char *const attrs[][2] = {{"_cond", "_body"}, {"_then_branch", "_else_branch"}, {"_f", NULL}};
+  static const char *const types[] = {"While", "If", "StatefulPartitionedCall"};
+  for (int t = 0; t < 3; t++)
+    if (strcmp(n->def->name, types[t]) == 0) {
+      int k = 0;
+      for (int a = 0; a < 2 && attrs[t][a]; a++) fs[k++] = fn_attr(n, attrs[t][a]);
+      return k;
+    }
+  return 0;
+}
+
+static bool has_ptr(const void *const *v, int32_t n, const void *p) {
+  for (int32_t i = 0; i < n; i++)
+    if (v[i] == p) return true;
+  return false;
+}
+
+static bool push_unique(const void ***v, int32_t *n, int32_t *cap, const void *p) {
+  if (has_ptr(*v, *n, p)) return true;
+  if (*n == *cap && !nbcore_grow_array((void **)v, cap, *n + 1, sizeof **v)) return false;
+  (*v)[(*n)++] = p;
+  return true;
+}
+
+int nbio_graph_vars(nbio_writer *w, const nb_graph *const *gs, int n, const nb_variable ***out) {
+  const void **todo = NULL, **vars = NULL;
+  int32_t ntodo = 0, tcap = 0, nvars = 0, vcap = 0;
+  bool ok = true;
+  for (int i = 0; i < n && ok; i++) ok = push_unique(&todo, &ntodo, &tcap, gs[i]);
+  for (int32_t done = 0; done < ntodo && ok; done++) { /* a worklist of graphs, no recursion */
+    const nb_graph *g = todo[done];
+    for (int32_t id = 0; id < g->nnodes && ok; id++) {
+      nb_variable *vs[NBIO_TF_MAX_ARGS];
+      int nv = nbio_node_variables(&g->nodes[id], vs, NBIO_TF_MAX_ARGS);
+      for (int v = 0; v < nv && ok; v++) ok = push_unique(&vars, &nvars, &vcap, vs[v]);
+      const nb_function *fs[2];
+      int k = node_functions(&g->nodes[id], fs);
+      for (int j = 0; j < k && ok; j++) ok = push_unique(&todo, &ntodo, &tcap, fs[j]->g);
+    }
+  }
+  *out = ok ? nbcore_arena_alloc(&w->arena, ((size_t)nvars + 1) * sizeof **out) : NULL;
+  if (*out && nvars) memcpy((void *)*out, vars, (size_t)nvars * sizeof **out);
+  free(todo);
+  free(vars);
+  if (!*out) return nbio_fail(w, NB_NOMEM, "out of memory"), -1;
+  return nvars;
+}
+
+/* list(type) of the dtypes of node id's data inputs first .. nin, then `lists` variants
+   and `resources` resources. */
+static Nbpb__AttrValue *input_types(nbio_writer *w, const nbio_body *b, int32_t id, int first, int lists,
+                                    int resources) {
   const nbgraph_node *n = &b->g->nodes[id];
-  int cnt = n->nin - first + lists;
+  int cnt = n->nin - first + lists + resources;
   int *t = malloc(((size_t)cnt + 1) * sizeof *t);
   if (!t) return NULL;
   for (int i = first; i < n->nin; i++) {
     const nbgraph_edge *e = &b->g->edges[n->in0 + i];
     t[i - first] = nbio_tf_dtype(b->g->outs[b->g->nodes[e->src].out0 + e->out].meta.dtype);
   }
-  for (int j = 0; j < lists; j++) t[n->nin - first + j] = NBIO_TF_VARIANT;
+  for (int j = 0; j < lists + resources; j++) t[n->nin - first + j] = j < lists ? NBIO_TF_VARIANT : NBIO_TF_RESOURCE;
   Nbpb__AttrValue *v = nbio_attr_types(&w->arena, t, cnt);
   free(t);
   return v;
@@ -169,12 +253,35 @@ static Nbpb__AttrValue *output_types(nbio_writer *w, const nbio_body *b, int32_t
   return v;
 }
 
+/* The form of the functions of node id (their variables found) with nres results,
+   `lists` lists, pushing them when push. */
+static bool node_form(nbio_writer *w, const nbio_body *b, int32_t id, int nres, int lists, bool push, fn_form *m) {
+  const nb_function *fs[2];
+  const nb_graph *gs[2];
+  int k = node_functions(&b->g->nodes[id], fs);
+  for (int i = 0; i < k; i++) gs[i] = fs[i]->g;
+  *m = (fn_form){nres, lists, push, NULL, 0};
+  m->nvars = nbio_graph_vars(w, gs, k, &m->vars);
+  return m->nvars >= 0;
+}
+
+/* The resources of the variables of form m as inputs of nd. */
+static bool resource_inputs(nbio_writer *w, const nbio_body *b, Nbpb__NodeDef *nd, const fn_form *m) {
+  for (int v = 0; v < m->nvars; v++)
+    if (!nbio_node_input(w, nd, nbio_handle_ref(w, b, m->vars[v]))) return false;
+  return true;
+}
+
 static bool write_call(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
-  const char *f = export_function(w, fn_attr(n, "_f"), "function", n->nout, 0, false);
+  fn_form m;
+  const char *f =
+      node_form(w, b, id, n->nout, 0, false, &m) ? export_function(w, fn_attr(n, "_f"), "function", &m) : NULL;
   Nbpb__NodeDef *nd = f ? nbio_node_new(w, b, b->refs[id].node, "StatefulPartitionedCall") : NULL;
-  if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin) || !nbio_control_inputs(w, b, nd, id)) return false;
-  return nbio_node_attr(w, nd, "Tin", input_types(w, b, id, 0, 0)) &&
+  if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin) || !resource_inputs(w, b, nd, &m) ||
+      !nbio_control_inputs(w, b, nd, id))
+    return false;
+  return nbio_node_attr(w, nd, "Tin", input_types(w, b, id, 0, 0, m.nvars)) &&
          nbio_node_attr(w, nd, "Tout", output_types(w, b, id, n->nout)) &&
          nbio_node_attr(w, nd, "config", nbio_attr_str(&w->arena, "")) &&
          nbio_node_attr(w, nd, "config_proto", nbio_attr_str(&w->arena, "")) &&
@@ -184,12 +291,16 @@ static bool write_call(nbio_writer *w, nbio_body *b, int32_t id) {
 
 static bool write_if(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
-  const char *then_f = export_function(w, fn_attr(n, "_then_branch"), "then", n->nout, 0, false);
-  const char *else_f = then_f ? export_function(w, fn_attr(n, "_else_branch"), "else", n->nout, 0, false) : NULL;
+  fn_form m;
+  const char *then_f =
+      node_form(w, b, id, n->nout, 0, false, &m) ? export_function(w, fn_attr(n, "_then_branch"), "then", &m) : NULL;
+  const char *else_f = then_f ? export_function(w, fn_attr(n, "_else_branch"), "else", &m) : NULL;
   Nbpb__NodeDef *nd = else_f ? nbio_node_new(w, b, b->refs[id].node, "If") : NULL;
-  if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin) || !nbio_control_inputs(w, b, nd, id)) return false;
+  if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin) || !resource_inputs(w, b, nd, &m) ||
+      !nbio_control_inputs(w, b, nd, id))
+    return false;
   return nbio_node_attr(w, nd, "Tcond", nbio_attr_type(&w->arena, NBIO_TF_BOOL)) &&
-         nbio_node_attr(w, nd, "Tin", input_types(w, b, id, 1, 0)) &&
+         nbio_node_attr(w, nd, "Tin", input_types(w, b, id, 1, 0, m.nvars)) &&
          nbio_node_attr(w, nd, "Tout", output_types(w, b, id, n->nout)) &&
          nbio_node_attr(w, nd, "else_branch", nbio_attr_func(&w->arena, else_f)) &&
          nbio_node_attr(w, nd, "then_branch", nbio_attr_func(&w->arena, then_f));
@@ -243,17 +354,19 @@ static bool write_while(nbio_writer *w, nbio_body *b, int32_t id) {
   if (!refs || !heads) return nbio_fail(w, NB_NOMEM, "out of memory"), false;
   for (int j = 0; j < lists; j++)
     if (!(heads[j] = empty_list(w, b, id, j, &b->g->outs[n->out0 + n->nin + j].meta))) return false;
-  const char *cond = export_function(w, fn_attr(n, "_cond"), "cond", 1, lists, false);
-  const char *bodyf = cond ? export_function(w, body, "body", n->nin, lists, true) : NULL;
+  fn_form cm, bm;
+  if (!node_form(w, b, id, 1, lists, false, &cm) || !node_form(w, b, id, n->nin, lists, true, &bm)) return false;
+  const char *cond = export_function(w, fn_attr(n, "_cond"), "cond", &cm);
+  const char *bodyf = cond ? export_function(w, body, "body", &bm) : NULL;
   Nbpb__NodeDef *nd = bodyf ? nbio_node_new(w, b, b->refs[id].node, "While") : NULL;
   if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin)) return false;
   for (int j = 0; j < lists; j++)
     if (!nbio_node_input(w, nd, heads[j])) return false;
-  if (!nbio_control_inputs(w, b, nd, id)) return false;
+  if (!resource_inputs(w, b, nd, &bm) || !nbio_control_inputs(w, b, nd, id)) return false;
   int slot = -1;
   for (int a = 0; a < n->def->nattrs; a++)
     if (strcmp(n->def->attrs[a].name, "parallel_iterations") == 0) slot = a;
-  if (!nbio_node_attr(w, nd, "T", input_types(w, b, id, 0, lists)) ||
+  if (!nbio_node_attr(w, nd, "T", input_types(w, b, id, 0, lists, bm.nvars)) ||
       !nbio_node_attr(w, nd, "body", nbio_attr_func(&w->arena, bodyf)) ||
       !nbio_node_attr(w, nd, "cond", nbio_attr_func(&w->arena, cond)) ||
       !nbio_node_attr(w, nd, "parallel_iterations", nbio_attr_int(&w->arena, n->attr[slot].i)))

@@ -311,7 +311,7 @@ bool nbio_write_attrs(nbio_writer *w, const nbio_body *b, Nbpb__NodeDef *nd, int
 /* ---- nodes ------------------------------------------------------------------------------- */
 
 /* The variables an update or read node names: one in _variable, several in _variables. */
-static int node_variables(const nbgraph_node *n, nb_variable **vars, int cap) {
+int nbio_node_variables(const nbgraph_node *n, nb_variable **vars, int cap) {
   int slot = nabla_attr_slot(n->def, "_variable");
   if (slot >= 0) return vars[0] = nbcore_variable_from_bits(n->attr[slot].i), 1;
   slot = nabla_attr_slot(n->def, "_variables");
@@ -321,15 +321,10 @@ static int node_variables(const nbgraph_node *n, nb_variable **vars, int cap) {
   return k;
 }
 
-/* The VarHandleOp name standing for v. */
-static const char *handle_ref(nbio_writer *w, const nb_variable *v) {
-  for (int32_t i = 0; i < w->nhandles; i++)
-    if (w->handles[i].var == v) return w->handles[i].name;
-  return nbio_fail(w, NB_UNIMPLEMENTED,
-                   "variable '%s' is used inside a function graph (nb_while, nb_cond, a function): only the outer "
-                   "graph's variables are exported",
-                   v->name),
-         NULL;
+const char *nbio_handle_ref(nbio_writer *w, const nbio_body *b, const nb_variable *v) {
+  for (int32_t i = 0; i < b->nhandles; i++)
+    if (b->handles[i].var == v) return b->handles[i].name;
+  return nbio_fail(w, NB_INTERNAL, "variable '%s' has no resource in this graph", v->name), NULL;
 }
 
 /* A node as itself: TF's op of its type, inputs (resource arguments from its variables),
@@ -340,13 +335,13 @@ static bool write_plain(nbio_writer *w, nbio_body *b, int32_t id, const char *na
   Nbpb__NodeDef *nd = nbio_node_new(w, b, name, op);
   if (!nd) return false;
   nb_variable *vars[NBIO_TF_MAX_ARGS];
-  int nvars = node_variables(n, vars, NBIO_TF_MAX_ARGS), used = 0;
+  int nvars = nbio_node_variables(n, vars, NBIO_TF_MAX_ARGS), used = 0;
   int first[NBIO_TF_MAX_ARGS], count[NBIO_TF_MAX_ARGS];
   nbio_tf_arg_spans(s->in, s->nin, n->nin, true, first, count);
   for (int a = 0; a < s->nin; a++) {
     if (s->in[a].fixed == NBIO_TF_RESOURCE && !s->in[a].number_attr[0]) {
       if (used >= nvars) return nbio_fail(w, NB_INTERNAL, "node '%s' (%s) has too few variables", n->name, op), false;
-      if (!nbio_node_input(w, nd, handle_ref(w, vars[used++]))) return false;
+      if (!nbio_node_input(w, nd, nbio_handle_ref(w, b, vars[used++]))) return false;
     } else if (!nbio_data_inputs(w, b, nd, id, first[a], count[a]))
       return false;
   }
@@ -362,9 +357,9 @@ static bool write_update(nbio_writer *w, nbio_body *b, int32_t id, const nbio_tf
   if (!write_plain(w, b, id, b->refs[id].ctrl, n->def->name, s)) return false;
   if (!b->refs[id].name) return true;
   nb_variable *v;
-  node_variables(n, &v, 1);
+  nbio_node_variables(n, &v, 1);
   Nbpb__NodeDef *nd = nbio_node_new(w, b, b->refs[id].name, "ReadVariableOp");
-  return nd && nbio_node_input(w, nd, handle_ref(w, v)) &&
+  return nd && nbio_node_input(w, nd, nbio_handle_ref(w, b, v)) &&
          nbio_node_input(w, nd, nbio_strf(w, "^%s", b->refs[id].ctrl)) &&
          nbio_node_attr(w, nd, "dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(v->dtype)));
 }
@@ -596,35 +591,37 @@ const char *nbio_write_int32_const(nbio_writer *w, nbio_body *b, const char *nam
 
 static int by_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-static bool handle_taken(const nbio_writer *w, const char *name) {
-  for (int32_t i = 0; i < w->nhandles; i++)
-    if (strcmp(w->handles[i].name, name) == 0) return true;
+static bool handle_taken(const nbio_body *b, const char *name) {
+  for (int32_t i = 0; i < b->nhandles; i++)
+    if (strcmp(b->handles[i].name, name) == 0) return true;
   return false;
 }
 
-/* A VarHandleOp per variable of g, named by the variable (with "_1", ... where a node or
-   an earlier handle has that name). */
+/* A VarHandleOp per variable g and its function graphs use, named by the variable (with
+   "_1", ... where a node or an earlier handle has that name). */
 static nb_code write_handles(nbio_writer *w, nbio_body *b) {
   const nb_graph *g = b->g;
-  const char **names = malloc(((size_t)g->nnodes + (size_t)g->nvars + 1) * sizeof *names);
-  w->handles = nbcore_arena_alloc(&w->arena, ((size_t)g->nvars + 1) * sizeof *w->handles);
-  if (!names || !w->handles) {
+  const nb_variable **vars;
+  int nvars = nbio_graph_vars(w, &g, 1, &vars);
+  const char **names = malloc(((size_t)g->nnodes + 1) * sizeof *names);
+  b->handles = nbcore_arena_alloc(&w->arena, ((size_t)nvars + 1) * sizeof *b->handles);
+  if (nvars < 0 || !names || !b->handles) {
     free(names);
     return nbio_fail(w, NB_NOMEM, "out of memory");
   }
   for (int32_t i = 0; i < g->nnodes; i++) names[i] = g->nodes[i].name;
   qsort(names, (size_t)g->nnodes, sizeof *names, by_str);
-  for (int32_t v = 0; v < g->nvars && !w->code; v++) {
-    const nb_variable *var = g->vars[v].var;
+  for (int v = 0; v < nvars && !w->code; v++) {
+    const nb_variable *var = vars[v];
     const char *name = var->name;
-    for (int k = 1; bsearch(&name, names, (size_t)g->nnodes, sizeof *names, by_str) || handle_taken(w, name); k++)
+    for (int k = 1; bsearch(&name, names, (size_t)g->nnodes, sizeof *names, by_str) || handle_taken(b, name); k++)
       name = nbio_strf(w, "%s_%d", var->name, k);
-    w->handles[w->nhandles++] = (nbio_handle){var, name};
+    b->handles[b->nhandles++] = (nbio_handle){var, name};
     Nbpb__NodeDef *nd = nbio_node_new(w, b, name, "VarHandleOp");
-    if (!nd) break;
-    nbio_node_attr(w, nd, "dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(var->dtype)));
-    nbio_node_attr(w, nd, "shape", nbio_attr_shape(&w->arena, var->rank, var->shape));
-    nbio_node_attr(w, nd, "shared_name", nbio_attr_str(&w->arena, name));
+    if (!nd || !nbio_node_attr(w, nd, "dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(var->dtype))) ||
+        !nbio_node_attr(w, nd, "shape", nbio_attr_shape(&w->arena, var->rank, var->shape)) ||
+        !nbio_node_attr(w, nd, "shared_name", nbio_attr_str(&w->arena, name)))
+      break;
     nbio_sort_attrs(nd);
   }
   free(names);

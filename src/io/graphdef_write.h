@@ -43,27 +43,29 @@ typedef struct nbio_ref_info {
 
 /* One graph being written: the top graph (a GraphDef's nodes) or a function graph (a
    FunctionDef's node_def, inputs "node:out_arg:k"). */
+/* A variable and the reference to its resource where it is used: the VarHandleOp in the
+   GraphDef, an argument in a FunctionDef. */
+typedef struct nbio_handle {
+  const nb_variable *var;
+  const char *name;
+} nbio_handle;
+
 typedef struct nbio_body {
   const nb_graph *g;
   bool fn;
   nbio_ref_info *refs; /* per node of g */
   Nbpb__NodeDef **nodes;
   size_t nnodes;
+  nbio_handle *handles; /* the variables g and its function graphs use */
+  int32_t nhandles;
 } nbio_body;
-
-typedef struct nbio_handle {
-  const nb_variable *var;
-  const char *name;
-} nbio_handle;
 
 typedef struct nbio_writer {
   nbcore_arena arena; /* every message and string of the export */
   nb_code code;
   char error[440];              /* fits nb_graph's error after the caller's name */
   const nbio_tf_sig *sigs[512]; /* parsed signatures, per op table entry */
-  nbio_handle *handles;         /* the top graph's variables and their VarHandleOp names */
-  int32_t nhandles;
-  Nbpb__FunctionDef **funcs; /* the library, in the order written */
+  Nbpb__FunctionDef **funcs;    /* the library, in the order written */
   size_t nfuncs;
   struct nbio_func_key *func_keys; /* what funcs[i] is the export of */
 } nbio_writer;
@@ -94,11 +96,19 @@ nb_code nbio_plan_node(nbio_writer *w, nbio_body *b, int32_t id);
 nb_code nbio_write_node(nbio_writer *w, nbio_body *b, int32_t id);
 /* Allocates b->refs, zeroed; false when out of memory (w failed). */
 bool nbio_body_refs(nbio_writer *w, nbio_body *b);
+/* The variables a read or update node names (attr _variable or _variables) in vars[0..cap); their count. */
+int nbio_node_variables(const nbgraph_node *n, nb_variable **vars, int cap);
+/* The reference to v's resource in b. */
+const char *nbio_handle_ref(nbio_writer *w, const nbio_body *b, const nb_variable *v);
 /* Plans and writes every node of b->g but function arguments (refs[id].arg). */
 nb_code nbio_write_body(nbio_writer *w, nbio_body *b);
 /* Adds an int32 Const node: the vector v[0..n), or (n -1) the scalar v[0]; the reference to its value. */
 const char *nbio_write_int32_const(nbio_writer *w, nbio_body *b, const char *name, const int32_t *v, int n);
 
+/* graphdef_func.c: the variables the graphs gs[0..n) use, those of the function graphs
+   their nodes run included, in first-use order, in *vars (in w's arena); their count, -1
+   when out of memory (w failed). */
+int nbio_graph_vars(nbio_writer *w, const nb_graph *const *gs, int n, const nb_variable ***vars);
 /* graphdef_func.c: writes node id when it is a While, If or function call (true), with its
    functions added to the library; false for other nodes. */
 bool nbio_write_function_node(nbio_writer *w, nbio_body *b, int32_t id);

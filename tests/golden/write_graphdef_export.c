@@ -18,14 +18,21 @@ static nb_code write_npy(nb_ctx *e, const nb_tensor *x, const char *dir, const c
   return nb_npy_write(e, x, path);
 }
 
-/* Writes every variable of g (the optimizer's counter too) under `what`. */
-static nb_code write_vars(FILE *man, nb_ctx *e, const nb_graph *g, const char *dir, const char *model,
-                          const char *what) {
-  for (int32_t i = 0; i < g->nvars; i++) {
-    const nb_variable *v = g->vars[i].var;
+/* Writes the model's variables, then the others of its graph (the optimizer's counter)
+   under `what`. */
+static nb_code write_vars(FILE *man, const gdm_model *m, const char *dir, const char *what) {
+  nb_ctx *e = m->e;
+  const char *model = m->name;
+  const nb_graph *g = m->g;
+  int written = 0;
+  for (int32_t i = 0; i < m->nvar + g->nvars; i++) {
+    const nb_variable *v = i < m->nvar ? m->var[i] : g->vars[i - m->nvar].var;
+    bool listed = false;
+    for (int k = 0; k < m->nvar && i >= m->nvar; k++) listed |= m->var[k] == v;
+    if (listed) continue;
     nb_tensor *x = nb_tensor_from(e, v->dtype, v->rank, v->shape, nb_variable_data(v));
     char file[256];
-    if (!x || write_npy(e, x, dir, model, what, i, file, sizeof file)) return nb_status(e);
+    if (!x || write_npy(e, x, dir, model, what, written++, file, sizeof file)) return nb_status(e);
     fprintf(man, "%s %s %s\n", what, v->name, file);
   }
   return NB_OK;
@@ -47,7 +54,7 @@ static nb_code write_model(FILE *man, int k, const char *dir) {
     code = write_npy(m.e, m.feed_value[i], dir, m.name, "feed", i, file, sizeof file);
     fprintf(man, "feed %s:%d %s\n", nb_tensor_node_name(m.feed[i]), nb_tensor_output_index(m.feed[i]), file);
   }
-  if (!code) code = write_vars(man, m.e, m.g, dir, m.name, "init");
+  if (!code) code = write_vars(man, &m, dir, "init");
   nb_session *s = nb_session_new(m.g);
   nb_tensor *res[GDM_MAX] = {0};
   if (!code && (code = nb_run(s, m.feed, m.feed_value, m.nfeed, m.fetch, m.nfetch, res)))
@@ -63,7 +70,7 @@ static nb_code write_model(FILE *man, int k, const char *dir) {
       fprintf(stderr, "%s: %s\n", m.name, nb_session_error(s));
     nb_tensor_free(r);
     fprintf(man, "update %s\n", nb_tensor_node_name(m.update));
-    if (!code) code = write_vars(man, m.e, m.g, dir, m.name, "after");
+    if (!code) code = write_vars(man, &m, dir, "after");
   }
   nb_session_free(s);
   gdm_free(&m);
