@@ -194,6 +194,78 @@ static void test_io_and_argument_errors(void **state) {
   nb_graph_free(g);
 }
 
+static nb_code always(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
+  (void)v, (void)user;
+  *pred = nb_tensor_from(c, NB_BOOL, 0, NULL, (const uint8_t[]){1});
+  return nb_status(c);
+}
+
+/* v <- tanh([v, v]): a loop variable that grows, so its gradient stacks it ragged. */
+static nb_code grow_tanh(nb_ctx *c, nb_tensor *const *v, nb_tensor **next, void *user) {
+  (void)user;
+  nb_tensor *parts[2] = {v[0], v[0]};
+  next[0] = nb_tanh(c, nb_concat(c, parts, 2, 0));
+  return nb_status(c);
+}
+
+/* A ragged loop accumulator has no TensorList form: an error naming the While; the loop
+   alone (no gradient yet, no accumulator) exports. */
+static void test_ragged_accumulator_is_an_error(void **state) {
+  (void)state;
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g);
+  nb_tensor *v = nb_placeholder(c, NB_F64, 1, (int64_t[]){1}, "v"), *y, *dv;
+  const nb_shape_spec vector = {1, (const int64_t[]){-1}};
+  assert_int_equal(nb_while_ex(c, always, grow_tanh, NULL, &v, 1, 2, &(nb_while_opts){&vector}, &y), NB_OK);
+  nb_tensor *loss = nb_sum(c, y, NULL, 0, false);
+  void *data = NULL;
+  size_t n = 0;
+  assert_int_equal(nb_graph_write_graphdef_buffer(g, &data, &n), NB_OK);
+  free(data);
+  assert_int_equal(nb_gradients(c, &loss, 1, &v, 1, NULL, &dv), NB_OK);
+  data = NULL;
+  assert_int_equal(nb_graph_write_graphdef_buffer(g, &data, &n), NB_UNIMPLEMENTED);
+  assert_null(data);
+  assert_non_null(strstr(nb_graph_error(g), "node 'While'"));
+  assert_non_null(strstr(nb_graph_error(g), "ragged"));
+  nb_ctx_free(c);
+  nb_graph_free(g);
+}
+
+/* An op TF lacks (a user's op) is written with its type and its public attrs. */
+static nb_code scale_kernel(nb_op_ctx *k) {
+  const float *x = nb_opctx_input_value(k, 0);
+  float *y = nb_opctx_output_data(k, 0), factor = (float)nb_opctx_attr_float(k, "factor");
+  for (int64_t i = 0; i < nb_num_elements(nb_opctx_input(k, 0)); i++) y[i] = factor * x[i];
+  return NB_OK;
+}
+
+static void test_user_op_keeps_its_type(void **state) {
+  (void)state;
+  static const nb_op_arg io = {"x", NB_F32, NULL, NULL};
+  static const nb_op_attr_def factor = {"factor", NB_ATTR_FLOAT, false, {.kind = NB_ATTR_FLOAT, .v.f = 2.0}, 0};
+  static const nb_op_spec spec = {"GraphdefScale", &io, 1, &io, 1, &factor, 1, NULL, scale_kernel, false};
+  assert_int_equal(nb_register_op(&spec), NB_OK);
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g);
+  nb_tensor *x = nb_placeholder(c, NB_F32, 1, (int64_t[]){2}, "x"), *y;
+  nb_attr a = nb_attr_float("factor", 3.0);
+  nb_name_next(c, "twice");
+  assert_int_equal(nb_op(c, "GraphdefScale", &x, 1, &a, 1, &y, 1), NB_OK);
+  void *data;
+  size_t n;
+  assert_int_equal(nb_graph_write_graphdef_buffer(g, &data, &n), NB_OK);
+  Nbpb__GraphDef *gd = nbpb__graph_def__unpack(NULL, n, data);
+  const Nbpb__NodeDef *nd = find_node(gd, "twice");
+  assert_string_equal(nd->op, "GraphdefScale");
+  assert_string_equal(nd->input[0], "x");
+  assert_true(find_attr(nd, "factor")->f == 3.0f);
+  nbpb__graph_def__free_unpacked(gd, NULL);
+  free(data);
+  nb_ctx_free(c);
+  nb_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_same_bytes_as_verified, tu_files_setup, tu_files_teardown),
@@ -201,6 +273,8 @@ int main(void) {
       cmocka_unit_test(test_const_value),
       cmocka_unit_test_setup_teardown(test_host_callback_is_an_error, tu_files_setup, tu_files_teardown),
       cmocka_unit_test_setup_teardown(test_io_and_argument_errors, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test(test_ragged_accumulator_is_an_error),
+      cmocka_unit_test(test_user_op_keeps_its_type),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
