@@ -181,7 +181,9 @@ static int by_attr_key(const void *a, const void *b) {
   return strcmp((*(Nbpb__NodeDef__AttrEntry *const *)a)->key, (*(Nbpb__NodeDef__AttrEntry *const *)b)->key);
 }
 
-void nbio_sort_attrs(Nbpb__NodeDef *nd) { qsort(nd->attr, nd->n_attr, sizeof *nd->attr, by_attr_key); }
+void nbio_sort_attrs(Nbpb__NodeDef *nd) {
+  if (nd->n_attr > 1) qsort(nd->attr, nd->n_attr, sizeof *nd->attr, by_attr_key);
+}
 
 /* ---- references to tensors --------------------------------------------------------------- */
 

@@ -9,6 +9,10 @@ with TensorFlow installed:
 
     build/tests/write_graphdef_export tests/golden/graphdef_export
     python tests/golden/tf_runs_nabla.py tests/golden/graphdef_export
+
+A build with clang makes the same graphs with their nodes in another order (C leaves the
+order of a call's argument evaluations open): its files go to graphdef_export/clang
+(write_graphdef_export of a clang build, e.g. build-asan), checked the same way.
 """
 import sys
 from pathlib import Path
