@@ -176,6 +176,36 @@ static void test_fine_tune(void **state) {
   nb_graph_free(g);
 }
 
+/* Attrs the file leaves out take TF's defaults: Sum's keep_dims false, MatMul's
+   transpose_a false, Conv2D's data_format NHWC and dilations 1. */
+static void test_default_attrs(void **state) {
+  (void)state;
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+  if (nb_graph_read_graphdef(c, GOLDEN("defaults.pb")) != NB_OK) fail_msg("%s", nb_error(c));
+  nb_tensor *x = nb_graph_tensor_by_name(c, "x"),
+            *fetch[3] = {nb_graph_tensor_by_name(c, "s"), nb_graph_tensor_by_name(c, "conv:0"),
+                         nb_graph_tensor_by_name(c, "m")};
+  const double xs[6] = {1, -2, 3, 0.5, 4, -1};
+  nb_tensor *xv = tu_make(e, NB_F32, 4, TU_SHAPE(1, 2, 3, 1), xs), *res[3] = {0};
+  nb_session *s = nb_session_new(g);
+  assert_int_equal(nb_run(s, &x, &xv, 1, fetch, 3, res), NB_OK);
+  /* exact: sums of three small integers and halves, products by 2 */
+  tu_check(res[0], NB_F32, 3, TU_SHAPE(1, 2, 1), TU_VALS(2, 3.5), 0);
+  double twice[6], gram[4] = {0};
+  for (int i = 0; i < 6; i++) twice[i] = 2 * xs[i];
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++)
+      for (int k = 0; k < 3; k++) gram[i * 2 + j] += xs[i * 3 + k] * xs[j * 3 + k];
+  tu_check(res[1], NB_F32, 4, TU_SHAPE(1, 2, 3, 1), twice, 0);
+  tu_check(res[2], NB_F32, 2, TU_SHAPE(2, 2), gram, 0);
+  for (int i = 0; i < 3; i++) nb_tensor_free(res[i]);
+  nb_session_free(s);
+  nb_ctx_free(e);
+  nb_ctx_free(c);
+  nb_graph_free(g);
+}
+
 /* Reads path into a malloc'd buffer. */
 static unsigned char *slurp(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
@@ -248,10 +278,8 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_frozen),
-      cmocka_unit_test(test_function_graphs),
-      cmocka_unit_test(test_fine_tune),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_frozen),        cmocka_unit_test(test_function_graphs), cmocka_unit_test(test_fine_tune),
+      cmocka_unit_test(test_default_attrs), cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,7 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TF_RESOURCE = 20, MAX_FUNC_DEPTH = 32 };
+/* TF's DT_RESOURCE; how deep function calls may nest, and how many function instances one
+   import may trace (a bound on files whose calls multiply: f calling g twice, g calling h
+   twice, ...). */
+enum { TF_RESOURCE = 20, MAX_FUNC_DEPTH = 32, MAX_TRACES = 4096 };
 
 /* What one output of an imported node stands for. */
 typedef struct gd_val {
@@ -49,6 +52,7 @@ typedef struct gd_body {
   int32_t *nout;  /* outputs each node's references reach (at least) */
   gd_ref *rets;   /* a function's results, per output arg */
   bool ready;
+  bool active; /* a function being traced: calling it again is recursion */
 } gd_body;
 
 /* One import. */
@@ -59,7 +63,7 @@ typedef struct gd_import {
   const char *who;
   gd_body main;
   gd_body *funcs; /* per library function, resolved on first use */
-  int depth;
+  int depth, traces;
 } gd_import;
 
 /* One instance of a node list being built into a context. */
@@ -683,7 +687,8 @@ static nb_code make_variable(gd_inst *in, int32_t i) {
   if (!code) code = attr_shape(in->im, in->c, n, a, "shape", dims, &rank);
   if (code) return code;
   int64_t size;
-  if (rank < 0 || !nbcore_dims_known(rank, dims) || !nbcore_shape_checked_size(rank, dims, &size) || size > 1 << 28)
+  if (rank < 0 || !nbcore_dims_known(rank, dims) || !nbcore_shape_checked_size(rank, dims, &size) ||
+      size > NBIO_MAX_COMPACT_ELEMENTS)
     return fail(in->im, in->c, NB_SHAPE, "variable '%s' has shape %s; nabla's variables need a known one", n->name,
                 rank < 0 ? "<unknown>" : nbop_sstr(rank, dims));
   nb_tensor *zeros = nb_tensor_from(in->im->vals, t, rank, dims, NULL);
@@ -762,9 +767,10 @@ static void inst_free(gd_inst *in) {
 static nb_code trace_body(nb_ctx *c, gd_call *call, nb_tensor *const *xs, nb_tensor **out) {
   gd_import *im = call->im;
   gd_body *b = &im->funcs[call->f];
-  if (im->depth >= MAX_FUNC_DEPTH)
-    return fail(im, c, NB_CORRUPT, "functions nest deeper than %d (function '%s' calls itself?)", MAX_FUNC_DEPTH,
-                b->sig->name);
+  if (b->active) return fail(im, c, NB_CORRUPT, "function '%s' calls itself", b->sig->name);
+  if (im->depth >= MAX_FUNC_DEPTH || im->traces >= MAX_TRACES)
+    return fail(im, c, NB_UNIMPLEMENTED, "function '%s': calls nest deeper than %d or make more than %d instances",
+                b->sig->name, MAX_FUNC_DEPTH, MAX_TRACES);
   int32_t nargs = (int32_t)b->sig->n_input_arg, k = 0;
   gd_val *args = calloc((size_t)nargs + 1, sizeof *args);
   gd_inst in = {
@@ -773,7 +779,10 @@ static nb_code trace_body(nb_ctx *c, gd_call *call, nb_tensor *const *xs, nb_ten
   for (int32_t a = 0; !code && a < nargs; a++)
     args[a] = call->res_args[a].var ? call->res_args[a] : (gd_val){xs[k++], NULL, false};
   im->depth++;
+  im->traces++;
+  b->active = true;
   if (!code) code = build_body(&in);
+  b->active = false;
   im->depth--;
   k = 0;
   for (size_t o = 0; !code && o < b->sig->n_output_arg; o++) {

@@ -101,6 +101,11 @@ nb_tensor *nbio_tensor_from_proto(nb_ctx *c, const Nbpb__TensorProto *p, const c
                 NB_MAX_RANK);
     return NULL;
   }
+  if (!p->tensor_content.len && n > NBIO_MAX_COMPACT_ELEMENTS) {
+    nbcore_fail(c, NB_UNIMPLEMENTED, "%s: a repeated value of %lld elements (nabla expands at most %lld)", who,
+                (long long)n, (long long)NBIO_MAX_COMPACT_ELEMENTS);
+    return NULL;
+  }
   nb_tensor *x = nb_tensor_from(c, t, rank, dims, NULL);
   if (x && fill_value(c, p, t, n, nbcore_tdata(x), who)) {
     nb_tensor_free(x);

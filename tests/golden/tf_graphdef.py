@@ -144,6 +144,25 @@ def write(name, build):
         np.save(os.path.join(OUT, "%s_%s.npy" % (name, key)), np.asarray(val, np.float32))
 
 
+# Graphs whose attrs TF's defaults fill: Sum without keep_dims, MatMul without transpose_a/b,
+# Conv2D without data_format and dilations.
+DEFAULTS = (
+    'node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } } '
+    'attr { key: "shape" value { shape { dim { size: 1 } dim { size: 2 } dim { size: 3 } dim { size: 1 } } } } }'
+    'node { name: "axis" op: "Const" attr { key: "dtype" value { type: DT_INT32 } } '
+    'attr { key: "value" value { tensor { dtype: DT_INT32 tensor_shape { dim { size: 1 } } int_val: 2 } } } }'
+    'node { name: "s" op: "Sum" input: "x" input: "axis" attr { key: "T" value { type: DT_FLOAT } } }'
+    'node { name: "k" op: "Const" attr { key: "dtype" value { type: DT_FLOAT } } '
+    'attr { key: "value" value { tensor { dtype: DT_FLOAT tensor_shape { dim { size: 1 } dim { size: 1 } '
+    'dim { size: 1 } dim { size: 1 } } float_val: 2 } } } }'
+    'node { name: "conv" op: "Conv2D" input: "x" input: "k" attr { key: "padding" value { s: "VALID" } } '
+    'attr { key: "strides" value { list { i: 1 i: 1 i: 1 i: 1 } } } }'
+    'node { name: "flat" op: "Reshape" input: "x" input: "shape" }'
+    'node { name: "shape" op: "Const" attr { key: "dtype" value { type: DT_INT32 } } '
+    'attr { key: "value" value { tensor { dtype: DT_INT32 tensor_shape { dim { size: 2 } } int_val: 2 '
+    'int_val: 3 } } } }'
+    'node { name: "m" op: "MatMul" input: "flat" input: "flat" attr { key: "transpose_b" value { b: true } } }')
+
 # Broken graphs for the error paths, as text protos (each one fault).
 X = 'node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } } }'
 ONE = 'node { name: "one" op: "Const" attr { key: "dtype" value { type: DT_FLOAT } } ' \
@@ -172,7 +191,7 @@ BAD = {
 
 def write_bad():
     from google.protobuf import text_format
-    for name, text in BAD.items():
+    for name, text in list(BAD.items()) + [("defaults", DEFAULTS)]:
         gd = text_format.Parse(text, tf.compat.v1.GraphDef())
         with open(os.path.join(OUT, name + ".pb"), "wb") as fh:
             fh.write(gd.SerializeToString())
