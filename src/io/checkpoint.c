@@ -27,7 +27,6 @@
 #define STEP_KEY "optimizer/iterations"
 #define OBJECT_SUFFIX "/.ATTRIBUTES/VARIABLE_VALUE"
 
-
 /* One tensor to save or restore. */
 typedef struct item {
   char *key;

@@ -647,7 +647,7 @@ static nb_code build_generic(gd_inst *in, int32_t i, nb_tensor **x, int nx) {
   attr_store *st = malloc(sizeof *st);
   if (!st) return nomem(in->im, in->c);
   nb_code code = map_attrs(in->im, in->c, n, def, v, st);
-  int nout = def->nout;
+  int nout = (int)def->nout;
   if (!code && nout == NBOP_VARIADIC) { /* Unpack: its first attr, num */
     nout = def->nattrs && def->attrs[0].kind == NB_ATTR_INT ? (int)v[0].i : -1;
     if (nout < 0 || nout > 4096) code = fail(in->im, in->c, NB_CORRUPT, "node '%s': %d outputs", n->name, nout);
