@@ -1,6 +1,8 @@
-/* bench/formats: GraphDef export (nb_graph_write_graphdef_buffer) of a graph of 10^5 nodes,
-   in µs per node, median of RUNS runs after one untimed run:
+/* bench/formats: GraphDef export (nb_graph_write_graphdef_buffer) and import
+   (nb_graph_read_graphdef_buffer into a fresh graph) of a graph of 10^5 nodes, in µs per
+   node, median of RUNS runs after one untimed run:
      name=graphdef_export nodes=100000 bytes=... threads=1 runs=5 ms_median=... us_per_node=...
+     name=graphdef_import nodes=100000 bytes=... threads=1 runs=5 ms_median=... us_per_node=...
    The graph: a placeholder x [16] and a chain of 99997 elementwise ops cycling Mul (by a
    Const), AddV2 (a second Const) and Tanh: what TF's as_graph_def of the same graph
    (bench/peers/formats.py) is set beside. argv[1], when given, is a file the graph is
@@ -40,18 +42,45 @@ static nb_graph *chain_graph(void) {
   return g;
 }
 
+/* Seconds of one import of data into a fresh graph (its freeing not timed); -1 on error. */
+static double time_import(const void *data, size_t size) {
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = g ? nb_graph_ctx_new(g) : NULL;
+  double t0 = bench_now();
+  nb_code code = c ? nb_graph_read_graphdef_buffer(c, data, size) : NB_NOMEM;
+  double t = bench_now() - t0;
+  if (code) fprintf(stderr, "formats: import: %s\n", c ? nb_error(c) : "out of memory");
+  nb_ctx_free(c);
+  nb_graph_free(g);
+  return code ? -1 : t;
+}
+
+static int bench_import(const void *data, size_t size, int nodes) {
+  double t[RUNS];
+  for (int r = -1; r < RUNS; r++) {
+    double s = time_import(data, size);
+    if (s < 0) return 1;
+    if (r >= 0) t[r] = s;
+  }
+  double median = bench_median(t, RUNS);
+  printf("name=graphdef_import nodes=%d bytes=%zu threads=1 runs=%d ms_median=%.3f us_per_node=%.3f\n", nodes, size,
+         RUNS, median * 1e3, median * 1e6 / nodes);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   bench_print_build_info();
   nb_graph *g = chain_graph();
   if (!g) return 1;
   double t[RUNS];
   size_t bytes = 0;
+  void *data = NULL;
   for (int r = -1; r < RUNS; r++) {
-    void *data = NULL;
+    free(data);
+    data = NULL;
     double t0 = bench_now();
     nb_code code = nb_graph_write_graphdef_buffer(g, &data, &bytes);
     if (r >= 0) t[r] = bench_now() - t0;
-    free(data);
     if (code) {
       fprintf(stderr, "formats: %s\n", nb_graph_error(g));
       nb_graph_free(g);
@@ -61,11 +90,12 @@ int main(int argc, char **argv) {
   double median = bench_median(t, RUNS);
   printf("name=graphdef_export nodes=%d bytes=%zu threads=1 runs=%d ms_median=%.3f us_per_node=%.3f\n",
          nb_graph_num_nodes(g), bytes, RUNS, median * 1e3, median * 1e6 / nb_graph_num_nodes(g));
-  if (argc > 1 && nb_graph_write_graphdef(g, argv[1])) {
+  int failed = bench_import(data, bytes, nb_graph_num_nodes(g));
+  free(data);
+  if (!failed && argc > 1 && nb_graph_write_graphdef(g, argv[1])) {
     fprintf(stderr, "formats: %s\n", nb_graph_error(g));
-    nb_graph_free(g);
-    return 1;
+    failed = 1;
   }
   nb_graph_free(g);
-  return 0;
+  return failed;
 }

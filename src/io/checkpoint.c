@@ -8,8 +8,8 @@
    first. Restores stage every tensor (CRC checked) before writing any variable. */
 #define _POSIX_C_SOURCE 200809L /* open, fsync, pread */
 #include "file_read.h"
-#include "table.h"
 #include "graphdef_common.h"
+#include "table.h"
 #include "tensor_bundle.pb-c.h"
 
 #include "../core/variable.h"
@@ -255,7 +255,7 @@ static uint8_t *pack_entry(const item *it, uint64_t offset, uint32_t crc, size_t
   shape.dim = dimp;
   Nbpb__BundleEntry e;
   nbpb__bundle_entry__init(&e);
-  e.dtype = nbio_tf_dtype(it->dtype);
+  e.dtype = nbio_dtype_to_tf(it->dtype);
   e.shape = &shape;
   e.offset = (int64_t)offset;
   e.size = (int64_t)it->bytes;

@@ -1,24 +1,121 @@
-/* TensorFlow's dtypes, shapes, tensors and attr values as protobuf-c messages, for the
-   GraphDef reader and writer (graphdef_common.h). */
+/* TF's DataType numbers, shapes and TensorProto values, for GraphDef import and export. */
 #include "graphdef_common.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* TF's DataType numbers of nabla's dtypes. */
-static const int tf_dtypes[] = {[NB_F32] = NBIO_TF_FLOAT,
-                                [NB_F64] = NBIO_TF_DOUBLE,
-                                [NB_I32] = NBIO_TF_INT32,
-                                [NB_I64] = NBIO_TF_INT64,
-                                [NB_BOOL] = NBIO_TF_BOOL};
+enum { TF_REF_OFFSET = 100 }; /* DT_FLOAT_REF is DT_FLOAT + 100, and so on */
 
-int nbio_tf_dtype(nb_dtype t) { return (unsigned)t <= NB_BOOL ? tf_dtypes[t] : 0; }
+static const int tf_dtypes[] = {[NB_F32] = 1, [NB_F64] = 2, [NB_I32] = 3, [NB_I64] = 9, [NB_BOOL] = 10};
+
+int nbio_dtype_to_tf(nb_dtype t) { return tf_dtypes[t]; }
 
 bool nbio_dtype_from_tf(int tf, nb_dtype *t) {
+  if (tf > TF_REF_OFFSET) tf -= TF_REF_OFFSET;
   for (int i = 0; i < (int)(sizeof tf_dtypes / sizeof *tf_dtypes); i++)
     if (tf_dtypes[i] == tf) return *t = (nb_dtype)i, true;
   return false;
 }
+
+const char *nbio_tf_dtype_name(int tf) {
+  static const char *const names[] = {"invalid",    "float",  "double",    "int32",   "uint8",   "int16",
+                                      "int8",       "string", "complex64", "int64",   "bool",    "qint8",
+                                      "quint8",     "qint32", "bfloat16",  "qint16",  "quint16", "uint16",
+                                      "complex128", "half",   "resource",  "variant", "uint32",  "uint64"};
+  static _Thread_local char buf[32];
+  int base = tf > TF_REF_OFFSET ? tf - TF_REF_OFFSET : tf;
+  if (base >= 0 && base < (int)(sizeof names / sizeof *names)) return names[base];
+  snprintf(buf, sizeof buf, "DataType %d", tf);
+  return buf;
+}
+
+bool nbio_shape_from_proto(const Nbpb__TensorShape *s, int *rank, int64_t *dims) {
+  *rank = -1;
+  if (!s || s->unknown_rank) return true;
+  if (s->n_dim > NB_MAX_RANK) return false;
+  for (size_t i = 0; i < s->n_dim; i++) {
+    if (s->dim[i]->size < -1) return false;
+    dims[i] = s->dim[i]->size;
+  }
+  *rank = (int)s->n_dim;
+  return true;
+}
+
+/* The typed field of p holding dtype t's values: its length, and element i as the
+   tensor's element type written to dst. */
+static size_t typed_count(const Nbpb__TensorProto *p, nb_dtype t) {
+  switch (t) {
+    case NB_F32: return p->n_float_val;
+    case NB_F64: return p->n_double_val;
+    case NB_I32: return p->n_int_val;
+    case NB_I64: return p->n_int64_val;
+    case NB_BOOL: return p->n_bool_val;
+  }
+  return 0;
+}
+
+static void typed_store(const Nbpb__TensorProto *p, nb_dtype t, size_t i, void *dst) {
+  switch (t) {
+    case NB_F32: memcpy(dst, &p->float_val[i], 4); break;
+    case NB_F64: memcpy(dst, &p->double_val[i], 8); break;
+    case NB_I32: memcpy(dst, &p->int_val[i], 4); break;
+    case NB_I64: memcpy(dst, &p->int64_val[i], 8); break;
+    case NB_BOOL: *(uint8_t *)dst = p->bool_val[i] ? 1 : 0; break;
+  }
+}
+
+/* Fills data (n elements of t) from p: the raw bytes (little-endian, as TF writes them),
+   else the typed field, whose last element repeats to the end (TF's compact form). */
+static nb_code fill_value(nb_ctx *c, const Nbpb__TensorProto *p, nb_dtype t, int64_t n, uint8_t *data,
+                          const char *who) {
+  size_t esize = nb_dtype_size(t);
+  if (p->tensor_content.len) {
+    if (p->tensor_content.len != (size_t)n * esize)
+      return nbcore_fail(c, NB_CORRUPT, "%s: tensor_content has %zu bytes, a %s tensor of %lld elements takes %zu", who,
+                         p->tensor_content.len, nb_dtype_name(t), (long long)n, (size_t)n * esize);
+    if (t == NB_BOOL)
+      for (int64_t i = 0; i < n; i++) data[i] = p->tensor_content.data[i] != 0;
+    else
+      memcpy(data, p->tensor_content.data, (size_t)n * esize);
+    return NB_OK;
+  }
+  size_t m = typed_count(p, t);
+  if (m > (size_t)n)
+    return nbcore_fail(c, NB_CORRUPT, "%s: %zu values for a tensor of %lld elements", who, m, (long long)n);
+  for (int64_t i = 0; m && i < n; i++) typed_store(p, t, (size_t)i < m ? (size_t)i : m - 1, data + (size_t)i * esize);
+  return NB_OK; /* no values: zeros */
+}
+
+nb_tensor *nbio_tensor_from_proto(nb_ctx *c, const Nbpb__TensorProto *p, const char *who) {
+  nb_dtype t;
+  if (!nbio_dtype_from_tf(p->dtype, &t)) {
+    nbcore_fail(c, NB_DTYPE, "%s: dtype %s is not one of nabla's (float32, float64, int32, int64, bool)", who,
+                nbio_tf_dtype_name(p->dtype));
+    return NULL;
+  }
+  int rank;
+  int64_t dims[NB_MAX_RANK], n;
+  if (!nbio_shape_from_proto(p->tensor_shape, &rank, dims) || rank < 0 || !nbcore_dims_known(rank, dims) ||
+      !nbcore_shape_checked_size(rank, dims, &n) || (uint64_t)n > ((uint64_t)1 << 40)) {
+    nbcore_fail(c, NB_CORRUPT, "%s: the tensor's shape is not a valid, fully known shape of rank <= %d", who,
+                NB_MAX_RANK);
+    return NULL;
+  }
+  if (!p->tensor_content.len && n > NBIO_MAX_COMPACT_ELEMENTS) {
+    nbcore_fail(c, NB_UNIMPLEMENTED, "%s: a repeated value of %lld elements (nabla expands at most %lld)", who,
+                (long long)n, (long long)NBIO_MAX_COMPACT_ELEMENTS);
+    return NULL;
+  }
+  nb_tensor *x = nb_tensor_from(c, t, rank, dims, NULL);
+  if (x && fill_value(c, p, t, n, nbcore_tdata(x), who)) {
+    nb_tensor_free(x);
+    return NULL;
+  }
+  return x;
+}
+
+/* ---- writing: shapes, tensors and attr values as messages in an arena ---------------- */
 
 static void *zalloc(nbcore_arena *a, size_t bytes) {
   void *p = nbcore_arena_alloc(a, bytes ? bytes : 1);
@@ -46,21 +143,12 @@ Nbpb__TensorShape *nbio_shape_proto(nbcore_arena *a, int rank, const int64_t *di
   return s;
 }
 
-bool nbio_shape_from_proto(const Nbpb__TensorShape *s, int *rank, int64_t *dims) {
-  if (!s) return *rank = 0, true; /* an absent shape is a scalar's */
-  if (s->unknown_rank) return *rank = -1, true;
-  if (s->n_dim > NB_MAX_RANK) return false;
-  *rank = (int)s->n_dim;
-  for (size_t i = 0; i < s->n_dim; i++) dims[i] = s->dim[i]->size < 0 ? -1 : s->dim[i]->size;
-  return true;
-}
-
 /* tensor_content is little-endian, as nabla's buffers are on the machines it builds for. */
 Nbpb__TensorProto *nbio_tensor_proto(nbcore_arena *a, const nb_tensor *x) {
   Nbpb__TensorProto *p = zalloc(a, sizeof *p);
   if (!p) return NULL;
   nbpb__tensor_proto__init(p);
-  p->dtype = nbio_tf_dtype(x->dtype);
+  p->dtype = nbio_dtype_to_tf(x->dtype);
   p->tensor_shape = nbio_shape_proto(a, x->rank, x->shape);
   size_t bytes = (size_t)x->size * nb_dtype_size(x->dtype);
   uint8_t *data = zalloc(a, bytes);
@@ -69,63 +157,6 @@ Nbpb__TensorProto *nbio_tensor_proto(nbcore_arena *a, const nb_tensor *x) {
   p->tensor_content.data = data;
   p->tensor_content.len = bytes;
   return p;
-}
-
-/* The typed field of p for its dtype: its element count and a pointer to its array. */
-static const void *typed_values(const Nbpb__TensorProto *p, nb_dtype t, size_t *n) {
-  switch (t) {
-    case NB_F32: return *n = p->n_float_val, (const void *)p->float_val;
-    case NB_F64: return *n = p->n_double_val, (const void *)p->double_val;
-    case NB_I32: return *n = p->n_int_val, (const void *)p->int_val;
-    case NB_I64: return *n = p->n_int64_val, (const void *)p->int64_val;
-    default: return *n = p->n_bool_val, (const void *)p->bool_val; /* protobuf_c_boolean: int */
-  }
-}
-
-/* dst[i] = element min(i, n - 1) of the typed field vals (n > 0), converted to t's layout. */
-static void expand_typed(void *dst, nb_dtype t, const void *vals, size_t n, int64_t count) {
-  for (int64_t i = 0; i < count; i++) {
-    size_t j = (size_t)i < n ? (size_t)i : n - 1;
-    switch (t) {
-      case NB_F32: ((float *)dst)[i] = ((const float *)vals)[j]; break;
-      case NB_F64: ((double *)dst)[i] = ((const double *)vals)[j]; break;
-      case NB_I32: ((int32_t *)dst)[i] = ((const int32_t *)vals)[j]; break;
-      case NB_I64: ((int64_t *)dst)[i] = ((const int64_t *)vals)[j]; break;
-      default: ((uint8_t *)dst)[i] = ((const protobuf_c_boolean *)vals)[j] != 0; break;
-    }
-  }
-}
-
-nb_tensor *nbio_tensor_from_proto(nb_ctx *c, const Nbpb__TensorProto *p, const char *who) {
-  nb_dtype t;
-  int rank;
-  int64_t dims[NB_MAX_RANK], count = 1;
-  if (!nbio_dtype_from_tf(p->dtype, &t))
-    return nbcore_fail(c, NB_DTYPE, "%s: tensor of TensorFlow DataType %d, which nabla lacks", who, p->dtype), NULL;
-  if (!nbio_shape_from_proto(p->tensor_shape, &rank, dims) || rank < 0)
-    return nbcore_fail(c, NB_CORRUPT, "%s: tensor shape of unknown rank or rank above %d", who, NB_MAX_RANK), NULL;
-  for (int d = 0; d < rank; d++) {
-    if (dims[d] < 0 || (dims[d] && count > INT64_MAX / dims[d]))
-      return nbcore_fail(c, NB_CORRUPT, "%s: tensor dim %d is %lld", who, d, (long long)dims[d]), NULL;
-    count *= dims[d];
-  }
-  size_t bytes = (size_t)count * nb_dtype_size(t), n;
-  const void *vals = typed_values(p, t, &n);
-  if (p->tensor_content.len && p->tensor_content.len != bytes)
-    return nbcore_fail(c, NB_CORRUPT, "%s: tensor_content holds %zu bytes, the shape needs %zu", who,
-                       p->tensor_content.len, bytes),
-           NULL;
-  if (n > (size_t)count)
-    return nbcore_fail(c, NB_CORRUPT, "%s: %zu values for a tensor of %lld elements", who, n, (long long)count), NULL;
-  void *data = calloc(bytes ? bytes : 1, 1);
-  if (!data) return nbcore_fail(c, NB_NOMEM, "%s: out of memory for a tensor of %zu bytes", who, bytes), NULL;
-  if (p->tensor_content.len)
-    memcpy(data, p->tensor_content.data, bytes);
-  else if (n)
-    expand_typed(data, t, vals, n, count);
-  nb_tensor *x = nb_tensor_from(c, t, rank, dims, data);
-  free(data);
-  return x;
 }
 
 /* ---- AttrValue ------------------------------------------------------------------------ */

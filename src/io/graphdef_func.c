@@ -83,7 +83,7 @@ static int *form_types(nbio_writer *w, const nb_function *f, const fn_form *m, b
   int own = inputs ? f->nargs : m->nres;
   for (int i = 0; i < own; i++) {
     const nb_tensor *x = inputs || (m->push && i >= f->nres) ? f->args[i] : f->res[i];
-    t[k++] = nbio_tf_dtype(x->dtype);
+    t[k++] = nbio_dtype_to_tf(x->dtype);
   }
   bool extra = inputs || m->push;
   for (int j = 0; extra && j < m->lists; j++) t[k++] = NBIO_TF_VARIANT;
@@ -105,7 +105,7 @@ static const char **result_refs(nbio_writer *w, nbio_body *b, const nb_function 
     Nbpb__NodeDef *nd = nbio_node_new(w, b, name, "TensorListPushBack");
     if (!nd || !nbio_node_input(w, nd, nbio_strf(w, "arg_%d", f->nargs + j)) ||
         !nbio_node_input(w, nd, nbio_ref(w, b, x->node, x->out)) ||
-        !nbio_node_attr(w, nd, "element_dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(x->dtype))))
+        !nbio_put_attr(w, nd, "element_dtype", nbio_attr_type(&w->arena, nbio_dtype_to_tf(x->dtype))))
       return NULL;
     refs[m->nres + j] = nbio_strf(w, "%s:output_handle:0", name);
   }
@@ -235,7 +235,7 @@ static Nbpb__AttrValue *input_types(nbio_writer *w, const nbio_body *b, int32_t 
   if (!t) return NULL;
   for (int i = first; i < n->nin; i++) {
     const nbgraph_edge *e = &b->g->edges[n->in0 + i];
-    t[i - first] = nbio_tf_dtype(b->g->outs[b->g->nodes[e->src].out0 + e->out].meta.dtype);
+    t[i - first] = nbio_dtype_to_tf(b->g->outs[b->g->nodes[e->src].out0 + e->out].meta.dtype);
   }
   for (int j = 0; j < lists + resources; j++) t[n->nin - first + j] = j < lists ? NBIO_TF_VARIANT : NBIO_TF_RESOURCE;
   Nbpb__AttrValue *v = nbio_attr_types(&w->arena, t, cnt);
@@ -247,7 +247,7 @@ static Nbpb__AttrValue *output_types(nbio_writer *w, const nbio_body *b, int32_t
   const nbgraph_node *n = &b->g->nodes[id];
   int *t = malloc(((size_t)nout + 1) * sizeof *t);
   if (!t) return NULL;
-  for (int i = 0; i < nout; i++) t[i] = nbio_tf_dtype(b->g->outs[n->out0 + i].meta.dtype);
+  for (int i = 0; i < nout; i++) t[i] = nbio_dtype_to_tf(b->g->outs[n->out0 + i].meta.dtype);
   Nbpb__AttrValue *v = nbio_attr_types(&w->arena, t, nout);
   free(t);
   return v;
@@ -281,12 +281,12 @@ static bool write_call(nbio_writer *w, nbio_body *b, int32_t id) {
   if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin) || !resource_inputs(w, b, nd, &m) ||
       !nbio_control_inputs(w, b, nd, id))
     return false;
-  return nbio_node_attr(w, nd, "Tin", input_types(w, b, id, 0, 0, m.nvars)) &&
-         nbio_node_attr(w, nd, "Tout", output_types(w, b, id, n->nout)) &&
-         nbio_node_attr(w, nd, "config", nbio_attr_str(&w->arena, "")) &&
-         nbio_node_attr(w, nd, "config_proto", nbio_attr_str(&w->arena, "")) &&
-         nbio_node_attr(w, nd, "executor_type", nbio_attr_str(&w->arena, "")) &&
-         nbio_node_attr(w, nd, "f", nbio_attr_func(&w->arena, f));
+  return nbio_put_attr(w, nd, "Tin", input_types(w, b, id, 0, 0, m.nvars)) &&
+         nbio_put_attr(w, nd, "Tout", output_types(w, b, id, n->nout)) &&
+         nbio_put_attr(w, nd, "config", nbio_attr_str(&w->arena, "")) &&
+         nbio_put_attr(w, nd, "config_proto", nbio_attr_str(&w->arena, "")) &&
+         nbio_put_attr(w, nd, "executor_type", nbio_attr_str(&w->arena, "")) &&
+         nbio_put_attr(w, nd, "f", nbio_attr_func(&w->arena, f));
 }
 
 static bool write_if(nbio_writer *w, nbio_body *b, int32_t id) {
@@ -299,11 +299,11 @@ static bool write_if(nbio_writer *w, nbio_body *b, int32_t id) {
   if (!nd || !nbio_data_inputs(w, b, nd, id, 0, n->nin) || !resource_inputs(w, b, nd, &m) ||
       !nbio_control_inputs(w, b, nd, id))
     return false;
-  return nbio_node_attr(w, nd, "Tcond", nbio_attr_type(&w->arena, NBIO_TF_BOOL)) &&
-         nbio_node_attr(w, nd, "Tin", input_types(w, b, id, 1, 0, m.nvars)) &&
-         nbio_node_attr(w, nd, "Tout", output_types(w, b, id, n->nout)) &&
-         nbio_node_attr(w, nd, "else_branch", nbio_attr_func(&w->arena, else_f)) &&
-         nbio_node_attr(w, nd, "then_branch", nbio_attr_func(&w->arena, then_f));
+  return nbio_put_attr(w, nd, "Tcond", nbio_attr_type(&w->arena, NBIO_TF_BOOL)) &&
+         nbio_put_attr(w, nd, "Tin", input_types(w, b, id, 1, 0, m.nvars)) &&
+         nbio_put_attr(w, nd, "Tout", output_types(w, b, id, n->nout)) &&
+         nbio_put_attr(w, nd, "else_branch", nbio_attr_func(&w->arena, else_f)) &&
+         nbio_put_attr(w, nd, "then_branch", nbio_attr_func(&w->arena, then_f));
 }
 
 /* The TensorList each stack of a While starts from: "<while>/accumulator_j" (an
@@ -316,8 +316,8 @@ static const char *empty_list(nbio_writer *w, nbio_body *b, int32_t id, int j, c
   const char *max = nbio_write_int32_const(w, b, nbio_strf(w, "%s/max_num_elements", prefix), &max_elems, -1);
   Nbpb__NodeDef *nd = shape && max ? nbio_node_new(w, b, prefix, "EmptyTensorList") : NULL;
   if (!nd || !nbio_node_input(w, nd, shape) || !nbio_node_input(w, nd, max) ||
-      !nbio_node_attr(w, nd, "element_dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(elem->dtype))) ||
-      !nbio_node_attr(w, nd, "shape_type", nbio_attr_type(&w->arena, NBIO_TF_INT32)))
+      !nbio_put_attr(w, nd, "element_dtype", nbio_attr_type(&w->arena, nbio_dtype_to_tf(elem->dtype))) ||
+      !nbio_put_attr(w, nd, "shape_type", nbio_attr_type(&w->arena, NBIO_TF_INT32)))
     return NULL;
   return b->fn ? nbio_strf(w, "%s:handle:0", prefix) : prefix;
 }
@@ -332,8 +332,8 @@ static const char *stack_list(nbio_writer *w, nbio_body *b, int32_t id, int out,
   const char *list =
       b->fn ? nbio_strf(w, "%s:output:%d", b->refs[id].node, out) : nbio_strf(w, "%s:%d", b->refs[id].node, out);
   if (!nd || !nbio_node_input(w, nd, list) || !nbio_node_input(w, nd, shape) ||
-      !nbio_node_attr(w, nd, "element_dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(elem->dtype))) ||
-      !nbio_node_attr(w, nd, "num_elements", nbio_attr_int(&w->arena, -1)))
+      !nbio_put_attr(w, nd, "element_dtype", nbio_attr_type(&w->arena, nbio_dtype_to_tf(elem->dtype))) ||
+      !nbio_put_attr(w, nd, "num_elements", nbio_attr_int(&w->arena, -1)))
     return NULL;
   return b->fn ? nbio_strf(w, "%s:tensor:0", name) : name;
 }
@@ -366,10 +366,10 @@ static bool write_while(nbio_writer *w, nbio_body *b, int32_t id) {
   int slot = -1;
   for (int a = 0; a < n->def->nattrs; a++)
     if (strcmp(n->def->attrs[a].name, "parallel_iterations") == 0) slot = a;
-  if (!nbio_node_attr(w, nd, "T", input_types(w, b, id, 0, lists, bm.nvars)) ||
-      !nbio_node_attr(w, nd, "body", nbio_attr_func(&w->arena, bodyf)) ||
-      !nbio_node_attr(w, nd, "cond", nbio_attr_func(&w->arena, cond)) ||
-      !nbio_node_attr(w, nd, "parallel_iterations", nbio_attr_int(&w->arena, n->attr[slot].i)))
+  if (!nbio_put_attr(w, nd, "T", input_types(w, b, id, 0, lists, bm.nvars)) ||
+      !nbio_put_attr(w, nd, "body", nbio_attr_func(&w->arena, bodyf)) ||
+      !nbio_put_attr(w, nd, "cond", nbio_attr_func(&w->arena, cond)) ||
+      !nbio_put_attr(w, nd, "parallel_iterations", nbio_attr_int(&w->arena, n->attr[slot].i)))
     return false;
   for (int k = 0; k < n->nin; k++) refs[k] = nbio_ref(w, b, id, k);
   for (int j = 0; j < lists; j++)

@@ -167,7 +167,7 @@ bool nbio_node_input(nbio_writer *w, Nbpb__NodeDef *nd, const char *ref) {
   return ref && push_ptr(w, (void ***)&nd->input, &nd->n_input, (void *)(uintptr_t)ref);
 }
 
-bool nbio_node_attr(nbio_writer *w, Nbpb__NodeDef *nd, const char *key, Nbpb__AttrValue *v) {
+bool nbio_put_attr(nbio_writer *w, Nbpb__NodeDef *nd, const char *key, Nbpb__AttrValue *v) {
   if (!v) return nbio_fail(w, NB_NOMEM, "out of memory"), false;
   Nbpb__NodeDef__AttrEntry *e = nbcore_arena_alloc(&w->arena, sizeof *e);
   if (!e) return nbio_fail(w, NB_NOMEM, "out of memory"), false;
@@ -239,7 +239,7 @@ static Nbpb__AttrValue *nabla_attr_value(nbio_writer *w, const nbop_attr_spec *s
     case NB_ATTR_FLOAT: return nbio_attr_float(a, v->f);
     case NB_ATTR_BOOL: return nbio_attr_bool(a, v->b);
     case NB_ATTR_STR: return nbio_attr_str(a, v->s ? v->s : "");
-    case NB_ATTR_TYPE: return nbio_attr_type(a, nbio_tf_dtype(v->type));
+    case NB_ATTR_TYPE: return nbio_attr_type(a, nbio_dtype_to_tf(v->type));
     case NB_ATTR_TENSOR: return nbio_attr_tensor(a, v->tensor);
     case NB_ATTR_FLOATS: return nbio_attr_floats(a, v->floats, v->n);
     case NB_ATTR_INTS:
@@ -247,7 +247,7 @@ static Nbpb__AttrValue *nabla_attr_value(nbio_writer *w, const nbop_attr_spec *s
                                         : nbio_attr_ints(a, v->ints, v->n > 0 ? v->n : 0);
     case NB_ATTR_TYPES: {
       int t[64], n = v->n < 64 ? v->n : 64;
-      for (int i = 0; i < n; i++) t[i] = nbio_tf_dtype(v->types[i]);
+      for (int i = 0; i < n; i++) t[i] = nbio_dtype_to_tf(v->types[i]);
       return nbio_attr_types(a, t, n);
     }
   }
@@ -264,12 +264,12 @@ static int inferred_type(const nbio_body *b, int32_t id, const nbio_tf_sig *s, c
   for (int a = 0; a < s->nin; a++)
     if (count[a] > 0 && strcmp(s->in[a].type_attr, name) == 0) {
       const nbgraph_edge *e = &g->edges[n->in0 + first[a]];
-      return nbio_tf_dtype(g->outs[g->nodes[e->src].out0 + e->out].meta.dtype);
+      return nbio_dtype_to_tf(g->outs[g->nodes[e->src].out0 + e->out].meta.dtype);
     }
   nbio_tf_arg_spans(s->out, s->nout, n->nout, false, first, count);
   for (int a = 0; a < s->nout; a++)
     if (count[a] > 0 && strcmp(s->out[a].type_attr, name) == 0)
-      return nbio_tf_dtype(g->outs[n->out0 + first[a]].meta.dtype);
+      return nbio_dtype_to_tf(g->outs[n->out0 + first[a]].meta.dtype);
   return -1;
 }
 
@@ -305,7 +305,7 @@ bool nbio_write_attrs(nbio_writer *w, const nbio_body *b, Nbpb__NodeDef *nd, int
     } else {
       continue; /* TF's default, which the importer fills in */
     }
-    if (!nbio_node_attr(w, nd, name, v)) return false;
+    if (!nbio_put_attr(w, nd, name, v)) return false;
   }
   return true;
 }
@@ -363,7 +363,7 @@ static bool write_update(nbio_writer *w, nbio_body *b, int32_t id, const nbio_tf
   Nbpb__NodeDef *nd = nbio_node_new(w, b, b->refs[id].name, "ReadVariableOp");
   return nd && nbio_node_input(w, nd, nbio_handle_ref(w, b, v)) &&
          nbio_node_input(w, nd, nbio_strf(w, "^%s", b->refs[id].ctrl)) &&
-         nbio_node_attr(w, nd, "dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(v->dtype)));
+         nbio_put_attr(w, nd, "dtype", nbio_attr_type(&w->arena, nbio_dtype_to_tf(v->dtype)));
 }
 
 /* _MatMulAdd(a, b, acc) = acc + a b: "<name>/MatMul" and the AddV2 "<name>". */
@@ -377,10 +377,10 @@ static bool write_matmul_add(nbio_writer *w, nbio_body *b, int32_t id) {
   if (!m || !nbio_data_inputs(w, b, m, id, 0, 2) || !nbio_control_inputs(w, b, m, id)) return false;
   static const char *const flags[] = {"grad_a", "grad_b", "transpose_a", "transpose_b"};
   for (int f = 0; f < 4; f++)
-    if (!nbio_node_attr(w, m, flags[f], nbio_attr_bool(&w->arena, n->attr[nabla_attr_slot(n->def, flags[f])].b)))
+    if (!nbio_put_attr(w, m, flags[f], nbio_attr_bool(&w->arena, n->attr[nabla_attr_slot(n->def, flags[f])].b)))
       return false;
-  int dt = nbio_tf_dtype(b->g->outs[n->out0].meta.dtype);
-  if (!nbio_node_attr(w, m, "T", nbio_attr_type(&w->arena, dt))) return false;
+  int dt = nbio_dtype_to_tf(b->g->outs[n->out0].meta.dtype);
+  if (!nbio_put_attr(w, m, "T", nbio_attr_type(&w->arena, dt))) return false;
   nbio_sort_attrs(m);
   Nbpb__NodeDef *sum = nbio_node_new(w, b, b->refs[id].name, "AddV2");
   const nbio_ref_info saved = b->refs[id];
@@ -388,7 +388,7 @@ static bool write_matmul_add(nbio_writer *w, nbio_body *b, int32_t id) {
   const char *prod_ref = nbio_ref(w, b, id, 0);
   b->refs[id] = saved;
   return sum && nbio_data_inputs(w, b, sum, id, 2, 1) && nbio_node_input(w, sum, prod_ref) &&
-         nbio_node_attr(w, sum, "T", nbio_attr_type(&w->arena, dt));
+         nbio_put_attr(w, sum, "T", nbio_attr_type(&w->arena, dt));
 }
 
 /* _EnsureShape(x) with attr shape: TF's EnsureShape. */
@@ -397,8 +397,8 @@ static bool write_ensure_shape(nbio_writer *w, nbio_body *b, int32_t id) {
   int slot = nabla_attr_slot(n->def, "shape");
   Nbpb__NodeDef *nd = nbio_node_new(w, b, b->refs[id].name, "EnsureShape");
   if (!nd || !nbio_data_inputs(w, b, nd, id, 0, 1) || !nbio_control_inputs(w, b, nd, id)) return false;
-  return nbio_node_attr(w, nd, "T", nbio_attr_type(&w->arena, nbio_tf_dtype(b->g->outs[n->out0].meta.dtype))) &&
-         nbio_node_attr(w, nd, "shape", nbio_attr_shape(&w->arena, n->attr[slot].n, n->attr[slot].ints));
+  return nbio_put_attr(w, nd, "T", nbio_attr_type(&w->arena, nbio_dtype_to_tf(b->g->outs[n->out0].meta.dtype))) &&
+         nbio_put_attr(w, nd, "shape", nbio_attr_shape(&w->arena, n->attr[slot].n, n->attr[slot].ints));
 }
 
 /* _StackGet(stack, t) = stack[t]: GatherV2 on axis 0 ("<name>/axis", an int32 Const). */
@@ -409,10 +409,10 @@ static bool write_stack_get(nbio_writer *w, nbio_body *b, int32_t id) {
   if (!axis || !nd || !nbio_data_inputs(w, b, nd, id, 0, 2) || !nbio_node_input(w, nd, axis) ||
       !nbio_control_inputs(w, b, nd, id))
     return false;
-  return nbio_node_attr(w, nd, "Taxis", nbio_attr_type(&w->arena, NBIO_TF_INT32)) &&
-         nbio_node_attr(w, nd, "Tindices", nbio_attr_type(&w->arena, NBIO_TF_INT64)) &&
-         nbio_node_attr(w, nd, "Tparams", nbio_attr_type(&w->arena, nbio_tf_dtype(b->g->outs[n->out0].meta.dtype))) &&
-         nbio_node_attr(w, nd, "batch_dims", nbio_attr_int(&w->arena, 0));
+  return nbio_put_attr(w, nd, "Taxis", nbio_attr_type(&w->arena, NBIO_TF_INT32)) &&
+         nbio_put_attr(w, nd, "Tindices", nbio_attr_type(&w->arena, NBIO_TF_INT64)) &&
+         nbio_put_attr(w, nd, "Tparams", nbio_attr_type(&w->arena, nbio_dtype_to_tf(b->g->outs[n->out0].meta.dtype))) &&
+         nbio_put_attr(w, nd, "batch_dims", nbio_attr_int(&w->arena, 0));
 }
 
 /* The reference to output arg `arg` (its first tensor) of node `name` written in b. */
@@ -426,8 +426,8 @@ static Nbpb__NodeDef *typed_node(nbio_writer *w, nbio_body *b, const char *name,
   Nbpb__NodeDef *nd = name ? nbio_node_new(w, b, name, op) : NULL;
   for (int i = 0; i < n && nd; i++)
     if (!nbio_node_input(w, nd, in[i])) return NULL;
-  if (!nd || !nbio_node_attr(w, nd, "T", nbio_attr_type(&w->arena, dtype)) ||
-      (extra && !nbio_node_attr(w, nd, extra, nbio_attr_type(&w->arena, extra_type))))
+  if (!nd || !nbio_put_attr(w, nd, "T", nbio_attr_type(&w->arena, dtype)) ||
+      (extra && !nbio_put_attr(w, nd, extra, nbio_attr_type(&w->arena, extra_type))))
     return NULL;
   nbio_sort_attrs(nd);
   return nd;
@@ -437,7 +437,7 @@ static Nbpb__NodeDef *typed_node(nbio_writer *w, nbio_body *b, const char *name,
    TensorScatterUpdate(ZerosLike(stack), Reshape(t, [1, 1]), ExpandDims(dy, 0)). */
 static bool write_stack_get_grad(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
-  int dt = nbio_tf_dtype(b->g->outs[n->out0].meta.dtype);
+  int dt = nbio_dtype_to_tf(b->g->outs[n->out0].meta.dtype);
   const char *in[3];
   for (int i = 0; i < 3; i++) {
     const nbgraph_edge *e = &b->g->edges[n->in0 + i];
@@ -470,8 +470,8 @@ static bool write_custom_gradient(nbio_writer *w, nbio_body *b, int32_t id) {
   int *types = nbcore_arena_alloc(&w->arena, ((size_t)n->nout + 1) * sizeof *types);
   if (!nd || !types || !nbio_data_inputs(w, b, nd, id, 0, n->nout) || !nbio_control_inputs(w, b, nd, id))
     return nbio_fail(w, NB_NOMEM, "out of memory"), false;
-  for (int i = 0; i < n->nout; i++) types[i] = nbio_tf_dtype(b->g->outs[n->out0 + i].meta.dtype);
-  return nbio_node_attr(w, nd, "T", nbio_attr_types(&w->arena, types, n->nout));
+  for (int i = 0; i < n->nout; i++) types[i] = nbio_dtype_to_tf(b->g->outs[n->out0 + i].meta.dtype);
+  return nbio_put_attr(w, nd, "T", nbio_attr_types(&w->arena, types, n->nout));
 }
 
 /* nabla's internal ops, the TF op whose outputs stand for theirs, and their writers. */
@@ -516,7 +516,7 @@ static bool write_unknown_op(nbio_writer *w, nbio_body *b, int32_t id) {
   for (int a = 0; a < n->def->nattrs; a++) {
     const nbop_attr_spec *spec = &n->def->attrs[a];
     if (spec->name[0] == '_') continue;
-    if (!nbio_node_attr(w, nd, spec->name, nabla_attr_value(w, spec, &n->attr[a], ""))) return false;
+    if (!nbio_put_attr(w, nd, spec->name, nabla_attr_value(w, spec, &n->attr[a], ""))) return false;
   }
   nbio_sort_attrs(nd);
   return true;
@@ -583,8 +583,8 @@ const char *nbio_write_int32_const(nbio_writer *w, nbio_body *b, const char *nam
   nbpb__attr_value__init(value);
   value->value_case = NBPB__ATTR_VALUE__VALUE_TENSOR;
   value->tensor = p;
-  if (!p->tensor_shape || !nbio_node_attr(w, nd, "dtype", nbio_attr_type(&w->arena, NBIO_TF_INT32)) ||
-      !nbio_node_attr(w, nd, "value", value))
+  if (!p->tensor_shape || !nbio_put_attr(w, nd, "dtype", nbio_attr_type(&w->arena, NBIO_TF_INT32)) ||
+      !nbio_put_attr(w, nd, "value", value))
     return NULL;
   return b->fn ? nbio_strf(w, "%s:output:0", name) : name;
 }
@@ -620,9 +620,9 @@ static nb_code write_handles(nbio_writer *w, nbio_body *b) {
       name = nbio_strf(w, "%s_%d", var->name, k);
     b->handles[b->nhandles++] = (nbio_handle){var, name};
     Nbpb__NodeDef *nd = nbio_node_new(w, b, name, "VarHandleOp");
-    if (!nd || !nbio_node_attr(w, nd, "dtype", nbio_attr_type(&w->arena, nbio_tf_dtype(var->dtype))) ||
-        !nbio_node_attr(w, nd, "shape", nbio_attr_shape(&w->arena, var->rank, var->shape)) ||
-        !nbio_node_attr(w, nd, "shared_name", nbio_attr_str(&w->arena, name)))
+    if (!nd || !nbio_put_attr(w, nd, "dtype", nbio_attr_type(&w->arena, nbio_dtype_to_tf(var->dtype))) ||
+        !nbio_put_attr(w, nd, "shape", nbio_attr_shape(&w->arena, var->rank, var->shape)) ||
+        !nbio_put_attr(w, nd, "shared_name", nbio_attr_str(&w->arena, name)))
       break;
     nbio_sort_attrs(nd);
   }

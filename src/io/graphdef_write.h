@@ -80,7 +80,7 @@ void nbio_tf_arg_spans(const nbio_tf_arg *args, int nargs, int n, bool skip_reso
 
 Nbpb__NodeDef *nbio_node_new(nbio_writer *w, nbio_body *b, const char *name, const char *op);
 bool nbio_node_input(nbio_writer *w, Nbpb__NodeDef *nd, const char *ref);
-bool nbio_node_attr(nbio_writer *w, Nbpb__NodeDef *nd, const char *key, Nbpb__AttrValue *v);
+bool nbio_put_attr(nbio_writer *w, Nbpb__NodeDef *nd, const char *key, Nbpb__AttrValue *v);
 void nbio_sort_attrs(Nbpb__NodeDef *nd);
 /* The reference to output `out` of node `node` of b, in b's syntax. */
 const char *nbio_ref(nbio_writer *w, const nbio_body *b, int32_t node, int32_t out);
