@@ -184,6 +184,7 @@ static void test_cond(void **state) {
   (void)state;
   check_model(&(expect){"cond_v1_true", 0, 1, 0, 1, 2});
   check_model(&(expect){"cond_v1_false", 0, 1, 0, 1, 2});
+  check_model(&(expect){"cond_frozen", 0, 1, 0, 1, 2});
 }
 
 static void test_cond_in_while(void **state) {
@@ -194,6 +195,16 @@ static void test_cond_in_while(void **state) {
 static void test_nested_while(void **state) {
   (void)state;
   check_model(&(expect){"nested_while", 1, 0, 2, 0, 4});
+}
+
+static void test_while_in_cond(void **state) {
+  (void)state;
+  check_model(&(expect){"while_in_cond", 0, 1, 1, 1, 4});
+}
+
+static void test_nested_cond(void **state) {
+  (void)state;
+  check_model(&(expect){"nested_cond", 0, 1, 0, 2, 4});
 }
 
 /* A graph without TF 1 control flow is left as it was, byte for byte. */
@@ -368,6 +379,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cond),
       cmocka_unit_test(test_cond_in_while),
       cmocka_unit_test(test_nested_while),
+      cmocka_unit_test(test_while_in_cond),
+      cmocka_unit_test(test_nested_cond),
       cmocka_unit_test(test_plain_graph_untouched),
       cmocka_unit_test(test_well_formed_loop),
       cmocka_unit_test(test_exit_without_enter),

@@ -793,9 +793,11 @@ static nb_code classify_branch(pass *p, extraction *x, int reader, ref r, src_cl
   int st = 0;
   nb_code rc = output_state(p, r.node, r.port, &st);
   if (rc) return rc;
-  if (r.port < 0) {
-    *c = is_pivot(p, x, r.node) ? SRC_DROP : st == x->inner ? SRC_NODE : SRC_DROP;
-    return *c == SRC_DROP && !is_pivot(p, x, r.node) ? add_outer_control(p, x, r.node) : NB_OK;
+  if (r.port < 0) { /* a control input: dropped from a pivot, kept in the branch, else moved to the If */
+    if (is_pivot(p, x, r.node)) return NB_OK;
+    if (st != x->inner) return add_outer_control(p, x, r.node);
+    *c = SRC_NODE;
+    return NB_OK;
   }
   if (is_argument(p, x, r.node)) {
     if (r.port != x->branch)
