@@ -319,6 +319,30 @@ static Nbpb__AttrValue *type_list_value(const int *types, int n) {
   return v;
 }
 
+/* n shapes of unknown rank. */
+static Nbpb__AttrValue *unknown_shapes_value(size_t n) {
+  Nbpb__AttrValue *v = new_attr(NBPB__ATTR_VALUE__VALUE_LIST);
+  Nbpb__AttrValue__ListValue *l = v ? malloc(sizeof *l) : NULL;
+  if (!l) return free(v), NULL;
+  nbpb__attr_value__list_value__init(l);
+  v->list = l;
+  if (n && !(l->shape = malloc(n * sizeof *l->shape))) {
+    protobuf_c_message_free_unpacked(&v->base, NULL);
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    Nbpb__TensorShape *s = malloc(sizeof *s);
+    if (!s) {
+      protobuf_c_message_free_unpacked(&v->base, NULL);
+      return NULL;
+    }
+    nbpb__tensor_shape__init(s);
+    s->unknown_rank = true;
+    l->shape[l->n_shape++] = s;
+  }
+  return v;
+}
+
 static Nbpb__AttrValue *func_value(const char *name) {
   Nbpb__AttrValue *v = new_attr(NBPB__ATTR_VALUE__VALUE_FUNC);
   Nbpb__NameAttrList *f = v ? malloc(sizeof *f) : NULL;
@@ -1370,7 +1394,10 @@ static nb_code loop_functions(pass *p, int f, const loop_arg *args, size_t n, co
   return rc;
 }
 
-/* Frame f's LoopCond becomes the While node: inputs the Enters' inputs, then their control inputs. */
+/* Frame f's LoopCond becomes the While node: inputs the Enters' inputs, then their control
+   inputs. Its output_shapes are of unknown rank: the static shapes are not known at the
+   protobuf level, and a loop variable may change shape (TF 1 loops check no invariants
+   unless shape_invariants says so, which the graph does not record). */
 static nb_code build_while(pass *p, int f, const loop_arg *args, size_t n, const int *types, const char *cond_name,
                            const char *body_name) {
   int w = p->frames[f].loop_cond, count = 0;
@@ -1386,7 +1413,8 @@ static nb_code build_while(pass *p, int f, const loop_arg *args, size_t n, const
   Nbpb__NodeDef *d = def_of(p, w);
   clear_attrs(d);
   if (!set_op(d, "While") || !add_attr(d, "T", type_list_value(types, (int)n)) ||
-      !add_attr(d, "cond", func_value(cond_name)) || !add_attr(d, "body", func_value(body_name)))
+      !add_attr(d, "cond", func_value(cond_name)) || !add_attr(d, "body", func_value(body_name)) ||
+      !add_attr(d, "output_shapes", unknown_shapes_value(n)))
     return nomem(p);
   p->nodes[w].kind = K_OTHER;
   p->nodes[w].frame = p->frames[f].parent;
