@@ -14,7 +14,8 @@ fuzz/corpus/checkpoint (fuzz/fuzz_checkpoint.c): the checkpoints of tests/golden
 as the index's length (two bytes, little-endian), the index, then the data.
 
 fuzz/corpus/graphdef (fuzz/fuzz_graphdef.c): the GraphDefs of tests/golden/graphdef as they
-are (TensorFlow's frozen and function graphs, and the broken ones of the error tests).
+are (TensorFlow's frozen and function graphs, and the broken ones of the error tests), and
+the TF 1 control flow graphs of tests/golden/graphdef_v1 (prefixed v1_).
 
     python3 fuzz/make_corpus.py
 """
@@ -30,6 +31,7 @@ CKPT_OUT = os.path.join(HERE, "corpus", "checkpoint")
 GOLDEN = os.path.join(HERE, "..", "tests", "golden", "ckpt")
 GRAPHDEF_OUT = os.path.join(HERE, "corpus", "graphdef")
 GRAPHDEF_GOLDEN = os.path.join(HERE, "..", "tests", "golden", "graphdef")
+GRAPHDEF_V1_GOLDEN = os.path.join(HERE, "..", "tests", "golden", "graphdef_v1")
 
 
 def idx(type_code, dims, data):
@@ -88,7 +90,8 @@ for name in ("tf1", "tf2", "nabla"):
     write(name, checkpoint(name), CKPT_OUT)
 
 os.makedirs(GRAPHDEF_OUT, exist_ok=True)
-for name in sorted(os.listdir(GRAPHDEF_GOLDEN)):
-    if name.endswith(".pb"):
-        with open(os.path.join(GRAPHDEF_GOLDEN, name), "rb") as f:
-            write(name[:-3], f.read(), GRAPHDEF_OUT)
+for folder, prefix in ((GRAPHDEF_GOLDEN, ""), (GRAPHDEF_V1_GOLDEN, "v1_")):
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".pb"):
+            with open(os.path.join(folder, name), "rb") as f:
+                write(prefix + name[:-3], f.read(), GRAPHDEF_OUT)

@@ -273,18 +273,20 @@ static Nbpb__GraphDef *graph_of(const spec *specs, size_t n) {
   return gd;
 }
 
-static void expect_corrupt(const spec *specs, size_t n, const char *node, const char *fragment) {
+static void expect_error(const spec *specs, size_t n, nb_code code, const char *node, const char *fragment) {
   Nbpb__GraphDef *gd = graph_of(specs, n);
   char err[512];
   nb_code rc = nbio_functionalize_control_flow(gd, err, sizeof err);
   nbpb__graph_def__free_unpacked(gd, NULL);
-  if (rc != NB_CORRUPT) fail_msg("%s: got %s: %s", node, nb_code_name(rc), err);
+  if (rc != code) fail_msg("%s: got %s: %s", node, nb_code_name(rc), err);
   char quoted[128];
   snprintf(quoted, sizeof quoted, "'%s'", node);
   if (!strstr(err, quoted) || !strstr(err, fragment)) fail_msg("'%s' lacks %s or '%s'", err, quoted, fragment);
 }
 
-#define EXPECT_CORRUPT(specs, node, fragment) expect_corrupt(specs, sizeof specs / sizeof specs[0], node, fragment)
+#define EXPECT_ERROR(specs, code, node, fragment) \
+  expect_error(specs, sizeof specs / sizeof specs[0], code, node, fragment)
+#define EXPECT_CORRUPT(specs, node, fragment) EXPECT_ERROR(specs, NB_CORRUPT, node, fragment)
 
 /* A well-formed one-variable loop: i = x; while (p) i = i + x. */
 #define LOOP_NODES                                                                                                   \
@@ -350,6 +352,20 @@ static void test_loop_without_loop_cond(void **state) {
                            {"enter", "Enter", "x", "f", true},
                            {"exit", "Exit", "enter", NULL, false}};
   EXPECT_CORRUPT(g, "f", "no LoopCond");
+}
+
+/* Conds the pass cannot raise: a node reading both branches, a branch reading an unguarded value. */
+static void test_unraisable_conds(void **state) {
+  (void)state;
+  static const spec both[] = {{"x", "Placeholder", "", NULL, false},
+                              {"p", "Placeholder", "", NULL, false},
+                              {"sw", "Switch", "x,p", NULL, false},
+                              {"both", "AddV2", "sw,sw:1", NULL, false}};
+  EXPECT_ERROR(both, NB_UNIMPLEMENTED, "both", "reads both branches");
+  static const spec unguarded[] = {{"x", "Placeholder", "", NULL, false}, {"p", "Placeholder", "", NULL, false},
+                                   {"sw", "Switch", "x,p", NULL, false},  {"t", "AddV2", "sw:1,x", NULL, false},
+                                   {"f", "Identity", "sw", NULL, false},  {"m", "Merge", "f,t", NULL, false}};
+  EXPECT_ERROR(unguarded, NB_UNIMPLEMENTED, "x", "outside the branch");
 }
 
 /* ---- imported, run and differentiated against TensorFlow ----------------------------------- */
@@ -461,6 +477,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_mismatched_frames),
       cmocka_unit_test(test_merge_unconnected),
       cmocka_unit_test(test_loop_without_loop_cond),
+      cmocka_unit_test(test_unraisable_conds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

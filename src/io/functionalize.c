@@ -22,6 +22,7 @@
    pivots TF's builders add) are dropped: inside a function the arguments are there from
    the start. Nodes are addressed by index into gd->node; inputs are parsed into (node,
    port) references once and written back as strings at the end. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,7 +197,10 @@ static nb_code parse_input(pass *p, int node, const char *s, ref *r) {
   const char *colon = strrchr(name, ':');
   r->port = control ? -1 : 0;
   if (!control && colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
-    r->port = atoi(colon + 1);
+    long port = strtol(colon + 1, NULL, 10);
+    if (strlen(colon + 1) > 9 || port > INT_MAX)
+      return fail(p, NB_CORRUPT, "node '%s': input '%s' has a bad output index", name_of(p, node), s);
+    r->port = (int)port;
     n = (size_t)(colon - name);
   }
   r->node = find_node(p, name, n);
@@ -588,12 +592,17 @@ static nb_code join_states(pass *p, int a, int b, cpair extra, int *out) {
 }
 
 /* The canonical predicate of Switch s: its predicate input with Identities skipped. */
-static ref switch_pred(const pass *p, int s) {
-  ref r = p->nodes[s].in[1];
-  while (p->nodes[r.node].kind == K_IDENTITY && r.port == 0 && data_inputs(&p->nodes[r.node]) == 1)
+/* The start of the chain of Identities ending at r (at most nnodes steps: a cycle of
+   Identities, which frame_order reports, ends the walk too). */
+static ref skip_identities(const pass *p, ref r) {
+  for (size_t steps = 0;
+       steps < p->nnodes && p->nodes[r.node].kind == K_IDENTITY && r.port == 0 && data_inputs(&p->nodes[r.node]) == 1;
+       steps++)
     r = p->nodes[r.node].in[0];
   return r;
 }
+
+static ref switch_pred(const pass *p, int s) { return skip_identities(p, p->nodes[s].in[1]); }
 
 static bool is_loop_switch(const pass *p, int s) { return p->nodes[switch_pred(p, s).node].kind == K_LOOPCOND; }
 
@@ -765,8 +774,8 @@ static bool is_argument(const pass *p, const extraction *x, int u) {
 }
 
 /* A pivot: an argument, or an Identity chain ending at one (control edges from it are dropped). */
-static bool is_pivot(const pass *p, const extraction *x, int u) {
-  while (p->nodes[u].kind == K_IDENTITY && data_inputs(&p->nodes[u]) == 1) u = p->nodes[u].in[0].node;
+static bool is_pivot(const pass *p, const extraction *x, int node) {
+  int u = skip_identities(p, (ref){node, 0}).node;
   if (x->loop) return p->nodes[u].kind != K_OTHER && p->nodes[u].kind != K_IDENTITY;
   return is_argument(p, x, u);
 }
