@@ -394,21 +394,6 @@ static nb_tensor *golden_npy(nb_ctx *e, const char *model, const char *key) {
   return x;
 }
 
-/* |got - want| <= 2 gamma_terms(float32) max|want|: two float32 computations of one chain
-   of sums (TF's and nabla's), norm-wise. */
-static void check_close(const nb_tensor *got, const nb_tensor *want, int64_t terms, const char *model,
-                        const char *what) {
-  assert_non_null(got);
-  assert_int_equal(nb_num_elements(got), nb_num_elements(want));
-  double scale = 0;
-  for (int64_t i = 0; i < nb_num_elements(want); i++) scale = fmax(scale, fabs(nb_item(want, i)));
-  double bound = 2 * tu_gamma(NB_F32, terms) * scale;
-  for (int64_t i = 0; i < nb_num_elements(want); i++)
-    if (!(fabs(nb_item(got, i) - nb_item(want, i)) <= bound))
-      fail_msg("%s %s element %lld: got %.9g, want %.9g, bound %.3g", model, what, (long long)i, nb_item(got, i),
-               nb_item(want, i), bound);
-}
-
 /* Imports the model's TF 1 graph, runs y, d(l2_loss(y))/dx, d/dh0, and d/dh0 of sum(d/dh0). */
 static void check_imported(const tf_model *m) {
   char path[512];
@@ -432,8 +417,11 @@ static void check_imported(const tf_model *m) {
   if (nb_run(sess, feed, values, m->p >= 0 ? 3 : 2, fetch, 4, res) != NB_OK)
     fail_msg("%s: %s", m->name, nb_session_error(sess));
   static const char *const keys[] = {"y", "grad_x", "grad_h0", "grad2_h0"};
-  for (int i = 0; i < 4; i++)
-    check_close(res[i], golden_npy(e, m->name, keys[i]), m->terms * (i == 3 ? 2 : 1), m->name, keys[i]);
+  for (int i = 0; i < 4; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "%s %s", m->name, keys[i]);
+    tu_check_normwise(res[i], golden_npy(e, m->name, keys[i]), m->terms * (i == 3 ? 2 : 1), what);
+  }
   for (int i = 0; i < 4; i++) nb_tensor_free(res[i]);
   nb_session_free(sess);
   nb_ctx_free(e);

@@ -44,20 +44,6 @@ static void const_names(const char *name, char names[][128], int n) {
   fclose(f);
 }
 
-/* |got - want| <= 2 gamma_terms(float32) max|want|: a norm-wise bound of two float32
-   computations of the same chain of sums. */
-static void check_close(const nb_tensor *got, const nb_tensor *want, int64_t terms, const char *what) {
-  assert_non_null(got);
-  assert_int_equal(nb_num_elements(got), nb_num_elements(want));
-  double scale = 0;
-  for (int64_t i = 0; i < nb_num_elements(want); i++) scale = fmax(scale, fabs(nb_item(want, i)));
-  double bound = 2 * tu_gamma(NB_F32, terms) * scale;
-  for (int64_t i = 0; i < nb_num_elements(want); i++)
-    if (!(fabs(nb_item(got, i) - nb_item(want, i)) <= bound))
-      fail_msg("%s element %lld: got %.9g, want %.9g, bound %.3g", what, (long long)i, nb_item(got, i),
-               nb_item(want, i), bound);
-}
-
 /* The model's weights as graph tensors: the imported variables (given TF's values), or the
    frozen graph's Consts made variables. */
 static void weights(nb_ctx *c, nb_ctx *e, const model *m, bool frozen, nb_variable **vars, nb_tensor **w) {
@@ -105,15 +91,15 @@ static void check_model(const model *m, bool frozen) {
   nb_session *s = nb_session_new(g);
   nb_tensor *xv = golden(e, m->name, "x");
   if (nb_run(s, &x, &xv, 1, fetch, nf, res) != NB_OK) fail_msg("%s: %s", path, nb_session_error(s));
-  check_close(res[0], golden(e, m->name, "y"), m->terms, "y");
-  check_close(res[1], golden(e, m->name, "loss"), m->terms, "loss");
-  check_close(res[2], golden(e, m->name, "dx"), m->terms, "dx");
+  tu_check_normwise(res[0], golden(e, m->name, "y"), m->terms, "y");
+  tu_check_normwise(res[1], golden(e, m->name, "loss"), m->terms, "loss");
+  tu_check_normwise(res[2], golden(e, m->name, "dx"), m->terms, "dx");
   for (int k = 0; k < m->nw; k++) {
     char key[16];
     snprintf(key, sizeof key, "dw%d", k);
-    check_close(res[3 + k], golden(e, m->name, key), m->terms, key);
+    tu_check_normwise(res[3 + k], golden(e, m->name, key), m->terms, key);
   }
-  if (ddx) check_close(res[nf - 1], golden(e, m->name, "ddx"), 2 * m->terms, "ddx");
+  if (ddx) tu_check_normwise(res[nf - 1], golden(e, m->name, "ddx"), 2 * m->terms, "ddx");
   for (int i = 0; i < nf; i++) nb_tensor_free(res[i]);
   nb_session_free(s);
   nb_ctx_free(e);
@@ -153,8 +139,8 @@ static void test_fine_tune(void **state) {
   nb_tensor *xv = golden(e, m->name, "x"), *before[2] = {0}, *after = NULL;
   nb_tensor *fetch[2] = {loss, dw};
   assert_int_equal(nb_run(s, &x, &xv, 1, fetch, 2, before), NB_OK);
-  check_close(before[0], golden(e, m->name, "loss"), m->terms, "loss");
-  check_close(before[1], golden(e, m->name, "dw0"), m->terms, "dw0");
+  tu_check_normwise(before[0], golden(e, m->name, "loss"), m->terms, "loss");
+  tu_check_normwise(before[1], golden(e, m->name, "dw0"), m->terms, "dw0");
   assert_int_equal(nb_run(s, &x, &xv, 1, &step, 1, &after), NB_OK);
   nb_tensor_free(after);
   assert_int_equal(nb_run(s, &x, &xv, 1, &loss, 1, &after), NB_OK);
