@@ -1068,10 +1068,7 @@ static nb_code become_identity(pass *p, int node, int src, int k, int frame) {
   if (!in || !set_op(def_of(p, node), "Identity")) return free(in), nomem(p);
   *in = (ref){src, k};
   set_refs(p, node, in, 1);
-  remove_attr(def_of(p, node), "N");
-  remove_attr(def_of(p, node), "frame_name");
-  remove_attr(def_of(p, node), "is_constant");
-  remove_attr(def_of(p, node), "parallel_iterations");
+  remove_attr(def_of(p, node), "N"); /* Merge's; Exit has T only, as Identity */
   p->nodes[node].kind = K_IDENTITY;
   p->nodes[node].frame = frame;
   return NB_OK;
@@ -1344,7 +1341,7 @@ static nb_code loop_args(pass *p, int f, loop_arg **args, size_t *n) {
     for (int k = p->cons_start[e]; k < p->cons_start[e + 1] && !rc; k++) {
       int c = p->cons[k].node;
       loop_arg a = {-1, -1, -1, -1};
-      if (p->cons[k].port < 0 || p->nodes[p->cons[k].node].in[p->cons[k].port].port < 0) continue;
+      if (p->nodes[c].in[p->cons[k].port].port < 0) continue; /* a control edge */
       if (p->nodes[c].kind != K_MERGE)
         return fail(p, NB_CORRUPT, "Enter '%s' of a loop variable feeds '%s' (%s), not a Merge", name_of(p, (int)e),
                     name_of(p, c), def_of(p, c)->op);
@@ -1373,11 +1370,17 @@ static nb_code check_loop_nodes(pass *p, int f, const loop_arg *args, size_t n) 
   return NB_OK;
 }
 
+/* Marks the nodes that stand for argument i (an invariant's Enter; a variable's Merge and
+   Switch) with i, or clears them. */
 static void map_args(pass *p, const loop_arg *args, size_t n, bool on) {
   for (size_t i = 0; i < n; i++) {
-    int nodes[3] = {args[i].merge < 0 ? args[i].enter : args[i].merge, args[i].sw, -1};
-    for (int k = 0; k < 2; k++)
-      if (nodes[k] >= 0) p->nodes[nodes[k]].arg = on ? (int)i : -1;
+    int arg = on ? (int)i : -1;
+    if (args[i].merge < 0) {
+      p->nodes[args[i].enter].arg = arg;
+    } else {
+      p->nodes[args[i].merge].arg = arg;
+      p->nodes[args[i].sw].arg = arg;
+    }
   }
 }
 
