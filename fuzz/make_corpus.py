@@ -13,9 +13,9 @@ reads as zeros: default inputs and attrs. The ids wrap around the registry's siz
 fuzz/corpus/checkpoint (fuzz/fuzz_checkpoint.c): the checkpoints of tests/golden/ckpt, each
 as the index's length (two bytes, little-endian), the index, then the data.
 
-fuzz/corpus/graphdef (fuzz/fuzz_graphdef.c): the GraphDefs of tests/golden/graphdef as they
-are (TensorFlow's frozen and function graphs, and the broken ones of the error tests), and
-the TF 1 control flow graphs of tests/golden/graphdef_v1 (prefixed v1_).
+fuzz/corpus/graphdef (fuzz/fuzz_graphdef.c): the GraphDefs of tests/golden/graphdef and
+tests/golden/graphdef_v1 as they are (TensorFlow's frozen and function graphs, TF 1 control
+flow, and the broken ones of the error tests).
 
     python3 fuzz/make_corpus.py
 """
@@ -30,8 +30,7 @@ OP_IDS = 160  # above the registry's op count, so every op has a seed
 CKPT_OUT = os.path.join(HERE, "corpus", "checkpoint")
 GOLDEN = os.path.join(HERE, "..", "tests", "golden", "ckpt")
 GRAPHDEF_OUT = os.path.join(HERE, "corpus", "graphdef")
-GRAPHDEF_GOLDEN = os.path.join(HERE, "..", "tests", "golden", "graphdef")
-GRAPHDEF_V1_GOLDEN = os.path.join(HERE, "..", "tests", "golden", "graphdef_v1")
+GRAPHDEF_GOLDEN = [os.path.join(HERE, "..", "tests", "golden", d) for d in ("graphdef", "graphdef_v1")]
 
 
 def idx(type_code, dims, data):
@@ -90,8 +89,8 @@ for name in ("tf1", "tf2", "nabla"):
     write(name, checkpoint(name), CKPT_OUT)
 
 os.makedirs(GRAPHDEF_OUT, exist_ok=True)
-for folder, prefix in ((GRAPHDEF_GOLDEN, ""), (GRAPHDEF_V1_GOLDEN, "v1_")):
+for folder in GRAPHDEF_GOLDEN:
     for name in sorted(os.listdir(folder)):
         if name.endswith(".pb"):
             with open(os.path.join(folder, name), "rb") as f:
-                write(prefix + name[:-3], f.read(), GRAPHDEF_OUT)
+                write(os.path.basename(folder) + "_" + name[:-3], f.read(), GRAPHDEF_OUT)

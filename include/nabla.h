@@ -1101,8 +1101,9 @@ void nb_checkpoint_list_free(nb_checkpoint_entry *entries, int n);
    their FunctionDefs, which become nabla function graphs. All or nothing: on an error the
    graph is unchanged. Errors: NB_IO (cannot read the file), NB_CORRUPT (not a GraphDef, or a
    bad node: a missing input, a cycle, an attr of the wrong kind, naming node and attr),
-   NB_UNIMPLEMENTED (ops nabla does not have, every one listed with its nodes; TF 1 control
-   flow), NB_DTYPE (a dtype nabla lacks), NB_INVALID (a node name the graph already has). */
+   NB_UNIMPLEMENTED (ops nabla does not have, every one listed with its nodes), NB_DTYPE (a
+   dtype nabla lacks), NB_INVALID (a node name the graph already has). TF 1 control flow
+   (Switch, Merge, Enter, Exit, NextIteration, LoopCond) is raised into While and If. */
 nb_code nb_graph_read_graphdef(nb_ctx *c, const char *path);
 /* The same from size bytes of a serialized GraphDef at data. */
 nb_code nb_graph_read_graphdef_buffer(nb_ctx *c, const void *data, size_t size);

@@ -368,72 +368,6 @@ static void test_unraisable_conds(void **state) {
   EXPECT_ERROR(unguarded, NB_UNIMPLEMENTED, "x", "outside the branch");
 }
 
-/* ---- imported, run and differentiated against TensorFlow ----------------------------------- */
-
-/* A model of tf_control_flow_v1.py: its name, its predicate feed p (-1: none), and the
-   longest chain of float32 sums a compared value passes through. The RNN-like models run
-   T = 4 steps of D + H + 1 = 9 terms (x W + h U + b), 36 forward; the gradient walks them
-   back (72), the second order once more each way (144). */
-typedef struct tf_model {
-  const char *name;
-  int p;
-  int64_t terms;
-} tf_model;
-
-static const tf_model tf_models[] = {
-    {"rnn_v1", -1, 72},        {"rnn_frozen", -1, 72},   {"cond_v1_true", 1, 72},
-    {"cond_v1_false", 0, 72},  {"cond_frozen", 0, 72},   {"cond_in_while", -1, 72},
-    {"nested_while", -1, 144}, {"while_in_cond", 1, 72}, {"nested_cond", 1, 72},
-};
-
-static nb_tensor *golden_npy(nb_ctx *e, const char *model, const char *key) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s%s%s.npy", NB_GRAPHDEF_V1_DIR, model, model[0] ? "." : "", key);
-  nb_tensor *x = nb_npy_read(e, path);
-  if (!x) fail_msg("%s: %s", path, nb_error(e));
-  return x;
-}
-
-/* Imports the model's TF 1 graph, runs y, d(l2_loss(y))/dx, d/dh0, and d/dh0 of sum(d/dh0). */
-static void check_imported(const tf_model *m) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/%s.pb", NB_GRAPHDEF_V1_DIR, m->name);
-  nb_graph *g = nb_graph_new();
-  nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
-  if (nb_graph_read_graphdef(c, path) != NB_OK) fail_msg("%s", nb_error(c));
-  nb_tensor *feed[3] = {nb_graph_tensor_by_name(c, "x:0"), nb_graph_tensor_by_name(c, "h0:0"),
-                        m->p >= 0 ? nb_graph_tensor_by_name(c, "p:0") : NULL};
-  nb_tensor *y = nb_graph_tensor_by_name(c, "y:0");
-  assert_non_null(feed[0] && feed[1] && y && (m->p < 0 || feed[2]));
-  nb_tensor *loss = nb_l2_loss(c, y), *grads[2] = {0}, *ddh = NULL;
-  if (nb_gradients(c, &loss, 1, feed, 2, NULL, grads) != NB_OK) fail_msg("%s: %s", m->name, nb_error(c));
-  /* the loop's outputs have unknown rank (functionalize.c declares no shapes): name h0's axes */
-  nb_tensor *s = nb_sum(c, grads[1], (const int[]){0, 1}, 2, false);
-  if (nb_gradients(c, &s, 1, &feed[1], 1, NULL, &ddh) != NB_OK) fail_msg("%s: %s", m->name, nb_error(c));
-  nb_tensor *values[3] = {golden_npy(e, "", "x"), golden_npy(e, "", "h0"),
-                          m->p >= 0 ? nb_scalar(e, NB_BOOL, m->p) : NULL};
-  nb_tensor *fetch[4] = {y, grads[0], grads[1], ddh}, *res[4] = {0};
-  nb_session *sess = nb_session_new(g);
-  if (nb_run(sess, feed, values, m->p >= 0 ? 3 : 2, fetch, 4, res) != NB_OK)
-    fail_msg("%s: %s", m->name, nb_session_error(sess));
-  static const char *const keys[] = {"y", "grad_x", "grad_h0", "grad2_h0"};
-  for (int i = 0; i < 4; i++) {
-    char what[96];
-    snprintf(what, sizeof what, "%s %s", m->name, keys[i]);
-    tu_check_normwise(res[i], golden_npy(e, m->name, keys[i]), m->terms * (i == 3 ? 2 : 1), what);
-  }
-  for (int i = 0; i < 4; i++) nb_tensor_free(res[i]);
-  nb_session_free(sess);
-  nb_ctx_free(e);
-  nb_ctx_free(c);
-  nb_graph_free(g);
-}
-
-static void test_imported_against_tf(void **state) {
-  (void)state;
-  for (size_t i = 0; i < sizeof tf_models / sizeof tf_models[0]; i++) check_imported(&tf_models[i]);
-}
-
 /* ---- the writer for tf_control_flow_v1.py check ------------------------------------------- */
 
 static int write_mode(const char *in, const char *out) {
@@ -458,7 +392,6 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_while_in_cond),
       cmocka_unit_test(test_nested_cond),
       cmocka_unit_test(test_plain_graph_untouched),
-      cmocka_unit_test(test_imported_against_tf),
       cmocka_unit_test(test_well_formed_loop),
       cmocka_unit_test(test_exit_without_enter),
       cmocka_unit_test(test_next_iteration_without_merge),

@@ -111,20 +111,6 @@ static inline double tu_gamma(nb_dtype t, int64_t n) {
   return nu / (1 - nu);
 }
 
-/* |got - want| <= 2 gamma_terms(float32) max|want|: two float32 computations of one chain
-   of `terms` sums (a reference framework's and nabla's), norm-wise; what names the value. */
-static inline void tu_check_normwise(const nb_tensor *got, const nb_tensor *want, int64_t terms, const char *what) {
-  assert_non_null(got);
-  assert_int_equal(nb_num_elements(got), nb_num_elements(want));
-  double scale = 0;
-  for (int64_t i = 0; i < nb_num_elements(want); i++) scale = fmax(scale, fabs(nb_item(want, i)));
-  double bound = 2 * tu_gamma(NB_F32, terms) * scale;
-  for (int64_t i = 0; i < nb_num_elements(want); i++)
-    if (!(fabs(nb_item(got, i) - nb_item(want, i)) <= bound))
-      fail_msg("%s element %lld: got %.9g, want %.9g, bound %.3g", what, (long long)i, nb_item(got, i),
-               nb_item(want, i), bound);
-}
-
 /* Asserts that each element of got, a sum of n terms in got's dtype, is within the bound
    of two such sums of want_dtype's: |got_i - want_i| <= (gamma_n(got) + gamma_n(want)) S_i,
    where abs_sums[i] is S_i computed in float64 (its own relative error, below

@@ -94,12 +94,6 @@ static nb_code nomem(gd_import *im, nb_ctx *c) { return fail(im, c, NB_NOMEM, "o
 
 /* ---- attrs ----------------------------------------------------------------------------------- */
 
-static const Nbpb__AttrValue *node_attr(const Nbpb__NodeDef *n, const char *name) {
-  for (size_t i = 0; i < n->n_attr; i++)
-    if (n->attr[i]->key && strcmp(n->attr[i]->key, name) == 0) return n->attr[i]->value;
-  return NULL;
-}
-
 static const char *value_kind_name(Nbpb__AttrValue__ValueCase k) {
   switch (k) {
     case NBPB__ATTR_VALUE__VALUE_S: return "a string";
@@ -116,7 +110,7 @@ static const char *value_kind_name(Nbpb__AttrValue__ValueCase k) {
 }
 
 static nb_code bad_attr(gd_import *im, nb_ctx *c, const Nbpb__NodeDef *n, const char *name, const char *want) {
-  const Nbpb__AttrValue *a = node_attr(n, name);
+  const Nbpb__AttrValue *a = nbio_node_attr(n, name);
   return fail(im, c, NB_CORRUPT, "node '%s' (op %s): attr '%s' is %s, the op takes %s", n->name, n->op, name,
               a ? value_kind_name(a->value_case) : "missing", want);
 }
@@ -124,7 +118,7 @@ static nb_code bad_attr(gd_import *im, nb_ctx *c, const Nbpb__NodeDef *n, const 
 /* Type attr `name` of n as nabla's dtype: NB_CORRUPT when it is not a type, NB_DTYPE when
    nabla lacks it. */
 static nb_code attr_dtype(gd_import *im, nb_ctx *c, const Nbpb__NodeDef *n, const char *name, nb_dtype *t) {
-  const Nbpb__AttrValue *a = node_attr(n, name);
+  const Nbpb__AttrValue *a = nbio_node_attr(n, name);
   if (!a || a->value_case != NBPB__ATTR_VALUE__VALUE_TYPE) return bad_attr(im, c, n, name, "a type");
   if (!nbio_dtype_from_tf(a->type, t))
     return fail(im, c, NB_DTYPE, "node '%s' (op %s): attr %s is %s, not one of nabla's dtypes", n->name, n->op, name,
@@ -228,7 +222,7 @@ static nb_code map_attrs(gd_import *im, nb_ctx *c, const Nbpb__NodeDef *n, const
   for (int s = 0; s < def->nattrs; s++) {
     const nbop_attr_spec *spec = &def->attrs[s];
     if (spec->name[0] == '_') continue;
-    const Nbpb__AttrValue *a = node_attr(n, spec->name);
+    const Nbpb__AttrValue *a = nbio_node_attr(n, spec->name);
     if (!a) {
       if (spec->required && !(def->variadic && s == 0)) return bad_attr(im, c, n, spec->name, "a value (required)");
       continue;
@@ -565,8 +559,8 @@ static nb_code check_ops(gd_import *im) {
   }
   if (!code && u->tf1)
     code = fail(im, im->c, NB_UNIMPLEMENTED,
-                "TF 1 control flow (Switch/Merge/Enter/Exit/NextIteration/LoopCond) not supported yet: export "
-                "with functional control flow (lower_control_flow=False); %d node%s nabla cannot build: %s",
+                "TF 1 control flow (Switch/Merge/Enter/Exit/NextIteration/LoopCond) inside functions is not "
+                "supported (the graph's own is raised into While/If); %d node%s nabla cannot build: %s",
                 u->count, u->count == 1 ? "" : "s", u->msg);
   else if (!code && u->count)
     code = fail(im, im->c, NB_UNIMPLEMENTED, "%d node%s of ops nabla does not have: %s", u->count,
@@ -653,7 +647,7 @@ static nb_code build_generic(gd_inst *in, int32_t i, nb_tensor **x, int nx) {
   attr_store *st = malloc(sizeof *st);
   if (!st) return nomem(in->im, in->c);
   nb_code code = map_attrs(in->im, in->c, n, def, v, st);
-  int nout = def->nout;
+  int nout = (int)def->nout;
   if (!code && nout == NBOP_VARIADIC) { /* Unpack: its first attr, num */
     nout = def->nattrs && def->attrs[0].kind == NB_ATTR_INT ? (int)v[0].i : -1;
     if (nout < 0 || nout > 4096) code = fail(in->im, in->c, NB_CORRUPT, "node '%s': %d outputs", n->name, nout);
@@ -682,7 +676,7 @@ static nb_code make_variable(gd_inst *in, int32_t i) {
   int rank;
   int64_t dims[NB_MAX_RANK];
   nb_code code = attr_dtype(in->im, in->c, n, "dtype", &t);
-  const Nbpb__AttrValue *a = node_attr(n, "shape");
+  const Nbpb__AttrValue *a = nbio_node_attr(n, "shape");
   if (!code && !a) code = bad_attr(in->im, in->c, n, "shape", "a shape");
   if (!code) code = attr_shape(in->im, in->c, n, a, "shape", dims, &rank);
   if (code) return code;
@@ -821,7 +815,7 @@ static nb_code first_cond_fn(nb_ctx *c, nb_tensor *const *vars, nb_tensor **pred
 static nb_code bind_call(gd_inst *in, int32_t i, const char *attr, nb_tensor *const *x, int first, gd_call *call,
                          nb_tensor **xs, int *nx) {
   const Nbpb__NodeDef *n = in->b->nodes[i];
-  const Nbpb__AttrValue *a = attr ? node_attr(n, attr) : NULL;
+  const Nbpb__AttrValue *a = attr ? nbio_node_attr(n, attr) : NULL;
   if (attr && (!a || a->value_case != NBPB__ATTR_VALUE__VALUE_FUNC || !a->func || !a->func->name))
     return bad_attr(in->im, in->c, n, attr, "a function");
   const char *fname = attr ? a->func->name : n->op;
@@ -893,7 +887,7 @@ static nb_code build_call(gd_inst *in, int32_t i, nb_tensor **x) {
    false without them. */
 static nb_code while_shapes(gd_inst *in, const Nbpb__NodeDef *n, const gd_call *call, nb_shape_spec *spec,
                             int64_t (*dims)[NB_MAX_RANK], int nvals, bool *given) {
-  const Nbpb__AttrValue *a = node_attr(n, "output_shapes");
+  const Nbpb__AttrValue *a = nbio_node_attr(n, "output_shapes");
   *given = a && is_list(a) && a->list->n_shape == in->im->funcs[call->f].sig->n_input_arg;
   for (size_t s = 0, k = 0; *given && s < a->list->n_shape; s++) {
     if (call->res_args[s].var) continue;
@@ -923,7 +917,9 @@ static nb_code build_while(gd_inst *in, int32_t i, nb_tensor **x) {
     code = fail(in->im, in->c, NB_CORRUPT, "node '%s': the cond has %d results, not 1", n->name, cond.nvals);
   if (!code) code = while_shapes(in, n, &body, spec, dims, nx, &given);
   if (!code) {
-    nb_while_opts o = {given ? spec : NULL};
+    for (int k = 0; !given && k < nx; k++) /* none declared (a raised TF 1 loop): any shape, as TF 1's loops */
+      spec[k].rank = -1;
+    nb_while_opts o = {spec};
     code = nb_while_ex(in->c, first_cond_fn, second_fn, &(gd_pair){&cond, &body}, xs, nx, -1, &o, out);
   }
   if (!code) code = set_call_outputs(in, i, &body, out, true);
@@ -982,7 +978,7 @@ static nb_code build_identities(gd_inst *in, int32_t i, nb_tensor **x, int nx) {
 
 static nb_code build_placeholder(gd_inst *in, int32_t i, nb_tensor **x, int nx) {
   const Nbpb__NodeDef *n = in->b->nodes[i];
-  const Nbpb__AttrValue *t = node_attr(n, "dtype");
+  const Nbpb__AttrValue *t = nbio_node_attr(n, "dtype");
   if (t && t->value_case == NBPB__ATTR_VALUE__VALUE_TYPE && t->type == TF_RESOURCE)
     return fail(in->im, in->c, NB_UNIMPLEMENTED,
                 "placeholder '%s' is a resource (a captured variable) whose dtype and shape the graph does not hold: "
@@ -1096,15 +1092,12 @@ static nb_code import_main(gd_import *im) {
   return code;
 }
 
-nb_code nbio_graphdef_import(nb_ctx *c, const Nbpb__GraphDef *gd, const char *who) {
-  if (!nbop_live(c)) return c ? c->status : NB_INVALID;
-  if (!c->graph || !gd)
-    return nbcore_fail(c, NB_INVALID, "%s: GraphDef import needs a graph context", who ? who : "GraphDef");
+static nb_code import_graph(nb_ctx *c, const Nbpb__GraphDef *gd, const char *who) {
   size_t nf = gd->library ? gd->library->n_function : 0;
   for (size_t f = 0; f < nf; f++)
     if (!gd->library->function[f]->signature || !gd->library->function[f]->signature->name)
       return nbcore_fail(c, NB_CORRUPT, "%s: function %zu of the library has no signature", who, f);
-  gd_import im = {.c = c, .vals = nb_eager_new(), .gd = gd, .who = who ? who : "GraphDef"};
+  gd_import im = {.c = c, .vals = nb_eager_new(), .gd = gd, .who = who};
   im.main = (gd_body){.nodes = gd->node, .n = (int32_t)gd->n_node};
   im.funcs = calloc(nf + 1, sizeof *im.funcs);
   for (size_t f = 0; im.funcs && f < nf; f++) {
@@ -1131,18 +1124,40 @@ nb_code nbio_graphdef_import(nb_ctx *c, const Nbpb__GraphDef *gd, const char *wh
   return code;
 }
 
+static bool has_tf1_control_flow(Nbpb__NodeDef *const *nodes, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (IN_LIST(nodes[i]->op, tf1_control_flow)) return true;
+  return false;
+}
+
+/* TF 1 control flow raised into While/If (functionalize.c) in a copy of gd, then imported. */
+static nb_code import_functionalized(nb_ctx *c, const Nbpb__GraphDef *gd, const char *who) {
+  size_t n = nbpb__graph_def__get_packed_size(gd);
+  uint8_t *buf = malloc(n ? n : 1);
+  Nbpb__GraphDef *copy = buf ? nbpb__graph_def__unpack(NULL, nbpb__graph_def__pack(gd, buf), buf) : NULL;
+  free(buf);
+  if (!copy) return nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
+  char err[NBCORE_ERR_CAP];
+  nb_code code = nbio_functionalize_control_flow(copy, err, sizeof err);
+  if (code)
+    nbcore_fail(c, code, "%s: TF 1 control flow: %s", who, err);
+  else
+    code = import_graph(c, copy, who);
+  nbpb__graph_def__free_unpacked(copy, NULL);
+  return code;
+}
+
+nb_code nbio_graphdef_import(nb_ctx *c, const Nbpb__GraphDef *gd, const char *who) {
+  if (!nbop_live(c)) return c ? c->status : NB_INVALID;
+  who = who ? who : "GraphDef";
+  if (!c->graph || !gd) return nbcore_fail(c, NB_INVALID, "%s: GraphDef import needs a graph context", who);
+  if (has_tf1_control_flow(gd->node, gd->n_node)) return import_functionalized(c, gd, who);
+  return import_graph(c, gd, who);
+}
+
 static const char *base_name(const char *path) {
   const char *slash = strrchr(path, '/');
   return slash ? slash + 1 : path;
-}
-
-/* Imports a GraphDef the reader unpacked: TF 1 control flow raised into While/If first
-   (functionalize.c). */
-static nb_code import_unpacked(nb_ctx *c, Nbpb__GraphDef *gd, const char *who) {
-  char err[512];
-  nb_code code = nbio_functionalize_control_flow(gd, err, sizeof err);
-  if (code) return nbcore_fail(c, code, "%s: %s", who, err);
-  return nbio_graphdef_import(c, gd, who);
 }
 
 nb_code nb_graph_read_graphdef_buffer(nb_ctx *c, const void *data, size_t size) {
@@ -1150,7 +1165,7 @@ nb_code nb_graph_read_graphdef_buffer(nb_ctx *c, const void *data, size_t size) 
   if (!data && size) return nbcore_fail(c, NB_INVALID, "nb_graph_read_graphdef_buffer: NULL data");
   Nbpb__GraphDef *gd = nbpb__graph_def__unpack(NULL, size, data);
   if (!gd) return nbcore_fail(c, NB_CORRUPT, "GraphDef: not a valid GraphDef message (truncated or not protobuf)");
-  nb_code code = import_unpacked(c, gd, "GraphDef");
+  nb_code code = nbio_graphdef_import(c, gd, "GraphDef");
   nbpb__graph_def__free_unpacked(gd, NULL);
   return code;
 }
@@ -1185,7 +1200,7 @@ nb_code nb_graph_read_graphdef(nb_ctx *c, const char *path) {
   free(buf);
   if (!code && !gd)
     code = nbcore_fail(c, NB_CORRUPT, "%s: not a valid GraphDef message (truncated or not protobuf)", base_name(path));
-  if (!code) code = import_unpacked(c, gd, base_name(path));
+  if (!code) code = nbio_graphdef_import(c, gd, base_name(path));
   if (gd) nbpb__graph_def__free_unpacked(gd, NULL);
   return code;
 }

@@ -1,4 +1,4 @@
-/* GraphDef import (graphdef.c): TF's graphs and their function libraries into nabla graphs,
+/* GraphDef import (graphdef.c: TF's graphs and their function libraries into nabla graphs)
    and the passes that rewrite a parsed GraphDef before it becomes an nb_graph
    (functionalize.c). */
 #ifndef NBIO_GRAPHDEF_H
@@ -8,10 +8,13 @@
 
 #include "../func/func.h"
 #include "graph.pb-c.h"
+#include "nabla.h"
 
 /* Adds gd's nodes (and the functions they call) to c's graph, a graph context's: all or
    nothing, the graph unchanged on an error (set on c, the message starting with who, the
-   file's name). A SavedModel reader calls it on the GraphDef of its MetaGraphDef. */
+   file's name). TF 1 control flow in it is raised into While/If first, in a copy
+   (nbio_functionalize_control_flow). A SavedModel reader calls it on the GraphDef of its
+   MetaGraphDef. */
 nb_code nbio_graphdef_import(nb_ctx *c, const Nbpb__GraphDef *gd, const char *who);
 
 /* Raises TF 1 control flow (Switch, Merge, Enter, Exit, NextIteration, LoopCond and their
