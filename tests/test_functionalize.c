@@ -6,15 +6,9 @@
 
    `test_functionalize --write IN.pb OUT.pb` runs the pass on one file and writes the
    result: tf_control_flow_v1.py check loads those into TensorFlow and compares outputs. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "testutil.h"
 
-#include <cmocka.h>
+#include <stdio.h>
 
 #include "../src/io/graphdef.h"
 
@@ -184,6 +178,7 @@ static void test_cond(void **state) {
   (void)state;
   check_model(&(expect){"cond_v1_true", 0, 1, 0, 1, 2});
   check_model(&(expect){"cond_v1_false", 0, 1, 0, 1, 2});
+  check_model(&(expect){"cond_frozen", 0, 1, 0, 1, 2});
 }
 
 static void test_cond_in_while(void **state) {
@@ -194,6 +189,16 @@ static void test_cond_in_while(void **state) {
 static void test_nested_while(void **state) {
   (void)state;
   check_model(&(expect){"nested_while", 1, 0, 2, 0, 4});
+}
+
+static void test_while_in_cond(void **state) {
+  (void)state;
+  check_model(&(expect){"while_in_cond", 0, 1, 1, 1, 4});
+}
+
+static void test_nested_cond(void **state) {
+  (void)state;
+  check_model(&(expect){"nested_cond", 0, 1, 0, 2, 4});
 }
 
 /* A graph without TF 1 control flow is left as it was, byte for byte. */
@@ -268,18 +273,20 @@ static Nbpb__GraphDef *graph_of(const spec *specs, size_t n) {
   return gd;
 }
 
-static void expect_corrupt(const spec *specs, size_t n, const char *node, const char *fragment) {
+static void expect_error(const spec *specs, size_t n, nb_code code, const char *node, const char *fragment) {
   Nbpb__GraphDef *gd = graph_of(specs, n);
   char err[512];
   nb_code rc = nbio_functionalize_control_flow(gd, err, sizeof err);
   nbpb__graph_def__free_unpacked(gd, NULL);
-  if (rc != NB_CORRUPT) fail_msg("%s: got %s: %s", node, nb_code_name(rc), err);
+  if (rc != code) fail_msg("%s: got %s: %s", node, nb_code_name(rc), err);
   char quoted[128];
   snprintf(quoted, sizeof quoted, "'%s'", node);
   if (!strstr(err, quoted) || !strstr(err, fragment)) fail_msg("'%s' lacks %s or '%s'", err, quoted, fragment);
 }
 
-#define EXPECT_CORRUPT(specs, node, fragment) expect_corrupt(specs, sizeof specs / sizeof specs[0], node, fragment)
+#define EXPECT_ERROR(specs, code, node, fragment) \
+  expect_error(specs, sizeof specs / sizeof specs[0], code, node, fragment)
+#define EXPECT_CORRUPT(specs, node, fragment) EXPECT_ERROR(specs, NB_CORRUPT, node, fragment)
 
 /* A well-formed one-variable loop: i = x; while (p) i = i + x. */
 #define LOOP_NODES                                                                                                   \
@@ -347,6 +354,20 @@ static void test_loop_without_loop_cond(void **state) {
   EXPECT_CORRUPT(g, "f", "no LoopCond");
 }
 
+/* Conds the pass cannot raise: a node reading both branches, a branch reading an unguarded value. */
+static void test_unraisable_conds(void **state) {
+  (void)state;
+  static const spec both[] = {{"x", "Placeholder", "", NULL, false},
+                              {"p", "Placeholder", "", NULL, false},
+                              {"sw", "Switch", "x,p", NULL, false},
+                              {"both", "AddV2", "sw,sw:1", NULL, false}};
+  EXPECT_ERROR(both, NB_UNIMPLEMENTED, "both", "reads both branches");
+  static const spec unguarded[] = {{"x", "Placeholder", "", NULL, false}, {"p", "Placeholder", "", NULL, false},
+                                   {"sw", "Switch", "x,p", NULL, false},  {"t", "AddV2", "sw:1,x", NULL, false},
+                                   {"f", "Identity", "sw", NULL, false},  {"m", "Merge", "f,t", NULL, false}};
+  EXPECT_ERROR(unguarded, NB_UNIMPLEMENTED, "x", "outside the branch");
+}
+
 /* ---- the writer for tf_control_flow_v1.py check ------------------------------------------- */
 
 static int write_mode(const char *in, const char *out) {
@@ -368,6 +389,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cond),
       cmocka_unit_test(test_cond_in_while),
       cmocka_unit_test(test_nested_while),
+      cmocka_unit_test(test_while_in_cond),
+      cmocka_unit_test(test_nested_cond),
       cmocka_unit_test(test_plain_graph_untouched),
       cmocka_unit_test(test_well_formed_loop),
       cmocka_unit_test(test_exit_without_enter),
@@ -375,6 +398,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_mismatched_frames),
       cmocka_unit_test(test_merge_unconnected),
       cmocka_unit_test(test_loop_without_loop_cond),
+      cmocka_unit_test(test_unraisable_conds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

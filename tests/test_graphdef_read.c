@@ -229,9 +229,11 @@ static void test_tf1_control_flow(void **state) {
   check_v1("rnn_frozen", "Identity", false, false);
   check_v1("cond_v1_true", "y", true, true);
   check_v1("cond_v1_false", "y", true, false);
+  check_v1("cond_frozen", "Identity", true, false);
+  check_v1("cond_in_while", "y", false, false);
   check_v1("nested_while", "y", false, false);
-  /* its cond tests t % 2: an op nabla does not have, found inside the raised loop's body */
-  check_rejected(NB_GRAPHDEF_V1_DIR "/cond_in_while.pb", NB_UNIMPLEMENTED, "FloorMod 'while/mod'", "1 node");
+  check_v1("while_in_cond", "y", true, true);
+  check_v1("nested_cond", "y", true, true);
 }
 
 /* Attrs the file leaves out take TF's defaults: Sum's keep_dims false, MatMul's

@@ -22,6 +22,7 @@
    pivots TF's builders add) are dropped: inside a function the arguments are there from
    the start. Nodes are addressed by index into gd->node; inputs are parsed into (node,
    port) references once and written back as strings at the end. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,7 +197,10 @@ static nb_code parse_input(pass *p, int node, const char *s, ref *r) {
   const char *colon = strrchr(name, ':');
   r->port = control ? -1 : 0;
   if (!control && colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
-    r->port = atoi(colon + 1);
+    long port = strtol(colon + 1, NULL, 10);
+    if (strlen(colon + 1) > 9 || port > INT_MAX)
+      return fail(p, NB_CORRUPT, "node '%s': input '%s' has a bad output index", name_of(p, node), s);
+    r->port = (int)port;
     n = (size_t)(colon - name);
   }
   r->node = find_node(p, name, n);
@@ -316,6 +320,30 @@ static Nbpb__AttrValue *type_list_value(const int *types, int n) {
     return NULL;
   }
   for (int i = 0; i < n; i++) l->type[l->n_type++] = types[i];
+  return v;
+}
+
+/* n shapes of unknown rank. */
+static Nbpb__AttrValue *unknown_shapes_value(size_t n) {
+  Nbpb__AttrValue *v = new_attr(NBPB__ATTR_VALUE__VALUE_LIST);
+  Nbpb__AttrValue__ListValue *l = v ? malloc(sizeof *l) : NULL;
+  if (!l) return free(v), NULL;
+  nbpb__attr_value__list_value__init(l);
+  v->list = l;
+  if (n && !(l->shape = malloc(n * sizeof *l->shape))) {
+    protobuf_c_message_free_unpacked(&v->base, NULL);
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    Nbpb__TensorShape *s = malloc(sizeof *s);
+    if (!s) {
+      protobuf_c_message_free_unpacked(&v->base, NULL);
+      return NULL;
+    }
+    nbpb__tensor_shape__init(s);
+    s->unknown_rank = true;
+    l->shape[l->n_shape++] = s;
+  }
   return v;
 }
 
@@ -564,12 +592,17 @@ static nb_code join_states(pass *p, int a, int b, cpair extra, int *out) {
 }
 
 /* The canonical predicate of Switch s: its predicate input with Identities skipped. */
-static ref switch_pred(const pass *p, int s) {
-  ref r = p->nodes[s].in[1];
-  while (p->nodes[r.node].kind == K_IDENTITY && r.port == 0 && data_inputs(&p->nodes[r.node]) == 1)
+/* The start of the chain of Identities ending at r (at most nnodes steps: a cycle of
+   Identities, which frame_order reports, ends the walk too). */
+static ref skip_identities(const pass *p, ref r) {
+  for (size_t steps = 0;
+       steps < p->nnodes && p->nodes[r.node].kind == K_IDENTITY && r.port == 0 && data_inputs(&p->nodes[r.node]) == 1;
+       steps++)
     r = p->nodes[r.node].in[0];
   return r;
 }
+
+static ref switch_pred(const pass *p, int s) { return skip_identities(p, p->nodes[s].in[1]); }
 
 static bool is_loop_switch(const pass *p, int s) { return p->nodes[switch_pred(p, s).node].kind == K_LOOPCOND; }
 
@@ -741,8 +774,8 @@ static bool is_argument(const pass *p, const extraction *x, int u) {
 }
 
 /* A pivot: an argument, or an Identity chain ending at one (control edges from it are dropped). */
-static bool is_pivot(const pass *p, const extraction *x, int u) {
-  while (p->nodes[u].kind == K_IDENTITY && data_inputs(&p->nodes[u]) == 1) u = p->nodes[u].in[0].node;
+static bool is_pivot(const pass *p, const extraction *x, int node) {
+  int u = skip_identities(p, (ref){node, 0}).node;
   if (x->loop) return p->nodes[u].kind != K_OTHER && p->nodes[u].kind != K_IDENTITY;
   return is_argument(p, x, u);
 }
@@ -793,9 +826,11 @@ static nb_code classify_branch(pass *p, extraction *x, int reader, ref r, src_cl
   int st = 0;
   nb_code rc = output_state(p, r.node, r.port, &st);
   if (rc) return rc;
-  if (r.port < 0) {
-    *c = is_pivot(p, x, r.node) ? SRC_DROP : st == x->inner ? SRC_NODE : SRC_DROP;
-    return *c == SRC_DROP && !is_pivot(p, x, r.node) ? add_outer_control(p, x, r.node) : NB_OK;
+  if (r.port < 0) { /* a control input: dropped from a pivot, kept in the branch, else moved to the If */
+    if (is_pivot(p, x, r.node)) return NB_OK;
+    if (st != x->inner) return add_outer_control(p, x, r.node);
+    *c = SRC_NODE;
+    return NB_OK;
   }
   if (is_argument(p, x, r.node)) {
     if (r.port != x->branch)
@@ -1033,10 +1068,7 @@ static nb_code become_identity(pass *p, int node, int src, int k, int frame) {
   if (!in || !set_op(def_of(p, node), "Identity")) return free(in), nomem(p);
   *in = (ref){src, k};
   set_refs(p, node, in, 1);
-  remove_attr(def_of(p, node), "N");
-  remove_attr(def_of(p, node), "frame_name");
-  remove_attr(def_of(p, node), "is_constant");
-  remove_attr(def_of(p, node), "parallel_iterations");
+  remove_attr(def_of(p, node), "N"); /* Merge's; Exit has T only, as Identity */
   p->nodes[node].kind = K_IDENTITY;
   p->nodes[node].frame = frame;
   return NB_OK;
@@ -1309,7 +1341,7 @@ static nb_code loop_args(pass *p, int f, loop_arg **args, size_t *n) {
     for (int k = p->cons_start[e]; k < p->cons_start[e + 1] && !rc; k++) {
       int c = p->cons[k].node;
       loop_arg a = {-1, -1, -1, -1};
-      if (p->cons[k].port < 0 || p->nodes[p->cons[k].node].in[p->cons[k].port].port < 0) continue;
+      if (p->nodes[c].in[p->cons[k].port].port < 0) continue; /* a control edge */
       if (p->nodes[c].kind != K_MERGE)
         return fail(p, NB_CORRUPT, "Enter '%s' of a loop variable feeds '%s' (%s), not a Merge", name_of(p, (int)e),
                     name_of(p, c), def_of(p, c)->op);
@@ -1338,11 +1370,17 @@ static nb_code check_loop_nodes(pass *p, int f, const loop_arg *args, size_t n) 
   return NB_OK;
 }
 
+/* Marks the nodes that stand for argument i (an invariant's Enter; a variable's Merge and
+   Switch) with i, or clears them. */
 static void map_args(pass *p, const loop_arg *args, size_t n, bool on) {
   for (size_t i = 0; i < n; i++) {
-    int nodes[3] = {args[i].merge < 0 ? args[i].enter : args[i].merge, args[i].sw, -1};
-    for (int k = 0; k < 2; k++)
-      if (nodes[k] >= 0) p->nodes[nodes[k]].arg = on ? (int)i : -1;
+    int arg = on ? (int)i : -1;
+    if (args[i].merge < 0) {
+      p->nodes[args[i].enter].arg = arg;
+    } else {
+      p->nodes[args[i].merge].arg = arg;
+      p->nodes[args[i].sw].arg = arg;
+    }
   }
 }
 
@@ -1368,7 +1406,10 @@ static nb_code loop_functions(pass *p, int f, const loop_arg *args, size_t n, co
   return rc;
 }
 
-/* Frame f's LoopCond becomes the While node: inputs the Enters' inputs, then their control inputs. */
+/* Frame f's LoopCond becomes the While node: inputs the Enters' inputs, then their control
+   inputs. Its output_shapes are of unknown rank: the static shapes are not known at the
+   protobuf level, and a loop variable may change shape (TF 1 loops check no invariants
+   unless shape_invariants says so, which the graph does not record). */
 static nb_code build_while(pass *p, int f, const loop_arg *args, size_t n, const int *types, const char *cond_name,
                            const char *body_name) {
   int w = p->frames[f].loop_cond, count = 0;
@@ -1384,7 +1425,8 @@ static nb_code build_while(pass *p, int f, const loop_arg *args, size_t n, const
   Nbpb__NodeDef *d = def_of(p, w);
   clear_attrs(d);
   if (!set_op(d, "While") || !add_attr(d, "T", type_list_value(types, (int)n)) ||
-      !add_attr(d, "cond", func_value(cond_name)) || !add_attr(d, "body", func_value(body_name)))
+      !add_attr(d, "cond", func_value(cond_name)) || !add_attr(d, "body", func_value(body_name)) ||
+      !add_attr(d, "output_shapes", unknown_shapes_value(n)))
     return nomem(p);
   p->nodes[w].kind = K_OTHER;
   p->nodes[w].frame = p->frames[f].parent;

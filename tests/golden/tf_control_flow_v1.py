@@ -15,8 +15,11 @@ Models (small, float32, fixed weights from a seeded generator):
   rnn_frozen    the same RNN as a tf.function with variables, frozen by
                 convert_variables_to_constants_v2 (lowering on: TF's own freezing)
   cond_v1_*     tf.cond on a fed bool predicate (fed true, fed false), v1 graph mode
+  cond_frozen   the same cond as a tf.function with a variable, frozen (lowered If)
   cond_in_while a tf.cond inside a tf.while_loop body, v1 graph mode
   nested_while  a tf.while_loop inside a tf.while_loop body, v1 graph mode
+  while_in_cond the RNN's tf.while_loop inside a tf.cond branch, v1 graph mode
+  nested_cond   a tf.cond inside a tf.cond branch, v1 graph mode
 Gradients (eager GradientTape of the same math) are of loss = sum(y^2) / 2 with respect
 to each float feed, and second order: d/dh0 of sum(dloss/dh0) (a Hessian-vector
 product with ones), for the models with an h0 feed.
@@ -57,7 +60,7 @@ def cond_math(x, h0, p):
 def cond_in_while_math(x, h0):
     h = h0
     for t in range(T):
-        if t % 2 == 0:
+        if t < 2:
             h = tf.tanh(tf.matmul(x[t], W) + tf.matmul(h, U))
         else:
             h = h * 0.5 + BIAS
@@ -71,6 +74,20 @@ def nested_while_math(x, h0):
             h = tf.tanh(tf.matmul(h, U) + tf.matmul(x[t], W))
         h = h + BIAS
     return h
+
+
+def while_in_cond_math(x, h0, p):
+    if p:
+        return rnn_math(x, h0)
+    return h0 * 2.0
+
+
+def nested_cond_math(x, h0, p):
+    if p:
+        if tf.reduce_sum(h0) > 0:
+            return tf.tanh(h0 + BIAS)
+        return tf.matmul(x[1], W) - h0
+    return h0 * 3.0
 
 
 # The same models as TF 1 graphs.
@@ -89,7 +106,7 @@ def cond_graph(x, h0, p):
 
 def cond_in_while_graph(x, h0):
     def body(i, h):
-        h = tf.compat.v1.cond(tf.equal(i % 2, 0),
+        h = tf.compat.v1.cond(i < 2,
                               lambda: tf.tanh(tf.matmul(x[i], W) + tf.matmul(h, U)),
                               lambda: h * 0.5 + BIAS)
         return i + 1, h
@@ -108,6 +125,18 @@ def nested_while_graph(x, h0):
 
     _, h = tf.compat.v1.while_loop(lambda i, h: i < T, outer, [tf.constant(0), h0])
     return h
+
+
+def while_in_cond_graph(x, h0, p):
+    return tf.compat.v1.cond(p, lambda: rnn_graph(x, h0), lambda: h0 * 2.0)
+
+
+def nested_cond_graph(x, h0, p):
+    def inner():
+        return tf.compat.v1.cond(tf.reduce_sum(h0) > 0, lambda: tf.tanh(h0 + BIAS),
+                                 lambda: tf.matmul(x[1], W) - h0)
+
+    return tf.compat.v1.cond(p, inner, lambda: h0 * 3.0)
 
 
 def v1_graph(build, with_p):
@@ -137,6 +166,21 @@ def frozen_rnn():
 
         _, h = tf.while_loop(lambda i, h: i < T, body, [tf.constant(0), h0])
         return tf.identity(h, name="y")
+
+    frozen = convert_to_constants.convert_variables_to_constants_v2(f.get_concrete_function())
+    return frozen.graph.as_graph_def()
+
+
+def frozen_cond():
+    """The cond model as a tf.function over a variable, frozen as TF freezes (lowered If)."""
+    wv = tf.Variable(W)
+
+    @tf.function(input_signature=[tf.TensorSpec([T, B, D], tf.float32, name="x"),
+                                  tf.TensorSpec([B, H], tf.float32, name="h0"),
+                                  tf.TensorSpec([], tf.bool, name="p")])
+    def f(x, h0, p):
+        y = tf.cond(p, lambda: tf.tanh(tf.matmul(x[0], wv) + h0), lambda: tf.matmul(h0, U) * 0.5 + 1.0)
+        return tf.identity(y, name="y")
 
     frozen = convert_to_constants.convert_variables_to_constants_v2(f.get_concrete_function())
     return frozen.graph.as_graph_def()
@@ -176,8 +220,11 @@ MODELS = {
     "rnn_frozen": (frozen_rnn, rnn_math, {}),
     "cond_v1_true": (lambda: v1_graph(cond_graph, True), cond_math, {"p": np.array(True)}),
     "cond_v1_false": (lambda: v1_graph(cond_graph, True), cond_math, {"p": np.array(False)}),
+    "cond_frozen": (frozen_cond, cond_math, {"p": np.array(False)}),
     "cond_in_while": (lambda: v1_graph(cond_in_while_graph, False), cond_in_while_math, {}),
     "nested_while": (lambda: v1_graph(nested_while_graph, False), nested_while_math, {}),
+    "while_in_cond": (lambda: v1_graph(while_in_cond_graph, True), while_in_cond_math, {"p": np.array(True)}),
+    "nested_cond": (lambda: v1_graph(nested_cond_graph, True), nested_cond_math, {"p": np.array(True)}),
 }
 
 
