@@ -68,7 +68,7 @@ fuzz: deps
 # The C and C++ sources clang-format owns (.clang-format); tests/golden holds generated tables.
 CLANG_FORMAT ?= clang-format
 CLANG_TIDY ?= clang-tidy
-FORMAT_FILES = $(shell find src include tests bench examples fuzz -path tests/golden -prune -o \
+FORMAT_FILES = $(shell find src include tools tests bench examples fuzz -path tests/golden -prune -o \
   -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \) -print | sort)
 
 # Rewrites the sources in place in the project's style. Twice: clang-format 14 settles some

@@ -625,6 +625,13 @@ nb_graph *nb_graph_new(void);
 void nb_graph_free(nb_graph *g); /* after every context and session on it */
 nb_ctx *nb_graph_ctx_new(nb_graph *g);
 int nb_graph_num_nodes(const nb_graph *g);
+/* Node i of g (0 <= i < nb_graph_num_nodes, in the order nodes were added): its name, its
+   op type (TF's: "MatMul"), its output count, and how many data inputs of g's nodes read
+   its outputs (0: a sink, what a GraphDef's user fetches); NULL or -1 for i out of range. */
+const char *nb_graph_node_name(const nb_graph *g, int i);
+const char *nb_graph_node_op(const nb_graph *g, int i);
+int nb_graph_node_num_outputs(const nb_graph *g, int i);
+int nb_graph_node_num_consumers(const nb_graph *g, int i);
 /* Name scopes: nodes made while a scope is pushed are named "scope/Type" (unique: "_1", ...). */
 nb_code nb_name_scope_push(nb_graph *g, const char *name);
 void nb_name_scope_pop(nb_graph *g);
