@@ -13,6 +13,9 @@ reads as zeros: default inputs and attrs. The ids wrap around the registry's siz
 fuzz/corpus/checkpoint (fuzz/fuzz_checkpoint.c): the checkpoints of tests/golden/ckpt, each
 as the index's length (two bytes, little-endian), the index, then the data.
 
+fuzz/corpus/graphdef (fuzz/fuzz_graphdef.c): the GraphDefs of tests/golden/graphdef as they
+are (TensorFlow's frozen and function graphs, and the broken ones of the error tests).
+
     python3 fuzz/make_corpus.py
 """
 import gzip
@@ -25,6 +28,8 @@ OPS_OUT = os.path.join(HERE, "corpus", "ops")
 OP_IDS = 160  # above the registry's op count, so every op has a seed
 CKPT_OUT = os.path.join(HERE, "corpus", "checkpoint")
 GOLDEN = os.path.join(HERE, "..", "tests", "golden", "ckpt")
+GRAPHDEF_OUT = os.path.join(HERE, "corpus", "graphdef")
+GRAPHDEF_GOLDEN = os.path.join(HERE, "..", "tests", "golden", "graphdef")
 
 
 def idx(type_code, dims, data):
@@ -81,3 +86,9 @@ for op_id in range(OP_IDS):
 os.makedirs(CKPT_OUT, exist_ok=True)
 for name in ("tf1", "tf2", "nabla"):
     write(name, checkpoint(name), CKPT_OUT)
+
+os.makedirs(GRAPHDEF_OUT, exist_ok=True)
+for name in sorted(os.listdir(GRAPHDEF_GOLDEN)):
+    if name.endswith(".pb"):
+        with open(os.path.join(GRAPHDEF_GOLDEN, name), "rb") as f:
+            write(name[:-3], f.read(), GRAPHDEF_OUT)

@@ -1096,6 +1096,33 @@ typedef struct nb_checkpoint_entry {
 nb_code nb_checkpoint_list(nb_ctx *c, const char *prefix, nb_checkpoint_entry **entries, int *n);
 void nb_checkpoint_list_free(nb_checkpoint_entry *entries, int n);
 
+/* ---- GraphDef (TensorFlow graphs in and out) ---------------------------------------------------
+   TF's binary GraphDef (tf.Graph.as_graph_def, tf.io.write_graph with as_text=False), with its
+   function library. docs/file-formats.md lists what imports. */
+/* Adds the file's nodes to c's graph (c a graph context), named as in the file, so
+   nb_graph_tensor_by_name(c, "dense/MatMul:0") finds them. Frozen graphs (Const weights),
+   variables (VarHandleOp with ReadVariableOp and Assign*VariableOp, or TF 1's VariableV2:
+   nabla variables, zeros until assigned, owned by the graph), Placeholder (unknown dims
+   too) and PlaceholderWithDefault, NoOp and control inputs, Identity and IdentityN, calls
+   (StatefulPartitionedCall, PartitionedCall), While and If (and their Stateless forms) with
+   their FunctionDefs, which become nabla function graphs. All or nothing: on an error the
+   graph is unchanged. Errors: NB_IO (cannot read the file), NB_CORRUPT (not a GraphDef, or a
+   bad node: a missing input, a cycle, an attr of the wrong kind, naming node and attr),
+   NB_UNIMPLEMENTED (ops nabla does not have, every one listed with its nodes; TF 1 control
+   flow), NB_DTYPE (a dtype nabla lacks), NB_INVALID (a node name the graph already has). */
+nb_code nb_graph_read_graphdef(nb_ctx *c, const char *path);
+/* The same from size bytes of a serialized GraphDef at data. */
+nb_code nb_graph_read_graphdef_buffer(nb_ctx *c, const void *data, size_t size);
+/* Fine-tuning a frozen graph: the Const node const_node_name of c's graph becomes the read of
+   a new trainable variable holding its value (*out, owned by the graph, named as the node),
+   so its consumers read the variable and gradients and optimizers reach it. Handles of the
+   node's tensors made before keep the old constant: take new ones. NB_NOT_FOUND without such
+   a node, NB_INVALID when it is not a Const. */
+nb_code nb_graph_const_to_variable(nb_ctx *c, const char *const_node_name, nb_variable **out);
+/* The variables imports (and nb_graph_const_to_variable) made in c's graph, in file order:
+   the first cap go to out; returns their count (-1 for a NULL or eager c). The graph owns them. */
+int nb_graph_variables(nb_ctx *c, nb_variable **out, int cap);
+
 /* ==== 9. Checking ========================================================================= */
 
 /* ---- checking -------------------------------------------------------------------------- */

@@ -97,6 +97,8 @@ void nb_graph_free(nb_graph *g) {
     if (n->def->hold_attrs) n->def->hold_attrs(n->attr, -1);
   }
   for (int32_t i = 0; i < g->nvars; i++) nbcore_variable_release(g->vars[i].var);
+  for (int32_t i = 0; i < g->nretired; i++) nb_tensor_free(g->retired[i]);
+  free(g->retired);
   if (g->free_funcs) g->free_funcs(g);
   free(g->caps);
   free(g->vars);
@@ -748,4 +750,83 @@ nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep) {
   g->nodes[x->node].ctrl = id;
   g->version++;
   return NB_OK;
+}
+
+/* ---- marks and rollback ---------------------------------------------------------------- */
+
+nb_code nbgraph_mark_take(const nb_graph *g, nbgraph_mark *m) {
+  *m = (nbgraph_mark){g->nnodes, g->nedges, g->nouts, g->nvars, g->nfuncs, g->names};
+  m->names.slots = NULL;
+  if (!g->names.cap) return NB_OK;
+  m->names.slots = malloc(g->names.cap * sizeof *m->names.slots);
+  if (!m->names.slots) return NB_NOMEM;
+  memcpy(m->names.slots, g->names.slots, g->names.cap * sizeof *m->names.slots);
+  return NB_OK;
+}
+
+void nbgraph_mark_drop(nbgraph_mark *m) {
+  free(m->names.slots);
+  m->names.slots = NULL;
+}
+
+/* The functions g got since m: freed through g's own hook (src/func's), given a shell
+   graph that holds just them. */
+static void rollback_functions(nb_graph *g, const nbgraph_mark *m) {
+  int32_t n = g->nfuncs - m->nfuncs;
+  if (n <= 0) return;
+  nb_graph shell = {0};
+  shell.funcs = malloc((size_t)n * sizeof *shell.funcs);
+  if (shell.funcs) {
+    memcpy(shell.funcs, g->funcs + m->nfuncs, (size_t)n * sizeof *shell.funcs);
+    shell.nfuncs = n;
+    g->free_funcs(&shell);
+  }
+  g->nfuncs = m->nfuncs;
+}
+
+/* Edges are prepended to their lists, so the ones added since m lead every list: each
+   list head moves past them. */
+static int32_t skip_new_edges(const nb_graph *g, int32_t e, int32_t nedges, bool ctrl) {
+  while (e >= nedges) e = ctrl ? g->edges[e].next_ctrl : g->edges[e].next_use;
+  return e;
+}
+
+void nbgraph_rollback(nb_graph *g, nbgraph_mark *m) {
+  for (int32_t i = m->nnodes; i < g->nnodes; i++) {
+    const nbgraph_node *n = &g->nodes[i];
+    for (int a = 0; a < n->def->nattrs; a++)
+      if (n->def->attrs[a].kind == NB_ATTR_TENSOR) nb_tensor_free(n->attr[a].tensor);
+    if (n->def->hold_attrs) n->def->hold_attrs(n->attr, -1);
+  }
+  for (int32_t i = m->nouts; i < g->nouts; i++) nb_tensor_free(g->outs[i].value);
+  g->nnodes = m->nnodes;
+  g->nouts = m->nouts;
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    g->nodes[i].first_use = skip_new_edges(g, g->nodes[i].first_use, m->nedges, false);
+    g->nodes[i].ctrl = skip_new_edges(g, g->nodes[i].ctrl, m->nedges, true);
+  }
+  g->nedges = m->nedges;
+  for (int32_t i = m->nvars; i < g->nvars; i++) nbcore_variable_release(g->vars[i].var);
+  g->nvars = m->nvars;
+  for (int32_t i = 0; i < g->nvars; i++)
+    if (g->vars[i].read_node >= g->nnodes) g->vars[i].read_node = -1;
+  rollback_functions(g, m);
+  free(g->names.slots);
+  g->names = m->names;
+  m->names.slots = NULL;
+  g->version++;
+}
+
+bool nbgraph_name_taken(nb_graph *g, const char *name) { return strmap_find(&g->names, name) != NULL; }
+
+nb_code nbgraph_retire_value(nb_graph *g, nb_tensor *value) {
+  if (!value) return NB_OK;
+  if (!nbcore_grow_array((void **)&g->retired, &g->retired_cap, g->nretired + 1, sizeof *g->retired)) return NB_NOMEM;
+  g->retired[g->nretired++] = value;
+  return NB_OK;
+}
+
+const char *nbgraph_reserve_name(nb_graph *g, const char *name) {
+  char *copy = nbcore_arena_strdup(&g->arena, name);
+  return copy && strmap_put(&g->names, copy, 1) ? copy : NULL;
 }

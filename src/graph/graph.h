@@ -89,6 +89,10 @@ struct nb_graph {
   struct nb_graph *parent;
   struct nbgraph_capture_entry *caps;
   int32_t ncaps, caps_cap;
+  /* Build-time values taken off their outputs (a Const made a variable: src/io), kept until
+     the graph is freed because handles made before may still point at them. */
+  nb_tensor **retired;
+  int32_t nretired, retired_cap;
 };
 
 /* A tensor of the parent graph (key) that a function graph uses through placeholder `arg`. */
@@ -109,7 +113,31 @@ nb_code nbgraph_add_outputs(nb_graph *g, int32_t id, const nbop_meta *m, int n);
 typedef struct nbgraph_var {
   struct nb_variable *var;
   int32_t read_node;
+  bool imported; /* made by a GraphDef import (src/io), which the graph owns: nb_graph_variables */
 } nbgraph_var;
+
+/* What g held at one point, to roll back to when building a batch of nodes fails (a
+   GraphDef import: all or nothing). */
+typedef struct nbgraph_mark {
+  int32_t nnodes, nedges, nouts, nvars, nfuncs;
+  nbgraph_strmap names; /* a copy of the name map */
+} nbgraph_mark;
+/* Takes a mark of g; NB_NOMEM when the name map cannot be copied. */
+nb_code nbgraph_mark_take(const nb_graph *g, nbgraph_mark *m);
+/* Removes everything added to g since m (nodes, edges, names, variables, functions) and
+   frees m. Handles of the removed nodes must be released already. */
+void nbgraph_rollback(nb_graph *g, nbgraph_mark *m);
+/* Frees m, keeping what was added. */
+void nbgraph_mark_drop(nbgraph_mark *m);
+/* Keeps value (a build-time value taken off its output; NULL: nothing) until g is freed. */
+nb_code nbgraph_retire_value(nb_graph *g, nb_tensor *value);
+/* Whether name is a node or scope name of g (the name map). */
+bool nbgraph_name_taken(nb_graph *g, const char *name);
+/* Reserves name (not taken: check first) in g's name map for nbgraph_rename: its copy in
+   g's arena, NULL when out of memory. Nodes made meanwhile cannot take it. */
+const char *nbgraph_reserve_name(nb_graph *g, const char *name);
+/* Gives node id the reserved name (the one it had stays taken). */
+static inline void nbgraph_rename(nb_graph *g, int32_t id, const char *reserved) { g->nodes[id].name = reserved; }
 
 /* A (node, output) pair as one int64: node << 32 | output. */
 static inline int64_t nbgraph_key(int32_t node, int32_t out) { return (int64_t)node << 32 | (uint32_t)out; }

@@ -61,7 +61,7 @@ static nbgraph_var *graph_var(nb_ctx *c, nb_variable *v) {
     return NULL;
   }
   nbcore_variable_retain(v);
-  g->vars[g->nvars] = (nbgraph_var){v, -1};
+  g->vars[g->nvars] = (nbgraph_var){v, -1, false};
   return &g->vars[g->nvars++];
 }
 

@@ -1,0 +1,7 @@
+
+
+xPlaceholder*
+dtype0
+'
+mMatMulxx*
+transpose_ayes

@@ -1,0 +1,4 @@
+
+
+sPlaceholder*
+dtype0

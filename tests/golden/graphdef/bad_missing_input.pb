@@ -1,0 +1,6 @@
+
+
+xPlaceholder*
+dtype0
+
+tTanh	nowhere:0
