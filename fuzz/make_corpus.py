@@ -16,6 +16,9 @@ as the index's length (two bytes, little-endian), the index, then the data.
 fuzz/corpus/graphdef (fuzz/fuzz_graphdef.c): the GraphDefs of tests/golden/graphdef as they
 are (TensorFlow's frozen and function graphs, and the broken ones of the error tests).
 
+fuzz/corpus/saved_model (fuzz/fuzz_saved_model.c): the saved_model.pb files of
+tests/golden/saved_model.
+
     python3 fuzz/make_corpus.py
 """
 import gzip
@@ -30,6 +33,8 @@ CKPT_OUT = os.path.join(HERE, "corpus", "checkpoint")
 GOLDEN = os.path.join(HERE, "..", "tests", "golden", "ckpt")
 GRAPHDEF_OUT = os.path.join(HERE, "corpus", "graphdef")
 GRAPHDEF_GOLDEN = os.path.join(HERE, "..", "tests", "golden", "graphdef")
+SAVED_OUT = os.path.join(HERE, "corpus", "saved_model")
+SAVED_GOLDEN = os.path.join(HERE, "..", "tests", "golden", "saved_model")
 
 
 def idx(type_code, dims, data):
@@ -92,3 +97,8 @@ for name in sorted(os.listdir(GRAPHDEF_GOLDEN)):
     if name.endswith(".pb"):
         with open(os.path.join(GRAPHDEF_GOLDEN, name), "rb") as f:
             write(name[:-3], f.read(), GRAPHDEF_OUT)
+
+os.makedirs(SAVED_OUT, exist_ok=True)
+for name in ("mlp_export", "mlp_save"):
+    with open(os.path.join(SAVED_GOLDEN, name, "saved_model.pb"), "rb") as f:
+        write(name, f.read(), SAVED_OUT)

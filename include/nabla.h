@@ -1123,6 +1123,57 @@ nb_code nb_graph_const_to_variable(nb_ctx *c, const char *const_node_name, nb_va
    the first cap go to out; returns their count (-1 for a NULL or eager c). The graph owns them. */
 int nb_graph_variables(nb_ctx *c, nb_variable **out, int cap);
 
+/* ---- SavedModel: TF's tf.saved_model.save and Keras' model.export, read --------------------------
+   DIR/saved_model.pb (the MetaGraphDef of the tags asked), its signatures, and its variables
+   from DIR/variables/variables.{index,data-00000-of-00001}. The graph the signatures need is
+   imported into c's graph, named as in the file (GraphDef rules: nb_graph_read_graphdef);
+   each variable becomes a nabla variable owned by the graph, holding the checkpoint's value.
+   A variable's checkpoint key is found as TF's loader finds it: a call node's traced function
+   (SavedObjectGraph.concrete_functions) binds its captured inputs to object-graph nodes, and a
+   variable node's key is its path from the root ("layer/kernel/.ATTRIBUTES/VARIABLE_VALUE");
+   a variable no call binds (TF 1's SavedModels) has its node's name as key. Details:
+   docs/file-formats.md. */
+typedef struct nb_saved_model nb_saved_model;
+typedef struct nb_saved_model_tensor {
+  const char *key;  /* the signature's name for it: "x", "output_0" */
+  const char *name; /* the graph's tensor: "serving_default_x:0" (nb_graph_tensor_by_name) */
+  nb_dtype dtype;
+  int rank;                   /* -1: unknown */
+  int64_t shape[NB_MAX_RANK]; /* -1: an unknown dim */
+} nb_saved_model_tensor;
+typedef struct nb_saved_model_signature {
+  const char *name;   /* "serving_default" */
+  const char *method; /* "tensorflow/serving/predict" */
+  int ninputs, noutputs;
+  const nb_saved_model_tensor *inputs, *outputs; /* each in key order */
+} nb_saved_model_signature;
+/* Loads dir's MetaGraphDef tagged with every tag of tags (comma-separated; NULL: "serve")
+   into c's graph (c a graph context) and sets *out (the caller's: nb_saved_model_free).
+   Signatures TF reserves (__saved_model_init_op) are left out. Errors on c naming the file:
+   NB_IO (no saved_model.pb, no variables), NB_CORRUPT (not a SavedModel, a signature naming
+   no node), NB_NOT_FOUND (no MetaGraphDef with those tags, listing the tag sets there are; a
+   variable's key missing from the checkpoint), NB_DTYPE (a signature tensor of a dtype nabla
+   lacks), and the GraphDef import's and checkpoint restore's errors. Nothing is imported
+   unless the checkpoint holds every variable's key (with its shape); a checkpoint whose data
+   fail their CRCs when read leaves the imported graph with zero variables. */
+nb_code nb_saved_model_load(nb_ctx *c, const char *dir, const char *tags, nb_saved_model **out);
+void nb_saved_model_free(nb_saved_model *m);                /* the graph keeps its nodes and variables */
+int nb_saved_model_num_signatures(const nb_saved_model *m); /* -1 for NULL */
+/* Signature i (in name order), or the one named name; NULL when there is none. Valid until
+   nb_saved_model_free. */
+const nb_saved_model_signature *nb_saved_model_signature_at(const nb_saved_model *m, int i);
+const nb_saved_model_signature *nb_saved_model_find_signature(const nb_saved_model *m, const char *name);
+/* sig's tensors as handles in c (a context of the graph m was loaded into): inputs[i] for
+   sig->inputs[i] (placeholders to feed), outputs[i] for sig->outputs[i]; either array may
+   be NULL. NB_NOT_FOUND when c's graph lacks one. */
+nb_code nb_saved_model_signature_tensors(nb_ctx *c, const nb_saved_model_signature *sig, nb_tensor **inputs,
+                                         nb_tensor **outputs);
+/* The variables the imported graph reads (its trainable weights), in checkpoint-key order:
+   variable i (owned by the graph; NULL out of range) and its checkpoint key. */
+int nb_saved_model_num_variables(const nb_saved_model *m);
+nb_variable *nb_saved_model_variable(const nb_saved_model *m, int i);
+const char *nb_saved_model_variable_key(const nb_saved_model *m, int i);
+
 /* ==== 9. Checking ========================================================================= */
 
 /* ---- checking -------------------------------------------------------------------------- */

@@ -1,10 +1,12 @@
 #!/bin/sh
 # The `nabla` command: every subcommand's --help, usage errors (status 2), errors with a
 # message naming what is wrong (status 1), and each subcommand's work.
-# Usage: test_tool.sh NABLA_BINARY WORK_DIR
+# Usage: test_tool.sh NABLA_BINARY WORK_DIR GOLDEN_DIR (tests/golden)
 set -eu
 nabla=$1
 work=$2/test_tool
+tool=$3/tool             # a TF-made GraphDef and feeds (tests/golden/make_tool_graph.py)
+saved=$3/saved_model     # TF-made SavedModels (tests/golden/tf_saved_model.py)
 rm -rf "$work"
 mkdir -p "$work"
 out=$work/out
@@ -36,7 +38,7 @@ expect 0 "$nabla" --help
 has "$out" "^  train "
 expect 2 "$nabla" frobnicate
 has "$err" "unknown command 'frobnicate'"
-for cmd in info train; do
+for cmd in info run dot gradcheck train; do
   expect 0 "$nabla" "$cmd" --help
   has "$out" "^usage: nabla $cmd "
 done
@@ -89,5 +91,72 @@ expect 1 "$nabla" train --data "$data" --restore "$work/missing"
 has "$err" "$work/missing"
 expect 1 "$nabla" train --data "$work/nodata"
 has "$err" "$work/nodata"
+
+# ---- a GraphDef: info, run, dot, gradcheck
+g=$tool/tanh.pb
+feeds="--feed x=$tool/x.npy --feed w=$tool/w.npy"
+expect 0 "$nabla" info "$g"
+has "$out" "^graphdef $g: [0-9]* nodes"
+has "$out" "^  Placeholder  *3$"
+has "$out" "^  x:0  *float64 \[?,3\]$"
+has "$out" "^  loss:0  *float64 \[\]$"
+has "$out" "^variables (0):"
+expect 0 "$nabla" run "$g" $feeds --fetch y --fetch loss:0 -o "$work"
+has "$out" "^$work/y.npy: float64 \[2,2\]$"
+has "$out" "^$work/loss_0.npy: float64 \[\]$"
+[ -s "$work/y.npy" ] && [ -s "$work/loss_0.npy" ] || fail "run wrote no .npy files"
+expect 2 "$nabla" run "$g" --feed x --fetch y
+has "$err" "NAME=FILE.npy"
+expect 2 "$nabla" run "$g" $feeds
+has "$err" "needs at least one --fetch"
+expect 2 "$nabla" run "$g" "$g" --fetch y
+expect 2 "$nabla" run "$g" --fetch
+expect 1 "$nabla" run "$g" $feeds --fetch nosuch
+has "$err" "nosuch"
+expect 1 "$nabla" run "$g" --feed x="$work/missing.npy" --fetch y
+has "$err" "$work/missing.npy"
+expect 1 "$nabla" run "$g" --feed x="$tool/x.npy" --fetch y
+has "$err" "'w'"
+expect 1 "$nabla" run "$g" --feed x="$tool/w.npy" --feed w="$tool/w.npy" --fetch y
+has "$err" "x"
+expect 1 "$nabla" run "$work/missing.pb" --fetch y
+has "$err" "$work/missing.pb"
+expect 1 "$nabla" run "$tool/x.npy" --fetch y
+has "$err" "x.npy"
+
+expect 0 "$nabla" dot "$g" -o "$work/tanh.dot"
+has "$work/tanh.dot" "digraph"
+expect 0 "$nabla" dot "$g"
+has "$out" "digraph"
+expect 1 "$nabla" dot "$g" -o "$work/nodir/tanh.dot"
+has "$err" "$work/nodir/tanh.dot"
+expect 2 "$nabla" dot
+has "$err" "needs a GRAPH"
+
+expect 0 "$nabla" gradcheck "$g" --ys loss --xs x,w $feeds --tol 1e-6
+has "$out" "max |numeric - symbolic| = "
+expect 1 "$nabla" gradcheck "$g" --ys loss --xs x,w $feeds --tol 0
+has "$err" "above --tol 0"
+expect 1 "$nabla" gradcheck "$g" --ys loss --xs x,w --feed x="$tool/x.npy"
+has "$err" "w:0 has no --feed"
+expect 1 "$nabla" gradcheck "$g" --ys loss --xs x $feeds
+has "$err" "not one of the --xs"
+expect 2 "$nabla" gradcheck "$g" --ys y,loss --xs x $feeds
+expect 2 "$nabla" gradcheck "$g" --ys loss --xs x $feeds --tol abc
+has "$err" "--tol takes a number"
+
+# ---- a SavedModel: its signatures and variables
+expect 0 "$nabla" info "$saved/mlp_export"
+has "$out" "^saved model $saved/mlp_export (tags serve): 2 signatures, 4 variables$"
+has "$out" "^signature serving_default (tensorflow/serving/predict):$"
+has "$out" "^  input  x  *serving_default_x:0  *float32 \[?,4\]$"
+has "$out" "^  output output_0  *StatefulPartitionedCall_1:0  *float32 \[?,3\]$"
+has "$out" "^  variables/0/.ATTRIBUTES/VARIABLE_VALUE  *[^ ]*  *float32 \[4,8\]$"
+expect 1 "$nabla" info "$saved/mlp_export" --tags serve,gpu
+has "$err" "no MetaGraphDef tagged 'serve,gpu'"
+expect 2 "$nabla" info "$g" --tags serve
+has "$err" "--tags is for SavedModels"
+expect 1 "$nabla" info "$work"
+has "$err" "$work/saved_model.pb"
 
 echo "test_tool: ok"
