@@ -103,6 +103,7 @@ bench: build
 	./$(BUILD)/bench/train_step
 	./$(BUILD)/bench/rnn
 	./$(BUILD)/bench/checkpoint
+	./$(BUILD)/bench/formats
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -656,6 +656,23 @@ nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep);
 /* Graphviz DOT of the graph, nodes grouped by name scope (clusters); NB_IO if the file can't be written. */
 nb_code nb_graph_to_dot(const nb_graph *g, const char *path);
 
+/* ---- GraphDef (TensorFlow graphs in and out) ----------------------------------------------
+   TF's binary GraphDef (graph.proto), which tf.compat.v1.import_graph_def loads: nodes keep
+   their names, TF op types and attrs (inferred ones such as T and Tidx included),
+   control inputs and Const values; variables become VarHandleOps (uninitialized, named by
+   the variable) read and updated through their resource; nb_while, nb_cond and function
+   calls become While, If and StatefulPartitionedCall with their function graphs in the
+   library; internal ops are lowered to TF's (docs/file-formats.md). The same graph always
+   gives the same bytes. Errors: NB_INVALID (NULL arguments), NB_UNIMPLEMENTED naming the node
+   (host callbacks; nodes TF cannot express), NB_IO naming the file, NB_NOMEM; the message
+   is nb_graph_error(g). */
+nb_code nb_graph_write_graphdef(const nb_graph *g, const char *path);
+/* The same bytes in *data (free with free()) and *size. */
+nb_code nb_graph_write_graphdef_buffer(const nb_graph *g, void **data, size_t *size);
+/* The message of the last graph-level call on g that failed ("" after one that succeeded;
+   GraphDef export), valid until the next such call on g. */
+const char *nb_graph_error(const nb_graph *g);
+
 /* ---- sessions ---------------------------------------------------------------------------
    nb_run computes fetch[i] into results[i], running only what the fetches need; feed[i]
    (usually a placeholder) takes feed_values[i] (a concrete tensor). results belong to the

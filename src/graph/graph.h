@@ -93,6 +93,7 @@ struct nb_graph {
      the graph is freed because handles made before may still point at them. */
   nb_tensor **retired;
   int32_t nretired, retired_cap;
+  char error[512]; /* the last graph-level error (GraphDef export): nb_graph_error */
 };
 
 /* A tensor of the parent graph (key) that a function graph uses through placeholder `arg`. */

@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L /* open, fsync, pread */
 #include "file_read.h"
 #include "table.h"
+#include "graphdef_common.h"
 #include "tensor_bundle.pb-c.h"
 
 #include "../core/variable.h"
@@ -25,15 +26,6 @@
 #define TMP_SUFFIX ".tmp"
 #define STEP_KEY "optimizer/iterations"
 #define OBJECT_SUFFIX "/.ATTRIBUTES/VARIABLE_VALUE"
-
-/* TF's DataType numbers of nabla's dtypes. */
-static const int tf_dtypes[] = {[NB_F32] = 1, [NB_F64] = 2, [NB_I32] = 3, [NB_I64] = 9, [NB_BOOL] = 10};
-
-static bool dtype_from_tf(int tf, nb_dtype *t) {
-  for (int i = 0; i < (int)(sizeof tf_dtypes / sizeof *tf_dtypes); i++)
-    if (tf_dtypes[i] == tf) return *t = (nb_dtype)i, true;
-  return false;
-}
 
 /* One tensor to save or restore. */
 typedef struct item {
@@ -231,7 +223,7 @@ static uint8_t *pack_entry(const item *it, uint64_t offset, uint32_t crc, size_t
   shape.dim = dimp;
   Nbpb__BundleEntry e;
   nbpb__bundle_entry__init(&e);
-  e.dtype = tf_dtypes[it->dtype];
+  e.dtype = nbio_tf_dtype(it->dtype);
   e.shape = &shape;
   e.offset = (int64_t)offset;
   e.size = (int64_t)it->bytes;
@@ -357,7 +349,7 @@ static nb_code decode_entry(nb_ctx *c, const char *who, const bundle *b, const n
   Nbpb__BundleEntry *e = nbpb__bundle_entry__unpack(NULL, kv->vlen, kv->val);
   if (!e) return corrupt(c, who, b->index_path, kv->key, "unreadable entry");
   *out = (entry){.offset = (uint64_t)e->offset, .size = (uint64_t)e->size, .crc = e->crc32c};
-  out->known_dtype = dtype_from_tf(e->dtype, &out->dtype);
+  out->known_dtype = nbio_dtype_from_tf(e->dtype, &out->dtype);
   nb_code code = NB_OK;
   if (e->n_slices > 0 || e->shard_id != 0)
     code = nbcore_fail(c, NB_UNIMPLEMENTED, "%s: %s: tensor '%s' is sliced or in another shard", who, b->index_path,
