@@ -38,7 +38,7 @@ expect 0 "$nabla" --help
 has "$out" "^  train "
 expect 2 "$nabla" frobnicate
 has "$err" "unknown command 'frobnicate'"
-for cmd in info run dot gradcheck train; do
+for cmd in info run grad dot gradcheck train; do
   expect 0 "$nabla" "$cmd" --help
   has "$out" "^usage: nabla $cmd "
 done
@@ -92,7 +92,7 @@ has "$err" "$work/missing"
 expect 1 "$nabla" train --data "$work/nodata"
 has "$err" "$work/nodata"
 
-# ---- a GraphDef: info, run, dot, gradcheck
+# ---- a GraphDef: info, run, grad (its graph run again), dot, gradcheck
 g=$tool/tanh.pb
 feeds="--feed x=$tool/x.npy --feed w=$tool/w.npy"
 expect 0 "$nabla" info "$g"
@@ -123,6 +123,30 @@ expect 1 "$nabla" run "$work/missing.pb" --fetch y
 has "$err" "$work/missing.pb"
 expect 1 "$nabla" run "$tool/x.npy" --fetch y
 has "$err" "x.npy"
+
+expect 0 "$nabla" grad "$g" --ys loss --xs x,w -o "$work/grad.pb"
+has "$out" "^  x:0  gradients/"
+dx=$(awk '$1 == "x:0" { print $2 }' "$out")
+dw=$(awk '$1 == "w:0" { print $2 }' "$out")
+expect 0 "$nabla" run "$work/grad.pb" $feeds --fetch "$dx" --fetch "$dw" -o "$work"
+has "$out" "float64 \[2,3\]$"
+has "$out" "float64 \[3,2\]$"
+expect 0 "$nabla" grad "$g" --ys y --xs w --grad-ys dy -o "$work/grad_dy.pb"
+expect 0 "$nabla" grad "$g" --ys y --xs dy -o "$work/unconnected.pb"
+has "$out" "dy:0  (not connected"
+expect 2 "$nabla" grad "$g" --xs w -o "$work/grad.pb"
+has "$err" "needs --ys"
+expect 2 "$nabla" grad "$g" --ys y --xs w
+has "$err" "needs -o"
+expect 2 "$nabla" grad "$g" --ys y, --xs w -o "$work/grad.pb"
+expect 2 "$nabla" grad "$g" --ys y --ys loss --xs w -o "$work/grad.pb"
+has "$err" "given twice"
+expect 1 "$nabla" grad "$g" --ys nosuch --xs w -o "$work/grad.pb"
+has "$err" "nosuch"
+expect 1 "$nabla" grad "$g" --ys y --xs w --grad-ys dy,dy -o "$work/grad.pb"
+has "$err" "2 tensors for 1 --ys"
+expect 1 "$nabla" grad "$g" --ys y --xs w -o "$work/nodir/grad.pb"
+has "$err" "$work/nodir/grad.pb"
 
 expect 0 "$nabla" dot "$g" -o "$work/tanh.dot"
 has "$work/tanh.dot" "digraph"

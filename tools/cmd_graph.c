@@ -1,4 +1,4 @@
-/* The subcommands on a GraphDef file: run, dot, gradcheck. */
+/* The subcommands on a GraphDef file: run, dot, gradcheck (grad: cmd_grad.c). */
 #include "tool.h"
 
 #include <stdlib.h>

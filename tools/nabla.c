@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-static const tool_cmd *const commands[] = {&tool_info, &tool_run, &tool_dot, &tool_gradcheck, &tool_train};
+static const tool_cmd *const commands[] = {&tool_info, &tool_run, &tool_grad, &tool_dot, &tool_gradcheck, &tool_train};
 #define NCOMMANDS (int)(sizeof commands / sizeof *commands)
 
 static void print_commands(FILE *out) {

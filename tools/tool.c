@@ -16,22 +16,26 @@ int tool_help(const tool_cmd *cmd) {
   return TOOL_OK;
 }
 
+/* "nabla NAME: <message>" and a newline on stderr. */
+static void say(const tool_cmd *cmd, const char *fmt, va_list ap) {
+  fprintf(stderr, "nabla %s: ", cmd->name);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+}
+
 int tool_usage_error(const tool_cmd *cmd, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "nabla %s: ", cmd->name);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n(nabla %s --help shows its usage)\n", cmd->name);
+  say(cmd, fmt, ap);
   va_end(ap);
+  fprintf(stderr, "(nabla %s --help shows its usage)\n", cmd->name);
   return TOOL_USAGE;
 }
 
 int tool_fail(const tool_cmd *cmd, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "nabla %s: ", cmd->name);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  say(cmd, fmt, ap);
   va_end(ap);
   return TOOL_ERROR;
 }

@@ -20,7 +20,7 @@ typedef struct tool_cmd {
   int (*run)(int argc, char **argv);
 } tool_cmd;
 
-extern const tool_cmd tool_info, tool_run, tool_dot, tool_gradcheck, tool_train;
+extern const tool_cmd tool_info, tool_run, tool_grad, tool_dot, tool_gradcheck, tool_train;
 
 /* Whether argv[1..argc) asks for help (--help or -h). */
 bool tool_wants_help(int argc, char **argv);
