@@ -48,9 +48,9 @@ asan: deps
 # libFuzzer (clang, ASan + UBSan, LeakSanitizer) on the IDX reader and on the checkpoint
 # reader (fuzz/fuzz_checkpoint.c) for FUZZ_SECONDS each, on op programs (fuzz/fuzz_ops.c)
 # for FUZZ_OPS_SECONDS, on the .npy reader for FUZZ_NPY_SECONDS, then on the GraphDef reader
-# (fuzz/fuzz_graphdef.c) for FUZZ_SECONDS, each starting from its committed
-# seeds in fuzz/corpus/<target>. Inputs they find go to $(FUZZ_BUILD)/corpus-<target>; a
-# crash stops the run with a non-zero status and leaves the input as $(FUZZ_BUILD)/crash-*.
+# (fuzz/fuzz_graphdef.c) and the SavedModel reader (fuzz/fuzz_saved_model.c) for FUZZ_SECONDS
+# each; every target starts from its committed seeds in fuzz/corpus/<target>. Inputs they
+# find go to $(FUZZ_BUILD)/corpus-<target>; a crash stops the run with a non-zero status and leaves the input as $(FUZZ_BUILD)/crash-*.
 # Op programs grow with their attrs, so that target may use up to 256 bytes at once.
 FUZZ_RUN = ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   $(FUZZ_BUILD)/fuzz/fuzz_$(1) -max_total_time=$(2) -rss_limit_mb=2048 -print_final_stats=1 \
@@ -58,19 +58,21 @@ FUZZ_RUN = ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNABLA_FUZZ=ON \
 	  -DNABLA_WERROR=ON -DNABLA_TESTS=OFF -DNABLA_BENCH=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx fuzz_checkpoint fuzz_ops fuzz_npy fuzz_graphdef
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_idx fuzz_checkpoint fuzz_ops fuzz_npy fuzz_graphdef \
+	  fuzz_saved_model
 	mkdir -p $(FUZZ_BUILD)/corpus-idx $(FUZZ_BUILD)/corpus-checkpoint $(FUZZ_BUILD)/corpus-ops \
-	  $(FUZZ_BUILD)/corpus-npy $(FUZZ_BUILD)/corpus-graphdef
+	  $(FUZZ_BUILD)/corpus-npy $(FUZZ_BUILD)/corpus-graphdef $(FUZZ_BUILD)/corpus-saved_model
 	$(call FUZZ_RUN,idx,$(FUZZ_SECONDS))
 	$(call FUZZ_RUN,checkpoint,$(FUZZ_SECONDS))
 	$(call FUZZ_RUN,ops,$(FUZZ_OPS_SECONDS),-max_len=256 -len_control=0)
 	$(call FUZZ_RUN,npy,$(FUZZ_NPY_SECONDS))
 	$(call FUZZ_RUN,graphdef,$(FUZZ_SECONDS))
+	$(call FUZZ_RUN,saved_model,$(FUZZ_SECONDS))
 
 # The C and C++ sources clang-format owns (.clang-format); tests/golden holds generated tables.
 CLANG_FORMAT ?= clang-format
 CLANG_TIDY ?= clang-tidy
-FORMAT_FILES = $(shell find src include tests bench examples fuzz -path tests/golden -prune -o \
+FORMAT_FILES = $(shell find src include tools tests bench examples fuzz -path tests/golden -prune -o \
   -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \) -print | sort)
 
 # Rewrites the sources in place in the project's style. Twice: clang-format 14 settles some

@@ -17,6 +17,9 @@ fuzz/corpus/graphdef (fuzz/fuzz_graphdef.c): the GraphDefs of tests/golden/graph
 tests/golden/graphdef_v1 as they are (TensorFlow's frozen and function graphs, TF 1 control
 flow, and the broken ones of the error tests).
 
+fuzz/corpus/saved_model (fuzz/fuzz_saved_model.c): the saved_model.pb files of
+tests/golden/saved_model.
+
     python3 fuzz/make_corpus.py
 """
 import gzip
@@ -31,6 +34,8 @@ CKPT_OUT = os.path.join(HERE, "corpus", "checkpoint")
 GOLDEN = os.path.join(HERE, "..", "tests", "golden", "ckpt")
 GRAPHDEF_OUT = os.path.join(HERE, "corpus", "graphdef")
 GRAPHDEF_GOLDEN = [os.path.join(HERE, "..", "tests", "golden", d) for d in ("graphdef", "graphdef_v1")]
+SAVED_OUT = os.path.join(HERE, "corpus", "saved_model")
+SAVED_GOLDEN = os.path.join(HERE, "..", "tests", "golden", "saved_model")
 
 
 def idx(type_code, dims, data):
@@ -94,3 +99,8 @@ for folder in GRAPHDEF_GOLDEN:
         if name.endswith(".pb"):
             with open(os.path.join(folder, name), "rb") as f:
                 write(os.path.basename(folder) + "_" + name[:-3], f.read(), GRAPHDEF_OUT)
+
+os.makedirs(SAVED_OUT, exist_ok=True)
+for name in ("mlp_export", "mlp_save"):
+    with open(os.path.join(SAVED_GOLDEN, name, "saved_model.pb"), "rb") as f:
+        write(name, f.read(), SAVED_OUT)

@@ -625,6 +625,13 @@ nb_graph *nb_graph_new(void);
 void nb_graph_free(nb_graph *g); /* after every context and session on it */
 nb_ctx *nb_graph_ctx_new(nb_graph *g);
 int nb_graph_num_nodes(const nb_graph *g);
+/* Node i of g (0 <= i < nb_graph_num_nodes, in the order nodes were added): its name, its
+   op type (TF's: "MatMul"), its output count, and how many data inputs of g's nodes read
+   its outputs (0: a sink, what a GraphDef's user fetches); NULL or -1 for i out of range. */
+const char *nb_graph_node_name(const nb_graph *g, int i);
+const char *nb_graph_node_op(const nb_graph *g, int i);
+int nb_graph_node_num_outputs(const nb_graph *g, int i);
+int nb_graph_node_num_consumers(const nb_graph *g, int i);
 /* Name scopes: nodes made while a scope is pushed are named "scope/Type" (unique: "_1", ...). */
 nb_code nb_name_scope_push(nb_graph *g, const char *name);
 void nb_name_scope_pop(nb_graph *g);
@@ -1131,6 +1138,57 @@ nb_code nb_graph_write_graphdef_buffer(const nb_graph *g, void **data, size_t *s
 /* The message of the last graph-level call on g that failed ("" after one that succeeded;
    GraphDef export), valid until the next such call on g. */
 const char *nb_graph_error(const nb_graph *g);
+
+/* ---- SavedModel: TF's tf.saved_model.save and Keras' model.export, read --------------------------
+   DIR/saved_model.pb (the MetaGraphDef of the tags asked), its signatures, and its variables
+   from DIR/variables/variables.{index,data-00000-of-00001}. The graph the signatures need is
+   imported into c's graph, named as in the file (GraphDef rules: nb_graph_read_graphdef);
+   each variable becomes a nabla variable owned by the graph, holding the checkpoint's value.
+   A variable's checkpoint key is found as TF's loader finds it: a call node's traced function
+   (SavedObjectGraph.concrete_functions) binds its captured inputs to object-graph nodes, and a
+   variable node's key is its path from the root ("layer/kernel/.ATTRIBUTES/VARIABLE_VALUE");
+   a variable no call binds (TF 1's SavedModels) has its node's name as key. Details:
+   docs/file-formats.md. */
+typedef struct nb_saved_model nb_saved_model;
+typedef struct nb_saved_model_tensor {
+  const char *key;  /* the signature's name for it: "x", "output_0" */
+  const char *name; /* the graph's tensor: "serving_default_x:0" (nb_graph_tensor_by_name) */
+  nb_dtype dtype;
+  int rank;                   /* -1: unknown */
+  int64_t shape[NB_MAX_RANK]; /* -1: an unknown dim */
+} nb_saved_model_tensor;
+typedef struct nb_saved_model_signature {
+  const char *name;   /* "serving_default" */
+  const char *method; /* "tensorflow/serving/predict" */
+  int ninputs, noutputs;
+  const nb_saved_model_tensor *inputs, *outputs; /* each in key order */
+} nb_saved_model_signature;
+/* Loads dir's MetaGraphDef tagged with every tag of tags (comma-separated; NULL: "serve")
+   into c's graph (c a graph context) and sets *out (the caller's: nb_saved_model_free).
+   Signatures TF reserves (__saved_model_init_op) are left out. Errors on c naming the file:
+   NB_IO (no saved_model.pb, no variables), NB_CORRUPT (not a SavedModel, a signature naming
+   no node), NB_NOT_FOUND (no MetaGraphDef with those tags, listing the tag sets there are; a
+   variable's key missing from the checkpoint), NB_DTYPE (a signature tensor of a dtype nabla
+   lacks), and the GraphDef import's and checkpoint restore's errors. Nothing is imported
+   unless the checkpoint holds every variable's key (with its shape); a checkpoint whose data
+   fail their CRCs when read leaves the imported graph with zero variables. */
+nb_code nb_saved_model_load(nb_ctx *c, const char *dir, const char *tags, nb_saved_model **out);
+void nb_saved_model_free(nb_saved_model *m);                /* the graph keeps its nodes and variables */
+int nb_saved_model_num_signatures(const nb_saved_model *m); /* -1 for NULL */
+/* Signature i (in name order), or the one named name; NULL when there is none. Valid until
+   nb_saved_model_free. */
+const nb_saved_model_signature *nb_saved_model_signature_at(const nb_saved_model *m, int i);
+const nb_saved_model_signature *nb_saved_model_find_signature(const nb_saved_model *m, const char *name);
+/* sig's tensors as handles in c (a context of the graph m was loaded into): inputs[i] for
+   sig->inputs[i] (placeholders to feed), outputs[i] for sig->outputs[i]; either array may
+   be NULL. NB_NOT_FOUND when c's graph lacks one. */
+nb_code nb_saved_model_signature_tensors(nb_ctx *c, const nb_saved_model_signature *sig, nb_tensor **inputs,
+                                         nb_tensor **outputs);
+/* The variables the imported graph reads (its trainable weights), in checkpoint-key order:
+   variable i (owned by the graph; NULL out of range) and its checkpoint key. */
+int nb_saved_model_num_variables(const nb_saved_model *m);
+nb_variable *nb_saved_model_variable(const nb_saved_model *m, int i);
+const char *nb_saved_model_variable_key(const nb_saved_model *m, int i);
 
 /* ==== 9. Checking ========================================================================= */
 

@@ -27,6 +27,30 @@ static void test_build_and_run(void **state) {
   }
 }
 
+/* The node accessors see nodes in the order they were added, with TF's op types, output
+   counts and data consumers (control inputs are not data). */
+static void test_node_accessors(void **state) {
+  gu_fixture *f = *state;
+  int first = nb_graph_num_nodes(f->g);
+  nb_tensor *x = nb_placeholder(f->c, NB_I32, 1, TU_SHAPE(-1), "x");
+  nb_tensor *y = nb_neg(f->c, x), *out[2], *in[2] = {y, y};
+  assert_int_equal(nb_op(f->c, "BroadcastGradientArgs", in, 2, NULL, 0, out, 2), NB_OK);
+  assert_int_equal(nb_add_control_input(out[0], y), NB_OK);
+  assert_int_equal(nb_graph_num_nodes(f->g), first + 3);
+  assert_string_equal(nb_graph_node_name(f->g, first), "x");
+  assert_string_equal(nb_graph_node_op(f->g, first), "Placeholder");
+  assert_string_equal(nb_graph_node_op(f->g, first + 1), "Neg");
+  assert_string_equal(nb_graph_node_name(f->g, first + 2), "BroadcastGradientArgs");
+  assert_int_equal(nb_graph_node_num_outputs(f->g, first + 2), 2);
+  assert_int_equal(nb_graph_node_num_consumers(f->g, first), 1);
+  assert_int_equal(nb_graph_node_num_consumers(f->g, first + 1), 2);
+  assert_int_equal(nb_graph_node_num_consumers(f->g, first + 2), 0);
+  assert_null(nb_graph_node_name(f->g, first + 3));
+  assert_null(nb_graph_node_op(f->g, -1));
+  assert_int_equal(nb_graph_node_num_outputs(f->g, first + 3), -1);
+  assert_int_equal(nb_graph_node_num_consumers(NULL, 0), -1);
+}
+
 static void test_names_and_scopes(void **state) {
   gu_fixture *f = *state;
   nb_tensor *a = nb_scalar(f->c, NB_F64, 1);
@@ -453,6 +477,7 @@ static void test_graph_and_eager_refuse_alike(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_build_and_run, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_node_accessors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_names_and_scopes, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_named_nodes, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_named_nodes_misuse, gu_setup, gu_teardown),

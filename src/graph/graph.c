@@ -115,6 +115,33 @@ void nb_graph_free(nb_graph *g) {
 
 int nb_graph_num_nodes(const nb_graph *g) { return g ? g->nnodes : 0; }
 
+static const nbgraph_node *node_at(const nb_graph *g, int i) {
+  return g && i >= 0 && i < g->nnodes ? &g->nodes[i] : NULL;
+}
+
+const char *nb_graph_node_name(const nb_graph *g, int i) {
+  const nbgraph_node *n = node_at(g, i);
+  return n ? n->name : NULL;
+}
+
+const char *nb_graph_node_op(const nb_graph *g, int i) {
+  const nbgraph_node *n = node_at(g, i);
+  return n ? n->def->name : NULL;
+}
+
+int nb_graph_node_num_outputs(const nb_graph *g, int i) {
+  const nbgraph_node *n = node_at(g, i);
+  return n ? n->nout : -1;
+}
+
+int nb_graph_node_num_consumers(const nb_graph *g, int i) {
+  const nbgraph_node *n = node_at(g, i);
+  if (!n) return -1;
+  int count = 0;
+  for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) count += g->edges[e].out >= 0;
+  return count;
+}
+
 uint32_t nbgraph_next_gen(nb_graph *g) {
   if (++g->gen == 0) { /* wrapped: clear every stamp once */
     for (int32_t i = 0; i < g->nnodes; i++) g->nodes[i].stamp = g->nodes[i].stamp2 = g->nodes[i].stamp3 = 0;

@@ -150,16 +150,12 @@ static nb_code sort_plan(nb_ctx *c, const char *who, plan *p) {
 
 /* ---- files ------------------------------------------------------------------------------------ */
 
-static nb_code io_error(nb_ctx *c, const char *who, const char *what, const char *path) {
-  return nbcore_fail(c, NB_IO, "%s: %s %s: %s", who, what, path, strerror(errno));
-}
-
 static nb_code write_all(nb_ctx *c, const char *who, int fd, const char *path, const void *data, size_t n) {
   const uint8_t *p = data;
   while (n > 0) {
     ssize_t w = write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return io_error(c, who, "cannot write", path);
+    if (w <= 0) return nbio_io_error(c, who, "cannot write", path);
     p += w;
     n -= (size_t)w;
   }
@@ -177,7 +173,7 @@ static nb_code sync_dir(nb_ctx *c, const char *who, const char *path) {
     dir[len] = 0;
   }
   int fd = open(dir, O_RDONLY | O_CLOEXEC);
-  nb_code code = fd < 0 || fsync(fd) != 0 ? io_error(c, who, "cannot sync the directory", dir) : NB_OK;
+  nb_code code = fd < 0 || fsync(fd) != 0 ? nbio_io_error(c, who, "cannot sync the directory", dir) : NB_OK;
   if (fd >= 0) close(fd);
   free(dir);
   return code;
@@ -185,15 +181,15 @@ static nb_code sync_dir(nb_ctx *c, const char *who, const char *path) {
 
 /* Syncs and closes fd after writing it returned code. */
 static nb_code finish_file(nb_ctx *c, const char *who, int fd, const char *path, nb_code code) {
-  if (code == NB_OK && fsync(fd) != 0) code = io_error(c, who, "cannot sync", path);
-  if (close(fd) != 0 && code == NB_OK) code = io_error(c, who, "cannot close", path);
+  if (code == NB_OK && fsync(fd) != 0) code = nbio_io_error(c, who, "cannot sync", path);
+  if (close(fd) != 0 && code == NB_OK) code = nbio_io_error(c, who, "cannot close", path);
   return code;
 }
 
 /* Writes the plan's tensors to path, back to back, setting each one's offset and masked CRC. */
 static nb_code write_data(nb_ctx *c, const char *who, const char *path, plan *p, uint64_t *offsets, uint32_t *crcs) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(c, who, "cannot create", path);
+  if (fd < 0) return nbio_io_error(c, who, "cannot create", path);
   uint64_t offset = 0;
   nb_code code = NB_OK;
   for (int32_t i = 0; i < p->n && code == NB_OK; i++) {
@@ -207,36 +203,8 @@ static nb_code write_data(nb_ctx *c, const char *who, const char *path, plan *p,
 
 static nb_code write_file(nb_ctx *c, const char *who, const char *path, const nbio_bytes *b) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(c, who, "cannot create", path);
+  if (fd < 0) return nbio_io_error(c, who, "cannot create", path);
   return finish_file(c, who, fd, path, write_all(c, who, fd, path, b->p, b->n));
-}
-
-/* Reads the whole file; NB_IO naming it when it cannot. */
-static nb_code read_file(nb_ctx *c, const char *who, const char *path, uint8_t **out, size_t *n) {
-  *out = NULL;
-  *n = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return io_error(c, who, "cannot open", path);
-  struct stat st;
-  nb_code bad = fstat(fd, &st) != 0    ? io_error(c, who, "cannot stat", path)
-                : !S_ISREG(st.st_mode) ? nbcore_fail(c, NB_IO, "%s: %s is not a regular file", who, path)
-                                       : NB_OK;
-  if (bad) {
-    close(fd);
-    return bad;
-  }
-  uint8_t *buf = malloc((size_t)st.st_size + 1);
-  int64_t got = buf ? io_pread_full(fd, buf, (size_t)st.st_size, 0) : 0;
-  close(fd);
-  if (!buf) return nbcore_fail(c, NB_NOMEM, "%s: out of memory reading %s", who, path);
-  if (got < (int64_t)st.st_size) {
-    free(buf);
-    return got >= 0 ? nbcore_fail(c, NB_CORRUPT, "%s: %s shrank while being read", who, path)
-                    : io_error(c, who, "cannot read", path);
-  }
-  *out = buf;
-  *n = (size_t)got;
-  return NB_OK;
 }
 
 /* ---- the index ----------------------------------------------------------------------------------- */
@@ -335,7 +303,7 @@ static nb_code bundle_open(nb_ctx *c, const char *who, const char *prefix, const
   b->data_path = joined(prefix, DATA_SUFFIX, "");
   if (!b->index_path || !b->data_path) return nbcore_fail(c, NB_NOMEM, "%s: out of memory", who);
   size_t n;
-  nb_code code = read_file(c, who, b->index_path, &b->index_bytes, &n);
+  nb_code code = nbio_read_file(c, who, b->index_path, &b->index_bytes, &n);
   if (code != NB_OK) return code;
   bool oom;
   const char *err = nbio_table_parse(b->index_bytes, n, &b->table, &oom);
@@ -345,7 +313,7 @@ static nb_code bundle_open(nb_ctx *c, const char *who, const char *prefix, const
   if ((code = check_header(c, who, b)) != NB_OK) return code;
   struct stat st;
   b->data_fd = open(b->data_path, O_RDONLY | O_CLOEXEC);
-  if (b->data_fd < 0 || fstat(b->data_fd, &st) != 0) return io_error(c, who, "cannot open", b->data_path);
+  if (b->data_fd < 0 || fstat(b->data_fd, &st) != 0) return nbio_io_error(c, who, "cannot open", b->data_path);
   b->data_size = (uint64_t)st.st_size;
   return NB_OK;
 }
@@ -397,7 +365,7 @@ static nb_code decode_entry(nb_ctx *c, const char *who, const bundle *b, const n
 /* Reads the tensor's bytes into buf (e->size of them) and checks their CRC. */
 static nb_code read_tensor(nb_ctx *c, const char *who, const bundle *b, const char *key, const entry *e, uint8_t *buf) {
   int64_t got = io_pread_full(b->data_fd, buf, (size_t)e->size, (uint64_t)e->offset);
-  if (got < 0) return io_error(c, who, "cannot read", b->data_path);
+  if (got < 0) return nbio_io_error(c, who, "cannot read", b->data_path);
   if ((uint64_t)got < e->size) return corrupt(c, who, b->data_path, key, "cut short");
   if (nbio_crc32c_mask(nbio_crc32c(0, buf, (size_t)got)) != e->crc)
     return corrupt(c, who, b->data_path, key, "CRC mismatch");
@@ -453,7 +421,7 @@ static nb_code checkpoint_open(nb_ctx *c, const char *who, const char *prefix, b
    save's temporary files do not overwrite the only whole copy of it. */
 static nb_code finish_killed_save(nb_ctx *c, const char *who, const char *prefix, const char *index, const char *tmp) {
   if (access(tmp, F_OK) != 0 || pair_is_whole(prefix, index) || !pair_is_whole(prefix, tmp)) return NB_OK;
-  if (rename(tmp, index) != 0) return io_error(c, who, "cannot rename into place", tmp);
+  if (rename(tmp, index) != 0) return nbio_io_error(c, who, "cannot rename into place", tmp);
   return sync_dir(c, who, index);
 }
 
@@ -470,10 +438,12 @@ static nb_code save_plan(nb_ctx *c, const char *who, const char *prefix, plan *p
   if (code == NB_OK) code = build_index(c, who, p, offsets, crcs, &index);
   if (code == NB_OK) code = write_file(c, who, paths[1], &index);
   if (code == NB_OK) code = sync_dir(c, who, paths[0]);
-  if (code == NB_OK && rename(paths[3], paths[2]) != 0) code = io_error(c, who, "cannot rename into place", paths[3]);
+  if (code == NB_OK && rename(paths[3], paths[2]) != 0)
+    code = nbio_io_error(c, who, "cannot rename into place", paths[3]);
   bool data_renamed = code == NB_OK;
   if (code == NB_OK) code = sync_dir(c, who, paths[0]);
-  if (code == NB_OK && rename(paths[1], paths[0]) != 0) code = io_error(c, who, "cannot rename into place", paths[1]);
+  if (code == NB_OK && rename(paths[1], paths[0]) != 0)
+    code = nbio_io_error(c, who, "cannot rename into place", paths[1]);
   if (code == NB_OK) code = sync_dir(c, who, paths[0]);
   /* A save that failed before its data went into place leaves the previous checkpoint as
      it was: its own temporaries go (after the data rename, index.tmp is the only index

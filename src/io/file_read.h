@@ -1,6 +1,8 @@
-/* Reading helpers the file readers (.npy, checkpoints) share. */
+/* Reading helpers the file readers (.npy, checkpoints, SavedModels) share. */
 #ifndef NBIO_FILE_READ_H
 #define NBIO_FILE_READ_H
+
+#include <nabla.h>
 
 #include <errno.h>
 #include <stdint.h>
@@ -19,5 +21,12 @@ static inline int64_t io_pread_full(int fd, void *dst, size_t n, uint64_t at) {
   }
   return (int64_t)got;
 }
+
+/* NB_IO on c: "<who>: <what> <path>: <strerror(errno)>". */
+nb_code nbio_io_error(nb_ctx *c, const char *who, const char *what, const char *path);
+/* Reads the whole regular file at path into *out (malloc'd, one spare byte) and *n; errors
+   on c naming who and the file: NB_IO (cannot open or read it, not a regular file),
+   NB_CORRUPT (it shrank while being read), NB_NOMEM. */
+nb_code nbio_read_file(nb_ctx *c, const char *who, const char *path, uint8_t **out, size_t *n);
 
 #endif

@@ -50,4 +50,6 @@ cmake --build "$prefix/consumer/build" >/dev/null
 "$prefix/consumer/build/gradients_cmake" >/dev/null
 "$prefix/consumer/build/gradients_static" >/dev/null
 "$prefix/consumer/build/reader_static"
-echo "install check: pkg-config and find_package(nabla) consumers built and ran"
+# the `nabla` command, installed beside the library, finds it
+"$prefix/bin/nabla" info --build | grep -q "^nabla "
+echo "install check: pkg-config and find_package(nabla) consumers built and ran, bin/nabla ran"
