@@ -681,7 +681,8 @@ static nb_code merge_state(pass *p, int v, cond_merge *m) {
   }
   bool ok = s[0] >= 0 && s[1] >= 0;
   int la = ok ? state_len(p, s[0]) : 0, lb = ok ? state_len(p, s[1]) : 0, diffs = 0;
-  if (!grow((void **)&p->pool, &p->cap_pool, p->npool + (size_t)la, sizeof *p->pool)) return nomem(p);
+  /* at least one slot: the pool is never NULL below, where offsets are added to it */
+  if (!grow((void **)&p->pool, &p->cap_pool, p->npool + (size_t)la + 1, sizeof *p->pool)) return nomem(p);
   const cpair *a = ok ? state_at(p, s[0]) : NULL, *b = ok ? state_at(p, s[1]) : NULL;
   cpair *common = p->pool + p->npool;
   size_t n = 0;
