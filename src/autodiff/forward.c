@@ -46,38 +46,134 @@ static nb_code check_tangents(nb_ctx *c, const char *fn, nb_tensor *const *xs, i
   return code;
 }
 
-/* J_y(xs) v for one float y, NULL when no gradient connects y to any x: g = J^T u for a
-   dummy u = ones_like(y), then the gradient of <g, v> with respect to u. u is ones, as
-   TF's aid, not zeros: gradient functions skip a dy they see is zero (TF's IsZero), and
-   that would cut g off from u. */
-static nb_code jvp_one(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor *const *tangents, nb_tensor **g,
-                       nb_tensor **gs, nb_tensor **vs, nb_tensor **out) {
-  *out = NULL;
-  nb_tensor *u = nb_ones_like(c, y);
-  if (!u) return nb_status(c);
-  nb_code code = nb_gradients(c, &y, 1, xs, nx, &(nb_grad_opts){.grad_ys = &u, .name = "jvp_transposed"}, g);
-  int n = 0;
-  for (int j = 0; j < nx && !code; j++) {
-    if (!g[j]) continue;
-    gs[n] = g[j];
-    vs[n++] = tangents[j];
+/* ---- the forward pass ----------------------------------------------------------------
+   Nodes are added after their inputs, so ids are a topological order: one sweep over the
+   ids from the first x's, visiting only ancestors of the ys, carries a tangent per
+   (node, output) key. The tangent ops are added behind the sweep, never visited. */
+
+typedef struct fwd_pass {
+  nb_ctx *c;
+  nb_graph *g;
+  int32_t nnodes, nouts; /* the graph's size when the pass began */
+  bool *wanted;          /* per node: an ancestor of a y */
+  int64_t *keys;         /* per output (g->outs index): its tangent's key, -1 none */
+  bool *seeded;          /* per node: an output is an x, whose tangent is given */
+} fwd_pass;
+
+static nb_code mark_ancestors(fwd_pass *p, nb_tensor *const *ys, int ny) {
+  int32_t *stack = malloc((size_t)p->nnodes * sizeof *stack + 1), n = 0;
+  if (!stack) return NB_NOMEM;
+  for (int i = 0; i < ny; i++)
+    if (ys[i] && !p->wanted[ys[i]->node]) p->wanted[stack[n++] = ys[i]->node] = true;
+  while (n > 0) {
+    const nbgraph_node *node = &p->g->nodes[stack[--n]];
+    for (int32_t i = 0; i < node->nin; i++) {
+      int32_t src = p->g->edges[node->in0 + i].src;
+      if (!p->wanted[src]) p->wanted[stack[n++] = src] = true;
+    }
   }
-  if (code || n == 0) return code;
-  return nb_gradients(c, gs, n, &u, 1, &(nb_grad_opts){.grad_ys = vs, .name = "jvp"}, out);
+  free(stack);
+  return NB_OK;
+}
+
+static int64_t *key_slot(fwd_pass *p, int32_t node, int32_t out) { return &p->keys[p->g->nodes[node].out0 + out]; }
+
+static nb_tensor *tangent_handle(fwd_pass *p, int32_t node, int32_t out) {
+  int64_t key = *key_slot(p, node, out);
+  return key < 0 ? NULL : nbgraph_handle(p->c, p->g, nbgraph_key_node(key), nbgraph_key_out(key));
+}
+
+/* The given tangents of the xs (summed for an x listed twice). */
+static nb_code seed_tangents(fwd_pass *p, nb_tensor *const *xs, int nx, nb_tensor *const *tangents) {
+  for (int j = 0; j < nx; j++) {
+    int64_t *slot = key_slot(p, xs[j]->node, xs[j]->out);
+    nb_tensor *t = tangents[j];
+    if (*slot >= 0) t = nb_add(p->c, tangent_handle(p, xs[j]->node, xs[j]->out), t);
+    if (!t) return nb_status(p->c);
+    *slot = nbgraph_key_of(t);
+    p->seeded[xs[j]->node] = true;
+  }
+  return NB_OK;
+}
+
+/* The tangents of node id's outputs from its inputs', by its rule (buf: nbad_grad_width). */
+static nb_code node_tangents(fwd_pass *p, int32_t id, nb_tensor **buf) {
+  const nbgraph_node node = p->g->nodes[id], *n = &node; /* a copy: tangent ops may move the array */
+  nb_tensor **ins = buf, **outs = ins + n->nin, **tin = outs + n->nout, **tout = tin + n->nin;
+  bool any = false;
+  for (int32_t i = 0; i < n->nin; i++) {
+    const nbgraph_edge *e = &p->g->edges[n->in0 + i];
+    ins[i] = nbgraph_handle(p->c, p->g, e->src, e->out);
+    tin[i] = tangent_handle(p, e->src, e->out);
+    any |= tin[i] != NULL;
+  }
+  if (!any) return nb_status(p->c);
+  for (int32_t o = 0; o < n->nout; o++) outs[o] = nbgraph_handle(p->c, p->g, id, o);
+  nb_fwd_op op = {n->def, n->name, n->nin, n->nout, ins, outs, n->attr, NULL};
+  nb_code code = nb_status(p->c) ? nb_status(p->c) : nbad_jvp_op(p->c, &op, n->grad_name, tin, tout);
+  for (int32_t o = 0; o < n->nout && !code; o++)
+    if (tout[o]) *key_slot(p, id, o) = nbgraph_key_of(tout[o]);
+  return code;
+}
+
+static nb_code sweep(fwd_pass *p, int32_t first) {
+  int32_t width = 0;
+  for (int32_t id = first; id < p->nnodes; id++) {
+    const nbgraph_node *n = &p->g->nodes[id];
+    if (nbad_grad_width(n->nin, n->nout) > width) width = nbad_grad_width(n->nin, n->nout);
+  }
+  nb_tensor **buf = malloc((size_t)width * sizeof *buf + 1);
+  if (!buf) return nbcore_fail(p->c, NB_NOMEM, "nb_jvp: out of memory");
+  nb_code code = NB_OK;
+  for (int32_t id = first; id < p->nnodes && !code; id++) {
+    if (!p->wanted[id] || p->seeded[id]) continue;
+    nb_scope_begin(p->c);
+    code = node_tangents(p, id, buf);
+    nb_scope_end(p->c, NULL, 0);
+  }
+  free(buf);
+  return code;
 }
 
 /* ys entries may be NULL (nb_hvp passes gradients that are), giving NULL. */
+static nb_code dense_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx,
+                         nb_tensor *const *tangents, nb_tensor **out) {
+  for (int i = 0; i < ny; i++) out[i] = NULL;
+  nb_graph *g = c->graph;
+  fwd_pass p = {.c = c, .g = g, .nnodes = g->nnodes, .nouts = g->nouts};
+  p.wanted = calloc((size_t)p.nnodes + 1, sizeof *p.wanted);
+  p.seeded = calloc((size_t)p.nnodes + 1, sizeof *p.seeded);
+  p.keys = malloc((size_t)p.nouts * sizeof *p.keys + 1);
+  nb_code code = p.wanted && p.seeded && p.keys ? mark_ancestors(&p, ys, ny) : NB_NOMEM;
+  if (code) code = nbcore_fail(c, NB_NOMEM, "nb_jvp: out of memory");
+  for (int32_t i = 0; i < p.nouts && !code; i++) p.keys[i] = -1;
+  int32_t first = p.nnodes;
+  for (int j = 0; j < nx; j++)
+    if (xs[j]->node < first) first = xs[j]->node;
+  if (!code) code = nb_name_scope_push(g, "jvp");
+  if (!code) {
+    code = seed_tangents(&p, xs, nx, tangents);
+    if (!code) code = sweep(&p, first);
+    nb_name_scope_pop(g);
+  }
+  for (int i = 0; i < ny && !code; i++)
+    if (ys[i] && nbcore_is_float(ys[i]->dtype)) out[i] = tangent_handle(&p, ys[i]->node, ys[i]->out);
+  code = code ? code : nb_status(c);
+  for (int i = 0; i < ny && code; i++) nb_tensor_free(out[i]), out[i] = NULL;
+  free(p.wanted);
+  free(p.seeded);
+  free(p.keys);
+  return code;
+}
+
+/* IndexedSlices ys (gradients, for nb_hvp) are densified first. */
 static nb_code jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, nb_tensor *const *tangents,
                    nb_tensor **out) {
-  nb_tensor **tmp = malloc((size_t)(3 * nx + 1) * sizeof *tmp);
-  if (!tmp) return nbcore_fail(c, NB_NOMEM, "nb_jvp: out of memory");
-  nb_code code = NB_OK;
-  for (int i = 0; i < ny && !code; i++) {
-    out[i] = NULL;
-    if (ys[i] && nbcore_is_float(nb_dtype_of(ys[i])))
-      code = jvp_one(c, ys[i], xs, nx, tangents, tmp, tmp + nx, tmp + 2 * nx, &out[i]);
-  }
-  free(tmp);
+  nb_tensor *const *dense;
+  nb_tensor **owned;
+  nb_code code = nbop_densify_list(c, ys, ny, &dense, &owned);
+  if (!code) code = dense_jvp(c, dense, ny, xs, nx, tangents, out);
+  free(owned);
   return code;
 }
 
