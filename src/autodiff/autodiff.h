@@ -46,6 +46,14 @@ nb_code nbad_jvp_op(nb_ctx *c, const nb_fwd_op *op, const char *override_name, n
 /* Whether def has a forward rule of its own (registers the built-in ones once). */
 bool nbad_has_forward_rule(const nbop_def *def);
 
+/* The record hook of an eager context with tapes or forward accumulators: the tapes record
+   the op (tape.c), then the accumulators compute its outputs' tangents (accumulator.c). */
+void nbad_record(nb_ctx *c, struct nbop_kargs *k, nb_tensor *const *out);
+void nbad_tape_record(nb_ctx *c, struct nbop_kargs *k, nb_tensor *const *out);
+/* Frees c's tapes and accumulators (the context's release_tapes hook). */
+void nbad_release_tapes(nb_ctx *c);
+void nbad_release_accumulators(nb_ctx *c);
+
 /* Registers the built-in gradient functions once. */
 void nbad_grad_builtins_init(void);
 /* Which of def's inputs and outputs (bit i, as nbg_entry's) its gradient rule reads the
