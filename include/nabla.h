@@ -673,7 +673,15 @@ typedef struct nb_grad_opts {
   int unconnected_zero; /* 0: NULL for unconnected xs; 1: zeros */
   int aggregation;      /* NB_AGG_ADD_N (default), NB_AGG_TREE, NB_AGG_ACCUMULATE_N */
   const char *name;     /* scope, default "gradients" */
+  /* Automatic checkpointing (Chen et al. 2016): 0 keeps every forward activation the
+     gradient reads; k > 0 splits the N ops between xs and ys (in topological order) into
+     k segments, keeps only each segment's last output, and recomputes the rest in the
+     gradient graph, one segment at a time as the backward pass reaches it (memory about
+     N/k + k activations); NB_CHECKPOINT_SQRT picks k = ceil(sqrt(N)). Stateful ops are
+     never recomputed. docs/gradients.md. */
+  int checkpoint_segments;
 } nb_grad_opts;
+#define NB_CHECKPOINT_SQRT (-1)
 /* dxs[i] = sum over ys of d ys / d xs[i] (with grad_ys weights), as graph tensors in c's
    graph, under the scope "gradients/<op name>_grad/". c must be a graph context. */
 nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, const nb_grad_opts *o,
