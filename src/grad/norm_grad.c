@@ -104,12 +104,18 @@ static void inference_statistics_grads(nb_ctx *c, const nb_fwd_op *op, nb_tensor
   dxs[4] = add_scaled(c, add_scaled(c, dvar, NULL, dys[2]), NULL, dys[4]);
 }
 
+/* The mean and variance FusedBatchNormV3 normalized with: the batch's (reserve_space_1
+   and 2) in training, the given ones in inference. */
+static void normalizing_stats(const nb_fwd_op *op, bool training, nb_tensor **mean, nb_tensor **var) {
+  *mean = training ? nb_fwd_output(op, 3) : nb_fwd_input(op, 3);
+  *var = training ? nb_fwd_output(op, 4) : nb_fwd_input(op, 4);
+}
+
 static nb_code fused_batch_norm_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
-  nb_tensor *x = nb_fwd_input(op, 0), *scale = nb_fwd_input(op, 1);
+  nb_tensor *x = nb_fwd_input(op, 0), *scale = nb_fwd_input(op, 1), *mean, *var;
   bool training = nb_fwd_attr_bool(op, "is_training");
   bn_axes a = axes_of(op, x);
-  nb_tensor *mean = training ? nb_fwd_output(op, 3) : nb_fwd_input(op, 3);
-  nb_tensor *var = training ? nb_fwd_output(op, 4) : nb_fwd_input(op, 4);
+  normalizing_stats(op, training, &mean, &var);
   nb_tensor *dy = dys[0] ? dys[0] : nb_zeros_like(c, x), *g[5] = {0};
   nb_fused_batch_norm_grad(c, dy, x, scale, mean, var, nb_fwd_output(op, 5), nb_fwd_attr_float(op, "epsilon"),
                            nb_fwd_attr_str(op, "data_format"), training, g);
@@ -240,11 +246,10 @@ static void batch_stat_tangents(nb_ctx *c, const bn_axes *a, nb_tensor *tx, nb_t
 }
 
 static nb_code fused_batch_norm_fwd(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout) {
-  nb_tensor *x = nb_fwd_input(op, 0), *s = nb_fwd_input(op, 1);
+  nb_tensor *x = nb_fwd_input(op, 0), *s = nb_fwd_input(op, 1), *mu, *var;
   bool training = nb_fwd_attr_bool(op, "is_training");
   bn_axes a = axes_of(op, x);
-  nb_tensor *mu = training ? nb_fwd_output(op, 3) : nb_fwd_input(op, 3);
-  nb_tensor *var = training ? nb_fwd_output(op, 4) : nb_fwd_input(op, 4);
+  normalizing_stats(op, training, &mu, &var);
   nb_tensor *tx = tangent_of(c, op, tin, 0), *xc = nb_sub(c, x, bcast(c, &a, mu)), *stats[2];
   nb_tensor *n = per_channel_count(c, x, s);
   if (training)
