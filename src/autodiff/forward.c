@@ -57,7 +57,9 @@ typedef struct fwd_pass {
   nb_graph *g;
   int32_t nnodes, nouts; /* the graph's size when the pass began */
   bool *wanted;          /* per node: an ancestor of a y */
-  int64_t *keys;         /* per output (g->outs index): its tangent's key, -1 none */
+  int32_t *base;         /* per node: its first output's index in keys (a gradient may add
+                            outputs to a node, as a While's does: those have no tangent) */
+  int64_t *keys;         /* per output: its tangent's key, -1 none */
   bool *seeded;          /* per node: an output is an x, whose tangent is given */
 } fwd_pass;
 
@@ -77,7 +79,7 @@ static nb_code mark_ancestors(fwd_pass *p, nb_tensor *const *ys, int ny) {
   return NB_OK;
 }
 
-static int64_t *key_slot(fwd_pass *p, int32_t node, int32_t out) { return &p->keys[p->g->nodes[node].out0 + out]; }
+static int64_t *key_slot(fwd_pass *p, int32_t node, int32_t out) { return &p->keys[p->base[node] + out]; }
 
 static nb_tensor *tangent_handle(fwd_pass *p, int32_t node, int32_t out) {
   int64_t key = *key_slot(p, node, out);
@@ -141,11 +143,14 @@ static nb_code dense_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *con
                          nb_tensor *const *tangents, nb_tensor **out) {
   for (int i = 0; i < ny; i++) out[i] = NULL;
   nb_graph *g = c->graph;
-  fwd_pass p = {.c = c, .g = g, .nnodes = g->nnodes, .nouts = g->nouts};
+  fwd_pass p = {.c = c, .g = g, .nnodes = g->nnodes};
   p.wanted = calloc((size_t)p.nnodes + 1, sizeof *p.wanted);
   p.seeded = calloc((size_t)p.nnodes + 1, sizeof *p.seeded);
+  p.base = malloc((size_t)p.nnodes * sizeof *p.base + 1);
+  for (int32_t i = 0; p.base && i < p.nnodes; i++) p.base[i] = i ? p.base[i - 1] + g->nodes[i - 1].nout : 0;
+  p.nouts = p.nnodes && p.base ? p.base[p.nnodes - 1] + g->nodes[p.nnodes - 1].nout : 0;
   p.keys = malloc((size_t)p.nouts * sizeof *p.keys + 1);
-  nb_code code = p.wanted && p.seeded && p.keys ? mark_ancestors(&p, ys, ny) : NB_NOMEM;
+  nb_code code = p.wanted && p.seeded && p.base && p.keys ? mark_ancestors(&p, ys, ny) : NB_NOMEM;
   if (code) code = nbcore_fail(c, NB_NOMEM, "nb_jvp: out of memory");
   for (int32_t i = 0; i < p.nouts && !code; i++) p.keys[i] = -1;
   int32_t first = p.nnodes;
@@ -163,6 +168,7 @@ static nb_code dense_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *con
   for (int i = 0; i < ny && code; i++) nb_tensor_free(out[i]), out[i] = NULL;
   free(p.wanted);
   free(p.seeded);
+  free(p.base);
   free(p.keys);
   return code;
 }
