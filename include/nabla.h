@@ -680,17 +680,27 @@ typedef struct nb_grad_opts {
   int unconnected_zero; /* 0: NULL for unconnected xs; 1: zeros */
   int aggregation;      /* NB_AGG_ADD_N (default), NB_AGG_TREE, NB_AGG_ACCUMULATE_N */
   const char *name;     /* scope, default "gradients" */
+  /* Automatic checkpointing (Chen et al. 2016): 0 keeps every forward activation the
+     gradient reads; k > 0 splits the N ops between xs and ys (in topological order) into
+     k segments, keeps only each segment's last output, and recomputes the rest in the
+     gradient graph, one segment at a time as the backward pass reaches it (memory about
+     N/k + k activations); NB_CHECKPOINT_SQRT picks k = ceil(sqrt(N)). Stateful ops are
+     never recomputed. docs/gradients.md. */
+  int checkpoint_segments;
 } nb_grad_opts;
+#define NB_CHECKPOINT_SQRT (-1)
 /* dxs[i] = sum over ys of d ys / d xs[i] (with grad_ys weights), as graph tensors in c's
    graph, under the scope "gradients/<op name>_grad/". c must be a graph context. */
 nb_code nb_gradients(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, const nb_grad_opts *o,
                      nb_tensor **dxs);
 
 /* ---- forward mode ------------------------------------------------------------------------- */
-/* Graph contexts only (eager: NB_UNIMPLEMENTED): out[i] = J_{ys[i]}(xs) ·
-   tangents, summed over xs, built by transposing the gradient (TF's forwardprop fallback).
-   tangents[j] has xs[j]'s dtype and shape; int/bool or unconnected ys give NULL. It needs
-   each gradient op's own gradient (MaxPool with EXPLICIT padding has none: an error). */
+/* Graph contexts only (eager: NB_UNIMPLEMENTED; eagerly, a forward accumulator):
+   out[i] = J_{ys[i]}(xs) · tangents, summed over xs, one sweep of the ops between xs and
+   ys applying each op's forward rule, or for an op without one (or with an overridden
+   gradient) TF's fallback, its gradient transposed. tangents[j] has xs[j]'s dtype and
+   shape; int/bool or unconnected ys give NULL. The fallback needs the gradient op's own
+   gradient (MaxPool with EXPLICIT padding has none: an error). docs/forward-mode.md. */
 nb_code nb_jvp(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *const *xs, int nx, nb_tensor *const *tangents,
                nb_tensor **out);
 /* Hessian-vector product of y (its sum when not scalar), forward over reverse: out[j] =
@@ -753,6 +763,35 @@ nb_code nb_custom_gradient(nb_ctx *c, nb_custom_fn fwd, nb_custom_grad_fn grad, 
    differentiate as an input (a variable read inside gets no gradient). */
 nb_code nb_recompute_grad(nb_ctx *c, nb_custom_fn fn, void *user, nb_tensor *const *in, int nin, nb_tensor **out,
                           int nout);
+
+/* ---- eager forward mode: tf.autodiff.ForwardAccumulator -----------------------------------
+   While an accumulator is active on an eager context, each op that reads a watched tensor
+   or a tensor with a tangent computes its outputs' tangents as it runs (the op's forward
+   rule; TF's transposed gradient where it has none). The tangent ops are eager ops like
+   any: active tapes record them (reverse over forward), and accumulators begun before
+   this one see them (forward over forward); ops a tape's gradient runs are seen too, so
+   an accumulator around a tape gives Hessian-vector products (forward over reverse).
+   Graph contexts: NULL with NB_INVALID (they use nb_jvp). */
+typedef struct nb_forward_accumulator nb_forward_accumulator;
+nb_forward_accumulator *nb_forward_accumulator_begin(nb_ctx *c);
+/* x's tangent is tangent (same float dtype and shape, else NB_DTYPE / NB_SHAPE); again
+   for the same x replaces it. */
+nb_code nb_forward_accumulator_watch(nb_forward_accumulator *acc, nb_tensor *x, nb_tensor *tangent);
+/* The tangent of y, a handle of the context's current scope; NULL when y is int/bool or
+   does not depend on a watched tensor (TF's None). */
+nb_tensor *nb_forward_accumulator_jvp(nb_forward_accumulator *acc, nb_tensor *y);
+/* Stops it and frees its tangents (also done by nb_ctx_free). */
+void nb_forward_accumulator_end(nb_forward_accumulator *acc);
+/* Hessian-vector product of f's one output y (its sum when not scalar) at xs along vs,
+   forward over reverse in both modes: eagerly f runs under an accumulator (outer) and a
+   tape (inner); in a graph context f is traced and nb_hvp builds the product. out[j]: as
+   nb_hvp's. */
+nb_code nb_hvp_fn(nb_ctx *c, nb_custom_fn f, void *user, nb_tensor *const *xs, int nx, nb_tensor *const *vs,
+                  nb_tensor **out);
+/* The Jacobian dy/dx of f's one output y at x (shape y.shape + x.shape; float x and y),
+   in both modes: forward mode (one JVP per element of x, JAX's jacfwd) when x has fewer
+   elements than y, reverse mode (a gradient per element of y) otherwise. */
+nb_code nb_jacobian_fn(nb_ctx *c, nb_custom_fn f, void *user, nb_tensor *x, nb_tensor **out);
 
 /* ---- composite ops (user-defined ops whose body is other ops) ------------------------------
    TF's composite-op framework: an op type whose body fn is written with

@@ -1,5 +1,5 @@
-/* Forward mode on graphs: nb_jvp (reverse mode transposed), Hessian-vector products and
-   Hessians, against closed forms and reverse mode. Every op's JVP is checked against
+/* Forward mode on graphs: nb_jvp (each op's forward rule, or its gradient transposed),
+   Hessian-vector products and Hessians, against closed forms and reverse mode. Every op's JVP is checked against
    differences in test_gradcheck_all. */
 #include "testutil.h"
 

@@ -18,7 +18,9 @@
    one-hot gradients, and takes the expected path (vectorized, mixed or loop).
 
    Forward mode: nb_jvp of every case along random tangents equals the central difference
-   quotient along them, with static and with unknown dims. */
+   quotient along them and satisfies <u, J v> = <J^T u, v> against nb_gradients, for y and
+   for the second-order y2 (forward over reverse), with static and with unknown dims; the
+   eager forward accumulator gives the graph's JVP case by case. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -1015,8 +1017,46 @@ static bool jvp_documented_limit(const gc_spec *sp) {
   return false;
 }
 
+/* <u, J v> = <J^T u, v> for a random u: the JVP against nb_gradients. Each entry of J v
+   and of J^T u is a sum of at most n = size(x) + size(y) products, each through the few
+   roundings of one op's rule and its transposition (at most 64 per term, with margin), and
+   each dot sums n more: |lhs - rhs| <= gamma_{64 n}(f64) (sum |u Jv| + sum |J^T u v|).
+   Returns the gap over that bound (<= 1 passes), -1 when something fails. */
+static double transposition_gap(gc_case *k, nb_tensor *y, nb_tensor *jvp, nb_tensor *const *gv, const nb_tensor *y0) {
+  nb_tensor *u = random_const(k, nb_rank(y0), nb_shape(y0)), *g[MAX_IN] = {0}, *abs_v[MAX_IN];
+  if (nb_gradients(k->c, &y, 1, k->xs, k->nx, &(nb_grad_opts){.grad_ys = &u}, g) != NB_OK) return -1;
+  for (int i = 0; i < k->nx; i++) abs_v[i] = nb_abs(k->c, gv[i]);
+  nb_tensor *abs_g[MAX_IN];
+  for (int i = 0; i < k->nx; i++) abs_g[i] = g[i] ? nb_abs(k->c, g[i]) : NULL;
+  nb_tensor *fetch[4] = {jvp ? dot(k->c, u, jvp) : nb_scalar(k->c, NB_F64, 0), sum_dots(k->c, g, gv, k->nx),
+                         jvp ? dot(k->c, nb_abs(k->c, u), nb_abs(k->c, jvp)) : nb_scalar(k->c, NB_F64, 0),
+                         sum_dots(k->c, abs_g, abs_v, k->nx)},
+            *vals[4];
+  if (nb_status(k->c) || nb_run(k->s, k->xs, k->vals, k->nx, fetch, 4, vals) != NB_OK) return -1;
+  int64_t n = nb_num_elements(y0);
+  for (int i = 0; i < k->nx; i++) n += nb_num_elements(k->vals[i]);
+  double gap = fabs(nb_item(vals[0], 0) - nb_item(vals[1], 0));
+  double bound = tu_gamma(NB_F64, 64 * n) * (nb_item(vals[2], 0) + nb_item(vals[3], 0));
+  for (int i = 0; i < 4; i++) nb_tensor_free(vals[i]);
+  return gap == 0 ? 0 : gap / bound;
+}
+
+/* One order's forward check of f (y, or the second-order y2): the JVP against differences
+   and the transposition identity. false, with *err and *scale for the message, on failure. */
+static bool jvp_order_passes(gc_case *k, nb_tensor *f, nb_tensor *const *ev, nb_tensor *const *gv, double *err,
+                             double *scale, double *gap) {
+  nb_tensor *jvp = NULL, *f0 = NULL;
+  *err = *gap = -1;
+  if (nb_jvp(k->c, &f, 1, k->xs, k->nx, gv, &jvp) != NB_OK || !(f0 = value_of(k, f, scale))) return false;
+  *err = jvp_error(k, f, jvp, ev);
+  *gap = transposition_gap(k, f, jvp, gv, f0);
+  nb_tensor_free(f0);
+  return *err >= 0 && *err <= GC_TOL * *scale && *gap >= 0 && *gap <= 1;
+}
+
 /* nb_jvp of the case's y along random tangents equals the directional difference quotient
-   (or fails, for a documented limit). */
+   and the transpose of the gradient, at first and (forward over reverse) second order; or
+   fails, for a documented limit. */
 static void check_jvp_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims) {
   gc_case k = {.g = nb_graph_new(), .e = nb_eager_new(), .r = {seed}, .unknown_dims = unknown_dims};
   k.c = nb_graph_ctx_new(k.g);
@@ -1024,19 +1064,67 @@ static void check_jvp_case(tally *t, const gc_spec *sp, int index, uint64_t seed
   make_inputs(&k, sp);
   nb_tensor *y = build_y(k.c, k.in, k.nin, sp), *ev[MAX_IN], *gv[MAX_IN], *jvp = NULL, *y0 = NULL;
   for (int i = 0; i < k.nx; i++) random_pair(&k, nb_rank(k.vals[i]), nb_shape(k.vals[i]), &ev[i], &gv[i]);
-  double scale = 1, err = -1;
-  nb_code code = y ? nb_jvp(k.c, &y, 1, k.xs, k.nx, gv, &jvp) : NB_INVALID;
-  if (!code && (y0 = value_of(&k, y, &scale))) err = jvp_error(&k, y, jvp, ev);
-  bool pass = jvp_documented_limit(sp) ? y && code != NB_OK : err >= 0 && err <= GC_TOL * scale;
+  double scale = 1, err = -1, gap = -1;
+  const char *stage = "first order";
+  bool pass;
+  if (jvp_documented_limit(sp)) {
+    pass = y && nb_jvp(k.c, &y, 1, k.xs, k.nx, gv, &jvp) != NB_OK;
+  } else {
+    pass = y && jvp_order_passes(&k, y, ev, gv, &err, &scale, &gap);
+    if (pass && !sp->first_only && (y0 = value_of(&k, y, &scale))) {
+      stage = "second order";
+      nb_tensor *y2 = build_y2(&k, y, y0);
+      pass = y2 && jvp_order_passes(&k, y2, ev, gv, &err, &scale, &gap);
+    }
+  }
   t->cases++;
   t->failures += !pass;
   if (!pass) {
     char what[512] = "";
     describe(sp, what, sizeof what);
-    print_error("[%s, jvp] %s case %d (%s%s): err %.3g (bound %.3g) %s %s\n", t->table, sp->op, index, what,
-                unknown_dims ? "; dims unknown" : "", err, GC_TOL * scale, nb_error(k.c), nb_session_error(k.s));
+    print_error("[%s, jvp] %s case %d (%s%s): %s: err %.3g (bound %.3g), transposition gap %.3g of its bound; %s %s\n",
+                t->table, sp->op, index, what, unknown_dims ? "; dims unknown" : "", stage, err, GC_TOL * scale, gap,
+                nb_error(k.c), nb_session_error(k.s));
   }
   nb_tensor_free(y0);
+  nb_session_free(k.s);
+  nb_ctx_free(k.c);
+  nb_ctx_free(k.e);
+  nb_graph_free(k.g);
+}
+
+/* ---- eager forward mode: the accumulator's tangents equal nb_jvp's ----------------------- */
+
+/* The case's y computed eagerly under an accumulator watching the values along ev equals
+   the graph's nb_jvp along the same tangents: both apply the same forward rules to the same
+   values, so only the order of sums may differ (TAPE_TOL, as tapes against graphs). */
+static void check_accumulator_case(tally *t, const gc_spec *sp, int index, uint64_t seed, bool unknown_dims) {
+  (void)unknown_dims;
+  gc_case k = {.g = nb_graph_new(), .e = nb_eager_new(), .r = {seed}};
+  k.c = nb_graph_ctx_new(k.g);
+  k.s = nb_session_new(k.g);
+  make_inputs(&k, sp);
+  nb_tensor *ev[MAX_IN], *gv[MAX_IN], *gjvp = NULL, *want = NULL, *got = NULL;
+  for (int i = 0; i < k.nx; i++) random_pair(&k, nb_rank(k.vals[i]), nb_shape(k.vals[i]), &ev[i], &gv[i]);
+  nb_tensor *y = build_y(k.c, k.in, k.nin, sp);
+  bool limit = jvp_documented_limit(sp), ok = y && nb_jvp(k.c, &y, 1, k.xs, k.nx, gv, &gjvp) == NB_OK;
+  if (ok && gjvp) ok = nb_run(k.s, k.xs, k.vals, k.nx, &gjvp, 1, &want) == NB_OK;
+  nb_forward_accumulator *acc = nb_forward_accumulator_begin(k.e);
+  for (int i = 0; i < k.nx; i++) nb_forward_accumulator_watch(acc, k.vals[i], ev[i]);
+  nb_tensor *ey = build_y(k.e, k.ein, k.nin, sp);
+  if (ey) got = nb_forward_accumulator_jvp(acc, ey);
+  nb_forward_accumulator_end(acc);
+  char why[256] = "";
+  bool pass = limit ? !ey && nb_status(k.e) != NB_OK : ok && ey && !differs(got, want, why, sizeof why);
+  t->cases++;
+  t->failures += !pass;
+  if (!pass) {
+    char what[512] = "";
+    describe(sp, what, sizeof what);
+    print_error("[%s, accumulator] %s case %d (%s): %s; eager: %s; graph: %s %s\n", t->table, sp->op, index, what, why,
+                nb_error(k.e), nb_error(k.c), nb_session_error(k.s));
+  }
+  nb_tensor_free(want);
   nb_session_free(k.s);
   nb_ctx_free(k.c);
   nb_ctx_free(k.e);
@@ -1236,14 +1324,22 @@ static void test_jacobian_vectorized_equals_loop(void **state) {
   finish(&t, "vectorized Jacobian against the loop");
 }
 
-/* Forward mode through every op: the JVP (reverse mode transposed) against differences,
-   with static and with unknown dims. */
+/* Forward mode through every op: the JVP (each op's forward rule, or its transposed
+   gradient) against differences and reverse mode, with static and with unknown dims. */
 static void test_jvp(void **state) {
   (void)state;
   tally t = {.check = check_jvp_case};
   walk_all(&t, false);
   walk_all(&t, true);
   finish(&t, "forward mode (nb_jvp)");
+}
+
+/* Eager forward mode through every op: the accumulator equals nb_jvp. */
+static void test_accumulator_equals_graph(void **state) {
+  (void)state;
+  tally t = {.check = check_accumulator_case};
+  walk_all(&t, false);
+  finish(&t, "forward accumulator against nb_jvp");
 }
 
 int main(void) {
@@ -1259,6 +1355,7 @@ int main(void) {
       cmocka_unit_test(test_one_tape_equals_graph),
       cmocka_unit_test(test_jacobian_vectorized_equals_loop),
       cmocka_unit_test(test_jvp),
+      cmocka_unit_test(test_accumulator_equals_graph),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

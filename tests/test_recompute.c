@@ -156,10 +156,11 @@ static bool under_gradients(const nbgraph_node *n) { return strncmp(n->name, "gr
 
 /* Counts the Tanh nodes under the gradient scope, and the edges from forward MatMul and
    Tanh nodes (the block's intermediates) into the gradient graph. */
-static void gradient_graph_reads(gu_fixture *f, bool recompute, int *grad_tanhs, int *intermediate_reads) {
+static void gradient_graph_reads_opts(gu_fixture *f, bool recompute, const nb_grad_opts *o, int *grad_tanhs,
+                                      int *intermediate_reads) {
   nb_tensor *ph[2] = {nb_placeholder(f->c, NB_F64, 2, xshape, "x"), nb_placeholder(f->c, NB_F64, 2, wshape, "w")};
   nb_tensor *loss = loss_of(f->c, block(f->c, recompute, ph)), *d[2];
-  assert_int_equal(nb_gradients(f->c, &loss, 1, ph, 2, NULL, d), NB_OK);
+  assert_int_equal(nb_gradients(f->c, &loss, 1, ph, 2, o, d), NB_OK);
   const nb_graph *g = f->g;
   *grad_tanhs = *intermediate_reads = 0;
   for (int32_t i = 0; i < g->nnodes; i++) {
@@ -172,6 +173,10 @@ static void gradient_graph_reads(gu_fixture *f, bool recompute, int *grad_tanhs,
         *intermediate_reads += g->edges[e].out >= 0 && under_gradients(&g->nodes[g->edges[e].consumer]);
     }
   }
+}
+
+static void gradient_graph_reads(gu_fixture *f, bool recompute, int *grad_tanhs, int *intermediate_reads) {
+  gradient_graph_reads_opts(f, recompute, NULL, grad_tanhs, intermediate_reads);
 }
 
 /* In a graph the recomputed layers are new nodes under the gradient scope, and nothing
@@ -191,6 +196,66 @@ static void test_graph_plain_gradient_reads_intermediates(void **state) {
   gradient_graph_reads(f, false, &tanhs, &reads);
   assert_int_equal(tanhs, 0);
   assert_true(reads >= LAYERS);
+}
+
+/* ---- automatic checkpointing (nb_grad_opts.checkpoint_segments) ------------------------------ */
+
+/* The plain block's gradients, first and second order, with the given segments. */
+static void checkpointed_grads(gu_fixture *f, int segments, nb_tensor **got) {
+  nb_tensor *ph[2] = {nb_placeholder(f->c, NB_F64, 2, xshape, "x"), nb_placeholder(f->c, NB_F64, 2, wshape, "w")};
+  nb_tensor *vals[2];
+  make_inputs(f->e, vals);
+  nb_grad_opts o = {.checkpoint_segments = segments};
+  nb_tensor *loss = loss_of(f->c, block(f->c, false, ph)), *d1[2], *d2[2];
+  assert_int_equal(nb_gradients(f->c, &loss, 1, ph, 2, &o, d1), NB_OK);
+  nb_tensor *s = nb_sum(f->c, d1[0], NULL, 0, false);
+  assert_int_equal(nb_gradients(f->c, &s, 1, ph, 2, &o, d2), NB_OK);
+  nb_tensor *fetch[4] = {d1[0], d1[1], d2[0], d2[1]};
+  for (int i = 0; i < 4; i++) got[i] = gu_run(f, ph, vals, 2, fetch[i]);
+}
+
+/* The recomputation runs the same ops on the same values as the forward pass, and the
+   backward pass the same gradient ops in the same order, so first order matches bit for
+   bit; second order differentiates the recomputed ops too, summing the same terms in
+   another order (SECOND_ORDER_TOL, as for nb_recompute_grad). */
+static void test_checkpointed_same_gradients(void **state) {
+  gu_fixture *f = *state;
+  const int segments[] = {1, 3, LAYERS, 4 * LAYERS, NB_CHECKPOINT_SQRT};
+  nb_tensor *plain[4];
+  graph_grads(f, false, plain);
+  for (size_t k = 0; k < sizeof segments / sizeof *segments; k++) {
+    nb_tensor *ck[4];
+    checkpointed_grads(f, segments[k], ck);
+    for (int i = 0; i < 4; i++) {
+      assert_close(plain[i], ck[i], i < 2 ? 0 : SECOND_ORDER_TOL);
+      nb_tensor_free(ck[i]);
+    }
+  }
+  for (int i = 0; i < 4; i++) nb_tensor_free(plain[i]);
+}
+
+/* With k segments only each segment's last op is kept: a kept Tanh is read by its own
+   gradient, by the next MatMul's and by the next segment's recomputation (3 edges), a
+   kept MatMul by at most as many, so at most 3k edges lead from forward intermediates into
+   the gradient graph, and the other layers are recomputed under the gradient scope. */
+static void test_checkpointed_gradient_reads_few_intermediates(void **state) {
+  gu_fixture *f = *state;
+  int tanhs, reads, plain_tanhs, plain_reads;
+  gradient_graph_reads_opts(f, false, &(nb_grad_opts){.checkpoint_segments = 4}, &tanhs, &reads);
+  assert_true(reads <= 3 * 4);
+  assert_true(tanhs >= LAYERS - 4);
+  gu_close(f);
+  assert_true(gu_open(f));
+  gradient_graph_reads(f, false, &plain_tanhs, &plain_reads);
+  assert_true(plain_reads >= 2 * LAYERS);
+  assert_int_equal(plain_tanhs, 0);
+}
+
+static void test_checkpoint_option_errors(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 0, NULL, "x"), *d = NULL;
+  assert_int_equal(nb_gradients(f->c, &x, 1, &x, 1, &(nb_grad_opts){.checkpoint_segments = -2}, &d), NB_INVALID);
+  assert_non_null(strstr(nb_error(f->c), "checkpoint_segments"));
 }
 
 /* x * v, v a variable read inside the function (user). */
@@ -266,6 +331,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_forward_keeps_no_intermediates, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_gradient_reads_no_intermediates, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_graph_plain_gradient_reads_intermediates, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_checkpointed_same_gradients, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_checkpointed_gradient_reads_few_intermediates, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_checkpoint_option_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_variable_inside_gets_no_gradient, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_errors, gu_setup, gu_teardown),
   };

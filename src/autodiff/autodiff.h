@@ -37,6 +37,23 @@ nb_code nbad_custom_gradient(nb_ctx *c, const char *who, nb_custom_fn fwd, nb_cu
 /* The gradient of _RecomputeGrad (recompute.c). */
 nb_code nbad_recompute_gradient(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs);
 
+/* Forward mode (forward_rules.c): tout[o] = the tangent of output o of op given tin[i],
+   the tangents of its inputs (NULL: zero); tout NULL: zero, always for int/bool outputs.
+   The op's forward rule, or TF's fallback (the gradient rule transposed: nb_gradients in
+   a graph, a tape eagerly); override_name: a graph node's gradient override, whose
+   transposition is then used. */
+nb_code nbad_jvp_op(nb_ctx *c, const nb_fwd_op *op, const char *override_name, nb_tensor *const *tin, nb_tensor **tout);
+/* Whether def has a forward rule of its own (registers the built-in ones once). */
+bool nbad_has_forward_rule(const nbop_def *def);
+
+/* The record hook of an eager context with tapes or forward accumulators: the tapes record
+   the op (tape.c), then the accumulators compute its outputs' tangents (accumulator.c). */
+void nbad_record(nb_ctx *c, struct nbop_kargs *k, nb_tensor *const *out);
+void nbad_tape_record(nb_ctx *c, struct nbop_kargs *k, nb_tensor *const *out);
+/* Frees c's tapes and accumulators (the context's release_tapes hook). */
+void nbad_release_tapes(nb_ctx *c);
+void nbad_release_accumulators(nb_ctx *c);
+
 /* Registers the built-in gradient functions once. */
 void nbad_grad_builtins_init(void);
 /* Which of def's inputs and outputs (bit i, as nbg_entry's) its gradient rule reads the

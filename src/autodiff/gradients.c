@@ -5,6 +5,7 @@
    function runs and memory follows the frontier, not the graph. */
 #include "autodiff.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,11 @@ typedef struct pass {
   int32_t nentries, entries_cap;
   int32_t *queue;
   int32_t qhead, qtail;
-  bool *needs;                   /* per input of the node being differentiated */
+  bool *needs; /* per input of the node being differentiated */
+  /* checkpointing: per between slot, whether its outputs are recomputed for the gradient,
+     and the node recomputing them (-1 until built) */
+  bool *recompute;
+  int32_t *clone;
   char scope[NBGRAPH_SCOPE_CAP]; /* "gradients/" (made unique) */
 } pass;
 
@@ -295,6 +300,119 @@ static bool has_grads(const pass *p, const nbgraph_node *n) {
   return false;
 }
 
+/* ---- automatic checkpointing ---------------------------------------------------------------
+   Chen et al. 2016: the forward ops between xs and ys, in topological order, fall into k
+   segments; only each segment's last op keeps its outputs for the gradient. A gradient
+   function reading any other forward tensor reads a recomputation of it instead, built
+   from the kept tensors (and recomputed ones before it) the first time it is needed; a
+   control input on the incoming gradient that asked for it keeps a session from running
+   the recomputation before the backward pass gets there. So the forward activations die
+   in the forward pass, and the backward pass holds one segment's recomputation at a time. */
+
+static int compare_ids(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* A recomputable op: one that reads a between tensor (not an x or a source) and no state. */
+static bool recomputable(const pass *p, const nbgraph_node *n) { return !n->def->stateful && feeds_between(p, n); }
+
+static nb_code choose_checkpoints(pass *p) {
+  int32_t *ids = malloc((size_t)p->nbetween * sizeof *ids + 1), n = 0;
+  p->recompute = calloc((size_t)p->nbetween + 1, sizeof *p->recompute);
+  p->clone = malloc((size_t)p->nbetween * sizeof *p->clone + 1);
+  if (!ids || !p->recompute || !p->clone) {
+    free(ids);
+    return NB_NOMEM;
+  }
+  for (int32_t i = 0; i < p->nbetween; i++) {
+    p->clone[i] = -1;
+    if (recomputable(p, &p->g->nodes[p->between[i]])) ids[n++] = p->between[i];
+  }
+  qsort(ids, (size_t)n, sizeof *ids, compare_ids); /* node ids are a topological order */
+  int32_t k = p->o->checkpoint_segments > 0 ? p->o->checkpoint_segments : (int32_t)ceil(sqrt((double)n));
+  int32_t per = k > 0 ? (n + k - 1) / k : n; /* ops per segment; its last one is kept */
+  for (int32_t j = 0; j < n; j++)
+    if ((j + 1) % per != 0 && j + 1 != n) p->recompute[p->g->nodes[ids[j]].slot] = true;
+  free(ids);
+  return NB_OK;
+}
+
+static bool is_recomputed(const pass *p, int32_t id) { return in_between(p, id) && p->recompute[p->g->nodes[id].slot]; }
+
+/* The handle of output `out` of node id as the gradient reads it: the recomputation's
+   when id is recomputed (built by then), else its own. */
+static nb_tensor *read_view(pass *p, int32_t id, int32_t out) {
+  return nbgraph_handle(p->c, p->g, is_recomputed(p, id) ? p->clone[p->g->nodes[id].slot] : id, out);
+}
+
+/* Recomputes node id (whose recomputed inputs are built) from its inputs' views. */
+static nb_code clone_one(pass *p, int32_t id, nb_tensor *after) {
+  const nbgraph_node node = p->g->nodes[id], *n = &node;
+  nb_tensor **args = malloc((size_t)(n->nin + n->nout) * sizeof *args + 1), **outs = args + n->nin;
+  if (!args) return nbcore_fail(p->c, NB_NOMEM, "gradients: out of memory");
+  for (int32_t i = 0; i < n->nin; i++) {
+    const nbgraph_edge *e = &p->g->edges[n->in0 + i];
+    args[i] = read_view(p, e->src, e->out);
+  }
+  nb_code code = nb_status(p->c) ? nb_status(p->c) : nbop_dispatch(p->c, n->def, args, n->nin, n->attr, outs, n->nout);
+  if (!code && n->nout > 0) {
+    p->clone[n->slot] = outs[0]->node;
+    if (after) code = nb_add_control_input(outs[0], after);
+  }
+  free(args);
+  return code;
+}
+
+/* Builds the recomputation of node id and of the recomputed nodes it reads (depth first,
+   with an explicit stack), each after `after`. */
+static nb_code build_clone(pass *p, int32_t id, nb_tensor *after) {
+  id_stack s = {0};
+  nb_code code = push_id(&s, id) ? NB_OK : NB_NOMEM;
+  while (!code && s.n > 0) {
+    int32_t top = s.v[s.n - 1];
+    const nbgraph_node *n = &p->g->nodes[top];
+    if (p->clone[n->slot] >= 0) {
+      s.n--;
+      continue;
+    }
+    bool ready = true;
+    for (int32_t i = 0; i < n->nin && !code; i++) {
+      int32_t src = p->g->edges[n->in0 + i].src;
+      if (is_recomputed(p, src) && p->clone[p->g->nodes[src].slot] < 0) {
+        ready = false;
+        if (!push_id(&s, src)) code = NB_NOMEM;
+      }
+    }
+    if (!code && ready) {
+      code = clone_one(p, top, after);
+      s.n--;
+    }
+  }
+  free(s.v);
+  return code == NB_NOMEM ? nbcore_fail(p->c, NB_NOMEM, "gradients: out of memory") : code;
+}
+
+/* ins and outs of node id (n, a copy) as its gradient function reads them: recomputed
+   where chosen, after the first of its incoming gradients dys. */
+static nb_code recomputed_views(pass *p, int32_t id, const nbgraph_node *n, nb_tensor *const *dys, nb_tensor **ins,
+                                nb_tensor **outs) {
+  nb_tensor *after = NULL;
+  for (int32_t o = 0; o < n->nout && !after; o++) after = dys[o];
+  nb_code code = NB_OK;
+  for (int32_t i = 0; i < n->nin && !code; i++) {
+    int32_t src = p->g->edges[n->in0 + i].src, out = p->g->edges[n->in0 + i].out;
+    if (!is_recomputed(p, src)) continue;
+    code = build_clone(p, src, after);
+    if (!code) ins[i] = read_view(p, src, out);
+  }
+  if (!code && is_recomputed(p, id)) {
+    code = build_clone(p, id, after);
+    for (int32_t o = 0; o < n->nout && !code; o++) outs[o] = read_view(p, id, o);
+  }
+  return code ? code : nb_status(p->c);
+}
+
 static nb_code node_gradient(pass *p, int32_t id, nb_tensor **buf) {
   nb_graph *g = p->g;
   /* a copy: building gradient ops grows (and may move) the node array */
@@ -314,6 +432,7 @@ static nb_code node_gradient(pass *p, int32_t id, nb_tensor **buf) {
   enter_node_scope(p, n);
   output_grads(p, id, n, outs, dys);
   nb_code code = nb_status(p->c);
+  if (!code && p->recompute) code = recomputed_views(p, id, n, dys, ins, outs);
   if (!code) code = call_grad_fn(p, n, fn, ins, outs, dys, dxs);
   return code ? code : propagate(p, n, dxs);
 }
@@ -374,6 +493,9 @@ static nb_code check_args(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *co
     code = nbcore_fail(c, NB_INVALID, "nb_gradients: stop is NULL or has negative length");
   if (!code && o->name && (!*o->name || strchr(o->name, '/')))
     code = nbcore_fail(c, NB_INVALID, "nb_gradients: scope name '%s' must be non-empty without '/'", o->name);
+  if (!code && o->checkpoint_segments < NB_CHECKPOINT_SQRT)
+    code = nbcore_fail(c, NB_INVALID, "nb_gradients: checkpoint_segments %d is neither a count nor NB_CHECKPOINT_SQRT",
+                       o->checkpoint_segments);
   if (!code && o->aggregation != NB_AGG_ADD_N && o->aggregation != NB_AGG_TREE && o->aggregation != NB_AGG_ACCUMULATE_N)
     code = nbcore_fail(c, NB_INVALID, "nb_gradients: unknown aggregation %d", o->aggregation);
   return code;
@@ -419,6 +541,8 @@ static void pass_free(pass *p) {
   free(p->entries);
   free(p->queue);
   free(p->needs);
+  free(p->recompute);
+  free(p->clone);
 }
 
 /* A node's traversal scratch, which a pass keeps in the nodes themselves. */
@@ -490,6 +614,8 @@ static nb_code run_pass(nb_ctx *c, nb_tensor *const *ys, int ny, nb_tensor *cons
   c->next_name = NULL;
   code = open_scope(&p);
   if (!code && (mark_between(&p, ys, ny, xs, nx) || prepare(&p)))
+    code = nbcore_fail(c, NB_NOMEM, "gradients: out of memory");
+  if (!code && o->checkpoint_segments && choose_checkpoints(&p))
     code = nbcore_fail(c, NB_NOMEM, "gradients: out of memory");
   if (!code) code = seed(&p, ys, ny);
   if (!code) code = run_queue(&p);

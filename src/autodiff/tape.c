@@ -189,7 +189,7 @@ static bool reads_tracked(const nb_tape *t, const nbop_kargs *k) {
   return false;
 }
 
-static void record(nb_ctx *c, nbop_kargs *k, nb_tensor *const *out) {
+void nbad_tape_record(nb_ctx *c, nbop_kargs *k, nb_tensor *const *out) {
   for (int i = 0; i < c->ntapes && !c->tapes_paused; i++) {
     nb_tape *t = c->tapes[i];
     if (t->recording && reads_tracked(t, k) && !record_entry(t, k, out))
@@ -256,7 +256,8 @@ static void tape_destroy(nb_tape *t) {
   free(t);
 }
 
-static void release_tapes(nb_ctx *c) {
+void nbad_release_tapes(nb_ctx *c) {
+  nbad_release_accumulators(c);
   for (int i = 0; i < c->ntapes; i++) tape_destroy(c->tapes[i]);
   while (c->spare_tapes) {
     nb_tape *t = c->spare_tapes;
@@ -296,9 +297,9 @@ nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
   t->watch_accessed = true;
   t->next_spare = NULL;
   c->tapes[c->ntapes++] = t;
-  c->record = record;
+  c->record = nbad_record;
   c->watch_read = watch_read;
-  c->release_tapes = release_tapes;
+  c->release_tapes = nbad_release_tapes;
   return t;
 }
 
@@ -379,7 +380,7 @@ void nb_tape_end(nb_tape *t) {
   while (i < c->ntapes && c->tapes[i] != t) i++;
   if (i == c->ntapes) return; /* t is not in this context's active list */
   memmove(&c->tapes[i], &c->tapes[i + 1], (size_t)(c->ntapes - i - 1) * sizeof *c->tapes);
-  if (--c->ntapes == 0) c->record = NULL;
+  if (--c->ntapes == 0 && c->naccs == 0) c->record = NULL;
   tape_reset(t);
   unwatch_variables(t);
   t->active = false;
@@ -508,9 +509,9 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
 /* have += g in place: possible when both are dense, the tape alone holds have's data, the shapes match, and
    no tape records the pass (which would need the addition as a recorded op). */
 static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
-  if (t->c->ntapes > 1 || t->recording || !have->buf || !g->buf || !nbcore_buffer_exclusive(have->buf) ||
-      have->dtype != g->dtype || have->size != g->size || have->rank != g->rank ||
-      memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
+  if (t->c->ntapes > 1 || t->c->naccs > 0 || t->recording || !have->buf || !g->buf ||
+      !nbcore_buffer_exclusive(have->buf) || have->dtype != g->dtype || have->size != g->size ||
+      have->rank != g->rank || memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
     return false;
   if (g->dtype == NB_F32) {
     float *a = nbcore_tdata(have);

@@ -85,6 +85,7 @@ struct nbop_meta;
 typedef nb_code (*nbcore_execute_fn)(nb_ctx *c, struct nbop_kargs *k, nb_tensor **out);
 
 struct nb_tape;
+struct nb_forward_accumulator;
 
 struct nb_ctx {
   nbcore_execute_fn execute;
@@ -98,7 +99,11 @@ struct nb_ctx {
                               (input forwarding, see eager.c) */
   struct nb_tape **tapes; /* active tapes, innermost last */
   int ntapes, tapes_cap;
-  struct nb_tape *spare_tapes;      /* ended tapes kept for reuse (no allocation per step) */
+  struct nb_tape *spare_tapes; /* ended tapes kept for reuse (no allocation per step) */
+  /* Active forward accumulators (eager forward mode), innermost last; record runs them
+     after the tapes. */
+  struct nb_forward_accumulator **accs;
+  int naccs, accs_cap;
   void (*release_tapes)(nb_ctx *c); /* frees the tapes when the context goes */
   /* Graph contexts infer through this hook (constants substituted, unknown shapes
      deferred); NULL: the op's own infer. */

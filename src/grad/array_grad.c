@@ -175,3 +175,16 @@ void nbg_register_array_grads(void) {
   nbad_register_builtin("BroadcastGradientArgs", NULL);
   nbad_register_builtin("Range", NULL);
 }
+
+void nbg_register_array_fwd(void) {
+  /* shape ops move or repeat elements: linear, the op itself on the tangents */
+  static const nbg_fwd_entry table[] = {
+      {"Reshape", NBG_FWD_LINEAR, NULL, 0, 0},     {"ExpandDims", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"Squeeze", NBG_FWD_LINEAR, NULL, 0, 0},     {"Transpose", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"BroadcastTo", NBG_FWD_LINEAR, NULL, 0, 0}, {"ConcatV2", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"Pack", NBG_FWD_LINEAR, NULL, 0, 0},        {"Unpack", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"Tile", NBG_FWD_LINEAR, NULL, 0, 0},        {"Pad", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"Fill", NBG_FWD_LINEAR, NULL, 0, 0},
+  };
+  nbad_register_fwd_table(table, sizeof table / sizeof table[0]);
+}

@@ -159,3 +159,19 @@ void nbg_register_conv_grads(void) {
   };
   nbad_register_table(rules, sizeof rules / sizeof *rules);
 }
+
+void nbg_register_conv_fwd(void) {
+  /* Convolutions are bilinear in data and filter (their backprops in filter or data and
+     the incoming gradient); average pooling and bias adds are linear. MaxPool takes TF's
+     fallback. */
+  static const nbg_fwd_entry table[] = {
+      {"Conv2D", NBG_FWD_BILINEAR, NULL, 0, 1},
+      {"Conv2DBackpropInput", NBG_FWD_BILINEAR, NULL, 1, 2},
+      {"Conv2DBackpropFilter", NBG_FWD_BILINEAR, NULL, 0, 2},
+      {"AvgPool", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"AvgPoolGrad", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"BiasAdd", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"BiasAddGrad", NBG_FWD_LINEAR, NULL, 0, 0},
+  };
+  nbad_register_fwd_table(table, sizeof table / sizeof table[0]);
+}

@@ -16,6 +16,19 @@ void nbg_register_builtin_gradients(void) {
   nbg_register_host_callback_grads();
 }
 
+void nbg_register_builtin_forward(void) {
+  nbg_register_math_fwd();
+  nbg_register_nn_fwd();
+  nbg_register_linalg_fwd();
+  nbg_register_conv_fwd();
+  nbg_register_array_fwd();
+  nbg_register_reduce_fwd();
+  nbg_register_slicing_fwd();
+  nbg_register_norm_fwd();
+}
+
+nb_tensor *nbg_add_terms(nb_ctx *c, nb_tensor *a, nb_tensor *b) { return a && b ? nb_add(c, a, b) : a ? a : b; }
+
 nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x) { return x && nb_dtype_of(x) != NB_I64 ? nb_cast(c, x, NB_I64) : x; }
 
 nb_tensor *nbg_scalar_like(nb_ctx *c, nb_tensor *x, double v) { return nb_scalar(c, nb_dtype_of(x), v); }

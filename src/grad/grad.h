@@ -41,6 +41,38 @@ void nbg_register_random_grads(void);
 void nbg_register_conv_grads(void);
 void nbg_register_host_callback_grads(void);
 
+/* Forward mode (nb_jvp, the forward accumulator). A forward rule sets tout[o], the
+   tangent of output o, from tin[i], the tangents of the inputs (NULL: zero, and always
+   NULL for int/bool inputs); a tout left NULL is zero. The kinds the registry applies
+   itself, from the op's own registration:
+     SYMMETRIC a one-input op whose J is symmetric (elementwise ops: diagonal; Softmax:
+               diag(y) - y y^T), so J t = J^T t, the gradient rule applied to t;
+     LINEAR    linear in every float input jointly (int/bool inputs kept): the op itself
+               on the tangents, zeros standing for NULL ones;
+     BILINEAR  bilinear in inputs a and b, constant in the rest: op(ta, b) + op(a, tb);
+     RULE      fn.
+   An op with no entry gets TF's fallback, the gradient rule transposed. */
+typedef nb_code (*nbg_fwd_fn)(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout);
+typedef enum { NBG_FWD_RULE, NBG_FWD_SYMMETRIC, NBG_FWD_LINEAR, NBG_FWD_BILINEAR } nbg_fwd_kind;
+typedef struct nbg_fwd_entry {
+  const char *op;
+  nbg_fwd_kind kind;
+  nbg_fwd_fn fn; /* RULE only */
+  int a, b;      /* BILINEAR only */
+} nbg_fwd_entry;
+/* Registers a family's forward rules (autodiff keeps them beside the gradients). */
+void nbad_register_fwd_table(const nbg_fwd_entry *table, size_t n);
+/* Registration of the built-in forward rules (called once by the registry). */
+void nbg_register_builtin_forward(void);
+void nbg_register_math_fwd(void);
+void nbg_register_nn_fwd(void);
+void nbg_register_linalg_fwd(void);
+void nbg_register_conv_fwd(void);
+void nbg_register_array_fwd(void);
+void nbg_register_reduce_fwd(void);
+void nbg_register_slicing_fwd(void);
+void nbg_register_norm_fwd(void);
+
 /* A rule of a one-output op (the math and nn families) starts from dy = dys[0] and returns
    NB_OK at once when it is NULL: an output without a gradient gives the inputs none. */
 
@@ -50,6 +82,8 @@ static inline nb_tensor *in0(const nb_fwd_op *op) { return nb_fwd_input(op, 0); 
 static inline nb_tensor *in1(const nb_fwd_op *op) { return nb_fwd_input(op, 1); }
 #define NEED(i) nb_fwd_input_needs_grad(op, i)
 
+/* a + b where a NULL term is zero (NULL when both are). */
+nb_tensor *nbg_add_terms(nb_ctx *c, nb_tensor *a, nb_tensor *b);
 /* x as int64 (index inputs may be int32). */
 nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x);
 /* A scalar of x's dtype. */

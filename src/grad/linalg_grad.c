@@ -60,3 +60,12 @@ void nbg_register_linalg_grads(void) {
   };
   nbad_register_table(rules, sizeof rules / sizeof *rules);
 }
+
+void nbg_register_linalg_fwd(void) {
+  /* products are bilinear: t(a b) = ta b + a tb, the op itself on each tangent */
+  static const nbg_fwd_entry table[] = {
+      {"MatMul", NBG_FWD_BILINEAR, NULL, 0, 1},
+      {"BatchMatMulV2", NBG_FWD_BILINEAR, NULL, 0, 1},
+  };
+  nbad_register_fwd_table(table, sizeof table / sizeof table[0]);
+}

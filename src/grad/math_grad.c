@@ -431,3 +431,74 @@ void nbg_register_math_grads(void) {
   };
   nbad_register_table(table, sizeof table / sizeof table[0]);
 }
+
+/* ---- forward rules ----------------------------------------------------------------------
+   tz from the tangents ta, tb of z = f(a, b) (NULL: zero). Each term mixes an a-shaped
+   and a b-shaped factor (or z), so it broadcasts to z's shape. */
+
+/* z = a / b: tz = ta / b - z tb / b */
+static nb_code real_div_fwd(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout) {
+  nb_tensor *b = in1(op);
+  nb_tensor *from_a = tin[0] ? nb_real_div(c, tin[0], b) : NULL;
+  nb_tensor *from_b = tin[1] ? nb_real_div(c, nb_mul(c, out0(op), tin[1]), b) : NULL;
+  tout[0] = from_b ? (from_a ? nb_sub(c, from_a, from_b) : nb_neg(c, from_b)) : from_a;
+  return nb_status(c);
+}
+
+/* z = a^b: tz = ta b a^(b-1) + tb z ln a (ln a taken as 0 where a <= 0, as the gradient) */
+static nb_code pow_fwd(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout) {
+  nb_tensor *a = in0(op), *b = in1(op);
+  nb_tensor *from_a = tin[0] ? nb_mul(c, nb_mul(c, tin[0], b), nb_pow(c, a, nb_sub(c, b, scalar(c, b, 1)))) : NULL;
+  nb_tensor *from_b = tin[1] ? nb_mul(c, nb_mul(c, tin[1], out0(op)), log_where_positive(c, a)) : NULL;
+  tout[0] = nbg_add_terms(c, from_a, from_b);
+  return nb_status(c);
+}
+
+/* z = (a - b)^2: tz = 2 (a - b) (ta - tb) */
+static nb_code squared_difference_fwd(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout) {
+  nb_tensor *twice = nb_mul(c, scalar(c, in0(op), 2), nb_sub(c, in0(op), in1(op)));
+  nb_tensor *from_a = tin[0] ? nb_mul(c, twice, tin[0]) : NULL;
+  nb_tensor *from_b = tin[1] ? nb_mul(c, twice, tin[1]) : NULL;
+  tout[0] = from_b ? (from_a ? nb_sub(c, from_a, from_b) : nb_neg(c, from_b)) : from_a;
+  return nb_status(c);
+}
+
+/* z = a where a_wins else b: tz is the selected input's tangent (ties to a, as the gradient) */
+static nb_tensor *select_tangent(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor *a_wins) {
+  nb_tensor *zero = scalar(c, in0(op), 0);
+  return nb_select(c, a_wins, tin[0] ? tin[0] : zero, tin[1] ? tin[1] : zero);
+}
+
+static nb_code maximum_fwd(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout) {
+  tout[0] = select_tangent(c, op, tin, nb_greater_equal(c, in0(op), in1(op)));
+  return nb_status(c);
+}
+
+static nb_code minimum_fwd(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout) {
+  tout[0] = select_tangent(c, op, tin, nb_less_equal(c, in0(op), in1(op)));
+  return nb_status(c);
+}
+
+void nbg_register_math_fwd(void) {
+  /* Elementwise one-input ops have diagonal Jacobians; sums, selection and casts are
+     linear; Mul is bilinear. The gradient-of-gradient ops take TF's fallback. */
+  static const nbg_fwd_entry table[] = {
+      {"Neg", NBG_FWD_LINEAR, NULL, 0, 0},           {"Exp", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"Log", NBG_FWD_SYMMETRIC, NULL, 0, 0},        {"Log1p", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"Sqrt", NBG_FWD_SYMMETRIC, NULL, 0, 0},       {"Rsqrt", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"Reciprocal", NBG_FWD_SYMMETRIC, NULL, 0, 0}, {"Square", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"Abs", NBG_FWD_SYMMETRIC, NULL, 0, 0},        {"Sign", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"Tanh", NBG_FWD_SYMMETRIC, NULL, 0, 0},       {"Sigmoid", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"Relu", NBG_FWD_SYMMETRIC, NULL, 0, 0},       {"Elu", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"Softplus", NBG_FWD_SYMMETRIC, NULL, 0, 0},   {"Sin", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"Cos", NBG_FWD_SYMMETRIC, NULL, 0, 0},        {"AddV2", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"Add", NBG_FWD_LINEAR, NULL, 0, 0},           {"Sub", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"Mul", NBG_FWD_BILINEAR, NULL, 0, 1},         {"RealDiv", NBG_FWD_RULE, real_div_fwd, 0, 0},
+      {"Pow", NBG_FWD_RULE, pow_fwd, 0, 0},          {"SquaredDifference", NBG_FWD_RULE, squared_difference_fwd, 0, 0},
+      {"Maximum", NBG_FWD_RULE, maximum_fwd, 0, 0},  {"Minimum", NBG_FWD_RULE, minimum_fwd, 0, 0},
+      {"SelectV2", NBG_FWD_LINEAR, NULL, 0, 0},      {"Cast", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"AddN", NBG_FWD_LINEAR, NULL, 0, 0},          {"AccumulateNV2", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"Identity", NBG_FWD_LINEAR, NULL, 0, 0},
+  };
+  nbad_register_fwd_table(table, sizeof table / sizeof table[0]);
+}

@@ -213,3 +213,30 @@ void nbg_register_nn_grads(void) {
   };
   nbad_register_table(table, sizeof table / sizeof table[0]);
 }
+
+/* ---- forward rules ------------------------------------------------------------------------ */
+
+/* y = x - logsumexp(x): ty = t - sum(e^y t) over the last dim */
+static nb_code log_softmax_fwd(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout) {
+  tout[0] = nb_sub(c, tin[0], row_sum(c, nb_mul(c, nb_exp(c, out0(op)), tin[0])));
+  return nb_status(c);
+}
+
+/* y = sum(x^2) / 2: ty = sum(x t) */
+static nb_code l2_loss_fwd(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout) {
+  nb_tensor *flat = nb_reshape(c, nb_mul(c, in0(op), tin[0]), (const int64_t[]){-1}, 1);
+  tout[0] = nb_sum(c, flat, (const int[]){0}, 1, false);
+  return nb_status(c);
+}
+
+void nbg_register_nn_fwd(void) {
+  /* The activations are elementwise and Softmax's Jacobian diag(y) - y y^T is symmetric;
+     the losses and the gradient ops take TF's fallback. */
+  static const nbg_fwd_entry table[] = {
+      {"Softmax", NBG_FWD_SYMMETRIC, NULL, 0, 0},  {"LogSoftmax", NBG_FWD_RULE, log_softmax_fwd, 0, 0},
+      {"Relu6", NBG_FWD_SYMMETRIC, NULL, 0, 0},    {"LeakyRelu", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"Selu", NBG_FWD_SYMMETRIC, NULL, 0, 0},     {"Gelu", NBG_FWD_SYMMETRIC, NULL, 0, 0},
+      {"L2Loss", NBG_FWD_RULE, l2_loss_fwd, 0, 0},
+  };
+  nbad_register_fwd_table(table, sizeof table / sizeof table[0]);
+}

@@ -104,12 +104,18 @@ static void inference_statistics_grads(nb_ctx *c, const nb_fwd_op *op, nb_tensor
   dxs[4] = add_scaled(c, add_scaled(c, dvar, NULL, dys[2]), NULL, dys[4]);
 }
 
+/* The mean and variance FusedBatchNormV3 normalized with: the batch's (reserve_space_1
+   and 2) in training, the given ones in inference. */
+static void normalizing_stats(const nb_fwd_op *op, bool training, nb_tensor **mean, nb_tensor **var) {
+  *mean = training ? nb_fwd_output(op, 3) : nb_fwd_input(op, 3);
+  *var = training ? nb_fwd_output(op, 4) : nb_fwd_input(op, 4);
+}
+
 static nb_code fused_batch_norm_grad(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *dys, nb_tensor **dxs) {
-  nb_tensor *x = nb_fwd_input(op, 0), *scale = nb_fwd_input(op, 1);
+  nb_tensor *x = nb_fwd_input(op, 0), *scale = nb_fwd_input(op, 1), *mean, *var;
   bool training = nb_fwd_attr_bool(op, "is_training");
   bn_axes a = axes_of(op, x);
-  nb_tensor *mean = training ? nb_fwd_output(op, 3) : nb_fwd_input(op, 3);
-  nb_tensor *var = training ? nb_fwd_output(op, 4) : nb_fwd_input(op, 4);
+  normalizing_stats(op, training, &mean, &var);
   nb_tensor *dy = dys[0] ? dys[0] : nb_zeros_like(c, x), *g[5] = {0};
   nb_fused_batch_norm_grad(c, dy, x, scale, mean, var, nb_fwd_output(op, 5), nb_fwd_attr_float(op, "epsilon"),
                            nb_fwd_attr_str(op, "data_format"), training, g);
@@ -219,4 +225,57 @@ void nbg_register_norm_grads(void) {
        0},
   };
   nbad_register_table(rules, sizeof rules / sizeof *rules);
+}
+
+/* ---- forward rule -----------------------------------------------------------------------
+   With tangents tx, ts, to, tm, tv of the inputs (zeros when absent), y = B(s) xc B(r) + B(o):
+     ty = B(s) (tx - B(tmu)) B(r) + B(s) xc B(tr) + xc B(ts r) + B(to),  tr = -r^3 tvar / 2,
+   where in training mu and var are the batch's (tmu = sum tx / n, tvar = 2 sum xc tx / n,
+   sum xc = 0) and batch_mean = f mu + (1 - f) mean, batch_variance = f k var + (1 - f)
+   variance (f, k as in training_statistics_grads), reserve_space_1/2 = mu and var; in
+   inference mu and var are the inputs, passed through by the four statistic outputs. */
+static nb_tensor *tangent_of(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, int i) {
+  return tin[i] ? tin[i] : nb_zeros_like(c, nb_fwd_input(op, i));
+}
+
+/* The batch statistics' tangents (training): out[0] tmu, out[1] tvar. */
+static void batch_stat_tangents(nb_ctx *c, const bn_axes *a, nb_tensor *tx, nb_tensor *xc, nb_tensor *n,
+                                nb_tensor **out) {
+  out[0] = nb_real_div(c, channel_sum(c, a, tx), n);
+  out[1] = nb_real_div(c, nb_mul(c, nbg_scalar_like(c, tx, 2), channel_sum(c, a, nb_mul(c, xc, tx))), n);
+}
+
+static nb_code fused_batch_norm_fwd(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const *tin, nb_tensor **tout) {
+  nb_tensor *x = nb_fwd_input(op, 0), *s = nb_fwd_input(op, 1), *mu, *var;
+  bool training = nb_fwd_attr_bool(op, "is_training");
+  bn_axes a = axes_of(op, x);
+  normalizing_stats(op, training, &mu, &var);
+  nb_tensor *tx = tangent_of(c, op, tin, 0), *xc = nb_sub(c, x, bcast(c, &a, mu)), *stats[2];
+  nb_tensor *n = per_channel_count(c, x, s);
+  if (training)
+    batch_stat_tangents(c, &a, tx, xc, n, stats);
+  else
+    stats[0] = tangent_of(c, op, tin, 3), stats[1] = tangent_of(c, op, tin, 4);
+  nb_tensor *r = nb_rsqrt(c, nb_add(c, var, nbg_scalar_like(c, x, nb_fwd_attr_float(op, "epsilon"))));
+  nb_tensor *tr = nb_mul(c, nb_mul(c, nbg_scalar_like(c, x, -0.5), nb_mul(c, r, nb_square(c, r))), stats[1]);
+  nb_tensor *centered = nb_mul(c, nb_sub(c, tx, bcast(c, &a, stats[0])), bcast(c, &a, nb_mul(c, s, r)));
+  nb_tensor *per_channel = nb_add(c, nb_mul(c, s, tr), nb_mul(c, tangent_of(c, op, tin, 1), r));
+  tout[0] =
+      nb_add(c, nb_add(c, centered, nb_mul(c, xc, bcast(c, &a, per_channel))), bcast(c, &a, tangent_of(c, op, tin, 2)));
+  tout[3] = stats[0], tout[4] = stats[1];
+  double f = nb_fwd_attr_float(op, "exponential_avg_factor");
+  if (!training) {
+    tout[1] = stats[0], tout[2] = stats[1];
+  } else {
+    nb_tensor *one = nbg_scalar_like(c, x, 1), *keep = nbg_scalar_like(c, x, 1 - f);
+    nb_tensor *fk = nb_mul(c, nbg_scalar_like(c, x, f), nb_real_div(c, n, nb_maximum(c, nb_sub(c, n, one), one)));
+    tout[1] = nb_add(c, nb_mul(c, nbg_scalar_like(c, x, f), stats[0]), nb_mul(c, keep, tangent_of(c, op, tin, 3)));
+    tout[2] = nb_add(c, nb_mul(c, fk, stats[1]), nb_mul(c, keep, tangent_of(c, op, tin, 4)));
+  }
+  return nb_status(c);
+}
+
+void nbg_register_norm_fwd(void) {
+  static const nbg_fwd_entry table[] = {{"FusedBatchNormV3", NBG_FWD_RULE, fused_batch_norm_fwd, 0, 0}};
+  nbad_register_fwd_table(table, sizeof table / sizeof table[0]);
 }

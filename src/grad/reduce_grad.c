@@ -247,3 +247,13 @@ void nbg_register_reduce_grads(void) {
   };
   nbad_register_table(rules, sizeof rules / sizeof *rules);
 }
+
+void nbg_register_reduce_fwd(void) {
+  /* sums and means are linear; Max, Min, Prod and Cumprod take TF's fallback */
+  static const nbg_fwd_entry table[] = {
+      {"Sum", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"Mean", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"Cumsum", NBG_FWD_LINEAR, NULL, 0, 0},
+  };
+  nbad_register_fwd_table(table, sizeof table / sizeof table[0]);
+}

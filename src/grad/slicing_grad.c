@@ -228,3 +228,15 @@ void nbg_register_slicing_grads(void) {
   };
   nbad_register_table(rules, sizeof rules / sizeof *rules);
 }
+
+void nbg_register_slicing_fwd(void) {
+  /* slices, gathers and scatters pick or add elements: linear in the float input */
+  static const nbg_fwd_entry table[] = {
+      {"Slice", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"StridedSlice", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"StridedSliceGrad", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"GatherV2", NBG_FWD_LINEAR, NULL, 0, 0},
+      {"UnsortedSegmentSum", NBG_FWD_LINEAR, NULL, 0, 0},
+  };
+  nbad_register_fwd_table(table, sizeof table / sizeof table[0]);
+}
