@@ -14,6 +14,7 @@ void nbg_register_builtin_gradients(void) {
   nbg_register_random_grads();
   nbg_register_conv_grads();
   nbg_register_host_callback_grads();
+  nbg_register_collective_grads();
 }
 
 nb_tensor *nbg_as_i64(nb_ctx *c, nb_tensor *x) { return x && nb_dtype_of(x) != NB_I64 ? nb_cast(c, x, NB_I64) : x; }

@@ -40,6 +40,7 @@ void nbg_register_norm_grads(void);
 void nbg_register_random_grads(void);
 void nbg_register_conv_grads(void);
 void nbg_register_host_callback_grads(void);
+void nbg_register_collective_grads(void);
 
 /* A rule of a one-output op (the math and nn families) starts from dy = dys[0] and returns
    NB_OK at once when it is NULL: an output without a gradient gives the inputs none. */
