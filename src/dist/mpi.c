@@ -137,7 +137,7 @@ static nb_code check_members(const nbop_coll *c, int *sender, char *err, size_t 
   nb_code code =
       nbdist_check(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, MPI_COMM_WORLD, &req),
                    "MPI_Iallgather", err, cap);
-  if (!code) code = nbdist_wait(&req, c->timeout, c->op, err, cap);
+  if (!code) code = nbdist_wait(&req, c->timeout, "exchanging the ranks' descriptions", err, cap);
   nbop_coll first = code ? *c : coll_of(&all[0], c->op);
   *sender = -1;
   for (int r = 0; r < world_size && !code; r++) {
@@ -175,8 +175,8 @@ static nb_code move_data(const nbop_coll *c, int root, char *err, size_t cap) {
       rc = MPI_Ibcast(c->out, (int)c->count, type, root, MPI_COMM_WORLD, &req);
       break;
   }
-  nb_code code = nbdist_check(rc, c->op, err, cap);
-  if (!code) code = nbdist_wait(&req, c->timeout, c->op, err, cap);
+  nb_code code = nbdist_check(rc, "the data exchange", err, cap);
+  if (!code) code = nbdist_wait(&req, c->timeout, "the data exchange", err, cap);
   if (!code && c->kind == NBOP_COLL_REDUCE && c->final_div) nbop_divide_by(c->dtype, c->out, c->count, world_size);
   return code;
 }
