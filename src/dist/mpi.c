@@ -3,6 +3,7 @@
    compared (so every rank sees the same mismatch and fails with the same message before
    any data moves), then the data step (MPI_Iallreduce, MPI_Iallgather or MPI_Ibcast). The
    world communicator returns errors (MPI_ERRORS_RETURN) instead of aborting the job. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 #include "dist.h"
 
 #include <pthread.h>

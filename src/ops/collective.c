@@ -7,6 +7,7 @@
    so every member gets the same bits. A member that waits longer than the op's timeout
    fails, and so does every member of an instance whose members disagree on dtype, shape
    or kind: an error, never a hang. The gradient rules are in src/grad/collective_grad.c. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "collective.h"
 
 #include <errno.h>
