@@ -369,9 +369,10 @@ int main(int argc, char **argv) {
     t.ranks = nb_dist_size();
   }
   if (t.rank == 0) {
-    printf("nabla %s: a CNN on Fashion-MNIST, %s mode, %d epochs, batch %d x %d rank%s, %d thread%s\n", nb_version(),
-           t.opt.eager ? "eager" : "graph", t.opt.epochs, t.opt.batch, t.ranks, t.ranks > 1 ? "s" : "", t.opt.threads,
-           t.opt.threads > 1 ? "s" : "");
+    printf("nabla %s: a CNN on Fashion-MNIST, %s mode, %d epochs, batch %d, %d thread%s", nb_version(),
+           t.opt.eager ? "eager" : "graph", t.opt.epochs, t.opt.batch, t.opt.threads, t.opt.threads > 1 ? "s" : "");
+    if (t.opt.data_parallel) printf(" per rank, %d rank%s", t.ranks, t.ranks > 1 ? "s" : "");
+    printf("\n");
     fflush(stdout);
   }
   double start = now();

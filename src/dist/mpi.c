@@ -74,10 +74,11 @@ nb_code nbdist_wait(MPI_Request *req, double timeout, const char *what, char *er
   for (;;) {
     int done = 0;
     nb_code code = nbdist_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what, err, cap);
-    if (code || done) {
-      if (code) snprintf(broken_why, sizeof broken_why, "%s", err), broken = true;
-      return code;
+    if (code) {
+      snprintf(broken_why, sizeof broken_why, "%s", err);
+      broken = true;
     }
+    if (code || done) return code;
     double waited = now_seconds() - start;
     if (waited > timeout) {
       snprintf(err, cap, "%s timed out after %g s on rank %d of %d: another rank died or did not call it", what,
@@ -133,7 +134,10 @@ static nbop_coll coll_of(const meta *m, const char *op) {
 /* The ranks' descriptions compared with rank 0's; in *sender the broadcast's root. */
 static nb_code check_members(const nbop_coll *c, int *sender, char *err, size_t cap) {
   meta mine = meta_of(c), *all = malloc((size_t)world_size * sizeof *all);
-  if (!all) return snprintf(err, cap, "out of memory"), NB_NOMEM;
+  if (!all) {
+    snprintf(err, cap, "out of memory");
+    return NB_NOMEM;
+  }
   MPI_Request req;
   nb_code code =
       nbdist_check(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, MPI_COMM_WORLD, &req),
@@ -147,13 +151,17 @@ static nb_code check_members(const nbop_coll *c, int *sender, char *err, size_t 
     if (!nbop_coll_matches(&first, 0, &other, r, why, sizeof why)) {
       snprintf(err, cap, "the ranks disagree: %s", why);
       code = NB_INVALID;
+    } else if (other.kind == NBOP_COLL_BCAST_SEND && *sender >= 0) {
+      snprintf(err, cap, "ranks %d and %d both send the broadcast", *sender, r);
+      code = NB_INVALID;
     } else if (other.kind == NBOP_COLL_BCAST_SEND) {
-      if (*sender >= 0) snprintf(err, cap, "ranks %d and %d both send the broadcast", *sender, r), code = NB_INVALID;
       *sender = r;
     }
   }
-  if (!code && first.kind >= NBOP_COLL_BCAST_SEND && *sender < 0)
-    snprintf(err, cap, "no rank sends the broadcast"), code = NB_INVALID;
+  if (!code && first.kind >= NBOP_COLL_BCAST_SEND && *sender < 0) {
+    snprintf(err, cap, "no rank sends the broadcast");
+    code = NB_INVALID;
+  }
   free(all);
   return code;
 }

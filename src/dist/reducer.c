@@ -276,7 +276,10 @@ static nb_code gather_rows(nb_dist_reducer *r, const void *data, int64_t n, int6
     *total += rows[q];
   }
   *out = code ? NULL : malloc((size_t)(*total * row + 1) * nb_dtype_size(t));
-  if (!code && !*out) code = NB_NOMEM, snprintf(err, sizeof err, "out of memory");
+  if (!code && !*out) {
+    code = NB_NOMEM;
+    snprintf(err, sizeof err, "out of memory");
+  }
   MPI_Datatype type = nbdist_mpi_type(t);
   if (!code)
     code = nbdist_check(MPI_Iallgatherv(data, (int)(n * row), type, *out, counts, displs, type, MPI_COMM_WORLD, &req),
@@ -379,7 +382,10 @@ nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *
   }
   end_pass(r);
   if (code && !nb_status(c)) nb_set_error(c, code, "nb_dist_gradient_vars: %s", r->err);
-  for (int k = 0; code && out && k < nv; k++) nb_tensor_free(out[k]), out[k] = NULL;
+  for (int k = 0; code && out && k < nv; k++) {
+    nb_tensor_free(out[k]);
+    out[k] = NULL;
+  }
   return code;
 }
 
@@ -427,7 +433,11 @@ nb_code nb_dist_average_gradients(nb_dist_reducer *r, nb_ctx *c, nb_tensor *cons
   for (int i = 0; i <= n && nb_status(c) == NB_OK; i++) {
     bool dense = i < n && grads[i] && !nb_is_indexed_slices(grads[i]);
     bool fits = first >= 0 && dense && nb_dtype_of(grads[i]) == nb_dtype_of(grads[first]) && bytes < r->bucket_bytes;
-    if (first >= 0 && !fits) average_bucket(r, c, grads, first, i, out), first = -1, bytes = 0;
+    if (first >= 0 && !fits) {
+      average_bucket(r, c, grads, first, i, out);
+      first = -1;
+      bytes = 0;
+    }
     if (i < n && grads[i] && !dense) out[i] = gather_graph_slices(r, c, grads[i]);
     if (dense && first < 0) first = i;
     if (dense) bytes += (size_t)nb_num_elements(grads[i]) * nb_dtype_size(nb_dtype_of(grads[i]));

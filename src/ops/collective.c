@@ -104,7 +104,8 @@ typedef struct slot {
   const char *shared_name;
   int64_t group_key, instance_key, group_size;
   int arrived, left;
-  bool full, done, failed;
+  bool full, done;
+  nb_code failed; /* NB_OK, or why the slot failed: NB_INTERNAL (timeout), NB_INVALID (mismatch) */
   char err[384];
   const nbop_coll **members;
   struct slot *next;
@@ -130,16 +131,19 @@ static bool same_group(const slot *s, const nbop_coll *c) {
   return s->shared_name ? strcmp(s->shared_name, c->shared_name) == 0 : s->group_key == c->group_key;
 }
 
+/* The slot c's instance is being met in, a new one when none takes members; NULL when out
+   of memory. */
 static slot *open_slot(const nbop_coll *c) {
   for (slot *s = slots; s; s = s->next)
     if (!s->full && !s->failed && same_group(s, c) && s->instance_key == c->instance_key) return s;
   slot *s = calloc(1, sizeof *s);
-  if (s) s->members = calloc((size_t)c->group_size, sizeof *s->members);
-  if (s && !s->members) {
+  const nbop_coll **members = calloc((size_t)c->group_size, sizeof *members);
+  if (!s || !members) {
     free(s);
+    free(members);
     return NULL;
   }
-  if (!s) return NULL;
+  s->members = members;
   s->shared_name = c->shared_name;
   s->group_key = c->group_key;
   s->instance_key = c->instance_key;
@@ -224,7 +228,7 @@ static void complete(slot *s) {
   bool ok = run_members(s->members, s->group_size, err, sizeof err);
   pthread_mutex_lock(&rendezvous_lock);
   if (!ok && !s->failed) {
-    s->failed = true;
+    s->failed = NB_INVALID;
     snprintf(s->err, sizeof s->err, "%s", err);
   }
   s->done = true;
@@ -235,7 +239,7 @@ static void wait_for_members(slot *s, const nbop_coll *c) {
   struct timespec until = deadline_after(c->timeout);
   while (!s->done && !s->failed)
     if (pthread_cond_timedwait(&rendezvous_cond, &rendezvous_lock, &until) == ETIMEDOUT && !s->done && !s->full) {
-      s->failed = true;
+      s->failed = NB_INTERNAL;
       snprintf(s->err, sizeof s->err, "timed out after %g s: %d of %lld devices arrived", c->timeout, s->arrived,
                (long long)s->group_size);
       pthread_cond_broadcast(&rendezvous_cond);
@@ -259,7 +263,7 @@ static nb_code run_in_process(const nbop_coll *c, int device, char *err, size_t 
     snprintf(s->err, sizeof s->err, "device %d runs a group of %lld, the devices before it a group of %lld", device,
              (long long)c->group_size, (long long)s->group_size);
     snprintf(err, cap, "%s", s->err);
-    s->failed = true; /* the devices waiting fail now too */
+    s->failed = NB_INVALID; /* the devices waiting fail now too */
     pthread_cond_broadcast(&rendezvous_cond);
     code = NB_INVALID;
   } else if (s->members[device]) {
@@ -273,7 +277,7 @@ static nb_code run_in_process(const nbop_coll *c, int device, char *err, size_t 
       wait_for_members(s, c);
     if (s->failed) {
       snprintf(err, cap, "%s", s->err);
-      code = strncmp(s->err, "timed out", 9) == 0 ? NB_INTERNAL : NB_INVALID;
+      code = s->failed;
     }
     if (++s->left == s->arrived && (s->done || s->failed)) unlink_slot(s);
   }
@@ -399,37 +403,28 @@ static nb_code run_kernel(nbop_kargs *k, const nbop_coll *c) {
   return nbop_kfail(k, code, "group %lld, instance %lld: %s", (long long)c->group_key, (long long)c->instance_key, err);
 }
 
-static nb_code reduce_kernel(nbop_kargs *k) {
-  nbop_coll c;
-  describe(k, NBOP_COLL_REDUCE, k->in[0], &c);
-  c.merge = (nbop_merge)nbop_kchoice(k, REDUCE_MERGE);
-  c.final_div = nbop_kchoice(k, REDUCE_FINAL) == 1;
-  c.timeout = timeout_of(k->attr[REDUCE_TIMEOUT].f);
-  nb_code code = read_keys(k, 1, &c);
-  return code ? code : run_kernel(k, &c);
-}
+/* What distinguishes the V2 ops' kernels (each def's impl). */
+typedef struct v2_spec {
+  nbop_coll_kind kind;
+  int timeout_slot; /* the attr slot of timeout_seconds */
+  int first_key;    /* the input holding group_size, then group_key and instance_key */
+} v2_spec;
 
-static nb_code gather_kernel(nbop_kargs *k) {
-  nbop_coll c;
-  describe(k, NBOP_COLL_GATHER, k->in[0], &c);
-  c.timeout = timeout_of(k->attr[GATHER_TIMEOUT].f);
-  nb_code code = read_keys(k, 1, &c);
-  return code ? code : run_kernel(k, &c);
-}
+static const v2_spec reduce_spec = {NBOP_COLL_REDUCE, REDUCE_TIMEOUT, 1},
+                     gather_spec = {NBOP_COLL_GATHER, GATHER_TIMEOUT, 1},
+                     send_spec = {NBOP_COLL_BCAST_SEND, GATHER_TIMEOUT, 1},
+                     recv_spec = {NBOP_COLL_BCAST_RECV, RECV_TIMEOUT, 0};
 
-static nb_code send_kernel(nbop_kargs *k) {
+static nb_code v2_kernel(nbop_kargs *k) {
+  const v2_spec *spec = k->def->impl;
   nbop_coll c;
-  describe(k, NBOP_COLL_BCAST_SEND, k->in[0], &c);
-  c.timeout = timeout_of(k->attr[GATHER_TIMEOUT].f);
-  nb_code code = read_keys(k, 1, &c);
-  return code ? code : run_kernel(k, &c);
-}
-
-static nb_code recv_kernel(nbop_kargs *k) {
-  nbop_coll c;
-  describe(k, NBOP_COLL_BCAST_RECV, k->res[0], &c);
-  c.timeout = timeout_of(k->attr[RECV_TIMEOUT].f);
-  nb_code code = read_keys(k, 0, &c);
+  describe(k, spec->kind, spec->kind == NBOP_COLL_BCAST_RECV ? k->res[0] : k->in[0], &c);
+  if (spec->kind == NBOP_COLL_REDUCE) {
+    c.merge = (nbop_merge)nbop_kchoice(k, REDUCE_MERGE);
+    c.final_div = nbop_kchoice(k, REDUCE_FINAL) == 1;
+  }
+  c.timeout = timeout_of(k->attr[spec->timeout_slot].f);
+  nb_code code = read_keys(k, spec->first_key, &c);
   return code ? code : run_kernel(k, &c);
 }
 
@@ -474,7 +469,8 @@ static nbop_def collective_ops[OP_COUNT] = {
                    .checks = {{.choices = merge_ops}, {.choices = final_ops}, HINT_CHECK},
                    .validate = data_validate,
                    .infer = nbop_infer_same,
-                   .kernel = reduce_kernel},
+                   .kernel = v2_kernel,
+                   .impl = &reduce_spec},
     [OP_GATHER] = {.name = "CollectiveGatherV2",
                    .nin = 4,
                    .nout = 1,
@@ -485,7 +481,8 @@ static nbop_def collective_ops[OP_COUNT] = {
                    .checks = {HINT_CHECK},
                    .validate = gather_validate,
                    .infer = gather_infer,
-                   .kernel = gather_kernel},
+                   .kernel = v2_kernel,
+                   .impl = &gather_spec},
     [OP_BCAST_SEND] = {.name = "CollectiveBcastSendV2",
                        .nin = 4,
                        .nout = 1,
@@ -496,7 +493,8 @@ static nbop_def collective_ops[OP_COUNT] = {
                        .checks = {HINT_CHECK},
                        .validate = data_validate,
                        .infer = nbop_infer_same,
-                       .kernel = send_kernel},
+                       .kernel = v2_kernel,
+                       .impl = &send_spec},
     [OP_BCAST_RECV] = {.name = "CollectiveBcastRecvV2",
                        .nin = 4,
                        .nout = 1,
@@ -508,7 +506,8 @@ static nbop_def collective_ops[OP_COUNT] = {
                        .checks = {{.types = NBOP_M_NUM}, HINT_CHECK},
                        .validate = recv_validate,
                        .infer = recv_infer,
-                       .kernel = recv_kernel},
+                       .kernel = v2_kernel,
+                       .impl = &recv_spec},
     [OP_NCCL_ALL_REDUCE] = {.name = "NcclAllReduce",
                             .nin = 1,
                             .nout = 1,
