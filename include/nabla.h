@@ -1059,7 +1059,8 @@ void nb_dist_set_timeout(double seconds);
 nb_code nb_dist_broadcast_variables(nb_ctx *c, nb_variable *const *vars, int n);
 /* Gradient averaging (PyTorch DDP, Horovod): dense gradients are fused into buckets of
    about bucket_bytes (0: 25 MiB) whose non-blocking all-reduce starts while the backward
-   pass computes the rest; IndexedSlices are all-gathered (values / size), not densified. */
+   pass computes the rest; IndexedSlices are all-gathered (values / size), not densified.
+   A reducer serves one thread at a time. */
 typedef struct nb_dist_reducer nb_dist_reducer;
 nb_dist_reducer *nb_dist_reducer_new(size_t bucket_bytes); /* NULL only when out of memory */
 void nb_dist_reducer_free(nb_dist_reducer *r);
