@@ -10,6 +10,8 @@ set -eu
 # clang-format and clang-tidy: make format and make lint.
 # libdnnl-dev (oneDNN): float32 GEMM and convolutions, dispatched at run time to the best
 # ISA the CPU has.
+# libopenmpi-dev and openmpi-bin (mpirun): the collectives across processes and machines
+# (src/dist) and the MPI tests.
 PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev clang libomp-dev libclang-rt-dev zlib1g-dev dataset-fashion-mnist libprotobuf-c-dev protobuf-c-compiler libdnnl-dev clang-format clang-tidy libopenmpi-dev openmpi-bin"
 missing=""
 for p in $PKGS; do
