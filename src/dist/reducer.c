@@ -424,7 +424,7 @@ static nb_tensor *gather_graph_slices(nb_dist_reducer *r, nb_ctx *c, nb_tensor *
 
 nb_code nb_dist_average_gradients(nb_dist_reducer *r, nb_ctx *c, nb_tensor *const *grads, int n, nb_tensor **out) {
   if (!r || !c) return NB_INVALID;
-  for (int i = 0; out && i < n; i++) out[i] = NULL;
+  for (int i = 0; out && out != grads && i < n; i++) out[i] = NULL; /* out may be grads: updated in place */
   if (!nbop_live(c)) return nb_status(c);
   if (n < 0 || (n > 0 && (!grads || !out)))
     return nb_set_error(c, NB_INVALID, "nb_dist_average_gradients: grads or out is NULL, or n is negative");
