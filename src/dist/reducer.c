@@ -404,12 +404,14 @@ static void average_bucket(nb_dist_reducer *r, nb_ctx *c, nb_tensor *const *grad
   for (int i = 0; i < n; i++) flat[i] = nb_reshape(c, grads[first + i], (int64_t[]){-1}, 1);
   nb_tensor *sum = n == 1 ? flat[0] : nb_concat(c, flat, n, 0);
   nb_tensor *avg = nb_collective_reduce_v2(c, sum, nb_dist_size(), 0, r->instance++, "Add", "Div", 0);
-  int64_t at = 0;
+  /* Offsets and sizes as tensors: a graph's gradient may have dims known only at run time
+     (Shape folds to a constant where they are known). */
+  nb_tensor *at = nb_tensor_from(c, NB_I64, 1, (int64_t[]){1}, (int64_t[]){0});
   for (int i = 0; i < n && nb_status(c) == NB_OK; i++) {
-    int64_t size = nb_num_elements(grads[first + i]);
-    nb_tensor *part = nb_slice(c, avg, &at, &size, 1);
-    out[first + i] = nb_reshape(c, part, nb_shape(grads[first + i]), nb_rank(grads[first + i]));
-    at += size;
+    nb_tensor *shape = nb_shape_op(c, grads[first + i], NB_I64);
+    nb_tensor *size = nb_reshape(c, nb_prod(c, shape, NULL, 0, false), (int64_t[]){1}, 1);
+    out[first + i] = nb_reshape_t(c, nb_slice_t(c, avg, at, size), shape);
+    at = nb_add(c, at, size);
   }
   free(flat);
 }
@@ -440,7 +442,8 @@ nb_code nb_dist_average_gradients(nb_dist_reducer *r, nb_ctx *c, nb_tensor *cons
     }
     if (i < n && grads[i] && !dense) out[i] = gather_graph_slices(r, c, grads[i]);
     if (dense && first < 0) first = i;
-    if (dense) bytes += (size_t)nb_num_elements(grads[i]) * nb_dtype_size(nb_dtype_of(grads[i]));
+    if (dense && nb_num_elements(grads[i]) > 0) /* unknown dims (-1): counted as none */
+      bytes += (size_t)nb_num_elements(grads[i]) * nb_dtype_size(nb_dtype_of(grads[i]));
   }
   return nb_status(c);
 }
