@@ -409,7 +409,7 @@ static void average_bucket(nb_dist_reducer *r, nb_ctx *c, nb_tensor *const *grad
   nb_tensor *at = nb_tensor_from(c, NB_I64, 1, (int64_t[]){1}, (int64_t[]){0});
   for (int i = 0; i < n && nb_status(c) == NB_OK; i++) {
     nb_tensor *shape = nb_shape_op(c, grads[first + i], NB_I64);
-    nb_tensor *size = nb_reshape(c, nb_prod(c, shape, NULL, 0, false), (int64_t[]){1}, 1);
+    nb_tensor *size = nb_prod(c, shape, (int[]){0}, 1, true); /* [1] */
     out[first + i] = nb_reshape_t(c, nb_slice_t(c, avg, at, size), shape);
     at = nb_add(c, at, size);
   }
