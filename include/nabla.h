@@ -495,6 +495,39 @@ nb_tensor *nb_avg_pool_grad(nb_ctx *c, nb_tensor *orig_input_shape, nb_tensor *g
 nb_tensor *nb_bias_add(nb_ctx *c, nb_tensor *value, nb_tensor *bias, const char *data_format);
 nb_tensor *nb_bias_add_grad(nb_ctx *c, nb_tensor *out_backprop, const char *data_format);
 
+/* ---- collective ops (TF's collective_ops and nccl_ops; docs/distributed.md) -----------------
+   Every member of a group calls the op with the same group_size, group_key and
+   instance_key (int32 scalar inputs through nb_op) and the same dtype and shape (f32 f64
+   i32 i64); the op returns when all have. Members are the devices of this process (threads
+   that called nb_collective_set_device) or, on threads without one, the processes that
+   nb_dist_init joined (MPI ranks; a group is all of them). Reductions merge in member
+   order, so every member gets the same bits. A member that waits more than timeout_seconds
+   (0: nb_dist_set_timeout's default) fails with NB_INTERNAL; members that disagree on
+   dtype, shape, kind or keys all fail with NB_INVALID naming both. Stateful: graphs never
+   fold them. Gradients: docs/distributed.md. */
+/* Per-device thread setting: the calling thread is device `device` (0 .. group_size - 1)
+   of in-process groups; -1: none (the default). */
+void nb_collective_set_device(int device);
+int nb_collective_device(void);
+/* CollectiveReduceV2: merge_op "Add" "Mul" "Min" "Max" of every member's input, then
+   final_op "Id" or "Div" (divided by group_size; ints: integer division). */
+nb_tensor *nb_collective_reduce_v2(nb_ctx *c, nb_tensor *input, int64_t group_size, int64_t group_key,
+                                   int64_t instance_key, const char *merge_op, const char *final_op,
+                                   double timeout_seconds);
+/* CollectiveGatherV2: the members' inputs (rank >= 1) concatenated along dim 0 in member order. */
+nb_tensor *nb_collective_gather_v2(nb_ctx *c, nb_tensor *input, int64_t group_size, int64_t group_key,
+                                   int64_t instance_key, double timeout_seconds);
+/* CollectiveBcastSendV2 (returns input) and CollectiveBcastRecvV2 (returns the sender's
+   value, of dtype t and the given shape): exactly one member of the group sends. */
+nb_tensor *nb_collective_bcast_send_v2(nb_ctx *c, nb_tensor *input, int64_t group_size, int64_t group_key,
+                                       int64_t instance_key, double timeout_seconds);
+nb_tensor *nb_collective_bcast_recv_v2(nb_ctx *c, nb_dtype t, const int64_t *shape, int rank, int64_t group_size,
+                                       int64_t group_key, int64_t instance_key, double timeout_seconds);
+/* NcclAllReduce: reduction "sum" "prod" "min" "max" over num_devices members that name the
+   same shared_name. */
+nb_tensor *nb_nccl_all_reduce(nb_ctx *c, nb_tensor *input, const char *reduction, int num_devices,
+                              const char *shared_name);
+
 /* ---- user-defined ops: REGISTER_OP + REGISTER_KERNEL_BUILDER, tf.load_op_library ----------
    nb_register_op adds an op type that is then an op like the built-ins: nb_op(c, "MyOp",
    ...) runs it eagerly, adds it to graphs (function graphs too), sessions run it, tapes
@@ -1049,6 +1082,46 @@ nb_code nb_optimizer_set_schedule(nb_optimizer *o, nb_lr_schedule s);
    their values, as TF's: repeated indices are not summed first. */
 nb_code nb_clip_by_global_norm(nb_ctx *c, nb_tensor *const *grads, int n, double clip_norm, nb_tensor **out,
                                nb_tensor **global_norm);
+
+/* ---- data-parallel training across processes (Open MPI; docs/distributed.md) --------------
+   Start the program with mpirun (-np N, -H host1,host2 across machines); every rank runs
+   the same program on its shard of the data. Without mpirun a program is one process:
+   rank 0 of 1, and every call below works (and averages over one). */
+/* Joins the MPI job when mpirun started the process (MPI_Init_thread, MPI_THREAD_SERIALIZED,
+   with MPI_ERRORS_RETURN); otherwise nothing. Collectives on threads without a device then
+   run across the ranks. NB_INTERNAL when MPI fails to start. */
+nb_code nb_dist_init(void);
+/* Leaves the job (MPI_Finalize). NB_INTERNAL, without finalizing, after a collective failed
+   or timed out: the ranks no longer agree, so the process should exit (mpirun reports it). */
+nb_code nb_dist_finalize(void);
+int nb_dist_rank(void); /* 0 .. nb_dist_size() - 1; 0 without mpirun */
+int nb_dist_size(void); /* 1 without mpirun */
+/* The watchdog of collectives whose timeout_seconds is 0 and of the calls below (seconds,
+   > 0; default 600): a rank that waits longer for the others gets NB_INTERNAL naming the
+   call, and every later collective of the job fails at once. */
+void nb_dist_set_timeout(double seconds);
+/* Sets vars[0..n) on every rank to rank 0's values. Every rank passes the same variables
+   (dtype and shape; otherwise NB_INVALID naming the first that differs, on every rank). */
+nb_code nb_dist_broadcast_variables(nb_ctx *c, nb_variable *const *vars, int n);
+/* Gradient averaging (PyTorch DDP, Horovod): dense gradients are fused into buckets of
+   about bucket_bytes (0: 25 MiB) whose non-blocking all-reduce starts while the backward
+   pass computes the rest; IndexedSlices are all-gathered (values / size), not densified.
+   A reducer serves one thread at a time. */
+typedef struct nb_dist_reducer nb_dist_reducer;
+nb_dist_reducer *nb_dist_reducer_new(size_t bucket_bytes); /* NULL only when out of memory */
+void nb_dist_reducer_free(nb_dist_reducer *r);
+/* overlap false: every bucket's all-reduce starts after the backward pass (for comparison). */
+void nb_dist_reducer_set_overlap(nb_dist_reducer *r, bool overlap);
+/* nb_tape_gradient_vars averaged over the ranks: out[i] = mean over ranks of d(sum of
+   targets)/d vars[i]. A variable without a gradient on a rank counts as zeros there (so
+   out[i] is never NULL). Every rank passes the same variables (else NB_INVALID naming the
+   first that differs, on every rank). */
+nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *targets, int nt,
+                              nb_variable *const *vars, int nv, nb_tensor **out);
+/* For graphs (sessions) and eager tensors: out[i] = grads[i] averaged over the ranks by one
+   CollectiveReduceV2 per bucket (IndexedSlices: CollectiveGatherV2, which needs as many rows
+   on every rank); NULL stays NULL; out may be grads. Every rank must build the same buckets. */
+nb_code nb_dist_average_gradients(nb_dist_reducer *r, nb_ctx *c, nb_tensor *const *grads, int n, nb_tensor **out);
 
 /* ==== 8. Data and files =================================================================== */
 

@@ -10,7 +10,9 @@ set -eu
 # clang-format and clang-tidy: make format and make lint.
 # libdnnl-dev (oneDNN): float32 GEMM and convolutions, dispatched at run time to the best
 # ISA the CPU has.
-PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev clang libomp-dev libclang-rt-dev zlib1g-dev dataset-fashion-mnist libprotobuf-c-dev protobuf-c-compiler libdnnl-dev clang-format clang-tidy"
+# libopenmpi-dev and openmpi-bin (mpirun): the collectives across processes and machines
+# (src/dist) and the MPI tests.
+PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libcmocka-dev clang libomp-dev libclang-rt-dev zlib1g-dev dataset-fashion-mnist libprotobuf-c-dev protobuf-c-compiler libdnnl-dev clang-format clang-tidy libopenmpi-dev openmpi-bin"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

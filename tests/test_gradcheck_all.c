@@ -499,6 +499,18 @@ static const gc_spec other_specs[] = {
     {.op = "BiasAdd", .in = {X(D_ANY, 3, 2), X(D_ANY, 2)}, .attrs = {AS("data_format", "NCHW")}},
     {.op = "BiasAddGrad", .in = {X(D_ANY, 2, 3, 4)}},
     {.op = "BiasAddGrad", .in = {X(D_ANY, 2, 3, 2, 2)}, .attrs = {AS("data_format", "NCHW")}},
+    /* ---- collectives (collective.c), as a group of one: this process alone, so the
+       all-reduce is the identity (Div by 1); tests/test_collective.c and test_dist_mpi.c
+       check them across devices and ranks ---- */
+    {.op = "CollectiveReduceV2",
+     .in = {X(D_ANY, 2, 3), IS(1), IS(1), IS(1)},
+     .attrs = {AS("merge_op", "Add"), AS("final_op", "Id")}},
+    {.op = "CollectiveReduceV2",
+     .in = {X(D_ANY, 3), IS(1), IS(2), IS(5)},
+     .attrs = {AS("merge_op", "Add"), AS("final_op", "Div")}},
+    {.op = "NcclAllReduce",
+     .in = {X(D_ANY, 2, 2)},
+     .attrs = {AS("reduction", "sum"), AI("num_devices", 1), AS("shared_name", "g")}},
 #undef STRIDES2
 #undef STRIDES1
 #undef AS

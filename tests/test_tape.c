@@ -21,6 +21,42 @@ static nb_tensor *grad1(nb_ctx *c, nb_tape *t, nb_tensor *y, nb_tensor *x) {
   return dx;
 }
 
+/* ---- the ready hook (src/dist's gradient buckets) -------------------------------------- */
+
+/* What the hook saw: the order sources became final and their values then. */
+typedef struct ready_log {
+  int order[4], n;
+  double first[4];
+} ready_log;
+
+static void log_ready(void *user, int source, const nb_tensor *grad) {
+  ready_log *log = user;
+  log->first[log->n] = nb_item(grad, 0);
+  log->order[log->n++] = source;
+}
+
+/* h = 2 x1 (entry 0), y = sum(h x2) (entries 1, 2): the pass runs 2, 1, 0, so x2's gradient
+   (h) is final after entry 1, before x1's (2 x2) is computed: the hook reports x2, then x1,
+   each once and with its final value. */
+static void test_ready_hook(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x1 = vec(c, 2, TU_VALS(1, 2)), *x2 = vec(c, 2, TU_VALS(3, 4)), *out[2] = {NULL, NULL};
+  nb_tape *t = nb_tape_begin(c, 0);
+  nb_tape_watch(t, x1);
+  nb_tape_watch(t, x2);
+  nb_tensor *y = nb_sum(c, nb_mul(c, nb_mul(c, x1, nb_scalar(c, NB_F64, 2)), x2), NULL, 0, false);
+  ready_log log = {.n = 0};
+  nbad_tape_set_ready_hook(t, log_ready, &log);
+  nb_tensor *sources[2] = {x1, x2};
+  assert_int_equal(nb_tape_gradient(t, &y, 1, sources, 2, NULL, out), NB_OK);
+  assert_int_equal(log.n, 2);
+  assert_int_equal(log.order[0], 1);
+  assert_int_equal(log.order[1], 0);
+  assert_true(log.first[0] == nb_item(out[1], 0) && log.first[0] == 2);
+  assert_true(log.first[1] == nb_item(out[0], 0) && log.first[1] == 6);
+  nb_tape_end(t);
+}
+
 /* ---- basics ---------------------------------------------------------------------------- */
 
 static void test_basic(void **state) {
@@ -1361,6 +1397,7 @@ static void test_duplicate_sources_and_seed_shape(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_basic, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_ready_hook, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_ended_and_bad_arguments, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_duplicate_sources_and_seed_shape, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_several_targets_and_sources, tu_setup, tu_teardown),

@@ -28,6 +28,8 @@ typedef struct trainer {
   nb_session *s;
   nb_tensor *x, *labels, *loss, *logits, *train_op;
   int first_epoch; /* 1, or the epoch after a restored checkpoint's */
+  int rank, ranks; /* data parallel: this process among the ranks (0 of 1 otherwise) */
+  nb_dist_reducer *reducer;
 } trainer;
 
 /* The checkpoint keys of the parameters, Keras' layer/variable names. */
@@ -92,6 +94,7 @@ static bool build_graph(trainer *t) {
   t->logits = model(gc, p, t->x);
   t->loss = mean_loss(gc, t->logits, t->labels);
   nb_gradients(gc, &t->loss, 1, p, NPARAMS, NULL, grads);
+  if (t->reducer) nb_dist_average_gradients(t->reducer, gc, grads, NPARAMS, grads);
   nb_optimizer_apply(t->adam, gc, grads, t->params, NPARAMS, &t->train_op);
   if (nb_status(gc)) fprintf(stderr, "%s: building the graph: %s\n", t->prog, nb_error(gc));
   return nb_status(gc) == NB_OK;
@@ -138,7 +141,10 @@ static bool train_step(trainer *t, nb_tensor *x, nb_tensor *labels, double *loss
   nb_tape *tape = nb_tape_begin(c, 0);
   for (int i = 0; i < NPARAMS; i++) p[i] = nb_variable_read(c, t->params[i]);
   nb_tensor *logits = model(c, p, x), *loss = mean_loss(c, logits, labels);
-  nb_tape_gradient_vars(tape, &loss, 1, t->params, NPARAMS, grads);
+  if (t->reducer)
+    nb_dist_gradient_vars(t->reducer, tape, &loss, 1, t->params, NPARAMS, grads);
+  else
+    nb_tape_gradient_vars(tape, &loss, 1, t->params, NPARAMS, grads);
   nb_tape_end(tape);
   if (nb_status(c) == NB_OK) {
     *loss_sum += nb_item(loss, 0);
@@ -187,34 +193,37 @@ static void progress(const trainer *t, int epoch, int64_t batch, int64_t nbatche
   for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
   bar[width] = '\0';
   bool tty = isatty(STDERR_FILENO);
-  if (!tty && !final) return; /* a log file gets one line per epoch */
+  if ((!tty && !final) || t->rank) return; /* a log file gets one line per epoch; rank 0 reports */
   fprintf(stderr, "%sepoch %d/%d [%s] %lld/%lld loss %.4f acc %5.2f%% %6.0f img/s ETA %d:%02d%s", tty ? "\r" : "",
           epoch, t->first_epoch + t->opt.epochs - 1, bar, (long long)batch, (long long)nbatches, loss, 100 * acc,
           images_per_s, (int)eta_s / 60, (int)eta_s % 60, final ? "\n" : "");
   fflush(stderr);
 }
 
+/* Steps per epoch: each takes a batch from every rank. */
+static int64_t steps_per_epoch(const trainer *t) { return nb_dataset_size(t->train) / t->opt.batch / t->ranks; }
+
 static bool train(trainer *t) {
-  int64_t nbatches = nb_dataset_size(t->train) / t->opt.batch, total = nbatches * t->opt.epochs, done = 0;
+  int64_t nbatches = steps_per_epoch(t), total = nbatches * t->opt.epochs, done = 0;
   double start = now(), last_draw = 0;
   for (int epoch = t->first_epoch; epoch < t->first_epoch + t->opt.epochs; epoch++) {
-    nb_dataset_shuffle(t->train, 1000 + (uint64_t)epoch);
+    nb_dataset_shuffle(t->train, 1000 + (uint64_t)epoch); /* the same order on every rank */
     double loss_sum = 0;
     int64_t correct = 0;
     for (int64_t b = 0; b < nbatches; b++, done++) {
       nb_tensor *x, *labels;
       nb_scope_begin(t->c);
-      bool ok =
-          nb_dataset_batch(t->c, t->train, b * t->opt.batch, t->opt.batch, NB_IMAGES_NHWC, &x, &labels) == NB_OK &&
-          train_step(t, x, labels, &loss_sum, &correct);
+      bool ok = nb_dataset_batch(t->c, t->train, (b * t->ranks + t->rank) * t->opt.batch, t->opt.batch, NB_IMAGES_NHWC,
+                                 &x, &labels) == NB_OK &&
+                train_step(t, x, labels, &loss_sum, &correct);
       nb_scope_end(t->c, NULL, 0);
       if (!ok) return false;
-      double elapsed = now() - start, rate = (double)(done + 1) * t->opt.batch / elapsed;
+      double elapsed = now() - start, rate = (double)(done + 1) * t->opt.batch * t->ranks / elapsed;
       bool last = b + 1 == nbatches;
       if (last || now() - last_draw > 0.1) {
         progress(t, epoch, b + 1, nbatches, loss_sum / (double)(b + 1),
                  (double)correct / (double)((b + 1) * t->opt.batch), rate,
-                 (double)(total - done - 1) * t->opt.batch / rate, last);
+                 (double)(total - done - 1) * t->opt.batch * t->ranks / rate, last);
         last_draw = now();
       }
     }
@@ -236,6 +245,11 @@ bool cnn_parse_options(int n, char **args, const char *save_prefix, cnn_options 
   *o = (cnn_options){.epochs = 6, .batch = 64, .threads = cores > 0 ? (int)cores : 1, .lr = 1e-3, .save = save_prefix};
   for (int i = 0; i < n; i += 2) { /* flag, value */
     const char *a = args[i], *v = i + 1 < n ? args[i + 1] : NULL;
+    if (strcmp(a, "--data-parallel") == 0) {
+      o->data_parallel = true;
+      i--; /* a flag without a value */
+      continue;
+    }
     if (!v) return false;
     if (strcmp(a, "--epochs") == 0)
       o->epochs = positive_int(v);
@@ -265,10 +279,11 @@ static bool restore(trainer *t) {
     fprintf(stderr, "%s: %s\n", t->prog, nb_error(t->c));
     return false;
   }
-  int64_t nbatches = nb_dataset_size(t->train) / t->opt.batch;
+  int64_t nbatches = steps_per_epoch(t);
   t->first_epoch = 1 + (int)(nb_optimizer_iterations(t->adam) / nbatches);
-  printf("restored %s: %lld steps, continuing at epoch %d\n", t->opt.restore,
-         (long long)nb_optimizer_iterations(t->adam), t->first_epoch);
+  if (t->rank == 0)
+    printf("restored %s: %lld steps, continuing at epoch %d\n", t->opt.restore,
+           (long long)nb_optimizer_iterations(t->adam), t->first_epoch);
   return true;
 }
 
@@ -283,6 +298,13 @@ static bool save(trainer *t) {
   return true;
 }
 
+/* Data parallel: every rank starts from rank 0's values. */
+static bool broadcast(trainer *t) {
+  if (!t->reducer || nb_dist_broadcast_variables(t->c, t->params, NPARAMS) == NB_OK) return true;
+  fprintf(stderr, "%s: %s\n", t->prog, nb_error(t->c));
+  return false;
+}
+
 static bool setup(trainer *t) {
   t->c = nb_eager_new();
   if (!t->c) return false;
@@ -295,7 +317,9 @@ static bool setup(trainer *t) {
   }
   t->adam = nb_adam_new(t->opt.lr, 0.9, 0.999, 1e-7);
   t->first_epoch = 1;
-  return t->adam && make_params(t) && (t->opt.eager || build_graph(t)) && (!t->opt.restore || restore(t));
+  if (t->opt.data_parallel && !(t->reducer = nb_dist_reducer_new(0))) return false;
+  return t->adam && make_params(t) && (t->opt.eager || build_graph(t)) && (!t->opt.restore || restore(t)) &&
+         broadcast(t);
 }
 
 static void teardown(trainer *t) {
@@ -303,6 +327,7 @@ static void teardown(trainer *t) {
   nb_ctx_free(t->gc);
   nb_graph_free(t->g);
   nb_optimizer_free(t->adam);
+  nb_dist_reducer_free(t->reducer);
   for (int i = 0; i < NPARAMS; i++) nb_variable_free(t->params[i]);
   nb_dataset_free(t->train);
   nb_dataset_free(t->test);
@@ -310,17 +335,32 @@ static void teardown(trainer *t) {
 }
 
 bool cnn_train(const char *prog, const cnn_options *o) {
-  trainer t = {.opt = *o, .prog = prog};
-  printf("nabla %s: a CNN on Fashion-MNIST, %s mode, %d epochs, batch %d, %d thread%s\n", nb_version(),
-         t.opt.eager ? "eager" : "graph", t.opt.epochs, t.opt.batch, t.opt.threads, t.opt.threads > 1 ? "s" : "");
-  fflush(stdout);
+  trainer t = {.opt = *o, .prog = prog, .ranks = 1};
+  if (t.opt.data_parallel) {
+    if (nb_dist_init()) {
+      fprintf(stderr, "%s: MPI failed to start\n", prog);
+      return false;
+    }
+    t.rank = nb_dist_rank();
+    t.ranks = nb_dist_size();
+  }
+  if (t.rank == 0) {
+    printf("nabla %s: a CNN on Fashion-MNIST, %s mode, %d epochs, batch %d, %d thread%s", nb_version(),
+           t.opt.eager ? "eager" : "graph", t.opt.epochs, t.opt.batch, t.opt.threads, t.opt.threads > 1 ? "s" : "");
+    if (t.opt.data_parallel) printf(" per rank, %d rank%s", t.ranks, t.ranks > 1 ? "s" : "");
+    printf("\n");
+    fflush(stdout);
+  }
   double start = now();
   bool ok = setup(&t) && train(&t);
-  double acc = ok ? evaluate(&t) : -1;
-  if (acc >= 0)
+  /* rank 0 evaluates and saves; the others have the same weights */
+  double acc = !ok ? -1 : t.rank == 0 ? evaluate(&t) : 0;
+  if (acc >= 0 && t.rank == 0)
     printf("test accuracy %.2f%% (%lld images), %.1f s\n", 100 * acc, (long long)nb_dataset_size(t.test),
            now() - start);
-  ok = acc >= 0 && save(&t);
+  ok = acc >= 0 && (t.rank != 0 || save(&t));
   teardown(&t);
+  /* after a failed collective MPI is left to mpirun (nb_dist_finalize says so) */
+  if (t.opt.data_parallel && nb_dist_finalize()) ok = false;
   return ok;
 }

@@ -9,7 +9,13 @@
 
    The checkpoint (PREFIX.index and PREFIX.data-00000-of-00001) holds the weights under
    Keras' layer/variable names, Adam's slots and its step counter. Restoring one trains
-   --epochs more, continuing the epoch count (and so the shuffles) where it stopped. */
+   --epochs more, continuing the epoch count (and so the shuffles) where it stopped.
+
+   --data-parallel, under mpirun -np N: each rank trains on its shard of every epoch
+   (batch per rank, so N x batch per step), the gradients averaged across the ranks as the
+   backward pass produces them (nb_dist_gradient_vars; graph mode: nb_dist_average_gradients);
+   rank 0's initial values are broadcast first, and rank 0 alone reports and saves the
+   checkpoint (docs/distributed.md). */
 #ifndef CNN_TRAINER_H
 #define CNN_TRAINER_H
 
@@ -22,12 +28,13 @@ typedef struct cnn_options {
   double lr;
   const char *data;           /* NULL: NB_FASHION_MNIST_DIR */
   const char *save, *restore; /* checkpoint prefixes; NULL: none */
+  bool data_parallel;         /* under mpirun: shard, average gradients, rank 0 reports */
 } cnn_options;
 
 /* The flags cnn_parse_options takes, for usage messages. */
 #define CNN_FLAGS_USAGE                                                                 \
   "[--epochs N] [--batch N] [--threads N] [--mode graph|eager] [--lr X] [--data DIR]\n" \
-  "        [--save PREFIX] [--restore PREFIX]"
+  "        [--save PREFIX] [--restore PREFIX] [--data-parallel]"
 
 /* Defaults (6 epochs, batch 64, every core, graph mode, lr 1e-3, save to save), then the
    flag/value pairs of args[0..n); false on an unknown flag, a missing or bad value. */

@@ -681,29 +681,78 @@ static void release_saved(nb_tape *t, const tape_entry *e) {
   }
 }
 
+/* The backward step of entry i: its gradient function on the gradients of its outputs. */
+static nb_code backward_entry(nb_tape *t, int32_t i, nb_tensor **buf, bool *needs) {
+  const tape_entry entry = t->entries[i], *e = &entry; /* a copy: recording this pass may move the entries */
+  if (!entry_dys(t, e, buf + e->nin + e->nout)) return NB_OK;
+  nb_grad_fn fn;
+  nbad_grad_kind kind = nbad_grad_lookup(e->def, NULL, &fn);
+  if (kind == NBAD_GRAD_STOP) return NB_OK;
+  if (kind == NBAD_GRAD_NONE)
+    return nbcore_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
+                       e->def->name);
+  int32_t depth = t->c->nscopes;
+  nb_scope_begin(t->c);
+  nb_code code = call_fn(t, e, fn, buf, needs);
+  if (t->c->nscopes > depth) nb_scope_end(t->c, NULL, 0); /* call_fn closes it on success */
+  if (!code) consume(t, e);
+  if (!code && t->last_pass) release_saved(t, e);
+  return code;
+}
+
+/* The ready hook's calls for the sources whose gradients entry i completed. */
+static void fire_ready(nb_tape *t, int32_t i) {
+  for (int k = 0; k < t->ready_n; k++)
+    if (t->ready_at[k] == i && t->grads[t->ready_value[k]]) t->ready_fn(t->ready_user, k, t->grads[t->ready_value[k]]);
+}
+
 static nb_code run_backward(nb_tape *t) {
   nb_code code = ensure_scratch(t, widest(t) + 1) ? NB_OK : nbcore_fail(t->c, NB_NOMEM, "tape: out of memory");
-  nb_tensor **buf = t->buf;
-  bool *needs = t->needs;
   for (int32_t i = t->nentries - 1; i >= 0 && !code; i--) {
-    const tape_entry entry = t->entries[i], *e = &entry; /* a copy: recording this pass may move the entries */
-    if (!entry_dys(t, e, buf + e->nin + e->nout)) continue;
-    nb_grad_fn fn;
-    nbad_grad_kind kind = nbad_grad_lookup(e->def, NULL, &fn);
-    if (kind == NBAD_GRAD_STOP) continue;
-    if (kind == NBAD_GRAD_NONE) {
-      code = nbcore_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
-                         e->def->name);
-      break;
-    }
-    int32_t depth = t->c->nscopes;
-    nb_scope_begin(t->c);
-    code = call_fn(t, e, fn, buf, needs);
-    if (t->c->nscopes > depth) nb_scope_end(t->c, NULL, 0); /* call_fn closes it on success */
-    if (!code) consume(t, e);
-    if (!code && t->last_pass) release_saved(t, e);
+    code = backward_entry(t, i, t->buf, t->needs);
+    if (!code && t->ready_n) fire_ready(t, i);
   }
   return code;
+}
+
+void nbad_tape_set_ready_hook(nb_tape *t, nbad_ready_fn fn, void *user) {
+  t->ready_fn = fn;
+  t->ready_user = user;
+}
+
+/* For a hooked pass: each source's value and the first entry that reads it (the last the
+   backward pass runs), -1 when none does. One sweep of the entries through a map from
+   value number to source. False when out of memory. */
+static bool plan_ready(nb_tape *t, nb_tensor *const *sources, int ns) {
+  size_t n = (size_t)(ns ? ns : 1);
+  t->ready_at = malloc(n * sizeof *t->ready_at);
+  t->ready_value = malloc(n * sizeof *t->ready_value);
+  int32_t *source_of = malloc((size_t)(t->nvalues ? t->nvalues : 1) * sizeof *source_of);
+  if (!t->ready_at || !t->ready_value || !source_of) {
+    free(source_of);
+    return false;
+  }
+  for (int32_t v = 0; v < t->nvalues; v++) source_of[v] = -1;
+  for (int k = 0; k < ns; k++) {
+    t->ready_value[k] = tracked_value(t, sources[k]->id);
+    t->ready_at[k] = -1;
+    if (t->ready_value[k] >= 0 && t->ready_value[k] < t->nvalues) source_of[t->ready_value[k]] = k;
+  }
+  for (int32_t i = t->nentries - 1; i >= 0; i--) {
+    const tape_entry *e = &t->entries[i];
+    for (int32_t j = e->slot0; j < e->slot0 + e->nin; j++)
+      if (t->slots[j].value >= 0 && source_of[t->slots[j].value] >= 0) t->ready_at[source_of[t->slots[j].value]] = i;
+  }
+  free(source_of);
+  t->ready_n = ns;
+  return true;
+}
+
+static void unplan_ready(nb_tape *t) {
+  free(t->ready_at);
+  free(t->ready_value);
+  t->ready_at = t->ready_value = NULL;
+  t->ready_n = 0;
 }
 
 static nb_code check_list(nb_tape *t, const char *what, nb_tensor *const *xs, int n, bool allow_null) {
@@ -753,7 +802,9 @@ nb_code nbad_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *
     if (v >= 0) t->wanted[v] = true;
   }
   t->recording = was_recording && t->persistent; /* the pass itself, on a persistent tape (TF's) */
+  if (!code && t->ready_fn && !plan_ready(t, sources, ns)) code = nbcore_fail(t->c, NB_NOMEM, "tape: out of memory");
   if (!code) code = run_backward(t);
+  unplan_ready(t);
   t->recording = false;
   for (int i = 0; i < ns; i++) {
     int32_t v = code ? -1 : tracked_value(t, sources[i]->id);

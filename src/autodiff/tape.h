@@ -35,6 +35,11 @@ typedef struct output_id {
   int32_t value;
 } output_id;
 
+/* Called during a backward pass with source's gradient (its index among the sources) as
+   soon as no entry left to run can add to it: src/dist starts reducing it across processes
+   while the pass goes on. grad belongs to the pass; the hook only reads it. */
+typedef void (*nbad_ready_fn)(void *user, int source, const nb_tensor *grad);
+
 typedef struct id_map {
   id_slot *slots; /* one array: a probe touches one cache line */
   uint32_t cap, n, epoch;
@@ -76,12 +81,19 @@ struct nb_tape {
   int32_t seed_looped;        /* entries that pass ran once per seed (not batchable) */
   nb_jacobian_path last_path; /* how the last Jacobian ran */
   nb_tape *next_spare;
+  nbad_ready_fn ready_fn; /* NULL: no hook */
+  void *ready_user;
+  int32_t *ready_at;    /* during a hooked pass, per source: the entry after which its gradient is final (-1: none) */
+  int32_t *ready_value; /* and its value number */
+  int ready_n;
 };
 
 /* One backward pass: out[i] = d(sum of targets, weighted by output_grads)/d sources[i];
    with t->batch set, every gradient carries the leading seed dim. */
 nb_code nbad_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                       nb_tensor *const *output_grads, nb_tensor **out);
+/* Sets (fn NULL: clears) the hook of t's next backward passes. */
+void nbad_tape_set_ready_hook(nb_tape *t, nbad_ready_fn fn, void *user);
 /* A one-shot tape's records are spent after one gradient computation: frees them. */
 void nbad_tape_spend(nb_tape *t);
 

@@ -14,6 +14,7 @@ void nbg_register_builtin_gradients(void) {
   nbg_register_random_grads();
   nbg_register_conv_grads();
   nbg_register_host_callback_grads();
+  nbg_register_collective_grads();
 }
 
 void nbg_register_builtin_forward(void) {

@@ -40,6 +40,7 @@ void nbg_register_norm_grads(void);
 void nbg_register_random_grads(void);
 void nbg_register_conv_grads(void);
 void nbg_register_host_callback_grads(void);
+void nbg_register_collective_grads(void);
 
 /* Forward mode (nb_jvp, the forward accumulator). A forward rule sets tout[o], the
    tangent of output o, from tin[i], the tangents of the inputs (NULL: zero, and always

@@ -1,0 +1,251 @@
+/* nb_dist_init and the MPI transport of the collective ops. A collective runs in two
+   non-blocking steps under a watchdog: the members' descriptions are all-gathered and
+   compared (so every rank sees the same mismatch and fails with the same message before
+   any data moves), then the data step (MPI_Iallreduce, MPI_Iallgather or MPI_Ibcast). The
+   world communicator returns errors (MPI_ERRORS_RETURN) instead of aborting the job. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
+#include "dist.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static pthread_mutex_t mpi_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool joined, we_initialized, broken;
+static char broken_why[256];
+static int world_rank, world_size = 1;
+
+bool nbdist_active(void) { return joined; }
+void nbdist_lock(void) { pthread_mutex_lock(&mpi_lock); }
+void nbdist_unlock(void) { pthread_mutex_unlock(&mpi_lock); }
+int nb_dist_rank(void) { return world_rank; }
+int nb_dist_size(void) { return world_size; }
+void nb_dist_set_timeout(double seconds) { nbop_collective_set_default_timeout(seconds); }
+
+MPI_Datatype nbdist_mpi_type(nb_dtype t) {
+  switch (t) {
+    case NB_F32: return MPI_FLOAT;
+    case NB_F64: return MPI_DOUBLE;
+    case NB_I32: return MPI_INT32_T;
+    case NB_I64: return MPI_INT64_T;
+    case NB_BOOL: break;
+  }
+  return MPI_BYTE;
+}
+
+static MPI_Op mpi_op(nbop_merge m) {
+  switch (m) {
+    case NBOP_MERGE_ADD: return MPI_SUM;
+    case NBOP_MERGE_MUL: return MPI_PROD;
+    case NBOP_MERGE_MIN: return MPI_MIN;
+    case NBOP_MERGE_MAX: return MPI_MAX;
+  }
+  return MPI_SUM;
+}
+
+nb_code nbdist_check(int rc, const char *what, char *err, size_t cap) {
+  if (rc == MPI_SUCCESS) return NB_OK;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  snprintf(err, cap, "%s failed on rank %d: %s", what, world_rank, msg);
+  return NB_INTERNAL;
+}
+
+nb_code nbdist_check_broken(char *err, size_t cap) {
+  if (!broken) return NB_OK;
+  snprintf(err, cap, "rank %d: an earlier collective failed (%s); the ranks no longer agree, restart the job",
+           world_rank, broken_why);
+  return NB_INTERNAL;
+}
+
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Polls without pause for the first millisecond (collectives of a step usually complete
+   by then), then every 100 microseconds so a long wait leaves the core to others. */
+nb_code nbdist_wait(MPI_Request *req, double timeout, const char *what, char *err, size_t cap) {
+  double start = now_seconds();
+  for (;;) {
+    int done = 0;
+    nb_code code = nbdist_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what, err, cap);
+    if (code) {
+      snprintf(broken_why, sizeof broken_why, "%s", err);
+      broken = true;
+    }
+    if (code || done) return code;
+    double waited = now_seconds() - start;
+    if (waited > timeout) {
+      snprintf(err, cap, "%s timed out after %g s on rank %d of %d: another rank died or did not call it", what,
+               timeout, world_rank, world_size);
+      snprintf(broken_why, sizeof broken_why, "%s timed out", what);
+      broken = true;
+      return NB_INTERNAL;
+    }
+    if (waited > 1e-3) nanosleep(&(struct timespec){0, 100000}, NULL);
+  }
+}
+
+/* ---- the transport ------------------------------------------------------------------------ */
+
+/* What every rank tells the others about its call: the fields nbop_coll_matches compares. */
+typedef struct meta {
+  int32_t kind, merge, final_div, dtype, rank;
+  int64_t group_size, group_key, instance_key;
+  int64_t shape[NB_MAX_RANK];
+} meta;
+
+static meta meta_of(const nbop_coll *c) {
+  meta m;
+  memset(&m, 0, sizeof m);
+  m.kind = c->kind;
+  m.merge = c->merge;
+  m.final_div = c->final_div;
+  m.dtype = c->dtype;
+  m.rank = c->rank;
+  m.group_size = c->group_size;
+  m.group_key = c->group_key;
+  m.instance_key = c->instance_key;
+  memcpy(m.shape, c->shape, sizeof m.shape);
+  return m;
+}
+
+static nbop_coll coll_of(const meta *m, const char *op) {
+  nbop_coll c;
+  memset(&c, 0, sizeof c);
+  c.op = op;
+  c.kind = (nbop_coll_kind)m->kind;
+  c.merge = (nbop_merge)m->merge;
+  c.final_div = m->final_div;
+  c.dtype = (nb_dtype)m->dtype;
+  c.rank = m->rank;
+  c.group_size = m->group_size;
+  c.group_key = m->group_key;
+  c.instance_key = m->instance_key;
+  memcpy(c.shape, m->shape, sizeof c.shape);
+  return c;
+}
+
+/* The ranks' descriptions compared with rank 0's; in *sender the broadcast's root. */
+static nb_code check_members(const nbop_coll *c, int *sender, char *err, size_t cap) {
+  meta mine = meta_of(c), *all = malloc((size_t)world_size * sizeof *all);
+  if (!all) {
+    snprintf(err, cap, "out of memory");
+    return NB_NOMEM;
+  }
+  MPI_Request req;
+  nb_code code =
+      nbdist_check(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, MPI_COMM_WORLD, &req),
+                   "MPI_Iallgather", err, cap);
+  if (!code) code = nbdist_wait(&req, c->timeout, "exchanging the ranks' descriptions", err, cap);
+  nbop_coll first = code ? *c : coll_of(&all[0], c->op);
+  *sender = -1;
+  for (int r = 0; r < world_size && !code; r++) {
+    nbop_coll other = coll_of(&all[r], c->op);
+    char why[320];
+    if (!nbop_coll_matches(&first, 0, &other, r, why, sizeof why)) {
+      snprintf(err, cap, "the ranks disagree: %s", why);
+      code = NB_INVALID;
+    } else if (other.kind == NBOP_COLL_BCAST_SEND && *sender >= 0) {
+      snprintf(err, cap, "ranks %d and %d both send the broadcast", *sender, r);
+      code = NB_INVALID;
+    } else if (other.kind == NBOP_COLL_BCAST_SEND) {
+      *sender = r;
+    }
+  }
+  if (!code && first.kind >= NBOP_COLL_BCAST_SEND && *sender < 0) {
+    snprintf(err, cap, "no rank sends the broadcast");
+    code = NB_INVALID;
+  }
+  free(all);
+  return code;
+}
+
+/* The data step, c already checked against every rank (root: the broadcast's sender). */
+static nb_code move_data(const nbop_coll *c, int root, char *err, size_t cap) {
+  MPI_Datatype type = nbdist_mpi_type(c->dtype);
+  size_t bytes = (size_t)c->count * nb_dtype_size(c->dtype);
+  MPI_Request req;
+  int rc;
+  switch (c->kind) {
+    case NBOP_COLL_REDUCE:
+      rc = MPI_Iallreduce(c->in, c->out, (int)c->count, type, mpi_op(c->merge), MPI_COMM_WORLD, &req);
+      break;
+    case NBOP_COLL_GATHER:
+      rc = MPI_Iallgather(c->in, (int)c->count, type, c->out, (int)c->count, type, MPI_COMM_WORLD, &req);
+      break;
+    default:
+      if (c->kind == NBOP_COLL_BCAST_SEND) memcpy(c->out, c->in, bytes);
+      rc = MPI_Ibcast(c->out, (int)c->count, type, root, MPI_COMM_WORLD, &req);
+      break;
+  }
+  nb_code code = nbdist_check(rc, "the data exchange", err, cap);
+  if (!code) code = nbdist_wait(&req, c->timeout, "the data exchange", err, cap);
+  if (!code && c->kind == NBOP_COLL_REDUCE && c->final_div) nbop_divide_by(c->dtype, c->out, c->count, world_size);
+  return code;
+}
+
+static nb_code mpi_run(const nbop_coll *c, char *err, size_t cap) {
+  if (c->group_size != world_size) {
+    snprintf(err, cap, "a group of %lld members, but the job has %d ranks (a group is every rank)",
+             (long long)c->group_size, world_size);
+    return NB_INVALID;
+  }
+  if (c->count > INT32_MAX) {
+    snprintf(err, cap, "%lld elements: MPI counts are int", (long long)c->count);
+    return NB_UNIMPLEMENTED;
+  }
+  nbdist_lock();
+  int root = -1;
+  nb_code code = nbdist_check_broken(err, cap);
+  if (!code) code = check_members(c, &root, err, cap);
+  if (!code) code = move_data(c, root, err, cap);
+  nbdist_unlock();
+  return code;
+}
+
+/* Open MPI's mpirun (ORTE or PMIx) sets these in every rank it starts. */
+static bool launched_by_mpirun(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+nb_code nb_dist_init(void) {
+  nbdist_lock();
+  nb_code code = NB_OK;
+  if (!joined && launched_by_mpirun()) {
+    int initialized = 0, provided = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      code = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS ? NB_OK : NB_INTERNAL;
+      we_initialized = !code;
+    }
+    if (!code) {
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+      nbop_collective_install(mpi_run);
+      joined = true;
+    }
+  }
+  nbdist_unlock();
+  return code;
+}
+
+nb_code nb_dist_finalize(void) {
+  nbdist_lock();
+  nb_code code = broken ? NB_INTERNAL : NB_OK;
+  if (joined) nbop_collective_install(NULL);
+  /* After a failed collective a request may still be pending: MPI_Finalize could then wait
+     for ranks that are gone, so the process leaves it to mpirun's clean-up. */
+  if (joined && we_initialized && !broken) MPI_Finalize();
+  joined = false;
+  world_rank = 0;
+  world_size = 1;
+  nbdist_unlock();
+  return code;
+}
