@@ -1,0 +1,181 @@
+/* Transposes: making them, and moving them (TF's "tf-move-transposes"). A Transpose whose
+   input is a Transpose composes with it (and vanishes when the two are inverses); an
+   elementwise op whose inputs are all Transposes by one permutation (or constants with
+   every dim 1, which no permutation changes) runs on the untransposed tensors with one
+   Transpose after it, so that Transposes travel until they meet their inverse; a reduction
+   of a Transpose reduces the permuted axes of its input. */
+#include "opt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int64_t nbopt_const(nbopt_graph *o, nb_tensor *value, const char *base) {
+  if (!value) return -1;
+  const nbop_def *def = nbop_lookup("Const");
+  nbop_attrval a[NBOP_MAX_ATTRS];
+  nbop_attr_defaults(def, a);
+  a[0].tensor = value;
+  a[1].type = value->dtype;
+  nbop_meta m = {.dtype = value->dtype, .rank = value->rank};
+  memcpy(m.shape, value->shape, (size_t)value->rank * sizeof *m.shape);
+  int32_t id = nbopt_add(o, "Const", NULL, 0, a, &m, 1, base);
+  return id < 0 ? -1 : nbgraph_key(id, 0);
+}
+
+int64_t nbopt_transpose(nbopt_graph *o, int64_t key, const int *perm, int rank, const char *base) {
+  int32_t p32[NB_MAX_RANK];
+  for (int d = 0; d < rank; d++) p32[d] = perm[d];
+  int64_t p = nbopt_const(o, nb_tensor_from(o->values, NB_I32, 1, (int64_t[]){rank}, p32), base);
+  if (p < 0) return -1;
+  const nbop_meta *x = nbopt_meta(o, key);
+  nbop_meta m = {.dtype = x->dtype, .rank = rank};
+  for (int d = 0; d < rank; d++) m.shape[d] = x->rank == rank ? x->shape[perm[d]] : -1;
+  int64_t in[2] = {key, p};
+  int32_t id = nbopt_add(o, "Transpose", in, 2, NULL, &m, 1, base);
+  return id < 0 ? -1 : nbgraph_key(id, 0);
+}
+
+bool nbopt_transpose_of(nbopt_graph *o, int64_t key, int64_t *x, int *perm, int *rank) {
+  int32_t id = nbgraph_key_node(key);
+  if (strcmp(o->nodes[id].def->name, "Transpose") != 0) return false;
+  const nb_tensor *p = nbopt_value(o, nbopt_in(o, id, 1));
+  if (!p || p->rank != 1 || p->size > NB_MAX_RANK) return false;
+  *rank = (int)p->size;
+  for (int d = 0; d < *rank; d++) perm[d] = (int)nb_item(p, d);
+  *x = nbopt_in(o, id, 0);
+  return true;
+}
+
+static bool identity_perm(const int *p, int rank) {
+  for (int d = 0; d < rank; d++)
+    if (p[d] != d) return false;
+  return true;
+}
+
+/* Transpose(Transpose(y, q), p) = Transpose(y, r) with r[i] = q[p[i]] (output dim i is
+   the inner output's dim p[i], which is y's dim q[p[i]]); y itself when r is the identity. */
+static nb_code compose(nbopt_graph *o, int32_t id, bool *changed) {
+  int64_t x, y;
+  int p[NB_MAX_RANK], q[NB_MAX_RANK], r[NB_MAX_RANK], rank, inner;
+  if (!nbopt_transpose_of(o, nbgraph_key(id, 0), &x, p, &rank) || !nbopt_transpose_of(o, x, &y, q, &inner) ||
+      inner != rank)
+    return NB_OK;
+  for (int d = 0; d < rank; d++) r[d] = q[p[d]];
+  int64_t to = y;
+  if (!identity_perm(r, rank) && (to = nbopt_transpose(o, y, r, rank, o->nodes[id].name)) < 0) return NB_NOMEM;
+  nbopt_replace(o, nbgraph_key(id, 0), to);
+  *changed = true;
+  return NB_OK;
+}
+
+/* A constant no permutation changes: every dim 1. */
+static bool perm_invariant(const nb_tensor *v) {
+  if (!v) return false;
+  for (int d = 0; d < v->rank; d++)
+    if (v->shape[d] != 1) return false;
+  return true;
+}
+
+/* Elementwise node id whose inputs are Transposes by one perm p (at least one read by id
+   alone, so moving it removes one) or perm-invariant constants: in[] gets the inputs with
+   the Transposes taken off. */
+static bool sinkable(nbopt_graph *o, int32_t id, const int32_t *uses, int64_t *in, int *p, int *rank) {
+  const nbopt_node *n = &o->nodes[id];
+  bool single = false;
+  *rank = -1;
+  for (int32_t i = 0; i < n->nin; i++) {
+    int64_t key = nbopt_in(o, id, i), x;
+    int q[NB_MAX_RANK], r;
+    if (nbopt_transpose_of(o, key, &x, q, &r)) {
+      if (*rank >= 0 && (r != *rank || memcmp(q, p, (size_t)r * sizeof *q))) return false;
+      memcpy(p, q, (size_t)r * sizeof *q);
+      *rank = r;
+      in[i] = x;
+      single |= uses[nbgraph_key_node(key)] == 1;
+    } else if (perm_invariant(nbopt_value(o, key))) {
+      in[i] = key;
+    } else {
+      return false;
+    }
+  }
+  return single && *rank == n->meta[0].rank;
+}
+
+/* op(Transpose(x, p), ...) -> Transpose(op(x, ...), p); the new op takes id's name. */
+static nb_code sink_elementwise(nbopt_graph *o, int32_t id, const int32_t *uses, bool *changed) {
+  const nbopt_node n = o->nodes[id]; /* a copy: adding nodes moves o->nodes */
+  int64_t in[8];
+  int p[NB_MAX_RANK], rank;
+  if (n.nin > 8 || !sinkable(o, id, uses, in, p, &rank)) return NB_OK;
+  nbop_meta m = n.meta[0]; /* output dim i of the op is dim p[i] of the new op's */
+  for (int d = 0; d < rank; d++) m.shape[p[d]] = n.meta[0].shape[d];
+  int32_t op = nbopt_add(o, n.def->name, in, n.nin, n.attr, &m, 1, n.name);
+  if (op < 0) return NB_NOMEM;
+  int64_t t = nbopt_transpose(o, nbgraph_key(op, 0), p, rank, n.name);
+  if (t < 0) return NB_NOMEM;
+  o->nodes[op].name = n.name; /* id is no longer read: its name is free */
+  nbopt_replace(o, nbgraph_key(id, 0), t);
+  *changed = true;
+  return NB_OK;
+}
+
+static bool is_reduction(const char *t) {
+  return !strcmp(t, "Sum") || !strcmp(t, "Mean") || !strcmp(t, "Max") || !strcmp(t, "Min") || !strcmp(t, "Prod");
+}
+
+/* Reduce(Transpose(x, p), axes) -> Reduce(x, p[axes]): with keep_dims, then Transposed by
+   p (reduced dims are 1 wherever they are); without, only when every axis is reduced. */
+static nb_code sink_reduction(nbopt_graph *o, int32_t id, const int32_t *uses, bool *changed) {
+  const nbopt_node n = o->nodes[id]; /* a copy: adding nodes moves o->nodes */
+  int64_t x, key = nbopt_in(o, id, 0);
+  int p[NB_MAX_RANK], rank, keep_slot = nbopt_attr_slot(n.def, "keep_dims");
+  const nb_tensor *axes = nbopt_value(o, nbopt_in(o, id, 1));
+  if (keep_slot < 0 || !axes || axes->rank > 1 || axes->size > NB_MAX_RANK ||
+      !nbopt_transpose_of(o, key, &x, p, &rank) || uses[nbgraph_key_node(key)] != 1)
+    return NB_OK;
+  bool keep = n.attr[keep_slot].b;
+  if (!keep && n.meta[0].rank != 0) return NB_OK;
+  int32_t moved[NB_MAX_RANK];
+  for (int64_t i = 0; i < axes->size; i++) {
+    int a = (int)nb_item(axes, i);
+    if (a < -rank || a >= rank) return NB_OK; /* the op's own error, at run time */
+    moved[i] = p[a < 0 ? a + rank : a];
+  }
+  int64_t ax = nbopt_const(o, nb_tensor_from(o->values, NB_I32, 1, (int64_t[]){axes->size}, moved), n.name);
+  if (ax < 0) return NB_NOMEM;
+  nbop_meta m = n.meta[0];
+  for (int d = 0; keep && d < rank; d++) m.shape[p[d]] = n.meta[0].shape[d];
+  int64_t in[2] = {x, ax};
+  int32_t op = nbopt_add(o, n.def->name, in, 2, n.attr, &m, 1, n.name);
+  if (op < 0) return NB_NOMEM;
+  int64_t to = keep ? nbopt_transpose(o, nbgraph_key(op, 0), p, rank, n.name) : nbgraph_key(op, 0);
+  if (to < 0) return NB_NOMEM;
+  o->nodes[op].name = n.name; /* id is no longer read: its name is free */
+  nbopt_replace(o, nbgraph_key(id, 0), to);
+  *changed = true;
+  return NB_OK;
+}
+
+nb_code nbopt_sink_transposes(nbopt_graph *o, bool *changed) {
+  int32_t *order, n, *uses;
+  nb_code code = nbopt_order(o, &order, &n);
+  if (code) return code;
+  if ((code = nbopt_count_uses(o, &uses))) {
+    free(order);
+    return code;
+  }
+  for (int32_t k = 0; k < n && !code; k++) {
+    int32_t id = order[k];
+    const nbopt_node *node = &o->nodes[id];
+    if (!nbopt_movable(o, id) || node->nout != 1) continue;
+    if (strcmp(node->def->name, "Transpose") == 0)
+      code = compose(o, id, changed);
+    else if (node->def->elementwise && node->def->alias < 0)
+      code = sink_elementwise(o, id, uses, changed);
+    else if (is_reduction(node->def->name))
+      code = sink_reduction(o, id, uses, changed);
+  }
+  free(uses);
+  free(order);
+  return code;
+}
