@@ -93,6 +93,7 @@ nb_code nbopt_read(nbopt_graph *o, const nb_graph *g, const int64_t *keys, int n
     o->n++;
   }
   for (int i = 0; i < nfeed + nfetch; i++) o->nodes[nbgraph_key_node(keys[i])].pinned = true;
+  for (int i = 0; i < nfeed; i++) o->nodes[nbgraph_key_node(keys[i])].fed = true;
   for (int32_t id = 0; id < o->n; id++)
     for (int32_t i = 0; i < o->nodes[id].nctrl; i++) o->nodes[o->nodes[id].ctrl[i]].ctrl_src = true;
   return NB_OK;
@@ -189,9 +190,11 @@ nbop_meta *nbopt_own_meta(nbopt_graph *o, int32_t id) {
 
 static bool random_op(const nbop_def *def) { return strstr(def->name, "Random") || strstr(def->name, "Normal"); }
 
-bool nbopt_movable(const nbopt_graph *o, int32_t id) {
+bool nbopt_movable(const nbopt_graph *o, int32_t id) { return !o->nodes[id].pinned && nbopt_replaceable(o, id); }
+
+bool nbopt_replaceable(const nbopt_graph *o, int32_t id) {
   const nbopt_node *n = &o->nodes[id];
-  if (n->pinned || n->nctrl || n->ctrl_src || n->def->stateful || n->def->hold_attrs || random_op(n->def)) return false;
+  if (n->fed || n->nctrl || n->ctrl_src || n->def->stateful || n->def->hold_attrs || random_op(n->def)) return false;
   /* attrs holding a function or user pointer (_CustomGradient, _RecomputeGrad, user ops) */
   for (int a = 0; a < n->def->nattrs; a++)
     if (n->def->attrs[a].name[0] == '_') return false;

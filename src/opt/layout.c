@@ -51,7 +51,8 @@ static const layout_rule *rule_for(const nbopt_node *n) {
 static bool rewritable(nbopt_graph *o, int32_t id, const layout_rule *r) {
   const nbopt_node *n = &o->nodes[id];
   int f = nbopt_attr_slot(n->def, "data_format");
-  if (f < 0 || !n->attr[f].s || strcmp(n->attr[f].s, "NCHW") != 0 || !nbopt_movable(o, id)) return false;
+  if (f < 0 || !n->attr[f].s || strcmp(n->attr[f].s, "NCHW") != 0 || !nbopt_replaceable(o, id)) return false;
+  if (n->pinned && n->nout > 1 && r->data_out) return false; /* one name cannot cover two nodes' outputs */
   for (int32_t i = 0; i < n->nin; i++)
     if ((r->data_in >> i & 1) && nbopt_meta(o, nbopt_in(o, id, i))->rank != 4) return false;
   if (r->shape_in >= 0) {
@@ -124,12 +125,17 @@ static nb_code rewrite(nbopt_graph *o, int32_t id, const layout_rule *r) {
   }
   int32_t op = nbopt_add(o, n.def->name, in, n.nin, a, m, n.nout, n.name);
   if (op < 0) return NB_NOMEM;
-  o->nodes[op].name = n.name; /* id is no longer read: its name is free */
+  /* id is no longer read: its name is free for the op, or for the Transpose giving its
+     fetched value */
+  int32_t named = op;
   for (int32_t k = 0; k < n.nout; k++) {
     int64_t to = nbgraph_key(op, k);
     if ((r->data_out >> k & 1) && (to = nbopt_transpose(o, to, to_nchw, 4, n.name)) < 0) return NB_NOMEM;
+    if (n.pinned) named = nbgraph_key_node(to);
     nbopt_replace(o, nbgraph_key(id, k), to);
   }
+  o->nodes[named].name = n.name;
+  o->nodes[named].pinned = n.pinned; /* a fetch now resolves to it */
   return NB_OK;
 }
 

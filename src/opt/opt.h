@@ -26,6 +26,7 @@ typedef struct nbopt_node {
   int32_t src;           /* the source graph's node this copies, -1 for a node a pass made */
   bool redo;             /* made or rewritten by a pass: written through inference (and folding) */
   bool pinned;           /* fed or fetched: kept as it is, with its name */
+  bool fed;              /* fed: its outputs are the feeds' values, whatever it computes */
   bool ctrl_src;         /* a control input of some node: it runs as it is */
 } nbopt_node;
 
@@ -70,6 +71,9 @@ bool nbopt_same_meta(const nbop_meta *a, const nbop_meta *b);
 /* Whether a pass may merge, move or drop node id: not pinned, not stateful, no host
    callback or user state in its attrs, not random, no control edges. */
 bool nbopt_movable(const nbopt_graph *o, int32_t id);
+/* nbopt_movable, or fetched and otherwise movable: a pass may replace it by a node of its
+   name computing the same value (nbopt_replace then moves the fetch too). */
+bool nbopt_replaceable(const nbopt_graph *o, int32_t id);
 /* The build-time value of key (a Const or folded output), NULL when not known. */
 const nb_tensor *nbopt_value(const nbopt_graph *o, int64_t key);
 /* The live nodes the fetches need, inputs before readers, in *order (the caller frees it). */
