@@ -163,7 +163,7 @@ int32_t nbopt_add(nbopt_graph *o, const char *type, const int64_t *in, int nin, 
   nbop_meta *m = nbcore_arena_alloc(&o->arena, (size_t)(nout + 1) * sizeof *m);
   n.attr = def->nattrs ? nbop_attrs_copy(&o->arena, def, attr ? attr : defaults) : NULL;
   if (!n.name || !n.in || !n.ctrl || !m || (def->nattrs && !n.attr)) return -1;
-  memcpy(n.in, in, (size_t)nin * sizeof *in);
+  if (nin) memcpy(n.in, in, (size_t)nin * sizeof *in);
   memcpy(m, meta, (size_t)nout * sizeof *meta);
   n.meta = m;
   o->nodes[o->n] = n;

@@ -46,6 +46,14 @@ bool nbopt_transpose_of(nbopt_graph *o, int64_t key, int64_t *x, int *perm, int 
   return true;
 }
 
+/* Readers per node, counted before the pass added nodes (those count as read more than once). */
+typedef struct reader_counts {
+  int32_t *n;
+  int32_t len;
+} reader_counts;
+
+static bool read_once(const reader_counts *uses, int32_t id) { return id < uses->len && uses->n[id] == 1; }
+
 static bool identity_perm(const int *p, int rank) {
   for (int d = 0; d < rank; d++)
     if (p[d] != d) return false;
@@ -79,7 +87,7 @@ static bool perm_invariant(const nb_tensor *v) {
 /* Elementwise node id whose inputs are Transposes by one perm p (at least one read by id
    alone, so moving it removes one) or perm-invariant constants: in[] gets the inputs with
    the Transposes taken off. */
-static bool sinkable(nbopt_graph *o, int32_t id, const int32_t *uses, int64_t *in, int *p, int *rank) {
+static bool sinkable(nbopt_graph *o, int32_t id, const reader_counts *uses, int64_t *in, int *p, int *rank) {
   const nbopt_node *n = &o->nodes[id];
   bool single = false;
   *rank = -1;
@@ -91,7 +99,7 @@ static bool sinkable(nbopt_graph *o, int32_t id, const int32_t *uses, int64_t *i
       memcpy(p, q, (size_t)r * sizeof *q);
       *rank = r;
       in[i] = x;
-      single |= uses[nbgraph_key_node(key)] == 1;
+      single |= read_once(uses, nbgraph_key_node(key));
     } else if (perm_invariant(nbopt_value(o, key))) {
       in[i] = key;
     } else {
@@ -102,7 +110,7 @@ static bool sinkable(nbopt_graph *o, int32_t id, const int32_t *uses, int64_t *i
 }
 
 /* op(Transpose(x, p), ...) -> Transpose(op(x, ...), p); the new op takes id's name. */
-static nb_code sink_elementwise(nbopt_graph *o, int32_t id, const int32_t *uses, bool *changed) {
+static nb_code sink_elementwise(nbopt_graph *o, int32_t id, const reader_counts *uses, bool *changed) {
   const nbopt_node n = o->nodes[id]; /* a copy: adding nodes moves o->nodes */
   int64_t in[8];
   int p[NB_MAX_RANK], rank;
@@ -125,13 +133,13 @@ static bool is_reduction(const char *t) {
 
 /* Reduce(Transpose(x, p), axes) -> Reduce(x, p[axes]): with keep_dims, then Transposed by
    p (reduced dims are 1 wherever they are); without, only when every axis is reduced. */
-static nb_code sink_reduction(nbopt_graph *o, int32_t id, const int32_t *uses, bool *changed) {
+static nb_code sink_reduction(nbopt_graph *o, int32_t id, const reader_counts *uses, bool *changed) {
   const nbopt_node n = o->nodes[id]; /* a copy: adding nodes moves o->nodes */
   int64_t x, key = nbopt_in(o, id, 0);
   int p[NB_MAX_RANK], rank, keep_slot = nbopt_attr_slot(n.def, "keep_dims");
   const nb_tensor *axes = nbopt_value(o, nbopt_in(o, id, 1));
   if (keep_slot < 0 || !axes || axes->rank > 1 || axes->size > NB_MAX_RANK ||
-      !nbopt_transpose_of(o, key, &x, p, &rank) || uses[nbgraph_key_node(key)] != 1)
+      !nbopt_transpose_of(o, key, &x, p, &rank) || !read_once(uses, nbgraph_key_node(key)))
     return NB_OK;
   bool keep = n.attr[keep_slot].b;
   if (!keep && n.meta[0].rank != 0) return NB_OK;
@@ -157,10 +165,11 @@ static nb_code sink_reduction(nbopt_graph *o, int32_t id, const int32_t *uses, b
 }
 
 nb_code nbopt_sink_transposes(nbopt_graph *o, bool *changed) {
-  int32_t *order, n, *uses;
+  int32_t *order, n;
   nb_code code = nbopt_order(o, &order, &n);
   if (code) return code;
-  if ((code = nbopt_count_uses(o, &uses))) {
+  reader_counts uses = {NULL, o->n};
+  if ((code = nbopt_count_uses(o, &uses.n))) {
     free(order);
     return code;
   }
@@ -171,11 +180,11 @@ nb_code nbopt_sink_transposes(nbopt_graph *o, bool *changed) {
     if (strcmp(node->def->name, "Transpose") == 0)
       code = compose(o, id, changed);
     else if (node->def->elementwise && node->def->alias < 0)
-      code = sink_elementwise(o, id, uses, changed);
+      code = sink_elementwise(o, id, &uses, changed);
     else if (is_reduction(node->def->name))
-      code = sink_reduction(o, id, uses, changed);
+      code = sink_reduction(o, id, &uses, changed);
   }
-  free(uses);
+  free(uses.n);
   free(order);
   return code;
 }
