@@ -665,7 +665,7 @@ void nb_session_set_threads(nb_session *s, int n);
    tensors, and never merge, move or drop stateful ops (variables, host callbacks, control
    flow), random ops, or the order of variable reads and updates. A session runs them when
    it plans a (feeds, fetches) signature, on its own copy of the graph. Pruning to what the
-   fetches need and folding constants after the rewrites come with every pass. */
+   fetches need comes with every pass; the rewritten nodes are folded when their inputs are known. */
 enum {
   NB_PASS_LAYOUT = 1u << 0,    /* NCHW conv, pool, BiasAdd, batch-norm ops and their gradients
                                   run NHWC (the kernels' layout), Transposes at the edges */
@@ -674,6 +674,8 @@ enum {
   NB_PASS_CSE = 1u << 2,       /* common subexpressions: one node for equal ops on equal inputs */
   NB_PASS_SIMPLIFY = 1u << 3,  /* x*1, x+0, Neg(Neg x), Transpose/Reshape chains, Identity
                                   chains, sums of zeros */
+  NB_PASS_FOLD = 1u << 4,      /* values known when the graph was built become Consts (those
+                                  of nodes downstream of a fed value excepted) */
   NB_PASS_ALL = 0xffffu
 };
 typedef struct nb_session_opts {
@@ -681,7 +683,7 @@ typedef struct nb_session_opts {
 } nb_session_opts;
 /* The options nb_session_new uses: every pass, unless the environment variable
    NABLA_OPTIMIZE (read once) says "none", "all" or a comma list of pass names ("layout",
-   "transpose", "cse", "simplify"). */
+   "transpose", "simplify", "cse", "fold"). */
 nb_session_opts nb_session_opts_default(void);
 /* A session whose plans run the passes of opts (NULL: nb_session_opts_default()). */
 nb_session *nb_session_new_with_opts(nb_graph *g, const nb_session_opts *opts);

@@ -98,5 +98,6 @@ nb_code nbopt_layout(nbopt_graph *o, bool *changed);
 nb_code nbopt_sink_transposes(nbopt_graph *o, bool *changed);
 nb_code nbopt_simplify(nbopt_graph *o, bool *changed);
 nb_code nbopt_cse(nbopt_graph *o, bool *changed);
+nb_code nbopt_fold_constants(nbopt_graph *o, bool *changed);
 
 #endif

@@ -15,10 +15,9 @@ typedef struct nbopt_pass {
 /* The pipeline, in order: layouts first (they make the Transposes the next pass moves and
    cancels), then the cleanups, which also remove what the earlier passes left. */
 static const nbopt_pass passes[] = {
-    {NB_PASS_LAYOUT, "layout", nbopt_layout},
-    {NB_PASS_TRANSPOSE, "transpose", nbopt_sink_transposes},
-    {NB_PASS_SIMPLIFY, "simplify", nbopt_simplify},
-    {NB_PASS_CSE, "cse", nbopt_cse},
+    {NB_PASS_LAYOUT, "layout", nbopt_layout},       {NB_PASS_TRANSPOSE, "transpose", nbopt_sink_transposes},
+    {NB_PASS_SIMPLIFY, "simplify", nbopt_simplify}, {NB_PASS_CSE, "cse", nbopt_cse},
+    {NB_PASS_FOLD, "fold", nbopt_fold_constants},
 };
 enum { NPASSES = sizeof passes / sizeof *passes, MAX_ROUNDS = 4 };
 
