@@ -208,9 +208,10 @@ static void bench_lenet(int threads) {
     }
     trainer_close(&t, m.nparams);
   }
-  printf("name=nb_optimize_layout model=lenet threads=%d nchw_over_nhwc_passes_all=%.3f "
-         "nchw_over_nhwc_passes_none=%.3f\n",
-         threads, ms[1][1] / ms[0][1], ms[1][0] / ms[0][0]);
+  printf(
+      "name=nb_optimize_layout model=lenet threads=%d nchw_over_nhwc_passes_all=%.3f "
+      "nchw_over_nhwc_passes_none=%.3f\n",
+      threads, ms[1][1] / ms[0][1], ms[1][0] / ms[0][0]);
   nb_ctx_free(e);
 }
 

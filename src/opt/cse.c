@@ -26,16 +26,24 @@ static bool same_tensor(const nb_tensor *a, const nb_tensor *b) {
   return memcmp(nb_data(a), nb_data(b), tensor_bytes(a)) == 0;
 }
 
+/* Doubles equal as values, NaN equal to NaN (an attr's NaN is the same attr). */
+static bool same_doubles(const double *a, const double *b, int n) {
+  for (int i = 0; i < n; i++)
+    if (a[i] != b[i] && (a[i] == a[i] || b[i] == b[i])) return false;
+  return true;
+}
+
 static bool same_attr(nb_attr_kind kind, const nbop_attrval *a, const nbop_attrval *b) {
   switch (kind) {
     case NB_ATTR_INT: return a->i == b->i;
-    case NB_ATTR_FLOAT: return memcmp(&a->f, &b->f, sizeof a->f) == 0;
+    case NB_ATTR_FLOAT: return same_doubles(&a->f, &b->f, 1);
     case NB_ATTR_BOOL: return a->b == b->b;
     case NB_ATTR_STR: return a->s == b->s || (a->s && b->s && strcmp(a->s, b->s) == 0);
     case NB_ATTR_TYPE: return a->type == b->type;
     case NB_ATTR_TENSOR: return same_tensor(a->tensor, b->tensor);
     case NB_ATTR_INTS: return a->n == b->n && (a->n <= 0 || !memcmp(a->ints, b->ints, (size_t)a->n * sizeof *a->ints));
     case NB_ATTR_FLOATS:
+      return a->n == b->n && (a->n <= 0 || same_doubles(a->floats, b->floats, a->n));
       return a->n == b->n && (a->n <= 0 || !memcmp(a->floats, b->floats, (size_t)a->n * sizeof *a->floats));
     case NB_ATTR_TYPES:
       return a->n == b->n && (a->n <= 0 || !memcmp(a->types, b->types, (size_t)a->n * sizeof *a->types));
