@@ -290,24 +290,16 @@ static void test_names_kept(void **state) {
 
 /* ---- properties over random graphs -------------------------------------------------------- */
 
-typedef struct rng {
-  uint64_t s;
-} rng;
-
-static uint32_t next(rng *r) {
-  r->s ^= r->s << 13, r->s ^= r->s >> 7, r->s ^= r->s << 17;
-  return (uint32_t)(r->s >> 11);
-}
-
 enum { NODES = 30, INPUTS = 3, WINDOW = 6 };
 
 /* One random op on recent values ([2,3] each), with the patterns the passes rewrite:
    identities, repeated subexpressions, Transpose pairs, Reshape chains. */
-static nb_tensor *random_op(nb_ctx *c, rng *r, nb_tensor **vals, int n) {
+static nb_tensor *random_op(nb_ctx *c, tu_rng *r, nb_tensor **vals, int n) {
   int w = n < WINDOW ? n : WINDOW;
-  nb_tensor *a = vals[n - 1 - (int)(next(r) % (uint32_t)w)], *b = vals[n - 1 - (int)(next(r) % (uint32_t)w)];
+  nb_tensor *a = vals[n - 1 - (int)(tu_rng_next(r) % (uint32_t)w)],
+            *b = vals[n - 1 - (int)(tu_rng_next(r) % (uint32_t)w)];
   const int t[2] = {1, 0};
-  switch (next(r) % 9) {
+  switch (tu_rng_next(r) % 9) {
     case 0: return nb_tanh(c, a);
     case 1: return nb_mul(c, a, nb_sigmoid(c, b));
     case 2: return nb_add(c, nb_mul(c, a, nb_scalar(c, NB_F64, 1)), nb_scalar(c, NB_F64, 0));
@@ -321,7 +313,7 @@ static nb_tensor *random_op(nb_ctx *c, rng *r, nb_tensor **vals, int n) {
 }
 
 static nb_tensor *random_graph(nb_ctx *c, uint64_t seed, nb_tensor *const *xs) {
-  rng r = {seed};
+  tu_rng r = {seed};
   nb_tensor *vals[INPUTS + NODES];
   for (int i = 0; i < INPUTS; i++) vals[i] = xs[i];
   for (int i = 0; i < NODES; i++) vals[INPUTS + i] = random_op(c, &r, vals, INPUTS + i);
@@ -331,10 +323,10 @@ static nb_tensor *random_graph(nb_ctx *c, uint64_t seed, nb_tensor *const *xs) {
 
 /* Feeds for xs: values from the seed. */
 static void random_feeds(nb_ctx *e, uint64_t seed, nb_tensor **vals) {
-  rng r = {seed * 7919 + 1};
+  tu_rng r = {seed * 7919 + 1};
   for (int i = 0; i < INPUTS; i++) {
     double v[6];
-    for (int j = 0; j < 6; j++) v[j] = (double)(next(&r) % 2000) / 1000.0 - 1.0;
+    for (int j = 0; j < 6; j++) v[j] = (double)(tu_rng_next(&r) % 2000) / 1000.0 - 1.0;
     vals[i] = tu_make(e, NB_F64, 2, TU_SHAPE(2, 3), v);
   }
 }
