@@ -264,6 +264,34 @@ static void test_sink_transposes(void **state) {
   for (int k = 0; k < 2; k++) nb_tensor_free(want[k]), nb_tensor_free(got[k]);
 }
 
+/* Pad, Slice and ConcatV2 of Transposes by p take their paddings, begin, size and axis
+   permuted, so the Transposes meet their inverse after them. */
+static void test_sink_pad_slice_concat(void **state) {
+  gu_fixture *f = *state;
+  const int p[3] = {2, 0, 1}, inv[3] = {1, 2, 0};
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(2, 3, 4), "x");
+  nb_tensor *z = nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(3, 5, 4), "z");
+  nb_tensor *a = nb_pad(f->c, nb_transpose(f->c, x, p, 3), TU_SHAPE(1, 0, 0, 1, 2, 2), 3); /* [5, 3, 7] */
+  nb_tensor *b = nb_slice(f->c, a, TU_SHAPE(1, 0, 1), TU_SHAPE(4, 3, 5), 3);               /* [4, 3, 5] */
+  nb_tensor *cat = nb_concat(f->c, (nb_tensor *[]){b, nb_transpose(f->c, z, p, 3)}, 2, -1);
+  nb_tensor *y = nb_identity(f->c, nb_transpose(f->c, cat, inv, 3));
+  assert_int_equal(nb_status(f->c), NB_OK);
+  nb_tensor *feed[2] = {x, z};
+  nb_session *s;
+  const nb_graph *og = planned(&s, f->g, &(nb_session_opts){NB_PASS_TRANSPOSE}, feed, 2, y);
+  assert_int_equal(count_op(og, "Transpose"), 0);
+  nb_session_free(s);
+  double xv[24], zv[60];
+  for (int i = 0; i < 60; i++) zv[i] = cos(0.7 * i), xv[i % 24] = sin(1.1 * i);
+  nb_tensor *vals[2] = {tu_make(f->e, NB_F64, 3, TU_SHAPE(2, 3, 4), xv),
+                        tu_make(f->e, NB_F64, 3, TU_SHAPE(3, 5, 4), zv)};
+  nb_tensor *want, *got;
+  run_both(f->g, feed, vals, 2, &y, 1, &want, &got);
+  check_same(got, want); /* copies only */
+  nb_tensor_free(want);
+  nb_tensor_free(got);
+}
+
 /* Fed and fetched tensors keep their names in nb_graph_optimize's graph. */
 static void test_names_kept(void **state) {
   gu_fixture *f = *state;
@@ -440,6 +468,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_simplify_keeps_broadcast, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_dead_nodes, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_sink_transposes, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_sink_pad_slice_concat, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_names_kept, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_random_graphs, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_loops_and_conds, gu_setup, gu_teardown),

@@ -3,7 +3,8 @@
    elementwise op whose inputs are all Transposes by one permutation (or constants with
    every dim 1, which no permutation changes) runs on the untransposed tensors with one
    Transpose after it, so that Transposes travel until they meet their inverse; a reduction
-   of a Transpose reduces the permuted axes of its input. */
+   of a Transpose reduces the permuted axes of its input; Pad, Slice and ConcatV2 of
+   Transposes take their paddings, begin, size and axis permuted. */
 #include "opt.h"
 
 #include <stdlib.h>
@@ -84,14 +85,14 @@ static bool perm_invariant(const nb_tensor *v) {
   return true;
 }
 
-/* Elementwise node id whose inputs are Transposes by one perm p (at least one read by id
-   alone, so moving it removes one) or perm-invariant constants: in[] gets the inputs with
-   the Transposes taken off. */
-static bool sinkable(nbopt_graph *o, int32_t id, const reader_counts *uses, int64_t *in, int *p, int *rank) {
-  const nbopt_node *n = &o->nodes[id];
+/* Inputs [0, ndata) of node id are Transposes by one perm p (at least one read by id alone,
+   so moving them removes one) or, when `invariant` allows, perm-invariant constants: in[]
+   gets them with the Transposes taken off, *rank p's length (id's output rank). */
+static bool strip_transposes(nbopt_graph *o, int32_t id, int32_t ndata, bool invariant, const reader_counts *uses,
+                             int64_t *in, int *p, int *rank) {
   bool single = false;
   *rank = -1;
-  for (int32_t i = 0; i < n->nin; i++) {
+  for (int32_t i = 0; i < ndata; i++) {
     int64_t key = nbopt_in(o, id, i), x;
     int q[NB_MAX_RANK], r;
     if (nbopt_transpose_of(o, key, &x, q, &r)) {
@@ -100,31 +101,39 @@ static bool sinkable(nbopt_graph *o, int32_t id, const reader_counts *uses, int6
       *rank = r;
       in[i] = x;
       single |= read_once(uses, nbgraph_key_node(key));
-    } else if (perm_invariant(nbopt_value(o, key))) {
+    } else if (invariant && perm_invariant(nbopt_value(o, key))) {
       in[i] = key;
     } else {
       return false;
     }
   }
-  return single && *rank == n->meta[0].rank;
+  return single && *rank == o->nodes[id].meta[0].rank;
 }
 
-/* op(Transpose(x, p), ...) -> Transpose(op(x, ...), p); the new op takes id's name. */
+/* Replaces node n (id) by a node of its op on in[0..nin) followed, when `transposed`, by a
+   Transpose by p; the new op's output facts are n's with dim i moved to p[i] (its output
+   dim p[i] is n's dim i), and it takes id's name, which id, no longer read, frees. */
+static nb_code sink(nbopt_graph *o, int32_t id, const nbopt_node *n, const int64_t *in, const int *p, int rank,
+                    bool transposed, bool *changed) {
+  nbop_meta m = n->meta[0];
+  for (int d = 0; transposed && d < rank; d++) m.shape[p[d]] = n->meta[0].shape[d];
+  int32_t op = nbopt_add(o, n->def->name, in, n->nin, n->attr, &m, 1, n->name);
+  if (op < 0) return NB_NOMEM;
+  int64_t to = transposed ? nbopt_transpose(o, nbgraph_key(op, 0), p, rank, n->name) : nbgraph_key(op, 0);
+  if (to < 0) return NB_NOMEM;
+  o->nodes[op].name = n->name;
+  nbopt_replace(o, nbgraph_key(id, 0), to);
+  *changed = true;
+  return NB_OK;
+}
+
+/* op(Transpose(x, p), ...) -> Transpose(op(x, ...), p). */
 static nb_code sink_elementwise(nbopt_graph *o, int32_t id, const reader_counts *uses, bool *changed) {
   const nbopt_node n = o->nodes[id]; /* a copy: adding nodes moves o->nodes */
   int64_t in[8];
   int p[NB_MAX_RANK], rank;
-  if (n.nin > 8 || !sinkable(o, id, uses, in, p, &rank)) return NB_OK;
-  nbop_meta m = n.meta[0]; /* output dim i of the op is dim p[i] of the new op's */
-  for (int d = 0; d < rank; d++) m.shape[p[d]] = n.meta[0].shape[d];
-  int32_t op = nbopt_add(o, n.def->name, in, n.nin, n.attr, &m, 1, n.name);
-  if (op < 0) return NB_NOMEM;
-  int64_t t = nbopt_transpose(o, nbgraph_key(op, 0), p, rank, n.name);
-  if (t < 0) return NB_NOMEM;
-  o->nodes[op].name = n.name; /* id is no longer read: its name is free */
-  nbopt_replace(o, nbgraph_key(id, 0), t);
-  *changed = true;
-  return NB_OK;
+  if (n.nin > 8 || !strip_transposes(o, id, n.nin, true, uses, in, p, &rank)) return NB_OK;
+  return sink(o, id, &n, in, p, rank, true, changed);
 }
 
 static bool is_reduction(const char *t) {
@@ -151,17 +160,46 @@ static nb_code sink_reduction(nbopt_graph *o, int32_t id, const reader_counts *u
   }
   int64_t ax = nbopt_const(o, nb_tensor_from(o->values, NB_I32, 1, (int64_t[]){axes->size}, moved), n.name);
   if (ax < 0) return NB_NOMEM;
-  nbop_meta m = n.meta[0];
-  for (int d = 0; keep && d < rank; d++) m.shape[p[d]] = n.meta[0].shape[d];
   int64_t in[2] = {x, ax};
-  int32_t op = nbopt_add(o, n.def->name, in, 2, n.attr, &m, 1, n.name);
-  if (op < 0) return NB_NOMEM;
-  int64_t to = keep ? nbopt_transpose(o, nbgraph_key(op, 0), p, rank, n.name) : nbgraph_key(op, 0);
-  if (to < 0) return NB_NOMEM;
-  o->nodes[op].name = n.name; /* id is no longer read: its name is free */
-  nbopt_replace(o, nbgraph_key(id, 0), to);
-  *changed = true;
-  return NB_OK;
+  return sink(o, id, &n, in, p, rank, keep, changed);
+}
+
+/* Pad(T(x, p), paddings), Slice(T(x, p), begin, size), ConcatV2(T(x1, p), ..., axis): dim i
+   of T(x, p) is dim p[i] of x, so row i of paddings, begin and size moves to row p[i],
+   and axis a becomes p[a]. */
+static bool is_indexed(const char *t) { return !strcmp(t, "Pad") || !strcmp(t, "Slice") || !strcmp(t, "ConcatV2"); }
+
+/* The index operand v (known; a row per dim of a rank-`rank` tensor, or ConcatV2's axis) as
+   a Const for the untransposed tensor. */
+static int64_t moved_index(nbopt_graph *o, const nb_tensor *v, const int *p, int rank, const char *base) {
+  int64_t rows[2 * NB_MAX_RANK];
+  if (v->rank == 0) { /* an axis */
+    int a = (int)nb_item(v, 0);
+    if (a < -rank || a >= rank) return -2; /* the op's own error, at run time */
+    rows[0] = p[a < 0 ? a + rank : a];
+  } else {
+    int64_t per = v->rank == 2 ? v->shape[1] : 1;
+    if (v->shape[0] != rank || per > 2) return -2;
+    for (int d = 0; d < rank; d++)
+      for (int64_t k = 0; k < per; k++) rows[p[d] * per + k] = (int64_t)nb_item(v, d * per + k);
+  }
+  nb_tensor *i64 = nb_tensor_from(o->values, NB_I64, v->rank, v->shape, rows);
+  return nbopt_const(o, i64 && v->dtype != NB_I64 ? nb_cast(o->values, i64, v->dtype) : i64, base);
+}
+
+static nb_code sink_indexed(nbopt_graph *o, int32_t id, const reader_counts *uses, bool *changed) {
+  const nbopt_node n = o->nodes[id]; /* a copy: adding nodes moves o->nodes */
+  int32_t ndata = strcmp(n.def->name, "ConcatV2") == 0 ? n.nin - 1 : 1;
+  int64_t in[8];
+  int p[NB_MAX_RANK], rank;
+  if (n.nin > 8 || !strip_transposes(o, id, ndata, false, uses, in, p, &rank)) return NB_OK;
+  for (int32_t i = ndata; i < n.nin; i++) {
+    const nb_tensor *v = nbopt_value(o, nbopt_in(o, id, i));
+    int64_t k = v ? moved_index(o, v, p, rank, n.name) : -2;
+    if (k == -2) return NB_OK;
+    if ((in[i] = k) < 0) return NB_NOMEM;
+  }
+  return sink(o, id, &n, in, p, rank, true, changed);
 }
 
 nb_code nbopt_sink_transposes(nbopt_graph *o, bool *changed) {
@@ -183,6 +221,8 @@ nb_code nbopt_sink_transposes(nbopt_graph *o, bool *changed) {
       code = sink_elementwise(o, id, &uses, changed);
     else if (is_reduction(node->def->name))
       code = sink_reduction(o, id, &uses, changed);
+    else if (is_indexed(node->def->name))
+      code = sink_indexed(o, id, &uses, changed);
   }
   free(uses.n);
   free(order);
