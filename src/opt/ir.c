@@ -236,17 +236,44 @@ static nb_code mark_live(nbopt_graph *o, uint8_t *live) {
   return NB_OK;
 }
 
-/* Kahn's algorithm over the live nodes: pending[id] counts inputs not yet placed. */
-static nb_code topo_sort(nbopt_graph *o, const uint8_t *live, int32_t *order, int32_t *n) {
+/* A min-heap of node ids by key: the ready nodes of topo_sort. */
+typedef struct ready_heap {
+  int32_t *ids, n;
+  const int64_t *key;
+} ready_heap;
+
+static void heap_push(ready_heap *h, int32_t id) {
+  int32_t i = h->n++;
+  for (; i > 0 && h->key[h->ids[(i - 1) / 2]] > h->key[id]; i = (i - 1) / 2) h->ids[i] = h->ids[(i - 1) / 2];
+  h->ids[i] = id;
+}
+
+static int32_t heap_pop(ready_heap *h) {
+  int32_t top = h->ids[0], last = h->ids[--h->n], i = 0;
+  for (int32_t c; (c = 2 * i + 1) < h->n; i = c) {
+    if (c + 1 < h->n && h->key[h->ids[c + 1]] < h->key[h->ids[c]]) c++;
+    if (h->key[h->ids[c]] >= h->key[last]) break;
+    h->ids[i] = h->ids[c];
+  }
+  h->ids[i] = last;
+  return top;
+}
+
+/* Kahn's algorithm over the live nodes, the ready node of least key first (key NULL: of
+   least id): pending[id] counts inputs not yet placed. */
+static nb_code topo_sort(nbopt_graph *o, const uint8_t *live, const int64_t *key, int32_t *order, int32_t *n) {
   int32_t *pending = calloc((size_t)o->n + 1, sizeof *pending), *first = malloc((size_t)(o->n + 1) * sizeof *first);
   int32_t nedges = 0;
   for (int32_t id = 0; id < o->n; id++) nedges += live[id] ? o->nodes[id].nin + o->nodes[id].nctrl : 0;
   int32_t *next = malloc((size_t)(nedges + 1) * sizeof *next), *reader = malloc((size_t)(nedges + 1) * sizeof *reader);
-  if (!pending || !first || !next || !reader) {
-    free(pending), free(first), free(next), free(reader);
+  int64_t *ids = key ? NULL : malloc((size_t)(o->n + 1) * sizeof *ids);
+  ready_heap h = {malloc((size_t)(o->n + 1) * sizeof *h.ids), 0, key ? key : ids};
+  if (!pending || !first || !next || !reader || !h.ids || (!key && !ids)) {
+    free(pending), free(first), free(next), free(reader), free(h.ids), free(ids);
     return NB_NOMEM;
   }
   for (int32_t id = 0; id < o->n; id++) first[id] = -1;
+  for (int32_t id = 0; ids && id < o->n; id++) ids[id] = id;
   int32_t e = 0;
   for (int32_t id = 0; id < o->n; id++) {
     const nbopt_node *u = &o->nodes[id];
@@ -262,12 +289,14 @@ static nb_code topo_sort(nbopt_graph *o, const uint8_t *live, int32_t *order, in
   int32_t nlive = 0;
   for (int32_t id = 0; id < o->n; id++) {
     nlive += live[id];
-    if (live[id] && pending[id] == 0) order[(*n)++] = id;
+    if (live[id] && pending[id] == 0) heap_push(&h, id);
   }
-  for (int32_t head = 0; head < *n; head++)
-    for (int32_t k = first[order[head]]; k >= 0; k = next[k])
-      if (--pending[reader[k]] == 0) order[(*n)++] = reader[k];
-  free(pending), free(first), free(next), free(reader);
+  while (h.n > 0) {
+    int32_t id = order[(*n)++] = heap_pop(&h);
+    for (int32_t k = first[id]; k >= 0; k = next[k])
+      if (--pending[reader[k]] == 0) heap_push(&h, reader[k]);
+  }
+  free(pending), free(first), free(next), free(reader), free(h.ids), free(ids);
   return *n == nlive ? NB_OK : NB_INVALID; /* a cycle: left to the session, which names it */
 }
 
@@ -275,7 +304,7 @@ nb_code nbopt_order(nbopt_graph *o, int32_t **order, int32_t *n) {
   uint8_t *live = calloc((size_t)o->n + 1, 1);
   *order = malloc((size_t)(o->n + 1) * sizeof **order);
   nb_code code = live && *order ? mark_live(o, live) : NB_NOMEM;
-  if (!code) code = topo_sort(o, live, *order, n);
+  if (!code) code = topo_sort(o, live, NULL, *order, n);
   free(live);
   if (code) {
     free(*order);
@@ -386,11 +415,38 @@ static nb_code write_nodes(writer *w, const int32_t *order, int32_t n) {
   return code;
 }
 
+/* The order to write the live nodes in: the source graph's wherever the dependencies allow
+   (a session's plan then runs, frees and forwards in the order it did), each node a pass
+   made just before its first reader. */
+static nb_code write_order(nbopt_graph *o, int32_t **order, int32_t *n) {
+  nb_code code = nbopt_order(o, order, n);
+  if (code) return code;
+  int64_t *key = malloc((size_t)(o->n + 1) * sizeof *key);
+  uint8_t *live = calloc((size_t)o->n + 1, 1);
+  if (!key || !live) {
+    free(key), free(live), free(*order);
+    return NB_NOMEM;
+  }
+  for (int32_t id = 0; id < o->n; id++) key[id] = o->nodes[id].src >= 0 ? 2 * (int64_t)id : INT64_MAX;
+  for (int32_t k = *n - 1; k >= 0; k--) { /* readers before their inputs */
+    const nbopt_node *u = &o->nodes[(*order)[k]];
+    live[(*order)[k]] = 1;
+    for (int32_t i = 0; i < u->nin; i++) {
+      int32_t src = nbgraph_key_node(u->in[i]);
+      if (o->nodes[src].src < 0 && key[(*order)[k]] - 1 < key[src]) key[src] = key[(*order)[k]] - 1;
+    }
+  }
+  code = topo_sort(o, live, key, *order, n);
+  free(key), free(live);
+  if (code) free(*order);
+  return code;
+}
+
 nb_code nbopt_write(nbopt_graph *o, nb_graph **out, int64_t *mapped, char *err, size_t errcap) {
   int32_t *order, n;
   err[0] = '\0';
   *out = NULL;
-  nb_code code = nbopt_order(o, &order, &n);
+  nb_code code = write_order(o, &order, &n);
   if (code) return code;
   writer w = {o, nb_graph_new(), NULL, malloc((size_t)(o->n + 1) * sizeof *w.ids), err, errcap};
   if (w.g) w.c = nb_graph_ctx_new(w.g);
