@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo check check-coretypes asan fuzz format lint install bench clean
+.PHONY: all deps configure build demo check check-optimized check-unoptimized check-coretypes asan fuzz format lint install bench clean
 
 all: build
 
@@ -31,6 +31,13 @@ demo: build
 
 check: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The suite with every graph pass on in every session (the default, spelled out so it stays
+# so whatever the default becomes), and with none (graphs run as built); docs/optimizer.md.
+check-optimized: build
+	cd $(BUILD) && NABLA_OPTIMIZE=all ctest --output-on-failure -j $(JOBS)
+check-unoptimized: build
+	cd $(BUILD) && NABLA_OPTIMIZE=none ctest --output-on-failure -j $(JOBS)
 
 # The numeric tests (CTest label "numeric") under each OpenBLAS core type of CORETYPES, on
 # one core and on two; a core type this CPU cannot run is skipped with a line saying so.

@@ -700,6 +700,45 @@ nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_val
 const char *nb_session_error(const nb_session *s);
 void nb_session_set_threads(nb_session *s, int n);
 
+/* ---- graph optimization: TF's grappler (docs/optimizer.md) ---------------------------------
+   Graph -> graph passes that keep TF's semantics and the names of the fed and fetched
+   tensors, and never merge, move or drop stateful ops (variables, host callbacks, control
+   flow), random ops, or the order of variable reads and updates. A session runs them when
+   it plans a (feeds, fetches) signature, on its own copy of the graph. Pruning to what the
+   fetches need comes with every pass; the rewritten nodes are folded when their inputs are known. */
+enum {
+  NB_PASS_LAYOUT = 1u << 0,    /* NCHW conv, pool, BiasAdd, batch-norm ops and their gradients
+                                  run NHWC (the kernels' layout), Transposes at the edges */
+  NB_PASS_TRANSPOSE = 1u << 1, /* Transposes move through elementwise ops, reductions, Pad,
+                                  Concat, Slice; inverse pairs cancel */
+  NB_PASS_CSE = 1u << 2,       /* common subexpressions: one node for equal ops on equal inputs */
+  NB_PASS_SIMPLIFY = 1u << 3,  /* x*1, x+0, Neg(Neg x), Transpose/Reshape chains, Identity
+                                  chains, sums of zeros */
+  NB_PASS_FOLD = 1u << 4,      /* values known when the graph was built become Consts (those
+                                  of nodes downstream of a fed value excepted) */
+  NB_PASS_ALL = 0xffffu
+};
+typedef struct nb_session_opts {
+  unsigned passes; /* NB_PASS_* bits of the passes to run; 0: the graph runs as built */
+} nb_session_opts;
+/* The options nb_session_new uses: every pass, unless the environment variable
+   NABLA_OPTIMIZE (read once) says "none", "all" or a comma list of pass names ("layout",
+   "transpose", "simplify", "cse", "fold"). */
+nb_session_opts nb_session_opts_default(void);
+/* A session whose plans run the passes of opts (NULL: nb_session_opts_default()). */
+nb_session *nb_session_new_with_opts(nb_graph *g, const nb_session_opts *opts);
+/* The graph s runs for these feeds and fetches (planning it if needed): the optimized copy,
+   or s's own graph when no pass changes anything. It belongs to s (valid until s is freed);
+   inspect it with nb_graph_num_nodes, nb_graph_to_dot or nb_graph_write_graphdef. */
+nb_code nb_session_planned_graph(nb_session *s, nb_tensor *const *feed, int nfeed, nb_tensor *const *fetch,
+                                 int nfetch, const nb_graph **out);
+/* *out: a new graph computing fetch[0..nfetch) from feed[0..nfeed) (tensors of g) with the
+   passes of opts (NULL: nb_session_opts_default()). The fed and fetched tensors keep their
+   names there (find them with nb_graph_tensor_by_name on a context of *out). *out uses g's
+   functions and variables: free it before g. NB_INVALID for tensors of another graph. */
+nb_code nb_graph_optimize(nb_graph *g, nb_tensor *const *feed, int nfeed, nb_tensor *const *fetch, int nfetch,
+                          const nb_session_opts *opts, nb_graph **out);
+
 /* ==== 4. Gradients ======================================================================== */
 
 /* ---- symbolic gradients: tf.gradients (graph contexts) ------------------------------------ */

@@ -7,21 +7,13 @@
 
 enum { NODES = 40, INPUTS = 3, WINDOW = 8 };
 
-typedef struct rng {
-  uint64_t s;
-} rng;
-
-static uint32_t next(rng *r) {
-  r->s ^= r->s << 13, r->s ^= r->s >> 7, r->s ^= r->s << 17;
-  return (uint32_t)(r->s >> 11);
-}
-
 /* One random op on values from the recent window: the same choices in any context. */
-static nb_tensor *random_op(nb_ctx *c, rng *r, nb_tensor **vals, int n) {
+static nb_tensor *random_op(nb_ctx *c, tu_rng *r, nb_tensor **vals, int n) {
   int w = n < WINDOW ? n : WINDOW;
-  nb_tensor *a = vals[n - 1 - (int)(next(r) % (uint32_t)w)], *b = vals[n - 1 - (int)(next(r) % (uint32_t)w)];
+  nb_tensor *a = vals[n - 1 - (int)(tu_rng_next(r) % (uint32_t)w)],
+            *b = vals[n - 1 - (int)(tu_rng_next(r) % (uint32_t)w)];
   const int axes[1] = {1};
-  switch (next(r) % 7) {
+  switch (tu_rng_next(r) % 7) {
     case 0: return nb_tanh(c, a);
     case 1: return nb_sin(c, a);
     case 2: return nb_mul(c, a, b);
@@ -34,7 +26,7 @@ static nb_tensor *random_op(nb_ctx *c, rng *r, nb_tensor **vals, int n) {
 
 /* y = sum of the last few values; every input is [2,3]. */
 static nb_tensor *build(nb_ctx *c, uint64_t seed, nb_tensor *const *xs) {
-  rng r = {seed};
+  tu_rng r = {seed};
   nb_tensor *vals[INPUTS + NODES];
   for (int i = 0; i < INPUTS; i++) vals[i] = xs[i];
   for (int i = 0; i < NODES; i++) vals[INPUTS + i] = random_op(c, &r, vals, INPUTS + i);
@@ -45,9 +37,9 @@ static nb_tensor *build(nb_ctx *c, uint64_t seed, nb_tensor *const *xs) {
 static void check_seed(gu_fixture *f, uint64_t seed) {
   const int64_t shape[2] = {2, 3};
   double v[INPUTS][6];
-  rng r = {seed * 7919 + 1};
+  tu_rng r = {seed * 7919 + 1};
   for (int i = 0; i < INPUTS; i++)
-    for (int j = 0; j < 6; j++) v[i][j] = (double)(next(&r) % 2000) / 1000.0 - 1.0;
+    for (int j = 0; j < 6; j++) v[i][j] = (double)(tu_rng_next(&r) % 2000) / 1000.0 - 1.0;
   nb_tensor *xs[INPUTS], *vals[INPUTS], *ex[INPUTS], *dxs[INPUTS], *tape_dxs[INPUTS];
   for (int i = 0; i < INPUTS; i++) {
     xs[i] = nb_placeholder(f->c, NB_F64, 2, shape, NULL);

@@ -127,6 +127,15 @@ static inline void tu_check_sums(const nb_tensor *got, const double *want, nb_dt
   }
 }
 
+/* xorshift64: a reproducible stream for random test cases (any seed but 0). */
+typedef struct tu_rng {
+  uint64_t s;
+} tu_rng;
+static inline uint32_t tu_rng_next(tu_rng *r) {
+  r->s ^= r->s << 13, r->s ^= r->s >> 7, r->s ^= r->s << 17;
+  return (uint32_t)(r->s >> 11);
+}
+
 /* ---- threads ------------------------------------------------------------------------------ */
 
 /* Sets c to n threads, or to all the cores when there are fewer (nb_ctx_set_threads refuses

@@ -739,15 +739,13 @@ nb_code nbgraph_add_outputs(nb_graph *g, int32_t id, const nbop_meta *m, int n) 
   return NB_OK;
 }
 
-nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep) {
-  if (!x || !dep || !x->graph || x->graph != dep->graph) return NB_INVALID;
-  nb_graph *g = x->graph;
+nb_code nbgraph_add_control(nb_graph *g, int32_t node, int32_t dep) {
   if (!nbcore_grow_array((void **)&g->edges, &g->edges_cap, g->nedges + 1, sizeof *g->edges)) return NB_NOMEM;
   int32_t id = g->nedges++;
   nbgraph_edge *e = &g->edges[id];
-  *e = (nbgraph_edge){dep->node, -1, x->node, g->nodes[dep->node].first_use, g->nodes[x->node].ctrl};
-  g->nodes[dep->node].first_use = id;
-  g->nodes[x->node].ctrl = id;
+  *e = (nbgraph_edge){dep, -1, node, g->nodes[dep].first_use, g->nodes[node].ctrl};
+  g->nodes[dep].first_use = id;
+  g->nodes[node].ctrl = id;
   g->version++;
   return NB_OK;
 }
@@ -829,4 +827,59 @@ nb_code nbgraph_retire_value(nb_graph *g, nb_tensor *value) {
 const char *nbgraph_reserve_name(nb_graph *g, const char *name) {
   char *copy = nbcore_arena_strdup(&g->arena, name);
   return copy && strmap_put(&g->names, copy, 1) ? copy : NULL;
+}
+
+nb_code nb_add_control_input(nb_tensor *x, nb_tensor *dep) {
+  if (!x || !dep || !x->graph || x->graph != dep->graph) return NB_INVALID;
+  return nbgraph_add_control(x->graph, x->node, dep->node);
+}
+
+/* ---- copies for graph passes (src/opt) --------------------------------------------------- */
+
+const char *nbgraph_claim_name(nb_graph *g, const char *name) {
+  return nbgraph_name_taken(g, name) ? NULL : nbgraph_reserve_name(g, name);
+}
+
+int32_t nbgraph_copy_node(nb_graph *g, const nb_graph *src, int32_t id, const char *name, const int64_t *in) {
+  const nbgraph_node *s = &src->nodes[id];
+  if (reserve_node(g, s->nin, s->nout)) return -1;
+  int32_t nid = g->nnodes;
+  nbgraph_node *n = &g->nodes[nid];
+  *n = (nbgraph_node){.def = s->def,
+                      .name = name,
+                      .in0 = g->nedges,
+                      .nin = s->nin,
+                      .ctrl = -1,
+                      .out0 = g->nouts,
+                      .nout = s->nout,
+                      .first_use = -1,
+                      .grad_name = s->grad_name};
+  nbop_kargs k = {.def = s->def};
+  if (s->def->nattrs) memcpy(k.attr, s->attr, (size_t)s->def->nattrs * sizeof *k.attr);
+  if (copy_attrs(g, &k, n)) return -1;
+  for (int32_t o = 0; o < s->nout; o++) {
+    const nbgraph_out *so = &src->outs[s->out0 + o];
+    g->outs[g->nouts + o] = (nbgraph_out){so->meta, so->value ? nbgraph_detached_share(so->value) : NULL};
+  }
+  for (int32_t i = 0; i < s->nin; i++) {
+    nbgraph_edge *e = &g->edges[g->nedges + i];
+    int32_t from = nbgraph_key_node(in[i]);
+    *e = (nbgraph_edge){from, nbgraph_key_out(in[i]), nid, g->nodes[from].first_use, -1};
+    g->nodes[from].first_use = g->nedges + i;
+  }
+  g->nnodes++;
+  g->nedges += s->nin;
+  g->nouts += s->nout;
+  if (s->def->hold_attrs) s->def->hold_attrs(n->attr, +1);
+  return nid;
+}
+
+nb_code nbgraph_share_vars(nb_graph *g, const nb_graph *src) {
+  if (!src->nvars) return NB_OK;
+  if (!nbcore_grow_array((void **)&g->vars, &g->vars_cap, src->nvars, sizeof *g->vars)) return NB_NOMEM;
+  for (int32_t i = 0; i < src->nvars; i++) {
+    nbcore_variable_retain(src->vars[i].var);
+    g->vars[g->nvars++] = (nbgraph_var){src->vars[i].var, -1};
+  }
+  return NB_OK;
 }

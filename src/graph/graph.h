@@ -174,4 +174,16 @@ nb_tensor *nbgraph_handle(nb_ctx *c, nb_graph *g, int32_t id, int32_t out);
 /* Detached tensors: concrete, owned by no context (graph constants, session results). */
 nb_tensor *nbgraph_detached_share(const nb_tensor *x);
 
+/* For graph passes that write a new graph (src/opt). */
+/* Reserves name in g's name map (an arena copy); NULL when taken or out of memory. */
+const char *nbgraph_claim_name(nb_graph *g, const char *name);
+/* Adds a copy of src's node id (op, attrs, output facts and build-time values, gradient
+   override) named name (claimed), reading in[i] (keys of g) for its data inputs; no
+   inference runs. Its id, or -1 when out of memory. */
+int32_t nbgraph_copy_node(nb_graph *g, const nb_graph *src, int32_t id, const char *name, const int64_t *in);
+/* A control edge: node runs after dep. */
+nb_code nbgraph_add_control(nb_graph *g, int32_t node, int32_t dep);
+/* g holds a reference to each variable src's nodes use, as src does. */
+nb_code nbgraph_share_vars(nb_graph *g, const nb_graph *src);
+
 #endif

@@ -7,6 +7,15 @@
 
 #include "../core/variable.h"
 
+/* A session's graph passes (src/opt installs them, a later layer): writes into *out a new
+   graph computing the tensors keys[nfeed .. nfeed + nfetch) (node << 32 | output) of g from
+   the fed keys[0 .. nfeed), and into mapped those keys as tensors of *out. *out NULL with
+   NB_OK: run g as built. */
+typedef nb_code (*nbrt_optimize_fn)(const nb_graph *g, const int64_t *keys, int nfeed, int nfetch,
+                                    const nb_session_opts *opts, nb_graph **out, int64_t *mapped);
+/* A session on g whose plans run optimize's graph (NULL: g as built) with opts. */
+nb_session *nbrt_session_new(nb_graph *g, nbrt_optimize_fn optimize, const nb_session_opts *opts);
+
 /* Runs s's kernels on blocks of from's pool (NULL: s's own again); see nb_ctx.blocks_from. */
 void nbrt_session_share_blocks(nb_session *s, nb_ctx *from);
 /* Hands the feed values [0, n) of s's next nb_run over to it: it frees them (whatever its

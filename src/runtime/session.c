@@ -12,7 +12,9 @@ typedef struct nbrt_plan {
   uint64_t hash;
   uint32_t version; /* the graph's control-edge version it was planned for */
   int nfeed, nfetch;
-  int64_t *keys; /* feed keys then fetch keys: node << 32 | output */
+  int64_t *keys;  /* feed keys then fetch keys: node << 32 | output */
+  nb_graph *g;    /* the graph it runs: the session's, or the optimized copy it owns */
+  int64_t *gkeys; /* keys as g's tensors (keys itself when g is the session's) */
   int32_t nsteps, nvals;
   int32_t max_in;  /* the most inputs one step reads */
   int32_t *steps;  /* node ids in run order */
@@ -28,6 +30,8 @@ typedef struct nbrt_plan {
 
 struct nb_session {
   nb_graph *g;
+  nbrt_optimize_fn optimize; /* NULL: plans run g as built */
+  nb_session_opts opts;
   nb_ctx *ctx;
   nbrt_plan **plans;
   int nplans;
@@ -37,7 +41,8 @@ struct nb_session {
   char error[NBCORE_ERR_CAP];
 };
 
-nb_session *nb_session_new(nb_graph *g) {
+/* nb_session_new and nb_session_new_with_opts are src/opt's: they install its passes. */
+nb_session *nbrt_session_new(nb_graph *g, nbrt_optimize_fn optimize, const nb_session_opts *opts) {
   if (!g) return NULL;
   nb_session *s = calloc(1, sizeof *s);
   if (!s || !(s->ctx = nb_eager_new())) {
@@ -45,11 +50,17 @@ nb_session *nb_session_new(nb_graph *g) {
     return NULL;
   }
   s->g = g;
+  s->optimize = optimize;
+  if (opts) s->opts = *opts;
   return s;
 }
 
 static void plan_free(nbrt_plan *p) {
   if (!p) return;
+  if (p->gkeys != p->keys) { /* an optimized copy */
+    nb_graph_free(p->g);
+    free(p->gkeys);
+  }
   free(p->keys);
   free(p->steps);
   free(p->in_off);
@@ -133,7 +144,7 @@ static bool push_stale(int32_t **stack, int32_t *top, int32_t *cap, int32_t id) 
 static int fed_index(const nbrt_plan *p, int32_t src, int32_t out) {
   int64_t key = nbgraph_key(src, out);
   for (int i = 0; i < p->nfeed; i++)
-    if (p->keys[i] == key) return i;
+    if (p->gkeys[i] == key) return i;
   return -1;
 }
 
@@ -154,7 +165,7 @@ static nb_code mark_stale(planner *pl) {
   nb_graph *g = pl->g;
   int32_t *stack = NULL, top = 0, cap = 0;
   for (int i = 0; i < pl->p->nfeed; i++) {
-    int32_t id = nbgraph_key_node(pl->p->keys[i]);
+    int32_t id = nbgraph_key_node(pl->p->gkeys[i]);
     if (g->nodes[id].stamp2 == pl->gen) continue;
     g->nodes[id].stamp2 = pl->gen;
     if (!push_stale(&stack, &top, &cap, id)) return NB_NOMEM;
@@ -195,7 +206,7 @@ static nb_code collect_needed(planner *pl) {
   /* nodes are stamped when pushed, so each enters the stack at most once */
   int top = 0;
   for (int i = 0; i < pl->p->nfetch; i++) {
-    int64_t key = pl->p->keys[pl->p->nfeed + i];
+    int64_t key = pl->p->gkeys[pl->p->nfeed + i];
     if (fed_index(pl->p, nbgraph_key_node(key), nbgraph_key_out(key)) < 0)
       push_needed(pl, stack, &top, nbgraph_key_node(key));
   }
@@ -293,7 +304,7 @@ static nb_code assign_values(planner *pl) {
   }
   p->in_off[p->nsteps] = nin;
   for (int i = 0; i < p->nfetch; i++) {
-    int64_t key = p->keys[p->nfeed + i];
+    int64_t key = p->gkeys[p->nfeed + i];
     int f = fed_index(p, nbgraph_key_node(key), nbgraph_key_out(key));
     p->fetch_vals[i] = f >= 0 ? f : g->nodes[nbgraph_key_node(key)].slot + nbgraph_key_out(key);
   }
@@ -337,7 +348,7 @@ static nb_code plan_frees(nbrt_plan *p) {
 }
 
 static nb_code build_plan(nb_session *s, nbrt_plan *p) {
-  planner pl = {s, s->g, p, nbgraph_next_gen(s->g), NULL, 0};
+  planner pl = {s, p->g, p, nbgraph_next_gen(p->g), NULL, 0};
   nb_code code = mark_stale(&pl);
   if (!code) code = collect_needed(&pl);
   if (!code) code = check_placeholders(&pl);
@@ -347,6 +358,29 @@ static nb_code build_plan(nb_session *s, nbrt_plan *p) {
   free(pl.needed);
   if (code == NB_NOMEM) session_fail(s, code, "out of memory planning the run");
   return code;
+}
+
+/* The graph p runs: s's optimized for p's feeds and fetches when s has passes, else s's own
+   (also when the passes leave it as it is, or cannot rewrite it: then it runs as built). */
+static nb_code optimize(nb_session *s, nbrt_plan *p) {
+  p->g = s->g;
+  p->gkeys = p->keys;
+  if (!s->optimize) return NB_OK;
+  int64_t *gkeys = malloc((size_t)(p->nfeed + p->nfetch + 1) * sizeof *gkeys);
+  if (!gkeys) return session_fail(s, NB_NOMEM, "out of memory optimizing the graph");
+  nb_graph *og = NULL;
+  nb_code code = s->optimize(s->g, p->keys, p->nfeed, p->nfetch, &s->opts, &og, gkeys);
+  if (code == NB_NOMEM) {
+    free(gkeys);
+    return session_fail(s, code, "out of memory optimizing the graph");
+  }
+  if (!og) {
+    free(gkeys);
+    return NB_OK;
+  }
+  p->g = og;
+  p->gkeys = gkeys;
+  return NB_OK;
 }
 
 static nbrt_plan *find_plan(nb_session *s, const int64_t *keys, int nfeed, int nfetch, uint64_t h) {
@@ -382,7 +416,8 @@ static nb_code get_plan(nb_session *s, int64_t *keys, int nfeed, int nfetch, nbr
     return session_fail(s, NB_NOMEM, "out of memory planning the run");
   }
   *p = (nbrt_plan){.hash = h, .version = s->g->version, .nfeed = nfeed, .nfetch = nfetch, .keys = keys};
-  nb_code code = build_plan(s, p);
+  nb_code code = optimize(s, p);
+  if (!code) code = build_plan(s, p);
   if (code) {
     plan_free(p);
     return code;
@@ -393,21 +428,29 @@ static nb_code get_plan(nb_session *s, int64_t *keys, int nfeed, int nfetch, nbr
 
 /* ---- running ------------------------------------------------------------------------- */
 
-static nb_code check_args(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
-                          nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
-  if (nfeed < 0 || nfetch < 0 || (nfeed && (!feed || !feed_values)) || (nfetch && (!fetch || !results)))
+/* Feeds and fetches are tensors of s's graph. */
+static nb_code check_tensors(nb_session *s, nb_tensor *const *feed, int nfeed, nb_tensor *const *fetch, int nfetch) {
+  if (nfeed < 0 || nfetch < 0 || (nfeed && !feed) || (nfetch && !fetch))
     return session_fail(s, NB_INVALID, "nb_run: NULL arrays or negative counts");
   for (int i = 0; i < nfetch; i++)
     if (!fetch[i] || fetch[i]->graph != s->g)
       return session_fail(s, NB_INVALID, "nb_run: fetch %d is not a tensor of this session's graph", i);
-  for (int i = 0; i < nfeed; i++) {
+  for (int i = 0; i < nfeed; i++)
     if (!feed[i] || feed[i]->graph != s->g)
       return session_fail(s, NB_INVALID, "nb_run: feed %d is not a tensor of this session's graph", i);
+  return NB_OK;
+}
+
+static nb_code check_args(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
+                          nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
+  if ((nfeed > 0 && !feed_values) || (nfetch > 0 && !results))
+    return session_fail(s, NB_INVALID, "nb_run: NULL arrays or negative counts");
+  nb_code code = check_tensors(s, feed, nfeed, fetch, nfetch);
+  for (int i = 0; i < nfeed && !code; i++)
     if (!feed_values[i] || !feed_values[i]->buf)
       return session_fail(s, NB_INVALID, "nb_run: the value for feed %d ('%s') must be a concrete tensor", i,
                           nb_tensor_node_name(feed[i]));
-  }
-  return NB_OK;
+  return code;
 }
 
 /* A fed value must match the tensor's static dtype and (where known) shape. */
@@ -426,9 +469,9 @@ static nb_code check_feed(nb_session *s, const nb_tensor *t, const nb_tensor *v)
 }
 
 static nb_code run_step(nb_session *s, const nbrt_plan *p, int32_t i, nb_tensor **ins) {
-  const nbgraph_node *n = &s->g->nodes[p->steps[i]];
+  const nbgraph_node *n = &p->g->nodes[p->steps[i]];
   nb_tensor **outs = s->vals + p->out0[i];
-  const nbgraph_out *o = &s->g->outs[n->out0];
+  const nbgraph_out *o = &p->g->outs[n->out0];
   if (p->from_value[i]) { /* known at build time */
     for (int32_t j = 0; j < n->nout; j++) outs[j] = nb_identity(s->ctx, (nb_tensor *)o[j].value);
     return nb_status(s->ctx);
@@ -461,17 +504,35 @@ static nb_code execute(nb_session *s, const nbrt_plan *p, nb_tensor *const *feed
   return code;
 }
 
+/* The plan for these feeds and fetches (tensors of s's graph, checked), made if needed. */
+static nb_code plan_for(nb_session *s, nb_tensor *const *feed, int nfeed, nb_tensor *const *fetch, int nfetch,
+                        nbrt_plan **p) {
+  int64_t *keys = malloc((size_t)(nfeed + nfetch + 1) * sizeof *keys);
+  if (!keys) return session_fail(s, NB_NOMEM, "out of memory");
+  for (int i = 0; i < nfeed; i++) keys[i] = nbgraph_key_of(feed[i]);
+  for (int i = 0; i < nfetch; i++) keys[nfeed + i] = nbgraph_key_of(fetch[i]);
+  return get_plan(s, keys, nfeed, nfetch, p);
+}
+
+nb_code nb_session_planned_graph(nb_session *s, nb_tensor *const *feed, int nfeed, nb_tensor *const *fetch, int nfetch,
+                                 const nb_graph **out) {
+  if (!s || !out) return NB_INVALID;
+  *out = NULL;
+  s->error[0] = '\0';
+  nbrt_plan *p;
+  nb_code code = check_tensors(s, feed, nfeed, fetch, nfetch);
+  if (!code) code = plan_for(s, feed, nfeed, fetch, nfetch, &p);
+  if (!code) *out = p->g;
+  return code;
+}
+
 static nb_code run_dense(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_values, int nfeed,
                          nb_tensor *const *fetch, int nfetch, nb_tensor **results) {
   nb_code code = check_args(s, feed, feed_values, nfeed, fetch, nfetch, results);
   for (int i = 0; i < nfeed && !code; i++) code = check_feed(s, feed[i], feed_values[i]);
   if (code) return code;
-  int64_t *keys = malloc((size_t)(nfeed + nfetch + 1) * sizeof *keys);
-  if (!keys) return session_fail(s, NB_NOMEM, "out of memory");
-  for (int i = 0; i < nfeed; i++) keys[i] = nbgraph_key_of(feed[i]);
-  for (int i = 0; i < nfetch; i++) keys[nfeed + i] = nbgraph_key_of(fetch[i]);
   nbrt_plan *p;
-  if ((code = get_plan(s, keys, nfeed, nfetch, &p))) return code;
+  if ((code = plan_for(s, feed, nfeed, fetch, nfetch, &p))) return code;
   if (p->nvals > s->vals_cap) {
     nb_tensor **v = realloc(s->vals, (size_t)p->nvals * sizeof *v);
     if (!v) return session_fail(s, NB_NOMEM, "out of memory");
