@@ -262,6 +262,8 @@ nbop_family nbop_conv_family(void);
 nbop_family nbop_control_flow_family(void);
 /* PyFunc and PyFuncStateless: host callbacks (host_callback.c) */
 nbop_family nbop_host_callback_family(void);
+/* _FusedElementwise: the optimizer's fused elementwise ops (fused.c) */
+nbop_family nbop_fused_family(void);
 
 /* While, If and StatefulPartitionedCall run function graphs, which sit in src/func, above
    ops, runtime and autodiff. Their defs are in the control-flow family like every op's,
