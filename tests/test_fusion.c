@@ -151,9 +151,11 @@ static void grow(dag *d) {
     r = random_unary(d, a);
   } else if (what < 4) {
     r = random_binary(d, a, pick(d, d->full, d->nfull));
-  } else if (what < 6) { /* broadcasting, either side */
+  } else if (what < 6) { /* broadcasting, either side, or made explicit */
     nb_tensor *b = pick(d, d->bcast, d->nbcast);
-    r = rand_r(&d->seed) % 2 ? random_binary(d, a, b) : random_binary(d, b, a);
+    const int64_t full[2] = {N_ROWS, N_COLS};
+    unsigned how = rand_r(&d->seed) % 3;
+    r = how == 0 ? random_binary(d, a, b) : how == 1 ? random_binary(d, b, a) : nb_broadcast_to(c, b, full, 2);
   } else if (what == 6) {
     r = random_pair(d, a, pick(d, d->full, d->nfull));
   } else if (rand_r(&d->seed) % 2) {

@@ -12,9 +12,14 @@
 
 #include <string.h>
 
-#define BLOCK 512 /* elements per block: a block buffer is 2 KiB (float32) or 4 KiB */
+#define BLOCK 4096 /* elements per block: a block buffer is 2 KiB (float32) or 4 KiB */
+#define PAGE 4096
+/* Bytes between block buffers: a multiple of PAGE, so all sit at one offset modulo PAGE. */
+#define REG_STRIDE(esz) (((size_t)BLOCK * (esz) + PAGE - 1) / PAGE * PAGE)
+/* One unit's block buffers, with a page of slack to place them (run_block). */
+#define UNIT_BYTES(r) ((size_t)(r)->nregs * REG_STRIDE((r)->esz) + PAGE)
 
-enum { KIND_UNARY, KIND_PAIR, KIND_BINARY };
+enum { KIND_UNARY, KIND_PAIR, KIND_BINARY, KIND_BROADCAST };
 
 static const nbop_fused_program *program_of(const nbop_attrval *attr) {
   const nbop_fused_program *p = NULL;
@@ -27,15 +32,20 @@ static bool is_add_n(const nbop_def *def) {
   return strcmp(def->name, "AddN") == 0 || strcmp(def->name, "AccumulateNV2") == 0;
 }
 
+bool nbop_fused_is_broadcast(const nbop_def *def) { return strcmp(def->name, "BroadcastTo") == 0; }
+
 static int kind_of(const nbop_def *def) {
-  return def->kernel == nbop_unary_kernel ? KIND_UNARY : def->kernel == nbop_pair_kernel ? KIND_PAIR : KIND_BINARY;
+  return def->kernel == nbop_unary_kernel  ? KIND_UNARY
+         : def->kernel == nbop_pair_kernel ? KIND_PAIR
+         : nbop_fused_is_broadcast(def)    ? KIND_BROADCAST
+                                           : KIND_BINARY;
 }
 
 bool nbop_fusible(const nbop_def *def, nb_dtype t) {
   if (!nbcore_is_float(t)) return false;
   if (def->kernel == nbop_unary_kernel) return ((const nbop_unary_impl *)def->impl)->fn[t] != NULL;
   if (def->kernel == nbop_pair_kernel) return ((const nbop_pair_impl *)def->impl)->fn[t] != NULL;
-  return is_add_n(def) || nbop_binary_loop_of(def, t) != NULL;
+  return is_add_n(def) || nbop_fused_is_broadcast(def) || nbop_binary_loop_of(def, t) != NULL;
 }
 
 /* ---- shapes ------------------------------------------------------------------------------ */
@@ -46,13 +56,19 @@ static const nb_tensor *operand(const nbop_kargs *k, const nb_tensor *vals, int3
   return a < p->nin ? k->in[a] : &vals[a - p->nin];
 }
 
+/* The member's inputs: its operands, then BroadcastTo's shape. */
+static int member_inputs(const nbop_fused_instr *in, const nb_tensor **args) {
+  if (in->shape) args[in->nargs] = in->shape;
+  return in->nargs + (in->shape != NULL);
+}
+
 /* Member i's validate and infer, under its own node's name, into the shape-only vals[i]. */
-static nb_code member_shape(nbop_kargs *k, const nbop_fused_instr *in, const nb_tensor *const *args, nb_tensor *val) {
+static nb_code member_shape(nbop_kargs *k, const nbop_fused_instr *in, const nb_tensor **args, nb_tensor *val) {
   nbop_kargs sub;
   nbop_meta m;
   sub.ctx = k->ctx;
   sub.def = in->def;
-  sub.nin = in->nargs;
+  sub.nin = member_inputs(in, args);
   sub.nout = 1;
   sub.in = sub.orig_in = (nb_tensor *const *)args;
   sub.deferred = false;
@@ -64,7 +80,7 @@ static nb_code member_shape(nbop_kargs *k, const nbop_fused_instr *in, const nb_
     memcpy(sub.attr, in->attr, (size_t)in->def->nattrs * sizeof *in->attr);
   else
     nbop_attr_defaults(in->def, sub.attr);
-  if (in->def->variadic) sub.attr[0].i = in->nargs - in->def->nin; /* attr "N" */
+  if (in->def->variadic) sub.attr[0].i = sub.nin - in->def->nin; /* attr "N" */
   const char *node = k->ctx->run_node;
   k->ctx->run_node = in->node;
   nb_code code = nbop_kvalidate(&sub);
@@ -83,7 +99,7 @@ static nb_code member_shapes(nbop_kargs *k, nb_tensor *vals) {
   const nbop_fused_program *p = program_of(k->attr);
   for (int32_t i = 0; i < p->ninstr; i++) {
     const nbop_fused_instr *in = &p->instr[i];
-    const nb_tensor *args[NBOP_FUSED_MAX_ARGS];
+    const nb_tensor *args[NBOP_FUSED_MAX_ARGS + 1];
     for (int32_t j = 0; j < in->nargs; j++) args[j] = operand(k, vals, in->args[j]);
     nb_code code = member_shape(k, in, args, &vals[i]);
     if (code) return code;
@@ -93,7 +109,7 @@ static nb_code member_shapes(nbop_kargs *k, nb_tensor *vals) {
 
 static nb_code fused_validate(nbop_kargs *k) {
   const nbop_fused_program *p = program_of(k->attr);
-  if (!p || p->nin != k->nin || p->nout != k->nout)
+  if (!p || p->nin != k->nin || p->nout != k->nout || (p->nout == 1 && p->outs[0] != p->ninstr - 1))
     return nbop_kfail(k, NB_INTERNAL, "the program does not match the node's %d inputs and %d outputs", k->nin,
                       k->nout);
   for (int i = 0; i < k->nin; i++)
@@ -123,7 +139,7 @@ typedef struct fused_run {
   int nunits; /* threads: unit u runs blocks [nblocks u / nunits, nblocks (u + 1) / nunits) */
   int kind[NBOP_FUSED_MAX_INSTR];
   double param[NBOP_FUSED_MAX_INSTR];
-  nbop_binary_loop add; /* AddN's members */
+  nbop_binary_loop binary[NBOP_FUSED_MAX_INSTR]; /* KIND_BINARY's loops (AddN's: AddV2's) */
   /* value v: input v < nin, else member v - nin */
   const char *data[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)];
   arg_class cls[NBOP_FUSED_MAX_INSTR * NBOP_FUSED_MAX_ARGS];
@@ -148,8 +164,9 @@ static bool classify(fused_run *r, const nb_tensor *x, arg_class *cls) {
 }
 
 /* Buffers by liveness: a broadcast input holds one for the whole block, a member that is
-   not an output from its definition to its last use (its buffer may be its own operand's:
-   every loop reads element i before writing element i). */
+   not an output from its definition to its last use. A member never writes over its own
+   operand: the loops would be right (each reads element i before writing it), but the
+   compiler's overlap check would send them to their scalar form. */
 static void assign_registers(fused_run *r) {
   const nbop_fused_program *p = r->p;
   int32_t last[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)];
@@ -162,13 +179,13 @@ static void assign_registers(fused_run *r) {
   for (int32_t v = 0; v < p->nin; v++) r->reg[v] = r->cls[v] == ARG_SAME ? -1 : r->nregs++;
   for (int32_t i = 0; i < p->ninstr; i++) {
     const nbop_fused_instr *in = &p->instr[i];
+    int32_t v = p->nin + i;
+    r->reg[v] = r->data[v] ? -1 : nfree ? free_regs[--nfree] : r->nregs++;
     for (int32_t j = 0; j < in->nargs; j++) {
       int32_t a = in->args[j];
       bool dup = j == 1 && in->args[0] == a;
       if (a >= p->nin && last[a] == i && r->reg[a] >= 0 && !dup) free_regs[nfree++] = r->reg[a];
     }
-    int32_t v = p->nin + i;
-    r->reg[v] = r->data[v] ? -1 : nfree ? free_regs[--nfree] : r->nregs++;
   }
 }
 
@@ -202,9 +219,14 @@ static void expand(const fused_run *r, arg_class cls, const char *x, char *dst, 
   }
 }
 
-static void run_block(const fused_run *r, char *regs, int64_t s, int64_t n) {
+static void run_block(const fused_run *r, char *scratch, int64_t s, int64_t n) {
   const nbop_fused_program *p = r->p;
-  size_t esz = r->esz, stride = (size_t)BLOCK * esz;
+  size_t esz = r->esz, stride = REG_STRIDE(esz);
+  /* block buffers at the output's address modulo 4 KiB: a load whose address matches a
+     pending store's in the low 12 bits (another page) waits for it ("4K aliasing"); at
+     equal offsets each load runs ahead of the stores, as in the unfused loops */
+  uintptr_t anchor = (uintptr_t)(r->data[p->nin + p->outs[0]] + (size_t)s * esz);
+  char *regs = scratch + ((anchor - (uintptr_t)scratch) & (PAGE - 1));
   char *at[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)];
   for (int32_t v = 0; v < p->nin; v++) {
     if (r->reg[v] < 0) {
@@ -222,10 +244,8 @@ static void run_block(const fused_run *r, char *regs, int64_t s, int64_t n) {
     switch (r->kind[i]) {
       case KIND_UNARY: ((const nbop_unary_impl *)in->def->impl)->fn[p->dtype](a, at[v], n, r->param[i]); break;
       case KIND_PAIR: ((const nbop_pair_impl *)in->def->impl)->fn[p->dtype](a, b, at[v], n, r->param[i]); break;
-      default: {
-        nbop_binary_loop f = is_add_n(in->def) ? r->add : nbop_binary_loop_of(in->def, p->dtype);
-        f(n, a, 1, b, 1, at[v]);
-      }
+      case KIND_BROADCAST: memcpy(at[v], a, (size_t)n * esz); break; /* a is already expanded */
+      default: r->binary[i](n, a, 1, b, 1, at[v]);
     }
   }
 }
@@ -233,7 +253,7 @@ static void run_block(const fused_run *r, char *regs, int64_t s, int64_t n) {
 static void run_unit(void *arg, int64_t lo, int64_t hi) {
   const fused_run *r = arg;
   for (int64_t u = lo; u < hi; u++) {
-    char *regs = r->scratch + (size_t)u * (size_t)r->nregs * BLOCK * r->esz;
+    char *regs = r->scratch + (size_t)u * UNIT_BYTES(r);
     int64_t first = r->nblocks * u / r->nunits, end = r->nblocks * (u + 1) / r->nunits;
     for (int64_t b = first; b < end; b++) {
       int64_t s = b * BLOCK;
@@ -260,9 +280,11 @@ static bool block_shapes(nbop_kargs *k, fused_run *r, const nb_tensor *vals) {
 static void prepare_run(nbop_kargs *k, fused_run *r) {
   const nbop_fused_program *p = r->p;
   r->esz = nb_dtype_size(p->dtype);
-  r->add = nbop_binary_loop_of(nbop_lookup("AddV2"), p->dtype);
+  nbop_binary_loop add = nbop_binary_loop_of(nbop_lookup("AddV2"), p->dtype);
   for (int32_t i = 0; i < p->ninstr; i++) {
-    r->kind[i] = kind_of(p->instr[i].def);
+    const nbop_def *def = p->instr[i].def;
+    r->kind[i] = kind_of(def);
+    r->binary[i] = is_add_n(def) ? add : nbop_binary_loop_of(def, p->dtype);
     r->param[i] = p->instr[i].attr ? nbop_loop_param(p->instr[i].def, p->instr[i].attr) : 0;
     r->data[p->nin + i] = NULL;
   }
@@ -277,9 +299,9 @@ static nb_code run_blocks(nbop_kargs *k, fused_run *r) {
   int nt = nbop_kthreads(k, r->total);
   r->nunits = (int)(nt < r->nblocks ? nt : r->nblocks);
   if (r->nunits == 0) return NB_OK;
-  size_t bytes = (size_t)r->nunits * (size_t)r->nregs * BLOCK * r->esz;
-  r->scratch = bytes ? nbcore_scratch_alloc(k->ctx, bytes) : NULL;
-  if (bytes && !r->scratch) return nbop_kfail(k, NB_NOMEM, "out of memory for %zu bytes of block buffers", bytes);
+  size_t bytes = (size_t)r->nunits * UNIT_BYTES(r);
+  r->scratch = nbcore_scratch_alloc(k->ctx, bytes);
+  if (!r->scratch) return nbop_kfail(k, NB_NOMEM, "out of memory for %zu bytes of block buffers", bytes);
   nbop_parallel_range(r->nunits, r->nunits, run_unit, r);
   nbcore_scratch_free(k->ctx, r->scratch);
   return NB_OK;
@@ -296,11 +318,11 @@ static nb_code run_members(nbop_kargs *k) {
   nb_code code = NB_OK;
   for (int32_t i = 0; i < p->ninstr && !code; i++) {
     const nbop_fused_instr *in = &p->instr[i];
-    nb_tensor *args[NBOP_FUSED_MAX_ARGS];
+    const nb_tensor *args[NBOP_FUSED_MAX_ARGS + 1];
     for (int32_t j = 0; j < in->nargs; j++)
       args[j] = in->args[j] < p->nin ? k->in[in->args[j]] : vals[in->args[j] - p->nin];
     c->run_node = in->node;
-    code = nbop_dispatch(c, in->def, args, in->nargs, in->attr, &vals[i], 1);
+    code = nbop_dispatch(c, in->def, (nb_tensor *const *)args, member_inputs(in, args), in->attr, &vals[i], 1);
   }
   c->run_node = node;
   for (int32_t o = 0; o < p->nout && !code; o++) {
@@ -325,6 +347,10 @@ static nbop_def fused_op = {.name = "_FusedElementwise",
                             .variadic = true,
                             .nout = NBOP_VARIADIC,
                             .alias = -1,
+                            /* one output is the last member's: every read of a block comes
+                               before it is written, so a dying input 0 of the output's shape
+                               may hold it (the pass puts such an input first) */
+                            .inplace_input = 1,
                             .nattrs = 3,
                             .attrs = {[NBOP_FUSED_N] = {"N", NB_ATTR_INT, {.i = 1}, true},
                                       [NBOP_FUSED_NUM_OUTPUTS] = {"num_outputs", NB_ATTR_INT, {.i = 1}, true},

@@ -208,23 +208,25 @@ typedef struct binary_impl {
   bool mismatch_value;             /* Equal/NotEqual: the result for shapes that do not broadcast */
 } binary_impl;
 
-/* Separate loops per stride case so each one vectorizes. */
-#define BINARY_LOOP(name, sfx, T, TO)                                                                         \
-  static void name##_bin_##sfx(int64_t n, const void *pa, int64_t sa, const void *pb, int64_t sb, void *po) { \
-    const T *a = pa, *b = pb;                                                                                 \
-    TO *o = po;                                                                                               \
-    if (sa && sb) {                                                                                           \
-      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                                        \
-    } else if (sb) {                                                                                          \
-      const T x = a[0];                                                                                       \
-      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(x, b[i]);                                           \
-    } else if (sa) {                                                                                          \
-      const T y = b[0];                                                                                       \
-      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], y);                                           \
-    } else {                                                                                                  \
-      const TO v = name##_##sfx(a[0], b[0]);                                                                  \
-      for (int64_t i = 0; i < n; i++) o[i] = v;                                                               \
-    }                                                                                                         \
+/* Separate loops per stride case so each one vectorizes; with AVX clones too, as the
+   fused kernel runs them on blocks in cache, where they are compute-bound. */
+#define BINARY_LOOP(name, sfx, T, TO)                                                                              \
+  NBOP_SIMD_CLONES static void name##_bin_##sfx(int64_t n, const void *pa, int64_t sa, const void *pb, int64_t sb, \
+                                                void *po) {                                                        \
+    const T *a = pa, *b = pb;                                                                                      \
+    TO *o = po;                                                                                                    \
+    if (sa && sb) {                                                                                                \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                                             \
+    } else if (sb) {                                                                                               \
+      const T x = a[0];                                                                                            \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(x, b[i]);                                                \
+    } else if (sa) {                                                                                               \
+      const T y = b[0];                                                                                            \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], y);                                                \
+    } else {                                                                                                       \
+      const TO v = name##_##sfx(a[0], b[0]);                                                                       \
+      for (int64_t i = 0; i < n; i++) o[i] = v;                                                                    \
+    }                                                                                                              \
   }
 #define BINARY_FLOAT(name) BINARY_LOOP(name, f32, float, float) BINARY_LOOP(name, f64, double, double)
 #define BINARY_NUM(name) \

@@ -31,6 +31,7 @@ typedef struct fuser {
   int32_t *parent;
   fuse_group *groups;
   int32_t ngroups;
+  uint32_t gen; /* nodes the fetches need have stamp == gen */
 } fuser;
 
 static bool is_fed(const fuser *f, int32_t node, int32_t out) {
@@ -70,6 +71,42 @@ static nb_code topo_order(fuser *f) {
   return NB_OK;
 }
 
+/* The value the tensor on edge e has when the graph is built, or NULL. */
+static nb_tensor *edge_value(const nb_graph *g, const nbgraph_edge *e) {
+  return g->outs[g->nodes[e->src].out0 + e->out].value;
+}
+
+/* Whether a run of the fetches computes node id (the nodes this pass makes: yes). */
+static bool needed(const fuser *f, int32_t id) { return id >= f->n || f->g->nodes[id].stamp == f->gen; }
+
+static void push_needed(fuser *f, int32_t *stack, int32_t *top, int32_t id) {
+  if (f->g->nodes[id].stamp == f->gen) return;
+  f->g->nodes[id].stamp = f->gen;
+  stack[(*top)++] = id;
+}
+
+/* Stamps the nodes the fetches reach through data and control edges, stopping at fed
+   tensors and at values known when the graph was built: a value only unneeded nodes read
+   is not worth writing out. The order array is the stack. */
+static void mark_needed(fuser *f) {
+  nb_graph *g = f->g;
+  int32_t *stack = f->order, top = 0;
+  f->gen = nbgraph_next_gen(g);
+  for (int i = 0; i < f->nfetch; i++) {
+    int64_t key = f->keys[f->nfeed + i];
+    if (!is_fed(f, nbgraph_key_node(key), nbgraph_key_out(key))) push_needed(f, stack, &top, nbgraph_key_node(key));
+  }
+  while (top > 0) {
+    const nbgraph_node *nd = &g->nodes[stack[--top]];
+    if (nbgraph_node_values_known(g, nd)) continue;
+    for (int32_t i = 0; i < nd->nin; i++) {
+      const nbgraph_edge *e = &g->edges[nd->in0 + i];
+      if (!is_fed(f, e->src, e->out)) push_needed(f, stack, &top, e->src);
+    }
+    for (int32_t e = nd->ctrl; e >= 0; e = g->edges[e].next_ctrl) push_needed(f, stack, &top, g->edges[e].src);
+  }
+}
+
 static bool has_control_edges(const nb_graph *g, const nbgraph_node *nd) {
   if (nd->ctrl >= 0) return true;
   for (int32_t e = nd->first_use; e >= 0; e = g->edges[e].next_use)
@@ -82,12 +119,15 @@ static bool has_control_edges(const nb_graph *g, const nbgraph_node *nd) {
 static bool candidate(const fuser *f, int32_t id) {
   const nb_graph *g = f->g;
   const nbgraph_node *nd = &g->nodes[id];
-  if (nd->nout != 1 || nd->nin < 1 || (nd->def->variadic && nd->nin < 2) || nbgraph_node_values_known(g, nd) ||
-      has_control_edges(g, nd))
+  if (!needed(f, id) || nd->nout != 1 || nd->nin < 1 || (nd->def->variadic && nd->nin < 2) ||
+      nbgraph_node_values_known(g, nd) || has_control_edges(g, nd))
     return false;
   const nbop_meta *m = &g->outs[nd->out0].meta;
   if (m->rank < 0 || !nbop_fusible(nd->def, m->dtype) || is_fed(f, id, 0)) return false;
   if (nd->nin > NBOP_FUSED_MAX_INSTR) return false;
+  if (nbop_fused_is_broadcast(nd->def)) /* one operand, and a shape known now */
+    return g->outs[g->nodes[g->edges[nd->in0].src].out0 + g->edges[nd->in0].out].meta.dtype == m->dtype &&
+           edge_value(g, &g->edges[nd->in0 + 1]);
   for (int32_t i = 0; i < nd->nin; i++) {
     const nbgraph_edge *e = &g->edges[nd->in0 + i];
     if (g->outs[g->nodes[e->src].out0 + e->out].meta.dtype != m->dtype) return false;
@@ -105,6 +145,12 @@ static bool shapes_fit(const nbop_meta *a, const nbop_meta *b) {
 /* The program length node id adds: AddN's n inputs take n - 1 adds. */
 static int32_t instr_count(const nbgraph_node *nd) { return nd->nin > 1 && nd->def->variadic ? nd->nin - 1 : 1; }
 
+/* The inputs of nd the program reads: all but BroadcastTo's shape (known when built). */
+static int32_t operand_inputs(const nbgraph_node *nd) { return nbop_fused_is_broadcast(nd->def) ? 1 : nd->nin; }
+
+/* Operands of one instruction of nd. */
+static int32_t instr_args(const nbgraph_node *nd) { return operand_inputs(nd) == 1 ? 1 : 2; }
+
 /* Whether node id may join the union of groups gs[0..ng): every input from outside them
    comes before their first member, and the program stays within its cap. */
 static bool can_join(const fuser *f, int32_t id, const int32_t *gs, int ng) {
@@ -116,7 +162,7 @@ static bool can_join(const fuser *f, int32_t id, const int32_t *gs, int ng) {
     ext = gr->ext > ext ? gr->ext : ext;
     len += gr->ninstr;
   }
-  for (int32_t i = 0; i < nd->nin; i++) {
+  for (int32_t i = 0; i < operand_inputs(nd); i++) {
     int32_t src = f->g->edges[nd->in0 + i].src, gsrc = group_of(f, src);
     bool inside = false;
     for (int j = 0; j < ng && !inside; j++) inside = gsrc == gs[j];
@@ -142,7 +188,7 @@ static void join(fuser *f, int32_t id, const int32_t *gs, int ng) {
     gr->ninstr += o->ninstr;
     gr->nmember += o->nmember;
   }
-  for (int32_t i = 0; i < nd->nin; i++) {
+  for (int32_t i = 0; i < operand_inputs(nd); i++) {
     int32_t src = f->g->edges[nd->in0 + i].src;
     if (group_of(f, src) != gid) gr->ext = f->pos[src] > gr->ext ? f->pos[src] : gr->ext;
   }
@@ -159,7 +205,7 @@ static int producer_groups(const fuser *f, int32_t id, int32_t *gs) {
   const nbgraph_node *nd = &f->g->nodes[id];
   const nbop_meta *m = &f->g->outs[nd->out0].meta;
   int ng = 0;
-  for (int32_t i = 0; i < nd->nin; i++) {
+  for (int32_t i = 0; i < operand_inputs(nd); i++) {
     int32_t gid = group_of(f, f->g->edges[nd->in0 + i].src);
     bool seen = gid < 0 || !shapes_fit(&f->groups[gid].meta, m);
     for (int j = 0; j < ng && !seen; j++) seen = gs[j] == gid;
@@ -218,6 +264,27 @@ static raw_arg operand_of(group_build *b, const fuser *f, int32_t src, int32_t o
   return (raw_arg){true, b->nin++};
 }
 
+/* Swaps an input of the group's full shape into place 0, where the fused node's output may
+   take over its block when it dies there (input forwarding). */
+static void put_full_input_first(const fuser *f, group_build *b, raw_arg *raw, int32_t ninstr) {
+  const nbop_meta *full = &f->groups[b->gid].meta;
+  int32_t j = 0;
+  while (j < b->nin) {
+    const nbop_meta *m = &f->g->outs[f->g->nodes[nbgraph_key_node(b->ins[j])].out0 + nbgraph_key_out(b->ins[j])].meta;
+    if (m->rank == full->rank && !memcmp(m->shape, full->shape, (size_t)m->rank * sizeof *m->shape)) break;
+    j++;
+  }
+  if (j == 0 || j == b->nin) return;
+  int64_t key = b->ins[0];
+  b->ins[0] = b->ins[j];
+  b->ins[j] = key;
+  for (int32_t i = 0; i < ninstr; i++)
+    for (int32_t a = 0; a < b->prog->instr[i].nargs; a++) {
+      raw_arg *r = &raw[i * NBOP_FUSED_MAX_ARGS + a];
+      if (r->input && (r->index == 0 || r->index == j)) r->index = r->index == 0 ? j : 0;
+    }
+}
+
 /* The instructions of the members in order (AddN as a chain of adds: ((x0 + x1) + x2)
    ..., AddN's own order), operands numbered once every input is known. */
 static void build_program(fuser *f, group_build *b, raw_arg *raw) {
@@ -225,19 +292,25 @@ static void build_program(fuser *f, group_build *b, raw_arg *raw) {
   int32_t ninstr = 0;
   for (int32_t m = 0; m < b->nmembers; m++) {
     const nbgraph_node *nd = &g->nodes[b->members[m]];
-    int32_t steps = instr_count(nd), nargs = nd->nin == 1 ? 1 : 2;
+    int32_t steps = instr_count(nd), nargs = instr_args(nd);
     for (int32_t s = 0; s < steps; s++) {
       int32_t i = ninstr++;
       for (int32_t j = 0; j < nargs; j++) {
         const nbgraph_edge *e = &g->edges[nd->in0 + (s > 0 ? s + 1 : j)];
         raw[i * NBOP_FUSED_MAX_ARGS + j] = s > 0 && j == 0 ? (raw_arg){false, i - 1} : operand_of(b, f, e->src, e->out);
       }
-      b->prog->instr[i] = (nbop_fused_instr){.def = nd->def, .attr = nd->attr, .node = nd->name, .nargs = nargs};
+      b->prog->instr[i] =
+          (nbop_fused_instr){.def = nd->def,
+                             .attr = nd->attr,
+                             .node = nd->name,
+                             .nargs = nargs,
+                             .shape = nbop_fused_is_broadcast(nd->def) ? edge_value(g, &g->edges[nd->in0 + 1]) : NULL};
     }
     b->value[m] = ninstr - 1;
   }
   b->prog->ninstr = ninstr;
   b->prog->nin = b->nin;
+  put_full_input_first(f, b, raw, ninstr);
   for (int32_t i = 0; i < ninstr; i++)
     for (int32_t j = 0; j < b->prog->instr[i].nargs; j++) {
       const raw_arg *r = &raw[i * NBOP_FUSED_MAX_ARGS + j];
@@ -245,11 +318,11 @@ static void build_program(fuser *f, group_build *b, raw_arg *raw) {
     }
 }
 
-/* Whether member node's value leaves the group: a consumer outside it, or a fetch. */
+/* Whether member node's value leaves the group: a needed consumer outside it, or a fetch. */
 static bool leaves_group(const fuser *f, int32_t gid, int32_t node) {
   const nb_graph *g = f->g;
   for (int32_t e = g->nodes[node].first_use; e >= 0; e = g->edges[e].next_use)
-    if (!in_group(f, g->edges[e].consumer, gid)) return true;
+    if (!in_group(f, g->edges[e].consumer, gid) && needed(f, g->edges[e].consumer)) return true;
   for (int i = 0; i < f->nfetch; i++)
     if (nbgraph_key_node(f->keys[f->nfeed + i]) == node) return true;
   return false;
@@ -386,6 +459,7 @@ nb_code nbopt_fuse_elementwise(nb_graph *g, int64_t *keys, int nfeed, int nfetch
   f.groups = malloc(n * sizeof *f.groups);
   nb_code code = f.pos && f.order && f.group && f.parent && f.groups ? NB_OK : NB_NOMEM;
   for (int32_t i = 0; !code && i < f.n; i++) f.group[i] = -1;
+  if (!code) mark_needed(&f);
   if (!code && topo_order(&f) == NB_OK) {
     assign_groups(&f);
     code = fuse_groups(&f);
