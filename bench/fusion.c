@@ -7,7 +7,10 @@
                           composes it (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))),
                           loss = mean((y - t)^2): forward and the gradients to every weight
    Each line has the graph's node count run unfused and fused (nodes=), and the speedup of
-   fused over unfused at that thread count. */
+   fused over unfused at that thread count; a _memory line per session gives the data
+   blocks a step took from malloc after the first (allocs_per_step), those of the first
+   (allocs_first: every run after it took as many as the last), and the last step's peak
+   block bytes (nb_session_get_stats). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
@@ -109,6 +112,17 @@ static void time_both(workload *w, nb_session *const *s, nb_tensor *const *const
   for (int f = 0; f < 2; f++) ms[f] = bench_median(t[f], RUNS);
 }
 
+/* The last run's block accounting (every run after the first: the pool holds each size). */
+static void print_memory(const char *name, int fused, int threads, const nb_session *s) {
+  nb_session_stats st;
+  nb_session_get_stats(s, &st);
+  printf(
+      "name=nb_fusion_%s_memory fusion=%s threads=%d runs=%lld allocs_per_step=%lld allocs_first=%lld "
+      "peak_mib=%.1f\n",
+      name, fused ? "on" : "off", threads, (long long)st.runs, (long long)st.allocs_last_run,
+      (long long)(st.allocs_total - st.allocs_last_run * (st.runs - 1)), (double)st.peak_bytes_last_run / (1 << 20));
+}
+
 static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max_threads) {
   workload w[2] = {{.name = name}, {.name = name}};
   nb_ctx *e = nb_eager_new();
@@ -140,11 +154,14 @@ static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max
       nb_session_set_threads(s[f], threads);
     }
     time_both(w, s, fetch, ms);
-    for (int f = 0; f < 2; f++) nb_session_free(s[f]);
     for (int f = 0; f < 2; f++)
       printf("name=nb_fusion_%s fusion=%s threads=%d ms=%.2f nodes=%d%s", name, f ? "on" : "off", threads, ms[f],
              nodes[f], f ? "" : "\n");
     printf(" speedup=%.2f\n", ms[0] / ms[1]);
+    for (int f = 0; f < 2; f++) {
+      print_memory(name, f, threads, s[f]);
+      nb_session_free(s[f]);
+    }
   }
   for (int f = 0; f < 2; f++) {
     for (int i = 0; i < w[f].nfeed; i++) nb_tensor_free(w[f].val[i]);

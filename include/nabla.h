@@ -659,6 +659,19 @@ nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_val
                int nfetch, nb_tensor **results);
 const char *nb_session_error(const nb_session *s);
 void nb_session_set_threads(nb_session *s, int n);
+/* What s's runs took from memory. A run's data blocks (values, kernel scratch) come from a
+   pool of freed blocks in power-of-two sizes, planned by liveness: each value's block goes
+   back right after its last use (or is written over in place by the op that reads it last),
+   so once a first run has filled the pool, runs of the same feeds and fetches take nothing
+   from malloc (allocs_last_run 0). peak_bytes_last_run: the most bytes of blocks the last
+   run held at once beyond those held when it began (its results included). */
+typedef struct nb_session_stats {
+  int64_t runs;                /* nb_run calls that reached their kernels */
+  int64_t allocs_last_run;     /* data blocks the last run took from malloc */
+  int64_t allocs_total;        /* over every run */
+  int64_t peak_bytes_last_run; /* see above */
+} nb_session_stats;
+void nb_session_get_stats(const nb_session *s, nb_session_stats *out);
 
 /* ==== 4. Gradients ======================================================================== */
 

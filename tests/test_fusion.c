@@ -344,6 +344,55 @@ static void test_feed_inside_chain(void **state) {
   for (int i = 0; i < 2; i++) nb_tensor_free(rc.val[i]);
 }
 
+/* ---- session memory ---------------------------------------------------------------------- */
+
+/* A training-style loop: the first run fills the block pool, later runs of the same feeds
+   and fetches take nothing from malloc, fused or not, and hold no more at their peak than
+   the first. */
+static void test_no_allocation_after_first_run(void **state) {
+  (void)state;
+  for (int fused = 0; fused < 2; fused++) {
+    nb_graph *g = nb_graph_new();
+    nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+    unsigned seed = 13;
+    const int64_t full[2] = {N_ROWS, N_COLS}, row[1] = {N_COLS};
+    nb_tensor *feed[3] = {nb_placeholder(c, NB_F32, 2, full, NULL), nb_placeholder(c, NB_F32, 1, row, NULL),
+                          nb_placeholder(c, NB_F32, 1, row, NULL)};
+    nb_tensor *val[3] = {random_values(e, NB_F32, 2, full, &seed), random_values(e, NB_F32, 1, row, &seed),
+                         random_values(e, NB_F32, 1, row, &seed)};
+    nb_tensor *loss = nb_sum(c, nb_tanh(c, layer_norm(c, feed[0], feed[1], feed[2])), NULL, 0, false), *dxs[3];
+    assert_int_equal(nb_gradients(c, &loss, 1, feed, 3, NULL, dxs), NB_OK);
+    int64_t keys[6];
+    for (int i = 0; i < 3; i++) keys[i] = nbgraph_key_of(feed[i]), keys[3 + i] = nbgraph_key_of(dxs[i]);
+    if (fused) assert_int_equal(nbopt_fuse_elementwise(g, keys, 3, 3), NB_OK);
+    for (int i = 0; i < 3; i++)
+      dxs[i] = nbgraph_handle(c, g, nbgraph_key_node(keys[3 + i]), nbgraph_key_out(keys[3 + i]));
+    nb_session *s = nb_session_new(g);
+    nb_session_stats st;
+    int64_t first_peak = 0;
+    for (int run = 0; run < 3; run++) {
+      nb_tensor *res[3];
+      assert_int_equal(nb_run(s, feed, val, 3, dxs, 3, res), NB_OK);
+      for (int i = 0; i < 3; i++) nb_tensor_free(res[i]);
+      nb_session_get_stats(s, &st);
+      assert_int_equal(st.runs, run + 1);
+      if (run == 0) {
+        assert_true(st.allocs_last_run > 0);
+        first_peak = st.peak_bytes_last_run;
+        assert_true(first_peak >= (int64_t)(N_ROWS * N_COLS * sizeof(float)));
+      } else {
+        assert_int_equal(st.allocs_last_run, 0);
+        assert_true(st.peak_bytes_last_run <= first_peak);
+      }
+    }
+    nb_session_free(s);
+    for (int i = 0; i < 3; i++) nb_tensor_free(val[i]);
+    nb_ctx_free(e);
+    nb_ctx_free(c);
+    nb_graph_free(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_dags),
@@ -352,6 +401,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_error_names_member, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_uneven_shapes_run_unfused, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_feed_inside_chain, gu_setup, gu_teardown),
+      cmocka_unit_test(test_no_allocation_after_first_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

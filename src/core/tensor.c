@@ -3,6 +3,7 @@
 #include "core.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,20 +37,55 @@ static nbcore_buffer *buffer_alloc(size_t cap, int cls) {
   return b;
 }
 
-static nbcore_pool *block_pool(nb_ctx *c) { return c->blocks_from ? &c->blocks_from->pool : &c->pool; }
+/* Blocks released through no context (session results their callers free): any context
+   takes them when its own pool has none of a size, so a loop that frees its results each
+   step takes nothing from malloc either. */
+static pthread_mutex_t shared_blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+static nbcore_pool shared_blocks;
+
+static nbcore_buffer *pool_take(nbcore_pool *p, int cls) {
+  nbcore_buffer *b = p->free[cls];
+  if (b) {
+    p->free[cls] = b->next;
+    p->cached_bytes -= b->cap;
+  }
+  return b;
+}
+
+static bool pool_put(nbcore_pool *p, nbcore_buffer *b) {
+  if (b->size_class < 0 || p->cached_bytes + b->cap > NBCORE_POOL_MAX_CACHED) return false;
+  b->next = p->free[b->size_class];
+  p->free[b->size_class] = b;
+  p->cached_bytes += b->cap;
+  return true;
+}
+
+static nbcore_buffer *shared_take(int cls) {
+  pthread_mutex_lock(&shared_blocks_lock);
+  nbcore_buffer *b = pool_take(&shared_blocks, cls);
+  pthread_mutex_unlock(&shared_blocks_lock);
+  return b;
+}
+
+static bool shared_put(nbcore_buffer *b) {
+  pthread_mutex_lock(&shared_blocks_lock);
+  bool kept = pool_put(&shared_blocks, b);
+  pthread_mutex_unlock(&shared_blocks_lock);
+  return kept;
+}
 
 nbcore_buffer *nbcore_buffer_new(nb_ctx *c, size_t bytes) {
   int cls = size_class(bytes ? bytes : 1);
-  nbcore_pool *p = block_pool(c);
-  nbcore_buffer *b;
-  if (cls >= 0 && p->free[cls]) {
-    b = p->free[cls];
-    p->free[cls] = b->next;
-    p->cached_bytes -= b->cap;
-  } else {
+  nbcore_pool *p = nbcore_block_pool(c);
+  nbcore_buffer *b = cls >= 0 ? pool_take(p, cls) : NULL;
+  if (!b && cls >= 0) b = shared_take(cls);
+  if (!b) {
     b = buffer_alloc(cls >= 0 ? class_bytes(cls) : bytes, cls);
     if (!b) return NULL;
+    p->mallocs++;
   }
+  p->held += (int64_t)b->cap;
+  if (p->held > p->peak) p->peak = p->held;
   atomic_init(&b->refs, 1);
   return b;
 }
@@ -82,13 +118,9 @@ void nbcore_buffer_release(nb_ctx *c, nbcore_buffer *b) {
     nbcore_buffer_release(c, parent);
     return;
   }
-  nbcore_pool *p = c ? block_pool(c) : NULL;
-  if (p && b->size_class >= 0 && p->cached_bytes + b->cap <= NBCORE_POOL_MAX_CACHED) {
-    b->next = p->free[b->size_class];
-    p->free[b->size_class] = b;
-    p->cached_bytes += b->cap;
-    return;
-  }
+  nbcore_pool *p = c ? nbcore_block_pool(c) : NULL;
+  if (p) p->held -= (int64_t)b->cap;
+  if (p ? pool_put(p, b) : shared_put(b)) return;
   free(b);
 }
 

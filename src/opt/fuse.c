@@ -1,6 +1,7 @@
 /* Elementwise fusion. Nodes are grouped in a topological order: a fusible node joins the
-   groups of its fusible producers (all of them at once when it can, else one) when every
-   input from outside the joined group comes before the group's first node in that order.
+   groups of its fusible producers whose value it alone reads (all of them at once when it
+   can, else one) when every input from outside the joined group comes before the group's
+   first node in that order.
    That keeps each group convex: no path leaves a group and comes back, so one node can
    stand for it. A group must also have one rank and compatible static dims (members of
    one shape: the block loop's case; the kernel checks the run-time shapes). */
@@ -200,14 +201,26 @@ static void join(fuser *f, int32_t id, const int32_t *gs, int ng) {
   f->group[id] = gid;
 }
 
+/* Whether id is the one needed node reading src's value. A value other nodes read too
+   ends its group, so groups are trees, with one output besides fetched members (whose
+   values are kept anyway): a group's outputs are all live at once, so an output read long
+   after the group ran would hold its block longer than the unfused run does, and without
+   them a group's one output may take over a dying input's block. */
+static bool only_consumer(const fuser *f, int32_t src, int32_t id) {
+  const nb_graph *g = f->g;
+  for (int32_t e = g->nodes[src].first_use; e >= 0; e = g->edges[e].next_use)
+    if (g->edges[e].consumer != id && needed(f, g->edges[e].consumer)) return false;
+  return true;
+}
+
 /* The groups of id's fusible producers whose shape id's output fits, each once. */
 static int producer_groups(const fuser *f, int32_t id, int32_t *gs) {
   const nbgraph_node *nd = &f->g->nodes[id];
   const nbop_meta *m = &f->g->outs[nd->out0].meta;
   int ng = 0;
   for (int32_t i = 0; i < operand_inputs(nd); i++) {
-    int32_t gid = group_of(f, f->g->edges[nd->in0 + i].src);
-    bool seen = gid < 0 || !shapes_fit(&f->groups[gid].meta, m);
+    int32_t src = f->g->edges[nd->in0 + i].src, gid = group_of(f, src);
+    bool seen = gid < 0 || !shapes_fit(&f->groups[gid].meta, m) || !only_consumer(f, src, id);
     for (int j = 0; j < ng && !seen; j++) seen = gs[j] == gid;
     if (!seen) gs[ng++] = gid;
   }

@@ -34,6 +34,7 @@ struct nb_session {
   nb_tensor **vals;
   int32_t vals_cap;
   int take; /* the next nb_run frees feed values [0, take) (nbrt_session_take_feeds) */
+  nb_session_stats stats;
   char error[NBCORE_ERR_CAP];
 };
 
@@ -88,6 +89,10 @@ static void drop_taken(nb_session *s, nb_tensor *const *feed_values, int nfeed) 
   for (int i = 0; feed_values && i < s->take && i < nfeed; i++)
     if (feed_values[i]) nb_tensor_free(feed_values[i]);
   s->take = 0;
+}
+
+void nb_session_get_stats(const nb_session *s, nb_session_stats *out) {
+  if (s && out) *out = s->stats;
 }
 
 void nb_session_set_threads(nb_session *s, int n) {
@@ -479,7 +484,15 @@ static nb_code run_dense(nb_session *s, nb_tensor *const *feed, nb_tensor *const
     s->vals_cap = p->nvals;
   }
   nb_scope_begin(s->ctx);
+  nbcore_pool *pool = nbcore_block_pool(s->ctx);
+  int64_t mallocs = pool->mallocs, held = pool->held, peak = pool->peak;
+  pool->peak = held; /* this run's peak; a function body's run inside it does the same */
   code = execute(s, p, feed_values, results);
+  s->stats.runs++;
+  s->stats.allocs_last_run = pool->mallocs - mallocs;
+  s->stats.allocs_total += s->stats.allocs_last_run;
+  s->stats.peak_bytes_last_run = pool->peak - held;
+  if (peak > pool->peak) pool->peak = peak; /* the enclosing run's peak so far */
   if (code) {
     session_fail(s, code, "%s", nb_status(s->ctx) ? nb_error(s->ctx) : "out of memory");
     for (int i = 0; i < nfetch; i++) {
