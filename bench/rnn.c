@@ -5,6 +5,8 @@
      nb_rnn_eager   ms   nb_while in an eager context under a tape, nb_tape_gradient
      nb_rnn_accumulators  what the graph loop stacks for its gradient: count, and bytes
                           held after a run (stacks sharing one block count it once)
+     nb_rnn_graph_memory  the graph session's last run: data blocks it took from malloc
+                          and its peak block bytes (nb_session_get_stats)
    Each timing line names the float32 GEMM's backend and kernel.
    bench/peers/rnn.py times the same computation in PyTorch, TensorFlow and JAX. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -160,6 +162,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < RUNS; i++) te[i] = eager_step(e, &ev);
     print_time("graph", threads, bench_median(tg, RUNS));
     print_time("eager", threads, bench_median(te, RUNS));
+    nb_session_stats st;
+    nb_session_get_stats(s, &st);
+    printf("name=nb_rnn_graph_memory threads=%d allocs_per_step=%lld peak_mib=%.2f\n", threads,
+           (long long)st.allocs_last_run, (double)st.peak_bytes_last_run / (1 << 20));
   }
   nb_session_free(s);
   nb_ctx_free(c);
