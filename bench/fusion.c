@@ -31,18 +31,8 @@ typedef struct workload {
   int nfeed, nfetch;
 } workload;
 
-static nb_tensor *uniform(nb_ctx *e, int rank, const int64_t *shape, float scale) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= shape[i];
-  float *v = malloc((size_t)n * sizeof *v);
-  for (int64_t i = 0; i < n; i++) v[i] = scale * (2.0f * (float)rand() / (float)RAND_MAX - 1.0f);
-  nb_tensor *t = nb_tensor_from(e, NB_F32, rank, shape, v);
-  free(v);
-  return t;
-}
-
 static nb_tensor *input(workload *w, nb_ctx *e, int rank, const int64_t *shape, float scale) {
-  w->val[w->nfeed] = uniform(e, rank, shape, scale);
+  w->val[w->nfeed] = bench_uniform(e, rank, shape, scale);
   return w->feed[w->nfeed++] = nb_placeholder(w->c, NB_F32, rank, shape, NULL);
 }
 

@@ -30,16 +30,6 @@ typedef struct rnn {
   nb_tensor *wih, *whh, *b, *xs;
 } rnn;
 
-static nb_tensor *uniform(nb_ctx *c, int rank, const int64_t *shape, float scale) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= shape[i];
-  float *v = malloc((size_t)n * sizeof *v);
-  for (int64_t i = 0; i < n; i++) v[i] = scale * (2.0f * (float)rand() / (float)RAND_MAX - 1.0f);
-  nb_tensor *t = nb_tensor_from(c, NB_F32, rank, shape, v);
-  free(v);
-  return t;
-}
-
 static nb_code step_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
   (void)user;
   *pred = nb_less(c, v[0], nb_scalar(c, NB_I64, SEQ));
@@ -127,8 +117,8 @@ int main(int argc, char **argv) {
   srand(1);
   nb_ctx *e = nb_eager_new();
   int64_t swih[2] = {INPUT, HIDDEN}, swhh[2] = {HIDDEN, HIDDEN}, sb[1] = {HIDDEN}, sxs[3] = {SEQ, BATCH, INPUT};
-  rnn ev = {uniform(e, 2, swih, 0.125f), uniform(e, 2, swhh, 0.0625f), uniform(e, 1, sb, 0.0625f),
-            uniform(e, 3, sxs, 1)};
+  rnn ev = {bench_uniform(e, 2, swih, 0.125f), bench_uniform(e, 2, swhh, 0.0625f), bench_uniform(e, 1, sb, 0.0625f),
+            bench_uniform(e, 3, sxs, 1)};
   nb_graph *g = nb_graph_new();
   nb_ctx *c = nb_graph_ctx_new(g);
   rnn gv = {nb_placeholder(c, NB_F32, 2, swih, "w_ih"), nb_placeholder(c, NB_F32, 2, swhh, "w_hh"),
