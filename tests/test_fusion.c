@@ -23,12 +23,21 @@ typedef struct run_case {
   int nfetch;
 } run_case;
 
+/* xorshift32: the same draws on every platform (rand_r is POSIX, not C11). */
+static unsigned next_rand(unsigned *seed) {
+  unsigned x = *seed ? *seed : 1;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  return *seed = x;
+}
+
 static nb_tensor *random_values(nb_ctx *e, nb_dtype t, int rank, const int64_t *shape, unsigned *seed) {
   int64_t n = 1;
   for (int i = 0; i < rank; i++) n *= shape[i];
   double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
   assert_non_null(v);
-  for (int64_t i = 0; i < n; i++) v[i] = 2.0 * rand_r(seed) / RAND_MAX - 1.0;
+  for (int64_t i = 0; i < n; i++) v[i] = 2.0 * next_rand(seed) / 4294967296.0 - 1.0;
   nb_tensor *x = tu_make_float(e, t, rank, shape, v);
   free(v);
   return x;
@@ -101,18 +110,18 @@ typedef struct dag {
   int nbcast;
 } dag;
 
-static nb_tensor *pick(dag *d, nb_tensor *const *pool, int n) { return pool[rand_r(&d->seed) % (unsigned)n]; }
+static nb_tensor *pick(dag *d, nb_tensor *const *pool, int n) { return pool[next_rand(&d->seed) % (unsigned)n]; }
 
 static nb_tensor *random_unary(dag *d, nb_tensor *x) {
   nb_ctx *c = d->c;
-  switch (rand_r(&d->seed) % 10) {
+  switch (next_rand(&d->seed) % 10) {
     case 0: return nb_tanh(c, x);
     case 1: return nb_sigmoid(c, x);
     case 2: return nb_square(c, x);
     case 3: return nb_neg(c, x);
     case 4: return nb_softplus(c, x);
     case 5: return nb_sin(c, x);
-    case 6: return nb_gelu(c, x, rand_r(&d->seed) % 2);
+    case 6: return nb_gelu(c, x, next_rand(&d->seed) % 2);
     case 7: return nb_leaky_relu(c, x, 0.2);
     case 8: return nb_exp(c, nb_tanh(c, x));
     default: return nb_relu(c, x);
@@ -121,7 +130,7 @@ static nb_tensor *random_unary(dag *d, nb_tensor *x) {
 
 static nb_tensor *random_binary(dag *d, nb_tensor *a, nb_tensor *b) {
   nb_ctx *c = d->c;
-  switch (rand_r(&d->seed) % 7) {
+  switch (next_rand(&d->seed) % 7) {
     case 0: return nb_add(c, a, b);
     case 1: return nb_sub(c, a, b);
     case 2: return nb_mul(c, a, b);
@@ -134,7 +143,7 @@ static nb_tensor *random_binary(dag *d, nb_tensor *a, nb_tensor *b) {
 
 static nb_tensor *random_pair(dag *d, nb_tensor *a, nb_tensor *b) {
   nb_ctx *c = d->c;
-  switch (rand_r(&d->seed) % 4) {
+  switch (next_rand(&d->seed) % 4) {
     case 0: return nb_tanh_grad(c, nb_tanh(c, a), b);
     case 1: return nb_sigmoid_grad(c, nb_sigmoid(c, a), b);
     case 2: return nb_relu_grad(c, a, b);
@@ -146,7 +155,7 @@ static nb_tensor *random_pair(dag *d, nb_tensor *a, nb_tensor *b) {
 static void grow(dag *d) {
   nb_ctx *c = d->c;
   nb_tensor *a = pick(d, d->full, d->nfull), *r;
-  unsigned what = rand_r(&d->seed) % 8;
+  unsigned what = next_rand(&d->seed) % 8;
   if (what < 2) {
     r = random_unary(d, a);
   } else if (what < 4) {
@@ -154,11 +163,11 @@ static void grow(dag *d) {
   } else if (what < 6) { /* broadcasting, either side, or made explicit */
     nb_tensor *b = pick(d, d->bcast, d->nbcast);
     const int64_t full[2] = {N_ROWS, N_COLS};
-    unsigned how = rand_r(&d->seed) % 3;
+    unsigned how = next_rand(&d->seed) % 3;
     r = how == 0 ? random_binary(d, a, b) : how == 1 ? random_binary(d, b, a) : nb_broadcast_to(c, b, full, 2);
   } else if (what == 6) {
     r = random_pair(d, a, pick(d, d->full, d->nfull));
-  } else if (rand_r(&d->seed) % 2) {
+  } else if (next_rand(&d->seed) % 2) {
     nb_tensor *xs[3] = {a, pick(d, d->full, d->nfull), pick(d, d->full, d->nfull)};
     r = nb_add_n(c, xs, 3);
   } else { /* a reduction between elementwise groups: groups must stay convex around it */
@@ -190,7 +199,7 @@ static void random_dag_case(nb_dtype t, unsigned seed) {
   while (d.nfull < 24 && d.nbcast < MAX_VALS) grow(&d);
   assert_int_equal(nb_status(c), NB_OK);
   rc.fetch[rc.nfetch++] = d.full[d.nfull - 1];
-  for (int i = 0; i < 3; i++) rc.fetch[rc.nfetch++] = d.full[2 + rand_r(&d.seed) % (unsigned)(d.nfull - 2)];
+  for (int i = 0; i < 3; i++) rc.fetch[rc.nfetch++] = d.full[2 + next_rand(&d.seed) % (unsigned)(d.nfull - 2)];
   rc.fetch[rc.nfetch++] = d.bcast[d.nbcast - 1];
   assert_true(check_fused_matches(c, g, &rc) > 0);
   for (int i = 0; i < rc.nfeed; i++) nb_tensor_free(rc.val[i]);
