@@ -664,12 +664,16 @@ void nb_session_set_threads(nb_session *s, int n);
    back right after its last use (or is written over in place by the op that reads it last),
    so once a first run has filled the pool, runs of the same feeds and fetches take nothing
    from malloc (allocs_last_run 0). peak_bytes_last_run: the most bytes of blocks the last
-   run held at once beyond those held when it began (its results included). */
+   run held at once beyond those held when it began (its results included; an upper bound
+   when steps ran at once). With more than one thread (nb_session_set_threads), two
+   independent steps that each move enough data run at once, each on half the threads
+   (TF's inter-op parallelism); concurrent_steps_last_run counts them. */
 typedef struct nb_session_stats {
-  int64_t runs;                /* nb_run calls that reached their kernels */
-  int64_t allocs_last_run;     /* data blocks the last run took from malloc */
-  int64_t allocs_total;        /* over every run */
-  int64_t peak_bytes_last_run; /* see above */
+  int64_t runs;                      /* nb_run calls that reached their kernels */
+  int64_t allocs_last_run;           /* data blocks the last run took from malloc */
+  int64_t allocs_total;              /* over every run */
+  int64_t peak_bytes_last_run;       /* see above */
+  int64_t concurrent_steps_last_run; /* steps of the last run that ran beside another */
 } nb_session_stats;
 void nb_session_get_stats(const nb_session *s, nb_session_stats *out);
 

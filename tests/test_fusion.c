@@ -402,6 +402,83 @@ static void test_no_allocation_after_first_run(void **state) {
   }
 }
 
+/* ---- steps at once ------------------------------------------------------------------------ */
+
+#define BRANCHES 4
+#define INNER 256
+
+/* y_k = x W_k, independent products, and their AddN: with two threads the products run two
+   at a time, one thread each. Runs on two threads repeat bit for bit, and match one thread
+   within the bound of two orders of a sum of INNER + BRANCHES positive float64 terms
+   (every term is positive, so each element is its own sum of magnitudes). */
+static void test_independent_steps_run_at_once(void **state) {
+  gu_fixture *f = *state;
+  unsigned seed = 17;
+  const int64_t xs[2] = {64, INNER}, ws[2] = {INNER, INNER};
+  nb_tensor *feed[BRANCHES + 1], *val[BRANCHES + 1], *fetch[BRANCHES + 1], *ys[BRANCHES];
+  for (int i = 0; i <= BRANCHES; i++) {
+    feed[i] = nb_placeholder(f->c, NB_F64, 2, i ? ws : xs, NULL);
+    val[i] = nb_abs(f->e, random_values(f->e, NB_F64, 2, i ? ws : xs, &seed));
+  }
+  for (int k = 0; k < BRANCHES; k++) fetch[k] = ys[k] = nb_matmul(f->c, feed[0], feed[1 + k], false, false);
+  fetch[BRANCHES] = nb_add_n(f->c, ys, BRANCHES);
+  nb_tensor *one[BRANCHES + 1], *two[2][BRANCHES + 1];
+  nb_session_stats st;
+  nb_session_set_threads(f->s, 1);
+  assert_int_equal(nb_run(f->s, feed, val, BRANCHES + 1, fetch, BRANCHES + 1, one), NB_OK);
+  nb_session_get_stats(f->s, &st);
+  assert_int_equal(st.concurrent_steps_last_run, 0);
+  tu_two_threads_or_skip(f->e);
+  nb_session_set_threads(f->s, 2);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(nb_run(f->s, feed, val, BRANCHES + 1, fetch, BRANCHES + 1, two[r]), NB_OK);
+    nb_session_get_stats(f->s, &st);
+    assert_int_equal(st.concurrent_steps_last_run, BRANCHES);
+  }
+  assert_same_tensors(two[0], two[1], BRANCHES + 1);
+  double rel = 2 * tu_gamma(NB_F64, INNER + BRANCHES);
+  for (int i = 0; i <= BRANCHES; i++)
+    for (int64_t j = 0; j < nb_num_elements(one[i]); j++) {
+      double a = nb_item(one[i], j), b = nb_item(two[0][i], j);
+      if (!(fabs(a - b) <= rel * a))
+        fail_msg("fetch %d element %lld: 1 thread %.17g, 2 threads %.17g", i, (long long)j, a, b);
+    }
+  for (int i = 0; i <= BRANCHES; i++) {
+    nb_tensor_free(one[i]);
+    nb_tensor_free(two[0][i]);
+    nb_tensor_free(two[1][i]);
+    nb_tensor_free(val[i]);
+  }
+}
+
+/* A failure in either step of a pair (an integer division by zero beside a product) is
+   the run's error, naming its node, whichever context ran it. */
+static void test_error_in_concurrent_step(void **state) {
+  gu_fixture *f = *state;
+  const int64_t shape[2] = {128, 128};
+  unsigned seed = 19;
+  nb_tensor *feed[4], *val[4], *res[2];
+  for (int i = 0; i < 4; i++) feed[i] = nb_placeholder(f->c, i < 2 ? NB_F64 : NB_I32, 2, shape, NULL);
+  for (int i = 0; i < 2; i++) val[i] = random_values(f->e, NB_F64, 2, shape, &seed);
+  val[2] = nb_cast(f->e, random_values(f->e, NB_F64, 2, shape, &seed), NB_I32);
+  val[3] = nb_cast(f->e, random_values(f->e, NB_F64, 2, shape, &seed), NB_I32); /* (-1, 1) truncates to 0 */
+  nb_tensor *product = nb_matmul(f->c, feed[0], feed[1], false, false);
+  assert_int_equal(nb_name_next(f->c, "bad_quotient"), NB_OK);
+  nb_tensor *quotient = nb_real_div(f->c, feed[2], feed[3]);
+  tu_two_threads_or_skip(f->e);
+  nb_session_set_threads(f->s, 2);
+  nb_tensor *orders[2][2] = {{product, quotient}, {quotient, product}};
+  for (int o = 0; o < 2; o++) {
+    assert_int_equal(nb_run(f->s, feed, val, 4, orders[o], 2, res), NB_INVALID);
+    assert_non_null(strstr(nb_session_error(f->s), "node 'bad_quotient'"));
+    assert_non_null(strstr(nb_session_error(f->s), "Integer division by zero"));
+    nb_session_stats st;
+    nb_session_get_stats(f->s, &st);
+    assert_int_equal(st.concurrent_steps_last_run, 2);
+  }
+  for (int i = 0; i < 4; i++) nb_tensor_free(val[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_dags),
@@ -411,6 +488,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_uneven_shapes_run_unfused, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_feed_inside_chain, gu_setup, gu_teardown),
       cmocka_unit_test(test_no_allocation_after_first_run),
+      cmocka_unit_test_setup_teardown(test_independent_steps_run_at_once, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_error_in_concurrent_step, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
