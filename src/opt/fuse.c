@@ -72,10 +72,17 @@ static nb_code topo_order(fuser *f) {
   return NB_OK;
 }
 
-/* The value the tensor on edge e has when the graph is built, or NULL. */
-static nb_tensor *edge_value(const nb_graph *g, const nbgraph_edge *e) {
-  return g->outs[g->nodes[e->src].out0 + e->out].value;
+/* The output (node, out) of key. */
+static const nbgraph_out *out_of(const nb_graph *g, int64_t key) {
+  return &g->outs[g->nodes[nbgraph_key_node(key)].out0 + nbgraph_key_out(key)];
 }
+
+static const nbgraph_out *edge_out(const nb_graph *g, const nbgraph_edge *e) {
+  return out_of(g, nbgraph_key(e->src, e->out));
+}
+
+/* The value the tensor on edge e has when the graph is built, or NULL. */
+static nb_tensor *edge_value(const nb_graph *g, const nbgraph_edge *e) { return edge_out(g, e)->value; }
 
 /* Whether a run of the fetches computes node id (the nodes this pass makes: yes). */
 static bool needed(const fuser *f, int32_t id) { return id >= f->n || f->g->nodes[id].stamp == f->gen; }
@@ -127,11 +134,10 @@ static bool candidate(const fuser *f, int32_t id) {
   if (m->rank < 0 || !nbop_fusible(nd->def, m->dtype) || is_fed(f, id, 0)) return false;
   if (nd->nin > NBOP_FUSED_MAX_INSTR) return false;
   if (nbop_fused_is_broadcast(nd->def)) /* one operand, and a shape known now */
-    return g->outs[g->nodes[g->edges[nd->in0].src].out0 + g->edges[nd->in0].out].meta.dtype == m->dtype &&
-           edge_value(g, &g->edges[nd->in0 + 1]);
+    return edge_out(g, &g->edges[nd->in0])->meta.dtype == m->dtype && edge_value(g, &g->edges[nd->in0 + 1]);
   for (int32_t i = 0; i < nd->nin; i++) {
     const nbgraph_edge *e = &g->edges[nd->in0 + i];
-    if (g->outs[g->nodes[e->src].out0 + e->out].meta.dtype != m->dtype) return false;
+    if (edge_out(g, e)->meta.dtype != m->dtype) return false;
   }
   return true;
 }
@@ -283,7 +289,7 @@ static void put_full_input_first(const fuser *f, group_build *b, raw_arg *raw, i
   const nbop_meta *full = &f->groups[b->gid].meta;
   int32_t j = 0;
   while (j < b->nin) {
-    const nbop_meta *m = &f->g->outs[f->g->nodes[nbgraph_key_node(b->ins[j])].out0 + nbgraph_key_out(b->ins[j])].meta;
+    const nbop_meta *m = &out_of(f->g, b->ins[j])->meta;
     if (m->rank == full->rank && !memcmp(m->shape, full->shape, (size_t)m->rank * sizeof *m->shape)) break;
     j++;
   }
