@@ -664,8 +664,7 @@ void nb_session_set_threads(nb_session *s, int n);
    back right after its last use (or is written over in place by the op that reads it last),
    so once a first run has filled the pool, runs of the same feeds and fetches take nothing
    from malloc (allocs_last_run 0). peak_bytes_last_run: the most bytes of blocks the last
-   run held at once beyond those held when it began (its results included; an upper bound
-   when steps ran at once). With more than one thread (nb_session_set_threads), two
+   run held at once beyond those held when it began (its results included). With more than one thread (nb_session_set_threads), two
    independent steps that each move enough data run at once, each on half the threads
    (TF's inter-op parallelism); concurrent_steps_last_run counts them. */
 typedef struct nb_session_stats {

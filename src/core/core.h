@@ -4,6 +4,7 @@
 
 #include "nabla.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -79,6 +80,9 @@ typedef struct nbcore_pool {
      handed out and not yet released through a context of this pool (a block released
      elsewhere, a session result freed by its caller, stays counted), and their most. */
   int64_t mallocs, held, peak;
+  /* Set while two threads take and return blocks here at once (a session's pair of steps,
+     one on a context whose blocks_from names this pool's): every block operation holds it. */
+  pthread_mutex_t *lock;
 } nbcore_pool;
 
 struct nbop_kargs;

@@ -74,19 +74,27 @@ static bool shared_put(nbcore_buffer *b) {
   return kept;
 }
 
+static void pool_lock(nbcore_pool *p) {
+  if (p->lock) pthread_mutex_lock(p->lock);
+}
+
+static void pool_unlock(nbcore_pool *p) {
+  if (p->lock) pthread_mutex_unlock(p->lock);
+}
+
 nbcore_buffer *nbcore_buffer_new(nb_ctx *c, size_t bytes) {
   int cls = size_class(bytes ? bytes : 1);
   nbcore_pool *p = nbcore_block_pool(c);
+  pool_lock(p);
   nbcore_buffer *b = cls >= 0 ? pool_take(p, cls) : NULL;
   if (!b && cls >= 0) b = shared_take(cls);
-  if (!b) {
-    b = buffer_alloc(cls >= 0 ? class_bytes(cls) : bytes, cls);
-    if (!b) return NULL;
-    p->mallocs++;
+  if (!b && (b = buffer_alloc(cls >= 0 ? class_bytes(cls) : bytes, cls))) p->mallocs++;
+  if (b) {
+    p->held += (int64_t)b->cap;
+    if (p->held > p->peak) p->peak = p->held;
+    atomic_init(&b->refs, 1);
   }
-  p->held += (int64_t)b->cap;
-  if (p->held > p->peak) p->peak = p->held;
-  atomic_init(&b->refs, 1);
+  pool_unlock(p);
   return b;
 }
 
@@ -119,9 +127,15 @@ void nbcore_buffer_release(nb_ctx *c, nbcore_buffer *b) {
     return;
   }
   nbcore_pool *p = c ? nbcore_block_pool(c) : NULL;
-  if (p) p->held -= (int64_t)b->cap;
-  if (p ? pool_put(p, b) : shared_put(b)) return;
-  free(b);
+  if (!p) {
+    if (!shared_put(b)) free(b);
+    return;
+  }
+  pool_lock(p);
+  p->held -= (int64_t)b->cap;
+  bool kept = pool_put(p, b);
+  pool_unlock(p);
+  if (!kept) free(b);
 }
 
 /* Frees the pooled blocks of p and hands its released handles to the process's queue. */

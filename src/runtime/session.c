@@ -7,6 +7,7 @@
 #include "runtime.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,8 @@ typedef struct nbrt_plan {
 struct nb_session {
   nb_graph *g;
   nb_ctx *ctx;
-  nb_ctx *worker; /* runs the second step of a pair (its own pool: the two run at once) */
+  nb_ctx *worker;            /* runs the second step of a pair, on the session context's blocks */
+  pthread_mutex_t pair_lock; /* guards those blocks while a pair runs */
   nbrt_plan **plans;
   int nplans;
   nb_tensor **vals;
@@ -51,6 +53,7 @@ nb_session *nb_session_new(nb_graph *g) {
     return NULL;
   }
   s->g = g;
+  pthread_mutex_init(&s->pair_lock, NULL);
   return s;
 }
 
@@ -78,6 +81,7 @@ void nb_session_free(nb_session *s) {
   free(s->vals);
   nb_ctx_free(s->worker);
   nb_ctx_free(s->ctx);
+  pthread_mutex_destroy(&s->pair_lock);
   free(s);
 }
 
@@ -533,17 +537,23 @@ static nb_code run_step(nb_session *s, nb_ctx *c, const nbrt_plan *p, int32_t i,
   return code;
 }
 
-/* Steps i and i + 1 at once, on s's context and its worker, half the threads each. Neither
-   writes over an input (the other may read it); nothing is freed until both are done. A
-   failure of the worker's step becomes s's context's error. */
+/* Steps i and i + 1 at once, on s's context and its worker, half the threads each, both
+   taking blocks from the context's pool under a lock (blocks one makes and the other frees
+   stay in one pool: no step after the first allocates). Neither writes over an input (the
+   other may read it); nothing is freed until both are done. A failure of the worker's step
+   becomes s's context's error. */
 static nb_code run_pair(nb_session *s, const nbrt_plan *p, int32_t i, nb_tensor **ins, nb_tensor **ins2) {
   nb_ctx *c[2] = {s->ctx, s->worker};
+  nbcore_pool *pool = nbcore_block_pool(s->ctx);
+  pthread_mutex_t *outer = pool->lock; /* a pair of a run enclosing this one: its lock serves */
   int threads = s->ctx->threads;
   nb_code code[2];
   c[1]->threads = threads / 2;
   c[0]->threads = threads - threads / 2;
+  if (!outer) pool->lock = &s->pair_lock;
 #pragma omp parallel for num_threads(2) schedule(static, 1)
   for (int k = 0; k < 2; k++) code[k] = run_step(s, c[k], p, i + k, k ? ins2 : ins, 0);
+  pool->lock = outer;
   c[0]->threads = threads;
   if (code[1] && !code[0]) code[0] = nbcore_fail(c[0], code[1], "%s", nb_error(c[1]));
   nb_clear_error(c[1]);
@@ -601,18 +611,19 @@ static nb_code run_dense(nb_session *s, nb_tensor *const *feed, nb_tensor *const
   if (!s->worker && s->ctx->threads > 1 && !(s->worker = nb_eager_new()))
     return session_fail(s, NB_NOMEM, "out of memory");
   nb_scope_begin(s->ctx);
-  if (s->worker) nb_scope_begin(s->worker);
-  nbcore_pool *pool = nbcore_block_pool(s->ctx), *wpool = s->worker ? &s->worker->pool : NULL;
+  if (s->worker) { /* the worker's blocks are the context's, for this run */
+    s->worker->blocks_from = s->ctx->blocks_from ? s->ctx->blocks_from : s->ctx;
+    nb_scope_begin(s->worker);
+  }
+  nbcore_pool *pool = nbcore_block_pool(s->ctx);
   int64_t mallocs = pool->mallocs, held = pool->held, peak = pool->peak;
-  int64_t wmallocs = wpool ? wpool->mallocs : 0, wheld = wpool ? wpool->held : 0;
   pool->peak = held; /* this run's peak; a function body's run inside it does the same */
-  if (wpool) wpool->peak = wheld;
   s->stats.concurrent_steps_last_run = 0;
   code = execute(s, p, feed_values, results);
   s->stats.runs++;
-  s->stats.allocs_last_run = pool->mallocs - mallocs + (wpool ? wpool->mallocs - wmallocs : 0);
+  s->stats.allocs_last_run = pool->mallocs - mallocs;
   s->stats.allocs_total += s->stats.allocs_last_run;
-  s->stats.peak_bytes_last_run = pool->peak - held + (wpool ? wpool->peak - wheld : 0); /* a bound with pairs */
+  s->stats.peak_bytes_last_run = pool->peak - held;
   if (peak > pool->peak) pool->peak = peak; /* the enclosing run's peak so far */
   if (code) {
     session_fail(s, code, "%s", nb_status(s->ctx) ? nb_error(s->ctx) : "out of memory");
@@ -622,7 +633,10 @@ static nb_code run_dense(nb_session *s, nb_tensor *const *feed, nb_tensor *const
     }
   }
   nb_clear_error(s->ctx);
-  if (s->worker) nb_scope_end(s->worker, NULL, 0);
+  if (s->worker) {
+    nb_scope_end(s->worker, NULL, 0);
+    s->worker->blocks_from = NULL;
+  }
   nb_scope_end(s->ctx, NULL, 0);
   return code;
 }
