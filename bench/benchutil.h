@@ -53,6 +53,17 @@ static inline double bench_per_call(nb_ctx *c, void (*call)(nb_ctx *, const void
   return bench_median(per_call, runs);
 }
 
+/* A float32 tensor of shape with values uniform in [-scale, scale] from rand(). */
+static inline nb_tensor *bench_uniform(nb_ctx *c, int rank, const int64_t *shape, float scale) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i];
+  float *v = malloc((size_t)n * sizeof *v);
+  for (int64_t i = 0; i < n; i++) v[i] = scale * (2.0f * (float)rand() / (float)RAND_MAX - 1.0f);
+  nb_tensor *t = nb_tensor_from(c, NB_F32, rank, shape, v);
+  free(v);
+  return t;
+}
+
 /* Resident set size in KiB, from /proc (0 where unavailable). */
 static inline long bench_rss_kib(void) {
   FILE *f = fopen("/proc/self/statm", "r");

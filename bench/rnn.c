@@ -5,6 +5,8 @@
      nb_rnn_eager   ms   nb_while in an eager context under a tape, nb_tape_gradient
      nb_rnn_accumulators  what the graph loop stacks for its gradient: count, and bytes
                           held after a run (stacks sharing one block count it once)
+     nb_rnn_graph_memory  the graph session's last run: data blocks it took from malloc
+                          and its peak block bytes (nb_session_get_stats)
    Each timing line names the float32 GEMM's backend and kernel.
    bench/peers/rnn.py times the same computation in PyTorch, TensorFlow and JAX. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -27,16 +29,6 @@
 typedef struct rnn {
   nb_tensor *wih, *whh, *b, *xs;
 } rnn;
-
-static nb_tensor *uniform(nb_ctx *c, int rank, const int64_t *shape, float scale) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= shape[i];
-  float *v = malloc((size_t)n * sizeof *v);
-  for (int64_t i = 0; i < n; i++) v[i] = scale * (2.0f * (float)rand() / (float)RAND_MAX - 1.0f);
-  nb_tensor *t = nb_tensor_from(c, NB_F32, rank, shape, v);
-  free(v);
-  return t;
-}
 
 static nb_code step_cond(nb_ctx *c, nb_tensor *const *v, nb_tensor **pred, void *user) {
   (void)user;
@@ -125,8 +117,8 @@ int main(int argc, char **argv) {
   srand(1);
   nb_ctx *e = nb_eager_new();
   int64_t swih[2] = {INPUT, HIDDEN}, swhh[2] = {HIDDEN, HIDDEN}, sb[1] = {HIDDEN}, sxs[3] = {SEQ, BATCH, INPUT};
-  rnn ev = {uniform(e, 2, swih, 0.125f), uniform(e, 2, swhh, 0.0625f), uniform(e, 1, sb, 0.0625f),
-            uniform(e, 3, sxs, 1)};
+  rnn ev = {bench_uniform(e, 2, swih, 0.125f), bench_uniform(e, 2, swhh, 0.0625f), bench_uniform(e, 1, sb, 0.0625f),
+            bench_uniform(e, 3, sxs, 1)};
   nb_graph *g = nb_graph_new();
   nb_ctx *c = nb_graph_ctx_new(g);
   rnn gv = {nb_placeholder(c, NB_F32, 2, swih, "w_ih"), nb_placeholder(c, NB_F32, 2, swhh, "w_hh"),
@@ -160,6 +152,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < RUNS; i++) te[i] = eager_step(e, &ev);
     print_time("graph", threads, bench_median(tg, RUNS));
     print_time("eager", threads, bench_median(te, RUNS));
+    nb_session_stats st;
+    nb_session_get_stats(s, &st);
+    printf("name=nb_rnn_graph_memory threads=%d allocs_per_step=%lld peak_mib=%.2f\n", threads,
+           (long long)st.allocs_last_run, (double)st.peak_bytes_last_run / (1 << 20));
   }
   nb_session_free(s);
   nb_ctx_free(c);

@@ -699,6 +699,22 @@ nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_val
                int nfetch, nb_tensor **results);
 const char *nb_session_error(const nb_session *s);
 void nb_session_set_threads(nb_session *s, int n);
+/* What s's runs took from memory. A run's data blocks (values, kernel scratch) come from a
+   pool of freed blocks in power-of-two sizes, planned by liveness: each value's block goes
+   back right after its last use (or is written over in place by the op that reads it last),
+   so once a first run has filled the pool, runs of the same feeds and fetches take nothing
+   from malloc (allocs_last_run 0). peak_bytes_last_run: the most bytes of blocks the last
+   run held at once beyond those held when it began (its results included). With more than one thread (nb_session_set_threads), two
+   independent steps that each move enough data run at once, each on half the threads
+   (TF's inter-op parallelism); concurrent_steps_last_run counts them. */
+typedef struct nb_session_stats {
+  int64_t runs;                      /* nb_run calls that reached their kernels */
+  int64_t allocs_last_run;           /* data blocks the last run took from malloc */
+  int64_t allocs_total;              /* over every run */
+  int64_t peak_bytes_last_run;       /* see above */
+  int64_t concurrent_steps_last_run; /* steps of the last run that ran beside another */
+} nb_session_stats;
+void nb_session_get_stats(const nb_session *s, nb_session_stats *out);
 
 /* ---- graph optimization: TF's grappler (docs/optimizer.md) ---------------------------------
    Graph -> graph passes that keep TF's semantics and the names of the fed and fetched
@@ -716,6 +732,8 @@ enum {
                                   chains, sums of zeros */
   NB_PASS_FOLD = 1u << 4,      /* values known when the graph was built become Consts (those
                                   of nodes downstream of a fed value excepted) */
+  NB_PASS_FUSE = 1u << 5,      /* chains and trees of float elementwise ops run as one loop over
+                                  blocks (_FusedElementwise), each input read once; last */
   NB_PASS_ALL = 0xffffu
 };
 typedef struct nb_session_opts {
@@ -723,7 +741,7 @@ typedef struct nb_session_opts {
 } nb_session_opts;
 /* The options nb_session_new uses: every pass, unless the environment variable
    NABLA_OPTIMIZE (read once) says "none", "all" or a comma list of pass names ("layout",
-   "transpose", "simplify", "cse", "fold"). */
+   "transpose", "simplify", "cse", "fold", "fuse"). */
 nb_session_opts nb_session_opts_default(void);
 /* A session whose plans run the passes of opts (NULL: nb_session_opts_default()). */
 nb_session *nb_session_new_with_opts(nb_graph *g, const nb_session_opts *opts);

@@ -4,6 +4,7 @@
 
 #include "nabla.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -75,6 +76,13 @@ typedef struct nbcore_pool {
   nbcore_buffer *free[NBCORE_POOL_CLASSES];
   size_t cached_bytes;
   nbcore_handle_queue handles;
+  /* Accounting for session stats: data blocks taken from malloc, and the bytes of blocks
+     handed out and not yet released through a context of this pool (a block released
+     elsewhere, a session result freed by its caller, stays counted), and their most. */
+  int64_t mallocs, held, peak;
+  /* Set while two threads take and return blocks here at once (a session's pair of steps,
+     one on a context whose blocks_from names this pool's): every block operation holds it. */
+  pthread_mutex_t *lock;
 } nbcore_pool;
 
 struct nbop_kargs;
@@ -163,6 +171,8 @@ static inline int64_t nbcore_bits_of(const void *obj, size_t n) {
 }
 
 /* buffers and handles */
+/* The pool c's data blocks come from (see nb_ctx.blocks_from). */
+static inline nbcore_pool *nbcore_block_pool(nb_ctx *c) { return c->blocks_from ? &c->blocks_from->pool : &c->pool; }
 nbcore_buffer *nbcore_buffer_new(nb_ctx *c, size_t bytes);
 void nbcore_buffer_retain(nbcore_buffer *b);
 /* bytes of parent's data from offset, without copying; holds parent. NULL when out of memory. */

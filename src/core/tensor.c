@@ -3,6 +3,7 @@
 #include "core.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,21 +37,64 @@ static nbcore_buffer *buffer_alloc(size_t cap, int cls) {
   return b;
 }
 
-static nbcore_pool *block_pool(nb_ctx *c) { return c->blocks_from ? &c->blocks_from->pool : &c->pool; }
+/* Blocks released through no context (session results their callers free): any context
+   takes them when its own pool has none of a size, so a loop that frees its results each
+   step takes nothing from malloc either. */
+static pthread_mutex_t shared_blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+static nbcore_pool shared_blocks;
+
+static nbcore_buffer *pool_take(nbcore_pool *p, int cls) {
+  nbcore_buffer *b = p->free[cls];
+  if (b) {
+    p->free[cls] = b->next;
+    p->cached_bytes -= b->cap;
+  }
+  return b;
+}
+
+static bool pool_put(nbcore_pool *p, nbcore_buffer *b) {
+  if (b->size_class < 0 || p->cached_bytes + b->cap > NBCORE_POOL_MAX_CACHED) return false;
+  b->next = p->free[b->size_class];
+  p->free[b->size_class] = b;
+  p->cached_bytes += b->cap;
+  return true;
+}
+
+static nbcore_buffer *shared_take(int cls) {
+  pthread_mutex_lock(&shared_blocks_lock);
+  nbcore_buffer *b = pool_take(&shared_blocks, cls);
+  pthread_mutex_unlock(&shared_blocks_lock);
+  return b;
+}
+
+static bool shared_put(nbcore_buffer *b) {
+  pthread_mutex_lock(&shared_blocks_lock);
+  bool kept = pool_put(&shared_blocks, b);
+  pthread_mutex_unlock(&shared_blocks_lock);
+  return kept;
+}
+
+static void pool_lock(nbcore_pool *p) {
+  if (p->lock) pthread_mutex_lock(p->lock);
+}
+
+static void pool_unlock(nbcore_pool *p) {
+  if (p->lock) pthread_mutex_unlock(p->lock);
+}
 
 nbcore_buffer *nbcore_buffer_new(nb_ctx *c, size_t bytes) {
   int cls = size_class(bytes ? bytes : 1);
-  nbcore_pool *p = block_pool(c);
-  nbcore_buffer *b;
-  if (cls >= 0 && p->free[cls]) {
-    b = p->free[cls];
-    p->free[cls] = b->next;
-    p->cached_bytes -= b->cap;
-  } else {
-    b = buffer_alloc(cls >= 0 ? class_bytes(cls) : bytes, cls);
-    if (!b) return NULL;
+  nbcore_pool *p = nbcore_block_pool(c);
+  pool_lock(p);
+  nbcore_buffer *b = cls >= 0 ? pool_take(p, cls) : NULL;
+  if (!b && cls >= 0) b = shared_take(cls);
+  if (!b && (b = buffer_alloc(cls >= 0 ? class_bytes(cls) : bytes, cls))) p->mallocs++;
+  if (b) {
+    p->held += (int64_t)b->cap;
+    if (p->held > p->peak) p->peak = p->held;
+    atomic_init(&b->refs, 1);
   }
-  atomic_init(&b->refs, 1);
+  pool_unlock(p);
   return b;
 }
 
@@ -82,14 +126,16 @@ void nbcore_buffer_release(nb_ctx *c, nbcore_buffer *b) {
     nbcore_buffer_release(c, parent);
     return;
   }
-  nbcore_pool *p = c ? block_pool(c) : NULL;
-  if (p && b->size_class >= 0 && p->cached_bytes + b->cap <= NBCORE_POOL_MAX_CACHED) {
-    b->next = p->free[b->size_class];
-    p->free[b->size_class] = b;
-    p->cached_bytes += b->cap;
+  nbcore_pool *p = c ? nbcore_block_pool(c) : NULL;
+  if (!p) {
+    if (!shared_put(b)) free(b);
     return;
   }
-  free(b);
+  pool_lock(p);
+  p->held -= (int64_t)b->cap;
+  bool kept = pool_put(p, b);
+  pool_unlock(p);
+  if (!kept) free(b);
 }
 
 /* Frees the pooled blocks of p and hands its released handles to the process's queue. */

@@ -879,7 +879,7 @@ nb_code nbgraph_share_vars(nb_graph *g, const nb_graph *src) {
   if (!nbcore_grow_array((void **)&g->vars, &g->vars_cap, src->nvars, sizeof *g->vars)) return NB_NOMEM;
   for (int32_t i = 0; i < src->nvars; i++) {
     nbcore_variable_retain(src->vars[i].var);
-    g->vars[g->nvars++] = (nbgraph_var){src->vars[i].var, -1};
+    g->vars[g->nvars++] = (nbgraph_var){src->vars[i].var, -1, false};
   }
   return NB_OK;
 }

@@ -10,6 +10,8 @@
 
 typedef void (*nbop_unary_loop)(const void *x, void *y, int64_t n, double p);
 typedef void (*nbop_pair_loop)(const void *a, const void *b, void *o, int64_t n, double p);
+/* One inner row of a broadcasting binary op: a and b advance by sa/sb elements (0 or 1). */
+typedef void (*nbop_binary_loop)(int64_t n, const void *a, int64_t sa, const void *b, int64_t sb, void *o);
 
 typedef struct nbop_unary_impl {
   nbop_unary_loop fn[NB_BOOL + 1];
@@ -26,5 +28,10 @@ nb_code nbop_unary_kernel(nbop_kargs *k);
 /* TF requires both inputs to have one shape and dtype: no broadcasting. */
 nb_code nbop_pair_validate(nbop_kargs *k);
 nb_code nbop_pair_kernel(nbop_kargs *k);
+/* def's row loop for dtype t when def is a broadcasting binary op whose result has its
+   inputs' dtype (not a comparison); NULL otherwise. */
+nbop_binary_loop nbop_binary_loop_of(const nbop_def *def, nb_dtype t);
+/* The parameter p that op def's loops take with attrs attr (see above). */
+double nbop_loop_param(const nbop_def *def, const nbop_attrval *attr);
 
 #endif

@@ -201,32 +201,32 @@ UNARY_FLOAT(sin)
 UNARY_FLOAT(cos)
 UNARY_LOOP(logical_not, b, uint8_t)
 
-/* One inner row: a and b advance by sa/sb elements (0 or 1) per output element. */
-typedef void (*binary_fn)(int64_t n, const void *a, int64_t sa, const void *b, int64_t sb, void *o);
 typedef struct binary_impl {
-  binary_fn fn[NB_BOOL + 1];
+  nbop_binary_loop fn[NB_BOOL + 1];
   bool to_bool;                    /* comparisons produce bool */
   nb_code (*check)(nbop_kargs *k); /* rejects inputs the loop cannot take */
   bool mismatch_value;             /* Equal/NotEqual: the result for shapes that do not broadcast */
 } binary_impl;
 
-/* Separate loops per stride case so each one vectorizes. */
-#define BINARY_LOOP(name, sfx, T, TO)                                                                         \
-  static void name##_bin_##sfx(int64_t n, const void *pa, int64_t sa, const void *pb, int64_t sb, void *po) { \
-    const T *a = pa, *b = pb;                                                                                 \
-    TO *o = po;                                                                                               \
-    if (sa && sb) {                                                                                           \
-      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                                        \
-    } else if (sb) {                                                                                          \
-      const T x = a[0];                                                                                       \
-      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(x, b[i]);                                           \
-    } else if (sa) {                                                                                          \
-      const T y = b[0];                                                                                       \
-      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], y);                                           \
-    } else {                                                                                                  \
-      const TO v = name##_##sfx(a[0], b[0]);                                                                  \
-      for (int64_t i = 0; i < n; i++) o[i] = v;                                                               \
-    }                                                                                                         \
+/* Separate loops per stride case so each one vectorizes; with AVX clones too, as the
+   fused kernel runs them on blocks in cache, where they are compute-bound. */
+#define BINARY_LOOP(name, sfx, T, TO)                                                                              \
+  NBOP_SIMD_CLONES static void name##_bin_##sfx(int64_t n, const void *pa, int64_t sa, const void *pb, int64_t sb, \
+                                                void *po) {                                                        \
+    const T *a = pa, *b = pb;                                                                                      \
+    TO *o = po;                                                                                                    \
+    if (sa && sb) {                                                                                                \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], b[i]);                                             \
+    } else if (sb) {                                                                                               \
+      const T x = a[0];                                                                                            \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(x, b[i]);                                                \
+    } else if (sa) {                                                                                               \
+      const T y = b[0];                                                                                            \
+      for (int64_t i = 0; i < n; i++) o[i] = name##_##sfx(a[i], y);                                                \
+    } else {                                                                                                       \
+      const TO v = name##_##sfx(a[0], b[0]);                                                                       \
+      for (int64_t i = 0; i < n; i++) o[i] = v;                                                                    \
+    }                                                                                                              \
   }
 #define BINARY_FLOAT(name) BINARY_LOOP(name, f32, float, float) BINARY_LOOP(name, f64, double, double)
 #define BINARY_NUM(name) \
@@ -317,10 +317,12 @@ nb_code nbop_unary_validate(nbop_kargs *k) {
 
 /* The op's parameter for its loops: attr 0 if it has attrs. TF's float attrs are 32-bit,
    so a float one is rounded to float as TF's float64 kernels see it. */
-static double loop_param(const nbop_kargs *k) {
-  if (!k->def->nattrs) return 0;
-  return k->def->attrs[0].kind == NB_ATTR_BOOL ? (double)k->attr[0].b : (double)(float)k->attr[0].f;
+double nbop_loop_param(const nbop_def *def, const nbop_attrval *attr) {
+  if (!def->nattrs) return 0;
+  return def->attrs[0].kind == NB_ATTR_BOOL ? (double)attr[0].b : (double)(float)attr[0].f;
 }
+
+static double loop_param(const nbop_kargs *k) { return nbop_loop_param(k->def, k->attr); }
 
 /* One flat loop split over threads: a unary loop (b NULL) or a pair loop. */
 typedef struct flat_job {
@@ -407,7 +409,7 @@ typedef struct bcast_job {
   size_t in_esz[NBCORE_BCAST_MAX_IN];
   char *out;
   size_t out_esz;
-  binary_fn bfn;
+  nbop_binary_loop bfn;
   void (*row)(const struct bcast_job *j, int64_t n, const char *const *in, const int64_t *st, char *out);
 } bcast_job;
 
@@ -469,6 +471,12 @@ static nb_code binary_kernel(nbop_kargs *k) {
   bcast_job j = {.bfn = b->fn[k->in[0]->dtype], .row = binary_row};
   run_bcast(k, &j, 2, binary_ins);
   return NB_OK;
+}
+
+nbop_binary_loop nbop_binary_loop_of(const nbop_def *def, nb_dtype t) {
+  if (def->kernel != binary_kernel) return NULL;
+  const binary_impl *b = def->impl;
+  return b->to_bool ? NULL : b->fn[t];
 }
 
 /* Equal and NotEqual take TF's attr incompatible_shape_error: when it is false, inputs
@@ -631,7 +639,7 @@ static nb_code add_n_validate(nbop_kargs *k) {
 
 typedef struct add_n_job {
   const nbop_kargs *k;
-  binary_fn add;
+  nbop_binary_loop add;
   size_t esz;
 } add_n_job;
 

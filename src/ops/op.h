@@ -264,6 +264,8 @@ nbop_family nbop_control_flow_family(void);
 nbop_family nbop_host_callback_family(void);
 /* CollectiveReduceV2, CollectiveGatherV2, the broadcasts, NcclAllReduce (collective.c) */
 nbop_family nbop_collective_family(void);
+/* _FusedElementwise: the optimizer's fused elementwise ops (fused.c) */
+nbop_family nbop_fused_family(void);
 
 /* While, If and StatefulPartitionedCall run function graphs, which sit in src/func, above
    ops, runtime and autodiff. Their defs are in the control-flow family like every op's,

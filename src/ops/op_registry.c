@@ -62,11 +62,11 @@ static void intern(nbop_def *def) {
 }
 
 static void registry_build(void) {
-  nbop_family (*const families[])(void) = {nbop_math_family,         nbop_reduce_family,        nbop_linalg_family,
-                                           nbop_array_family,        nbop_slicing_family,       nbop_custom_family,
-                                           nbop_nn_family,           nbop_variable_family,      nbop_training_family,
-                                           nbop_norm_family,         nbop_random_family,        nbop_conv_family,
-                                           nbop_control_flow_family, nbop_host_callback_family, nbop_collective_family};
+  nbop_family (*const families[])(void) = {
+      nbop_math_family,         nbop_reduce_family,        nbop_linalg_family,     nbop_array_family,
+      nbop_slicing_family,      nbop_custom_family,        nbop_nn_family,         nbop_variable_family,
+      nbop_training_family,     nbop_norm_family,          nbop_random_family,     nbop_conv_family,
+      nbop_control_flow_family, nbop_host_callback_family, nbop_collective_family, nbop_fused_family};
   for (size_t f = 0; f < sizeof families / sizeof *families; f++) {
     nbop_family fam = families[f]();
     for (int i = 0; i < fam.n; i++) intern(&fam.defs[i]);

@@ -1,5 +1,6 @@
 /* The optimizer's pipeline and its public entries: nb_graph_optimize, and the sessions
    that run it when they plan (nb_session_new, nb_session_new_with_opts). */
+#include "fuse.h"
 #include "opt.h"
 
 #include <pthread.h>
@@ -36,7 +37,8 @@ static nb_code run_passes(nbopt_graph *o, unsigned bits) {
   return NB_OK;
 }
 
-/* Reads g in, runs the passes of `bits` and writes the result: *out and mapped (keys[i] in it). */
+/* Reads g in, runs the passes of `bits` and writes the result: *out and mapped (keys[i] in it).
+   Fusion comes last, on the written graph: it rewrites an nb_graph in place (fuse.c). */
 static nb_code optimize(const nb_graph *g, const int64_t *keys, int nfeed, int nfetch, unsigned bits, nb_graph **out,
                         int64_t *mapped) {
   nbopt_graph o;
@@ -45,6 +47,11 @@ static nb_code optimize(const nb_graph *g, const int64_t *keys, int nfeed, int n
   if (!code) code = run_passes(&o, bits);
   if (!code) code = nbopt_write(&o, out, mapped, err, sizeof err);
   nbopt_free(&o);
+  if (!code && (bits & NB_PASS_FUSE)) code = nbopt_fuse_elementwise(*out, mapped, nfeed, nfetch);
+  if (code && *out) {
+    nb_graph_free(*out);
+    *out = NULL;
+  }
   return code;
 }
 
@@ -66,6 +73,7 @@ static void read_env(void) {
   env_opts.passes = 0;
   for (const char *p = v; *p;) {
     size_t n = strcspn(p, ",");
+    if (n == 4 && strncmp(p, "fuse", 4) == 0) env_opts.passes |= NB_PASS_FUSE;
     for (int i = 0; i < NPASSES; i++)
       if (strlen(passes[i].name) == n && strncmp(p, passes[i].name, n) == 0) env_opts.passes |= passes[i].bit;
     p += n + (p[n] == ',');

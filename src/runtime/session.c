@@ -1,9 +1,13 @@
 /* Sessions: run the part of a graph that the fetches need. A plan (pruned node order,
    where each input comes from, when each value is last used) is built once per
    (feeds, fetches) signature and cached; running it dispatches each node's op on an
-   eager context and frees every intermediate right after its last use. */
+   eager context and frees every intermediate right after its last use. Two independent
+   heavy steps next to each other in the plan run at once on two threads (TF's inter-op
+   pool), each with half the intra-op threads: the plan moves such a pair together. */
 #include "runtime.h"
 
+#include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +30,7 @@ typedef struct nbrt_plan {
   uint32_t *dying; /* step i: bit j when its input j (j < 32) is freed right after it */
   int32_t *feed_vals, *fetch_vals;
   bool *from_value; /* step i takes its node's build-time value instead of running */
+  bool *paired;     /* step i runs at once with step i + 1 (independent of it) */
 } nbrt_plan;
 
 struct nb_session {
@@ -33,11 +38,14 @@ struct nb_session {
   nbrt_optimize_fn optimize; /* NULL: plans run g as built */
   nb_session_opts opts;
   nb_ctx *ctx;
+  nb_ctx *worker;            /* runs the second step of a pair, on the session context's blocks */
+  pthread_mutex_t pair_lock; /* guards those blocks while a pair runs */
   nbrt_plan **plans;
   int nplans;
   nb_tensor **vals;
   int32_t vals_cap;
   int take; /* the next nb_run frees feed values [0, take) (nbrt_session_take_feeds) */
+  nb_session_stats stats;
   char error[NBCORE_ERR_CAP];
 };
 
@@ -52,6 +60,7 @@ nb_session *nbrt_session_new(nb_graph *g, nbrt_optimize_fn optimize, const nb_se
   s->g = g;
   s->optimize = optimize;
   if (opts) s->opts = *opts;
+  pthread_mutex_init(&s->pair_lock, NULL);
   return s;
 }
 
@@ -72,6 +81,7 @@ static void plan_free(nbrt_plan *p) {
   free(p->feed_vals);
   free(p->fetch_vals);
   free(p->from_value);
+  free(p->paired);
   free(p);
 }
 
@@ -80,7 +90,9 @@ void nb_session_free(nb_session *s) {
   for (int i = 0; i < s->nplans; i++) plan_free(s->plans[i]);
   free(s->plans);
   free(s->vals);
+  nb_ctx_free(s->worker);
   nb_ctx_free(s->ctx);
+  pthread_mutex_destroy(&s->pair_lock);
   free(s);
 }
 
@@ -99,6 +111,10 @@ static void drop_taken(nb_session *s, nb_tensor *const *feed_values, int nfeed) 
   for (int i = 0; feed_values && i < s->take && i < nfeed; i++)
     if (feed_values[i]) nb_tensor_free(feed_values[i]);
   s->take = 0;
+}
+
+void nb_session_get_stats(const nb_session *s, nb_session_stats *out) {
+  if (s && out) *out = s->stats;
 }
 
 void nb_session_set_threads(nb_session *s, int n) {
@@ -269,6 +285,82 @@ static nb_code order_steps(planner *pl) {
   return NB_INTERNAL;
 }
 
+/* ---- pairs of steps run at once ----------------------------------------------------- */
+
+#define NBRT_PAIR_MIN_ELEMS (1 << 14) /* inputs and outputs of a step worth a thread of its own */
+#define NBRT_PAIR_LOOKAHEAD 16        /* steps searched for a partner */
+
+static int64_t static_elems(const nbop_meta *m) {
+  return nbcore_dims_known(m->rank, m->shape) ? nbcore_shape_size(m->rank, m->shape) : 0;
+}
+
+/* A step that may run beside another: it computes at run time, touches no state
+   (variables, host callbacks, function graphs: their order and their own sessions stay
+   as planned), and moves enough data to be worth a thread. */
+static bool pairable(const planner *pl, int32_t id) {
+  const nb_graph *g = pl->g;
+  const nbgraph_node *n = &g->nodes[id];
+  const nbop_def *def = n->def;
+  if (node_known(pl, n) || def->stateful || !def->kernel || def->any_rank || def->hold_attrs || def->alias >= 0)
+    return false;
+  int64_t elems = 0;
+  for (int32_t o = 0; o < n->nout; o++) elems += static_elems(&g->outs[n->out0 + o].meta);
+  for (int32_t i = 0; i < n->nin; i++) {
+    const nbgraph_edge *e = &g->edges[n->in0 + i];
+    elems += static_elems(&g->outs[g->nodes[e->src].out0 + e->out].meta);
+  }
+  return elems >= NBRT_PAIR_MIN_ELEMS;
+}
+
+/* Whether step j reads nothing made at or after position i (pos: node -> position). */
+static bool ready_at(const planner *pl, const int32_t *pos, int32_t j, int32_t i) {
+  const nb_graph *g = pl->g;
+  const nbgraph_node *n = &g->nodes[pl->p->steps[j]];
+  for (int32_t k = 0; k < n->nin; k++) {
+    const nbgraph_edge *e = &g->edges[n->in0 + k];
+    if (edge_live(pl->p, e) && g->nodes[e->src].stamp == pl->gen && pos[e->src] >= i) return false;
+  }
+  for (int32_t e = n->ctrl; e >= 0; e = g->edges[e].next_ctrl)
+    if (pos[g->edges[e].src] >= i) return false;
+  return true;
+}
+
+/* Moves step j to position i + 1 (the steps between depend not on it: they came first). */
+static void move_step(nbrt_plan *p, int32_t *pos, int32_t j, int32_t i) {
+  int32_t id = p->steps[j];
+  for (int32_t k = j; k > i + 1; k--) {
+    p->steps[k] = p->steps[k - 1];
+    pos[p->steps[k]] = k;
+  }
+  p->steps[i + 1] = id;
+  pos[id] = i + 1;
+}
+
+/* For each pairable step, the first pairable one within the lookahead that needs nothing
+   from it or the steps between joins it. Only stateless steps move, so stateful ones keep
+   their order. */
+static nb_code pair_steps(planner *pl) {
+  nbrt_plan *p = pl->p;
+  int32_t *pos = malloc((size_t)pl->g->nnodes * sizeof *pos);
+  p->paired = calloc((size_t)p->nsteps + 1, sizeof *p->paired);
+  if (!pos || !p->paired) {
+    free(pos);
+    return NB_NOMEM;
+  }
+  for (int32_t i = 0; i < p->nsteps; i++) pos[p->steps[i]] = i;
+  for (int32_t i = 0; i + 1 < p->nsteps; i++) {
+    if (!pairable(pl, p->steps[i])) continue;
+    for (int32_t j = i + 1; j < p->nsteps && j <= i + NBRT_PAIR_LOOKAHEAD; j++) {
+      if (!pairable(pl, p->steps[j]) || !ready_at(pl, pos, j, i)) continue;
+      move_step(p, pos, j, i);
+      p->paired[i++] = true;
+      break;
+    }
+  }
+  free(pos);
+  return NB_OK;
+}
+
 /* Value indices: feeds first, then each step's outputs; inputs resolved per step. */
 static nb_code assign_values(planner *pl) {
   nb_graph *g = pl->g;
@@ -353,6 +445,7 @@ static nb_code build_plan(nb_session *s, nbrt_plan *p) {
   if (!code) code = collect_needed(&pl);
   if (!code) code = check_placeholders(&pl);
   if (!code) code = order_steps(&pl);
+  if (!code) code = pair_steps(&pl);
   if (!code) code = assign_values(&pl);
   if (!code) code = plan_frees(p);
   free(pl.needed);
@@ -468,39 +561,76 @@ static nb_code check_feed(nb_session *s, const nb_tensor *t, const nb_tensor *v)
   return NB_OK;
 }
 
-static nb_code run_step(nb_session *s, const nbrt_plan *p, int32_t i, nb_tensor **ins) {
+/* Step i on context c; forwardable: the dying inputs it may write over. */
+static nb_code run_step(nb_session *s, nb_ctx *c, const nbrt_plan *p, int32_t i, nb_tensor **ins,
+                        uint32_t forwardable) {
   const nbgraph_node *n = &p->g->nodes[p->steps[i]];
   nb_tensor **outs = s->vals + p->out0[i];
   const nbgraph_out *o = &p->g->outs[n->out0];
   if (p->from_value[i]) { /* known at build time */
-    for (int32_t j = 0; j < n->nout; j++) outs[j] = nb_identity(s->ctx, (nb_tensor *)o[j].value);
-    return nb_status(s->ctx);
+    for (int32_t j = 0; j < n->nout; j++) outs[j] = nb_identity(c, (nb_tensor *)o[j].value);
+    return nb_status(c);
   }
   for (int32_t j = p->in_off[i]; j < p->in_off[i + 1]; j++) ins[j - p->in_off[i]] = s->vals[p->in_vals[j]];
-  s->ctx->run_node = n->name;
-  s->ctx->forwardable = p->dying[i];
-  nb_code code = nbop_dispatch(s->ctx, n->def, ins, n->nin, n->attr, outs, n->nout);
-  s->ctx->forwardable = 0;
-  s->ctx->run_node = NULL;
+  c->run_node = n->name;
+  c->forwardable = forwardable;
+  nb_code code = nbop_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
+  c->forwardable = 0;
+  c->run_node = NULL;
   return code;
 }
 
+/* Steps i and i + 1 at once, on s's context and its worker, half the threads each, both
+   taking blocks from the context's pool under a lock (blocks one makes and the other frees
+   stay in one pool: no step after the first allocates). Neither writes over an input (the
+   other may read it); nothing is freed until both are done. A failure of the worker's step
+   becomes s's context's error. */
+static nb_code run_pair(nb_session *s, const nbrt_plan *p, int32_t i, nb_tensor **ins, nb_tensor **ins2) {
+  nb_ctx *c[2] = {s->ctx, s->worker};
+  nbcore_pool *pool = nbcore_block_pool(s->ctx);
+  pthread_mutex_t *outer = pool->lock; /* a pair of a run enclosing this one: its lock serves */
+  int threads = s->ctx->threads;
+  nb_code code[2];
+  c[1]->threads = threads / 2;
+  c[0]->threads = threads - threads / 2;
+  if (!outer) pool->lock = &s->pair_lock;
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+  for (int k = 0; k < 2; k++) code[k] = run_step(s, c[k], p, i + k, k ? ins2 : ins, 0);
+  pool->lock = outer;
+  c[0]->threads = threads;
+  if (code[1] && !code[0]) code[0] = nbcore_fail(c[0], code[1], "%s", nb_error(c[1]));
+  nb_clear_error(c[1]);
+  return code[0];
+}
+
+static void free_after(nb_session *s, const nbrt_plan *p, int32_t i) {
+  for (int32_t j = p->free_off[i]; j < p->free_off[i + 1]; j++) {
+    nb_tensor_free(s->vals[p->free_vals[j]]);
+    s->vals[p->free_vals[j]] = NULL;
+  }
+}
+
 static nb_code execute(nb_session *s, const nbrt_plan *p, nb_tensor *const *feed_values, nb_tensor **results) {
-  nb_tensor *ins_small[64], **ins = ins_small;
-  if (p->max_in > 64 && !(ins = malloc((size_t)p->max_in * sizeof *ins))) return NB_NOMEM;
+  nb_tensor *ins_small[2][64], **ins = ins_small[0], **ins2 = ins_small[1];
+  if (p->max_in > 64 && !(ins = malloc((size_t)p->max_in * 2 * sizeof *ins))) return NB_NOMEM;
+  if (p->max_in > 64) ins2 = ins + p->max_in;
   for (int i = 0; i < p->nfeed; i++) s->vals[i] = nb_identity(s->ctx, feed_values[i]);
   drop_taken(s, feed_values, p->nfeed); /* now the run's references may be the only ones */
   nb_code code = nb_status(s->ctx);
+  bool pairs = s->ctx->threads > 1 && s->worker;
   for (int32_t i = 0; i < p->nsteps && !code; i++) {
-    code = run_step(s, p, i, ins);
-    for (int32_t j = p->free_off[i]; j < p->free_off[i + 1]; j++) {
-      nb_tensor_free(s->vals[p->free_vals[j]]);
-      s->vals[p->free_vals[j]] = NULL;
+    if (pairs && p->paired[i]) {
+      code = run_pair(s, p, i, ins, ins2);
+      s->stats.concurrent_steps_last_run += 2;
+      free_after(s, p, i++);
+    } else {
+      code = run_step(s, s->ctx, p, i, ins, p->dying[i]);
     }
+    free_after(s, p, i);
   }
   for (int i = 0; i < p->nfetch && !code; i++)
     if (!(results[i] = nbgraph_detached_share(s->vals[p->fetch_vals[i]]))) code = NB_NOMEM;
-  if (ins != ins_small) free(ins);
+  if (ins != ins_small[0]) free(ins);
   return code;
 }
 
@@ -539,8 +669,23 @@ static nb_code run_dense(nb_session *s, nb_tensor *const *feed, nb_tensor *const
     s->vals = v;
     s->vals_cap = p->nvals;
   }
+  if (!s->worker && s->ctx->threads > 1 && !(s->worker = nb_eager_new()))
+    return session_fail(s, NB_NOMEM, "out of memory");
   nb_scope_begin(s->ctx);
+  if (s->worker) { /* the worker's blocks are the context's, for this run */
+    s->worker->blocks_from = s->ctx->blocks_from ? s->ctx->blocks_from : s->ctx;
+    nb_scope_begin(s->worker);
+  }
+  nbcore_pool *pool = nbcore_block_pool(s->ctx);
+  int64_t mallocs = pool->mallocs, held = pool->held, peak = pool->peak;
+  pool->peak = held; /* this run's peak; a function body's run inside it does the same */
+  s->stats.concurrent_steps_last_run = 0;
   code = execute(s, p, feed_values, results);
+  s->stats.runs++;
+  s->stats.allocs_last_run = pool->mallocs - mallocs;
+  s->stats.allocs_total += s->stats.allocs_last_run;
+  s->stats.peak_bytes_last_run = pool->peak - held;
+  if (peak > pool->peak) pool->peak = peak; /* the enclosing run's peak so far */
   if (code) {
     session_fail(s, code, "%s", nb_status(s->ctx) ? nb_error(s->ctx) : "out of memory");
     for (int i = 0; i < nfetch; i++) {
@@ -549,6 +694,10 @@ static nb_code run_dense(nb_session *s, nb_tensor *const *feed, nb_tensor *const
     }
   }
   nb_clear_error(s->ctx);
+  if (s->worker) {
+    nb_scope_end(s->worker, NULL, 0);
+    s->worker->blocks_from = NULL;
+  }
   nb_scope_end(s->ctx, NULL, 0);
   return code;
 }

@@ -1,0 +1,191 @@
+/* bench/fusion: elementwise fusion (nbopt_fuse_elementwise) on and off in one run, 1 and 2
+   threads, float32, ms per nb_run (median of RUNS after a warm-up):
+     nb_fusion_layernorm  layer norm of 1024 x 1024 over the last dim, (x - mean) rsqrt(var
+                          + eps) gamma + beta, and loss = sum(y w): forward and the gradients
+                          to x, gamma and beta
+     nb_fusion_gelu_mlp   x 1024x256 -> 1024 -> 256, GELU as tf.nn.gelu(approximate=True)
+                          composes it (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))),
+                          loss = mean((y - t)^2): forward and the gradients to every weight
+   Each line has the graph's node count run unfused and fused (nodes=), and the speedup of
+   fused over unfused at that thread count; a _memory line per session gives the data
+   blocks a step took from malloc after the first (allocs_per_step), those of the first
+   (allocs_first: every run after it took as many as the last), and the last step's peak
+   block bytes (nb_session_get_stats). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <nabla.h>
+
+#include "../src/graph/graph.h" /* the session's fetch keys, remapped by the pass */
+#include "../src/opt/fuse.h"
+#include "benchutil.h"
+
+#include <string.h>
+
+#define RUNS 15
+#define MAX_IO 8
+
+typedef struct workload {
+  const char *name;
+  nb_graph *g;
+  nb_ctx *c;
+  nb_tensor *feed[MAX_IO], *val[MAX_IO], *fetch[MAX_IO];
+  int nfeed, nfetch;
+} workload;
+
+static nb_tensor *input(workload *w, nb_ctx *e, int rank, const int64_t *shape, float scale) {
+  w->val[w->nfeed] = bench_uniform(e, rank, shape, scale);
+  return w->feed[w->nfeed++] = nb_placeholder(w->c, NB_F32, rank, shape, NULL);
+}
+
+static void layernorm(workload *w, nb_ctx *e) {
+  nb_ctx *c = w->c;
+  const int64_t full[2] = {1024, 1024}, row[1] = {1024};
+  nb_tensor *x = input(w, e, 2, full, 1), *gamma = input(w, e, 1, row, 1), *beta = input(w, e, 1, row, 1);
+  nb_tensor *wt = input(w, e, 2, full, 1);
+  int axis = 1;
+  nb_tensor *xc = nb_sub(c, x, nb_mean(c, x, &axis, 1, true));
+  nb_tensor *var = nb_mean(c, nb_square(c, xc), &axis, 1, true);
+  nb_tensor *y =
+      nb_add(c, nb_mul(c, nb_mul(c, xc, nb_rsqrt(c, nb_add(c, var, nb_scalar(c, NB_F32, 1e-5)))), gamma), beta);
+  nb_tensor *loss = nb_sum(c, nb_mul(c, y, wt), NULL, 0, false);
+  nb_tensor *xs[3] = {x, gamma, beta};
+  nb_gradients(c, &loss, 1, xs, 3, NULL, w->fetch);
+  w->fetch[3] = loss;
+  w->nfetch = 4;
+}
+
+static nb_tensor *gelu_composed(nb_ctx *c, nb_tensor *x) {
+  nb_tensor *cube = nb_mul(c, nb_mul(c, x, x), x);
+  nb_tensor *u = nb_mul(c, nb_scalar(c, NB_F32, 0.7978845608028654),
+                        nb_add(c, x, nb_mul(c, nb_scalar(c, NB_F32, 0.044715), cube)));
+  return nb_mul(c, nb_mul(c, nb_scalar(c, NB_F32, 0.5), x), nb_add(c, nb_scalar(c, NB_F32, 1), nb_tanh(c, u)));
+}
+
+static void gelu_mlp(workload *w, nb_ctx *e) {
+  nb_ctx *c = w->c;
+  const int64_t xs_[2] = {1024, 256}, w1s[2] = {256, 1024}, b1s[1] = {1024}, w2s[2] = {1024, 256}, b2s[1] = {256};
+  nb_tensor *x = input(w, e, 2, xs_, 1), *t = input(w, e, 2, xs_, 1);
+  nb_tensor *w1 = input(w, e, 2, w1s, 0.06f), *b1 = input(w, e, 1, b1s, 0.1f);
+  nb_tensor *w2 = input(w, e, 2, w2s, 0.03f), *b2 = input(w, e, 1, b2s, 0.1f);
+  nb_tensor *h = gelu_composed(c, nb_add(c, nb_matmul(c, x, w1, false, false), b1));
+  nb_tensor *y = nb_add(c, nb_matmul(c, h, w2, false, false), b2);
+  nb_tensor *loss = nb_mean(c, nb_square(c, nb_sub(c, y, t)), NULL, 0, false);
+  nb_tensor *params[4] = {w1, b1, w2, b2};
+  nb_gradients(c, &loss, 1, params, 4, NULL, w->fetch);
+  w->fetch[4] = loss;
+  w->nfetch = 5;
+}
+
+static int nodes_run(nb_graph *g, nb_tensor *const *fetch, int nfetch);
+
+/* One run of w's fetches on s, in ms. */
+static double time_run(workload *w, nb_session *s, nb_tensor *const *fetch) {
+  nb_tensor *res[MAX_IO];
+  double t0 = bench_now();
+  if (nb_run(s, w->feed, w->val, w->nfeed, fetch, w->nfetch, res)) {
+    fprintf(stderr, "%s: %s\n", w->name, nb_session_error(s));
+    exit(1);
+  }
+  double ms = 1e3 * (bench_now() - t0);
+  for (int i = 0; i < w->nfetch; i++) nb_tensor_free(res[i]);
+  return ms;
+}
+
+/* Median ms per run, unfused and fused runs taking turns (a loaded machine slows both
+   alike), after a warm-up run of each. */
+static void time_both(workload *w, nb_session *const *s, nb_tensor *const *const *fetch, double *ms) {
+  double t[2][RUNS];
+  for (int r = -1; r < RUNS; r++)
+    for (int f = 0; f < 2; f++) {
+      double one = time_run(&w[f], s[f], fetch[f]);
+      if (r >= 0) t[f][r] = one;
+    }
+  for (int f = 0; f < 2; f++) ms[f] = bench_median(t[f], RUNS);
+}
+
+/* The last run's block accounting (every run after the first: the pool holds each size). */
+static void print_memory(const char *name, int fused, int threads, const nb_session *s) {
+  nb_session_stats st;
+  nb_session_get_stats(s, &st);
+  printf(
+      "name=nb_fusion_%s_memory fusion=%s threads=%d runs=%lld allocs_per_step=%lld allocs_first=%lld "
+      "peak_mib=%.1f\n",
+      name, fused ? "on" : "off", threads, (long long)st.runs, (long long)st.allocs_last_run,
+      (long long)(st.allocs_total - st.allocs_last_run * (st.runs - 1)), (double)st.peak_bytes_last_run / (1 << 20));
+}
+
+static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max_threads) {
+  workload w[2] = {{.name = name}, {.name = name}};
+  nb_ctx *e = nb_eager_new();
+  nb_tensor *fused_fetch[MAX_IO];
+  for (int i = 0; i < 2; i++) {
+    srand(1);
+    w[i].g = nb_graph_new();
+    w[i].c = nb_graph_ctx_new(w[i].g);
+    build(&w[i], e);
+    if (nb_status(w[i].c)) {
+      fprintf(stderr, "%s: %s\n", name, nb_error(w[i].c));
+      exit(1);
+    }
+  }
+  int64_t keys[2 * MAX_IO];
+  for (int i = 0; i < w[1].nfeed; i++) keys[i] = nbgraph_key_of(w[1].feed[i]);
+  for (int i = 0; i < w[1].nfetch; i++) keys[w[1].nfeed + i] = nbgraph_key_of(w[1].fetch[i]);
+  if (nbopt_fuse_elementwise(w[1].g, keys, w[1].nfeed, w[1].nfetch)) exit(1);
+  for (int i = 0; i < w[1].nfetch; i++)
+    fused_fetch[i] =
+        nbgraph_handle(w[1].c, w[1].g, nbgraph_key_node(keys[w[1].nfeed + i]), nbgraph_key_out(keys[w[1].nfeed + i]));
+  int nodes[2] = {nodes_run(w[0].g, w[0].fetch, w[0].nfetch), nodes_run(w[1].g, fused_fetch, w[1].nfetch)};
+  for (int threads = 1; threads <= max_threads; threads++) {
+    double ms[2];
+    nb_session *s[2];
+    nb_tensor *const *fetch[2] = {w[0].fetch, fused_fetch};
+    for (int f = 0; f < 2; f++) {
+      s[f] = nb_session_new(w[f].g);
+      nb_session_set_threads(s[f], threads);
+    }
+    time_both(w, s, fetch, ms);
+    for (int f = 0; f < 2; f++)
+      printf("name=nb_fusion_%s fusion=%s threads=%d ms=%.2f nodes=%d%s", name, f ? "on" : "off", threads, ms[f],
+             nodes[f], f ? "" : "\n");
+    printf(" speedup=%.2f\n", ms[0] / ms[1]);
+    for (int f = 0; f < 2; f++) {
+      print_memory(name, f, threads, s[f]);
+      nb_session_free(s[f]);
+    }
+  }
+  for (int f = 0; f < 2; f++) {
+    for (int i = 0; i < w[f].nfeed; i++) nb_tensor_free(w[f].val[i]);
+    nb_ctx_free(w[f].c);
+    nb_graph_free(w[f].g);
+  }
+  nb_ctx_free(e);
+}
+
+/* Nodes a run of fetch computes: those the fetches reach through data and control edges,
+   less those whose values are known when the graph is built. */
+static int nodes_run(nb_graph *g, nb_tensor *const *fetch, int nfetch) {
+  int32_t *stack = malloc((size_t)g->nnodes * sizeof *stack), top = 0;
+  uint32_t gen = nbgraph_next_gen(g);
+  int count = 0;
+  for (int i = 0; i < nfetch; i++)
+    if (g->nodes[fetch[i]->node].stamp != gen) g->nodes[stack[top++] = fetch[i]->node].stamp = gen;
+  while (top > 0) {
+    const nbgraph_node *n = &g->nodes[stack[--top]];
+    if (nbgraph_node_values_known(g, n)) continue;
+    count++;
+    for (int32_t i = 0; i < n->nin; i++) {
+      nbgraph_node *src = &g->nodes[g->edges[n->in0 + i].src];
+      if (src->stamp != gen) src->stamp = gen, stack[top++] = g->edges[n->in0 + i].src;
+    }
+  }
+  free(stack);
+  return count;
+}
+
+int main(int argc, char **argv) {
+  int max_threads = argc > 1 ? atoi(argv[1]) : 2;
+  bench_print_build_info();
+  bench("layernorm", layernorm, max_threads);
+  bench("gelu_mlp", gelu_mlp, max_threads);
+  return 0;
+}

@@ -1,0 +1,364 @@
+/* _FusedElementwise (see fused.h). Each member runs the loop its own op's kernel runs, on
+   one block of the output at a time: an input that has the output's shape is read in
+   place, a broadcast one (a scalar, a row over the last dim, a column of one value per
+   row) is expanded into a block buffer, members' values live in block buffers (reused once
+   dead) and outputs are written in place. Shapes are checked member by member with each
+   member's own validate and infer under its node's name, so errors read as the unfused
+   ones. Shapes the block loop does not cover (a member smaller than the output, an input
+   broadcast along a middle dim) run the members one by one instead. */
+#include "fused.h"
+
+#include "elementwise.h"
+
+#include <string.h>
+
+#define BLOCK 4096 /* elements per block: a block buffer is 2 KiB (float32) or 4 KiB */
+#define PAGE 4096
+/* Bytes between block buffers: a multiple of PAGE, so all sit at one offset modulo PAGE. */
+#define REG_STRIDE(esz) (((size_t)BLOCK * (esz) + PAGE - 1) / PAGE * PAGE)
+/* One unit's block buffers, with a page of slack to place them (run_block). */
+#define UNIT_BYTES(r) ((size_t)(r)->nregs * REG_STRIDE((r)->esz) + PAGE)
+
+enum { KIND_UNARY, KIND_PAIR, KIND_BINARY, KIND_BROADCAST };
+
+static const nbop_fused_program *program_of(const nbop_attrval *attr) {
+  const nbop_fused_program *p = NULL;
+  int64_t bits = attr[NBOP_FUSED_PROGRAM].i;
+  memcpy(&p, &bits, sizeof p);
+  return p;
+}
+
+static bool is_add_n(const nbop_def *def) {
+  return strcmp(def->name, "AddN") == 0 || strcmp(def->name, "AccumulateNV2") == 0;
+}
+
+bool nbop_fused_is_broadcast(const nbop_def *def) { return strcmp(def->name, "BroadcastTo") == 0; }
+
+static int kind_of(const nbop_def *def) {
+  return def->kernel == nbop_unary_kernel  ? KIND_UNARY
+         : def->kernel == nbop_pair_kernel ? KIND_PAIR
+         : nbop_fused_is_broadcast(def)    ? KIND_BROADCAST
+                                           : KIND_BINARY;
+}
+
+bool nbop_fusible(const nbop_def *def, nb_dtype t) {
+  if (!nbcore_is_float(t)) return false;
+  if (def->kernel == nbop_unary_kernel) return ((const nbop_unary_impl *)def->impl)->fn[t] != NULL;
+  if (def->kernel == nbop_pair_kernel) return ((const nbop_pair_impl *)def->impl)->fn[t] != NULL;
+  return is_add_n(def) || nbop_fused_is_broadcast(def) || nbop_binary_loop_of(def, t) != NULL;
+}
+
+/* ---- shapes ------------------------------------------------------------------------------ */
+
+/* The input or member value a names (members as shape-only tensors in vals). */
+static const nb_tensor *operand(const nbop_kargs *k, const nb_tensor *vals, int32_t a) {
+  const nbop_fused_program *p = program_of(k->attr);
+  return a < p->nin ? k->in[a] : &vals[a - p->nin];
+}
+
+/* The member's inputs: its operands, then BroadcastTo's shape. */
+static int member_inputs(const nbop_fused_instr *in, const nb_tensor **args) {
+  if (in->shape) args[in->nargs] = in->shape;
+  return in->nargs + (in->shape != NULL);
+}
+
+/* Member i's validate and infer, under its own node's name, into the shape-only vals[i]. */
+static nb_code member_shape(nbop_kargs *k, const nbop_fused_instr *in, const nb_tensor **args, nb_tensor *val) {
+  nbop_kargs sub;
+  nbop_meta m;
+  sub.ctx = k->ctx;
+  sub.def = in->def;
+  sub.nin = member_inputs(in, args);
+  sub.nout = 1;
+  sub.in = sub.orig_in = (nb_tensor *const *)args;
+  sub.deferred = false;
+  sub.node_name = NULL;
+  sub.out = &m;
+  sub.res = NULL;
+  sub.threads = k->threads;
+  if (in->attr)
+    memcpy(sub.attr, in->attr, (size_t)in->def->nattrs * sizeof *in->attr);
+  else
+    nbop_attr_defaults(in->def, sub.attr);
+  if (in->def->variadic) sub.attr[0].i = sub.nin - in->def->nin; /* attr "N" */
+  const char *node = k->ctx->run_node;
+  k->ctx->run_node = in->node;
+  nb_code code = nbop_kvalidate(&sub);
+  if (!code) code = in->def->infer(&sub);
+  k->ctx->run_node = node;
+  if (code) return code;
+  memset(val, 0, sizeof *val);
+  val->dtype = m.dtype;
+  val->rank = m.rank;
+  memcpy(val->shape, m.shape, sizeof m.shape);
+  val->size = nbcore_shape_size(m.rank, m.shape);
+  return NB_OK;
+}
+
+static nb_code member_shapes(nbop_kargs *k, nb_tensor *vals) {
+  const nbop_fused_program *p = program_of(k->attr);
+  for (int32_t i = 0; i < p->ninstr; i++) {
+    const nbop_fused_instr *in = &p->instr[i];
+    const nb_tensor *args[NBOP_FUSED_MAX_ARGS + 1];
+    for (int32_t j = 0; j < in->nargs; j++) args[j] = operand(k, vals, in->args[j]);
+    nb_code code = member_shape(k, in, args, &vals[i]);
+    if (code) return code;
+  }
+  return NB_OK;
+}
+
+static nb_code fused_validate(nbop_kargs *k) {
+  const nbop_fused_program *p = program_of(k->attr);
+  if (!p || p->nin != k->nin || p->nout != k->nout || (p->nout == 1 && p->outs[0] != p->ninstr - 1))
+    return nbop_kfail(k, NB_INTERNAL, "the program does not match the node's %d inputs and %d outputs", k->nin,
+                      k->nout);
+  for (int i = 0; i < k->nin; i++)
+    if (k->in[i]->dtype != p->dtype)
+      return nbop_kfail(k, NB_DTYPE, "input %d has dtype %s; the fused ops run %s", i, nb_dtype_name(k->in[i]->dtype),
+                        nb_dtype_name(p->dtype));
+  return NB_OK;
+}
+
+static nb_code fused_infer(nbop_kargs *k) {
+  const nbop_fused_program *p = program_of(k->attr);
+  nb_tensor vals[NBOP_FUSED_MAX_INSTR];
+  nb_code code = member_shapes(k, vals);
+  for (int32_t i = 0; i < p->nout && !code; i++) nbop_meta_like(&k->out[i], &vals[p->outs[i]]);
+  return code;
+}
+
+/* ---- the block loop ------------------------------------------------------------------------ */
+
+/* How an input maps onto the output viewed as [outer, inner] (inner: its last dim). */
+typedef enum { ARG_SAME, ARG_SCALAR, ARG_ROW, ARG_COL } arg_class;
+
+typedef struct fused_run {
+  const nbop_fused_program *p;
+  size_t esz;
+  int64_t total, inner, nblocks;
+  int nunits; /* threads: unit u runs blocks [nblocks u / nunits, nblocks (u + 1) / nunits) */
+  int kind[NBOP_FUSED_MAX_INSTR];
+  double param[NBOP_FUSED_MAX_INSTR];
+  nbop_binary_loop binary[NBOP_FUSED_MAX_INSTR]; /* KIND_BINARY's loops (AddN's: AddV2's) */
+  /* value v: input v < nin, else member v - nin */
+  const char *data[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)];
+  arg_class cls[NBOP_FUSED_MAX_INSTR * NBOP_FUSED_MAX_ARGS];
+  int reg[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)]; /* block buffer, -1: read in place */
+  int nregs;
+  char *scratch; /* nunits x nregs block buffers */
+} fused_run;
+
+static bool classify(fused_run *r, const nb_tensor *x, arg_class *cls) {
+  int64_t last = x->rank > 0 ? x->shape[x->rank - 1] : 1;
+  if (x->size == r->total)
+    *cls = ARG_SAME;
+  else if (x->size == 1)
+    *cls = ARG_SCALAR;
+  else if (x->size == r->inner && last == r->inner) /* leading dims all 1 */
+    *cls = ARG_ROW;
+  else if (x->size * r->inner == r->total && last == 1) /* its dims are the output's leading ones */
+    *cls = ARG_COL;
+  else
+    return false;
+  return true;
+}
+
+/* Buffers by liveness: a broadcast input holds one for the whole block, a member that is
+   not an output from its definition to its last use. A member never writes over its own
+   operand: the loops would be right (each reads element i before writing it), but the
+   compiler's overlap check would send them to their scalar form. */
+static void assign_registers(fused_run *r) {
+  const nbop_fused_program *p = r->p;
+  int32_t last[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)];
+  int free_regs[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)], nfree = 0;
+  int32_t nvals = p->nin + p->ninstr;
+  for (int32_t v = 0; v < nvals; v++) last[v] = -1;
+  for (int32_t i = 0; i < p->ninstr; i++)
+    for (int32_t j = 0; j < p->instr[i].nargs; j++) last[p->instr[i].args[j]] = i;
+  r->nregs = 0;
+  for (int32_t v = 0; v < p->nin; v++) r->reg[v] = r->cls[v] == ARG_SAME ? -1 : r->nregs++;
+  for (int32_t i = 0; i < p->ninstr; i++) {
+    const nbop_fused_instr *in = &p->instr[i];
+    int32_t v = p->nin + i;
+    r->reg[v] = r->data[v] ? -1 : nfree ? free_regs[--nfree] : r->nregs++;
+    for (int32_t j = 0; j < in->nargs; j++) {
+      int32_t a = in->args[j];
+      bool dup = j == 1 && in->args[0] == a;
+      if (a >= p->nin && last[a] == i && r->reg[a] >= 0 && !dup) free_regs[nfree++] = r->reg[a];
+    }
+  }
+}
+
+static void fill(char *dst, const char *src, size_t esz, int64_t n) {
+  if (esz == sizeof(float)) {
+    float v;
+    memcpy(&v, src, sizeof v);
+    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = v;
+  } else {
+    double v;
+    memcpy(&v, src, sizeof v);
+    for (int64_t i = 0; i < n; i++) ((double *)dst)[i] = v;
+  }
+}
+
+/* Input x's elements at output positions [s, s + n) into dst. */
+static void expand(const fused_run *r, arg_class cls, const char *x, char *dst, int64_t s, int64_t n) {
+  size_t esz = r->esz;
+  if (cls == ARG_SCALAR) {
+    fill(dst, x, esz, n);
+    return;
+  }
+  for (int64_t done = 0; done < n;) { /* one piece of a row at a time */
+    int64_t row = (s + done) / r->inner, col = (s + done) % r->inner;
+    int64_t m = r->inner - col < n - done ? r->inner - col : n - done;
+    if (cls == ARG_ROW)
+      memcpy(dst + (size_t)done * esz, x + (size_t)col * esz, (size_t)m * esz);
+    else
+      fill(dst + (size_t)done * esz, x + (size_t)row * esz, esz, m);
+    done += m;
+  }
+}
+
+static void run_block(const fused_run *r, char *scratch, int64_t s, int64_t n) {
+  const nbop_fused_program *p = r->p;
+  size_t esz = r->esz, stride = REG_STRIDE(esz);
+  /* block buffers at the output's address modulo 4 KiB: a load whose address matches a
+     pending store's in the low 12 bits (another page) waits for it ("4K aliasing"); at
+     equal offsets each load runs ahead of the stores, as in the unfused loops */
+  uintptr_t anchor = (uintptr_t)(r->data[p->nin + p->outs[0]] + (size_t)s * esz);
+  char *regs = scratch + ((anchor - (uintptr_t)scratch) & (PAGE - 1));
+  char *at[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)];
+  for (int32_t v = 0; v < p->nin; v++) {
+    if (r->reg[v] < 0) {
+      at[v] = (char *)r->data[v] + (size_t)s * esz;
+      continue;
+    }
+    at[v] = regs + (size_t)r->reg[v] * stride;
+    expand(r, r->cls[v], r->data[v], at[v], s, n);
+  }
+  for (int32_t i = 0; i < p->ninstr; i++) {
+    const nbop_fused_instr *in = &p->instr[i];
+    int32_t v = p->nin + i;
+    at[v] = r->reg[v] < 0 ? (char *)r->data[v] + (size_t)s * esz : regs + (size_t)r->reg[v] * stride;
+    const char *a = at[in->args[0]], *b = in->nargs > 1 ? at[in->args[1]] : NULL;
+    switch (r->kind[i]) {
+      case KIND_UNARY: ((const nbop_unary_impl *)in->def->impl)->fn[p->dtype](a, at[v], n, r->param[i]); break;
+      case KIND_PAIR: ((const nbop_pair_impl *)in->def->impl)->fn[p->dtype](a, b, at[v], n, r->param[i]); break;
+      case KIND_BROADCAST: memcpy(at[v], a, (size_t)n * esz); break; /* a is already expanded */
+      default: r->binary[i](n, a, 1, b, 1, at[v]);
+    }
+  }
+}
+
+static void run_unit(void *arg, int64_t lo, int64_t hi) {
+  const fused_run *r = arg;
+  for (int64_t u = lo; u < hi; u++) {
+    char *regs = r->scratch + (size_t)u * UNIT_BYTES(r);
+    int64_t first = r->nblocks * u / r->nunits, end = r->nblocks * (u + 1) / r->nunits;
+    for (int64_t b = first; b < end; b++) {
+      int64_t s = b * BLOCK;
+      run_block(r, regs, s, r->total - s < BLOCK ? r->total - s : BLOCK);
+    }
+  }
+}
+
+/* Whether the block loop covers these shapes: every member has the output's shape and
+   every input a class; fills r's shape facts and input classes. */
+static bool block_shapes(nbop_kargs *k, fused_run *r, const nb_tensor *vals) {
+  const nbop_fused_program *p = r->p;
+  const nb_tensor *full = &vals[p->ninstr - 1];
+  r->total = full->size;
+  r->inner = full->rank > 0 ? full->shape[full->rank - 1] : 1;
+  for (int32_t i = 0; i < p->ninstr; i++)
+    if (vals[i].rank != full->rank || memcmp(vals[i].shape, full->shape, (size_t)full->rank * sizeof *full->shape))
+      return false;
+  for (int32_t v = 0; v < p->nin; v++)
+    if (!classify(r, k->in[v], &r->cls[v])) return false;
+  return r->inner > 0;
+}
+
+static void prepare_run(nbop_kargs *k, fused_run *r) {
+  const nbop_fused_program *p = r->p;
+  r->esz = nb_dtype_size(p->dtype);
+  nbop_binary_loop add = nbop_binary_loop_of(nbop_lookup("AddV2"), p->dtype);
+  for (int32_t i = 0; i < p->ninstr; i++) {
+    const nbop_def *def = p->instr[i].def;
+    r->kind[i] = kind_of(def);
+    r->binary[i] = is_add_n(def) ? add : nbop_binary_loop_of(def, p->dtype);
+    r->param[i] = p->instr[i].attr ? nbop_loop_param(p->instr[i].def, p->instr[i].attr) : 0;
+    r->data[p->nin + i] = NULL;
+  }
+  for (int32_t v = 0; v < p->nin; v++) r->data[v] = nbcore_tdata(k->in[v]);
+  for (int32_t o = 0; o < p->nout; o++) r->data[p->nin + p->outs[o]] = nbcore_tdata(k->res[o]);
+  assign_registers(r);
+}
+
+static nb_code run_blocks(nbop_kargs *k, fused_run *r) {
+  prepare_run(k, r);
+  r->nblocks = (r->total + BLOCK - 1) / BLOCK;
+  int nt = nbop_kthreads(k, r->total);
+  r->nunits = (int)(nt < r->nblocks ? nt : r->nblocks);
+  if (r->nunits == 0) return NB_OK;
+  size_t bytes = (size_t)r->nunits * UNIT_BYTES(r);
+  r->scratch = nbcore_scratch_alloc(k->ctx, bytes);
+  if (!r->scratch) return nbop_kfail(k, NB_NOMEM, "out of memory for %zu bytes of block buffers", bytes);
+  nbop_parallel_range(r->nunits, r->nunits, run_unit, r);
+  nbcore_scratch_free(k->ctx, r->scratch);
+  return NB_OK;
+}
+
+/* ---- one member at a time ---------------------------------------------------------------- */
+
+/* Each member dispatched as its own op (errors name its node), outputs copied over. */
+static nb_code run_members(nbop_kargs *k) {
+  const nbop_fused_program *p = program_of(k->attr);
+  nb_tensor *vals[NBOP_FUSED_MAX_INSTR] = {NULL};
+  nb_ctx *c = k->ctx;
+  const char *node = c->run_node;
+  nb_code code = NB_OK;
+  for (int32_t i = 0; i < p->ninstr && !code; i++) {
+    const nbop_fused_instr *in = &p->instr[i];
+    const nb_tensor *args[NBOP_FUSED_MAX_ARGS + 1];
+    for (int32_t j = 0; j < in->nargs; j++)
+      args[j] = in->args[j] < p->nin ? k->in[in->args[j]] : vals[in->args[j] - p->nin];
+    c->run_node = in->node;
+    code = nbop_dispatch(c, in->def, (nb_tensor *const *)args, member_inputs(in, args), in->attr, &vals[i], 1);
+  }
+  c->run_node = node;
+  for (int32_t o = 0; o < p->nout && !code; o++) {
+    const nb_tensor *v = vals[p->outs[o]];
+    memcpy(nbcore_tdata(k->res[o]), nbcore_tdata(v), (size_t)v->size * nb_dtype_size(v->dtype));
+  }
+  for (int32_t i = 0; i < p->ninstr; i++) nb_tensor_free(vals[i]);
+  return code;
+}
+
+static nb_code fused_kernel(nbop_kargs *k) {
+  fused_run r;
+  nb_tensor vals[NBOP_FUSED_MAX_INSTR];
+  r.p = program_of(k->attr);
+  nb_code code = member_shapes(k, vals);
+  if (code) return code;
+  return block_shapes(k, &r, vals) ? run_blocks(k, &r) : run_members(k);
+}
+
+static nbop_def fused_op = {.name = "_FusedElementwise",
+                            .nin = 0,
+                            .variadic = true,
+                            .nout = NBOP_VARIADIC,
+                            .alias = -1,
+                            /* one output is the last member's: every read of a block comes
+                               before it is written, so a dying input 0 of the output's shape
+                               may hold it (the pass puts such an input first) */
+                            .inplace_input = 1,
+                            .nattrs = 3,
+                            .attrs = {[NBOP_FUSED_N] = {"N", NB_ATTR_INT, {.i = 1}, true},
+                                      [NBOP_FUSED_NUM_OUTPUTS] = {"num_outputs", NB_ATTR_INT, {.i = 1}, true},
+                                      [NBOP_FUSED_PROGRAM] = {"_program", NB_ATTR_INT, {.i = 0}, true}},
+                            .validate = fused_validate,
+                            .infer = fused_infer,
+                            .kernel = fused_kernel};
+
+nbop_family nbop_fused_family(void) { return (nbop_family){&fused_op, 1}; }
+
+const nbop_def *nbop_fused_def(void) { return &fused_op; }
