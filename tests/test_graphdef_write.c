@@ -250,6 +250,24 @@ static nb_code scale_kernel(nb_op_ctx *k) {
   return NB_OK;
 }
 
+/* The exported user op read back while it is registered: it imports and runs, 3 * x. */
+static void read_back_user_op(const void *data, size_t n) {
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+  assert_int_equal(nb_graph_read_graphdef_buffer(c, data, n), NB_OK);
+  nb_tensor *x = nb_graph_tensor_by_name(c, "x:0"), *y = nb_graph_tensor_by_name(c, "twice:0"), *out = NULL;
+  nb_tensor *xv = nb_tensor_from(e, NB_F32, 1, (int64_t[]){2}, (const float[]){1.5f, -2.0f});
+  nb_session *s = nb_session_new(g);
+  assert_int_equal(nb_run(s, &x, &xv, 1, &y, 1, &out), NB_OK);
+  const float *v = nb_data(out);
+  assert_true(v[0] == 4.5f && v[1] == -6.0f);
+  nb_tensor_free(out);
+  nb_session_free(s);
+  nb_ctx_free(e);
+  nb_ctx_free(c);
+  nb_graph_free(g);
+}
+
 static void test_user_op_keeps_its_type(void **state) {
   (void)state;
   static const nb_op_arg io = {"x", NB_F32, NULL, NULL};
@@ -270,6 +288,22 @@ static void test_user_op_keeps_its_type(void **state) {
   assert_string_equal(nd->op, "GraphdefScale");
   assert_string_equal(nd->input[0], "x");
   assert_true(find_attr(nd, "factor")->f == 3.0f);
+  read_back_user_op(data, n);
+  /* The same file naming an op this process has not registered: refused, naming it. */
+  char *registered = nd->op;
+  ((Nbpb__NodeDef *)nd)->op = "UnregisteredScale";
+  size_t n2 = nbpb__graph_def__get_packed_size(gd);
+  uint8_t *renamed = malloc(n2);
+  nbpb__graph_def__pack(gd, renamed);
+  ((Nbpb__NodeDef *)nd)->op = registered; /* the message frees its own string */
+  nb_graph *g2 = nb_graph_new();
+  nb_ctx *c2 = nb_graph_ctx_new(g2);
+  assert_int_equal(nb_graph_read_graphdef_buffer(c2, renamed, n2), NB_UNIMPLEMENTED);
+  tu_check_error(c2, NB_UNIMPLEMENTED, "UnregisteredScale", "twice");
+  assert_int_equal(nb_graph_num_nodes(g2), 0);
+  nb_ctx_free(c2);
+  nb_graph_free(g2);
+  free(renamed);
   nbpb__graph_def__free_unpacked(gd, NULL);
   free(data);
   nb_ctx_free(c);
