@@ -174,6 +174,24 @@ static void test_host_callback_is_an_error(void **state) {
   nb_graph_free(g);
 }
 
+/* nabla's own op that TF's registry lacks (Gelu): an error naming the node and the op. */
+static void test_op_tf_lacks_is_an_error(void **state) {
+  (void)state;
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g);
+  nb_tensor *x = nb_placeholder(c, NB_F32, 1, (int64_t[]){3}, "x");
+  nb_name_next(c, "activation");
+  assert_non_null(nb_gelu(c, x, false));
+  void *data = NULL;
+  size_t n = 0;
+  assert_int_equal(nb_graph_write_graphdef_buffer(g, &data, &n), NB_UNIMPLEMENTED);
+  assert_null(data);
+  assert_non_null(strstr(nb_graph_error(g), "'activation'"));
+  assert_non_null(strstr(nb_graph_error(g), "Gelu"));
+  nb_ctx_free(c);
+  nb_graph_free(g);
+}
+
 /* NB_IO naming the file; NULL arguments NB_INVALID; a later success clears the message. */
 static void test_io_and_argument_errors(void **state) {
   tu_files *f = *state;
@@ -363,6 +381,7 @@ int main(void) {
       cmocka_unit_test(test_structure_decodes),
       cmocka_unit_test(test_const_value),
       cmocka_unit_test_setup_teardown(test_host_callback_is_an_error, tu_files_setup, tu_files_teardown),
+      cmocka_unit_test(test_op_tf_lacks_is_an_error),
       cmocka_unit_test_setup_teardown(test_io_and_argument_errors, tu_files_setup, tu_files_teardown),
       cmocka_unit_test(test_ragged_accumulator_is_an_error),
       cmocka_unit_test(test_user_op_keeps_its_type),

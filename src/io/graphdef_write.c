@@ -507,8 +507,9 @@ static bool has_data_consumer(const nb_graph *g, int32_t id) {
   return false;
 }
 
-/* An op TF's registry lacks (a user's op): written with its type and nabla's attrs, which
-   TF reports as an unknown op when it loads the graph. */
+/* A user's op (nb_register_op) TF's registry lacks: written with its type and nabla's
+   attrs, which TF reports as an unknown op when it loads the graph unless the user loads
+   their TF kernel library too. nabla's own ops TF lacks are an error instead. */
 static bool write_unknown_op(nbio_writer *w, nbio_body *b, int32_t id) {
   const nbgraph_node *n = &b->g->nodes[id];
   Nbpb__NodeDef *nd = nbio_node_new(w, b, b->refs[id].node, n->def->name);
@@ -559,6 +560,9 @@ nb_code nbio_write_node(nbio_writer *w, nbio_body *b, int32_t id) {
     if (w->code) return w->code;
     if (type[0] == '_')
       return nbio_fail(w, NB_UNIMPLEMENTED, "node '%s': internal op %s has no TensorFlow form", n->name, type);
+    if (nbop_is_builtin(n->def))
+      return nbio_fail(w, NB_UNIMPLEMENTED, "node '%s': op %s is nabla's, which TensorFlow lacks: TF cannot run it",
+                       n->name, type);
     return write_unknown_op(w, b, id), w->code;
   }
   if (is_update(s, n)) return write_update(w, b, id, s), w->code;

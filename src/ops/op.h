@@ -143,6 +143,8 @@ void nbop_registry_init(void);
 const nbop_def *nbop_lookup(const char *type);
 int nbop_count(void);
 const nbop_def *nbop_by_id(int id);
+/* Whether def is one of nabla's own ops, not one nb_register_op added. */
+bool nbop_is_builtin(const nbop_def *def);
 /* Adds a user's op (nb_register_op) and sets its id: NB_INVALID when the name is taken
    (by an op or a reservation), NB_NOMEM when the registry is full. def must live as long as the process. */
 nb_code nbop_add(nbop_def *def);

@@ -61,6 +61,9 @@ static void intern(nbop_def *def) {
   publish(def, slot);
 }
 
+/* Ops with ids below this are nabla's own; the rest were added by nb_register_op. */
+static int nbuiltin;
+
 static void registry_build(void) {
   nbop_family (*const families[])(void) = {
       nbop_math_family,         nbop_reduce_family,        nbop_linalg_family,     nbop_array_family,
@@ -71,6 +74,12 @@ static void registry_build(void) {
     nbop_family fam = families[f]();
     for (int i = 0; i < fam.n; i++) intern(&fam.defs[i]);
   }
+  nbuiltin = atomic_load(&nops);
+}
+
+bool nbop_is_builtin(const nbop_def *def) {
+  nbop_registry_init();
+  return def->id < nbuiltin;
 }
 
 void nbop_registry_init(void) { pthread_once(&registry_once, registry_build); }
