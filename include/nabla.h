@@ -748,8 +748,8 @@ nb_session *nb_session_new_with_opts(nb_graph *g, const nb_session_opts *opts);
 /* The graph s runs for these feeds and fetches (planning it if needed): the optimized copy,
    or s's own graph when no pass changes anything. It belongs to s (valid until s is freed);
    inspect it with nb_graph_num_nodes, nb_graph_to_dot or nb_graph_write_graphdef. */
-nb_code nb_session_planned_graph(nb_session *s, nb_tensor *const *feed, int nfeed, nb_tensor *const *fetch,
-                                 int nfetch, const nb_graph **out);
+nb_code nb_session_planned_graph(nb_session *s, nb_tensor *const *feed, int nfeed, nb_tensor *const *fetch, int nfetch,
+                                 const nb_graph **out);
 /* *out: a new graph computing fetch[0..nfetch) from feed[0..nfeed) (tensors of g) with the
    passes of opts (NULL: nb_session_opts_default()). The fed and fetched tensors keep their
    names there (find them with nb_graph_tensor_by_name on a context of *out). *out uses g's
