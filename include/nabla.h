@@ -5,14 +5,16 @@
  * Contents (the order a user learns it):
  *   1. Contexts and tensors     names, contexts and scopes, tensors, IndexedSlices
  *   2. Ops                      attrs, the generic nb_op, one typed wrapper per TF op,
- *                               user-defined ops and op libraries
- *   3. Graphs and sessions      graph contexts, names, placeholders, nb_run
- *   4. Gradients                nb_gradients, forward mode, gradient functions, custom gradients,
- *                               host callbacks (nb_py_func)
+ *                               user-defined ops and op libraries, collectives
+ *   3. Graphs and sessions      graph contexts, names, placeholders, nb_run, the optimizer
+ *   4. Gradients                nb_gradients, forward mode, the forward accumulator, gradient
+ *                               functions, custom gradients, host callbacks (nb_py_func)
  *   5. The eager tape           tf.GradientTape, Jacobians, watching variables
  *   6. Control flow, functions  nb_while, nb_cond, function graphs
- *   7. Variables, optimizers    tf.Variable, Keras's optimizers, schedules, clipping
- *   8. Data and files           IDX files and datasets, .npy, TF checkpoints
+ *   7. Variables, optimizers    tf.Variable, Keras's optimizers, schedules, clipping,
+ *                               data-parallel training over MPI (nb_dist_*)
+ *   8. Data and files           IDX files and datasets, .npy, TF checkpoints, GraphDef,
+ *                               SavedModel
  *   9. Checking                 gradcheck, the non-differentiable finder
  *
  * Errors (every call follows one of three conventions; nothing aborts, exits or prints):
