@@ -98,6 +98,7 @@ lint: build
 install: build
 	cmake --install $(BUILD)
 
+# Every benchmark program; bench/dist under mpirun as a job of one and of two ranks.
 bench: build
 	./$(BUILD)/bench/peak
 	./$(BUILD)/bench/matmul
@@ -111,6 +112,11 @@ bench: build
 	./$(BUILD)/bench/rnn
 	./$(BUILD)/bench/checkpoint
 	./$(BUILD)/bench/formats
+	./$(BUILD)/bench/forward
+	./$(BUILD)/bench/optimize
+	./$(BUILD)/bench/fusion
+	mpirun --oversubscribe --allow-run-as-root -np 1 ./$(BUILD)/bench/dist
+	mpirun --oversubscribe --allow-run-as-root -np 2 ./$(BUILD)/bench/dist
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
