@@ -688,11 +688,49 @@ static void test_graph_validation(void **state) {
   assert_int_equal(nb_status(c), NB_OK);
 }
 
+/* Two independent MaxPoolGrads, each big enough for a session on two threads to run them
+   at once (one thread each): a kernel's per-thread scratch must follow the range it was
+   given, not the enclosing pair's thread number (a heap overflow once). Max pooling's
+   gradient routes values without arithmetic, so the two-thread run equals one thread's. */
+static void test_paired_pool_grads(void **state) {
+  (void)state;
+  static const int64_t shape[4] = {8, 32, 32, 16}, window[4] = {1, 2, 2, 1};
+  nb_pool_attrs pool = {.ksize = window, .strides = window, .padding = "VALID"};
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+  nb_tensor *x[2], *value[2], *fetch[2], *one[2], *two[2];
+  for (int i = 0; i < 2; i++) {
+    x[i] = nb_placeholder(c, NB_F32, 4, shape, NULL);
+    value[i] = nb_init_glorot_uniform(e, NB_F32, 4, shape, (const int64_t[]){7, i});
+    nb_tensor *y = nb_max_pool(c, x[i], &pool);
+    fetch[i] = nb_max_pool_grad(c, x[i], y, nb_ones_like(c, y), &pool);
+  }
+  assert_int_equal(nb_status(c), NB_OK);
+  nb_session *s = nb_session_new(g);
+  nb_session_set_threads(s, 1);
+  assert_int_equal(nb_run(s, x, value, 2, fetch, 2, one), NB_OK);
+  nb_session_set_threads(s, 2);
+  assert_int_equal(nb_run(s, x, value, 2, fetch, 2, two), NB_OK);
+  nb_session_stats stats;
+  nb_session_get_stats(s, &stats);
+  assert_true(stats.concurrent_steps_last_run >= 2); /* the two ran as a pair */
+  for (int i = 0; i < 2; i++) {
+    assert_memory_equal(nb_data(one[i]), nb_data(two[i]), (size_t)nb_num_elements(one[i]) * sizeof(float));
+    nb_tensor_free(one[i]);
+    nb_tensor_free(two[i]);
+  }
+  nb_session_free(s);
+  nb_ctx_free(e);
+  nb_ctx_free(c);
+  nb_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_conv2d_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_pools_by_hand, tu_setup, tu_teardown),
+      cmocka_unit_test(test_paired_pool_grads),
       cmocka_unit_test_setup_teardown(test_max_pool_tie_goes_to_first, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_bias_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_conv_golden_eager, tu_setup, tu_teardown),

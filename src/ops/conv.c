@@ -536,7 +536,7 @@ static void col2im_planar(const conv_job *j, int64_t b, const char *col, char *d
 }
 
 static char *thread_col(const conv_job *j) {
-  return j->cols ? j->cols + (size_t)(omp_get_thread_num() * j->col_elems) * j->esz : NULL;
+  return j->cols ? j->cols + (size_t)(nbop_range_slot() * j->col_elems) * j->esz : NULL;
 }
 
 static void forward_range(void *arg, int64_t lo, int64_t hi) {
@@ -588,7 +588,7 @@ static void backprop_filter_range(void *arg, int64_t lo, int64_t hi) {
   const conv_job *j = arg;
   const geom *g = j->g;
   int64_t pix = g->oh * g->ow, kk = patch_size(g);
-  int t = omp_get_thread_num();
+  int t = nbop_range_slot();
   char *dw = t == 0 ? j->out : j->partials + (size_t)((t - 1) * kk * g->oc) * j->esz, *col = thread_col(j);
   for (int64_t n0 = lo; n0 < hi; n0 += j->block) {
     int64_t b = hi - n0 < j->block ? hi - n0 : j->block;
@@ -1049,7 +1049,7 @@ typedef struct pool_job {
 
 static void pool_range(void *arg, int64_t lo, int64_t hi) {
   const pool_job *j = arg;
-  j->fn(j->g, j->a, j->b, j->out, j->rows ? j->rows + (size_t)omp_get_thread_num() * j->row_bytes : NULL, lo, hi);
+  j->fn(j->g, j->a, j->b, j->out, j->rows ? j->rows + (size_t)nbop_range_slot() * j->row_bytes : NULL, lo, hi);
 }
 
 static nb_code run_pool(nbop_kargs *k, pool_kind kind) {

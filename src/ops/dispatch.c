@@ -513,15 +513,25 @@ const char *nbop_sstr(int rank, const int64_t *shape) {
 
 int nbop_kthreads(const nbop_kargs *k, int64_t n) { return n >= NBOP_PAR_MIN ? k->threads : 1; }
 
+static _Thread_local int range_slot;
+
+int nbop_range_slot(void) { return range_slot; }
+
 void nbop_parallel_range(int nt, int64_t n, nbop_range_fn fn, void *arg) {
   if (nt <= 1 || n < 2) {
+    int outer = range_slot;
+    range_slot = 0;
     if (n > 0) fn(arg, 0, n);
+    range_slot = outer;
     return;
   }
 #pragma omp parallel num_threads(nt)
   {
     int t = omp_get_thread_num(), m = omp_get_num_threads();
     int64_t lo = n * t / m, hi = n * (t + 1) / m;
+    int outer = range_slot;
+    range_slot = t;
     if (hi > lo) fn(arg, lo, hi);
+    range_slot = outer;
   }
 }

@@ -230,6 +230,11 @@ static inline void nbop_meta_like(nbop_meta *m, const nb_tensor *x) { nbop_meta_
 /* Runs fn(arg, lo, hi) over [0, n) split into nt contiguous ranges (nt 1: one call). */
 typedef void (*nbop_range_fn)(void *arg, int64_t lo, int64_t hi);
 void nbop_parallel_range(int nt, int64_t n, nbop_range_fn fn, void *arg);
+/* Which of nbop_parallel_range's threads runs the calling range function: 0 .. nt - 1, and
+   0 when it ran the whole range itself. Per-thread scratch is indexed by it, never by
+   omp_get_thread_num(), which inside an enclosing parallel region (a session running two
+   steps at once) numbers the outer team's threads. */
+int nbop_range_slot(void);
 /* Threads worth using for a loop over n elements (1 below the parallel threshold). */
 int nbop_kthreads(const nbop_kargs *k, int64_t n);
 
