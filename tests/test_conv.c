@@ -5,6 +5,7 @@
 
 #include "../src/ops/onednn.h" /* both kernel paths */
 
+#include <omp.h>
 #include <stdlib.h>
 
 #include "golden/conv_golden.h"
@@ -709,11 +710,12 @@ static void test_paired_pool_grads(void **state) {
   nb_session *s = nb_session_new(g);
   nb_session_set_threads(s, 1);
   assert_int_equal(nb_run(s, x, value, 2, fetch, 2, one), NB_OK);
-  nb_session_set_threads(s, 2);
-  assert_int_equal(nb_run(s, x, value, 2, fetch, 2, two), NB_OK);
+  bool two_cores = omp_get_num_procs() > 1; /* one under check-coretypes' single-core runs */
+  nb_session_set_threads(s, two_cores ? 2 : 1);
+  if (nb_run(s, x, value, 2, fetch, 2, two) != NB_OK) fail_msg("%s", nb_session_error(s));
   nb_session_stats stats;
   nb_session_get_stats(s, &stats);
-  assert_true(stats.concurrent_steps_last_run >= 2); /* the two ran as a pair */
+  if (two_cores) assert_true(stats.concurrent_steps_last_run >= 2); /* they ran as a pair */
   for (int i = 0; i < 2; i++) {
     assert_memory_equal(nb_data(one[i]), nb_data(two[i]), (size_t)nb_num_elements(one[i]) * sizeof(float));
     nb_tensor_free(one[i]);
