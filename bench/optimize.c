@@ -3,11 +3,13 @@
      - LeNet-5 training step (forward, sparse softmax cross-entropy, gradients, SGD; batch
        64, float32, synthetic data) built NHWC and built NCHW, each run by a session with
        every pass (passes=all) and with none (passes=none): step_ms, median of RUNS runs of
-       STEPS steps after a warm-up. The NCHW graph with the passes runs NHWC kernels.
+       STEPS steps after a warm-up, and how many Transposes the session's graph has. The
+       NCHW graph with the passes runs NHWC kernels.
      - Node counts of the MLP 784-512-512-10 and LeNet-5 gradient graphs (tf.gradients of
        the mean loss with respect to every weight): the nodes the fetched gradients need
-       before (pruned only) and after the passes; bench/peers/grappler_nodes.py prints
-       TensorFlow's counts after grappler for the same graphs.
+       before (pruned only) and after the passes, and how many of them are Transposes;
+       bench/peers/grappler_nodes.py prints TensorFlow's counts after grappler for the
+       same graphs.
    Usage: optimize [nodes|lenet|all] [threads]; no arguments: all, 1 and 2 threads. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
@@ -102,8 +104,16 @@ static nb_tensor *loss_and_grads(nb_ctx *c, const model *m, nb_tensor *const *p,
 
 /* ---- node counts ---------------------------------------------------------------------------- */
 
-/* Nodes of the gradient graph the gradients need, with the passes of opts. */
-static int count_nodes(const model *m, const nb_session_opts *opts) {
+/* How many nodes of g are Transposes. */
+static int count_transposes(const nb_graph *g) {
+  int n = 0;
+  for (int i = 0; i < nb_graph_num_nodes(g); i++) n += strcmp(nb_graph_node_op(g, i), "Transpose") == 0;
+  return n;
+}
+
+/* Nodes of the gradient graph the gradients need, with the passes of opts (and in
+   *transposes how many are Transposes). */
+static int count_nodes(const model *m, const nb_session_opts *opts, int *transposes) {
   nb_graph *g = nb_graph_new(), *og = NULL;
   nb_ctx *c = nb_graph_ctx_new(g);
   nb_tensor *p[NPARAMS], *d[NPARAMS], *feed[NPARAMS + 2];
@@ -113,11 +123,13 @@ static int count_nodes(const model *m, const nb_session_opts *opts) {
   feed[m->nparams] = x;
   feed[m->nparams + 1] = labels;
   loss_and_grads(c, m, p, x, labels, d);
-  int n = -1;
-  if (nb_status(c) == NB_OK && nb_graph_optimize(g, feed, m->nparams + 2, d, m->nparams, opts, &og) == NB_OK)
+  int n = *transposes = -1;
+  if (nb_status(c) == NB_OK && nb_graph_optimize(g, feed, m->nparams + 2, d, m->nparams, opts, &og) == NB_OK) {
     n = nb_graph_num_nodes(og);
-  else
+    *transposes = count_transposes(og);
+  } else {
     fprintf(stderr, "optimize: %s: %s\n", m->name, nb_error(c));
+  }
   nb_graph_free(og);
   nb_ctx_free(c);
   nb_graph_free(g);
@@ -125,8 +137,9 @@ static int count_nodes(const model *m, const nb_session_opts *opts) {
 }
 
 static void print_nodes(const model *m) {
-  printf("name=nb_optimize_nodes model=%s%s%s before=%d after=%d\n", m->name, m->layout ? "_" : "",
-         m->layout ? m->layout : "", count_nodes(m, &no_passes), count_nodes(m, &all_passes));
+  int tb, ta, before = count_nodes(m, &no_passes, &tb), after = count_nodes(m, &all_passes, &ta);
+  printf("name=nb_optimize_nodes model=%s%s%s before=%d after=%d transposes_before=%d transposes_after=%d\n", m->name,
+         m->layout ? "_" : "", m->layout ? m->layout : "", before, after, tb, ta);
 }
 
 /* ---- LeNet training steps ------------------------------------------------------------------- */
@@ -173,10 +186,13 @@ static void trainer_close(trainer *t, int nparams) {
   nb_graph_free(t->g);
 }
 
-/* Median ms per step of t run by a session with opts on `threads` threads; NAN on error. */
-static double time_steps(trainer *t, const nb_session_opts *opts, int threads) {
+/* Median ms per step of t run by a session with opts on `threads` threads; NAN on error.
+   *transposes: how many Transposes the session's graph has (-1 on error). */
+static double time_steps(trainer *t, const nb_session_opts *opts, int threads, int *transposes) {
   nb_session *s = nb_session_new_with_opts(t->g, opts);
   nb_session_set_threads(s, threads);
+  const nb_graph *planned = NULL;
+  *transposes = nb_session_planned_graph(s, t->feed, 2, &t->train, 1, &planned) ? -1 : count_transposes(planned);
   double runs[RUNS];
   nb_code code = NB_OK;
   for (int r = -1; r < RUNS && !code; r++) { /* r == -1: the warm-up */
@@ -202,9 +218,12 @@ static void bench_lenet(int threads) {
     trainer t;
     bool ok = trainer_open(&t, &m, e);
     for (int on = 0; on < 2; on++) {
-      ms[l][on] = ok ? time_steps(&t, on ? &all_passes : &no_passes, threads) : NAN;
-      printf("name=nb_optimize_train_step model=lenet layout=%s passes=%s batch=64 threads=%d step_ms=%.3f\n",
-             layouts[l], on ? "all" : "none", threads, ms[l][on]);
+      int transposes = -1;
+      ms[l][on] = ok ? time_steps(&t, on ? &all_passes : &no_passes, threads, &transposes) : NAN;
+      printf(
+          "name=nb_optimize_train_step model=lenet layout=%s passes=%s batch=64 threads=%d step_ms=%.3f "
+          "transposes=%d\n",
+          layouts[l], on ? "all" : "none", threads, ms[l][on], transposes);
     }
     trainer_close(&t, m.nparams);
   }
