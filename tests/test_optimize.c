@@ -303,6 +303,199 @@ static void test_sink_pad_slice_concat(void **state) {
   nb_tensor_free(got);
 }
 
+static const int to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+
+/* A float64 tensor of shape of small integers (from seed): every sum of them is exact, in
+   any order. */
+static nb_tensor *small_ints(nb_ctx *e, int seed, int rank, const int64_t *shape) {
+  double v[256];
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++) n *= shape[d];
+  assert_true(n <= 256);
+  for (int64_t i = 0; i < n; i++) v[i] = (double)((i * (7 + seed) + seed) % 11 - 5);
+  return tu_make(e, NB_F64, rank, shape, v);
+}
+
+/* The node input i of n reads, and the value (known when built) of input i. */
+static const nbgraph_node *input_node(const nb_graph *g, const nbgraph_node *n, int i) {
+  return &g->nodes[g->edges[n->in0 + i].src];
+}
+
+static const nb_tensor *input_value(const nb_graph *g, const nbgraph_node *n, int i) {
+  return g->outs[input_node(g, n, i)->out0 + g->edges[n->in0 + i].out].value;
+}
+
+/* n is an op of type reading inputs named in[0..nin). */
+static void check_node(const nb_graph *g, const nbgraph_node *n, const char *type, const char *const *in, int nin) {
+  assert_string_equal(n->def->name, type);
+  assert_int_equal(n->nin, nin);
+  for (int i = 0; i < nin; i++)
+    if (in[i]) assert_string_equal(input_name(g, n, i), in[i]);
+}
+
+/* Feeds vals, fetches fetch[0..n) with and without the passes: the same values. */
+static void check_runs_same(nb_graph *g, nb_tensor *const *feed, nb_tensor *const *vals, int nfeed,
+                            nb_tensor *const *fetch, int n) {
+  nb_tensor *want[4], *got[4];
+  run_both(g, feed, vals, nfeed, fetch, n, want, got);
+  for (int k = 0; k < n; k++) {
+    check_same(got[k], want[k]);
+    nb_tensor_free(want[k]);
+    nb_tensor_free(got[k]);
+  }
+}
+
+/* AddV2(Transpose(x, p), y), y a placeholder of the op's rank, read by Transpose(., p^-1):
+   the AddV2 runs on x and Transpose(y, p^-1), and its reader's Transpose cancels with the
+   one after it (two Transposes become one). */
+static void test_sink_full_rank_operand(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(2, 3, 4, 5), "x");
+  nb_tensor *y = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(2, 4, 5, 3), "y");
+  nb_tensor *t = nb_transpose(f->c, x, to_nhwc, 4);
+  nb_name_next(f->c, "a");
+  nb_tensor *a = nb_add(f->c, t, y);
+  t = nb_transpose(f->c, a, to_nchw, 4);
+  nb_name_next(f->c, "out");
+  nb_tensor *out = nb_relu(f->c, t);
+  assert_int_equal(nb_status(f->c), NB_OK);
+  nb_tensor *feed[2] = {x, y};
+  nb_graph *og = NULL;
+  assert_int_equal(nb_graph_optimize(f->g, feed, 2, &out, 1, &(nb_session_opts){NB_PASS_TRANSPOSE}, &og), NB_OK);
+  assert_int_equal(nb_graph_num_nodes(og), 6); /* x, y, the perm, Transpose(y), a, out */
+  const nbgraph_node *add = node_named(og, "a"), *ty = input_node(og, add, 1);
+  check_node(og, node_named(og, "out"), "Relu", (const char *[]){"a"}, 1);
+  check_node(og, add, "AddV2", (const char *[]){"x", NULL}, 2);
+  check_node(og, ty, "Transpose", (const char *[]){"y", NULL}, 2);
+  tu_check(input_value(og, ty, 1), NB_I32, 1, TU_SHAPE(4), TU_VALS(0, 3, 1, 2), 0);
+  nb_graph_free(og);
+  nb_tensor *vals[2] = {small_ints(f->e, 1, 4, TU_SHAPE(2, 3, 4, 5)), small_ints(f->e, 2, 4, TU_SHAPE(2, 4, 5, 3))};
+  check_runs_same(f->g, feed, vals, 2, &out, 1);
+}
+
+/* A bias b of shape [C] and a scale s of shape [1, 1, 1, C] against Transpose(x, NCHW ->
+   NHWC), and the result back to NCHW: both take a Reshape to [1, C, 1, 1] (a view: the
+   order of their elements stays), and no Transpose is left. */
+static void test_sink_broadcast_operand(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(2, 3, 4, 5), "x");
+  nb_tensor *b = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b");
+  nb_tensor *sc = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(1, 1, 1, 3), "s");
+  nb_tensor *t = nb_transpose(f->c, x, to_nhwc, 4);
+  nb_name_next(f->c, "h");
+  nb_tensor *h = nb_add(f->c, t, b);
+  nb_name_next(f->c, "g");
+  nb_tensor *g = nb_mul(f->c, h, sc);
+  t = nb_transpose(f->c, g, to_nchw, 4);
+  nb_name_next(f->c, "out");
+  nb_tensor *out = nb_tanh(f->c, t);
+  assert_int_equal(nb_status(f->c), NB_OK);
+  nb_tensor *feed[3] = {x, b, sc};
+  nb_graph *og = NULL;
+  assert_int_equal(nb_graph_optimize(f->g, feed, 3, &out, 1, &(nb_session_opts){NB_PASS_TRANSPOSE}, &og), NB_OK);
+  assert_int_equal(nb_graph_num_nodes(og), 10); /* x, b, s, two Reshapes and their shapes, h, g, out */
+  assert_int_equal(count_op(og, "Transpose"), 0);
+  const nbgraph_node *hn = node_named(og, "h"), *gn = node_named(og, "g");
+  check_node(og, node_named(og, "out"), "Tanh", (const char *[]){"g"}, 1);
+  check_node(og, gn, "Mul", (const char *[]){"h", NULL}, 2);
+  check_node(og, hn, "AddV2", (const char *[]){"x", NULL}, 2);
+  const nbgraph_node *reshapes[2] = {input_node(og, hn, 1), input_node(og, gn, 1)};
+  for (int k = 0; k < 2; k++) {
+    check_node(og, reshapes[k], "Reshape", (const char *[]){k ? "s" : "b", NULL}, 2);
+    tu_check(input_value(og, reshapes[k], 1), NB_I64, 1, TU_SHAPE(4), TU_VALS(1, 3, 1, 1), 0);
+  }
+  nb_graph_free(og);
+  nb_tensor *vals[3] = {small_ints(f->e, 1, 4, TU_SHAPE(2, 3, 4, 5)), small_ints(f->e, 2, 1, TU_SHAPE(3)),
+                        small_ints(f->e, 3, 4, TU_SHAPE(1, 1, 1, 3))};
+  check_runs_same(f->g, feed, vals, 3, &out, 1);
+}
+
+/* AddV2(Transpose(x, p), y), y a placeholder of the op's rank, read by Tanh: moving the
+   Transpose would remove one and add two (after the AddV2, and on y), so the graph stays
+   as it is. */
+static void test_sink_not_paying(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(2, 3, 4, 5), "x");
+  nb_tensor *y = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(2, 4, 5, 3), "y");
+  nb_name_next(f->c, "t");
+  nb_tensor *t = nb_transpose(f->c, x, to_nhwc, 4);
+  nb_name_next(f->c, "a");
+  nb_tensor *a = nb_add(f->c, t, y);
+  nb_name_next(f->c, "out");
+  nb_tensor *out = nb_tanh(f->c, a);
+  assert_int_equal(nb_status(f->c), NB_OK);
+  nb_tensor *feed[2] = {x, y};
+  nb_graph *og = NULL;
+  assert_int_equal(nb_graph_optimize(f->g, feed, 2, &out, 1, &(nb_session_opts){NB_PASS_TRANSPOSE}, &og), NB_OK);
+  assert_int_equal(nb_graph_num_nodes(og), 6); /* x, y, the perm, t, a, out */
+  check_node(og, node_named(og, "out"), "Tanh", (const char *[]){"a"}, 1);
+  check_node(og, node_named(og, "a"), "AddV2", (const char *[]){"t", "y"}, 2);
+  check_node(og, node_named(og, "t"), "Transpose", (const char *[]){"x", NULL}, 2);
+  nb_graph_free(og);
+}
+
+/* A fetched intermediate h = AddV2(Transpose(x, p), b), read also by Transpose(., p^-1):
+   the AddV2 runs NCHW under another name, the Transpose after it is named h and gives h's
+   value, and the reader's Transpose cancels with it. */
+static void test_sink_fetched_intermediate(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(2, 3, 4, 5), "x");
+  nb_tensor *b = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b");
+  nb_tensor *t = nb_transpose(f->c, x, to_nhwc, 4);
+  nb_name_next(f->c, "h");
+  nb_tensor *h = nb_add(f->c, t, b);
+  t = nb_transpose(f->c, h, to_nchw, 4);
+  nb_name_next(f->c, "out");
+  nb_tensor *out = nb_tanh(f->c, t);
+  assert_int_equal(nb_status(f->c), NB_OK);
+  nb_tensor *feed[2] = {x, b}, *fetch[2] = {h, out};
+  nb_graph *og = NULL;
+  assert_int_equal(nb_graph_optimize(f->g, feed, 2, fetch, 2, &(nb_session_opts){NB_PASS_TRANSPOSE}, &og), NB_OK);
+  assert_int_equal(nb_graph_num_nodes(og), 8); /* x, b, Reshape(b) and its shape, the AddV2, h and its perm, out */
+  const nbgraph_node *hn = node_named(og, "h"), *add = input_node(og, hn, 0);
+  check_node(og, hn, "Transpose", (const char *[]){NULL, NULL}, 2);
+  tu_check(input_value(og, hn, 1), NB_I32, 1, TU_SHAPE(4), TU_VALS(0, 2, 3, 1), 0);
+  check_node(og, add, "AddV2", (const char *[]){"x", NULL}, 2);
+  assert_string_equal(input_node(og, add, 1)->def->name, "Reshape");
+  check_node(og, node_named(og, "out"), "Tanh", (const char *[]){add->name}, 1);
+  nb_graph_free(og);
+  nb_tensor *vals[2] = {small_ints(f->e, 1, 4, TU_SHAPE(2, 3, 4, 5)), small_ints(f->e, 2, 1, TU_SHAPE(3))};
+  check_runs_same(f->g, feed, vals, 2, fetch, 2);
+}
+
+/* A unary chain on AddN(Transpose(a, p), Transpose(b, p), y), read by Transpose(., p^-1),
+   and a Sum of Transpose(a, p) over H and W without keep_dims: of four Transposes one is
+   left (on y: the AddN pays, since the Transpose after it travels down the chain to its
+   inverse), and the Sum reduces a's H and W, its [N, C] result already in order. */
+static void test_sink_addn_chain_and_sum(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *a = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(2, 3, 4, 5), "a");
+  nb_tensor *b = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(2, 3, 4, 5), "b");
+  nb_tensor *y = nb_placeholder(f->c, NB_F64, 4, TU_SHAPE(2, 4, 5, 3), "y");
+  nb_tensor *parts[3] = {nb_transpose(f->c, a, to_nhwc, 4), nb_transpose(f->c, b, to_nhwc, 4), y};
+  nb_tensor *t = nb_transpose(f->c, nb_exp(f->c, nb_neg(f->c, nb_add_n(f->c, parts, 3))), to_nchw, 4);
+  nb_name_next(f->c, "out");
+  nb_tensor *out = nb_identity(f->c, t);
+  t = nb_transpose(f->c, a, to_nhwc, 4);
+  nb_name_next(f->c, "sum");
+  nb_tensor *sum = nb_sum(f->c, t, (const int[]){1, 2}, 2, false);
+  assert_int_equal(nb_status(f->c), NB_OK);
+  nb_tensor *feed[3] = {a, b, y}, *fetch[2] = {out, sum};
+  nb_graph *og = NULL;
+  assert_int_equal(nb_graph_optimize(f->g, feed, 3, fetch, 2, &(nb_session_opts){NB_PASS_TRANSPOSE}, &og), NB_OK);
+  assert_int_equal(count_op(og, "Transpose"), 1);
+  const nbgraph_node *addn = input_node(og, input_node(og, input_node(og, node_named(og, "out"), 0), 0), 0);
+  check_node(og, addn, "AddN", (const char *[]){"a", "b", NULL}, 3);
+  check_node(og, input_node(og, addn, 2), "Transpose", (const char *[]){"y", NULL}, 2);
+  const nbgraph_node *sn = node_named(og, "sum");
+  check_node(og, sn, "Sum", (const char *[]){"a", NULL}, 2);
+  tu_check(input_value(og, sn, 1), NB_I32, 1, TU_SHAPE(2), TU_VALS(2, 3), 0);
+  nb_graph_free(og);
+  nb_tensor *vals[3] = {small_ints(f->e, 1, 4, TU_SHAPE(2, 3, 4, 5)), small_ints(f->e, 2, 4, TU_SHAPE(2, 3, 4, 5)),
+                        small_ints(f->e, 3, 4, TU_SHAPE(2, 4, 5, 3))};
+  check_runs_same(f->g, feed, vals, 3, fetch, 2);
+}
+
 /* Fed and fetched tensors keep their names in nb_graph_optimize's graph. */
 static void test_names_kept(void **state) {
   gu_fixture *f = *state;
@@ -332,13 +525,14 @@ static void test_names_kept(void **state) {
 enum { NODES = 30, INPUTS = 3, WINDOW = 6 };
 
 /* One random op on recent values ([2,3] each), with the patterns the passes rewrite:
-   identities, repeated subexpressions, Transpose pairs, Reshape chains. */
+   identities, repeated subexpressions, Transpose pairs (some with operands between them
+   that are not Transposes), Reshape chains. */
 static nb_tensor *random_op(nb_ctx *c, tu_rng *r, nb_tensor **vals, int n) {
   int w = n < WINDOW ? n : WINDOW;
   nb_tensor *a = vals[n - 1 - (int)(tu_rng_next(r) % (uint32_t)w)],
             *b = vals[n - 1 - (int)(tu_rng_next(r) % (uint32_t)w)];
   const int t[2] = {1, 0};
-  switch (tu_rng_next(r) % 9) {
+  switch (tu_rng_next(r) % 11) {
     case 0: return nb_tanh(c, a);
     case 1: return nb_mul(c, a, nb_sigmoid(c, b));
     case 2: return nb_add(c, nb_mul(c, a, nb_scalar(c, NB_F64, 1)), nb_scalar(c, NB_F64, 0));
@@ -347,6 +541,10 @@ static nb_tensor *random_op(nb_ctx *c, tu_rng *r, nb_tensor **vals, int n) {
     case 5: return nb_reshape(c, nb_reshape(c, nb_neg(c, nb_neg(c, a)), TU_SHAPE(6), 1), TU_SHAPE(2, 3), 2);
     case 6: return nb_add(c, a, nb_mean(c, b, (const int[]){1}, 1, true));
     case 7: return nb_identity(c, nb_mul(c, a, b));
+    case 8: /* a broadcast operand that is not constant: a [2] row against [3, 2] */
+      return nb_transpose(c, nb_add(c, nb_transpose(c, a, t, 2), nb_sum(c, b, (const int[]){1}, 1, false)), t, 2);
+    case 9: /* an operand of full rank that is not a Transpose */
+      return nb_transpose(c, nb_sub(c, nb_transpose(c, a, t, 2), nb_reshape(c, b, TU_SHAPE(3, 2), 2)), t, 2);
     default: return nb_add(c, a, nb_cos(c, b));
   }
 }
@@ -480,6 +678,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_dead_nodes, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_sink_transposes, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_sink_pad_slice_concat, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_sink_full_rank_operand, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_sink_broadcast_operand, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_sink_not_paying, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_sink_fetched_intermediate, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_sink_addn_chain_and_sum, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_names_kept, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_random_graphs, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_loops_and_conds, gu_setup, gu_teardown),

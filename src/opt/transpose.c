@@ -150,7 +150,16 @@ static int64_t transpose_composed(nbopt_graph *o, int64_t key, const int *p, int
   return identity_perm(r, rank) ? y : nbopt_transpose(o, y, r, rank, base);
 }
 
-/* A Transpose of a Transpose composes; one that keeps its elements' order is a Reshape. */
+/* Gives node id's name to the node of key, which computes id's value and takes its place
+   (id, no longer read, frees the name), with id's fetch when it is fetched. */
+static void take_name(nbopt_graph *o, int32_t id, int64_t key) {
+  o->nodes[nbgraph_key_node(key)].name = o->nodes[id].name;
+  o->nodes[nbgraph_key_node(key)].pinned = o->nodes[id].pinned; /* a fetch now resolves to it */
+}
+
+/* A Transpose of a Transpose composes; one that keeps its elements' order is a Reshape.
+   A fetched one keeps its name on what replaces it (an Identity when that is its input's
+   input). */
 static nb_code rewrite_transpose(nbopt_graph *o, int32_t id, bool *changed) {
   int64_t x, y, dims[NB_MAX_RANK];
   int p[NB_MAX_RANK], q[NB_MAX_RANK], rank, inner;
@@ -162,6 +171,11 @@ static nb_code rewrite_transpose(nbopt_graph *o, int32_t id, bool *changed) {
   else if (!nbopt_value(o, x) && as_reshape_dims(nbopt_meta(o, x), p, rank, dims))
     to = reshape(o, x, dims, rank, name);
   if (to == -2) return NB_OK;
+  if (to >= 0 && o->nodes[id].pinned) {
+    int32_t named = to == y ? nbopt_add(o, "Identity", &y, 1, NULL, nbopt_meta(o, y), 1, name) : nbgraph_key_node(to);
+    to = named < 0 ? -1 : nbgraph_key(named, 0);
+    if (to >= 0) take_name(o, id, to);
+  }
   if (to < 0) return NB_NOMEM;
   nbopt_replace(o, nbgraph_key(id, 0), to);
   *changed = true;
@@ -180,9 +194,7 @@ static nb_code sink(nbopt_graph *o, int32_t id, const nbopt_node *n, const int64
   if (op < 0) return NB_NOMEM;
   int64_t to = transposed ? nbopt_transpose(o, nbgraph_key(op, 0), p, rank, n->name) : nbgraph_key(op, 0);
   if (to < 0) return NB_NOMEM;
-  int32_t named = n->pinned ? nbgraph_key_node(to) : op;
-  o->nodes[named].name = n->name;
-  o->nodes[named].pinned = n->pinned; /* a fetch now resolves to it */
+  take_name(o, id, n->pinned ? to : nbgraph_key(op, 0));
   nbopt_replace(o, nbgraph_key(id, 0), to);
   *changed = true;
   return NB_OK;
@@ -343,6 +355,21 @@ static bool inverted_by_readers(nbopt_graph *o, int32_t id, const int *inv, int 
   return n > 0 && n == rd->uses[id];
 }
 
+/* Where the Transpose after op id would end up: id, or the last of a chain of unary
+   elementwise ops each read by the next alone (they move too, each removing the Transpose
+   before it and adding one after it). */
+static int32_t chain_end(nbopt_graph *o, int32_t id, int rank, const readers *rd) {
+  while (read_once(rd, id) && rd->first[id] >= 0) {
+    int32_t next = rd->reader[rd->first[id]];
+    const nbopt_node *n = &o->nodes[next];
+    if (n->nin != 1 || n->nout != 1 || !n->def->elementwise || n->def->alias >= 0 || !nbopt_movable(o, next) ||
+        n->meta[0].rank != rank)
+      break;
+    id = next;
+  }
+  return id;
+}
+
 /* Copying Transposes removed minus those added when op id moves past Transpose by p, with
    each operand's plan; INT32_MIN when it cannot move. */
 static int32_t sink_gain(nbopt_graph *o, int32_t id, const int *p, int rank, const readers *rd, operand_plan *plans) {
@@ -353,8 +380,10 @@ static int32_t sink_gain(nbopt_graph *o, int32_t id, const int *p, int rank, con
     if (!plan_operand(o, key, p, inv, rank, rd, &plans[i])) return INT32_MIN;
     if (plans[i].move == TRANSPOSE && !nbopt_value(o, key)) added++;
   }
+  bool on_operands = added > 0;
   int removed = removed_operands(o, id, rd, plans);
-  if (id < rd->len && inverted_by_readers(o, id, inv, rank, rd, &readers_copying)) {
+  int32_t end = chain_end(o, id, rank, rd);
+  if (end < rd->len && inverted_by_readers(o, end, inv, rank, rd, &readers_copying)) {
     removed += readers_copying;
   } else {
     nbop_meta m = o->nodes[id].meta[0];
@@ -362,7 +391,10 @@ static int32_t sink_gain(nbopt_graph *o, int32_t id, const int *p, int rank, con
     for (int d = 0; d < rank; d++) m.shape[p[d]] = o->nodes[id].meta[0].shape[d];
     added += !as_reshape_dims(&m, p, rank, dims);
   }
-  return removed > 0 ? removed - added : INT32_MIN; /* removing none moves nothing closer */
+  if (removed == 0) return INT32_MIN; /* removing none moves nothing closer */
+  /* a move that puts Transposes on other operands must pay: the move back would be as
+     neutral, and the two would undo each other */
+  return on_operands && removed == added ? -1 : removed - added;
 }
 
 /* op(Transpose(x, p), y...) -> Transpose(op(x, moved y...), p), with the p of the operands'
@@ -497,15 +529,14 @@ nb_code nbopt_sink_transposes(nbopt_graph *o, bool *changed) {
     int32_t id = order[k];
     const nbopt_node *node = &o->nodes[id];
     if (!nbopt_replaceable(o, id) || node->nout != 1) continue;
-    if (strcmp(node->def->name, "Transpose") == 0) {
-      if (!node->pinned) code = rewrite_transpose(o, id, changed);
-    } else if (node->def->elementwise && node->def->alias < 0) {
+    if (strcmp(node->def->name, "Transpose") == 0)
+      code = rewrite_transpose(o, id, changed);
+    else if (node->def->elementwise && node->def->alias < 0)
       code = sink_elementwise(o, id, &rd, changed);
-    } else if (is_reduction(node->def->name)) {
+    else if (is_reduction(node->def->name))
       code = sink_reduction(o, id, &rd, changed);
-    } else if (is_indexed(node->def->name)) {
+    else if (is_indexed(node->def->name))
       code = sink_indexed(o, id, &rd, changed);
-    }
   }
   readers_free(&rd);
   free(order);
