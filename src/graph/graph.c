@@ -15,8 +15,6 @@ static nb_code nbgraph_infer(nb_ctx *c, nbop_kargs *k);
 static nb_code nbgraph_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out);
 static int32_t nbgraph_capture(nb_graph *g, const nb_tensor *x, bool *nomem);
 
-#define NBGRAPH_FOLD_MAX_ELEMS (1 << 16) /* larger constant results are computed at run time */
-
 /* ---- string map (open addressing; keys live in the arena) --------------------------- */
 
 /* FNV-1a, then a murmur3 finalizer: FNV's low bits (the ones the mask keeps) mix

@@ -50,6 +50,7 @@ typedef struct nbgraph_override {
   const char *op_type, *grad_name;
 } nbgraph_override;
 
+#define NBGRAPH_FOLD_MAX_ELEMS (1 << 16) /* larger constant results are computed at run time */
 #define NBGRAPH_SCOPE_CAP 1024
 #define NBGRAPH_SCOPE_DEPTH 64
 

@@ -121,11 +121,17 @@ static bool as_reshape_dims(const nbop_meta *m, const int *p, int rank, int64_t 
   return unknown == 0 || (unknown == 1 && !empty);
 }
 
-/* Whether Transpose(key, p) copies when run: not when key's value is known (it is folded
-   when the graph is written) nor when it is a Reshape. */
+/* Whether key's value is known and small enough that what is computed from it alone is
+   folded when the graph is written. */
+static bool folds(const nbopt_graph *o, int64_t key) {
+  const nb_tensor *v = nbopt_value(o, key);
+  return v && v->size <= NBGRAPH_FOLD_MAX_ELEMS;
+}
+
+/* Whether Transpose(key, p) copies when run: not when it folds nor when it is a Reshape. */
 static bool copies(const nbopt_graph *o, int64_t key, const int *p, int rank) {
   int64_t dims[NB_MAX_RANK];
-  return !nbopt_value(o, key) && !as_reshape_dims(nbopt_meta(o, key), p, rank, dims);
+  return !folds(o, key) && !as_reshape_dims(nbopt_meta(o, key), p, rank, dims);
 }
 
 /* A Reshape of key to dims[0..rank) (a new int64 Const), named after base; its key or -1. */
@@ -168,7 +174,7 @@ static nb_code rewrite_transpose(nbopt_graph *o, int32_t id, bool *changed) {
   int64_t to = -2;
   if (nbopt_transpose_of(o, x, &y, q, &inner) && inner == rank)
     to = transpose_composed(o, x, p, rank, name);
-  else if (!nbopt_value(o, x) && as_reshape_dims(nbopt_meta(o, x), p, rank, dims))
+  else if (!folds(o, x) && as_reshape_dims(nbopt_meta(o, x), p, rank, dims))
     to = reshape(o, x, dims, rank, name);
   if (to == -2) return NB_OK;
   if (to >= 0 && o->nodes[id].pinned) {
@@ -275,7 +281,7 @@ static bool plan_operand(nbopt_graph *o, int64_t key, const int *p, const int *i
                          operand_plan *plan) {
   if (!plan_tensor(o, key, p, inv, rank, plan)) return false;
   int32_t b = nbgraph_key_node(key);
-  if (plan->move != TRANSPOSE || nbopt_value(o, key) || strcmp(o->nodes[b].def->name, "BroadcastTo") != 0 ||
+  if (plan->move != TRANSPOSE || folds(o, key) || strcmp(o->nodes[b].def->name, "BroadcastTo") != 0 ||
       !read_once(rd, b) || !nbopt_movable(o, b))
     return true;
   const nb_tensor *shape = nbopt_value(o, nbopt_in(o, b, 1));
@@ -378,7 +384,7 @@ static int32_t sink_gain(nbopt_graph *o, int32_t id, const int *p, int rank, con
   for (int32_t i = 0; i < o->nodes[id].nin; i++) {
     int64_t key = nbopt_in(o, id, i);
     if (!plan_operand(o, key, p, inv, rank, rd, &plans[i])) return INT32_MIN;
-    if (plans[i].move == TRANSPOSE && !nbopt_value(o, key)) added++;
+    if (plans[i].move == TRANSPOSE && !folds(o, key)) added++;
   }
   bool on_operands = added > 0;
   int removed = removed_operands(o, id, rd, plans);
