@@ -56,17 +56,18 @@ bool nbopt_transpose_of(nbopt_graph *o, int64_t key, int64_t *x, int *perm, int 
 /* Who reads each node, from the start of the pass: uses[id] counts the readers of id's
    outputs (data inputs of live nodes, fetches), and first/next/reader list the reading
    nodes per edge. The pass visits a node before its readers and the nodes it makes read
-   only nodes visited before, so a node's lists are still right when it is visited; nodes
-   the pass made (id >= len) count as read more than once. */
+   only nodes visited before, so a node's lists are still right when it is visited. A
+   Transpose the pass puts after a moved op takes the op's readers (readers_move), so it
+   moves on in the same pass; other nodes the pass made count as read more than once. */
 typedef struct readers {
   int32_t *uses, *first, *next, *reader;
-  int32_t len;
+  int32_t len, uses_cap, first_cap;
 } readers;
 
 static nb_code readers_new(nbopt_graph *o, const int32_t *order, int32_t n, readers *r) {
   int32_t nedges = 0;
   for (int32_t k = 0; k < n; k++) nedges += o->nodes[order[k]].nin;
-  *r = (readers){.len = o->n};
+  *r = (readers){.len = o->n, .uses_cap = o->n + 1, .first_cap = o->n + 1};
   r->first = malloc((size_t)(o->n + 1) * sizeof *r->first);
   r->next = malloc((size_t)(nedges + 1) * sizeof *r->next);
   r->reader = malloc((size_t)(nedges + 1) * sizeof *r->reader);
@@ -81,6 +82,17 @@ static nb_code readers_new(nbopt_graph *o, const int32_t *order, int32_t n, read
       r->first[src] = e;
     }
   return NB_OK;
+}
+
+/* Node `to`, which the pass made, takes the readers of node `from`, which it replaces. */
+static bool readers_move(readers *r, int32_t from, int32_t to) {
+  if (!nbcore_grow_array((void **)&r->uses, &r->uses_cap, to + 1, sizeof *r->uses) ||
+      !nbcore_grow_array((void **)&r->first, &r->first_cap, to + 1, sizeof *r->first))
+    return false;
+  for (; r->len <= to; r->len++) r->uses[r->len] = 0, r->first[r->len] = -1;
+  r->uses[to] = from < r->len ? r->uses[from] : 0;
+  r->first[to] = from < r->len ? r->first[from] : -1;
+  return true;
 }
 
 static void readers_free(readers *r) { free(r->uses), free(r->first), free(r->next), free(r->reader); }
@@ -192,14 +204,14 @@ static nb_code rewrite_transpose(nbopt_graph *o, int32_t id, bool *changed) {
    Transpose by p; the new op's output facts are n's with dim i moved to p[i] (its output
    dim p[i] is n's dim i). n's name (free: id is no longer read) goes to what gives n's
    value: the new op, or the Transpose when n is fetched. */
-static nb_code sink(nbopt_graph *o, int32_t id, const nbopt_node *n, const int64_t *in, const int *p, int rank,
-                    bool transposed, bool *changed) {
+static nb_code sink(nbopt_graph *o, readers *rd, int32_t id, const nbopt_node *n, const int64_t *in, const int *p,
+                    int rank, bool transposed, bool *changed) {
   nbop_meta m = n->meta[0];
   for (int d = 0; transposed && d < rank; d++) m.shape[p[d]] = n->meta[0].shape[d];
   int32_t op = nbopt_add(o, n->def->name, in, n->nin, n->attr, &m, 1, n->name);
   if (op < 0) return NB_NOMEM;
   int64_t to = transposed ? nbopt_transpose(o, nbgraph_key(op, 0), p, rank, n->name) : nbgraph_key(op, 0);
-  if (to < 0) return NB_NOMEM;
+  if (to < 0 || !readers_move(rd, id, nbgraph_key_node(to))) return NB_NOMEM;
   take_name(o, id, n->pinned ? to : nbgraph_key(op, 0));
   nbopt_replace(o, nbgraph_key(id, 0), to);
   *changed = true;
@@ -405,7 +417,7 @@ static int32_t sink_gain(nbopt_graph *o, int32_t id, const int *p, int rank, con
 
 /* op(Transpose(x, p), y...) -> Transpose(op(x, moved y...), p), with the p of the operands'
    Transposes that gains most, when the gain is not negative. */
-static nb_code sink_elementwise(nbopt_graph *o, int32_t id, const readers *rd, bool *changed) {
+static nb_code sink_elementwise(nbopt_graph *o, int32_t id, readers *rd, bool *changed) {
   const nbopt_node n = o->nodes[id]; /* a copy: adding nodes moves o->nodes */
   enum { MAX_IN = 8 };
   operand_plan plans[MAX_IN], best_plans[MAX_IN];
@@ -430,7 +442,7 @@ static nb_code sink_elementwise(nbopt_graph *o, int32_t id, const readers *rd, b
   invert_perm(best, rank, inv);
   for (int32_t i = 0; i < n.nin; i++)
     if ((in[i] = moved_operand(o, nbopt_in(o, id, i), &best_plans[i], best, inv, rank, n.name)) < 0) return NB_NOMEM;
-  return sink(o, id, &n, in, best, rank, true, changed);
+  return sink(o, rd, id, &n, in, best, rank, true, changed);
 }
 
 /* ---- reductions ---------------------------------------------------------------------------- */
@@ -457,7 +469,7 @@ static int kept_perm(const int *p, int rank, uint32_t reduced, int *q) {
 /* Reduce(Transpose(x, p), axes) -> Reduce(x, p[axes]): with keep_dims, then Transposed by
    p (reduced dims are 1 wherever they are); without, Transposed by the permutation of the
    dims kept (none when they keep their order). */
-static nb_code sink_reduction(nbopt_graph *o, int32_t id, const readers *rd, bool *changed) {
+static nb_code sink_reduction(nbopt_graph *o, int32_t id, readers *rd, bool *changed) {
   const nbopt_node n = o->nodes[id]; /* a copy: adding nodes moves o->nodes */
   int64_t x, key = nbopt_in(o, id, 0);
   int p[NB_MAX_RANK], q[NB_MAX_RANK], rank, keep_slot = nbopt_attr_slot(n.def, "keep_dims");
@@ -477,10 +489,10 @@ static nb_code sink_reduction(nbopt_graph *o, int32_t id, const readers *rd, boo
   int64_t ax = nbopt_const(o, nb_tensor_from(o->values, NB_I32, 1, (int64_t[]){axes->size}, moved), n.name);
   if (ax < 0) return NB_NOMEM;
   int64_t in[2] = {x, ax};
-  if (n.attr[keep_slot].b) return sink(o, id, &n, in, p, rank, true, changed);
+  if (n.attr[keep_slot].b) return sink(o, rd, id, &n, in, p, rank, true, changed);
   int kept = kept_perm(p, rank, reduced, q);
   if (kept != n.meta[0].rank) return NB_OK;
-  return sink(o, id, &n, in, q, kept, !identity_perm(q, kept), changed);
+  return sink(o, rd, id, &n, in, q, kept, !identity_perm(q, kept), changed);
 }
 
 /* ---- Pad, Slice, ConcatV2 ------------------------------------------------------------------ */
@@ -510,7 +522,7 @@ static bool strip_transposes(nbopt_graph *o, int32_t id, int32_t ndata, const re
    and axis a becomes p[a]. */
 static bool is_indexed(const char *t) { return !strcmp(t, "Pad") || !strcmp(t, "Slice") || !strcmp(t, "ConcatV2"); }
 
-static nb_code sink_indexed(nbopt_graph *o, int32_t id, const readers *rd, bool *changed) {
+static nb_code sink_indexed(nbopt_graph *o, int32_t id, readers *rd, bool *changed) {
   const nbopt_node n = o->nodes[id]; /* a copy: adding nodes moves o->nodes */
   int32_t ndata = strcmp(n.def->name, "ConcatV2") == 0 ? n.nin - 1 : 1;
   int64_t in[8];
@@ -522,7 +534,7 @@ static nb_code sink_indexed(nbopt_graph *o, int32_t id, const readers *rd, bool 
     if (k == -2) return NB_OK;
     if ((in[i] = k) < 0) return NB_NOMEM;
   }
-  return sink(o, id, &n, in, p, rank, true, changed);
+  return sink(o, rd, id, &n, in, p, rank, true, changed);
 }
 
 nb_code nbopt_sink_transposes(nbopt_graph *o, bool *changed) {
