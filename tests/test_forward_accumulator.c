@@ -501,7 +501,8 @@ static void test_graph_jacobian_modes(void **state) {
    use; a recorded target unconnected to the source gives zeros in both. */
 static void check_tape_errors(nb_jacobian_mode mode) {
   nb_ctx *e = nb_eager_new();
-  nb_tensor *x = tu_make(e, NB_F64, 1, TU_SHAPE(3), x3), *w = tu_make(e, NB_F64, 1, TU_SHAPE(5), x3), *jac = x;
+  nb_tensor *x = tu_make(e, NB_F64, 1, TU_SHAPE(3), x3),
+            *w = tu_make(e, NB_F64, 1, TU_SHAPE(5), TU_VALS(1, 2, 3, 4, 5)), *jac = x;
   nb_tensor *k = nb_cast(e, x, NB_I32);
   nb_tape *t = nb_tape_begin(e, 0);
   assert_int_equal(nb_tape_set_jacobian_mode(t, mode), NB_OK);
