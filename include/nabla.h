@@ -802,6 +802,21 @@ nb_code nb_hvp(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor 
    unconnected); one gradient per element, so xs[i] needs a fully known shape and 1 to 4096
    elements, else NB_SHAPE naming it. */
 nb_code nb_hessian(nb_ctx *c, nb_tensor *y, nb_tensor *const *xs, int nx, nb_tensor **out);
+/* The mode of a Jacobian (nb_jacobian here; nb_tape_jacobian and nb_tape_batch_jacobian
+   on a tape): AUTO picks forward mode when the source (row) has fewer elements than the
+   target (row), reverse mode otherwise; FORWARD and REVERSE force one (JAX's jacfwd and
+   jacrev). docs/forward-mode.md. */
+typedef enum nb_jacobian_mode {
+  NB_JACOBIAN_MODE_AUTO,
+  NB_JACOBIAN_MODE_FORWARD,
+  NB_JACOBIAN_MODE_REVERSE
+} nb_jacobian_mode;
+/* The Jacobian dy/dx in c's graph, of shape y.shape + x.shape (float x and y of fully
+   known shapes, ranks summing to at most NB_MAX_RANK): forward mode (an nb_jvp per element
+   of x, under the name scope "jacfwd") or reverse mode (a gradient per element of y, under
+   "jacrev"), as mode says. Unconnected: zeros. Eager contexts: NB_UNIMPLEMENTED (they use
+   nb_tape_jacobian); another mode value: NB_INVALID. */
+nb_code nb_jacobian(nb_ctx *c, nb_tensor *y, nb_tensor *x, nb_jacobian_mode mode, nb_tensor **out);
 
 /* ---- gradient functions ---------------------------------------------------------------
    A gradient function reads the forward op through nb_fwd_op (TF's ForwardOperation) and
@@ -881,8 +896,9 @@ void nb_forward_accumulator_end(nb_forward_accumulator *acc);
 nb_code nb_hvp_fn(nb_ctx *c, nb_custom_fn f, void *user, nb_tensor *const *xs, int nx, nb_tensor *const *vs,
                   nb_tensor **out);
 /* The Jacobian dy/dx of f's one output y at x (shape y.shape + x.shape; float x and y),
-   in both modes: forward mode (one JVP per element of x, JAX's jacfwd) when x has fewer
-   elements than y, reverse mode (a gradient per element of y) otherwise. */
+   in both modes: f runs once, eagerly under a tape, and nb_tape_jacobian (eager) or
+   nb_jacobian (graph) gives the Jacobian in the mode AUTO picks: forward (one JVP per
+   element of x, JAX's jacfwd) when x has fewer elements than y, else reverse. */
 nb_code nb_jacobian_fn(nb_ctx *c, nb_custom_fn f, void *user, nb_tensor *x, nb_tensor **out);
 
 /* ---- composite ops (user-defined ops whose body is other ops) ------------------------------
@@ -967,19 +983,29 @@ nb_code nb_tape_reset(nb_tape *t);
    the targets like TF's output_gradients, ones by default. */
 nb_code nb_tape_gradient(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *const *sources, int ns,
                          nb_tensor *const *output_grads, nb_tensor **out);
-/* The Jacobian d target / d source, of shape target.shape + source.shape (TF's jacobian,
-   vectorized as its pfor: docs/tape.md). Not recorded on t itself. */
+/* The Jacobian d target / d source, of shape target.shape + source.shape (TF's jacobian).
+   Forward mode (JAX's jacfwd: t's records replayed applying the forward rules, once per
+   source element) when source has fewer elements than target, reverse mode otherwise
+   (vectorized as TF's pfor); nb_tape_set_jacobian_mode forces one. The modes agree to
+   rounding and fail alike, but for MaxPool with EXPLICIT padding, which has no JVP
+   (docs/forward-mode.md). Not recorded on t itself. */
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
 /* tf's batch_jacobian: target [b, ...] and source [b, ...] where row i of target depends
-   only on row i of source; result [b, target dims..., source dims...]. */
+   only on row i of source; result [b, target dims..., source dims...]. Forward mode when
+   a source row has fewer elements than a target row (one replay per element of a row,
+   seeded in every row), reverse otherwise, as nb_tape_jacobian. */
 nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out);
 typedef enum nb_jacobian_path {
   NB_JACOBIAN_LOOP,       /* one backward pass per target element (or no Jacobian ran) */
   NB_JACOBIAN_VECTORIZED, /* one batched pass; every gradient function took the seed dim */
-  NB_JACOBIAN_MIXED       /* one batched pass; some ops ran their gradient once per seed */
+  NB_JACOBIAN_MIXED,      /* one batched pass; some ops ran their gradient once per seed */
+  NB_JACOBIAN_FORWARD     /* forward mode: one replay of the tape per source element */
 } nb_jacobian_path;
 /* How t's last nb_tape_jacobian or nb_tape_batch_jacobian ran (LOOP after an error). */
 nb_jacobian_path nb_tape_jacobian_path(const nb_tape *t);
+/* The mode of t's Jacobians from now on (nb_jacobian_mode; AUTO when begun); another
+   value: NB_INVALID. */
+nb_code nb_tape_set_jacobian_mode(nb_tape *t, nb_jacobian_mode mode);
 void nb_tape_end(nb_tape *t); /* also frees everything it recorded */
 
 /* ---- tapes and variables ---------------------------------------------------------------- */

@@ -177,6 +177,35 @@ static void test_hessian_closed_forms(void **state) {
   close_graph(&f);
 }
 
+/* tf.hessians over several xs: one block d^2y/dxs[i]^2 per x, of shape x.shape + x.shape;
+   NULL for an x y does not depend on. y = sum(a^3) sum(b^2): H_aa = diag(6 a) sum(b^2),
+   H_bb = 2 sum(a^3) I (each element a handful of roundings, within gamma_16 of the closed
+   form's magnitude). */
+static void test_hessian_blocks(void **state) {
+  (void)state;
+  fixture f = open_graph();
+  static const double av[] = {0.5, -1.5}, bv[] = {2, -0.25, 1};
+  nb_tensor *a = tu_make(f.c, NB_F64, 1, TU_SHAPE(2), av), *b = tu_make(f.c, NB_F64, 2, TU_SHAPE(1, 3), bv);
+  nb_tensor *u = tu_make(f.c, NB_F64, 1, TU_SHAPE(1), TU_VALS(3));
+  nb_tensor *sa = nb_sum(f.c, nb_mul(f.c, a, nb_square(f.c, a)), NULL, 0, false);
+  nb_tensor *y = nb_mul(f.c, sa, nb_sum(f.c, nb_square(f.c, b), NULL, 0, false));
+  nb_tensor *xs[3] = {a, b, u}, *h[3] = {a, a, a};
+  assert_int_equal(nb_hessian(f.c, y, xs, 3, h), NB_OK);
+  tu_check_shape(h[0], NB_F64, 2, TU_SHAPE(2, 2));
+  tu_check_shape(h[1], NB_F64, 4, TU_SHAPE(1, 3, 1, 3));
+  assert_null(h[2]);
+  double sum_a3 = 0, sum_b2 = 0, want_a[4] = {0}, want_b[9] = {0};
+  for (int i = 0; i < 2; i++) sum_a3 += av[i] * av[i] * av[i];
+  for (int i = 0; i < 3; i++) sum_b2 += bv[i] * bv[i];
+  for (int i = 0; i < 2; i++) want_a[i * 3] = 6 * av[i] * sum_b2;
+  for (int i = 0; i < 3; i++) want_b[i * 4] = 2 * sum_a3;
+  nb_tensor *got_a = eval(&f, NULL, NULL, h[0]), *got_b = eval(&f, NULL, NULL, h[1]);
+  double tol = tu_gamma(NB_F64, 16) * fmax(fabs(6 * av[1] * sum_b2), fabs(2 * sum_a3));
+  tu_check_vals(got_a, want_a, tol);
+  tu_check_vals(got_b, want_b, tol);
+  close_graph(&f);
+}
+
 /* The Hessian against differences of the gradient: row k is (g(x + h e_k) - g(x - h e_k)) / 2h,
    for y = sum(exp(x) * x^2) + prod-like cross terms from a softmax. */
 static void test_hessian_against_differences(void **state) {
@@ -299,6 +328,7 @@ int main(void) {
       cmocka_unit_test(test_hvp_cubic),
       cmocka_unit_test(test_hvp_quadratic_and_mixed),
       cmocka_unit_test(test_hessian_closed_forms),
+      cmocka_unit_test(test_hessian_blocks),
       cmocka_unit_test(test_hessian_against_differences),
       cmocka_unit_test(test_sparse_gradient_second_order),
       cmocka_unit_test(test_unconnected_and_integer_ys),

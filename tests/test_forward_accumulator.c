@@ -365,6 +365,215 @@ static void test_jacobian_fn(void **state) {
   nb_ctx_free(e);
 }
 
+/* ---- forward- and reverse-mode Jacobians (nb_tape_jacobian, nb_jacobian) ---------------- */
+
+/* y = tanh((W x) s + b) / q, q = 2 + sum(x^2): x [n], W [m, n], s [1, 2], b [1], y [m, 2].
+   Reshape and Sum (linear rules reading int inputs), MatMul and Mul (bilinear), the
+   broadcasting Mul and AddV2, Tanh and Square (symmetric), and RealDiv, whose rule reads
+   its output, which a tape does not keep (the replay transposes its gradient instead). */
+typedef struct dense_net {
+  nb_tensor *w, *s, *b;
+} dense_net;
+
+static nb_tensor *dense_tanh(nb_ctx *c, const dense_net *p, nb_tensor *x) {
+  int64_t n = nb_shape(x)[0];
+  nb_tensor *h = nb_matmul(c, p->w, nb_reshape(c, x, (const int64_t[]){n, 1}, 2), false, false);
+  nb_tensor *q = nb_add(c, nb_scalar(c, NB_F64, 2), nb_sum(c, nb_square(c, x), NULL, 0, false));
+  return nb_real_div(c, nb_tanh(c, nb_add(c, nb_mul(c, h, p->s), p->b)), q);
+}
+
+/* The parameters in c (weights of a fixed pseudo-random stream) and x's value. */
+static dense_net dense_params(nb_ctx *c, int64_t m, int64_t n, double *xv) {
+  double w[150], sv[2] = {0.8, -1.3};
+  tu_rng r = {0x9E3779B97F4A7C15ull};
+  assert_true(m * n <= 150);
+  for (int64_t i = 0; i < m * n; i++) w[i] = (double)(tu_rng_next(&r) % 2001) / 1000 - 1;
+  for (int64_t j = 0; j < n; j++) xv[j] = (double)(tu_rng_next(&r) % 2001) / 2000 - 0.5;
+  return (dense_net){tu_make(c, NB_F64, 2, TU_SHAPE(m, n), w), tu_make(c, NB_F64, 2, TU_SHAPE(1, 2), sv),
+                     tu_make(c, NB_F64, 1, TU_SHAPE(1), TU_VALS(0.1))};
+}
+
+/* Element (i, k, j) of the Jacobian is a + b with a = (1 - y_ik^2 q^2) s_k W_ij / q and
+   b = -y_ik 2 x_j / q: each mode computes it from the same recorded values in at most 16
+   roundings (forward: a column's MatMul has one nonzero term; reverse: a row's seed
+   likewise), so the modes agree within tu_check_sums' bound for 16 terms over |a| + |b|. */
+static void check_modes_agree(const nb_tensor *fwd, const nb_tensor *rev, const dense_net *p, const double *xv,
+                              int64_t m, int64_t n) {
+  double *want = malloc((size_t)(2 * m * n) * sizeof *want), *sums = malloc((size_t)(2 * m * n) * sizeof *sums);
+  assert_true(want && sums);
+  double q = 2;
+  for (int64_t j = 0; j < n; j++) q += xv[j] * xv[j];
+  for (int64_t i = 0; i < m; i++) {
+    double h = 0;
+    for (int64_t j = 0; j < n; j++) h += nb_item(p->w, i * n + j) * xv[j];
+    for (int64_t k = 0; k < 2; k++) {
+      double t = tanh(h * nb_item(p->s, k) + 0.1);
+      for (int64_t j = 0; j < n; j++) {
+        double a = (1 - t * t) * nb_item(p->s, k) * nb_item(p->w, i * n + j) / q, b = -t / q * 2 * xv[j] / q;
+        sums[(i * 2 + k) * n + j] = fabs(a) + fabs(b);
+        want[(i * 2 + k) * n + j] = nb_item(rev, (i * 2 + k) * n + j);
+      }
+    }
+  }
+  tu_check_shape(fwd, NB_F64, 3, TU_SHAPE(m, 2, n));
+  tu_check_shape(rev, NB_F64, 3, TU_SHAPE(m, 2, n));
+  tu_check_sums(fwd, want, NB_F64, 16, sums);
+  free(want);
+  free(sums);
+}
+
+/* One tape's Jacobian in mode (persistent, so the three modes see the same records). */
+static nb_tensor *tape_jacobian(nb_tape *t, nb_tensor *y, nb_tensor *x, nb_jacobian_mode mode, nb_jacobian_path *path) {
+  nb_tensor *jac = NULL;
+  assert_int_equal(nb_tape_set_jacobian_mode(t, mode), NB_OK);
+  assert_int_equal(nb_tape_jacobian(t, y, x, &jac), NB_OK);
+  *path = nb_tape_jacobian_path(t);
+  return jac;
+}
+
+/* Eagerly: forced forward and reverse agree; AUTO takes forward exactly when x is smaller. */
+static void check_tape_modes(int64_t m, int64_t n) {
+  nb_ctx *e = nb_eager_new();
+  double xv[50];
+  dense_net p = dense_params(e, m, n, xv);
+  nb_tensor *x = tu_make(e, NB_F64, 1, TU_SHAPE(n), xv);
+  nb_tape *t = nb_tape_begin(e, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = dense_tanh(e, &p, x);
+  nb_jacobian_path fwd_path, rev_path, auto_path;
+  nb_tensor *fwd = tape_jacobian(t, y, x, NB_JACOBIAN_MODE_FORWARD, &fwd_path);
+  nb_tensor *rev = tape_jacobian(t, y, x, NB_JACOBIAN_MODE_REVERSE, &rev_path);
+  nb_tensor *aut = tape_jacobian(t, y, x, NB_JACOBIAN_MODE_AUTO, &auto_path);
+  assert_int_equal(fwd_path, NB_JACOBIAN_FORWARD);
+  assert_int_not_equal(rev_path, NB_JACOBIAN_FORWARD);
+  assert_int_equal(auto_path, n < 2 * m ? NB_JACOBIAN_FORWARD : rev_path);
+  check_modes_agree(fwd, rev, &p, xv, m, n);
+  check_modes_agree(aut, rev, &p, xv, m, n);
+  nb_tape_end(t);
+  nb_ctx_free(e);
+}
+
+static void test_tape_jacobian_modes(void **state) {
+  (void)state;
+  check_tape_modes(50, 3); /* wide: 100 outputs of 3 inputs */
+  check_tape_modes(3, 50); /* tall: 6 outputs of 50 inputs */
+}
+
+static nb_tensor *graph_jacobian(nb_ctx *c, nb_tensor *y, nb_tensor *x, nb_jacobian_mode mode, const char *scope) {
+  nb_tensor *jac = NULL;
+  assert_int_equal(nb_jacobian(c, y, x, mode, &jac), NB_OK);
+  assert_non_null(jac);
+  if (strncmp(nb_tensor_node_name(jac), scope, strlen(scope)) != 0)
+    fail_msg("the Jacobian is '%s', not under '%s'", nb_tensor_node_name(jac), scope);
+  return jac;
+}
+
+/* In a graph: the modes' Jacobians agree at run time; AUTO builds the smaller one (its
+   name scope says which: jacfwd or jacrev, made unique by a suffix). */
+static void check_graph_modes(int64_t m, int64_t n) {
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+  double xv[50];
+  dense_net p = dense_params(c, m, n, xv), pe = dense_params(e, m, n, xv);
+  nb_tensor *x = nb_placeholder(c, NB_F64, 1, TU_SHAPE(n), "x"), *y = dense_tanh(c, &p, x);
+  nb_tensor *fetch[3] = {graph_jacobian(c, y, x, NB_JACOBIAN_MODE_FORWARD, "jacfwd"),
+                         graph_jacobian(c, y, x, NB_JACOBIAN_MODE_REVERSE, "jacrev"),
+                         graph_jacobian(c, y, x, NB_JACOBIAN_MODE_AUTO, n < 2 * m ? "jacfwd" : "jacrev")};
+  nb_session *s = nb_session_new(g);
+  nb_tensor *xval = tu_make(e, NB_F64, 1, TU_SHAPE(n), xv), *got[3];
+  assert_int_equal(nb_run(s, &x, &xval, 1, fetch, 3, got), NB_OK);
+  check_modes_agree(got[0], got[1], &pe, xv, m, n);
+  check_modes_agree(got[2], got[1], &pe, xv, m, n);
+  for (int i = 0; i < 3; i++) nb_tensor_free(got[i]);
+  nb_session_free(s);
+  nb_ctx_free(c);
+  nb_ctx_free(e);
+  nb_graph_free(g);
+}
+
+static void test_graph_jacobian_modes(void **state) {
+  (void)state;
+  check_graph_modes(50, 3);
+  check_graph_modes(3, 50);
+}
+
+/* The forward and reverse tape Jacobians fail alike: int sources, a one-shot tape's second
+   use; a recorded target unconnected to the source gives zeros in both. */
+static void check_tape_errors(nb_jacobian_mode mode) {
+  nb_ctx *e = nb_eager_new();
+  nb_tensor *x = tu_make(e, NB_F64, 1, TU_SHAPE(3), x3),
+            *w = tu_make(e, NB_F64, 1, TU_SHAPE(5), TU_VALS(1, 2, 3, 4, 5)), *jac = x;
+  nb_tensor *k = nb_cast(e, x, NB_I32);
+  nb_tape *t = nb_tape_begin(e, 0);
+  assert_int_equal(nb_tape_set_jacobian_mode(t, mode), NB_OK);
+  nb_tape_watch(t, x);
+  nb_tape_watch(t, w);
+  nb_tensor *y = nb_tile(e, nb_sin(e, x), (const int64_t[]){4}, 1), *unconnected = nb_exp(e, w);
+  assert_int_equal(nb_tape_jacobian(t, y, k, &jac), NB_DTYPE);
+  assert_null(jac);
+  tu_check_error(e, NB_DTYPE, "nb_tape_jacobian", "int32");
+  assert_int_equal(nb_tape_jacobian(t, unconnected, x, &jac), NB_OK);
+  tu_check(jac, NB_F64, 2, TU_SHAPE(5, 3), (const double[15]){0}, 0);
+  assert_int_equal(nb_tape_jacobian(t, y, x, &jac), NB_INVALID);
+  tu_check_error(e, NB_INVALID, "nb_tape_jacobian", "used already");
+  assert_int_equal(nb_tape_set_jacobian_mode(t, (nb_jacobian_mode)7), NB_INVALID);
+  tu_check_error(e, NB_INVALID, "nb_tape_set_jacobian_mode", NULL);
+  nb_tape_end(t);
+  nb_ctx_free(e);
+}
+
+static void test_jacobian_mode_errors(void **state) {
+  (void)state;
+  check_tape_errors(NB_JACOBIAN_MODE_FORWARD);
+  check_tape_errors(NB_JACOBIAN_MODE_REVERSE);
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+  nb_tensor *x = nb_placeholder(c, NB_F64, 1, TU_SHAPE(3), "x"), *jac = x;
+  for (int mode = NB_JACOBIAN_MODE_AUTO; mode <= NB_JACOBIAN_MODE_REVERSE; mode++) {
+    assert_int_equal(nb_jacobian(c, nb_cast(c, x, NB_I32), x, (nb_jacobian_mode)mode, &jac), NB_DTYPE);
+    tu_check_error(c, NB_DTYPE, "nb_jacobian", "int32");
+    nb_tensor *u = tu_unknown_dims(c, NB_F64, 1);
+    assert_int_equal(nb_jacobian(c, nb_sin(c, u), x, (nb_jacobian_mode)mode, &jac), NB_SHAPE);
+    tu_check_error(c, NB_SHAPE, "nb_jacobian", "fully known");
+  }
+  assert_int_equal(nb_jacobian(c, x, x, (nb_jacobian_mode)7, &jac), NB_INVALID);
+  tu_check_error(c, NB_INVALID, "nb_jacobian_mode", NULL);
+  assert_int_equal(nb_jacobian(e, x, x, NB_JACOBIAN_MODE_AUTO, &jac), NB_UNIMPLEMENTED);
+  tu_check_error(e, NB_UNIMPLEMENTED, "nb_jacobian", "graph context");
+  nb_ctx_free(c);
+  nb_ctx_free(e);
+  nb_graph_free(g);
+}
+
+/* The batch Jacobian in both modes: row b of y = tanh(x_b W) (x [4, 2], W [2, 5]) depends
+   on row b of x only; forward seeds element j of every row at once. */
+static void test_batch_jacobian_modes(void **state) {
+  (void)state;
+  nb_ctx *e = nb_eager_new();
+  nb_tensor *x = tu_make(e, NB_F64, 2, TU_SHAPE(4, 2), TU_VALS(0.1, -0.4, 0.7, 0.2, -0.3, 0.5, 0.9, -0.8));
+  nb_tensor *w = tu_make(e, NB_F64, 2, TU_SHAPE(2, 5), TU_VALS(0.5, -1, 0.25, 0.75, -0.5, 1, 0.3, -0.6, 0.2, 0.4));
+  nb_tape *t = nb_tape_begin(e, 1);
+  nb_tape_watch(t, x);
+  nb_tensor *y = nb_tanh(e, nb_matmul(e, x, w, false, false)), *jac[2];
+  for (int i = 0; i < 2; i++) {
+    nb_tape_set_jacobian_mode(t, i ? NB_JACOBIAN_MODE_REVERSE : NB_JACOBIAN_MODE_AUTO);
+    assert_int_equal(nb_tape_batch_jacobian(t, y, x, &jac[i]), NB_OK);
+    tu_check_shape(jac[i], NB_F64, 3, TU_SHAPE(4, 5, 2));
+    assert_int_equal(nb_tape_jacobian_path(t) == NB_JACOBIAN_FORWARD, i == 0);
+  }
+  /* (b, k, j) = (1 - y_bk^2) W_jk, a few roundings after the same y in each mode */
+  double want[40];
+  for (int b = 0; b < 4; b++)
+    for (int k = 0; k < 5; k++)
+      for (int j = 0; j < 2; j++) {
+        double ybk = nb_item(y, b * 5 + k);
+        want[(b * 5 + k) * 2 + j] = (1 - ybk * ybk) * nb_item(w, j * 5 + k);
+      }
+  for (int i = 0; i < 2; i++) check_close(jac[i], want);
+  nb_tape_end(t);
+  nb_ctx_free(e);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_jvp_closed_form),
@@ -378,6 +587,10 @@ int main(void) {
       cmocka_unit_test(test_graph_loops),
       cmocka_unit_test(test_custom_gradient_transposed),
       cmocka_unit_test(test_jacobian_fn),
+      cmocka_unit_test(test_tape_jacobian_modes),
+      cmocka_unit_test(test_graph_jacobian_modes),
+      cmocka_unit_test(test_jacobian_mode_errors),
+      cmocka_unit_test(test_batch_jacobian_modes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

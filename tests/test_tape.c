@@ -635,6 +635,7 @@ static void test_jacobian_matmul(void **state) {
   for (int i = 0; i < 12; i++) wv[i] = 0.5 * i - 2;
   nb_tensor *x = tu_make(c, NB_F64, 2, TU_SHAPE(2, 3), xv), *w = tu_make(c, NB_F64, 2, TU_SHAPE(3, 4), wv);
   nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_set_jacobian_mode(t, NB_JACOBIAN_MODE_REVERSE); /* its vectorized pass (AUTO: forward) */
   nb_tape_watch(t, x);
   nb_tensor *y = nb_matmul(c, x, w, false, false), *jac;
   assert_int_equal(nb_tape_jacobian(t, y, x, &jac), NB_OK);
@@ -658,6 +659,7 @@ static void test_jacobian_matmul(void **state) {
   nb_tape_end(t);
   /* both operands transposed, the unwatched one broadcast (not tiled) in the batched pass */
   t = nb_tape_begin(c, 1);
+  nb_tape_set_jacobian_mode(t, NB_JACOBIAN_MODE_REVERSE); /* its vectorized pass (AUTO: forward) */
   nb_tape_watch(t, x);
   nb_tensor *y3 = nb_matmul(c, w, x, true, true); /* [4, 3] x [3, 2] */
   assert_int_equal(nb_tape_jacobian(t, y3, x, &jac), NB_OK);
@@ -729,6 +731,7 @@ static void test_jacobian_vectorized(void **state) {
   nb_tensor *w = tu_make(c, NB_F64, 1, TU_SHAPE(4), TU_VALS(0.5, 1.5, -2, 0.25));
   nb_tensor *b = nb_scalar(c, NB_F64, 0.2), *jac;
   nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_set_jacobian_mode(t, NB_JACOBIAN_MODE_REVERSE); /* its vectorized pass (AUTO: forward) */
   nb_tensor *src[3] = {x, w, b};
   for (int i = 0; i < 3; i++) nb_tape_watch(t, src[i]);
   nb_tensor *h = nb_tanh(c, nb_add(c, nb_mul(c, x, w), b)); /* [3, 4] */
@@ -862,6 +865,7 @@ static void test_batch_jacobian(void **state) {
   nb_tensor *x = tu_make(c, NB_F64, 2, TU_SHAPE(3, 2), TU_VALS(0.1, -0.3, 0.5, 0.7, -0.9, 0.2));
   nb_tensor *w = tu_make(c, NB_F64, 2, TU_SHAPE(2, 4), TU_VALS(0.3, -1, 0.5, 0.8, 0.1, -0.4, -0.6, 0.9)), *bj;
   nb_tape *t = nb_tape_begin(c, 1);
+  nb_tape_set_jacobian_mode(t, NB_JACOBIAN_MODE_REVERSE); /* its vectorized pass (AUTO: forward) */
   nb_tape_watch(t, x);
   nb_tensor *y = nb_tanh(c, nb_matmul(c, x, w, false, false));
   assert_int_equal(nb_tape_batch_jacobian(t, y, x, &bj), NB_OK);

@@ -522,6 +522,17 @@ static void test_no_gradient(void **state) {
   assert_int_equal(nb_tape_gradient(t, &ye, 1, &v, 1, NULL, &dx), NB_NO_GRADIENT);
   nb_tape_end(t);
   tu_check_error(f->e, NB_NO_GRADIENT, tf_message, NULL);
+  for (int mode = NB_JACOBIAN_MODE_FORWARD; mode <= NB_JACOBIAN_MODE_REVERSE; mode++) { /* Jacobians: the same */
+    assert_int_equal(nb_jacobian(f->c, y, x, (nb_jacobian_mode)mode, &dx), NB_NO_GRADIENT);
+    tu_check_error(f->c, NB_NO_GRADIENT, tf_message, NULL);
+    t = nb_tape_begin(f->e, 0);
+    nb_tape_set_jacobian_mode(t, (nb_jacobian_mode)mode);
+    nb_tape_watch(t, v);
+    ye = op1(f->e, "UserScale", v, NULL, 0);
+    assert_int_equal(nb_tape_jacobian(t, ye, v, &dx), NB_NO_GRADIENT);
+    nb_tape_end(t);
+    tu_check_error(f->e, NB_NO_GRADIENT, tf_message, NULL);
+  }
 
   nb_tensor *tick = op1(f->c, "UserTick", x, NULL, 0);
   dx = x;

@@ -41,7 +41,8 @@ nb_code nbad_recompute_gradient(nb_ctx *c, const nb_fwd_op *op, nb_tensor *const
    the tangents of its inputs (NULL: zero); tout NULL: zero, always for int/bool outputs.
    The op's forward rule, or TF's fallback (the gradient rule transposed: nb_gradients in
    a graph, a tape eagerly); override_name: a graph node's gradient override, whose
-   transposition is then used. */
+   transposition is then used. On a tape's record (views without the values the tape did
+   not keep) a rule reading a missing value gives way to the transposition too. */
 nb_code nbad_jvp_op(nb_ctx *c, const nb_fwd_op *op, const char *override_name, nb_tensor *const *tin, nb_tensor **tout);
 /* Whether def has a forward rule of its own (registers the built-in ones once). */
 bool nbad_has_forward_rule(const nbop_def *def);

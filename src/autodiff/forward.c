@@ -31,7 +31,8 @@ static nb_code check_call(nb_ctx *c, const char *fn, nb_tensor *const *xs, int n
   if (!c->graph)
     return nbcore_fail(
         c, NB_UNIMPLEMENTED,
-        "%s needs a graph context: eager forward mode is a forward accumulator (nb_hvp_fn, nb_jacobian_fn)", fn);
+        "%s needs a graph context: eager forward mode is a forward accumulator or a tape (nb_hvp_fn, nb_tape_jacobian)",
+        fn);
   if (nout > 0 && !out) return nbcore_fail(c, NB_INVALID, "%s: out is NULL", fn);
   return check_graph_tensors(c, fn, "xs", xs, nx);
 }
@@ -320,42 +321,34 @@ nb_code nb_hvp_fn(nb_ctx *c, nb_custom_fn f, void *user, nb_tensor *const *xs, i
   return code;
 }
 
-/* Column j of the forward Jacobian: f's JVP along the one-hot e_j (eager: an accumulator
-   per column; graph: nb_jvp of the traced y), flattened. */
-static nb_tensor *jacobian_column(nb_ctx *c, nb_custom_fn f, void *user, nb_tensor *x, nb_tensor *y, int64_t j) {
+/* ---- Jacobians in a graph, in both modes ------------------------------------------------- */
+
+/* Column j of the forward Jacobian: y's JVP along the one-hot e_j, flattened (zeros when
+   unconnected). */
+static nb_tensor *jacobian_column(nb_ctx *c, nb_tensor *x, nb_tensor *y, int64_t j) {
   double *basis = calloc((size_t)nb_num_elements(x) + 1, sizeof *basis);
   if (!basis) {
-    nbcore_fail(c, NB_NOMEM, "nb_jacobian_fn: out of memory");
+    nbcore_fail(c, NB_NOMEM, "nb_jacobian: out of memory");
     return NULL;
   }
   basis[j] = 1;
   nb_tensor *e = nb_tensor_from(c, NB_F64, nb_rank(x), nb_shape(x), basis), *col = NULL;
   free(basis);
   if (e && nb_dtype_of(x) != NB_F64) e = nb_cast(c, e, nb_dtype_of(x));
-  if (!e) return NULL;
-  if (c->graph) {
-    if (nb_jvp(c, &y, 1, &x, 1, &e, &col)) return NULL;
-  } else {
-    nb_forward_accumulator *acc = nb_forward_accumulator_begin(c);
-    if (acc && !nb_forward_accumulator_watch(acc, x, e) && !call_f(c, "nb_jacobian_fn", f, user, &x, 1, &y))
-      col = nb_forward_accumulator_jvp(acc, y);
-    nb_forward_accumulator_end(acc);
-    if (nb_status(c)) return NULL;
-  }
+  if (!e || nb_jvp(c, &y, 1, &x, 1, &e, &col)) return NULL;
   return nb_reshape(c, col ? col : nb_zeros_like(c, y), (const int64_t[]){-1}, 1);
 }
 
-/* jacfwd: the columns stacked on the last axis, [m, n], shaped y.shape + x.shape. */
-static nb_code jacobian_forward(nb_ctx *c, nb_custom_fn f, void *user, nb_tensor *x, nb_tensor *y, nb_tensor **out) {
-  int64_t n = nb_num_elements(x), shape[NB_MAX_RANK];
+/* jacfwd: the columns stacked on the last axis, [m, n], in x's dtype (the reverse
+   Jacobian's). */
+static nb_code jacobian_forward(nb_ctx *c, nb_tensor *x, nb_tensor *y, nb_tensor **out) {
+  int64_t n = nb_num_elements(x);
   nb_tensor **cols = malloc((size_t)(n + 1) * sizeof *cols);
-  if (!cols) return nbcore_fail(c, NB_NOMEM, "nb_jacobian_fn: out of memory");
+  if (!cols) return nbcore_fail(c, NB_NOMEM, "nb_jacobian: out of memory");
   nb_code code = NB_OK;
-  for (int64_t j = 0; j < n && !code; j++)
-    code = (cols[j] = jacobian_column(c, f, user, x, y, j)) ? NB_OK : nb_status(c);
-  for (int d = 0; d < nb_rank(y); d++) shape[d] = nb_shape(y)[d];
-  for (int d = 0; d < nb_rank(x); d++) shape[nb_rank(y) + d] = nb_shape(x)[d];
-  if (!code) *out = nb_reshape(c, nb_pack(c, cols, (int)n, 1), shape, nb_rank(y) + nb_rank(x));
+  for (int64_t j = 0; j < n && !code; j++) code = (cols[j] = jacobian_column(c, x, y, j)) ? NB_OK : nb_status(c);
+  if (!code) *out = nb_pack(c, cols, (int)n, 1);
+  if (!code && nb_dtype_of(y) != nb_dtype_of(x)) *out = nb_cast(c, *out, nb_dtype_of(x));
   free(cols);
   return code ? code : nb_status(c);
 }
@@ -366,30 +359,61 @@ static bool fully_known(const nb_tensor *t) {
   return known;
 }
 
-static nb_code check_jacobian_shapes(nb_ctx *c, const nb_tensor *x, const nb_tensor *y) {
+static nb_code check_jacobian_shapes(nb_ctx *c, const char *fn, const nb_tensor *x, const nb_tensor *y) {
   if (!nbcore_is_float(nb_dtype_of(x)) || !nbcore_is_float(nb_dtype_of(y)))
-    return nbcore_fail(c, NB_DTYPE, "nb_jacobian_fn: x and f's output must be float, got %s and %s",
-                       nb_dtype_name(nb_dtype_of(x)), nb_dtype_name(nb_dtype_of(y)));
+    return nbcore_fail(c, NB_DTYPE, "%s: x and y must be float, got %s and %s", fn, nb_dtype_name(nb_dtype_of(x)),
+                       nb_dtype_name(nb_dtype_of(y)));
   if (!fully_known(x) || !fully_known(y) || nb_rank(x) + nb_rank(y) > NB_MAX_RANK)
-    return nbcore_fail(c, NB_SHAPE,
-                       "nb_jacobian_fn: x %s and y need fully known shapes, of ranks summing to at most %d",
-                       shape_str(x), NB_MAX_RANK);
+    return nbcore_fail(c, NB_SHAPE, "%s: x %s and y %s need fully known shapes, of ranks summing to at most %d", fn,
+                       shape_str(x), shape_str(y), NB_MAX_RANK);
   return NB_OK;
 }
 
-/* f runs once (under a persistent tape eagerly, for the reverse Jacobian); then the mode
-   with fewer passes: n = size(x) JVPs or m = size(y) gradients. */
+/* The mode's Jacobian (m = size(y) rows, n = size(x) columns; zeros when either is 0)
+   under its name scope, shaped y.shape + x.shape. */
+static nb_code jacobian(nb_ctx *c, nb_tensor *y, nb_tensor *x, nb_jacobian_mode mode, nb_tensor **out) {
+  int64_t m = nb_num_elements(y), n = nb_num_elements(x), shape[NB_MAX_RANK];
+  for (int d = 0; d < nb_rank(y); d++) shape[d] = nb_shape(y)[d];
+  for (int d = 0; d < nb_rank(x); d++) shape[nb_rank(y) + d] = nb_shape(x)[d];
+  int rank = nb_rank(y) + nb_rank(x);
+  if (m == 0 || n == 0) {
+    *out = nb_tensor_from(c, nb_dtype_of(x), rank, shape, NULL);
+    return nb_status(c);
+  }
+  bool forward = mode == NB_JACOBIAN_MODE_FORWARD || (mode == NB_JACOBIAN_MODE_AUTO && n < m);
+  nb_code code = nb_name_scope_push(c->graph, forward ? "jacfwd" : "jacrev");
+  if (code) return code;
+  code = forward ? jacobian_forward(c, x, y, out) : jacobian_rows(c, y, y, x, m, out);
+  if (!code && forward) *out = nb_reshape(c, *out, shape, rank);
+  nb_name_scope_pop(c->graph);
+  return code ? code : nb_status(c);
+}
+
+nb_code nb_jacobian(nb_ctx *c, nb_tensor *y, nb_tensor *x, nb_jacobian_mode mode, nb_tensor **out) {
+  nb_code code = check_call(c, "nb_jacobian", &x, 1, out, 1);
+  if (!code) code = check_graph_tensors(c, "nb_jacobian", "y", &y, 1);
+  if (!code && mode != NB_JACOBIAN_MODE_AUTO && mode != NB_JACOBIAN_MODE_FORWARD && mode != NB_JACOBIAN_MODE_REVERSE)
+    code = nbcore_fail(c, NB_INVALID, "nb_jacobian: %d is no nb_jacobian_mode", (int)mode);
+  if (!code) code = check_jacobian_shapes(c, "nb_jacobian", x, y);
+  if (code) return code;
+  nb_scope_begin(c);
+  code = jacobian(c, y, x, mode, out);
+  nb_scope_end(c, out, 1);
+  return code;
+}
+
+/* f runs once, eagerly under a tape; then the tape's Jacobian or the graph's, each
+   choosing the mode with fewer passes: n = size(x) JVPs or m = size(y) gradients. */
 static nb_code jacobian_fn(nb_ctx *c, nb_custom_fn f, void *user, nb_tensor *x, nb_tensor **out) {
-  nb_tape *t = c->graph ? NULL : nb_tape_begin(c, 1);
+  nb_tape *t = c->graph ? NULL : nb_tape_begin(c, 0);
   if (!c->graph && !t) return nb_status(c);
   nb_tape_watch(t, x);
   nb_tensor *y = NULL;
   nb_code code = call_f(c, "nb_jacobian_fn", f, user, &x, 1, &y);
-  if (!code) code = check_jacobian_shapes(c, x, y);
-  bool forward = !code && nb_num_elements(x) < nb_num_elements(y);
-  if (!code && !forward) code = t ? nb_tape_jacobian(t, y, x, out) : jacobian_rows(c, y, y, x, nb_num_elements(y), out);
+  if (!code) code = check_jacobian_shapes(c, "nb_jacobian_fn", x, y);
+  if (!code) code = t ? nb_tape_jacobian(t, y, x, out) : jacobian(c, y, x, NB_JACOBIAN_MODE_AUTO, out);
   nb_tape_end(t);
-  return !code && forward ? jacobian_forward(c, f, user, x, y, out) : code;
+  return code;
 }
 
 nb_code nb_jacobian_fn(nb_ctx *c, nb_custom_fn f, void *user, nb_tensor *x, nb_tensor **out) {

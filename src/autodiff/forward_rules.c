@@ -158,6 +158,23 @@ static nb_code check_tangents(nb_ctx *c, const nb_fwd_op *op, nb_tensor **tout) 
   return nb_status(c);
 }
 
+/* Whether the values rule s reads are there: always in a graph and for concrete eager
+   tensors, but a tape's records keep only what the gradient rule reads (and int/bool
+   inputs), which is all a symmetric rule and the transposition read. A linear rule reads
+   the int/bool inputs; a bilinear one inputs a and b too; any other rule, every input and
+   output. */
+static bool rule_values_kept(const nb_ctx *c, const nb_fwd_op *op, const fwd_slot *s) {
+  if (c->graph || s->kind == NBG_FWD_SYMMETRIC) return true;
+  for (int i = 0; i < op->nin; i++) {
+    bool read = !nbcore_is_float(op->in[i]->dtype) || s->kind == NBG_FWD_RULE ||
+                (s->kind == NBG_FWD_BILINEAR && (i == s->a || i == s->b));
+    if (read && !op->in[i]->buf && !nb_is_indexed_slices(op->in[i])) return false;
+  }
+  for (int o = 0; o < op->nout && s->kind == NBG_FWD_RULE; o++)
+    if (!op->out[o]->buf) return false;
+  return true;
+}
+
 nb_code nbad_jvp_op(nb_ctx *c, const nb_fwd_op *op, const char *override_name, nb_tensor *const *tin,
                     nb_tensor **tout) {
   for (int o = 0; o < op->nout; o++) tout[o] = NULL;
@@ -171,9 +188,9 @@ nb_code nbad_jvp_op(nb_ctx *c, const nb_fwd_op *op, const char *override_name, n
   /* an overridden gradient defines the op's derivative: its transposition, not the op's rule */
   const fwd_slot *s = !override_name && has_rule ? &fwd_slots[op->def->id] : NULL;
   if (s && s->kind == NBG_FWD_SYMMETRIC && kind != NBAD_GRAD_FN) s = NULL; /* it applies the gradient rule */
+  if (s && kind == NBAD_GRAD_FN && !rule_values_kept(c, op, s)) s = NULL;  /* a tape's record: transpose */
   if (!s && kind == NBAD_GRAD_NONE)
-    return nbcore_fail(c, NB_NO_GRADIENT,
-                       "forward mode: no forward rule and no gradient for operation '%s' (op type: %s)", op->name,
+    return nbcore_fail(c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", op->name,
                        op->def->name);
   nb_code code;
   if (!s)

@@ -1,7 +1,7 @@
-/* Jacobians on the eager tape (tf.GradientTape.jacobian and batch_jacobian), vectorized as
-   TF's pfor does it: one backward pass whose gradients carry a leading dim of seeds (see
-   tape.c for how each entry runs batched), or, when that would not fit, one pass per
-   seed. */
+/* Jacobians on the eager tape (tf.GradientTape.jacobian and batch_jacobian): forward mode
+   for wide ones (jacobian_forward.c), else reverse mode vectorized as TF's pfor does it:
+   one backward pass whose gradients carry a leading dim of seeds (see tape.c for how each
+   entry runs batched), or, when that would not fit, one pass per seed. */
 #include "tape.h"
 
 #include <stdlib.h>
@@ -14,9 +14,8 @@ static void set_one(nb_tensor *seed, int64_t i) {
     ((double *)nbcore_tdata(seed))[i] = 1;
 }
 
-/* Seeds element j of every one of `batch` rows of target (each of `per` elements). */
-static nb_tensor *one_hot_rows(nb_tape *t, nb_tensor *target, int64_t batch, int64_t per, int64_t j) {
-  nb_tensor *seed = nb_zeros_like(t->c, target);
+nb_tensor *nbad_one_hot_rows(nb_ctx *c, nb_tensor *like, int64_t batch, int64_t per, int64_t j) {
+  nb_tensor *seed = nb_zeros_like(c, like);
   for (int64_t b = 0; seed && b < batch; b++) set_one(seed, b * per + j);
   return seed;
 }
@@ -84,7 +83,7 @@ static nb_code jacobian_rows(nb_tape *t, nb_tensor *target, nb_tensor *source, i
   nb_scope_begin(t->c);
   nb_code code = NB_OK;
   for (int64_t j = 0; j < per && !code; j++) {
-    nb_tensor *seed = one_hot_rows(t, target, batch, per, j);
+    nb_tensor *seed = nbad_one_hot_rows(t->c, target, batch, per, j);
     code = seed ? nbad_tape_run(t, &target, 1, &source, 1, &seed, &rows[j]) : nb_status(t->c);
     if (!code && !rows[j]) rows[j] = nb_zeros_like(t->c, source);
     /* flat ([batch, -1] for the batch Jacobian): a rank-8 source still stacks */
@@ -99,13 +98,24 @@ static nb_code jacobian_rows(nb_tape *t, nb_tensor *target, nb_tensor *source, i
   return code;
 }
 
-/* One batched pass when it fits, else one pass per element of a target row; either way a
-   one-shot tape is spent. */
+/* Whether the tape's mode, or in AUTO the sizes, ask for forward mode: fewer elements
+   in a source row (the n columns, one replay each) than in a target row (the m rows). */
+static bool forward_mode(const nb_tape *t, const nb_tensor *target, const nb_tensor *source, int64_t batch) {
+  if (t->jacobian_mode != NB_JACOBIAN_MODE_AUTO) return t->jacobian_mode == NB_JACOBIAN_MODE_FORWARD;
+  return batch > 0 && source->size / batch < target->size / batch;
+}
+
+/* Forward mode when chosen; else one batched backward pass when it fits, else one pass
+   per element of a target row. Either way a one-shot tape is spent. */
 static nb_code jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch, const int64_t *shape, int rank,
                         nb_tensor **out) {
-  nb_code code = batch > 0 && batched_pass_fits(t, target->size / batch, target->rank)
-                     ? jacobian_batched(t, target, source, batch, shape, rank, out)
-                     : jacobian_rows(t, target, source, batch, batch > 1, shape, rank, out);
+  nb_code code;
+  if (forward_mode(t, target, source, batch))
+    code = nbad_tape_jacobian_forward(t, target, source, batch, shape, rank, out);
+  else if (batch > 0 && batched_pass_fits(t, target->size / batch, target->rank))
+    code = jacobian_batched(t, target, source, batch, shape, rank, out);
+  else
+    code = jacobian_rows(t, target, source, batch, batch > 1, shape, rank, out);
   nbad_tape_spend(t);
   return code;
 }
@@ -132,8 +142,9 @@ static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_
   return NB_OK;
 }
 
-/* d target / d source: one batched backward pass when the batched tensors fit, else one
-   pass per element of target. */
+/* d target / d source: forward mode (jacobian_forward.c) when source has fewer elements,
+   else one batched backward pass when the batched tensors fit, else one pass per element
+   of target. */
 nb_code nb_tape_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source, nb_tensor **out) {
   nb_code code = check_jacobian(t, "nb_tape_jacobian", target, source, out);
   if (code) return code;
@@ -164,3 +175,11 @@ nb_code nb_tape_batch_jacobian(nb_tape *t, nb_tensor *target, nb_tensor *source,
 }
 
 nb_jacobian_path nb_tape_jacobian_path(const nb_tape *t) { return t ? t->last_path : NB_JACOBIAN_LOOP; }
+
+nb_code nb_tape_set_jacobian_mode(nb_tape *t, nb_jacobian_mode mode) {
+  if (!t) return NB_INVALID;
+  if (mode != NB_JACOBIAN_MODE_AUTO && mode != NB_JACOBIAN_MODE_FORWARD && mode != NB_JACOBIAN_MODE_REVERSE)
+    return nbcore_fail(t->c, NB_INVALID, "nb_tape_set_jacobian_mode: %d is no nb_jacobian_mode", (int)mode);
+  t->jacobian_mode = mode;
+  return NB_OK;
+}

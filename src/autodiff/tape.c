@@ -169,8 +169,12 @@ static bool record_entry(nb_tape *t, const nbop_kargs *k, nb_tensor *const *out)
   if (k->def->nattrs && !e->attr) return false;
   uint32_t reads_in, reads_out;
   nbad_grad_reads(k->def, &reads_in, &reads_out);
+  /* int/bool inputs (shapes, axes, indices: small) are kept too, for a forward replay's
+     linear rules (jacobian_forward.c) */
   for (int i = 0; i < k->nin; i++)
-    if (!save_slot(t, k->in[i], reads(reads_in, i), tracked_value(t, k->in[i]->id))) return false;
+    if (!save_slot(t, k->in[i], reads(reads_in, i) || !nbcore_is_float(k->in[i]->dtype),
+                   tracked_value(t, k->in[i]->id)))
+      return false;
   for (int i = 0; i < k->nout; i++) {
     int32_t v = track_output(t, out[i]->id);
     if (v < 0 || !save_slot(t, out[i], reads(reads_out, i), v)) return false;
@@ -295,6 +299,7 @@ nb_tape *nb_tape_begin(nb_ctx *c, int persistent) {
   t->recording = true;
   t->used = t->unconnected_zero = false;
   t->watch_accessed = true;
+  t->jacobian_mode = NB_JACOBIAN_MODE_AUTO;
   t->next_spare = NULL;
   c->tapes[c->ntapes++] = t;
   c->record = nbad_record;
@@ -894,3 +899,9 @@ nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_
   if (src != small) free(src);
   return code;
 }
+
+int32_t nbad_tape_value(const nb_tape *t, uint64_t id) { return tracked_value(t, id); }
+
+nb_tensor *nbad_tape_own(nb_tape *t, nb_tensor *g) { return own(t, g); }
+
+nb_code nbad_tape_check_idle(const nb_tape *t, const char *fn) { return check_not_running(t, fn); }

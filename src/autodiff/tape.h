@@ -80,6 +80,7 @@ struct nb_tape {
   int64_t batch;              /* vectorized Jacobian pass: every gradient has this leading dim; 0 otherwise */
   int32_t seed_looped;        /* entries that pass ran once per seed (not batchable) */
   nb_jacobian_path last_path; /* how the last Jacobian ran */
+  nb_jacobian_mode jacobian_mode;
   nb_tape *next_spare;
   nbad_ready_fn ready_fn; /* NULL: no hook */
   void *ready_user;
@@ -96,5 +97,19 @@ nb_code nbad_tape_run(nb_tape *t, nb_tensor *const *targets, int nt, nb_tensor *
 void nbad_tape_set_ready_hook(nb_tape *t, nbad_ready_fn fn, void *user);
 /* A one-shot tape's records are spent after one gradient computation: frees them. */
 void nbad_tape_spend(nb_tape *t);
+/* The value number t gave the tensor of id (watched, or a recorded output), -1 when none. */
+int32_t nbad_tape_value(const nb_tape *t, uint64_t id);
+/* A handle of its own for g's value (a dense tensor or IndexedSlices), under g's id. */
+nb_tensor *nbad_tape_own(nb_tape *t, nb_tensor *g);
+/* NB_INVALID naming fn while t's own backward pass runs (a gradient function called fn). */
+nb_code nbad_tape_check_idle(const nb_tape *t, const char *fn);
+/* A float tensor like `like`, zeros but for element j of each of its `batch` rows (of
+   `per` elements): a Jacobian's seed (jacobian.c). */
+nb_tensor *nbad_one_hot_rows(nb_ctx *c, nb_tensor *like, int64_t batch, int64_t per, int64_t j);
+/* The Jacobian by forward mode (jacobian_forward.c): t's records replayed once per element
+   j of a source row, the tangent one-hot at j in each of `batch` rows of source, giving
+   the target's tangents as column j; *out shaped shape (rank). */
+nb_code nbad_tape_jacobian_forward(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch,
+                                   const int64_t *shape, int rank, nb_tensor **out);
 
 #endif
