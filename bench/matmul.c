@@ -70,7 +70,7 @@ static bool bench_size(nb_ctx *c, nb_dtype t, int64_t n, int threads) {
   double flops = 2.0 * (double)n * (double)n * (double)n, gflops = flops / seconds * 1e-9;
   printf("name=matmul n=%lld dtype=%s threads=%d backend=%s kernel=%s path=%s ms=%.3f gflops=%.1f frac_peak=%.3f",
          (long long)n, nb_dtype_name(t), threads, nbop_gemm_backend_name(t), nbop_gemm_kernel_name(t),
-         nbop_gemm_path_name(t, false, false, n, n), 1e3 * seconds, gflops, bench_frac_peak(gflops, threads));
+         nbop_gemm_path_name(t, false, false, n, n, n, n), 1e3 * seconds, gflops, bench_frac_peak(gflops, threads));
   if (threads == 1) { /* the GEMM runs on this thread alone: its CPU time is the GEMM's */
     double cpu_gflops = flops / best_cpu_per_call(c, &p) * 1e-9;
     printf(" cpu_gflops=%.1f frac_peak_cpu=%.3f", cpu_gflops, cpu_gflops / bench_peak_cpu_gflops());

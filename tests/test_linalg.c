@@ -568,9 +568,10 @@ static void test_gemm_f32_against_f64(void **state) {
 }
 
 /* An operand stored with k along its rows (A transposed, B not) whose row stride is a
-   power of two of 512 floats or more is copied before oneDNN's AVX2 sgemm (aliasing_ld in
-   src/ops/linalg.c): that path against float64 for each transpose, strides 512 (dense, and
-   509 columns padded by 3) and 1024, beta 0 and 1, on one thread and on two. */
+   power of two of 512 floats or more is copied before oneDNN's AVX2 sgemm where that reads
+   it in place (copies_for in src/ops/linalg.c): that path against float64 for each
+   transpose, strides 512 (dense, and 509 columns padded by 3) and 1024, beta 0 and 1, on
+   one thread and on two. */
 static void test_gemm_f32_copied_operands(void **state) {
   nb_ctx *c = *state;
   static const struct { int64_t extent, pad; } strides[] = {{512, 0}, {509, 3}, {1024, 0}};
@@ -589,18 +590,21 @@ static void test_gemm_f32_copied_operands(void **state) {
   nb_ctx_set_threads(c, 1);
 }
 
-/* Which float32 products take the copy (on AVX2, where it was measured to pay): the
-   operands with k along their rows and a power-of-two stride of 512 floats or more. */
+/* Which float32 products take the copy (on AVX2, where it was measured to pay): operands
+   with k along their rows and a power-of-two stride of 512 floats or more, in products
+   oneDNN runs in place (1/m + 1/n >= 0.0038). */
 static void test_gemm_path_names(void **state) {
   (void)state;
-  bool avx2 = !strcmp(nbop_onednn_isa_name(), "avx2") || !strcmp(nbop_onednn_isa_name(), "avx2_vnni");
-  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 64, 512), avx2 ? "sgemm+copy_b" : "sgemm");
-  assert_string_equal(nbop_gemm_path_name(NB_F32, true, false, 1024, 2048), avx2 ? "sgemm+copy_ab" : "sgemm");
-  assert_string_equal(nbop_gemm_path_name(NB_F32, true, true, 512, 512), avx2 ? "sgemm+copy_a" : "sgemm");
-  assert_string_equal(nbop_gemm_path_name(NB_F32, false, true, 512, 512), "sgemm");
-  assert_string_equal(nbop_gemm_path_name(NB_F32, true, false, 256, 768), "sgemm");
-  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 512, 1536), "sgemm");
-  assert_string_equal(nbop_gemm_path_name(NB_F64, true, false, 512, 512), "gemm");
+  const char *isa = nbop_onednn_isa_name();
+  bool avx2 = !strcmp(isa, "avx2") || !strcmp(isa, "avx2_vnni");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 128, 512, 64, 512), avx2 ? "sgemm+copy_b" : "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, true, false, 512, 512, 512, 512), avx2 ? "sgemm+copy_ab" : "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, true, true, 1024, 64, 1024, 512), avx2 ? "sgemm+copy_a" : "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, true, 512, 512, 512, 512), "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 128, 768, 768, 768), "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 512, 1536, 512, 1536), "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 1024, 1024, 1024, 1024), "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F64, true, false, 512, 512, 512, 512), "gemm");
 }
 
 /* The same float32 MatMul and _MatMulAdd on oneDNN and on OpenBLAS (the internal switch),
