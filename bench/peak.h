@@ -102,6 +102,34 @@ static inline double bench_peak_measure(int threads) {
 }
 #endif
 
+#if defined(__x86_64__)
+/* One thread's peak in GFLOP/s by its CPU time: the best of 30 passes of the same
+   rounds as bench_peak_measure, on the calling thread. */
+static inline double bench_peak_cpu_measure(void) {
+  peak_isa isa = bench_peak_isa();
+  long iters = 1 << 12;
+  while (peak_best(isa, 1, iters, 3) < 0.01) iters *= 2;
+  double best = 1e300;
+  volatile float sink = 0;
+  for (int r = 0; r < 30; r++) {
+    double t0 = bench_thread_cpu_now();
+    sink = isa.run(iters, 0.999f + 1e-7f * sink);
+    double s = bench_thread_cpu_now() - t0;
+    if (s < best) best = s;
+  }
+  return 2.0 * PEAK_CHAINS * isa.lanes * (double)iters / best * 1e-9;
+}
+#else
+static inline double bench_peak_cpu_measure(void) { return 0; }
+#endif
+
+/* bench_peak_cpu_measure(), measured once per process. */
+static inline double bench_peak_cpu_gflops(void) {
+  static double cached;
+  if (cached == 0) cached = bench_peak_cpu_measure();
+  return cached;
+}
+
 /* bench_peak_measure(threads), measured once per process and thread count (0 where it
    cannot be measured: then frac_peak prints as nan). */
 static inline double bench_peak_gflops(int threads) {
@@ -115,6 +143,13 @@ static inline double bench_peak_gflops(int threads) {
 static inline double bench_frac_peak(double gflops, int threads) {
   double peak = bench_peak_gflops(threads);
   return peak > 0 ? gflops / peak : NAN;
+}
+
+/* The peak line for threads threads (by the thread's CPU time too on one thread). */
+static inline void bench_print_peak(int threads) {
+  printf("name=peak isa=%s threads=%d gflops=%.1f", bench_peak_isa().name, threads, bench_peak_gflops(threads));
+  if (threads == 1) printf(" cpu_gflops=%.1f", bench_peak_cpu_gflops());
+  printf("\n");
 }
 
 #endif

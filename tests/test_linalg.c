@@ -567,6 +567,46 @@ static void test_gemm_f32_against_f64(void **state) {
   nb_ctx_set_threads(c, 1);
 }
 
+/* An operand stored with k along its rows (A transposed, B not) whose row stride is a
+   power of two of 512 floats or more is copied before oneDNN's AVX2 sgemm where that reads
+   it in place (copies_for in src/ops/linalg.c): that path against float64 for each
+   transpose, strides 512 (dense, and 509 columns padded by 3) and 1024, beta 0 and 1, on
+   one thread and on two. */
+static void test_gemm_f32_copied_operands(void **state) {
+  nb_ctx *c = *state;
+  static const struct { int64_t extent, pad; } strides[] = {{512, 0}, {509, 3}, {1024, 0}};
+  uint64_t seed = 7;
+  int orig = omp_get_max_threads();
+  for (int threads = 1, most = tu_set_threads(c, 2); threads <= most; threads++) {
+    nbop_blas_set_threads(threads);
+    for (int s = 0; s < 3; s++)
+      for (int tr = 0; tr < 4; tr++) {
+        bool ta = tr & 1, tb = tr & 2;
+        int64_t m = ta ? strides[s].extent : 40, n = tb ? 30 : strides[s].extent;
+        check_gemm_f32_vs_f64(c, ta, tb, m, n, 37 + s, strides[s].pad, (tr + s) & 1, seed++);
+      }
+  }
+  nbop_blas_set_threads(orig);
+  nb_ctx_set_threads(c, 1);
+}
+
+/* Which float32 products take the copy (on AVX2, where it was measured to pay): operands
+   with k along their rows and a power-of-two stride of 512 floats or more, in products
+   oneDNN runs in place (1/m + 1/n >= 0.0038). */
+static void test_gemm_path_names(void **state) {
+  (void)state;
+  const char *isa = nbop_onednn_isa_name();
+  bool avx2 = !strcmp(isa, "avx2") || !strcmp(isa, "avx2_vnni");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 128, 512, 64, 512), avx2 ? "sgemm+copy_b" : "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, true, false, 512, 512, 512, 512), avx2 ? "sgemm+copy_ab" : "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, true, true, 1024, 64, 1024, 512), avx2 ? "sgemm+copy_a" : "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, true, 512, 512, 512, 512), "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 128, 768, 768, 768), "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 512, 1536, 512, 1536), "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F32, false, false, 1024, 1024, 1024, 1024), "sgemm");
+  assert_string_equal(nbop_gemm_path_name(NB_F64, true, false, 512, 512, 512, 512), "gemm");
+}
+
 /* The same float32 MatMul and _MatMulAdd on oneDNN and on OpenBLAS (the internal switch),
    each transpose, shapes the kernel runs whole and split across threads: two float32 sums
    of k (k + 1) terms in different orders. */
@@ -778,6 +818,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_threads, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_threads_leave_omp_setting, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_gemm_f32_against_f64, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_gemm_f32_copied_operands, tu_setup, tu_teardown),
+      cmocka_unit_test(test_gemm_path_names),
       cmocka_unit_test_setup_teardown(test_matmul_f32_backends_agree, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_nb_op_attrs, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_shape_errors, tu_setup, tu_teardown),

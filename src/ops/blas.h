@@ -34,6 +34,12 @@ void nbop_gemm_set_f32_backend(nbop_gemm_backend b);
 const char *nbop_gemm_backend_name(nb_dtype t);
 const char *nbop_gemm_kernel_name(nb_dtype t);
 
+/* How nbop_gemm runs an m x n product of dtype t with these transposes and strides: "sgemm"
+   (oneDNN's, on the operands as they are), "sgemm+copy_a", "sgemm+copy_b" or
+   "sgemm+copy_ab" (those operands copied to a stride oneDNN reads at full speed first),
+   or "gemm" (OpenBLAS's). Benchmarks print it. */
+const char *nbop_gemm_path_name(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t lda, int64_t ldb);
+
 /* The instruction set oneDNN's kernels use on this CPU (its effective ISA, e.g. "avx2",
    "avx512_core", "avx512_core_amx"). */
 const char *nbop_onednn_isa_name(void);

@@ -1,5 +1,6 @@
 /* Linear algebra: MatMul and BatchMatMulV2, each product one GEMM (oneDNN for float32,
-   OpenBLAS for float64) on row-major data (a transpose is a GEMM flag, never a copy).
+   OpenBLAS for float64) on row-major data (a transpose is a GEMM flag, not a copy; an
+   operand with a stride oneDNN reads slowly is copied: see copies_for).
    BatchMatMulV2's batch dims broadcast through per-dim strides of 0; a batch of small
    products is split across threads with one single-threaded GEMM each, while a large
    product uses the GEMM's own threads. */
@@ -9,6 +10,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- GEMM ------------------------------------------------------------------------- */
@@ -68,11 +70,80 @@ static void scale_rows(nb_dtype t, int64_t m, int64_t n, double beta, void *c, i
 }
 
 /* oneDNN's sgemm, row-major like nbop_gemm. Its matmul primitive (cached per shape) was
-   measured too: on AVX2 it runs the same JIT GEMM ("gemm:jit") at the same speed, plus a
-   primitive lookup per call, so sgemm it is. */
+   measured too: on AVX2 it runs the same JIT GEMM ("gemm:jit"; with weights in format
+   "any" it keeps them plain, so there are no packed weights to cache) at the same speed,
+   plus a primitive lookup per call, so sgemm it is. */
 static bool onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                          int64_t ldb, float beta, float *c, int64_t ldc) {
   return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
+}
+
+/* oneDNN 2.x's AVX2 sgemm runs an m x n product on its no-copy kernels, which read the
+   operands in place, when 1/m + 1/n >= 0.0038 (both below about 526: its gemm driver's
+   nocopy_checker_avx2; otherwise it packs them first). In place, an operand stored with
+   its k index along rows (A when transposed, B when not) whose row stride is a power of
+   two of 2 KiB or more runs at about 2/3 of the speed: the rows walked fall into few
+   cache sets. One thread, thread CPU time, GFLOP/s direct -> with that operand copied to
+   rows 16 floats longer (copy included): NN 512^3 43 -> 62, TN 512x512x128 51 -> 80
+   (both operands), NN m=128 n=512 k=512 59 -> 82, m=128 n=1024 k=1024 36 -> 64, TN
+   512x10x128 36 either way; NN 256^3 (1 KiB rows) and 128x768x768 (768 floats) run at
+   full speed direct, and the packed 512x1536x512, 1024^3 and 2048^3 the same or slower
+   copied. So exactly such operands of such products are copied; the choice depends on the
+   shape and strides alone. */
+#define NOCOPY_THRESHOLD 0.0038
+#define ALIASING_LD_MIN 512
+#define PADDED_LD_EXTRA 16 /* one 64-byte cache line */
+
+/* Which operands of a float32 product nbop_gemm copies before oneDNN's sgemm. */
+typedef struct operand_copies {
+  bool a, b;
+} operand_copies;
+
+static bool aliasing_ld(int64_t ld) { return ld >= ALIASING_LD_MIN && (ld & (ld - 1)) == 0; }
+
+static operand_copies copies_for(bool ta, bool tb, int64_t m, int64_t n, int64_t lda, int64_t ldb) {
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa(); /* measured on AVX2 only */
+  bool avx2 = isa == dnnl_cpu_isa_avx2 || isa == dnnl_cpu_isa_avx2_vnni;
+  bool in_place = avx2 && 1.0 / (double)m + 1.0 / (double)n >= NOCOPY_THRESHOLD;
+  return (operand_copies){in_place && ta && aliasing_ld(lda), in_place && !tb && aliasing_ld(ldb)};
+}
+
+/* A float32 GEMM operand: rows x cols stored with row stride ld. */
+typedef struct operand {
+  const float *data;
+  int64_t rows, cols, ld;
+} operand;
+
+/* x copied to rows PADDED_LD_EXTRA floats longer (*copy: the buffer to free); false when
+   out of memory. */
+static bool copy_padded(operand *x, float **copy) {
+  int64_t ld = x->cols + PADDED_LD_EXTRA;
+  float *buf = malloc((size_t)(x->rows * ld) * sizeof *buf);
+  if (!buf) return false;
+  for (int64_t i = 0; i < x->rows; i++) memcpy(buf + i * ld, x->data + i * x->ld, (size_t)x->cols * sizeof *buf);
+  *x = (operand){buf, x->rows, x->cols, ld};
+  *copy = buf;
+  return true;
+}
+
+/* onednn_sgemm with the operands copies_for names copied first; false when out of memory
+   or oneDNN refuses, for the caller to run the product another way. */
+static bool onednn_sgemm_copying(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  operand x = {a, ta ? k : m, ta ? m : k, lda}, y = {b, tb ? n : k, tb ? k : n, ldb};
+  operand_copies want = copies_for(ta, tb, m, n, lda, ldb);
+  float *xcopy = NULL, *ycopy = NULL;
+  bool ok = (!want.a || copy_padded(&x, &xcopy)) && (!want.b || copy_padded(&y, &ycopy)) &&
+            onednn_sgemm(ta, tb, m, n, k, x.data, x.ld, y.data, y.ld, beta, c, ldc);
+  free(xcopy);
+  free(ycopy);
+  return ok;
+}
+
+const char *nbop_gemm_path_name(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t lda, int64_t ldb) {
+  if (!f32_on_onednn(t)) return "gemm";
+  operand_copies want = copies_for(ta, tb, m, n, lda, ldb);
+  return want.a && want.b ? "sgemm+copy_ab" : want.a ? "sgemm+copy_a" : want.b ? "sgemm+copy_b" : "sgemm";
 }
 
 void nbop_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, const void *b,
@@ -84,7 +155,7 @@ void nbop_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, co
   }
   /* oneDNN checks its arguments as OpenBLAS does; should it refuse a call nabla's
      callers consider valid, OpenBLAS computes the product rather than nothing. */
-  if (f32_on_onednn(t) && onednn_sgemm(ta, tb, m, n, k, a, lda, b, ldb, (float)beta, c, ldc)) return;
+  if (f32_on_onednn(t) && onednn_sgemm_copying(ta, tb, m, n, k, a, lda, b, ldb, (float)beta, c, ldc)) return;
   enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   if (t == NB_F32)
     cblas_sgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, (float)beta, c,
