@@ -461,9 +461,8 @@ void nbop_collective_progress(void) {
 /* Finishes started[i] and drops it from the list (freed with the list's last entry). */
 static nb_code finish_started(int i, char *err, size_t cap) {
   const nbop_coll_transport *t = process_transport;
-  char why[512];
-  nb_code code = t->finish(started[i].handle, why, sizeof why);
-  if (code) snprintf(err, cap, "%s: %s", started[i].what, why);
+  size_t n = (size_t)snprintf(err, cap, "%s: ", started[i].what); /* the transport's message follows */
+  nb_code code = t->finish(started[i].handle, err + (n < cap ? n : cap - 1), n < cap ? cap - n : 1);
   started[i] = started[--nstarted];
   if (nstarted == 0) {
     free(started);
@@ -482,7 +481,7 @@ nb_code nbop_collective_await(const void *data, char *err, size_t cap) {
 nb_code nbop_collective_await_all(char *err, size_t cap) {
   nb_code first = NB_OK;
   while (nstarted > 0) {
-    char why[640];
+    char why[NBCORE_ERR_CAP];
     nb_code code = finish_started(nstarted - 1, why, sizeof why);
     if (code && !first) {
       first = code;
