@@ -377,17 +377,20 @@ static void take_results(nb_dist_reducer *r, nb_ctx *c, nb_variable *const *vars
   }
 }
 
-nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *targets, int nt,
-                              nb_variable *const *vars, int nv, nb_tensor **out) {
-  if (!r || !t) return NB_INVALID;
-  nb_ctx *c = t->c;
-  for (int k = 0; out && k < nv; k++) out[k] = NULL;
-  if (!nbop_live(c)) return nb_status(c);
-  if (nv < 0 || (nv > 0 && (!vars || !out)))
-    return nb_set_error(c, NB_INVALID, "nb_dist_gradient_vars: vars or out is NULL, or nv is negative");
-  for (int k = 0; k < nv; k++)
-    if (!vars[k] || vars[k]->freed || !nbcore_is_float(vars[k]->dtype))
-      return nb_set_error(c, NB_INVALID, "nb_dist_gradient_vars: vars[%d] is NULL, freed or not float", k);
+/* A job of one: the tape's gradients are the averages, zeros where a variable has none
+   (no bucket copies: one process trains as it would without the reducer). */
+static nb_code gradients_alone(nb_ctx *c, nb_tape *t, nb_tensor *const *targets, int nt, nb_variable *const *vars,
+                               int nv, nb_tensor **out) {
+  nb_code code = nb_tape_gradient_vars(t, targets, nt, vars, nv, out);
+  for (int k = 0; k < nv && !code; k++)
+    if (!out[k] && !(out[k] = nb_tensor_from(c, vars[k]->dtype, vars[k]->rank, vars[k]->shape, NULL)))
+      code = nb_status(c) ? nb_status(c) : NB_NOMEM;
+  return code;
+}
+
+/* The backward pass with its gradients bucketed and all-reduced across the ranks. */
+static nb_code reduce_pass(nb_dist_reducer *r, nb_ctx *c, nb_tape *t, nb_tensor *const *targets, int nt,
+                           nb_variable *const *vars, int nv, nb_tensor **out) {
   if (!begin_pass(r, nv)) {
     end_pass(r);
     return nb_set_error(c, NB_NOMEM, "nb_dist_gradient_vars: out of memory");
@@ -406,6 +409,23 @@ nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *
   }
   end_pass(r);
   if (code && !nb_status(c)) nb_set_error(c, code, "nb_dist_gradient_vars: %s", r->err);
+  return code;
+}
+
+nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *targets, int nt,
+                              nb_variable *const *vars, int nv, nb_tensor **out) {
+  if (!r || !t) return NB_INVALID;
+  nb_ctx *c = t->c;
+  for (int k = 0; out && k < nv; k++) out[k] = NULL;
+  if (!nbop_live(c)) return nb_status(c);
+  if (nv < 0 || (nv > 0 && (!vars || !out)))
+    return nb_set_error(c, NB_INVALID, "nb_dist_gradient_vars: vars or out is NULL, or nv is negative");
+  for (int k = 0; k < nv; k++)
+    if (!vars[k] || vars[k]->freed || !nbcore_is_float(vars[k]->dtype))
+      return nb_set_error(c, NB_INVALID, "nb_dist_gradient_vars: vars[%d] is NULL, freed or not float", k);
+  nb_code code = nb_dist_size() == 1 ? gradients_alone(c, t, targets, nt, vars, nv, out)
+                                     : reduce_pass(r, c, t, targets, nt, vars, nv, out);
+  if (code && !nb_status(c)) nb_set_error(c, code, "nb_dist_gradient_vars: out of memory");
   for (int k = 0; code && out && k < nv; k++) {
     nb_tensor_free(out[k]);
     out[k] = NULL;
