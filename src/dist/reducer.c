@@ -345,12 +345,25 @@ static void place_rest(nb_dist_reducer *r, nb_ctx *c, nb_variable *const *vars, 
 }
 
 /* dst[i] = src[i] / by for n elements of float dtype t: the mean of a bucket's sums, taken
-   as they are copied out (one pass over them, not two). */
+   as they are copied out (one pass over them, not two). When by is a power of two, its
+   reciprocal is exact and x * (1 / by) is the same exact quotient rounded once: the bits
+   of the division at a fraction of its cost (a divide is several times a multiply). */
 static void copy_divided(nb_dtype t, void *dst, const void *src, int64_t n, int by) {
+  bool exact = (by & (by - 1)) == 0;
   if (t == NB_F64) {
-    for (int64_t i = 0; i < n; i++) ((double *)dst)[i] = ((const double *)src)[i] / (double)by;
+    double *d = dst, inv = 1.0 / by;
+    const double *x = src;
+    if (exact)
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (double)by;
   } else {
-    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = ((const float *)src)[i] / (float)by;
+    float *d = dst, inv = 1.0f / (float)by;
+    const float *x = src;
+    if (exact)
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (float)by;
   }
 }
 
