@@ -1205,7 +1205,9 @@ nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *
                               nb_variable *const *vars, int nv, nb_tensor **out);
 /* For graphs (sessions) and eager tensors: out[i] = grads[i] averaged over the ranks by one
    CollectiveReduceV2 per bucket (IndexedSlices: CollectiveGatherV2, which needs as many rows
-   on every rank); NULL stays NULL; out may be grads. Every rank must build the same buckets. */
+   on every rank); NULL stays NULL; out may be grads. Every rank must build the same buckets.
+   A session starts each bucket's reduce without waiting and runs the steps after it until
+   one reads the average. */
 nb_code nb_dist_average_gradients(nb_dist_reducer *r, nb_ctx *c, nb_tensor *const *grads, int n, nb_tensor **out);
 
 /* ==== 8. Data and files =================================================================== */

@@ -7,6 +7,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tempdir.h"
 
+#include "../src/ops/collective.h" /* nbop_collective_deferred_total: the session's reduces overlapped */
+
 #include <stdio.h>
 #include <unistd.h>
 
@@ -168,6 +170,62 @@ static void test_average_in_session(void **state) {
   nb_graph_free(g);
 }
 
+/* Rank r's value of a gradient: element i is (r + 1) (i + 1) / 4, of shape and dtype given. */
+static nb_tensor *grad_of(nb_ctx *c, nb_dtype t, int rank_of, const int64_t *shape) {
+  double v[24];
+  int64_t n = 1;
+  for (int i = 0; i < rank_of; i++) n *= shape[i];
+  for (int64_t i = 0; i < n; i++) v[i] = (rank + 1) * (i + 1) / 4.0;
+  return tu_make(c, t, rank_of, shape, v);
+}
+
+/* Same dtype, shape and bits. */
+static void check_same(const nb_tensor *got, const nb_tensor *want) {
+  tu_check_shape(got, nb_dtype_of(want), nb_rank(want), nb_shape(want));
+  for (int64_t i = 0; i < nb_num_elements(want); i++)
+    if (nb_item(got, i) != nb_item(want, i))
+      fail_msg("rank %d: element %lld: %.17g, blocking path %.17g", rank, (long long)i, nb_item(got, i),
+               nb_item(want, i));
+}
+
+/* A session starts each bucket's reduce and runs on (the matmul, and the other buckets'
+   steps) until a step reads the average: the averages, and a step reading one, equal the
+   blocking path's (eager ops) bit for bit, since both sum the same values by the same MPI
+   reduce and divide them alike. Two float32 gradients share a bucket, a float64 one has
+   its own: two reduces started without waiting when there are ranks to wait for. */
+static void test_session_overlaps_reduces(void **state) {
+  nb_ctx *e = *state;
+  static const int64_t shapes[3][2] = {{4, 6}, {3, 1}, {2, 2}};
+  static const nb_dtype types[3] = {NB_F32, NB_F32, NB_F64};
+  nb_graph *g = nb_graph_new();
+  nb_ctx *gc = nb_graph_ctx_new(g);
+  nb_tensor *feeds[3], *values[3], *avg[5], *want[5];
+  for (int i = 0; i < 3; i++) {
+    feeds[i] = nb_placeholder(gc, types[i], 2, shapes[i], NULL);
+    values[i] = grad_of(e, types[i], 2, shapes[i]);
+  }
+  nb_dist_reducer *r = nb_dist_reducer_new(100), *blocking = nb_dist_reducer_new(100);
+  nb_dist_average_gradients(r, gc, feeds, 3, avg);
+  avg[3] = nb_mul(gc, avg[0], nb_scalar(gc, NB_F32, 3)); /* a step reading an average */
+  avg[4] = nb_matmul(gc, feeds[0], feeds[0], false, true);
+  nb_dist_average_gradients(blocking, e, values, 3, want);
+  want[3] = nb_mul(e, want[0], nb_scalar(e, NB_F32, 3));
+  check_ok(gc);
+  check_ok(e);
+  nb_session *s = nb_session_new(g);
+  nb_tensor *out[5] = {NULL};
+  int64_t before = nbop_collective_deferred_total();
+  if (nb_run(s, feeds, values, 3, avg, 5, out)) fail_msg("rank %d: %s", rank, nb_session_error(s));
+  assert_int_equal(nbop_collective_deferred_total() - before, size > 1 ? 2 : 0);
+  for (int i = 0; i < 4; i++) check_same(out[i], want[i]);
+  for (int i = 0; i < 5; i++) nb_tensor_free(out[i]);
+  nb_dist_reducer_free(r);
+  nb_dist_reducer_free(blocking);
+  nb_session_free(s);
+  nb_ctx_free(gc);
+  nb_graph_free(g);
+}
+
 /* ---- data parallel == one large batch -------------------------------------------------------
    Least squares, loss = |X w - t|^2 / (2 m) over m rows, k SGD steps from w = 0: each rank
    takes its B rows with the averaged gradient, against every rank computing the whole
@@ -312,6 +370,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_broadcast_variables, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reducer, setup, teardown),
       cmocka_unit_test(test_average_in_session),
+      cmocka_unit_test_setup_teardown(test_session_overlaps_reduces, setup, teardown),
       cmocka_unit_test_setup_teardown(test_data_parallel_equals_one_batch, setup, teardown),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,10 +3,11 @@
    compared (so every rank sees the same mismatch and fails with the same message before
    any data moves), then the data step (MPI_Iallreduce, MPI_Iallgather or MPI_Ibcast). The
    world communicator returns errors (MPI_ERRORS_RETURN) instead of aborting the job. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
 #include "dist.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,8 +68,11 @@ static double now_seconds(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Polls without pause for the first millisecond (collectives of a step usually complete
-   by then), then every 100 microseconds so a long wait leaves the core to others. */
+/* Polls MPI_Test until req completes or timeout seconds pass. Open MPI moves a collective
+   along only inside MPI calls (no progress thread for shared memory), so the loop never
+   sleeps: a pause stalls every fragment and every round of the schedule (it made 2 ranks
+   slower than 1). It yields between polls instead, as MPI_Wait does with
+   mpi_yield_when_idle: a rank waiting for a slower one leaves its core to runnable work. */
 nb_code nbdist_wait(MPI_Request *req, double timeout, const char *what, char *err, size_t cap) {
   double start = now_seconds();
   for (;;) {
@@ -79,15 +83,14 @@ nb_code nbdist_wait(MPI_Request *req, double timeout, const char *what, char *er
       broken = true;
     }
     if (code || done) return code;
-    double waited = now_seconds() - start;
-    if (waited > timeout) {
+    if (now_seconds() - start > timeout) {
       snprintf(err, cap, "%s timed out after %g s on rank %d of %d: another rank died or did not call it", what,
                timeout, world_rank, world_size);
       snprintf(broken_why, sizeof broken_why, "%s timed out", what);
       broken = true;
       return NB_INTERNAL;
     }
-    if (waited > 1e-3) nanosleep(&(struct timespec){0, 100000}, NULL);
+    sched_yield();
   }
 }
 
@@ -166,31 +169,31 @@ static nb_code check_members(const nbop_coll *c, int *sender, char *err, size_t 
   return code;
 }
 
-/* The data step, c already checked against every rank (root: the broadcast's sender). */
-static nb_code move_data(const nbop_coll *c, int root, char *err, size_t cap) {
+/* Starts c's data step (c already checked against every rank; root: the broadcast's
+   sender). A reduce copies its input to its output and reduces there in place, so the
+   input may go once it has started (a deferred reduce's does). */
+static nb_code start_data(const nbop_coll *c, int root, MPI_Request *req, char *err, size_t cap) {
   MPI_Datatype type = nbdist_mpi_type(c->dtype);
   size_t bytes = (size_t)c->count * nb_dtype_size(c->dtype);
-  MPI_Request req;
   int rc;
   switch (c->kind) {
     case NBOP_COLL_REDUCE:
-      rc = MPI_Iallreduce(c->in, c->out, (int)c->count, type, mpi_op(c->merge), MPI_COMM_WORLD, &req);
+      if (c->out != c->in) memcpy(c->out, c->in, bytes); /* the same when a session forwarded it */
+      rc = MPI_Iallreduce(MPI_IN_PLACE, c->out, (int)c->count, type, mpi_op(c->merge), MPI_COMM_WORLD, req);
       break;
     case NBOP_COLL_GATHER:
-      rc = MPI_Iallgather(c->in, (int)c->count, type, c->out, (int)c->count, type, MPI_COMM_WORLD, &req);
+      rc = MPI_Iallgather(c->in, (int)c->count, type, c->out, (int)c->count, type, MPI_COMM_WORLD, req);
       break;
     default:
-      if (c->kind == NBOP_COLL_BCAST_SEND) memcpy(c->out, c->in, bytes);
-      rc = MPI_Ibcast(c->out, (int)c->count, type, root, MPI_COMM_WORLD, &req);
+      if (c->kind == NBOP_COLL_BCAST_SEND && c->out != c->in) memcpy(c->out, c->in, bytes);
+      rc = MPI_Ibcast(c->out, (int)c->count, type, root, MPI_COMM_WORLD, req);
       break;
   }
-  nb_code code = nbdist_check(rc, "the data exchange", err, cap);
-  if (!code) code = nbdist_wait(&req, c->timeout, "the data exchange", err, cap);
-  if (!code && c->kind == NBOP_COLL_REDUCE && c->final_div) nbop_divide_by(c->dtype, c->out, c->count, world_size);
-  return code;
+  return nbdist_check(rc, "the data exchange", err, cap);
 }
 
-static nb_code mpi_run(const nbop_coll *c, char *err, size_t cap) {
+/* What c asks of the job before anything is exchanged. */
+static nb_code check_job(const nbop_coll *c, char *err, size_t cap) {
   if (c->group_size != world_size) {
     snprintf(err, cap, "a group of %lld members, but the job has %d ranks (a group is every rank)",
              (long long)c->group_size, world_size);
@@ -200,19 +203,100 @@ static nb_code mpi_run(const nbop_coll *c, char *err, size_t cap) {
     snprintf(err, cap, "%lld elements: MPI counts are int", (long long)c->count);
     return NB_UNIMPLEMENTED;
   }
-  nbdist_lock();
+  return NB_OK;
+}
+
+/* Under the lock: the ranks' descriptions compared, then c's data step started. */
+static nb_code check_and_start(const nbop_coll *c, MPI_Request *req, char *err, size_t cap) {
   int root = -1;
   nb_code code = nbdist_check_broken(err, cap);
   if (!code) code = check_members(c, &root, err, cap);
-  if (!code) code = move_data(c, root, err, cap);
-  nbdist_unlock();
+  if (!code) code = start_data(c, root, req, err, cap);
   return code;
 }
+
+static nb_code mpi_run(const nbop_coll *c, char *err, size_t cap) {
+  nb_code code = check_job(c, err, cap);
+  if (code) return code;
+  MPI_Request req;
+  nbdist_lock();
+  code = check_and_start(c, &req, err, cap);
+  if (!code) code = nbdist_wait(&req, c->timeout, "the data exchange", err, cap);
+  nbdist_unlock();
+  if (!code && c->kind == NBOP_COLL_REDUCE && c->final_div) nbop_divide_by(c->dtype, c->out, c->count, world_size);
+  return code;
+}
+
+/* A reduce mpi_start began: its request and what finishing it needs. */
+typedef struct started_reduce {
+  MPI_Request req;
+  int rc; /* of the last MPI_Test by mpi_poll */
+  void *out;
+  int64_t count;
+  nb_dtype dtype;
+  bool final_div;
+  double timeout;
+} started_reduce;
+
+static nb_code mpi_start(const nbop_coll *c, void **handle, char *err, size_t cap) {
+  nb_code code = check_job(c, err, cap);
+  started_reduce *r = code ? NULL : malloc(sizeof *r);
+  if (!code && !r) {
+    snprintf(err, cap, "out of memory");
+    code = NB_NOMEM;
+  }
+  if (code) return code;
+  *r = (started_reduce){.rc = MPI_SUCCESS,
+                        .out = c->out,
+                        .count = c->count,
+                        .dtype = c->dtype,
+                        .final_div = c->final_div,
+                        .timeout = c->timeout};
+  nbdist_lock();
+  code = check_and_start(c, &r->req, err, cap);
+  nbdist_unlock();
+  if (code) free(r);
+  *handle = code ? NULL : r;
+  return code;
+}
+
+static void mpi_poll(void *handle) {
+  started_reduce *r = handle;
+  int done = 0;
+  nbdist_lock();
+  if (r->rc == MPI_SUCCESS) r->rc = MPI_Test(&r->req, &done, MPI_STATUS_IGNORE);
+  nbdist_unlock();
+}
+
+static nb_code mpi_finish(void *handle, char *err, size_t cap) {
+  started_reduce *r = handle;
+  nbdist_lock();
+  nb_code code = nbdist_check(r->rc, "the data exchange", err, cap);
+  if (code) {
+    snprintf(broken_why, sizeof broken_why, "%s", err);
+    broken = true;
+  } else {
+    code = nbdist_wait(&r->req, r->timeout, "the data exchange", err, cap);
+  }
+  nbdist_unlock();
+  if (!code && r->final_div) nbop_divide_by(r->dtype, r->out, r->count, world_size);
+  free(r);
+  return code;
+}
+
+static const nbop_coll_transport mpi_transport = {mpi_run, mpi_start, mpi_poll, mpi_finish};
 
 /* Open MPI's mpirun (ORTE or PMIx) sets these in every rank it starts. */
 static bool launched_by_mpirun(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
 }
+
+/* libnbc, Open MPI's non-blocking collectives, all-reduces with a binomial tree below 4
+   ranks or in place: every byte to rank 0 and back, summed by rank 0 alone while the
+   others wait (0.66x a blocking MPI_Allreduce at 2 ranks). Its ring moves half of that
+   each way and sums in parallel. Set before MPI starts; a choice of the user's (mpirun
+   --mca, or the environment) stands. */
+static void prefer_ring_allreduce(void) { setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "ring", 0); }
 
 nb_code nb_dist_init(void) {
   nbdist_lock();
@@ -221,6 +305,7 @@ nb_code nb_dist_init(void) {
     int initialized = 0, provided = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      prefer_ring_allreduce();
       code = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS ? NB_OK : NB_INTERNAL;
       we_initialized = !code;
     }
@@ -228,7 +313,8 @@ nb_code nb_dist_init(void) {
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
       MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
       MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-      nbop_collective_install(mpi_run);
+      /* a job of one needs no transport: a group of one is this process */
+      if (world_size > 1) nbop_collective_install(&mpi_transport);
       joined = true;
     }
   }

@@ -28,9 +28,11 @@ struct nb_dist_reducer {
   size_t bucket_bytes;
   bool overlap;
   int64_t instance; /* graph buckets: the next CollectiveReduceV2 instance key */
-  /* one pass */
+  /* Buckets [0, nbuckets) serve this pass; their memory stays for the next (DDP's
+     persistent buckets: fresh pages each step would fault in every gradient byte). */
   bucket *buckets;
-  int32_t nbuckets, buckets_cap;
+  int32_t nbuckets, nbuckets_kept, buckets_cap;
+  /* one pass */
   int open[MAX_DTYPES]; /* the bucket filling per dtype; -1 none */
   int *bucket_of;       /* per variable: its bucket, -1 before it has one */
   int64_t *offset_of;   /* and its first element there */
@@ -51,19 +53,18 @@ void nb_dist_reducer_set_overlap(nb_dist_reducer *r, bool overlap) {
 }
 
 static void end_pass(nb_dist_reducer *r) {
-  for (int b = 0; b < r->nbuckets; b++) free(r->buckets[b].data);
-  free(r->buckets);
   free(r->bucket_of);
   free(r->offset_of);
-  r->buckets = NULL;
   r->bucket_of = NULL;
   r->offset_of = NULL;
-  r->nbuckets = r->buckets_cap = 0;
+  r->nbuckets = 0;
 }
 
 void nb_dist_reducer_free(nb_dist_reducer *r) {
   if (!r) return;
   end_pass(r);
+  for (int b = 0; b < r->nbuckets_kept; b++) free(r->buckets[b].data);
+  free(r->buckets);
   free(r);
 }
 
@@ -120,11 +121,22 @@ static void progress(nb_dist_reducer *r) {
   nbdist_unlock();
 }
 
+/* The pass's next bucket, on the memory of an earlier pass's when there is one. */
 static int new_bucket(nb_dist_reducer *r, nb_dtype t) {
   if (!nbcore_grow_array((void **)&r->buckets, &r->buckets_cap, r->nbuckets + 1, sizeof *r->buckets)) return -1;
   bucket *b = &r->buckets[r->nbuckets];
+  char *data = NULL;
+  int64_t bytes = 0;
+  if (r->nbuckets < r->nbuckets_kept) {
+    data = b->data;
+    bytes = b->cap * (int64_t)nb_dtype_size(b->dtype);
+  } else {
+    r->nbuckets_kept++;
+  }
   memset(b, 0, sizeof *b);
   b->dtype = t;
+  b->data = data;
+  b->cap = bytes / (int64_t)nb_dtype_size(t);
   return r->nbuckets++;
 }
 
@@ -166,7 +178,7 @@ static void on_ready(void *user, int k, const nb_tensor *grad) {
   if (!nb_is_indexed_slices(grad)) place(user, k, nb_dtype_of(grad), nb_data(grad), nb_num_elements(grad));
 }
 
-/* Waits for every bucket, then divides the sums by the number of ranks. */
+/* Waits for every bucket (the sums; take_results divides them by the number of ranks). */
 static void finish_buckets(nb_dist_reducer *r) {
   for (int i = 0; i < r->nbuckets; i++)
     if (!r->buckets[i].started) start(r, &r->buckets[i]);
@@ -180,7 +192,6 @@ static void finish_buckets(nb_dist_reducer *r) {
       if (code) fail(r, code, err);
     }
     b->done = true;
-    if (!r->code) nbop_divide_by(b->dtype, b->data, b->count, nb_dist_size());
   }
 }
 
@@ -333,17 +344,43 @@ static void place_rest(nb_dist_reducer *r, nb_ctx *c, nb_variable *const *vars, 
   }
 }
 
+/* dst[i] = src[i] / by for n elements of float dtype t: the mean of a bucket's sums, taken
+   as they are copied out (one pass over them, not two). When by is a power of two, its
+   reciprocal is exact and x * (1 / by) is the same exact quotient rounded once: the bits
+   of the division at a fraction of its cost (a divide is several times a multiply). */
+static void copy_divided(nb_dtype t, void *dst, const void *src, int64_t n, int by) {
+  bool exact = (by & (by - 1)) == 0;
+  if (t == NB_F64) {
+    double *d = dst, inv = 1.0 / by;
+    const double *x = src;
+    if (exact)
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (double)by;
+  } else {
+    float *d = dst, inv = 1.0f / (float)by;
+    const float *x = src;
+    if (exact)
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (float)by;
+  }
+}
+
+/* Variable k's averaged gradient, from its bucket's sums. */
+static nb_tensor *average_from_bucket(nb_dist_reducer *r, nb_ctx *c, const nb_variable *v, int k) {
+  const bucket *b = &r->buckets[r->bucket_of[k]];
+  nb_tensor *avg = nbcore_tensor_alloc(c, v->dtype, v->rank, v->shape);
+  if (avg)
+    copy_divided(v->dtype, nbcore_tdata(avg), b->data + (size_t)r->offset_of[k] * nb_dtype_size(b->dtype), v->size,
+                 nb_dist_size());
+  return avg;
+}
+
 /* out[k] replaced by its averaged value (dense: from its bucket; slices: gathered). */
 static void take_results(nb_dist_reducer *r, nb_ctx *c, nb_variable *const *vars, int nv, nb_tensor **out) {
   for (int k = 0; k < nv && !r->code; k++) {
-    nb_tensor *avg;
-    if (nb_is_indexed_slices(out[k])) {
-      avg = gather_slices(r, c, out[k]);
-    } else {
-      const bucket *b = &r->buckets[r->bucket_of[k]];
-      avg = nb_tensor_from(c, vars[k]->dtype, vars[k]->rank, vars[k]->shape,
-                           b->data + (size_t)r->offset_of[k] * nb_dtype_size(b->dtype));
-    }
+    nb_tensor *avg = nb_is_indexed_slices(out[k]) ? gather_slices(r, c, out[k]) : average_from_bucket(r, c, vars[k], k);
     if (!avg) {
       fail(r, nb_status(c) ? nb_status(c) : NB_NOMEM, nb_error(c));
     } else if (avg != out[k]) {
@@ -353,17 +390,20 @@ static void take_results(nb_dist_reducer *r, nb_ctx *c, nb_variable *const *vars
   }
 }
 
-nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *targets, int nt,
-                              nb_variable *const *vars, int nv, nb_tensor **out) {
-  if (!r || !t) return NB_INVALID;
-  nb_ctx *c = t->c;
-  for (int k = 0; out && k < nv; k++) out[k] = NULL;
-  if (!nbop_live(c)) return nb_status(c);
-  if (nv < 0 || (nv > 0 && (!vars || !out)))
-    return nb_set_error(c, NB_INVALID, "nb_dist_gradient_vars: vars or out is NULL, or nv is negative");
-  for (int k = 0; k < nv; k++)
-    if (!vars[k] || vars[k]->freed || !nbcore_is_float(vars[k]->dtype))
-      return nb_set_error(c, NB_INVALID, "nb_dist_gradient_vars: vars[%d] is NULL, freed or not float", k);
+/* A job of one: the tape's gradients are the averages, zeros where a variable has none
+   (no bucket copies: one process trains as it would without the reducer). */
+static nb_code gradients_alone(nb_ctx *c, nb_tape *t, nb_tensor *const *targets, int nt, nb_variable *const *vars,
+                               int nv, nb_tensor **out) {
+  nb_code code = nb_tape_gradient_vars(t, targets, nt, vars, nv, out);
+  for (int k = 0; k < nv && !code; k++)
+    if (!out[k] && !(out[k] = nb_tensor_from(c, vars[k]->dtype, vars[k]->rank, vars[k]->shape, NULL)))
+      code = nb_status(c) ? nb_status(c) : NB_NOMEM;
+  return code;
+}
+
+/* The backward pass with its gradients bucketed and all-reduced across the ranks. */
+static nb_code reduce_pass(nb_dist_reducer *r, nb_ctx *c, nb_tape *t, nb_tensor *const *targets, int nt,
+                           nb_variable *const *vars, int nv, nb_tensor **out) {
   if (!begin_pass(r, nv)) {
     end_pass(r);
     return nb_set_error(c, NB_NOMEM, "nb_dist_gradient_vars: out of memory");
@@ -382,6 +422,23 @@ nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *
   }
   end_pass(r);
   if (code && !nb_status(c)) nb_set_error(c, code, "nb_dist_gradient_vars: %s", r->err);
+  return code;
+}
+
+nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *targets, int nt,
+                              nb_variable *const *vars, int nv, nb_tensor **out) {
+  if (!r || !t) return NB_INVALID;
+  nb_ctx *c = t->c;
+  for (int k = 0; out && k < nv; k++) out[k] = NULL;
+  if (!nbop_live(c)) return nb_status(c);
+  if (nv < 0 || (nv > 0 && (!vars || !out)))
+    return nb_set_error(c, NB_INVALID, "nb_dist_gradient_vars: vars or out is NULL, or nv is negative");
+  for (int k = 0; k < nv; k++)
+    if (!vars[k] || vars[k]->freed || !nbcore_is_float(vars[k]->dtype))
+      return nb_set_error(c, NB_INVALID, "nb_dist_gradient_vars: vars[%d] is NULL, freed or not float", k);
+  nb_code code = nb_dist_size() == 1 ? gradients_alone(c, t, targets, nt, vars, nv, out)
+                                     : reduce_pass(r, c, t, targets, nt, vars, nv, out);
+  if (code && !nb_status(c)) nb_set_error(c, code, "nb_dist_gradient_vars: out of memory");
   for (int k = 0; code && out && k < nv; k++) {
     nb_tensor_free(out[k]);
     out[k] = NULL;

@@ -115,12 +115,12 @@ static pthread_mutex_t rendezvous_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t rendezvous_cond = PTHREAD_COND_INITIALIZER;
 static slot *slots; /* under rendezvous_lock */
 static _Thread_local int thread_device = -1;
-static _Atomic(nbop_coll_run_fn) process_transport;
+static _Atomic(const nbop_coll_transport *) process_transport;
 static _Atomic double default_timeout = 600;
 
 void nb_collective_set_device(int device) { thread_device = device < 0 ? -1 : device; }
 int nb_collective_device(void) { return thread_device; }
-void nbop_collective_install(nbop_coll_run_fn run) { process_transport = run; }
+void nbop_collective_install(const nbop_coll_transport *t) { process_transport = t; }
 void nbop_collective_set_default_timeout(double seconds) {
   if (seconds > 0) default_timeout = seconds;
 }
@@ -300,8 +300,8 @@ static nb_code run_alone(const nbop_coll *c, char *err, size_t cap) {
 
 nb_code nbop_collective_run(const nbop_coll *c, char *err, size_t cap) {
   if (thread_device >= 0) return run_in_process(c, thread_device, err, cap);
-  nbop_coll_run_fn run = process_transport;
-  return run ? run(c, err, cap) : run_alone(c, err, cap);
+  const nbop_coll_transport *t = process_transport;
+  return t ? t->run(c, err, cap) : run_alone(c, err, cap);
 }
 
 /* ---- the ops ------------------------------------------------------------------------------ */
@@ -395,9 +395,105 @@ static void describe(nbop_kargs *k, nbop_coll_kind kind, const nb_tensor *like, 
   c->out = nbcore_tdata(k->res[0]);
 }
 
+/* ---- deferred reduces ------------------------------------------------------------------ */
+
+typedef struct started_reduce {
+  void *handle; /* the transport's */
+  const void *out;
+  char what[256]; /* "op (node 'name'): group g, instance i" for messages */
+} started_reduce;
+
+static _Thread_local bool defer_next;
+static _Thread_local started_reduce *started;
+static _Thread_local int nstarted, started_cap;
+static _Atomic int64_t deferred_total;
+
+void nbop_collective_defer(bool on) { defer_next = on; }
+int nbop_collective_started(void) { return nstarted; }
+int64_t nbop_collective_deferred_total(void) { return deferred_total; }
+
+/* Whether c starts deferred: asked for, a reduce, and on a process transport that can. */
+static bool take_defer(const nbop_coll *c) {
+  const nbop_coll_transport *t = process_transport;
+  bool yes = defer_next && c->kind == NBOP_COLL_REDUCE && thread_device < 0 && t && t->start;
+  defer_next = false;
+  return yes;
+}
+
+static void describe_what(nbop_kargs *k, const nbop_coll *c, char *what, size_t cap) {
+  int n = k->ctx->run_node ? snprintf(what, cap, "%s (node '%s'): ", k->def->name, k->ctx->run_node)
+                           : snprintf(what, cap, "%s: ", k->def->name);
+  if (n < 0 || (size_t)n >= cap) return;
+  if (c->shared_name)
+    snprintf(what + n, cap - (size_t)n, "shared_name '%s'", c->shared_name);
+  else
+    snprintf(what + n, cap - (size_t)n, "group %lld, instance %lld", (long long)c->group_key,
+             (long long)c->instance_key);
+}
+
+static nb_code start_deferred(nbop_kargs *k, const nbop_coll *c, char *err, size_t cap) {
+  if (nstarted == started_cap) {
+    int want = started_cap ? 2 * started_cap : 8;
+    started_reduce *grown = realloc(started, (size_t)want * sizeof *grown);
+    if (!grown) {
+      snprintf(err, cap, "out of memory");
+      return NB_NOMEM;
+    }
+    started = grown;
+    started_cap = want;
+  }
+  const nbop_coll_transport *t = process_transport;
+  started_reduce *s = &started[nstarted];
+  nb_code code = t->start(c, &s->handle, err, cap);
+  if (code) return code;
+  s->out = c->out;
+  describe_what(k, c, s->what, sizeof s->what);
+  nstarted++;
+  deferred_total++;
+  return NB_OK;
+}
+
+void nbop_collective_progress(void) {
+  const nbop_coll_transport *t = process_transport;
+  for (int i = 0; i < nstarted; i++) t->poll(started[i].handle);
+}
+
+/* Finishes started[i] and drops it from the list (freed with the list's last entry). */
+static nb_code finish_started(int i, char *err, size_t cap) {
+  const nbop_coll_transport *t = process_transport;
+  size_t n = (size_t)snprintf(err, cap, "%s: ", started[i].what); /* the transport's message follows */
+  nb_code code = t->finish(started[i].handle, err + (n < cap ? n : cap - 1), n < cap ? cap - n : 1);
+  started[i] = started[--nstarted];
+  if (nstarted == 0) {
+    free(started);
+    started = NULL;
+    started_cap = 0;
+  }
+  return code;
+}
+
+nb_code nbop_collective_await(const void *data, char *err, size_t cap) {
+  for (int i = 0; i < nstarted; i++)
+    if (started[i].out == data) return finish_started(i, err, cap);
+  return NB_OK;
+}
+
+nb_code nbop_collective_await_all(char *err, size_t cap) {
+  nb_code first = NB_OK;
+  while (nstarted > 0) {
+    char why[NBCORE_ERR_CAP];
+    nb_code code = finish_started(nstarted - 1, why, sizeof why);
+    if (code && !first) {
+      first = code;
+      snprintf(err, cap, "%s", why);
+    }
+  }
+  return first;
+}
+
 static nb_code run_kernel(nbop_kargs *k, const nbop_coll *c) {
   char err[512];
-  nb_code code = nbop_collective_run(c, err, sizeof err);
+  nb_code code = take_defer(c) ? start_deferred(k, c, err, sizeof err) : nbop_collective_run(c, err, sizeof err);
   if (!code) return NB_OK;
   if (c->shared_name) return nbop_kfail(k, code, "shared_name '%s': %s", c->shared_name, err);
   return nbop_kfail(k, code, "group %lld, instance %lld: %s", (long long)c->group_key, (long long)c->instance_key, err);
@@ -522,6 +618,10 @@ static nbop_def collective_ops[OP_COUNT] = {
                             .infer = nbop_infer_same,
                             .kernel = nccl_kernel},
 };
+
+bool nbop_collective_deferrable(const nbop_def *def) {
+  return def == &collective_ops[OP_REDUCE] || def == &collective_ops[OP_NCCL_ALL_REDUCE];
+}
 
 nbop_family nbop_collective_family(void) { return (nbop_family){collective_ops, OP_COUNT}; }
 

@@ -27,16 +27,43 @@ typedef struct nbop_coll {
   void *out;                  /* count elements; gather: group_size * count */
 } nbop_coll;
 
-/* The process transport: runs c with this process as one member (its rank) of a group of
-   the processes; on failure it writes a message to err and returns the code. */
-typedef nb_code (*nbop_coll_run_fn)(const nbop_coll *c, char *err, size_t cap);
-/* Installs run as the process transport (NULL: none) and the default timeout (seconds > 0)
+/* The process transport (src/dist's MPI), with this process as one member (its rank) of
+   a group of the processes. run runs c to the end. start begins a reduce and returns at
+   once with a handle; c->in may be freed then, c->out is written until finish, which
+   waits for it and frees the handle; poll lets it move meanwhile. On failure each writes
+   a message to err and returns the code. */
+typedef struct nbop_coll_transport {
+  nb_code (*run)(const nbop_coll *c, char *err, size_t cap);
+  nb_code (*start)(const nbop_coll *c, void **handle, char *err, size_t cap);
+  void (*poll)(void *handle);
+  nb_code (*finish)(void *handle, char *err, size_t cap);
+} nbop_coll_transport;
+/* Installs t as the process transport (NULL: none) and the default timeout (seconds > 0)
    of collectives whose timeout_seconds is 0. */
-void nbop_collective_install(nbop_coll_run_fn run);
+void nbop_collective_install(const nbop_coll_transport *t);
 void nbop_collective_set_default_timeout(double seconds);
 double nbop_collective_default_timeout(void);
 /* Runs c on the calling thread's transport (its device's group, else the process's). */
 nb_code nbop_collective_run(const nbop_coll *c, char *err, size_t cap);
+
+/* Deferred reduces: a session overlaps a reduce with the steps after it. With
+   nbop_collective_defer(true), the calling thread's next CollectiveReduceV2 or
+   NcclAllReduce kernel on the process transport only starts the reduce (its output is
+   not yet the result) and joins the thread's started list; a session sets it for the one
+   step (nbop_collective_deferrable), then clears it. */
+void nbop_collective_defer(bool on);
+bool nbop_collective_deferrable(const nbop_def *def);
+/* How many reduces the calling thread has started and not yet awaited. */
+int nbop_collective_started(void);
+/* Lets the started reduces move (MPI progresses only inside its calls). */
+void nbop_collective_progress(void);
+/* Waits for the started reduce whose output is data, if any (NB_OK when none); a failure
+   writes "op (node 'name'): ..." to err. */
+nb_code nbop_collective_await(const void *data, char *err, size_t cap);
+/* Waits for every started reduce of the thread; the first failure's code and message. */
+nb_code nbop_collective_await_all(char *err, size_t cap);
+/* Reduces started deferred by this process so far (tests check the overlap ran). */
+int64_t nbop_collective_deferred_total(void);
 
 /* acc[i] = merge(acc[i], x[i]) for n elements of dtype t. */
 void nbop_merge_into(nbop_merge m, nb_dtype t, void *acc, const void *x, int64_t n);

@@ -6,6 +6,8 @@
    pool), each with half the intra-op threads: the plan moves such a pair together. */
 #include "runtime.h"
 
+#include "../ops/collective.h"
+
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -610,6 +612,47 @@ static void free_after(nb_session *s, const nbrt_plan *p, int32_t i) {
   }
 }
 
+/* ---- reduces across processes overlapped with the steps after them ----------------------
+   A CollectiveReduceV2 or NcclAllReduce step on MPI only starts its reduce (non-blocking):
+   the steps after it compute while the data moves (data-parallel gradients: the backward
+   pass goes on while a bucket is summed), each step boundary lets MPI progress, and the
+   first step that reads the result, or the end of the run, waits for it. */
+
+/* Before step i and the n - 1 after it (a pair): the started reduces they read finished,
+   the others moved along. */
+static nb_code await_reads(nb_session *s, const nbrt_plan *p, int32_t i, int32_t n) {
+  if (!nbop_collective_started()) return NB_OK;
+  char err[NBCORE_ERR_CAP];
+  for (int32_t j = p->in_off[i]; j < p->in_off[i + n]; j++) {
+    nb_code code = nbop_collective_await(nbcore_tdata(s->vals[p->in_vals[j]]), err, sizeof err);
+    if (code) return nbcore_fail(s->ctx, code, "%s", err);
+  }
+  nbop_collective_progress();
+  return NB_OK;
+}
+
+/* Step i alone; a reduce across processes starts deferred, unless nothing reads its
+   result (freed right after the step: it must be complete by then). */
+static nb_code run_single(nb_session *s, const nbrt_plan *p, int32_t i, nb_tensor **ins) {
+  nbop_collective_defer(nbop_collective_deferrable(p->g->nodes[p->steps[i]].def));
+  nb_code code = run_step(s, s->ctx, p, i, ins, p->dying[i]);
+  nbop_collective_defer(false);
+  for (int32_t j = p->free_off[i]; j < p->free_off[i + 1] && !code && nbop_collective_started(); j++) {
+    char err[NBCORE_ERR_CAP];
+    nb_code awaited = nbop_collective_await(nbcore_tdata(s->vals[p->free_vals[j]]), err, sizeof err);
+    if (awaited) code = nbcore_fail(s->ctx, awaited, "%s", err);
+  }
+  return code;
+}
+
+/* The end of a run (failed or not): no reduce may still write into its values. */
+static nb_code await_all_reduces(nb_session *s, nb_code code) {
+  char err[NBCORE_ERR_CAP];
+  nb_code awaited = nbop_collective_started() ? nbop_collective_await_all(err, sizeof err) : NB_OK;
+  if (awaited && !code) code = nbcore_fail(s->ctx, awaited, "%s", err);
+  return code;
+}
+
 static nb_code execute(nb_session *s, const nbrt_plan *p, nb_tensor *const *feed_values, nb_tensor **results) {
   nb_tensor *ins_small[2][64], **ins = ins_small[0], **ins2 = ins_small[1];
   if (p->max_in > 64 && !(ins = malloc((size_t)p->max_in * 2 * sizeof *ins))) return NB_NOMEM;
@@ -619,15 +662,18 @@ static nb_code execute(nb_session *s, const nbrt_plan *p, nb_tensor *const *feed
   nb_code code = nb_status(s->ctx);
   bool pairs = s->ctx->threads > 1 && s->worker;
   for (int32_t i = 0; i < p->nsteps && !code; i++) {
-    if (pairs && p->paired[i]) {
+    bool pair = pairs && p->paired[i];
+    if ((code = await_reads(s, p, i, pair ? 2 : 1))) break;
+    if (pair) {
       code = run_pair(s, p, i, ins, ins2);
       s->stats.concurrent_steps_last_run += 2;
       free_after(s, p, i++);
     } else {
-      code = run_step(s, s->ctx, p, i, ins, p->dying[i]);
+      code = run_single(s, p, i, ins);
     }
     free_after(s, p, i);
   }
+  code = await_all_reduces(s, code);
   for (int i = 0; i < p->nfetch && !code; i++)
     if (!(results[i] = nbgraph_detached_share(s->vals[p->fetch_vals[i]]))) code = NB_NOMEM;
   if (ins != ins_small[0]) free(ins);
