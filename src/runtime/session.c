@@ -293,7 +293,7 @@ static int32_t out_index(const nb_graph *g, const nbgraph_edge *e) { return g->n
 static bool frees_what_it_makes(mem_order *m, int32_t id) {
   const nb_graph *g = m->pl->g;
   const nbgraph_node *n = &g->nodes[id];
-  if (m->bound[id] >= 0 || node_known(m->pl, n)) return false;
+  if (node_known(m->pl, n)) return false;
   int64_t freed = 0, made = 0;
   const nbgraph_edge *in = &g->edges[n->in0];
   for (int32_t o = 0; o < n->nout; o++) made += m->bytes[n->out0 + o];
