@@ -1,5 +1,6 @@
 /* bench/forward: forward mode and checkpointed gradients in graph mode (one nb_run per
-   call), float32, beside bench/peers/forward.py (torch.func, JAX) on the same workloads:
+   call), float32, beside bench/peers/forward.py (torch.func, TensorFlow, JAX) on the same
+   workloads:
      jvp   MLP 784-512-512-10 (ReLU), batch 128, loss the mean sparse softmax
            cross-entropy: the loss alone (fwd_ms) against the loss and its JVP along random
            tangents of every parameter (nb_jvp, jvp_ms); ratio = jvp_ms / fwd_ms
@@ -11,10 +12,25 @@
            forward pass on top of two) and to every W_i too (wrt=weights+input: the usual
            gradient, one forward pass on top of three; each W_i's 4 MB gradient summed as
            soon as made, so none outlives its step), plain and with checkpoint_segments =
-           NB_CHECKPOINT_SQRT; grad_ms (median of 3 after a warm-up), and
-           the peak resident set above the one before the first run (peak_mb) and above
-           the forward pass's own peak (over_fwd_mb: the activations and the backward
-           pass's temporaries), each configuration in a process of its own (ru_maxrss)
+           NB_CHECKPOINT_SQRT; grad_ms (median of 3 after a warm-up), and memory two ways:
+             pool_mb    the most bytes of blocks the gradient run held at once
+                        (nb_session_get_stats' peak_bytes_last_run: activations, gradient
+                        temporaries, the forward pass's own, and the results being made)
+             result_mb  the largest gradient result (one W_i's 4 MB, or the input's): a
+                        result must exist whatever the checkpointing, and this bench sums
+                        each as made, so at least one is held at a time (a training step
+                        that kept all 64 would hold 256 MB of results on top)
+             act_mb     pool_mb - result_mb: what checkpointing can save
+             peak_mb    the peak resident set above the one before the first run, and
+             over_fwd_mb  above the forward pass's own peak (ru_maxrss: includes the
+                        allocator's and the kernels' scratch, as the peers' figures do),
+           each configuration in a process of its own
+   flop_ratio beside each ratio: the ratio of GEMM FLOPs (2 m k n per product, from the
+   layer sizes; elementwise ops and softmax left out), the cost the ratio cannot go below:
+     jvp   a MatMul whose operands both carry tangents has tangent dA B + A dB, two more
+           products; the first layer's input has none (one more)
+     hvp   forward over reverse differentiates each product of the gradient the same way
+     ckpt  the plain gradient's products plus one more forward pass (recomputation)
    Lines: name=forward_jvp|forward_hvp|forward_ckpt ... threads=N metric=value, threads 1
    and 2, medians of runs after a warm-up (bench_per_call).
    Usage: forward [jvp|hvp|ckpt|all] [threads] */
@@ -74,8 +90,10 @@ static nb_tensor *uniform(nb_ctx *c, int rank, const int64_t *shape, double limi
 }
 
 /* Glorot-uniform weights and zero biases as constants, random tangents, synthetic data. */
+static const int64_t mlp_dims[4] = {784, 512, 512, 10};
+
 static void make_mlp(mlp *m) {
-  static const int64_t dims[4] = {784, 512, 512, 10};
+  const int64_t *dims = mlp_dims;
   m->g = nb_graph_new();
   m->c = nb_graph_ctx_new(m->g);
   nb_ctx *c = m->c;
@@ -100,9 +118,34 @@ static void make_mlp(mlp *m) {
   m->loss = nb_mean(c, loss, NULL, 0, false);
 }
 
-static void print_ratio(const char *name, const char *a, double ams, const char *b, double bms, int threads) {
-  printf("name=%s model=mlp batch=%d threads=%d %s=%.3f %s=%.3f ratio=%.3f\n", name, MLP_BATCH, threads, a, ams, b, bms,
-         bms / ams);
+/* GEMM FLOPs of the MLP with these layer sizes: a forward pass, its JVP along tangents of
+   every parameter, the gradient for the parameters, and forward over reverse (the HVP).
+   Layer l multiplies h_l [batch, d_l] by W_l [d_l, d_l+1], one product of u = 2 batch d_l
+   d_l+1 FLOPs; h_0 (the data) has no tangent and needs no gradient. */
+typedef struct mlp_flops {
+  double fwd, jvp, grad, hvp;
+} mlp_flops;
+
+static mlp_flops count_mlp_flops(const int64_t *dims, int layers, int64_t batch) {
+  mlp_flops f = {0};
+  for (int l = 0; l < layers; l++) {
+    double u = 2.0 * (double)batch * (double)dims[l] * (double)dims[l + 1];
+    double below = l > 0;                      /* h_l carries a tangent and takes a gradient */
+    double fwd_tangent = u * (1 + below);      /* d(h W) = dh W + h dW */
+    double backward = u * (1 + below);         /* dW = h^T dz; dh = dz W^T */
+    double back_tangent = u * (1 + 3 * below); /* d(h^T dz) = dh^T dz + h^T d(dz); d(dz W^T) likewise */
+    f.fwd += u;
+    f.jvp += u + fwd_tangent;
+    f.grad += u + backward;
+    f.hvp += u + backward + fwd_tangent + back_tangent;
+  }
+  return f;
+}
+
+static void print_ratio(const char *name, const char *a, double ams, const char *b, double bms, double flop_ratio,
+                        int threads) {
+  printf("name=%s model=mlp batch=%d threads=%d %s=%.3f %s=%.3f ratio=%.3f flop_ratio=%.3f\n", name, MLP_BATCH, threads,
+         a, ams, b, bms, bms / ams, flop_ratio);
   fflush(stdout);
 }
 
@@ -126,10 +169,11 @@ static void bench_mlp(nb_ctx *e, bool jvp, int threads) {
   base.s = with.s = nb_session_new(m.g);
   nb_session_set_threads(base.s, threads);
   double a = ms_per_call(e, &base), b = ms_per_call(e, &with);
+  mlp_flops f = count_mlp_flops(mlp_dims, 3, MLP_BATCH);
   if (jvp)
-    print_ratio("forward_jvp", "fwd_ms", a, "jvp_ms", b, threads);
+    print_ratio("forward_jvp", "fwd_ms", a, "jvp_ms", b, f.jvp / f.fwd, threads);
   else
-    print_ratio("forward_hvp", "grad_ms", a, "hvp_ms", b, threads);
+    print_ratio("forward_hvp", "grad_ms", a, "hvp_ms", b, f.hvp / f.grad, threads);
   nb_session_free(base.s);
   nb_ctx_free(m.c);
   nb_graph_free(m.g);
@@ -141,6 +185,16 @@ static double peak_kib(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return (double)ru.ru_maxrss;
+}
+
+/* The GEMM FLOPs of this gradient over the plain one's: each layer's forward product
+   (2 batch width^2 FLOPs), dh = dz W^T for every layer (the input's gradient needs them
+   all), dW = h^T dz when the weights are wanted, and with checkpointing the forward
+   products once more (an upper estimate: a kept layer is not recomputed). */
+static double deep_flop_ratio(bool weights, bool checkpointed) {
+  double layer = 2.0 * DEEP_BATCH * DEEP_WIDTH * DEEP_WIDTH, fwd = DEEP_LAYERS * layer;
+  double plain = fwd + DEEP_LAYERS * layer * (1 + weights);
+  return (plain + (checkpointed ? fwd : 0)) / plain;
 }
 
 /* One configuration, in this process: the weights and the input fed to placeholders. The
@@ -183,12 +237,16 @@ static void bench_deep(nb_ctx *e, int segments, bool weights, int threads) {
     run_call(e, &grad);
     ms[r] = 1e3 * (bench_now() - t0);
   }
-  double peak = peak_kib();
+  double peak = peak_kib(), mib = 1024.0 * 1024.0;
+  nb_session_stats stats;
+  nb_session_get_stats(grad.s, &stats);
+  double result = 4.0 * DEEP_WIDTH * (weights ? DEEP_WIDTH : DEEP_BATCH), pool = (double)stats.peak_bytes_last_run;
   printf(
-      "name=forward_ckpt layers=%d width=%d batch=%d wrt=%s checkpoint=%s threads=%d grad_ms=%.3f peak_mb=%.1f "
-      "over_fwd_mb=%.1f\n",
+      "name=forward_ckpt layers=%d width=%d batch=%d wrt=%s checkpoint=%s threads=%d grad_ms=%.3f flop_ratio=%.3f "
+      "pool_mb=%.2f result_mb=%.2f act_mb=%.2f peak_mb=%.1f over_fwd_mb=%.1f\n",
       DEEP_LAYERS, DEEP_WIDTH, DEEP_BATCH, weights ? "weights+input" : "input", segments ? "sqrt" : "none", threads,
-      bench_median(ms, DEEP_RUNS), (peak - before) / 1024.0, (peak - fwd_peak) / 1024.0);
+      bench_median(ms, DEEP_RUNS), deep_flop_ratio(weights, segments != 0), pool / mib, result / mib,
+      (pool - result) / mib, (peak - before) / 1024.0, (peak - fwd_peak) / 1024.0);
   fflush(stdout);
   nb_session_free(fwd.s);
   nb_ctx_free(c);

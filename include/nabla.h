@@ -776,8 +776,9 @@ typedef struct nb_grad_opts {
      gradient reads; k > 0 splits the N ops between xs and ys (in topological order) into
      k segments, keeps only each segment's last output, and recomputes the rest in the
      gradient graph, one segment at a time as the backward pass reaches it (memory about
-     N/k + k activations); NB_CHECKPOINT_SQRT picks k = ceil(sqrt(N)). Stateful ops are
-     never recomputed. docs/gradients.md. */
+     N/k + k activations); NB_CHECKPOINT_SQRT lays the segments out by the bytes the
+     gradient rules read, longest first (about sqrt(2N) activations for a chain of N).
+     Stateful ops are never recomputed. docs/gradients.md. */
   int checkpoint_segments;
 } nb_grad_opts;
 #define NB_CHECKPOINT_SQRT (-1)

@@ -258,6 +258,72 @@ static void test_checkpoint_option_errors(void **state) {
   assert_non_null(strstr(nb_error(f->c), "checkpoint_segments"));
 }
 
+/* ---- the memory checkpointing saves ------------------------------------------------------------ */
+
+#define DEEP_LAYERS 32
+#define DEEP_WIDTH 64
+#define DEEP_BATCH 16 /* an activation: 4 KiB of float32, a weight 16 KiB (pool blocks: powers of two) */
+
+/* sin(0.37 i + seed): finite values, distinct per tensor. */
+static nb_tensor *deep_value(nb_ctx *e, int64_t rows, int64_t cols, double seed) {
+  float v[DEEP_WIDTH * DEEP_WIDTH];
+  for (int64_t i = 0; i < rows * cols; i++) v[i] = (float)(sin(0.37 * (double)i + seed) / (double)cols);
+  return nb_tensor_from(e, NB_F32, 2, (const int64_t[]){rows, cols}, v);
+}
+
+/* The gradient of sum(h^2), h = tanh(h W_l) over DEEP_LAYERS layers, with respect to every
+   W_l and the input, each reduced as it is made (a chain of adds in the order the backward
+   pass makes them), run once on the graph as built (no fused kernels, whose block buffers
+   are a fixed scratch); returns the run's peak (nb_session_get_stats) and the fetched sum. */
+static int64_t deep_gradient_peak(gu_fixture *f, int segments, double *sum) {
+  nb_tensor *feed[DEEP_LAYERS + 1], *vals[DEEP_LAYERS + 1], *d[DEEP_LAYERS + 1];
+  for (int l = 0; l <= DEEP_LAYERS; l++) {
+    bool input = l == DEEP_LAYERS;
+    int64_t rows = input ? DEEP_BATCH : DEEP_WIDTH;
+    feed[l] = nb_placeholder(f->c, NB_F32, 2, (const int64_t[]){rows, DEEP_WIDTH}, NULL);
+    vals[l] = deep_value(f->e, rows, DEEP_WIDTH, l);
+  }
+  nb_tensor *h = feed[DEEP_LAYERS];
+  for (int l = 0; l < DEEP_LAYERS; l++) h = nb_tanh(f->c, nb_matmul(f->c, h, feed[l], false, false));
+  nb_tensor *y = nb_sum(f->c, nb_mul(f->c, h, h), NULL, 0, false);
+  assert_int_equal(
+      nb_gradients(f->c, &y, 1, feed, DEEP_LAYERS + 1, &(nb_grad_opts){.checkpoint_segments = segments}, d), NB_OK);
+  nb_tensor *total = nb_sum(f->c, d[DEEP_LAYERS - 1], NULL, 0, false), *out = NULL;
+  for (int l = DEEP_LAYERS - 2; l >= -1; l--)
+    total = nb_add(f->c, total, nb_sum(f->c, d[l < 0 ? DEEP_LAYERS : l], NULL, 0, false));
+  nb_session *s = nb_session_new_with_opts(f->g, &(nb_session_opts){0});
+  assert_int_equal(nb_run(s, feed, vals, DEEP_LAYERS + 1, &total, 1, &out), NB_OK);
+  *sum = nb_item(out, 0);
+  nb_tensor_free(out);
+  nb_session_stats stats;
+  nb_session_get_stats(s, &stats);
+  nb_session_free(s);
+  return stats.peak_bytes_last_run;
+}
+
+/* The plain gradient holds the activations of every layer but the last when the first
+   weight gradient is made: at least (L - 1) a + w bytes (a one activation, w one weight's
+   gradient). Checkpointed, the backward pass holds the kept activations and one segment's
+   recomputation, fewer than Chen et al.'s 2 sqrt(N) for N = L + 1 activations the plain
+   gradient keeps (the input's and each layer's), plus what any backward step holds: the
+   gradient flowing in and the one it makes, a recomputed pre-activation, one weight's
+   gradient, and a reduced scalar or two (64-byte blocks, below one activation). The
+   gradients are the plain ones bit for bit. */
+static void test_checkpointed_peak_below_plain(void **state) {
+  gu_fixture *f = *state;
+  const double a = 4.0 * DEEP_BATCH * DEEP_WIDTH, w = 4.0 * DEEP_WIDTH * DEEP_WIDTH;
+  double plain_sum, ckpt_sum;
+  int64_t plain = deep_gradient_peak(f, 0, &plain_sum);
+  gu_close(f);
+  assert_true(gu_open(f));
+  int64_t ckpt = deep_gradient_peak(f, NB_CHECKPOINT_SQRT, &ckpt_sum);
+  assert_true(plain_sum == ckpt_sum);
+  if (!((double)plain >= (DEEP_LAYERS - 1) * a + w)) fail_msg("plain peak %lld", (long long)plain);
+  double bound = (2 * sqrt(DEEP_LAYERS + 1.0) + 4) * a + w;
+  if (!((double)ckpt <= bound))
+    fail_msg("checkpointed peak %lld above %.0f (plain %lld)", (long long)ckpt, bound, (long long)plain);
+}
+
 /* x * v, v a variable read inside the function (user). */
 static nb_code scale_by_variable(nb_ctx *c, nb_tensor *const *in, int nin, nb_tensor **out, int nout, void *user) {
   (void)nin, (void)nout;
@@ -334,6 +400,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_checkpointed_same_gradients, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_checkpointed_gradient_reads_few_intermediates, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_checkpoint_option_errors, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_checkpointed_peak_below_plain, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_variable_inside_gets_no_gradient, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_errors, gu_setup, gu_teardown),
   };

@@ -6,8 +6,9 @@
         (jvp of grad, hvp_ms); ratio = hvp_ms / grad_ms
   ckpt  64 layers h = tanh(h W_i), width 1024, batch 64: the gradient of sum(h^2) with
         respect to the input (wrt=input) or to every W_i and the input (wrt=weights+input),
-        plain and checkpointed in segments of ceil(64 / 12) = 6 layers (nabla's
-        NB_CHECKPOINT_SQRT: 12 segments of its 130 ops); grad_ms (median of 3 after a warm-up), peak_mb
+        plain and checkpointed in equal segments of ceil(64 / 12) = 6 layers (Chen et al.'s
+        sqrt layout over the 130 ops; nabla's NB_CHECKPOINT_SQRT lays its segments out by
+        memory, longest first); grad_ms (median of 3 after a warm-up), peak_mb
         (the peak resident set above the one before the first run) and over_fwd_mb (above
         the forward pass's own peak), each configuration in a child process
 Lines as nabla's (name=forward_jvp|forward_hvp|forward_ckpt impl=... metric=value).
@@ -15,8 +16,13 @@ Paths: PyTorch  torch.func.jvp, torch.func.grad, jvp(grad) for the HVP, the forw
                 under torch.no_grad; checkpointing torch.utils.checkpoint (non-reentrant)
        JAX      jax.jvp, jax.grad, jvp(grad), each in jax.jit (compiled before timing);
                 checkpointing jax.checkpoint around each segment
-       TF       not ported (its tf.autodiff.ForwardAccumulator would be the peer): a note
-Usage: forward.py --impl torch|jax [--workload mlp|ckpt|all] [--threads 1,2] [--quick]
+       TF       tf.autodiff.ForwardAccumulator for the JVP, a GradientTape inside an
+                accumulator for the HVP (forward over back), each in a tf.function
+                (traced before timing); checkpointing tf.recompute_grad around each
+                segment. TF's CPU allocator has no memory statistics
+                (tf.config.experimental.get_memory_info is for GPUs), so its memory is
+                the sampled resident set, as for the others
+Usage: forward.py --impl torch|tf|jax [--workload mlp|ckpt|all] [--threads 1,2] [--quick]
   (mlp: jvp and hvp)
 """
 import math
@@ -120,6 +126,89 @@ def torch_deep(peer, checkpointed, weights, layers):
     return forward, gradient
 
 
+# ---- TensorFlow ------------------------------------------------------------------------------
+
+def tf_loss(tf, x, labels):
+    def loss(p):
+        h = x
+        for i in range(0, len(p), 2):
+            h = tf.nn.bias_add(tf.matmul(h, p[i]), p[i + 1])
+            if i + 2 < len(p):
+                h = tf.nn.relu(h)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=h))
+
+    return loss
+
+
+def tf_mlp(peer, quick):
+    tf = peer.fw
+    params, tangents, x, labels = mlp_host()
+    p, t = [tf.constant(a) for a in params], [tf.constant(a) for a in tangents]
+    loss = tf_loss(tf, tf.constant(x), tf.constant(labels))
+
+    def gradient(p):
+        with tf.GradientTape() as tape:
+            tape.watch(p)
+            y = loss(p)
+        return tape.gradient(y, p)
+
+    @tf.function
+    def jvp(p, t):
+        with tf.autodiff.ForwardAccumulator(p, t) as acc:
+            y = loss(p)
+        return y, acc.jvp(y)
+
+    @tf.function
+    def hvp(p, t):
+        with tf.autodiff.ForwardAccumulator(p, t) as acc:
+            g = gradient(p)
+        return acc.jvp(g)
+
+    fwd_fn, grad_fn = tf.function(loss), tf.function(gradient)
+    runs, secs = (1, 0.05) if quick else (RUNS, 1.0)
+
+    def timed(fn, *args):
+        fn(*args)  # traced before the timing
+        return bu.per_call(lambda: fn(*args), runs, secs)
+
+    ratio_line("forward_jvp", peer.threads, "fwd_ms", timed(fwd_fn, p), "jvp_ms", timed(jvp, p, t))
+    ratio_line("forward_hvp", peer.threads, "grad_ms", timed(grad_fn, p), "hvp_ms", timed(hvp, p, t))
+
+
+def tf_deep(peer, checkpointed, weights, layers):
+    tf = peer.fw
+    ws, x = deep_host()
+    ws, x = [tf.constant(w) for w in ws[:layers]], tf.constant(x)
+    per = math.ceil(len(ws) / SEGMENTS) if checkpointed else len(ws)
+
+    def segment(h, *seg_ws):
+        for w in seg_ws:
+            h = tf.tanh(tf.matmul(h, w))
+        return h
+
+    block = tf.recompute_grad(segment) if checkpointed else segment
+
+    def loss(ws, x):
+        h = x
+        for lo in range(0, len(ws), per):
+            h = block(h, *ws[lo:lo + per])
+        return tf.reduce_sum(h * h)
+
+    @tf.function
+    def gradient(ws, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            if weights:  # watched weights would have their gradients made, then dropped
+                tape.watch(ws)
+            y = loss(ws, x)
+        return [tf.reduce_sum(g) for g in tape.gradient(y, [x] + (ws if weights else []))]
+
+    forward = tf.function(loss)
+    forward.get_concrete_function(ws, x)  # traced here, not in the measured calls
+    gradient.get_concrete_function(ws, x)
+    return (lambda: forward(ws, x)), (lambda: gradient(ws, x))
+
+
 # ---- JAX -------------------------------------------------------------------------------------
 
 def jax_mlp(peer, quick):
@@ -202,7 +291,7 @@ def sampled_peak_kib(fn):
 
 
 def deep_child(peer, checkpointed, weights, quick):
-    make = torch_deep if IMPL == "torch" else jax_deep
+    make = {"torch": torch_deep, "tf": tf_deep, "jax": jax_deep}[IMPL]
     forward, gradient = make(peer, checkpointed, weights, 8 if quick else DEEP_LAYERS)
     before = bu.rss_kib()
     fwd_peak = sampled_peak_kib(forward)
@@ -223,7 +312,7 @@ def main():
     p = bu.parser(__doc__)
     p.add_argument("--workload", choices=("mlp", "ckpt", "all"), default="all")
     p.add_argument("--ckpt-config", default=None, help=argparse_hidden())
-    args, peer = bu.start(p, unsupported={"tf": "not ported: tf.autodiff.ForwardAccumulator would be the peer"})
+    args, peer = bu.start(p)
     if peer is None:
         return
     IMPL = args.impl
@@ -239,7 +328,7 @@ def main():
                 if subprocess.call(cmd):
                     sys.exit(1)
     if args.workload in ("mlp", "all"):
-        (torch_mlp if IMPL == "torch" else jax_mlp)(peer, args.quick)
+        {"torch": torch_mlp, "tf": tf_mlp, "jax": jax_mlp}[IMPL](peer, args.quick)
 
 
 def argparse_hidden():

@@ -5,7 +5,8 @@
    function runs and memory follows the frontier, not the graph. */
 #include "autodiff.h"
 
-#include <math.h>
+#include "../grad/grad.h" /* NBG_ALL: what a rule reads */
+
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,13 +302,14 @@ static bool has_grads(const pass *p, const nbgraph_node *n) {
 }
 
 /* ---- automatic checkpointing ---------------------------------------------------------------
-   Chen et al. 2016: the forward ops between xs and ys, in topological order, fall into k
-   segments; only each segment's last op keeps its outputs for the gradient. A gradient
-   function reading any other forward tensor reads a recomputation of it instead, built
-   from the kept tensors (and recomputed ones before it) the first time it is needed; a
-   control input on the incoming gradient that asked for it keeps a session from running
-   the recomputation before the backward pass gets there. So the forward activations die
-   in the forward pass, and the backward pass holds one segment's recomputation at a time. */
+   Chen et al. 2016: the forward ops between xs and ys, in topological order, fall into
+   segments (k equal ones, or laid out by memory: lay_out); only each segment's last op
+   keeps its outputs for the gradient. A gradient function reading any other forward
+   tensor reads a recomputation of it instead, built from the kept tensors (and recomputed
+   ones before it) the first time it is needed; a control input on the incoming gradient
+   that asked for it keeps a session from running the recomputation before the backward
+   pass gets there. So the forward activations die in the forward pass, and the backward
+   pass holds one segment's recomputation at a time. */
 
 static int compare_ids(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -317,12 +319,93 @@ static int compare_ids(const void *a, const void *b) {
 /* A recomputable op: one that reads a between tensor (not an x or a source) and no state. */
 static bool recomputable(const pass *p, const nbgraph_node *n) { return !n->def->stateful && feeds_between(p, n); }
 
+/* What one output costs held: its static bytes, 1 when its shape is unknown. */
+static int64_t held_bytes(const nb_graph *g, const nbgraph_node *n, int32_t o) {
+  const nbop_meta *m = &g->outs[n->out0 + o].meta;
+  return nbcore_dims_known(m->rank, m->shape) ? nbcore_shape_size(m->rank, m->shape) * (int64_t)nb_dtype_size(m->dtype)
+                                              : 1;
+}
+
+/* Whether the rule of node n (its own, or an override whose reads are unknown) reads its
+   input j (out false) or output j (out true). */
+static bool rule_reads(const nbgraph_node *n, int32_t j, bool out) {
+  uint32_t in_bits, out_bits;
+  nbad_grad_reads(n->def, &in_bits, &out_bits);
+  uint32_t bits = n->grad_name ? NBG_ALL : out ? out_bits : in_bits;
+  return bits == NBG_ALL || (j < 32 && (bits >> j & 1u));
+}
+
+/* The bytes of node id's outputs that the plain gradient keeps: those its own rule or a
+   between consumer's rule reads. */
+static int64_t saved_bytes(const pass *p, int32_t id) {
+  const nb_graph *g = p->g;
+  const nbgraph_node *n = &g->nodes[id];
+  int64_t bytes = 0;
+  for (int32_t o = 0; o < n->nout; o++) {
+    bool read = rule_reads(n, o, true);
+    for (int32_t e = n->first_use; e >= 0 && !read; e = g->edges[e].next_use) {
+      const nbgraph_node *u = &g->nodes[g->edges[e].consumer];
+      read = g->edges[e].out == o && in_between(p, g->edges[e].consumer) && rule_reads(u, e - u->in0, false);
+    }
+    bytes += read ? held_bytes(g, n, o) : 0;
+  }
+  return bytes;
+}
+
+/* The layout for a memory budget, over ops in topological order, op i keeping saved[i]
+   bytes for the plain gradient and holding kept[i] as a checkpoint. The backward pass
+   through segment j holds the checkpoints of segments 1..j and segment j's recomputed
+   activations, so each segment grows while (checkpoints so far) + (its saved bytes) +
+   (the next op's outputs, kept) stays within the budget: the first segments are the
+   longest, as fewer checkpoints are held there (a segment j of about budget - j ops: peak
+   sqrt(2N) activations for a chain of N, against 2 sqrt(N) for equal segments). Marks
+   recompute[i]; returns the peak of the layout. */
+static int64_t lay_out(const int64_t *saved, const int64_t *kept, int32_t n, int64_t budget, bool *recompute) {
+  int64_t held = 0, segment = 0, peak = 0;
+  for (int32_t i = 0; i < n; i++) {
+    recompute[i] = i + 1 < n && held + segment + saved[i] + kept[i + 1] <= budget;
+    if (recompute[i]) {
+      segment += saved[i];
+      continue;
+    }
+    if (held + segment + kept[i] > peak) peak = held + segment + kept[i];
+    held += kept[i];
+    segment = 0;
+  }
+  return peak;
+}
+
+/* NB_CHECKPOINT_SQRT: the smallest budget whose layout keeps within it (binary search;
+   the budget of every op's bytes always does). */
+static void lay_out_for_memory(const int64_t *saved, const int64_t *kept, int32_t n, bool *recompute) {
+  int64_t lo = 0, hi = 0;
+  for (int32_t i = 0; i < n; i++) hi += saved[i] + kept[i];
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (lay_out(saved, kept, n, mid, recompute) <= mid)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  lay_out(saved, kept, n, hi, recompute);
+}
+
+/* k segments of equal op counts, each keeping its last op. */
+static void lay_out_segments(int32_t n, int32_t k, bool *recompute) {
+  int32_t per = (n + k - 1) / k;
+  for (int32_t j = 0; j < n; j++) recompute[j] = (j + 1) % per != 0 && j + 1 != n;
+}
+
 static nb_code choose_checkpoints(pass *p) {
   int32_t *ids = malloc((size_t)p->nbetween * sizeof *ids + 1), n = 0;
+  int64_t *costs = malloc((size_t)p->nbetween * 2 * sizeof *costs + 1);
+  bool *layout = malloc((size_t)p->nbetween * sizeof *layout + 1);
   p->recompute = calloc((size_t)p->nbetween + 1, sizeof *p->recompute);
   p->clone = malloc((size_t)p->nbetween * sizeof *p->clone + 1);
-  if (!ids || !p->recompute || !p->clone) {
+  if (!ids || !costs || !layout || !p->recompute || !p->clone) {
     free(ids);
+    free(costs);
+    free(layout);
     return NB_NOMEM;
   }
   for (int32_t i = 0; i < p->nbetween; i++) {
@@ -330,11 +413,21 @@ static nb_code choose_checkpoints(pass *p) {
     if (recomputable(p, &p->g->nodes[p->between[i]])) ids[n++] = p->between[i];
   }
   qsort(ids, (size_t)n, sizeof *ids, compare_ids); /* node ids are a topological order */
-  int32_t k = p->o->checkpoint_segments > 0 ? p->o->checkpoint_segments : (int32_t)ceil(sqrt((double)n));
-  int32_t per = k > 0 ? (n + k - 1) / k : n; /* ops per segment; its last one is kept */
-  for (int32_t j = 0; j < n; j++)
-    if ((j + 1) % per != 0 && j + 1 != n) p->recompute[p->g->nodes[ids[j]].slot] = true;
+  int64_t *saved = costs, *kept = costs + n;
+  for (int32_t j = 0; j < n; j++) {
+    const nbgraph_node *node = &p->g->nodes[ids[j]];
+    saved[j] = saved_bytes(p, ids[j]);
+    kept[j] = 0;
+    for (int32_t o = 0; o < node->nout; o++) kept[j] += held_bytes(p->g, node, o);
+  }
+  if (p->o->checkpoint_segments > 0)
+    lay_out_segments(n, p->o->checkpoint_segments, layout);
+  else
+    lay_out_for_memory(saved, kept, n, layout);
+  for (int32_t j = 0; j < n; j++) p->recompute[p->g->nodes[ids[j]].slot] = layout[j];
   free(ids);
+  free(costs);
+  free(layout);
   return NB_OK;
 }
 

@@ -253,8 +253,200 @@ static nb_code check_placeholders(planner *pl) {
   return NB_OK;
 }
 
-/* Kahn's algorithm over the needed nodes: node->pending counts live data and control
-   input edges. */
+/* ---- a memory-aware order -------------------------------------------------------------
+   Kahn's first-in first-out order runs the steps level by level: a value can outlive its
+   use by a whole level of the graph. In a gradient, a weight's gradient (often the largest
+   tensor) then waits for the reduction or update that consumes it while the next layer's
+   is made, and a checkpointed segment's recomputation interleaves with the previous
+   segment's backward pass. So the steps are reordered as a list scheduler does (XLA's
+   ListScheduler): among the ready steps, one whose run frees at least the bytes it makes
+   (it reads the last use of a value: a reduction, an elementwise op writing over a dying
+   input) runs first; the others in the order they became ready. A step that touches
+   state keeps its place among such steps as Kahn's order has it. Sizes are static: an
+   unknown one counts as nothing. */
+
+static int64_t static_elems(const nbop_meta *m);
+
+typedef struct mem_order {
+  const planner *pl;
+  int32_t *remaining; /* per graph output: live edges reading it from steps not yet placed */
+  int64_t *bytes;     /* per graph output: its static size in bytes (0 when known at build time) */
+  uint8_t *state;     /* per node: MO_WAITING, MO_QUEUED, MO_FREEING (queued first), MO_PARKED, MO_PLACED */
+  int32_t *bound;     /* per order-keeping step: its rank among them in Kahn's order; else -1 */
+  int32_t *bound_ids; /* rank -> node */
+  int32_t next_bound;
+  int32_t *first, nfirst, hfirst; /* steps that free what they make, in the order found */
+  int32_t *rest, nrest, hrest;    /* the other ready steps, in the order they became ready */
+} mem_order;
+
+enum { MO_WAITING, MO_QUEUED, MO_FREEING, MO_PARKED, MO_PLACED };
+
+/* Steps whose order among themselves is kept: those touching state (variables, host
+   callbacks, function graphs and control flow with their own sessions). */
+static bool keeps_order(const nbgraph_node *n) {
+  return n->def->stateful || !n->def->kernel || n->def->any_rank || n->def->hold_attrs;
+}
+
+static int32_t out_index(const nb_graph *g, const nbgraph_edge *e) { return g->nodes[e->src].out0 + e->out; }
+
+/* Whether running node id now frees at least as many bytes as it makes: the values it
+   reads for the last time against its outputs. Its reads are taken off remaining[] for
+   the count and put back: a value at 0 then is freed (counted once: marked -1). */
+static bool frees_what_it_makes(mem_order *m, int32_t id) {
+  const nb_graph *g = m->pl->g;
+  const nbgraph_node *n = &g->nodes[id];
+  if (node_known(m->pl, n)) return false;
+  int64_t freed = 0, made = 0;
+  const nbgraph_edge *in = &g->edges[n->in0];
+  for (int32_t o = 0; o < n->nout; o++) made += m->bytes[n->out0 + o];
+  for (int32_t j = 0; j < n->nin; j++)
+    if (edge_live(m->pl->p, &in[j])) m->remaining[out_index(g, &in[j])]--;
+  for (int32_t j = 0; j < n->nin; j++) {
+    int32_t *left = &m->remaining[out_index(g, &in[j])];
+    if (edge_live(m->pl->p, &in[j]) && *left == 0) {
+      freed += m->bytes[out_index(g, &in[j])];
+      *left = -1;
+    }
+  }
+  for (int32_t j = 0; j < n->nin; j++) {
+    int32_t *left = &m->remaining[out_index(g, &in[j])];
+    if (!edge_live(m->pl->p, &in[j])) continue;
+    if (*left < 0) *left = 0;
+    ++*left;
+  }
+  return freed > 0 && freed >= made;
+}
+
+/* Queues node id, which has become ready (or whose turn among order-keeping steps came). */
+static void mo_ready(mem_order *m, int32_t id) {
+  if (m->bound[id] >= 0 && m->bound[id] != m->next_bound) {
+    m->state[id] = MO_PARKED;
+  } else if (frees_what_it_makes(m, id)) {
+    m->state[id] = MO_FREEING;
+    m->first[m->nfirst++] = id;
+  } else {
+    m->state[id] = MO_QUEUED;
+    m->rest[m->nrest++] = id;
+  }
+}
+
+/* The next step: the first freeing one, else the longest ready; -1 when none is left. */
+static int32_t mo_pick(mem_order *m) {
+  while (m->hfirst < m->nfirst)
+    if (m->state[m->first[m->hfirst++]] == MO_FREEING) return m->first[m->hfirst - 1];
+  while (m->hrest < m->nrest)
+    if (m->state[m->rest[m->hrest++]] == MO_QUEUED) return m->rest[m->hrest - 1];
+  return -1;
+}
+
+/* After a read of value v (of node src, output out) was placed: when one or two reads are
+   left, a ready reader may now read it for the last time, and free it. */
+static void mo_promote_readers(mem_order *m, int32_t src, int32_t out) {
+  const nb_graph *g = m->pl->g;
+  int32_t left = m->remaining[g->nodes[src].out0 + out];
+  if (left < 1 || left > 2) return; /* so each value's readers are scanned at most twice */
+  for (int32_t e = g->nodes[src].first_use; e >= 0; e = g->edges[e].next_use) {
+    int32_t u = g->edges[e].consumer;
+    if (g->edges[e].out == out && m->state[u] == MO_QUEUED && frees_what_it_makes(m, u)) {
+      m->state[u] = MO_FREEING;
+      m->first[m->nfirst++] = u;
+    }
+  }
+}
+
+/* Places node id: its reads are done, its order-keeping successor may run, its
+   consumers' pending counts drop. */
+static void mo_place(mem_order *m, int32_t id) {
+  const planner *pl = m->pl;
+  const nb_graph *g = pl->g;
+  const nbgraph_node *n = &g->nodes[id];
+  m->state[id] = MO_PLACED;
+  for (int32_t j = 0; j < n->nin && !node_known(pl, n); j++)
+    if (edge_live(pl->p, &g->edges[n->in0 + j])) m->remaining[out_index(g, &g->edges[n->in0 + j])]--;
+  for (int32_t j = 0; j < n->nin && !node_known(pl, n); j++)
+    if (edge_live(pl->p, &g->edges[n->in0 + j]))
+      mo_promote_readers(m, g->edges[n->in0 + j].src, g->edges[n->in0 + j].out);
+  if (m->bound[id] >= 0 && ++m->next_bound < pl->p->nsteps && m->bound_ids[m->next_bound] >= 0 &&
+      m->state[m->bound_ids[m->next_bound]] == MO_PARKED)
+    mo_ready(m, m->bound_ids[m->next_bound]);
+  for (int32_t e = n->first_use; e >= 0; e = g->edges[e].next_use) {
+    int32_t u = g->edges[e].consumer;
+    nbgraph_node *c = &g->nodes[u];
+    if (c->stamp == pl->gen && !node_known(pl, c) && edge_live(pl->p, &g->edges[e]) && --c->pending == 0)
+      mo_ready(m, u);
+  }
+}
+
+/* Use counts and sizes of every value the steps read; pending counts as Kahn's start. */
+static void mo_count(mem_order *m) {
+  const planner *pl = m->pl;
+  nb_graph *g = pl->g;
+  int32_t nbound = 0;
+  for (int32_t i = 0; i < pl->p->nsteps; i++) {
+    int32_t id = pl->p->steps[i];
+    nbgraph_node *n = &g->nodes[id];
+    bool known = node_known(pl, n);
+    m->bound[id] = keeps_order(n) && !known ? nbound : -1;
+    if (m->bound[id] >= 0) m->bound_ids[nbound++] = id;
+    for (int32_t o = 0; o < n->nout; o++) {
+      const nbop_meta *meta = &g->outs[n->out0 + o].meta;
+      m->bytes[n->out0 + o] = known ? 0 : static_elems(meta) * (int64_t)nb_dtype_size(meta->dtype);
+    }
+    n->pending = 0;
+    for (int32_t j = 0; j < n->nin && !known; j++) {
+      const nbgraph_edge *e = &g->edges[n->in0 + j];
+      if (!edge_live(pl->p, e)) continue;
+      n->pending++;
+      m->remaining[out_index(g, e)]++;
+    }
+    for (int32_t e = n->ctrl; e >= 0 && !known; e = g->edges[e].next_ctrl) n->pending++;
+  }
+  for (int32_t r = nbound; r < pl->p->nsteps; r++) m->bound_ids[r] = -1;
+  for (int i = 0; i < pl->p->nfetch; i++) { /* a fetched value is never freed: a reader that never comes */
+    int64_t key = pl->p->gkeys[pl->p->nfeed + i];
+    if (fed_index(pl->p, nbgraph_key_node(key), nbgraph_key_out(key)) < 0)
+      m->remaining[g->nodes[nbgraph_key_node(key)].out0 + nbgraph_key_out(key)]++;
+  }
+}
+
+/* Reorders p->steps (Kahn's order) as described above. */
+static nb_code order_for_memory(planner *pl) {
+  nbrt_plan *p = pl->p;
+  const nb_graph *g = pl->g;
+  mem_order m = {.pl = pl};
+  m.remaining = calloc((size_t)g->nouts + 1, sizeof *m.remaining);
+  m.bytes = malloc(((size_t)g->nouts + 1) * sizeof *m.bytes);
+  m.state = calloc((size_t)g->nnodes + 1, sizeof *m.state);
+  m.bound = malloc(((size_t)g->nnodes + 1) * sizeof *m.bound);
+  m.bound_ids = malloc(((size_t)p->nsteps + 1) * sizeof *m.bound_ids);
+  m.first = malloc(((size_t)p->nsteps + 1) * sizeof *m.first);
+  m.rest = malloc(((size_t)p->nsteps + 1) * sizeof *m.rest);
+  int32_t *order = malloc(((size_t)p->nsteps + 1) * sizeof *order), placed = 0;
+  nb_code code = NB_NOMEM;
+  if (m.remaining && m.bytes && m.state && m.bound && m.bound_ids && m.first && m.rest && order) {
+    mo_count(&m);
+    for (int32_t i = 0; i < p->nsteps; i++)
+      if (pl->g->nodes[p->steps[i]].pending == 0) mo_ready(&m, p->steps[i]);
+    for (int32_t id; (id = mo_pick(&m)) >= 0;) {
+      order[placed++] = id;
+      mo_place(&m, id);
+    }
+    code = placed == p->nsteps ? NB_OK : NB_INTERNAL;
+    if (!code) memcpy(p->steps, order, (size_t)p->nsteps * sizeof *order);
+  }
+  free(m.remaining);
+  free(m.bytes);
+  free(m.state);
+  free(m.bound);
+  free(m.bound_ids);
+  free(m.first);
+  free(m.rest);
+  free(order);
+  return code;
+}
+
+/* Kahn's algorithm over the needed nodes (node->pending counts live data and control
+   input edges), then reordered for memory. */
 static nb_code order_steps(planner *pl) {
   nb_graph *g = pl->g;
   nbrt_plan *p = pl->p;
@@ -278,7 +470,7 @@ static nb_code order_steps(planner *pl) {
         p->steps[p->nsteps++] = g->edges[e].consumer;
     }
   }
-  if (p->nsteps == pl->nneeded) return NB_OK;
+  if (p->nsteps == pl->nneeded) return order_for_memory(pl);
   for (int32_t i = 0; i < pl->nneeded; i++) {
     const nbgraph_node *n = &g->nodes[pl->needed[i]];
     if (n->pending > 0)
