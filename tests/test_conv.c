@@ -689,34 +689,33 @@ static void test_graph_validation(void **state) {
   assert_int_equal(nb_status(c), NB_OK);
 }
 
-/* Two independent MaxPoolGrads, each big enough for a session on two threads to run them
-   at once (one thread each): a kernel's per-thread scratch must follow the range it was
-   given, not the enclosing pair's thread number (a heap overflow once). Max pooling's
-   gradient routes values without arithmetic, so the two-thread run equals one thread's. */
-static void test_paired_pool_grads(void **state) {
-  (void)state;
-  static const int64_t shape[4] = {8, 32, 32, 16}, window[4] = {1, 2, 2, 1};
+/* Runs n independent MaxPoolGrads of inputs shapes[i] on one thread, then on two (where
+   there are two cores), and returns how many steps of the second run ran beside another.
+   Max pooling's gradient routes values without arithmetic, so the two-thread run equals
+   one thread's bit for bit. */
+static int64_t run_pool_grads(int n, const int64_t (*shapes)[4]) {
+  static const int64_t window[4] = {1, 2, 2, 1};
   nb_pool_attrs pool = {.ksize = window, .strides = window, .padding = "VALID"};
   nb_graph *g = nb_graph_new();
   nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
-  nb_tensor *x[2], *value[2], *fetch[2], *one[2], *two[2];
-  for (int i = 0; i < 2; i++) {
-    x[i] = nb_placeholder(c, NB_F32, 4, shape, NULL);
-    value[i] = nb_init_glorot_uniform(e, NB_F32, 4, shape, (const int64_t[]){7, i});
+  nb_tensor *x[4], *value[4], *fetch[4], *one[4], *two[4];
+  assert_true(n <= 4);
+  for (int i = 0; i < n; i++) {
+    x[i] = nb_placeholder(c, NB_F32, 4, shapes[i], NULL);
+    value[i] = nb_init_glorot_uniform(e, NB_F32, 4, shapes[i], (const int64_t[]){7, i});
     nb_tensor *y = nb_max_pool(c, x[i], &pool);
     fetch[i] = nb_max_pool_grad(c, x[i], y, nb_ones_like(c, y), &pool);
   }
   assert_int_equal(nb_status(c), NB_OK);
   nb_session *s = nb_session_new(g);
   nb_session_set_threads(s, 1);
-  assert_int_equal(nb_run(s, x, value, 2, fetch, 2, one), NB_OK);
+  assert_int_equal(nb_run(s, x, value, n, fetch, n, one), NB_OK);
   bool two_cores = omp_get_num_procs() > 1; /* one under check-coretypes' single-core runs */
   nb_session_set_threads(s, two_cores ? 2 : 1);
-  if (nb_run(s, x, value, 2, fetch, 2, two) != NB_OK) fail_msg("%s", nb_session_error(s));
+  if (nb_run(s, x, value, n, fetch, n, two) != NB_OK) fail_msg("%s", nb_session_error(s));
   nb_session_stats stats;
   nb_session_get_stats(s, &stats);
-  if (two_cores) assert_true(stats.concurrent_steps_last_run >= 2); /* they ran as a pair */
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < n; i++) {
     assert_memory_equal(nb_data(one[i]), nb_data(two[i]), (size_t)nb_num_elements(one[i]) * sizeof(float));
     nb_tensor_free(one[i]);
     nb_tensor_free(two[i]);
@@ -725,6 +724,29 @@ static void test_paired_pool_grads(void **state) {
   nb_ctx_free(e);
   nb_ctx_free(c);
   nb_graph_free(g);
+  return two_cores ? stats.concurrent_steps_last_run : -1;
+}
+
+/* Two independent MaxPoolGrads, each big enough for a session on two threads to run them
+   at once (one thread each): a kernel's per-thread scratch must follow the range it was
+   given, not the enclosing pair's thread number (a heap overflow once). */
+static void test_paired_pool_grads(void **state) {
+  (void)state;
+  static const int64_t shapes[2][4] = {{8, 32, 32, 16}, {8, 32, 32, 16}};
+  int64_t concurrent = run_pool_grads(2, shapes);
+  if (concurrent >= 0) assert_true(concurrent >= 2); /* they ran as a pair */
+}
+
+/* A step runs beside another only when their work is balanced: a pair lasts as long as its
+   larger step on half the threads. A small gradient, and three 16 times its size: the small
+   one runs alone on both threads (beside a large one it would leave a thread idle most of
+   the pair), two large ones pair, and the third runs alone; so do the large ones' pools (the
+   small one's is too small to pair). */
+static void test_pairs_balance_work(void **state) {
+  (void)state;
+  static const int64_t shapes[4][4] = {{8, 8, 8, 16}, {8, 32, 32, 16}, {8, 32, 32, 16}, {8, 32, 32, 16}};
+  int64_t concurrent = run_pool_grads(4, shapes);
+  if (concurrent >= 0) assert_int_equal(concurrent, 4);
 }
 
 int main(void) {
@@ -733,6 +755,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_conv2d_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_pools_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test(test_paired_pool_grads),
+      cmocka_unit_test(test_pairs_balance_work),
       cmocka_unit_test_setup_teardown(test_max_pool_tie_goes_to_first, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_bias_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_conv_golden_eager, tu_setup, tu_teardown),
