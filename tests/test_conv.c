@@ -749,6 +749,44 @@ static void test_pairs_balance_work(void **state) {
   if (concurrent >= 0) assert_int_equal(concurrent, 4);
 }
 
+/* Steps that run at once write over their dying inputs as one thread's run does: here
+   u_k = tanh(x_k + x_k) for two inputs, the sums and then the tanhs pairing (no pass fuses
+   them), each tanh taking its sum's block. So the two-thread run holds two blocks at its
+   peak, as the one-thread run does, not four, and gives the same values bit for bit (an
+   elementwise loop's result does not depend on its thread split). */
+static void test_pair_forwards_inputs(void **state) {
+  (void)state;
+  static const int64_t shape[4] = {8, 32, 32, 16};
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+  nb_tensor *x[2], *value[2], *fetch[2], *res[2][2];
+  for (int i = 0; i < 2; i++) {
+    x[i] = nb_placeholder(c, NB_F32, 4, shape, NULL);
+    value[i] = nb_init_glorot_uniform(e, NB_F32, 4, shape, (const int64_t[]){11, i});
+    fetch[i] = nb_tanh(c, nb_add(c, x[i], x[i]));
+  }
+  assert_int_equal(nb_status(c), NB_OK);
+  nb_session *s = nb_session_new_with_opts(g, &(nb_session_opts){.passes = 0});
+  nb_session_stats stats[2];
+  bool two_cores = omp_get_num_procs() > 1;
+  for (int t = 0; t < 2; t++) {
+    nb_session_set_threads(s, t && two_cores ? 2 : 1);
+    if (nb_run(s, x, value, 2, fetch, 2, res[t]) != NB_OK) fail_msg("%s", nb_session_error(s));
+    nb_session_get_stats(s, &stats[t]);
+  }
+  if (two_cores) assert_int_equal(stats[1].concurrent_steps_last_run, 4);
+  assert_int_equal(stats[1].peak_bytes_last_run, stats[0].peak_bytes_last_run);
+  assert_int_equal(stats[0].peak_bytes_last_run, 2 * size4(shape) * (int64_t)sizeof(float));
+  for (int i = 0; i < 2; i++) {
+    assert_memory_equal(nb_data(res[0][i]), nb_data(res[1][i]), (size_t)size4(shape) * sizeof(float));
+    for (int t = 0; t < 2; t++) nb_tensor_free(res[t][i]);
+  }
+  nb_session_free(s);
+  nb_ctx_free(e);
+  nb_ctx_free(c);
+  nb_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_graph_validation, gu_setup, gu_teardown),
@@ -756,6 +794,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pools_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test(test_paired_pool_grads),
       cmocka_unit_test(test_pairs_balance_work),
+      cmocka_unit_test(test_pair_forwards_inputs),
       cmocka_unit_test_setup_teardown(test_max_pool_tie_goes_to_first, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_bias_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_conv_golden_eager, tu_setup, tu_teardown),

@@ -633,22 +633,33 @@ static nb_code run_step(nb_session *s, nb_ctx *c, const nbrt_plan *p, int32_t i,
   return code;
 }
 
+/* The dying inputs of step i that step `other`, running at the same time, does not read:
+   those step i may write over (a value both read dies at the later of the two). */
+static uint32_t forwardable_beside(const nbrt_plan *p, int32_t i, int32_t other) {
+  uint32_t bits = p->dying[i];
+  for (int32_t j = p->in_off[i]; j < p->in_off[i + 1] && j - p->in_off[i] < 32; j++)
+    for (int32_t k = p->in_off[other]; k < p->in_off[other + 1]; k++)
+      if (p->in_vals[j] == p->in_vals[k]) bits &= ~(1u << (j - p->in_off[i]));
+  return bits;
+}
+
 /* Steps i and i + 1 at once, on s's context and its worker, half the threads each, both
    taking blocks from the context's pool under a lock (blocks one makes and the other frees
-   stay in one pool: no step after the first allocates). Neither writes over an input (the
-   other may read it); nothing is freed until both are done. A failure of the worker's step
-   becomes s's context's error. */
+   stay in one pool: no step after the first allocates). Each may write over a dying input
+   the other does not read (a running sum's accumulator); nothing is freed until both are
+   done. A failure of the worker's step becomes s's context's error. */
 static nb_code run_pair(nb_session *s, const nbrt_plan *p, int32_t i, nb_tensor **ins, nb_tensor **ins2) {
   nb_ctx *c[2] = {s->ctx, s->worker};
   nbcore_pool *pool = nbcore_block_pool(s->ctx);
   pthread_mutex_t *outer = pool->lock; /* a pair of a run enclosing this one: its lock serves */
   int threads = s->ctx->threads;
+  uint32_t forwardable[2] = {forwardable_beside(p, i, i + 1), forwardable_beside(p, i + 1, i)};
   nb_code code[2];
   c[1]->threads = threads / 2;
   c[0]->threads = threads - threads / 2;
   if (!outer) pool->lock = &s->pair_lock;
 #pragma omp parallel for num_threads(2) schedule(static, 1)
-  for (int k = 0; k < 2; k++) code[k] = run_step(s, c[k], p, i + k, k ? ins2 : ins, 0);
+  for (int k = 0; k < 2; k++) code[k] = run_step(s, c[k], p, i + k, k ? ins2 : ins, forwardable[k]);
   pool->lock = outer;
   c[0]->threads = threads;
   if (code[1] && !code[0]) code[0] = nbcore_fail(c[0], code[1], "%s", nb_error(c[1]));
