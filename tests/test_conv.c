@@ -689,37 +689,97 @@ static void test_graph_validation(void **state) {
   assert_int_equal(nb_status(c), NB_OK);
 }
 
-/* Two independent MaxPoolGrads, each big enough for a session on two threads to run them
-   at once (one thread each): a kernel's per-thread scratch must follow the range it was
-   given, not the enclosing pair's thread number (a heap overflow once). Max pooling's
-   gradient routes values without arithmetic, so the two-thread run equals one thread's. */
-static void test_paired_pool_grads(void **state) {
-  (void)state;
-  static const int64_t shape[4] = {8, 32, 32, 16}, window[4] = {1, 2, 2, 1};
+/* Runs n independent MaxPoolGrads of inputs shapes[i] on one thread, then on two (where
+   there are two cores), and returns how many steps of the second run ran beside another.
+   Max pooling's gradient routes values without arithmetic, so the two-thread run equals
+   one thread's bit for bit. */
+static int64_t run_pool_grads(int n, const int64_t (*shapes)[4]) {
+  static const int64_t window[4] = {1, 2, 2, 1};
   nb_pool_attrs pool = {.ksize = window, .strides = window, .padding = "VALID"};
   nb_graph *g = nb_graph_new();
   nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
-  nb_tensor *x[2], *value[2], *fetch[2], *one[2], *two[2];
-  for (int i = 0; i < 2; i++) {
-    x[i] = nb_placeholder(c, NB_F32, 4, shape, NULL);
-    value[i] = nb_init_glorot_uniform(e, NB_F32, 4, shape, (const int64_t[]){7, i});
+  nb_tensor *x[4], *value[4], *fetch[4], *one[4], *two[4];
+  assert_true(n <= 4);
+  for (int i = 0; i < n; i++) {
+    x[i] = nb_placeholder(c, NB_F32, 4, shapes[i], NULL);
+    value[i] = nb_init_glorot_uniform(e, NB_F32, 4, shapes[i], (const int64_t[]){7, i});
     nb_tensor *y = nb_max_pool(c, x[i], &pool);
     fetch[i] = nb_max_pool_grad(c, x[i], y, nb_ones_like(c, y), &pool);
   }
   assert_int_equal(nb_status(c), NB_OK);
   nb_session *s = nb_session_new(g);
   nb_session_set_threads(s, 1);
-  assert_int_equal(nb_run(s, x, value, 2, fetch, 2, one), NB_OK);
+  assert_int_equal(nb_run(s, x, value, n, fetch, n, one), NB_OK);
   bool two_cores = omp_get_num_procs() > 1; /* one under check-coretypes' single-core runs */
   nb_session_set_threads(s, two_cores ? 2 : 1);
-  if (nb_run(s, x, value, 2, fetch, 2, two) != NB_OK) fail_msg("%s", nb_session_error(s));
+  if (nb_run(s, x, value, n, fetch, n, two) != NB_OK) fail_msg("%s", nb_session_error(s));
   nb_session_stats stats;
   nb_session_get_stats(s, &stats);
-  if (two_cores) assert_true(stats.concurrent_steps_last_run >= 2); /* they ran as a pair */
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < n; i++) {
     assert_memory_equal(nb_data(one[i]), nb_data(two[i]), (size_t)nb_num_elements(one[i]) * sizeof(float));
     nb_tensor_free(one[i]);
     nb_tensor_free(two[i]);
+  }
+  nb_session_free(s);
+  nb_ctx_free(e);
+  nb_ctx_free(c);
+  nb_graph_free(g);
+  return two_cores ? stats.concurrent_steps_last_run : -1;
+}
+
+/* Two independent MaxPoolGrads, each big enough for a session on two threads to run them
+   at once (one thread each): a kernel's per-thread scratch must follow the range it was
+   given, not the enclosing pair's thread number (a heap overflow once). */
+static void test_paired_pool_grads(void **state) {
+  (void)state;
+  static const int64_t shapes[2][4] = {{8, 32, 32, 16}, {8, 32, 32, 16}};
+  int64_t concurrent = run_pool_grads(2, shapes);
+  if (concurrent >= 0) assert_true(concurrent >= 2); /* they ran as a pair */
+}
+
+/* A step runs beside another only when their work is balanced: a pair lasts as long as its
+   larger step on half the threads. A small gradient, and three 16 times its size: the small
+   one runs alone on both threads (beside a large one it would leave a thread idle most of
+   the pair), two large ones pair, and the third runs alone; so do the large ones' pools (the
+   small one's is too small to pair). */
+static void test_pairs_balance_work(void **state) {
+  (void)state;
+  static const int64_t shapes[4][4] = {{8, 8, 8, 16}, {8, 32, 32, 16}, {8, 32, 32, 16}, {8, 32, 32, 16}};
+  int64_t concurrent = run_pool_grads(4, shapes);
+  if (concurrent >= 0) assert_int_equal(concurrent, 4);
+}
+
+/* Steps that run at once write over their dying inputs as one thread's run does: here
+   u_k = tanh(x_k + x_k) for two inputs, the sums and then the tanhs pairing (no pass fuses
+   them), each tanh taking its sum's block. So the two-thread run holds two blocks at its
+   peak, as the one-thread run does, not four, and gives the same values bit for bit (an
+   elementwise loop's result does not depend on its thread split). */
+static void test_pair_forwards_inputs(void **state) {
+  (void)state;
+  static const int64_t shape[4] = {8, 32, 32, 16};
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+  nb_tensor *x[2], *value[2], *fetch[2], *res[2][2];
+  for (int i = 0; i < 2; i++) {
+    x[i] = nb_placeholder(c, NB_F32, 4, shape, NULL);
+    value[i] = nb_init_glorot_uniform(e, NB_F32, 4, shape, (const int64_t[]){11, i});
+    fetch[i] = nb_tanh(c, nb_add(c, x[i], x[i]));
+  }
+  assert_int_equal(nb_status(c), NB_OK);
+  nb_session *s = nb_session_new_with_opts(g, &(nb_session_opts){.passes = 0});
+  nb_session_stats stats[2];
+  bool two_cores = omp_get_num_procs() > 1;
+  for (int t = 0; t < 2; t++) {
+    nb_session_set_threads(s, t && two_cores ? 2 : 1);
+    if (nb_run(s, x, value, 2, fetch, 2, res[t]) != NB_OK) fail_msg("%s", nb_session_error(s));
+    nb_session_get_stats(s, &stats[t]);
+  }
+  if (two_cores) assert_int_equal(stats[1].concurrent_steps_last_run, 4);
+  assert_int_equal(stats[1].peak_bytes_last_run, stats[0].peak_bytes_last_run);
+  assert_int_equal(stats[0].peak_bytes_last_run, 2 * size4(shape) * (int64_t)sizeof(float));
+  for (int i = 0; i < 2; i++) {
+    assert_memory_equal(nb_data(res[0][i]), nb_data(res[1][i]), (size_t)size4(shape) * sizeof(float));
+    for (int t = 0; t < 2; t++) nb_tensor_free(res[t][i]);
   }
   nb_session_free(s);
   nb_ctx_free(e);
@@ -733,6 +793,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_conv2d_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_pools_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test(test_paired_pool_grads),
+      cmocka_unit_test(test_pairs_balance_work),
+      cmocka_unit_test(test_pair_forwards_inputs),
       cmocka_unit_test_setup_teardown(test_max_pool_tie_goes_to_first, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_bias_by_hand, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_conv_golden_eager, tu_setup, tu_teardown),

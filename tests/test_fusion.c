@@ -451,8 +451,9 @@ static void test_independent_steps_run_at_once(void **state) {
   }
 }
 
-/* A failure in either step of a pair (an integer division by zero beside a product) is
-   the run's error, naming its node, whichever context ran it. */
+/* A failure in either step of a pair (an integer division by zero beside an elementwise
+   product of the same size: work balanced enough to pair) is the run's error, naming its
+   node, whichever context ran it. */
 static void test_error_in_concurrent_step(void **state) {
   gu_fixture *f = *state;
   const int64_t shape[2] = {128, 128};
@@ -462,7 +463,7 @@ static void test_error_in_concurrent_step(void **state) {
   for (int i = 0; i < 2; i++) val[i] = random_values(f->e, NB_F64, 2, shape, &seed);
   val[2] = nb_cast(f->e, random_values(f->e, NB_F64, 2, shape, &seed), NB_I32);
   val[3] = nb_cast(f->e, random_values(f->e, NB_F64, 2, shape, &seed), NB_I32); /* (-1, 1) truncates to 0 */
-  nb_tensor *product = nb_matmul(f->c, feed[0], feed[1], false, false);
+  nb_tensor *product = nb_mul(f->c, feed[0], feed[1]);
   assert_int_equal(nb_name_next(f->c, "bad_quotient"), NB_OK);
   nb_tensor *quotient = nb_real_div(f->c, feed[2], feed[3]);
   tu_two_threads_or_skip(f->e);

@@ -481,29 +481,65 @@ static nb_code order_steps(planner *pl) {
 
 /* ---- pairs of steps run at once ----------------------------------------------------- */
 
-#define NBRT_PAIR_MIN_ELEMS (1 << 14) /* inputs and outputs of a step worth a thread of its own */
-#define NBRT_PAIR_LOOKAHEAD 16        /* steps searched for a partner */
+/* Work is counted in multiply-adds: a product's m·n·k, and NBRT_ELEM_WORK per element any
+   other step reads or writes (a GEMM's inner loop does up to 16 multiply-adds a cycle, two
+   8-wide FMAs; a loop over memory reads or writes about 4 elements a cycle). */
+#define NBRT_ELEM_WORK 4.0
+#define NBRT_PAIR_MIN_WORK (NBRT_ELEM_WORK * (1 << 14)) /* work worth a thread of its own */
+#define NBRT_PAIR_LOOKAHEAD 16                          /* steps searched for a partner */
+/* A pair takes as long as its larger step on half the threads, 2·max/T with perfect
+   scaling inside each half; run one after the other on all T threads they take
+   (a + b)/(T·e), e the efficiency of one step on all of them. The pair wins when
+   min/max > 2e - 1: an RNN step's 32x256x256 product has e = 38 / (2 · 25) = 0.76 on two
+   threads (src/ops/linalg.c), so a partner needs more than half the larger step's work. */
+#define NBRT_PAIR_BALANCE 0.5
 
 static int64_t static_elems(const nbop_meta *m) {
   return nbcore_dims_known(m->rank, m->shape) ? nbcore_shape_size(m->rank, m->shape) : 0;
 }
 
-/* A step that may run beside another: it computes at run time, touches no state
-   (variables, host callbacks, function graphs: their order and their own sessions stay
-   as planned), and moves enough data to be worth a thread. */
-static bool pairable(const planner *pl, int32_t id) {
-  const nb_graph *g = pl->g;
-  const nbgraph_node *n = &g->nodes[id];
+static const nbop_meta *input_meta(const nb_graph *g, const nbgraph_node *n, int32_t i) {
+  const nbgraph_edge *e = &g->edges[n->in0 + i];
+  return &g->outs[g->nodes[e->src].out0 + e->out].meta;
+}
+
+/* A matrix product's multiply-adds: its output's elements times the inner dim, which is
+   input 0's last two dims (m·k, either way round) over the output's rows m. */
+static double product_work(const nb_graph *g, const nbgraph_node *n) {
+  const nbop_meta *x = input_meta(g, n, 0), *out = &g->outs[n->out0].meta;
+  int64_t elems = static_elems(out); /* 0 also when a dim is 0: then no division by it */
+  if (!elems || x->rank < 2 || out->rank < 2 || !static_elems(x)) return 0;
+  return (double)elems * (double)(x->shape[x->rank - 2] * x->shape[x->rank - 1] / out->shape[out->rank - 2]);
+}
+
+static bool is_product(const nbop_def *def) {
+  return !strcmp(def->name, "MatMul") || !strcmp(def->name, "BatchMatMulV2") || !strcmp(def->name, "_MatMulAdd");
+}
+
+/* The work of step n (0 when a shape is unknown until run time). Another op reads at most
+   as many elements of an input as it writes in all: a gather or a slice reads part of its
+   input; a reduction, which reads more, is undercounted, which only keeps it from a pair. */
+static double step_work(const nb_graph *g, const nbgraph_node *n) {
+  if (is_product(n->def)) return product_work(g, n);
+  int64_t written = 0, read = 0;
+  for (int32_t o = 0; o < n->nout; o++) written += static_elems(&g->outs[n->out0 + o].meta);
+  for (int32_t i = 0; i < n->nin; i++) {
+    int64_t elems = static_elems(input_meta(g, n, i));
+    read += elems < written ? elems : written;
+  }
+  return NBRT_ELEM_WORK * (double)(written + read);
+}
+
+/* The work of a step that may run beside another, else 0: it computes at run time, touches
+   no state (variables, host callbacks, function graphs: their order and their own sessions
+   stay as planned), and has enough work to be worth a thread. */
+static double pairable_work(const planner *pl, int32_t id) {
+  const nbgraph_node *n = &pl->g->nodes[id];
   const nbop_def *def = n->def;
   if (node_known(pl, n) || def->stateful || !def->kernel || def->any_rank || def->hold_attrs || def->alias >= 0)
-    return false;
-  int64_t elems = 0;
-  for (int32_t o = 0; o < n->nout; o++) elems += static_elems(&g->outs[n->out0 + o].meta);
-  for (int32_t i = 0; i < n->nin; i++) {
-    const nbgraph_edge *e = &g->edges[n->in0 + i];
-    elems += static_elems(&g->outs[g->nodes[e->src].out0 + e->out].meta);
-  }
-  return elems >= NBRT_PAIR_MIN_ELEMS;
+    return 0;
+  double work = step_work(pl->g, n);
+  return work >= NBRT_PAIR_MIN_WORK ? work : 0;
 }
 
 /* Whether step j reads nothing made at or after position i (pos: node -> position). */
@@ -530,9 +566,28 @@ static void move_step(nbrt_plan *p, int32_t *pos, int32_t j, int32_t i) {
   pos[id] = i + 1;
 }
 
-/* For each pairable step, the first pairable one within the lookahead that needs nothing
-   from it or the steps between joins it. Only stateless steps move, so stateful ones keep
-   their order. */
+/* min/max of two works: 1 when equal. */
+static double balance(double a, double b) { return a < b ? a / b : b / a; }
+
+/* The step after i within the lookahead that may run beside step i (work wi) and is the
+   best balanced with it, needing nothing from it or the steps between; -1 when none is
+   balanced enough for the pair to beat running them one after the other. */
+static int32_t best_partner(const planner *pl, const int32_t *pos, int32_t i, double wi) {
+  const nbrt_plan *p = pl->p;
+  int32_t best = -1;
+  double best_balance = NBRT_PAIR_BALANCE;
+  for (int32_t j = i + 1; j < p->nsteps && j <= i + NBRT_PAIR_LOOKAHEAD; j++) {
+    double wj = pairable_work(pl, p->steps[j]);
+    if (wj > 0 && balance(wi, wj) > best_balance && ready_at(pl, pos, j, i)) {
+      best = j;
+      best_balance = balance(wi, wj);
+    }
+  }
+  return best;
+}
+
+/* Each pairable step takes its best partner, moved next to it. Only stateless steps move,
+   so stateful ones keep their order. */
 static nb_code pair_steps(planner *pl) {
   nbrt_plan *p = pl->p;
   int32_t *pos = malloc((size_t)pl->g->nnodes * sizeof *pos);
@@ -543,13 +598,11 @@ static nb_code pair_steps(planner *pl) {
   }
   for (int32_t i = 0; i < p->nsteps; i++) pos[p->steps[i]] = i;
   for (int32_t i = 0; i + 1 < p->nsteps; i++) {
-    if (!pairable(pl, p->steps[i])) continue;
-    for (int32_t j = i + 1; j < p->nsteps && j <= i + NBRT_PAIR_LOOKAHEAD; j++) {
-      if (!pairable(pl, p->steps[j]) || !ready_at(pl, pos, j, i)) continue;
-      move_step(p, pos, j, i);
-      p->paired[i++] = true;
-      break;
-    }
+    double work = pairable_work(pl, p->steps[i]);
+    int32_t j = work > 0 ? best_partner(pl, pos, i, work) : -1;
+    if (j < 0) continue;
+    move_step(p, pos, j, i);
+    p->paired[i++] = true;
   }
   free(pos);
   return NB_OK;
@@ -774,22 +827,33 @@ static nb_code run_step(nb_session *s, nb_ctx *c, const nbrt_plan *p, int32_t i,
   return code;
 }
 
+/* The dying inputs of step i that step `other`, running at the same time, does not read:
+   those step i may write over (a value both read dies at the later of the two). */
+static uint32_t forwardable_beside(const nbrt_plan *p, int32_t i, int32_t other) {
+  uint32_t bits = p->dying[i];
+  for (int32_t j = p->in_off[i]; j < p->in_off[i + 1] && j - p->in_off[i] < 32; j++)
+    for (int32_t k = p->in_off[other]; k < p->in_off[other + 1]; k++)
+      if (p->in_vals[j] == p->in_vals[k]) bits &= ~(1u << (j - p->in_off[i]));
+  return bits;
+}
+
 /* Steps i and i + 1 at once, on s's context and its worker, half the threads each, both
    taking blocks from the context's pool under a lock (blocks one makes and the other frees
-   stay in one pool: no step after the first allocates). Neither writes over an input (the
-   other may read it); nothing is freed until both are done. A failure of the worker's step
-   becomes s's context's error. */
+   stay in one pool: no step after the first allocates). Each may write over a dying input
+   the other does not read (a running sum's accumulator); nothing is freed until both are
+   done. A failure of the worker's step becomes s's context's error. */
 static nb_code run_pair(nb_session *s, const nbrt_plan *p, int32_t i, nb_tensor **ins, nb_tensor **ins2) {
   nb_ctx *c[2] = {s->ctx, s->worker};
   nbcore_pool *pool = nbcore_block_pool(s->ctx);
   pthread_mutex_t *outer = pool->lock; /* a pair of a run enclosing this one: its lock serves */
   int threads = s->ctx->threads;
+  uint32_t forwardable[2] = {forwardable_beside(p, i, i + 1), forwardable_beside(p, i + 1, i)};
   nb_code code[2];
   c[1]->threads = threads / 2;
   c[0]->threads = threads - threads / 2;
   if (!outer) pool->lock = &s->pair_lock;
 #pragma omp parallel for num_threads(2) schedule(static, 1)
-  for (int k = 0; k < 2; k++) code[k] = run_step(s, c[k], p, i + k, k ? ins2 : ins, 0);
+  for (int k = 0; k < 2; k++) code[k] = run_step(s, c[k], p, i + k, k ? ins2 : ins, forwardable[k]);
   pool->lock = outer;
   c[0]->threads = threads;
   if (code[1] && !code[0]) code[0] = nbcore_fail(c[0], code[1], "%s", nb_error(c[1]));
