@@ -46,7 +46,9 @@ static nb_tensor *random_values(nb_ctx *e, nb_dtype t, int rank, const int64_t *
 /* Runs rc in a new session on g with fetches fetch (threads threads); the results in res, or
    the session's error in err. */
 static nb_code run(nb_graph *g, const run_case *rc, nb_tensor *const *fetch, int threads, nb_tensor **res, char *err) {
-  nb_session *s = nb_session_new(g);
+  nb_session_opts opts = nb_session_opts_default();
+  opts.passes = 0; /* as built (the optimizer's pipeline would fuse the unfused graph) */
+  nb_session *s = nb_session_new_with_opts(g, &opts);
   assert_non_null(s);
   nb_session_set_threads(s, threads);
   nb_code code = nb_run(s, rc->feed, rc->val, rc->nfeed, fetch, rc->nfetch, res);
@@ -86,7 +88,7 @@ static int check_fused_matches(nb_ctx *c, nb_graph *g, const run_case *rc) {
   int64_t keys[6 + MAX_FETCH];
   for (int i = 0; i < rc->nfeed; i++) keys[i] = nbgraph_key_of(rc->feed[i]);
   for (int i = 0; i < rc->nfetch; i++) keys[rc->nfeed + i] = nbgraph_key_of(rc->fetch[i]);
-  assert_int_equal(nbopt_fuse_elementwise(g, keys, rc->nfeed, rc->nfetch), NB_OK);
+  assert_int_equal(nbopt_fuse_elementwise(g, keys, rc->nfeed, rc->nfetch, false), NB_OK);
   for (int i = 0; i < rc->nfetch; i++)
     fetch[i] = nbgraph_handle(c, g, nbgraph_key_node(keys[rc->nfeed + i]), nbgraph_key_out(keys[rc->nfeed + i]));
   for (int threads = 1; threads <= 2; threads++) {
@@ -311,7 +313,7 @@ static void test_error_names_member(void **state) {
   assert_non_null(strstr(plain, "node 'shifted'"));
   int64_t keys[4] = {nbgraph_key_of(rc.feed[0]), nbgraph_key_of(rc.feed[1]), nbgraph_key_of(rc.feed[2]),
                      nbgraph_key_of(rc.fetch[0])};
-  assert_int_equal(nbopt_fuse_elementwise(f->g, keys, 3, 1), NB_OK);
+  assert_int_equal(nbopt_fuse_elementwise(f->g, keys, 3, 1, true), NB_OK);
   assert_int_equal(count_fused(f->g), 1);
   nb_tensor *fetch = nbgraph_handle(f->c, f->g, nbgraph_key_node(keys[3]), nbgraph_key_out(keys[3]));
   assert_int_equal(run(f->g, &rc, &fetch, 1, res, fused), NB_SHAPE);
@@ -373,7 +375,7 @@ static void test_no_allocation_after_first_run(void **state) {
     assert_int_equal(nb_gradients(c, &loss, 1, feed, 3, NULL, dxs), NB_OK);
     int64_t keys[6];
     for (int i = 0; i < 3; i++) keys[i] = nbgraph_key_of(feed[i]), keys[3 + i] = nbgraph_key_of(dxs[i]);
-    if (fused) assert_int_equal(nbopt_fuse_elementwise(g, keys, 3, 3), NB_OK);
+    if (fused) assert_int_equal(nbopt_fuse_elementwise(g, keys, 3, 3, true), NB_OK);
     for (int i = 0; i < 3; i++)
       dxs[i] = nbgraph_handle(c, g, nbgraph_key_node(keys[3 + i]), nbgraph_key_out(keys[3 + i]));
     nb_session *s = nb_session_new(g);
