@@ -274,25 +274,26 @@ static void expand(const fused_run *r, arg_class cls, const char *x, char *dst, 
   }
 }
 
-/* The sum of x[0..n) in double, in LANES interleaved partial sums (they vectorize). */
-NBOP_SIMD_CLONES static double sum_f32(const float *x, int64_t n) {
-  double lane[LANES] = {0}, a = 0;
-  int64_t i = 0;
-  for (; i + LANES <= n; i += LANES)
-    for (int j = 0; j < LANES; j++) lane[j] += (double)x[i + j];
-  for (; i < n; i++) a += (double)x[i];
-  for (int j = 0; j < LANES; j++) a += lane[j];
+/* The sum of x[0..n) in double as the Reduce kernel adds a segment (reduce.c), so a row
+   sum within one block has its bits: short segments in order, longer ones in LANES
+   interleaved partial sums (they vectorize), the tail into the first, then added in order. */
+#define SEGMENT_SUM                                              \
+  double lane[LANES] = {0}, a = 0;                               \
+  if (n < 2 * LANES) {                                           \
+    for (int64_t i = 0; i < n; i++) a += (double)x[i];           \
+    return a;                                                    \
+  }                                                              \
+  int64_t i = 0;                                                 \
+  for (; i + LANES <= n; i += LANES)                             \
+    for (int j = 0; j < LANES; j++) lane[j] += (double)x[i + j]; \
+  for (; i < n; i++) lane[0] += (double)x[i];                    \
+  for (int j = 0; j < LANES; j++) a += lane[j];                  \
   return a;
-}
+
+NBOP_SIMD_CLONES static double sum_f32(const float *x, int64_t n){SEGMENT_SUM}
 
 NBOP_SIMD_CLONES static double sum_f64(const double *x, int64_t n) {
-  double lane[LANES] = {0}, a = 0;
-  int64_t i = 0;
-  for (; i + LANES <= n; i += LANES)
-    for (int j = 0; j < LANES; j++) lane[j] += x[i + j];
-  for (; i < n; i++) a += x[i];
-  for (int j = 0; j < LANES; j++) a += lane[j];
-  return a;
+  SEGMENT_SUM
 }
 
 static double sum_of(const fused_run *r, const char *x, int64_t n) {
@@ -499,7 +500,8 @@ static nb_code run_blocks(nbop_kargs *k, fused_run *r) {
   int nt = nbop_kthreads(k, r->total);
   r->whole_rows = r->inner <= BLOCK;
   r->block = r->whole_rows ? BLOCK / r->inner * r->inner : BLOCK;
-  r->nchunks = r->reduces ? (rows < NCHUNK ? rows : NCHUNK) : nt < nblocks ? nt : nblocks;
+  /* one chunk for one block: a total sum is then one segment, as the Reduce kernel's */
+  r->nchunks = !r->reduces ? (nt < nblocks ? nt : nblocks) : r->total <= r->block ? 1 : rows < NCHUNK ? rows : NCHUNK;
   if (r->whole_rows && r->nchunks > rows) r->nchunks = rows;
   r->nunits = (int)(nt < r->nchunks ? nt : r->nchunks);
   size_t regs = (size_t)r->nunits * UNIT_BYTES(r), bytes = regs + place_accumulators(r, NULL) * sizeof(double);
