@@ -6,9 +6,9 @@
    element function, in the same order, as the unfused ops would (results are bitwise
    equal). A Sum or Mean over the last dim, over all dims but the last, or over all dims
    may end the program (an epilogue: it adds up each block while it is in cache). A row sum
-   whose row fits in a block, and a total sum of at most one block, add in the Reduce
-   kernel's order (bitwise equal); other column and total sums, and rows longer than a
-   block, add in chunks of rows, so they agree with the unfused ones to the rounding of a
+   of a row of at most 4096 elements (one block), and a total sum of at most one block, add
+   in the Reduce kernel's order (bitwise equal); other column and total sums, and longer
+   rows, add in chunks of rows, so they agree with the unfused ones to the rounding of a
    sum, not bitwise (the same bits at every thread count). */
 #ifndef NBOP_FUSED_H
 #define NBOP_FUSED_H
