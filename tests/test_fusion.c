@@ -2,7 +2,9 @@
    groups fused gives the same results as the graph run as built. Every fused member runs
    its own op's loop on each block, element for element, so the results must be bitwise
    equal (the comparison is exact: no reassociation, no other implementation), on one
-   thread and on two; errors name the member node, as unfused. */
+   thread and on two; errors name the member node, as unfused. Sums fused as epilogues
+   (test_reduction_epilogues) add in another order: within the bound of two orders of a
+   sum, and the same bits on one thread and on two. */
 #include "graphutil.h"
 
 #include "../src/graph/graph.h"
