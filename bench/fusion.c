@@ -1,21 +1,21 @@
-/* bench/fusion: elementwise fusion (nbopt_fuse_elementwise) on and off in one run, 1 and 2
-   threads, float32, ms per nb_run (median of RUNS after a warm-up):
+/* bench/fusion: elementwise fusion on and off in one run (sessions running the optimizer's
+   pipeline with and without NB_PASS_FUSE), 1 and 2 threads, float32, ms per nb_run (median
+   of RUNS after a warm-up):
      nb_fusion_layernorm  layer norm of 1024 x 1024 over the last dim, (x - mean) rsqrt(var
                           + eps) gamma + beta, and loss = sum(y w): forward and the gradients
                           to x, gamma and beta
      nb_fusion_gelu_mlp   x 1024x256 -> 1024 -> 256, GELU as tf.nn.gelu(approximate=True)
                           composes it (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))),
                           loss = mean((y - t)^2): forward and the gradients to every weight
-   Each line has the graph's node count run unfused and fused (nodes=), and the speedup of
-   fused over unfused at that thread count; a _memory line per session gives the data
+   Each line has the node count of the optimized graph a run computes (nodes=), and the
+   speedup of fused over unfused at that thread count; a _memory line per session gives the data
    blocks a step took from malloc after the first (allocs_per_step), those of the first
    (allocs_first: every run after it took as many as the last), and the last step's peak
    block bytes (nb_session_get_stats). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
-#include "../src/graph/graph.h" /* the session's fetch keys, remapped by the pass */
-#include "../src/opt/fuse.h"
+#include "../src/graph/graph.h" /* nodes_run walks the optimized graph */
 #include "benchutil.h"
 
 #include <string.h>
@@ -78,10 +78,10 @@ static void gelu_mlp(workload *w, nb_ctx *e) {
 static int nodes_run(nb_graph *g, nb_tensor *const *fetch, int nfetch);
 
 /* One run of w's fetches on s, in ms. */
-static double time_run(workload *w, nb_session *s, nb_tensor *const *fetch) {
+static double time_run(workload *w, nb_session *s) {
   nb_tensor *res[MAX_IO];
   double t0 = bench_now();
-  if (nb_run(s, w->feed, w->val, w->nfeed, fetch, w->nfetch, res)) {
+  if (nb_run(s, w->feed, w->val, w->nfeed, w->fetch, w->nfetch, res)) {
     fprintf(stderr, "%s: %s\n", w->name, nb_session_error(s));
     exit(1);
   }
@@ -92,11 +92,11 @@ static double time_run(workload *w, nb_session *s, nb_tensor *const *fetch) {
 
 /* Median ms per run, unfused and fused runs taking turns (a loaded machine slows both
    alike), after a warm-up run of each. */
-static void time_both(workload *w, nb_session *const *s, nb_tensor *const *const *fetch, double *ms) {
+static void time_both(workload *w, nb_session *const *s, double *ms) {
   double t[2][RUNS];
   for (int r = -1; r < RUNS; r++)
     for (int f = 0; f < 2; f++) {
-      double one = time_run(&w[f], s[f], fetch[f]);
+      double one = time_run(w, s[f]);
       if (r >= 0) t[f][r] = one;
     }
   for (int f = 0; f < 2; f++) ms[f] = bench_median(t[f], RUNS);
@@ -113,37 +113,51 @@ static void print_memory(const char *name, int fused, int threads, const nb_sess
       (long long)(st.allocs_total - st.allocs_last_run * (st.runs - 1)), (double)st.peak_bytes_last_run / (1 << 20));
 }
 
-static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max_threads) {
-  workload w[2] = {{.name = name}, {.name = name}};
-  nb_ctx *e = nb_eager_new();
-  nb_tensor *fused_fetch[MAX_IO];
-  for (int i = 0; i < 2; i++) {
-    srand(1);
-    w[i].g = nb_graph_new();
-    w[i].c = nb_graph_ctx_new(w[i].g);
-    build(&w[i], e);
-    if (nb_status(w[i].c)) {
-      fprintf(stderr, "%s: %s\n", name, nb_error(w[i].c));
-      exit(1);
-    }
+/* The optimizer's passes with fusion on or off. */
+static nb_session_opts passes(int fused) {
+  nb_session_opts o = nb_session_opts_default();
+  o.passes = fused ? NB_PASS_ALL : NB_PASS_ALL & ~(unsigned)NB_PASS_FUSE;
+  return o;
+}
+
+/* Nodes a run of w's fetches computes in the graph the passes of o make. */
+static int nodes_optimized(workload *w, const nb_session_opts *o) {
+  nb_graph *out;
+  if (nb_graph_optimize(w->g, w->feed, w->nfeed, w->fetch, w->nfetch, o, &out)) exit(1);
+  nb_ctx *c = nb_graph_ctx_new(out);
+  nb_tensor *fetch[MAX_IO];
+  for (int i = 0; i < w->nfetch; i++) {
+    char name[512];
+    snprintf(name, sizeof name, "%s:%d", nb_tensor_node_name(w->fetch[i]), nb_tensor_output_index(w->fetch[i]));
+    if (!(fetch[i] = nb_graph_tensor_by_name(c, name))) exit(1);
   }
-  int64_t keys[2 * MAX_IO];
-  for (int i = 0; i < w[1].nfeed; i++) keys[i] = nbgraph_key_of(w[1].feed[i]);
-  for (int i = 0; i < w[1].nfetch; i++) keys[w[1].nfeed + i] = nbgraph_key_of(w[1].fetch[i]);
-  if (nbopt_fuse_elementwise(w[1].g, keys, w[1].nfeed, w[1].nfetch)) exit(1);
-  for (int i = 0; i < w[1].nfetch; i++)
-    fused_fetch[i] =
-        nbgraph_handle(w[1].c, w[1].g, nbgraph_key_node(keys[w[1].nfeed + i]), nbgraph_key_out(keys[w[1].nfeed + i]));
-  int nodes[2] = {nodes_run(w[0].g, w[0].fetch, w[0].nfetch), nodes_run(w[1].g, fused_fetch, w[1].nfetch)};
+  int n = nodes_run(out, fetch, w->nfetch);
+  nb_ctx_free(c);
+  nb_graph_free(out);
+  return n;
+}
+
+static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max_threads) {
+  workload w = {.name = name};
+  nb_ctx *e = nb_eager_new();
+  srand(1);
+  w.g = nb_graph_new();
+  w.c = nb_graph_ctx_new(w.g);
+  build(&w, e);
+  if (nb_status(w.c)) {
+    fprintf(stderr, "%s: %s\n", name, nb_error(w.c));
+    exit(1);
+  }
+  nb_session_opts opts[2] = {passes(0), passes(1)};
+  int nodes[2] = {nodes_optimized(&w, &opts[0]), nodes_optimized(&w, &opts[1])};
   for (int threads = 1; threads <= max_threads; threads++) {
     double ms[2];
     nb_session *s[2];
-    nb_tensor *const *fetch[2] = {w[0].fetch, fused_fetch};
     for (int f = 0; f < 2; f++) {
-      s[f] = nb_session_new(w[f].g);
+      s[f] = nb_session_new_with_opts(w.g, &opts[f]);
       nb_session_set_threads(s[f], threads);
     }
-    time_both(w, s, fetch, ms);
+    time_both(&w, s, ms);
     for (int f = 0; f < 2; f++)
       printf("name=nb_fusion_%s fusion=%s threads=%d ms=%.2f nodes=%d%s", name, f ? "on" : "off", threads, ms[f],
              nodes[f], f ? "" : "\n");
@@ -153,11 +167,9 @@ static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max
       nb_session_free(s[f]);
     }
   }
-  for (int f = 0; f < 2; f++) {
-    for (int i = 0; i < w[f].nfeed; i++) nb_tensor_free(w[f].val[i]);
-    nb_ctx_free(w[f].c);
-    nb_graph_free(w[f].g);
-  }
+  for (int i = 0; i < w.nfeed; i++) nb_tensor_free(w.val[i]);
+  nb_ctx_free(w.c);
+  nb_graph_free(w.g);
   nb_ctx_free(e);
 }
 

@@ -2,7 +2,9 @@
    groups fused gives the same results as the graph run as built. Every fused member runs
    its own op's loop on each block, element for element, so the results must be bitwise
    equal (the comparison is exact: no reassociation, no other implementation), on one
-   thread and on two; errors name the member node, as unfused. */
+   thread and on two; errors name the member node, as unfused. Sums fused as epilogues
+   (test_reduction_epilogues) add in another order: within the bound of two orders of a
+   sum, and the same bits on one thread and on two. */
 #include "graphutil.h"
 
 #include "../src/graph/graph.h"
@@ -46,7 +48,9 @@ static nb_tensor *random_values(nb_ctx *e, nb_dtype t, int rank, const int64_t *
 /* Runs rc in a new session on g with fetches fetch (threads threads); the results in res, or
    the session's error in err. */
 static nb_code run(nb_graph *g, const run_case *rc, nb_tensor *const *fetch, int threads, nb_tensor **res, char *err) {
-  nb_session *s = nb_session_new(g);
+  nb_session_opts opts = nb_session_opts_default();
+  opts.passes = 0; /* as built (the optimizer's pipeline would fuse the unfused graph) */
+  nb_session *s = nb_session_new_with_opts(g, &opts);
   assert_non_null(s);
   nb_session_set_threads(s, threads);
   nb_code code = nb_run(s, rc->feed, rc->val, rc->nfeed, fetch, rc->nfetch, res);
@@ -86,7 +90,7 @@ static int check_fused_matches(nb_ctx *c, nb_graph *g, const run_case *rc) {
   int64_t keys[6 + MAX_FETCH];
   for (int i = 0; i < rc->nfeed; i++) keys[i] = nbgraph_key_of(rc->feed[i]);
   for (int i = 0; i < rc->nfetch; i++) keys[rc->nfeed + i] = nbgraph_key_of(rc->fetch[i]);
-  assert_int_equal(nbopt_fuse_elementwise(g, keys, rc->nfeed, rc->nfetch), NB_OK);
+  assert_int_equal(nbopt_fuse_elementwise(g, keys, rc->nfeed, rc->nfetch, false), NB_OK);
   for (int i = 0; i < rc->nfetch; i++)
     fetch[i] = nbgraph_handle(c, g, nbgraph_key_node(keys[rc->nfeed + i]), nbgraph_key_out(keys[rc->nfeed + i]));
   for (int threads = 1; threads <= 2; threads++) {
@@ -311,7 +315,7 @@ static void test_error_names_member(void **state) {
   assert_non_null(strstr(plain, "node 'shifted'"));
   int64_t keys[4] = {nbgraph_key_of(rc.feed[0]), nbgraph_key_of(rc.feed[1]), nbgraph_key_of(rc.feed[2]),
                      nbgraph_key_of(rc.fetch[0])};
-  assert_int_equal(nbopt_fuse_elementwise(f->g, keys, 3, 1), NB_OK);
+  assert_int_equal(nbopt_fuse_elementwise(f->g, keys, 3, 1, true), NB_OK);
   assert_int_equal(count_fused(f->g), 1);
   nb_tensor *fetch = nbgraph_handle(f->c, f->g, nbgraph_key_node(keys[3]), nbgraph_key_out(keys[3]));
   assert_int_equal(run(f->g, &rc, &fetch, 1, res, fused), NB_SHAPE);
@@ -353,6 +357,95 @@ static void test_feed_inside_chain(void **state) {
   for (int i = 0; i < 2; i++) nb_tensor_free(rc.val[i]);
 }
 
+/* ---- reductions as epilogues -------------------------------------------------------------- */
+
+enum { RED_ROWS, RED_COLS, RED_ALL, NRED };
+
+/* The output element of a reduction of kind `kind` that element i of a value with inner
+   elements per row adds to. */
+static int64_t reduced_index(int kind, int64_t i, int64_t inner) {
+  return kind == RED_ROWS ? i / inner : kind == RED_COLS ? i % inner : 0;
+}
+
+/* got (fused) against want (unfused), reductions of kind `kind` of the value y (the same
+   bits fused and unfused): both sum the same terms in double in two orders, each within
+   gamma_n S of the exact sum (S: the sum of the terms' magnitudes, n: their count), so they
+   meet tu_check_sums's bound for sums of n terms in y's dtype; a Mean's bound is its sum's
+   over the count. */
+static void check_reduction(const nb_tensor *got, const nb_tensor *want, const nb_tensor *y, int kind, bool mean) {
+  int64_t total = nb_num_elements(y), inner = nb_shape(y)[nb_rank(y) - 1], nout = nb_num_elements(want);
+  int64_t n = total / nout;
+  double *abs_sums = calloc((size_t)nout, sizeof *abs_sums), *want_v = malloc((size_t)nout * sizeof *want_v);
+  assert_true(abs_sums && want_v);
+  for (int64_t i = 0; i < total; i++) abs_sums[reduced_index(kind, i, inner)] += fabs(nb_item(y, i));
+  for (int64_t j = 0; j < nout; j++) {
+    want_v[j] = nb_item(want, j);
+    if (mean) abs_sums[j] /= (double)n;
+  }
+  assert_int_equal(nb_num_elements(got), nout);
+  tu_check_sums(got, want_v, nb_dtype_of(y), n, abs_sums);
+  free(abs_sums);
+  free(want_v);
+}
+
+/* y = tanh(x) b + x and its sums over the last dim (Sum), the leading dims (Mean), all dims
+   (Sum) and the last dim kept (Mean): one fused node computes all five; y is bitwise the
+   unfused y, the reductions within the bound of two orders of their sums, and one and two
+   threads give the same bits. */
+static void reduction_case(nb_dtype t, int rank, const int64_t *shape) {
+  nb_graph *g = nb_graph_new();
+  nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+  unsigned seed = 17;
+  run_case rc = {.nfeed = 2};
+  rc.feed[0] = nb_placeholder(c, t, rank, shape, NULL);
+  rc.feed[1] = nb_placeholder(c, t, 1, &shape[rank - 1], NULL);
+  rc.val[0] = random_values(e, t, rank, shape, &seed);
+  rc.val[1] = random_values(e, t, 1, &shape[rank - 1], &seed);
+  nb_tensor *y = nb_add(c, nb_mul(c, nb_tanh(c, rc.feed[0]), rc.feed[1]), rc.feed[0]);
+  int last = rank - 1, leading[NB_MAX_RANK];
+  for (int d = 0; d < rank - 1; d++) leading[d] = d;
+  rc.fetch[rc.nfetch++] = y;
+  rc.fetch[rc.nfetch++] = nb_sum(c, y, &last, 1, false);
+  rc.fetch[rc.nfetch++] = nb_mean(c, y, leading, rank - 1, false);
+  rc.fetch[rc.nfetch++] = nb_sum(c, y, NULL, 0, false);
+  rc.fetch[rc.nfetch++] = nb_mean(c, y, (const int[]){-1}, 1, true);
+  const int kind[5] = {-1, RED_ROWS, RED_COLS, RED_ALL, RED_ROWS};
+  assert_int_equal(nb_status(c), NB_OK);
+  nb_tensor *want[MAX_FETCH], *got[2][MAX_FETCH], *fetch[MAX_FETCH];
+  char err[NBCORE_ERR_CAP];
+  if (run(g, &rc, rc.fetch, 2, want, err)) fail_msg("unfused run: %s", err);
+  int64_t keys[2 + MAX_FETCH] = {nbgraph_key_of(rc.feed[0]), nbgraph_key_of(rc.feed[1])};
+  for (int i = 0; i < rc.nfetch; i++) keys[2 + i] = nbgraph_key_of(rc.fetch[i]);
+  assert_int_equal(nbopt_fuse_elementwise(g, keys, 2, rc.nfetch, true), NB_OK);
+  assert_int_equal(count_fused(g), 1);
+  assert_int_equal(g->nodes[g->nnodes - 1].nout, rc.nfetch);
+  for (int i = 0; i < rc.nfetch; i++)
+    fetch[i] = nbgraph_handle(c, g, nbgraph_key_node(keys[2 + i]), nbgraph_key_out(keys[2 + i]));
+  for (int threads = 1; threads <= 2; threads++)
+    if (run(g, &rc, fetch, threads, got[threads - 1], err)) fail_msg("fused run (%d threads): %s", threads, err);
+  assert_same_tensors(want, got[0], 1);
+  assert_same_tensors(got[0], got[1], rc.nfetch);
+  for (int i = 1; i < rc.nfetch; i++) check_reduction(got[0][i], want[i], want[0], kind[i], i % 2 == 0);
+  for (int i = 0; i < rc.nfetch; i++) nb_tensor_free(want[i]), nb_tensor_free(got[0][i]), nb_tensor_free(got[1][i]);
+  for (int i = 0; i < rc.nfeed; i++) nb_tensor_free(rc.val[i]);
+  nb_ctx_free(e);
+  nb_ctx_free(c);
+  nb_graph_free(g);
+}
+
+/* Rows within a block, rows longer than a block (each summed in pieces), rank 3 (the
+   leading dims together), and enough elements for two threads. */
+static void test_reduction_epilogues(void **state) {
+  (void)state;
+  for (int dt = 0; dt < 2; dt++) {
+    nb_dtype t = dt ? NB_F64 : NB_F32;
+    reduction_case(t, 2, TU_SHAPE(N_ROWS, N_COLS));
+    reduction_case(t, 2, TU_SHAPE(3, 5000));
+    reduction_case(t, 3, TU_SHAPE(4, 3, N_COLS));
+    reduction_case(t, 2, TU_SHAPE(700, 45));
+  }
+}
+
 /* ---- session memory ---------------------------------------------------------------------- */
 
 /* A training-style loop: the first run fills the block pool, later runs of the same feeds
@@ -373,7 +466,7 @@ static void test_no_allocation_after_first_run(void **state) {
     assert_int_equal(nb_gradients(c, &loss, 1, feed, 3, NULL, dxs), NB_OK);
     int64_t keys[6];
     for (int i = 0; i < 3; i++) keys[i] = nbgraph_key_of(feed[i]), keys[3 + i] = nbgraph_key_of(dxs[i]);
-    if (fused) assert_int_equal(nbopt_fuse_elementwise(g, keys, 3, 3), NB_OK);
+    if (fused) assert_int_equal(nbopt_fuse_elementwise(g, keys, 3, 3, true), NB_OK);
     for (int i = 0; i < 3; i++)
       dxs[i] = nbgraph_handle(c, g, nbgraph_key_node(keys[3 + i]), nbgraph_key_out(keys[3 + i]));
     nb_session *s = nb_session_new(g);
@@ -488,6 +581,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_error_names_member, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_uneven_shapes_run_unfused, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_feed_inside_chain, gu_setup, gu_teardown),
+      cmocka_unit_test(test_reduction_epilogues),
       cmocka_unit_test(test_no_allocation_after_first_run),
       cmocka_unit_test_setup_teardown(test_independent_steps_run_at_once, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_error_in_concurrent_step, gu_setup, gu_teardown),

@@ -1,10 +1,16 @@
-/* Elementwise fusion. Nodes are grouped in a topological order: a fusible node joins the
-   groups of its fusible producers whose value it alone reads (all of them at once when it
-   can, else one) when every input from outside the joined group comes before the group's
-   first node in that order.
+/* Elementwise fusion. Nodes are grouped in a topological order (topo_order): a fusible
+   node joins the groups of its fusible producers (all of them at once when it can, else
+   one) when every input from outside the joined group comes before the group's first node
+   in that order.
    That keeps each group convex: no path leaves a group and comes back, so one node can
-   stand for it. A group must also have one rank and compatible static dims (members of
-   one shape: the block loop's case; the kernel checks the run-time shapes). */
+   stand for it, and no two fused nodes wait on each other. A value read inside and outside
+   its group is one of the group's outputs (groups are DAGs), so the group reads its
+   inputs once however many members use them. A group must also have one rank and compatible static dims (members of
+   one shape: the block loop's case; the kernel checks the run-time shapes).
+   A Sum or Mean of a group's full-shaped value over the last dim, the leading dims or
+   all dims joins that group as an epilogue (never its own group, and no member reads
+   it: its value needs every block), so LayerNorm's statistics and the gradient sums of
+   broadcast operands are computed while their operand is in cache, without writing it. */
 #include "fuse.h"
 
 #include "../ops/fused.h"
@@ -25,10 +31,11 @@ typedef struct fuser {
   nb_graph *g;
   int64_t *keys;
   int nfeed, nfetch;
-  int32_t n;      /* nodes considered: those that existed when the pass began */
-  int32_t *pos;   /* node -> position in a topological order */
-  int32_t *order; /* position -> node */
-  int32_t *group; /* node -> group (union-find parent chain through parent), -1 none */
+  bool reductions; /* Sum and Mean may end groups */
+  int32_t n;       /* nodes considered: those that existed when the pass began */
+  int32_t *pos;    /* node -> position in a topological order */
+  int32_t *order;  /* position -> node */
+  int32_t *group;  /* node -> group (union-find parent chain through parent), -1 none */
   int32_t *parent;
   fuse_group *groups;
   int32_t ngroups;
@@ -50,25 +57,36 @@ static int32_t group_of(const fuser *f, int32_t node) {
   return node < f->n && f->group[node] >= 0 ? find(f, f->group[node]) : -1;
 }
 
-/* Kahn's algorithm over data and control edges. */
+/* Kahn's algorithm over data and control edges, from the consumers back: each node but
+   the sources (placeholders, constants: first) comes as late as its consumers allow. A
+   node then sits next to the group it feeds rather than next to its own inputs (a
+   gradient's scaling by a forward statistic comes after that statistic's other uses), so
+   the groups' inputs more often come before their members. */
 static nb_code topo_order(fuser *f) {
   const nb_graph *g = f->g;
   int32_t head = 0, tail = 0;
   for (int32_t i = 0; i < f->n; i++) {
-    const nbgraph_node *nd = &g->nodes[i];
-    f->pos[i] = nd->nin;
-    for (int32_t e = nd->ctrl; e >= 0; e = g->edges[e].next_ctrl) f->pos[i]++;
+    f->pos[i] = 0;
+    for (int32_t e = g->nodes[i].first_use; e >= 0; e = g->edges[e].next_use) f->pos[i] += g->edges[e].consumer < f->n;
     if (f->pos[i] == 0) f->order[tail++] = i;
   }
   while (head < tail) {
-    int32_t id = f->order[head++];
-    for (int32_t e = g->nodes[id].first_use; e >= 0; e = g->edges[e].next_use) {
-      int32_t u = g->edges[e].consumer;
-      if (u < f->n && --f->pos[u] == 0) f->order[tail++] = u;
+    const nbgraph_node *nd = &g->nodes[f->order[head++]];
+    for (int32_t i = 0; i < nd->nin; i++) {
+      int32_t src = g->edges[nd->in0 + i].src;
+      if (--f->pos[src] == 0) f->order[tail++] = src;
     }
+    for (int32_t e = nd->ctrl; e >= 0; e = g->edges[e].next_ctrl)
+      if (--f->pos[g->edges[e].src] == 0) f->order[tail++] = g->edges[e].src;
   }
   if (tail != f->n) return NB_INVALID; /* a cycle: sessions report it; nothing is fused */
-  for (int32_t p = 0; p < f->n; p++) f->pos[f->order[p]] = p;
+  int32_t at = 0;                      /* positions: the sources, then the others, each latest last */
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t p = f->n - 1; p >= 0; p--) {
+      const nbgraph_node *nd = &g->nodes[f->order[p]];
+      if ((nd->nin == 0 && nd->ctrl < 0) == (pass == 0)) f->pos[f->order[p]] = at++;
+    }
+  for (int32_t i = 0; i < f->n; i++) f->order[f->pos[i]] = i;
   return NB_OK;
 }
 
@@ -135,6 +153,12 @@ static bool candidate(const fuser *f, int32_t id) {
   if (nd->nin > NBOP_FUSED_MAX_INSTR) return false;
   if (nbop_fused_is_broadcast(nd->def)) /* one operand, and a shape known now */
     return edge_out(g, &g->edges[nd->in0])->meta.dtype == m->dtype && edge_value(g, &g->edges[nd->in0 + 1]);
+  if (nbop_fused_is_reduction(nd->def)) { /* one operand, axes known now and of the epilogue's kinds */
+    if (!f->reductions) return false;
+    const nbop_meta *x = &edge_out(g, &g->edges[nd->in0])->meta;
+    const nb_tensor *axes = edge_value(g, &g->edges[nd->in0 + 1]);
+    return x->dtype == m->dtype && x->rank >= 0 && axes && nbop_fused_reduction_axes(axes, x->rank);
+  }
   for (int32_t i = 0; i < nd->nin; i++) {
     const nbgraph_edge *e = &g->edges[nd->in0 + i];
     if (edge_out(g, e)->meta.dtype != m->dtype) return false;
@@ -152,14 +176,20 @@ static bool shapes_fit(const nbop_meta *a, const nbop_meta *b) {
 /* The program length node id adds: AddN's n inputs take n - 1 adds. */
 static int32_t instr_count(const nbgraph_node *nd) { return nd->nin > 1 && nd->def->variadic ? nd->nin - 1 : 1; }
 
-/* The inputs of nd the program reads: all but BroadcastTo's shape (known when built). */
-static int32_t operand_inputs(const nbgraph_node *nd) { return nbop_fused_is_broadcast(nd->def) ? 1 : nd->nin; }
+/* Whether nd's second input is no operand but a value known when built (the shape, the axes). */
+static bool has_known_input(const nbgraph_node *nd) {
+  return nbop_fused_is_broadcast(nd->def) || nbop_fused_is_reduction(nd->def);
+}
+
+/* The inputs of nd the program reads: all but the known one. */
+static int32_t operand_inputs(const nbgraph_node *nd) { return has_known_input(nd) ? 1 : nd->nin; }
 
 /* Operands of one instruction of nd. */
 static int32_t instr_args(const nbgraph_node *nd) { return operand_inputs(nd) == 1 ? 1 : 2; }
 
 /* Whether node id may join the union of groups gs[0..ng): every input from outside them
-   comes before their first member, and the program stays within its cap. */
+   comes before their first member, it reads no reduction of theirs, and the program stays
+   within its cap. */
 static bool can_join(const fuser *f, int32_t id, const int32_t *gs, int ng) {
   const nbgraph_node *nd = &f->g->nodes[id];
   int32_t first = INT32_MAX, ext = -1, len = instr_count(nd);
@@ -173,6 +203,7 @@ static bool can_join(const fuser *f, int32_t id, const int32_t *gs, int ng) {
     int32_t src = f->g->edges[nd->in0 + i].src, gsrc = group_of(f, src);
     bool inside = false;
     for (int j = 0; j < ng && !inside; j++) inside = gsrc == gs[j];
+    if (inside && nbop_fused_is_reduction(f->g->nodes[src].def)) return false; /* it needs every block */
     if (!inside && f->pos[src] > ext) ext = f->pos[src];
   }
   return ext < first && len <= NBOP_FUSED_MAX_INSTR;
@@ -200,33 +231,23 @@ static void join(fuser *f, int32_t id, const int32_t *gs, int ng) {
     if (group_of(f, src) != gid) gr->ext = f->pos[src] > gr->ext ? f->pos[src] : gr->ext;
   }
   const nbop_meta *m = &f->g->outs[nd->out0].meta;
-  for (int d = 0; d < m->rank; d++)
+  for (int d = 0; d < m->rank && !nbop_fused_is_reduction(nd->def); d++)
     if (gr->meta.shape[d] < 0) gr->meta.shape[d] = m->shape[d];
   gr->ninstr += instr_count(nd);
   gr->nmember++;
   f->group[id] = gid;
 }
 
-/* Whether id is the one needed node reading src's value. A value other nodes read too
-   ends its group, so groups are trees, with one output besides fetched members (whose
-   values are kept anyway): a group's outputs are all live at once, so an output read long
-   after the group ran would hold its block longer than the unfused run does, and without
-   them a group's one output may take over a dying input's block. */
-static bool only_consumer(const fuser *f, int32_t src, int32_t id) {
-  const nb_graph *g = f->g;
-  for (int32_t e = g->nodes[src].first_use; e >= 0; e = g->edges[e].next_use)
-    if (g->edges[e].consumer != id && needed(f, g->edges[e].consumer)) return false;
-  return true;
-}
-
-/* The groups of id's fusible producers whose shape id's output fits, each once. */
+/* The groups of id's fusible producers whose shape id's output (a reduction: its
+   operand) fits, each once; a reduction's value ends its group. */
 static int producer_groups(const fuser *f, int32_t id, int32_t *gs) {
   const nbgraph_node *nd = &f->g->nodes[id];
-  const nbop_meta *m = &f->g->outs[nd->out0].meta;
+  bool reduction = nbop_fused_is_reduction(nd->def);
+  const nbop_meta *m = reduction ? &edge_out(f->g, &f->g->edges[nd->in0])->meta : &f->g->outs[nd->out0].meta;
   int ng = 0;
   for (int32_t i = 0; i < operand_inputs(nd); i++) {
     int32_t src = f->g->edges[nd->in0 + i].src, gid = group_of(f, src);
-    bool seen = gid < 0 || !shapes_fit(&f->groups[gid].meta, m) || !only_consumer(f, src, id);
+    bool seen = gid < 0 || nbop_fused_is_reduction(f->g->nodes[src].def) || !shapes_fit(&f->groups[gid].meta, m);
     for (int j = 0; j < ng && !seen; j++) seen = gs[j] == gid;
     if (!seen) gs[ng++] = gid;
   }
@@ -247,7 +268,7 @@ static void assign_groups(fuser *f) {
     } else if (ng == 1 && !can_join(f, id, gs, 1)) {
       ng = 0;
     }
-    join(f, id, gs, ng);
+    if (ng || !nbop_fused_is_reduction(f->g->nodes[id].def)) join(f, id, gs, ng);
   }
 }
 
@@ -323,7 +344,7 @@ static void build_program(fuser *f, group_build *b, raw_arg *raw) {
                              .attr = nd->attr,
                              .node = nd->name,
                              .nargs = nargs,
-                             .shape = nbop_fused_is_broadcast(nd->def) ? edge_value(g, &g->edges[nd->in0 + 1]) : NULL};
+                             .known = has_known_input(nd) ? edge_value(g, &g->edges[nd->in0 + 1]) : NULL};
     }
     b->value[m] = ninstr - 1;
   }
@@ -468,8 +489,8 @@ static nb_code fuse_groups(fuser *f) {
   return code;
 }
 
-nb_code nbopt_fuse_elementwise(nb_graph *g, int64_t *keys, int nfeed, int nfetch) {
-  fuser f = {.g = g, .keys = keys, .nfeed = nfeed, .nfetch = nfetch, .n = g->nnodes};
+nb_code nbopt_fuse_elementwise(nb_graph *g, int64_t *keys, int nfeed, int nfetch, bool reductions) {
+  fuser f = {.g = g, .keys = keys, .nfeed = nfeed, .nfetch = nfetch, .n = g->nnodes, .reductions = reductions};
   size_t n = (size_t)f.n + 1;
   f.pos = malloc(n * sizeof *f.pos);
   f.order = malloc(n * sizeof *f.order);

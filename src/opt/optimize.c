@@ -47,7 +47,7 @@ static nb_code optimize(const nb_graph *g, const int64_t *keys, int nfeed, int n
   if (!code) code = run_passes(&o, bits);
   if (!code) code = nbopt_write(&o, out, mapped, err, sizeof err);
   nbopt_free(&o);
-  if (!code && (bits & NB_PASS_FUSE)) code = nbopt_fuse_elementwise(*out, mapped, nfeed, nfetch);
+  if (!code && (bits & NB_PASS_FUSE)) code = nbopt_fuse_elementwise(*out, mapped, nfeed, nfetch, true);
   if (code && *out) {
     nb_graph_free(*out);
     *out = NULL;
