@@ -511,6 +511,37 @@ static void test_sink_addn_chain_and_sum(void **state) {
   check_runs_same(f->g, feed, vals, 3, fetch, 2);
 }
 
+/* AddV2(Transpose(x, [1, 0]), u) back through Transpose(., [1, 0]), u the second output of
+   an Unpack: the pass reads u's facts ([3, 3]), so u takes the Transpose (a square u read
+   as a scalar, which no permutation changes, would add the wrong elements) and the two
+   around the AddV2 cancel. */
+static void test_sink_second_output_operand(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "x");
+  nb_tensor *z = nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(2, 3, 3), "z"), *u[2];
+  const int swap[2] = {1, 0};
+  assert_int_equal(nb_unpack(f->c, z, 0, 2, u), NB_OK);
+  nb_tensor *t = nb_transpose(f->c, x, swap, 2);
+  nb_name_next(f->c, "a");
+  nb_tensor *a = nb_add(f->c, t, u[1]);
+  nb_tensor *back = nb_transpose(f->c, a, swap, 2);
+  nb_name_next(f->c, "out");
+  nb_tensor *out = nb_tanh(f->c, back);
+  assert_int_equal(nb_status(f->c), NB_OK);
+  nb_tensor *feed[2] = {x, z};
+  nb_graph *og = NULL;
+  assert_int_equal(nb_graph_optimize(f->g, feed, 2, &out, 1, &(nb_session_opts){NB_PASS_TRANSPOSE}, &og), NB_OK);
+  assert_int_equal(count_op(og, "Transpose"), 1);
+  const nbgraph_node *an = input_node(og, node_named(og, "out"), 0), *tu = input_node(og, an, 1);
+  check_node(og, an, "AddV2", (const char *[]){"x", NULL}, 2);
+  assert_string_equal(tu->def->name, "Transpose");
+  assert_string_equal(input_node(og, tu, 0)->def->name, "Unpack");
+  assert_int_equal(og->edges[tu->in0].out, 1);
+  nb_graph_free(og);
+  nb_tensor *vals[2] = {small_ints(f->e, 1, 2, TU_SHAPE(3, 3)), small_ints(f->e, 2, 3, TU_SHAPE(2, 3, 3))};
+  check_runs_same(f->g, feed, vals, 2, &out, 1);
+}
+
 /* Fed and fetched tensors keep their names in nb_graph_optimize's graph. */
 static void test_names_kept(void **state) {
   gu_fixture *f = *state;
@@ -698,6 +729,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sink_not_paying, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_sink_fetched_intermediate, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_sink_addn_chain_and_sum, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_sink_second_output_operand, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_names_kept, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_random_graphs, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_loops_and_conds, gu_setup, gu_teardown),

@@ -61,17 +61,15 @@ static bool grow_nodes(nbopt_graph *o, int32_t n) {
 static nb_code read_node(nbopt_graph *o, const nb_graph *g, int32_t id) {
   const nbgraph_node *s = &g->nodes[id];
   nbopt_node *n = &o->nodes[id];
-  *n = (nbopt_node){.def = s->def,
-                    .name = s->name,
-                    .nin = s->nin,
-                    .nout = s->nout,
-                    .attr = s->attr,
-                    .meta = &g->outs[s->out0].meta,
-                    .src = id};
+  *n = (nbopt_node){.def = s->def, .name = s->name, .nin = s->nin, .nout = s->nout, .attr = s->attr, .src = id};
   for (int32_t e = s->ctrl; e >= 0; e = g->edges[e].next_ctrl) n->nctrl++;
   n->in = nbcore_arena_alloc(&o->arena, (size_t)(n->nin + 1) * sizeof *n->in);
   n->ctrl = nbcore_arena_alloc(&o->arena, (size_t)(n->nctrl + 1) * sizeof *n->ctrl);
-  if (!n->in || !n->ctrl || !name_put(o, s->name)) return NB_NOMEM;
+  /* g->outs holds each output's facts beside its value: copied to an array of facts */
+  nbop_meta *meta = nbcore_arena_alloc(&o->arena, (size_t)(n->nout + 1) * sizeof *meta);
+  if (!n->in || !n->ctrl || !meta || !name_put(o, s->name)) return NB_NOMEM;
+  for (int32_t i = 0; i < n->nout; i++) meta[i] = g->outs[s->out0 + i].meta;
+  n->meta = meta;
   for (int32_t i = 0; i < n->nin; i++) n->in[i] = nbgraph_key(g->edges[s->in0 + i].src, g->edges[s->in0 + i].out);
   int32_t k = 0;
   for (int32_t e = s->ctrl; e >= 0; e = g->edges[e].next_ctrl) n->ctrl[k++] = g->edges[e].src;
