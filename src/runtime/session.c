@@ -33,6 +33,8 @@ typedef struct nbrt_plan {
   int32_t *feed_vals, *fetch_vals;
   bool *from_value; /* step i takes its node's build-time value instead of running */
   bool *paired;     /* step i runs at once with step i + 1 (independent of it) */
+  bool pairs;       /* planned for several threads: pairs placed (they run at once, so the
+                       steps they move keep their values longer than the memory order would) */
 } nbrt_plan;
 
 struct nb_session {
@@ -586,6 +588,10 @@ static int32_t best_partner(const planner *pl, const int32_t *pos, int32_t i, do
   return best;
 }
 
+/* Whether s's runs may place steps in pairs: only with several threads, so a one-thread
+   run keeps order_steps' memory order. */
+static bool runs_pairs(const nb_session *s) { return s->ctx->threads > 1; }
+
 /* Each pairable step takes its best partner, moved next to it. Only stateless steps move,
    so stateful ones keep their order. */
 static nb_code pair_steps(planner *pl) {
@@ -597,7 +603,7 @@ static nb_code pair_steps(planner *pl) {
     return NB_NOMEM;
   }
   for (int32_t i = 0; i < p->nsteps; i++) pos[p->steps[i]] = i;
-  for (int32_t i = 0; i + 1 < p->nsteps; i++) {
+  for (int32_t i = 0; p->pairs && i + 1 < p->nsteps; i++) {
     double work = pairable_work(pl, p->steps[i]);
     int32_t j = work > 0 ? best_partner(pl, pos, i, work) : -1;
     if (j < 0) continue;
@@ -688,6 +694,7 @@ static nb_code plan_frees(nbrt_plan *p) {
 
 static nb_code build_plan(nb_session *s, nbrt_plan *p) {
   planner pl = {s, p->g, p, nbgraph_next_gen(p->g), NULL, 0};
+  p->pairs = runs_pairs(s);
   nb_code code = mark_stale(&pl);
   if (!code) code = collect_needed(&pl);
   if (!code) code = check_placeholders(&pl);
@@ -726,7 +733,7 @@ static nb_code optimize(nb_session *s, nbrt_plan *p) {
 static nbrt_plan *find_plan(nb_session *s, const int64_t *keys, int nfeed, int nfetch, uint64_t h) {
   for (int i = 0; i < s->nplans; i++) {
     nbrt_plan *p = s->plans[i];
-    if (p->hash == h && p->nfeed == nfeed && p->nfetch == nfetch &&
+    if (p->hash == h && p->nfeed == nfeed && p->nfetch == nfetch && p->pairs == runs_pairs(s) &&
         memcmp(p->keys, keys, (size_t)(nfeed + nfetch) * sizeof *keys) == 0)
       return p;
   }
