@@ -2,8 +2,11 @@
    reducer averages them across ranks. On a tape the gradients are packed, as the backward
    pass finalizes them, into buckets of about bucket_bytes, and each full bucket starts a
    non-blocking MPI_Iallreduce while the pass computes the rest (PyTorch DDP's and
-   Horovod's tensor fusion). IndexedSlices are all-gathered, not densified. In graphs
-   (sessions) each bucket is one CollectiveReduceV2 node of the flattened gradients. */
+   Horovod's tensor fusion). Each gradient enters its bucket already divided by the number
+   of ranks, so the all-reduced sums are the means, and the averaged gradients handed back
+   are views of the bucket: no pass over the gradients after the all-reduce. IndexedSlices
+   are all-gathered, not densified. In graphs (sessions) each bucket is one
+   CollectiveReduceV2 node of the flattened gradients. */
 #include "dist.h"
 
 #include "../autodiff/tape.h"
@@ -18,8 +21,8 @@
 
 typedef struct bucket {
   nb_dtype dtype;
-  char *data;
-  int64_t count, cap; /* elements */
+  nbcore_buffer *block; /* the pass's averaged gradients view it */
+  int64_t count, cap;   /* elements */
   MPI_Request req;
   bool started, done;
 } bucket;
@@ -29,10 +32,12 @@ struct nb_dist_reducer {
   bool overlap;
   int64_t instance; /* graph buckets: the next CollectiveReduceV2 instance key */
   /* Buckets [0, nbuckets) serve this pass; their memory stays for the next (DDP's
-     persistent buckets: fresh pages each step would fault in every gradient byte). */
+     persistent buckets: fresh pages each step would fault in every gradient byte) unless
+     gradients of an earlier pass still view it. */
   bucket *buckets;
   int32_t nbuckets, nbuckets_kept, buckets_cap;
   /* one pass */
+  nb_ctx *ctx;          /* the tape's: bucket blocks come from its pool */
   int open[MAX_DTYPES]; /* the bucket filling per dtype; -1 none */
   int *bucket_of;       /* per variable: its bucket, -1 before it has one */
   int64_t *offset_of;   /* and its first element there */
@@ -63,7 +68,7 @@ static void end_pass(nb_dist_reducer *r) {
 void nb_dist_reducer_free(nb_dist_reducer *r) {
   if (!r) return;
   end_pass(r);
-  for (int b = 0; b < r->nbuckets_kept; b++) free(r->buckets[b].data);
+  for (int b = 0; b < r->nbuckets_kept; b++) nbcore_buffer_release(NULL, r->buckets[b].block);
   free(r->buckets);
   free(r);
 }
@@ -77,7 +82,8 @@ static nb_code fail(nb_dist_reducer *r, nb_code code, const char *why) {
   return r->code;
 }
 
-static bool begin_pass(nb_dist_reducer *r, int nv) {
+static bool begin_pass(nb_dist_reducer *r, nb_ctx *c, int nv) {
+  r->ctx = c;
   r->code = NB_OK;
   r->err[0] = 0;
   for (int d = 0; d < MAX_DTYPES; d++) r->open[d] = -1;
@@ -99,7 +105,7 @@ static void start(nb_dist_reducer *r, bucket *b) {
   nbdist_lock();
   nb_code code = nbdist_check_broken(err, sizeof err);
   if (!code)
-    code = nbdist_check(MPI_Iallreduce(MPI_IN_PLACE, b->data, (int)b->count, nbdist_mpi_type(b->dtype), MPI_SUM,
+    code = nbdist_check(MPI_Iallreduce(MPI_IN_PLACE, b->block->data, (int)b->count, nbdist_mpi_type(b->dtype), MPI_SUM,
                                        MPI_COMM_WORLD, &b->req),
                         "MPI_Iallreduce", err, sizeof err);
   nbdist_unlock();
@@ -121,27 +127,65 @@ static void progress(nb_dist_reducer *r) {
   nbdist_unlock();
 }
 
-/* The pass's next bucket, on the memory of an earlier pass's when there is one. */
+/* The pass's next bucket, on the memory of an earlier pass's when no gradient views it
+   any longer (a caller may keep gradients across steps). */
 static int new_bucket(nb_dist_reducer *r, nb_dtype t) {
   if (!nbcore_grow_array((void **)&r->buckets, &r->buckets_cap, r->nbuckets + 1, sizeof *r->buckets)) return -1;
   bucket *b = &r->buckets[r->nbuckets];
-  char *data = NULL;
-  int64_t bytes = 0;
+  nbcore_buffer *block = NULL;
   if (r->nbuckets < r->nbuckets_kept) {
-    data = b->data;
-    bytes = b->cap * (int64_t)nb_dtype_size(b->dtype);
+    block = b->block;
+    if (block && !nbcore_buffer_exclusive(block)) {
+      nbcore_buffer_release(r->ctx, block);
+      block = NULL;
+    }
   } else {
     r->nbuckets_kept++;
   }
   memset(b, 0, sizeof *b);
   b->dtype = t;
-  b->data = data;
-  b->cap = bytes / (int64_t)nb_dtype_size(t);
+  b->block = block;
+  b->cap = block ? (int64_t)(block->cap / nb_dtype_size(t)) : 0;
   return r->nbuckets++;
 }
 
-/* Appends variable k's gradient (dense, count elements of t at data) to t's open bucket,
-   starting it when full (with overlap; otherwise all start after the pass). */
+/* Bucket b with room for at least cap elements of esize bytes, what it holds kept. */
+static bool grow_bucket(nb_dist_reducer *r, bucket *b, int64_t cap, size_t esize) {
+  nbcore_buffer *grown = nbcore_buffer_new(r->ctx, (size_t)cap * esize);
+  if (!grown) return false;
+  if (b->count) memcpy(grown->data, b->block->data, (size_t)b->count * esize);
+  nbcore_buffer_release(r->ctx, b->block);
+  b->block = grown;
+  b->cap = (int64_t)(grown->cap / esize);
+  return true;
+}
+
+/* dst[i] = src[i] / by for n elements of float dtype t: a gradient's share of the mean,
+   taken as it is copied into its bucket (no pass of its own). When by is a power of two,
+   its reciprocal is exact and x * (1 / by) is the same exact quotient rounded once: the
+   bits of the division at a fraction of its cost (a divide is several times a multiply). */
+static void copy_divided(nb_dtype t, void *dst, const void *src, int64_t n, int by) {
+  bool exact = (by & (by - 1)) == 0;
+  if (t == NB_F64) {
+    double *d = dst, inv = 1.0 / by;
+    const double *x = src;
+    if (exact)
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (double)by;
+  } else {
+    float *d = dst, inv = 1.0f / (float)by;
+    const float *x = src;
+    if (exact)
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (float)by;
+  }
+}
+
+/* Appends variable k's gradient (dense, count elements of t at data) divided by the number
+   of ranks to t's open bucket, starting it when full (with overlap; otherwise all start
+   after the pass). */
 static void place(nb_dist_reducer *r, int k, nb_dtype t, const void *data, int64_t count) {
   int d = t == NB_F64;
   if (r->code) return;
@@ -151,19 +195,14 @@ static void place(nb_dist_reducer *r, int k, nb_dtype t, const void *data, int64
   }
   bucket *b = &r->buckets[r->open[d]];
   size_t esize = nb_dtype_size(t);
-  if (b->count + count > b->cap) {
-    int64_t cap = b->count + count;
-    int64_t want = (int64_t)(r->bucket_bytes / esize);
-    cap = cap > want ? cap : want;
-    char *grown = realloc(b->data, (size_t)cap * esize);
-    if (!grown) {
+  if (!b->block || b->count + count > b->cap) {
+    int64_t cap = b->count + count, want = (int64_t)(r->bucket_bytes / esize);
+    if (!grow_bucket(r, b, cap > want ? cap : want, esize)) {
       fail(r, NB_NOMEM, "out of memory");
       return;
     }
-    b->data = grown;
-    b->cap = cap;
   }
-  memcpy(b->data + (size_t)b->count * esize, data, (size_t)count * esize);
+  copy_divided(t, (char *)b->block->data + (size_t)b->count * esize, data, count, nb_dist_size());
   r->bucket_of[k] = r->open[d];
   r->offset_of[k] = b->count;
   b->count += count;
@@ -178,7 +217,7 @@ static void on_ready(void *user, int k, const nb_tensor *grad) {
   if (!nb_is_indexed_slices(grad)) place(user, k, nb_dtype_of(grad), nb_data(grad), nb_num_elements(grad));
 }
 
-/* Waits for every bucket (the sums; take_results divides them by the number of ranks). */
+/* Waits for every bucket (its sums are the means: place divided each gradient). */
 static void finish_buckets(nb_dist_reducer *r) {
   for (int i = 0; i < r->nbuckets; i++)
     if (!r->buckets[i].started) start(r, &r->buckets[i]);
@@ -344,37 +383,12 @@ static void place_rest(nb_dist_reducer *r, nb_ctx *c, nb_variable *const *vars, 
   }
 }
 
-/* dst[i] = src[i] / by for n elements of float dtype t: the mean of a bucket's sums, taken
-   as they are copied out (one pass over them, not two). When by is a power of two, its
-   reciprocal is exact and x * (1 / by) is the same exact quotient rounded once: the bits
-   of the division at a fraction of its cost (a divide is several times a multiply). */
-static void copy_divided(nb_dtype t, void *dst, const void *src, int64_t n, int by) {
-  bool exact = (by & (by - 1)) == 0;
-  if (t == NB_F64) {
-    double *d = dst, inv = 1.0 / by;
-    const double *x = src;
-    if (exact)
-      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
-    else
-      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (double)by;
-  } else {
-    float *d = dst, inv = 1.0f / (float)by;
-    const float *x = src;
-    if (exact)
-      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
-    else
-      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (float)by;
-  }
-}
-
-/* Variable k's averaged gradient, from its bucket's sums. */
+/* Variable k's averaged gradient: a view of its part of its bucket. */
 static nb_tensor *average_from_bucket(nb_dist_reducer *r, nb_ctx *c, const nb_variable *v, int k) {
   const bucket *b = &r->buckets[r->bucket_of[k]];
-  nb_tensor *avg = nbcore_tensor_alloc(c, v->dtype, v->rank, v->shape);
-  if (avg)
-    copy_divided(v->dtype, nbcore_tdata(avg), b->data + (size_t)r->offset_of[k] * nb_dtype_size(b->dtype), v->size,
-                 nb_dist_size());
-  return avg;
+  size_t esize = nb_dtype_size(b->dtype);
+  nbcore_buffer *part = nbcore_buffer_view(b->block, (size_t)r->offset_of[k] * esize, (size_t)v->size * esize);
+  return part ? nbcore_handle_new(c, v->dtype, v->rank, v->shape, part) : NULL;
 }
 
 /* out[k] replaced by its averaged value (dense: from its bucket; slices: gathered). */
@@ -404,7 +418,7 @@ static nb_code gradients_alone(nb_ctx *c, nb_tape *t, nb_tensor *const *targets,
 /* The backward pass with its gradients bucketed and all-reduced across the ranks. */
 static nb_code reduce_pass(nb_dist_reducer *r, nb_ctx *c, nb_tape *t, nb_tensor *const *targets, int nt,
                            nb_variable *const *vars, int nv, nb_tensor **out) {
-  if (!begin_pass(r, nv)) {
+  if (!begin_pass(r, c, nv)) {
     end_pass(r);
     return nb_set_error(c, NB_NOMEM, "nb_dist_gradient_vars: out of memory");
   }
