@@ -9,6 +9,10 @@
                 it with -np 1 and -np 2 (--threads 1 each) for the scaling at one batch
      overlap    the same step with bucketed all-reduces started during the backward pass
                 against all started after it (nb_dist_reducer_set_overlap false): step_ms
+     dp_local   the same step with each rank keeping its own gradients (no all-reduce,
+                the ranks run side by side): images/s as in dp, the most the ranks reach
+                on this machine before any communication (shared caches, memory bandwidth,
+                cores the host shares), and dp's fraction of it
    Usage: mpirun -np N dist [threads [allreduce|dp]] (default 1 thread, both). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <mpi.h>
@@ -92,7 +96,8 @@ static double cpu_now(void) {
 
 static double cpu_per_step; /* of the last train() */
 
-/* Seconds per step of STEPS steps on this rank's share of the global batch. */
+/* Seconds per step of STEPS steps on this rank's share of the global batch; r NULL: the
+   rank's own gradients, not averaged. */
 static double train(nb_ctx *c, nb_variable *const *v, nb_dist_reducer *r, nb_optimizer *sgd, nb_tensor *x,
                     nb_tensor *labels) {
   double t0 = bench_now(), cpu0 = cpu_now();
@@ -102,7 +107,10 @@ static double train(nb_ctx *c, nb_variable *const *v, nb_dist_reducer *r, nb_opt
     nb_tape *t = nb_tape_begin(c, 0);
     nb_sparse_softmax_cross_entropy_with_logits(c, logits(c, v, x), labels, &loss, NULL);
     loss = nb_mean(c, loss, NULL, 0, false);
-    nb_dist_gradient_vars(r, t, &loss, 1, v, NVARS, grads);
+    if (r)
+      nb_dist_gradient_vars(r, t, &loss, 1, v, NVARS, grads);
+    else
+      nb_tape_gradient_vars(t, &loss, 1, v, NVARS, grads);
     nb_tape_end(t);
     nb_scope_end(c, grads, NVARS);
     nb_optimizer_apply(sgd, c, grads, v, NVARS, NULL);
@@ -131,7 +139,7 @@ static void bench_data_parallel(nb_ctx *c, int threads) {
   nb_dist_reducer *r = nb_dist_reducer_new(BUCKET_BYTES);
   nb_optimizer *sgd = nb_sgd_new(0.01);
   nb_dist_broadcast_variables(c, v, NVARS);
-  double with[RUNS], without[RUNS], cpu[RUNS];
+  double with[RUNS], without[RUNS], local[RUNS], cpu[RUNS];
   train(c, v, r, sgd, x, labels); /* warm-up */
   for (int k = 0; k < RUNS; k++) {
     nb_dist_reducer_set_overlap(r, true);
@@ -139,8 +147,11 @@ static void bench_data_parallel(nb_ctx *c, int threads) {
     cpu[k] = cpu_per_step;
     nb_dist_reducer_set_overlap(r, false);
     without[k] = train(c, v, r, sgd, x, labels);
+    MPI_Barrier(MPI_COMM_WORLD); /* the ranks' local steps run side by side */
+    local[k] = train(c, v, NULL, sgd, x, labels);
+    MPI_Barrier(MPI_COMM_WORLD);
   }
-  double a = bench_median(with, RUNS), b = bench_median(without, RUNS);
+  double a = bench_median(with, RUNS), b = bench_median(without, RUNS), l = bench_median(local, RUNS);
   if (rank == 0) {
     printf(
         "name=dp model=mlp784-512-512-10 ranks=%d threads=%d global_batch=%d images_per_s=%.1f step_ms=%.3f "
@@ -148,6 +159,8 @@ static void bench_data_parallel(nb_ctx *c, int threads) {
         size, threads, GLOBAL_BATCH, GLOBAL_BATCH / a, 1e3 * a, 1e3 * bench_median(cpu, RUNS));
     printf("name=overlap ranks=%d threads=%d bucket_bytes=%zu step_ms_overlap=%.3f step_ms_after=%.3f gain=%.3f\n",
            size, threads, BUCKET_BYTES, 1e3 * a, 1e3 * b, b / a);
+    printf("name=dp_local ranks=%d threads=%d global_batch=%d images_per_s=%.1f step_ms=%.3f dp_fraction=%.3f\n", size,
+           threads, GLOBAL_BATCH, GLOBAL_BATCH / l, 1e3 * l, l / a);
   }
   nb_optimizer_free(sgd);
   nb_dist_reducer_free(r);
