@@ -9,7 +9,9 @@
    (keeping the gradients), so variables are updated in place.
    Each line names the float32 GEMM's backend and kernel (and LeNet's convolution backend)
    and the step's GFLOP/s and fraction of this core's measured peak (bench/peak.h) from
-   model_step_flops.
+   model_step_flops. For the MLP, nb_train_step_gemms times the step's products alone
+   (forward, weight and input gradients through the library's GEMM, back to back on
+   buffers of their shapes): the floor this GEMM puts under the step, beside it.
    Usage: train_step [mlp|lenet|all] [graph|eager|all] [threads]: only those (the peak RSS
    of one configuration alone); no arguments: all of them. The last line is the process's peak
    RSS (ru_maxrss), as the peer scripts print theirs. */
@@ -113,6 +115,41 @@ static void print_step(const model *m, const char *mode, int threads, double ms)
          (long long)m->batch, threads, nbop_gemm_backend_name(NB_F32), nbop_gemm_kernel_name(NB_F32));
   if (m->x_rank == 4) printf(" conv=%s", nbop_conv_backend_name());
   printf(" step_ms=%.3f gflops=%.1f frac_peak=%.3f\n", ms, gflops, bench_frac_peak(gflops, threads));
+}
+
+/* The dense model m's step products, each its forward product, weight gradient and (but
+   for the first layer) input gradient, once through nbop_gemm on buffers a, b and c large
+   enough for every operand. */
+static void dense_step_gemms(const model *m, float *a, float *b, float *c) {
+  for (int l = 0; l < m->nvars / 2; l++) {
+    const int64_t *w = nb_variable_shape(m->vars[2 * l]);
+    int64_t in = w[0], out = w[1], n = m->batch;
+    nbop_gemm(NB_F32, false, false, n, out, in, a, in, b, out, 0, c, out);           /* x w */
+    nbop_gemm(NB_F32, true, false, in, out, n, a, in, b, out, 0, c, out);            /* x^T dz */
+    if (l > 0) nbop_gemm(NB_F32, false, true, n, in, out, a, out, b, out, 0, c, in); /* dz w^T */
+  }
+}
+
+/* ms per run of the MLP step's products alone on `threads` threads (median of RUNS runs of
+   STEPS), or NAN when out of memory. */
+static double time_gemms(const model *m, int threads) {
+  size_t most = 784 * 512; /* the largest operand of the MLP's products */
+  float *a = calloc(most, sizeof *a), *b = calloc(most, sizeof *b), *c = calloc(most, sizeof *c);
+  double runs[RUNS], ms = NAN;
+  if (a && b && c) {
+    nbop_blas_set_threads(threads);
+    dense_step_gemms(m, a, b, c);
+    for (int r = 0; r < RUNS; r++) {
+      double t0 = bench_now();
+      for (int i = 0; i < STEPS; i++) dense_step_gemms(m, a, b, c);
+      runs[r] = (bench_now() - t0) / STEPS;
+    }
+    ms = 1e3 * bench_median(runs, RUNS);
+  }
+  free(a);
+  free(b);
+  free(c);
+  return ms;
 }
 
 static nb_tensor *mean_loss(nb_ctx *c, const model *m, nb_tensor *const *p, nb_tensor *x, nb_tensor *labels) {
@@ -219,6 +256,12 @@ static bool bench_model(bool (*make)(nb_ctx *, model *), const char *only_mode, 
       double ms = time_eager(c, &m, x, labels);
       ok = !isnan(ms);
       print_step(&m, "eager", threads, ms);
+    }
+    if (ok && m.x_rank == 2 && !only_mode) {
+      double ms = time_gemms(&m, threads), gflops = model_step_flops(&m) / (ms * 1e-3) * 1e-9;
+      printf("name=nb_train_step_gemms model=%s batch=%lld threads=%d backend=%s ms=%.3f gflops=%.1f frac_peak=%.3f\n",
+             m.name, (long long)m.batch, threads, nbop_gemm_backend_name(NB_F32), ms, gflops,
+             bench_frac_peak(gflops, threads));
     }
     fflush(stdout);
   }
