@@ -174,6 +174,11 @@ static inline int64_t nbcore_bits_of(const void *obj, size_t n) {
 /* The pool c's data blocks come from (see nb_ctx.blocks_from). */
 static inline nbcore_pool *nbcore_block_pool(nb_ctx *c) { return c->blocks_from ? &c->blocks_from->pool : &c->pool; }
 nbcore_buffer *nbcore_buffer_new(nb_ctx *c, size_t bytes);
+/* A block from the pool of blocks released through no context (else from malloc), for
+   work memory outside any context (a GEMM's padded operand); nbcore_buffer_release(NULL,
+   b) gives it back there, so a loop of such calls stops reaching malloc. NULL when out of
+   memory. */
+nbcore_buffer *nbcore_buffer_new_shared(size_t bytes);
 void nbcore_buffer_retain(nbcore_buffer *b);
 /* bytes of parent's data from offset, without copying; holds parent. NULL when out of memory. */
 nbcore_buffer *nbcore_buffer_view(nbcore_buffer *parent, size_t offset, size_t bytes);

@@ -98,6 +98,14 @@ nbcore_buffer *nbcore_buffer_new(nb_ctx *c, size_t bytes) {
   return b;
 }
 
+nbcore_buffer *nbcore_buffer_new_shared(size_t bytes) {
+  int cls = size_class(bytes ? bytes : 1);
+  nbcore_buffer *b = cls >= 0 ? shared_take(cls) : NULL;
+  if (!b) b = buffer_alloc(cls >= 0 ? class_bytes(cls) : bytes, cls);
+  if (b) atomic_init(&b->refs, 1);
+  return b;
+}
+
 void nbcore_buffer_retain(nbcore_buffer *b) { atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed); }
 
 /* The last release returns the block to the releasing context's pool (any pool may

@@ -114,15 +114,17 @@ typedef struct operand {
   int64_t rows, cols, ld;
 } operand;
 
-/* x copied to rows PADDED_LD_EXTRA floats longer (*copy: the buffer to free); false when
-   out of memory. */
-static bool copy_padded(operand *x, float **copy) {
+/* x copied to rows PADDED_LD_EXTRA floats longer (*copy: the block to release); false
+   when out of memory. The block comes from the shared pool: a fresh 1 MB malloc would be
+   pages faulting in on every call. */
+static bool copy_padded(operand *x, nbcore_buffer **copy) {
   int64_t ld = x->cols + PADDED_LD_EXTRA;
-  float *buf = malloc((size_t)(x->rows * ld) * sizeof *buf);
-  if (!buf) return false;
+  nbcore_buffer *block = nbcore_buffer_new_shared((size_t)(x->rows * ld) * sizeof(float));
+  if (!block) return false;
+  float *buf = block->data;
   for (int64_t i = 0; i < x->rows; i++) memcpy(buf + i * ld, x->data + i * x->ld, (size_t)x->cols * sizeof *buf);
   *x = (operand){buf, x->rows, x->cols, ld};
-  *copy = buf;
+  *copy = block;
   return true;
 }
 
@@ -132,11 +134,11 @@ static bool onednn_sgemm_copying(bool ta, bool tb, int64_t m, int64_t n, int64_t
                                  const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   operand x = {a, ta ? k : m, ta ? m : k, lda}, y = {b, tb ? n : k, tb ? k : n, ldb};
   operand_copies want = copies_for(ta, tb, m, n, lda, ldb);
-  float *xcopy = NULL, *ycopy = NULL;
+  nbcore_buffer *xcopy = NULL, *ycopy = NULL;
   bool ok = (!want.a || copy_padded(&x, &xcopy)) && (!want.b || copy_padded(&y, &ycopy)) &&
             onednn_sgemm(ta, tb, m, n, k, x.data, x.ld, y.data, y.ld, beta, c, ldc);
-  free(xcopy);
-  free(ycopy);
+  nbcore_buffer_release(NULL, xcopy);
+  nbcore_buffer_release(NULL, ycopy);
   return ok;
 }
 
