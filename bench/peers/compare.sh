@@ -4,7 +4,7 @@
 # (make bench, or cmake --build build --target bench_BENCH) and, for the peer's lines, the
 # peer installed (bench/peers/requirements.txt); without it they are a '#' line.
 # Usage: bench/peers/compare.sh torch|tf|jax BENCH...   (BENCH: eager_ops grad_build
-#        eager_chain dataset conv batch_norm train_step rnn checkpoint forward, or all)
+#        eager_chain dataset conv batch_norm matmul train_step rnn checkpoint forward, or all)
 # Env: BUILD (default build), SIZES (grad_build's n, default "10000 100000 1000000"),
 #      QUICK=1 and PEERS_PYTHON as in bench/peers/common.sh.
 set -eu
@@ -12,7 +12,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 . "$top/bench/peers/common.sh"
 impl=$1
 shift
-all="eager_ops grad_build eager_chain dataset conv batch_norm train_step rnn checkpoint forward"
+all="eager_ops grad_build eager_chain dataset conv batch_norm matmul train_step rnn checkpoint forward"
 benches=$*
 [ "$benches" = all ] && benches=$all
 build=${BUILD:-$top/build}

@@ -9,7 +9,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 [ $# -gt 0 ] || set -- torch tf jax
 for impl in "$@"; do
   peer_available "$impl" || continue
-  for bench in eager_ops grad_build eager_chain dataset conv batch_norm train_step rnn checkpoint formats forward; do
+  for bench in eager_ops grad_build eager_chain dataset conv batch_norm matmul train_step rnn checkpoint formats forward; do
     run_peer "$impl" "$bench"
   done
 done
