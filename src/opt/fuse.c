@@ -281,6 +281,224 @@ static void assign_groups(fuser *f) {
   }
 }
 
+/* ---- merging groups the order kept apart -------------------------------------------------- */
+
+/* assign_groups joins a node to its producers' groups only when every outside input comes
+   before the groups in one fixed order, which refuses joins that are legal in another (a
+   row statistic placed after the gradient chain it does not depend on). Here groups merge
+   on the quotient graph itself (a vertex per group and per node in none, an edge where a
+   value crosses), kept acyclic with a topological order of its vertices: groups X before
+   Y merge when no path leads from X to Y through another vertex (the merged node would
+   wait on itself), found by a walk forward from X bounded by Y's place in the order and by
+   MERGE_WALK_CAP edges (refused past it). The merged vertex takes Y's place; what the
+   walk reached moves after it, so the order stays topological. First a group merges with
+   the groups it reads (their values are then neither written nor read), then with groups
+   that read what it reads (their common inputs are read once, and the producers they
+   recompute, see below, are computed once). */
+
+/* Edges one merge's walk may follow. */
+#define MERGE_WALK_CAP 4096
+/* Producers, and consumers of each, one group's merges look at. */
+#define MERGE_FANOUT 32
+
+typedef struct quotient {
+  int32_t nv;                     /* ngroups + n: group gid, or node id as ngroups + id */
+  int32_t *seq, *ord;             /* position -> vertex (-1: merged away), vertex -> position */
+  int32_t *mhead, *mnext, *mtail; /* group -> its first member, node -> the next, group -> its last */
+  int32_t *mark, *stack, *tmp;    /* per vertex: the walk that reached it; walks' scratch */
+  int32_t walk, nseq;
+} quotient;
+
+static int32_t vertex_of(const fuser *f, int32_t node) {
+  int32_t gid = group_of(f, node);
+  return gid >= 0 ? gid : f->ngroups + node;
+}
+
+/* The first node of vertex v; next_node gives the others. */
+static int32_t first_node(const fuser *f, const quotient *q, int32_t v) {
+  return v < f->ngroups ? q->mhead[v] : v - f->ngroups;
+}
+
+static int32_t next_node(const fuser *f, const quotient *q, int32_t v, int32_t node) {
+  return v < f->ngroups ? q->mnext[node] : -1;
+}
+
+/* Whether vertex v stands for something: a group's root, a node in no group. */
+static bool live_vertex(const fuser *f, int32_t v) {
+  return v < f->ngroups ? f->parent[v] == v : group_of(f, v - f->ngroups) < 0;
+}
+
+/* Member lists and a topological order of the vertices (Kahn's); false on a cycle. */
+static bool order_vertices(fuser *f, quotient *q) {
+  int32_t *indeg = q->tmp, nlive = 0, tail = 0;
+  for (int32_t v = 0; v < q->nv; v++) indeg[v] = 0;
+  for (int32_t gid = 0; gid < f->ngroups; gid++) q->mhead[gid] = q->mtail[gid] = -1;
+  for (int32_t p = f->n - 1; p >= 0; p--) { /* lists in topological order */
+    int32_t id = f->order[p], gid = group_of(f, id);
+    if (gid < 0) continue;
+    q->mnext[id] = q->mhead[gid];
+    q->mhead[gid] = id;
+    if (q->mtail[gid] < 0) q->mtail[gid] = id;
+  }
+  for (int32_t id = 0; id < f->n; id++)
+    for (int32_t e = f->g->nodes[id].first_use; e >= 0; e = f->g->edges[e].next_use) {
+      int32_t c = f->g->edges[e].consumer;
+      if (c < f->n && vertex_of(f, c) != vertex_of(f, id)) indeg[vertex_of(f, c)]++;
+    }
+  for (int32_t v = 0; v < q->nv; v++) {
+    q->ord[v] = -1;
+    if (!live_vertex(f, v)) continue;
+    nlive++;
+    if (indeg[v] == 0) q->seq[tail++] = v;
+  }
+  for (int32_t head = 0; head < tail; head++) {
+    int32_t v = q->seq[head];
+    q->ord[v] = head;
+    for (int32_t m = first_node(f, q, v); m >= 0; m = next_node(f, q, v, m))
+      for (int32_t e = f->g->nodes[m].first_use; e >= 0; e = f->g->edges[e].next_use) {
+        int32_t c = f->g->edges[e].consumer, w = c < f->n ? vertex_of(f, c) : v;
+        if (w != v && --indeg[w] == 0) q->seq[tail++] = w;
+      }
+  }
+  q->nseq = tail;
+  return tail == nlive;
+}
+
+/* Whether a member of group y reads a reduction of group x (its value needs every block). */
+static bool reads_reduction(const fuser *f, const quotient *q, int32_t y, int32_t x) {
+  for (int32_t m = q->mhead[y]; m >= 0; m = q->mnext[m]) {
+    const nbgraph_node *nd = &f->g->nodes[m];
+    for (int32_t i = 0; i < operand_inputs(nd); i++) {
+      int32_t src = f->g->edges[nd->in0 + i].src;
+      if (group_of(f, src) == x && nbop_fused_is_reduction(f->g->nodes[src].def)) return true;
+    }
+  }
+  return false;
+}
+
+/* Walks forward from x over vertices placed before y, marking those it reaches. False
+   when a path reaches y through another vertex, or past MERGE_WALK_CAP edges. */
+static bool reach_before(const fuser *f, quotient *q, int32_t x, int32_t y) {
+  int32_t top = 0, steps = 0;
+  q->mark[x] = ++q->walk;
+  q->stack[top++] = x;
+  while (top > 0) {
+    int32_t v = q->stack[--top];
+    for (int32_t m = first_node(f, q, v); m >= 0; m = next_node(f, q, v, m))
+      for (int32_t e = f->g->nodes[m].first_use; e >= 0; e = f->g->edges[e].next_use) {
+        int32_t c = f->g->edges[e].consumer, w = c < f->n ? vertex_of(f, c) : v;
+        if (++steps > MERGE_WALK_CAP || (w == y && v != x)) return false;
+        if (w == v || w == y || q->mark[w] == q->walk || q->ord[w] > q->ord[y]) continue;
+        q->mark[w] = q->walk;
+        q->stack[top++] = w;
+      }
+  }
+  return true;
+}
+
+/* The order once x (at a) and y (at b) are one vertex x: positions a .. b hold a freed
+   slot, the vertices the walk did not reach, x, then those it reached, each in order. */
+static void reorder_merged(quotient *q, int32_t x, int32_t a, int32_t b) {
+  int32_t k = 0;
+  q->tmp[k++] = -1;
+  for (int32_t i = a + 1; i < b; i++)
+    if (q->seq[i] >= 0 && q->mark[q->seq[i]] != q->walk) q->tmp[k++] = q->seq[i];
+  q->tmp[k++] = x;
+  for (int32_t i = a + 1; i < b; i++)
+    if (q->seq[i] >= 0 && q->mark[q->seq[i]] == q->walk) q->tmp[k++] = q->seq[i];
+  for (int32_t i = 0; i < k; i++) {
+    q->seq[a + i] = q->tmp[i];
+    if (q->tmp[i] >= 0) q->ord[q->tmp[i]] = a + i;
+  }
+}
+
+/* Groups x and y (roots) become one when they can: one shape, within the program's cap,
+   neither reads the other's reductions, and no path between them through another vertex. */
+static void try_merge(fuser *f, quotient *q, int32_t x, int32_t y) {
+  if (x == y || x >= f->ngroups || y >= f->ngroups) return;
+  if (q->ord[x] > q->ord[y]) {
+    int32_t t = x;
+    x = y;
+    y = t;
+  }
+  fuse_group *gx = &f->groups[x];
+  const fuse_group *gy = &f->groups[y];
+  if (!shapes_fit(&gx->meta, &gy->meta) || gx->ninstr + gy->ninstr > NBOP_FUSED_MAX_INSTR ||
+      reads_reduction(f, q, y, x) || reads_reduction(f, q, x, y) || !reach_before(f, q, x, y))
+    return;
+  f->parent[y] = x;
+  for (int d = 0; d < gx->meta.rank; d++)
+    if (gx->meta.shape[d] < 0) gx->meta.shape[d] = gy->meta.shape[d];
+  gx->ninstr += gy->ninstr;
+  gx->nmember += gy->nmember;
+  q->mnext[q->mtail[x]] = q->mhead[y];
+  q->mtail[x] = q->mtail[y];
+  reorder_merged(q, x, q->ord[x], q->ord[y]);
+}
+
+/* A node of each vertex v's members read (up to MERGE_FANOUT), each vertex once. */
+static int32_t producers_of(const fuser *f, quotient *q, int32_t v, int32_t *out) {
+  int32_t n = 0;
+  ++q->walk;
+  for (int32_t m = first_node(f, q, v); m >= 0; m = next_node(f, q, v, m)) {
+    const nbgraph_node *nd = &f->g->nodes[m];
+    for (int32_t i = 0; i < operand_inputs(nd) && n < MERGE_FANOUT; i++) {
+      int32_t src = f->g->edges[nd->in0 + i].src, w = vertex_of(f, src);
+      if (w == v || q->mark[w] == q->walk) continue;
+      q->mark[w] = q->walk;
+      out[n++] = src;
+    }
+  }
+  return n;
+}
+
+/* Group y merges with the groups it reads (siblings false), or with the other readers of
+   what it reads (true). */
+static void merge_around(fuser *f, quotient *q, int32_t y, bool siblings) {
+  int32_t prod[MERGE_FANOUT], np = producers_of(f, q, y, prod);
+  for (int32_t i = 0; i < np; i++) {
+    int32_t p = vertex_of(f, prod[i]), seen = 0; /* its vertex now: merges go on */
+    if (!siblings) {
+      try_merge(f, q, p, find(f, y));
+      continue;
+    }
+    for (int32_t m = first_node(f, q, p); m >= 0 && seen < MERGE_FANOUT; m = next_node(f, q, p, m))
+      for (int32_t e = f->g->nodes[m].first_use; e >= 0 && seen < MERGE_FANOUT; e = f->g->edges[e].next_use, seen++)
+        if (f->g->edges[e].consumer < f->n && needed(f, f->g->edges[e].consumer))
+          try_merge(f, q, vertex_of(f, f->g->edges[e].consumer), find(f, y));
+  }
+}
+
+static void merge_groups(fuser *f) {
+  quotient q = {.nv = f->ngroups + f->n};
+  size_t nv = (size_t)q.nv + 1;
+  int32_t *roots = malloc(nv * sizeof *roots);
+  q.seq = malloc(nv * sizeof *q.seq);
+  q.ord = malloc(nv * sizeof *q.ord);
+  q.mark = calloc(nv, sizeof *q.mark);
+  q.stack = malloc(nv * sizeof *q.stack);
+  q.tmp = malloc(nv * sizeof *q.tmp);
+  q.mhead = malloc(nv * sizeof *q.mhead);
+  q.mtail = malloc(nv * sizeof *q.mtail);
+  q.mnext = malloc(nv * sizeof *q.mnext);
+  int32_t nroots = 0;
+  if (roots && q.seq && q.ord && q.mark && q.stack && q.tmp && q.mhead && q.mtail && q.mnext && order_vertices(f, &q)) {
+    for (int32_t i = 0; i < q.nseq; i++)
+      if (q.seq[i] < f->ngroups) roots[nroots++] = q.seq[i];
+    for (int pass = 0; pass < 2; pass++)
+      for (int32_t i = 0; i < nroots; i++) merge_around(f, &q, find(f, roots[i]), pass == 1);
+  }
+  free(roots);
+  free(q.seq);
+  free(q.ord);
+  free(q.mark);
+  free(q.stack);
+  free(q.tmp);
+  free(q.mhead);
+  free(q.mtail);
+  free(q.mnext);
+}
+
 /* ---- duplicating cheap producers ------------------------------------------------------- */
 
 /* A group that reads a full-shaped value another group computes recomputes it (and the
@@ -770,6 +988,7 @@ nb_code nbopt_fuse_elementwise(nb_graph *g, int64_t *keys, int nfeed, int nfetch
   }
   if (!code && topo_order(&f) == NB_OK) {
     assign_groups(&f);
+    merge_groups(&f);
     code = fuse_groups(&f);
     g->version++; /* sessions plan again */
   }
