@@ -469,7 +469,7 @@ static void merge_around(fuser *f, quotient *q, int32_t y, bool siblings) {
   }
 }
 
-static void merge_groups(fuser *f) {
+static nb_code merge_groups(fuser *f) {
   quotient q = {.nv = f->ngroups + f->n};
   size_t nv = (size_t)q.nv + 1;
   int32_t *roots = malloc(nv * sizeof *roots);
@@ -482,7 +482,9 @@ static void merge_groups(fuser *f) {
   q.mtail = malloc(nv * sizeof *q.mtail);
   q.mnext = malloc(nv * sizeof *q.mnext);
   int32_t nroots = 0;
-  if (roots && q.seq && q.ord && q.mark && q.stack && q.tmp && q.mhead && q.mtail && q.mnext && order_vertices(f, &q)) {
+  nb_code code =
+      roots && q.seq && q.ord && q.mark && q.stack && q.tmp && q.mhead && q.mtail && q.mnext ? NB_OK : NB_NOMEM;
+  if (!code && order_vertices(f, &q)) {
     for (int32_t i = 0; i < q.nseq; i++)
       if (q.seq[i] < f->ngroups) roots[nroots++] = q.seq[i];
     for (int pass = 0; pass < 2; pass++)
@@ -497,6 +499,7 @@ static void merge_groups(fuser *f) {
   free(q.mhead);
   free(q.mtail);
   free(q.mnext);
+  return code;
 }
 
 /* ---- duplicating cheap producers ------------------------------------------------------- */
@@ -988,8 +991,8 @@ nb_code nbopt_fuse_elementwise(nb_graph *g, int64_t *keys, int nfeed, int nfetch
   }
   if (!code && topo_order(&f) == NB_OK) {
     assign_groups(&f);
-    merge_groups(&f);
-    code = fuse_groups(&f);
+    code = merge_groups(&f);
+    if (!code) code = fuse_groups(&f);
     g->version++; /* sessions plan again */
   }
   free_fuser(&f);
