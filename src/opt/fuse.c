@@ -396,11 +396,13 @@ static bool reach_before(const fuser *f, quotient *q, int32_t x, int32_t y) {
   return true;
 }
 
-/* The order once x (at a) and y (at b) are one vertex x: positions a .. b hold a freed
-   slot, the vertices the walk did not reach, x, then those it reached, each in order. */
+/* The order once x (at a) and y (at b) are one vertex x: positions a .. b hold freed
+   slots (y's, and those of earlier merges), the vertices the walk did not reach, x, then
+   those it reached, each in order. */
 static void reorder_merged(quotient *q, int32_t x, int32_t a, int32_t b) {
-  int32_t k = 0;
-  q->tmp[k++] = -1;
+  int32_t k = 0, nlive = 1;
+  for (int32_t i = a + 1; i < b; i++) nlive += q->seq[i] >= 0;
+  while (k < b - a + 1 - nlive) q->tmp[k++] = -1;
   for (int32_t i = a + 1; i < b; i++)
     if (q->seq[i] >= 0 && q->mark[q->seq[i]] != q->walk) q->tmp[k++] = q->seq[i];
   q->tmp[k++] = x;
