@@ -498,6 +498,31 @@ static void test_cycle_refused_producer_recomputed(void **state) {
   for (int i = 0; i < rc.nfeed; i++) nb_tensor_free(rc.val[i]);
 }
 
+/* Rows of 700 (one row per block): a column input, a scalar and a BroadcastTo of a column
+   are read as one element per block by the binary members (stride 0), but a column that a
+   unary member reads through a BroadcastTo, or whose BroadcastTo is fetched, is expanded:
+   the same bits as unfused either way. */
+static void test_single_values_per_block(void **state) {
+  gu_fixture *f = *state;
+  unsigned seed = 13;
+  run_case rc = {.nfeed = 4};
+  const int64_t shape[2] = {6, 700}, col[2] = {6, 1};
+  const int64_t *shapes[4] = {shape, col, col, col};
+  for (int i = 0; i < 4; i++) {
+    rc.feed[i] = nb_placeholder(f->c, NB_F32, 2, shapes[i], NULL);
+    rc.val[i] = random_values(f->e, NB_F32, 2, shapes[i], &seed);
+  }
+  nb_ctx *c = f->c;
+  nb_tensor *x = rc.feed[0], *c1 = rc.feed[1], *c2 = rc.feed[2], *c3 = rc.feed[3];
+  nb_tensor *a = nb_mul(c, nb_sub(c, x, c1), nb_broadcast_to(c, c1, shape, 2));
+  nb_tensor *b = nb_mul(c, nb_tanh(c, nb_broadcast_to(c, c2, shape, 2)), nb_sub(c, x, c2));
+  nb_tensor *b3 = nb_broadcast_to(c, c3, shape, 2);
+  rc.fetch[rc.nfetch++] = nb_mul(c, nb_add(c, nb_add(c, a, b), nb_add(c, b3, x)), nb_scalar(c, NB_F32, 0.5));
+  rc.fetch[rc.nfetch++] = b3;
+  assert_int_equal(check_fused_matches(c, f->g, &rc), 1);
+  for (int i = 0; i < rc.nfeed; i++) nb_tensor_free(rc.val[i]);
+}
+
 /* ---- reductions as epilogues -------------------------------------------------------------- */
 
 enum { RED_ROWS, RED_COLS, RED_ALL, NRED };
@@ -726,6 +751,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_feed_inside_chain, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_siblings_merge, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_cycle_refused_producer_recomputed, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_single_values_per_block, gu_setup, gu_teardown),
       cmocka_unit_test(test_reduction_epilogues),
       cmocka_unit_test(test_no_allocation_after_first_run),
       cmocka_unit_test_setup_teardown(test_independent_steps_run_at_once, gu_setup, gu_teardown),
