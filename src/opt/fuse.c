@@ -290,14 +290,16 @@ static void assign_groups(fuser *f) {
    value crosses), kept acyclic with a topological order of its vertices: groups X before
    Y merge when no path leads from X to Y through another vertex (the merged node would
    wait on itself), found by a walk forward from X bounded by Y's place in the order and by
-   MERGE_WALK_CAP edges (refused past it). The merged vertex takes Y's place; what the
+   MERGE_WALK_CAP edges (refused past it; all walks together by a budget per node). The merged vertex takes Y's place; what the
    walk reached moves after it, so the order stays topological. First a group merges with
    the groups it reads (their values are then neither written nor read), then with groups
    that read what it reads (their common inputs are read once, and the producers they
    recompute, see below, are computed once). */
 
-/* Edges one merge's walk may follow. */
+/* Edges one merge's walk may follow, and all walks of a pass per node of the graph (the
+   pass stays linear in the graph's size: merges stop when they are spent). */
 #define MERGE_WALK_CAP 4096
+#define MERGE_WALKS_PER_NODE 64
 /* Producers, and consumers of each, one group's merges look at. */
 #define MERGE_FANOUT 32
 
@@ -307,6 +309,7 @@ typedef struct quotient {
   int32_t *mhead, *mnext, *mtail; /* group -> its first member, node -> the next, group -> its last */
   int32_t *mark, *stack, *tmp;    /* per vertex: the walk that reached it; walks' scratch */
   int32_t walk, nseq;
+  int64_t budget; /* edges the walks may still follow */
 } quotient;
 
 static int32_t vertex_of(const fuser *f, int32_t node) {
@@ -387,7 +390,7 @@ static bool reach_before(const fuser *f, quotient *q, int32_t x, int32_t y) {
     for (int32_t m = first_node(f, q, v); m >= 0; m = next_node(f, q, v, m))
       for (int32_t e = f->g->nodes[m].first_use; e >= 0; e = f->g->edges[e].next_use) {
         int32_t c = f->g->edges[e].consumer, w = c < f->n ? vertex_of(f, c) : v;
-        if (++steps > MERGE_WALK_CAP || (w == y && v != x)) return false;
+        if (++steps > MERGE_WALK_CAP || --q->budget < 0 || (w == y && v != x)) return false;
         if (w == v || w == y || q->mark[w] == q->walk || q->ord[w] > q->ord[y]) continue;
         q->mark[w] = q->walk;
         q->stack[top++] = w;
@@ -472,7 +475,7 @@ static void merge_around(fuser *f, quotient *q, int32_t y, bool siblings) {
 }
 
 static nb_code merge_groups(fuser *f) {
-  quotient q = {.nv = f->ngroups + f->n};
+  quotient q = {.nv = f->ngroups + f->n, .budget = (int64_t)MERGE_WALKS_PER_NODE * (f->n + MERGE_WALK_CAP)};
   size_t nv = (size_t)q.nv + 1;
   int32_t *roots = malloc(nv * sizeof *roots);
   q.seq = malloc(nv * sizeof *q.seq);
