@@ -10,7 +10,11 @@
    A Sum or Mean of a group's full-shaped value over the last dim, the leading dims or
    all dims joins that group as an epilogue (never its own group, and no member reads
    it: its value needs every block), so LayerNorm's statistics and the gradient sums of
-   broadcast operands are computed while their operand is in cache, without writing it. */
+   broadcast operands are computed while their operand is in cache, without writing it.
+   Then groups merge on the quotient graph where that order kept them apart
+   (merge_groups), each group recomputes the cheap full-shaped values it reads from other
+   groups (duplicate_producers), and each group's program keeps the members something
+   needs (keep_needed_members): see the sections below. */
 #include "fuse.h"
 
 #include "../ops/fused.h"
