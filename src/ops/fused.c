@@ -196,6 +196,8 @@ typedef struct fused_run {
      operand's buffer) */
   int reg[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)];
   int nregs;
+  /* value v holds one element for a whole block, read with stride 0 (find_single_values) */
+  bool single[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)];
   char *scratch; /* nunits x nregs block buffers, then the accumulators */
 } fused_run;
 
@@ -214,7 +216,30 @@ static bool classify(fused_run *r, const nb_tensor *x, arg_class *cls) {
   return true;
 }
 
-/* Buffers by liveness: a broadcast input holds one for the whole block, a member that is
+/* Values that hold one element for a whole block, which binary members read with stride 0
+   (their loops' scalar case, the same element function) instead of from a buffer filled
+   with it: a scalar input, a column input when every block is one row (LayerNorm's
+   statistics), a BroadcastTo of such a value that is no output. Each is read only by
+   binary members and by such BroadcastTos; a value another member reads is expanded. */
+static void find_single_values(fused_run *r) {
+  const nbop_fused_program *p = r->p;
+  bool one_row = r->whole_rows && r->block == r->inner;
+  for (int32_t v = 0; v < p->nin; v++) r->single[v] = r->cls[v] == ARG_SCALAR || (r->cls[v] == ARG_COL && one_row);
+  for (int32_t i = 0; i < p->ninstr; i++)
+    r->single[p->nin + i] = r->kind[i] == KIND_BROADCAST && !r->data[p->nin + i] && r->single[p->instr[i].args[0]];
+  for (bool changed = true; changed;) { /* until every reader of a single value takes one */
+    changed = false;
+    for (int32_t i = 0; i < p->ninstr; i++) {
+      const nbop_fused_instr *in = &p->instr[i];
+      bool *own = &r->single[p->nin + i], takes_one = r->kind[i] == KIND_BINARY || *own;
+      for (int32_t j = 0; j < in->nargs; j++)
+        if (r->single[in->args[j]] && !takes_one) r->single[in->args[j]] = false, changed = true;
+      if (*own && !r->single[in->args[0]]) *own = false, changed = true;
+    }
+  }
+}
+
+/* Buffers by liveness: a broadcast input holds one for the whole block (but a single one), a member that is
    not an output from its definition to its last use (a reduction has no value). A member
    never writes over its own operand: the loops would be right (each reads element i
    before writing it), but the compiler's overlap check would send them to their scalar
@@ -228,11 +253,12 @@ static void assign_registers(fused_run *r) {
   for (int32_t i = 0; i < p->ninstr; i++)
     for (int32_t j = 0; j < p->instr[i].nargs; j++) last[p->instr[i].args[j]] = i;
   r->nregs = 0;
-  for (int32_t v = 0; v < p->nin; v++) r->reg[v] = r->cls[v] == ARG_SAME ? -1 : r->nregs++;
+  for (int32_t v = 0; v < p->nin; v++) r->reg[v] = r->cls[v] == ARG_SAME || r->single[v] ? -1 : r->nregs++;
   for (int32_t i = 0; i < p->ninstr; i++) {
     const nbop_fused_instr *in = &p->instr[i];
     int32_t v = p->nin + i;
-    bool in_place = r->data[v] || r->kind[i] == KIND_REDUCE || (r->kind[i] == KIND_BROADCAST && in->args[0] < p->nin);
+    bool in_place = r->data[v] || r->single[v] || r->kind[i] == KIND_REDUCE ||
+                    (r->kind[i] == KIND_BROADCAST && in->args[0] < p->nin);
     r->reg[v] = in_place ? -1 : nfree ? free_regs[--nfree] : r->nregs++;
     for (int32_t j = 0; j < in->nargs; j++) {
       int32_t a = in->args[j];
@@ -358,8 +384,11 @@ static void run_block(const fused_run *r, char *regs, int64_t s, int64_t n, int6
   size_t esz = r->esz, stride = REG_STRIDE(esz);
   char *at[NBOP_FUSED_MAX_INSTR * (NBOP_FUSED_MAX_ARGS + 1)];
   for (int32_t v = 0; v < p->nin; v++) {
-    if (r->reg[v] < 0) {
-      at[v] = (char *)r->data[v] + (size_t)s * esz;
+    if (r->reg[v] < 0) { /* in place: of the full shape, or the block's one element */
+      at[v] = (char *)r->data[v] + (!r->single[v]          ? (size_t)s
+                                    : r->cls[v] == ARG_COL ? (size_t)(s / r->inner)
+                                                           : 0) *
+                                       esz;
       continue;
     }
     at[v] = regs + (size_t)r->reg[v] * stride;
@@ -379,14 +408,14 @@ static void run_block(const fused_run *r, char *regs, int64_t s, int64_t n, int6
     }
     at[v] = r->reg[v] >= 0 ? regs + (size_t)r->reg[v] * stride
             : r->data[v]   ? (char *)r->data[v] + (size_t)s * esz
-                           : (char *)a; /* a BroadcastTo of an input, already expanded */
+                           : (char *)a; /* a BroadcastTo of an input, already expanded, or of a single value */
     switch (r->kind[i]) {
       case KIND_UNARY: ((const nbop_unary_impl *)in->def->impl)->fn[p->dtype](a, at[v], n, r->param[i]); break;
       case KIND_PAIR: ((const nbop_pair_impl *)in->def->impl)->fn[p->dtype](a, b, at[v], n, r->param[i]); break;
       case KIND_BROADCAST:
         if (at[v] != a) memcpy(at[v], a, (size_t)n * esz);
         break;
-      default: r->binary[i](n, a, 1, b, 1, at[v]);
+      default: r->binary[i](n, a, !r->single[in->args[0]], b, !r->single[in->args[1]], at[v]);
     }
   }
 }
@@ -478,6 +507,7 @@ static void prepare_run(nbop_kargs *k, fused_run *r) {
     r->data[p->nin + p->outs[o]] = nbcore_tdata(k->res[o]);
     if (!r->anchor && r->kind[p->outs[o]] != KIND_REDUCE) r->anchor = r->data[p->nin + p->outs[o]];
   }
+  find_single_values(r);
   assign_registers(r);
 }
 
@@ -499,11 +529,11 @@ static size_t place_accumulators(fused_run *r, double *at) {
 }
 
 static nb_code run_blocks(nbop_kargs *k, fused_run *r) {
-  prepare_run(k, r);
   int64_t nblocks = (r->total + BLOCK - 1) / BLOCK, rows = r->total / r->inner;
   int nt = nbop_kthreads(k, r->total);
   r->whole_rows = r->inner <= BLOCK_CAP;
   r->block = !r->whole_rows ? BLOCK : r->inner <= BLOCK ? BLOCK / r->inner * r->inner : r->inner;
+  prepare_run(k, r);
   /* one chunk for one block: a total sum is then one segment, as the Reduce kernel's */
   r->nchunks = !r->reduces ? (nt < nblocks ? nt : nblocks) : r->total <= r->block ? 1 : rows < NCHUNK ? rows : NCHUNK;
   if (r->whole_rows && r->nchunks > rows) r->nchunks = rows;

@@ -10,7 +10,11 @@
    A Sum or Mean of a group's full-shaped value over the last dim, the leading dims or
    all dims joins that group as an epilogue (never its own group, and no member reads
    it: its value needs every block), so LayerNorm's statistics and the gradient sums of
-   broadcast operands are computed while their operand is in cache, without writing it. */
+   broadcast operands are computed while their operand is in cache, without writing it.
+   Then groups merge on the quotient graph where that order kept them apart
+   (merge_groups), each group recomputes the cheap full-shaped values it reads from other
+   groups (duplicate_producers), and each group's program keeps the members something
+   needs (keep_needed_members): see the sections below. */
 #include "fuse.h"
 
 #include "../ops/fused.h"
@@ -39,7 +43,16 @@ typedef struct fuser {
   int32_t *parent;
   fuse_group *groups;
   int32_t ngroups;
-  uint32_t gen; /* nodes the fetches need have stamp == gen */
+  uint32_t gen;       /* nodes the fetches need have stamp == gen */
+  int64_t *orig;      /* edge of the n nodes -> its (src, out) when the pass began */
+  int64_t *fused_key; /* member -> the fused node's output holding its value, -1 none (yet) */
+  /* group -> the nodes its program computes, own members and duplicated producers, in
+     topological order: members[mstart[gid] .. mstart[gid + 1]) */
+  int32_t *members, *mstart;
+  int32_t *hosts, *hstart; /* node -> the groups that duplicate it, the same way */
+  int32_t *host_mark;      /* node -> the group last given it as a duplicate */
+  int32_t *seen;           /* node -> the cone walk that last saw it */
+  int32_t walk;
 } fuser;
 
 static bool is_fed(const fuser *f, int32_t node, int32_t out) {
@@ -272,6 +285,413 @@ static void assign_groups(fuser *f) {
   }
 }
 
+/* ---- merging groups the order kept apart -------------------------------------------------- */
+
+/* assign_groups joins a node to its producers' groups only when every outside input comes
+   before the groups in one fixed order, which refuses joins that are legal in another (a
+   row statistic placed after the gradient chain it does not depend on). Here groups merge
+   on the quotient graph itself (a vertex per group and per node in none, an edge where a
+   value crosses), kept acyclic with a topological order of its vertices: groups X before
+   Y merge when no path leads from X to Y through another vertex (the merged node would
+   wait on itself), found by a walk forward from X bounded by Y's place in the order and by
+   MERGE_WALK_CAP edges (refused past it; all walks together by a budget per node). The merged vertex takes Y's place; what the
+   walk reached moves after it, so the order stays topological. First a group merges with
+   the groups it reads (their values are then neither written nor read), then with groups
+   that read what it reads (their common inputs are read once, and the producers they
+   recompute, see below, are computed once). */
+
+/* Edges one merge's walk may follow, and all walks of a pass per node of the graph (the
+   pass stays linear in the graph's size: merges stop when they are spent). */
+#define MERGE_WALK_CAP 4096
+#define MERGE_WALKS_PER_NODE 64
+/* Producers, and consumers of each, one group's merges look at. */
+#define MERGE_FANOUT 32
+
+typedef struct quotient {
+  int32_t nv;                     /* ngroups + n: group gid, or node id as ngroups + id */
+  int32_t *seq, *ord;             /* position -> vertex (-1: merged away), vertex -> position */
+  int32_t *mhead, *mnext, *mtail; /* group -> its first member, node -> the next, group -> its last */
+  int32_t *mark, *stack, *tmp;    /* per vertex: the walk that reached it; walks' scratch */
+  int32_t walk, nseq;
+  int64_t budget; /* edges the walks may still follow */
+} quotient;
+
+static int32_t vertex_of(const fuser *f, int32_t node) {
+  int32_t gid = group_of(f, node);
+  return gid >= 0 ? gid : f->ngroups + node;
+}
+
+/* The first node of vertex v; next_node gives the others. */
+static int32_t first_node(const fuser *f, const quotient *q, int32_t v) {
+  return v < f->ngroups ? q->mhead[v] : v - f->ngroups;
+}
+
+static int32_t next_node(const fuser *f, const quotient *q, int32_t v, int32_t node) {
+  return v < f->ngroups ? q->mnext[node] : -1;
+}
+
+/* Whether vertex v stands for something: a group's root, a node in no group. */
+static bool live_vertex(const fuser *f, int32_t v) {
+  return v < f->ngroups ? f->parent[v] == v : group_of(f, v - f->ngroups) < 0;
+}
+
+/* Member lists and a topological order of the vertices (Kahn's); false on a cycle. */
+static bool order_vertices(fuser *f, quotient *q) {
+  int32_t *indeg = q->tmp, nlive = 0, tail = 0;
+  for (int32_t v = 0; v < q->nv; v++) indeg[v] = 0;
+  for (int32_t gid = 0; gid < f->ngroups; gid++) q->mhead[gid] = q->mtail[gid] = -1;
+  for (int32_t p = f->n - 1; p >= 0; p--) { /* lists in topological order */
+    int32_t id = f->order[p], gid = group_of(f, id);
+    if (gid < 0) continue;
+    q->mnext[id] = q->mhead[gid];
+    q->mhead[gid] = id;
+    if (q->mtail[gid] < 0) q->mtail[gid] = id;
+  }
+  for (int32_t id = 0; id < f->n; id++)
+    for (int32_t e = f->g->nodes[id].first_use; e >= 0; e = f->g->edges[e].next_use) {
+      int32_t c = f->g->edges[e].consumer;
+      if (c < f->n && vertex_of(f, c) != vertex_of(f, id)) indeg[vertex_of(f, c)]++;
+    }
+  for (int32_t v = 0; v < q->nv; v++) {
+    q->ord[v] = -1;
+    if (!live_vertex(f, v)) continue;
+    nlive++;
+    if (indeg[v] == 0) q->seq[tail++] = v;
+  }
+  for (int32_t head = 0; head < tail; head++) {
+    int32_t v = q->seq[head];
+    q->ord[v] = head;
+    for (int32_t m = first_node(f, q, v); m >= 0; m = next_node(f, q, v, m))
+      for (int32_t e = f->g->nodes[m].first_use; e >= 0; e = f->g->edges[e].next_use) {
+        int32_t c = f->g->edges[e].consumer, w = c < f->n ? vertex_of(f, c) : v;
+        if (w != v && --indeg[w] == 0) q->seq[tail++] = w;
+      }
+  }
+  q->nseq = tail;
+  return tail == nlive;
+}
+
+/* Whether a member of group y reads a reduction of group x (its value needs every block). */
+static bool reads_reduction(const fuser *f, const quotient *q, int32_t y, int32_t x) {
+  for (int32_t m = q->mhead[y]; m >= 0; m = q->mnext[m]) {
+    const nbgraph_node *nd = &f->g->nodes[m];
+    for (int32_t i = 0; i < operand_inputs(nd); i++) {
+      int32_t src = f->g->edges[nd->in0 + i].src;
+      if (group_of(f, src) == x && nbop_fused_is_reduction(f->g->nodes[src].def)) return true;
+    }
+  }
+  return false;
+}
+
+/* Walks forward from x over vertices placed before y, marking those it reaches. False
+   when a path reaches y through another vertex, or past MERGE_WALK_CAP edges. */
+static bool reach_before(const fuser *f, quotient *q, int32_t x, int32_t y) {
+  int32_t top = 0, steps = 0;
+  q->mark[x] = ++q->walk;
+  q->stack[top++] = x;
+  while (top > 0) {
+    int32_t v = q->stack[--top];
+    for (int32_t m = first_node(f, q, v); m >= 0; m = next_node(f, q, v, m))
+      for (int32_t e = f->g->nodes[m].first_use; e >= 0; e = f->g->edges[e].next_use) {
+        int32_t c = f->g->edges[e].consumer, w = c < f->n ? vertex_of(f, c) : v;
+        if (++steps > MERGE_WALK_CAP || --q->budget < 0 || (w == y && v != x)) return false;
+        if (w == v || w == y || q->mark[w] == q->walk || q->ord[w] > q->ord[y]) continue;
+        q->mark[w] = q->walk;
+        q->stack[top++] = w;
+      }
+  }
+  return true;
+}
+
+/* The order once x (at a) and y (at b) are one vertex x: positions a .. b hold freed
+   slots (y's, and those of earlier merges), the vertices the walk did not reach, x, then
+   those it reached, each in order. */
+static void reorder_merged(quotient *q, int32_t x, int32_t a, int32_t b) {
+  int32_t k = 0, nlive = 1;
+  for (int32_t i = a + 1; i < b; i++) nlive += q->seq[i] >= 0;
+  while (k < b - a + 1 - nlive) q->tmp[k++] = -1;
+  for (int32_t i = a + 1; i < b; i++)
+    if (q->seq[i] >= 0 && q->mark[q->seq[i]] != q->walk) q->tmp[k++] = q->seq[i];
+  q->tmp[k++] = x;
+  for (int32_t i = a + 1; i < b; i++)
+    if (q->seq[i] >= 0 && q->mark[q->seq[i]] == q->walk) q->tmp[k++] = q->seq[i];
+  for (int32_t i = 0; i < k; i++) {
+    q->seq[a + i] = q->tmp[i];
+    if (q->tmp[i] >= 0) q->ord[q->tmp[i]] = a + i;
+  }
+}
+
+/* Groups x and y (roots) become one when they can: one shape, within the program's cap,
+   neither reads the other's reductions, and no path between them through another vertex. */
+static void try_merge(fuser *f, quotient *q, int32_t x, int32_t y) {
+  if (x == y || x >= f->ngroups || y >= f->ngroups) return;
+  if (q->ord[x] > q->ord[y]) {
+    int32_t t = x;
+    x = y;
+    y = t;
+  }
+  fuse_group *gx = &f->groups[x];
+  const fuse_group *gy = &f->groups[y];
+  if (!shapes_fit(&gx->meta, &gy->meta) || gx->ninstr + gy->ninstr > NBOP_FUSED_MAX_INSTR ||
+      reads_reduction(f, q, y, x) || reads_reduction(f, q, x, y) || !reach_before(f, q, x, y))
+    return;
+  f->parent[y] = x;
+  for (int d = 0; d < gx->meta.rank; d++)
+    if (gx->meta.shape[d] < 0) gx->meta.shape[d] = gy->meta.shape[d];
+  gx->ninstr += gy->ninstr;
+  gx->nmember += gy->nmember;
+  q->mnext[q->mtail[x]] = q->mhead[y];
+  q->mtail[x] = q->mtail[y];
+  reorder_merged(q, x, q->ord[x], q->ord[y]);
+}
+
+/* A node of each vertex v's members read (up to MERGE_FANOUT), each vertex once. */
+static int32_t producers_of(const fuser *f, quotient *q, int32_t v, int32_t *out) {
+  int32_t n = 0;
+  ++q->walk;
+  for (int32_t m = first_node(f, q, v); m >= 0; m = next_node(f, q, v, m)) {
+    const nbgraph_node *nd = &f->g->nodes[m];
+    for (int32_t i = 0; i < operand_inputs(nd) && n < MERGE_FANOUT; i++) {
+      int32_t src = f->g->edges[nd->in0 + i].src, w = vertex_of(f, src);
+      if (w == v || q->mark[w] == q->walk) continue;
+      q->mark[w] = q->walk;
+      out[n++] = src;
+    }
+  }
+  return n;
+}
+
+/* Group y merges with the groups it reads (siblings false), or with the other readers of
+   what it reads (true). */
+static void merge_around(fuser *f, quotient *q, int32_t y, bool siblings) {
+  int32_t prod[MERGE_FANOUT], np = producers_of(f, q, y, prod);
+  for (int32_t i = 0; i < np; i++) {
+    int32_t p = vertex_of(f, prod[i]), seen = 0; /* its vertex now: merges go on */
+    if (!siblings) {
+      try_merge(f, q, p, find(f, y));
+      continue;
+    }
+    for (int32_t m = first_node(f, q, p); m >= 0 && seen < MERGE_FANOUT; m = next_node(f, q, p, m))
+      for (int32_t e = f->g->nodes[m].first_use; e >= 0 && seen < MERGE_FANOUT; e = f->g->edges[e].next_use, seen++)
+        if (f->g->edges[e].consumer < f->n && needed(f, f->g->edges[e].consumer))
+          try_merge(f, q, vertex_of(f, f->g->edges[e].consumer), find(f, y));
+  }
+}
+
+static nb_code merge_groups(fuser *f) {
+  quotient q = {.nv = f->ngroups + f->n, .budget = (int64_t)MERGE_WALKS_PER_NODE * (f->n + MERGE_WALK_CAP)};
+  size_t nv = (size_t)q.nv + 1;
+  int32_t *roots = malloc(nv * sizeof *roots);
+  q.seq = malloc(nv * sizeof *q.seq);
+  q.ord = malloc(nv * sizeof *q.ord);
+  q.mark = calloc(nv, sizeof *q.mark);
+  q.stack = malloc(nv * sizeof *q.stack);
+  q.tmp = malloc(nv * sizeof *q.tmp);
+  q.mhead = malloc(nv * sizeof *q.mhead);
+  q.mtail = malloc(nv * sizeof *q.mtail);
+  q.mnext = malloc(nv * sizeof *q.mnext);
+  int32_t nroots = 0;
+  nb_code code =
+      roots && q.seq && q.ord && q.mark && q.stack && q.tmp && q.mhead && q.mtail && q.mnext ? NB_OK : NB_NOMEM;
+  if (!code && order_vertices(f, &q)) {
+    for (int32_t i = 0; i < q.nseq; i++)
+      if (q.seq[i] < f->ngroups) roots[nroots++] = q.seq[i];
+    for (int pass = 0; pass < 2; pass++)
+      for (int32_t i = 0; i < nroots; i++) merge_around(f, &q, find(f, roots[i]), pass == 1);
+  }
+  free(roots);
+  free(q.seq);
+  free(q.ord);
+  free(q.mark);
+  free(q.stack);
+  free(q.tmp);
+  free(q.mhead);
+  free(q.mtail);
+  free(q.mnext);
+  return code;
+}
+
+/* ---- duplicating cheap producers ------------------------------------------------------- */
+
+/* A group that reads a full-shaped value another group computes recomputes it (and the
+   values it comes from, back to values it cannot) instead, when that reads at most one
+   full-shaped tensor it did not read already: never more reads than reading the value, and
+   once every group that reads it recomputes it, nobody writes it (LayerNorm's centered
+   input, its gradient's scaled upstream gradient, a broadcast row statistic). Each
+   element is computed by the same function as before, so results keep their bits. The
+   quotient graph stays acyclic: a group's new inputs are ancestors of the value it no
+   longer reads, so every dependency between fused nodes follows a path there was. */
+
+/* The most members one value's recomputation takes. */
+#define CONE_CAP 8
+
+typedef struct dup_pair {
+  int32_t group, node;
+} dup_pair;
+
+typedef struct dup_list {
+  dup_pair *at;
+  int32_t n, cap;
+} dup_list;
+
+/* The tensors a group reads from outside, each once. */
+typedef struct group_inputs {
+  int64_t key[NBOP_FUSED_MAX_INSTR * NBOP_FUSED_MAX_ARGS];
+  int32_t n;
+} group_inputs;
+
+/* A value's recomputation: the nodes (the value's first), their instructions, and the
+   tensors they read from outside the group, each once. */
+typedef struct cone {
+  int32_t node[CONE_CAP];
+  int32_t n, ninstr;
+  group_inputs leaves;
+} cone;
+
+/* Whether group gid computes node so far: its member or its duplicate. */
+static bool computed_in(const fuser *f, int32_t gid, int32_t node) {
+  return group_of(f, node) == gid || f->host_mark[node] == gid;
+}
+
+/* Whether group gid may recompute node: a member of another group (or alone), no
+   reduction, of gid's shape. */
+static bool duplicable(const fuser *f, int32_t gid, int32_t node) {
+  const nbgraph_node *nd = &f->g->nodes[node];
+  int32_t h = group_of(f, node);
+  return h >= 0 && h != gid && !nbop_fused_is_reduction(nd->def) &&
+         shapes_fit(&f->g->outs[nd->out0].meta, &f->groups[gid].meta);
+}
+
+/* Whether a tensor read by group gid has the group's shape (else it is broadcast). */
+static bool full_shaped(const fuser *f, int32_t gid, int64_t key) {
+  return shapes_fit(&out_of(f->g, key)->meta, &f->groups[gid].meta);
+}
+
+static bool holds(const group_inputs *in, int64_t key) {
+  for (int32_t i = 0; i < in->n; i++)
+    if (in->key[i] == key) return true;
+  return false;
+}
+
+/* Adds the operands of node that group gid does not compute; false when full. */
+static bool add_operands(const fuser *f, int32_t gid, int32_t node, group_inputs *in) {
+  const nbgraph_node *nd = &f->g->nodes[node];
+  for (int32_t i = 0; i < operand_inputs(nd); i++) {
+    int64_t key = f->orig[nd->in0 + i];
+    if (computed_in(f, gid, nbgraph_key_node(key)) || holds(in, key)) continue;
+    if (in->n == (int32_t)(sizeof in->key / sizeof *in->key)) return false;
+    in->key[in->n++] = key;
+  }
+  return true;
+}
+
+/* The inputs of group gid: those of its members own[0 .. nown) and of its duplicates
+   d[first ..). */
+static void collect_inputs(const fuser *f, int32_t gid, const int32_t *own, int32_t nown, const dup_list *d,
+                           int32_t first, group_inputs *in) {
+  in->n = 0;
+  for (int32_t i = 0; i < nown; i++) add_operands(f, gid, own[i], in);
+  for (int32_t i = first; i < d->n; i++) add_operands(f, gid, d->at[i].node, in);
+}
+
+/* The nodes group gid would recompute for node's value, back to values it computes or
+   cannot recompute; false past CONE_CAP members. */
+static bool gather_cone(fuser *f, int32_t gid, int32_t node, cone *c) {
+  int32_t stack[CONE_CAP], top = 0;
+  c->n = c->ninstr = c->leaves.n = 0;
+  f->seen[node] = ++f->walk;
+  stack[top++] = node;
+  while (top > 0) {
+    int32_t id = stack[--top];
+    const nbgraph_node *nd = &f->g->nodes[id];
+    c->node[c->n++] = id;
+    c->ninstr += instr_count(nd);
+    for (int32_t i = 0; i < operand_inputs(nd); i++) {
+      int32_t src = nbgraph_key_node(f->orig[nd->in0 + i]);
+      if (f->seen[src] == f->walk || computed_in(f, gid, src) || !duplicable(f, gid, src)) continue;
+      if (c->n + top == CONE_CAP) return false;
+      f->seen[src] = f->walk;
+      stack[top++] = src;
+    }
+  }
+  for (int32_t i = 0; i < c->n; i++) f->host_mark[c->node[i]] = gid; /* for add_operands; undone below */
+  bool fits = true;
+  for (int32_t i = 0; i < c->n && fits; i++) fits = add_operands(f, gid, c->node[i], &c->leaves);
+  for (int32_t i = 0; i < c->n; i++) f->host_mark[c->node[i]] = -1;
+  return fits;
+}
+
+/* Full-shaped tensors cone c reads that group gid (inputs in) does not read already. */
+static int32_t new_full_reads(const fuser *f, int32_t gid, const cone *c, const group_inputs *in) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < c->leaves.n; i++) n += !holds(in, c->leaves.key[i]) && full_shaped(f, gid, c->leaves.key[i]);
+  return n;
+}
+
+static bool add_duplicates(fuser *f, int32_t gid, const cone *c, dup_list *d) {
+  if (!nbcore_grow_array((void **)&d->at, &d->cap, d->n + c->n, sizeof *d->at)) return false;
+  for (int32_t i = 0; i < c->n; i++) {
+    d->at[d->n++] = (dup_pair){gid, c->node[i]};
+    f->host_mark[c->node[i]] = gid;
+  }
+  f->groups[gid].ninstr += c->ninstr;
+  return true;
+}
+
+/* One value group gid reads that it takes to recompute; false when none. */
+static bool duplicate_one(fuser *f, int32_t gid, const group_inputs *in, dup_list *d, nb_code *code) {
+  cone c;
+  for (int32_t i = 0; i < in->n; i++) {
+    int32_t src = nbgraph_key_node(in->key[i]);
+    if (!duplicable(f, gid, src) || !gather_cone(f, gid, src, &c)) continue;
+    if (f->groups[gid].ninstr + c.ninstr > NBOP_FUSED_MAX_INSTR || new_full_reads(f, gid, &c, in) > 1) continue;
+    if (!add_duplicates(f, gid, &c, d)) *code = NB_NOMEM;
+    return !*code;
+  }
+  return false;
+}
+
+/* The duplicates of every group of two or more members (own lists in members/mstart). */
+static nb_code duplicate_producers(fuser *f, dup_list *d) {
+  nb_code code = NB_OK;
+  group_inputs in;
+  for (int32_t gid = 0; gid < f->ngroups && !code; gid++) {
+    const int32_t *own = f->members + f->mstart[gid];
+    int32_t nown = f->mstart[gid + 1] - f->mstart[gid], first = d->n;
+    if (f->parent[gid] != gid || nown < 2) continue;
+    do collect_inputs(f, gid, own, nown, d, first, &in);
+    while (duplicate_one(f, gid, &in, d, &code));
+  }
+  return code;
+}
+
+/* members/mstart: each group's own members and duplicates, hosts/hstart: each node's
+   duplicating groups, both from d (counting sorts by position: topological within). */
+static nb_code gather_members(fuser *f, const dup_list *d) {
+  free(f->members);
+  free(f->hosts);
+  f->members = malloc((size_t)(f->n + d->n + 1) * sizeof *f->members);
+  f->hosts = malloc((size_t)(d->n + 1) * sizeof *f->hosts);
+  if (!f->members || !f->hosts) return NB_NOMEM;
+  memset(f->mstart, 0, (size_t)(f->ngroups + 2) * sizeof *f->mstart);
+  memset(f->hstart, 0, (size_t)(f->n + 2) * sizeof *f->hstart);
+  for (int32_t id = 0; id < f->n; id++)
+    if (group_of(f, id) >= 0) f->mstart[group_of(f, id) + 2]++;
+  for (int32_t i = 0; i < d->n; i++) {
+    f->mstart[d->at[i].group + 2]++;
+    f->hstart[d->at[i].node + 2]++;
+  }
+  for (int32_t i = 2; i <= f->ngroups + 1; i++) f->mstart[i] += f->mstart[i - 1];
+  for (int32_t i = 2; i <= f->n + 1; i++) f->hstart[i] += f->hstart[i - 1];
+  for (int32_t i = 0; i < d->n; i++) f->hosts[f->hstart[d->at[i].node + 1]++] = d->at[i].group;
+  for (int32_t p = 0; p < f->n; p++) {
+    int32_t id = f->order[p], gid = group_of(f, id);
+    if (gid >= 0) f->members[f->mstart[gid + 1]++] = id;
+    for (int32_t i = f->hstart[id]; i < f->hstart[id + 1]; i++) f->members[f->mstart[f->hosts[i] + 1]++] = id;
+  }
+  return NB_OK;
+}
+
 /* ---- building the fused node --------------------------------------------------------- */
 
 typedef struct group_build {
@@ -292,12 +712,15 @@ typedef struct raw_arg {
   int32_t index;
 } raw_arg;
 
-/* Tensor (src, out) as an operand: a member's value, else a program input (added once). */
-static raw_arg operand_of(group_build *b, const fuser *f, int32_t src, int32_t out) {
-  if (in_group(f, src, b->gid))
-    for (int32_t m = 0; m < b->nmembers; m++)
-      if (b->members[m] == src) return (raw_arg){false, b->value[m]};
-  int64_t key = nbgraph_key(src, out);
+/* The tensor edge e read when the pass began as an operand: a value the program computes
+   (a member's, a duplicate's), else a program input (added once): the fused node's output
+   that now holds it when its group was fused before. */
+static raw_arg operand_of(group_build *b, const fuser *f, int32_t e) {
+  int64_t key = f->orig[e];
+  int32_t src = nbgraph_key_node(key);
+  for (int32_t m = 0; m < b->nmembers; m++)
+    if (b->members[m] == src) return (raw_arg){false, b->value[m]};
+  if (f->fused_key[src] >= 0) key = f->fused_key[src];
   for (int32_t i = 0; i < b->nin; i++)
     if (b->ins[i] == key) return (raw_arg){true, i};
   b->ins[b->nin] = key;
@@ -325,7 +748,7 @@ static void put_full_input_first(const fuser *f, group_build *b, raw_arg *raw, i
     }
 }
 
-/* The instructions of the members in order (AddN as a chain of adds: ((x0 + x1) + x2)
+/* The instructions of the members (duplicates included) in order (AddN as a chain of adds: ((x0 + x1) + x2)
    ..., AddN's own order), operands numbered once every input is known. */
 static void build_program(fuser *f, group_build *b, raw_arg *raw) {
   const nb_graph *g = f->g;
@@ -336,8 +759,8 @@ static void build_program(fuser *f, group_build *b, raw_arg *raw) {
     for (int32_t s = 0; s < steps; s++) {
       int32_t i = ninstr++;
       for (int32_t j = 0; j < nargs; j++) {
-        const nbgraph_edge *e = &g->edges[nd->in0 + (s > 0 ? s + 1 : j)];
-        raw[i * NBOP_FUSED_MAX_ARGS + j] = s > 0 && j == 0 ? (raw_arg){false, i - 1} : operand_of(b, f, e->src, e->out);
+        int32_t e = nd->in0 + (s > 0 ? s + 1 : j);
+        raw[i * NBOP_FUSED_MAX_ARGS + j] = s > 0 && j == 0 ? (raw_arg){false, i - 1} : operand_of(b, f, e);
       }
       b->prog->instr[i] =
           (nbop_fused_instr){.def = nd->def,
@@ -358,11 +781,30 @@ static void build_program(fuser *f, group_build *b, raw_arg *raw) {
     }
 }
 
-/* Whether member node's value leaves the group: a needed consumer outside it, or a fetch. */
-static bool leaves_group(const fuser *f, int32_t gid, int32_t node) {
+/* Whether group gid (-1: none) computes node: its member or its duplicate. */
+static bool group_computes(const fuser *f, int32_t gid, int32_t node) {
+  if (gid < 0) return false;
+  if (group_of(f, node) == gid) return true;
+  for (int32_t i = f->mstart[gid]; i < f->mstart[gid + 1]; i++)
+    if (f->members[i] == node) return true;
+  return false;
+}
+
+/* Whether consumer c reads node's value from outside where it runs: alone, in its group,
+   or in a group that duplicates it (a fused node made before: it reads it). */
+static bool reads_from_outside(const fuser *f, int32_t c, int32_t node) {
+  if (c >= f->n || !group_computes(f, group_of(f, c), node)) return true;
+  for (int32_t i = f->hstart[c]; i < f->hstart[c + 1]; i++)
+    if (!group_computes(f, f->hosts[i], node)) return true;
+  return false;
+}
+
+/* Whether member node's value leaves its group: a needed consumer reads it from outside,
+   or it is fetched. */
+static bool leaves_group(const fuser *f, int32_t node) {
   const nb_graph *g = f->g;
   for (int32_t e = g->nodes[node].first_use; e >= 0; e = g->edges[e].next_use)
-    if (!in_group(f, g->edges[e].consumer, gid) && needed(f, g->edges[e].consumer)) return true;
+    if (needed(f, g->edges[e].consumer) && reads_from_outside(f, g->edges[e].consumer, node)) return true;
   for (int i = 0; i < f->nfetch; i++)
     if (nbgraph_key_node(f->keys[f->nfeed + i]) == node) return true;
   return false;
@@ -391,6 +833,7 @@ static void redirect_uses(fuser *f, int32_t gid, int32_t node, int32_t fused, in
   }
   for (int i = 0; i < f->nfetch; i++)
     if (nbgraph_key_node(f->keys[f->nfeed + i]) == node) f->keys[f->nfeed + i] = nbgraph_key(fused, k);
+  f->fused_key[node] = nbgraph_key(fused, k);
 }
 
 /* A name no user's node can have ('_' starts no node name) and no scope holds. */
@@ -439,10 +882,40 @@ static nb_code add_fused_node(fuser *f, group_build *b, const int32_t *out_membe
   return NB_OK;
 }
 
+/* Keeps the members of b whose values are needed, in order: the outputs (is_out), and,
+   back to front, what a kept member reads (a member whose readers outside all recompute
+   it may be needed by none). Returns the instructions they take. */
+static int32_t keep_needed_members(const fuser *f, group_build *b, int32_t *kept, bool *is_out) {
+  bool need[NBOP_FUSED_MAX_INSTR] = {false};
+  for (int32_t m = b->nmembers - 1; m >= 0; m--) {
+    const nbgraph_node *nd = &f->g->nodes[b->members[m]];
+    is_out[m] = group_of(f, b->members[m]) == b->gid && leaves_group(f, b->members[m]);
+    if (!(need[m] |= is_out[m])) continue;
+    for (int32_t i = 0; i < operand_inputs(nd); i++)
+      for (int32_t j = 0; j < m; j++) need[j] |= b->members[j] == nbgraph_key_node(f->orig[nd->in0 + i]);
+  }
+  int32_t n = 0, len = 0;
+  for (int32_t m = 0; m < b->nmembers; m++) {
+    if (!need[m]) continue;
+    is_out[n] = is_out[m];
+    kept[n++] = b->members[m];
+    len += instr_count(&f->g->nodes[b->members[m]]);
+  }
+  b->members = kept;
+  b->nmembers = n;
+  return len;
+}
+
 /* The program of group b (members set) in g's arena, then its node. */
 static nb_code fuse_group_nodes(fuser *f, group_build *b) {
   nb_graph *g = f->g;
-  int32_t len = f->groups[b->gid].ninstr, outs[NBOP_FUSED_MAX_INSTR], nout = 0;
+  int32_t kept[NBOP_FUSED_MAX_INSTR], outs[NBOP_FUSED_MAX_INSTR], nout = 0;
+  bool is_out[NBOP_FUSED_MAX_INSTR];
+  int32_t len = keep_needed_members(f, b, kept, is_out);
+  for (int32_t m = 0; m < b->nmembers; m++)
+    if (is_out[m]) outs[nout++] = m;
+  if (nout == 0 || b->nmembers < 2)
+    return NB_OK; /* nothing reads it (sessions never run it), or one op runs as built */
   raw_arg raw[NBOP_FUSED_MAX_INSTR * NBOP_FUSED_MAX_ARGS];
   int64_t ins[NBOP_FUSED_MAX_INSTR * NBOP_FUSED_MAX_ARGS];
   int32_t value[NBOP_FUSED_MAX_INSTR];
@@ -450,13 +923,10 @@ static nb_code fuse_group_nodes(fuser *f, group_build *b) {
   b->nin = 0;
   b->value = value;
   b->prog = nbcore_arena_alloc(&g->arena, sizeof *b->prog);
-  if (!b->prog || !(b->prog->instr = nbcore_arena_alloc(&g->arena, (size_t)len * sizeof *b->prog->instr)))
+  if (!b->prog || !(b->prog->instr = nbcore_arena_alloc(&g->arena, (size_t)len * sizeof *b->prog->instr)) ||
+      !(b->prog->outs = nbcore_arena_alloc(&g->arena, (size_t)nout * sizeof *b->prog->outs)))
     return NB_NOMEM;
   build_program(f, b, raw);
-  for (int32_t m = 0; m < b->nmembers; m++)
-    if (leaves_group(f, b->gid, b->members[m])) outs[nout++] = m;
-  if (nout == 0) return NB_OK; /* nothing reads it: sessions never run it */
-  if (!(b->prog->outs = nbcore_arena_alloc(&g->arena, (size_t)nout * sizeof *b->prog->outs))) return NB_NOMEM;
   b->prog->dtype = f->groups[b->gid].meta.dtype;
   b->prog->nout = nout;
   for (int32_t k = 0; k < nout; k++) {
@@ -466,27 +936,47 @@ static nb_code fuse_group_nodes(fuser *f, group_build *b) {
   return add_fused_node(f, b, outs, nout);
 }
 
-/* Each group of two or more members, its members gathered in topological order. */
+/* Each group of two or more members, with the producers it duplicates. */
 static nb_code fuse_groups(fuser *f) {
-  int32_t *members = malloc((size_t)(f->n + 1) * sizeof *members);
-  int32_t *start = calloc((size_t)f->ngroups + 2, sizeof *start);
-  nb_code code = members && start ? NB_OK : NB_NOMEM;
-  for (int32_t p = 0; !code && p < f->n; p++) {
-    int32_t gid = group_of(f, f->order[p]);
-    if (gid >= 0) start[gid + 2]++;
-  }
-  for (int32_t i = 2; !code && i <= f->ngroups + 1; i++) start[i] += start[i - 1];
-  for (int32_t p = 0; !code && p < f->n; p++) { /* counting sort by group, stable: topological within */
-    int32_t gid = group_of(f, f->order[p]);
-    if (gid >= 0) members[start[gid + 1]++] = f->order[p];
-  }
+  dup_list d = {0};
+  f->mstart = malloc((size_t)(f->ngroups + 2) * sizeof *f->mstart);
+  f->hstart = malloc((size_t)(f->n + 2) * sizeof *f->hstart);
+  nb_code code = f->mstart && f->hstart ? gather_members(f, &d) : NB_NOMEM;
+  if (!code) code = duplicate_producers(f, &d);
+  if (!code) code = gather_members(f, &d);
   for (int32_t gid = 0; !code && gid < f->ngroups; gid++) {
-    group_build b = {.gid = gid, .members = members + start[gid], .nmembers = start[gid + 1] - start[gid]};
+    group_build b = {
+        .gid = gid, .members = f->members + f->mstart[gid], .nmembers = f->mstart[gid + 1] - f->mstart[gid]};
     if (f->parent[gid] == gid && b.nmembers > 1) code = fuse_group_nodes(f, &b);
   }
-  free(members);
-  free(start);
+  free(d.at);
   return code;
+}
+
+/* The edges' sources when the pass began: fusing a group redirects its outputs' uses. */
+static void record_sources(fuser *f) {
+  for (int32_t e = 0; e < f->g->nedges; e++) f->orig[e] = nbgraph_key(f->g->edges[e].src, f->g->edges[e].out);
+  for (int32_t i = 0; i < f->n; i++) {
+    f->group[i] = f->host_mark[i] = -1;
+    f->fused_key[i] = -1;
+    f->seen[i] = 0;
+  }
+}
+
+static void free_fuser(fuser *f) {
+  free(f->pos);
+  free(f->order);
+  free(f->group);
+  free(f->parent);
+  free(f->groups);
+  free(f->orig);
+  free(f->fused_key);
+  free(f->members);
+  free(f->mstart);
+  free(f->hosts);
+  free(f->hstart);
+  free(f->host_mark);
+  free(f->seen);
 }
 
 nb_code nbopt_fuse_elementwise(nb_graph *g, int64_t *keys, int nfeed, int nfetch, bool reductions) {
@@ -497,18 +987,23 @@ nb_code nbopt_fuse_elementwise(nb_graph *g, int64_t *keys, int nfeed, int nfetch
   f.group = malloc(n * sizeof *f.group);
   f.parent = malloc(n * sizeof *f.parent);
   f.groups = malloc(n * sizeof *f.groups);
-  nb_code code = f.pos && f.order && f.group && f.parent && f.groups ? NB_OK : NB_NOMEM;
-  for (int32_t i = 0; !code && i < f.n; i++) f.group[i] = -1;
-  if (!code) mark_needed(&f);
+  f.orig = malloc(((size_t)g->nedges + 1) * sizeof *f.orig);
+  f.fused_key = malloc(n * sizeof *f.fused_key);
+  f.host_mark = malloc(n * sizeof *f.host_mark);
+  f.seen = malloc(n * sizeof *f.seen);
+  nb_code code = f.pos && f.order && f.group && f.parent && f.groups && f.orig && f.fused_key && f.host_mark && f.seen
+                     ? NB_OK
+                     : NB_NOMEM;
+  if (!code) {
+    record_sources(&f);
+    mark_needed(&f);
+  }
   if (!code && topo_order(&f) == NB_OK) {
     assign_groups(&f);
-    code = fuse_groups(&f);
+    code = merge_groups(&f);
+    if (!code) code = fuse_groups(&f);
     g->version++; /* sessions plan again */
   }
-  free(f.pos);
-  free(f.order);
-  free(f.group);
-  free(f.parent);
-  free(f.groups);
+  free_fuser(&f);
   return code;
 }
