@@ -7,15 +7,14 @@
      nb_fusion_gelu_mlp   x 1024x256 -> 1024 -> 256, GELU as tf.nn.gelu(approximate=True)
                           composes it (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))),
                           loss = mean((y - t)^2): forward and the gradients to every weight
-   Each line has the node count of the optimized graph a run computes (nodes=), and the
-   speedup of fused over unfused at that thread count; a _memory line per session gives the data
+   Each line has the nodes a run computes (nodes=: nb_session_stats.steps_last_run, a fused
+   node counting one), and the speedup of fused over unfused at that thread count; a _memory line per session gives the data
    blocks a step took from malloc after the first (allocs_per_step), those of the first
    (allocs_first: every run after it took as many as the last), and the last step's peak
    block bytes (nb_session_get_stats). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
-#include "../src/graph/graph.h" /* nodes_run walks the optimized graph */
 #include "benchutil.h"
 
 #include <string.h>
@@ -75,8 +74,6 @@ static void gelu_mlp(workload *w, nb_ctx *e) {
   w->nfetch = 5;
 }
 
-static int nodes_run(nb_graph *g, nb_tensor *const *fetch, int nfetch);
-
 /* One run of w's fetches on s, in ms. */
 static double time_run(workload *w, nb_session *s) {
   nb_tensor *res[MAX_IO];
@@ -120,21 +117,11 @@ static nb_session_opts passes(int fused) {
   return o;
 }
 
-/* Nodes a run of w's fetches computes in the graph the passes of o make. */
-static int nodes_optimized(workload *w, const nb_session_opts *o) {
-  nb_graph *out;
-  if (nb_graph_optimize(w->g, w->feed, w->nfeed, w->fetch, w->nfetch, o, &out)) exit(1);
-  nb_ctx *c = nb_graph_ctx_new(out);
-  nb_tensor *fetch[MAX_IO];
-  for (int i = 0; i < w->nfetch; i++) {
-    char name[512];
-    snprintf(name, sizeof name, "%s:%d", nb_tensor_node_name(w->fetch[i]), nb_tensor_output_index(w->fetch[i]));
-    if (!(fetch[i] = nb_graph_tensor_by_name(c, name))) exit(1);
-  }
-  int n = nodes_run(out, fetch, w->nfetch);
-  nb_ctx_free(c);
-  nb_graph_free(out);
-  return n;
+/* Nodes the last run of s computed. */
+static long long nodes_run(const nb_session *s) {
+  nb_session_stats st;
+  nb_session_get_stats(s, &st);
+  return (long long)st.steps_last_run;
 }
 
 static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max_threads) {
@@ -149,7 +136,6 @@ static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max
     exit(1);
   }
   nb_session_opts opts[2] = {passes(0), passes(1)};
-  int nodes[2] = {nodes_optimized(&w, &opts[0]), nodes_optimized(&w, &opts[1])};
   for (int threads = 1; threads <= max_threads; threads++) {
     double ms[2];
     nb_session *s[2];
@@ -159,8 +145,8 @@ static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max
     }
     time_both(&w, s, ms);
     for (int f = 0; f < 2; f++)
-      printf("name=nb_fusion_%s fusion=%s threads=%d ms=%.2f nodes=%d%s", name, f ? "on" : "off", threads, ms[f],
-             nodes[f], f ? "" : "\n");
+      printf("name=nb_fusion_%s fusion=%s threads=%d ms=%.2f nodes=%lld%s", name, f ? "on" : "off", threads, ms[f],
+             nodes_run(s[f]), f ? "" : "\n");
     printf(" speedup=%.2f\n", ms[0] / ms[1]);
     for (int f = 0; f < 2; f++) {
       print_memory(name, f, threads, s[f]);
@@ -171,27 +157,6 @@ static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max
   nb_ctx_free(w.c);
   nb_graph_free(w.g);
   nb_ctx_free(e);
-}
-
-/* Nodes a run of fetch computes: those the fetches reach through data and control edges,
-   less those whose values are known when the graph is built. */
-static int nodes_run(nb_graph *g, nb_tensor *const *fetch, int nfetch) {
-  int32_t *stack = malloc((size_t)g->nnodes * sizeof *stack), top = 0;
-  uint32_t gen = nbgraph_next_gen(g);
-  int count = 0;
-  for (int i = 0; i < nfetch; i++)
-    if (g->nodes[fetch[i]->node].stamp != gen) g->nodes[stack[top++] = fetch[i]->node].stamp = gen;
-  while (top > 0) {
-    const nbgraph_node *n = &g->nodes[stack[--top]];
-    if (nbgraph_node_values_known(g, n)) continue;
-    count++;
-    for (int32_t i = 0; i < n->nin; i++) {
-      nbgraph_node *src = &g->nodes[g->edges[n->in0 + i].src];
-      if (src->stamp != gen) src->stamp = gen, stack[top++] = g->edges[n->in0 + i].src;
-    }
-  }
-  free(stack);
-  return count;
 }
 
 int main(int argc, char **argv) {

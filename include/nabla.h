@@ -715,6 +715,7 @@ typedef struct nb_session_stats {
   int64_t allocs_total;              /* over every run */
   int64_t peak_bytes_last_run;       /* see above */
   int64_t concurrent_steps_last_run; /* steps of the last run that ran beside another */
+  int64_t steps_last_run;            /* nodes the last run computed (a fused node is one) */
 } nb_session_stats;
 void nb_session_get_stats(const nb_session *s, nb_session_stats *out);
 

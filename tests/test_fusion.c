@@ -661,6 +661,35 @@ static void test_no_allocation_after_first_run(void **state) {
   }
 }
 
+/* steps_last_run counts the nodes a run computes, a fused node once: sigmoid(tanh(-x) * 2)
+   is four nodes unfused (the constant is known when built), one fused: three fewer. */
+static void test_steps_counted(void **state) {
+  (void)state;
+  int64_t steps[2];
+  for (int fused = 0; fused < 2; fused++) {
+    nb_graph *g = nb_graph_new();
+    nb_ctx *c = nb_graph_ctx_new(g), *e = nb_eager_new();
+    unsigned seed = 3;
+    const int64_t shape[2] = {N_ROWS, N_COLS};
+    nb_tensor *x = nb_placeholder(c, NB_F32, 2, shape, NULL), *val = random_values(e, NB_F32, 2, shape, &seed);
+    nb_tensor *y = nb_sigmoid(c, nb_mul(c, nb_tanh(c, nb_neg(c, x)), nb_scalar(c, NB_F32, 2))), *res;
+    nb_session_opts opts = nb_session_opts_default();
+    opts.passes = fused ? NB_PASS_ALL : NB_PASS_ALL & ~(unsigned)NB_PASS_FUSE;
+    nb_session *s = nb_session_new_with_opts(g, &opts);
+    assert_int_equal(nb_run(s, &x, &val, 1, &y, 1, &res), NB_OK);
+    nb_session_stats st;
+    nb_session_get_stats(s, &st);
+    steps[fused] = st.steps_last_run;
+    nb_tensor_free(res);
+    nb_session_free(s);
+    nb_tensor_free(val);
+    nb_ctx_free(e);
+    nb_ctx_free(c);
+    nb_graph_free(g);
+  }
+  assert_int_equal(steps[0] - steps[1], 3);
+}
+
 /* ---- steps at once ------------------------------------------------------------------------ */
 
 #define BRANCHES 4
@@ -754,6 +783,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_single_values_per_block, gu_setup, gu_teardown),
       cmocka_unit_test(test_reduction_epilogues),
       cmocka_unit_test(test_no_allocation_after_first_run),
+      cmocka_unit_test(test_steps_counted),
       cmocka_unit_test_setup_teardown(test_independent_steps_run_at_once, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_error_in_concurrent_step, gu_setup, gu_teardown),
   };

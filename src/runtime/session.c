@@ -991,6 +991,7 @@ static nb_code run_dense(nb_session *s, nb_tensor *const *feed, nb_tensor *const
   s->stats.concurrent_steps_last_run = 0;
   code = execute(s, p, feed_values, results);
   s->stats.runs++;
+  s->stats.steps_last_run = p->nsteps;
   s->stats.allocs_last_run = pool->mallocs - mallocs;
   s->stats.allocs_total += s->stats.allocs_last_run;
   s->stats.peak_bytes_last_run = pool->peak - held;
