@@ -8,15 +8,20 @@
                           composes it (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))),
                           loss = mean((y - t)^2): forward and the gradients to every weight
    Each line has the nodes a run computes (nodes=: nb_session_stats.steps_last_run, a fused
-   node counting one), and the speedup of fused over unfused at that thread count; a _memory line per session gives the data
+   node counting one), and the speedup of fused over unfused at that thread count; for the
+   GELU MLP, nb_fusion_gelu_mlp_gemms times its products alone (the library's GEMM, back to
+   back) and max_speedup, the unfused time over that: what fusion would give if every
+   elementwise op and reduction cost nothing; a _memory line per session gives the data
    blocks a step took from malloc after the first (allocs_per_step), those of the first
    (allocs_first: every run after it took as many as the last), and the last step's peak
    block bytes (nb_session_get_stats). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
+#include "../src/ops/blas.h" /* the GELU MLP's products alone */
 #include "benchutil.h"
 
+#include <math.h>
 #include <string.h>
 
 #define RUNS 15
@@ -24,6 +29,7 @@
 
 typedef struct workload {
   const char *name;
+  void (*products)(float *a, float *b, float *c); /* its products alone, or NULL */
   nb_graph *g;
   nb_ctx *c;
   nb_tensor *feed[MAX_IO], *val[MAX_IO], *fetch[MAX_IO];
@@ -52,6 +58,37 @@ static void layernorm(workload *w, nb_ctx *e) {
   w->nfetch = 4;
 }
 
+/* The GELU MLP step's products (forward, the weight gradients and the hidden layer's input
+   gradient) on buffers a, b and c of 1024 x 1024 floats. */
+static void gelu_mlp_products(float *a, float *b, float *c) {
+  nbop_gemm(NB_F32, false, false, 1024, 1024, 256, a, 256, b, 1024, 0, c, 1024); /* x w1 */
+  nbop_gemm(NB_F32, false, false, 1024, 256, 1024, a, 1024, b, 256, 0, c, 256);  /* h w2 */
+  nbop_gemm(NB_F32, true, false, 1024, 256, 1024, a, 1024, b, 256, 0, c, 256);   /* h^T dy */
+  nbop_gemm(NB_F32, false, true, 1024, 1024, 256, a, 256, b, 256, 0, c, 1024);   /* dy w2^T */
+  nbop_gemm(NB_F32, true, false, 256, 1024, 1024, a, 256, b, 1024, 0, c, 1024);  /* x^T dz */
+}
+
+/* Median ms of RUNS passes of w's products alone on `threads` threads; NAN when out of memory. */
+static double time_products(const workload *w, int threads) {
+  size_t most = 1024 * 1024;
+  float *a = calloc(most, sizeof *a), *b = calloc(most, sizeof *b), *c = calloc(most, sizeof *c);
+  double runs[RUNS], ms = NAN;
+  if (a && b && c) {
+    nbop_blas_set_threads(threads);
+    w->products(a, b, c);
+    for (int r = 0; r < RUNS; r++) {
+      double t0 = bench_now();
+      w->products(a, b, c);
+      runs[r] = bench_now() - t0;
+    }
+    ms = 1e3 * bench_median(runs, RUNS);
+  }
+  free(a);
+  free(b);
+  free(c);
+  return ms;
+}
+
 static nb_tensor *gelu_composed(nb_ctx *c, nb_tensor *x) {
   nb_tensor *cube = nb_mul(c, nb_mul(c, x, x), x);
   nb_tensor *u = nb_mul(c, nb_scalar(c, NB_F32, 0.7978845608028654),
@@ -61,6 +98,7 @@ static nb_tensor *gelu_composed(nb_ctx *c, nb_tensor *x) {
 
 static void gelu_mlp(workload *w, nb_ctx *e) {
   nb_ctx *c = w->c;
+  w->products = gelu_mlp_products;
   const int64_t xs_[2] = {1024, 256}, w1s[2] = {256, 1024}, b1s[1] = {1024}, w2s[2] = {1024, 256}, b2s[1] = {256};
   nb_tensor *x = input(w, e, 2, xs_, 1), *t = input(w, e, 2, xs_, 1);
   nb_tensor *w1 = input(w, e, 2, w1s, 0.06f), *b1 = input(w, e, 1, b1s, 0.1f);
@@ -148,6 +186,10 @@ static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max
       printf("name=nb_fusion_%s fusion=%s threads=%d ms=%.2f nodes=%lld%s", name, f ? "on" : "off", threads, ms[f],
              nodes_run(s[f]), f ? "" : "\n");
     printf(" speedup=%.2f\n", ms[0] / ms[1]);
+    if (w.products) {
+      double gemm_ms = time_products(&w, threads);
+      printf("name=nb_fusion_%s_gemms threads=%d ms=%.2f max_speedup=%.2f\n", name, threads, gemm_ms, ms[0] / gemm_ms);
+    }
     for (int f = 0; f < 2; f++) {
       print_memory(name, f, threads, s[f]);
       nb_session_free(s[f]);
