@@ -140,6 +140,10 @@ struct nb_ctx {
   struct nb_ctx *blocks_from;
   struct nbop_meta *metas; /* inference output scratch, grown to the widest op */
   int metas_cap;
+  /* Set by a session around one op, as forwardable: output i goes into block placed[i]
+     when that is not NULL (a fetch its caller placed, see nbrt_session_place_fetches). */
+  struct nbcore_buffer *const *placed;
+  int nplaced;
 };
 
 /* Bump arenas: many small allocations freed together (names, attrs, lists). */
