@@ -823,6 +823,14 @@ static nb_code check_feed(nb_session *s, const nb_tensor *t, const nb_tensor *v)
   return NB_OK;
 }
 
+/* A handle of c sharing concrete value v's block: nb_identity's result without an op's
+   dispatch (a function's run takes each argument this way, every loop iteration). */
+static nb_tensor *share_value(nb_ctx *c, nb_tensor *v) {
+  if (!v->buf) return nb_identity(c, v); /* IndexedSlices: the op builds its parts */
+  nbcore_buffer_retain(v->buf);
+  return nbcore_handle_new(c, v->dtype, v->rank, v->shape, v->buf);
+}
+
 /* Into placed[0..nout): the blocks nbrt_session_place_fetches gave for the fetches
    step i makes (outputs past NBRT_PLACED_OUTS are not placed); the count to pass on,
    0 when none. */
@@ -845,7 +853,7 @@ static nb_code run_step(nb_session *s, nb_ctx *c, const nbrt_plan *p, int32_t i,
   nb_tensor **outs = s->vals + p->out0[i];
   const nbgraph_out *o = &p->g->outs[n->out0];
   if (p->from_value[i]) { /* known at build time */
-    for (int32_t j = 0; j < n->nout; j++) outs[j] = nb_identity(c, (nb_tensor *)o[j].value);
+    for (int32_t j = 0; j < n->nout; j++) outs[j] = share_value(c, (nb_tensor *)o[j].value);
     return nb_status(c);
   }
   for (int32_t j = p->in_off[i]; j < p->in_off[i + 1]; j++) ins[j - p->in_off[i]] = s->vals[p->in_vals[j]];
@@ -948,7 +956,7 @@ static nb_code execute(nb_session *s, const nbrt_plan *p, nb_tensor *const *feed
   nb_tensor *ins_small[2][64], **ins = ins_small[0], **ins2 = ins_small[1];
   if (p->max_in > 64 && !(ins = malloc((size_t)p->max_in * 2 * sizeof *ins))) return NB_NOMEM;
   if (p->max_in > 64) ins2 = ins + p->max_in;
-  for (int i = 0; i < p->nfeed; i++) s->vals[i] = nb_identity(s->ctx, feed_values[i]);
+  for (int i = 0; i < p->nfeed; i++) s->vals[i] = share_value(s->ctx, feed_values[i]);
   drop_taken(s, feed_values, p->nfeed); /* now the run's references may be the only ones */
   nb_code code = nb_status(s->ctx);
   bool pairs = s->ctx->threads > 1 && s->worker;
