@@ -63,9 +63,17 @@ static nb_tensor *placed_output(nb_ctx *c, nbcore_buffer *block, const nbop_meta
   return nbcore_handle_new(c, m->dtype, m->rank, m->shape, block);
 }
 
+/* The inputs (bits, the first 32) whose block is c's forward_block. */
+static uint32_t forward_block_inputs(const nb_ctx *c, const nbop_kargs *k) {
+  uint32_t bits = 0;
+  for (int i = 0; c->forward_block && i < k->nin && i < 32; i++)
+    if (k->in[i]->buf == c->forward_block) bits |= 1u << i;
+  return bits;
+}
+
 static nb_code eager_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out) {
   const nbop_def *def = k->def;
-  uint32_t forwardable = c->forwardable;
+  uint32_t forwardable = c->forwardable | forward_block_inputs(c, k);
   nbcore_buffer *const *placed = c->placed;
   int nplaced = c->nplaced;
   /* both were meant for this op: ops a kernel runs itself (a custom gradient's forward
