@@ -725,10 +725,9 @@ static void test_grad_rnn_graph_equals_eager(void **state) {
   assert_true(err < 1e-6);
 }
 
-/* The RNN loop's stacks of h_{t-1} (MatMul's for W) and of h_t (Tanh's output) are one
-   block [h0, h_1, ..., h_T] seen as two views one row apart. */
-static void test_grad_rnn_shares_h_stack(void **state) {
-  gu_fixture *f = *state;
+/* The RNN loop in f's graph with a gradient for its w (so the loop stacks accumulators):
+   fetch[0] its final h, fetch[1..4] its accumulators; feeds and values for a run. */
+static void rnn_loop_with_grad(gu_fixture *f, nb_tensor **fetch, nb_tensor **feeds, nb_tensor **vals) {
   rnn rg = {nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(3, 3), "w"), nb_placeholder(f->c, NB_F64, 2, TU_SHAPE(2, 3), "u"),
             nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "b"),
             nb_placeholder(f->c, NB_F64, 3, TU_SHAPE(4, 2, 2), "xs")};
@@ -739,13 +738,23 @@ static void test_grad_rnn_shares_h_stack(void **state) {
   assert_int_equal(nb_gradients(f->c, &lg, 1, &rg.w, 1, NULL, &dw), NB_OK);
   const nbgraph_node *loop = &f->g->nodes[gout[1]->node];
   assert_int_equal(loop->nout - loop->nin, 4);
-  nb_tensor *acc[4], *val[4];
-  for (int a = 0; a < 4; a++) acc[a] = nbgraph_handle(f->c, f->g, gout[1]->node, loop->nin + a);
-  nb_tensor *feeds[5] = {rg.w, rg.u, rg.b, rg.xs, hg};
-  nb_tensor *vals[5] = {det(f->e, 2, TU_SHAPE(3, 3), 0.6), det(f->e, 2, TU_SHAPE(2, 3), 0.8),
-                        det(f->e, 1, TU_SHAPE(3), 0.1), det(f->e, 3, TU_SHAPE(4, 2, 2), 1),
-                        det(f->e, 2, TU_SHAPE(2, 3), 0.5)};
-  assert_int_equal(nb_run(f->s, feeds, vals, 5, acc, 4, val), NB_OK);
+  fetch[0] = gout[1];
+  for (int a = 0; a < 4; a++) fetch[1 + a] = nbgraph_handle(f->c, f->g, gout[1]->node, loop->nin + a);
+  nb_tensor *in[5] = {rg.w, rg.u, rg.b, rg.xs, hg};
+  nb_tensor *v[5] = {det(f->e, 2, TU_SHAPE(3, 3), 0.6), det(f->e, 2, TU_SHAPE(2, 3), 0.8),
+                     det(f->e, 1, TU_SHAPE(3), 0.1), det(f->e, 3, TU_SHAPE(4, 2, 2), 1),
+                     det(f->e, 2, TU_SHAPE(2, 3), 0.5)};
+  memcpy(feeds, in, sizeof in);
+  memcpy(vals, v, sizeof v);
+}
+
+/* The RNN loop's stacks of h_{t-1} (MatMul's for W) and of h_t (Tanh's output) are one
+   block [h0, h_1, ..., h_T] seen as two views one row apart. */
+static void test_grad_rnn_shares_h_stack(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *fetch[5], *feeds[5], *vals[5], *val[4];
+  rnn_loop_with_grad(f, fetch, feeds, vals);
+  assert_int_equal(nb_run(f->s, feeds, vals, 5, fetch + 1, 4, val), NB_OK);
   int h = -1, y = -1; /* the stack starting with h0, the one starting with h_1 */
   for (int a = 0; a < 4; a++)
     if (nb_rank(val[a]) == 3 && nb_shape(val[a])[2] == 3) *(nb_item(val[a], 0) == nb_item(vals[4], 0) ? &h : &y) = a;
@@ -757,6 +766,24 @@ static void test_grad_rnn_shares_h_stack(void **state) {
   assert_ptr_equal(val[h]->buf->next, val[y]->buf->next);
   assert_ptr_equal((const double *)val[h]->buf->data + 6, (const double *)val[y]->buf->data);
   for (int a = 0; a < 4; a++) nb_tensor_free(val[a]);
+}
+
+/* The RNN body's Tanh writes h_t straight into its row of that stack (the loop copies
+   nothing per step): the loop's final h_T is the stack's last row, not a copy of it. */
+static void test_grad_rnn_stacks_in_place(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *fetch[5], *feeds[5], *vals[5], *val[5];
+  rnn_loop_with_grad(f, fetch, feeds, vals);
+  for (int rep = 0; rep < 2; rep++) { /* the first run sizes the stacks, the second reuses the size */
+    assert_int_equal(nb_run(f->s, feeds, vals, 5, fetch, 5, val), NB_OK);
+    int y = -1; /* the stack [h_1, ..., h_4] */
+    for (int a = 1; a < 5; a++)
+      if (nb_rank(val[a]) == 3 && nb_shape(val[a])[2] == 3 && nb_item(val[a], 0) != nb_item(vals[4], 0)) y = a;
+    assert_true(y > 0);
+    assert_ptr_equal(nb_data(val[0]), (const double *)nb_data(val[y]) + 3 * 6);
+    for (int i = 0; i < 6; i++) assert_true(nb_item(val[0], i) == nb_item(val[y], 18 + i));
+    for (int a = 0; a < 5; a++) nb_tensor_free(val[a]);
+  }
 }
 
 /* Gradients through an If (both branches, the captured w) and a cond inside a loop. */
@@ -1166,6 +1193,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rnn_graph_equals_eager, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_poly_equals_unrolled, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_accumulates_nothing_for_add, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_grad_rnn_stacks_in_place, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_max_iters_and_nested, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_zero_iterations, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_grad_rnn_graph_equals_eager, gu_setup, gu_teardown),

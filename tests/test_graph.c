@@ -1,6 +1,8 @@
 /* Graph IR, the graph context and sessions. */
 #include "graphutil.h"
 
+#include "../src/runtime/runtime.h" /* nbrt_session_place_fetches */
+
 #include <stdio.h>
 
 #ifndef M_E
@@ -397,6 +399,35 @@ static void test_input_forwarding(void **state) {
   }
 }
 
+/* nbrt_session_place_fetches: for one run, a placed fetch is made in the block given for
+   it when its step makes it in a new block of that size; a fetch that is a view of a feed
+   (Identity), or placed in a block of another size, is made as usual. */
+static void test_placed_fetches(void **state) {
+  gu_fixture *f = *state;
+  nb_tensor *x = nb_placeholder(f->c, NB_F64, 1, TU_SHAPE(3), "x");
+  nb_tensor *y = nb_mul(f->c, x, nb_scalar(f->c, NB_F64, 2)), *z = nb_identity(f->c, x);
+  nb_tensor *w = nb_add(f->c, x, nb_scalar(f->c, NB_F64, 1));
+  nb_tensor *xv = tu_make(f->e, NB_F64, 1, TU_SHAPE(3), TU_VALS(0.5, -1, 2)), *fetch[3] = {y, z, w}, *out[3];
+  nbcore_buffer *block = nbcore_buffer_new(f->e, 9 * sizeof(double));
+  assert_non_null(block);
+  nbcore_buffer *place[3] = {nbcore_buffer_view(block, 0, 3 * sizeof(double)),
+                             nbcore_buffer_view(block, 3 * sizeof(double), 3 * sizeof(double)),
+                             nbcore_buffer_view(block, 6 * sizeof(double), 2 * sizeof(double))};
+  for (int rep = 0; rep < 2; rep++) { /* placed, then not: a placement holds for one run */
+    if (rep == 0) nbrt_session_place_fetches(f->s, place, 3);
+    assert_int_equal(nb_run(f->s, &x, &xv, 1, fetch, 3, out), NB_OK);
+    tu_check(out[0], NB_F64, 1, TU_SHAPE(3), TU_VALS(1, -2, 4), 0);
+    tu_check(out[1], NB_F64, 1, TU_SHAPE(3), TU_VALS(0.5, -1, 2), 0);
+    tu_check(out[2], NB_F64, 1, TU_SHAPE(3), TU_VALS(1.5, 0, 3), 0);
+    assert_true((out[0]->buf == place[0]) == (rep == 0));
+    assert_ptr_equal(nb_data(out[1]), nb_data(xv));
+    assert_ptr_not_equal(nb_data(out[2]), place[2]->data);
+    for (int i = 0; i < 3; i++) nb_tensor_free(out[i]);
+  }
+  for (int i = 0; i < 3; i++) nbcore_buffer_release(f->e, place[i]);
+  nbcore_buffer_release(f->e, block);
+}
+
 /* ---- graphs refuse what eager calls refuse ------------------------------------------------ */
 
 static const int64_t ones4[4] = {1, 1, 1, 1}, ones8[8] = {1, 1, 1, 1, 1, 1, 1, 1};
@@ -493,6 +524,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_folded_needs_no_feed, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_unknown_dims, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_input_forwarding, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_placed_fetches, gu_setup, gu_teardown),
   };
   return cmocka_run_group_tests_name("graph", tests, NULL, NULL);
 }

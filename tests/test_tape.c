@@ -254,6 +254,33 @@ static void test_one_shot(void **state) {
   nb_tape_end(t);
 }
 
+/* A weight multiplied in several steps (an RNN's W_hh): the tape adds each step's term of
+   its gradient into the sum it holds with one GEMM (_MatMulAdd over the sum's block), so
+   the backward pass holds one weight-sized block, not the sum and a new term beside it.
+   The values are small integers: every order of the sums gives the exact total. */
+static void test_matmul_terms_summed_in_place(void **state) {
+  nb_ctx *c = *state;
+  enum { N = 128, STEPS = 4 };
+  static double wv[N * N], xv[STEPS][N], want[N * N];
+  for (int i = 0; i < N * N; i++) wv[i] = i % 7 - 3;
+  for (int t = 0; t < STEPS; t++)
+    for (int i = 0; i < N; i++) xv[t][i] = (i + t) % 5 - 2;
+  for (int i = 0; i < N * N; i++) want[i] = xv[0][i / N] + xv[1][i / N] + xv[2][i / N] + xv[3][i / N];
+  nb_tensor *w = tu_make_float(c, NB_F32, 2, TU_SHAPE(N, N), wv), *x[STEPS];
+  for (int t = 0; t < STEPS; t++) x[t] = tu_make(c, NB_F32, 2, TU_SHAPE(1, N), xv[t]);
+  nb_tape *tape = nb_tape_begin(c, 0);
+  nb_tape_watch(tape, w);
+  nb_tensor *y = nb_sum(c, nb_matmul(c, x[0], w, false, false), NULL, 0, false);
+  for (int t = 1; t < STEPS; t++) y = nb_add(c, y, nb_sum(c, nb_matmul(c, x[t], w, false, false), NULL, 0, false));
+  nbcore_pool *pool = nbcore_block_pool(c);
+  int64_t held = pool->held, weight_bytes = N * N * (int64_t)sizeof(float);
+  pool->peak = held;
+  nb_tensor *dw = grad1(c, tape, y, w);
+  nb_tape_end(tape);
+  tu_check(dw, NB_F32, 2, TU_SHAPE(N, N), want, 0);
+  assert_true(pool->peak - held < weight_bytes * 3 / 2);
+}
+
 /* A context freed with tapes still active (and spare ones) leaks nothing (ASan checks). */
 static void test_free_with_active_tapes(void **state) {
   (void)state;
@@ -1401,6 +1428,7 @@ static void test_duplicate_sources_and_seed_shape(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_basic, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_matmul_terms_summed_in_place, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_ready_hook, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_ended_and_bad_arguments, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_duplicate_sources_and_seed_shape, tu_setup, tu_teardown),

@@ -4,6 +4,8 @@
 
 #include "../graph/graph.h"
 
+#include "../grad/grad.h" /* nbg_sum_fn */
+
 /* TF's ForwardOperation: what a gradient function sees of the op it differentiates. */
 struct nb_fwd_op {
   const nbop_def *def;
@@ -20,6 +22,8 @@ typedef enum { NBAD_GRAD_NONE, NBAD_GRAD_FN, NBAD_GRAD_STOP } nbad_grad_kind;
 /* The gradient of def (or of the override name, when given): a function, a registered
    "no gradient", or nothing registered. */
 nbad_grad_kind nbad_grad_lookup(const nbop_def *def, const char *override_name, nb_grad_fn *fn);
+/* def's fused sum of a gradient into a held one (nbg_sum_fn), or NULL. */
+nbg_sum_fn nbad_grad_sum_into(const nbop_def *def);
 /* dxs slots past a forward op's inputs, which catch a function returning extra gradients. */
 #define NBAD_GRAD_GUARDS 8
 /* Handles one op's gradient call needs: inputs, outputs, dys, and dxs with guards. */

@@ -20,6 +20,7 @@ static bool op_stops[NBOP_MAX_OPS];
 static bool op_reserved[NBOP_MAX_OPS]; /* the function layer's, until it installs them */
 static bool op_user[NBOP_MAX_OPS];     /* registered by nb_register_gradient */
 static uint32_t op_reads_in[NBOP_MAX_OPS], op_reads_out[NBOP_MAX_OPS]; /* what each op's rule reads */
+static nbg_sum_fn op_sum_into[NBOP_MAX_OPS];                           /* built-in rules' fused sums */
 static named_grad *named;
 static int32_t nnamed, named_cap;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -142,6 +143,16 @@ nb_code nbad_register_builtin(const char *name, nb_grad_fn f) { return register_
 void nbad_register_table(const nbg_entry *table, size_t n) {
   for (size_t i = 0; i < n; i++) register_grad(table[i].op, table[i].fn, table[i].reads_in, table[i].reads_out);
 }
+
+/* Built-in only (inside the once-block): a user cannot replace a built-in rule, so the
+   sum stays the rule's. */
+void nbad_register_sum_into(const char *op_type, nbg_sum_fn f) {
+  const nbop_def *def = nbop_lookup(op_type);
+  assert(def && op_fns[def->id]);
+  op_sum_into[def->id] = f;
+}
+
+nbg_sum_fn nbad_grad_sum_into(const nbop_def *def) { return op_sum_into[def->id]; }
 
 void nbad_grad_reads(const nbop_def *def, uint32_t *reads_in, uint32_t *reads_out) {
   *reads_in = op_reads_in[def->id];

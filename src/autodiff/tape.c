@@ -511,13 +511,18 @@ static nb_tensor *own(nb_tape *t, nb_tensor *g) {
   return h;
 }
 
-/* have += g in place: possible when both are dense, the tape alone holds have's data, the shapes match, and
-   no tape records the pass (which would need the addition as a recorded op). */
+/* Whether a term like g (its dtype and shape) can be added into have in place: both are
+   dense, the tape alone holds have's data, the shapes match, and no tape records the pass
+   (which would need the addition as a recorded op). */
+static bool sums_in_place(const nb_tape *t, const nb_tensor *have, const nb_tensor *g) {
+  return t->c->ntapes <= 1 && t->c->naccs == 0 && !t->recording && have->buf && g->buf &&
+         nbcore_buffer_exclusive(have->buf) && have->dtype == g->dtype && have->size == g->size &&
+         have->rank == g->rank && memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape) == 0;
+}
+
+/* have += g in place, when sums_in_place allows it. */
 static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
-  if (t->c->ntapes > 1 || t->c->naccs > 0 || t->recording || !have->buf || !g->buf ||
-      !nbcore_buffer_exclusive(have->buf) || have->dtype != g->dtype || have->size != g->size ||
-      have->rank != g->rank || memcmp(have->shape, g->shape, (size_t)g->rank * sizeof *g->shape))
-    return false;
+  if (!sums_in_place(t, have, g)) return false;
   if (g->dtype == NB_F32) {
     float *a = nbcore_tdata(have);
     const float *b = nbcore_tdata(g);
@@ -541,6 +546,17 @@ static nb_tensor *take_or_own(nb_tape *t, nb_tensor *g, uint32_t fresh_from, nb_
   return fresh ? g : own(t, g);
 }
 
+/* grads[v] becomes sum (NULL: failed), replacing have (NULL: none), which is freed. */
+static nb_code replace_grad(nb_tape *t, int32_t v, nb_tensor *have, nb_tensor *sum, uint32_t fresh_from,
+                            nb_tensor *const *kept, int nkept, nb_tensor **owned, nb_tensor **replaced) {
+  *owned = sum ? take_or_own(t, sum, fresh_from, kept, nkept) : NULL;
+  *replaced = have;
+  if (!*owned) return nb_status(t->c);
+  if (have) nb_tensor_free(have);
+  t->grads[v] = *owned;
+  return NB_OK;
+}
+
 static nb_code accumulate(nb_tape *t, int32_t v, nb_tensor *g, uint32_t fresh_from, nb_tensor *const *kept, int nkept,
                           nb_tensor **owned, nb_tensor **replaced) {
   nb_tensor *have = t->grads[v];
@@ -551,12 +567,38 @@ static nb_code accumulate(nb_tape *t, int32_t v, nb_tensor *g, uint32_t fresh_fr
   }
   bool both_sparse = have && nb_is_indexed_slices(have) && nb_is_indexed_slices(g);
   nb_tensor *sum = !have ? g : both_sparse ? nb_indexed_slices_concat(t->c, have, g) : nb_add(t->c, have, g);
-  *owned = sum ? take_or_own(t, sum, fresh_from, kept, nkept) : NULL;
-  *replaced = have;
-  if (!*owned) return nb_status(t->c);
-  if (have) nb_tensor_free(have);
-  t->grads[v] = *owned;
-  return NB_OK;
+  return replace_grad(t, v, have, sum, fresh_from, kept, nkept, owned, replaced);
+}
+
+/* The inputs (bits) whose gradient entry e's rule adds straight into the one the tape
+   holds (sum_into, nbg_sum_fn): it holds one that sums_in_place allows adding into, the
+   input appears once among e's, and no seeds are batched. Their needs become false, so
+   the rule itself makes no term for them. */
+static uint32_t summed_into(const nb_tape *t, const tape_entry *e, nbg_sum_fn sum_into, nb_tensor *const *ins,
+                            nb_tensor *const *dys, bool *needs) {
+  if (!sum_into || t->batch || e->nout != 1 || !dys[0]) return 0;
+  const tape_slot *s = &t->slots[e->slot0];
+  uint32_t bits = 0;
+  for (int32_t i = 0; i < e->nin && i < 32; i++) {
+    bool once = true;
+    for (int32_t j = 0; j < e->nin && once; j++) once = j == i || s[j].value != s[i].value;
+    nb_tensor *have = needs[i] ? t->grads[s[i].value] : NULL;
+    if (!once || !have || !sums_in_place(t, have, ins[i])) continue;
+    needs[i] = false;
+    bits |= 1u << i;
+  }
+  return bits;
+}
+
+/* grads[v] += the gradient of op's input i, by the rule's fused sum writing over the
+   held gradient's block (the tape holds it alone: sums_in_place); *owned: the new one. */
+static nb_code sum_into_held(nb_tape *t, nbg_sum_fn sum_into, const nb_fwd_op *op, nb_tensor *dy, int32_t i, int32_t v,
+                             uint32_t fresh_from, nb_tensor **owned) {
+  nb_tensor *have = t->grads[v], *replaced;
+  t->c->forward_block = have->buf;
+  nb_tensor *sum = sum_into(t->c, op, dy, i, have);
+  t->c->forward_block = NULL;
+  return replace_grad(t, v, have, sum, fresh_from, NULL, 0, owned, &replaced);
 }
 
 /* Frees the gradients of e's outputs once e is done: entries run in reverse, so nothing
@@ -632,12 +674,20 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   for (int32_t i = 0; i < e->nin + e->nout; i++)
     ins[i] = batched ? entry_view(t, e, as, i, needs) : slot_view(t, &s[i], i);
   zeros_for_missing_dys(t, e, outs, dys);
+  nbg_sum_fn sum_into = nbad_grad_sum_into(e->def);
+  uint32_t summed = summed_into(t, e, sum_into, ins, dys, needs);
   nb_fwd_op op = {batched ? as : e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, needs};
   nb_code code = per_seed ? invoke_per_seed(t, fn, &op, dys, dxs) : nbad_grad_invoke(t->c, fn, &op, dys, dxs);
   if (!code && batched) unbatch_dxs(t, &t->slots[e->slot0], e->nin, needs, dxs);
+  uint32_t fresh_from = t->c->scopes[t->c->nscopes - 1]; /* the entry's scope (run_backward) */
+  nb_tensor *sums[32]; /* the fused sums' new gradients, for kept[] once they read ins no more */
+  int nsums = 0;
+  for (int32_t i = 0; i < e->nin && !code; i++)
+    if ((summed >> i) & 1u)
+      code = sum_into_held(t, sum_into, &op, dys[0], i, t->slots[e->slot0 + i].value, fresh_from, &sums[nsums++]);
   nb_tensor **kept = ins; /* reused: the new gradients held, which must survive the scope */
   int nkept = 0;
-  uint32_t fresh_from = t->c->scopes[t->c->nscopes - 1]; /* the entry's scope (run_backward) */
+  for (int k = 0; k < nsums && !code; k++) kept[nkept++] = sums[k];
   for (int32_t i = 0; i < e->nin && !code; i++) {
     if (!dxs[i] || !needs[i]) continue;
     nb_tensor *owned, *replaced;

@@ -140,6 +140,13 @@ struct nb_ctx {
   struct nb_ctx *blocks_from;
   struct nbop_meta *metas; /* inference output scratch, grown to the widest op */
   int metas_cap;
+  /* Set by a session around one op, as forwardable: output i goes into block placed[i]
+     when that is not NULL (a fetch its caller placed, see nbrt_session_place_fetches). */
+  struct nbcore_buffer *const *placed;
+  int nplaced;
+  /* Set by a tape around a gradient's fused sum (nbg_sum_fn): an op taking this block as
+     the input it can update in place may write over it (the tape's gradient so far). */
+  struct nbcore_buffer *forward_block;
 };
 
 /* Bump arenas: many small allocations freed together (names, attrs, lists). */

@@ -95,11 +95,13 @@ static inline nb_function *nbfunc_from_bits(int64_t bits) {
   return f;
 }
 
-/* Runs f: results res[0..f->nres) (detached, the caller's) from argument values args;
-   threads for its ops. It takes over (frees) args[0..take), whatever the outcome, so its
-   ops may write over those that die in it. On error sets the message on k and returns
-   its code. */
-nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take, nb_tensor **res);
+/* Runs f: results res[0..f->nres + f->nacc) (detached, the caller's) from argument values
+   args; threads for its ops. It takes over (frees) args[0..take), whatever the outcome, so
+   its ops may write over those that die in it. place (NULL: none) names a block per
+   result that its op may write it into (nbrt_session_place_fetches). On error sets the
+   message on k and returns its code. */
+nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take,
+                   nbcore_buffer *const *place, nb_tensor **res);
 
 /* The pieces of a While's gradient (control_flow_grad.c), kept on its body. */
 typedef struct nbfunc_while_grad {

@@ -66,7 +66,8 @@ static nb_code own_function(nb_graph *g, nb_function *f) {
   return NB_OK;
 }
 
-nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take, nb_tensor **res) {
+nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *const *args, int take,
+                   nbcore_buffer *const *place, nb_tensor **res) {
   bool busy = atomic_exchange(&f->busy, true);
   nb_session *s = busy ? nb_session_new(f->g) : f->cached ? f->cached : (f->cached = nb_session_new(f->g));
   if (!s) {
@@ -78,6 +79,7 @@ nb_code nbfunc_run(nbop_kargs *k, nb_function *f, const char *what, nb_tensor *c
   int nres = f->nres + f->nacc;
   nbrt_session_share_blocks(s, k->ctx->blocks_from ? k->ctx->blocks_from : k->ctx);
   nbrt_session_take_feeds(s, take);
+  nbrt_session_place_fetches(s, place, place ? nres : 0);
   nb_code code = nb_run(s, f->args, args, f->nargs, f->res, nres, res);
   nbrt_session_share_blocks(s, NULL);
   if (code) nbop_kfail(k, code, "%s: %s", what, nb_session_error(s));

@@ -94,17 +94,19 @@ static void free_list(nb_tensor **xs, int n) {
 /* Whether the loop goes on: cond on the loop variables cur. */
 static nb_code run_cond(nbop_kargs *k, nb_function *cond, nb_tensor **cur, bool *go) {
   nb_tensor *pred = NULL;
-  nb_code code = nbfunc_run(k, cond, "cond", cur, 0, &pred);
+  nb_code code = nbfunc_run(k, cond, "cond", cur, 0, NULL, &pred);
   if (!code) code = read_pred(k, pred, go);
   nb_tensor_free(pred);
   return code;
 }
 
-/* The accumulators: each iteration's value of an intermediate the gradient reads, copied
-   into a stack that doubles when full, so the value's buffer is freed at once (the next
-   iteration reuses it) and nothing is copied again at the end. The first capacity is the
-   iteration count of the loop's previous run: a loop that runs the same count each time
-   fills one stack (from the pool) without growing it.
+/* The accumulators: each iteration's value of an intermediate the gradient reads, in a
+   stack that doubles when full, so nothing is copied again at the end. The first
+   capacity is the iteration count of the loop's previous run: a loop that runs the same
+   count each time fills one stack (from the pool) without growing it. The op that makes
+   the value writes it straight into its row of a dense stack (the body's session places
+   it there, see place_rows); a value no op makes anew (an argument passed through, a
+   view) is copied into its row, and its buffer is freed at once.
    A value of fully known static shape goes into a dense stack [capacity, shape]. Another
    may change shape between iterations (a relaxed loop variable; or it has the largest
    rank, leaving no room for the iteration dim): its stack is ragged, the values one
@@ -173,15 +175,25 @@ static nb_code reserve_rows(nbop_kargs *k, nb_tensor **s, int64_t *cap, int64_t 
   return NB_OK;
 }
 
+/* Room in a dense stack for row acc->n, of shape row[0..rank) (dtype t); its address. */
+static nb_code reserve_dense_row(nbop_kargs *k, accumulator *acc, int64_t first, nb_dtype t, int rank,
+                                 const int64_t *row, char **at) {
+  nb_code code = reserve_rows(k, &acc->stack, &acc->cap, acc->n, acc->n + 1, first, t, rank, row);
+  size_t bytes = (size_t)nbcore_shape_size(rank, row) * nb_dtype_size(t);
+  *at = code ? NULL : (char *)nbcore_tdata(acc->stack) + (size_t)acc->n * bytes;
+  return code;
+}
+
 static nb_code push_dense(nbop_kargs *k, accumulator *acc, int a, const nb_tensor *x, int64_t first) {
   const nb_tensor *s = acc->stack;
   if (s && (x->rank != s->rank - 1 || memcmp(x->shape, s->shape + 1, (size_t)x->rank * sizeof *x->shape)))
     return nbop_kfail(k, NB_SHAPE, "accumulated intermediate %d has shape %s, not its static %s", a, nbop_tstr(x),
                       nbop_sstr(s->rank - 1, s->shape + 1));
-  nb_code code = reserve_rows(k, &acc->stack, &acc->cap, acc->n, acc->n + 1, first, x->dtype, x->rank, x->shape);
+  char *at;
+  nb_code code = reserve_dense_row(k, acc, first, x->dtype, x->rank, x->shape, &at);
   if (code) return code;
   size_t bytes = (size_t)x->size * nb_dtype_size(x->dtype);
-  if (bytes) memcpy((char *)nbcore_tdata(acc->stack) + (size_t)acc->n * bytes, nbcore_tdata(x), bytes);
+  if (bytes && at != nbcore_tdata(x)) memcpy(at, nbcore_tdata(x), bytes); /* not made in its row */
   acc->n++;
   return NB_OK;
 }
@@ -206,17 +218,53 @@ static nb_code push_ragged(nbop_kargs *k, accumulator *acc, const nb_tensor *x, 
   return NB_OK;
 }
 
+/* Rows a stack starts with: the previous run's iterations (+ the initial value). */
+static int64_t first_rows(const accumulator *acc, int64_t hint) { return hint > 0 ? hint + (acc->first_var >= 0) : 16; }
+
 static nb_code push(nbop_kargs *k, accumulator *acc, int a, const nb_tensor *x, int64_t hint) {
-  int64_t first = hint > 0 ? hint + (acc->first_var >= 0) : 16;
+  int64_t first = first_rows(acc, hint);
   return acc->ragged ? push_ragged(k, acc, x, first) : push_dense(k, acc, a, x, first);
+}
+
+/* A stack sharing its rows with a late argument starts with the variable's initial value. */
+static nb_code push_initial(nbop_kargs *k, accumulator *acc, int a, int64_t hint) {
+  return acc->first_var >= 0 && acc->n == 0 ? push(k, acc, a, k->in[acc->first_var], hint) : NB_OK;
 }
 
 /* Iteration's value x of accumulator a (a late argument's come with its partner's). */
 static nb_code accumulate(nbop_kargs *k, accumulator *accs, int a, const nb_tensor *x, int64_t hint) {
   accumulator *acc = &accs[a];
   if (acc->late >= 0) return NB_OK;
-  nb_code code = acc->first_var >= 0 && acc->n == 0 ? push(k, acc, a, k->in[acc->first_var], hint) : NB_OK;
+  nb_code code = push_initial(k, acc, a, hint);
   return code ? code : push(k, acc, a, x, hint);
+}
+
+/* Before a body run: place[a] a view of the row where dense accumulator a's next value
+   goes (the stack grown if full), for the op that makes the value to write it there;
+   NULL for a ragged one, a late argument's, or one of no data. A dense accumulator's
+   static shape is known: push_dense checks the value against it still. */
+static nb_code place_rows(nbop_kargs *k, const nb_function *body, accumulator *accs, int nacc, int64_t hint,
+                          nbcore_buffer **place) {
+  nb_tensor *const *acc = body->res + body->nres;
+  nb_code code = NB_OK;
+  for (int a = 0; a < nacc; a++) place[a] = NULL;
+  for (int a = 0; a < nacc && !code; a++) {
+    const nb_tensor *t = acc[a];
+    size_t bytes = (size_t)nbcore_shape_size(t->rank, t->shape) * nb_dtype_size(t->dtype);
+    if (accs[a].ragged || accs[a].late >= 0 || bytes == 0) continue;
+    char *at;
+    code = push_initial(k, &accs[a], a, hint);
+    if (!code) code = reserve_dense_row(k, &accs[a], first_rows(&accs[a], hint), t->dtype, t->rank, t->shape, &at);
+    if (code) break;
+    nbcore_buffer *stack = accs[a].stack->buf;
+    if (!(place[a] = nbcore_buffer_view(stack, (size_t)(at - (char *)stack->data), bytes)))
+      code = nbop_kfail(k, NB_NOMEM, "out of memory");
+  }
+  return code;
+}
+
+static void release_rows(nbop_kargs *k, nbcore_buffer **place, int nacc) {
+  for (int a = 0; a < nacc; a++) nbcore_buffer_release(k->ctx, place[a]);
 }
 
 /* res as stack s trimmed to its first `rows` rows, or as a view of rows [first, first +
@@ -271,8 +319,10 @@ static nb_code while_kernel(nbop_kargs *k) {
   int nv = body->nres, fetched = body->nacc, nacc = k->nout > k->nin ? fetched : 0;
   nb_tensor **cur = malloc((2 * (size_t)k->nin + (size_t)fetched) * sizeof *cur), **next = cur + k->nin;
   accumulator *accs = calloc((size_t)nacc + 1, sizeof *accs);
-  if (!cur || !accs) {
-    free(cur), free(accs);
+  /* blocks for the body's results: none for its loop variables, then the accumulators' rows */
+  nbcore_buffer **place = calloc((size_t)(nv + nacc) + 1, sizeof *place);
+  if (!cur || !accs || !place) {
+    free(cur), free(accs), free(place);
     return nbop_kfail(k, NB_NOMEM, "out of memory");
   }
   memcpy(cur, k->in, (size_t)k->nin * sizeof *cur);
@@ -285,8 +335,12 @@ static nb_code while_kernel(nbop_kargs *k) {
     if (code || !go) break;
     /* the body takes over results it made: one it updates in place keeps its block
        from iteration to iteration (a running sum) */
-    code = nbfunc_run(k, body, "body", cur, owned ? nv : 0, next);
-    owned = false;
+    code = place_rows(k, body, accs, nacc, hint, place + nv);
+    if (!code) {
+      code = nbfunc_run(k, body, "body", cur, owned ? nv : 0, nacc ? place : NULL, next);
+      owned = false; /* the run took them over, whatever its outcome */
+    }
+    release_rows(k, place + nv, nacc);
     if (code) break;
     memcpy(cur, next, (size_t)nv * sizeof *cur);
     owned = true;
@@ -303,6 +357,7 @@ static nb_code while_kernel(nbop_kargs *k) {
     nb_tensor_free(accs[a].index);
   }
   if (owned) free_list(cur, nv);
+  free(place);
   free(accs);
   free(cur);
   return code;
@@ -375,7 +430,7 @@ static nb_code if_kernel(nbop_kargs *k) {
   int fetched = f->nres + f->nacc;
   nb_tensor *small[8], **res = fetched <= 8 ? small : malloc((size_t)fetched * sizeof *res);
   if (!res) return nbop_kfail(k, NB_NOMEM, "out of memory");
-  code = nbfunc_run(k, f, taken ? "then_branch" : "else_branch", k->in + 1, 0, res);
+  code = nbfunc_run(k, f, taken ? "then_branch" : "else_branch", k->in + 1, 0, NULL, res);
   for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], res[i]);
   if (!code) free_list(res, fetched);
   if (res != small) free(res);
@@ -405,7 +460,7 @@ static nb_code call_kernel(nbop_kargs *k) {
   nb_function *f = fn_attr(k, CF_FIRST_FN);
   nb_tensor *small[8], **res = k->nout <= 8 ? small : malloc((size_t)k->nout * sizeof *res);
   if (!res) return nbop_kfail(k, NB_NOMEM, "out of memory");
-  nb_code code = nbfunc_run(k, f, "function", k->in, 0, res);
+  nb_code code = nbfunc_run(k, f, "function", k->in, 0, NULL, res);
   for (int i = 0; i < k->nout && !code; i++) adopt(k->ctx, k->res[i], res[i]);
   if (!code) free_list(res, k->nout);
   if (res != small) free(res);

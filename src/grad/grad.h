@@ -25,6 +25,14 @@ typedef struct nbg_entry {
 #define NBG_ALL (~0u)
 /* Registers a family's rules (fn NULL: "no gradient"). */
 void nbad_register_table(const nbg_entry *table, size_t n);
+/* A rule's fused sum for one input: acc + the gradient of input i of op given dy (the
+   gradient of its one output), as ops that may write the result over acc's block (acc
+   goes to one op, as the sum). A tape that holds the input's gradient so far alone adds
+   the next term this way, instead of making the term in a block of its own and adding
+   it (a weight's gradient summed over the steps of a loop). */
+typedef nb_tensor *(*nbg_sum_fn)(nb_ctx *c, const nb_fwd_op *op, nb_tensor *dy, int i, nb_tensor *acc);
+/* Registers op_type's fused sum, beside its rule in the table. */
+void nbad_register_sum_into(const char *op_type, nbg_sum_fn f);
 /* The control-flow gradients (src/func/control_flow_grad.c), into the slots the registry
    reserves for them with the built-ins; src/func calls it once, before its first function. */
 void nbad_install_function_grads(const nbg_entry *table, size_t n);

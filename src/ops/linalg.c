@@ -16,15 +16,22 @@
 /* ---- GEMM ------------------------------------------------------------------------- */
 
 /* Both backends are built on this OpenMP runtime and give a GEMM as many threads as the
-   calling thread's OpenMP nthreads-var: oneDNN reads omp_get_max_threads(), OpenBLAS
-   keeps its own count, which openblas_set_num_threads sets together with that thread's
-   nthreads-var. Comparing with it (rather than with a process-wide "last set" value)
-   stays right when contexts with different thread counts run on different threads. */
+   calling thread's OpenMP nthreads-var: oneDNN reads omp_get_max_threads() at each call;
+   OpenBLAS keeps a count of its own (openblas_set_num_threads sets it together with the
+   calling thread's nthreads-var), which openblas_follow_omp brings to nthreads-var right
+   before an OpenBLAS call. Setting that count is not free (OpenBLAS frees or allocates a
+   buffer per thread it drops or adds), so it is left alone while only oneDNN runs:
+   a one-thread op between two-thread ones would otherwise set it twice per GEMM.
+   Comparing with the calling thread's value (rather than with a process-wide "last
+   set" one) stays right when contexts with different thread counts run on different
+   threads. */
 void nbop_blas_set_threads(int n) {
-  if (omp_get_max_threads() != n) {
-    openblas_set_num_threads(n);
-    omp_set_num_threads(n);
-  }
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
+}
+
+static void openblas_follow_omp(void) {
+  int n = omp_get_max_threads();
+  if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
 }
 
 static _Atomic nbop_gemm_backend f32_backend = NBOP_GEMM_ONEDNN;
@@ -58,6 +65,7 @@ const char *nbop_onednn_isa_name(void) {
 /* C = beta C, the whole product when k == 0. */
 static void scale_rows(nb_dtype t, int64_t m, int64_t n, double beta, void *c, int64_t ldc) {
   size_t esz = nb_dtype_size(t);
+  openblas_follow_omp();
   for (int64_t i = 0; i < m; i++) {
     char *row = (char *)c + (size_t)(i * ldc) * esz;
     if (beta == 0)
@@ -159,6 +167,7 @@ void nbop_gemm(nb_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, co
      callers consider valid, OpenBLAS computes the product rather than nothing. */
   if (f32_on_onednn(t) && onednn_sgemm_copying(ta, tb, m, n, k, a, lda, b, ldb, (float)beta, c, ldc)) return;
   enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+  openblas_follow_omp();
   if (t == NB_F32)
     cblas_sgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, (float)beta, c,
                 (int)ldc);

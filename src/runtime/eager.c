@@ -53,16 +53,41 @@ static nb_tensor *forwarded_output(nb_ctx *c, const nbop_kargs *k, const nbop_me
   return NULL;
 }
 
+/* Output m in the block its caller placed it in (a session's fetch, see
+   nbrt_session_place_fetches): the data is written there directly instead of being
+   copied there afterwards (a While loop's accumulators). NULL when none was placed or
+   the block's size is not the output's. */
+static nb_tensor *placed_output(nb_ctx *c, nbcore_buffer *block, const nbop_meta *m) {
+  if (!block || block->cap != (size_t)nbcore_shape_size(m->rank, m->shape) * nb_dtype_size(m->dtype)) return NULL;
+  nbcore_buffer_retain(block);
+  return nbcore_handle_new(c, m->dtype, m->rank, m->shape, block);
+}
+
+/* The inputs (bits, the first 32) whose block is c's forward_block. */
+static uint32_t forward_block_inputs(const nb_ctx *c, const nbop_kargs *k) {
+  uint32_t bits = 0;
+  for (int i = 0; c->forward_block && i < k->nin && i < 32; i++)
+    if (k->in[i]->buf == c->forward_block) bits |= 1u << i;
+  return bits;
+}
+
 static nb_code eager_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out) {
   const nbop_def *def = k->def;
-  uint32_t forwardable = c->forwardable;
-  c->forwardable = 0; /* it was meant for this op: ops a kernel runs itself (a custom gradient's
-                         forward function, on these very inputs) must not write over them */
+  uint32_t forwardable = c->forwardable | forward_block_inputs(c, k);
+  nbcore_buffer *const *placed = c->placed;
+  int nplaced = c->nplaced;
+  /* both were meant for this op: ops a kernel runs itself (a custom gradient's forward
+     function, on these very inputs) must not write over them, nor into those blocks */
+  c->forwardable = 0;
+  c->placed = NULL;
+  c->nplaced = 0;
   for (int i = 0; i < k->nout; i++) {
     const nbop_meta *m = &k->out[i];
     nb_tensor *src = (i == 0 && def->alias >= 0) ? k->in[def->alias] : NULL;
-    nb_tensor *forwarded = i == 0 && k->nout == 1 ? forwarded_output(c, k, m, forwardable) : NULL;
-    out[i] = forwarded         ? forwarded
+    nb_tensor *in_place = i < nplaced && !(src && src->buf) ? placed_output(c, placed[i], m) : NULL;
+    nb_tensor *forwarded = !in_place && i == 0 && k->nout == 1 ? forwarded_output(c, k, m, forwardable) : NULL;
+    out[i] = in_place          ? in_place
+             : forwarded       ? forwarded
              : src && src->buf ? alias_output(c, m, src)
                                : nbcore_tensor_alloc(c, m->dtype, m->rank, m->shape);
     if (!out[i]) {

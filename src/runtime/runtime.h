@@ -22,6 +22,12 @@ void nbrt_session_share_blocks(nb_session *s, nb_ctx *from);
    outcome) once it holds its own references, so a value that dies inside the run can be
    written over in place (input forwarding). */
 void nbrt_session_take_feeds(nb_session *s, int n);
+/* Places fetches [0, n) of s's next nb_run: the step that makes fetch i writes it straight
+   into blocks[i] (which must stay valid through the run) when blocks[i] is not NULL, the
+   step makes the value in a block of its own (not a view of an input) of exactly
+   blocks[i]->cap bytes, and it is among the step's first 8 outputs; result i then holds
+   blocks[i]. Otherwise the fetch is made as usual: the caller compares data pointers. */
+void nbrt_session_place_fetches(nb_session *s, nbcore_buffer *const *blocks, int n);
 
 /* (variable_api.c) Runs op def (eager) or adds its node (graph) to update uses[0]
    with inputs in and attrs; a graph keeps every variable in uses alive while it lives, and

@@ -48,7 +48,9 @@ struct nb_session {
   int nplans;
   nb_tensor **vals;
   int32_t vals_cap;
-  int take; /* the next nb_run frees feed values [0, take) (nbrt_session_take_feeds) */
+  int take;                    /* the next nb_run frees feed values [0, take) (nbrt_session_take_feeds) */
+  nbcore_buffer *const *place; /* the next nb_run's fetch blocks (nbrt_session_place_fetches) */
+  int nplace;
   nb_session_stats stats;
   char error[NBCORE_ERR_CAP];
 };
@@ -108,6 +110,12 @@ void nbrt_session_share_blocks(nb_session *s, nb_ctx *from) {
 
 void nbrt_session_take_feeds(nb_session *s, int n) {
   if (s) s->take = n;
+}
+
+void nbrt_session_place_fetches(nb_session *s, nbcore_buffer *const *blocks, int n) {
+  if (!s) return;
+  s->place = blocks;
+  s->nplace = n;
 }
 
 /* Frees the feed values nbrt_session_take_feeds handed over that the run has not. */
@@ -815,6 +823,29 @@ static nb_code check_feed(nb_session *s, const nb_tensor *t, const nb_tensor *v)
   return NB_OK;
 }
 
+/* A handle of c sharing concrete value v's block: nb_identity's result without an op's
+   dispatch (a function's run takes each argument this way, every loop iteration). */
+static nb_tensor *share_value(nb_ctx *c, nb_tensor *v) {
+  if (!v->buf) return nb_identity(c, v); /* IndexedSlices: the op builds its parts */
+  nbcore_buffer_retain(v->buf);
+  return nbcore_handle_new(c, v->dtype, v->rank, v->shape, v->buf);
+}
+
+/* Into placed[0..nout): the blocks nbrt_session_place_fetches gave for the fetches
+   step i makes (outputs past NBRT_PLACED_OUTS are not placed); the count to pass on,
+   0 when none. */
+#define NBRT_PLACED_OUTS 8
+static int step_placement(const nb_session *s, const nbrt_plan *p, int32_t i, int32_t nout, nbcore_buffer **placed) {
+  int n = 0;
+  for (int f = 0; f < s->nplace && f < p->nfetch; f++) {
+    int32_t o = p->fetch_vals[f] - p->out0[i];
+    if (!s->place[f] || o < 0 || o >= nout || o >= NBRT_PLACED_OUTS) continue;
+    for (; n <= o; n++) placed[n] = NULL;
+    if (!placed[o]) placed[o] = s->place[f];
+  }
+  return n;
+}
+
 /* Step i on context c; forwardable: the dying inputs it may write over. */
 static nb_code run_step(nb_session *s, nb_ctx *c, const nbrt_plan *p, int32_t i, nb_tensor **ins,
                         uint32_t forwardable) {
@@ -822,14 +853,19 @@ static nb_code run_step(nb_session *s, nb_ctx *c, const nbrt_plan *p, int32_t i,
   nb_tensor **outs = s->vals + p->out0[i];
   const nbgraph_out *o = &p->g->outs[n->out0];
   if (p->from_value[i]) { /* known at build time */
-    for (int32_t j = 0; j < n->nout; j++) outs[j] = nb_identity(c, (nb_tensor *)o[j].value);
+    for (int32_t j = 0; j < n->nout; j++) outs[j] = share_value(c, (nb_tensor *)o[j].value);
     return nb_status(c);
   }
   for (int32_t j = p->in_off[i]; j < p->in_off[i + 1]; j++) ins[j - p->in_off[i]] = s->vals[p->in_vals[j]];
+  nbcore_buffer *placed[NBRT_PLACED_OUTS];
   c->run_node = n->name;
   c->forwardable = forwardable;
+  c->nplaced = s->nplace ? step_placement(s, p, i, n->nout, placed) : 0;
+  c->placed = c->nplaced ? placed : NULL;
   nb_code code = nbop_dispatch(c, n->def, ins, n->nin, n->attr, outs, n->nout);
   c->forwardable = 0;
+  c->placed = NULL;
+  c->nplaced = 0;
   c->run_node = NULL;
   return code;
 }
@@ -920,7 +956,7 @@ static nb_code execute(nb_session *s, const nbrt_plan *p, nb_tensor *const *feed
   nb_tensor *ins_small[2][64], **ins = ins_small[0], **ins2 = ins_small[1];
   if (p->max_in > 64 && !(ins = malloc((size_t)p->max_in * 2 * sizeof *ins))) return NB_NOMEM;
   if (p->max_in > 64) ins2 = ins + p->max_in;
-  for (int i = 0; i < p->nfeed; i++) s->vals[i] = nb_identity(s->ctx, feed_values[i]);
+  for (int i = 0; i < p->nfeed; i++) s->vals[i] = share_value(s->ctx, feed_values[i]);
   drop_taken(s, feed_values, p->nfeed); /* now the run's references may be the only ones */
   nb_code code = nb_status(s->ctx);
   bool pairs = s->ctx->threads > 1 && s->worker;
@@ -1051,5 +1087,6 @@ nb_code nb_run(nb_session *s, nb_tensor *const *feed, nb_tensor *const *feed_val
   code = sliced ? run_with_slices(s, feed, feed_values, nfeed, fetch, nfetch, results)
                 : run_dense(s, feed, feed_values, nfeed, fetch, nfetch, results);
   drop_taken(s, feed_values, nfeed); /* those a failed check left */
+  nbrt_session_place_fetches(s, NULL, 0);
   return code;
 }
