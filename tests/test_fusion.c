@@ -470,9 +470,10 @@ static void test_siblings_merge(void **state) {
   for (int i = 0; i < rc.nfeed; i++) nb_tensor_free(rc.val[i]);
 }
 
-/* a = tanh(x), b = 2a and y = a (b wsq) + 1: y's group reads a, and b through a MatMul.
+/* a = x^2, b = 2a and y = a (b wsq) + 1: y's group reads a, and b through a MatMul.
    One node for both would wait on itself (refused, and the graph runs); y's group
-   recomputes a from x rather than read it, so a's group writes b alone. */
+   recomputes a from x rather than read it (a square is cheaper than reading it back), so
+   a's group writes b alone. */
 static void test_cycle_refused_producer_recomputed(void **state) {
   gu_fixture *f = *state;
   unsigned seed = 9;
@@ -482,7 +483,7 @@ static void test_cycle_refused_producer_recomputed(void **state) {
   rc.feed[1] = nb_placeholder(f->c, NB_F32, 2, sq, NULL);
   rc.val[0] = random_values(f->e, NB_F32, 2, shape, &seed);
   rc.val[1] = random_values(f->e, NB_F32, 2, sq, &seed);
-  nb_tensor *a = nb_tanh(f->c, rc.feed[0]), *b = nb_mul(f->c, a, nb_scalar(f->c, NB_F32, 2));
+  nb_tensor *a = nb_square(f->c, rc.feed[0]), *b = nb_mul(f->c, a, nb_scalar(f->c, NB_F32, 2));
   nb_tensor *n = nb_matmul(f->c, b, rc.feed[1], false, false);
   rc.fetch[rc.nfetch++] = nb_add(f->c, nb_mul(f->c, a, n), nb_scalar(f->c, NB_F32, 1));
   assert_int_equal(check_fused_matches(f->c, f->g, &rc), 2);
@@ -690,6 +691,28 @@ static void test_steps_counted(void **state) {
   assert_int_equal(steps[0] - steps[1], 3);
 }
 
+/* A transcendental producer is read back, not recomputed: with a = tanh(x) in place of
+   the square above, y's group reads a, and a's group writes both a and b. */
+static void test_expensive_producer_read_back(void **state) {
+  gu_fixture *f = *state;
+  unsigned seed = 9;
+  run_case rc = {.nfeed = 2};
+  const int64_t shape[2] = {N_ROWS, N_COLS}, sq[2] = {N_COLS, N_COLS};
+  rc.feed[0] = nb_placeholder(f->c, NB_F32, 2, shape, NULL);
+  rc.feed[1] = nb_placeholder(f->c, NB_F32, 2, sq, NULL);
+  rc.val[0] = random_values(f->e, NB_F32, 2, shape, &seed);
+  rc.val[1] = random_values(f->e, NB_F32, 2, sq, &seed);
+  nb_tensor *a = nb_tanh(f->c, rc.feed[0]), *b = nb_mul(f->c, a, nb_scalar(f->c, NB_F32, 2));
+  nb_tensor *n = nb_matmul(f->c, b, rc.feed[1], false, false);
+  rc.fetch[rc.nfetch++] = nb_add(f->c, nb_mul(f->c, a, n), nb_scalar(f->c, NB_F32, 1));
+  assert_int_equal(check_fused_matches(f->c, f->g, &rc), 2);
+  int outputs = 0;
+  for (int32_t i = 0; i < f->g->nnodes; i++)
+    if (f->g->nodes[i].def == nbop_fused_def()) outputs += f->g->nodes[i].nout;
+  assert_int_equal(outputs, 3);
+  for (int i = 0; i < rc.nfeed; i++) nb_tensor_free(rc.val[i]);
+}
+
 /* ---- steps at once ------------------------------------------------------------------------ */
 
 #define BRANCHES 4
@@ -780,6 +803,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_feed_inside_chain, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_siblings_merge, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_cycle_refused_producer_recomputed, gu_setup, gu_teardown),
+      cmocka_unit_test_setup_teardown(test_expensive_producer_read_back, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_single_values_per_block, gu_setup, gu_teardown),
       cmocka_unit_test(test_reduction_epilogues),
       cmocka_unit_test(test_no_allocation_after_first_run),

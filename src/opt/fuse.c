@@ -553,12 +553,24 @@ static bool computed_in(const fuser *f, int32_t gid, int32_t node) {
   return group_of(f, node) == gid || f->host_mark[node] == gid;
 }
 
-/* Whether group gid may recompute node: a member of another group (or alone), no
-   reduction, of gid's shape. */
+/* Whether op def costs about as little per element as reading an element does: add,
+   subtract, multiply, divide, negate, square, min/max, broadcast. Recomputing a tanh, an
+   exp or a power costs more than reading its result back (a 1M-element tanh takes longer
+   than reading 4 MB). */
+static bool cheap_op(const nbop_def *def) {
+  static const char *const cheap[] = {"AddV2",  "Add",     "Sub",     "Mul",         "RealDiv", "Div",          "Neg",
+                                      "Square", "Maximum", "Minimum", "BroadcastTo", "AddN",    "AccumulateNV2"};
+  for (size_t i = 0; i < sizeof cheap / sizeof *cheap; i++)
+    if (strcmp(def->name, cheap[i]) == 0) return true;
+  return false;
+}
+
+/* Whether group gid may recompute node: a cheap op (cheap_op), a member of another group
+   (or alone), no reduction, of gid's shape. */
 static bool duplicable(const fuser *f, int32_t gid, int32_t node) {
   const nbgraph_node *nd = &f->g->nodes[node];
   int32_t h = group_of(f, node);
-  return h >= 0 && h != gid && !nbop_fused_is_reduction(nd->def) &&
+  return h >= 0 && h != gid && cheap_op(nd->def) && !nbop_fused_is_reduction(nd->def) &&
          shapes_fit(&f->g->outs[nd->out0].meta, &f->groups[gid].meta);
 }
 
