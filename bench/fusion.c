@@ -18,8 +18,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 
-#include "../src/ops/blas.h" /* the GELU MLP's products alone */
-#include "benchutil.h"
+#include "products.h" /* the GELU MLP's products alone */
 
 #include <math.h>
 #include <string.h>
@@ -29,7 +28,7 @@
 
 typedef struct workload {
   const char *name;
-  void (*products)(float *a, float *b, float *c); /* its products alone, or NULL */
+  bench_products_fn products; /* its products alone, or NULL */
   nb_graph *g;
   nb_ctx *c;
   nb_tensor *feed[MAX_IO], *val[MAX_IO], *fetch[MAX_IO];
@@ -58,35 +57,15 @@ static void layernorm(workload *w, nb_ctx *e) {
   w->nfetch = 4;
 }
 
-/* The GELU MLP step's products (forward, the weight gradients and the hidden layer's input
-   gradient) on buffers a, b and c of 1024 x 1024 floats. */
-static void gelu_mlp_products(float *a, float *b, float *c) {
+/* The GELU MLP step's products: the forward ones, the weight gradients and the hidden
+   layer's input gradient. */
+static void gelu_mlp_products(const void *user, const float *a, const float *b, float *c) {
+  (void)user;
   nbop_gemm(NB_F32, false, false, 1024, 1024, 256, a, 256, b, 1024, 0, c, 1024); /* x w1 */
   nbop_gemm(NB_F32, false, false, 1024, 256, 1024, a, 1024, b, 256, 0, c, 256);  /* h w2 */
   nbop_gemm(NB_F32, true, false, 1024, 256, 1024, a, 1024, b, 256, 0, c, 256);   /* h^T dy */
   nbop_gemm(NB_F32, false, true, 1024, 1024, 256, a, 256, b, 256, 0, c, 1024);   /* dy w2^T */
   nbop_gemm(NB_F32, true, false, 256, 1024, 1024, a, 256, b, 1024, 0, c, 1024);  /* x^T dz */
-}
-
-/* Median ms of RUNS passes of w's products alone on `threads` threads; NAN when out of memory. */
-static double time_products(const workload *w, int threads) {
-  size_t most = 1024 * 1024;
-  float *a = calloc(most, sizeof *a), *b = calloc(most, sizeof *b), *c = calloc(most, sizeof *c);
-  double runs[RUNS], ms = NAN;
-  if (a && b && c) {
-    nbop_blas_set_threads(threads);
-    w->products(a, b, c);
-    for (int r = 0; r < RUNS; r++) {
-      double t0 = bench_now();
-      w->products(a, b, c);
-      runs[r] = bench_now() - t0;
-    }
-    ms = 1e3 * bench_median(runs, RUNS);
-  }
-  free(a);
-  free(b);
-  free(c);
-  return ms;
 }
 
 static nb_tensor *gelu_composed(nb_ctx *c, nb_tensor *x) {
@@ -187,7 +166,7 @@ static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max
              nodes_run(s[f]), f ? "" : "\n");
     printf(" speedup=%.2f\n", ms[0] / ms[1]);
     if (w.products) {
-      double gemm_ms = time_products(&w, threads);
+      double gemm_ms = bench_products_ms(w.products, NULL, 1024 * 1024, threads, RUNS, 1);
       printf("name=nb_fusion_%s_gemms threads=%d ms=%.2f max_speedup=%.2f\n", name, threads, gemm_ms, ms[0] / gemm_ms);
     }
     for (int f = 0; f < 2; f++) {

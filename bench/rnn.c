@@ -16,8 +16,8 @@
 #include <nabla.h>
 
 #include "../src/graph/graph.h" /* the While node's accumulators and the blocks behind them */
-#include "../src/ops/blas.h"    /* the float32 GEMM: its backend and kernel, and the products alone */
-#include "benchutil.h"
+#include "../src/ops/blas.h"    /* the float32 GEMM's backend and kernel */
+#include "products.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -109,8 +109,9 @@ static double eager_step(nb_ctx *c, rnn *r) {
   return bench_now() - t0;
 }
 
-/* One forward and backward pass's products, on buffers a, b and c large enough for each. */
-static void rnn_gemms(const float *a, const float *b, float *c) {
+/* One forward and backward pass's products. */
+static void rnn_products(const void *user, const float *a, const float *b, float *c) {
+  (void)user;
   for (int t = 0; t < SEQ; t++) {
     nbop_gemm(NB_F32, false, false, BATCH, HIDDEN, INPUT, a, INPUT, b, HIDDEN, 0, c, HIDDEN);   /* x_t W_ih */
     nbop_gemm(NB_F32, false, false, BATCH, HIDDEN, HIDDEN, a, HIDDEN, b, HIDDEN, 1, c, HIDDEN); /* + h W_hh */
@@ -120,27 +121,6 @@ static void rnn_gemms(const float *a, const float *b, float *c) {
     nbop_gemm(NB_F32, true, false, HIDDEN, HIDDEN, BATCH, a, HIDDEN, b, HIDDEN, 1, c, HIDDEN); /* dW_hh += h^T dz */
     nbop_gemm(NB_F32, false, true, BATCH, HIDDEN, HIDDEN, b, HIDDEN, a, HIDDEN, 0, c, HIDDEN); /* dh = dz W_hh^T */
   }
-}
-
-/* Median ms of RUNS passes of the products alone on `threads` threads; NAN when out of memory. */
-static double time_gemms(int threads) {
-  size_t most = HIDDEN * HIDDEN; /* the largest operand */
-  float *a = calloc(most, sizeof *a), *b = calloc(most, sizeof *b), *c = calloc(most, sizeof *c);
-  double runs[RUNS], ms = NAN;
-  if (a && b && c) {
-    nbop_blas_set_threads(threads);
-    rnn_gemms(a, b, c);
-    for (int r = 0; r < RUNS; r++) {
-      double t0 = bench_now();
-      rnn_gemms(a, b, c);
-      runs[r] = bench_now() - t0;
-    }
-    ms = 1e3 * bench_median(runs, RUNS);
-  }
-  free(a);
-  free(b);
-  free(c);
-  return ms;
 }
 
 static void print_time(const char *mode, int threads, double seconds) {
@@ -189,7 +169,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < RUNS; i++) te[i] = eager_step(e, &ev);
     print_time("graph", threads, bench_median(tg, RUNS));
     print_time("eager", threads, bench_median(te, RUNS));
-    print_time("gemms", threads, time_gemms(threads) * 1e-3);
+    print_time("gemms", threads, 1e-3 * bench_products_ms(rnn_products, NULL, HIDDEN * HIDDEN, threads, RUNS, 1));
     nb_session_stats st;
     nb_session_get_stats(s, &st);
     printf("name=nb_rnn_graph_memory threads=%d allocs_per_step=%lld peak_mib=%.2f\n", threads,

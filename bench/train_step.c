@@ -21,6 +21,7 @@
 #include "../src/ops/blas.h"       /* the float32 GEMM's backend and kernel */
 #include "../src/ops/build_info.h" /* the convolution backend */
 #include "peak.h"
+#include "products.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -117,10 +118,10 @@ static void print_step(const model *m, const char *mode, int threads, double ms)
   printf(" step_ms=%.3f gflops=%.1f frac_peak=%.3f\n", ms, gflops, bench_frac_peak(gflops, threads));
 }
 
-/* The dense model m's step products, each its forward product, weight gradient and (but
-   for the first layer) input gradient, once through nbop_gemm on buffers a, b and c large
-   enough for every operand. */
-static void dense_step_gemms(const model *m, float *a, float *b, float *c) {
+/* The dense model's (user) step products: each layer's forward product, weight gradient
+   and (but for the first layer) input gradient. */
+static void dense_step_products(const void *user, const float *a, const float *b, float *c) {
+  const model *m = user;
   for (int l = 0; l < m->nvars / 2; l++) {
     const int64_t *w = nb_variable_shape(m->vars[2 * l]);
     int64_t in = w[0], out = w[1], n = m->batch;
@@ -128,28 +129,6 @@ static void dense_step_gemms(const model *m, float *a, float *b, float *c) {
     nbop_gemm(NB_F32, true, false, in, out, n, a, in, b, out, 0, c, out);            /* x^T dz */
     if (l > 0) nbop_gemm(NB_F32, false, true, n, in, out, a, out, b, out, 0, c, in); /* dz w^T */
   }
-}
-
-/* ms per run of the MLP step's products alone on `threads` threads (median of RUNS runs of
-   STEPS), or NAN when out of memory. */
-static double time_gemms(const model *m, int threads) {
-  size_t most = 784 * 512; /* the largest operand of the MLP's products */
-  float *a = calloc(most, sizeof *a), *b = calloc(most, sizeof *b), *c = calloc(most, sizeof *c);
-  double runs[RUNS], ms = NAN;
-  if (a && b && c) {
-    nbop_blas_set_threads(threads);
-    dense_step_gemms(m, a, b, c);
-    for (int r = 0; r < RUNS; r++) {
-      double t0 = bench_now();
-      for (int i = 0; i < STEPS; i++) dense_step_gemms(m, a, b, c);
-      runs[r] = (bench_now() - t0) / STEPS;
-    }
-    ms = 1e3 * bench_median(runs, RUNS);
-  }
-  free(a);
-  free(b);
-  free(c);
-  return ms;
 }
 
 static nb_tensor *mean_loss(nb_ctx *c, const model *m, nb_tensor *const *p, nb_tensor *x, nb_tensor *labels) {
@@ -258,7 +237,8 @@ static bool bench_model(bool (*make)(nb_ctx *, model *), const char *only_mode, 
       print_step(&m, "eager", threads, ms);
     }
     if (ok && m.x_rank == 2 && !only_mode) {
-      double ms = time_gemms(&m, threads), gflops = model_step_flops(&m) / (ms * 1e-3) * 1e-9;
+      double ms = bench_products_ms(dense_step_products, &m, 784 * 512, threads, RUNS, STEPS),
+             gflops = model_step_flops(&m) / (ms * 1e-3) * 1e-9;
       printf("name=nb_train_step_gemms model=%s batch=%lld threads=%d backend=%s ms=%.3f gflops=%.1f frac_peak=%.3f\n",
              m.name, (long long)m.batch, threads, nbop_gemm_backend_name(NB_F32), ms, gflops,
              bench_frac_peak(gflops, threads));
