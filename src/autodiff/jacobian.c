@@ -133,6 +133,8 @@ static nb_code check_jacobian(nb_tape *t, const char *fn, nb_tensor *target, nb_
   t->last_path = NB_JACOBIAN_LOOP;
   if (!nbop_live(t->c)) return nb_status(t->c);
   if (!t->active) return nbcore_fail(t->c, NB_INVALID, "%s: the tape was ended", fn);
+  nb_code busy = nbad_tape_check_idle(t, fn);
+  if (busy) return busy;
   if (!target || !source || !target->buf || !source->buf)
     return nbcore_fail(t->c, NB_INVALID, "%s: target and source must be concrete tensors", fn);
   if (!nbcore_is_float(target->dtype) || !nbcore_is_float(source->dtype))

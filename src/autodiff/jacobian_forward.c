@@ -36,9 +36,7 @@ static nb_code mark_reached(replay *r, bool *reached) {
     for (int32_t o = 0; o < e->nout; o++) any |= reached[t->slots[e->slot0 + e->nin + o].value];
     nb_grad_fn fn;
     nbad_grad_kind kind = any ? nbad_grad_lookup(e->def, NULL, &fn) : NBAD_GRAD_STOP;
-    if (kind == NBAD_GRAD_NONE)
-      return nbcore_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
-                         e->def->name);
+    if (kind == NBAD_GRAD_NONE) return nbad_tape_no_gradient(t, e->def);
     for (int32_t k = 0; k < e->nin && kind == NBAD_GRAD_FN; k++) {
       const tape_slot *s = &t->slots[e->slot0 + k];
       if (s->value >= 0 && is_float_slot(s)) reached[s->value] = true;
@@ -108,14 +106,6 @@ static void drop_tangent(replay *r, int32_t v) {
   r->tangents[v] = NULL;
 }
 
-/* Tangent g of an output, as a handle the replay alone holds: g itself when the entry
-   made it (slot at or past fresh_from) and no earlier output holds it, else a new one. */
-static nb_tensor *held(replay *r, nb_tensor *g, uint32_t fresh_from, nb_tensor *const *earlier, int32_t n) {
-  bool fresh = g->state == NBCORE_HANDLE_LIVE && g->ctx == r->t->c && g->slot >= fresh_from;
-  for (int32_t o = 0; o < n && fresh; o++) fresh = earlier[o] != g;
-  return fresh ? g : nbad_tape_own(r->t, g);
-}
-
 /* Entry i's output tangents from its inputs', in a scope of its own that keeps only them;
    then the tangents no later entry reads are dropped. */
 static nb_code replay_entry(replay *r, int32_t i) {
@@ -133,7 +123,7 @@ static nb_code replay_entry(replay *r, int32_t i) {
   nb_fwd_op op = {e->def, e->def->name, e->nin, e->nout, ins, outs, e->attr, NULL};
   nb_code code = nbad_jvp_op(t->c, &op, NULL, tin, tout);
   for (int32_t o = 0; o < e->nout && !code; o++)
-    if (tout[o] && !(tout[o] = held(r, tout[o], fresh_from, tout, o))) code = nb_status(t->c);
+    if (tout[o] && !(tout[o] = nbad_tape_take_or_own(t, tout[o], fresh_from, tout, o))) code = nb_status(t->c);
   nb_scope_end(t->c, code ? NULL : tout, code ? 0 : e->nout);
   for (int32_t o = 0; o < e->nout && !code; o++) {
     int32_t v = s[e->nin + o].value;
@@ -147,8 +137,8 @@ static nb_code replay_entry(replay *r, int32_t i) {
 }
 
 /* Column j: the target's tangent along seed, as [batch, target row elements] in the
-   source's dtype (the reverse Jacobian's), zeros when unconnected. */
-static nb_tensor *column(replay *r, nb_tensor *target, nb_tensor *source, nb_tensor *seed, int64_t batch) {
+   target's dtype, zeros when unconnected. */
+static nb_tensor *column(replay *r, nb_tensor *target, nb_tensor *seed, int64_t batch) {
   nb_ctx *c = r->t->c;
   if (r->xv >= 0) r->tangents[r->xv] = seed;
   nb_code code = NB_OK;
@@ -158,11 +148,11 @@ static nb_tensor *column(replay *r, nb_tensor *target, nb_tensor *source, nb_ten
   for (int32_t v = 0; v < r->t->nvalues; v++) r->tangents[v] = NULL; /* the rest died with their readers */
   if (code) return NULL;
   if (!ty) ty = nb_zeros_like(c, target);
-  if (ty && ty->dtype != source->dtype) ty = nb_cast(c, ty, source->dtype);
   return nb_reshape(c, ty, (const int64_t[]){batch, -1}, 2);
 }
 
-/* The columns, each [batch, m] with m = target row elements, stacked as [batch, m, n]. */
+/* The columns, each [batch, m] with m = target row elements, stacked as [batch, m, n] in
+   the source's dtype (the reverse Jacobian's). */
 static nb_code columns(replay *r, nb_tensor *target, nb_tensor *source, int64_t batch, nb_tensor **out) {
   nb_ctx *c = r->t->c;
   int64_t n = source->size / batch;
@@ -172,23 +162,21 @@ static nb_code columns(replay *r, nb_tensor *target, nb_tensor *source, int64_t 
   for (int64_t j = 0; j < n && !code; j++) {
     nb_scope_begin(c); /* the column's seed and tangents go with it */
     nb_tensor *seed = nbad_one_hot_rows(c, source, batch, n, j);
-    cols[j] = seed ? column(r, target, source, seed, batch) : NULL;
+    cols[j] = seed ? column(r, target, seed, batch) : NULL;
     nb_scope_end(c, &cols[j], 1);
     code = cols[j] ? NB_OK : nb_status(c);
   }
   if (!code) *out = nb_pack(c, cols, (int)n, 2);
+  if (!code && *out && (*out)->dtype != source->dtype) *out = nb_cast(c, *out, source->dtype);
   free(cols);
   return code ? code : nb_status(c);
 }
 
 nb_code nbad_tape_jacobian_forward(nb_tape *t, nb_tensor *target, nb_tensor *source, int64_t batch,
                                    const int64_t *shape, int rank, nb_tensor **out) {
-  nb_code code = nbad_tape_check_idle(t, "nb_tape_gradient");
-  if (code) return code;
-  replay r = {.t = t,
-              .nentries = t->nentries,
-              .xv = nbcore_is_float(source->dtype) ? nbad_tape_value(t, source->id) : -1,
-              .yv = nbcore_is_float(target->dtype) ? nbad_tape_value(t, target->id) : -1};
+  nb_code code = NB_OK;
+  replay r = {
+      .t = t, .nentries = t->nentries, .xv = nbad_tape_value(t, source->id), .yv = nbad_tape_value(t, target->id)};
   bool was_recording = t->recording;
   t->recording = false; /* the seeds, the replay and the stacking are not part of the taped function */
   t->running = true;

@@ -535,11 +535,10 @@ static bool add_in_place(nb_tape *t, nb_tensor *have, const nb_tensor *g) {
   return true;
 }
 
-/* grads[v] += g. Each gradient held is a handle of the tape's own, so it can be freed when
-   replaced or consumed, however the gradient functions share their results. *replaced
-   is the old value, now freed (NULL when there was none). */
 /* g itself when the running entry made it (a live handle of its scope, slot >= fresh_from)
-   and has not kept it already, so nothing else holds it; else a handle of the tape's own. */
+   and has not kept it already, so nothing else holds it; else a handle of the tape's own.
+   Each gradient held is a handle of the tape's own, so it can be freed when replaced or
+   consumed, however the gradient functions share their results. */
 static nb_tensor *take_or_own(nb_tape *t, nb_tensor *g, uint32_t fresh_from, nb_tensor *const *kept, int nkept) {
   bool fresh = g->state == NBCORE_HANDLE_LIVE && g->ctx == t->c && g->slot >= fresh_from;
   for (int k = 0; k < nkept && fresh; k++) fresh = kept[k] != g;
@@ -743,9 +742,7 @@ static nb_code backward_entry(nb_tape *t, int32_t i, nb_tensor **buf, bool *need
   nb_grad_fn fn;
   nbad_grad_kind kind = nbad_grad_lookup(e->def, NULL, &fn);
   if (kind == NBAD_GRAD_STOP) return NB_OK;
-  if (kind == NBAD_GRAD_NONE)
-    return nbcore_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", e->def->name,
-                       e->def->name);
+  if (kind == NBAD_GRAD_NONE) return nbad_tape_no_gradient(t, e->def);
   int32_t depth = t->c->nscopes;
   nb_scope_begin(t->c);
   nb_code code = call_fn(t, e, fn, buf, needs);
@@ -952,6 +949,14 @@ nb_code nb_tape_gradient_vars(nb_tape *t, nb_tensor *const *targets, int nt, nb_
 
 int32_t nbad_tape_value(const nb_tape *t, uint64_t id) { return tracked_value(t, id); }
 
-nb_tensor *nbad_tape_own(nb_tape *t, nb_tensor *g) { return own(t, g); }
+nb_tensor *nbad_tape_take_or_own(nb_tape *t, nb_tensor *g, uint32_t fresh_from, nb_tensor *const *kept, int nkept) {
+  return take_or_own(t, g, fresh_from, kept, nkept);
+}
+
+/* Eager ops have no node names: TF's eager message names the op type twice. */
+nb_code nbad_tape_no_gradient(const nb_tape *t, const nbop_def *def) {
+  return nbcore_fail(t->c, NB_NO_GRADIENT, "No gradient defined for operation '%s' (op type: %s)", def->name,
+                     def->name);
+}
 
 nb_code nbad_tape_check_idle(const nb_tape *t, const char *fn) { return check_not_running(t, fn); }

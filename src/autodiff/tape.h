@@ -99,8 +99,12 @@ void nbad_tape_set_ready_hook(nb_tape *t, nbad_ready_fn fn, void *user);
 void nbad_tape_spend(nb_tape *t);
 /* The value number t gave the tensor of id (watched, or a recorded output), -1 when none. */
 int32_t nbad_tape_value(const nb_tape *t, uint64_t id);
-/* A handle of its own for g's value (a dense tensor or IndexedSlices), under g's id. */
-nb_tensor *nbad_tape_own(nb_tape *t, nb_tensor *g);
+/* g itself when the running entry made it (a live handle of the scope begun at slot
+   fresh_from) and kept[0..nkept) does not hold it already, else a handle of t's own for
+   g's value: a result the tape alone holds. NULL when out of memory. */
+nb_tensor *nbad_tape_take_or_own(nb_tape *t, nb_tensor *g, uint32_t fresh_from, nb_tensor *const *kept, int nkept);
+/* NB_NO_GRADIENT for a reached entry of op def without a gradient, as TF words it. */
+nb_code nbad_tape_no_gradient(const nb_tape *t, const nbop_def *def);
 /* NB_INVALID naming fn while t's own backward pass runs (a gradient function called fn). */
 nb_code nbad_tape_check_idle(const nb_tape *t, const char *fn);
 /* A float tensor like `like`, zeros but for element j of each of its `batch` rows (of

@@ -76,9 +76,10 @@ static nb_code eager_execute(nb_ctx *c, nbop_kargs *k, nb_tensor **out) {
   uint32_t forwardable = c->forwardable | forward_block_inputs(c, k);
   nbcore_buffer *const *placed = c->placed;
   int nplaced = c->nplaced;
-  /* both were meant for this op: ops a kernel runs itself (a custom gradient's forward
-     function, on these very inputs) must not write over them, nor into those blocks */
+  /* all three were meant for this op: ops a kernel runs itself (a custom gradient's
+     forward function, on these very inputs) must not write over them, nor into those blocks */
   c->forwardable = 0;
+  c->forward_block = NULL;
   c->placed = NULL;
   c->nplaced = 0;
   for (int i = 0; i < k->nout; i++) {
