@@ -37,7 +37,6 @@ struct nb_dist_reducer {
   bucket *buckets;
   int32_t nbuckets, nbuckets_kept, buckets_cap;
   /* one pass */
-  nb_ctx *ctx;          /* the tape's: bucket blocks come from its pool */
   int open[MAX_DTYPES]; /* the bucket filling per dtype; -1 none */
   int *bucket_of;       /* per variable: its bucket, -1 before it has one */
   int64_t *offset_of;   /* and its first element there */
@@ -82,8 +81,7 @@ static nb_code fail(nb_dist_reducer *r, nb_code code, const char *why) {
   return r->code;
 }
 
-static bool begin_pass(nb_dist_reducer *r, nb_ctx *c, int nv) {
-  r->ctx = c;
+static bool begin_pass(nb_dist_reducer *r, int nv) {
   r->code = NB_OK;
   r->err[0] = 0;
   for (int d = 0; d < MAX_DTYPES; d++) r->open[d] = -1;
@@ -94,7 +92,7 @@ static bool begin_pass(nb_dist_reducer *r, nb_ctx *c, int nv) {
   return true;
 }
 
-/* Starts bucket b's all-reduce (a sum; the mean is taken once it is done). */
+/* Starts bucket b's all-reduce: a sum of the ranks' shares, which is their mean. */
 static void start(nb_dist_reducer *r, bucket *b) {
   b->started = true;
   if (!nbdist_active() || r->code) {
@@ -136,7 +134,7 @@ static int new_bucket(nb_dist_reducer *r, nb_dtype t) {
   if (r->nbuckets < r->nbuckets_kept) {
     block = b->block;
     if (block && !nbcore_buffer_exclusive(block)) {
-      nbcore_buffer_release(r->ctx, block);
+      nbcore_buffer_release(NULL, block);
       block = NULL;
     }
   } else {
@@ -149,12 +147,13 @@ static int new_bucket(nb_dist_reducer *r, nb_dtype t) {
   return r->nbuckets++;
 }
 
-/* Bucket b with room for at least cap elements of esize bytes, what it holds kept. */
-static bool grow_bucket(nb_dist_reducer *r, bucket *b, int64_t cap, size_t esize) {
-  nbcore_buffer *grown = nbcore_buffer_new(r->ctx, (size_t)cap * esize);
+/* Bucket b with room for at least cap elements of esize bytes, what it holds kept. Its
+   block belongs to no context: the reducer outlives the contexts of its passes. */
+static bool grow_bucket(bucket *b, int64_t cap, size_t esize) {
+  nbcore_buffer *grown = nbcore_buffer_new_shared((size_t)cap * esize);
   if (!grown) return false;
   if (b->count) memcpy(grown->data, b->block->data, (size_t)b->count * esize);
-  nbcore_buffer_release(r->ctx, b->block);
+  nbcore_buffer_release(NULL, b->block);
   b->block = grown;
   b->cap = (int64_t)(grown->cap / esize);
   return true;
@@ -197,7 +196,7 @@ static void place(nb_dist_reducer *r, int k, nb_dtype t, const void *data, int64
   size_t esize = nb_dtype_size(t);
   if (!b->block || b->count + count > b->cap) {
     int64_t cap = b->count + count, want = (int64_t)(r->bucket_bytes / esize);
-    if (!grow_bucket(r, b, cap > want ? cap : want, esize)) {
+    if (!grow_bucket(b, cap > want ? cap : want, esize)) {
       fail(r, NB_NOMEM, "out of memory");
       return;
     }
@@ -217,14 +216,12 @@ static void on_ready(void *user, int k, const nb_tensor *grad) {
   if (!nb_is_indexed_slices(grad)) place(user, k, nb_dtype_of(grad), nb_data(grad), nb_num_elements(grad));
 }
 
-/* Waits for every bucket (its sums are the means: place divided each gradient). */
-static void finish_buckets(nb_dist_reducer *r) {
-  for (int i = 0; i < r->nbuckets; i++)
-    if (!r->buckets[i].started) start(r, &r->buckets[i]);
+/* Waits for every started bucket (its sums are the means: place divided each gradient). */
+static void await_started(nb_dist_reducer *r) {
   char err[400];
   for (int i = 0; i < r->nbuckets; i++) {
     bucket *b = &r->buckets[i];
-    if (!b->done && !r->code) {
+    if (b->started && !b->done && !r->code) {
       nbdist_lock();
       nb_code code = nbdist_wait(&b->req, nbop_collective_default_timeout(), "gradient all-reduce", err, sizeof err);
       nbdist_unlock();
@@ -232,6 +229,13 @@ static void finish_buckets(nb_dist_reducer *r) {
     }
     b->done = true;
   }
+}
+
+/* Starts the buckets not started yet, then waits for all. */
+static void finish_buckets(nb_dist_reducer *r) {
+  for (int i = 0; i < r->nbuckets; i++)
+    if (!r->buckets[i].started) start(r, &r->buckets[i]);
+  await_started(r);
 }
 
 /* ---- the ranks agree on the variables ------------------------------------------------------ */
@@ -418,7 +422,7 @@ static nb_code gradients_alone(nb_ctx *c, nb_tape *t, nb_tensor *const *targets,
 /* The backward pass with its gradients bucketed and all-reduced across the ranks. */
 static nb_code reduce_pass(nb_dist_reducer *r, nb_ctx *c, nb_tape *t, nb_tensor *const *targets, int nt,
                            nb_variable *const *vars, int nv, nb_tensor **out) {
-  if (!begin_pass(r, c, nv)) {
+  if (!begin_pass(r, nv)) {
     end_pass(r);
     return nb_set_error(c, NB_NOMEM, "nb_dist_gradient_vars: out of memory");
   }
@@ -433,6 +437,8 @@ static nb_code reduce_pass(nb_dist_reducer *r, nb_ctx *c, nb_tape *t, nb_tensor 
     finish_buckets(r);
     take_results(r, c, vars, nv, out);
     code = r->code;
+  } else {
+    await_started(r); /* MPI may still write into buckets the failed pass started */
   }
   end_pass(r);
   if (code && !nb_status(c)) nb_set_error(c, code, "nb_dist_gradient_vars: %s", r->err);
