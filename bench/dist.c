@@ -21,7 +21,6 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 #define RUNS 5
 #define REPS 20
@@ -86,21 +85,13 @@ static nb_tensor *logits(nb_ctx *c, nb_variable *const *v, nb_tensor *x) {
   return h;
 }
 
-/* This process's CPU seconds: against wall time, what a step waited for (a core, or the
-   other ranks while not polling). */
-static double cpu_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static double cpu_per_step; /* of the last train() */
 
 /* Seconds per step of STEPS steps on this rank's share of the global batch; r NULL: the
    rank's own gradients, not averaged. */
 static double train(nb_ctx *c, nb_variable *const *v, nb_dist_reducer *r, nb_optimizer *sgd, nb_tensor *x,
                     nb_tensor *labels) {
-  double t0 = bench_now(), cpu0 = cpu_now();
+  double t0 = bench_now(), cpu0 = bench_process_cpu_now(); /* against wall time: what a step waited for */
   for (int s = 0; s < STEPS; s++) {
     nb_tensor *grads[NVARS], *loss = NULL;
     nb_scope_begin(c);
@@ -120,7 +111,7 @@ static double train(nb_ctx *c, nb_variable *const *v, nb_dist_reducer *r, nb_opt
       return -1;
     }
   }
-  cpu_per_step = (cpu_now() - cpu0) / STEPS;
+  cpu_per_step = (bench_process_cpu_now() - cpu0) / STEPS;
   return (bench_now() - t0) / STEPS;
 }
 

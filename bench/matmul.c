@@ -73,7 +73,8 @@ static bool bench_size(nb_ctx *c, nb_dtype t, int64_t n, int threads) {
          nbop_gemm_path_name(t, false, false, n, n, n, n), 1e3 * seconds, gflops, bench_frac_peak(gflops, threads));
   if (threads == 1) { /* the GEMM runs on this thread alone: its CPU time is the GEMM's */
     double cpu_gflops = flops / best_cpu_per_call(c, &p) * 1e-9;
-    printf(" cpu_gflops=%.1f frac_peak_cpu=%.3f", cpu_gflops, cpu_gflops / bench_peak_cpu_gflops());
+    printf(" cpu_gflops=%.1f frac_peak_cpu=%.3f", cpu_gflops,
+           bench_peak_cpu_gflops() > 0 ? cpu_gflops / bench_peak_cpu_gflops() : NAN);
   }
   printf("\n");
   fflush(stdout);

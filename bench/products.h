@@ -13,14 +13,16 @@
 typedef void (*bench_products_fn)(const void *user, const float *a, const float *b, float *c);
 
 /* Median ms per pass of products(user, ...) on `threads` GEMM threads: `runs` timings of
-   `reps` passes each, after one, on zeroed buffers of `floats` floats; NAN when out of
-   memory. */
+   `reps` passes each, after one, on buffers of `floats` floats; NAN when out of memory.
+   The operands are written first: calloc's untouched pages are all the one shared zero
+   page, which stays in cache and would make every read free. */
 static inline double bench_products_ms(bench_products_fn products, const void *user, size_t floats, int threads,
                                        int runs, int reps) {
   float *a = calloc(floats, sizeof *a), *b = calloc(floats, sizeof *b), *c = calloc(floats, sizeof *c);
   double per_pass[16], ms = NAN;
   if (runs > 16) runs = 16;
   if (a && b && c) {
+    for (size_t i = 0; i < floats; i++) a[i] = b[i] = (float)(i % 7) * 0.125f;
     nbop_blas_set_threads(threads);
     products(user, a, b, c);
     for (int r = 0; r < runs; r++) {

@@ -131,6 +131,18 @@ static void dense_step_products(const void *user, const float *a, const float *b
   }
 }
 
+/* The most floats one operand of dense_step_products takes: a weight, or a layer's input
+   or output over the batch. */
+static size_t largest_operand(const model *m) {
+  int64_t most = 0;
+  for (int l = 0; l < m->nvars / 2; l++) {
+    const int64_t *w = nb_variable_shape(m->vars[2 * l]);
+    int64_t sizes[3] = {w[0] * w[1], m->batch * w[0], m->batch * w[1]};
+    for (int i = 0; i < 3; i++) most = sizes[i] > most ? sizes[i] : most;
+  }
+  return (size_t)most;
+}
+
 static nb_tensor *mean_loss(nb_ctx *c, const model *m, nb_tensor *const *p, nb_tensor *x, nb_tensor *labels) {
   nb_tensor *loss = NULL;
   nb_sparse_softmax_cross_entropy_with_logits(c, m->logits(c, p, x), labels, &loss, NULL);
@@ -237,7 +249,7 @@ static bool bench_model(bool (*make)(nb_ctx *, model *), const char *only_mode, 
       print_step(&m, "eager", threads, ms);
     }
     if (ok && m.x_rank == 2 && !only_mode) {
-      double ms = bench_products_ms(dense_step_products, &m, 784 * 512, threads, RUNS, STEPS),
+      double ms = bench_products_ms(dense_step_products, &m, largest_operand(&m), threads, RUNS, STEPS),
              gflops = model_step_flops(&m) / (ms * 1e-3) * 1e-9;
       printf("name=nb_train_step_gemms model=%s batch=%lld threads=%d backend=%s ms=%.3f gflops=%.1f frac_peak=%.3f\n",
              m.name, (long long)m.batch, threads, nbop_gemm_backend_name(NB_F32), ms, gflops,
