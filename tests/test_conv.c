@@ -734,7 +734,8 @@ static void test_paired_pool_grads(void **state) {
   (void)state;
   static const int64_t shapes[2][4] = {{8, 32, 32, 16}, {8, 32, 32, 16}};
   int64_t concurrent = run_pool_grads(2, shapes);
-  if (concurrent >= 0) assert_true(concurrent >= 2); /* they ran as a pair */
+  if (concurrent < 0) skip();   /* one core: the values matched, pairing is not there to check */
+  assert_true(concurrent >= 2); /* they ran as a pair */
 }
 
 /* A step runs beside another only when their work is balanced: a pair lasts as long as its
@@ -746,7 +747,8 @@ static void test_pairs_balance_work(void **state) {
   (void)state;
   static const int64_t shapes[4][4] = {{8, 8, 8, 16}, {8, 32, 32, 16}, {8, 32, 32, 16}, {8, 32, 32, 16}};
   int64_t concurrent = run_pool_grads(4, shapes);
-  if (concurrent >= 0) assert_int_equal(concurrent, 4);
+  if (concurrent < 0) skip(); /* one core: the values matched, pairing is not there to check */
+  assert_int_equal(concurrent, 4);
 }
 
 /* Steps that run at once write over their dying inputs as one thread's run does: here

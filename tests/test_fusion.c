@@ -542,7 +542,7 @@ static void test_single_values_per_block(void **state) {
 
 /* ---- reductions as epilogues -------------------------------------------------------------- */
 
-enum { RED_ROWS, RED_COLS, RED_ALL, NRED };
+enum { RED_ROWS, RED_COLS, RED_ALL };
 
 /* The output element of a reduction of kind `kind` that element i of a value with inner
    elements per row adds to. */

@@ -239,8 +239,9 @@ static void find_single_values(fused_run *r) {
   }
 }
 
-/* Buffers by liveness: a broadcast input holds one for the whole block (but a single one), a member that is
-   not an output from its definition to its last use (a reduction has no value). A member
+/* Buffers by liveness: a broadcast input holds one for the whole block (but a single
+   one), a member that is not an output from its definition to its last use (a reduction
+   has no value). A member
    never writes over its own operand: the loops would be right (each reads element i
    before writing it), but the compiler's overlap check would send them to their scalar
    form. */

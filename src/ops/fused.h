@@ -1,6 +1,7 @@
 /* _FusedElementwise: a DAG of float elementwise ops run as one kernel (the
    optimizer's fusion pass, src/opt/fuse.c, builds it). Its program lists the member ops in
-   graph order; the kernel walks the output in blocks of a few hundred elements and runs
+   graph order; the kernel walks the output in blocks of about 1024 elements (a row up to 4096 is one
+   block) and runs
    every member's own loop on each block, so intermediates stay in cache, each input is
    read once and each output written once, and every element is computed by the same
    element function, in the same order, as the unfused ops would (results are bitwise

@@ -65,7 +65,7 @@ const char *nbop_onednn_isa_name(void) {
 /* C = beta C, the whole product when k == 0. */
 static void scale_rows(nb_dtype t, int64_t m, int64_t n, double beta, void *c, int64_t ldc) {
   size_t esz = nb_dtype_size(t);
-  openblas_follow_omp();
+  if (beta != 0) openblas_follow_omp(); /* only the scal calls run OpenBLAS */
   for (int64_t i = 0; i < m; i++) {
     char *row = (char *)c + (size_t)(i * ldc) * esz;
     if (beta == 0)

@@ -558,20 +558,19 @@ static bool computed_in(const fuser *f, int32_t gid, int32_t node) {
    exp or a power costs more than reading its result back (a 1M-element tanh takes longer
    than reading 4 MB). */
 static bool cheap_op(const nbop_def *def) {
-  static const char *const cheap[] = {"AddV2",  "Add",     "Sub",     "Mul",         "RealDiv", "Div",          "Neg",
+  static const char *const cheap[] = {"AddV2",  "Add",     "Sub",     "Mul",         "RealDiv", "Neg",
                                       "Square", "Maximum", "Minimum", "BroadcastTo", "AddN",    "AccumulateNV2"};
   for (size_t i = 0; i < sizeof cheap / sizeof *cheap; i++)
     if (strcmp(def->name, cheap[i]) == 0) return true;
   return false;
 }
 
-/* Whether group gid may recompute node: a cheap op (cheap_op), a member of another group
-   (or alone), no reduction, of gid's shape. */
+/* Whether group gid may recompute node: a cheap op (cheap_op, so no reduction), a member
+   of another group, of gid's shape. */
 static bool duplicable(const fuser *f, int32_t gid, int32_t node) {
   const nbgraph_node *nd = &f->g->nodes[node];
   int32_t h = group_of(f, node);
-  return h >= 0 && h != gid && cheap_op(nd->def) && !nbop_fused_is_reduction(nd->def) &&
-         shapes_fit(&f->g->outs[nd->out0].meta, &f->groups[gid].meta);
+  return h >= 0 && h != gid && cheap_op(nd->def) && shapes_fit(&f->g->outs[nd->out0].meta, &f->groups[gid].meta);
 }
 
 /* Whether a tensor read by group gid has the group's shape (else it is broadcast). */

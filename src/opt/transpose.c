@@ -90,8 +90,8 @@ static bool readers_move(readers *r, int32_t from, int32_t to) {
       !nbcore_grow_array((void **)&r->first, &r->first_cap, to + 1, sizeof *r->first))
     return false;
   for (; r->len <= to; r->len++) r->uses[r->len] = 0, r->first[r->len] = -1;
-  r->uses[to] = from < r->len ? r->uses[from] : 0;
-  r->first[to] = from < r->len ? r->first[from] : -1;
+  r->uses[to] = r->uses[from]; /* from < to < len now */
+  r->first[to] = r->first[from];
   return true;
 }
 
