@@ -11,7 +11,8 @@
    node counting one), and the speedup of fused over unfused at that thread count; for the
    GELU MLP, nb_fusion_gelu_mlp_gemms times its products alone (the library's GEMM, back to
    back) and max_speedup, the unfused time over that: what fusion would give if every
-   elementwise op and reduction cost nothing; a _memory line per session gives the data
+   elementwise op and reduction cost nothing. The unfused run, the fused one and the
+   products take turns, and both ratios are medians of ratios taken within a turn; a _memory line per session gives the data
    blocks a step took from malloc after the first (allocs_per_step), those of the first
    (allocs_first: every run after it took as many as the last), and the last step's peak
    block bytes (nb_session_get_stats). */
@@ -104,16 +105,35 @@ static double time_run(workload *w, nb_session *s) {
   return ms;
 }
 
-/* Median ms per run, unfused and fused runs taking turns (a loaded machine slows both
-   alike), after a warm-up run of each. */
-static void time_both(workload *w, nb_session *const *s, double *ms) {
-  double t[2][RUNS];
+/* What time_all measures: the unfused and fused sessions' and the products' median ms per
+   run (products NAN where the workload has none), and the medians of the ratios taken
+   within each round: unfused over fused, unfused over the products. */
+typedef struct timings {
+  double ms[3], speedup, max_speedup;
+} timings;
+
+/* The unfused session, the fused one and the workload's products alone take turns, RUNS
+   rounds after a warm-up of each: a loaded machine slows the three alike, and a ratio
+   taken within a round leaves out how the machine's speed moved between rounds. */
+static timings time_all(workload *w, nb_session *const *s, int threads) {
+  double t[3][RUNS], q[2][RUNS];
+  bench_products prod = {0};
+  bool with_products = w->products && bench_products_init(&prod, w->products, NULL, 1024 * 1024);
+  int kinds = with_products ? 3 : 2;
   for (int r = -1; r < RUNS; r++)
-    for (int f = 0; f < 2; f++) {
-      double one = time_run(w, s[f]);
+    for (int f = 0; f < kinds; f++) {
+      double one = f < 2 ? time_run(w, s[f]) : 1e3 * bench_products_time(&prod, threads, 1);
       if (r >= 0) t[f][r] = one;
     }
-  for (int f = 0; f < 2; f++) ms[f] = bench_median(t[f], RUNS);
+  for (int r = 0; r < RUNS; r++) {
+    q[0][r] = t[0][r] / t[1][r];
+    q[1][r] = with_products ? t[0][r] / t[2][r] : NAN;
+  }
+  timings m = {{bench_median(t[0], RUNS), bench_median(t[1], RUNS), with_products ? bench_median(t[2], RUNS) : NAN},
+               bench_median(q[0], RUNS),
+               with_products ? bench_median(q[1], RUNS) : NAN};
+  if (with_products) bench_products_free(&prod);
+  return m;
 }
 
 /* The last run's block accounting (every run after the first: the pool holds each size). */
@@ -154,21 +174,18 @@ static void bench(const char *name, void (*build)(workload *, nb_ctx *), int max
   }
   nb_session_opts opts[2] = {passes(0), passes(1)};
   for (int threads = 1; threads <= max_threads; threads++) {
-    double ms[2];
     nb_session *s[2];
     for (int f = 0; f < 2; f++) {
       s[f] = nb_session_new_with_opts(w.g, &opts[f]);
       nb_session_set_threads(s[f], threads);
     }
-    time_both(&w, s, ms);
+    timings m = time_all(&w, s, threads);
     for (int f = 0; f < 2; f++)
-      printf("name=nb_fusion_%s fusion=%s threads=%d ms=%.2f nodes=%lld%s", name, f ? "on" : "off", threads, ms[f],
+      printf("name=nb_fusion_%s fusion=%s threads=%d ms=%.2f nodes=%lld%s", name, f ? "on" : "off", threads, m.ms[f],
              nodes_run(s[f]), f ? "" : "\n");
-    printf(" speedup=%.2f\n", ms[0] / ms[1]);
-    if (w.products) {
-      double gemm_ms = bench_products_ms(w.products, NULL, 1024 * 1024, threads, RUNS, 1);
-      printf("name=nb_fusion_%s_gemms threads=%d ms=%.2f max_speedup=%.2f\n", name, threads, gemm_ms, ms[0] / gemm_ms);
-    }
+    printf(" speedup=%.2f\n", m.speedup);
+    if (w.products)
+      printf("name=nb_fusion_%s_gemms threads=%d ms=%.2f max_speedup=%.2f\n", name, threads, m.ms[2], m.max_speedup);
     for (int f = 0; f < 2; f++) {
       print_memory(name, f, threads, s[f]);
       nb_session_free(s[f]);

@@ -8,34 +8,59 @@
 #include "benchutil.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
 
 /* One pass of a step's products on buffers a, b and c (each large enough for every operand). */
 typedef void (*bench_products_fn)(const void *user, const float *a, const float *b, float *c);
 
+/* A step's products on operands of their own: fn(user, a, b, c) is one pass. */
+typedef struct bench_products {
+  bench_products_fn fn;
+  const void *user;
+  float *a, *b, *c;
+} bench_products;
+
+static inline void bench_products_free(bench_products *p) {
+  free(p->a);
+  free(p->b);
+  free(p->c);
+}
+
+/* Buffers of `floats` floats each, the operands written, and one pass (a warm-up);
+   false when out of memory. The operands are written because calloc's untouched pages are
+   all the one shared zero page, which stays in cache and would make every read free. */
+static inline bool bench_products_init(bench_products *p, bench_products_fn fn, const void *user, size_t floats) {
+  *p = (bench_products){fn, user, calloc(floats, sizeof(float)), calloc(floats, sizeof(float)),
+                        calloc(floats, sizeof(float))};
+  if (!p->a || !p->b || !p->c) {
+    bench_products_free(p);
+    return false;
+  }
+  for (size_t i = 0; i < floats; i++) p->a[i] = p->b[i] = (float)(i % 7) * 0.125f;
+  fn(user, p->a, p->b, p->c);
+  return true;
+}
+
+/* Seconds per pass of `reps` passes on `threads` GEMM threads. */
+static inline double bench_products_time(const bench_products *p, int threads, int reps) {
+  nbop_blas_set_threads(threads);
+  double t0 = bench_now();
+  for (int i = 0; i < reps; i++) p->fn(p->user, p->a, p->b, p->c);
+  return (bench_now() - t0) / reps;
+}
+
 /* Median ms per pass of products(user, ...) on `threads` GEMM threads: `runs` timings of
-   `reps` passes each, after one, on buffers of `floats` floats; NAN when out of memory.
-   The operands are written first: calloc's untouched pages are all the one shared zero
-   page, which stays in cache and would make every read free. */
+   `reps` passes each, after one, on buffers of `floats` floats; NAN when out of memory. */
 static inline double bench_products_ms(bench_products_fn products, const void *user, size_t floats, int threads,
                                        int runs, int reps) {
-  float *a = calloc(floats, sizeof *a), *b = calloc(floats, sizeof *b), *c = calloc(floats, sizeof *c);
-  double per_pass[16], ms = NAN;
+  bench_products p;
+  double per_pass[16];
   if (runs > 16) runs = 16;
-  if (a && b && c) {
-    for (size_t i = 0; i < floats; i++) a[i] = b[i] = (float)(i % 7) * 0.125f;
-    nbop_blas_set_threads(threads);
-    products(user, a, b, c);
-    for (int r = 0; r < runs; r++) {
-      double t0 = bench_now();
-      for (int i = 0; i < reps; i++) products(user, a, b, c);
-      per_pass[r] = (bench_now() - t0) / reps;
-    }
-    ms = 1e3 * bench_median(per_pass, runs);
-  }
-  free(a);
-  free(b);
-  free(c);
-  return ms;
+  if (!bench_products_init(&p, products, user, floats)) return NAN;
+  for (int r = 0; r < runs; r++) per_pass[r] = bench_products_time(&p, threads, reps);
+  bench_products_free(&p);
+  return 1e3 * bench_median(per_pass, runs);
 }
 
 #endif
