@@ -1,6 +1,8 @@
 /* bench/rnn: a tanh RNN, h_t = tanh(x_t W_ih + h_{t-1} W_hh + b), h_0 = 0, hidden 256,
    input 64, 100 steps, batch 32, float32, loss = mean(h_T^2); one forward + backward to
-   W_ih, W_hh and b, median of RUNS runs after a warm-up, on 1 and 2 threads:
+   W_ih, W_hh and b, median of RUNS runs after a warm-up, on 1 and 2 threads. Each round
+   runs every measurement at every thread count in turn, so all of them see the machine
+   alike however its speed moves:
      nb_rnn_graph   ms   nb_while in a graph, nb_gradients (the while_v2 gradient loop), one nb_run
      nb_rnn_eager   ms   nb_while in an eager context under a tape, nb_tape_gradient
      nb_rnn_accumulators  what the graph loop stacks for its gradient: count, and bytes
@@ -10,6 +12,8 @@
      nb_rnn_gemms   ms   the products alone: per step x_t W_ih and h W_hh forward, and
                           x_t^T dz, h^T dz (accumulated) and dz W_hh^T backward, through the
                           library's GEMM back to back: the floor it puts under both modes
+     nb_rnn_scaling  speedup_over_1  a mode's time on 1 thread over its time on T, the
+                          median of the ratios taken within a round
    Each timing line names the float32 GEMM's backend and kernel.
    bench/peers/rnn.py times the same computation in PyTorch, TensorFlow and JAX. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -27,7 +31,10 @@
 #define INPUT 64
 #define SEQ 100
 #define BATCH 32
-#define RUNS 7
+#define RUNS 9
+#define MAX_THREADS 2
+
+static const char *const MODES[3] = {"graph", "eager", "gemms"};
 
 typedef struct rnn {
   nb_tensor *wih, *whh, *b, *xs;
@@ -159,22 +166,33 @@ int main(int argc, char **argv) {
   printf("name=nb_rnn_accumulators count=%d bytes=%lld\n", nacc, stacked_bytes(acc_vals, nacc));
   for (int a = 0; a < nacc; a++) nb_tensor_free(acc_vals[a]);
   nb_tensor *fetch[4] = {loss, grads[0], grads[1], grads[2]};
+  if (max_threads < 1 || max_threads > MAX_THREADS) max_threads = MAX_THREADS;
+  bench_products prod;
+  if (!bench_products_init(&prod, rnn_products, NULL, HIDDEN * HIDDEN)) return 1;
+  double t[MAX_THREADS][3][RUNS]; /* graph, eager, gemms */
+  for (int r = -1; r < RUNS; r++)
+    for (int threads = 1; threads <= max_threads; threads++) {
+      nb_session_set_threads(s, threads);
+      nb_ctx_set_threads(e, threads);
+      double one[3] = {graph_run(s, feeds, vals, fetch, 4), eager_step(e, &ev), bench_products_time(&prod, threads, 1)};
+      for (int m = 0; r >= 0 && m < 3; m++) t[threads - 1][m][r] = one[m];
+    }
+  bench_products_free(&prod);
   for (int threads = 1; threads <= max_threads; threads++) {
-    double tg[RUNS], te[RUNS];
+    for (int m = 0; m < 3; m++) print_time(MODES[m], threads, bench_median(t[threads - 1][m], RUNS));
     nb_session_set_threads(s, threads);
-    nb_ctx_set_threads(e, threads);
     graph_run(s, feeds, vals, fetch, 4);
-    eager_step(e, &ev);
-    for (int i = 0; i < RUNS; i++) tg[i] = graph_run(s, feeds, vals, fetch, 4);
-    for (int i = 0; i < RUNS; i++) te[i] = eager_step(e, &ev);
-    print_time("graph", threads, bench_median(tg, RUNS));
-    print_time("eager", threads, bench_median(te, RUNS));
-    print_time("gemms", threads, 1e-3 * bench_products_ms(rnn_products, NULL, HIDDEN * HIDDEN, threads, RUNS, 1));
     nb_session_stats st;
     nb_session_get_stats(s, &st);
     printf("name=nb_rnn_graph_memory threads=%d allocs_per_step=%lld peak_mib=%.2f\n", threads,
            (long long)st.allocs_last_run, (double)st.peak_bytes_last_run / (1 << 20));
   }
+  for (int threads = 2; threads <= max_threads; threads++)
+    for (int m = 0; m < 2; m++) {
+      double q[RUNS];
+      for (int r = 0; r < RUNS; r++) q[r] = t[0][m][r] / t[threads - 1][m][r];
+      printf("name=nb_rnn_scaling mode=%s threads=%d speedup_over_1=%.2f\n", MODES[m], threads, bench_median(q, RUNS));
+    }
   nb_session_free(s);
   nb_ctx_free(c);
   nb_graph_free(g);
