@@ -4,7 +4,8 @@
        64, float32, synthetic data) built NHWC and built NCHW, each run by a session with
        every pass (passes=all) and with none (passes=none): step_ms, median of RUNS runs of
        STEPS steps after a warm-up, and how many Transposes the session's graph has. The
-       NCHW graph with the passes runs NHWC kernels.
+       NCHW graph with the passes runs NHWC kernels. The four sessions take turns, and
+       nchw_over_nhwc is the median of the ratios taken within a turn.
      - Node counts of the MLP 784-512-512-10 and LeNet-5 gradient graphs (tf.gradients of
        the mean loss with respect to every weight): the nodes the fetched gradients need
        before (pruned only) and after the passes, and how many of them are Transposes;
@@ -22,7 +23,7 @@
 #include <string.h>
 
 #define STEPS 10
-#define RUNS 5
+#define RUNS 7
 #define NPARAMS 10
 
 static const nb_session_opts all_passes = {NB_PASS_ALL}, no_passes = {0};
@@ -186,51 +187,76 @@ static void trainer_close(trainer *t, int nparams) {
   nb_graph_free(t->g);
 }
 
-/* Median ms per step of t run by a session with opts on `threads` threads; NAN on error.
-   *transposes: how many Transposes the session's graph has (-1 on error). */
-static double time_steps(trainer *t, const nb_session_opts *opts, int threads, int *transposes) {
+/* A session of t's graph with opts on `threads` threads; *transposes: how many Transposes
+   the graph it runs has (-1 on error). */
+static nb_session *open_session(trainer *t, const nb_session_opts *opts, int threads, int *transposes) {
   nb_session *s = nb_session_new_with_opts(t->g, opts);
   nb_session_set_threads(s, threads);
   const nb_graph *planned = NULL;
   *transposes = nb_session_planned_graph(s, t->feed, 2, &t->train, 1, &planned) ? -1 : count_transposes(planned);
-  double runs[RUNS];
-  nb_code code = NB_OK;
-  for (int r = -1; r < RUNS && !code; r++) { /* r == -1: the warm-up */
-    double t0 = bench_now();
-    for (int i = 0; i < STEPS && !code; i++) {
-      nb_tensor *out = NULL;
-      code = nb_run(s, t->feed, t->vals, 2, &t->train, 1, &out);
-      nb_tensor_free(out);
-    }
-    if (r >= 0) runs[r] = (bench_now() - t0) / STEPS;
-  }
-  if (code) fprintf(stderr, "optimize: run: %s\n", nb_session_error(s));
-  nb_session_free(s);
-  return code ? NAN : 1e3 * bench_median(runs, RUNS);
+  return s;
 }
 
+/* ms per step of STEPS steps of t on s; NAN on error. */
+static double steps_ms(trainer *t, nb_session *s) {
+  double t0 = bench_now();
+  for (int i = 0; i < STEPS; i++) {
+    nb_tensor *out = NULL;
+    nb_code code = nb_run(s, t->feed, t->vals, 2, &t->train, 1, &out);
+    nb_tensor_free(out);
+    if (code) {
+      fprintf(stderr, "optimize: run: %s\n", nb_session_error(s));
+      return NAN;
+    }
+  }
+  return 1e3 * (bench_now() - t0) / STEPS;
+}
+
+/* The median over rounds of ms[1][on][r] / ms[0][on][r]: NCHW over NHWC within a round. */
+static double nchw_over_nhwc(double ms[2][2][RUNS], int on) {
+  double q[RUNS];
+  for (int r = 0; r < RUNS; r++) q[r] = ms[1][on][r] / ms[0][on][r];
+  return bench_median(q, RUNS);
+}
+
+/* The four sessions (NHWC and NCHW, passes none and all) take turns, RUNS rounds of STEPS
+   steps each after a warm-up round, so all four see the machine alike. */
 static void bench_lenet(int threads) {
   nb_ctx *e = nb_eager_new();
-  double ms[2][2]; /* [layout NHWC, NCHW][passes none, all] */
   const char *layouts[2] = {"NHWC", "NCHW"};
+  model m[2] = {lenet(layouts[0]), lenet(layouts[1])};
+  trainer t[2];
+  nb_session *s[2][2] = {{NULL}};
+  int transposes[2][2];
+  bool ok = true;
   for (int l = 0; l < 2; l++) {
-    model m = lenet(layouts[l]);
-    trainer t;
-    bool ok = trainer_open(&t, &m, e);
-    for (int on = 0; on < 2; on++) {
-      int transposes = -1;
-      ms[l][on] = ok ? time_steps(&t, on ? &all_passes : &no_passes, threads, &transposes) : NAN;
+    ok = trainer_open(&t[l], &m[l], e) && ok;
+    for (int on = 0; on < 2; on++)
+      s[l][on] = open_session(&t[l], on ? &all_passes : &no_passes, threads, &transposes[l][on]);
+  }
+  double ms[2][2][RUNS];
+  for (int r = -1; r < RUNS && ok; r++)
+    for (int l = 0; l < 2; l++)
+      for (int on = 0; on < 2 && ok; on++) {
+        double one = steps_ms(&t[l], s[l][on]);
+        ok = !isnan(one);
+        if (r >= 0) ms[l][on][r] = one;
+      }
+  for (int l = 0; l < 2; l++)
+    for (int on = 0; on < 2; on++)
       printf(
           "name=nb_optimize_train_step model=lenet layout=%s passes=%s batch=64 threads=%d step_ms=%.3f "
           "transposes=%d\n",
-          layouts[l], on ? "all" : "none", threads, ms[l][on], transposes);
-    }
-    trainer_close(&t, m.nparams);
+          layouts[l], on ? "all" : "none", threads, ok ? bench_median(ms[l][on], RUNS) : NAN, transposes[l][on]);
+  if (ok)
+    printf(
+        "name=nb_optimize_layout model=lenet threads=%d nchw_over_nhwc_passes_all=%.3f "
+        "nchw_over_nhwc_passes_none=%.3f\n",
+        threads, nchw_over_nhwc(ms, 1), nchw_over_nhwc(ms, 0));
+  for (int l = 0; l < 2; l++) {
+    for (int on = 0; on < 2; on++) nb_session_free(s[l][on]);
+    trainer_close(&t[l], m[l].nparams);
   }
-  printf(
-      "name=nb_optimize_layout model=lenet threads=%d nchw_over_nhwc_passes_all=%.3f "
-      "nchw_over_nhwc_passes_none=%.3f\n",
-      threads, ms[1][1] / ms[0][1], ms[1][0] / ms[0][0]);
   nb_ctx_free(e);
 }
 
