@@ -91,6 +91,18 @@ static inline double bench_peak_measure(int threads) {
   double best = peak_best(isa, threads, iters, 30);
   return 2.0 * PEAK_CHAINS * isa.lanes * (double)iters * threads / best * 1e-9;
 }
+
+/* How many times one thread's FMA rate `threads` threads reach now: threads x the best of
+   three ~2 ms passes on one thread over the best of three on `threads`. On a VM whose
+   second vCPU shares a physical core (or is busy on the host) some minutes, this is what
+   a speedup from threads measured in the same minute can reach. */
+static inline double bench_peak_scaling_now(int threads) {
+  static long iters;
+  peak_isa isa = bench_peak_isa();
+  if (!iters)
+    for (iters = 1 << 10; peak_best(isa, 1, iters, 3) < 0.002;) iters *= 2;
+  return threads * peak_best(isa, 1, iters, 3) / peak_best(isa, threads, iters, 3);
+}
 #else
 typedef struct peak_isa {
   const char *name;
@@ -99,6 +111,10 @@ static inline peak_isa bench_peak_isa(void) { return (peak_isa){"unknown"}; }
 static inline double bench_peak_measure(int threads) {
   (void)threads;
   return 0;
+}
+static inline double bench_peak_scaling_now(int threads) {
+  (void)threads;
+  return NAN;
 }
 #endif
 

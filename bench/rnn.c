@@ -12,8 +12,10 @@
      nb_rnn_gemms   ms   the products alone: per step x_t W_ih and h W_hh forward, and
                           x_t^T dz, h^T dz (accumulated) and dz W_hh^T backward, through the
                           library's GEMM back to back: the floor it puts under both modes
-     nb_rnn_scaling  speedup_over_1  a mode's time on 1 thread over its time on T, the
-                          median of the ratios taken within a round
+     nb_rnn_scaling  speedup_over_1  a mode's (or the products') time on 1 thread over its
+                          time on T, the median of the ratios taken within a round;
+                          peak_speedup: T threads' FMA rate over one's in the same rounds
+                          (bench_peak_scaling_now), the most threads could give then
    Each timing line names the float32 GEMM's backend and kernel.
    bench/peers/rnn.py times the same computation in PyTorch, TensorFlow and JAX. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -21,6 +23,7 @@
 
 #include "../src/graph/graph.h" /* the While node's accumulators and the blocks behind them */
 #include "../src/ops/blas.h"    /* the float32 GEMM's backend and kernel */
+#include "peak.h"
 #include "products.h"
 
 #include <math.h>
@@ -170,8 +173,10 @@ int main(int argc, char **argv) {
   bench_products prod;
   if (!bench_products_init(&prod, rnn_products, NULL, HIDDEN * HIDDEN)) return 1;
   double t[MAX_THREADS][3][RUNS]; /* graph, eager, gemms */
+  double peak_speedup[MAX_THREADS][RUNS];
   for (int r = -1; r < RUNS; r++)
     for (int threads = 1; threads <= max_threads; threads++) {
+      if (r >= 0 && threads > 1) peak_speedup[threads - 1][r] = bench_peak_scaling_now(threads);
       nb_session_set_threads(s, threads);
       nb_ctx_set_threads(e, threads);
       double one[3] = {graph_run(s, feeds, vals, fetch, 4), eager_step(e, &ev), bench_products_time(&prod, threads, 1)};
@@ -188,10 +193,11 @@ int main(int argc, char **argv) {
            (long long)st.allocs_last_run, (double)st.peak_bytes_last_run / (1 << 20));
   }
   for (int threads = 2; threads <= max_threads; threads++)
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 3; m++) {
       double q[RUNS];
       for (int r = 0; r < RUNS; r++) q[r] = t[0][m][r] / t[threads - 1][m][r];
-      printf("name=nb_rnn_scaling mode=%s threads=%d speedup_over_1=%.2f\n", MODES[m], threads, bench_median(q, RUNS));
+      printf("name=nb_rnn_scaling mode=%s threads=%d speedup_over_1=%.2f peak_speedup=%.2f\n", MODES[m], threads,
+             bench_median(q, RUNS), bench_median(peak_speedup[threads - 1], RUNS));
     }
   nb_session_free(s);
   nb_ctx_free(c);
