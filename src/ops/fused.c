@@ -17,7 +17,6 @@
 #include <string.h>
 
 #define NCHUNK 16 /* row chunks of a program with a reduction: its threads' work units */
-#define LANES 8   /* independent accumulators of a contiguous sum */
 /* Elements per block: a program's block buffers (4 KiB each in float32) then stay in L1/L2
    (at 4096, LayerNorm's groups missed L1 twice as often as the unfused ops). */
 #define BLOCK 1024
@@ -305,46 +304,12 @@ static void expand(const fused_run *r, arg_class cls, const char *x, char *dst, 
   }
 }
 
-/* The sum of x[0..n) in double as the Reduce kernel adds a segment (reduce.c), so a row
-   sum within one block has its bits: short segments in order, longer ones in LANES
-   interleaved partial sums (they vectorize), the tail into the first, then added in order. */
-#define SEGMENT_SUM                                              \
-  double lane[LANES] = {0}, a = 0;                               \
-  if (n < 2 * LANES) {                                           \
-    for (int64_t i = 0; i < n; i++) a += (double)x[i];           \
-    return a;                                                    \
-  }                                                              \
-  int64_t i = 0;                                                 \
-  for (; i + LANES <= n; i += LANES)                             \
-    for (int j = 0; j < LANES; j++) lane[j] += (double)x[i + j]; \
-  for (; i < n; i++) lane[0] += (double)x[i];                    \
-  for (int j = 0; j < LANES; j++) a += lane[j];                  \
-  return a;
-
-NBOP_SIMD_CLONES static double sum_f32(const float *x, int64_t n){SEGMENT_SUM}
-
-NBOP_SIMD_CLONES static double sum_f64(const double *x, int64_t n) {
-  SEGMENT_SUM
-}
-
+/* The sum of x[0..n) in double, started from zero as the Reduce kernel starts a segment's,
+   so a row sum within one block has its bits. */
 static double sum_of(const fused_run *r, const char *x, int64_t n) {
-  return r->esz == sizeof(float) ? sum_f32((const float *)x, n) : sum_f64((const double *)x, n);
-}
-
-/* acc[j] += x[j] for j < n. */
-NBOP_SIMD_CLONES static void add_f32(double *restrict acc, const float *restrict x, int64_t n) {
-  for (int64_t j = 0; j < n; j++) acc[j] += (double)x[j];
-}
-
-NBOP_SIMD_CLONES static void add_f64(double *restrict acc, const double *restrict x, int64_t n) {
-  for (int64_t j = 0; j < n; j++) acc[j] += x[j];
-}
-
-static void add_into(const fused_run *r, double *acc, const char *x, int64_t n) {
-  if (r->esz == sizeof(float))
-    add_f32(acc, (const float *)x, n);
-  else
-    add_f64(acc, (const double *)x, n);
+  double a = 0;
+  nbop_float_sum_segment(r->p->dtype, &a, x, n);
+  return a;
 }
 
 /* Reduction member i adds the block x (positions [s, s + n), in chunk c) to its sums. */
@@ -360,7 +325,7 @@ static void reduce_block(const fused_run *r, int32_t i, const char *x, int64_t s
     if (r->red[i] == RED_ROWS)
       acc[row] += sum_of(r, piece, m);
     else
-      add_into(r, acc + c * r->inner + col, piece, m);
+      nbop_float_sum_rows(r->p->dtype, acc + c * r->inner + col, piece, m);
   }
 }
 

@@ -50,7 +50,7 @@ typedef struct reducer {
     ACC *a = pa;                                                                                    \
     for (int64_t j = 0; j < n; j++) a[j] = INIT;                                                    \
   }                                                                                                 \
-  static void op##_rows_##sfx(void *pa, const void *px, int64_t n) {                                \
+  NBOP_SIMD_CLONES static void op##_rows_##sfx(void *pa, const void *px, int64_t n) {               \
     ACC *a = pa;                                                                                    \
     const T *x = px;                                                                                \
     for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], (ACC)x[j]);                                     \
@@ -60,7 +60,7 @@ typedef struct reducer {
     const ACC *b = pb;                                                                              \
     for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], b[j]);                                          \
   }                                                                                                 \
-  static void op##_seg_##sfx(void *pa, const void *px, int64_t n) {                                 \
+  NBOP_SIMD_CLONES static void op##_seg_##sfx(void *pa, const void *px, int64_t n) {                \
     const T *x = px;                                                                                \
     if (n < 2 * LANES) {                                                                            \
       ACC a = *(ACC *)pa;                                                                           \
@@ -772,6 +772,14 @@ static nbop_def reduce_ops[OP_COUNT] = {
     [OP_CUMSUM] = SCAN_OP("Cumsum", cumsum_impl),
     [OP_CUMPROD] = SCAN_OP("Cumprod", cumprod_impl),
 };
+
+void nbop_float_sum_segment(nb_dtype t, double *acc, const void *x, int64_t n) {
+  (t == NB_F32 ? sum_seg_f32 : sum_seg_f64)(acc, x, n);
+}
+
+void nbop_float_sum_rows(nb_dtype t, double *acc, const void *x, int64_t n) {
+  (t == NB_F32 ? sum_rows_f32 : sum_rows_f64)(acc, x, n);
+}
 
 nbop_family nbop_reduce_family(void) { return (nbop_family){reduce_ops, OP_COUNT}; }
 
