@@ -11,7 +11,9 @@
    and the step's GFLOP/s and fraction of this core's measured peak (bench/peak.h) from
    model_step_flops. For the MLP, nb_train_step_gemms times the step's products alone
    (forward, weight and input gradients through the library's GEMM, back to back on
-   buffers of their shapes): the floor this GEMM puts under the step, beside it.
+   buffers of their shapes): the floor this GEMM puts under the step, beside it, and
+   nb_train_step_over_gemms each mode's step over it. The modes (and the products) take
+   turns, STEPS steps each per round, and the ratios are medians of per-round ratios.
    Usage: train_step [mlp|lenet|all] [graph|eager|all] [threads]: only those (the peak RSS
    of one configuration alone); no arguments: all of them. The last line is the process's peak
    RSS (ru_maxrss), as the peer scripts print theirs. */
@@ -174,58 +176,111 @@ static bool eager_step(nb_ctx *c, const model *m, nb_optimizer *o, nb_tensor *x,
   return nb_status(c) == NB_OK;
 }
 
-/* One configuration's median step time in ms; NAN on failure (the error printed). */
-static double time_eager(nb_ctx *c, const model *m, nb_tensor *x, nb_tensor *labels) {
-  nb_optimizer *o = nb_sgd_new(LR);
-  double runs[RUNS];
-  bool ok = o != NULL;
-  for (int i = 0; i < 3 && ok; i++) ok = eager_step(c, m, o, x, labels);
-  for (int r = 0; r < RUNS && ok; r++) {
-    double t0 = bench_now();
-    for (int i = 0; i < STEPS && ok; i++) ok = eager_step(c, m, o, x, labels);
-    runs[r] = (bench_now() - t0) / STEPS;
-  }
-  nb_optimizer_free(o);
+/* ms per step of STEPS eager steps; NAN on failure (the error printed). */
+static double eager_steps_ms(nb_ctx *c, const model *m, nb_optimizer *o, nb_tensor *x, nb_tensor *labels) {
+  double t0 = bench_now();
+  bool ok = true;
+  for (int i = 0; i < STEPS && ok; i++) ok = eager_step(c, m, o, x, labels);
   if (!ok) fprintf(stderr, "train_step: %s eager: %s\n", m->name, nb_error(c));
-  return ok ? 1e3 * bench_median(runs, RUNS) : NAN;
+  return ok ? 1e3 * (bench_now() - t0) / STEPS : NAN;
 }
 
-static bool run_graph_step(nb_session *s, nb_tensor *const *feed, nb_tensor *const *vals, nb_tensor *train) {
-  nb_tensor *out = NULL;
-  nb_code code = nb_run(s, feed, vals, 2, &train, 1, &out);
-  nb_tensor_free(out);
-  if (code) fprintf(stderr, "train_step: graph: %s\n", nb_session_error(s));
-  return code == NB_OK;
+/* The graph-mode step: nb_gradients and the optimizer's update nodes, run by a session. */
+typedef struct graph_step {
+  nb_graph *g;
+  nb_ctx *gc;
+  nb_session *s;
+  nb_optimizer *o;
+  nb_tensor *feed[2], *vals[2], *train;
+} graph_step;
+
+static void graph_step_close(graph_step *gs) {
+  nb_session_free(gs->s);
+  nb_ctx_free(gs->gc);
+  nb_graph_free(gs->g);
+  nb_optimizer_free(gs->o);
 }
 
-static double time_graph(const model *m, int threads, nb_tensor *x, nb_tensor *labels) {
-  nb_graph *g = nb_graph_new();
-  nb_ctx *gc = nb_graph_ctx_new(g);
-  nb_session *s = nb_session_new(g);
-  nb_optimizer *o = nb_sgd_new(LR);
-  nb_session_set_threads(s, threads);
-  nb_tensor *xp = nb_placeholder(gc, NB_F32, m->x_rank, m->x_shape, "x");
-  nb_tensor *lp = nb_placeholder(gc, NB_I32, 1, &m->batch, "labels");
-  nb_tensor *p[MAX_VARS], *d[MAX_VARS], *train = NULL;
-  for (int i = 0; i < m->nvars; i++) p[i] = nb_variable_read(gc, m->vars[i]);
-  nb_tensor *loss = mean_loss(gc, m, p, xp, lp);
-  nb_gradients(gc, &loss, 1, p, m->nvars, NULL, d);
-  nb_optimizer_apply(o, gc, d, m->vars, m->nvars, &train);
-  bool ok = nb_status(gc) == NB_OK;
-  if (!ok) fprintf(stderr, "train_step: %s graph build: %s\n", m->name, nb_error(gc));
-  nb_tensor *feed[2] = {xp, lp}, *vals[2] = {x, labels};
-  double runs[RUNS];
-  for (int i = 0; i < 3 && ok; i++) ok = run_graph_step(s, feed, vals, train);
-  for (int r = 0; r < RUNS && ok; r++) {
-    double t0 = bench_now();
-    for (int i = 0; i < STEPS && ok; i++) ok = run_graph_step(s, feed, vals, train);
-    runs[r] = (bench_now() - t0) / STEPS;
+static bool graph_step_open(graph_step *gs, const model *m, int threads, nb_tensor *x, nb_tensor *labels) {
+  gs->g = nb_graph_new();
+  gs->gc = nb_graph_ctx_new(gs->g);
+  gs->s = nb_session_new(gs->g);
+  gs->o = nb_sgd_new(LR);
+  nb_session_set_threads(gs->s, threads);
+  nb_tensor *xp = nb_placeholder(gs->gc, NB_F32, m->x_rank, m->x_shape, "x");
+  nb_tensor *lp = nb_placeholder(gs->gc, NB_I32, 1, &m->batch, "labels");
+  nb_tensor *p[MAX_VARS], *d[MAX_VARS];
+  for (int i = 0; i < m->nvars; i++) p[i] = nb_variable_read(gs->gc, m->vars[i]);
+  nb_tensor *loss = mean_loss(gs->gc, m, p, xp, lp);
+  nb_gradients(gs->gc, &loss, 1, p, m->nvars, NULL, d);
+  gs->train = NULL;
+  nb_optimizer_apply(gs->o, gs->gc, d, m->vars, m->nvars, &gs->train);
+  *gs = (graph_step){gs->g, gs->gc, gs->s, gs->o, {xp, lp}, {x, labels}, gs->train};
+  if (nb_status(gs->gc)) fprintf(stderr, "train_step: %s graph build: %s\n", m->name, nb_error(gs->gc));
+  return nb_status(gs->gc) == NB_OK;
+}
+
+/* ms per step of STEPS graph steps; NAN on failure (the error printed). */
+static double graph_steps_ms(graph_step *gs) {
+  double t0 = bench_now();
+  for (int i = 0; i < STEPS; i++) {
+    nb_tensor *out = NULL;
+    nb_code code = nb_run(gs->s, gs->feed, gs->vals, 2, &gs->train, 1, &out);
+    nb_tensor_free(out);
+    if (code) {
+      fprintf(stderr, "train_step: graph: %s\n", nb_session_error(gs->s));
+      return NAN;
+    }
   }
-  nb_session_free(s);
-  nb_ctx_free(gc);
-  nb_graph_free(g);
+  return 1e3 * (bench_now() - t0) / STEPS;
+}
+
+enum { GRAPH, EAGER, PRODUCTS, NKINDS };
+
+/* The median over rounds of t[a][r] / t[b][r]. */
+static double ratio_median(double t[NKINDS][RUNS], int a, int b) {
+  double q[RUNS];
+  for (int r = 0; r < RUNS; r++) q[r] = t[a][r] / t[b][r];
+  return bench_median(q, RUNS);
+}
+
+/* The wanted modes (and for the MLP with no mode asked, its products alone) on `threads`
+   threads, taking turns: RUNS rounds of STEPS steps of each, after a warm-up round, so
+   every figure and every ratio sees the machine alike. */
+static bool bench_threads(nb_ctx *c, model *m, nb_tensor *x, nb_tensor *labels, int threads, const char *only_mode) {
+  bool want[NKINDS] = {!only_mode || strcmp(only_mode, "graph") == 0, !only_mode || strcmp(only_mode, "eager") == 0,
+                       m->x_rank == 2 && !only_mode};
+  graph_step gs = {0};
+  bench_products prod = {0};
+  nb_optimizer *o = nb_sgd_new(LR);
+  bool ok = o && (!want[GRAPH] || graph_step_open(&gs, m, threads, x, labels)) &&
+            (!want[PRODUCTS] || bench_products_init(&prod, dense_step_products, m, largest_operand(m)));
+  double t[NKINDS][RUNS];
+  nb_ctx_set_threads(c, threads);
+  for (int r = -1; r < RUNS && ok; r++)
+    for (int k = 0; k < NKINDS && ok; k++) {
+      if (!want[k]) continue;
+      double ms = k == GRAPH   ? graph_steps_ms(&gs)
+                  : k == EAGER ? eager_steps_ms(c, m, o, x, labels)
+                               : 1e3 * bench_products_time(&prod, threads, STEPS);
+      ok = !isnan(ms);
+      if (r >= 0) t[k][r] = ms;
+    }
+  if (want[GRAPH]) graph_step_close(&gs);
+  if (want[PRODUCTS]) bench_products_free(&prod);
   nb_optimizer_free(o);
-  return ok ? 1e3 * bench_median(runs, RUNS) : NAN;
+  for (int k = 0; k < 2 && ok; k++)
+    if (want[k]) print_step(m, k == GRAPH ? "graph" : "eager", threads, bench_median(t[k], RUNS));
+  if (ok && want[PRODUCTS]) {
+    double ms = bench_median(t[PRODUCTS], RUNS), gflops = model_step_flops(m) / (ms * 1e-3) * 1e-9;
+    printf("name=nb_train_step_gemms model=%s batch=%lld threads=%d backend=%s ms=%.3f gflops=%.1f frac_peak=%.3f\n",
+           m->name, (long long)m->batch, threads, nbop_gemm_backend_name(NB_F32), ms, gflops,
+           bench_frac_peak(gflops, threads));
+    printf("name=nb_train_step_over_gemms model=%s threads=%d graph=%.3f eager=%.3f\n", m->name, threads,
+           ratio_median(t, GRAPH, PRODUCTS), ratio_median(t, EAGER, PRODUCTS));
+  }
+  fflush(stdout);
+  return ok;
 }
 
 static bool bench_model(bool (*make)(nb_ctx *, model *), const char *only_mode, int only_threads) {
@@ -235,28 +290,8 @@ static bool bench_model(bool (*make)(nb_ctx *, model *), const char *only_mode, 
   nb_tensor *x = NULL, *labels = NULL;
   if (ok) make_batch(c, &m, &x, &labels);
   ok = ok && nb_status(c) == NB_OK;
-  for (int threads = 1; threads <= 2 && ok; threads++) {
-    if (only_threads && threads != only_threads) continue;
-    nb_ctx_set_threads(c, threads);
-    if (!only_mode || strcmp(only_mode, "graph") == 0) {
-      double ms = time_graph(&m, threads, x, labels);
-      ok = !isnan(ms);
-      print_step(&m, "graph", threads, ms);
-    }
-    if (ok && (!only_mode || strcmp(only_mode, "eager") == 0)) {
-      double ms = time_eager(c, &m, x, labels);
-      ok = !isnan(ms);
-      print_step(&m, "eager", threads, ms);
-    }
-    if (ok && m.x_rank == 2 && !only_mode) {
-      double ms = bench_products_ms(dense_step_products, &m, largest_operand(&m), threads, RUNS, STEPS),
-             gflops = model_step_flops(&m) / (ms * 1e-3) * 1e-9;
-      printf("name=nb_train_step_gemms model=%s batch=%lld threads=%d backend=%s ms=%.3f gflops=%.1f frac_peak=%.3f\n",
-             m.name, (long long)m.batch, threads, nbop_gemm_backend_name(NB_F32), ms, gflops,
-             bench_frac_peak(gflops, threads));
-    }
-    fflush(stdout);
-  }
+  for (int threads = 1; threads <= 2 && ok; threads++)
+    if (!only_threads || threads == only_threads) ok = bench_threads(c, &m, x, labels, threads, only_mode);
   for (int i = 0; c && i < m.nvars; i++) nb_variable_free(m.vars[i]);
   nb_ctx_free(c);
   return ok;
