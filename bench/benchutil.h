@@ -4,8 +4,10 @@
 
 #include <nabla.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,10 +40,16 @@ static inline int bench_cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Median of v[0..n) (sorts v). */
-static inline double bench_median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
-  return v[n / 2];
+/* Median of v[0..n) (the upper middle one for even n; NAN when out of memory). v stays as
+   it is: benchmarks pair v[r] with other arrays' r-th entries, a round's timings. */
+static inline double bench_median(const double *v, int n) {
+  double *sorted = malloc((size_t)n * sizeof *sorted + 1), median;
+  if (!sorted) return NAN;
+  memcpy(sorted, v, (size_t)n * sizeof *sorted);
+  qsort(sorted, (size_t)n, sizeof *sorted, bench_cmp_double);
+  median = sorted[n / 2];
+  free(sorted);
+  return median;
 }
 
 /* Seconds for reps calls of call(c, arg), each inside its own scope of c. */

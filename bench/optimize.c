@@ -219,29 +219,43 @@ static double nchw_over_nhwc(double ms[2][2][RUNS], int on) {
   return bench_median(q, RUNS);
 }
 
-/* The four sessions (NHWC and NCHW, passes none and all) take turns, RUNS rounds of STEPS
-   steps each after a warm-up round, so all four see the machine alike. */
+/* Both layouts' trainers and their sessions with passes none and all; false when a trainer
+   could not be built (its sessions then NULL). */
+static bool open_lenets(nb_ctx *e, model *m, trainer *t, nb_session *s[2][2], int transposes[2][2], int threads) {
+  bool ok = true;
+  for (int l = 0; l < 2; l++) {
+    bool opened = trainer_open(&t[l], &m[l], e);
+    for (int on = 0; on < 2; on++) {
+      transposes[l][on] = -1;
+      s[l][on] = opened ? open_session(&t[l], on ? &all_passes : &no_passes, threads, &transposes[l][on]) : NULL;
+    }
+    ok = ok && opened;
+  }
+  return ok;
+}
+
+/* The four sessions take turns, RUNS rounds of STEPS steps each after a warm-up round, so
+   all four see the machine alike; false on a failed run. */
+static bool time_rounds(trainer *t, nb_session *s[2][2], double ms[2][2][RUNS]) {
+  for (int r = -1; r < RUNS; r++)
+    for (int l = 0; l < 2; l++)
+      for (int on = 0; on < 2; on++) {
+        double one = steps_ms(&t[l], s[l][on]);
+        if (isnan(one)) return false;
+        if (r >= 0) ms[l][on][r] = one;
+      }
+  return true;
+}
+
 static void bench_lenet(int threads) {
   nb_ctx *e = nb_eager_new();
   const char *layouts[2] = {"NHWC", "NCHW"};
   model m[2] = {lenet(layouts[0]), lenet(layouts[1])};
   trainer t[2];
-  nb_session *s[2][2] = {{NULL}};
+  nb_session *s[2][2];
   int transposes[2][2];
-  bool ok = true;
-  for (int l = 0; l < 2; l++) {
-    ok = trainer_open(&t[l], &m[l], e) && ok;
-    for (int on = 0; on < 2; on++)
-      s[l][on] = open_session(&t[l], on ? &all_passes : &no_passes, threads, &transposes[l][on]);
-  }
   double ms[2][2][RUNS];
-  for (int r = -1; r < RUNS && ok; r++)
-    for (int l = 0; l < 2; l++)
-      for (int on = 0; on < 2 && ok; on++) {
-        double one = steps_ms(&t[l], s[l][on]);
-        ok = !isnan(one);
-        if (r >= 0) ms[l][on][r] = one;
-      }
+  bool ok = open_lenets(e, m, t, s, transposes, threads) && time_rounds(t, s, ms);
   for (int l = 0; l < 2; l++)
     for (int on = 0; on < 2; on++)
       printf(

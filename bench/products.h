@@ -7,7 +7,6 @@
 #include "../src/ops/blas.h"
 #include "benchutil.h"
 
-#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -48,19 +47,6 @@ static inline double bench_products_time(const bench_products *p, int threads, i
   double t0 = bench_now();
   for (int i = 0; i < reps; i++) p->fn(p->user, p->a, p->b, p->c);
   return (bench_now() - t0) / reps;
-}
-
-/* Median ms per pass of products(user, ...) on `threads` GEMM threads: `runs` timings of
-   `reps` passes each, after one, on buffers of `floats` floats; NAN when out of memory. */
-static inline double bench_products_ms(bench_products_fn products, const void *user, size_t floats, int threads,
-                                       int runs, int reps) {
-  bench_products p;
-  double per_pass[16];
-  if (runs > 16) runs = 16;
-  if (!bench_products_init(&p, products, user, floats)) return NAN;
-  for (int r = 0; r < runs; r++) per_pass[r] = bench_products_time(&p, threads, reps);
-  bench_products_free(&p);
-  return 1e3 * bench_median(per_pass, runs);
 }
 
 #endif

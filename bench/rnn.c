@@ -139,8 +139,58 @@ static void print_time(const char *mode, int threads, double seconds) {
          1e3 * seconds);
 }
 
+/* What one turn runs: the graph loop, the eager loop and the products alone. */
+typedef struct rnn_runs {
+  nb_session *s;
+  nb_ctx *e;
+  rnn *ev;
+  nb_tensor **feeds, **vals, **fetch;
+  bench_products prod;
+} rnn_runs;
+
+/* Every thread count 1..max_threads takes its turn each round, RUNS rounds after a warm-up
+   one; a turn times the three in order, and beside the turns of T > 1 threads the FMA
+   peak's scaling is measured. t[T - 1][mode][round] in seconds. */
+static void time_rounds(rnn_runs *x, int max_threads, double t[MAX_THREADS][3][RUNS],
+                        double peak_speedup[MAX_THREADS][RUNS]) {
+  for (int r = -1; r < RUNS; r++)
+    for (int threads = 1; threads <= max_threads; threads++) {
+      if (r >= 0 && threads > 1) peak_speedup[threads - 1][r] = bench_peak_scaling_now(threads);
+      nb_session_set_threads(x->s, threads);
+      nb_ctx_set_threads(x->e, threads);
+      double graph = graph_run(x->s, x->feeds, x->vals, x->fetch, 4);
+      double eager = eager_step(x->e, x->ev);
+      double gemms = bench_products_time(&x->prod, threads, 1);
+      if (r < 0) continue;
+      t[threads - 1][0][r] = graph;
+      t[threads - 1][1][r] = eager;
+      t[threads - 1][2][r] = gemms;
+    }
+}
+
+/* The graph session's block accounting after one more run on `threads` threads. */
+static void print_memory(nb_session *s, nb_tensor **feeds, nb_tensor **vals, nb_tensor **fetch, int threads) {
+  nb_session_stats st;
+  nb_session_set_threads(s, threads);
+  graph_run(s, feeds, vals, fetch, 4);
+  nb_session_get_stats(s, &st);
+  printf("name=nb_rnn_graph_memory threads=%d allocs_per_step=%lld peak_mib=%.2f\n", threads,
+         (long long)st.allocs_last_run, (double)st.peak_bytes_last_run / (1 << 20));
+}
+
+/* Each mode's one-thread time over its T-thread time, round by round, and the peak's. */
+static void print_scaling(int max_threads, double t[MAX_THREADS][3][RUNS], double peak_speedup[MAX_THREADS][RUNS]) {
+  for (int threads = 2; threads <= max_threads; threads++)
+    for (int m = 0; m < 3; m++) {
+      double q[RUNS];
+      for (int r = 0; r < RUNS; r++) q[r] = t[0][m][r] / t[threads - 1][m][r];
+      printf("name=nb_rnn_scaling mode=%s threads=%d speedup_over_1=%.2f peak_speedup=%.2f\n", MODES[m], threads,
+             bench_median(q, RUNS), bench_median(peak_speedup[threads - 1], RUNS));
+    }
+}
+
 int main(int argc, char **argv) {
-  int max_threads = argc > 1 ? atoi(argv[1]) : 2; /* rnn [max threads] */
+  int max_threads = argc > 1 ? atoi(argv[1]) : MAX_THREADS; /* rnn [max threads, 1 or 2] */
   srand(1);
   nb_ctx *e = nb_eager_new();
   int64_t swih[2] = {INPUT, HIDDEN}, swhh[2] = {HIDDEN, HIDDEN}, sb[1] = {HIDDEN}, sxs[3] = {SEQ, BATCH, INPUT};
@@ -170,35 +220,19 @@ int main(int argc, char **argv) {
   for (int a = 0; a < nacc; a++) nb_tensor_free(acc_vals[a]);
   nb_tensor *fetch[4] = {loss, grads[0], grads[1], grads[2]};
   if (max_threads < 1 || max_threads > MAX_THREADS) max_threads = MAX_THREADS;
-  bench_products prod;
-  if (!bench_products_init(&prod, rnn_products, NULL, HIDDEN * HIDDEN)) return 1;
-  double t[MAX_THREADS][3][RUNS]; /* graph, eager, gemms */
-  double peak_speedup[MAX_THREADS][RUNS];
-  for (int r = -1; r < RUNS; r++)
-    for (int threads = 1; threads <= max_threads; threads++) {
-      if (r >= 0 && threads > 1) peak_speedup[threads - 1][r] = bench_peak_scaling_now(threads);
-      nb_session_set_threads(s, threads);
-      nb_ctx_set_threads(e, threads);
-      double one[3] = {graph_run(s, feeds, vals, fetch, 4), eager_step(e, &ev), bench_products_time(&prod, threads, 1)};
-      for (int m = 0; r >= 0 && m < 3; m++) t[threads - 1][m][r] = one[m];
-    }
-  bench_products_free(&prod);
+  rnn_runs x = {s, e, &ev, feeds, vals, fetch, {0}};
+  if (!bench_products_init(&x.prod, rnn_products, NULL, HIDDEN * HIDDEN)) {
+    fprintf(stderr, "rnn: out of memory for the products' operands\n");
+    return 1;
+  }
+  double t[MAX_THREADS][3][RUNS], peak_speedup[MAX_THREADS][RUNS];
+  time_rounds(&x, max_threads, t, peak_speedup);
+  bench_products_free(&x.prod);
   for (int threads = 1; threads <= max_threads; threads++) {
     for (int m = 0; m < 3; m++) print_time(MODES[m], threads, bench_median(t[threads - 1][m], RUNS));
-    nb_session_set_threads(s, threads);
-    graph_run(s, feeds, vals, fetch, 4);
-    nb_session_stats st;
-    nb_session_get_stats(s, &st);
-    printf("name=nb_rnn_graph_memory threads=%d allocs_per_step=%lld peak_mib=%.2f\n", threads,
-           (long long)st.allocs_last_run, (double)st.peak_bytes_last_run / (1 << 20));
+    print_memory(s, feeds, vals, fetch, threads);
   }
-  for (int threads = 2; threads <= max_threads; threads++)
-    for (int m = 0; m < 3; m++) {
-      double q[RUNS];
-      for (int r = 0; r < RUNS; r++) q[r] = t[0][m][r] / t[threads - 1][m][r];
-      printf("name=nb_rnn_scaling mode=%s threads=%d speedup_over_1=%.2f peak_speedup=%.2f\n", MODES[m], threads,
-             bench_median(q, RUNS), bench_median(peak_speedup[threads - 1], RUNS));
-    }
+  print_scaling(max_threads, t, peak_speedup);
   nb_session_free(s);
   nb_ctx_free(c);
   nb_graph_free(g);

@@ -207,15 +207,16 @@ static bool graph_step_open(graph_step *gs, const model *m, int threads, nb_tens
   gs->s = nb_session_new(gs->g);
   gs->o = nb_sgd_new(LR);
   nb_session_set_threads(gs->s, threads);
-  nb_tensor *xp = nb_placeholder(gs->gc, NB_F32, m->x_rank, m->x_shape, "x");
-  nb_tensor *lp = nb_placeholder(gs->gc, NB_I32, 1, &m->batch, "labels");
+  gs->feed[0] = nb_placeholder(gs->gc, NB_F32, m->x_rank, m->x_shape, "x");
+  gs->feed[1] = nb_placeholder(gs->gc, NB_I32, 1, &m->batch, "labels");
+  gs->vals[0] = x;
+  gs->vals[1] = labels;
   nb_tensor *p[MAX_VARS], *d[MAX_VARS];
   for (int i = 0; i < m->nvars; i++) p[i] = nb_variable_read(gs->gc, m->vars[i]);
-  nb_tensor *loss = mean_loss(gs->gc, m, p, xp, lp);
+  nb_tensor *loss = mean_loss(gs->gc, m, p, gs->feed[0], gs->feed[1]);
   nb_gradients(gs->gc, &loss, 1, p, m->nvars, NULL, d);
   gs->train = NULL;
   nb_optimizer_apply(gs->o, gs->gc, d, m->vars, m->nvars, &gs->train);
-  *gs = (graph_step){gs->g, gs->gc, gs->s, gs->o, {xp, lp}, {x, labels}, gs->train};
   if (nb_status(gs->gc)) fprintf(stderr, "train_step: %s graph build: %s\n", m->name, nb_error(gs->gc));
   return nb_status(gs->gc) == NB_OK;
 }
@@ -244,41 +245,71 @@ static double ratio_median(double t[NKINDS][RUNS], int a, int b) {
   return bench_median(q, RUNS);
 }
 
-/* The wanted modes (and for the MLP with no mode asked, its products alone) on `threads`
-   threads, taking turns: RUNS rounds of STEPS steps of each, after a warm-up round, so
-   every figure and every ratio sees the machine alike. */
-static bool bench_threads(nb_ctx *c, model *m, nb_tensor *x, nb_tensor *labels, int threads, const char *only_mode) {
-  bool want[NKINDS] = {!only_mode || strcmp(only_mode, "graph") == 0, !only_mode || strcmp(only_mode, "eager") == 0,
-                       m->x_rank == 2 && !only_mode};
-  graph_step gs = {0};
-  bench_products prod = {0};
-  nb_optimizer *o = nb_sgd_new(LR);
-  bool ok = o && (!want[GRAPH] || graph_step_open(&gs, m, threads, x, labels)) &&
-            (!want[PRODUCTS] || bench_products_init(&prod, dense_step_products, m, largest_operand(m)));
-  double t[NKINDS][RUNS];
-  nb_ctx_set_threads(c, threads);
-  for (int r = -1; r < RUNS && ok; r++)
-    for (int k = 0; k < NKINDS && ok; k++) {
-      if (!want[k]) continue;
-      double ms = k == GRAPH   ? graph_steps_ms(&gs)
-                  : k == EAGER ? eager_steps_ms(c, m, o, x, labels)
-                               : 1e3 * bench_products_time(&prod, threads, STEPS);
-      ok = !isnan(ms);
+/* What a round runs on one thread count: the modes asked for and, for the MLP with no
+   mode asked, its products alone. */
+typedef struct step_runs {
+  bool want[NKINDS];
+  model *m;
+  nb_ctx *c;
+  nb_tensor *x, *labels;
+  graph_step gs;
+  nb_optimizer *eager_sgd;
+  bench_products prod;
+} step_runs;
+
+static bool step_runs_open(step_runs *w, int threads) {
+  w->eager_sgd = nb_sgd_new(LR);
+  nb_ctx_set_threads(w->c, threads);
+  if (w->want[PRODUCTS] && !bench_products_init(&w->prod, dense_step_products, w->m, largest_operand(w->m))) {
+    fprintf(stderr, "train_step: out of memory for the products' operands\n");
+    w->want[PRODUCTS] = false;
+  }
+  return w->eager_sgd && (!w->want[GRAPH] || graph_step_open(&w->gs, w->m, threads, w->x, w->labels));
+}
+
+static void step_runs_close(step_runs *w) {
+  if (w->want[GRAPH]) graph_step_close(&w->gs);
+  if (w->want[PRODUCTS]) bench_products_free(&w->prod);
+  nb_optimizer_free(w->eager_sgd);
+}
+
+/* The wanted kinds take turns: RUNS rounds of STEPS steps of each after a warm-up round,
+   so every figure and every ratio sees the machine alike; t[kind][round] in ms. */
+static bool time_rounds(step_runs *w, int threads, double t[NKINDS][RUNS]) {
+  for (int r = -1; r < RUNS; r++)
+    for (int k = 0; k < NKINDS; k++) {
+      if (!w->want[k]) continue;
+      double ms = k == GRAPH   ? graph_steps_ms(&w->gs)
+                  : k == EAGER ? eager_steps_ms(w->c, w->m, w->eager_sgd, w->x, w->labels)
+                               : 1e3 * bench_products_time(&w->prod, threads, STEPS);
+      if (isnan(ms)) return false;
       if (r >= 0) t[k][r] = ms;
     }
-  if (want[GRAPH]) graph_step_close(&gs);
-  if (want[PRODUCTS]) bench_products_free(&prod);
-  nb_optimizer_free(o);
-  for (int k = 0; k < 2 && ok; k++)
-    if (want[k]) print_step(m, k == GRAPH ? "graph" : "eager", threads, bench_median(t[k], RUNS));
-  if (ok && want[PRODUCTS]) {
-    double ms = bench_median(t[PRODUCTS], RUNS), gflops = model_step_flops(m) / (ms * 1e-3) * 1e-9;
-    printf("name=nb_train_step_gemms model=%s batch=%lld threads=%d backend=%s ms=%.3f gflops=%.1f frac_peak=%.3f\n",
-           m->name, (long long)m->batch, threads, nbop_gemm_backend_name(NB_F32), ms, gflops,
-           bench_frac_peak(gflops, threads));
-    printf("name=nb_train_step_over_gemms model=%s threads=%d graph=%.3f eager=%.3f\n", m->name, threads,
-           ratio_median(t, GRAPH, PRODUCTS), ratio_median(t, EAGER, PRODUCTS));
-  }
+  return true;
+}
+
+static void print_products(const model *m, int threads, double t[NKINDS][RUNS]) {
+  double ms = bench_median(t[PRODUCTS], RUNS), gflops = model_step_flops(m) / (ms * 1e-3) * 1e-9;
+  printf("name=nb_train_step_gemms model=%s batch=%lld threads=%d backend=%s ms=%.3f gflops=%.1f frac_peak=%.3f\n",
+         m->name, (long long)m->batch, threads, nbop_gemm_backend_name(NB_F32), ms, gflops,
+         bench_frac_peak(gflops, threads));
+  printf("name=nb_train_step_over_gemms model=%s threads=%d graph=%.3f eager=%.3f\n", m->name, threads,
+         ratio_median(t, GRAPH, PRODUCTS), ratio_median(t, EAGER, PRODUCTS));
+}
+
+static bool bench_threads(nb_ctx *c, model *m, nb_tensor *x, nb_tensor *labels, int threads, const char *only_mode) {
+  step_runs w = {.want = {!only_mode || strcmp(only_mode, "graph") == 0, !only_mode || strcmp(only_mode, "eager") == 0,
+                          m->x_rank == 2 && !only_mode},
+                 .m = m,
+                 .c = c,
+                 .x = x,
+                 .labels = labels};
+  double t[NKINDS][RUNS];
+  bool ok = step_runs_open(&w, threads) && time_rounds(&w, threads, t);
+  step_runs_close(&w);
+  for (int k = GRAPH; k <= EAGER && ok; k++)
+    if (w.want[k]) print_step(m, k == GRAPH ? "graph" : "eager", threads, bench_median(t[k], RUNS));
+  if (ok && w.want[PRODUCTS]) print_products(m, threads, t);
   fflush(stdout);
   return ok;
 }
