@@ -9,16 +9,23 @@
 # Usage: bench/versus.sh [-n ROUNDS] COMMIT BENCH [ARGS...]    (after `make build`)
 #   BENCH: a program of bench/ (rnn, train_step, ...), ARGS: its arguments.
 # Every line both builds print with a time (ms_median=, step_ms= or ms=) gives
-#   name=versus bench=BENCH line=NAME threads=T base=COMMIT metric=M rounds=N
-#        base_median=... new_median=... ratio_median=... ratio_min=... ratio_max=...
+#   name=versus bench=BENCH line=NAME threads=T config=K:V,... base=COMMIT metric=M
+#        rounds=N base_median=... new_median=... ratio_median=... ratio_min=... ratio_max=...
+# A line is known by its name, its threads and its other fields with a value that is not a
+# number (config: model=mlp, mode=graph, fusion=on, ...), but for those naming the kernels
+# that ran (backend, kernel, conv, path), which differ between commits by design.
 # ratio = this tree's time / the commit's (below 1: faster now). The environment (e.g.
-# OMP_NUM_THREADS) applies to both.
+# OMP_NUM_THREADS) applies to both; the commit is configured with CMake's defaults
+# (Release), as `make build` configures without CMAKE_FLAGS.
 set -eu
 rounds=9
 if [ "${1:-}" = "-n" ]; then
-  rounds=$2
-  shift 2
+  rounds=${2:-}
+  shift 2 || true
 fi
+case $rounds in
+  '' | *[!0-9]* | 0) echo "versus: -n takes a positive count of rounds" >&2; exit 2 ;;
+esac
 [ $# -ge 2 ] || { echo "usage: bench/versus.sh [-n ROUNDS] COMMIT BENCH [ARGS...]" >&2; exit 2; }
 base=$1 bench=$2
 shift 2
@@ -31,34 +38,51 @@ cleanup() {
   git -C "$top" worktree remove --force "$work/src" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 git -C "$top" worktree add --detach "$work/src" "$rev" >/dev/null 2>&1
 cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/build" -j "$(nproc)" --target "bench_$bench" >/dev/null
 old="$work/build/bench/$bench"
 
-# Each run's timing lines as "KEY METRIC VALUE", KEY = name@threads.
+# One run's timing lines as "KEY METRIC VALUE", KEY = name@threads@config; a run that fails
+# or prints no timing line stops the comparison.
 timing_lines() {
-  "$@" 2>/dev/null | awk '/^name=/ {
-    name = ""; threads = "-"; metric = ""; value = ""
+  "$@" 2>"$work/stderr" >"$work/out" || { echo "versus: $* failed: $(tail -n 3 "$work/stderr")" >&2; exit 1; }
+  awk '/^name=/ {
+    name = ""; threads = "-"; metric = ""; value = ""; config = ""
     for (i = 1; i <= NF; i++) {
-      split($i, kv, "=")
-      if (kv[1] == "name") name = kv[2]
-      else if (kv[1] == "threads") threads = kv[2]
-      else if (metric == "" && (kv[1] == "ms_median" || kv[1] == "step_ms" || kv[1] == "ms")) { metric = kv[1]; value = kv[2] }
+      eq = index($i, "="); if (eq == 0) continue
+      k = substr($i, 1, eq - 1); v = substr($i, eq + 1)
+      if (k == "name") name = v
+      else if (k == "threads") threads = v
+      else if (metric == "" && (k == "ms_median" || k == "step_ms" || k == "ms")) { metric = k; value = v }
+      else if (v !~ /^-?[0-9.]+([eE][-+]?[0-9]+)?$/ && k != "backend" && k != "kernel" && k != "conv" && k != "path")
+        config = config (config == "" ? "" : ",") k ":" v
     }
-    if (metric != "") print name "@" threads, metric, value
-  }'
+    if (metric != "") print name "@" threads "@" (config == "" ? "-" : config), metric, value
+  }' "$work/out" >"$work/lines"
+  [ -s "$work/lines" ] || { echo "versus: $* printed no timing line" >&2; exit 1; }
+  cat "$work/lines"
+}
+
+# Round ROUND's timing lines of one binary, tagged base or new, appended to $work/times.
+run_tagged() {
+  round=$1 tag=$2
+  shift 2
+  timing_lines "$@" >"$work/tagged"
+  sed "s/^/$round $tag /" "$work/tagged" >>"$work/times"
 }
 
 r=0
 while [ "$r" -lt "$rounds" ]; do
   if [ $((r % 2)) -eq 0 ]; then
-    timing_lines "$old" "$@" | sed "s/^/$r base /" >>"$work/times"
-    timing_lines "$new" "$@" | sed "s/^/$r new /" >>"$work/times"
+    run_tagged "$r" base "$old" "$@"
+    run_tagged "$r" new "$new" "$@"
   else
-    timing_lines "$new" "$@" | sed "s/^/$r new /" >>"$work/times"
-    timing_lines "$old" "$@" | sed "s/^/$r base /" >>"$work/times"
+    run_tagged "$r" new "$new" "$@"
+    run_tagged "$r" base "$old" "$@"
   fi
   r=$((r + 1))
 done
@@ -87,7 +111,7 @@ awk -v bench="$bench" -v rev="$rev" -v rounds="$rounds" '
       }
       if (n == 0) continue
       split(key, part, "@")
-      printf "name=versus bench=%s line=%s threads=%s base=%s metric=%s rounds=%d base_median=%.2f new_median=%.2f ratio_median=%.3f ratio_min=%.3f ratio_max=%.3f\n",
-             bench, part[1], part[2], rev, metric[key], n, median(b, n), median(w, n), median(q, n), lo, hi
+      printf "name=versus bench=%s line=%s threads=%s config=%s base=%s metric=%s rounds=%d base_median=%.2f new_median=%.2f ratio_median=%.3f ratio_min=%.3f ratio_max=%.3f\n",
+             bench, part[1], part[2], part[3], rev, metric[key], n, median(b, n), median(w, n), median(q, n), lo, hi
     }
   }' "$work/times"
