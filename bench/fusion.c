@@ -12,10 +12,10 @@
    GELU MLP, nb_fusion_gelu_mlp_gemms times its products alone (the library's GEMM, back to
    back) and max_speedup, the unfused time over that: what fusion would give if every
    elementwise op and reduction cost nothing. The unfused run, the fused one and the
-   products take turns, and both ratios are medians of ratios taken within a turn; a _memory line per session gives the data
-   blocks a step took from malloc after the first (allocs_per_step), those of the first
-   (allocs_first: every run after it took as many as the last), and the last step's peak
-   block bytes (nb_session_get_stats). */
+   products take turns each round, and both ratios are medians of per-round ratios. A
+   _memory line per session gives the data blocks a step took from malloc after the first
+   (allocs_per_step), those of the first (allocs_first: every run after it took as many as
+   the last), and the last step's peak block bytes (nb_session_get_stats). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <nabla.h>
 

@@ -251,8 +251,9 @@ int nbop_kthreads(const nbop_kargs *k, int64_t n);
 #endif
 
 /* The float sums of the Reduce kernel (reduce.c), which the fused kernel adds blocks with
-   so that its sums have the same bits: *acc += x[0..n) through LANES interleaved partial
-   sums, or acc[j] += x[j] for j < n; acc in double, x of t (float32 or float64). */
+   so that its sums have the same bits: *acc += x[0..n) (a short segment in order, a longer
+   one in 8 interleaved partial sums added last), or acc[j] += x[j] for j < n; acc in
+   double, x of t (float32 or float64). */
 void nbop_float_sum_segment(nb_dtype t, double *acc, const void *x, int64_t n);
 void nbop_float_sum_rows(nb_dtype t, double *acc, const void *x, int64_t n);
 

@@ -45,6 +45,8 @@ typedef struct reducer {
 #define IMAX(a, v) ((v) > (a) ? (v) : (a))
 #define IMIN(a, v) ((v) < (a) ? (v) : (a))
 
+/* The row and segment loops get the AVX clones: the fused kernel runs the float sums on
+   blocks in cache (nbop_float_sum_*), where they are compute-bound. */
 #define REDUCER_LOOPS(op, sfx, T, ACC, INIT, OP)                                                    \
   static void op##_init_##sfx(void *pa, int64_t n) {                                                \
     ACC *a = pa;                                                                                    \
