@@ -269,6 +269,34 @@ static void test_buffer_views(void **state) {
   nbcore_buffer_release(c, inner); /* the last holder frees the block (ASan checks) */
 }
 
+/* Where data starts: a block of up to NBCORE_SMALL_DATA bytes in its header's cache line,
+   32-byte aligned; a larger one on a line of its own, 64-byte aligned, whether fresh or
+   from the pool. Scratch blocks of both kinds go back to their pools (ASan checks). */
+static void test_data_alignment(void **state) {
+  nb_ctx *c = *state;
+  for (int round = 0; round < 2; round++) { /* fresh blocks, then pooled ones */
+    nbcore_buffer *small = nbcore_buffer_new(c, 32), *large = nbcore_buffer_new(c, 4096);
+    assert_non_null(small);
+    assert_non_null(large);
+    assert_int_equal((uintptr_t)small->data % NBCORE_ALIGN, NBCORE_SMALL_DATA_OFFSET);
+    assert_ptr_equal((char *)small->data - NBCORE_SMALL_DATA_OFFSET, (char *)small);
+    assert_int_equal((uintptr_t)large->data % NBCORE_ALIGN, 0);
+    assert_ptr_equal((char *)large->data - NBCORE_ALIGN, (char *)large);
+    nbcore_buffer_release(c, small);
+    nbcore_buffer_release(c, large);
+  }
+  const size_t sizes[] = {1, NBCORE_SMALL_DATA, NBCORE_SMALL_DATA + 1, 1 << 20};
+  for (int i = 0; i < 4; i++) {
+    char *p = nbcore_scratch_alloc(c, sizes[i]);
+    assert_non_null(p);
+    memset(p, 1, sizes[i]);
+    assert_int_equal((uintptr_t)p % (sizes[i] <= NBCORE_SMALL_DATA ? 32 : NBCORE_ALIGN), 0);
+    nbcore_scratch_free(c, p);
+  }
+  nb_tensor *t = nb_tensor_from(c, NB_F32, 1, (const int64_t[]){1024}, NULL);
+  assert_int_equal((uintptr_t)nbcore_tdata(t) % NBCORE_ALIGN, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_tensor_basics, tu_setup, tu_teardown),
@@ -282,6 +310,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_views_refcount, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_cross_context, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_buffer_views, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_data_alignment, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

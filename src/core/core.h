@@ -11,11 +11,16 @@
 
 #define NBCORE_ERR_CAP 512
 #define NBCORE_ALIGN 64 /* blocks start on a cache line */
-#define NBCORE_DATA_OFFSET \
-  32 /* data follows the header within the block's first line: a small
-                             tensor's header and data are one cache miss, not two (the backward
-                             pass reads saved tensors long after they were made). Data stays
-                             32-byte aligned, what AVX2 loads want. */
+/* Where a block's data starts. Up to NBCORE_SMALL_DATA bytes follow the header within the
+   block's first line (32 bytes in): a small tensor's header and data are one cache miss,
+   not two (the backward pass reads saved tensors long after they were made), and 32-byte
+   aligned, what AVX2 loads want. Larger data starts on the next line: a 64-byte AVX-512
+   load (oneDNN's kernels read operands in place) at 32 mod 64 would span two lines. */
+#define NBCORE_SMALL_DATA 256
+#define NBCORE_SMALL_DATA_OFFSET 32
+static inline size_t nbcore_data_offset(size_t cap) {
+  return cap <= NBCORE_SMALL_DATA ? NBCORE_SMALL_DATA_OFFSET : NBCORE_ALIGN;
+}
 
 #define NBCORE_VIEW_CLASS (-2) /* nbcore_buffer.size_class of a view of part of another block */
 

@@ -24,8 +24,8 @@ static int size_class(size_t bytes) {
 static size_t class_bytes(int cls) { return (size_t)1 << (cls + NBCORE_MIN_CLASS_SHIFT); }
 
 static nbcore_buffer *buffer_alloc(size_t cap, int cls) {
-  _Static_assert(sizeof(nbcore_buffer) <= NBCORE_DATA_OFFSET, "the buffer header must fit before the data");
-  size_t head = NBCORE_DATA_OFFSET;
+  _Static_assert(sizeof(nbcore_buffer) <= NBCORE_SMALL_DATA_OFFSET, "the buffer header must fit before the data");
+  size_t head = nbcore_data_offset(cap);
   size_t total = (head + cap + NBCORE_ALIGN - 1) / NBCORE_ALIGN * NBCORE_ALIGN;
   if (cap > SIZE_MAX - 2 * NBCORE_ALIGN - head) return NULL;
   nbcore_buffer *b = aligned_alloc(NBCORE_ALIGN, total);
@@ -309,8 +309,12 @@ void *nbcore_scratch_alloc(nb_ctx *c, size_t bytes) {
   return b ? b->data : NULL;
 }
 
+/* p's block: its data starts 32 bytes into it (small data) or on its second line, which
+   p's offset within its cache line tells apart. */
 void nbcore_scratch_free(nb_ctx *c, void *p) {
-  if (p) nbcore_buffer_release(c, (nbcore_buffer *)((char *)p - NBCORE_DATA_OFFSET));
+  if (!p) return;
+  size_t offset = (uintptr_t)p % NBCORE_ALIGN ? NBCORE_SMALL_DATA_OFFSET : NBCORE_ALIGN;
+  nbcore_buffer_release(c, (nbcore_buffer *)((char *)p - offset));
 }
 
 nb_tensor *nbcore_tensor_alloc(nb_ctx *c, nb_dtype t, int rank, const int64_t *shape) {
