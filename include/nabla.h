@@ -1200,11 +1200,12 @@ void nb_dist_reducer_free(nb_dist_reducer *r);
 /* overlap false: every bucket's all-reduce starts after the backward pass (for comparison). */
 void nb_dist_reducer_set_overlap(nb_dist_reducer *r, bool overlap);
 /* nb_tape_gradient_vars averaged over the ranks: out[i] = mean over ranks of d(sum of
-   targets)/d vars[i], each rank's gradient divided by the rank count before the sum (as
-   PyTorch DDP does; nb_dist_average_gradients sums, then divides, as TF's collectives do:
-   with a rank count that is not a power of two the two differ in the last bits). A
-   variable without a gradient on a rank counts as zeros there (so out[i] is never NULL). Every rank passes the same variables (else NB_INVALID naming the
-   first that differs, on every rank). */
+   targets)/d vars[i], a dense gradient divided by the rank count before the sum (as
+   PyTorch DDP does; nb_dist_average_gradients sums dense gradients, then divides, as TF's
+   collectives do: with a rank count that is not a power of two the two differ in the last
+   bits). A variable without a gradient on a rank counts as zeros there (so out[i] is
+   never NULL). Every rank passes the same variables (else NB_INVALID naming the first
+   that differs, on every rank). */
 nb_code nb_dist_gradient_vars(nb_dist_reducer *r, nb_tape *t, nb_tensor *const *targets, int nt,
                               nb_variable *const *vars, int nv, nb_tensor **out);
 /* For graphs (sessions) and eager tensors: out[i] = grads[i] averaged over the ranks by one
