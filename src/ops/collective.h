@@ -67,7 +67,10 @@ int64_t nbop_collective_deferred_total(void);
 
 /* acc[i] = merge(acc[i], x[i]) for n elements of dtype t. */
 void nbop_merge_into(nbop_merge m, nb_dtype t, void *acc, const void *x, int64_t n);
-/* x[i] /= by (integer division for int dtypes, TF's Div final op). */
+/* dst[i] = src[i] / by for n elements of dtype t (integer division for int dtypes, TF's Div
+   final op); dst may be src. */
+void nbop_divide_into(nb_dtype t, void *dst, const void *src, int64_t n, int64_t by);
+/* x[i] /= by, as nbop_divide_into. */
 void nbop_divide_by(nb_dtype t, void *x, int64_t n, int64_t by);
 /* Whether a and b describe the same collective (kind, merge, dtype, shape, keys); when not,
    a message naming what differs (members ia and ib) goes to err. */
