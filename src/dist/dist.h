@@ -18,6 +18,9 @@ void nbdist_unlock(void);
 nb_code nbdist_wait(MPI_Request *req, double timeout, const char *what, char *err, size_t cap);
 /* NB_INTERNAL with MPI's message for rc in err, or NB_OK for MPI_SUCCESS. */
 nb_code nbdist_check(int rc, const char *what, char *err, size_t cap);
+/* Marks the job broken (why: the first failure's message): every later collective fails
+   at once, since the ranks no longer agree on what was sent. */
+void nbdist_mark_broken(const char *why);
 /* NB_INTERNAL with a message when an earlier collective broke the job. */
 nb_code nbdist_check_broken(char *err, size_t cap);
 MPI_Datatype nbdist_mpi_type(nb_dtype t);

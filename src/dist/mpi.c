@@ -55,6 +55,11 @@ nb_code nbdist_check(int rc, const char *what, char *err, size_t cap) {
   return NB_INTERNAL;
 }
 
+void nbdist_mark_broken(const char *why) {
+  snprintf(broken_why, sizeof broken_why, "%s", why);
+  broken = true;
+}
+
 nb_code nbdist_check_broken(char *err, size_t cap) {
   if (!broken) return NB_OK;
   snprintf(err, cap, "rank %d: an earlier collective failed (%s); the ranks no longer agree, restart the job",
@@ -78,16 +83,12 @@ nb_code nbdist_wait(MPI_Request *req, double timeout, const char *what, char *er
   for (;;) {
     int done = 0;
     nb_code code = nbdist_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what, err, cap);
-    if (code) {
-      snprintf(broken_why, sizeof broken_why, "%s", err);
-      broken = true;
-    }
+    if (code) nbdist_mark_broken(err);
     if (code || done) return code;
     if (now_seconds() - start > timeout) {
       snprintf(err, cap, "%s timed out after %g s on rank %d of %d: another rank died or did not call it", what,
                timeout, world_rank, world_size);
-      snprintf(broken_why, sizeof broken_why, "%s timed out", what);
-      broken = true;
+      nbdist_mark_broken(err);
       return NB_INTERNAL;
     }
     sched_yield();
@@ -273,8 +274,7 @@ static nb_code mpi_finish(void *handle, char *err, size_t cap) {
   nbdist_lock();
   nb_code code = nbdist_check(r->rc, "the data exchange", err, cap);
   if (code) {
-    snprintf(broken_why, sizeof broken_why, "%s", err);
-    broken = true;
+    nbdist_mark_broken(err);
   } else {
     code = nbdist_wait(&r->req, r->timeout, "the data exchange", err, cap);
   }

@@ -81,6 +81,14 @@ static nb_code fail(nb_dist_reducer *r, nb_code code, const char *why) {
   return r->code;
 }
 
+/* A failure of this rank alone while the pass's reduces are under way (out of memory, MPI
+   refusing one): the other ranks start reduces this one will not match, so the job is
+   broken from here on and every later collective says so at once. */
+static void fail_midpass(nb_dist_reducer *r, nb_code code, const char *why) {
+  fail(r, code, why);
+  if (nbdist_active()) nbdist_mark_broken(why);
+}
+
 static bool begin_pass(nb_dist_reducer *r, int nv) {
   r->code = NB_OK;
   r->err[0] = 0;
@@ -109,7 +117,7 @@ static void start(nb_dist_reducer *r, bucket *b) {
   nbdist_unlock();
   if (code) {
     b->done = true;
-    fail(r, code, err);
+    fail_midpass(r, code, err);
   }
 }
 
@@ -159,29 +167,6 @@ static bool grow_bucket(bucket *b, int64_t cap, size_t esize) {
   return true;
 }
 
-/* dst[i] = src[i] / by for n elements of float dtype t: a gradient's share of the mean,
-   taken as it is copied into its bucket (no pass of its own). When by is a power of two,
-   its reciprocal is exact and x * (1 / by) is the same exact quotient rounded once: the
-   bits of the division at a fraction of its cost (a divide is several times a multiply). */
-static void copy_divided(nb_dtype t, void *dst, const void *src, int64_t n, int by) {
-  bool exact = (by & (by - 1)) == 0;
-  if (t == NB_F64) {
-    double *d = dst, inv = 1.0 / by;
-    const double *x = src;
-    if (exact)
-      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
-    else
-      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (double)by;
-  } else {
-    float *d = dst, inv = 1.0f / (float)by;
-    const float *x = src;
-    if (exact)
-      for (int64_t i = 0; i < n; i++) d[i] = x[i] * inv;
-    else
-      for (int64_t i = 0; i < n; i++) d[i] = x[i] / (float)by;
-  }
-}
-
 /* Appends variable k's gradient (dense, count elements of t at data) divided by the number
    of ranks to t's open bucket, starting it when full (with overlap; otherwise all start
    after the pass). */
@@ -189,7 +174,7 @@ static void place(nb_dist_reducer *r, int k, nb_dtype t, const void *data, int64
   int d = t == NB_F64;
   if (r->code) return;
   if (r->open[d] < 0 && (r->open[d] = new_bucket(r, t)) < 0) {
-    fail(r, NB_NOMEM, "out of memory");
+    fail_midpass(r, NB_NOMEM, "out of memory for a gradient bucket");
     return;
   }
   bucket *b = &r->buckets[r->open[d]];
@@ -197,11 +182,12 @@ static void place(nb_dist_reducer *r, int k, nb_dtype t, const void *data, int64
   if (!b->block || b->count + count > b->cap) {
     int64_t cap = b->count + count, want = (int64_t)(r->bucket_bytes / esize);
     if (!grow_bucket(b, cap > want ? cap : want, esize)) {
-      fail(r, NB_NOMEM, "out of memory");
+      fail_midpass(r, NB_NOMEM, "out of memory for a gradient bucket");
       return;
     }
   }
-  copy_divided(t, (char *)b->block->data + (size_t)b->count * esize, data, count, nb_dist_size());
+  /* a gradient's share of the mean, taken as it is copied in (no pass of its own) */
+  nbop_divide_into(t, (char *)b->block->data + (size_t)b->count * esize, data, count, nb_dist_size());
   r->bucket_of[k] = r->open[d];
   r->offset_of[k] = b->count;
   b->count += count;
@@ -216,16 +202,23 @@ static void on_ready(void *user, int k, const nb_tensor *grad) {
   if (!nb_is_indexed_slices(grad)) place(user, k, nb_dtype_of(grad), nb_data(grad), nb_num_elements(grad));
 }
 
-/* Waits for every started bucket (its sums are the means: place divided each gradient). */
+/* Waits for every started bucket (its sums are the means: place divided each gradient),
+   whether or not the pass failed: MPI writes into a started bucket until its reduce
+   completes. One that cannot complete (the job broke) is abandoned, neither reused nor
+   freed, since MPI may still write into it; the job has to restart then anyway. */
 static void await_started(nb_dist_reducer *r) {
   char err[400];
   for (int i = 0; i < r->nbuckets; i++) {
     bucket *b = &r->buckets[i];
-    if (b->started && !b->done && !r->code) {
+    if (b->started && !b->done) {
       nbdist_lock();
-      nb_code code = nbdist_wait(&b->req, nbop_collective_default_timeout(), "gradient all-reduce", err, sizeof err);
+      nb_code code = nbdist_check_broken(err, sizeof err);
+      if (!code) code = nbdist_wait(&b->req, nbop_collective_default_timeout(), "gradient all-reduce", err, sizeof err);
       nbdist_unlock();
-      if (code) fail(r, code, err);
+      if (code) {
+        fail(r, code, err);
+        b->block = NULL;
+      }
     }
     b->done = true;
   }
@@ -381,7 +374,7 @@ static void place_rest(nb_dist_reducer *r, nb_ctx *c, nb_variable *const *vars, 
     if (r->bucket_of[k] >= 0 || (out[k] && nb_is_indexed_slices(out[k]))) continue;
     if (!out[k]) out[k] = nb_tensor_from(c, vars[k]->dtype, vars[k]->rank, vars[k]->shape, NULL);
     if (!out[k])
-      fail(r, nb_status(c), nb_error(c));
+      fail_midpass(r, nb_status(c), nb_error(c));
     else
       place(r, k, vars[k]->dtype, nb_data(out[k]), vars[k]->size);
   }
@@ -392,7 +385,11 @@ static nb_tensor *average_from_bucket(nb_dist_reducer *r, nb_ctx *c, const nb_va
   const bucket *b = &r->buckets[r->bucket_of[k]];
   size_t esize = nb_dtype_size(b->dtype);
   nbcore_buffer *part = nbcore_buffer_view(b->block, (size_t)r->offset_of[k] * esize, (size_t)v->size * esize);
-  return part ? nbcore_handle_new(c, v->dtype, v->rank, v->shape, part) : NULL;
+  if (!part) {
+    fail(r, NB_NOMEM, "out of memory for an averaged gradient's view");
+    return NULL;
+  }
+  return nbcore_handle_new(c, v->dtype, v->rank, v->shape, part);
 }
 
 /* out[k] replaced by its averaged value (dense: from its bucket; slices: gathered). */
