@@ -80,6 +80,21 @@ static void test_basic(void **state) {
   assert_int_equal(nb_status(c), NB_OK);
 }
 
+/* An op with more inputs than the fused-sum bit mask has bits (AddN of 40 terms, one x
+   among them twice): every input's gradient, and no shift past the mask's width (UBSan). */
+static void test_many_inputs(void **state) {
+  nb_ctx *c = *state;
+  nb_tensor *x = vec(c, 3, TU_VALS(1, 2, 3)), *terms[40];
+  nb_tape *t = nb_tape_begin(c, 0);
+  nb_tape_watch(t, x);
+  for (int i = 0; i < 40; i++) terms[i] = i == 35 ? x : nb_mul(c, x, nb_scalar(c, NB_F64, i));
+  nb_tensor *dx = grad1(c, t, nb_add_n(c, terms, 40), x);
+  double d = 1; /* sum of i over i != 35, plus the 1 of x itself */
+  for (int i = 0; i < 40; i++) d += i == 35 ? 0 : i;
+  tu_check(dx, NB_F64, 1, TU_SHAPE(3), TU_VALS(d, d, d), 1e-12);
+  nb_tape_end(t);
+}
+
 /* Several targets are summed; several sources each get their gradient. */
 static void test_several_targets_and_sources(void **state) {
   nb_ctx *c = *state;
@@ -1466,6 +1481,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_graph_context_errors, gu_setup, gu_teardown),
       cmocka_unit_test_setup_teardown(test_gradient_argument_errors, tu_setup, tu_teardown),
       cmocka_unit_test_setup_teardown(test_tape_argument_errors, tu_setup, tu_teardown),
+      cmocka_unit_test_setup_teardown(test_many_inputs, tu_setup, tu_teardown),
   };
   return cmocka_run_group_tests_name("tape", tests, NULL, NULL);
 }

@@ -681,7 +681,7 @@ static nb_code call_fn(nb_tape *t, const tape_entry *e, nb_grad_fn fn, nb_tensor
   uint32_t fresh_from = t->c->scopes[t->c->nscopes - 1]; /* the entry's scope (run_backward) */
   nb_tensor *sums[32]; /* the fused sums' new gradients, for kept[] once they read ins no more */
   int nsums = 0;
-  for (int32_t i = 0; i < e->nin && !code; i++)
+  for (int32_t i = 0; i < e->nin && i < 32 && !code; i++) /* summed_into marks inputs 0..31 */
     if ((summed >> i) & 1u)
       code = sum_into_held(t, sum_into, &op, dys[0], i, t->slots[e->slot0 + i].value, fresh_from, &sums[nsums++]);
   nb_tensor **kept = ins; /* reused: the new gradients held, which must survive the scope */
