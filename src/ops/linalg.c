@@ -17,19 +17,20 @@
 
 /* Both backends are built on this OpenMP runtime and give a GEMM as many threads as the
    calling thread's OpenMP nthreads-var: oneDNN reads omp_get_max_threads() at each call;
-   OpenBLAS keeps a count of its own (openblas_set_num_threads sets it together with the
-   calling thread's nthreads-var), which openblas_follow_omp brings to nthreads-var right
-   before an OpenBLAS call. Setting that count is not free (OpenBLAS frees or allocates a
-   buffer per thread it drops or adds), so it is left alone while only oneDNN runs:
-   a one-thread op between two-thread ones would otherwise set it twice per GEMM.
-   Comparing with the calling thread's value (rather than with a process-wide "last
-   set" one) stays right when contexts with different thread counts run on different
-   threads. */
+   OpenBLAS keeps one count for the whole process (openblas_set_num_threads sets it
+   together with the calling thread's nthreads-var), which openblas_follow_omp brings to
+   nthreads-var right before an OpenBLAS call. Setting that count is not free (OpenBLAS
+   frees or allocates a buffer per thread it drops or adds), so it is left alone while only
+   oneDNN runs: a one-thread op between two-thread ones would otherwise set it twice per
+   GEMM. Inside a parallel region (a kernel's workers, a pair of session steps) it is not
+   touched at all: OpenBLAS runs one thread there anyway, and its buffer table is not safe
+   to resize from several threads at once. */
 void nbop_blas_set_threads(int n) {
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
 static void openblas_follow_omp(void) {
+  if (omp_in_parallel()) return;
   int n = omp_get_max_threads();
   if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
 }
