@@ -1062,6 +1062,7 @@ static nb_code run_with_slices(nb_session *s, nb_tensor *const *feed, nb_tensor 
     if (sparse) parts[k++] = nb_indexed_slices_indices(fetch[i]);
   }
   for (int i = 0; i < nparts; i++) vals[i] = NULL;
+  nbrt_session_place_fetches(s, NULL, 0); /* its blocks follow the fetches, which parts renumbers */
   nb_code code = run_dense(s, feed, feed_values, nfeed, parts, nparts, vals);
   int k = 0; /* vals[k..) not yet taken by a result */
   for (int i = 0; i < nfetch && !code; i++) {
