@@ -7,7 +7,7 @@
      nb_fusion_gelu_mlp   x 1024x256 -> 1024 -> 256, GELU as tf.nn.gelu(approximate=True)
                           composes it (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))),
                           loss = mean((y - t)^2): forward and the gradients to every weight
-   Each line has the nodes a run computes (nodes=: nb_session_stats.steps_last_run, a fused
+   Each line has the nodes a run's plan holds (nodes=: nb_session_stats.steps_last_run, a fused
    node counting one), and the speedup of fused over unfused at that thread count; for the
    GELU MLP, nb_fusion_gelu_mlp_gemms times its products alone (the library's GEMM, back to
    back) and max_speedup, the unfused time over that: what fusion would give if every
@@ -116,7 +116,7 @@ typedef struct timings {
    rounds after a warm-up of each: a loaded machine slows the three alike, and a ratio
    taken within a round leaves out how the machine's speed moved between rounds. */
 static timings time_all(workload *w, nb_session *const *s, int threads) {
-  double t[3][RUNS], q[2][RUNS];
+  double t[3][RUNS];
   bench_products prod = {0};
   bool with_products = w->products && bench_products_init(&prod, w->products, NULL, 1024 * 1024);
   int kinds = with_products ? 3 : 2;
@@ -125,13 +125,9 @@ static timings time_all(workload *w, nb_session *const *s, int threads) {
       double one = f < 2 ? time_run(w, s[f]) : 1e3 * bench_products_time(&prod, threads, 1);
       if (r >= 0) t[f][r] = one;
     }
-  for (int r = 0; r < RUNS; r++) {
-    q[0][r] = t[0][r] / t[1][r];
-    q[1][r] = with_products ? t[0][r] / t[2][r] : NAN;
-  }
   timings m = {{bench_median(t[0], RUNS), bench_median(t[1], RUNS), with_products ? bench_median(t[2], RUNS) : NAN},
-               bench_median(q[0], RUNS),
-               with_products ? bench_median(q[1], RUNS) : NAN};
+               bench_ratio_median(t[0], t[1], RUNS),
+               with_products ? bench_ratio_median(t[0], t[2], RUNS) : NAN};
   if (with_products) bench_products_free(&prod);
   return m;
 }

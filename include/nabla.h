@@ -715,7 +715,9 @@ typedef struct nb_session_stats {
   int64_t allocs_total;              /* over every run */
   int64_t peak_bytes_last_run;       /* see above */
   int64_t concurrent_steps_last_run; /* steps of the last run that ran beside another */
-  int64_t steps_last_run;            /* nodes the last run computed (a fused node is one) */
+  /* nodes the last run's plan holds: those it computes (a fused node is one) and those whose
+     value the graph computed when it was built */
+  int64_t steps_last_run;
 } nb_session_stats;
 void nb_session_get_stats(const nb_session *s, nb_session_stats *out);
 

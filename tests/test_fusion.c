@@ -678,7 +678,7 @@ static void test_no_allocation_after_first_run(void **state) {
   }
 }
 
-/* steps_last_run counts the nodes a run computes, a fused node once: sigmoid(tanh(-x) * 2)
+/* steps_last_run counts the nodes a run's plan holds, a fused node once: sigmoid(tanh(-x) * 2)
    is four nodes unfused (the constant is known when built), one fused: three fewer. */
 static void test_steps_counted(void **state) {
   (void)state;
