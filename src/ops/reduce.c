@@ -45,43 +45,41 @@ typedef struct reducer {
 #define IMAX(a, v) ((v) > (a) ? (v) : (a))
 #define IMIN(a, v) ((v) < (a) ? (v) : (a))
 
-/* The row and segment loops get the AVX clones: the fused kernel runs the float sums on
-   blocks in cache (nbop_float_sum_*), where they are compute-bound. */
-#define REDUCER_LOOPS(op, sfx, T, ACC, INIT, OP)                                                    \
-  static void op##_init_##sfx(void *pa, int64_t n) {                                                \
-    ACC *a = pa;                                                                                    \
-    for (int64_t j = 0; j < n; j++) a[j] = INIT;                                                    \
-  }                                                                                                 \
-  NBOP_SIMD_CLONES static void op##_rows_##sfx(void *pa, const void *px, int64_t n) {               \
-    ACC *a = pa;                                                                                    \
-    const T *x = px;                                                                                \
-    for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], (ACC)x[j]);                                     \
-  }                                                                                                 \
-  static void op##_merge_##sfx(void *pa, const void *pb, int64_t n) {                               \
-    ACC *a = pa;                                                                                    \
-    const ACC *b = pb;                                                                              \
-    for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], b[j]);                                          \
-  }                                                                                                 \
-  NBOP_SIMD_CLONES static void op##_seg_##sfx(void *pa, const void *px, int64_t n) {                \
-    const T *x = px;                                                                                \
-    if (n < 2 * LANES) {                                                                            \
-      ACC a = *(ACC *)pa;                                                                           \
-      for (int64_t i = 0; i < n; i++) a = OP(a, (ACC)x[i]);                                         \
-      *(ACC *)pa = a;                                                                               \
-      return;                                                                                       \
-    }                                                                                               \
-    ACC lane[LANES];                                                                                \
-    for (int j = 0; j < LANES; j++) lane[j] = INIT;                                                 \
-    int64_t i = 0;                                                                                  \
-    for (; i + LANES <= n; i += LANES)                                                              \
-      for (int j = 0; j < LANES; j++) lane[j] = OP(lane[j], (ACC)x[i + j]);                         \
-    for (; i < n; i++) lane[0] = OP(lane[0], (ACC)x[i]);                                            \
-    ACC a = *(ACC *)pa;                                                                             \
-    for (int j = 0; j < LANES; j++) a = OP(a, lane[j]);                                             \
-    *(ACC *)pa = a;                                                                                 \
-  }                                                                                                 \
-  static void op##_segs_##sfx(void *pa, const void *px, int64_t nseg, int64_t len) {                \
-    for (int64_t s = 0; s < nseg; s++) op##_seg_##sfx((ACC *)pa + s, (const T *)px + s * len, len); \
+#define REDUCER_LOOPS(op, sfx, T, ACC, INIT, OP)                                                          \
+  static void op##_init_##sfx(void *pa, int64_t n) {                                                      \
+    ACC *a = pa;                                                                                          \
+    for (int64_t j = 0; j < n; j++) a[j] = INIT;                                                          \
+  }                                                                                                       \
+  static void op##_rows_##sfx(void *pa, const void *px, int64_t n) {                                      \
+    ACC *a = pa;                                                                                          \
+    const T *x = px;                                                                                      \
+    for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], (ACC)x[j]);                                           \
+  }                                                                                                       \
+  static void op##_merge_##sfx(void *pa, const void *pb, int64_t n) {                                     \
+    ACC *a = pa;                                                                                          \
+    const ACC *b = pb;                                                                                    \
+    for (int64_t j = 0; j < n; j++) a[j] = OP(a[j], b[j]);                                                \
+  }                                                                                                       \
+  static inline __attribute__((always_inline)) void op##_seg_##sfx(void *pa, const void *px, int64_t n) { \
+    const T *x = px;                                                                                      \
+    if (n < 2 * LANES) {                                                                                  \
+      ACC a = *(ACC *)pa;                                                                                 \
+      for (int64_t i = 0; i < n; i++) a = OP(a, (ACC)x[i]);                                               \
+      *(ACC *)pa = a;                                                                                     \
+      return;                                                                                             \
+    }                                                                                                     \
+    ACC lane[LANES];                                                                                      \
+    for (int j = 0; j < LANES; j++) lane[j] = INIT;                                                       \
+    int64_t i = 0;                                                                                        \
+    for (; i + LANES <= n; i += LANES)                                                                    \
+      for (int j = 0; j < LANES; j++) lane[j] = OP(lane[j], (ACC)x[i + j]);                               \
+    for (; i < n; i++) lane[0] = OP(lane[0], (ACC)x[i]);                                                  \
+    ACC a = *(ACC *)pa;                                                                                   \
+    for (int j = 0; j < LANES; j++) a = OP(a, lane[j]);                                                   \
+    *(ACC *)pa = a;                                                                                       \
+  }                                                                                                       \
+  static void op##_segs_##sfx(void *pa, const void *px, int64_t nseg, int64_t len) {                      \
+    for (int64_t s = 0; s < nseg; s++) op##_seg_##sfx((ACC *)pa + s, (const T *)px + s * len, len);       \
   }
 
 /* Sum, Prod, Max, Min: the accumulator converted back to T. */
@@ -775,13 +773,27 @@ static nbop_def reduce_ops[OP_COUNT] = {
     [OP_CUMPROD] = SCAN_OP("Cumprod", cumprod_impl),
 };
 
-void nbop_float_sum_segment(nb_dtype t, double *acc, const void *x, int64_t n) {
-  (t == NB_F32 ? sum_seg_f32 : sum_seg_f64)(acc, x, n);
+/* The float sums with AVX clones (the loops above inlined into each; a segment's loop
+   always is): the fused kernel runs them on blocks in cache, where they are compute-bound.
+   The Reduce kernel's own calls stay on the plain loops. The clones are static: clang
+   emits no symbol of the plain name for an exported function with target_clones. */
+NBOP_SIMD_CLONES static void float_sum_segment(nb_dtype t, double *acc, const void *x, int64_t n) {
+  if (t == NB_F32)
+    sum_seg_f32(acc, x, n);
+  else
+    sum_seg_f64(acc, x, n);
 }
 
-void nbop_float_sum_rows(nb_dtype t, double *acc, const void *x, int64_t n) {
-  (t == NB_F32 ? sum_rows_f32 : sum_rows_f64)(acc, x, n);
+NBOP_SIMD_CLONES static void float_sum_rows(nb_dtype t, double *acc, const void *x, int64_t n) {
+  if (t == NB_F32)
+    sum_rows_f32(acc, x, n);
+  else
+    sum_rows_f64(acc, x, n);
 }
+
+void nbop_float_sum_segment(nb_dtype t, double *acc, const void *x, int64_t n) { float_sum_segment(t, acc, x, n); }
+
+void nbop_float_sum_rows(nb_dtype t, double *acc, const void *x, int64_t n) { float_sum_rows(t, acc, x, n); }
 
 nbop_family nbop_reduce_family(void) { return (nbop_family){reduce_ops, OP_COUNT}; }
 
