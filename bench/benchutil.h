@@ -52,6 +52,18 @@ static inline double bench_median(const double *v, int n) {
   return median;
 }
 
+/* The median over rounds r < n of num[r] / den[r]: two configurations timed in turns
+   compared round by round (a ratio within a round leaves out how the machine's speed
+   moved between rounds); NAN when out of memory. */
+static inline double bench_ratio_median(const double *num, const double *den, int n) {
+  double *q = malloc((size_t)n * sizeof *q + 1), median;
+  if (!q) return NAN;
+  for (int r = 0; r < n; r++) q[r] = num[r] / den[r];
+  median = bench_median(q, n);
+  free(q);
+  return median;
+}
+
 /* Seconds for reps calls of call(c, arg), each inside its own scope of c. */
 static inline double bench_pass(nb_ctx *c, void (*call)(nb_ctx *, const void *), const void *arg, long reps) {
   double t0 = bench_now();

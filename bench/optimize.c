@@ -212,13 +212,6 @@ static double steps_ms(trainer *t, nb_session *s) {
   return 1e3 * (bench_now() - t0) / STEPS;
 }
 
-/* The median over rounds of ms[1][on][r] / ms[0][on][r]: NCHW over NHWC within a round. */
-static double nchw_over_nhwc(double ms[2][2][RUNS], int on) {
-  double q[RUNS];
-  for (int r = 0; r < RUNS; r++) q[r] = ms[1][on][r] / ms[0][on][r];
-  return bench_median(q, RUNS);
-}
-
 /* Both layouts' trainers and their sessions with passes none and all; false when a trainer
    could not be built (its sessions then NULL). */
 static bool open_lenets(nb_ctx *e, model *m, trainer *t, nb_session *s[2][2], int transposes[2][2], int threads) {
@@ -266,7 +259,7 @@ static void bench_lenet(int threads) {
     printf(
         "name=nb_optimize_layout model=lenet threads=%d nchw_over_nhwc_passes_all=%.3f "
         "nchw_over_nhwc_passes_none=%.3f\n",
-        threads, nchw_over_nhwc(ms, 1), nchw_over_nhwc(ms, 0));
+        threads, bench_ratio_median(ms[1][1], ms[0][1], RUNS), bench_ratio_median(ms[1][0], ms[0][0], RUNS));
   for (int l = 0; l < 2; l++) {
     for (int on = 0; on < 2; on++) nb_session_free(s[l][on]);
     trainer_close(&t[l], m[l].nparams);

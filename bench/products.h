@@ -26,9 +26,9 @@ static inline void bench_products_free(bench_products *p) {
   free(p->c);
 }
 
-/* Buffers of `floats` floats each, the operands written, and one pass (a warm-up);
-   false when out of memory. The operands are written because calloc's untouched pages are
-   all the one shared zero page, which stays in cache and would make every read free. */
+/* Buffers of `floats` floats each, the operands written; false when out of memory. The
+   operands are written because calloc's untouched pages are all the one shared zero page,
+   which stays in cache and would make every read free. Callers time a warm-up pass first. */
 static inline bool bench_products_init(bench_products *p, bench_products_fn fn, const void *user, size_t floats) {
   *p = (bench_products){fn, user, calloc(floats, sizeof(float)), calloc(floats, sizeof(float)),
                         calloc(floats, sizeof(float))};
@@ -37,7 +37,6 @@ static inline bool bench_products_init(bench_products *p, bench_products_fn fn, 
     return false;
   }
   for (size_t i = 0; i < floats; i++) p->a[i] = p->b[i] = (float)(i % 7) * 0.125f;
-  fn(user, p->a, p->b, p->c);
   return true;
 }
 

@@ -181,12 +181,9 @@ static void print_memory(nb_session *s, nb_tensor **feeds, nb_tensor **vals, nb_
 /* Each mode's one-thread time over its T-thread time, round by round, and the peak's. */
 static void print_scaling(int max_threads, double t[MAX_THREADS][3][RUNS], double peak_speedup[MAX_THREADS][RUNS]) {
   for (int threads = 2; threads <= max_threads; threads++)
-    for (int m = 0; m < 3; m++) {
-      double q[RUNS];
-      for (int r = 0; r < RUNS; r++) q[r] = t[0][m][r] / t[threads - 1][m][r];
+    for (int m = 0; m < 3; m++)
       printf("name=nb_rnn_scaling mode=%s threads=%d speedup_over_1=%.2f peak_speedup=%.2f\n", MODES[m], threads,
-             bench_median(q, RUNS), bench_median(peak_speedup[threads - 1], RUNS));
-    }
+             bench_ratio_median(t[0][m], t[threads - 1][m], RUNS), bench_median(peak_speedup[threads - 1], RUNS));
 }
 
 int main(int argc, char **argv) {

@@ -238,13 +238,6 @@ static double graph_steps_ms(graph_step *gs) {
 
 enum { GRAPH, EAGER, PRODUCTS, NKINDS };
 
-/* The median over rounds of t[a][r] / t[b][r]. */
-static double ratio_median(double t[NKINDS][RUNS], int a, int b) {
-  double q[RUNS];
-  for (int r = 0; r < RUNS; r++) q[r] = t[a][r] / t[b][r];
-  return bench_median(q, RUNS);
-}
-
 /* What a round runs on one thread count: the modes asked for and, for the MLP with no
    mode asked, its products alone. */
 typedef struct step_runs {
@@ -294,7 +287,7 @@ static void print_products(const model *m, int threads, double t[NKINDS][RUNS]) 
          m->name, (long long)m->batch, threads, nbop_gemm_backend_name(NB_F32), ms, gflops,
          bench_frac_peak(gflops, threads));
   printf("name=nb_train_step_over_gemms model=%s threads=%d graph=%.3f eager=%.3f\n", m->name, threads,
-         ratio_median(t, GRAPH, PRODUCTS), ratio_median(t, EAGER, PRODUCTS));
+         bench_ratio_median(t[GRAPH], t[PRODUCTS], RUNS), bench_ratio_median(t[EAGER], t[PRODUCTS], RUNS));
 }
 
 static bool bench_threads(nb_ctx *c, model *m, nb_tensor *x, nb_tensor *labels, int threads, const char *only_mode) {
